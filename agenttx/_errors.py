@@ -1,0 +1,151 @@
+"""The agenttx exception tree.
+
+Every error agenttx raises derives from `AgentTxError` and carries a stable string `code`
+(pinned by `tests/test_errors.py`), so callers can match on it across releases::
+
+    AgentTxError                          agenttx_error
+    ├── FailedPrecondition                failed_precondition
+    │   ├── StepOutOfOrder                step_out_of_order        (.expected, .got)
+    │   ├── InvalidTransactionState       invalid_transaction_state (.tx_id, .status)
+    │   └── IllegalTransition             illegal_transition       (.source, .target)
+    ├── TransactionNotFound (LookupError) transaction_not_found    (.tx_id)
+    ├── InvalidArgument (ValueError)      invalid_argument
+    │   ├── JSONValueError                invalid_json_value       (.path, .problem)
+    │   └── ReferenceSyntaxError          malformed_reference      (.text, .position, .problem)
+    ├── WriteConflict                     write_conflict           (.key)
+    └── StorageError                      storage_error
+
+Agent-caused failures (a tool raising, an unknown tool, a reference to a missing key) are not
+raised: they come back as failed steps with a Clean Hint. These exceptions are for misuse of the
+library and for infrastructure problems. Errors from rustworkx and sqlite3 never escape; they are
+re-raised as one of these with the original attached as `__cause__`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "AgentTxError",
+    "FailedPrecondition",
+    "IllegalTransition",
+    "InvalidArgument",
+    "InvalidTransactionState",
+    "JSONValueError",
+    "ReferenceSyntaxError",
+    "StepOutOfOrder",
+    "StorageError",
+    "TransactionNotFound",
+    "WriteConflict",
+]
+
+
+class AgentTxError(Exception):
+    """Base class of every agenttx error; `code` is stable across releases."""
+
+    code: ClassVar[str] = "agenttx_error"
+
+
+class FailedPrecondition(AgentTxError):
+    """The call is valid in general but not in the transaction's current state."""
+
+    code: ClassVar[str] = "failed_precondition"
+
+
+class StepOutOfOrder(FailedPrecondition):
+    """A step id other than the transaction's `next_step_id` was sent."""
+
+    code: ClassVar[str] = "step_out_of_order"
+
+    def __init__(self, *, expected: int, got: int) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"step {got} is out of order: expected step {expected} "
+            f"(send the step id from the last result's next_step_id)"
+        )
+
+
+class InvalidTransactionState(FailedPrecondition):
+    """The transaction is not ACTIVE (it is executing, committing or has ended)."""
+
+    code: ClassVar[str] = "invalid_transaction_state"
+
+    def __init__(self, *, tx_id: str, status: str) -> None:
+        self.tx_id = tx_id
+        self.status = status
+        super().__init__(f"transaction `{tx_id}` is {status}, expected ACTIVE")
+
+
+class IllegalTransition(FailedPrecondition):
+    """A status change outside the legal transition table; the status is left unchanged."""
+
+    code: ClassVar[str] = "illegal_transition"
+
+    def __init__(self, *, source: str, target: str) -> None:
+        self.source = source
+        self.target = target
+        super().__init__(f"illegal transaction state transition {source} -> {target}")
+
+
+class TransactionNotFound(AgentTxError, LookupError):
+    """No transaction with this id is known to the engine or store."""
+
+    code: ClassVar[str] = "transaction_not_found"
+
+    def __init__(self, *, tx_id: str) -> None:
+        self.tx_id = tx_id
+        super().__init__(f"transaction `{tx_id}` not found")
+
+
+class InvalidArgument(AgentTxError, ValueError):
+    """An argument to an agenttx call is invalid; the message names the offender."""
+
+    code: ClassVar[str] = "invalid_argument"
+
+
+class JSONValueError(InvalidArgument):
+    """A value that must be JSON is not: wrong type, NaN, non-string key, cycle or too deep.
+
+    `path` locates the offending part in JSONPath-like notation (`$` is the whole value,
+    `$.items[2]` the third element of `items`); `problem` says what is wrong with it.
+    """
+
+    code: ClassVar[str] = "invalid_json_value"
+
+    def __init__(self, *, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"not a JSON value at {path}: {problem}")
+
+
+class ReferenceSyntaxError(InvalidArgument):
+    """A `${...}` reference in a plan input does not follow the reference grammar.
+
+    Interactive steps never raise this: there, text that is not a valid `${steps.N.path}`
+    reference is kept literally, as the reference engine does.
+    """
+
+    code: ClassVar[str] = "malformed_reference"
+
+    def __init__(self, *, text: str, position: int, problem: str) -> None:
+        self.text = text
+        self.position = position
+        self.problem = problem
+        super().__init__(f"malformed reference at position {position} of {text!r}: {problem}")
+
+
+class WriteConflict(AgentTxError):
+    """Another transaction committed a key this one wrote, after this one first wrote it."""
+
+    code: ClassVar[str] = "write_conflict"
+
+    def __init__(self, *, key: str) -> None:
+        self.key = key
+        super().__init__(f"write conflict on key `{key}`: it was committed by another transaction")
+
+
+class StorageError(AgentTxError):
+    """The state store failed; the original exception is attached as `__cause__`."""
+
+    code: ClassVar[str] = "storage_error"

@@ -1,0 +1,431 @@
+"""The dependency graph of a transaction's steps: who consumed whose output.
+
+This is the only module that imports rustworkx; no rustworkx type or node index leaves it.
+
+Nodes are steps. An edge `P -> C` says step C consumed something step P produced. Explicit
+edges come from `${steps.N.path}` references; implicit edges are inferred by the reference
+engine's rule (spec section 4): an input leaf links to the most recent earlier step that output
+the same linkable value under a linking key. `find_root_cause` walks the edges backwards from a
+failed step's bad input to the earliest step that produced it.
+
+Beyond the reference engine:
+
+* Implicit producers are found through an index from (lower-cased output key, typed value) to
+  producers, never by scanning earlier steps, so adding a step costs the same at step 10 as at
+  step 10,000.
+* Values are compared with strict JSON equality, as serde_json does: `7`, `7.0`, `"7"` and
+  `True` are four different values (`0.0` and `-0.0` are equal).
+* Adding step N first removes every step >= N, so steps are always held in ascending order. The
+  reference removes only when step N itself exists; the two agree whenever step ids are
+  contiguous, which is all a transaction ever produces.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import json
+from typing import TYPE_CHECKING, Final, TypeAlias, final
+
+import attrs
+import rustworkx as rx
+
+from ._errors import InvalidArgument
+from ._json import JSONScalar, JSONValue, ValueTag, check_json, scalar_leaves, value_tag
+from ._refs import Dependency
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["DependencyGraph", "Edge", "EdgeKind", "StepNode"]
+
+Leaf: TypeAlias = tuple[str, JSONScalar]
+# (producer step, position of the leaf in the producer's output, the output key as written)
+_Producer: TypeAlias = tuple[int, int, str]
+
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _lower(key: str) -> str:
+    """ASCII-only lower-casing, as the reference compares keys (`İD` is not `id`)."""
+    return key.lower() if key.isascii() else key.translate(_ASCII_LOWER)
+
+
+def _linkable(value: JSONScalar) -> bool:
+    """Non-empty strings and numbers link; booleans, null and "" never do."""
+    if isinstance(value, str):
+        return value != ""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class EdgeKind(enum.Enum):
+    """How an edge was found."""
+
+    EXPLICIT = "explicit"  # from a `${steps.N.path}` reference
+    IMPLICIT = "implicit"  # inferred from an equal value under a linking key
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Edge:
+    """Step `target` consumed, as its input `target_key`, the output `source_key` of `source`."""
+
+    source: int
+    target: int
+    source_key: str
+    target_key: str
+    kind: EdgeKind
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepNode:
+    """A step as the graph knows it: its scalar leaves and the explicit dependencies it was given.
+
+    `input_leaves` and `output_leaves` are `(leaf key, scalar)` pairs in leaf order (see
+    `DependencyGraph.add_step`); `output_leaves` is empty until `record_output`. `explicit` holds
+    the dependencies passed to `add_step`, including those it dropped.
+    """
+
+    step_id: int
+    tool_name: str
+    input_leaves: tuple[Leaf, ...]
+    output_leaves: tuple[Leaf, ...]
+    explicit: tuple[Dependency, ...]
+
+
+@attrs.define
+class _Node:
+    index: int  # the rustworkx node index
+    step: StepNode
+
+
+@attrs.define
+class DependencyGraph:
+    """The step dependency graph of one transaction.
+
+    Not thread-safe: a transaction serializes its calls. Every method either completes or, when
+    it raises `InvalidArgument` (or `JSONValueError`), leaves the graph exactly as it was.
+    """
+
+    _graph: rx.PyDiGraph[int, Edge] = attrs.field(
+        init=False, factory=lambda: rx.PyDiGraph(multigraph=True)
+    )
+    # Ascending step order is an invariant (see the module docstring), so the last entry is
+    # always the highest step and truncation pops from the end.
+    _nodes: dict[int, _Node] = attrs.field(init=False, factory=dict)
+    # (lower-cased output key, typed value) -> producers in ascending step order, one entry per
+    # producer: the first leaf (in leaf order) with that key and value.
+    _index: dict[tuple[str, ValueTag], list[_Producer]] = attrs.field(init=False, factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, step_id: object) -> bool:
+        return step_id in self._nodes
+
+    def steps(self) -> tuple[int, ...]:
+        """The step ids in the graph, ascending."""
+        return tuple(self._nodes)
+
+    def node(self, step_id: int) -> StepNode | None:
+        """The node of `step_id`, or None if the graph has no such step."""
+        node = self._nodes.get(step_id)
+        return None if node is None else node.step
+
+    def nodes(self) -> tuple[StepNode, ...]:
+        """Every node, in ascending step order."""
+        return tuple(node.step for node in self._nodes.values())
+
+    def tool_of(self, step_id: int) -> str | None:
+        """The tool name of `step_id`, or None if the graph has no such step."""
+        node = self._nodes.get(step_id)
+        return None if node is None else node.step.tool_name
+
+    # ------------------------------------------------------------------ building
+
+    def add_step(
+        self,
+        step_id: int,
+        tool_name: str,
+        inputs: JSONValue,
+        explicit: Iterable[Dependency] = (),
+    ) -> tuple[Edge, ...]:
+        """Add step `step_id` and return its incoming edges: explicit ones first, then implicit.
+
+        Any step >= `step_id` already present is removed first. An explicit dependency becomes an
+        edge only if its `from_step` is in the graph and below `step_id`; others are dropped (but
+        still keep their `target_key` from implicit linking). Each scalar input leaf that is not
+        the target of an explicit dependency and is linkable (a number or non-empty string) links
+        to the most recent earlier step with an equal output leaf whose key matches: equal
+        ignoring ASCII case, or the input key ends with `_` + the output key (`user_id` links to
+        `id`, not the reverse). Implicit edges are unique per (source, source key, input key).
+        """
+        _check_step_id(step_id)
+        if not isinstance(tool_name, str):
+            raise InvalidArgument(f"tool name must be a string, got {tool_name!r}")
+        dependencies = tuple(explicit)
+        for dependency in dependencies:
+            if not isinstance(dependency, Dependency):
+                raise InvalidArgument(
+                    f"explicit dependencies of step {step_id} must be Dependency objects, "
+                    f"got {dependency!r}"
+                )
+        leaves = tuple(scalar_leaves(check_json(inputs, what=f"inputs of step {step_id}")))
+
+        self.truncate_from(step_id)
+        index = self._graph.add_node(step_id)
+        self._nodes[step_id] = _Node(
+            index=index,
+            step=StepNode(
+                step_id=step_id,
+                tool_name=tool_name,
+                input_leaves=leaves,
+                output_leaves=(),
+                explicit=dependencies,
+            ),
+        )
+        edges = [
+            Edge(
+                source=dep.from_step,
+                target=step_id,
+                source_key=dep.source_key,
+                target_key=dep.target_key,
+                kind=EdgeKind.EXPLICIT,
+            )
+            for dep in dependencies
+            if dep.from_step < step_id and dep.from_step in self._nodes
+        ]
+        covered = {dep.target_key for dep in dependencies}
+        seen: set[tuple[int, str, str]] = set()
+        for in_key, value in leaves:
+            if in_key in covered or not _linkable(value):
+                continue
+            producer = self._producer(in_key, value_tag(value), step_id)
+            if producer is None:
+                continue
+            source, _, source_key = producer
+            if (source, source_key, in_key) not in seen:
+                seen.add((source, source_key, in_key))
+                edges.append(
+                    Edge(
+                        source=source,
+                        target=step_id,
+                        source_key=source_key,
+                        target_key=in_key,
+                        kind=EdgeKind.IMPLICIT,
+                    )
+                )
+        self._graph.add_edges_from(
+            [(self._nodes[edge.source].index, index, edge) for edge in edges]
+        )
+        return tuple(edges)
+
+    def _producer(self, in_key: str, tag: ValueTag, step_id: int) -> _Producer | None:
+        """The most recent producer below `step_id` of `tag` under a key that `in_key` links to."""
+        lowered = _lower(in_key)
+        if not lowered:
+            return None
+        # Output keys `in_key` links to: itself, and every tail after an underscore.
+        candidates = [lowered]
+        candidates.extend(lowered[i + 1 :] for i, c in enumerate(lowered[:-1]) if c == "_")
+        best: _Producer | None = None
+        for candidate in candidates:
+            producers = self._index.get((candidate, tag))
+            if not producers:
+                continue
+            position = bisect.bisect_left(producers, (step_id,)) - 1
+            if position < 0:
+                continue
+            found = producers[position]
+            if best is None or found[0] > best[0] or (found[0] == best[0] and found[1] < best[1]):
+                best = found
+        return best
+
+    def record_output(self, step_id: int, output: JSONValue) -> None:
+        """Record the output of a step that succeeded, replacing any output recorded before."""
+        node = self._nodes.get(step_id)
+        if node is None:
+            raise InvalidArgument(f"cannot record the output of step {step_id}: not in the graph")
+        leaves = tuple(scalar_leaves(check_json(output, what=f"output of step {step_id}")))
+        self._unindex(node.step)
+        node.step = attrs.evolve(node.step, output_leaves=leaves)
+        for entry_key, (position, out_key) in _index_entries(leaves).items():
+            producers = self._index.setdefault(entry_key, [])
+            entry = (step_id, position, out_key)
+            if not producers or producers[-1][0] < step_id:
+                producers.append(entry)
+            else:
+                bisect.insort(producers, entry)
+
+    def _unindex(self, step: StepNode) -> None:
+        for entry_key in _index_entries(step.output_leaves):
+            producers = self._index[entry_key]
+            if producers[-1][0] == step.step_id:
+                producers.pop()  # the common case: the newest producer goes first
+            else:
+                producers[:] = [p for p in producers if p[0] != step.step_id]
+            if not producers:
+                del self._index[entry_key]
+
+    def truncate_from(self, step_id: int) -> None:
+        """Remove `step_id` and every later step, with their edges.
+
+        Costs O(removed steps and their leaves and edges), whatever the graph's size: rustworkx
+        keeps the indices of the remaining nodes stable, so nothing needs rebuilding.
+        """
+        removed: list[int] = []
+        while self._nodes:
+            last = next(reversed(self._nodes))
+            if last < step_id:
+                break
+            node = self._nodes.pop(last)
+            self._unindex(node.step)
+            removed.append(node.index)
+        if removed:
+            self._graph.remove_nodes_from(removed)
+
+    def clear(self) -> None:
+        """Remove every step."""
+        self._graph = rx.PyDiGraph(multigraph=True)
+        self._nodes.clear()
+        self._index.clear()
+
+    # ------------------------------------------------------------------ queries
+
+    def edges(self) -> tuple[Edge, ...]:
+        """Every edge, sorted by (target, source, kind, source key, target key)."""
+        return tuple(sorted(self._graph.edges(), key=_edge_order))
+
+    def dependencies_of(self, step_id: int) -> tuple[Edge, ...]:
+        """The incoming edges of `step_id`, sorted by (source, target key); () if unknown."""
+        node = self._nodes.get(step_id)
+        if node is None:
+            return ()
+        incoming = [edge for _, _, edge in self._graph.in_edges(node.index)]
+        return tuple(
+            sorted(incoming, key=lambda e: (e.source, e.target_key, e.kind.value, e.source_key))
+        )
+
+    def dependents_of(self, step_id: int) -> tuple[int, ...]:
+        """The steps that consumed an output of `step_id`, ascending, each once."""
+        node = self._nodes.get(step_id)
+        if node is None:
+            return ()
+        return tuple(sorted({edge.target for _, _, edge in self._graph.out_edges(node.index)}))
+
+    def find_root_cause(self, step_id: int, key: str) -> int | None:
+        """The earliest step that produced the value `step_id` received as its input `key`.
+
+        Walks incoming edges whose target key matches `key` (ignoring ASCII case) back to their
+        producers, following renames (`id` consumed as `user`) and pass-throughs (a producer
+        whose output under the key equals one of its own linkable inputs is followed through
+        that input too). Returns the minimum step reached, or None when `step_id` is unknown or
+        no edge carries `key`.
+        """
+        start = self._nodes.get(step_id)
+        if start is None:
+            return None
+        stack: list[tuple[StepNode, int, str]] = [(start.step, start.index, _lower(key))]
+        visited: set[tuple[int, str]] = set()
+        root: int | None = None
+        while stack:
+            step, index, lowered = stack.pop()
+            carried = {lowered} | _passed_through(step, lowered)
+            for _, _, edge in self._graph.in_edges(index):
+                if _lower(edge.target_key) not in carried:
+                    continue
+                reached = (edge.source, _lower(edge.source_key))
+                if reached in visited:
+                    continue
+                visited.add(reached)
+                root = edge.source if root is None else min(root, edge.source)
+                producer = self._nodes[edge.source]
+                stack.append((producer.step, producer.index, reached[1]))
+        return root
+
+    # ------------------------------------------------------------------ export
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz DOT; implicit edges are dashed. Deterministic."""
+        lines = ["digraph agenttx {", "  rankdir=LR;", "  node [shape=box];"]
+        lines.extend(
+            f"  s{node.step_id} [label={_dot_quote(f'{node.step_id}: {node.tool_name}')}];"
+            for node in self.nodes()
+        )
+        for edge in self.edges():
+            style = ", style=dashed" if edge.kind is EdgeKind.IMPLICIT else ""
+            label = _dot_quote(_edge_label(edge))
+            lines.append(f"  s{edge.source} -> s{edge.target} [label={label}{style}];")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def to_mermaid(self) -> str:
+        """The graph as a Mermaid flowchart; implicit edges are dotted. Deterministic."""
+        lines = ["flowchart LR"]
+        lines.extend(
+            f"  s{node.step_id}[{_mermaid_quote(f'{node.step_id}: {node.tool_name}')}]"
+            for node in self.nodes()
+        )
+        for edge in self.edges():
+            arrow = "-.->" if edge.kind is EdgeKind.IMPLICIT else "-->"
+            label = _mermaid_quote(_edge_label(edge))
+            lines.append(f"  s{edge.source} {arrow}|{label}| s{edge.target}")
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> str:
+        """The graph as indented JSON with sorted keys: `{"nodes": [...], "edges": [...]}`."""
+        document = {
+            "nodes": [{"step": node.step_id, "tool": node.tool_name} for node in self.nodes()],
+            "edges": [
+                {
+                    "source": edge.source,
+                    "target": edge.target,
+                    "source_key": edge.source_key,
+                    "target_key": edge.target_key,
+                    "kind": edge.kind.value,
+                }
+                for edge in self.edges()
+            ],
+        }
+        return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _check_step_id(step_id: object) -> None:
+    if not isinstance(step_id, int) or isinstance(step_id, bool) or step_id < 1:
+        raise InvalidArgument(f"step id must be an integer >= 1, got {step_id!r}")
+
+
+def _index_entries(leaves: tuple[Leaf, ...]) -> dict[tuple[str, ValueTag], tuple[int, str]]:
+    """The index entries of an output: (lower key, typed value) -> first (position, key)."""
+    entries: dict[tuple[str, ValueTag], tuple[int, str]] = {}
+    for position, (out_key, value) in enumerate(leaves):
+        if out_key and _linkable(value):
+            entries.setdefault((_lower(out_key), value_tag(value)), (position, out_key))
+    return entries
+
+
+def _passed_through(step: StepNode, lowered: str) -> set[str]:
+    """Input keys whose value the step output again under `lowered`: the walk follows them too."""
+    values = {value_tag(v) for k, v in step.output_leaves if _lower(k) == lowered}
+    if not values:
+        return set()
+    return {_lower(k) for k, v in step.input_leaves if _linkable(v) and value_tag(v) in values}
+
+
+def _edge_order(edge: Edge) -> tuple[int, int, str, str, str]:
+    return (edge.target, edge.source, edge.kind.value, edge.source_key, edge.target_key)
+
+
+def _edge_label(edge: Edge) -> str:
+    if edge.source_key == edge.target_key:
+        return edge.source_key
+    return f"{edge.source_key} -> {edge.target_key}"
+
+
+def _dot_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _mermaid_quote(text: str) -> str:
+    return '"' + text.replace('"', "#quot;").replace("\n", " ") + '"'

@@ -1,0 +1,143 @@
+"""JSON values: validation, canonical text, scalar leaves and strict equality.
+
+Everything that crosses a step boundary (arguments, outputs, staged payloads) is a JSON value:
+`None`, `bool`, `int`, `float` (finite), `str`, `list` and `dict` with `str` keys. `check_json`
+enforces that once, at the boundary; everything downstream may then trust the shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+from ._errors import JSONValueError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = [
+    "MAX_NESTING_DEPTH",
+    "JSONScalar",
+    "JSONValue",
+    "ValueTag",
+    "canonical_dumps",
+    "check_json",
+    "scalar_leaves",
+    "value_tag",
+]
+
+JSONScalar: TypeAlias = bool | int | float | str | None
+JSONValue: TypeAlias = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
+
+#: A value tagged with its JSON kind, hashable, for strict equality: `7`, `7.0`, `"7"` and `True`
+#: all differ, as they do in serde_json (the reference). `0.0` and `-0.0` are equal in both.
+ValueTag: TypeAlias = tuple[str, JSONScalar]
+
+#: Containers may nest at most this deep: `[[1]]` has depth 2. Deeper values are refused with a
+#: `JSONValueError`, so no walker in agenttx can exhaust the interpreter's recursion limit.
+MAX_NESTING_DEPTH: Final = 64
+
+
+class _Invalid(Exception):
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        self.parts: list[str] = []
+
+
+def check_json(value: object, *, what: str = "value") -> JSONValue:
+    """Return `value` unchanged if it is a JSON value, else raise `JSONValueError`.
+
+    The error's `path` points at the first offending part (depth-first, in key order as given),
+    and its `problem` names it: the Python type, a non-finite float, a non-string key, a
+    container that contains itself, or nesting deeper than `MAX_NESTING_DEPTH`. `what` names the
+    value in the message (for example "arguments of step 3").
+    """
+    try:
+        _check(value, 0, set())
+    except _Invalid as exc:
+        path = "$" + "".join(reversed(exc.parts))
+        raise JSONValueError(path=path, problem=f"{what}: {exc.problem}") from None
+    return value  # type: ignore[return-value]  # just checked
+
+
+def _check(value: object, depth: int, active: set[int]) -> None:
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Invalid(f"{value!r} is not a finite number")
+        return
+    if not isinstance(value, (dict, list)):
+        raise _Invalid(f"{type(value).__name__} is not a JSON type")
+    if depth >= MAX_NESTING_DEPTH:
+        raise _Invalid(f"nested deeper than {MAX_NESTING_DEPTH} levels")
+    marker = id(value)
+    if marker in active:
+        raise _Invalid("the container contains itself")
+    active.add(marker)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Invalid(f"object key {key!r} is a {type(key).__name__}, not a string")
+            try:
+                _check(item, depth + 1, active)
+            except _Invalid as exc:
+                exc.parts.append(_key_part(key))
+                raise
+    else:
+        for index, item in enumerate(value):
+            try:
+                _check(item, depth + 1, active)
+            except _Invalid as exc:
+                exc.parts.append(f"[{index}]")
+                raise
+    active.discard(marker)
+
+
+def _key_part(key: str) -> str:
+    if key.isidentifier():
+        return f".{key}"
+    return f"[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def canonical_dumps(value: JSONValue) -> str:
+    """Compact JSON with sorted keys and raw UTF-8, as the reference writes outputs.
+
+    Floats are written as Python writes them (`1e+20`), where Rust writes `1e20`.
+    """
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def scalar_leaves(value: JSONValue, key: str = "") -> list[tuple[str, JSONScalar]]:
+    """Flatten `value` into `(leaf key, scalar)` pairs, depth first, object keys sorted.
+
+    Only a leaf's own key survives: `{"a": {"user_id": 1}}` gives `[("user_id", 1)]`. Array
+    elements inherit the key that holds the array; a top-level scalar gets the key `""`. Empty
+    containers give nothing.
+    """
+    return list(_leaves(value, key))
+
+
+def _leaves(value: JSONValue, key: str) -> Iterator[tuple[str, JSONScalar]]:
+    if isinstance(value, dict):
+        for child_key in sorted(value):
+            yield from _leaves(value[child_key], child_key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item, key)
+    else:
+        yield key, value
+
+
+def value_tag(value: JSONScalar) -> ValueTag:
+    """The strict-equality key of a scalar: its JSON kind plus its value."""
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int):
+        return ("i", value)
+    if isinstance(value, float):
+        return ("f", value)
+    return ("n", None)

@@ -1,0 +1,295 @@
+"""`${...}` references: the grammar, and resolution of `${steps.N.path}` against step outputs.
+
+Grammar (the reference engine's, spec section 3)::
+
+    ${steps.N}  ${steps.N.seg.seg...}      N = [0-9]+, seg = [A-Za-z0-9_-]+
+
+plus one addition: `$${` is an escape that writes a literal `${`. In an interactive step, text
+that does not match the grammar is kept as it is (`${steps.x}` stays `${steps.x}`), exactly as
+in the reference. Plans use two more namespaces, `${initial.field...}` and `${node_id.field...}`,
+and are strict: there, any `${` that is not a well-formed reference is a `ReferenceSyntaxError`.
+
+Resolution is pure: it reads the outputs it is given and never re-scans a value it substituted,
+so a tool output containing `${steps.1.secret}` passes through as text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+
+import attrs
+
+from ._errors import ReferenceSyntaxError
+from ._json import JSONValue, canonical_dumps, check_json
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "Dependency",
+    "Reference",
+    "Resolution",
+    "parse_template",
+    "resolve_references",
+]
+
+_SEGMENT: Final = r"[A-Za-z0-9_\-]+"
+_ESCAPE: Final = "$${"
+_STEPS_TOKEN: Final = re.compile(
+    rf"(?P<escape>\$\$\{{)|\$\{{steps\.(?P<step>[0-9]+)(?P<path>(?:\.{_SEGMENT})*)\}}"
+)
+_PLAN_TOKEN: Final = re.compile(
+    rf"(?P<escape>\$\$\{{)|\$\{{(?P<ns>[A-Za-z_][A-Za-z0-9_\-]*)(?P<path>(?:\.{_SEGMENT})*)\}}"
+)
+_OPEN: Final = re.compile(r"\$\{")
+_SEGMENT_RE: Final = re.compile(_SEGMENT)
+
+
+@attrs.frozen(kw_only=True)
+class Reference:
+    """One parsed reference, as written in `text`."""
+
+    text: str
+    namespace: str  # "steps", "initial" or a plan node id
+    step: int | None  # the step id, for the "steps" namespace only
+    path: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class Dependency:
+    """An explicit dependency found by resolving one reference.
+
+    `from_step` produced the value; `source_key` names it in that step's output (the last
+    non-numeric path segment, else the consuming field); `target_key` is the consuming field (the
+    key of the nearest enclosing object, or `source_key` when the arguments are a bare string).
+    """
+
+    from_step: int
+    source_key: str
+    target_key: str
+
+
+@attrs.frozen(kw_only=True)
+class Resolution:
+    """The outcome of `resolve_references`.
+
+    On success `error` is None and `value` is the resolved arguments. On failure `error` is the
+    reference engine's message, `value` is the arguments unresolved, and `dependencies` holds
+    those collected before the failure (plus, for a missing key, the failing one), so the
+    caller can still record them in the dependency graph.
+    """
+
+    value: JSONValue
+    dependencies: tuple[Dependency, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when every reference resolved."""
+        return self.error is None
+
+
+Piece: TypeAlias = str | Reference
+
+
+def parse_template(text: str, *, mode: Literal["steps", "plan"] = "steps") -> tuple[Piece, ...]:
+    """Split `text` into literal strings and references, left to right.
+
+    Escapes are applied (`$${` becomes a literal `${`). In `steps` mode anything that is not a
+    valid `${steps.N.path}` is literal. In `plan` mode the namespaces are `initial` and node ids,
+    and a malformed reference raises `ReferenceSyntaxError` naming its position and problem.
+    """
+    token = _STEPS_TOKEN if mode == "steps" else _PLAN_TOKEN
+    pieces: list[Piece] = []
+    literal: list[str] = []
+    position = 0
+    for match in token.finditer(text):
+        start = match.start()
+        if mode == "plan":
+            _reject_malformed(text, position, start)
+        literal.append(text[position:start])
+        position = match.end()
+        if match.group("escape"):
+            literal.append("${")
+            continue
+        if literal_text := "".join(literal):
+            pieces.append(literal_text)
+        literal.clear()
+        pieces.append(_reference(match, mode))
+    if mode == "plan":
+        _reject_malformed(text, position, len(text))
+    if literal_text := "".join(literal) + text[position:]:
+        pieces.append(literal_text)
+    return tuple(pieces)
+
+
+def _reference(match: re.Match[str], mode: str) -> Reference:
+    path = tuple(match.group("path").split(".")[1:])
+    if mode == "steps":
+        return Reference(
+            text=match.group(0), namespace="steps", step=int(match.group("step")), path=path
+        )
+    namespace = match.group("ns")
+    if namespace == "steps":
+        raise ReferenceSyntaxError(
+            text=match.string,
+            position=match.start(),
+            problem="`${steps.N}` references belong to interactive transactions; "
+            "in a plan, reference a node by its id",
+        )
+    if namespace == "initial" and not path:
+        raise ReferenceSyntaxError(
+            text=match.string,
+            position=match.start(),
+            problem="`${initial}` needs a field, as in `${initial.customer_email}`",
+        )
+    return Reference(text=match.group(0), namespace=namespace, step=None, path=path)
+
+
+def _reject_malformed(text: str, start: int, end: int) -> None:
+    """Raise for the first `${` between start and end (none there is a valid reference)."""
+    opening = _OPEN.search(text, start, end)
+    if opening is None:
+        return
+    position = opening.start()
+    body_start = opening.end()
+    close = text.find("}", body_start)
+    if close == -1:
+        problem = "no closing `}`"
+    else:
+        body = text[body_start:close]
+        head, _, _ = body.partition(".")
+        if not body:
+            problem = "empty reference `${}`"
+        elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", head):
+            problem = f"`{head}` is not a namespace: use `initial` or a node id"
+        else:
+            # Some segment is bad, or the token regex would have matched here.
+            bad = next((s for s in body.split(".")[1:] if not _SEGMENT_RE.fullmatch(s)), "")
+            if bad:
+                problem = f"path segment `{bad}` may only use letters, digits, `_` and `-`"
+            else:
+                problem = "empty path segment (two dots, or a trailing dot)"
+    raise ReferenceSyntaxError(text=text, position=position, problem=problem)
+
+
+class _Unresolved(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def resolve_references(
+    arguments: object, outputs: Mapping[int, JSONValue], *, current_step: int
+) -> Resolution:
+    """Resolve every `${steps.N.path}` in the string values of `arguments`.
+
+    `outputs` maps each completed (succeeded, not rewound) step to its output; only steps below
+    `current_step` may be referenced. Object keys are never scanned. A string that is exactly one
+    reference becomes the referenced value with its JSON type (a copy: the result never aliases
+    `outputs`); references inside longer strings are interpolated, strings verbatim and other
+    values as compact JSON with sorted keys. Traversal order, and so the order of the returned
+    dependencies, is: object fields in sorted key order, then references left to right.
+
+    Raises `JSONValueError` if `arguments` is not a JSON value. A reference that cannot be
+    resolved is not raised: it is reported in the returned `Resolution.error`.
+    """
+    value = check_json(arguments, what="arguments")
+    dependencies: list[Dependency] = []
+    try:
+        resolved = _resolve(value, "", outputs, current_step, dependencies)
+    except _Unresolved as failure:
+        return Resolution(value=value, dependencies=tuple(dependencies), error=failure.message)
+    return Resolution(value=resolved, dependencies=tuple(dependencies))
+
+
+def _resolve(
+    value: JSONValue,
+    field: str,
+    outputs: Mapping[int, JSONValue],
+    current_step: int,
+    dependencies: list[Dependency],
+) -> JSONValue:
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+        return _resolve_string(value, field, outputs, current_step, dependencies)
+    if isinstance(value, list):
+        return [_resolve(item, field, outputs, current_step, dependencies) for item in value]
+    if isinstance(value, dict):
+        resolved = {
+            key: _resolve(value[key], key, outputs, current_step, dependencies)
+            for key in sorted(value)
+        }
+        return {key: resolved[key] for key in value}
+    return value
+
+
+def _resolve_string(
+    text: str,
+    field: str,
+    outputs: Mapping[int, JSONValue],
+    current_step: int,
+    dependencies: list[Dependency],
+) -> JSONValue:
+    pieces = parse_template(text)
+    values: list[JSONValue] = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            values.append(piece)
+        else:
+            values.append(_lookup(piece, field, outputs, current_step, dependencies))
+    if len(pieces) == 1 and isinstance(pieces[0], Reference):
+        return _copy(values[0])
+    return "".join(v if isinstance(v, str) else canonical_dumps(v) for v in values)
+
+
+def _lookup(
+    reference: Reference,
+    field: str,
+    outputs: Mapping[int, JSONValue],
+    current_step: int,
+    dependencies: list[Dependency],
+) -> JSONValue:
+    step = reference.step
+    assert step is not None  # steps mode always sets it
+    if step >= current_step or step not in outputs:
+        raise _Unresolved(f"reference {reference.text} points to a step that has not completed")
+    value = outputs[step]
+    for segment in reference.path:
+        found, value = _index(value, segment)
+        if not found:
+            dependencies.append(Dependency(from_step=step, source_key=segment, target_key=segment))
+            raise _Unresolved(
+                f"unresolved reference {reference.text}: "
+                f"key '{segment}' not present in output of step {step}"
+            )
+    source_key = next((s for s in reversed(reference.path) if not _is_index(s)), field)
+    dependencies.append(
+        Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
+    )
+    return value
+
+
+def _index(value: JSONValue, segment: str) -> tuple[bool, JSONValue]:
+    if isinstance(value, dict):
+        if segment in value:
+            return True, value[segment]
+    elif isinstance(value, list) and _is_index(segment):
+        index = int(segment)
+        if index < len(value):
+            return True, value[index]
+    return False, None
+
+
+def _is_index(segment: str) -> bool:
+    # str.isdigit alone admits non-ASCII digits, and int() admits "1_0"; the grammar does not.
+    return segment.isascii() and segment.isdigit()
+
+
+def _copy(value: JSONValue) -> JSONValue:
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value

@@ -1,0 +1,38 @@
+"""Test helpers for agenttx users: hypothesis strategies and invariant checks.
+
+Requires hypothesis (`pip install agenttx[test]`). Use them to property-test your own tools and
+tool graphs::
+
+    from hypothesis import given
+    from agenttx.testing import build_graph, check_graph_invariants, step_sequences
+
+
+    @given(step_sequences())
+    def test_graph(steps):
+        check_graph_invariants(build_graph(steps))
+"""
+
+from __future__ import annotations
+
+try:
+    import hypothesis as _hypothesis  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the test extra
+    raise ImportError(
+        "agenttx.testing needs hypothesis: install it with `pip install 'agenttx[test]'`"
+    ) from exc
+
+from ._invariants import check_graph_invariants as check_graph_invariants
+from ._strategies import StepSpec as StepSpec
+from ._strategies import build_graph as build_graph
+from ._strategies import json_scalars as json_scalars
+from ._strategies import json_values as json_values
+from ._strategies import step_sequences as step_sequences
+
+__all__ = [
+    "StepSpec",
+    "build_graph",
+    "check_graph_invariants",
+    "json_scalars",
+    "json_values",
+    "step_sequences",
+]
