@@ -44,6 +44,8 @@ _PLAN_TOKEN: Final = re.compile(
 )
 _OPEN: Final = re.compile(r"\$\{")
 _SEGMENT_RE: Final = re.compile(_SEGMENT)
+#: The reference parses N as a u32: a larger id never names a step, whatever `outputs` holds.
+_MAX_STEP_ID: Final = 2**32 - 1
 
 
 @attrs.frozen(kw_only=True)
@@ -253,7 +255,7 @@ def _lookup(
 ) -> JSONValue:
     step = reference.step
     assert step is not None  # steps mode always sets it
-    if step >= current_step or step not in outputs:
+    if step > _MAX_STEP_ID or step >= current_step or step not in outputs:
         raise _Unresolved(f"reference {reference.text} points to a step that has not completed")
     value = outputs[step]
     for segment in reference.path:

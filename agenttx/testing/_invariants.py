@@ -20,7 +20,8 @@ def check_graph_invariants(graph: DependencyGraph) -> None:
     * no implicit edge feeds an input key that an explicit dependency of that step covers;
     * implicit edges are unique per (source, source key, target, target key);
     * the graph equals one built fresh from its own steps: so after `truncate_from(t)`, what is
-      left is exactly what the retained steps alone would have built.
+      left is exactly what the retained steps alone would have built. Like a transaction, the
+      fresh build records each step's output before adding the next step.
     """
     steps = set(graph.steps())
     implicit_seen: set[tuple[int, str, int, str]] = set()

@@ -1,0 +1,115 @@
+"""The public surface: sorted `__all__`, one import path per object, `__module__` set."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import inspect
+import pkgutil
+
+import pytest
+
+import agenttx
+import agenttx.testing
+
+PUBLIC_MODULES = {"agenttx": agenttx, "agenttx.testing": agenttx.testing}
+
+EXPECTED = {
+    "agenttx": [
+        "MAX_NESTING_DEPTH",
+        "AgentTxError",
+        "Dependency",
+        "DependencyGraph",
+        "Edge",
+        "EdgeKind",
+        "FailedPrecondition",
+        "IllegalTransition",
+        "InvalidArgument",
+        "InvalidTransactionState",
+        "JSONValueError",
+        "ReferenceSyntaxError",
+        "Resolution",
+        "StepNode",
+        "StepOutOfOrder",
+        "StorageError",
+        "TransactionNotFound",
+        "WriteConflict",
+        "resolve_references",
+    ],
+    "agenttx.testing": [
+        "StepSpec",
+        "build_graph",
+        "check_graph_invariants",
+        "json_scalars",
+        "json_values",
+        "step_sequences",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_MODULES))
+def test_all_is_pinned_and_sorted(name):
+    """`__all__` lists exactly the public names, sorted (constants first, as isort sorts)."""
+    module = PUBLIC_MODULES[name]
+    assert module.__all__ == EXPECTED[name]
+    assert module.__all__ == sorted(module.__all__, key=lambda n: (not n.isupper(), n))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_MODULES))
+def test_every_public_name_exists(name):
+    """Each name in `__all__` can be imported from its public module."""
+    module = PUBLIC_MODULES[name]
+    for attribute in module.__all__:
+        assert hasattr(module, attribute), attribute
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_MODULES))
+def test_public_classes_live_at_their_public_path(name):
+    """Exported classes and functions report the public module, not a private one."""
+    module = PUBLIC_MODULES[name]
+    for attribute in module.__all__:
+        obj = getattr(module, attribute)
+        if isinstance(obj, type):
+            assert obj.__module__ == name, f"{attribute}.__module__ is {obj.__module__}"
+
+
+def test_each_object_has_one_public_import_path():
+    """No object is exported by two public modules."""
+    seen: dict[int, str] = {}
+    for module_name, module in PUBLIC_MODULES.items():
+        for attribute in module.__all__:
+            obj = getattr(module, attribute)
+            if isinstance(obj, (int, str)):
+                continue
+            assert id(obj) not in seen, f"{attribute} is exported by {seen.get(id(obj))} too"
+            seen[id(obj)] = module_name
+
+
+def test_only_listed_modules_are_public():
+    """Every module of the package other than the public ones is private (underscore)."""
+    public = set(PUBLIC_MODULES) | {"agenttx.__main__"}
+    for info in pkgutil.walk_packages(agenttx.__path__, prefix="agenttx."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if info.name not in public:
+            assert leaf.startswith("_"), f"{info.name} is neither public nor private"
+
+
+def test_rustworkx_stays_behind_graph():
+    """Only agenttx._graph imports rustworkx, and no public signature mentions it."""
+    for info in pkgutil.walk_packages(agenttx.__path__, prefix="agenttx."):
+        module = importlib.import_module(info.name)
+        if info.name != "agenttx._graph":
+            assert "rx" not in vars(module), info.name
+            assert "rustworkx" not in vars(module), info.name
+    for name in dir(agenttx.DependencyGraph):
+        member = getattr(agenttx.DependencyGraph, name)
+        if name.startswith("_") or not callable(member):
+            continue
+        signature = str(inspect.signature(member))
+        assert "rustworkx" not in signature, name
+        assert "PyDiGraph" not in signature, name
+
+
+def test_package_is_typed():
+    """The package ships its py.typed marker."""
+    assert importlib.resources.files("agenttx").joinpath("py.typed").is_file()
