@@ -28,6 +28,7 @@ from ._graph import Edge as Edge
 from ._graph import EdgeKind as EdgeKind
 from ._graph import StepNode as StepNode
 from ._json import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
+from ._json import JSONValue as JSONValue
 from ._refs import Dependency as Dependency
 from ._refs import Resolution as Resolution
 from ._refs import resolve_references as resolve_references
@@ -45,6 +46,7 @@ __all__ = [
     "IllegalTransition",
     "InvalidArgument",
     "InvalidTransactionState",
+    "JSONValue",
     "JSONValueError",
     "ReferenceSyntaxError",
     "Resolution",

@@ -108,15 +108,16 @@ class JSONValueError(InvalidArgument):
     """A value that must be JSON is not: wrong type, NaN, non-string key, cycle or too deep.
 
     `path` locates the offending part in JSONPath-like notation (`$` is the whole value,
-    `$.items[2]` the third element of `items`); `problem` says what is wrong with it.
+    `$.items[2]` the third element of `items`); `problem` says what is wrong with it; `what`
+    names the whole value in the message ("arguments", "output of step 3").
     """
 
     code: ClassVar[str] = "invalid_json_value"
 
-    def __init__(self, *, path: str, problem: str) -> None:
+    def __init__(self, *, path: str, problem: str, what: str = "value") -> None:
         self.path = path
         self.problem = problem
-        super().__init__(f"not a JSON value at {path}: {problem}")
+        super().__init__(f"not a JSON value in {what} at {path}: {problem}")
 
 
 class ReferenceSyntaxError(InvalidArgument):

@@ -51,13 +51,13 @@ def check_json(value: object, *, what: str = "value") -> JSONValue:
     The error's `path` points at the first offending part (depth-first, in key order as given),
     and its `problem` names it: the Python type, a non-finite float, a non-string key, a
     container that contains itself, or nesting deeper than `MAX_NESTING_DEPTH`. `what` names the
-    value in the message (for example "arguments of step 3").
+    value in the message (for example "output of step 3").
     """
     try:
         _check(value, 0, set())
     except _Invalid as exc:
         path = "$" + "".join(reversed(exc.parts))
-        raise JSONValueError(path=path, problem=f"{what}: {exc.problem}") from None
+        raise JSONValueError(path=path, problem=exc.problem, what=what) from None
     return value  # type: ignore[return-value]  # just checked
 
 

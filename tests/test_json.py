@@ -39,7 +39,8 @@ def test_non_json_values_are_refused_with_their_path(value, path, problem):
     with pytest.raises(agenttx.JSONValueError) as caught:
         check_json(value, what="arguments")
     assert caught.value.path == path
-    assert caught.value.problem == f"arguments: {problem}"
+    assert caught.value.problem == problem
+    assert str(caught.value) == f"not a JSON value in arguments at {path}: {problem}"
     assert isinstance(caught.value, ValueError)
 
 

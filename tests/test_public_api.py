@@ -26,6 +26,7 @@ EXPECTED = {
         "IllegalTransition",
         "InvalidArgument",
         "InvalidTransactionState",
+        "JSONValue",
         "JSONValueError",
         "ReferenceSyntaxError",
         "Resolution",

@@ -685,7 +685,7 @@ def test_non_json_arguments_raise_json_value_error_naming_the_path(arguments, pa
         resolve(arguments)
     assert info.value.path == path
     assert problem in info.value.problem
-    assert info.value.problem.startswith("arguments: ")
+    assert "arguments" in str(info.value)
     assert path in str(info.value)
     assert isinstance(info.value, ValueError)
 

@@ -1,0 +1,41 @@
+"""Every script in examples/ runs to completion."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+
+
+def test_there_are_examples():
+    """The examples folder is found and not empty."""
+    assert EXAMPLES
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_runs(path):
+    """The example exits 0 and prints something."""
+    done = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+
+
+def test_references_example_output():
+    """The references example shows a typed value, both failure messages and a refusal."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "references.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "'customer_id': 101," in done.stdout
+    assert "key '5' not present in output of step 2" in done.stdout
+    assert "reference ${steps.7.id} points to a step that has not completed" in done.stdout
+    assert "refused: not a JSON value in arguments at $.ids" in done.stdout
