@@ -98,6 +98,19 @@ class StepNode:
 class _Node:
     index: int  # the rustworkx node index
     step: StepNode
+    # Lower-cased output key -> the lower-cased keys a root-cause walk arriving under it
+    # follows: the key itself plus the inputs the step passed through to it. Built by
+    # record_output so that find_root_cause does no per-leaf work.
+    carried: dict[str, frozenset[str]] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class _Link:
+    """The rustworkx edge payload: the public edge and its keys lower-cased once."""
+
+    edge: Edge
+    source_key: str
+    target_key: str
 
 
 @attrs.define
@@ -108,7 +121,7 @@ class DependencyGraph:
     it raises `InvalidArgument` (or `JSONValueError`), leaves the graph exactly as it was.
     """
 
-    _graph: rx.PyDiGraph[int, Edge] = attrs.field(
+    _graph: rx.PyDiGraph[int, _Link] = attrs.field(
         init=False, factory=lambda: rx.PyDiGraph(multigraph=True)
     )
     # Ascending step order is an invariant (see the module docstring), so the last entry is
@@ -217,7 +230,14 @@ class DependencyGraph:
                     )
                 )
         self._graph.add_edges_from(
-            [(self._nodes[edge.source].index, index, edge) for edge in edges]
+            [
+                (
+                    self._nodes[edge.source].index,
+                    index,
+                    _Link(edge, _lower(edge.source_key), _lower(edge.target_key)),
+                )
+                for edge in edges
+            ]
         )
         return tuple(edges)
 
@@ -250,6 +270,7 @@ class DependencyGraph:
         leaves = tuple(scalar_leaves(check_json(output, what=f"output of step {step_id}")))
         self._unindex(node.step)
         node.step = attrs.evolve(node.step, output_leaves=leaves)
+        node.carried = _carried(node.step)
         for entry_key, (position, out_key) in _index_entries(leaves).items():
             producers = self._index.setdefault(entry_key, [])
             entry = (step_id, position, out_key)
@@ -295,14 +316,14 @@ class DependencyGraph:
 
     def edges(self) -> tuple[Edge, ...]:
         """Every edge, sorted by (target, source, kind, source key, target key)."""
-        return tuple(sorted(self._graph.edges(), key=_edge_order))
+        return tuple(sorted((link.edge for link in self._graph.edges()), key=_edge_order))
 
     def dependencies_of(self, step_id: int) -> tuple[Edge, ...]:
         """The incoming edges of `step_id`, sorted by (source, target key); () if unknown."""
         node = self._nodes.get(step_id)
         if node is None:
             return ()
-        incoming = [edge for _, _, edge in self._graph.in_edges(node.index)]
+        incoming = [link.edge for _, _, link in self._graph.in_edges(node.index)]
         return tuple(
             sorted(incoming, key=lambda e: (e.source, e.target_key, e.kind.value, e.source_key))
         )
@@ -312,7 +333,7 @@ class DependencyGraph:
         node = self._nodes.get(step_id)
         if node is None:
             return ()
-        return tuple(sorted({edge.target for _, _, edge in self._graph.out_edges(node.index)}))
+        return tuple(sorted({link.edge.target for _, _, link in self._graph.out_edges(node.index)}))
 
     def find_root_cause(self, step_id: int, key: str) -> int | None:
         """The earliest step that produced the value `step_id` received as its input `key`.
@@ -326,22 +347,21 @@ class DependencyGraph:
         start = self._nodes.get(step_id)
         if start is None:
             return None
-        stack: list[tuple[StepNode, int, str]] = [(start.step, start.index, _lower(key))]
+        stack: list[tuple[_Node, str]] = [(start, _lower(key))]
         visited: set[tuple[int, str]] = set()
         root: int | None = None
         while stack:
-            step, index, lowered = stack.pop()
-            carried = {lowered} | _passed_through(step, lowered)
-            for _, _, edge in self._graph.in_edges(index):
-                if _lower(edge.target_key) not in carried:
+            node, lowered = stack.pop()
+            carried = node.carried.get(lowered) or (lowered,)
+            for _, _, link in self._graph.in_edges(node.index):
+                if link.target_key not in carried:
                     continue
-                reached = (edge.source, _lower(edge.source_key))
-                if reached in visited:
+                source = link.edge.source
+                if (source, link.source_key) in visited:
                     continue
-                visited.add(reached)
-                root = edge.source if root is None else min(root, edge.source)
-                producer = self._nodes[edge.source]
-                stack.append((producer.step, producer.index, reached[1]))
+                visited.add((source, link.source_key))
+                root = source if root is None or source < root else root
+                stack.append((self._nodes[source], link.source_key))
         return root
 
     # ------------------------------------------------------------------ export
@@ -405,12 +425,22 @@ def _index_entries(leaves: tuple[Leaf, ...]) -> dict[tuple[str, ValueTag], tuple
     return entries
 
 
-def _passed_through(step: StepNode, lowered: str) -> set[str]:
-    """Input keys whose value the step output again under `lowered`: the walk follows them too."""
-    values = {value_tag(v) for k, v in step.output_leaves if _lower(k) == lowered}
-    if not values:
-        return set()
-    return {_lower(k) for k, v in step.input_leaves if _linkable(v) and value_tag(v) in values}
+def _carried(step: StepNode) -> dict[str, frozenset[str]]:
+    """For each output key, the keys a root-cause walk follows back through this step.
+
+    The key itself, plus pass-through: every input key whose linkable value the step output
+    again under that key (the step is taken to have passed that input through).
+    """
+    inputs_by_value: dict[ValueTag, set[str]] = {}
+    for in_key, value in step.input_leaves:
+        if _linkable(value):
+            inputs_by_value.setdefault(value_tag(value), set()).add(_lower(in_key))
+    followed: dict[str, set[str]] = {}
+    for out_key, value in step.output_leaves:
+        lowered = _lower(out_key)
+        keys = followed.setdefault(lowered, {lowered})
+        keys.update(inputs_by_value.get(value_tag(value), ()))
+    return {key: frozenset(keys) for key, keys in followed.items()}
 
 
 def _edge_order(edge: Edge) -> tuple[int, int, str, str, str]:

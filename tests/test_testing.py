@@ -7,6 +7,7 @@ from hypothesis import given, settings
 
 import agenttx
 from agenttx import Dependency, Edge, EdgeKind
+from agenttx._graph import _Link
 from agenttx._json import check_json
 from agenttx.testing import (
     StepSpec,
@@ -87,7 +88,8 @@ def _seed():
 
 def _inject(graph, edge):
     """Corrupt the graph behind its API, as a bug in agenttx would."""
-    graph._graph.add_edge(graph._nodes[edge.source].index, graph._nodes[edge.target].index, edge)
+    link = _Link(edge, edge.source_key.lower(), edge.target_key.lower())
+    graph._graph.add_edge(graph._nodes[edge.source].index, graph._nodes[edge.target].index, link)
 
 
 def test_checker_accepts_a_sound_graph():
