@@ -214,7 +214,7 @@ class DependencyGraph:
         for in_key, value in leaves:
             if in_key in covered or not _linkable(value):
                 continue
-            producer = self._producer(in_key, value_tag(value), step_id)
+            producer = self._producer(in_key, value_tag(value))
             if producer is None:
                 continue
             source, _, source_key = producer
@@ -241,8 +241,8 @@ class DependencyGraph:
         )
         return tuple(edges)
 
-    def _producer(self, in_key: str, tag: ValueTag, step_id: int) -> _Producer | None:
-        """The most recent producer below `step_id` of `tag` under a key that `in_key` links to."""
+    def _producer(self, in_key: str, tag: ValueTag) -> _Producer | None:
+        """The most recent producer of `tag` under a key that `in_key` links to."""
         lowered = _lower(in_key)
         if not lowered:
             return None
@@ -254,10 +254,9 @@ class DependencyGraph:
             producers = self._index.get((candidate, tag))
             if not producers:
                 continue
-            position = bisect.bisect_left(producers, (step_id,)) - 1
-            if position < 0:
-                continue
-            found = producers[position]
+            # Steps are ascending and adding `step_id` removed every step >= it, so the last
+            # producer is the most recent one below `step_id`.
+            found = producers[-1]
             if best is None or found[0] > best[0] or (found[0] == best[0] and found[1] < best[1]):
                 best = found
         return best

@@ -269,6 +269,15 @@ def test_record_output_replaces_the_previous_output():
     assert graph.add_step(3, "t", {"id": "new"}) == (edge(1, 3, "id", "id"),)
 
 
+def test_re_recording_an_earlier_output_keeps_producers_in_step_order():
+    """Re-recording step 1's output after step 2 leaves step 2 the most recent producer."""
+    graph = chain((1, {}, {"id": "x"}, ()), (2, {}, {"id": "x"}, ()))
+    graph.record_output(1, {"id": "x"})
+    assert graph.add_step(3, "t", {"id": "x"}) == (edge(2, 3, "id", "id"),)
+    graph.truncate_from(2)
+    assert graph.add_step(2, "t", {"id": "x"}) == (edge(1, 2, "id", "id"),)
+
+
 def test_truncate_removes_the_step_and_later_and_their_index_entries():
     """After truncate_from(2), values only step 2 produced no longer link."""
     graph = chain((1, {}, {"id": "a"}, ()), (2, {}, {"id": "b"}, ()), (3, {"id": "a"}, None, ()))

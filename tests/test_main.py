@@ -38,6 +38,12 @@ def test_demo_returns_the_graph():
     assert lines
 
 
+def test_demo_command_in_process(capsys):
+    """main(["demo"]) prints the demo and returns 0."""
+    assert main(["demo"]) == 0
+    assert "root cause of step 9's bad `user_id`: step 2" in capsys.readouterr().out
+
+
 def test_no_command_prints_help_and_fails(capsys):
     """Without a command the usage goes to stderr and the exit status is 2."""
     assert main([]) == 2
