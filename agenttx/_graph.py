@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 import json
-from typing import TYPE_CHECKING, Final, TypeAlias, final
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias, final
 
 import attrs
 import rustworkx as rx
@@ -46,6 +47,7 @@ _Producer: TypeAlias = tuple[int, int, str]
 _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
+@functools.lru_cache(maxsize=4096)  # keys repeat across steps; the walk lowers them often
 def _lower(key: str) -> str:
     """ASCII-only lower-casing, as the reference compares keys (`İD` is not `id`)."""
     return key.lower() if key.isascii() else key.translate(_ASCII_LOWER)
@@ -104,8 +106,7 @@ class _Node:
     carried: dict[str, frozenset[str]] = attrs.field(factory=dict)
 
 
-@attrs.frozen
-class _Link:
+class _Link(NamedTuple):
     """The rustworkx edge payload: the public edge and its keys lower-cased once."""
 
     edge: Edge
@@ -268,7 +269,13 @@ class DependencyGraph:
             raise InvalidArgument(f"cannot record the output of step {step_id}: not in the graph")
         leaves = tuple(scalar_leaves(check_json(output, what=f"output of step {step_id}")))
         self._unindex(node.step)
-        node.step = attrs.evolve(node.step, output_leaves=leaves)
+        node.step = StepNode(
+            step_id=step_id,
+            tool_name=node.step.tool_name,
+            input_leaves=node.step.input_leaves,
+            output_leaves=leaves,
+            explicit=node.step.explicit,
+        )
         node.carried = _carried(node.step)
         for entry_key, (position, out_key) in _index_entries(leaves).items():
             producers = self._index.setdefault(entry_key, [])

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import Final, TypeAlias
 
 from ._errors import JSONValueError
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 __all__ = [
     "MAX_NESTING_DEPTH",
@@ -116,28 +113,28 @@ def scalar_leaves(value: JSONValue, key: str = "") -> list[tuple[str, JSONScalar
     elements inherit the key that holds the array; a top-level scalar gets the key `""`. Empty
     containers give nothing.
     """
-    return list(_leaves(value, key))
+    leaves: list[tuple[str, JSONScalar]] = []
+    _collect_leaves(value, key, leaves)
+    return leaves
 
 
-def _leaves(value: JSONValue, key: str) -> Iterator[tuple[str, JSONScalar]]:
+def _collect_leaves(value: JSONValue, key: str, leaves: list[tuple[str, JSONScalar]]) -> None:
     if isinstance(value, dict):
         for child_key in sorted(value):
-            yield from _leaves(value[child_key], child_key)
+            _collect_leaves(value[child_key], child_key, leaves)
     elif isinstance(value, list):
         for item in value:
-            yield from _leaves(item, key)
+            _collect_leaves(item, key, leaves)
     else:
-        yield key, value
+        leaves.append((key, value))
+
+
+_KINDS: Final[dict[type, str]] = {str: "s", bool: "b", int: "i", float: "f", type(None): "n"}
 
 
 def value_tag(value: JSONScalar) -> ValueTag:
     """The strict-equality key of a scalar: its JSON kind plus its value."""
-    if isinstance(value, str):
-        return ("s", value)
-    if isinstance(value, bool):
-        return ("b", value)
-    if isinstance(value, int):
-        return ("i", value)
-    if isinstance(value, float):
-        return ("f", value)
-    return ("n", None)
+    kind = _KINDS.get(type(value))
+    if kind is None:  # a subclass, such as an enum.StrEnum member: tag it as its JSON kind
+        kind = next(k for t, k in _KINDS.items() if isinstance(value, t))
+    return (kind, value)

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_graph_benchmark_quick_run() -> None:
+    """The quick run exits 0 (its correctness checks hold) and prints the results table."""
     env = dict(os.environ)
     # The benchmark imports agenttx; make this checkout importable even when it is not installed.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

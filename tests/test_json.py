@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 
@@ -122,3 +123,16 @@ def test_value_tags_are_strict_json_equality():
     assert len(tags) == 5
     assert value_tag(0.0) == value_tag(-0.0)
     assert value_tag(None) == ("n", None)
+
+
+def test_value_tags_treat_subclasses_as_their_json_kind():
+    """An IntEnum member is a JSON integer and a str-enum member a JSON string."""
+
+    class Level(enum.IntEnum):
+        HIGH = 7
+
+    class Colour(str, enum.Enum):
+        RED = "red"
+
+    assert value_tag(Level.HIGH) == value_tag(7)
+    assert value_tag(Colour.RED) == value_tag("red")
