@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,23 @@ def test_references_example_output():
     assert "key '5' not present in output of step 2" in done.stdout
     assert "reference ${steps.7.id} points to a step that has not completed" in done.stdout
     assert "refused: not a JSON value in arguments at $.ids" in done.stdout
+
+
+def _readme_blocks() -> list[str]:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+
+
+def test_readme_has_python_examples():
+    """The README shows runnable Python."""
+    assert _readme_blocks()
+
+
+@pytest.mark.parametrize("index", range(len(_readme_blocks())))
+def test_readme_example_runs(index):
+    """Each Python block of the README runs as written."""
+    block = _readme_blocks()[index]
+    done = subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
