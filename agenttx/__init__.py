@@ -2,10 +2,14 @@
 
 Layer map (a module imports only from its own layer or below):
 
-    0  _errors, _json            exception tree; JSON checks, canonical dumps, leaves
-    1  _refs                     `${steps.N.path}` grammar and resolution
-    2  _graph                    dependency graph (the only rustworkx importer)
-    4  _demo, __main__, testing  the demo and command line; hypothesis strategies, checks
+    0  _errors, _json                    exception tree; JSON checks, canonical dumps, leaves
+    1  _refs, _hints, stores/            `${steps.N.path}` references; Clean Hints; state stores
+    2  _graph, _saga, _tools, _policy    dependency graph (the only rustworkx importer); undo
+                                         ledger, staged effects, dispatch; tool decorator and
+                                         context; rollback controller
+    3  _transaction                      interactive transactions
+    4  builtins/, testing/, _demo,       built-in tools; hypothesis strategies, state machines
+       __main__                          and checks; the demo and command line
 
 Everything public is re-exported here, from one import path each.
 """
@@ -21,41 +25,95 @@ from ._errors import JSONValueError as JSONValueError
 from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
 from ._errors import StepOutOfOrder as StepOutOfOrder
 from ._errors import StorageError as StorageError
+from ._errors import ToolError as ToolError
 from ._errors import TransactionNotFound as TransactionNotFound
 from ._errors import WriteConflict as WriteConflict
 from ._graph import DependencyGraph as DependencyGraph
 from ._graph import Edge as Edge
 from ._graph import EdgeKind as EdgeKind
 from ._graph import StepNode as StepNode
+from ._hints import CleanHint as CleanHint
+from ._hints import HintCategory as HintCategory
+from ._hints import clean_error as clean_error
 from ._json import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
 from ._json import JSONValue as JSONValue
+from ._policy import RollbackDecision as RollbackDecision
+from ._policy import RollbackPolicy as RollbackPolicy
+from ._policy import RollbackStrategy as RollbackStrategy
 from ._refs import Dependency as Dependency
 from ._refs import Resolution as Resolution
 from ._refs import resolve_references as resolve_references
+from ._saga import CompensationReport as CompensationReport
+from ._saga import EffectDispatcher as EffectDispatcher
+from ._saga import OutboxDispatcher as OutboxDispatcher
+from ._tools import Compensation as Compensation
+from ._tools import StagedEffect as StagedEffect
+from ._tools import StateView as StateView
+from ._tools import Tool as Tool
+from ._tools import ToolContext as ToolContext
+from ._tools import UndoRecord as UndoRecord
+from ._tools import compensation as compensation
+from ._tools import tool as tool
+from ._transaction import CommitResult as CommitResult
+from ._transaction import ContextEntry as ContextEntry
+from ._transaction import RollbackResult as RollbackResult
+from ._transaction import StepRecord as StepRecord
+from ._transaction import StepResult as StepResult
+from ._transaction import StepStatus as StepStatus
+from ._transaction import Transaction as Transaction
+from ._transaction import TransactionView as TransactionView
+from ._transaction import TxStatus as TxStatus
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "MAX_NESTING_DEPTH",
     "AgentTxError",
+    "CleanHint",
+    "CommitResult",
+    "Compensation",
+    "CompensationReport",
+    "ContextEntry",
     "Dependency",
     "DependencyGraph",
     "Edge",
     "EdgeKind",
+    "EffectDispatcher",
     "FailedPrecondition",
+    "HintCategory",
     "IllegalTransition",
     "InvalidArgument",
     "InvalidTransactionState",
     "JSONValue",
     "JSONValueError",
+    "OutboxDispatcher",
     "ReferenceSyntaxError",
     "Resolution",
+    "RollbackDecision",
+    "RollbackPolicy",
+    "RollbackResult",
+    "RollbackStrategy",
+    "StagedEffect",
+    "StateView",
     "StepNode",
     "StepOutOfOrder",
+    "StepRecord",
+    "StepResult",
+    "StepStatus",
     "StorageError",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "Transaction",
     "TransactionNotFound",
+    "TransactionView",
+    "TxStatus",
+    "UndoRecord",
     "WriteConflict",
+    "clean_error",
+    "compensation",
     "resolve_references",
+    "tool",
 ]
 
 for _name in __all__:

@@ -13,7 +13,8 @@ Every error agenttx raises derives from `AgentTxError` and carries a stable stri
     │   ├── JSONValueError                invalid_json_value       (.path, .problem)
     │   └── ReferenceSyntaxError          malformed_reference      (.text, .position, .problem)
     ├── WriteConflict                     write_conflict           (.key)
-    └── StorageError                      storage_error
+    ├── StorageError                      storage_error
+    └── ToolError                         tool_error               (.message)
 
 Agent-caused failures (a tool raising, an unknown tool, a reference to a missing key) are not
 raised: they come back as failed steps with a Clean Hint. These exceptions are for misuse of the
@@ -35,6 +36,7 @@ __all__ = [
     "ReferenceSyntaxError",
     "StepOutOfOrder",
     "StorageError",
+    "ToolError",
     "TransactionNotFound",
     "WriteConflict",
 ]
@@ -150,3 +152,17 @@ class StorageError(AgentTxError):
     """The state store failed; the original exception is attached as `__cause__`."""
 
     code: ClassVar[str] = "storage_error"
+
+
+class ToolError(AgentTxError):
+    """Raised by a tool to fail its step: the message goes to the Clean Hint cleaner verbatim.
+
+    Any other exception a tool raises fails the step too, described as Python formats it
+    (`KeyError: 'user_id'`). Neither escapes `execute_step`: both become a failed `StepResult`.
+    """
+
+    code: ClassVar[str] = "tool_error"
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)

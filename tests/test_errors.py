@@ -19,6 +19,7 @@ CODES = {
     "ReferenceSyntaxError": "malformed_reference",
     "WriteConflict": "write_conflict",
     "StorageError": "storage_error",
+    "ToolError": "tool_error",
 }
 
 

@@ -10,33 +10,69 @@ import pkgutil
 import pytest
 
 import agenttx
+import agenttx.builtins
+import agenttx.stores
 import agenttx.testing
 
-PUBLIC_MODULES = {"agenttx": agenttx, "agenttx.testing": agenttx.testing}
+PUBLIC_MODULES = {
+    "agenttx": agenttx,
+    "agenttx.builtins": agenttx.builtins,
+    "agenttx.stores": agenttx.stores,
+    "agenttx.testing": agenttx.testing,
+}
 
 EXPECTED = {
     "agenttx": [
         "MAX_NESTING_DEPTH",
         "AgentTxError",
+        "CleanHint",
+        "CommitResult",
+        "Compensation",
+        "CompensationReport",
+        "ContextEntry",
         "Dependency",
         "DependencyGraph",
         "Edge",
         "EdgeKind",
+        "EffectDispatcher",
         "FailedPrecondition",
+        "HintCategory",
         "IllegalTransition",
         "InvalidArgument",
         "InvalidTransactionState",
         "JSONValue",
         "JSONValueError",
+        "OutboxDispatcher",
         "ReferenceSyntaxError",
         "Resolution",
+        "RollbackDecision",
+        "RollbackPolicy",
+        "RollbackResult",
+        "RollbackStrategy",
+        "StagedEffect",
+        "StateView",
         "StepNode",
         "StepOutOfOrder",
+        "StepRecord",
+        "StepResult",
+        "StepStatus",
         "StorageError",
+        "Tool",
+        "ToolContext",
+        "ToolError",
+        "Transaction",
         "TransactionNotFound",
+        "TransactionView",
+        "TxStatus",
+        "UndoRecord",
         "WriteConflict",
+        "clean_error",
+        "compensation",
         "resolve_references",
+        "tool",
     ],
+    "agenttx.builtins": sorted(agenttx.builtins.__all__),
+    "agenttx.stores": ["MemoryStore", "Store"],
     "agenttx.testing": [
         "StepSpec",
         "build_graph",

@@ -1,0 +1,440 @@
+"""Tools and compensations: the decorators, the registry and the context a tool runs with.
+
+A tool is a plain function (sync or `async def`) that takes its resolved arguments as keyword
+arguments, plus a `ToolContext` when its first parameter asks for one (annotated `ToolContext`,
+or named `ctx`). The decorators validate at decoration time and keep the function's signature
+for type checkers; the decorated object stays callable as the plain function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final, overload
+
+import attrs
+from typing_extensions import ParamSpec
+
+from ._errors import InvalidArgument
+from ._json import JSONValue, canonical_dumps, check_json
+
+if TYPE_CHECKING:
+    from .stores import Store
+
+__all__ = [
+    "Compensation",
+    "StagedEffect",
+    "StateView",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
+    "UndoRecord",
+    "compensation",
+    "derive_key",
+    "tool",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_TOOL_NAME: Final = 128
+
+
+def _check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_TOOL_NAME:
+        raise InvalidArgument(f"{what} name must be 1-{MAX_TOOL_NAME} characters, got {name!r}")
+    return name
+
+
+@final
+class Compensation(Generic[P, R]):
+    """An undo action, called with the payload recorded for it. It must be idempotent."""
+
+    __slots__ = ("__wrapped__", "is_async", "name")
+
+    def __init__(self, fn: Callable[P, R], *, name: str | None = None) -> None:
+        if not callable(fn):
+            raise InvalidArgument(f"compensation {name or fn!r} is not callable")
+        self.__wrapped__ = fn
+        self.name = _check_name(name if name is not None else _function_name(fn), "compensation")
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.__wrapped__(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<agenttx.Compensation {self.name!r}>"
+
+
+@final
+class Tool(Generic[P, R]):
+    """A registered tool: `name`, the wrapped function, and its declared compensation.
+
+    Calling a `Tool` calls the function directly, outside any transaction.
+    """
+
+    __slots__ = ("__wrapped__", "compensate", "is_async", "name", "wants_context")
+
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        name: str | None = None,
+        compensate: Compensation[Any, Any] | str | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise InvalidArgument(f"tool {name or fn!r} is not callable")
+        self.__wrapped__ = fn
+        self.name = _check_name(name if name is not None else _function_name(fn), "tool")
+        if compensate is not None and not isinstance(compensate, (Compensation, str)):
+            raise InvalidArgument(
+                f"tool `{self.name}`: compensate= must be a compensation or its name, "
+                f"got {compensate!r}"
+            )
+        self.compensate = compensate
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.wants_context = _wants_context(fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.__wrapped__(*args, **kwargs)
+
+    @property
+    def compensation_name(self) -> str | None:
+        """The name of the declared compensation, if any."""
+        if isinstance(self.compensate, Compensation):
+            return self.compensate.name
+        return self.compensate
+
+    def __repr__(self) -> str:
+        return f"<agenttx.Tool {self.name!r}>"
+
+
+def _is_text_or_scalar(value: object) -> bool:
+    """True for str and bytes, and for anything that is not iterable (runtime checks only)."""
+    return isinstance(value, (str, bytes)) or not isinstance(value, Iterable)
+
+
+def _is_nonempty_str(value: object) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _function_name(fn: Callable[..., object]) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _wants_context(fn: Callable[..., object]) -> bool:
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature take no context
+        return False
+    if not parameters:
+        return False
+    first = parameters[0]
+    annotation = first.annotation
+    if annotation is ToolContext:
+        return True
+    if isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "ToolContext":
+        return True
+    return first.name == "ctx"
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> Tool[P, R]: ...
+@overload
+def tool(
+    *, name: str | None = None, compensate: Compensation[Any, Any] | str | None = None
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+def tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    compensate: Compensation[Any, Any] | str | None = None,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Register a function as a tool: `@tool` or `@tool(name=..., compensate=...)`.
+
+    `compensate` (a `Compensation` or a compensation's name) is recorded each time the tool
+    succeeds, and called with `{"arguments": ..., "output": ...}` if the step is rewound.
+    Raises `InvalidArgument` at decoration time for a non-callable or a bad name.
+    """
+    if fn is not None:
+        return Tool(fn, name=name, compensate=compensate)
+
+    def decorate(inner: Callable[P, R]) -> Tool[P, R]:
+        return Tool(inner, name=name, compensate=compensate)
+
+    return decorate
+
+
+@overload
+def compensation(fn: Callable[P, R], /) -> Compensation[P, R]: ...
+@overload
+def compensation(*, name: str | None = None) -> Callable[[Callable[P, R]], Compensation[P, R]]: ...
+def compensation(
+    fn: Callable[P, R] | None = None, /, *, name: str | None = None
+) -> Compensation[P, R] | Callable[[Callable[P, R]], Compensation[P, R]]:
+    """Register an idempotent undo action under `name` (default: the function's name).
+
+    It is called with one argument, the payload recorded by `ctx.register_undo(name, payload)`
+    or, for a tool's `compensate=`, `{"arguments": ..., "output": ...}`.
+    """
+    if fn is not None:
+        return Compensation(fn, name=name)
+
+    def decorate(inner: Callable[P, R]) -> Compensation[P, R]:
+        return Compensation(inner, name=name)
+
+    return decorate
+
+
+ToolSpec = Tool[Any, Any] | Compensation[Any, Any] | Callable[..., Any]
+
+
+@final
+class ToolRegistry:
+    """The tools and compensations one transaction can use, validated as a whole."""
+
+    __slots__ = ("compensations", "tools")
+
+    def __init__(self, tools: Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = ()) -> None:
+        self.tools: dict[str, Tool[Any, Any]] = {}
+        self.compensations: dict[str, Compensation[Any, Any]] = {}
+        if isinstance(tools, Mapping):
+            items: list[ToolSpec] = []
+            for key, fn in tools.items():
+                if isinstance(fn, Compensation):
+                    items.append(fn if fn.name == key else Compensation(fn.__wrapped__, name=key))
+                elif isinstance(fn, Tool):
+                    items.append(Tool(fn.__wrapped__, name=key, compensate=fn.compensate))
+                else:
+                    items.append(Tool(fn, name=key))
+        elif _is_text_or_scalar(tools):
+            raise InvalidArgument(
+                f"tools must be a list of tools or a mapping of names to callables, got {tools!r}"
+            )
+        else:
+            items = list(tools)
+        for item in items:
+            self._add(item)
+        for registered in self.tools.values():
+            name = registered.compensation_name
+            if name is not None and name not in self.compensations:
+                raise InvalidArgument(
+                    f"tool `{registered.name}`: compensate={name!r} names no registered "
+                    "compensation; pass the compensation in the tools list"
+                )
+
+    def _add(self, item: ToolSpec) -> None:
+        if isinstance(item, Compensation):
+            self._add_compensation(item)
+            return
+        registered = item if isinstance(item, Tool) else Tool(item)
+        if registered.name in self.tools:
+            raise InvalidArgument(f"tool `{registered.name}` is registered twice")
+        self.tools[registered.name] = registered
+        if isinstance(registered.compensate, Compensation):
+            self._add_compensation(registered.compensate)
+
+    def _add_compensation(self, item: Compensation[Any, Any]) -> None:
+        existing = self.compensations.get(item.name)
+        if existing is not None and existing.__wrapped__ is not item.__wrapped__:
+            raise InvalidArgument(f"compensation `{item.name}` is registered twice")
+        self.compensations[item.name] = item
+
+    def names(self) -> tuple[str, ...]:
+        """The registered tool names, sorted."""
+        return tuple(sorted(self.tools))
+
+
+# ---------------------------------------------------------------------- records
+
+
+@final
+@attrs.frozen(kw_only=True)
+class UndoRecord:
+    """An undo registered by a step: a compensation `kind` and its payload, or a callable.
+
+    Records with a `kind` name a registered compensation and survive a crash (once stores
+    persist them); `kind == "fn"` marks an in-memory callable, which cannot be recovered.
+    """
+
+    step_id: int
+    seq: int
+    kind: str
+    payload: JSONValue
+    description: str
+    action: Callable[[], object] | None = attrs.field(default=None, eq=False, repr=False)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StagedEffect:
+    """A non-reversible effect (an email, a webhook) held back until the transaction commits."""
+
+    tx_id: str
+    step_id: int
+    channel: str
+    payload: JSONValue
+    idempotency_key: str
+
+
+def derive_key(*parts: JSONValue) -> str:
+    """A deterministic idempotency key: 32 hex digits of a hash of the parts' canonical JSON."""
+    return hashlib.blake2b(canonical_dumps(list(parts)).encode(), digest_size=16).hexdigest()
+
+
+# ---------------------------------------------------------------------- context
+
+_ABSENT: Final = object()
+
+
+@final
+class StateView:
+    """A tool's transactional view of state: its own writes first, then committed state.
+
+    Values are JSON values; writes go to the transaction's overlay and are undone by a rewind.
+    """
+
+    __slots__ = ("_check", "_store", "_tx_id")
+
+    def __init__(self, store: Store, tx_id: str, check: Callable[[], None]) -> None:
+        self._store = store
+        self._tx_id = tx_id
+        self._check = check
+
+    def get(self, key: str, default: JSONValue = None) -> JSONValue:
+        """The value of `key`, or `default` when it is absent."""
+        text = self._store.get(self._tx_id, key)
+        return default if text is None else json.loads(text)
+
+    def __contains__(self, key: str) -> bool:
+        return self._store.get(self._tx_id, key) is not None
+
+    def put(self, key: str, value: JSONValue) -> None:
+        """Write `value` (a JSON value) under `key`."""
+        self._check()
+        text = canonical_dumps(check_json(value, what=f"the value of state key {key!r}"))
+        self._store.put(self._tx_id, key, text)
+
+    def delete(self, key: str) -> bool:
+        """Delete `key`; return whether it existed (nothing is written if it did not)."""
+        self._check()
+        if self._store.get(self._tx_id, key) is None:
+            return False
+        self._store.delete(self._tx_id, key)
+        return True
+
+
+@final
+class ToolContext:
+    """What a tool can do besides computing its output, all undone by a rewind.
+
+    * `state`: the transaction's key-value view (`get`, `put`, `delete`);
+    * `register_undo(kind, payload)`: record a durable undo, to be done by the registered
+      compensation `kind`; `register_undo(callable)`: an in-memory one. Register it *before*
+      the effect, so that a failure halfway is still undone;
+    * `stage_effect(channel, payload, idempotency_key=None)`: hold a non-reversible effect
+      until commit; returns its idempotency key;
+    * `idempotency_key`: stable for this logical call (transaction, step, tool, arguments),
+      and new when the step runs again after its effects were compensated;
+    * `deadline`: the `time.monotonic()` by which the tool should return.
+    """
+
+    __slots__ = (
+        "_compensations",
+        "_effects",
+        "_fenced",
+        "_undos",
+        "deadline",
+        "idempotency_key",
+        "state",
+        "step_id",
+        "tx_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        tx_id: str,
+        step_id: int,
+        idempotency_key: str,
+        deadline: float,
+        store: Store,
+        compensations: Mapping[str, Compensation[Any, Any]],
+    ) -> None:
+        self.tx_id = tx_id
+        self.step_id = step_id
+        self.idempotency_key = idempotency_key
+        self.deadline = deadline
+        self.state = StateView(store, tx_id, self._check_open)
+        self._compensations = compensations
+        self._undos: list[UndoRecord] = []
+        self._effects: list[StagedEffect] = []
+        self._fenced = False
+
+    def _check_open(self) -> None:
+        if self._fenced:
+            raise InvalidArgument(
+                f"step {self.step_id} has ended: its context accepts no more writes"
+            )
+
+    def register_undo(self, kind: str | Callable[[], object], payload: JSONValue = None, /) -> None:
+        """Record an undo for this step; see the class docstring."""
+        self._check_open()
+        seq = len(self._undos)
+        if callable(kind):
+            self._undos.append(
+                UndoRecord(
+                    step_id=self.step_id,
+                    seq=seq,
+                    kind="fn",
+                    payload=None,
+                    description=f"call {_function_name(kind)}",
+                    action=kind,
+                )
+            )
+            return
+        if kind not in self._compensations:
+            raise InvalidArgument(
+                f"register_undo: {kind!r} is not a registered compensation "
+                f"(registered: {', '.join(sorted(self._compensations)) or 'none'})"
+            )
+        check_json(payload, what=f"the payload of undo {kind!r}")
+        self._undos.append(
+            UndoRecord(
+                step_id=self.step_id,
+                seq=seq,
+                kind=kind,
+                payload=payload,
+                description=f"{kind}({canonical_dumps(payload)[:80]})",
+            )
+        )
+
+    def stage_effect(
+        self, channel: str, payload: JSONValue = None, idempotency_key: str | None = None
+    ) -> str:
+        """Stage an effect for dispatch after commit; return its idempotency key."""
+        self._check_open()
+        if not _is_nonempty_str(channel):
+            raise InvalidArgument(
+                f"stage_effect: channel must be a non-empty string, got {channel!r}"
+            )
+        check_json(payload, what=f"the payload of a {channel!r} effect")
+        key = idempotency_key or derive_key(self.tx_id, self.step_id, channel, payload)
+        self._effects.append(
+            StagedEffect(
+                tx_id=self.tx_id,
+                step_id=self.step_id,
+                channel=channel,
+                payload=payload,
+                idempotency_key=key,
+            )
+        )
+        return key
+
+    def _close(self) -> tuple[list[UndoRecord], list[StagedEffect]]:
+        """Fence the context and hand over what the tool registered (transaction use only)."""
+        self._fenced = True
+        return self._undos, self._effects

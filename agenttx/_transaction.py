@@ -1,0 +1,846 @@
+"""The interactive transaction: every tool call is a numbered step that can be rolled back.
+
+The step pipeline (the reference engine's, spec section 2.5): check the status and the step id,
+take an O(1) store snapshot, parse the arguments, find the tool, resolve `${steps.N.path}`
+references, add the step to the dependency graph, run the tool, keep what it registered (undo
+records, staged effects) even when it fails, and on success store the output and advance.
+On failure the error becomes a Clean Hint, the hint joins the constraints, the rollback
+controller decides where to resume, and the transaction rewinds: compensations newest first,
+staged effects dropped, the store restored, steps, context and graph truncated.
+
+Agent-caused failures come back as a `StepResult`; only misuse of the protocol raises.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import json
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+
+from ._errors import (
+    IllegalTransition,
+    InvalidArgument,
+    InvalidTransactionState,
+    StepOutOfOrder,
+    ToolError,
+    WriteConflict,
+)
+from ._graph import DependencyGraph
+from ._hints import CleanHint, add_constraint, clean_error
+from ._json import JSONValue, canonical_dumps, check_json
+from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
+from ._refs import resolve_references
+from ._saga import CompensationReport, Dispatcher, SagaLedger, dispatch_effects, resolve_awaitable
+from ._tools import (
+    MAX_TOOL_NAME,
+    StagedEffect,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolSpec,
+    UndoRecord,
+    derive_key,
+)
+from .stores import MemoryStore, Store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from types import TracebackType
+
+    from typing_extensions import Self
+
+__all__ = [
+    "CommitResult",
+    "ContextEntry",
+    "RollbackResult",
+    "StepRecord",
+    "StepResult",
+    "StepStatus",
+    "Transaction",
+    "TransactionView",
+    "TxStatus",
+]
+
+MAX_PAYLOAD_BYTES: Final = 1_048_576
+MAX_AGENT_ID_BYTES: Final = 256
+
+
+class TxStatus(enum.Enum):
+    """The life cycle of a transaction; the last three are terminal."""
+
+    ACTIVE = "ACTIVE"
+    EXECUTING = "EXECUTING"
+    ROLLING_BACK = "ROLLING_BACK"
+    COMMITTING = "COMMITTING"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    FAILED = "FAILED"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the transaction has ended."""
+        return self in _TERMINAL
+
+
+_TERMINAL: Final = frozenset({TxStatus.COMMITTED, TxStatus.ROLLED_BACK, TxStatus.FAILED})
+_TRANSITIONS: Final[dict[TxStatus, frozenset[TxStatus]]] = {
+    TxStatus.ACTIVE: frozenset({TxStatus.EXECUTING, TxStatus.COMMITTING, TxStatus.ROLLING_BACK}),
+    TxStatus.EXECUTING: frozenset({TxStatus.ACTIVE, TxStatus.ROLLING_BACK}),
+    TxStatus.ROLLING_BACK: frozenset({TxStatus.ACTIVE, TxStatus.ROLLED_BACK, TxStatus.FAILED}),
+    TxStatus.COMMITTING: frozenset({TxStatus.COMMITTED, TxStatus.ACTIVE, TxStatus.ROLLING_BACK}),
+    TxStatus.COMMITTED: frozenset(),
+    TxStatus.ROLLED_BACK: frozenset(),
+    TxStatus.FAILED: frozenset(),
+}
+
+
+class StepStatus(enum.Enum):
+    """The outcome of one step."""
+
+    SUCCESS = "SUCCESS"
+    ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
+    FAILED = "FAILED"  # the transaction aborted
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ContextEntry:
+    """What the agent said when it sent a step that succeeded (`raw_context`)."""
+
+    step_id: int
+    tool_name: str
+    raw_context: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepRecord:
+    """A live (succeeded, not rewound) step: its resolved arguments and its output."""
+
+    step_id: int
+    tool_name: str
+    arguments: JSONValue
+    output: JSONValue
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepResult:
+    """The answer to `execute_step`: what happened and which step the agent sends next.
+
+    `output` is set on success. On failure `hint` is the Clean Hint, `error` the raw error text,
+    `strategy` and `rollback_to_step` say where the transaction rewound to, `next_step_id` is the
+    step to send next (0 once aborted), `context_reset` tells the agent to drop what it
+    remembers of the rewound steps, and `constraints` lists every hint so far.
+    """
+
+    status: StepStatus
+    step_id: int
+    next_step_id: int
+    output: JSONValue = None
+    hint: CleanHint | None = None
+    error: str | None = None
+    strategy: RollbackStrategy = RollbackStrategy.NONE
+    rollback_to_step: int = 0
+    constraints: tuple[str, ...] = ()
+    context_reset: bool = False
+    abort_reason: str | None = None
+    compensation_errors: tuple[str, ...] = ()
+    rollback_latency_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the step succeeded."""
+        return self.status is StepStatus.SUCCESS
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RollbackResult:
+    """The answer to `rollback`."""
+
+    aborted: bool
+    next_step_id: int
+    compensations_run: int
+    compensation_errors: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CommitResult:
+    """The answer to `commit`: what was published and what was dispatched.
+
+    `effects` are the committed staged effects in staging order; with no dispatcher they are
+    handed back here for the caller to deliver (`effects_dispatched` is then 0).
+    """
+
+    steps_committed: int
+    effects_dispatched: int
+    dispatch_errors: tuple[str, ...] = ()
+    effects: tuple[StagedEffect, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TransactionView:
+    """A read-only picture of a transaction (the reference's GetTransaction), ended ones too."""
+
+    tx_id: str
+    agent_id: str
+    status: TxStatus
+    next_step_id: int
+    steps_completed: int
+    constraints: tuple[str, ...]
+    global_resets: int
+    context: tuple[ContextEntry, ...]
+    pending_effects: int
+    compensation_failures: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class _Call:
+    """A step that passed the checks and is ready to run its tool."""
+
+    step_id: int
+    tool: Tool[Any, Any]
+    arguments: JSONValue
+    raw_context: str
+    context: ToolContext
+
+
+@attrs.frozen
+class _Outcome:
+    output: JSONValue = None
+    error: str | None = None
+    undos: tuple[UndoRecord, ...] = ()
+    effects: tuple[StagedEffect, ...] = ()
+
+
+@attrs.define(init=False)
+class Transaction:
+    """One agent run's tool calls, executed as numbered steps that can be rolled back.
+
+    `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
+    `store`: where state lives (default: a private `MemoryStore`); share one store between
+    transactions that should see each other's commits and conflicts. `dispatcher`: delivers
+    staged effects after commit (a callable, `{channel: callable}` or `OutboxDispatcher`).
+
+    Calls are serialized by a lock, so a transaction may be shared between threads; a call
+    made while another is running waits for it. `with Transaction(...) as tx:` commits when
+    the block ends normally and aborts (compensating) when it raises, then re-raises.
+    """
+
+    _registry: ToolRegistry
+    _store: Store
+    _policy: RollbackPolicy
+    _agent_id: str
+    _dispatcher: Dispatcher | None
+    _step_timeout: float
+    _max_constraints: int
+    _ledger: SagaLedger
+    _id: str
+    _controller: RollbackController = attrs.field(init=False)
+    _status: TxStatus = attrs.field(init=False, default=TxStatus.ACTIVE)
+    _next_step: int = attrs.field(init=False, default=1)
+    _steps: dict[int, StepRecord] = attrs.field(init=False, factory=dict)
+    _outputs: dict[int, JSONValue] = attrs.field(init=False, factory=dict)
+    _context: list[ContextEntry] = attrs.field(init=False, factory=list)
+    _constraints: list[str] = attrs.field(init=False, factory=list)
+    _effects: list[StagedEffect] = attrs.field(init=False, factory=list)
+    _graph: DependencyGraph = attrs.field(init=False, factory=DependencyGraph)
+    _rewinds: int = attrs.field(init=False, default=0)
+    _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+
+    def __init__(
+        self,
+        tools: Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
+        *,
+        store: Store | None = None,
+        policy: RollbackPolicy | None = None,
+        agent_id: str = "",
+        dispatcher: Dispatcher | None = None,
+        step_timeout: float = 30.0,
+        max_constraints: int = 32,
+        compensation_retries: int = 3,
+        tx_id: str | None = None,
+    ) -> None:
+        if not isinstance(agent_id, str) or len(agent_id.encode()) > MAX_AGENT_ID_BYTES:
+            raise InvalidArgument("agent_id exceeds 256 bytes")
+        if policy is not None and not isinstance(policy, RollbackPolicy):
+            raise InvalidArgument(f"policy must be a RollbackPolicy, got {policy!r}")
+        if not _is_positive_number(step_timeout):
+            raise InvalidArgument(f"step_timeout must be a number > 0, got {step_timeout!r}")
+        if not _is_positive_int(max_constraints):
+            raise InvalidArgument(
+                f"max_constraints must be an integer > 0, got {max_constraints!r}"
+            )
+        store = MemoryStore() if store is None else store
+        tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
+        registry = ToolRegistry(tools)
+        ledger = SagaLedger(attempts=compensation_retries)
+        store.begin(tx_id)  # validates the id; snapshot 0
+        self.__attrs_init__(
+            registry=registry,
+            store=store,
+            policy=policy or RollbackPolicy(),
+            agent_id=agent_id,
+            dispatcher=dispatcher,
+            step_timeout=float(step_timeout),
+            max_constraints=max_constraints,
+            ledger=ledger,
+            id=tx_id,
+        )
+        self._controller = RollbackController(self._policy)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def id(self) -> str:
+        """The transaction id."""
+        return self._id
+
+    @property
+    def agent_id(self) -> str:
+        """The agent this transaction belongs to."""
+        return self._agent_id
+
+    @property
+    def status(self) -> TxStatus:
+        """The current status."""
+        return self._status
+
+    @property
+    def next_step_id(self) -> int:
+        """The step id to send next (0 once the transaction has aborted)."""
+        return self._next_step
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        """Every distinct hint so far, oldest first (capped at `max_constraints`)."""
+        return tuple(self._constraints)
+
+    @property
+    def context(self) -> tuple[ContextEntry, ...]:
+        """The `raw_context` of each live step, in step order."""
+        return tuple(self._context)
+
+    @property
+    def steps(self) -> tuple[StepRecord, ...]:
+        """The live steps: succeeded and not rewound, in step order."""
+        return tuple(self._steps.values())
+
+    @property
+    def graph(self) -> DependencyGraph:
+        """The dependency graph of the live steps (and of a failed step until its rewind)."""
+        return self._graph
+
+    @property
+    def global_resets(self) -> int:
+        """How many global resets the controller has made."""
+        return self._controller.global_resets
+
+    @property
+    def policy(self) -> RollbackPolicy:
+        """The rollback policy in force."""
+        return self._policy
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The registered tool names, sorted."""
+        return self._registry.names()
+
+    def find_root_cause(self, step_id: int, error_key: str) -> int | None:
+        """The earliest step that produced the value `step_id` received as `error_key`."""
+        return self._graph.find_root_cause(step_id, error_key)
+
+    def read(self, key: str) -> JSONValue:
+        """State `key` as this transaction sees it (its writes, then committed); None if absent."""
+        if self._store.is_open(self._id):
+            text = self._store.get(self._id, key)
+        else:
+            text = self._store.read_committed(key)
+        return None if text is None else json.loads(text)
+
+    def view(self) -> TransactionView:
+        """A snapshot of the transaction's state; works after it has ended."""
+        with self._lock:
+            return TransactionView(
+                tx_id=self._id,
+                agent_id=self._agent_id,
+                status=self._status,
+                next_step_id=self._next_step,
+                steps_completed=len(self._steps),
+                constraints=tuple(self._constraints),
+                global_resets=self._controller.global_resets,
+                context=tuple(self._context),
+                pending_effects=len(self._effects),
+                compensation_failures=tuple(
+                    f"{record.description}: {error}" for record, error in self._ledger.failed
+                ),
+            )
+
+    # ------------------------------------------------------------------ status
+
+    def _transition(self, target: TxStatus) -> None:
+        if target not in _TRANSITIONS[self._status]:
+            raise IllegalTransition(source=self._status.value, target=target.value)
+        self._status = target
+
+    def _ensure_active(self) -> None:
+        if self._status is not TxStatus.ACTIVE:
+            raise InvalidTransactionState(tx_id=self._id, status=self._status.value)
+
+    # ------------------------------------------------------------------ steps
+
+    def execute_step(
+        self,
+        step_id: int,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+        *,
+        raw_context: str = "",
+    ) -> StepResult:
+        """Run one tool call as step `step_id`; see the module docstring for the pipeline.
+
+        Raises `StepOutOfOrder` unless `step_id == next_step_id`, `InvalidTransactionState`
+        unless the transaction is ACTIVE, and `InvalidArgument` (or `JSONValueError`) for a
+        tool name outside 1-128 characters, arguments that are not JSON or over 1 MiB, or a
+        raw context over 1 MiB; in each case nothing changes. Everything the agent got wrong
+        comes back as a failed `StepResult`.
+        """
+        with self._lock:
+            prepared = self._prepare(step_id, tool_name, arguments, raw_context)
+            if isinstance(prepared, str):
+                return self._fail(step_id, prepared)
+            try:
+                outcome = self._run_tool(prepared)
+            except BaseException:
+                self._abandon_step(prepared)
+                raise
+            self._keep_registered(outcome)
+            if outcome.error is None:
+                return self._succeed(prepared, outcome)
+            return self._fail(step_id, outcome.error)
+
+    async def aexecute_step(
+        self,
+        step_id: int,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+        raw_context: str = "",
+    ) -> StepResult:
+        """`execute_step` for async code: async tools and compensations run on the caller's loop.
+
+        While the tool runs the transaction is EXECUTING, so another call made meanwhile raises
+        `InvalidTransactionState` instead of waiting.
+        """
+        with self._lock:
+            prepared = self._prepare(step_id, tool_name, arguments, raw_context)
+        if isinstance(prepared, str):
+            return await self._afail(step_id, prepared)
+        try:
+            outcome = await self._arun_tool(prepared)
+        except BaseException:
+            with self._lock:
+                self._abandon_step(prepared)
+            raise
+        with self._lock:
+            self._keep_registered(outcome)
+            if outcome.error is None:
+                return self._succeed(prepared, outcome)
+        return await self._afail(step_id, outcome.error)
+
+    def _prepare(
+        self, step_id: int, tool_name: str, arguments: Mapping[str, Any] | str, raw_context: str
+    ) -> _Call | str:
+        """Check the call; return it ready to run, or the message of an agent-caused failure.
+
+        Raises for protocol misuse before changing anything.
+        """
+        self._ensure_active()
+        if isinstance(step_id, bool) or not isinstance(step_id, int) or step_id != self._next_step:
+            raise StepOutOfOrder(expected=self._next_step, got=step_id)
+        if not isinstance(tool_name, str) or not 1 <= len(tool_name) <= MAX_TOOL_NAME:
+            raise InvalidArgument(f"tool_name must be 1-{MAX_TOOL_NAME} characters")
+        if not isinstance(raw_context, str):
+            raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
+        if len(raw_context.encode()) > MAX_PAYLOAD_BYTES:
+            raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
+        if isinstance(arguments, str):
+            if len(arguments.encode()) > MAX_PAYLOAD_BYTES:
+                raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
+            parsed: JSONValue | str = arguments
+        elif isinstance(arguments, Mapping):
+            parsed = check_json(dict(arguments), what="arguments")
+            if len(canonical_dumps(parsed).encode()) > MAX_PAYLOAD_BYTES:
+                raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
+        else:
+            raise InvalidArgument(
+                f"arguments must be a mapping or JSON text, got {type(arguments).__name__}"
+            )
+
+        self._transition(TxStatus.EXECUTING)
+        self._store.snapshot(self._id, step_id)
+        self._controller.observe_step(step_id)
+
+        if isinstance(parsed, str):
+            text = parsed
+            try:
+                parsed = check_json(json.loads(text) if text.strip() else {}, what="arguments")
+            except (ValueError, RecursionError) as exc:
+                self._graph.add_step(step_id, tool_name, None)
+                return f"invalid arguments JSON: {exc}"
+        tool = self._registry.tools.get(tool_name)
+        if tool is None:
+            self._graph.add_step(step_id, tool_name, parsed)
+            return (
+                f"unknown tool '{tool_name}'; registered tools: {', '.join(self._registry.names())}"
+            )
+        resolution = resolve_references(parsed, self._outputs, current_step=step_id)
+        self._graph.add_step(step_id, tool_name, resolution.value, resolution.dependencies)
+        if resolution.error is not None:
+            return resolution.error
+        context = ToolContext(
+            tx_id=self._id,
+            step_id=step_id,
+            idempotency_key=derive_key(
+                self._id, step_id, tool_name, resolution.value, self._rewinds
+            ),
+            deadline=time.monotonic() + self._step_timeout,
+            store=self._store,
+            compensations=self._registry.compensations,
+        )
+        return _Call(
+            step_id=step_id,
+            tool=tool,
+            arguments=resolution.value,
+            raw_context=raw_context,
+            context=context,
+        )
+
+    def _abandon_step(self, call: _Call) -> None:
+        """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
+        undos, _ = call.context._close()  # noqa: SLF001  (its staged effects are dropped)
+        self._ledger.record(undos)
+        self._transition(TxStatus.ROLLING_BACK)
+        self._ledger.compensate(self._ledger.take_from(call.step_id), self._registry.compensations)
+        self._rewind_state(call.step_id)
+        self._transition(TxStatus.ACTIVE)
+
+    def _invocation(self, call: _Call) -> Callable[[], object]:
+        arguments = call.arguments
+        if not isinstance(arguments, dict):
+            kind = _json_kind(arguments)
+
+            def refuse() -> object:
+                raise ToolError(f"invalid type: {kind}, expected a JSON object of arguments")
+
+            return refuse
+        function = call.tool.__wrapped__
+        if call.tool.wants_context:
+            return lambda: function(call.context, **arguments)
+        return lambda: function(**arguments)
+
+    def _run_tool(self, call: _Call) -> _Outcome:
+        invoke = self._invocation(call)
+        try:
+            output = resolve_awaitable(invoke())
+        except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
+            return self._failed_outcome(call, exc)
+        return self._succeeded_outcome(call, output)
+
+    async def _arun_tool(self, call: _Call) -> _Outcome:
+        invoke = self._invocation(call)
+        try:
+            output = invoke()
+            if inspect.isawaitable(output):
+                output = await output
+        except Exception as exc:  # noqa: BLE001
+            return self._failed_outcome(call, exc)
+        return self._succeeded_outcome(call, output)
+
+    def _failed_outcome(self, call: _Call, exc: Exception) -> _Outcome:
+        undos, effects = call.context._close()  # noqa: SLF001
+        if isinstance(exc, ToolError):
+            message = exc.message
+        else:
+            message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return _Outcome(error=message, undos=tuple(undos), effects=tuple(effects))
+
+    def _succeeded_outcome(self, call: _Call, output: object) -> _Outcome:
+        undos, effects = call.context._close()  # noqa: SLF001
+        try:
+            checked = check_json(output, what=f"the output of tool '{call.tool.name}'")
+        except InvalidArgument as exc:
+            return _Outcome(error=str(exc), undos=tuple(undos), effects=tuple(effects))
+        return _Outcome(output=checked, undos=tuple(undos), effects=tuple(effects))
+
+    def _keep_registered(self, outcome: _Outcome) -> None:
+        """Keep what the tool registered, whether it succeeded or not (a rewind undoes it)."""
+        self._ledger.record(outcome.undos)
+        self._effects.extend(outcome.effects)
+
+    def _succeed(self, call: _Call, outcome: _Outcome) -> StepResult:
+        step_id = call.step_id
+        output = outcome.output
+        compensation = call.tool.compensation_name
+        if compensation is not None:
+            self._ledger.record(
+                [
+                    UndoRecord(
+                        step_id=step_id,
+                        seq=len(outcome.undos),
+                        kind=compensation,
+                        payload={"arguments": call.arguments, "output": output},
+                        description=f"{compensation} for step {step_id} ({call.tool.name})",
+                    )
+                ]
+            )
+        self._steps[step_id] = StepRecord(
+            step_id=step_id, tool_name=call.tool.name, arguments=call.arguments, output=output
+        )
+        self._outputs[step_id] = output
+        self._graph.record_output(step_id, output)
+        self._context.append(
+            ContextEntry(step_id=step_id, tool_name=call.tool.name, raw_context=call.raw_context)
+        )
+        self._next_step = step_id + 1
+        self._transition(TxStatus.ACTIVE)
+        return StepResult(
+            status=StepStatus.SUCCESS,
+            step_id=step_id,
+            next_step_id=self._next_step,
+            output=output,
+            constraints=tuple(self._constraints),
+        )
+
+    # ------------------------------------------------------------------ failure and rewind
+
+    def _decide(self, step_id: int, error: str) -> tuple[RollbackDecision, CleanHint]:
+        hint = clean_error(error)
+        add_constraint(self._constraints, hint.text, self._max_constraints)
+        decision = self._controller.decide(
+            step_id, hint.key, self._graph.find_root_cause, transient=hint.category.transient
+        )
+        self._transition(TxStatus.ROLLING_BACK)
+        return decision, hint
+
+    def _fail(self, step_id: int, error: str) -> StepResult:
+        decision, hint = self._decide(step_id, error)
+        started = time.perf_counter()
+        report = self._ledger.compensate(
+            self._ledger.take_from(_rewind_target(decision)), self._registry.compensations
+        )
+        return self._apply(
+            step_id, decision, hint=hint, error=error, report=report, started=started
+        )
+
+    async def _afail(self, step_id: int, error: str) -> StepResult:
+        with self._lock:
+            decision, hint = self._decide(step_id, error)
+            records = self._ledger.take_from(_rewind_target(decision))
+        started = time.perf_counter()
+        report = await self._ledger.acompensate(records, self._registry.compensations)
+        with self._lock:
+            return self._apply(
+                step_id, decision, hint=hint, error=error, report=report, started=started
+            )
+
+    def _apply(
+        self,
+        step_id: int,
+        decision: RollbackDecision,
+        *,
+        hint: CleanHint,
+        error: str,
+        report: CompensationReport,
+        started: float,
+    ) -> StepResult:
+        """Finish the rewind (or abort) the decision asked for, after its compensations ran."""
+        strategy = decision.strategy
+        if strategy is RollbackStrategy.ABORT:
+            self._end(TxStatus.FAILED)
+            status, target, reset = StepStatus.FAILED, 0, True
+        elif strategy is RollbackStrategy.GLOBAL_RESET:
+            self._rewind_state(0)
+            self._transition(TxStatus.ACTIVE)
+            status, target, reset = StepStatus.ROLLBACK_TRIGGERED, 0, True
+        else:
+            target = decision.target_step
+            self._rewind_state(target)
+            self._transition(TxStatus.ACTIVE)
+            status, reset = StepStatus.ROLLBACK_TRIGGERED, False
+        return StepResult(
+            status=status,
+            step_id=step_id,
+            next_step_id=self._next_step,
+            hint=hint,
+            error=error,
+            strategy=strategy,
+            rollback_to_step=target,
+            constraints=tuple(self._constraints),
+            context_reset=reset,
+            abort_reason=decision.reason if strategy is RollbackStrategy.ABORT else None,
+            compensation_errors=report.failures,
+            rollback_latency_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    def _rewind_state(self, target: int) -> None:
+        """After compensation: drop effects, restore the store, truncate to before `target`."""
+        self._rewinds += 1
+        self._effects = [effect for effect in self._effects if effect.step_id < target]
+        self._store.restore(self._id, target)
+        for step in [s for s in self._steps if s >= target]:
+            del self._steps[step]
+            del self._outputs[step]
+        self._context = [entry for entry in self._context if entry.step_id < target]
+        self._graph.truncate_from(max(target, 1))
+        self._next_step = max(target, 1)
+
+    def _end(self, final: TxStatus) -> None:
+        """Abort after compensation: discard state and effects, and end as `final`."""
+        self._rewinds += 1
+        self._effects.clear()
+        self._store.discard(self._id)
+        self._steps.clear()
+        self._outputs.clear()
+        self._context.clear()
+        self._graph.clear()
+        self._next_step = 0
+        self._transition(final)
+
+    # ------------------------------------------------------------------ rollback and commit
+
+    def rollback(self, to_step: int | None = None, *, reason: str = "") -> RollbackResult:
+        """Rewind to just before `to_step` (it runs next), or abort with None or 0.
+
+        A rewind compensates the undo records of steps >= `to_step`, newest first, drops their
+        staged effects and restores the store; the controller's counters and the constraints
+        are left alone. Raises `InvalidArgument` unless `to_step < next_step_id`. `reason` is
+        for the caller's logs; agenttx does not interpret it.
+        """
+        del reason
+        with self._lock:
+            self._ensure_active()
+            if to_step is not None and (isinstance(to_step, bool) or not isinstance(to_step, int)):
+                raise InvalidArgument(f"to_step must be an integer, got {to_step!r}")
+            if to_step:
+                if not 0 < to_step < self._next_step:
+                    raise InvalidArgument(
+                        f"to_step {to_step} must be lower than the next step {self._next_step}"
+                    )
+                self._transition(TxStatus.ROLLING_BACK)
+                report = self._ledger.compensate(
+                    self._ledger.take_from(to_step), self._registry.compensations
+                )
+                self._rewind_state(to_step)
+                self._transition(TxStatus.ACTIVE)
+                return RollbackResult(
+                    aborted=False,
+                    next_step_id=to_step,
+                    compensations_run=report.succeeded,
+                    compensation_errors=report.failures,
+                )
+            report = self._abort(TxStatus.ROLLED_BACK)
+            return RollbackResult(
+                aborted=True,
+                next_step_id=0,
+                compensations_run=report.succeeded,
+                compensation_errors=report.failures,
+            )
+
+    def _abort(self, final: TxStatus) -> CompensationReport:
+        if self._status is not TxStatus.ROLLING_BACK:
+            self._transition(TxStatus.ROLLING_BACK)
+        report = self._ledger.compensate(self._ledger.take_from(0), self._registry.compensations)
+        self._end(final)
+        return report
+
+    def commit(self) -> CommitResult:
+        """Publish every write atomically, then dispatch the staged effects in staging order.
+
+        First committer wins: if another transaction committed a key this one wrote, after this
+        one first wrote it, the transaction is compensated, ends FAILED, and `WriteConflict`
+        (naming the key) is raised. Dispatch errors are reported in the result; they never undo
+        the commit. Nothing is compensated after a commit.
+        """
+        with self._lock:
+            self._ensure_active()
+            self._transition(TxStatus.COMMITTING)
+            try:
+                self._store.commit(self._id)
+            except WriteConflict:
+                self._transition(TxStatus.ROLLING_BACK)
+                self._abort(TxStatus.FAILED)
+                raise
+            except BaseException:
+                self._transition(TxStatus.ACTIVE)
+                raise
+            self._ledger.forget_all()
+            effects = tuple(self._effects)
+            self._effects.clear()
+            steps = len(self._steps)
+            self._transition(TxStatus.COMMITTED)
+        dispatched, errors = dispatch_effects(effects, self._dispatcher)
+        return CommitResult(
+            steps_committed=steps,
+            effects_dispatched=dispatched,
+            dispatch_errors=errors,
+            effects=effects,
+        )
+
+    # ------------------------------------------------------------------ context manager
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._status is not TxStatus.ACTIVE:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+
+def _rewind_target(decision: RollbackDecision) -> int:
+    """The first step a decision undoes: all of them (0) for an abort."""
+    return 0 if decision.strategy is RollbackStrategy.ABORT else decision.target_step
+
+
+def _is_positive_number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value > 0
+        and value != float("inf")
+    )
+
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _json_kind(value: JSONValue) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"

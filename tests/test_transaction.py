@@ -1,0 +1,711 @@
+"""The interactive transaction: the step pipeline, failure handling, rewinds, commit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+import agenttx
+from agenttx import RollbackStrategy, StepStatus, TxStatus
+from agenttx.stores import MemoryStore
+
+FK_ERROR = (
+    'ERROR: insert or update on table "orders" violates foreign key constraint '
+    '"orders_customer_id_fkey"\nDETAIL: Key (customer_id)=(c-1) is not present in table '
+    '"customers".'
+)
+
+
+class Shop:
+    """A tiny order workflow whose tools log what they and their undos did."""
+
+    def __init__(self, *, fail_order_times: int = 1) -> None:
+        self.log: list[str] = []
+        self.emails: list[agenttx.StagedEffect] = []
+        self.fail_order_times = fail_order_times
+
+        @agenttx.compensation(name="shop.undo")
+        def undo(payload):
+            self.log.append(f"undo {payload['what']}")
+
+        @agenttx.tool(name="create_customer")
+        def create_customer(ctx: agenttx.ToolContext, name: str) -> dict:
+            ctx.register_undo("shop.undo", {"what": "customer"})
+            ctx.state.put("customers/c-1", {"name": name})
+            self.log.append("create_customer")
+            return {"customer_id": "c-1"}
+
+        @agenttx.tool(name="reserve_stock")
+        def reserve_stock(ctx: agenttx.ToolContext, sku: str) -> dict:
+            ctx.register_undo("shop.undo", {"what": "stock"})
+            ctx.state.put(f"stock/{sku}", 9)
+            self.log.append("reserve_stock")
+            return {"reservation_id": "r-1", "sku": sku}
+
+        @agenttx.tool(name="send_confirmation")
+        def send_confirmation(ctx: agenttx.ToolContext, to: str) -> dict:
+            key = ctx.stage_effect("email", {"to": to})
+            self.log.append("send_confirmation")
+            return {"queued": key}
+
+        @agenttx.tool(name="create_order")
+        def create_order(ctx: agenttx.ToolContext, customer_id: str, sku: str) -> dict:
+            self.log.append("create_order")
+            if self.fail_order_times > 0:
+                self.fail_order_times -= 1
+                raise agenttx.ToolError(FK_ERROR)
+            ctx.state.put("orders/o-1", {"customer_id": customer_id, "sku": sku})
+            return {"order_id": "o-1"}
+
+        self.tools = [undo, create_customer, reserve_stock, send_confirmation, create_order]
+        self.calls = {
+            1: ("create_customer", {"name": "Ada"}),
+            2: ("reserve_stock", {"sku": "SKU-1"}),
+            3: ("send_confirmation", {"to": "ada@example.com"}),
+            4: ("create_order", {"customer_id": "${steps.1.customer_id}", "sku": "SKU-1"}),
+        }
+
+    def transaction(self, **options) -> agenttx.Transaction:
+        options.setdefault("dispatcher", {"email": self.emails.append})
+        return agenttx.Transaction(tools=self.tools, **options)
+
+
+def run_all(tx: agenttx.Transaction, calls: dict, *, limit: int = 100) -> list:
+    """Drive the transaction like an agent: always send the step it asks for next."""
+    results = []
+    while tx.status is TxStatus.ACTIVE and tx.next_step_id in calls and len(results) < limit:
+        tool, arguments = calls[tx.next_step_id]
+        results.append(tx.execute_step(tx.next_step_id, tool, arguments))
+    return results
+
+
+# ---------------------------------------------------------------- the reference scenarios
+
+
+def test_foreign_key_failure_jumps_to_the_root_cause_and_reverts_everything():
+    """Step 4's FK failure on customer_id jumps to step 1 and undoes steps 4..1, newest first."""
+    shop = Shop()
+    tx = shop.transaction()
+    for step in (1, 2, 3):
+        assert tx.execute_step(step, *shop.calls[step]).ok
+    assert tx.read("stock/SKU-1") == 9
+    assert tx.view().pending_effects == 1
+
+    result = tx.execute_step(4, *shop.calls[4])
+
+    assert result.status is StepStatus.ROLLBACK_TRIGGERED
+    assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP
+    assert (result.rollback_to_step, result.next_step_id) == (1, 1)
+    assert result.hint is not None
+    assert result.hint.text == (
+        "Hint: Foreign key constraint failed for 'customer_id'. "
+        "Ensure target customer exists before step execution."
+    )
+    assert result.hint.key == "customer_id"
+    assert result.constraints == (result.hint.text,)
+    assert result.context_reset is False
+    assert shop.log[-2:] == ["undo stock", "undo customer"]
+    assert tx.read("stock/SKU-1") is None
+    assert tx.read("customers/c-1") is None
+    assert tx.view().pending_effects == 0
+    assert tx.steps == ()
+    assert tx.graph.steps() == ()
+
+    # The corrected replay: the agent sends steps 1..4 again and commits.
+    results = run_all(tx, shop.calls)
+    assert [r.status for r in results] == [StepStatus.SUCCESS] * 4
+    commit = tx.commit()
+    assert commit.steps_committed == 4
+    assert commit.effects_dispatched == 1
+    assert [e.payload for e in shop.emails] == [{"to": "ada@example.com"}]
+    assert tx.status is TxStatus.COMMITTED
+
+
+def test_unresolved_reference_jumps_to_the_referenced_step():
+    """`${steps.1.user_id}` missing from step 1's output jumps back to step 1."""
+    shop = Shop()
+    tx = shop.transaction()
+    tx.execute_step(1, *shop.calls[1])
+    result = tx.execute_step(2, "reserve_stock", {"sku": "${steps.1.user_id}"})
+    assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP
+    assert result.rollback_to_step == 1
+    assert result.hint is not None
+    assert result.hint.text == (
+        "Hint: Step 1 output has no 'user_id'. Re-run step 1 so it returns 'user_id', "
+        "or fix the reference."
+    )
+    assert "reserve_stock" not in shop.log  # the tool never ran
+
+
+def test_a_step_that_always_fails_escalates_then_aborts():
+    """Backtrack, backtrack, global reset, the same again, then abort; counted executions."""
+    runs = []
+
+    @agenttx.tool
+    def ok(n: int) -> dict:
+        runs.append(n)
+        return {"n": n}
+
+    @agenttx.tool
+    def broken() -> dict:
+        runs.append(3)
+        raise agenttx.ToolError("something odd happened")
+
+    calls = {1: ("ok", {"n": 1}), 2: ("ok", {"n": 2}), 3: ("broken", {})}
+    tx = agenttx.Transaction(tools=[ok, broken])
+    results = run_all(tx, calls)
+    failures = [(r.strategy, r.rollback_to_step) for r in results if not r.ok]
+    assert failures == [
+        (RollbackStrategy.LOCAL_BACKTRACK, 2),
+        (RollbackStrategy.LOCAL_BACKTRACK, 1),
+        (RollbackStrategy.GLOBAL_RESET, 0),
+        (RollbackStrategy.LOCAL_BACKTRACK, 2),
+        (RollbackStrategy.LOCAL_BACKTRACK, 1),
+        (RollbackStrategy.ABORT, 0),
+    ]
+    assert runs.count(3) == 6
+    assert runs == [1, 2, 3, 2, 3, 1, 2, 3, 1, 2, 3, 2, 3, 1, 2, 3]
+    last = results[-1]
+    assert last.status is StepStatus.FAILED
+    assert last.next_step_id == 0
+    assert last.context_reset is True
+    assert last.abort_reason == "local backtrack depth exhausted; global reset budget (1) exhausted"
+    assert tx.status is TxStatus.FAILED
+    assert tx.global_resets == 1
+    with pytest.raises(agenttx.InvalidTransactionState):
+        tx.execute_step(1, "ok", {"n": 1})
+
+
+def test_a_tiny_replay_budget_forces_an_early_global_reset():
+    """With replay_budget_factor=0.1 the first backtrack is over budget: a global reset."""
+
+    @agenttx.tool
+    def ok() -> dict:
+        return {}
+
+    @agenttx.tool
+    def broken() -> dict:
+        raise agenttx.ToolError("nope")
+
+    tx = agenttx.Transaction(
+        tools=[ok, broken], policy=agenttx.RollbackPolicy(replay_budget_factor=0.1)
+    )
+    tx.execute_step(1, "ok", {})
+    tx.execute_step(2, "ok", {})
+    result = tx.execute_step(3, "broken", {})
+    assert result.strategy is RollbackStrategy.GLOBAL_RESET
+    assert (result.next_step_id, result.context_reset) == (1, True)
+    assert tx.context == ()
+
+
+def test_malformed_json_is_a_failed_step_with_the_malformed_json_hint():
+    """Arguments as broken JSON text fail the step; nothing is raised."""
+    shop = Shop()
+    tx = shop.transaction()
+    result = tx.execute_step(1, "create_customer", '{"name": ')
+    assert result.status is StepStatus.ROLLBACK_TRIGGERED
+    assert result.hint is not None
+    assert result.hint.text == (
+        "Hint: Malformed JSON. Emit a single valid JSON object with double-quoted keys."
+    )
+    assert result.error is not None
+    assert result.error.startswith("invalid arguments JSON: ")
+    assert tx.execute_step(1, "create_customer", '{"name": "Ada"}').ok
+
+
+def test_missing_arguments_become_hints_with_the_key():
+    """A missing keyword argument becomes the python_missing_argument hint with its key."""
+    shop = Shop()
+    tx = shop.transaction()
+    result = tx.execute_step(1, "create_customer", {})
+    assert result.hint is not None
+    assert result.hint.key == "name"
+    assert result.hint.text == (
+        "Hint: create_customer() requires argument 'name'. Pass 'name' in the tool arguments."
+    )
+
+
+def test_python_exceptions_are_given_as_python_formats_them():
+    """A KeyError in a tool becomes `KeyError: 'user_id'`, which the cleaner understands."""
+
+    @agenttx.tool
+    def lookup(record: dict) -> dict:
+        return {"id": record["user_id"]}
+
+    tx = agenttx.Transaction(tools=[lookup])
+    result = tx.execute_step(1, "lookup", {"record": {}})
+    assert result.error == "KeyError: 'user_id'"
+    assert result.hint is not None
+    assert result.hint.key == "user_id"
+
+
+def test_unknown_tools_list_the_registered_ones():
+    """Calling a tool that does not exist is a failed step whose hint lists the tools."""
+    shop = Shop()
+    tx = shop.transaction()
+    result = tx.execute_step(1, "create_user", {})
+    assert result.hint is not None
+    assert result.hint.text == (
+        "Hint: Tool 'create_user' does not exist. Use one of: create_customer, create_order, "
+        "reserve_stock, send_confirmation."
+    )
+
+
+# ---------------------------------------------------------------- transient failures
+
+
+def _flaky(times: int):
+    state = {"left": times, "runs": 0}
+
+    @agenttx.tool
+    def fetch() -> dict:
+        state["runs"] += 1
+        if state["left"] > 0:
+            state["left"] -= 1
+            raise agenttx.ToolError("upstream returned HTTP 503 Service Unavailable")
+        return {"ok": True}
+
+    @agenttx.tool
+    def first() -> dict:
+        return {}
+
+    return state, [fetch, first]
+
+
+def test_transient_failures_retry_the_same_step_first():
+    """A 5xx retries step K itself (RETRY), not K-1, once by default."""
+    state, tools = _flaky(1)
+    tx = agenttx.Transaction(tools=tools)
+    tx.execute_step(1, "first", {})
+    result = tx.execute_step(2, "fetch", {})
+    assert result.strategy is RollbackStrategy.RETRY
+    assert (result.rollback_to_step, result.next_step_id) == (2, 2)
+    assert tx.execute_step(2, "fetch", {}).ok
+    assert state["runs"] == 2
+
+
+def test_transient_retries_zero_is_the_reference_behaviour():
+    """With transient_retries=0 a 5xx backtracks locally to K-1."""
+    _, tools = _flaky(1)
+    tx = agenttx.Transaction(tools=tools, policy=agenttx.RollbackPolicy(transient_retries=0))
+    tx.execute_step(1, "first", {})
+    result = tx.execute_step(2, "fetch", {})
+    assert result.strategy is RollbackStrategy.LOCAL_BACKTRACK
+    assert result.rollback_to_step == 1
+
+
+# ---------------------------------------------------------------- commit
+
+
+def test_commit_publishes_atomically_and_only_then_dispatches():
+    """Other transactions see nothing before commit; effects are dispatched after it."""
+    store = MemoryStore()
+    shop = Shop(fail_order_times=0)
+    tx = shop.transaction(store=store)
+    run_all(tx, shop.calls)
+    assert store.read_committed("orders/o-1") is None
+    assert shop.emails == []
+    result = tx.commit()
+    assert json.loads(store.read_committed("orders/o-1")) == {"customer_id": "c-1", "sku": "SKU-1"}
+    assert result.effects_dispatched == 1
+    assert result.effects[0].channel == "email"
+    assert "undo" not in " ".join(shop.log)
+
+
+def test_without_a_dispatcher_the_effects_are_handed_back():
+    """commit() with no dispatcher returns the committed effects for the caller to deliver."""
+    shop = Shop(fail_order_times=0)
+    tx = agenttx.Transaction(tools=shop.tools)
+    run_all(tx, shop.calls)
+    result = tx.commit()
+    assert result.effects_dispatched == 0
+    assert [e.payload for e in result.effects] == [{"to": "ada@example.com"}]
+
+
+def test_dispatch_errors_are_reported_and_the_commit_stands():
+    """A failing dispatcher is reported per effect; the commit is not undone."""
+
+    def broken(effect):
+        raise ConnectionError("smtp down")
+
+    shop = Shop(fail_order_times=0)
+    tx = shop.transaction(dispatcher={"email": broken})
+    run_all(tx, shop.calls)
+    result = tx.commit()
+    assert result.effects_dispatched == 0
+    assert len(result.dispatch_errors) == 1
+    assert result.dispatch_errors[0].startswith("email effect ")
+    assert result.dispatch_errors[0].endswith("(step 3): smtp down")
+    assert tx.status is TxStatus.COMMITTED
+    assert tx.read("orders/o-1") is not None
+    assert not any(line.startswith("undo") for line in shop.log)
+
+
+def test_write_conflict_fails_the_later_committer_and_compensates_it():
+    """First committer wins; the loser raises WriteConflict naming the key and ends FAILED."""
+    store = MemoryStore()
+    undone = []
+
+    @agenttx.tool
+    def put(ctx: agenttx.ToolContext, value: int) -> dict:
+        ctx.register_undo(lambda: undone.append(value))
+        ctx.state.put("kv/inventory", value)
+        return {"value": value}
+
+    first = agenttx.Transaction(tools=[put], store=store)
+    second = agenttx.Transaction(tools=[put], store=store)
+    first.execute_step(1, "put", {"value": 1})
+    second.execute_step(1, "put", {"value": 2})
+    second.commit()
+    with pytest.raises(agenttx.WriteConflict) as caught:
+        first.commit()
+    assert caught.value.key == "kv/inventory"
+    assert first.status is TxStatus.FAILED
+    assert undone == [1]
+    assert json.loads(store.read_committed("kv/inventory")) == 2
+
+
+def test_an_empty_transaction_commits():
+    """Committing with no steps is allowed."""
+    result = agenttx.Transaction().commit()
+    assert (result.steps_committed, result.effects_dispatched) == (0, 0)
+
+
+# ---------------------------------------------------------------- rollback
+
+
+def test_manual_rollback_rewinds_and_keeps_counters_and_constraints():
+    """rollback(to_step=n) undoes steps >= n; constraints and resets stay."""
+    shop = Shop(fail_order_times=0)
+    tx = shop.transaction()
+    run_all(tx, shop.calls)
+    result = tx.rollback(to_step=2)
+    assert (result.aborted, result.next_step_id, result.compensations_run) == (False, 2, 1)
+    assert tx.next_step_id == 2
+    assert tx.read("stock/SKU-1") is None
+    assert tx.read("customers/c-1") == {"name": "Ada"}
+    assert [s.step_id for s in tx.steps] == [1]
+    assert tx.view().pending_effects == 0
+
+
+@pytest.mark.parametrize("to_step", [None, 0])
+def test_full_rollback_aborts(to_step):
+    """rollback() and rollback(0) compensate everything and end ROLLED_BACK."""
+    shop = Shop(fail_order_times=0)
+    tx = shop.transaction()
+    run_all(tx, shop.calls)
+    result = tx.rollback(to_step)
+    assert (result.aborted, result.next_step_id, result.compensations_run) == (True, 0, 2)
+    assert tx.status is TxStatus.ROLLED_BACK
+    assert tx.view().status is TxStatus.ROLLED_BACK
+    assert tx.read("customers/c-1") is None
+    assert shop.emails == []
+
+
+@pytest.mark.parametrize("to_step", [5, 6, -1])
+def test_rollback_must_target_an_earlier_step(to_step):
+    """to_step must be below next_step_id; nothing changes otherwise."""
+    shop = Shop(fail_order_times=0)
+    tx = shop.transaction()
+    run_all(tx, shop.calls)
+    with pytest.raises(agenttx.InvalidArgument, match="must be lower than the next step 5"):
+        tx.rollback(to_step=to_step)
+    assert tx.next_step_id == 5
+
+
+def test_failed_compensations_are_reported_and_kept_after_commit():
+    """A compensation that keeps failing is reported, the others still run, and it stays visible."""
+    ran = []
+
+    @agenttx.tool
+    def step(ctx: agenttx.ToolContext, n: int) -> dict:
+        def undo():
+            ran.append(n)
+            if n == 2:
+                raise RuntimeError("disk full")
+
+        ctx.register_undo(undo)
+        return {"n": n}
+
+    tx = agenttx.Transaction(tools=[step])
+    for n in (1, 2, 3):
+        tx.execute_step(n, "step", {"n": n})
+    result = tx.rollback(to_step=1)
+    assert result.compensations_run == 2
+    assert result.compensation_errors == ("call undo: disk full",)
+    assert ran == [3, 2, 2, 2, 1]  # three attempts for step 2, newest first overall
+    tx.commit()
+    assert tx.view().compensation_failures == ("call undo: disk full",)
+
+
+# ---------------------------------------------------------------- compensations and keys
+
+
+def test_declared_compensation_gets_arguments_and_output():
+    """compensate= is recorded on success and called with {"arguments", "output"}."""
+    seen = []
+
+    @agenttx.compensation(name="refund")
+    def refund(payload):
+        seen.append(payload)
+
+    @agenttx.tool(name="charge", compensate=refund)
+    def charge(amount: int) -> dict:
+        return {"charge_id": "ch-1"}
+
+    tx = agenttx.Transaction(tools=[charge])
+    tx.execute_step(1, "charge", {"amount": 5})
+    tx.rollback()
+    assert seen == [{"arguments": {"amount": 5}, "output": {"charge_id": "ch-1"}}]
+
+
+def test_nothing_is_compensated_after_commit():
+    """Commit forgets the undo records: a later failure elsewhere never undoes committed work."""
+    seen = []
+
+    @agenttx.tool(compensate="undo")
+    def act() -> dict:
+        return {}
+
+    undo = agenttx.compensation(name="undo")(seen.append)
+    tx = agenttx.Transaction(tools=[act, undo])
+    tx.execute_step(1, "act", {})
+    tx.commit()
+    assert seen == []
+
+
+def test_idempotency_keys_are_stable_and_renewed_after_compensation():
+    """The same call gets the same key; after its effects were undone it gets a new one."""
+    keys = []
+
+    @agenttx.tool
+    def pay(ctx: agenttx.ToolContext, amount: int) -> dict:
+        keys.append(ctx.idempotency_key)
+        return {}
+
+    def run(tx_id):
+        tx = agenttx.Transaction(tools=[pay], tx_id=tx_id)
+        tx.execute_step(1, "pay", {"amount": 5})
+        return tx
+
+    run("t-a")
+    tx = run("t-a-again")
+    assert keys[0] != keys[1]  # another transaction
+    run("t-a")
+    assert keys[2] == keys[0]  # same transaction id, step, tool and arguments
+    tx.rollback(to_step=1)
+    tx.execute_step(1, "pay", {"amount": 5})
+    assert keys[3] != keys[1]
+
+
+def test_resolved_values_are_never_rescanned():
+    """An output containing `${steps.1.secret}` is passed on as text."""
+
+    @agenttx.tool
+    def emit() -> dict:
+        return {"text": "${steps.1.secret}", "secret": "s3cr3t"}
+
+    @agenttx.tool
+    def echo(text: str) -> dict:
+        return {"text": text}
+
+    tx = agenttx.Transaction(tools=[emit, echo])
+    tx.execute_step(1, "emit", {})
+    assert tx.execute_step(2, "echo", {"text": "${steps.1.text}"}).output == {
+        "text": "${steps.1.secret}"
+    }
+
+
+# ---------------------------------------------------------------- protocol misuse and bad input
+
+
+def test_steps_out_of_order_raise_and_say_what_to_send():
+    """Sending step 3 to a fresh transaction raises StepOutOfOrder expecting step 1."""
+    tx = agenttx.Transaction(tools=Shop().tools)
+    with pytest.raises(agenttx.StepOutOfOrder) as caught:
+        tx.execute_step(3, "create_customer", {"name": "x"})
+    assert (caught.value.expected, caught.value.got) == (1, 3)
+    assert "expected step 1" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "error"),
+    [
+        ("", {}, agenttx.InvalidArgument),
+        ("x" * 129, {}, agenttx.InvalidArgument),
+        ("create_customer", {"name": {1, 2}}, agenttx.JSONValueError),
+        ("create_customer", {"name": float("nan")}, agenttx.JSONValueError),
+        ("create_customer", {"name": "x" * 1_048_577}, agenttx.InvalidArgument),
+        ("create_customer", "{" + " " * 1_048_576 + "}", agenttx.InvalidArgument),
+        ("create_customer", ["not", "a", "mapping"], agenttx.InvalidArgument),
+    ],
+)
+def test_bad_input_raises_and_changes_nothing(tool, arguments, error):
+    """Misuse is refused before anything changes: same view, same state, same step."""
+    shop = Shop()
+    tx = shop.transaction()
+    tx.execute_step(1, *shop.calls[1])
+    before = tx.view()
+    with pytest.raises(error):
+        tx.execute_step(2, tool, arguments)
+    assert tx.view() == before
+    assert tx.read("customers/c-1") == {"name": "Ada"}
+    assert tx.execute_step(2, *shop.calls[2]).ok
+
+
+def test_self_referencing_arguments_are_refused():
+    """A mapping that contains itself is a JSONValueError, not a RecursionError."""
+    loop: dict = {}
+    loop["self"] = loop
+    tx = agenttx.Transaction(tools=Shop().tools)
+    with pytest.raises(agenttx.JSONValueError, match="contains itself"):
+        tx.execute_step(1, "create_customer", loop)
+
+
+def test_non_object_arguments_fail_the_step_with_a_type_hint():
+    """JSON text that is not an object reaches no tool: a wrong-type hint."""
+    tx = agenttx.Transaction(tools=Shop().tools)
+    result = tx.execute_step(1, "create_customer", "[1, 2]")
+    assert result.hint is not None
+    assert result.hint.text == (
+        "Hint: Wrong argument type: got array, expected a JSON object of arguments."
+    )
+
+
+def test_non_json_output_fails_the_step():
+    """A tool returning a set fails its step with a message naming the tool."""
+
+    @agenttx.tool
+    def odd() -> object:
+        return {1, 2}
+
+    tx = agenttx.Transaction(tools=[odd])
+    result = tx.execute_step(1, "odd", {})
+    assert not result.ok
+    assert result.error is not None
+    assert "the output of tool 'odd'" in result.error
+
+
+def test_ended_transactions_refuse_calls_but_stay_viewable():
+    """After commit, every call raises InvalidTransactionState; view() shows COMMITTED."""
+    tx = agenttx.Transaction()
+    tx.commit()
+    with pytest.raises(agenttx.InvalidTransactionState, match="is COMMITTED, expected ACTIVE"):
+        tx.commit()
+    with pytest.raises(agenttx.InvalidTransactionState):
+        tx.rollback()
+    assert tx.view().status is TxStatus.COMMITTED
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"agent_id": "x" * 257},
+        {"step_timeout": 0},
+        {"max_constraints": 0},
+        {"compensation_retries": 0},
+        {"policy": "strict"},
+    ],
+)
+def test_bad_options_are_refused(options):
+    """Out-of-range construction options raise InvalidArgument."""
+    with pytest.raises(agenttx.InvalidArgument):
+        agenttx.Transaction(**options)
+
+
+# ---------------------------------------------------------------- cleanup always runs
+
+
+def test_context_manager_commits_on_success():
+    """Leaving the with block normally commits."""
+    shop = Shop(fail_order_times=0)
+    with shop.transaction() as tx:
+        run_all(tx, shop.calls)
+    assert tx.status is TxStatus.COMMITTED
+    assert len(shop.emails) == 1
+
+
+def test_context_manager_aborts_on_keyboard_interrupt_and_reraises():
+    """A KeyboardInterrupt in the block compensates everything, then propagates."""
+    shop = Shop(fail_order_times=0)
+    tx = shop.transaction()
+
+    def interrupted_block():
+        with tx:
+            tx.execute_step(1, *shop.calls[1])
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted_block()
+    assert tx.status is TxStatus.ROLLED_BACK
+    assert shop.log[-1] == "undo customer"
+
+
+def test_interrupt_inside_a_tool_undoes_that_step_and_allows_a_retry():
+    """A BaseException from a tool compensates the step's registered undos, then re-raises."""
+    undone = []
+    state = {"interrupt": True}
+
+    @agenttx.tool
+    def slow(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo(lambda: undone.append("slow"))
+        ctx.state.put("k", 1)
+        if state["interrupt"]:
+            state["interrupt"] = False
+            raise KeyboardInterrupt
+        return {}
+
+    tx = agenttx.Transaction(tools=[slow])
+    with pytest.raises(KeyboardInterrupt):
+        tx.execute_step(1, "slow", {})
+    assert undone == ["slow"]
+    assert tx.read("k") is None
+    assert (tx.status, tx.next_step_id) == (TxStatus.ACTIVE, 1)
+    assert tx.execute_step(1, "slow", {}).ok
+
+
+# ---------------------------------------------------------------- async
+
+
+def test_async_tools_and_compensations_run_on_the_callers_loop():
+    """aexecute_step awaits async tools; their async compensations are awaited on rewind."""
+    events = []
+
+    @agenttx.compensation(name="aundo")
+    async def aundo(payload):
+        await asyncio.sleep(0)
+        events.append(("undo", payload["n"]))
+
+    @agenttx.tool
+    async def fetch(ctx: agenttx.ToolContext, n: int) -> dict:
+        await asyncio.sleep(0)
+        ctx.register_undo("aundo", {"n": n})
+        events.append(("fetch", n))
+        return {"n": n}
+
+    @agenttx.tool
+    async def fail() -> dict:
+        raise agenttx.ToolError("no luck")
+
+    async def main():
+        tx = agenttx.Transaction(tools=[aundo, fetch, fail])
+        assert (await tx.aexecute_step(1, "fetch", {"n": 1})).ok
+        assert (await tx.aexecute_step(2, "fetch", {"n": 2})).ok
+        return await tx.aexecute_step(3, "fail", {})
+
+    result = asyncio.run(main())
+    assert result.strategy is RollbackStrategy.LOCAL_BACKTRACK
+    assert events == [("fetch", 1), ("fetch", 2), ("undo", 2)]
+
+
+def test_async_tools_also_run_from_execute_step():
+    """The sync API runs an async tool to completion."""
+
+    @agenttx.tool
+    async def add(x: int) -> int:
+        return x + 1
+
+    tx = agenttx.Transaction(tools=[add])
+    assert tx.execute_step(1, "add", {"x": 1}).output == 2
