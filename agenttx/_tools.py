@@ -380,8 +380,18 @@ class ToolContext:
                 f"step {self.step_id} has ended: its context accepts no more writes"
             )
 
-    def register_undo(self, kind: str | Callable[[], object], payload: JSONValue = None, /) -> None:
-        """Record an undo for this step; see the class docstring."""
+    def register_undo(
+        self,
+        kind: str | Callable[[], object],
+        payload: JSONValue = None,
+        /,
+        *,
+        description: str | None = None,
+    ) -> None:
+        """Record an undo for this step; see the class docstring.
+
+        `description` names the undo in reports (default: the kind and the payload's start).
+        """
         self._check_open()
         seq = len(self._undos)
         if callable(kind):
@@ -391,7 +401,7 @@ class ToolContext:
                     seq=seq,
                     kind="fn",
                     payload=None,
-                    description=f"call {_function_name(kind)}",
+                    description=description or f"call {_function_name(kind)}",
                     action=kind,
                 )
             )
@@ -408,7 +418,7 @@ class ToolContext:
                 seq=seq,
                 kind=kind,
                 payload=payload,
-                description=f"{kind}({canonical_dumps(payload)[:80]})",
+                description=description or f"{kind}({canonical_dumps(payload)[:80]})",
             )
         )
 

@@ -75,8 +75,10 @@ EXPECTED = {
     "agenttx.stores": ["MemoryStore", "Store"],
     "agenttx.testing": [
         "StepSpec",
+        "TransactionMachine",
         "build_graph",
         "check_graph_invariants",
+        "check_store",
         "json_scalars",
         "json_values",
         "step_sequences",

@@ -6,10 +6,12 @@ import asyncio
 import json
 
 import pytest
+from hypothesis import settings
 
 import agenttx
 from agenttx import RollbackStrategy, StepStatus, TxStatus
 from agenttx.stores import MemoryStore
+from agenttx.testing import TransactionMachine
 
 FK_ERROR = (
     'ERROR: insert or update on table "orders" violates foreign key constraint '
@@ -709,3 +711,9 @@ def test_async_tools_also_run_from_execute_step():
 
     tx = agenttx.Transaction(tools=[add])
     assert tx.execute_step(1, "add", {"x": 1}).output == 2
+
+
+# ---------------------------------------------------------------- model-based
+
+TransactionMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
+test_transaction_machine = TransactionMachine.TestCase

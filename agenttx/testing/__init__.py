@@ -22,6 +22,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
     ) from exc
 
 from ._invariants import check_graph_invariants as check_graph_invariants
+from ._machines import TransactionMachine as TransactionMachine
+from ._stores import check_store as check_store
 from ._strategies import StepSpec as StepSpec
 from ._strategies import build_graph as build_graph
 from ._strategies import json_scalars as json_scalars
@@ -30,8 +32,10 @@ from ._strategies import step_sequences as step_sequences
 
 __all__ = [
     "StepSpec",
+    "TransactionMachine",
     "build_graph",
     "check_graph_invariants",
+    "check_store",
     "json_scalars",
     "json_values",
     "step_sequences",

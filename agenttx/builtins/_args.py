@@ -1,0 +1,122 @@
+"""Argument checks for the built-in tools, with the reference's serde-style messages.
+
+The messages are part of the contract: the Clean Hint cleaner matches them (`missing field`
+gives the missing_field hint and key, `invalid type: ...` the type_mismatch hint), and tests
+compare them verbatim with the reference. Every check raises `ToolError`, which fails the step.
+
+Unknown arguments are ignored, as the reference ignores unknown fields.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final
+
+from .._errors import ToolError
+from .._json import JSONValue, canonical_dumps
+
+__all__ = [
+    "id_text",
+    "identifier",
+    "json_type",
+    "optional_str",
+    "required_str",
+    "text_arg",
+    "value_text",
+]
+
+_IDENTIFIER: Final = re.compile(r"[A-Za-z0-9_]{1,128}")
+
+# bool before int: `True` is an int to Python but a boolean to JSON.
+_KINDS: Final[tuple[tuple[type | tuple[type, ...], str], ...]] = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    ((int, float), "number"),
+    (str, "string"),
+    ((list, tuple), "array"),
+    (Mapping, "object"),
+)
+
+
+def json_type(value: object) -> str:
+    """The JSON kind of `value` as serde names it: null, boolean, number, string, array, object."""
+    for kinds, name in _KINDS:
+        if isinstance(value, kinds):
+            return name
+    return type(value).__name__
+
+
+def value_text(value: JSONValue) -> str:
+    """A value as text: a string as is, anything else as its canonical JSON (`101` -> `101`)."""
+    if isinstance(value, str):
+        return value
+    return canonical_dumps(value)
+
+
+def required_str(arguments: Mapping[str, JSONValue], name: str) -> str:
+    """The string argument `name`.
+
+    Raises ``ToolError("missing field `name`")`` when it is absent or null, and
+    ``ToolError("invalid type: {t} for field `name`, expected a string")`` for another type.
+    """
+    value = arguments.get(name)
+    if value is None:
+        raise ToolError(f"missing field `{name}`")
+    if not isinstance(value, str):
+        raise ToolError(f"invalid type: {json_type(value)} for field `{name}`, expected a string")
+    return value
+
+
+def optional_str(arguments: Mapping[str, JSONValue], name: str) -> str | None:
+    """The optional string argument `name`: None when absent or null, else as `required_str`."""
+    if arguments.get(name) is None:
+        return None
+    return required_str(arguments, name)
+
+
+def id_text(arguments: Mapping[str, JSONValue], name: str) -> str:
+    """The id argument `name` as text: a non-empty string as is, a number as its JSON text.
+
+    Raises ``missing field `name` `` when absent or null, and
+    ``invalid type: {t} for field `name`, expected a string or number`` for anything else,
+    including the empty string (the reference's message, kept so hints stay identical).
+    """
+    value = arguments.get(name)
+    if value is None:
+        raise ToolError(f"missing field `{name}`")
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return canonical_dumps(value)
+    raise ToolError(
+        f"invalid type: {json_type(value)} for field `{name}`, expected a string or number"
+    )
+
+
+def identifier(value: str, what: str) -> str:
+    """`value` if it is 1-128 characters of ASCII `[A-Za-z0-9_]`.
+
+    Otherwise raises ``invalid {what} `{value}`: expected 1-128 chars of [A-Za-z0-9_]``.
+    """
+    if _IDENTIFIER.fullmatch(value) is None:
+        raise ToolError(f"invalid {what} `{value}`: expected 1-128 chars of [A-Za-z0-9_]")
+    return value
+
+
+def text_arg(arguments: Mapping[str, JSONValue], name: str) -> str:
+    """As `required_str`, and the string must be encodable as UTF-8 (no lone surrogates).
+
+    JSON text can carry a lone surrogate (`"\\ud800"`), which no file name or file can hold;
+    it fails with ``invalid value: lone surrogate at index {i} for field `name`, expected
+    UTF-8 text``.
+    """
+    value = required_str(arguments, name)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"invalid value: lone surrogate at index {exc.start} for field `{name}`, "
+            "expected UTF-8 text"
+        ) from None
+    return value
