@@ -40,3 +40,9 @@ __all__ = [
     "json_values",
     "step_sequences",
 ]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -58,9 +58,6 @@ class StepSpec:
     output: JSONValue
 
 
-StepSpec.__module__ = "agenttx.testing"
-
-
 @st.composite
 def step_sequences(
     draw: st.DrawFn,

@@ -1,0 +1,32 @@
+"""State stores: where a transaction's key-value state lives (layer 1).
+
+A store keeps the committed state and, for every open transaction, a private overlay of its
+writes with an undo journal and snapshots; `Store` is the protocol and states the contract.
+Transactions that should see each other's commits, and conflict, share one store::
+
+    from agenttx.stores import MemoryStore
+
+    store = MemoryStore()
+    store.begin("tx-1")
+    store.put("tx-1", "kv/greeting", '"hello"')
+    store.snapshot("tx-1", 1)
+    store.delete("tx-1", "kv/greeting")
+    store.restore("tx-1", 1)  # the delete is reverted
+    store.commit("tx-1")
+    assert store.read_committed("kv/greeting") == '"hello"'
+
+`agenttx.testing.check_store(factory)` checks any implementation against the contract.
+"""
+
+from __future__ import annotations
+
+from ._memory import MemoryStore as MemoryStore
+from ._protocol import Store as Store
+
+__all__ = ["MemoryStore", "Store"]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = __name__
+del _name, _obj
