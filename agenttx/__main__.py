@@ -21,9 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser(
         "demo",
-        help="run the demo: references, the dependency graph and root-cause analysis",
-        description="Resolve the seed example's references, print its dependency graph and "
-        "trace the failed step's bad input back to the step that produced it.",
+        help="run the demo: an order workflow that fails, rewinds to the root cause and commits",
+        description="Run an order workflow through a transaction: a foreign-key failure, the "
+        "hint, the dependency jump with its compensations, the corrected replay and the commit.",
     )
     args = parser.parse_args(argv)
     if args.command == "demo":

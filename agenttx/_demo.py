@@ -1,64 +1,115 @@
-"""The demo behind `python -m agenttx demo`: the seed example, step by step.
+"""The demo behind `python -m agenttx demo`: an order workflow that fails, rewinds and commits.
 
-An agent creates a user (step 2), looks up the owner by a reference to that user (step 5), reads
-a cart by the owner's id written out literally (step 7), and inserts an order that references the
-owner (step 9). The insert fails on `user_id`; the dependency graph traces the bad value back
-through the rename `id -> user -> owner_id -> user_id` to the step that produced it.
+A scripted agent creates a customer (step 1, in the wrong table), reserves stock (2), writes a
+receipt file (3), stages a confirmation email (4) and inserts the order (5). The insert fails
+on its foreign key; the dependency graph traces `customer_id` back to step 1, so the
+transaction jumps there: the receipt is deleted, the stock reservation reverted and the email
+dropped. The agent, now holding the hint, fixes step 1 and replays; the commit publishes the
+state and only then sends the email.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ._graph import DependencyGraph, EdgeKind
-from ._json import JSONValue, canonical_dumps
-from ._refs import resolve_references
+from . import builtins
+from ._json import canonical_dumps
+from ._transaction import StepResult, Transaction
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-# (step, tool, arguments as the agent sent them, output the tool returned)
-SEED_STEPS: tuple[tuple[int, str, JSONValue, JSONValue], ...] = (
-    (2, "create_user", {"name": "Ada"}, {"id": "u-7"}),
-    (5, "lookup_owner", {"user": "${steps.2.id}"}, {"owner_id": "u-7"}),
-    (7, "get_cart", {"owner_id": "u-7"}, {"cart_id": "c-3", "items": 2}),
-    (9, "insert_order", {"user_id": "${steps.5.owner_id}", "cart": "${steps.7.cart_id}"}, None),
-)
-FAILED_STEP = 9
-FAILED_KEY = "user_id"
+    from ._json import JSONValue
+    from ._tools import StagedEffect
+
+Call = tuple[str, dict[str, Any]]
 
 
-def run(out: Callable[[str], object] = print) -> DependencyGraph:
-    """Print the seed example step by step and return its dependency graph."""
-    graph = DependencyGraph()
-    outputs: dict[int, JSONValue] = {}
-    out("agenttx demo: ${steps.N.path} references and the dependency graph\n")
-    for step_id, tool, arguments, output in SEED_STEPS:
-        resolution = resolve_references(arguments, outputs, current_step=step_id)
-        graph.add_step(step_id, tool, resolution.value, resolution.dependencies)
-        out(f"step {step_id}  {tool}({canonical_dumps(arguments)})")
-        if resolution.value != arguments:
-            out(f"        resolved to {canonical_dumps(resolution.value)}")
-        if step_id == FAILED_STEP:
-            out(f"        FAILED: the database rejects `{FAILED_KEY}` (foreign key violation)")
-            continue
-        graph.record_output(step_id, output)
-        outputs[step_id] = output
-        out(f"        -> {canonical_dumps(output)}")
+def _plan(customer_table: str) -> dict[int, Call]:
+    return {
+        1: (
+            "record.insert",
+            {"table": customer_table, "id": "c-1", "fields": {"name": "Ada", "email": "ada@x.io"}},
+        ),
+        2: ("kv.put", {"key": "stock/SKU-1", "value": {"reserved": 2}}),
+        3: ("fs.write", {"path": "receipts/o-1.txt", "contents": "1 x SKU-1 for Ada"}),
+        4: (
+            "effect.stage",
+            {"channel": "email", "payload": {"to": "${steps.1.email}", "subject": "Order o-1"}},
+        ),
+        5: (
+            "record.insert",
+            {
+                "table": "orders",
+                "id": "o-1",
+                "fields": {"customer_id": "${steps.1.id}", "sku": "SKU-1"},
+                "references": {"customer_id": "customers"},
+            },
+        ),
+    }
 
-    out("\ndependency graph (explicit edges from references, implicit ones from equal values):")
-    for edge in graph.edges():
-        kind = "explicit" if edge.kind is EdgeKind.EXPLICIT else "implicit"
+
+def _show(out: Callable[[str], object], step: int, call: Call, result: StepResult) -> None:
+    tool, arguments = call
+    out(f"step {step}  {tool} {canonical_dumps(arguments)}")
+    if result.ok:
+        out(f"        ok -> {canonical_dumps(result.output)}")
+        return
+    out(f"        FAILED: {result.error.splitlines()[0] if result.error else ''}")
+    if result.hint is not None:
+        out(f"        {result.hint.text}")
+    out(
+        f"        {result.strategy.value}: rewound to step {result.rollback_to_step}, "
+        f"send step {result.next_step_id} next"
+    )
+
+
+def run(out: Callable[[str], object] = print) -> Transaction:
+    """Print the order workflow step by step and return its committed transaction."""
+    sent: list[JSONValue] = []
+
+    def send_email(effect: StagedEffect) -> None:
+        sent.append(effect.payload)
+        out(f"        email sent: {canonical_dumps(effect.payload)} key={effect.idempotency_key}")
+
+    root = tempfile.mkdtemp(prefix="agenttx-demo-")
+    tx = Transaction(tools=builtins.tools(root), dispatcher={"email": send_email}, agent_id="demo")
+    out(f"agenttx demo: an order workflow (files in {root})\n")
+
+    plan = _plan("customer")  # the agent's first attempt puts the customer in the wrong table
+    while tx.next_step_id in plan:
+        step = tx.next_step_id
+        result = tx.execute_step(step, *plan[step])
+        _show(out, step, plan[step], result)
+        if not result.ok:
+            break
+    receipt = Path(root, "receipts", "o-1.txt")
+    out(
+        f"\nafter the rewind: stock/SKU-1 = {tx.read('kv/stock/SKU-1')}, "
+        f"receipt exists = {receipt.exists()}, staged emails = {tx.view().pending_effects}"
+    )
+    out(f"constraints the agent now works under: {list(tx.constraints)}")
+
+    out("\nthe agent fixes step 1 and replays:")
+    plan = _plan("customers")
+    while tx.next_step_id in plan:
+        step = tx.next_step_id
+        _show(out, step, plan[step], tx.execute_step(step, *plan[step]))
+
+    out("\ndependency graph:")
+    for edge in tx.graph.edges():
         out(
             f"  step {edge.source} -> step {edge.target}  {edge.source_key} -> {edge.target_key}"
-            f"  ({kind})"
+            f"  ({edge.kind.value})"
         )
+    out(tx.graph.to_mermaid())
 
-    root = graph.find_root_cause(FAILED_STEP, FAILED_KEY)
+    out("commit:")
+    result = tx.commit()
     out(
-        f"\nroot cause of step {FAILED_STEP}'s bad `{FAILED_KEY}`: "
-        f"step {root} ({graph.tool_of(root) if root is not None else 'none'})"
+        f"        {result.steps_committed} steps committed, "
+        f"{result.effects_dispatched} effect dispatched after the commit"
     )
-    out(f"the agent would resume at step {root}, with the hint added to its constraints")
-    out("\nMermaid:\n" + graph.to_mermaid())
-    return graph
+    return tx

@@ -12,8 +12,8 @@ from agenttx import _demo
 from agenttx.__main__ import main
 
 
-def test_demo_prints_the_seed_example_and_its_root_cause():
-    """The demo resolves the references, prints the graph and finds step 2 as the root cause."""
+def test_demo_runs_the_order_workflow():
+    """The demo fails on the foreign key, jumps to step 1, reverts, replays and commits."""
     done = subprocess.run(
         [sys.executable, "-m", "agenttx", "demo"],
         capture_output=True,
@@ -22,26 +22,29 @@ def test_demo_prints_the_seed_example_and_its_root_cause():
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert 'resolved to {"user":"u-7"}' in done.stdout
-    assert "step 2 -> step 5  id -> user  (explicit)" in done.stdout
-    assert "step 5 -> step 7  owner_id -> owner_id  (implicit)" in done.stdout
-    assert "root cause of step 9's bad `user_id`: step 2 (create_user)" in done.stdout
-    assert "flowchart LR" in done.stdout
+    out = done.stdout
+    assert "Hint: Foreign key constraint failed for 'customer_id'." in out
+    assert "dependency_jump: rewound to step 1, send step 1 next" in out
+    assert "stock/SKU-1 = None, receipt exists = False, staged emails = 0" in out
+    assert "step 1 -> step 5  id -> customer_id  (explicit)" in out
+    assert "5 steps committed, 1 effect dispatched after the commit" in out
+    assert out.index("email sent") > out.index("commit:")
 
 
-def test_demo_returns_the_graph():
-    """The demo's graph is the seed example's: find_root_cause(9, 'user_id') == 2."""
+def test_demo_returns_the_committed_transaction():
+    """The demo's transaction ends COMMITTED with the order and the stock published."""
     lines: list[str] = []
-    graph = _demo.run(lines.append)
-    assert graph.find_root_cause(9, "user_id") == 2
-    assert graph.steps() == (2, 5, 7, 9)
-    assert lines
+    tx = _demo.run(lines.append)
+    assert tx.status is agenttx.TxStatus.COMMITTED
+    assert tx.read("records/orders/o-1") == {"customer_id": "c-1", "sku": "SKU-1", "id": "o-1"}
+    assert tx.read("kv/stock/SKU-1") == {"reserved": 2}
+    assert len(tx.constraints) == 1
 
 
 def test_demo_command_in_process(capsys):
     """main(["demo"]) prints the demo and returns 0."""
     assert main(["demo"]) == 0
-    assert "root cause of step 9's bad `user_id`: step 2" in capsys.readouterr().out
+    assert "1 effect dispatched after the commit" in capsys.readouterr().out
 
 
 def test_no_command_prints_help_and_fails(capsys):
