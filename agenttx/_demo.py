@@ -107,9 +107,9 @@ def run(out: Callable[[str], object] = print) -> Transaction:
     out(tx.graph.to_mermaid())
 
     out("commit:")
-    result = tx.commit()
+    committed = tx.commit()
     out(
-        f"        {result.steps_committed} steps committed, "
-        f"{result.effects_dispatched} effect dispatched after the commit"
+        f"        {committed.steps_committed} steps committed, "
+        f"{committed.effects_dispatched} effect dispatched after the commit"
     )
     return tx

@@ -96,14 +96,54 @@ class StepNode:
     explicit: tuple[Dependency, ...]
 
 
-@attrs.define
 class _Node:
-    index: int  # the rustworkx node index
-    step: StepNode
-    # Lower-cased output key -> the lower-cased keys a root-cause walk arriving under it
-    # follows: the key itself plus the inputs the step passed through to it. Built by
-    # record_output so that find_root_cause does no per-leaf work.
-    carried: dict[str, frozenset[str]] = attrs.field(factory=dict)
+    """One step's data. Plain and slotted: a transaction creates one per step."""
+
+    __slots__ = (
+        "carried",
+        "entries",
+        "explicit",
+        "index",
+        "input_leaves",
+        "inputs_by_value",
+        "output_leaves",
+        "step_id",
+        "tool_name",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        step_id: int,
+        *,
+        tool_name: str,
+        input_leaves: tuple[Leaf, ...],
+        explicit: tuple[Dependency, ...],
+        inputs_by_value: dict[ValueTag, set[str]],
+    ) -> None:
+        self.index = index  # the rustworkx node index
+        self.step_id = step_id
+        self.tool_name = tool_name
+        self.input_leaves = input_leaves
+        self.explicit = explicit
+        # Typed value -> lower-cased keys of the linkable inputs that carry it.
+        self.inputs_by_value = inputs_by_value
+        self.output_leaves: tuple[Leaf, ...] = ()
+        # Lower-cased output key -> the lower-cased keys a root-cause walk arriving under it
+        # follows: the key itself plus the inputs the step passed through to it (only where
+        # there are such inputs). Built by record_output so the walk does no per-leaf work.
+        self.carried: dict[str, set[str]] = {}
+        # The value-index entries of the output, to remove them again.
+        self.entries: tuple[tuple[str, ValueTag], ...] = ()
+
+    def public(self) -> StepNode:
+        return StepNode(
+            step_id=self.step_id,
+            tool_name=self.tool_name,
+            input_leaves=self.input_leaves,
+            output_leaves=self.output_leaves,
+            explicit=self.explicit,
+        )
 
 
 class _Link(NamedTuple):
@@ -145,16 +185,16 @@ class DependencyGraph:
     def node(self, step_id: int) -> StepNode | None:
         """The node of `step_id`, or None if the graph has no such step."""
         node = self._nodes.get(step_id)
-        return None if node is None else node.step
+        return None if node is None else node.public()
 
     def nodes(self) -> tuple[StepNode, ...]:
         """Every node, in ascending step order."""
-        return tuple(node.step for node in self._nodes.values())
+        return tuple(node.public() for node in self._nodes.values())
 
     def tool_of(self, step_id: int) -> str | None:
         """The tool name of `step_id`, or None if the graph has no such step."""
         node = self._nodes.get(step_id)
-        return None if node is None else node.step.tool_name
+        return None if node is None else node.tool_name
 
     # ------------------------------------------------------------------ building
 
@@ -164,6 +204,8 @@ class DependencyGraph:
         tool_name: str,
         inputs: JSONValue,
         explicit: Iterable[Dependency] = (),
+        *,
+        validate: bool = True,
     ) -> tuple[Edge, ...]:
         """Add step `step_id` and return its incoming edges: explicit ones first, then implicit.
 
@@ -174,30 +216,32 @@ class DependencyGraph:
         to the most recent earlier step with an equal output leaf whose key matches: equal
         ignoring ASCII case, or the input key ends with `_` + the output key (`user_id` links to
         `id`, not the reverse). Implicit edges are unique per (source, source key, input key).
+        `validate=False` skips the checks of the arguments, for callers that have made them.
         """
-        _check_step_id(step_id)
-        if not isinstance(tool_name, str):
-            raise InvalidArgument(f"tool name must be a string, got {tool_name!r}")
         dependencies = tuple(explicit)
-        for dependency in dependencies:
-            if not isinstance(dependency, Dependency):
-                raise InvalidArgument(
-                    f"explicit dependencies of step {step_id} must be Dependency objects, "
-                    f"got {dependency!r}"
-                )
-        leaves = tuple(scalar_leaves(check_json(inputs, what=f"inputs of step {step_id}")))
+        if validate:
+            _check_step_id(step_id)
+            if not isinstance(tool_name, str):
+                raise InvalidArgument(f"tool name must be a string, got {tool_name!r}")
+            for dependency in dependencies:
+                if not isinstance(dependency, Dependency):
+                    raise InvalidArgument(
+                        f"explicit dependencies of step {step_id} must be Dependency objects, "
+                        f"got {dependency!r}"
+                    )
+            check_json(inputs, what=f"inputs of step {step_id}")
+        leaves = tuple(scalar_leaves(inputs))
 
         self.truncate_from(step_id)
         index = self._graph.add_node(step_id)
+        inputs_by_value: dict[ValueTag, set[str]] = {}
         self._nodes[step_id] = _Node(
-            index=index,
-            step=StepNode(
-                step_id=step_id,
-                tool_name=tool_name,
-                input_leaves=leaves,
-                output_leaves=(),
-                explicit=dependencies,
-            ),
+            index,
+            step_id,
+            tool_name=tool_name,
+            input_leaves=leaves,
+            explicit=dependencies,
+            inputs_by_value=inputs_by_value,
         )
         edges = [
             Edge(
@@ -213,9 +257,13 @@ class DependencyGraph:
         covered = {dep.target_key for dep in dependencies}
         seen: set[tuple[int, str, str]] = set()
         for in_key, value in leaves:
-            if in_key in covered or not _linkable(value):
+            if not _linkable(value):
                 continue
-            producer = self._producer(in_key, value_tag(value))
+            tag = value_tag(value)
+            inputs_by_value.setdefault(tag, set()).add(_lower(in_key))
+            if in_key in covered:
+                continue
+            producer = self._producer(in_key, tag)
             if producer is None:
                 continue
             source, _, source_key = producer
@@ -262,22 +310,34 @@ class DependencyGraph:
                 best = found
         return best
 
-    def record_output(self, step_id: int, output: JSONValue) -> None:
-        """Record the output of a step that succeeded, replacing any output recorded before."""
+    def record_output(self, step_id: int, output: JSONValue, *, validate: bool = True) -> None:
+        """Record the output of a step that succeeded, replacing any output recorded before.
+
+        `validate=False` skips the JSON check of `output`, for callers that have made it.
+        """
         node = self._nodes.get(step_id)
         if node is None:
             raise InvalidArgument(f"cannot record the output of step {step_id}: not in the graph")
-        leaves = tuple(scalar_leaves(check_json(output, what=f"output of step {step_id}")))
-        self._unindex(node.step)
-        node.step = StepNode(
-            step_id=step_id,
-            tool_name=node.step.tool_name,
-            input_leaves=node.step.input_leaves,
-            output_leaves=leaves,
-            explicit=node.step.explicit,
-        )
-        node.carried = _carried(node.step)
-        for entry_key, (position, out_key) in _index_entries(leaves).items():
+        if validate:
+            check_json(output, what=f"output of step {step_id}")
+        leaves = tuple(scalar_leaves(output))
+        self._unindex(node)
+        node.output_leaves = leaves
+        entries: dict[tuple[str, ValueTag], tuple[int, str]] = {}
+        carried: dict[str, set[str]] = {}
+        for position, (out_key, value) in enumerate(leaves):
+            if not _linkable(value):
+                continue
+            lowered = _lower(out_key)
+            tag = value_tag(value)
+            passed = node.inputs_by_value.get(tag)
+            if passed:
+                carried.setdefault(lowered, {lowered}).update(passed)
+            if lowered:
+                entries.setdefault((lowered, tag), (position, out_key))
+        node.carried = carried
+        node.entries = tuple(entries)
+        for entry_key, (position, out_key) in entries.items():
             producers = self._index.setdefault(entry_key, [])
             entry = (step_id, position, out_key)
             if not producers or producers[-1][0] < step_id:
@@ -285,15 +345,17 @@ class DependencyGraph:
             else:
                 bisect.insort(producers, entry)
 
-    def _unindex(self, step: StepNode) -> None:
-        for entry_key in _index_entries(step.output_leaves):
+    def _unindex(self, node: _Node) -> None:
+        step_id = node.step_id
+        for entry_key in node.entries:
             producers = self._index[entry_key]
-            if producers[-1][0] == step.step_id:
+            if producers[-1][0] == step_id:
                 producers.pop()  # the common case: the newest producer goes first
             else:
-                producers[:] = [p for p in producers if p[0] != step.step_id]
+                producers[:] = [p for p in producers if p[0] != step_id]
             if not producers:
                 del self._index[entry_key]
+        node.entries = ()
 
     def truncate_from(self, step_id: int) -> None:
         """Remove `step_id` and every later step, with their edges.
@@ -307,7 +369,7 @@ class DependencyGraph:
             if last < step_id:
                 break
             node = self._nodes.pop(last)
-            self._unindex(node.step)
+            self._unindex(node)
             removed.append(node.index)
         if removed:
             self._graph.remove_nodes_from(removed)
@@ -420,33 +482,6 @@ class DependencyGraph:
 def _check_step_id(step_id: object) -> None:
     if not isinstance(step_id, int) or isinstance(step_id, bool) or step_id < 1:
         raise InvalidArgument(f"step id must be an integer >= 1, got {step_id!r}")
-
-
-def _index_entries(leaves: tuple[Leaf, ...]) -> dict[tuple[str, ValueTag], tuple[int, str]]:
-    """The index entries of an output: (lower key, typed value) -> first (position, key)."""
-    entries: dict[tuple[str, ValueTag], tuple[int, str]] = {}
-    for position, (out_key, value) in enumerate(leaves):
-        if out_key and _linkable(value):
-            entries.setdefault((_lower(out_key), value_tag(value)), (position, out_key))
-    return entries
-
-
-def _carried(step: StepNode) -> dict[str, frozenset[str]]:
-    """For each output key, the keys a root-cause walk follows back through this step.
-
-    The key itself, plus pass-through: every input key whose linkable value the step output
-    again under that key (the step is taken to have passed that input through).
-    """
-    inputs_by_value: dict[ValueTag, set[str]] = {}
-    for in_key, value in step.input_leaves:
-        if _linkable(value):
-            inputs_by_value.setdefault(value_tag(value), set()).add(_lower(in_key))
-    followed: dict[str, set[str]] = {}
-    for out_key, value in step.output_leaves:
-        lowered = _lower(out_key)
-        keys = followed.setdefault(lowered, {lowered})
-        keys.update(inputs_by_value.get(value_tag(value), ()))
-    return {key: frozenset(keys) for key, keys in followed.items()}
 
 
 def _edge_order(edge: Edge) -> tuple[int, int, str, str, str]:

@@ -20,6 +20,8 @@ __all__ = [
     "ValueTag",
     "canonical_dumps",
     "check_json",
+    "checked_size_bound",
+    "json_size_bound",
     "scalar_leaves",
     "value_tag",
 ]
@@ -50,21 +52,34 @@ def check_json(value: object, *, what: str = "value") -> JSONValue:
     container that contains itself, or nesting deeper than `MAX_NESTING_DEPTH`. `what` names the
     value in the message (for example "output of step 3").
     """
-    try:
-        _check(value, 0, set())
-    except _Invalid as exc:
-        path = "$" + "".join(reversed(exc.parts))
-        raise JSONValueError(path=path, problem=exc.problem, what=what) from None
+    checked_size_bound(value, what=what)
     return value  # type: ignore[return-value]  # just checked
 
 
-def _check(value: object, depth: int, active: set[int]) -> None:
-    if value is None or isinstance(value, (str, bool, int)):
-        return
+def checked_size_bound(value: object, *, what: str = "value") -> int:
+    """`check_json`, returning an upper bound of the value's canonical JSON size in bytes.
+
+    The bound (see `json_size_bound`) comes free with the check, so callers that enforce a
+    size limit only serialize the rare value whose bound exceeds it.
+    """
+    try:
+        return _check(value, 0, set())
+    except _Invalid as exc:
+        path = "$" + "".join(reversed(exc.parts))
+        raise JSONValueError(path=path, problem=exc.problem, what=what) from None
+
+
+def _check(value: object, depth: int, active: set[int]) -> int:
+    if isinstance(value, str):
+        return 6 * len(value) + 2
+    if value is None or isinstance(value, bool):
+        return 5
+    if isinstance(value, int):
+        return value.bit_length() // 3 + 2
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _Invalid(f"{value!r} is not a finite number")
-        return
+        return 32
     if not isinstance(value, (dict, list)):
         raise _Invalid(f"{type(value).__name__} is not a JSON type")
     if depth >= MAX_NESTING_DEPTH:
@@ -73,23 +88,25 @@ def _check(value: object, depth: int, active: set[int]) -> None:
     if marker in active:
         raise _Invalid("the container contains itself")
     active.add(marker)
+    size = 2
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _Invalid(f"object key {key!r} is a {type(key).__name__}, not a string")
             try:
-                _check(item, depth + 1, active)
+                size += _check(item, depth + 1, active) + 6 * len(key) + 4
             except _Invalid as exc:
                 exc.parts.append(_key_part(key))
                 raise
     else:
         for index, item in enumerate(value):
             try:
-                _check(item, depth + 1, active)
+                size += _check(item, depth + 1, active) + 1
             except _Invalid as exc:
                 exc.parts.append(f"[{index}]")
                 raise
     active.discard(marker)
+    return size
 
 
 def _key_part(key: str) -> str:
@@ -104,6 +121,15 @@ def canonical_dumps(value: JSONValue) -> str:
     Floats are written as Python writes them (`1e+20`), where Rust writes `1e20`.
     """
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def json_size_bound(value: JSONValue) -> int:
+    """An upper bound of the UTF-8 size of `value`'s canonical JSON text, cheap to compute.
+
+    Strings count 6 bytes a character (the longest escape, `\\u001f`); integers a digit per 3
+    bits; other scalars their longest form. Use it to skip an exact measurement.
+    """
+    return checked_size_bound(value)
 
 
 def scalar_leaves(value: JSONValue, key: str = "") -> list[tuple[str, JSONScalar]]:

@@ -16,7 +16,7 @@ so a tool output containing `${steps.1.secret}` passes through as text.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, cast
 
 import attrs
 
@@ -182,7 +182,11 @@ class _Unresolved(Exception):
 
 
 def resolve_references(
-    arguments: object, outputs: Mapping[int, JSONValue], *, current_step: int
+    arguments: object,
+    outputs: Mapping[int, JSONValue],
+    *,
+    current_step: int,
+    validate: bool = True,
 ) -> Resolution:
     """Resolve every `${steps.N.path}` in the string values of `arguments`.
 
@@ -193,10 +197,11 @@ def resolve_references(
     values as compact JSON with sorted keys. Traversal order, and so the order of the returned
     dependencies, is: object fields in sorted key order, then references left to right.
 
-    Raises `JSONValueError` if `arguments` is not a JSON value. A reference that cannot be
-    resolved is not raised: it is reported in the returned `Resolution.error`.
+    Raises `JSONValueError` if `arguments` is not a JSON value (`validate=False` skips that
+    check, for callers that have made it). A reference that cannot be resolved is not raised:
+    it is reported in the returned `Resolution.error`.
     """
-    value = check_json(arguments, what="arguments")
+    value = check_json(arguments, what="arguments") if validate else cast("JSONValue", arguments)
     dependencies: list[Dependency] = []
     try:
         resolved = _resolve(value, "", outputs, current_step, dependencies)
@@ -219,11 +224,12 @@ def _resolve(
     if isinstance(value, list):
         return [_resolve(item, field, outputs, current_step, dependencies) for item in value]
     if isinstance(value, dict):
-        resolved = {
+        # Sorted key order is the traversal order, so the dependencies come out as the
+        # reference engine records them; the resolved object keeps that order too.
+        return {
             key: _resolve(value[key], key, outputs, current_step, dependencies)
             for key in sorted(value)
         }
-        return {key: resolved[key] for key in value}
     return value
 
 
@@ -234,39 +240,46 @@ def _resolve_string(
     current_step: int,
     dependencies: list[Dependency],
 ) -> JSONValue:
-    pieces = parse_template(text)
-    values: list[JSONValue] = []
-    for piece in pieces:
-        if isinstance(piece, str):
-            values.append(piece)
-        else:
-            values.append(_lookup(piece, field, outputs, current_step, dependencies))
-    if len(pieces) == 1 and isinstance(pieces[0], Reference):
-        return _copy(values[0])
-    return "".join(v if isinstance(v, str) else canonical_dumps(v) for v in values)
+    matches = list(_STEPS_TOKEN.finditer(text))
+    if not matches:
+        return text
+    if len(matches) == 1 and matches[0].group("step") and matches[0].span() == (0, len(text)):
+        return _copy(_lookup(matches[0], field, outputs, current_step, dependencies))
+    parts: list[str] = []
+    position = 0
+    for match in matches:
+        parts.append(text[position : match.start()])
+        position = match.end()
+        if match.group("escape"):
+            parts.append("${")
+            continue
+        value = _lookup(match, field, outputs, current_step, dependencies)
+        parts.append(value if isinstance(value, str) else canonical_dumps(value))
+    parts.append(text[position:])
+    return "".join(parts)
 
 
 def _lookup(
-    reference: Reference,
+    match: re.Match[str],
     field: str,
     outputs: Mapping[int, JSONValue],
     current_step: int,
     dependencies: list[Dependency],
 ) -> JSONValue:
-    step = reference.step
-    assert step is not None  # steps mode always sets it
+    text = match.group(0)
+    step = int(match.group("step"))
     if step > _MAX_STEP_ID or step >= current_step or step not in outputs:
-        raise _Unresolved(f"reference {reference.text} points to a step that has not completed")
+        raise _Unresolved(f"reference {text} points to a step that has not completed")
+    path = match.group("path").split(".")[1:]
     value = outputs[step]
-    for segment in reference.path:
+    for segment in path:
         found, value = _index(value, segment)
         if not found:
             dependencies.append(Dependency(from_step=step, source_key=segment, target_key=segment))
             raise _Unresolved(
-                f"unresolved reference {reference.text}: "
-                f"key '{segment}' not present in output of step {step}"
+                f"unresolved reference {text}: key '{segment}' not present in output of step {step}"
             )
-    source_key = next((s for s in reversed(reference.path) if not _is_index(s)), field)
+    source_key = next((s for s in reversed(path) if not _is_index(s)), field)
     dependencies.append(
         Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
     )

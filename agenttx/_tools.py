@@ -346,10 +346,11 @@ class ToolContext:
         "_compensations",
         "_effects",
         "_fenced",
+        "_key",
+        "_state",
+        "_store",
         "_undos",
         "deadline",
-        "idempotency_key",
-        "state",
         "step_id",
         "tx_id",
     )
@@ -359,20 +360,35 @@ class ToolContext:
         *,
         tx_id: str,
         step_id: int,
-        idempotency_key: str,
+        idempotency_key: str | Callable[[], str],
         deadline: float,
         store: Store,
         compensations: Mapping[str, Compensation[Any, Any]],
     ) -> None:
         self.tx_id = tx_id
         self.step_id = step_id
-        self.idempotency_key = idempotency_key
+        self._key = idempotency_key  # a callable is called once, on first use
         self.deadline = deadline
-        self.state = StateView(store, tx_id, self._check_open)
+        self._store = store
+        self._state: StateView | None = None
         self._compensations = compensations
         self._undos: list[UndoRecord] = []
         self._effects: list[StagedEffect] = []
         self._fenced = False
+
+    @property
+    def state(self) -> StateView:
+        """The transaction's key-value view of state."""
+        if self._state is None:
+            self._state = StateView(self._store, self.tx_id, self._check_open)
+        return self._state
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable for this logical call; new when the step reruns after a compensation."""
+        if callable(self._key):
+            self._key = self._key()
+        return self._key
 
     def _check_open(self) -> None:
         if self._fenced:

@@ -21,7 +21,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 
 import attrs
 
@@ -35,7 +35,7 @@ from ._errors import (
 )
 from ._graph import DependencyGraph
 from ._hints import CleanHint, add_constraint, clean_error
-from ._json import JSONValue, canonical_dumps, check_json
+from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
 from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._refs import resolve_references
 from ._saga import CompensationReport, Dispatcher, SagaLedger, dispatch_effects, resolve_awaitable
@@ -205,8 +205,7 @@ class TransactionView:
     compensation_failures: tuple[str, ...] = ()
 
 
-@attrs.frozen
-class _Call:
+class _Call(NamedTuple):
     """A step that passed the checks and is ready to run its tool."""
 
     step_id: int
@@ -216,8 +215,7 @@ class _Call:
     context: ToolContext
 
 
-@attrs.frozen
-class _Outcome:
+class _Outcome(NamedTuple):
     output: JSONValue = None
     error: str | None = None
     undos: tuple[UndoRecord, ...] = ()
@@ -478,9 +476,12 @@ class Transaction:
             if len(arguments.encode()) > MAX_PAYLOAD_BYTES:
                 raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
             parsed: JSONValue | str = arguments
-        elif isinstance(arguments, Mapping):
-            parsed = check_json(dict(arguments), what="arguments")
-            if len(canonical_dumps(parsed).encode()) > MAX_PAYLOAD_BYTES:
+        elif type(arguments) is dict or isinstance(arguments, Mapping):
+            parsed = dict(arguments)
+            if (
+                checked_size_bound(parsed, what="arguments") > MAX_PAYLOAD_BYTES
+                and len(canonical_dumps(parsed).encode()) > MAX_PAYLOAD_BYTES
+            ):
                 raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
         else:
             raise InvalidArgument(
@@ -500,20 +501,20 @@ class Transaction:
                 return f"invalid arguments JSON: {exc}"
         tool = self._registry.tools.get(tool_name)
         if tool is None:
-            self._graph.add_step(step_id, tool_name, parsed)
+            self._graph.add_step(step_id, tool_name, parsed, validate=False)
             return (
                 f"unknown tool '{tool_name}'; registered tools: {', '.join(self._registry.names())}"
             )
-        resolution = resolve_references(parsed, self._outputs, current_step=step_id)
-        self._graph.add_step(step_id, tool_name, resolution.value, resolution.dependencies)
+        resolution = resolve_references(parsed, self._outputs, current_step=step_id, validate=False)
+        resolved = resolution.value
+        self._graph.add_step(step_id, tool_name, resolved, resolution.dependencies, validate=False)
         if resolution.error is not None:
             return resolution.error
+        generation = self._rewinds
         context = ToolContext(
             tx_id=self._id,
             step_id=step_id,
-            idempotency_key=derive_key(
-                self._id, step_id, tool_name, resolution.value, self._rewinds
-            ),
+            idempotency_key=lambda: derive_key(self._id, step_id, tool_name, resolved, generation),
             deadline=time.monotonic() + self._step_timeout,
             store=self._store,
             compensations=self._registry.compensations,
@@ -521,7 +522,7 @@ class Transaction:
         return _Call(
             step_id=step_id,
             tool=tool,
-            arguments=resolution.value,
+            arguments=resolved,
             raw_context=raw_context,
             context=context,
         )
@@ -608,7 +609,7 @@ class Transaction:
             step_id=step_id, tool_name=call.tool.name, arguments=call.arguments, output=output
         )
         self._outputs[step_id] = output
-        self._graph.record_output(step_id, output)
+        self._graph.record_output(step_id, output, validate=False)
         self._context.append(
             ContextEntry(step_id=step_id, tool_name=call.tool.name, raw_context=call.raw_context)
         )

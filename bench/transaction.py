@@ -1,0 +1,127 @@
+"""Per-step overhead of `Transaction.execute_step`, side by side with LangGraph.
+
+Run from the repository root::
+
+    pip install -e '.[bench]'            # LangGraph, for the comparison
+    python bench/transaction.py          # the full run
+    python bench/transaction.py --quick  # a smoke run (used by tests/test_bench_transaction.py)
+
+The workload is the issue's: a chain of steps, each a call of a no-op tool with one
+`${steps.N.id}` reference to the previous step's output and three literal arguments, on the
+default in-memory store. agenttx runs 20-step transactions (a fresh `Transaction` each, then a
+commit) and times every `execute_step` with `time.perf_counter_ns`; the figure is the median
+over all timed steps. LangGraph runs the same chain as a `StateGraph` of 20 nodes, each
+reading the previous node's output from the state and calling the same no-op function,
+compiled with its `InMemorySaver` checkpointer (a checkpoint per step, the closest match to
+agenttx's per-step snapshot); the figure is the median over runs of one `invoke` divided by
+20. Both are measured in the same process, one after the other, and compared as a ratio.
+
+Targets: agenttx at most 15 us median per step; at least 15 times less than LangGraph.
+`--quick` checks correctness only (the chain resolves its references and commits); missed
+timings are reported, not turned into a failing exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+import agenttx
+
+STEPS = 20
+
+
+def noop(a: str, b: int, c: str, d: bool) -> dict[str, Any]:  # noqa: ARG001
+    """The tool: does nothing, returns an id for the next step to reference."""
+    return {"id": a, "n": b}
+
+
+def bench_agenttx(transactions: int) -> float:
+    """Median microseconds per execute_step over `transactions` 20-step chains."""
+    tool = agenttx.tool(name="noop")(noop)
+    times: list[int] = []
+    for _ in range(transactions):
+        tx = agenttx.Transaction(tools=[tool])
+        tx.execute_step(1, "noop", {"a": "start", "b": 1, "c": "lit", "d": True})
+        for step in range(2, STEPS + 1):
+            arguments = {"a": f"${{steps.{step - 1}.id}}", "b": step, "c": "lit", "d": True}
+            started = time.perf_counter_ns()
+            result = tx.execute_step(step, "noop", arguments)
+            times.append(time.perf_counter_ns() - started)
+            if not result.ok or result.output != {"id": "start", "n": step}:
+                raise SystemExit(f"agenttx step {step} went wrong: {result}")
+        if tx.commit().steps_committed != STEPS:
+            raise SystemExit("agenttx commit went wrong")
+    return statistics.median(times) / 1000
+
+
+def bench_langgraph(runs: int) -> float | None:
+    """Median microseconds per node of a 20-node LangGraph chain, or None if not installed."""
+    try:
+        from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+        from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
+        from typing_extensions import TypedDict  # noqa: PLC0415
+    except ImportError:
+        return None
+
+    class State(TypedDict):
+        outputs: dict[str, dict[str, Any]]
+
+    def node(step: int) -> Any:
+        def run(state: State) -> dict[str, Any]:
+            previous = state["outputs"].get(str(step - 1), {"id": "start"})
+            output = noop(previous["id"], step, "lit", True)
+            return {"outputs": {**state["outputs"], str(step): output}}
+
+        return run
+
+    builder = StateGraph(State)
+    for step in range(1, STEPS + 1):
+        builder.add_node(f"s{step}", node(step))
+        builder.add_edge(START if step == 1 else f"s{step - 1}", f"s{step}")
+    builder.add_edge(f"s{STEPS}", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    times: list[float] = []
+    for run in range(runs):
+        config = {"configurable": {"thread_id": f"t{run}"}}
+        started = time.perf_counter_ns()
+        final = graph.invoke({"outputs": {}}, config)  # type: ignore[arg-type]
+        times.append((time.perf_counter_ns() - started) / STEPS)
+        if final["outputs"][str(STEPS)] != {"id": "start", "n": STEPS}:
+            raise SystemExit("langgraph chain went wrong")
+    return statistics.median(times) / 1000
+
+
+def main() -> int:
+    """Run the benchmark, print the table, return 1 if a target is missed on a full run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    args = parser.parse_args()
+    transactions, runs = (20, 5) if args.quick else (500, 200)
+
+    ours = bench_agenttx(transactions)
+    theirs = bench_langgraph(runs)
+    rows = [("execute_step per step (agenttx)", f"{ours:.1f} us", "<= 15 us", ours <= 15)]
+    if theirs is None:
+        rows.append(("LangGraph + InMemorySaver per step", "not installed", "-", True))
+    else:
+        ratio = theirs / ours
+        rows.append(("LangGraph + InMemorySaver per step", f"{theirs:.1f} us", "-", True))
+        rows.append(("LangGraph / agenttx", f"{ratio:.1f}x", ">= 15x", ratio >= 15))
+    print(f"{'benchmark':36}  {'measured':>14}  {'target':>8}  result")
+    print(f"{'-' * 36}  {'-' * 14}  {'-' * 8}  ------")
+    for name, measured, target, met in rows:
+        print(f"{name:36}  {measured:>14}  {target:>8}  {'pass' if met else 'MISS'}")
+    missed = [name for name, _, _, met in rows if not met]
+    if missed and not args.quick:
+        print(f"\nMISSED {len(missed)} target(s): {', '.join(missed)}")
+        return 1
+    print("\nAll targets met." if not missed else "\n(quick run: timings not enforced)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
