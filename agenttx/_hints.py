@@ -280,6 +280,8 @@ _GATE_RARITY: Final = "`;{}$QJZXKYVW=\"',-UDH"
 _FOLDED_GATE_LETTERS: Final = "qx"
 #: The gate characters in use, in signature order. Filled in by `_gates`.
 _GATE_CHARS: list[str] = []
+#: Texts longer than this are searched for a literal only when all its characters occur.
+_LONG_TEXT: Final = 4096
 
 
 @attrs.define
@@ -291,6 +293,8 @@ class _Scan:
     _reversed: str | None = None
     _found: dict[str, bool] = attrs.field(factory=dict)
     _found_folded: dict[str, bool] = attrs.field(factory=dict)
+    _chars: dict[str, bool] = attrs.field(factory=dict)
+    _chars_folded: dict[str, bool] = attrs.field(factory=dict)
     _statuses: dict[str, frozenset[str]] = attrs.field(factory=dict)
 
     def signature(self) -> int:
@@ -303,10 +307,24 @@ class _Scan:
         for needle in needles:
             present = found.get(needle)
             if present is None:
-                present = found[needle] = needle in (self.folded() if folded else self.text)
+                present = found[needle] = self._contains(needle, folded)
             if present:
                 return True
         return False
+
+    def _contains(self, needle: str, folded: bool) -> bool:
+        text = self.folded() if folded else self.text
+        if len(text) > _LONG_TEXT:
+            # On a long text, looking for each of the needle's characters first (memchr speed,
+            # remembered) often avoids a scan for the needle, which can cost 0.1 ms.
+            chars = self._chars_folded if folded else self._chars
+            for char in needle:
+                present = chars.get(char)
+                if present is None:
+                    present = chars[char] = char in text
+                if not present:
+                    return False
+        return needle in text
 
     def folded(self) -> str:
         """The text case-folded, so that the case-insensitive rules can run case-sensitively.
@@ -1283,14 +1301,42 @@ def _strip_qualifiers(line: str) -> str:
         return line if found is None else found.group("name") + line[found.end() :]
     if "Error" not in line and "Exception" not in line and "Fault" not in line:
         return line
-    end = _QUALIFIER_END.search(line)
-    if end is None:
-        return line
-    dot = end.start()
-    qualifiers = _QUALIFIER_RUN.match(line, 0, dot)
-    if qualifiers is None or qualifiers.end() != dot or not _EXCEPTION_NAME.match(line, dot + 1):
+    dot = _qualifier_end(line)
+    if dot < 0 or not _EXCEPTION_NAME.match(line, dot + 1):
         return line
     return line[dot + 1 :]
+
+
+def _qualifier_end(line: str) -> int:
+    """The `.` that ends `line`'s leading qualifiers: the first `.` not followed by `[a-z_$]`,
+    if every character before it is `[\w$.]`; else -1."""
+    if line.isascii():
+        # `re` pays some 25 ns at each `.`; classifying the characters with `str.translate`
+        # and looking for the two-character patterns that end the qualifiers is far quicker.
+        classes = line.translate(_QUALIFIER_CLASSES)
+        ends = [i for i in (classes.find(".."), classes.find(".w"), classes.find(". ")) if i >= 0]
+        if classes.endswith("."):
+            ends.append(len(classes) - 1)
+        dot = min(ends, default=-1)
+        return dot if dot >= 0 and classes.find(" ", 0, dot) < 0 else -1
+    end = _QUALIFIER_END.search(line)
+    if end is None:
+        return -1
+    qualifiers = _QUALIFIER_RUN.match(line, 0, end.start())
+    return end.start() if qualifiers is not None and qualifiers.end() == end.start() else -1
+
+
+#: ASCII characters by class: `.` stays, `[a-z_$]` become `a`, other `[\w$]` `w`, the rest ` `.
+_QUALIFIER_CLASSES: Final = {
+    c: "."
+    if c == ord(".")
+    else "a"
+    if chr(c) in _QUALIFIER_START
+    else "w"
+    if re.fullmatch(r"[\w$]", chr(c))
+    else " "
+    for c in range(128)
+}
 
 
 def _line_from(text: str, start: int) -> str:

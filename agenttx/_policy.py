@@ -288,7 +288,7 @@ def _check_policy(_instance: object, attribute: attrs.Attribute[Any], value: obj
         raise InvalidArgument(f"{attribute.name} must be a RollbackPolicy, got {value!r}")
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)  # validate once, at construction: hot path
 class RollbackController:
     """The rollback controller of one transaction (spec section 5, plus transient retries).
 

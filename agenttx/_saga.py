@@ -55,6 +55,9 @@ class CompensationReport:
         )
 
 
+_PLAIN: Final = frozenset({dict, list, str, int, float, bool})
+
+
 def resolve_awaitable(value: object) -> object:
     """Run `value` to completion if it is awaitable, from synchronous code.
 
@@ -62,7 +65,7 @@ def resolve_awaitable(value: object) -> object:
     running loop (sync code called from async code) it runs on a loop in a helper thread, so
     the caller's loop is never re-entered.
     """
-    if not inspect.isawaitable(value):
+    if value is None or type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
     awaitable: Awaitable[object] = value
 

@@ -536,32 +536,16 @@ class Transaction:
         self._rewind_state(call.step_id)
         self._transition(TxStatus.ACTIVE)
 
-    def _invocation(self, call: _Call) -> Callable[[], object]:
-        arguments = call.arguments
-        if not isinstance(arguments, dict):
-            kind = _json_kind(arguments)
-
-            def refuse() -> object:
-                raise ToolError(f"invalid type: {kind}, expected a JSON object of arguments")
-
-            return refuse
-        function = call.tool.__wrapped__
-        if call.tool.wants_context:
-            return lambda: function(call.context, **arguments)
-        return lambda: function(**arguments)
-
     def _run_tool(self, call: _Call) -> _Outcome:
-        invoke = self._invocation(call)
         try:
-            output = resolve_awaitable(invoke())
+            output = resolve_awaitable(_invoke(call))
         except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
             return self._failed_outcome(call, exc)
         return self._succeeded_outcome(call, output)
 
     async def _arun_tool(self, call: _Call) -> _Outcome:
-        invoke = self._invocation(call)
         try:
-            output = invoke()
+            output = _invoke(call)
             if inspect.isawaitable(output):
                 output = await output
         except Exception as exc:  # noqa: BLE001
@@ -815,6 +799,17 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+
+def _invoke(call: _Call) -> object:
+    """Call the tool with its arguments as keywords (and its context if it asks for one)."""
+    arguments = call.arguments
+    if not isinstance(arguments, dict):
+        kind = _json_kind(arguments)
+        raise ToolError(f"invalid type: {kind}, expected a JSON object of arguments")
+    if call.tool.wants_context:
+        return call.tool.__wrapped__(call.context, **arguments)
+    return call.tool.__wrapped__(**arguments)
 
 
 def _rewind_target(decision: RollbackDecision) -> int:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings
 
 import agenttx
-from agenttx import RollbackStrategy, StepStatus, TxStatus
+from agenttx import RollbackStrategy, StepStatus, TxStatus, builtins
 from agenttx.stores import MemoryStore
 from agenttx.testing import TransactionMachine
 
@@ -717,3 +717,43 @@ def test_async_tools_also_run_from_execute_step():
 
 TransactionMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
 test_transaction_machine = TransactionMachine.TestCase
+
+
+def test_builtins_foreign_key_failure_reverts_kv_file_and_email(tmp_path):
+    """With built-ins: step 4's FK failure jumps to step 1 and reverts kv, file and email."""
+
+    sent = []
+    tx = agenttx.Transaction(tools=builtins.tools(tmp_path), dispatcher={"email": sent.append})
+    calls = {
+        1: ("kv.put", {"key": "session/customer", "value": "c-404"}),
+        2: ("fs.write", {"path": "drafts/${steps.1.value}.json", "contents": "{}"}),
+        3: ("effect.stage", {"channel": "email", "payload": {"customer": "${steps.1.value}"}}),
+        4: (
+            "record.insert",
+            {
+                "table": "orders",
+                "id": "o-1",
+                "fields": {"customer_id": "${steps.1.value}"},
+                "references": {"customer_id": "customers"},
+            },
+        ),
+    }
+    for step in (1, 2, 3):
+        assert tx.execute_step(step, *calls[step]).ok
+    draft = tmp_path / "drafts" / "c-404.json"
+    assert draft.exists()
+
+    result = tx.execute_step(4, *calls[4])
+
+    assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP
+    assert result.rollback_to_step == 1
+    assert result.hint is not None
+    assert result.hint.text == (
+        "Hint: Foreign key constraint failed for 'customer_id'. "
+        "Ensure target customer exists before step execution."
+    )
+    assert tx.read("kv/session/customer") is None
+    assert not draft.exists()
+    assert tx.view().pending_effects == 0
+    tx.commit()
+    assert sent == []

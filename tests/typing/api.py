@@ -28,3 +28,38 @@ assert_type(edge.kind, agenttx.EdgeKind)
 error = agenttx.StepOutOfOrder(expected=1, got=3)
 assert_type(error.expected, int)
 assert_type(agenttx.WriteConflict.code, str)
+
+
+# Decorated tools keep their signatures (ParamSpec), bare and called, sync and async.
+@agenttx.tool
+def add(x: int, y: int = 1) -> int:
+    return x + y
+
+
+@agenttx.tool(name="math.scale", compensate="math.unscale")
+async def scale(x: float) -> float:
+    return 2 * x
+
+
+@agenttx.compensation(name="math.unscale")
+def unscale(payload: dict[str, object]) -> None:
+    return None
+
+
+assert_type(add(1), int)
+assert_type(add(1, y=2), int)
+assert_type(add.name, str)
+add("one")  # type: ignore[arg-type]  # the real parameter type is seen (unused-ignore fails)
+add(1, z=2)  # type: ignore[call-arg]
+assert_type(unscale({"a": 1}), None)
+
+
+async def use_scale() -> float:
+    return await scale(1.5)
+
+
+tx = agenttx.Transaction(tools=[add, scale, unscale])
+assert_type(tx.execute_step(1, "add", {"x": 1}), agenttx.StepResult)
+assert_type(tx.commit(), agenttx.CommitResult)
+assert_type(tx.rollback(), agenttx.RollbackResult)
+assert_type(tx.status, agenttx.TxStatus)
