@@ -7,7 +7,7 @@ Layer map (a module imports only from its own layer or below):
     2  _graph, _saga, _tools, _policy    dependency graph (the only rustworkx importer); undo
                                          ledger, staged effects, dispatch; tool decorator and
                                          context; rollback controller
-    3  _transaction                      interactive transactions
+    3  _results, _transaction            what transactions report; interactive transactions
     4  builtins/, testing/, _demo,       built-in tools; hypothesis strategies, state machines
        __main__                          and checks; the demo and command line
 
@@ -43,6 +43,14 @@ from ._policy import RollbackStrategy as RollbackStrategy
 from ._refs import Dependency as Dependency
 from ._refs import Resolution as Resolution
 from ._refs import resolve_references as resolve_references
+from ._results import CommitResult as CommitResult
+from ._results import ContextEntry as ContextEntry
+from ._results import RollbackResult as RollbackResult
+from ._results import StepRecord as StepRecord
+from ._results import StepResult as StepResult
+from ._results import StepStatus as StepStatus
+from ._results import TransactionView as TransactionView
+from ._results import TxStatus as TxStatus
 from ._saga import CompensationReport as CompensationReport
 from ._saga import EffectDispatcher as EffectDispatcher
 from ._saga import OutboxDispatcher as OutboxDispatcher
@@ -54,15 +62,7 @@ from ._tools import ToolContext as ToolContext
 from ._tools import UndoRecord as UndoRecord
 from ._tools import compensation as compensation
 from ._tools import tool as tool
-from ._transaction import CommitResult as CommitResult
-from ._transaction import ContextEntry as ContextEntry
-from ._transaction import RollbackResult as RollbackResult
-from ._transaction import StepRecord as StepRecord
-from ._transaction import StepResult as StepResult
-from ._transaction import StepStatus as StepStatus
 from ._transaction import Transaction as Transaction
-from ._transaction import TransactionView as TransactionView
-from ._transaction import TxStatus as TxStatus
 
 __version__ = "0.1.0.dev0"
 

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import builtins
 from ._json import canonical_dumps
-from ._transaction import StepResult, Transaction
+from ._transaction import Transaction
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._json import JSONValue
+    from ._results import StepResult
     from ._tools import StagedEffect
 
 Call = tuple[str, dict[str, Any]]

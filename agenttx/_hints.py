@@ -307,23 +307,26 @@ class _Scan:
         for needle in needles:
             present = found.get(needle)
             if present is None:
-                present = found[needle] = self._contains(needle, folded)
+                text = self.folded() if folded else self.text
+                if len(text) > _LONG_TEXT:
+                    present = found[needle] = self._contains(needle, folded)
+                else:
+                    present = found[needle] = needle in text
             if present:
                 return True
         return False
 
     def _contains(self, needle: str, folded: bool) -> bool:
+        # On a long text, looking for each of the needle's characters first (memchr speed,
+        # remembered) often saves a scan for the needle, which can cost 0.1 ms.
         text = self.folded() if folded else self.text
-        if len(text) > _LONG_TEXT:
-            # On a long text, looking for each of the needle's characters first (memchr speed,
-            # remembered) often avoids a scan for the needle, which can cost 0.1 ms.
-            chars = self._chars_folded if folded else self._chars
-            for char in needle:
-                present = chars.get(char)
-                if present is None:
-                    present = chars[char] = char in text
-                if not present:
-                    return False
+        chars = self._chars_folded if folded else self._chars
+        for char in needle:
+            present = chars.get(char)
+            if present is None:
+                present = chars[char] = char in text
+            if not present:
+                return False
         return needle in text
 
     def folded(self) -> str:
@@ -1224,13 +1227,18 @@ _CAUSED_BY_REVERSED: Final = re.compile(r":yb desuaC[^\S\n]*(?:\n|\Z)")
 # (b) The reference's `^(?:[\w$]+\.)*[A-Z][\w$]*(?:Error|Exception|Fault)\b`, tried at the start of
 # each line from the last one back (the greedy `.*` backs up from one `\n` to the previous one at
 # memchr speed), so that each line's first token is examined once. Only lines between the first
-# and the last occurrence of a suffix can match, so only they are examined. Of the frame forms,
-# only `Traceback` can begin such a line (`TracebackError: ...`); the others begin with a
-# lower-case word followed by a blank or a colon, a digit, `#`, `.`, `^` or `~`, which it refuses.
+# and the last occurrence of a suffix can match, so only they are examined. `re` pays some 40 ns
+# for each qualifier it consumes, so when the token has no `..` (then every segment before any
+# `.` is a valid qualifier) the class name is found after any `.` with character-class runs
+# instead; only a token with a `..` takes the reference pattern. Of the frame forms, only
+# `Traceback` can begin such a line (`TracebackError: ...`); the others begin with a lower-case
+# word followed by a blank or a colon, a digit, `#`, `.`, `^` or `~`, which it refuses.
 _EXCEPTION_SUFFIXES: Final = ("Error", "Exception", "Fault")
+_CLASS_NAME: Final = r"[A-Z][\w$]*(?:Error|Exception|Fault)\b"
 _LAST_EXCEPTION_LINE: Final = re.compile(
-    r"(?:(?s:.*)\n)?[^\S\n]*(?P<name>(?!Traceback)(?:[\w$]+\.)*[A-Z][\w$]*"
-    r"(?:Error|Exception|Fault)\b)"
+    rf"(?:(?s:.*)\n)?[^\S\n]*(?P<name>(?!Traceback)"
+    rf"(?:(?!\.)(?![\w$.]*\.\.)(?:[\w$.]*\.)?{_CLASS_NAME}"
+    rf"|(?=[\w$.]*\.\.)(?:[\w$]+\.)*{_CLASS_NAME}))"
 )
 
 
@@ -1308,8 +1316,11 @@ def _strip_qualifiers(line: str) -> str:
 
 
 def _qualifier_end(line: str) -> int:
-    """The `.` that ends `line`'s leading qualifiers: the first `.` not followed by `[a-z_$]`,
-    if every character before it is `[\w$.]`; else -1."""
+    """The `.` that ends `line`'s leading qualifiers, or -1.
+
+    That is the first `.` not followed by `[a-z_$]`, provided that every character before it is a
+    word character, `$` or `.`.
+    """
     if line.isascii():
         # `re` pays some 25 ns at each `.`; classifying the characters with `str.translate`
         # and looking for the two-character patterns that end the qualifiers is far quicker.

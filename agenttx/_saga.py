@@ -49,11 +49,6 @@ class CompensationReport:
     succeeded: int = 0
     failures: tuple[str, ...] = ()
 
-    def __add__(self, other: CompensationReport) -> CompensationReport:
-        return CompensationReport(
-            succeeded=self.succeeded + other.succeeded, failures=self.failures + other.failures
-        )
-
 
 _PLAIN: Final = frozenset({dict, list, str, int, float, bool})
 

@@ -13,7 +13,6 @@ Agent-caused failures come back as a `StepResult`; only misuse of the protocol r
 
 from __future__ import annotations
 
-import enum
 import inspect
 import json
 import threading
@@ -21,7 +20,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import attrs
 
@@ -38,6 +37,17 @@ from ._hints import CleanHint, add_constraint, clean_error
 from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
 from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._refs import resolve_references
+from ._results import (
+    TRANSITIONS,
+    CommitResult,
+    ContextEntry,
+    RollbackResult,
+    StepRecord,
+    StepResult,
+    StepStatus,
+    TransactionView,
+    TxStatus,
+)
 from ._saga import CompensationReport, Dispatcher, SagaLedger, dispatch_effects, resolve_awaitable
 from ._tools import (
     MAX_TOOL_NAME,
@@ -57,152 +67,10 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-__all__ = [
-    "CommitResult",
-    "ContextEntry",
-    "RollbackResult",
-    "StepRecord",
-    "StepResult",
-    "StepStatus",
-    "Transaction",
-    "TransactionView",
-    "TxStatus",
-]
+__all__ = ["Transaction"]
 
 MAX_PAYLOAD_BYTES: Final = 1_048_576
 MAX_AGENT_ID_BYTES: Final = 256
-
-
-class TxStatus(enum.Enum):
-    """The life cycle of a transaction; the last three are terminal."""
-
-    ACTIVE = "ACTIVE"
-    EXECUTING = "EXECUTING"
-    ROLLING_BACK = "ROLLING_BACK"
-    COMMITTING = "COMMITTING"
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
-    FAILED = "FAILED"
-
-    @property
-    def terminal(self) -> bool:
-        """True once the transaction has ended."""
-        return self in _TERMINAL
-
-
-_TERMINAL: Final = frozenset({TxStatus.COMMITTED, TxStatus.ROLLED_BACK, TxStatus.FAILED})
-_TRANSITIONS: Final[dict[TxStatus, frozenset[TxStatus]]] = {
-    TxStatus.ACTIVE: frozenset({TxStatus.EXECUTING, TxStatus.COMMITTING, TxStatus.ROLLING_BACK}),
-    TxStatus.EXECUTING: frozenset({TxStatus.ACTIVE, TxStatus.ROLLING_BACK}),
-    TxStatus.ROLLING_BACK: frozenset({TxStatus.ACTIVE, TxStatus.ROLLED_BACK, TxStatus.FAILED}),
-    TxStatus.COMMITTING: frozenset({TxStatus.COMMITTED, TxStatus.ACTIVE, TxStatus.ROLLING_BACK}),
-    TxStatus.COMMITTED: frozenset(),
-    TxStatus.ROLLED_BACK: frozenset(),
-    TxStatus.FAILED: frozenset(),
-}
-
-
-class StepStatus(enum.Enum):
-    """The outcome of one step."""
-
-    SUCCESS = "SUCCESS"
-    ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
-    FAILED = "FAILED"  # the transaction aborted
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ContextEntry:
-    """What the agent said when it sent a step that succeeded (`raw_context`)."""
-
-    step_id: int
-    tool_name: str
-    raw_context: str
-
-
-@final
-@attrs.frozen(kw_only=True)
-class StepRecord:
-    """A live (succeeded, not rewound) step: its resolved arguments and its output."""
-
-    step_id: int
-    tool_name: str
-    arguments: JSONValue
-    output: JSONValue
-
-
-@final
-@attrs.frozen(kw_only=True)
-class StepResult:
-    """The answer to `execute_step`: what happened and which step the agent sends next.
-
-    `output` is set on success. On failure `hint` is the Clean Hint, `error` the raw error text,
-    `strategy` and `rollback_to_step` say where the transaction rewound to, `next_step_id` is the
-    step to send next (0 once aborted), `context_reset` tells the agent to drop what it
-    remembers of the rewound steps, and `constraints` lists every hint so far.
-    """
-
-    status: StepStatus
-    step_id: int
-    next_step_id: int
-    output: JSONValue = None
-    hint: CleanHint | None = None
-    error: str | None = None
-    strategy: RollbackStrategy = RollbackStrategy.NONE
-    rollback_to_step: int = 0
-    constraints: tuple[str, ...] = ()
-    context_reset: bool = False
-    abort_reason: str | None = None
-    compensation_errors: tuple[str, ...] = ()
-    rollback_latency_ms: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when the step succeeded."""
-        return self.status is StepStatus.SUCCESS
-
-
-@final
-@attrs.frozen(kw_only=True)
-class RollbackResult:
-    """The answer to `rollback`."""
-
-    aborted: bool
-    next_step_id: int
-    compensations_run: int
-    compensation_errors: tuple[str, ...] = ()
-
-
-@final
-@attrs.frozen(kw_only=True)
-class CommitResult:
-    """The answer to `commit`: what was published and what was dispatched.
-
-    `effects` are the committed staged effects in staging order; with no dispatcher they are
-    handed back here for the caller to deliver (`effects_dispatched` is then 0).
-    """
-
-    steps_committed: int
-    effects_dispatched: int
-    dispatch_errors: tuple[str, ...] = ()
-    effects: tuple[StagedEffect, ...] = ()
-
-
-@final
-@attrs.frozen(kw_only=True)
-class TransactionView:
-    """A read-only picture of a transaction (the reference's GetTransaction), ended ones too."""
-
-    tx_id: str
-    agent_id: str
-    status: TxStatus
-    next_step_id: int
-    steps_completed: int
-    constraints: tuple[str, ...]
-    global_resets: int
-    context: tuple[ContextEntry, ...]
-    pending_effects: int
-    compensation_failures: tuple[str, ...] = ()
 
 
 class _Call(NamedTuple):
@@ -388,7 +256,7 @@ class Transaction:
     # ------------------------------------------------------------------ status
 
     def _transition(self, target: TxStatus) -> None:
-        if target not in _TRANSITIONS[self._status]:
+        if target not in TRANSITIONS[self._status]:
             raise IllegalTransition(source=self._status.value, target=target.value)
         self._status = target
 

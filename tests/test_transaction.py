@@ -757,3 +757,114 @@ def test_builtins_foreign_key_failure_reverts_kv_file_and_email(tmp_path):
     assert tx.view().pending_effects == 0
     tx.commit()
     assert sent == []
+
+
+def test_read_only_properties_describe_the_transaction():
+    """id, agent_id, policy, tools and find_root_cause reflect the construction and the graph."""
+    policy = agenttx.RollbackPolicy(max_local_depth=3)
+    shop = Shop(fail_order_times=0)
+    tx = agenttx.Transaction(tools=shop.tools, agent_id="agent-7", policy=policy, tx_id="tx-1")
+    assert (tx.id, tx.agent_id, tx.policy) == ("tx-1", "agent-7", policy)
+    assert tx.tools == ("create_customer", "create_order", "reserve_stock", "send_confirmation")
+    run_all(tx, shop.calls)
+    assert tx.find_root_cause(4, "customer_id") == 1
+    assert [entry.step_id for entry in tx.context] == [1, 2, 3, 4]
+
+
+def test_illegal_transitions_raise_and_leave_the_status():
+    """The status table is enforced: COMMITTED cannot go back to ACTIVE."""
+    tx = agenttx.Transaction()
+    tx.commit()
+    with pytest.raises(agenttx.IllegalTransition, match="COMMITTED -> ACTIVE"):
+        tx._transition(TxStatus.ACTIVE)
+    assert tx.status is TxStatus.COMMITTED
+
+
+@pytest.mark.parametrize(
+    ("raw_context", "message"),
+    [(7, "raw_context must be a string"), ("x" * 1_048_577, "raw_context exceeds")],
+)
+def test_bad_raw_context_is_refused(raw_context, message):
+    """raw_context must be a string of at most 1 MiB."""
+    tx = agenttx.Transaction(tools=Shop().tools)
+    with pytest.raises(agenttx.InvalidArgument, match=message):
+        tx.execute_step(1, "create_customer", {"name": "x"}, raw_context=raw_context)
+    assert tx.next_step_id == 1
+
+
+def test_rollback_to_step_must_be_an_integer():
+    """to_step that is not an integer is refused."""
+    tx = agenttx.Transaction()
+    with pytest.raises(agenttx.InvalidArgument, match="to_step must be an integer"):
+        tx.rollback(to_step="1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "kind"), [("null", "null"), ("true", "boolean"), ("3", "number")])
+def test_scalar_json_arguments_fail_with_their_kind(text, kind):
+    """Arguments that are a JSON scalar name its kind in the wrong-type hint."""
+    tx = agenttx.Transaction(tools=Shop().tools)
+    result = tx.execute_step(1, "create_customer", text)
+    assert result.hint is not None
+    assert result.hint.text == (
+        f"Hint: Wrong argument type: got {kind}, expected a JSON object of arguments."
+    )
+
+
+def test_a_storage_error_at_commit_leaves_the_transaction_active():
+    """A commit that fails in the store (not a conflict) can be retried."""
+
+    class Flaky(MemoryStore):
+        fail = True
+
+        def commit(self, tx_id):
+            if self.fail:
+                self.fail = False
+                raise agenttx.StorageError("disk unplugged")
+            return super().commit(tx_id)
+
+    tx = agenttx.Transaction(store=Flaky())
+    with pytest.raises(agenttx.StorageError):
+        tx.commit()
+    assert tx.status is TxStatus.ACTIVE
+    assert tx.commit().steps_committed == 0
+
+
+def test_leaving_a_with_block_after_an_explicit_end_does_nothing():
+    """A transaction rolled back inside the block is left alone by __exit__."""
+    with agenttx.Transaction() as tx:
+        tx.rollback()
+    assert tx.status is TxStatus.ROLLED_BACK
+
+
+def test_async_failures_before_the_tool_and_interrupts():
+    """aexecute_step reports an unknown tool, and undoes an interrupted async tool's step."""
+    undone = []
+
+    @agenttx.tool
+    async def stop(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo(lambda: undone.append(1))
+        raise KeyboardInterrupt
+
+    async def main():
+        tx = agenttx.Transaction(tools=[stop])
+        unknown = await tx.aexecute_step(1, "nope", {})
+        assert unknown.hint is not None
+        assert unknown.hint.category is agenttx.HintCategory.UNKNOWN_TOOL
+        with pytest.raises(KeyboardInterrupt):
+            await tx.aexecute_step(1, "stop", {})
+        return tx
+
+    tx = asyncio.run(main())
+    assert undone == [1]
+    assert (tx.status, tx.next_step_id) == (TxStatus.ACTIVE, 1)
+
+
+def test_async_tool_returning_a_plain_value_from_a_sync_function():
+    """aexecute_step also runs plain sync tools."""
+
+    @agenttx.tool
+    def plain() -> dict:
+        return {"ok": True}
+
+    tx = agenttx.Transaction(tools=[plain])
+    assert asyncio.run(tx.aexecute_step(1, "plain", {})).output == {"ok": True}

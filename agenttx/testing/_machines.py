@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from .._errors import ToolError
+from .._results import StepStatus, TxStatus
 from .._tools import StagedEffect, ToolContext, compensation, tool
-from .._transaction import StepStatus, Transaction, TxStatus
+from .._transaction import Transaction
 from ..stores import MemoryStore
 
 if TYPE_CHECKING:

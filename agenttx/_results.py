@@ -1,0 +1,163 @@
+"""What a transaction reports: its statuses, and the results of its operations.
+
+Value objects only (frozen, slotted, keyword-only attrs classes); the `Transaction` in
+`_transaction.py` produces them.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from ._policy import RollbackStrategy
+
+if TYPE_CHECKING:
+    from ._hints import CleanHint
+    from ._json import JSONValue
+    from ._tools import StagedEffect
+
+__all__ = [
+    "TRANSITIONS",
+    "CommitResult",
+    "ContextEntry",
+    "RollbackResult",
+    "StepRecord",
+    "StepResult",
+    "StepStatus",
+    "TransactionView",
+    "TxStatus",
+]
+
+
+class TxStatus(enum.Enum):
+    """The life cycle of a transaction; the last three are terminal."""
+
+    ACTIVE = "ACTIVE"
+    EXECUTING = "EXECUTING"
+    ROLLING_BACK = "ROLLING_BACK"
+    COMMITTING = "COMMITTING"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    FAILED = "FAILED"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the transaction has ended."""
+        return self in _TERMINAL
+
+
+_TERMINAL: Final = frozenset({TxStatus.COMMITTED, TxStatus.ROLLED_BACK, TxStatus.FAILED})
+TRANSITIONS: Final[dict[TxStatus, frozenset[TxStatus]]] = {
+    TxStatus.ACTIVE: frozenset({TxStatus.EXECUTING, TxStatus.COMMITTING, TxStatus.ROLLING_BACK}),
+    TxStatus.EXECUTING: frozenset({TxStatus.ACTIVE, TxStatus.ROLLING_BACK}),
+    TxStatus.ROLLING_BACK: frozenset({TxStatus.ACTIVE, TxStatus.ROLLED_BACK, TxStatus.FAILED}),
+    TxStatus.COMMITTING: frozenset({TxStatus.COMMITTED, TxStatus.ACTIVE, TxStatus.ROLLING_BACK}),
+    TxStatus.COMMITTED: frozenset(),
+    TxStatus.ROLLED_BACK: frozenset(),
+    TxStatus.FAILED: frozenset(),
+}
+
+
+class StepStatus(enum.Enum):
+    """The outcome of one step."""
+
+    SUCCESS = "SUCCESS"
+    ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
+    FAILED = "FAILED"  # the transaction aborted
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ContextEntry:
+    """What the agent said when it sent a step that succeeded (`raw_context`)."""
+
+    step_id: int
+    tool_name: str
+    raw_context: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepRecord:
+    """A live (succeeded, not rewound) step: its resolved arguments and its output."""
+
+    step_id: int
+    tool_name: str
+    arguments: JSONValue
+    output: JSONValue
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepResult:
+    """The answer to `execute_step`: what happened and which step the agent sends next.
+
+    `output` is set on success. On failure `hint` is the Clean Hint, `error` the raw error text,
+    `strategy` and `rollback_to_step` say where the transaction rewound to, `next_step_id` is the
+    step to send next (0 once aborted), `context_reset` tells the agent to drop what it
+    remembers of the rewound steps, and `constraints` lists every hint so far.
+    """
+
+    status: StepStatus
+    step_id: int
+    next_step_id: int
+    output: JSONValue = None
+    hint: CleanHint | None = None
+    error: str | None = None
+    strategy: RollbackStrategy = RollbackStrategy.NONE
+    rollback_to_step: int = 0
+    constraints: tuple[str, ...] = ()
+    context_reset: bool = False
+    abort_reason: str | None = None
+    compensation_errors: tuple[str, ...] = ()
+    rollback_latency_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the step succeeded."""
+        return self.status is StepStatus.SUCCESS
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RollbackResult:
+    """The answer to `rollback`."""
+
+    aborted: bool
+    next_step_id: int
+    compensations_run: int
+    compensation_errors: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CommitResult:
+    """The answer to `commit`: what was published and what was dispatched.
+
+    `effects` are the committed staged effects in staging order; with no dispatcher they are
+    handed back here for the caller to deliver (`effects_dispatched` is then 0).
+    """
+
+    steps_committed: int
+    effects_dispatched: int
+    dispatch_errors: tuple[str, ...] = ()
+    effects: tuple[StagedEffect, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TransactionView:
+    """A read-only picture of a transaction (the reference's GetTransaction), ended ones too."""
+
+    tx_id: str
+    agent_id: str
+    status: TxStatus
+    next_step_id: int
+    steps_completed: int
+    constraints: tuple[str, ...]
+    global_resets: int
+    context: tuple[ContextEntry, ...]
+    pending_effects: int
+    compensation_failures: tuple[str, ...] = ()
