@@ -1225,21 +1225,40 @@ _RULES: Final[tuple[_Rule, ...]] = (
 _CAUSED_BY_REVERSED: Final = re.compile(r":yb desuaC[^\S\n]*(?:\n|\Z)")
 
 # (b) The reference's `^(?:[\w$]+\.)*[A-Z][\w$]*(?:Error|Exception|Fault)\b`, tried at the start of
-# each line from the last one back (the greedy `.*` backs up from one `\n` to the previous one at
-# memchr speed), so that each line's first token is examined once. Only lines between the first
-# and the last occurrence of a suffix can match, so only they are examined. `re` pays some 40 ns
-# for each qualifier it consumes, so when the token has no `..` (then every segment before any
-# `.` is a valid qualifier) the class name is found after any `.` with character-class runs
-# instead; only a token with a `..` takes the reference pattern. Of the frame forms, only
-# `Traceback` can begin such a line (`TracebackError: ...`); the others begin with a lower-case
-# word followed by a blank or a colon, a digit, `#`, `.`, `^` or `~`, which it refuses.
+# a line, so that each line's first token is examined once (tried at each suffix instead, it would
+# rescan a long token once for every class name in it). Only a line containing a suffix can match:
+# when few do, they are visited from the last one back, found by `str.rfind`; otherwise every line
+# from the last such line back is tried by one pattern (its greedy `.*` backs up from one `\n` to
+# the previous one at memchr speed), which first rejects a line without a suffix, at memchr speed.
+# Of the frame forms, only `Traceback` can begin such a line (`TracebackError: ...`); the others
+# begin with a lower-case word followed by a blank or a colon, a digit, `#`, `.`, `^` or `~`.
 _EXCEPTION_SUFFIXES: Final = ("Error", "Exception", "Fault")
-_CLASS_NAME: Final = r"[A-Z][\w$]*(?:Error|Exception|Fault)\b"
-_LAST_EXCEPTION_LINE: Final = re.compile(
-    rf"(?:(?s:.*)\n)?[^\S\n]*(?P<name>(?!Traceback)"
-    rf"(?:(?!\.)(?![\w$.]*\.\.)(?:[\w$.]*\.)?{_CLASS_NAME}"
-    rf"|(?=[\w$.]*\.\.)(?:[\w$]+\.)*{_CLASS_NAME}))"
+_EXCEPTION_LINE: Final = (
+    r"[^\S\n]*(?P<name>(?!Traceback)(?:[\w$]+\.)*[A-Z][\w$]*(?:Error|Exception|Fault)\b)"
 )
+_EXCEPTION_LINE_AT: Final = re.compile(_EXCEPTION_LINE)
+_LAST_EXCEPTION_LINE: Final = re.compile(
+    r"(?:(?s:.*)\n)?(?=[^\n]*rror|[^\n]*xception|[^\n]*ault)" + _EXCEPTION_LINE
+)
+#: Lines containing a suffix that are visited one by one before the pattern takes over.
+_FEW_EXCEPTION_LINES: Final = 256
+
+
+def _last_exception_line(text: str) -> int:
+    """Where (b)'s line starts (its first non-blank character), or -1."""
+    end = len(text)
+    for _ in range(_FEW_EXCEPTION_LINES):
+        last = max(text.rfind(suffix, 0, end) for suffix in _EXCEPTION_SUFFIXES)
+        if last < 0:
+            return -1
+        start = text.rfind("\n", 0, last) + 1
+        line_end = text.find("\n", last)
+        found = _EXCEPTION_LINE_AT.match(text, start, len(text) if line_end < 0 else line_end)
+        if found is not None:
+            return found.start("name")
+        end = start
+    found = _LAST_EXCEPTION_LINE.match(text, 0, end)
+    return -1 if found is None else found.start("name")
 
 
 # (c) The reference's frame tests look at a trimmed line; here they are written for the first
@@ -1282,15 +1301,9 @@ def _salient_line(scan: _Scan) -> str | None:
             # A bare `Caused by:` gives "", which the hint quotes as `""` (a reference quirk).
             line = _line_from(text, len(text) - found.start()).strip()
     if line is None:
-        last = max(text.rfind(suffix) for suffix in _EXCEPTION_SUFFIXES)
-        if last >= 0:
-            first = min(i for suffix in _EXCEPTION_SUFFIXES if (i := text.find(suffix)) >= 0)
-            end = text.find("\n", last)
-            found = _LAST_EXCEPTION_LINE.match(
-                text, text.rfind("\n", 0, first) + 1, len(text) if end < 0 else end
-            )
-            if found is not None:
-                line = _line_from(text, found.start("name")).rstrip()
+        start = _last_exception_line(text)
+        if start >= 0:
+            line = _line_from(text, start).rstrip()
     if line is None:
         leading = _LEADING_FRAMES.match(text)  # matches at least the empty string
         start = len(text) if leading is None else leading.end()

@@ -66,10 +66,10 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import agenttx
+from _report import Row, print_table
 
 WINDOW = 100  # steps in each of the first / last windows of target 1
 ADD_STEP_RATIO_TARGET = 1.25
@@ -80,21 +80,6 @@ ROOT_CAUSE_TARGET_MS = 1.0
 ROOT_CAUSE_CALLS_PER_REPEAT = 20
 
 Step = tuple[int, str, Any, tuple[agenttx.Dependency, ...], Any]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the results table."""
-
-    name: str
-    measured: str
-    target: str
-    ratio: float  # measured / target: at most 1 passes
-    detail: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.ratio <= 1.0
 
 
 # ---------------------------------------------------------------- workloads
@@ -244,23 +229,6 @@ def bench_root_cause(repeat: int) -> Row:
 
 
 # ---------------------------------------------------------------- report
-
-
-def print_table(rows: list[Row]) -> None:
-    headers = ("benchmark", "measured", "target", "ratio", "result")
-    cells = [
-        (r.name, r.measured, r.target, f"{r.ratio:.2f}", "pass" if r.passed else "MISS")
-        for r in rows
-    ]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for cell in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip())
-    print()
-    for row in rows:
-        if row.detail:
-            print(f"{row.name}: {row.detail}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,30 +43,15 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 
 import agenttx
+from _report import Row, print_table
 from agenttx.stores import MemoryStore
 
 RESTORE_WRITES = 5_000
 RESTORE_TARGET_MS = 5.0
 COMMIT_KEYS = 1_000
 COMMIT_TARGET_MS = 3.0
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the results table."""
-
-    name: str
-    measured: str
-    target: str
-    ratio: float  # measured / target: at most 1 passes
-    detail: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.ratio <= 1.0
 
 
 def _ms(samples: list[int]) -> tuple[float, float]:
@@ -220,23 +205,6 @@ def bench_commit(count: int, repeat: int) -> Row:
 
 
 # ---------------------------------------------------------------- report
-
-
-def print_table(rows: list[Row]) -> None:
-    headers = ("benchmark", "measured", "target", "ratio", "result")
-    cells = [
-        (r.name, r.measured, r.target, f"{r.ratio:.2f}", "pass" if r.passed else "MISS")
-        for r in rows
-    ]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for cell in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip())
-    print()
-    for row in rows:
-        if row.detail:
-            print(f"{row.name}: {row.detail}")
 
 
 def main(argv: list[str] | None = None) -> int:

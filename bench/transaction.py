@@ -30,8 +30,11 @@ import time
 from typing import Any
 
 import agenttx
+from _report import Row, print_table
 
 STEPS = 20
+STEP_TARGET_US = 15.0
+RATIO_TARGET = 15.0
 
 
 def noop(a: str, b: int, c: str, d: bool) -> dict[str, Any]:  # noqa: ARG001
@@ -104,18 +107,29 @@ def main() -> int:
 
     ours = bench_agenttx(transactions)
     theirs = bench_langgraph(runs)
-    rows = [("execute_step per step (agenttx)", f"{ours:.1f} us", "<= 15 us", ours <= 15)]
+    rows = [
+        Row(
+            name="execute_step per step",
+            measured=f"{ours:.1f} us",
+            target=f"<= {STEP_TARGET_US:g} us",
+            ratio=ours / STEP_TARGET_US,
+            detail=f"median over {transactions * (STEPS - 1):,} steps of {STEPS}-step chains",
+        )
+    ]
     if theirs is None:
-        rows.append(("LangGraph + InMemorySaver per step", "not installed", "-", True))
+        print("LangGraph is not installed (pip install -e '.[bench]'): no comparison\n")
     else:
-        ratio = theirs / ours
-        rows.append(("LangGraph + InMemorySaver per step", f"{theirs:.1f} us", "-", True))
-        rows.append(("LangGraph / agenttx", f"{ratio:.1f}x", ">= 15x", ratio >= 15))
-    print(f"{'benchmark':36}  {'measured':>14}  {'target':>8}  result")
-    print(f"{'-' * 36}  {'-' * 14}  {'-' * 8}  ------")
-    for name, measured, target, met in rows:
-        print(f"{name:36}  {measured:>14}  {target:>8}  {'pass' if met else 'MISS'}")
-    missed = [name for name, _, _, met in rows if not met]
+        rows.append(
+            Row(
+                name="LangGraph / agenttx per step",
+                measured=f"{theirs / ours:.1f}x",
+                target=f">= {RATIO_TARGET:g}x",
+                ratio=RATIO_TARGET / (theirs / ours),
+                detail=f"LangGraph + InMemorySaver: {theirs:.1f} us a node, median of {runs} runs",
+            )
+        )
+    print_table(rows)
+    missed = [row.name for row in rows if not row.passed]
     if missed and not args.quick:
         print(f"\nMISSED {len(missed)} target(s): {', '.join(missed)}")
         return 1
