@@ -13,8 +13,10 @@ Agent-caused failures come back as a `StepResult`; only misuse of the protocol r
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
+import sys
 import threading
 import time
 import traceback
@@ -62,7 +64,7 @@ from ._tools import (
 from .stores import MemoryStore, Store
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable
     from types import TracebackType
 
     from typing_extensions import Self
@@ -406,7 +408,9 @@ class Transaction:
 
     def _run_tool(self, call: _Call) -> _Outcome:
         try:
-            output = resolve_awaitable(_invoke(call))
+            output = _invoke(call)
+            if inspect.isawaitable(output):
+                output = resolve_awaitable(self._bounded(call, output))
         except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
             return self._failed_outcome(call, exc)
         return self._succeeded_outcome(call, output)
@@ -415,10 +419,28 @@ class Transaction:
         try:
             output = _invoke(call)
             if inspect.isawaitable(output):
-                output = await output
+                output = await self._bounded(call, output)
         except Exception as exc:  # noqa: BLE001
             return self._failed_outcome(call, exc)
         return self._succeeded_outcome(call, output)
+
+    async def _bounded(self, call: _Call, awaitable: Awaitable[object]) -> object:
+        """Await an async tool under the step timeout; cancel it and fail the step after it.
+
+        Sync tools are not interrupted yet: they see `ctx.deadline` and their context is
+        fenced once the step ends.
+        """
+        try:
+            if sys.version_info >= (3, 11):
+                # In the current task, so a KeyboardInterrupt reaches the caller's await.
+                async with asyncio.timeout(self._step_timeout):
+                    return await awaitable
+            return await asyncio.wait_for(  # pragma: no cover  (Python 3.10)
+                awaitable, timeout=self._step_timeout
+            )
+        except asyncio.TimeoutError:
+            milliseconds = round(self._step_timeout * 1000)
+            raise ToolError(f"tool '{call.tool.name}' timed out after {milliseconds} ms") from None
 
     def _failed_outcome(self, call: _Call, exc: Exception) -> _Outcome:
         undos, effects = call.context._close()  # noqa: SLF001

@@ -11,6 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agenttx import InvalidArgument
+from agenttx import _hints as hints
 from agenttx._hints import (
     _RULES,
     MAX_HINT_CHARS,
@@ -1275,6 +1276,15 @@ def test_each_rule_finds_the_reference_leftmost_match(raw, rule):
         assert found.end() == expected.end()
         expected_groups = {k: v for k, v in expected.groupdict().items() if v is not None}
         assert {k: v for k, v in found.groupdict().items() if v is not None} == expected_groups
+
+
+@pytest.mark.parametrize("threshold", ["_FEW_EXCEPTION_LINES", "_LONG_TEXT", "_SHORT_LINE"])
+@given(raw=token_texts)
+def test_paths_for_large_input_agree_with_the_reference(threshold, raw):
+    """With a size threshold at 0, the path taken for large input still gives the reference hint."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hints, threshold, 0)
+        assert clean_error(raw) == reference_clean(raw)
 
 
 @pytest.mark.slow

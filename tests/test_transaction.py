@@ -868,3 +868,27 @@ def test_async_tool_returning_a_plain_value_from_a_sync_function():
 
     tx = agenttx.Transaction(tools=[plain])
     assert asyncio.run(tx.aexecute_step(1, "plain", {})).output == {"ok": True}
+
+
+def test_async_tools_time_out_with_the_reference_message():
+    """An async tool running past step_timeout is cancelled; the step fails as a timeout."""
+    cancelled = []
+
+    @agenttx.tool
+    async def slow() -> dict:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return {}
+
+    tx = agenttx.Transaction(tools=[slow], step_timeout=0.05)
+    result = asyncio.run(tx.aexecute_step(1, "slow", {}))
+    assert result.error == "tool 'slow' timed out after 50 ms"
+    assert result.hint is not None
+    assert result.hint.category is agenttx.HintCategory.TIMEOUT
+    assert result.strategy is RollbackStrategy.RETRY
+    assert cancelled == [True]
+    sync_result = tx.execute_step(1, "slow", {})
+    assert sync_result.error == "tool 'slow' timed out after 50 ms"
