@@ -13,15 +13,19 @@ searched naively, take quadratic time on hostile input: thousands of `Key (` wit
 `Key \\((?P<key>[^)]+)\\)...` rescan the rest of the text from each of them, and a long word makes
 `(?P<func>\\w+)\\(\\) missing` start over at every letter. `re` also pays a fixed cost at every
 position where a pattern might start, so a pattern must begin with a literal for a search to be
-cheap. Hence three devices, each explained where it is used:
+cheap. Hence these devices, each explained where it is used:
 
+* literal prefilters: a call first notes which rare characters occur, then looks for each rule's
+  literals, and searches only with patterns whose literals all occur;
 * a *locator* finds the start of the leftmost match in linear time from literal anchors and the
   pattern's structure, and the reference pattern then runs once, anchored there, to capture;
 * a leading `\\b` becomes a look-behind after the literal it guards (`HTTP(?<!\\wHTTP)`), so the
   search jumps from one occurrence of the literal to the next;
-* the four case-insensitive rules run case-sensitively on a case-folded copy of the text.
+* the four case-insensitive rules run case-sensitively on a case-folded copy of the text;
+* the fallback's line-by-line steps visit only the lines that can matter.
 
-`tests/test_hints.py` checks every rewritten pattern against the reference pattern.
+`tests/test_hints.py` checks the whole against a naive implementation of the reference patterns
+and algorithm, and each rewritten pattern against its reference pattern.
 
 Porting notes (spec appendix B). `\\d`, `\\w`, `\\s` and `\\b` are Python's Unicode classes, which
 agree with Rust's except on rare characters: Python counts U+001C..U+001F as whitespace (so they are
@@ -103,38 +107,38 @@ _TRANSIENT: Final = frozenset(
 )
 
 
-def _check_text(_instance: object, _attribute: object, text: str) -> None:
-    if not text.startswith("Hint: "):
-        raise InvalidArgument(f"hint text must start with 'Hint: ', got {text[:40]!r}")
-    if "\n" in text or "\r" in text:
-        raise InvalidArgument(f"hint text must be one line, got {text[:40]!r}")
-    if len(text) > MAX_HINT_CHARS:
-        raise InvalidArgument(f"hint text has {len(text)} characters, more than {MAX_HINT_CHARS}")
-
-
-def _check_optional_name(
-    _instance: object, attribute: attrs.Attribute[str | None], value: str | None
-) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise InvalidArgument(f"hint {attribute.name} must be None or a non-empty string")
-
-
 @final
 @attrs.frozen(kw_only=True)
 class CleanHint:
     """A deterministic one-line summary of a failed step, and the key it blames.
 
-    `text` starts with `Hint: `, holds no `\\n` or `\\r` and has at most `MAX_HINT_CHARS`
-    characters. `rule` names the matching rule (`"pg_foreign_key"`); it is None only for the
-    generic fallback, whose category is `UNKNOWN`. `key` is the offending key found by a keyed rule
-    (a column, field or output key) and None otherwise. Construction checks these, and raises
-    `InvalidArgument` when one does not hold.
+    `text` starts with `Hint: `, holds no line break (`\\n` or `\\r`) and has at most
+    `MAX_HINT_CHARS` characters. `rule` names the matching rule (`"pg_foreign_key"`); it is None
+    only for the generic fallback, whose category is `UNKNOWN`. `key` is the offending key found
+    by a keyed rule (a column, field or output key) and None otherwise; it is never empty.
+    Construction checks these, and raises `InvalidArgument` when one does not hold.
     """
 
-    text: str = attrs.field(validator=_check_text)
-    category: HintCategory = attrs.field(validator=attrs.validators.instance_of(HintCategory))
-    rule: str | None = attrs.field(default=None, validator=_check_optional_name)
-    key: str | None = attrs.field(default=None, validator=_check_optional_name)
+    text: str
+    category: HintCategory
+    rule: str | None = None
+    key: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        text = self.text
+        if not isinstance(text, str) or not text.startswith("Hint: "):
+            raise InvalidArgument(f"hint text must start with 'Hint: ', got {text!r:.40}")
+        if "\n" in text or "\r" in text:
+            raise InvalidArgument(f"hint text must be one line, got {text!r:.40}")
+        if len(text) > MAX_HINT_CHARS:
+            raise InvalidArgument(
+                f"hint text has {len(text)} characters, more than {MAX_HINT_CHARS}"
+            )
+        if not isinstance(self.category, HintCategory):
+            raise InvalidArgument(f"hint category must be a HintCategory, got {self.category!r}")
+        for name, value in (("rule", self.rule), ("key", self.key)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidArgument(f"hint {name} must be None or a non-empty string")
 
 
 def add_constraint(constraints: list[str], text: str, max_constraints: int) -> None:
@@ -160,11 +164,16 @@ def clean_error(raw: str) -> CleanHint:
     The first rule, in the reference's priority order, that matches anywhere in the bounded
     input wins, wherever its match is; its leftmost match supplies the captures. Without a match,
     the hint quotes the trace's salient line (spec section 6). The result depends on `raw` alone,
-    and the work is linear in the length of the bounded input.
+    the work is linear in the length of the bounded input, and the function is safe to call from
+    several threads at once.
     """
     scan = _Scan(_bounded(raw))
+    checked: tuple[str, ...] = ()
+    present = False
     for rule, patterns, needles, folded in _candidates(scan.signature()):
-        if not scan.contains_any(needles, folded):
+        if needles is not checked:  # the rules of a family share their needles (and the answer)
+            checked, present = needles, scan.contains_any(needles, folded)
+        if not present:
             continue
         match = rule.find(patterns, scan)
         if match is not None:
@@ -211,6 +220,8 @@ def _bounded(raw: str) -> str:
 
 def _one_line(text: str) -> str:
     """Collapse whitespace runs into one space; past 240 characters keep 239 and append `…`."""
+    if len(text) <= MAX_HINT_CHARS:
+        return " ".join(text.split())
     # Collapsing a prefix of the text gives a prefix of the collapsed text (a word cut in two is
     # a prefix of the whole word), so a long text is collapsed only as far as the hint needs.
     size = 2 * MAX_HINT_CHARS
@@ -274,7 +285,7 @@ def _singular(table: str) -> str:
 
 #: Characters that gate patterns, rarest in ordinary traces first. A pattern is gated by the first
 #: two of them that its literals contain: each extra character makes every call a little slower.
-_GATE_RARITY: Final = "`;{}$QJZXKYVW=\"',-UDH"
+_GATE_RARITY: Final = "`;{}$QJZXKYVW=\"',-UDHNPLF"
 #: Case-insensitive patterns are gated by these letters, in either case, instead; no other
 #: character folds to them (see `_Scan.folded`).
 _FOLDED_GATE_LETTERS: Final = "qx"
@@ -291,27 +302,31 @@ class _Scan:
     text: str
     _folded: str | None = None
     _reversed: str | None = None
+    # What is known to occur (in the text, in the folded text): literals, and characters (the
+    # latter only for long texts); the statuses after each HTTP prefix form.
     _found: dict[str, bool] = attrs.field(factory=dict)
     _found_folded: dict[str, bool] = attrs.field(factory=dict)
-    _chars: dict[str, bool] = attrs.field(factory=dict)
-    _chars_folded: dict[str, bool] = attrs.field(factory=dict)
-    _statuses: dict[str, frozenset[str]] = attrs.field(factory=dict)
+    _chars: dict[str, bool] | None = None
+    _chars_folded: dict[str, bool] | None = None
+    _statuses: dict[str, frozenset[str]] | None = None
 
     def signature(self) -> int:
         """Byte `i` (bit `8 * i`) is set when `_GATE_CHARS[i]` occurs in the text."""
-        return int.from_bytes(bytes(map(self.text.__contains__, _GATE_CHARS)), "little")
+        text = self.text
+        return int.from_bytes(bytes([char in text for char in _GATE_CHARS]), "little")
 
     def contains_any(self, needles: tuple[str, ...], folded: bool) -> bool:
         """Whether one of `needles` occurs in the text (folded, if `folded`), remembered."""
-        found = self._found_folded if folded else self._found
+        if folded:
+            found, text = self._found_folded, self.folded()
+        else:
+            found, text = self._found, self.text
+        long = len(text) > _LONG_TEXT
         for needle in needles:
             present = found.get(needle)
             if present is None:
-                text = self.folded() if folded else self.text
-                if len(text) > _LONG_TEXT:
-                    present = found[needle] = self._contains(needle, folded)
-                else:
-                    present = found[needle] = needle in text
+                present = self._contains(needle, folded) if long else needle in text
+                found[needle] = present
             if present:
                 return True
         return False
@@ -319,8 +334,16 @@ class _Scan:
     def _contains(self, needle: str, folded: bool) -> bool:
         # On a long text, looking for each of the needle's characters first (memchr speed,
         # remembered) often saves a scan for the needle, which can cost 0.1 ms.
-        text = self.folded() if folded else self.text
-        chars = self._chars_folded if folded else self._chars
+        if folded:
+            text = self.folded()
+            if self._chars_folded is None:
+                self._chars_folded = {}
+            chars = self._chars_folded
+        else:
+            text = self.text
+            if self._chars is None:
+                self._chars = {}
+            chars = self._chars
         for char in needle:
             present = chars.get(char)
             if present is None:
@@ -356,6 +379,8 @@ class _Scan:
 
     def statuses(self, form: str) -> frozenset[str]:
         """The statuses that follow HTTP prefix form `form` anywhere in the text (rules 25-28)."""
+        if self._statuses is None:
+            self._statuses = {}
         found = self._statuses.get(form)
         if found is None:
             found = self._statuses[form] = frozenset(_HTTP_STATUS[form].findall(self.text))
@@ -467,13 +492,16 @@ _Candidates: TypeAlias = "tuple[tuple[_Rule, tuple[_Pattern, ...], tuple[str, ..
 @functools.lru_cache(maxsize=256)
 def _candidates(signature: int) -> _Candidates:
     """The rules in priority order, each with its patterns that the signature allows."""
-    found = []
+    found: list[tuple[_Rule, tuple[_Pattern, ...], tuple[str, ...], bool]] = []
     for rule in _RULES:
         patterns = tuple(p for p in rule.patterns if p.possible(signature))
         if patterns:
             # Each pattern needs one literal of its first group: one of these must occur.
             first = tuple(dict.fromkeys(n for p in patterns for n in p.needles[0]))
-            found.append((rule, patterns, first, patterns[0].folded))
+            folded = patterns[0].folded
+            if found and found[-1][2] == first and found[-1][3] == folded:
+                first = found[-1][2]  # the same object: `clean_error` checks it once
+            found.append((rule, patterns, first, folded))
     return tuple(found)
 
 
@@ -1217,9 +1245,10 @@ _RULES: Final[tuple[_Rule, ...]] = (
 # with `Caused by:`, minus that prefix, trimmed; else (b) the last line that is not a frame and
 # starts with an exception name; else (c) the first line that is not a frame; else nothing. Then
 # leading package qualifiers are stripped from the chosen line. Lines are split at `\n` only, as
-# Rust's `str::lines` does. Splitting 64 KiB into lines in Python costs milliseconds, so (a) and
-# (b) search the reversed text, where the last line of a kind is the first one found, and (c)
-# skips the leading frame lines with one pattern.
+# Rust's `str::lines` does. Splitting 64 KiB into lines in Python costs milliseconds, so no step
+# splits: (a) searches the reversed text, where the last line of a kind is the first one found,
+# (b) visits only the lines that contain an exception suffix, and (c) skips the leading frame
+# lines with one pattern.
 
 # (a) `Caused by:` at the start of a line, reversed.
 _CAUSED_BY_REVERSED: Final = re.compile(r":yb desuaC[^\S\n]*(?:\n|\Z)")
@@ -1241,37 +1270,47 @@ _LAST_EXCEPTION_LINE: Final = re.compile(
     r"(?:(?s:.*)\n)?(?=[^\n]*rror|[^\n]*xception|[^\n]*ault)" + _EXCEPTION_LINE
 )
 #: Lines containing a suffix that are visited one by one before the pattern takes over.
-_FEW_EXCEPTION_LINES: Final = 256
+_FEW_EXCEPTION_LINES: Final = 64
 
 
 def _last_exception_line(text: str) -> int:
     """Where (b)'s line starts (its first non-blank character), or -1."""
-    end = len(text)
+    # The last occurrence of each suffix before `end`; each is searched for again only when its
+    # line has been rejected, from that line's start back, so the searches do not overlap.
+    last = [text.rfind("Error"), text.rfind("Exception"), text.rfind("Fault")]
     for _ in range(_FEW_EXCEPTION_LINES):
-        last = max(text.rfind(suffix, 0, end) for suffix in _EXCEPTION_SUFFIXES)
-        if last < 0:
+        position = max(last)
+        if position < 0:
             return -1
-        start = text.rfind("\n", 0, last) + 1
-        line_end = text.find("\n", last)
+        start = text.rfind("\n", 0, position) + 1
+        line_end = text.find("\n", position)
         found = _EXCEPTION_LINE_AT.match(text, start, len(text) if line_end < 0 else line_end)
         if found is not None:
             return found.start("name")
-        end = start
-    found = _LAST_EXCEPTION_LINE.match(text, 0, end)
+        last = [
+            text.rfind(suffix, 0, start) if at >= start else at
+            for suffix, at in zip(_EXCEPTION_SUFFIXES, last, strict=True)
+        ]
+    position = max(last)
+    if position < 0:
+        return -1
+    line_end = text.find("\n", position)  # the pattern backs up from the end of this line
+    found = _LAST_EXCEPTION_LINE.match(text, 0, len(text) if line_end < 0 else line_end)
     return -1 if found is None else found.start("name")
 
 
 # (c) The reference's frame tests look at a trimmed line; here they are written for the first
 # non-blank character of a line of the raw text. A blank that a test needs (after `at`, after the
 # digits) must be followed by more of the line, so that it lies inside the trimmed line. A line of
-# `^`, `~` and spaces is a frame; such lines and blank lines are skipped in one step when they end
-# in `\n` (`re` backtracks to a single `\n` after a character class at memchr speed), and one at a
-# time when they end in other blanks, which `(?![\^~ ])` lets `re` find without trying every
-# split of a long run.
+# `^`, `~` and spaces is a frame: such lines and blank lines are skipped in one step when they end
+# in `\n` (`re` backtracks to a single `\n` after a character class at memchr speed), else one
+# at a time in an inner loop (cheaper than the outer one); `(?![\^~ ])` stops `re` from trying
+# every split of a long run of them between the class and the trailing blanks.
+_CARET_LINE: Final = r"[\^~][\^~ ]*(?![\^~ ])[^\S\n]*(?=\n|\Z)"
 _FRAME: Final = (
     r"(?:at [^\S\n]*\S|File \"|T(?:raceback|he above exception)|\.\.\.|During handling"
     r"|stack backtrace|note: run with|#?\d+(?::|[^\S\n]+\S))[^\n]*"
-    r"|[\^~](?:[\^~ \n]*\n|[\^~ ]*(?![\^~ ])[^\S\n]*(?=\n|\Z))"
+    rf"|[\^~](?:[\^~ \n]*\n|[\^~ ]*(?![\^~ ])[^\S\n]*(?=\n|\Z))(?:\s*{_CARET_LINE})*"
 )
 _LEADING_FRAMES: Final = re.compile(rf"\s*(?:(?:{_FRAME})\s*)*")
 

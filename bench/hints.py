@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python bench/hints.py             # the full run (about 15 s on a 2-core x86_64 box)
-    python bench/hints.py --quick     # a smaller run, for the smoke test (about 2 s)
+    python bench/hints.py             # the full run (about 2 s on a 2-core x86_64 box)
+    python bench/hints.py --quick     # a smaller run, for the smoke test (under 1 s)
     python bench/hints.py --repeat 9  # more timed rounds
 
 Targets (the full run exits with status 1, naming the misses, if any is not met):
@@ -27,7 +27,8 @@ The workload
     ``"``, one long word), a long word before ``() missing``, many lines before ``Field
     required``, floods of HTTP prefixes, of exception names and of frame lines, a deep Java stack
     trace, dotted qualifiers, random printable text, and a 1 MiB input that is cut down to the
-    64 KiB window. Naive backtracking takes seconds to hours on several of them.
+    64 KiB window. Searched naively with `re`, the reference patterns take 1.3 s on the
+    ``invalid type: `` text, 5 s on the ``Key (`` text and 51 s on the long word.
 
 How the targets are measured
     Every call is timed on its own with ``time.perf_counter_ns`` (the timer costs under 0.1 us).
@@ -51,9 +52,9 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 
 import agenttx
+from _report import Row, print_table
 from agenttx._hints import MAX_HINT_CHARS, CleanHint, HintCategory, clean_error
 
 REALISTIC_TARGET_US = 15.0
@@ -158,10 +159,10 @@ def hostile_texts(seed: int = 20260101) -> dict[str, tuple[str, str | None]]:
         "\tat com.acme.Walker.visit(Walker.java:42)\n"
     )
     return {
-        "`foreign key constraint fails (` x 2,180": (
-            fill("foreign key constraint fails (", HOSTILE_BYTES - 40)
-            + " FOREIGN KEY (`a`) REFERENCES `bs`",
-            "mysql_foreign_key",
+        "`foreign key constraint fails (` x 2,182, no clause": (
+            fill("foreign key constraint fails (", HOSTILE_BYTES - 30)
+            + " FOREIGN KEY (`a`) REFERENCES",
+            None,
         ),
         "`Key (` x 13,107": (fill("Key ("), None),
         "`Key (a)=(` x 7,281, then `)`": (fill("Key (a)=(", HOSTILE_BYTES - 1) + ")", None),
@@ -226,21 +227,6 @@ def check_realistic(name: str, trace: str, rule: str | None, detail: str | None)
 
 
 # ---------------------------------------------------------------- measurements
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the results table."""
-
-    name: str
-    measured: str
-    target: str
-    ratio: float  # measured / target: at most 1 passes
-    detail: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.ratio <= 1.0
 
 
 def time_calls(text: str, calls: int, rounds: int) -> list[int]:
@@ -309,24 +295,7 @@ def bench_hostile(calls: int, rounds: int) -> list[Row]:
     return rows
 
 
-# ---------------------------------------------------------------- report
-
-
-def print_table(rows: list[Row]) -> None:
-    headers = ("benchmark", "measured", "target", "ratio", "result")
-    cells = [
-        (r.name, r.measured, r.target, f"{r.ratio:.2f}", "pass" if r.passed else "MISS")
-        for r in rows
-    ]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for cell in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip())
-    print()
-    for row in rows:
-        if row.detail:
-            print(f"{row.name}: {row.detail}")
+# ---------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="fewer timed calls: a smoke test (about two seconds)",
+        help="fewer timed calls: a smoke test (under a second)",
     )
     parser.add_argument(
         "--repeat",

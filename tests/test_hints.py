@@ -1287,6 +1287,27 @@ def test_paths_for_large_input_agree_with_the_reference(threshold, raw):
         assert clean_error(raw) == reference_clean(raw)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        'Key (a)=(1) is not present in table "" )=(',  # no valid suffix after the key
+        "Key (a) x Key (b)=(1) already exists",  # a `)` before the first valid suffix
+        "a foreign key constraint fails ( x FOREIGN KEY (`k`) REFERENCES `",  # no valid clause
+        "x' is a required property then 'k' is a required property",  # no `'` before the first
+        "x: Field required\nCaused by: boom",  # the reversed text serves two steps
+        "a." * 1_100 + "XError: deep",  # a long line of qualifiers
+        "a." * 1_100 + "XError.",  # ... ending in `.`
+        "a." * 1_100 + "XError: é",  # ... not ASCII
+        "a." * 1_100 + "bError: é",  # ... not ASCII, with no class name after a `.`
+        "a." * 1_100 + "x y.ZError",  # ... with a blank before the class name
+        "a." * 1_100 + "1Error",  # ... whose class name is not one
+    ],
+)
+def test_rare_paths_agree_with_the_reference(raw):
+    """Inputs that take the locators' and the fallback's rarer branches give the reference hint."""
+    assert clean_error(raw) == reference_clean(raw)
+
+
 @pytest.mark.slow
 @given(token_texts)
 def test_clean_error_agrees_with_the_reference_patterns_at_length(raw):
