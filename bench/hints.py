@@ -39,7 +39,7 @@ How the targets are measured
     collector stays enabled.
 
 ``--quick`` times fewer calls. It is a smoke test of this script, run by
-``tests/test_bench_hints.py``: it prints the same table and still fails (a traceback, exit status
+``tests/test_bench.py``: it prints the same table and still fails (a traceback, exit status
 1) if a correctness check fails (a trace's rule, a hint's shape), but a missed *timing* target is
 only reported, not turned into a failing exit status, since timings taken on a loaded test runner
 would make the test flaky. Judge the targets on a full run.
@@ -55,7 +55,8 @@ import time
 
 import agenttx
 from _report import Row, print_table
-from agenttx._hints import MAX_HINT_CHARS, CleanHint, HintCategory, clean_error
+from agenttx import CleanHint, HintCategory, clean_error
+from agenttx._hints import MAX_HINT_CHARS
 
 REALISTIC_TARGET_US = 15.0
 HOSTILE_TARGET_MS = 2.0

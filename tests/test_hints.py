@@ -10,20 +10,16 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agenttx import InvalidArgument
-from agenttx import _hints as hints
+from agenttx import InvalidArgument, _hint_scan, _hints
+from agenttx._hint_rules import _RULES, HintCategory, _first_column, _singular
+from agenttx._hint_scan import _Scan
 from agenttx._hints import (
-    _RULES,
     MAX_HINT_CHARS,
     MAX_INPUT_BYTES,
     CleanHint,
-    HintCategory,
     _bounded,
-    _first_column,
     _one_line,
     _salient_line,
-    _Scan,
-    _singular,
     add_constraint,
     clean_error,
 )
@@ -1283,7 +1279,8 @@ def test_each_rule_finds_the_reference_leftmost_match(raw, rule):
 def test_paths_for_large_input_agree_with_the_reference(threshold, raw):
     """With a size threshold at 0, the path taken for large input still gives the reference hint."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hints, threshold, 0)
+        module = _hint_scan if threshold == "_LONG_TEXT" else _hints
+        patch.setattr(module, threshold, 0)
         assert clean_error(raw) == reference_clean(raw)
 
 

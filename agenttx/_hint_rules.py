@@ -1,0 +1,683 @@
+"""The 31 Clean Hint rules of the reference engine, in priority order (spec section 6).
+
+Each rule has a name, a category, its alternatives (patterns built with `_hint_scan`), the groups
+that name its key, and a template. `_hints.clean_error` applies them.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from typing import TYPE_CHECKING, Final, TypeAlias, final
+
+import attrs
+
+from ._hint_scan import (
+    _MYSQL_FK_OPEN,
+    _alt,
+    _http_status,
+    _locate_field_required,
+    _locate_missing_argument,
+    _locate_mysql_foreign_key,
+    _locate_pg_foreign_key,
+    _locate_pg_unique,
+    _locate_required_property,
+    _locate_type_mismatch,
+    _locate_unavailable,
+    _locate_unresolved,
+    _Pattern,
+    _Scan,
+    _word,
+)
+
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable, Mapping
+
+
+class HintCategory(str, enum.Enum):
+    """What kind of failure a hint describes; the values are the reference's category names."""
+
+    FOREIGN_KEY_VIOLATION = "foreign_key_violation"
+    UNIQUE_VIOLATION = "unique_violation"
+    NOT_NULL_VIOLATION = "not_null_violation"
+    MISSING_SCHEMA_OBJECT = "missing_schema_object"
+    MISSING_RECORD = "missing_record"
+    MISSING_KEY = "missing_key"
+    MISSING_ARGUMENT = "missing_argument"
+    NULL_REFERENCE = "null_reference"
+    INVALID_VALUE = "invalid_value"
+    UNRESOLVED_REFERENCE = "unresolved_reference"
+    UNKNOWN_TOOL = "unknown_tool"
+    FILE_NOT_FOUND = "file_not_found"
+    PERMISSION_DENIED = "permission_denied"
+    AUTHENTICATION = "authentication"
+    RATE_LIMITED = "rate_limited"
+    HTTP_CLIENT_ERROR = "http_client_error"
+    HTTP_SERVER_ERROR = "http_server_error"
+    TIMEOUT = "timeout"
+    CONNECTION_FAILURE = "connection_failure"
+    MALFORMED_JSON = "malformed_json"
+    UNKNOWN = "unknown"
+
+    @property
+    def transient(self) -> bool:
+        """True for failures a plain retry may cure: timeouts, 429s, 5xx, failed connections."""
+        return self in _TRANSIENT
+
+
+_TRANSIENT: Final = frozenset(
+    {
+        HintCategory.TIMEOUT,
+        HintCategory.RATE_LIMITED,
+        HintCategory.HTTP_SERVER_ERROR,
+        HintCategory.CONNECTION_FAILURE,
+    }
+)
+
+
+Groups: TypeAlias = "Mapping[str, str | None]"
+
+
+def _pick(groups: Groups, names: tuple[str, ...]) -> str | None:
+    """The first of the named captures that is non-empty once trimmed, trimmed; else None."""
+    for name in names:
+        value = groups.get(name)
+        if value:
+            value = value.strip()
+            if value:
+                return value
+    return None
+
+
+def _get(groups: Groups, *names: str) -> str:
+    """`_pick`, or the literal `unknown` when every named capture is empty or did not take part."""
+    value = _pick(groups, names)
+    return "unknown" if value is None else value
+
+
+def _first_column(key: str) -> str:
+    """The first column of a possibly composite key: `(tenant_id, user_id)` gives `tenant_id`."""
+    return key.strip("()").split(",", 1)[0].strip().strip("\"`'")
+
+
+def _singular(table: str) -> str:
+    """Naive English singular of a table name, schema dropped: `public.companies` -> `company`."""
+    name = table.rsplit(".", 1)[-1]
+    if name.endswith("ies"):
+        return name[:-3] + "y"
+    if name.endswith(("sses", "xes", "ches")):
+        return name[:-2]
+    if name.endswith("s") and not name.endswith("ss"):
+        return name[:-1]
+    return name  # `status` -> `statu` above: the reference's documented naive case
+
+
+@final
+@attrs.frozen
+class _Rule:
+    """A rule: its name and category, its alternatives, and how it renders and names a key."""
+
+    name: str
+    category: HintCategory
+    patterns: tuple[_Pattern, ...]
+    key_groups: tuple[str, ...]
+    render: Callable[[Groups], str]
+
+    def find(self, patterns: tuple[_Pattern, ...], scan: _Scan) -> re.Match[str] | None:
+        """The leftmost match of `patterns`, the candidates among this rule's alternatives."""
+        # A search for `A|B|C` returns the leftmost position where an alternative matches,
+        # trying them in order there. Searching for each alone and keeping the leftmost match,
+        # the earlier alternative on a tie, returns the same match, and lets each be found its way.
+        best: re.Match[str] | None = None
+        for pattern in patterns:
+            match = pattern.find(scan)
+            if match is not None and (best is None or match.start() < best.start()):
+                best = match
+        return best
+
+
+#: Per rule: the rule, its candidate patterns, and literals one of which any match contains.
+
+_Candidates: TypeAlias = "tuple[tuple[_Rule, tuple[_Pattern, ...], tuple[str, ...], bool], ...]"
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(signature: int) -> _Candidates:
+    """The rules in priority order, each with its patterns that the signature allows."""
+    found: list[tuple[_Rule, tuple[_Pattern, ...], tuple[str, ...], bool]] = []
+    for rule in _RULES:
+        patterns = tuple(p for p in rule.patterns if p.possible(signature))
+        if patterns:
+            # Each pattern needs one literal of its first group: one of these must occur.
+            first = tuple(dict.fromkeys(n for p in patterns for n in p.needles[0]))
+            folded = patterns[0].folded
+            if found and found[-1][2] == first and found[-1][3] == folded:
+                first = found[-1][2]  # the same object: `clean_error` checks it once
+            found.append((rule, patterns, first, folded))
+    return tuple(found)
+
+
+# ---------------------------------------------------------------- the rules, in priority order
+#
+# Each `_alt` lists literals its matches contain, rarest first; they are only a quick way to skip
+# the pattern, never a condition of their own.
+
+
+def _foreign_key(g: Groups) -> str:
+    return (
+        f"Hint: Foreign key constraint failed for '{_first_column(_get(g, 'key'))}'. "
+        f"Ensure target {_singular(_get(g, 'table'))} exists before step execution."
+    )
+
+
+def _java_npe(g: Groups) -> str:
+    key = _pick(g, ("key", "key2"))
+    if key is None:
+        return "Hint: Null reference encountered. Validate that all required inputs are non-null."
+    return (
+        f"Hint: '{key}' is null when calling {_get(g, 'method', 'method2')}. "
+        f"Initialize '{key}' before this step."
+    )
+
+
+def _file_not_found(g: Groups) -> str:
+    path = _pick(g, ("path", "path2", "path3"))
+    if path is None:
+        return "Hint: File does not exist. Create it in an earlier step or correct the path."
+    return f"Hint: File '{path}' does not exist. Create it in an earlier step or correct the path."
+
+
+def _permission_denied(g: Groups) -> str:
+    path = _pick(g, ("path", "path2"))
+    if path is None:
+        return "Hint: Permission denied. Use a resource the agent is allowed to modify."
+    return f"Hint: Permission denied for '{path}'. Use a path inside the writable sandbox."
+
+
+def _fixed(text: str) -> Callable[[Groups], str]:
+    return lambda _g: text
+
+
+_C = HintCategory
+_KEY3 = ("key", "key2", "key3")
+
+_RULES: Final[tuple[_Rule, ...]] = (
+    # --- agenttx protocol errors
+    _Rule(
+        "unresolved_reference",
+        _C.UNRESOLVED_REFERENCE,
+        (
+            _alt(
+                r"unresolved reference \$\{steps\.(?P<step>\d+)(?!\d)[^}]*\}: "
+                r"key '(?P<key>[^']+)' not present in output of step \d+",
+                "}: key '",
+                "unresolved reference ${steps.",
+                locate=_locate_unresolved,
+            ),
+        ),
+        ("key",),
+        lambda g: (
+            f"Hint: Step {_get(g, 'step')} output has no '{_get(g, 'key')}'. Re-run step "
+            f"{_get(g, 'step')} so it returns '{_get(g, 'key')}', or fix the reference."
+        ),
+    ),
+    _Rule(
+        "unavailable_step_reference",
+        _C.UNRESOLVED_REFERENCE,
+        (
+            _alt(
+                r"reference \$\{steps\.(?P<step>\d+)(?!\d)[^}]*\} "
+                r"points to a step that has not completed",
+                "} points to a step that has not completed",
+                "reference ${steps.",
+                locate=_locate_unavailable,
+            ),
+        ),
+        (),
+        lambda g: (
+            f"Hint: Step {_get(g, 'step')} has not completed; "
+            "only reference outputs of earlier successful steps."
+        ),
+    ),
+    _Rule(
+        "unknown_tool",
+        _C.UNKNOWN_TOOL,
+        (
+            _alt(
+                r"unknown tool '(?P<tool>[^']*)'; registered tools: (?P<tools>[^\n]*)",
+                "'; registered tools: ",
+                "unknown tool '",
+            ),
+        ),
+        (),
+        lambda g: f"Hint: Tool '{_get(g, 'tool')}' does not exist. Use one of: {_get(g, 'tools')}.",
+    ),
+    # --- SQL constraint violations
+    _Rule(
+        "pg_foreign_key",
+        _C.FOREIGN_KEY_VIOLATION,
+        (
+            _alt(
+                r"Key \((?P<key>[^)]+)\)=\((?P<value>[^)]*)\) "
+                r"is not present in table \"(?P<table>[^\"]+)\"",
+                ")=(",
+                ') is not present in table "',
+                "Key (",
+                locate=_locate_pg_foreign_key,
+            ),
+        ),
+        ("key",),
+        _foreign_key,
+    ),
+    _Rule(
+        "mysql_foreign_key",
+        _C.FOREIGN_KEY_VIOLATION,
+        (
+            _alt(
+                r"foreign key constraint fails \(.*?"
+                r"FOREIGN KEY \(`(?P<key>[^`]+)`\) REFERENCES `(?P<table>[^`]+)`",
+                "`) REFERENCES `",
+                _MYSQL_FK_OPEN,
+                locate=_locate_mysql_foreign_key,
+            ),
+        ),
+        ("key",),
+        _foreign_key,
+    ),
+    _Rule(
+        "sqlite_foreign_key",
+        _C.FOREIGN_KEY_VIOLATION,
+        (_alt(r"FOREIGN KEY constraint failed", "FOREIGN KEY constraint failed"),),
+        (),
+        _fixed(
+            "Hint: Foreign key constraint failed. "
+            "Ensure every referenced row exists before step execution."
+        ),
+    ),
+    _Rule(
+        "pg_unique",
+        _C.UNIQUE_VIOLATION,
+        (
+            _alt(
+                r"Key \((?P<key>[^)]+)\)=\((?P<value>[^)]*)\) already exists",
+                ")=(",
+                ") already exists",
+                "Key (",
+                locate=_locate_pg_unique,
+            ),
+        ),
+        ("key",),
+        lambda g: (
+            f"Hint: Unique constraint violated for '{_first_column(_get(g, 'key'))}' "
+            f"(value '{_get(g, 'value')}' already exists). "
+            "Use a new value or update the existing row."
+        ),
+    ),
+    _Rule(
+        "mysql_duplicate",
+        _C.UNIQUE_VIOLATION,
+        (
+            _alt(
+                r"Duplicate entry '(?P<value>[^']*)' for key '(?:[^'.]*\.)?(?P<key>[^']+)'",
+                "Duplicate entry '",
+                "' for key '",
+            ),
+        ),
+        ("key",),
+        lambda g: (
+            f"Hint: Unique constraint violated for '{_get(g, 'key')}' "
+            f"(value '{_get(g, 'value')}' already exists). "
+            "Use a new value or update the existing row."
+        ),
+    ),
+    _Rule(
+        "sqlite_unique",
+        _C.UNIQUE_VIOLATION,
+        (_alt(r"UNIQUE constraint failed: (?:\w+\.)?(?P<key>\w+)", "UNIQUE constraint failed: "),),
+        ("key",),
+        lambda g: (
+            f"Hint: Unique constraint violated for '{_get(g, 'key')}'. "
+            "Use a new value or update the existing row."
+        ),
+    ),
+    _Rule(
+        "not_null",
+        _C.NOT_NULL_VIOLATION,
+        (
+            _alt(
+                r"null value in column \"(?P<key>[^\"]+)\"(?: of relation \"[^\"]+\")? "
+                r"violates not-null constraint",
+                'null value in column "',
+                " violates not-null constraint",
+            ),
+            _alt(r"Column '(?P<key2>[^']+)' cannot be null", "Column '", "' cannot be null"),
+            _alt(
+                r"NOT NULL constraint failed: (?:\w+\.)?(?P<key3>\w+)",
+                "NOT NULL constraint failed: ",
+            ),
+        ),
+        _KEY3,
+        lambda g: (
+            f"Hint: Column '{_get(g, *_KEY3)}' must not be null. "
+            f"Provide a value for '{_get(g, *_KEY3)}'."
+        ),
+    ),
+    _Rule(
+        "missing_column",
+        _C.MISSING_SCHEMA_OBJECT,
+        (
+            _alt(
+                r"column \"(?P<key>[^\"]+)\"(?: of relation \"[^\"]+\")? does not exist",
+                '" does not exist',
+                'column "',
+            ),
+            _alt(r"no such column: (?:\w+\.)?(?P<key2>\w+)", "no such ", "no such column: "),
+            _alt(r"Unknown column '(?:[^'.]*\.)?(?P<key3>[^']+)'", "Unknown column '"),
+        ),
+        _KEY3,
+        lambda g: (
+            f"Hint: Column '{_get(g, *_KEY3)}' does not exist. "
+            "Check the schema and use an existing column."
+        ),
+    ),
+    _Rule(
+        "missing_table",
+        _C.MISSING_SCHEMA_OBJECT,
+        (
+            _alt(
+                r"relation \"(?P<table>[^\"]+)\" does not exist", '" does not exist', 'relation "'
+            ),
+            _alt(r"no such table: (?P<table2>[\w.]+)", "no such ", "no such table: "),
+            _alt(r"Table '(?:[^'.]*\.)?(?P<table3>[^']+)' doesn't exist", "' doesn't exist"),
+        ),
+        (),
+        lambda g: (
+            f"Hint: Table '{_get(g, 'table', 'table2', 'table3')}' does not exist. "
+            "Create it first or use an existing table."
+        ),
+    ),
+    _Rule(
+        "record_not_found",
+        _C.MISSING_RECORD,
+        (
+            _alt(
+                r"no row with (?P<key>\w+)=(?P<value>\S+) in table \"(?P<table>[^\"]+)\"",
+                ' in table "',
+                "=",
+                "no row with ",
+            ),
+        ),
+        ("key",),
+        lambda g: (
+            f"Hint: No {_singular(_get(g, 'table'))} with {_get(g, 'key')}={_get(g, 'value')} "
+            f"exists. Create it in an earlier step or use an existing {_get(g, 'key')}."
+        ),
+    ),
+    # --- payload and language runtime errors
+    _Rule(
+        "missing_field",
+        _C.MISSING_ARGUMENT,
+        (
+            _alt(r"missing field `(?P<key>[^`]+)`", "missing field `"),
+            _alt(
+                r"(?P<key2>\w+)[^\S\n]*\n\s*Field required",
+                "Field required",
+                locate=_locate_field_required,
+            ),
+            _alt(
+                r"'(?P<key3>[^']+)' is a required property",
+                "' is a required property",
+                locate=_locate_required_property,
+            ),
+        ),
+        _KEY3,
+        lambda g: (
+            f"Hint: Required field '{_get(g, *_KEY3)}' is missing from the arguments. "
+            f"Provide '{_get(g, *_KEY3)}' explicitly."
+        ),
+    ),
+    _Rule(
+        "python_key_error",
+        _C.MISSING_KEY,
+        (_alt(r"KeyError: ['\"](?P<key>[^'\"]+)['\"]", "KeyError: ", ("'", '"')),),
+        ("key",),
+        lambda g: (
+            f"Hint: Missing key '{_get(g, 'key')}' in input payload. "
+            f"Verify the upstream step output provides '{_get(g, 'key')}'."
+        ),
+    ),
+    _Rule(
+        "python_missing_argument",
+        _C.MISSING_ARGUMENT,
+        (
+            _alt(
+                r"(?P<func>\w+)\(\) missing \d+ required (?:positional |keyword-only )?"
+                r"arguments?: '(?P<key>[^']+)'",
+                "() missing ",
+                ": '",
+                locate=_locate_missing_argument,
+            ),
+        ),
+        ("key",),
+        lambda g: (
+            f"Hint: {_get(g, 'func')}() requires argument '{_get(g, 'key')}'. "
+            f"Pass '{_get(g, 'key')}' in the tool arguments."
+        ),
+    ),
+    _Rule(
+        "null_attribute",
+        _C.NULL_REFERENCE,
+        (
+            _alt(
+                r"'NoneType' object has no attribute '(?P<key>\w+)'",
+                "'NoneType' object has no attribute '",
+            ),
+            _alt(
+                r"Cannot read propert(?:y|ies) of (?:undefined|null) \(reading '(?P<key2>[^']+)'\)",
+                " (reading '",
+                "Cannot read propert",
+            ),
+        ),
+        ("key", "key2"),
+        lambda g: (
+            f"Hint: Accessed '{_get(g, 'key', 'key2')}' on a null value. "
+            "Ensure the upstream step returns a non-null object."
+        ),
+    ),
+    _Rule(
+        "java_npe",
+        _C.NULL_REFERENCE,
+        (
+            _alt(
+                r"java\.lang\.NullPointerException"
+                r"(?:: Cannot invoke \"(?P<method>[^\"]+)\" because \"(?P<key>[^\"]+)\" is null)?",
+                "java.lang.NullPointerException",
+            ),
+            _alt(
+                r"Cannot invoke \"(?P<method2>[^\"]+)\" because \"(?P<key2>[^\"]+)\" is null",
+                'Cannot invoke "',
+                '" because "',
+            ),
+        ),
+        ("key", "key2"),
+        _java_npe,
+    ),
+    _Rule(
+        "invalid_integer",
+        _C.INVALID_VALUE,
+        (
+            _alt(
+                r"invalid literal for int\(\) with base \d+: '(?P<value>[^']*)'",
+                ": '",
+                "invalid literal for int() with base ",
+            ),
+            _alt(
+                r"NumberFormatException: For input string: \"(?P<value2>[^\"]*)\"",
+                'NumberFormatException: For input string: "',
+            ),
+        ),
+        (),
+        lambda g: (
+            f"Hint: '{_get(g, 'value', 'value2')}' is not a valid integer. Pass a numeric value."
+        ),
+    ),
+    _Rule(
+        "type_mismatch",
+        _C.INVALID_VALUE,
+        (
+            _alt(
+                r"invalid type: (?P<found>[^,\n]+), expected (?P<expected>[^\n]+?)"
+                r"(?: at line \d+ column \d+)?\Z",
+                ", expected ",
+                "invalid type: ",
+                locate=_locate_type_mismatch,
+            ),
+        ),
+        (),
+        lambda g: (
+            f"Hint: Wrong argument type: got {_get(g, 'found')}, expected {_get(g, 'expected')}."
+        ),
+    ),
+    # --- filesystem
+    _Rule(
+        "path_escape",
+        _C.PERMISSION_DENIED,
+        (_alt(r"path '(?P<path>[^']*)' escapes the sandbox", "' escapes the sandbox", "path '"),),
+        (),
+        lambda g: (
+            f"Hint: Path '{_get(g, 'path')}' is outside the sandbox. "
+            "Use a relative path without '..'."
+        ),
+    ),
+    _Rule(
+        "file_not_found",
+        _C.FILE_NOT_FOUND,
+        (
+            _alt(
+                r"No such file or directory(?: \(os error 2\))?(?:: '(?P<path>[^']+)')?",
+                "No such file or directory",
+            ),
+            _alt(
+                r"ENOENT: no such file or directory, \w+ '(?P<path2>[^']+)'",
+                "ENOENT: no such file or directory, ",
+                "'",
+            ),
+            _alt(r"FileNotFoundException: (?P<path3>\S+)", "FileNotFoundException: "),
+        ),
+        (),
+        _file_not_found,
+    ),
+    _Rule(
+        "permission_denied",
+        _C.PERMISSION_DENIED,
+        (
+            _alt(
+                r"Permission denied(?: \(os error 13\))?(?:: '(?P<path>[^']+)')?",
+                "Permission denied",
+            ),
+            _alt(
+                r"EACCES: permission denied, \w+ '(?P<path2>[^']+)'",
+                "EACCES: permission denied, ",
+                "'",
+            ),
+        ),
+        (),
+        _permission_denied,
+    ),
+    # --- network and HTTP. Rules 24 and 29-31 are case-insensitive: they run on the folded text
+    # (see `_Scan.folded`), split into one pattern per leading literal with `\b` behind it.
+    _Rule(
+        "rate_limited",
+        _C.RATE_LIMITED,
+        (
+            _alt(_word("too many requests") + r"\b", "too many requests", folded=True),
+            _alt(_word("rate limit") + r"(?:ed)?\b", "rate limit", folded=True),
+            _alt(_word("rate-limit") + r"(?:ed)?\b", "rate-limit", folded=True),
+            _alt(_word("http") + r"(?:/\d(?:\.\d)?)?\s*429\b", "429", "http", folded=True),
+            _alt(_word("status") + r"(?: code)?:?\s*429\b", "429", "status", folded=True),
+        ),
+        (),
+        _fixed("Hint: Rate limited by upstream API. Reduce request frequency or batch the calls."),
+    ),
+    _Rule(
+        "http_auth",
+        _C.AUTHENTICATION,
+        _http_status(r"(?P<status>401|403)\b", "40", lambda s: s in {"401", "403"}),
+        (),
+        lambda g: (
+            f"Hint: Upstream rejected credentials (HTTP {_get(g, 'status')}). "
+            "Use an authorized endpoint or valid credentials."
+        ),
+    ),
+    _Rule(
+        "http_not_found",
+        _C.HTTP_CLIENT_ERROR,
+        _http_status(r"404\b", "404", lambda s: s == "404"),
+        (),
+        _fixed(
+            "Hint: Upstream resource not found (HTTP 404). Verify the URL or resource identifier."
+        ),
+    ),
+    _Rule(
+        "http_client_error",
+        _C.HTTP_CLIENT_ERROR,
+        _http_status(r"(?P<status>4\d\d)\b", "4", lambda s: s[0] == "4"),
+        (),
+        lambda g: (
+            f"Hint: Upstream rejected the request (HTTP {_get(g, 'status')}). "
+            "Fix the request parameters."
+        ),
+    ),
+    _Rule(
+        "http_server_error",
+        _C.HTTP_SERVER_ERROR,
+        _http_status(r"(?P<status>5\d\d)\b", "5", lambda s: s[0] == "5"),
+        (),
+        lambda g: (
+            f"Hint: Upstream service failed (HTTP {_get(g, 'status')}). "
+            "Retry later or use an alternative service."
+        ),
+    ),
+    _Rule(
+        "timeout",
+        _C.TIMEOUT,
+        (
+            _alt(_word("timed out") + r"\b", "time", "timed out", folded=True),
+            _alt(_word("timeout") + r"\b", "time", "timeout", folded=True),
+            _alt(_word("deadline exceeded") + r"\b", "deadline exceeded", folded=True),
+        ),
+        (),
+        _fixed(
+            "Hint: Operation timed out. "
+            "Reduce the work done in this step or split it into smaller steps."
+        ),
+    ),
+    _Rule(
+        "connection_failure",
+        _C.CONNECTION_FAILURE,
+        (
+            _alt(_word("connection re") + r"(?:fused|set)\b", "conn", "connection re", folded=True),
+            _alt(_word("econnre") + r"(?:fused|set)\b", "conn", "econnre", folded=True),
+            _alt(_word("could not connect") + r"\b", "conn", "could not connect", folded=True),
+            _alt(_word("failed to connect") + r"\b", "conn", "failed to connect", folded=True),
+        ),
+        (),
+        _fixed(
+            "Hint: Dependency is unreachable. Verify the host/port or use an available service."
+        ),
+    ),
+    _Rule(
+        "malformed_json",
+        _C.MALFORMED_JSON,
+        (
+            _alt(r"jsondecodeerror", "json", "jsondecodeerror", folded=True),
+            _alt(r"invalid arguments json", "json", "invalid arguments json", folded=True),
+            _alt(r"unexpected token .{0,20} in json", "json", "unexpected token ", folded=True),
+            _alt(r"expected value at line \d+ column \d+", "expected value at line ", folded=True),
+            _alt(r"eof while parsing", "eof while parsing", folded=True),
+        ),
+        (),
+        _fixed("Hint: Malformed JSON. Emit a single valid JSON object with double-quoted keys."),
+    ),
+)
