@@ -93,8 +93,12 @@ def _check(value: object, depth: int, active: set[int]) -> int:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _Invalid(f"object key {key!r} is a {type(key).__name__}, not a string")
+            size += 6 * len(key) + 4
+            if type(item) is str:  # the common case, inline: no call
+                size += 6 * len(item) + 2
+                continue
             try:
-                size += _check(item, depth + 1, active) + 6 * len(key) + 4
+                size += _check(item, depth + 1, active)
             except _Invalid as exc:
                 exc.parts.append(_key_part(key))
                 raise

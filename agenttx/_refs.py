@@ -16,7 +16,7 @@ so a tool output containing `${steps.1.secret}` passes through as text.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
@@ -32,6 +32,7 @@ __all__ = [
     "Resolution",
     "parse_template",
     "resolve_references",
+    "resolve_value",
 ]
 
 _SEGMENT: Final = r"[A-Za-z0-9_\-]+"
@@ -182,11 +183,7 @@ class _Unresolved(Exception):
 
 
 def resolve_references(
-    arguments: object,
-    outputs: Mapping[int, JSONValue],
-    *,
-    current_step: int,
-    validate: bool = True,
+    arguments: object, outputs: Mapping[int, JSONValue], *, current_step: int
 ) -> Resolution:
     """Resolve every `${steps.N.path}` in the string values of `arguments`.
 
@@ -197,17 +194,27 @@ def resolve_references(
     values as compact JSON with sorted keys. Traversal order, and so the order of the returned
     dependencies, is: object fields in sorted key order, then references left to right.
 
-    Raises `JSONValueError` if `arguments` is not a JSON value (`validate=False` skips that
-    check, for callers that have made it). A reference that cannot be resolved is not raised:
-    it is reported in the returned `Resolution.error`.
+    Raises `JSONValueError` if `arguments` is not a JSON value. A reference that cannot be
+    resolved is not raised: it is reported in the returned `Resolution.error`.
     """
-    value = check_json(arguments, what="arguments") if validate else cast("JSONValue", arguments)
+    value = check_json(arguments, what="arguments")
+    resolved, dependencies, error = resolve_value(value, outputs, current_step)
+    return Resolution(value=resolved, dependencies=dependencies, error=error)
+
+
+def resolve_value(
+    value: JSONValue, outputs: Mapping[int, JSONValue], current_step: int
+) -> tuple[JSONValue, tuple[Dependency, ...], str | None]:
+    """`resolve_references` on a checked JSON value, as a plain `(value, dependencies, error)`.
+
+    For the transaction's hot path, which has checked the value already.
+    """
     dependencies: list[Dependency] = []
     try:
         resolved = _resolve(value, "", outputs, current_step, dependencies)
     except _Unresolved as failure:
-        return Resolution(value=value, dependencies=tuple(dependencies), error=failure.message)
-    return Resolution(value=resolved, dependencies=tuple(dependencies))
+        return value, tuple(dependencies), failure.message
+    return resolved, tuple(dependencies), None
 
 
 def _resolve(
@@ -225,11 +232,18 @@ def _resolve(
         return [_resolve(item, field, outputs, current_step, dependencies) for item in value]
     if isinstance(value, dict):
         # Sorted key order is the traversal order, so the dependencies come out as the
-        # reference engine records them; the resolved object keeps that order too.
-        return {
-            key: _resolve(value[key], key, outputs, current_step, dependencies)
-            for key in sorted(value)
-        }
+        # reference engine records them; the resolved object keeps that order too. Scalars are
+        # handled inline: most arguments are flat objects of them.
+        resolved: dict[str, JSONValue] = {}
+        for key in sorted(value):
+            item = value[key]
+            if isinstance(item, str):
+                if "${" in item:
+                    item = _resolve_string(item, key, outputs, current_step, dependencies)
+            elif isinstance(item, (dict, list)):
+                item = _resolve(item, key, outputs, current_step, dependencies)
+            resolved[key] = item
+        return resolved
     return value
 
 

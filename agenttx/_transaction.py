@@ -30,6 +30,7 @@ from ._errors import (
     IllegalTransition,
     InvalidArgument,
     InvalidTransactionState,
+    JSONValueError,
     StepOutOfOrder,
     ToolError,
     WriteConflict,
@@ -38,7 +39,7 @@ from ._graph import DependencyGraph
 from ._hints import CleanHint, add_constraint, clean_error
 from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
 from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
-from ._refs import resolve_references
+from ._refs import Dependency, resolve_value
 from ._results import (
     TRANSITIONS,
     CommitResult,
@@ -82,7 +83,27 @@ class _Call(NamedTuple):
     tool: Tool[Any, Any]
     arguments: JSONValue
     raw_context: str
-    context: ToolContext
+    context: ToolContext | None  # None when the tool takes no context: nothing to collect
+
+
+class _Live(NamedTuple):
+    """A live step (succeeded, not rewound), as the transaction keeps it."""
+
+    tool_name: str
+    arguments: JSONValue
+    output: JSONValue
+    raw_context: str
+    dependencies: tuple[Dependency, ...]
+
+
+def _closed(
+    context: ToolContext | None,
+) -> tuple[tuple[UndoRecord, ...], tuple[StagedEffect, ...]]:
+    """Fence the step's context and take what its tool registered."""
+    if context is None:
+        return (), ()
+    undos, effects = context._close()  # noqa: SLF001  (the transaction owns the context)
+    return tuple(undos), tuple(effects)
 
 
 class _Outcome(NamedTuple):
@@ -118,12 +139,19 @@ class Transaction:
     _controller: RollbackController = attrs.field(init=False)
     _status: TxStatus = attrs.field(init=False, default=TxStatus.ACTIVE)
     _next_step: int = attrs.field(init=False, default=1)
-    _steps: dict[int, StepRecord] = attrs.field(init=False, factory=dict)
+    _steps: dict[int, _Live] = attrs.field(init=False, factory=dict)
     _outputs: dict[int, JSONValue] = attrs.field(init=False, factory=dict)
-    _context: list[ContextEntry] = attrs.field(init=False, factory=list)
     _constraints: list[str] = attrs.field(init=False, factory=list)
     _effects: list[StagedEffect] = attrs.field(init=False, factory=list)
+    # The graph is brought up to date only when it is needed (a failure, `graph`,
+    # `find_root_cause`): successful steps only record their dependencies, so a transaction that
+    # never fails never pays for it. `_graph_upto` is the last live step already in the graph;
+    # `_pending` is the node of the step being executed, added if that step fails.
     _graph: DependencyGraph = attrs.field(init=False, factory=DependencyGraph)
+    _graph_upto: int = attrs.field(init=False, default=0)
+    _pending: tuple[int, str, JSONValue, tuple[Dependency, ...]] | None = attrs.field(
+        init=False, default=None
+    )
     _rewinds: int = attrs.field(init=False, default=0)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
 
@@ -198,17 +226,27 @@ class Transaction:
     @property
     def context(self) -> tuple[ContextEntry, ...]:
         """The `raw_context` of each live step, in step order."""
-        return tuple(self._context)
+        return self._context_entries()
 
     @property
     def steps(self) -> tuple[StepRecord, ...]:
         """The live steps: succeeded and not rewound, in step order."""
-        return tuple(self._steps.values())
+        return tuple(
+            StepRecord(step_id=k, tool_name=s.tool_name, arguments=s.arguments, output=s.output)
+            for k, s in self._steps.items()
+        )
+
+    def _context_entries(self) -> tuple[ContextEntry, ...]:
+        return tuple(
+            ContextEntry(step_id=k, tool_name=s.tool_name, raw_context=s.raw_context)
+            for k, s in self._steps.items()
+        )
 
     @property
     def graph(self) -> DependencyGraph:
-        """The dependency graph of the live steps (and of a failed step until its rewind)."""
-        return self._graph
+        """The dependency graph of the live steps, brought up to date on access."""
+        with self._lock:
+            return self._synced_graph()
 
     @property
     def global_resets(self) -> int:
@@ -227,7 +265,8 @@ class Transaction:
 
     def find_root_cause(self, step_id: int, error_key: str) -> int | None:
         """The earliest step that produced the value `step_id` received as `error_key`."""
-        return self._graph.find_root_cause(step_id, error_key)
+        with self._lock:
+            return self._synced_graph().find_root_cause(step_id, error_key)
 
     def read(self, key: str) -> JSONValue:
         """State `key` as this transaction sees it (its writes, then committed); None if absent."""
@@ -248,7 +287,7 @@ class Transaction:
                 steps_completed=len(self._steps),
                 constraints=tuple(self._constraints),
                 global_resets=self._controller.global_resets,
-                context=tuple(self._context),
+                context=self._context_entries(),
                 pending_effects=len(self._effects),
                 compensation_failures=tuple(
                     f"{record.description}: {error}" for record, error in self._ledger.failed
@@ -340,10 +379,10 @@ class Transaction:
             raise InvalidArgument(f"tool_name must be 1-{MAX_TOOL_NAME} characters")
         if not isinstance(raw_context, str):
             raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
-        if len(raw_context.encode()) > MAX_PAYLOAD_BYTES:
+        if _over_limit(raw_context):
             raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
         if isinstance(arguments, str):
-            if len(arguments.encode()) > MAX_PAYLOAD_BYTES:
+            if _over_limit(arguments):
                 raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
             parsed: JSONValue | str = arguments
         elif type(arguments) is dict or isinstance(arguments, Mapping):
@@ -367,28 +406,31 @@ class Transaction:
             try:
                 parsed = check_json(json.loads(text) if text.strip() else {}, what="arguments")
             except (ValueError, RecursionError) as exc:
-                self._graph.add_step(step_id, tool_name, None)
+                self._pending = (step_id, tool_name, None, ())
                 return f"invalid arguments JSON: {exc}"
         tool = self._registry.tools.get(tool_name)
         if tool is None:
-            self._graph.add_step(step_id, tool_name, parsed, validate=False)
+            self._pending = (step_id, tool_name, parsed, ())
             return (
                 f"unknown tool '{tool_name}'; registered tools: {', '.join(self._registry.names())}"
             )
-        resolution = resolve_references(parsed, self._outputs, current_step=step_id, validate=False)
-        resolved = resolution.value
-        self._graph.add_step(step_id, tool_name, resolved, resolution.dependencies, validate=False)
-        if resolution.error is not None:
-            return resolution.error
-        generation = self._rewinds
-        context = ToolContext(
-            tx_id=self._id,
-            step_id=step_id,
-            idempotency_key=lambda: derive_key(self._id, step_id, tool_name, resolved, generation),
-            deadline=time.monotonic() + self._step_timeout,
-            store=self._store,
-            compensations=self._registry.compensations,
-        )
+        resolved, dependencies, error = resolve_value(parsed, self._outputs, step_id)
+        self._pending = (step_id, tool_name, resolved, dependencies)
+        if error is not None:
+            return error
+        context = None
+        if tool.wants_context:
+            generation = self._rewinds
+            context = ToolContext(
+                tx_id=self._id,
+                step_id=step_id,
+                idempotency_key=lambda: derive_key(
+                    self._id, step_id, tool_name, resolved, generation
+                ),
+                deadline=time.monotonic() + self._step_timeout,
+                store=self._store,
+                compensations=self._registry.compensations,
+            )
         return _Call(
             step_id=step_id,
             tool=tool,
@@ -399,7 +441,7 @@ class Transaction:
 
     def _abandon_step(self, call: _Call) -> None:
         """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
-        undos, _ = call.context._close()  # noqa: SLF001  (its staged effects are dropped)
+        undos, _ = _closed(call.context)  # its staged effects are dropped
         self._ledger.record(undos)
         self._transition(TxStatus.ROLLING_BACK)
         self._ledger.compensate(self._ledger.take_from(call.step_id), self._registry.compensations)
@@ -443,25 +485,30 @@ class Transaction:
             raise ToolError(f"tool '{call.tool.name}' timed out after {milliseconds} ms") from None
 
     def _failed_outcome(self, call: _Call, exc: Exception) -> _Outcome:
-        undos, effects = call.context._close()  # noqa: SLF001
+        undos, effects = _closed(call.context)
         if isinstance(exc, ToolError):
             message = exc.message
         else:
             message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _Outcome(error=message, undos=tuple(undos), effects=tuple(effects))
+        return _Outcome(error=message, undos=undos, effects=effects)
 
     def _succeeded_outcome(self, call: _Call, output: object) -> _Outcome:
-        undos, effects = call.context._close()  # noqa: SLF001
+        undos, effects = _closed(call.context)
         try:
-            checked = check_json(output, what=f"the output of tool '{call.tool.name}'")
-        except InvalidArgument as exc:
-            return _Outcome(error=str(exc), undos=tuple(undos), effects=tuple(effects))
-        return _Outcome(output=checked, undos=tuple(undos), effects=tuple(effects))
+            checked = check_json(output)
+        except JSONValueError as exc:
+            error = JSONValueError(
+                path=exc.path, problem=exc.problem, what=f"the output of tool '{call.tool.name}'"
+            )
+            return _Outcome(error=str(error), undos=undos, effects=effects)
+        return _Outcome(output=checked, undos=undos, effects=effects)
 
     def _keep_registered(self, outcome: _Outcome) -> None:
         """Keep what the tool registered, whether it succeeded or not (a rewind undoes it)."""
-        self._ledger.record(outcome.undos)
-        self._effects.extend(outcome.effects)
+        if outcome.undos:
+            self._ledger.record(outcome.undos)
+        if outcome.effects:
+            self._effects.extend(outcome.effects)
 
     def _succeed(self, call: _Call, outcome: _Outcome) -> StepResult:
         step_id = call.step_id
@@ -479,14 +526,12 @@ class Transaction:
                     )
                 ]
             )
-        self._steps[step_id] = StepRecord(
-            step_id=step_id, tool_name=call.tool.name, arguments=call.arguments, output=output
+        assert self._pending is not None  # set by _prepare for this step
+        self._steps[step_id] = _Live(
+            call.tool.name, call.arguments, output, call.raw_context, self._pending[3]
         )
         self._outputs[step_id] = output
-        self._graph.record_output(step_id, output, validate=False)
-        self._context.append(
-            ContextEntry(step_id=step_id, tool_name=call.tool.name, raw_context=call.raw_context)
-        )
+        self._pending = None
         self._next_step = step_id + 1
         self._transition(TxStatus.ACTIVE)
         return StepResult(
@@ -499,11 +544,27 @@ class Transaction:
 
     # ------------------------------------------------------------------ failure and rewind
 
+    def _synced_graph(self) -> DependencyGraph:
+        """The graph, with the live steps added since it was last needed."""
+        for step_id in range(self._graph_upto + 1, self._next_step):
+            record = self._steps[step_id]
+            self._graph.add_step(
+                step_id, record.tool_name, record.arguments, record.dependencies, validate=False
+            )
+            self._graph.record_output(step_id, record.output, validate=False)
+        self._graph_upto = max(self._graph_upto, self._next_step - 1)
+        return self._graph
+
     def _decide(self, step_id: int, error: str) -> tuple[RollbackDecision, CleanHint]:
         hint = clean_error(error)
         add_constraint(self._constraints, hint.text, self._max_constraints)
+        graph = self._synced_graph()
+        if self._pending is not None:  # the failed step's node, for the root-cause walk
+            pending_step, tool_name, inputs, dependencies = self._pending
+            graph.add_step(pending_step, tool_name, inputs, dependencies, validate=False)
+            self._pending = None
         decision = self._controller.decide(
-            step_id, hint.key, self._graph.find_root_cause, transient=hint.category.transient
+            step_id, hint.key, graph.find_root_cause, transient=hint.category.transient
         )
         self._transition(TxStatus.ROLLING_BACK)
         return decision, hint
@@ -576,8 +637,9 @@ class Transaction:
         for step in [s for s in self._steps if s >= target]:
             del self._steps[step]
             del self._outputs[step]
-        self._context = [entry for entry in self._context if entry.step_id < target]
         self._graph.truncate_from(max(target, 1))
+        self._graph_upto = min(self._graph_upto, max(target, 1) - 1)
+        self._pending = None
         self._next_step = max(target, 1)
 
     def _end(self, final: TxStatus) -> None:
@@ -587,8 +649,9 @@ class Transaction:
         self._store.discard(self._id)
         self._steps.clear()
         self._outputs.clear()
-        self._context.clear()
         self._graph.clear()
+        self._graph_upto = 0
+        self._pending = None
         self._next_step = 0
         self._transition(final)
 
@@ -689,6 +752,14 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+
+def _over_limit(text: str) -> bool:
+    """Whether `text` is longer than MAX_PAYLOAD_BYTES in UTF-8 (counting at most 4 a character)."""
+    return (
+        len(text) > MAX_PAYLOAD_BYTES // 4
+        and len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES
+    )
 
 
 def _invoke(call: _Call) -> object:
