@@ -224,6 +224,29 @@ _LAST_EXCEPTION_LINE: Final = re.compile(
 _FEW_EXCEPTION_LINES: Final = 64
 
 
+# `_EXCEPTION_LINE_AT.match` on one line, in time that does not depend on the number of dotted
+# segments: `(?:[\w$]+\.)*` can only consume whole non-empty segments, so the class name starts
+# at the token's start or just after a dot, before the token's first `..`; its segment ends at the
+# next `.` or at the token's end, whose next character is not a word character either way. So one
+# search for a class name starting there, bounded to that region, finds the same lines.
+_TOKEN: Final = re.compile(r"[^\S\n]*([\w$.]*)")
+# The class set comes first so that `re` skips to capitals at C speed; the look-behind then
+# requires the capital to start a segment (after a dot, a blank or the line start).
+_CLASS_NAME: Final = re.compile(r"[A-Z](?<![^.\s][A-Z])[\w$]*(?:Error|Exception|Fault)\b")
+
+
+def _exception_name_at(text: str, start: int, end: int) -> int:
+    """Where the line at `start` (ending at `end`) has (b)'s exception name, or -1."""
+    token = _TOKEN.match(text, start, end)
+    assert token is not None  # the pattern matches the empty string
+    begin, finish = token.span(1)
+    if begin == finish or text[begin] == "." or text.startswith("Traceback", begin, finish):
+        return -1
+    double_dot = text.find("..", begin, finish)
+    limit = finish if double_dot < 0 else double_dot + 1
+    return begin if _CLASS_NAME.search(text, begin, limit) is not None else -1
+
+
 def _last_exception_line(text: str) -> int:
     """Where (b)'s line starts (its first non-blank character), or -1."""
     # The last occurrence of each suffix before `end`; each is searched for again only when its
@@ -235,9 +258,9 @@ def _last_exception_line(text: str) -> int:
             return -1
         start = text.rfind("\n", 0, position) + 1
         line_end = text.find("\n", position)
-        found = _EXCEPTION_LINE_AT.match(text, start, len(text) if line_end < 0 else line_end)
-        if found is not None:
-            return found.start("name")
+        name = _exception_name_at(text, start, len(text) if line_end < 0 else line_end)
+        if name >= 0:
+            return name
         last = [
             text.rfind(suffix, 0, start) if at >= start else at
             for suffix, at in zip(_EXCEPTION_SUFFIXES, last, strict=True)

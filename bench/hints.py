@@ -189,7 +189,10 @@ def hostile_texts(seed: int = 20260101) -> dict[str, tuple[str, str | None]]:
         "`b ` then `XError.` x 9,362": ("b " + fill("XError.", HOSTILE_BYTES - 2), None),
         "`aError` lines x 9,362": (fill("aError\n"), None),
         "dotted qualifiers, then `XError`": (fill("a.", HOSTILE_BYTES - 6) + "XError", None),
+        "qualifiers ending in `..XError`": (fill("a.", HOSTILE_BYTES - 8) + "..XError", None),
         "13,107 frame lines `at x`": (fill("at x\n"), None),
+        "21,845 digit frame lines `1:`": (fill("1:\n"), None),
+        "21,845 caret lines `^` and a tab": (fill("^\t\n"), None),
         "deep Java stack (StackOverflowError)": (deep_java[:HOSTILE_BYTES], None),
         "random printable ASCII": (
             "".join(rng.choice(printable) for _ in range(HOSTILE_BYTES)),

@@ -1383,3 +1383,33 @@ def test_hostile_input_is_cleaned_in_linear_time(raw):
     elapsed = time.perf_counter() - start
     assert hint.text.startswith("Hint: ")
     assert elapsed < 0.1, f"{elapsed * 1000:.1f} ms"
+
+
+@given(
+    st.lists(st.sampled_from(["a", "X", ".", "$", " ", "\t", "Error", "Fault", "é", "-", "_"])).map(
+        "".join
+    )
+)
+def test_exception_name_search_agrees_with_the_line_pattern(line):
+    """The segment-bounded search finds an exception name exactly where the line pattern does."""
+    reference = _hints._EXCEPTION_LINE_AT.match(line)
+    expected = -1 if reference is None else reference.start("name")
+    assert _hints._exception_name_at(line, 0, len(line)) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "a." * 3_000 + "Xb." + "a." * 3_000 + "..XError",
+        "aX" * 3_000 + "..XError",
+        "." * 3_000 + "XError",
+        "Traceback.XError",
+        "  a.b.XError$x",
+        "a..XError",
+    ],
+)
+def test_exception_name_search_on_long_tokens(line):
+    """Long dotted tokens, a leading `Traceback`, blanks and `$` agree with the line pattern."""
+    reference = _hints._EXCEPTION_LINE_AT.match(line)
+    expected = -1 if reference is None else reference.start("name")
+    assert _hints._exception_name_at(line, 0, len(line)) == expected
