@@ -21,7 +21,6 @@ __all__ = [
     "canonical_dumps",
     "check_json",
     "checked_size_bound",
-    "json_size_bound",
     "scalar_leaves",
     "value_tag",
 ]
@@ -59,8 +58,9 @@ def check_json(value: object, *, what: str = "value") -> JSONValue:
 def checked_size_bound(value: object, *, what: str = "value") -> int:
     """`check_json`, returning an upper bound of the value's canonical JSON size in bytes.
 
-    The bound (see `json_size_bound`) comes free with the check, so callers that enforce a
-    size limit only serialize the rare value whose bound exceeds it.
+    Strings count 6 bytes a character (the longest escape, `\\u001f`), integers a digit per 3
+    bits, other scalars their longest form. The bound comes free with the check, so callers that
+    enforce a size limit only serialize the rare value whose bound exceeds it.
     """
     try:
         return _check(value, 0, set())
@@ -125,15 +125,6 @@ def canonical_dumps(value: JSONValue) -> str:
     Floats are written as Python writes them (`1e+20`), where Rust writes `1e20`.
     """
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-
-
-def json_size_bound(value: JSONValue) -> int:
-    """An upper bound of the UTF-8 size of `value`'s canonical JSON text, cheap to compute.
-
-    Strings count 6 bytes a character (the longest escape, `\\u001f`); integers a digit per 3
-    bits; other scalars their longest form. Use it to skip an exact measurement.
-    """
-    return checked_size_bound(value)
 
 
 def scalar_leaves(value: JSONValue, key: str = "") -> list[tuple[str, JSONScalar]]:

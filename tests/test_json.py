@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 
 import agenttx
-from agenttx._json import canonical_dumps, check_json, scalar_leaves, value_tag
+from agenttx._json import canonical_dumps, check_json, checked_size_bound, scalar_leaves, value_tag
 from agenttx.testing import json_values
 
 
@@ -136,3 +136,16 @@ def test_value_tags_treat_subclasses_as_their_json_kind():
 
     assert value_tag(Level.HIGH) == value_tag(7)
     assert value_tag(Colour.RED) == value_tag("red")
+
+
+@given(json_values())
+def test_size_bound_is_an_upper_bound_of_the_canonical_text(value):
+    """checked_size_bound never underestimates the UTF-8 size of the canonical JSON text."""
+    exact = len(canonical_dumps(value).encode("utf-8", "surrogatepass"))
+    assert checked_size_bound(value) >= exact
+
+
+def test_size_bound_counts_escapes_and_big_integers():
+    """Control characters (6-byte escapes) and long integers stay within the bound."""
+    for value in ["\x00" * 100, 10**300, {"\x01" * 10: ["\x1f" * 7, -(10**50)]}]:
+        assert checked_size_bound(value) >= len(canonical_dumps(value).encode())
