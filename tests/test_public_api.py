@@ -152,3 +152,20 @@ def test_rustworkx_stays_behind_graph():
 def test_package_is_typed():
     """The package ships its py.typed marker."""
     assert importlib.resources.files("agenttx").joinpath("py.typed").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_MODULES))
+def test_every_public_name_is_documented(name):
+    """Each exported class and function, and each public method and property, has a docstring."""
+    module = PUBLIC_MODULES[name]
+    for attribute in module.__all__:
+        obj = getattr(module, attribute)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue
+        assert (obj.__doc__ or "").strip(), f"{name}.{attribute} has no docstring"
+        if inspect.isclass(obj):
+            for member, value in vars(obj).items():
+                if member.startswith("_"):
+                    continue
+                if inspect.isfunction(value) or isinstance(value, property):
+                    assert (value.__doc__ or "").strip(), f"{name}.{attribute}.{member}"

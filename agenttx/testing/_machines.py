@@ -104,6 +104,7 @@ class TransactionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tx.status is TxStatus.ACTIVE)
     @rule(key=st.sampled_from(KEYS), value=st.integers(0, 9))
     def step_succeeds(self, key: str, value: int) -> None:
+        """A probe call that succeeds becomes a live step."""
         uid = next(self.uids)
         result = self.tx.execute_step(
             self.tx.next_step_id, "probe", {"uid": uid, "key": key, "value": value}
@@ -115,6 +116,7 @@ class TransactionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tx.status is TxStatus.ACTIVE)
     @rule(key=st.sampled_from(KEYS), failure=st.sampled_from(sorted(FAILURES)))
     def step_fails(self, key: str, failure: str) -> None:
+        """A probe call that fails rewinds to the step the result names, or aborts."""
         uid = next(self.uids)
         step_id = self.tx.next_step_id
         result = self.tx.execute_step(
@@ -133,6 +135,7 @@ class TransactionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tx.status is TxStatus.ACTIVE and self.tx.next_step_id > 1)
     @rule(data=st.data())
     def rollback_to(self, data: st.DataObject) -> None:
+        """A manual rollback drops the steps from `to_step` on."""
         target = data.draw(st.integers(1, self.tx.next_step_id - 1), label="to_step")
         result = self.tx.rollback(to_step=target)
         assert (result.aborted, result.next_step_id) == (False, target)
@@ -141,12 +144,14 @@ class TransactionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tx.status is TxStatus.ACTIVE)
     @rule()
     def abort(self) -> None:
+        """A full rollback drops every step and ends the transaction."""
         assert self.tx.rollback().aborted
         self._drop_from(1)
 
     @precondition(lambda self: self.tx.status is TxStatus.ACTIVE)
     @rule()
     def commit(self) -> None:
+        """A commit publishes the live steps' writes and dispatches their effects."""
         result = self.tx.commit()
         assert result.steps_committed == len(self.live)
         for uid, key, value in self.live:
@@ -157,12 +162,14 @@ class TransactionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tx.status.terminal)
     @rule()
     def next_transaction(self) -> None:
+        """After a transaction ends, the next one starts on the same store."""
         self._begin()
 
     # ------------------------------------------------------------------ invariants
 
     @invariant()
     def state_is_the_live_steps_writes(self) -> None:
+        """Every key reads as the live steps' last write, else the committed value."""
         expected = dict(self.committed)
         if self.tx.status is TxStatus.ACTIVE:
             for _, key, value in self.live:
@@ -173,16 +180,19 @@ class TransactionMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_undo_of_a_dropped_call_ran_once(self) -> None:
+        """Each undo of a rewound or aborted call ran once; no other undo ran."""
         for uid in self.ran:
             expected = 1 if uid in self.dropped else 0
             assert self.undone.get(uid, 0) == expected, (uid, self.undone.get(uid))
 
     @invariant()
     def only_commits_dispatch(self) -> None:
+        """Dispatched effects are exactly those of committed steps, in order."""
         assert [effect.payload for effect in self.dispatched] == self.expected_dispatch
 
     @invariant()
     def steps_and_graph_match_the_model(self) -> None:
+        """next_step_id, the live steps and the graph agree with the model."""
         if self.tx.status is not TxStatus.ACTIVE:
             return
         assert self.tx.next_step_id == len(self.live) + 1
