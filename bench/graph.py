@@ -69,7 +69,7 @@ import time
 from typing import Any
 
 import agenttx
-from _report import Row, print_table
+from _report import Row, report
 
 WINDOW = 100  # steps in each of the first / last windows of target 1
 ADD_STEP_RATIO_TARGET = 1.25
@@ -257,16 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = bench_add_step_and_truncate(count, repeat)
     rows.append(bench_root_cause(repeat))
-    print_table(rows)
-    missed = [row.name for row in rows if not row.passed]
-    if missed:
-        print(f"\nMISSED {len(missed)} target(s): {', '.join(missed)}")
-        if args.quick:
-            print("(quick run: timing targets are reported, not enforced; run without --quick)")
-            return 0
-        return 1
-    print("\nAll targets met.")
-    return 0
+    return report(rows, quick=args.quick)
 
 
 if __name__ == "__main__":

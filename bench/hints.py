@@ -54,7 +54,7 @@ import sys
 import time
 
 import agenttx
-from _report import Row, print_table
+from _report import Row, report
 from agenttx import CleanHint, HintCategory, clean_error
 from agenttx._hints import MAX_HINT_CHARS
 
@@ -340,16 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             detail=f"the slowest hostile text is {worst.name.removeprefix('hostile: ')}",
         )
     )
-    print_table(rows)
-    missed = [row.name for row in rows if not row.passed]
-    if missed:
-        print(f"\nMISSED {len(missed)} target(s): {', '.join(missed)}")
-        if args.quick:
-            print("(quick run: timing targets are reported, not enforced; run without --quick)")
-            return 0
-        return 1
-    print("\nAll targets met.")
-    return 0
+    return report(rows, quick=args.quick)
 
 
 if __name__ == "__main__":

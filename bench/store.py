@@ -45,7 +45,7 @@ import sys
 import time
 
 import agenttx
-from _report import Row, print_table
+from _report import Row, report
 from agenttx.stores import MemoryStore
 
 RESTORE_WRITES = 5_000
@@ -233,16 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Python {sys.version.split()[0]}, {repeat} repetitions{' (quick)' if args.quick else ''}\n"
     )
     rows = [bench_restore(writes, repeat), bench_commit(keys, repeat)]
-    print_table(rows)
-    missed = [row.name for row in rows if not row.passed]
-    if missed:
-        print(f"\nMISSED {len(missed)} target(s): {', '.join(missed)}")
-        if args.quick:
-            print("(quick run: timing targets are reported, not enforced; run without --quick)")
-            return 0
-        return 1
-    print("\nAll targets met.")
-    return 0
+    return report(rows, quick=args.quick)
 
 
 if __name__ == "__main__":

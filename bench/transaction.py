@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 import agenttx
-from _report import Row, print_table
+from _report import Row, report
 
 STEPS = 20
 STEP_TARGET_US = 15.0
@@ -128,13 +128,7 @@ def main() -> int:
                 detail=f"LangGraph + InMemorySaver: {theirs:.1f} us a node, median of {runs} runs",
             )
         )
-    print_table(rows)
-    missed = [row.name for row in rows if not row.passed]
-    if missed and not args.quick:
-        print(f"\nMISSED {len(missed)} target(s): {', '.join(missed)}")
-        return 1
-    print("\nAll targets met." if not missed else "\n(quick run: timings not enforced)")
-    return 0
+    return report(rows, quick=args.quick)
 
 
 if __name__ == "__main__":
