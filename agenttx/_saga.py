@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import os
@@ -25,7 +26,7 @@ import attrs
 from ._errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from ._tools import Compensation, StagedEffect, UndoRecord
 
@@ -103,6 +104,20 @@ class SagaLedger:
         """Keep `records` (all from one step, in registration order)."""
         self._records.extend(records)
 
+    def keep_failed(self, records: Sequence[UndoRecord], reason: str) -> None:
+        """Keep `records` as failed with `reason`, without running them (for recovery)."""
+        self._failed.extend((record, reason) for record in records)
+
+    @contextlib.contextmanager
+    def _interruptible(self, records: Sequence[UndoRecord], index: int) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as exc:
+            reason = f"interrupted by {type(exc).__name__}"
+            self.keep_failed(records[index : index + 1], reason)
+            self.keep_failed(records[index + 1 :], f"not run: {reason}")
+            raise
+
     def take_from(self, step: int) -> list[UndoRecord]:
         """Remove and return the records of steps >= `step`, newest first."""
         cut = len(self._records)
@@ -124,17 +139,22 @@ class SagaLedger:
         *,
         sleep: Callable[[float], object] = time.sleep,
     ) -> CompensationReport:
-        """Run `records` in the order given; see the module docstring."""
+        """Run `records` in the order given; see the module docstring.
+
+        If a compensation raises a BaseException (KeyboardInterrupt, cancellation), that record
+        and the ones not yet run are kept as failed (`interrupted`) and the exception propagates.
+        """
         succeeded = 0
         failures: list[str] = []
-        for record in records:
+        for index, record in enumerate(records):
             error: str | None = None
-            for attempt in range(self.attempts):
-                error = _run_once(record, compensations, resolve_awaitable)
-                if error is None:
-                    break
-                if attempt + 1 < self.attempts:
-                    sleep(self.backoff * (1 << min(attempt, 8)))
+            with self._interruptible(records, index):
+                for attempt in range(self.attempts):
+                    error = _run_once(record, compensations, resolve_awaitable)
+                    if error is None:
+                        break
+                    if attempt + 1 < self.attempts:
+                        sleep(self.backoff * (1 << min(attempt, 8)))
             if error is None:
                 succeeded += 1
             else:
@@ -148,14 +168,15 @@ class SagaLedger:
         """`compensate` for async callers: awaits async compensations on the running loop."""
         succeeded = 0
         failures: list[str] = []
-        for record in records:
+        for index, record in enumerate(records):
             error: str | None = None
-            for attempt in range(self.attempts):
-                error = await _arun_once(record, compensations)
-                if error is None:
-                    break
-                if attempt + 1 < self.attempts:
-                    await asyncio.sleep(self.backoff * (1 << min(attempt, 8)))
+            with self._interruptible(records, index):
+                for attempt in range(self.attempts):
+                    error = await _arun_once(record, compensations)
+                    if error is None:
+                        break
+                    if attempt + 1 < self.attempts:
+                        await asyncio.sleep(self.backoff * (1 << min(attempt, 8)))
             if error is None:
                 succeeded += 1
             else:

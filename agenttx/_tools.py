@@ -410,7 +410,14 @@ class ToolContext:
         """
         self._check_open()
         seq = len(self._undos)
-        if callable(kind):
+        if isinstance(kind, Compensation):
+            kind = kind.name  # a registered compensation, by its name: durable
+        elif callable(kind):
+            if payload is not None:
+                raise InvalidArgument(
+                    "register_undo: an in-memory undo is called without arguments, so it takes "
+                    "no payload; register a compensation and pass its name to send one"
+                )
             self._undos.append(
                 UndoRecord(
                     step_id=self.step_id,
@@ -448,6 +455,10 @@ class ToolContext:
                 f"stage_effect: channel must be a non-empty string, got {channel!r}"
             )
         check_json(payload, what=f"the payload of a {channel!r} effect")
+        if idempotency_key is not None and not isinstance(idempotency_key, str):
+            raise InvalidArgument(
+                f"stage_effect: idempotency_key must be a string, got {idempotency_key!r}"
+            )
         key = idempotency_key or derive_key(self.tx_id, self.step_id, channel, payload)
         self._effects.append(
             StagedEffect(

@@ -14,6 +14,7 @@ Agent-caused failures come back as a `StepResult`; only misuse of the protocol r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import sys
@@ -65,7 +66,7 @@ from ._tools import (
 from .stores import MemoryStore, Store
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable, Iterator
     from types import TracebackType
 
     from typing_extensions import Self
@@ -397,8 +398,8 @@ class Transaction:
                 f"arguments must be a mapping or JSON text, got {type(arguments).__name__}"
             )
 
+        self._store.snapshot(self._id, step_id)  # first: if the store fails, nothing changed
         self._transition(TxStatus.EXECUTING)
-        self._store.snapshot(self._id, step_id)
         self._controller.observe_step(step_id)
 
         if isinstance(parsed, str):
@@ -444,9 +445,45 @@ class Transaction:
         undos, _ = _closed(call.context)  # its staged effects are dropped
         self._ledger.record(undos)
         self._transition(TxStatus.ROLLING_BACK)
-        self._ledger.compensate(self._ledger.take_from(call.step_id), self._registry.compensations)
-        self._rewind_state(call.step_id)
+        with self._ending_if_interrupted():
+            records = self._ledger.take_from(call.step_id)
+            self._ledger.compensate(records, self._registry.compensations)
+            self._rewind_state(call.step_id)
         self._transition(TxStatus.ACTIVE)
+
+    @contextlib.contextmanager
+    def _ending_if_interrupted(self) -> Iterator[None]:
+        """Around a rewind: if it cannot finish, end the transaction FAILED, then re-raise.
+
+        A store that fails to restore, or a compensation interrupted by a KeyboardInterrupt or a
+        cancellation, leaves a state that cannot be trusted. The reference then aborts (its
+        `fail_hard`): after an ordinary exception the remaining undo records still run; after
+        an interrupt they are kept as failed, not run, and reported by `view()`.
+        """
+        try:
+            yield
+        except BaseException as exc:
+            self._fail_hard(run_compensations=isinstance(exc, Exception))
+            raise
+
+    def _fail_hard(self, *, run_compensations: bool) -> None:
+        remaining = self._ledger.take_from(0)
+        if run_compensations:
+            self._ledger.compensate(remaining, self._registry.compensations)
+        else:
+            self._ledger.keep_failed(remaining, "not run: the transaction was interrupted")
+        with contextlib.suppress(Exception):  # the original error is the one to report
+            self._store.discard(self._id)
+        self._effects.clear()
+        self._steps.clear()
+        self._outputs.clear()
+        self._graph.clear()
+        self._graph_upto = 0
+        self._pending = None
+        self._next_step = 0
+        if self._status is not TxStatus.ROLLING_BACK:
+            self._transition(TxStatus.ROLLING_BACK)
+        self._transition(TxStatus.FAILED)
 
     def _run_tool(self, call: _Call) -> _Outcome:
         try:
@@ -472,17 +509,26 @@ class Transaction:
         Sync tools are not interrupted yet: they see `ctx.deadline` and their context is
         fenced once the step ends.
         """
-        try:
-            if sys.version_info >= (3, 11):
-                # In the current task, so a KeyboardInterrupt reaches the caller's await.
-                async with asyncio.timeout(self._step_timeout):
+        timed_out = ToolError(
+            f"tool '{call.tool.name}' timed out after {round(self._step_timeout * 1000)} ms"
+        )
+        if sys.version_info >= (3, 11):
+            # In the current task, so a KeyboardInterrupt reaches the caller's await.
+            deadline = asyncio.timeout(self._step_timeout)
+            try:
+                async with deadline:
                     return await awaitable
-            return await asyncio.wait_for(  # pragma: no cover  (Python 3.10)
-                awaitable, timeout=self._step_timeout
-            )
-        except asyncio.TimeoutError:
-            milliseconds = round(self._step_timeout * 1000)
-            raise ToolError(f"tool '{call.tool.name}' timed out after {milliseconds} ms") from None
+            except TimeoutError:
+                if deadline.expired():  # not a TimeoutError the tool raised itself
+                    raise timed_out from None
+                raise
+        started = time.monotonic()  # pragma: no cover  (Python 3.10)
+        try:  # pragma: no cover
+            return await asyncio.wait_for(awaitable, timeout=self._step_timeout)
+        except asyncio.TimeoutError:  # pragma: no cover
+            if time.monotonic() - started >= self._step_timeout:
+                raise timed_out from None
+            raise
 
     def _failed_outcome(self, call: _Call, exc: Exception) -> _Outcome:
         undos, effects = _closed(call.context)
@@ -494,14 +540,24 @@ class Transaction:
 
     def _succeeded_outcome(self, call: _Call, output: object) -> _Outcome:
         undos, effects = _closed(call.context)
+        checked: JSONValue = None
+        error: str | None = None
         try:
             checked = check_json(output)
         except JSONValueError as exc:
-            error = JSONValueError(
-                path=exc.path, problem=exc.problem, what=f"the output of tool '{call.tool.name}'"
+            error = str(
+                JSONValueError(
+                    path=exc.path,
+                    problem=exc.problem,
+                    what=f"the output of tool '{call.tool.name}'",
+                )
             )
-            return _Outcome(error=str(error), undos=undos, effects=effects)
-        return _Outcome(output=checked, undos=undos, effects=effects)
+        compensation = call.tool.compensation_name
+        if compensation is not None:
+            # The tool returned, so its effect happened: undo it on a rewind even if its output
+            # is refused (then with output null).
+            undos = (*undos, _declared_undo(call, compensation, len(undos), checked))
+        return _Outcome(output=checked, error=error, undos=undos, effects=effects)
 
     def _keep_registered(self, outcome: _Outcome) -> None:
         """Keep what the tool registered, whether it succeeded or not (a rewind undoes it)."""
@@ -513,19 +569,6 @@ class Transaction:
     def _succeed(self, call: _Call, outcome: _Outcome) -> StepResult:
         step_id = call.step_id
         output = outcome.output
-        compensation = call.tool.compensation_name
-        if compensation is not None:
-            self._ledger.record(
-                [
-                    UndoRecord(
-                        step_id=step_id,
-                        seq=len(outcome.undos),
-                        kind=compensation,
-                        payload={"arguments": call.arguments, "output": output},
-                        description=f"{compensation} for step {step_id} ({call.tool.name})",
-                    )
-                ]
-            )
         assert self._pending is not None  # set by _prepare for this step
         self._steps[step_id] = _Live(
             call.tool.name, call.arguments, output, call.raw_context, self._pending[3]
@@ -572,20 +615,26 @@ class Transaction:
     def _fail(self, step_id: int, error: str) -> StepResult:
         decision, hint = self._decide(step_id, error)
         started = time.perf_counter()
-        report = self._ledger.compensate(
-            self._ledger.take_from(_rewind_target(decision)), self._registry.compensations
-        )
-        return self._apply(
-            step_id, decision, hint=hint, error=error, report=report, started=started
-        )
+        with self._ending_if_interrupted():
+            report = self._ledger.compensate(
+                self._ledger.take_from(_rewind_target(decision)), self._registry.compensations
+            )
+            return self._apply(
+                step_id, decision, hint=hint, error=error, report=report, started=started
+            )
 
     async def _afail(self, step_id: int, error: str) -> StepResult:
         with self._lock:
             decision, hint = self._decide(step_id, error)
             records = self._ledger.take_from(_rewind_target(decision))
         started = time.perf_counter()
-        report = await self._ledger.acompensate(records, self._registry.compensations)
-        with self._lock:
+        try:
+            report = await self._ledger.acompensate(records, self._registry.compensations)
+        except BaseException as exc:
+            with self._lock:
+                self._fail_hard(run_compensations=isinstance(exc, Exception))
+            raise
+        with self._lock, self._ending_if_interrupted():
             return self._apply(
                 step_id, decision, hint=hint, error=error, report=report, started=started
             )
@@ -676,10 +725,11 @@ class Transaction:
                         f"to_step {to_step} must be lower than the next step {self._next_step}"
                     )
                 self._transition(TxStatus.ROLLING_BACK)
-                report = self._ledger.compensate(
-                    self._ledger.take_from(to_step), self._registry.compensations
-                )
-                self._rewind_state(to_step)
+                with self._ending_if_interrupted():
+                    report = self._ledger.compensate(
+                        self._ledger.take_from(to_step), self._registry.compensations
+                    )
+                    self._rewind_state(to_step)
                 self._transition(TxStatus.ACTIVE)
                 return RollbackResult(
                     aborted=False,
@@ -698,8 +748,11 @@ class Transaction:
     def _abort(self, final: TxStatus) -> CompensationReport:
         if self._status is not TxStatus.ROLLING_BACK:
             self._transition(TxStatus.ROLLING_BACK)
-        report = self._ledger.compensate(self._ledger.take_from(0), self._registry.compensations)
-        self._end(final)
+        with self._ending_if_interrupted():
+            report = self._ledger.compensate(
+                self._ledger.take_from(0), self._registry.compensations
+            )
+            self._end(final)
         return report
 
     def commit(self) -> CommitResult:
@@ -759,6 +812,17 @@ def _over_limit(text: str) -> bool:
     return (
         len(text) > MAX_PAYLOAD_BYTES // 4
         and len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES
+    )
+
+
+def _declared_undo(call: _Call, kind: str, seq: int, output: JSONValue) -> UndoRecord:
+    """The undo a tool's `compensate=` declares, called with its arguments and output."""
+    return UndoRecord(
+        step_id=call.step_id,
+        seq=seq,
+        kind=kind,
+        payload={"arguments": call.arguments, "output": output},
+        description=f"{kind} for step {call.step_id} ({call.tool.name})",
     )
 
 

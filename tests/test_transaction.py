@@ -892,3 +892,128 @@ def test_async_tools_time_out_with_the_reference_message():
     assert cancelled == [True]
     sync_result = tx.execute_step(1, "slow", {})
     assert sync_result.error == "tool 'slow' timed out after 50 ms"
+
+
+# ---------------------------------------------------------------- found in review
+
+
+def test_a_snapshot_failure_changes_nothing():
+    """If the store cannot take the step's snapshot, the error propagates and nothing changes."""
+
+    class NoSnapshots(MemoryStore):
+        def snapshot(self, tx_id, step):
+            if step == 1:
+                raise agenttx.StorageError("disk full")
+            super().snapshot(tx_id, step)
+
+    tx = agenttx.Transaction(tools=Shop().tools, store=NoSnapshots())
+    with pytest.raises(agenttx.StorageError):
+        tx.execute_step(1, "create_customer", {"name": "x"})
+    assert (tx.status, tx.next_step_id) == (TxStatus.ACTIVE, 1)
+    assert tx.rollback().aborted
+
+
+def test_a_restore_failure_ends_the_transaction_failed():
+    """A rewind the store cannot finish aborts the transaction (FAILED), then re-raises."""
+
+    class NoRestore(MemoryStore):
+        def restore(self, tx_id, step):
+            raise agenttx.StorageError("journal lost")
+
+    shop = Shop(fail_order_times=0)
+    tx = shop.transaction(store=NoRestore())
+    run_all(tx, shop.calls)
+    with pytest.raises(agenttx.StorageError, match="journal lost"):
+        tx.rollback(to_step=2)
+    assert tx.status is TxStatus.FAILED
+    assert shop.log[-2:] == ["undo stock", "undo customer"]  # every undo ran once
+    assert tx.view().pending_effects == 0
+
+
+def test_an_interrupted_compensation_keeps_the_rest_and_ends_failed():
+    """A KeyboardInterrupt in an undo ends the transaction; the undos not run are kept as failed."""
+    ran = []
+
+    @agenttx.tool
+    def step(ctx: agenttx.ToolContext, n: int) -> dict:
+        def undo():
+            ran.append(n)
+            if n == 2:
+                raise KeyboardInterrupt
+
+        ctx.register_undo(undo)
+        return {"n": n}
+
+    tx = agenttx.Transaction(tools=[step])
+    for n in (1, 2, 3):
+        tx.execute_step(n, "step", {"n": n})
+    with pytest.raises(KeyboardInterrupt):
+        tx.rollback()
+    assert ran == [3, 2]
+    assert tx.status is TxStatus.FAILED
+    failures = tx.view().compensation_failures
+    assert failures == (
+        "call undo: interrupted by KeyboardInterrupt",
+        "call undo: not run: interrupted by KeyboardInterrupt",
+    )
+
+
+def test_register_undo_accepts_a_compensation_object():
+    """Passing the compensation itself records it by name, with its payload."""
+    seen = []
+    refund = agenttx.compensation(name="refund")(seen.append)
+
+    @agenttx.tool
+    def charge(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo(refund, {"amount": 5})
+        with pytest.raises(agenttx.InvalidArgument, match="takes no payload"):
+            ctx.register_undo(lambda: None, {"amount": 5})
+        return {}
+
+    tx = agenttx.Transaction(tools=[charge, refund])
+    tx.execute_step(1, "charge", {})
+    tx.rollback()
+    assert seen == [{"amount": 5}]
+
+
+def test_a_declared_compensation_runs_even_when_the_output_is_refused():
+    """A tool that acted but returned a non-JSON value is still compensated (output null)."""
+    seen = []
+
+    @agenttx.compensation(name="refund")
+    def refund(payload):
+        seen.append(payload)
+
+    @agenttx.tool(name="charge", compensate=refund)
+    def charge(amount: int) -> object:
+        return {1, 2}
+
+    tx = agenttx.Transaction(tools=[charge])
+    result = tx.execute_step(1, "charge", {"amount": 5})
+    assert not result.ok
+    assert seen == [{"arguments": {"amount": 5}, "output": None}]
+
+
+def test_a_timeout_error_raised_by_an_async_tool_is_its_own_error():
+    """Only the step deadline reads as a step timeout; the tool's own TimeoutError is kept."""
+
+    @agenttx.tool
+    async def fetch() -> dict:
+        raise TimeoutError("upstream socket timed out")
+
+    tx = agenttx.Transaction(tools=[fetch])
+    result = asyncio.run(tx.aexecute_step(1, "fetch", {}))
+    assert result.error == "TimeoutError: upstream socket timed out"
+
+
+def test_stage_effect_refuses_a_non_string_key():
+    """An idempotency key must be a string."""
+
+    @agenttx.tool
+    def send(ctx: agenttx.ToolContext) -> dict:
+        ctx.stage_effect("email", {}, idempotency_key=12345)  # type: ignore[arg-type]
+        return {}
+
+    result = agenttx.Transaction(tools=[send]).execute_step(1, "send", {})
+    assert result.error is not None
+    assert "idempotency_key must be a string" in result.error
