@@ -9,14 +9,17 @@ Layer map (a module imports only from its own layer or below):
                                          ledger, staged effects, dispatch; tool decorator and
                                          context; rollback controller
     3  _results, _transaction            what transactions report; interactive transactions
-    4  builtins/, testing/, _demo,       built-in tools; hypothesis strategies, state machines
-       __main__                          and checks; the demo and command line
+    4  _engine, builtins/, testing/,     many transactions on one store, the idle reaper;
+       _demo, __main__                   built-in tools; hypothesis strategies, state machines
+                                         and checks; the demo and command line
 
 Everything public is re-exported here, from one import path each.
 """
 
 from __future__ import annotations
 
+from ._engine import Engine as Engine
+from ._engine import EngineConfig as EngineConfig
 from ._errors import AgentTxError as AgentTxError
 from ._errors import FailedPrecondition as FailedPrecondition
 from ._errors import IllegalTransition as IllegalTransition
@@ -80,6 +83,8 @@ __all__ = [
     "Edge",
     "EdgeKind",
     "EffectDispatcher",
+    "Engine",
+    "EngineConfig",
     "FailedPrecondition",
     "HintCategory",
     "IllegalTransition",

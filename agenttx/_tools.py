@@ -198,9 +198,15 @@ class ToolRegistry:
 
     __slots__ = ("compensations", "tools")
 
-    def __init__(self, tools: Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = ()) -> None:
+    def __init__(
+        self,
+        tools: ToolRegistry | Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
+    ) -> None:
         self.tools: dict[str, Tool[Any, Any]] = {}
         self.compensations: dict[str, Compensation[Any, Any]] = {}
+        if isinstance(tools, ToolRegistry):  # already validated: share its tables
+            self.tools, self.compensations = tools.tools, tools.compensations
+            return
         if isinstance(tools, Mapping):
             items: list[ToolSpec] = []
             for key, fn in tools.items():

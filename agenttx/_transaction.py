@@ -155,10 +155,11 @@ class Transaction:
     )
     _rewinds: int = attrs.field(init=False, default=0)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    _last_activity: float = attrs.field(init=False, factory=time.monotonic)
 
     def __init__(
         self,
-        tools: Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
+        tools: ToolRegistry | Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
         *,
         store: Store | None = None,
         policy: RollbackPolicy | None = None,
@@ -271,14 +272,38 @@ class Transaction:
 
     def read(self, key: str) -> JSONValue:
         """State `key` as this transaction sees it (its writes, then committed); None if absent."""
+        self._last_activity = time.monotonic()
         if self._store.is_open(self._id):
             text = self._store.get(self._id, key)
         else:
             text = self._store.read_committed(key)
         return None if text is None else json.loads(text)
 
+    @property
+    def last_activity(self) -> float:
+        """The `time.monotonic()` of the last call on this transaction (any call counts)."""
+        return self._last_activity
+
+    def abort_if_idle(self, idle_timeout: float) -> bool:
+        """Abort (compensating) if ACTIVE, not busy, and idle for `idle_timeout` seconds.
+
+        Returns whether it aborted. A transaction in the middle of a call is skipped, never
+        waited for: this is what an idle reaper calls from its own thread.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            idle = time.monotonic() - self._last_activity
+            if self._status is not TxStatus.ACTIVE or idle < idle_timeout:
+                return False
+            self._abort(TxStatus.ROLLED_BACK)
+            return True
+        finally:
+            self._lock.release()
+
     def view(self) -> TransactionView:
         """A snapshot of the transaction's state; works after it has ended."""
+        self._last_activity = time.monotonic()
         with self._lock:
             return TransactionView(
                 tx_id=self._id,
@@ -303,6 +328,7 @@ class Transaction:
         self._status = target
 
     def _ensure_active(self) -> None:
+        self._last_activity = time.monotonic()  # every call counts as activity
         if self._status is not TxStatus.ACTIVE:
             raise InvalidTransactionState(tx_id=self._id, status=self._status.value)
 

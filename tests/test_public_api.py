@@ -35,6 +35,8 @@ EXPECTED = {
         "Edge",
         "EdgeKind",
         "EffectDispatcher",
+        "Engine",
+        "EngineConfig",
         "FailedPrecondition",
         "HintCategory",
         "IllegalTransition",

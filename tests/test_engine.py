@@ -1,0 +1,178 @@
+"""The engine: transactions on one store, per-transaction policies, configuration, reaping."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import agenttx
+from agenttx import Engine, EngineConfig, RollbackPolicy, TxStatus
+
+
+@agenttx.tool
+def put(ctx: agenttx.ToolContext, key: str, value: int) -> dict:
+    ctx.register_undo(lambda: UNDONE.append(key))
+    ctx.state.put(key, value)
+    return {"key": key}
+
+
+UNDONE: list[str] = []
+
+
+def test_transactions_share_the_engine_store():
+    """Two transactions of one engine see each other's commits and conflict on shared keys."""
+    engine = Engine(tools=[put])
+    first, second = engine.begin(agent_id="a"), engine.begin(agent_id="b")
+    first.execute_step(1, "put", {"key": "k", "value": 1})
+    second.execute_step(1, "put", {"key": "k", "value": 2})
+    first.commit()
+    assert second.read("k") == 2  # its own write
+    assert engine.begin().read("k") == 1  # the committed value
+    with pytest.raises(agenttx.WriteConflict):
+        second.commit()
+    assert engine.store.read_committed("k") == "1"
+
+
+def test_get_finds_live_and_ended_transactions():
+    """get() returns any transaction the engine began, ended ones with their final status."""
+    engine = Engine(tools=[put])
+    tx = engine.begin()
+    tx.commit()
+    assert engine.get(tx.id) is tx
+    assert engine.get(tx.id).view().status is TxStatus.COMMITTED
+    assert engine.transactions() == (tx,)
+    with pytest.raises(agenttx.TransactionNotFound, match="`nope` not found"):
+        engine.get("nope")
+
+
+def test_a_per_transaction_policy_overrides_only_the_fields_it_names():
+    """begin(policy={...}) keeps the engine's other policy fields; a RollbackPolicy replaces it."""
+    config = EngineConfig(policy=RollbackPolicy(max_local_depth=5, max_global_resets=3))
+    engine = Engine(config=config)
+    tx = engine.begin(policy={"max_global_resets": 0})
+    assert tx.policy == RollbackPolicy(max_local_depth=5, max_global_resets=0)
+    assert engine.begin(policy=RollbackPolicy()).policy == RollbackPolicy()
+    assert engine.begin().policy == config.policy
+    with pytest.raises(agenttx.InvalidArgument, match="unknown policy field"):
+        engine.begin(policy={"depth": 1})
+    with pytest.raises(agenttx.InvalidArgument, match="max_local_depth must be <= 16"):
+        engine.begin(policy={"max_local_depth": 17})
+
+
+def test_configuration_from_the_environment():
+    """AGENTTX_* variables set the engine's settings, with the reference's names and defaults."""
+    config = EngineConfig.from_env(
+        {
+            "AGENTTX_STEP_TIMEOUT_MS": "2500",
+            "AGENTTX_TX_IDLE_TIMEOUT_SECS": "60",
+            "AGENTTX_COMPENSATION_RETRIES": "5",
+            "AGENTTX_MAX_CONSTRAINTS": "8",
+            "AGENTTX_MAX_LOCAL_DEPTH": "4",
+            "AGENTTX_MAX_GLOBAL_RESETS": "2",
+            "AGENTTX_REPLAY_BUDGET_FACTOR": "0.5",
+        }
+    )
+    assert (config.step_timeout, config.idle_timeout) == (2.5, 60.0)
+    assert (config.compensation_retries, config.max_constraints) == (5, 8)
+    assert config.policy == RollbackPolicy(
+        max_local_depth=4, max_global_resets=2, replay_budget_factor=0.5
+    )
+    assert EngineConfig.from_env({}) == EngineConfig()
+    assert EngineConfig.from_env({"AGENTTX_TX_IDLE_TIMEOUT_SECS": "0"}).idle_timeout is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("AGENTTX_STEP_TIMEOUT_MS", "0", "step timeout must be > 0"),
+        ("AGENTTX_COMPENSATION_RETRIES", "0", "compensation retries must be an integer > 0"),
+        ("AGENTTX_MAX_CONSTRAINTS", "0", "max constraints must be an integer > 0"),
+        ("AGENTTX_MAX_LOCAL_DEPTH", "17", "max_local_depth must be <= 16"),
+        (
+            "AGENTTX_REPLAY_BUDGET_FACTOR",
+            "nan",
+            r"replay_budget_factor must be within \[0.1, 1000\]",
+        ),
+        (
+            "AGENTTX_MAX_GLOBAL_RESETS",
+            "two",
+            "AGENTTX_MAX_GLOBAL_RESETS='two' is not a valid number",
+        ),
+    ],
+)
+def test_bad_environment_values_are_refused(variable, value, message):
+    """A zero timeout, zero retries or an out-of-range policy is refused with a clear message."""
+    with pytest.raises(agenttx.InvalidArgument, match=message):
+        EngineConfig.from_env({variable: value})
+
+
+def test_reap_idle_aborts_only_idle_active_transactions():
+    """Idle ACTIVE transactions are compensated and end ROLLED_BACK; others are left alone."""
+    UNDONE.clear()
+    engine = Engine(tools=[put], config=EngineConfig(idle_timeout=0.05))
+    idle, fresh, ended = engine.begin(), engine.begin(), engine.begin()
+    idle.execute_step(1, "put", {"key": "idle", "value": 1})
+    ended.commit()
+    time.sleep(0.06)
+    fresh.view()  # any call counts as activity
+    assert engine.reap_idle() == 1
+    assert idle.status is TxStatus.ROLLED_BACK
+    assert UNDONE == ["idle"]
+    assert fresh.status is TxStatus.ACTIVE
+    assert ended.status is TxStatus.COMMITTED
+    assert engine.get(idle.id).view().status is TxStatus.ROLLED_BACK
+
+
+def test_busy_transactions_are_skipped():
+    """A transaction in the middle of a call is not reaped, however idle it looked."""
+    started, release = threading.Event(), threading.Event()
+
+    @agenttx.tool
+    def slow() -> dict:
+        started.set()
+        release.wait(5)
+        return {}
+
+    engine = Engine(tools=[slow], config=EngineConfig(idle_timeout=0.01))
+    tx = engine.begin()
+    worker = threading.Thread(target=tx.execute_step, args=(1, "slow", {}))
+    worker.start()
+    started.wait(5)
+    time.sleep(0.02)
+    assert engine.reap_idle() == 0
+    release.set()
+    worker.join()
+    assert tx.status is TxStatus.ACTIVE
+
+
+def test_the_reaper_thread_reaps_and_stops_on_close():
+    """start_reaper() reaps in the background; leaving the with block stops it."""
+    with Engine(tools=[put], config=EngineConfig(idle_timeout=0.05)) as engine:
+        tx = engine.begin()
+        engine.start_reaper()
+        deadline = time.monotonic() + 5
+        while tx.status is TxStatus.ACTIVE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tx.status is TxStatus.ROLLED_BACK
+    assert engine._reaper is None
+
+
+def test_reaping_disabled():
+    """With idle_timeout=None nothing is reaped and no thread starts."""
+    engine = Engine(config=EngineConfig(idle_timeout=None))
+    engine.begin()
+    assert engine.reap_idle() == 0
+    engine.start_reaper()
+    assert engine._reaper is None
+
+
+def test_bad_configuration_is_refused():
+    """Out-of-range settings raise InvalidArgument naming the setting."""
+    with pytest.raises(agenttx.InvalidArgument, match="idle timeout"):
+        EngineConfig(idle_timeout=0)
+    with pytest.raises(agenttx.InvalidArgument, match="policy must be"):
+        EngineConfig(policy="strict")  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="config must be"):
+        Engine(config={"step_timeout": 1})  # type: ignore[arg-type]
