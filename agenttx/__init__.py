@@ -26,6 +26,7 @@ from ._errors import IllegalTransition as IllegalTransition
 from ._errors import InvalidArgument as InvalidArgument
 from ._errors import InvalidTransactionState as InvalidTransactionState
 from ._errors import JSONValueError as JSONValueError
+from ._errors import ReadConflict as ReadConflict
 from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
 from ._errors import StepOutOfOrder as StepOutOfOrder
 from ._errors import StorageError as StorageError
@@ -93,6 +94,7 @@ __all__ = [
     "JSONValue",
     "JSONValueError",
     "OutboxDispatcher",
+    "ReadConflict",
     "ReferenceSyntaxError",
     "Resolution",
     "RollbackDecision",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
@@ -43,7 +43,7 @@ class EngineConfig:
     `idle_timeout=None` disables reaping. `from_env` reads the reference's `AGENTTX_*`
     variables: `AGENTTX_STEP_TIMEOUT_MS`, `AGENTTX_TX_IDLE_TIMEOUT_SECS` (0 disables),
     `AGENTTX_COMPENSATION_RETRIES`, `AGENTTX_MAX_CONSTRAINTS`, `AGENTTX_MAX_LOCAL_DEPTH`,
-    `AGENTTX_MAX_GLOBAL_RESETS` and `AGENTTX_REPLAY_BUDGET_FACTOR`.
+    `AGENTTX_MAX_GLOBAL_RESETS`, `AGENTTX_REPLAY_BUDGET_FACTOR` and `AGENTTX_ISOLATION`.
     """
 
     step_timeout: float = 30.0
@@ -51,6 +51,7 @@ class EngineConfig:
     compensation_retries: int = 3
     max_constraints: int = 32
     policy: RollbackPolicy = attrs.field(factory=RollbackPolicy)
+    isolation: Literal["read_committed", "serializable"] = "read_committed"
 
     def __attrs_post_init__(self) -> None:
         if not _positive_number(self.step_timeout):
@@ -69,6 +70,10 @@ class EngineConfig:
             )
         if not isinstance(self.policy, RollbackPolicy):
             raise InvalidArgument(f"policy must be a RollbackPolicy, got {self.policy!r}")
+        if self.isolation not in ("read_committed", "serializable"):
+            raise InvalidArgument(
+                f"isolation must be 'read_committed' or 'serializable', got {self.isolation!r}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:
@@ -99,7 +104,8 @@ class EngineConfig:
             compensation_retries=read("COMPENSATION_RETRIES", int, defaults.compensation_retries),
             max_constraints=read("MAX_CONSTRAINTS", int, defaults.max_constraints),
             policy=policy,
-        )
+            isolation=cast("Any", env.get("AGENTTX_ISOLATION", "").strip() or defaults.isolation),
+        )  # isolation is checked on construction
 
 
 class Engine:
@@ -140,11 +146,16 @@ class Engine:
         return self._store
 
     def begin(
-        self, *, agent_id: str = "", policy: RollbackPolicy | Mapping[str, Any] | None = None
+        self,
+        *,
+        agent_id: str = "",
+        policy: RollbackPolicy | Mapping[str, Any] | None = None,
+        isolation: Literal["read_committed", "serializable"] | None = None,
     ) -> Transaction:
         """Begin a transaction; `policy` replaces the engine's, or overrides the fields it names.
 
-        `policy={"max_local_depth": 0}` keeps the engine's other policy fields.
+        `policy={"max_local_depth": 0}` keeps the engine's other policy fields; `isolation`
+        defaults to the engine's.
         """
         if policy is None:
             chosen = self._config.policy
@@ -164,6 +175,7 @@ class Engine:
             step_timeout=self._config.step_timeout,
             max_constraints=self._config.max_constraints,
             compensation_retries=self._config.compensation_retries,
+            isolation=self._config.isolation if isolation is None else isolation,
         )
         with self._lock:
             self._transactions[tx.id] = tx

@@ -13,6 +13,7 @@ Every error agenttx raises derives from `AgentTxError` and carries a stable stri
     │   ├── JSONValueError                invalid_json_value       (.path, .problem)
     │   └── ReferenceSyntaxError          malformed_reference      (.text, .position, .problem)
     ├── WriteConflict                     write_conflict           (.key)
+    │   └── ReadConflict                  read_conflict            (.key)
     ├── StorageError                      storage_error
     └── ToolError                         tool_error               (.message)
 
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidTransactionState",
     "JSONValueError",
+    "ReadConflict",
     "ReferenceSyntaxError",
     "StepOutOfOrder",
     "StorageError",
@@ -146,6 +148,23 @@ class WriteConflict(AgentTxError):
     def __init__(self, *, key: str) -> None:
         self.key = key
         super().__init__(f"write conflict on key `{key}`: it was committed by another transaction")
+
+
+class ReadConflict(WriteConflict):
+    """A serializable transaction read a key that another transaction committed since.
+
+    A `WriteConflict`, so code that retries on conflicts catches both.
+    """
+
+    code: ClassVar[str] = "read_conflict"
+
+    def __init__(self, *, key: str) -> None:
+        self.key = key
+        AgentTxError.__init__(
+            self,
+            f"read conflict on key `{key}`: another transaction committed it after this one "
+            "read it",
+        )
 
 
 class StorageError(AgentTxError):

@@ -23,7 +23,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import attrs
 
@@ -123,6 +123,14 @@ class Transaction:
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `OutboxDispatcher`).
 
+    `isolation`: "read_committed" (the default, the reference's: first committer wins on the
+    keys written; write skew is possible) or "serializable" (commit also checks that no key
+    this transaction read from committed state has been committed since, raising
+    `ReadConflict`; with commits serialized by the store, the committed history is then
+    equivalent to running the transactions one at a time in commit order). Keys read by steps
+    that were later rewound stay in the read set: a conflict may be reported that a finer
+    check would not, never the reverse.
+
     Calls are serialized by a lock, so a transaction may be shared between threads; a call
     made while another is running waits for it. `with Transaction(...) as tx:` commits when
     the block ends normally and aborts (compensating) when it raises, then re-raises.
@@ -168,6 +176,7 @@ class Transaction:
         step_timeout: float = 30.0,
         max_constraints: int = 32,
         compensation_retries: int = 3,
+        isolation: Literal["read_committed", "serializable"] = "read_committed",
         tx_id: str | None = None,
     ) -> None:
         if not isinstance(agent_id, str) or len(agent_id.encode()) > MAX_AGENT_ID_BYTES:
@@ -184,7 +193,11 @@ class Transaction:
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
         registry = ToolRegistry(tools)
         ledger = SagaLedger(attempts=compensation_retries)
-        store.begin(tx_id)  # validates the id; snapshot 0
+        if isolation not in ("read_committed", "serializable"):
+            raise InvalidArgument(
+                f"isolation must be 'read_committed' or 'serializable', got {isolation!r}"
+            )
+        store.begin(tx_id, serializable=isolation == "serializable")  # checks the id; snapshot 0
         self.__attrs_init__(
             registry=registry,
             store=store,
@@ -785,9 +798,10 @@ class Transaction:
         """Publish every write atomically, then dispatch the staged effects in staging order.
 
         First committer wins: if another transaction committed a key this one wrote, after this
-        one first wrote it, the transaction is compensated, ends FAILED, and `WriteConflict`
-        (naming the key) is raised. Dispatch errors are reported in the result; they never undo
-        the commit. Nothing is compensated after a commit.
+        one first wrote it (or, when serializable, a key it read, after it read it), the
+        transaction is compensated, ends FAILED, and `WriteConflict` (or its subclass
+        `ReadConflict`), naming the key, is raised. Dispatch errors are reported in the result;
+        they never undo the commit. Nothing is compensated after a commit.
         """
         with self._lock:
             self._ensure_active()

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import agenttx
+import agenttx.stores
 from agenttx import Engine, EngineConfig, RollbackPolicy, TxStatus
 
 
@@ -176,3 +177,87 @@ def test_bad_configuration_is_refused():
         EngineConfig(policy="strict")  # type: ignore[arg-type]
     with pytest.raises(agenttx.InvalidArgument, match="config must be"):
         Engine(config={"step_timeout": 1})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- isolation
+
+
+@agenttx.tool
+def on_call_check(ctx: agenttx.ToolContext, me: str, other: str) -> dict:
+    """The write-skew example: go off call only if the other doctor is still on call."""
+    if ctx.state.get(f"oncall/{other}") != "yes":
+        raise agenttx.ToolError(f"{other} is not on call")
+    ctx.state.put(f"oncall/{me}", "no")
+    return {"off": me}
+
+
+def _doctors(isolation):
+    engine = Engine(tools=[on_call_check], config=EngineConfig(isolation=isolation))
+    setup = engine.begin(isolation="read_committed")
+    setup_store = engine.store
+    setup_store.put(setup.id, "oncall/alice", '"yes"')
+    setup_store.put(setup.id, "oncall/bob", '"yes"')
+    setup.commit()
+    alice, bob = engine.begin(), engine.begin()
+    assert alice.execute_step(1, "on_call_check", {"me": "alice", "other": "bob"}).ok
+    assert bob.execute_step(1, "on_call_check", {"me": "bob", "other": "alice"}).ok
+    return engine, alice, bob
+
+
+def test_read_committed_allows_write_skew():
+    """The default isolation lets both doctors go off call (documented write skew)."""
+    engine, alice, bob = _doctors("read_committed")
+    alice.commit()
+    bob.commit()
+    assert engine.store.read_committed("oncall/alice") == '"no"'
+    assert engine.store.read_committed("oncall/bob") == '"no"'
+
+
+def test_serializable_refuses_write_skew_with_a_read_conflict():
+    """Serializable: the second commit read a key the first changed, so it fails and aborts."""
+    engine, alice, bob = _doctors("serializable")
+    alice.commit()
+    with pytest.raises(agenttx.ReadConflict) as caught:
+        bob.commit()
+    assert caught.value.key == "oncall/alice"
+    assert isinstance(caught.value, agenttx.WriteConflict)
+    assert bob.status is TxStatus.FAILED
+    assert engine.store.read_committed("oncall/bob") == '"yes"'
+
+
+def test_serializable_reads_of_own_writes_and_unchanged_keys_commit():
+    """Reads of keys nobody else committed, or of the transaction's own writes, do not conflict."""
+    engine = Engine(tools=[put], config=EngineConfig(isolation="serializable"))
+    tx = engine.begin()
+    tx.execute_step(1, "put", {"key": "k", "value": 1})
+    assert tx.read("k") == 1
+    assert tx.read("absent") is None
+    other = engine.begin()
+    other.execute_step(1, "put", {"key": "unrelated", "value": 2})
+    other.commit()
+    assert tx.commit().steps_committed == 1
+
+
+def test_a_read_of_an_absent_key_conflicts_when_it_is_created():
+    """Reading "absent" is a read too: another transaction creating the key conflicts."""
+    store = agenttx.stores.MemoryStore()
+    store.begin("reader", serializable=True)
+    assert store.get("reader", "k") is None
+    store.begin("writer")
+    store.put("writer", "k", "1")
+    store.commit("writer")
+    store.put("reader", "other", "2")
+    with pytest.raises(agenttx.ReadConflict, match="`k`"):
+        store.commit("reader")
+    assert store.is_open("reader")  # a conflicting commit changes nothing
+
+
+def test_isolation_values_are_checked():
+    """Only the two isolation levels are accepted."""
+    with pytest.raises(agenttx.InvalidArgument, match="isolation must be"):
+        agenttx.Transaction(isolation="snapshot")  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="isolation must be"):
+        EngineConfig(isolation="repeatable")  # type: ignore[arg-type]
+    assert EngineConfig.from_env({"AGENTTX_ISOLATION": "serializable"}).isolation == (
+        "serializable"
+    )

@@ -18,6 +18,7 @@ CODES = {
     "JSONValueError": "invalid_json_value",
     "ReferenceSyntaxError": "malformed_reference",
     "WriteConflict": "write_conflict",
+    "ReadConflict": "read_conflict",
     "StorageError": "storage_error",
     "ToolError": "tool_error",
 }

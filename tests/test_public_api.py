@@ -45,6 +45,7 @@ EXPECTED = {
         "JSONValue",
         "JSONValueError",
         "OutboxDispatcher",
+        "ReadConflict",
         "ReferenceSyntaxError",
         "Resolution",
         "RollbackDecision",

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
-from .._errors import InvalidArgument, StorageError, TransactionNotFound, WriteConflict
+from .._errors import (
+    InvalidArgument,
+    ReadConflict,
+    StorageError,
+    TransactionNotFound,
+    WriteConflict,
+)
 from ._protocol import check_key, check_step, check_tx_id, check_value, snapshot_not_found
 
 if TYPE_CHECKING:
@@ -34,6 +40,9 @@ class _Tx:
     #: True while the steps in `snapshots` also increase along it, as they do when a transaction
     #: snapshots each step before running it: then a restore drops a suffix, popped in O(dropped).
     steps_in_order: bool = True
+    #: For a serializable transaction: key -> the committed version it read first; else None.
+    #: Reads by steps later rewound stay recorded: conservative, never unsafe.
+    reads: dict[str, int] | None = None
 
 
 @attrs.define(eq=False, repr=False)
@@ -77,7 +86,7 @@ class MemoryStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    def begin(self, tx_id: str) -> None:
+    def begin(self, tx_id: str, *, serializable: bool = False) -> None:
         """Open transaction `tx_id` and take its snapshot 0 (see `Store.begin`)."""
         check_tx_id(tx_id)
         with self._lock:
@@ -85,7 +94,7 @@ class MemoryStore:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
-            self._txs[tx_id] = _Tx()
+            self._txs[tx_id] = _Tx(reads={} if serializable else None)
 
     def commit(self, tx_id: str) -> int:
         """Validate and publish the overlay atomically, first committer wins (`Store.commit`)."""
@@ -99,6 +108,14 @@ class MemoryStore:
                     conflicts.append(key)
             if conflicts:
                 raise WriteConflict(key=min(conflicts))
+            if tx.reads:
+                stale = [
+                    key
+                    for key, read in tx.reads.items()
+                    if (0 if (current := committed.get(key)) is None else current[0]) != read
+                ]
+                if stale:
+                    raise ReadConflict(key=min(stale))
             version = self._commit_version + 1
             for key, (_, value) in tx.overlay.items():
                 if value is None:
@@ -130,6 +147,8 @@ class MemoryStore:
             if entry is not None:
                 return entry[1]
             current = self._committed.get(key)
+            if tx.reads is not None:
+                tx.reads.setdefault(key, 0 if current is None else current[0])
         return None if current is None else current[1]
 
     def put(self, tx_id: str, key: str, value: str) -> None:

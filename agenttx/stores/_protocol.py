@@ -98,11 +98,13 @@ class Store(Protocol):
     into user code.
     """
 
-    def begin(self, tx_id: str) -> None:
+    def begin(self, tx_id: str, *, serializable: bool = False) -> None:
         """Open transaction `tx_id` with an empty overlay, and take its snapshot 0.
 
-        Raises `InvalidArgument` if the id is malformed or the transaction is already open. An
-        id may be reused once its transaction has ended. Not idempotent.
+        With `serializable=True` the store also records the committed version of every key the
+        transaction reads from committed state (not its own writes), and `commit` validates
+        them. Raises `InvalidArgument` if the id is malformed or the transaction is already
+        open. An id may be reused once its transaction has ended. Not idempotent.
         """
         ...
 
@@ -153,8 +155,9 @@ class Store(Protocol):
 
         The count includes tombstones. Raises `WriteConflict` (the smallest conflicting key),
         changing nothing and leaving the transaction open, if another transaction committed a
-        key after this one first wrote it. Not idempotent: a second call raises
-        `TransactionNotFound`.
+        key after this one first wrote it; for a serializable transaction, then raises
+        `ReadConflict` likewise if another committed a key after this one read it. Not
+        idempotent: a second call raises `TransactionNotFound`.
         """
         ...
 
