@@ -42,6 +42,10 @@ class TxStatus(enum.Enum):
     ROLLED_BACK = "ROLLED_BACK"
     FAILED = "FAILED"
 
+    # Members are singletons compared by identity, so the identity hash is correct, and it is
+    # computed in C: `Enum.__hash__` hashes the name in Python, on every status check.
+    __hash__ = object.__hash__
+
     @property
     def terminal(self) -> bool:
         """True once the transaction has ended."""
