@@ -7,7 +7,6 @@ included, so `get` still shows how a transaction ended (an audit trail the refer
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
@@ -17,7 +16,7 @@ import attrs
 from ._errors import InvalidArgument, TransactionNotFound
 from ._policy import RollbackPolicy
 from ._tools import ToolRegistry
-from ._transaction import Transaction
+from ._transaction import Transaction, check_isolation, is_positive_int, is_positive_number
 from .stores import MemoryStore, Store
 
 if TYPE_CHECKING:
@@ -54,26 +53,23 @@ class EngineConfig:
     isolation: Literal["read_committed", "serializable"] = "read_committed"
 
     def __attrs_post_init__(self) -> None:
-        if not _positive_number(self.step_timeout):
+        if not is_positive_number(self.step_timeout):
             raise InvalidArgument(f"step timeout must be > 0, got {self.step_timeout!r}")
-        if self.idle_timeout is not None and not _positive_number(self.idle_timeout):
+        if self.idle_timeout is not None and not is_positive_number(self.idle_timeout):
             raise InvalidArgument(
                 f"idle timeout must be > 0 (or None to disable), got {self.idle_timeout!r}"
             )
-        if not _positive_int(self.compensation_retries):
+        if not is_positive_int(self.compensation_retries):
             raise InvalidArgument(
                 f"compensation retries must be an integer > 0, got {self.compensation_retries!r}"
             )
-        if not _positive_int(self.max_constraints):
+        if not is_positive_int(self.max_constraints):
             raise InvalidArgument(
                 f"max constraints must be an integer > 0, got {self.max_constraints!r}"
             )
         if not isinstance(self.policy, RollbackPolicy):
             raise InvalidArgument(f"policy must be a RollbackPolicy, got {self.policy!r}")
-        if self.isolation not in ("read_committed", "serializable"):
-            raise InvalidArgument(
-                f"isolation must be 'read_committed' or 'serializable', got {self.isolation!r}"
-            )
+        check_isolation(self.isolation)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:
@@ -237,16 +233,3 @@ class Engine:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _positive_number(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Final, TypeAlias
 
 from ._errors import JSONValueError
@@ -21,6 +22,7 @@ __all__ = [
     "canonical_dumps",
     "check_json",
     "checked_size_bound",
+    "json_kind",
     "scalar_leaves",
     "value_tag",
 ]
@@ -151,6 +153,28 @@ def _collect_leaves(value: JSONValue, key: str, leaves: list[tuple[str, JSONScal
 
 
 _KINDS: Final[dict[type, str]] = {str: "s", bool: "b", int: "i", float: "f", type(None): "n"}
+
+
+# bool before int: `True` is an int to Python but a boolean to JSON.
+_JSON_KINDS: Final[tuple[tuple[type | tuple[type, ...], str], ...]] = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    ((int, float), "number"),
+    (str, "string"),
+    ((list, tuple), "array"),
+    (Mapping, "object"),
+)
+
+
+def json_kind(value: object) -> str:
+    """The JSON kind of `value` as serde names it: null, boolean, number, string, array, object.
+
+    Anything else is named by its Python type, for messages about values that are not JSON.
+    """
+    for kinds, name in _JSON_KINDS:
+        if isinstance(value, kinds):
+            return name
+    return type(value).__name__
 
 
 def value_tag(value: JSONScalar) -> ValueTag:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import math
 import sys
 import threading
 import time
@@ -38,7 +39,7 @@ from ._errors import (
 )
 from ._graph import DependencyGraph
 from ._hints import CleanHint, add_constraint, clean_error
-from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
+from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound, json_kind
 from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._refs import Dependency, resolve_value
 from ._results import (
@@ -71,10 +72,17 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-__all__ = ["Transaction"]
+__all__ = [
+    "ISOLATION_LEVELS",
+    "Transaction",
+    "check_isolation",
+    "is_positive_int",
+    "is_positive_number",
+]
 
 MAX_PAYLOAD_BYTES: Final = 1_048_576
 MAX_AGENT_ID_BYTES: Final = 256
+ISOLATION_LEVELS: Final = ("read_committed", "serializable")
 
 
 class _Call(NamedTuple):
@@ -183,9 +191,9 @@ class Transaction:
             raise InvalidArgument("agent_id exceeds 256 bytes")
         if policy is not None and not isinstance(policy, RollbackPolicy):
             raise InvalidArgument(f"policy must be a RollbackPolicy, got {policy!r}")
-        if not _is_positive_number(step_timeout):
+        if not is_positive_number(step_timeout):
             raise InvalidArgument(f"step_timeout must be a number > 0, got {step_timeout!r}")
-        if not _is_positive_int(max_constraints):
+        if not is_positive_int(max_constraints):
             raise InvalidArgument(
                 f"max_constraints must be an integer > 0, got {max_constraints!r}"
             )
@@ -193,10 +201,7 @@ class Transaction:
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
         registry = ToolRegistry(tools)
         ledger = SagaLedger(attempts=compensation_retries)
-        if isolation not in ("read_committed", "serializable"):
-            raise InvalidArgument(
-                f"isolation must be 'read_committed' or 'serializable', got {isolation!r}"
-            )
+        check_isolation(isolation)
         store.begin(tx_id, serializable=isolation == "serializable")  # checks the id; snapshot 0
         self.__attrs_init__(
             registry=registry,
@@ -870,7 +875,7 @@ def _invoke(call: _Call) -> object:
     """Call the tool with its arguments as keywords (and its context if it asks for one)."""
     arguments = call.arguments
     if not isinstance(arguments, dict):
-        kind = _json_kind(arguments)
+        kind = json_kind(arguments)
         raise ToolError(f"invalid type: {kind}, expected a JSON object of arguments")
     if call.tool.wants_context:
         return call.tool.__wrapped__(call.context, **arguments)
@@ -882,26 +887,24 @@ def _rewind_target(decision: RollbackDecision) -> int:
     return 0 if decision.strategy is RollbackStrategy.ABORT else decision.target_step
 
 
-def _is_positive_number(value: object) -> bool:
+def is_positive_number(value: object) -> bool:
+    """A finite number > 0 (not a bool): what every time limit must be."""
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
+        and math.isfinite(value)
         and value > 0
-        and value != float("inf")
     )
 
 
-def _is_positive_int(value: object) -> bool:
+def is_positive_int(value: object) -> bool:
+    """An int > 0 (not a bool): what every count limit must be."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _json_kind(value: JSONValue) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
+def check_isolation(isolation: object) -> None:
+    """Raise `InvalidArgument` unless `isolation` is one of `ISOLATION_LEVELS`."""
+    if isolation not in ISOLATION_LEVELS:
+        raise InvalidArgument(
+            f"isolation must be 'read_committed' or 'serializable', got {isolation!r}"
+        )

@@ -10,11 +10,14 @@ Unknown arguments are ignored, as the reference ignores unknown fields.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from .._errors import ToolError
 from .._json import JSONValue, canonical_dumps
+from .._json import json_kind as json_type
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "id_text",
@@ -27,24 +30,6 @@ __all__ = [
 ]
 
 _IDENTIFIER: Final = re.compile(r"[A-Za-z0-9_]{1,128}")
-
-# bool before int: `True` is an int to Python but a boolean to JSON.
-_KINDS: Final[tuple[tuple[type | tuple[type, ...], str], ...]] = (
-    (type(None), "null"),
-    (bool, "boolean"),
-    ((int, float), "number"),
-    (str, "string"),
-    ((list, tuple), "array"),
-    (Mapping, "object"),
-)
-
-
-def json_type(value: object) -> str:
-    """The JSON kind of `value` as serde names it: null, boolean, number, string, array, object."""
-    for kinds, name in _KINDS:
-        if isinstance(value, kinds):
-            return name
-    return type(value).__name__
 
 
 def value_text(value: JSONValue) -> str:
