@@ -2,7 +2,8 @@
 
 Layer map (a module imports only from its own layer or below):
 
-    0  _errors, _json                    exception tree; JSON checks, canonical dumps, leaves
+    0  _errors, _json, _workers          exception tree; JSON checks, canonical dumps, leaves;
+                                         worker threads running blocking tools under a deadline
     1  _refs, _hints (_hint_rules,       `${steps.N.path}` references; Clean Hints (the rules
        _hint_scan), stores/              and their linear-time matching); state stores
     2  _graph, _saga, _tools, _policy    dependency graph (the only rustworkx importer); undo

@@ -24,6 +24,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import attrs
@@ -64,6 +65,7 @@ from ._tools import (
     UndoRecord,
     derive_key,
 )
+from ._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
 from .stores import MemoryStore, Store
 
 if TYPE_CHECKING:
@@ -111,8 +113,7 @@ def _closed(
     """Fence the step's context and take what its tool registered."""
     if context is None:
         return (), ()
-    undos, effects = context._close()  # noqa: SLF001  (the transaction owns the context)
-    return tuple(undos), tuple(effects)
+    return context._close()  # noqa: SLF001  (the transaction owns the context)
 
 
 class _Outcome(NamedTuple):
@@ -530,49 +531,92 @@ class Transaction:
         self._transition(TxStatus.FAILED)
 
     def _run_tool(self, call: _Call) -> _Outcome:
+        """Run the tool: on a worker thread under the deadline, unless it is inline or async."""
+        tool = call.tool
         try:
-            output = _invoke(call)
-            if inspect.isawaitable(output):
-                output = resolve_awaitable(self._bounded(call, output))
+            if tool.inline or tool.is_async:
+                started = time.monotonic()
+                output = _invoke(call)
+                if inspect.isawaitable(output):
+                    output = resolve_awaitable(self._bounded(call, output))
+                elif time.monotonic() - started > self._step_timeout:
+                    output = DeadlineExceeded
+            else:
+                output = call_with_deadline(partial(_invoke, call), self._step_timeout)
+                if inspect.isawaitable(output):  # a sync function that returned an awaitable
+                    output = resolve_awaitable(self._bounded(call, output))
+        except DeadlineExceeded:
+            output = DeadlineExceeded
         except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
             return self._failed_outcome(call, exc)
+        if output is DeadlineExceeded:
+            return self._failed_outcome(call, self._timed_out(call))
         return self._succeeded_outcome(call, output)
 
     async def _arun_tool(self, call: _Call) -> _Outcome:
+        """`_run_tool` for `aexecute_step`: the event loop keeps running while a sync tool does."""
+        tool = call.tool
         try:
-            output = _invoke(call)
-            if inspect.isawaitable(output):
-                output = await self._bounded(call, output)
+            if tool.inline or tool.is_async:
+                started = time.monotonic()
+                output = _invoke(call)
+                if inspect.isawaitable(output):
+                    output = await self._bounded(call, output)
+                elif time.monotonic() - started > self._step_timeout:
+                    output = DeadlineExceeded
+            else:
+                output = await acall_with_deadline(partial(_invoke, call), self._step_timeout)
+                if inspect.isawaitable(output):
+                    output = await self._bounded(call, output)
+        except DeadlineExceeded:
+            output = DeadlineExceeded
         except Exception as exc:  # noqa: BLE001
             return self._failed_outcome(call, exc)
+        if output is DeadlineExceeded:
+            return self._failed_outcome(call, self._timed_out(call))
         return self._succeeded_outcome(call, output)
+
+    def _timed_out(self, call: _Call) -> ToolError:
+        """The reference's timeout failure; the hint cleaner reads it as transient."""
+        return ToolError(
+            f"tool '{call.tool.name}' timed out after {round(self._step_timeout * 1000)} ms"
+        )
 
     async def _bounded(self, call: _Call, awaitable: Awaitable[object]) -> object:
         """Await an async tool under the step timeout; cancel it and fail the step after it.
 
-        Sync tools are not interrupted yet: they see `ctx.deadline` and their context is
-        fenced once the step ends.
+        The tool runs in the current task, so that a `KeyboardInterrupt` it raises reaches the
+        caller's await. Its context is fenced at the deadline: a tool that swallows the
+        cancellation and goes on delays the step until it returns, but nothing it registers or
+        writes after the deadline lands, and the step fails as timed out all the same.
         """
-        timed_out = ToolError(
-            f"tool '{call.tool.name}' timed out after {round(self._step_timeout * 1000)} ms"
-        )
-        if sys.version_info >= (3, 11):
-            # In the current task, so a KeyboardInterrupt reaches the caller's await.
-            deadline = asyncio.timeout(self._step_timeout)
-            try:
-                async with deadline:
-                    return await awaitable
-            except TimeoutError:
-                if deadline.expired():  # not a TimeoutError the tool raised itself
-                    raise timed_out from None
+        loop = asyncio.get_running_loop()
+        fence = loop.call_later(self._step_timeout, _closed, call.context)
+        try:
+            if sys.version_info >= (3, 11):
+                deadline = asyncio.timeout(self._step_timeout)
+                try:
+                    async with deadline:
+                        output = await awaitable
+                except TimeoutError:
+                    if deadline.expired():  # not a TimeoutError the tool raised itself
+                        raise self._timed_out(call) from None
+                    raise
+                if deadline.expired():  # it swallowed the cancellation
+                    raise self._timed_out(call)
+                return output
+            started = time.monotonic()  # pragma: no cover  (Python 3.10)
+            try:  # pragma: no cover
+                output = await asyncio.wait_for(awaitable, timeout=self._step_timeout)
+            except asyncio.TimeoutError:  # pragma: no cover
+                if time.monotonic() - started >= self._step_timeout:
+                    raise self._timed_out(call) from None
                 raise
-        started = time.monotonic()  # pragma: no cover  (Python 3.10)
-        try:  # pragma: no cover
-            return await asyncio.wait_for(awaitable, timeout=self._step_timeout)
-        except asyncio.TimeoutError:  # pragma: no cover
-            if time.monotonic() - started >= self._step_timeout:
-                raise timed_out from None
-            raise
+            if time.monotonic() - started >= self._step_timeout:  # pragma: no cover
+                raise self._timed_out(call)
+            return output  # pragma: no cover
+        finally:
+            fence.cancel()
 
     def _failed_outcome(self, call: _Call, exc: Exception) -> _Outcome:
         undos, effects = _closed(call.context)

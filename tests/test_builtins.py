@@ -112,7 +112,7 @@ def stored(store: RecordingStore, key: str):
 
 def undos_of(ctx: ToolContext):
     undos, _ = ctx._close()
-    return undos
+    return list(undos)
 
 
 # ---------------------------------------------------------------------- the catalogue
@@ -495,15 +495,15 @@ def test_effect_stage_stages_the_effect(tools, ctx):
     """`effect.stage` stages on the context and outputs the key actually used."""
     output = call(tools, ctx, "effect.stage", channel="email", payload={"to": "a@b"})
     _, effects = ctx._close()
-    assert effects == [
+    assert effects == (
         StagedEffect(
             tx_id=TX,
             step_id=1,
             channel="email",
             payload={"to": "a@b"},
             idempotency_key=output["idempotency_key"],
-        )
-    ]
+        ),
+    )
     assert output == {
         "staged": True,
         "channel": "email",
@@ -549,7 +549,7 @@ def test_effect_stage_channel_checks(tools, ctx):
         failure(tools, ctx, "effect.stage", channel="e-mail")
         == "invalid channel `e-mail`: expected 1-128 chars of [A-Za-z0-9_]"
     )
-    assert ctx._close() == ([], [])
+    assert ctx._close() == ((), ())
 
 
 # ---------------------------------------------------------------------- fs.write / fs.read
@@ -693,7 +693,7 @@ def test_fs_read_registers_nothing(tools, ctx, root):
     call(tools, ctx, "fs.write", path="a", contents="")
     ctx2 = new_context(RecordingStore())
     call(tools, ctx2, "fs.read", path="a")
-    assert ctx2._close() == ([], [])
+    assert ctx2._close() == ((), ())
 
 
 ESCAPES = ["../x", "/etc/passwd", "a/../../x", "", ".hidden", "./x", "a/..", "..", "."]

@@ -16,6 +16,7 @@ The default run is short; `AGENTTX_SLOW=1` runs the long one.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import random
 import threading
@@ -58,10 +59,10 @@ class History:
         self.attempts: list[Attempt] = []
 
 
-def make_tool(history: History, current: dict[int, Attempt]):
-    @agenttx.tool
+def make_tool(history: History, current: contextvars.ContextVar[Attempt]):
+    @agenttx.tool  # on a worker thread: the context variable travels with the call
     def rmw(ctx: agenttx.ToolContext, key: str, by: int) -> dict:
-        attempt = current[threading.get_ident()]
+        attempt = current.get()
         with history.lock:  # the read, the write and their stamps happen at one point
             own = any(step.key == key for step in attempt.steps)
             read_seq = next(history.clock)
@@ -79,17 +80,16 @@ def make_tool(history: History, current: dict[int, Attempt]):
 
 def run_workers(isolation: str, workers: int, transactions: int, seed: int) -> tuple:
     history = History()
-    current: dict[int, Attempt] = {}
+    current: contextvars.ContextVar[Attempt] = contextvars.ContextVar("attempt")
     rmw = make_tool(history, current)
     engine = Engine(tools=[rmw], config=EngineConfig(isolation=isolation, idle_timeout=None))
 
     def worker(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
-        me = threading.get_ident()
         for _ in range(transactions):
             tx = engine.begin(agent_id=f"w{index}")
             attempt = Attempt()
-            current[me] = attempt
+            current.set(attempt)
             for _ in range(rng.randint(1, 4)):
                 tx.execute_step(
                     tx.next_step_id, "rmw", {"key": rng.choice(KEYS), "by": rng.randint(1, 9)}

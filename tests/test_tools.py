@@ -159,7 +159,7 @@ def test_register_undo_by_kind_or_callable():
         ("fn", 1, 3),
     ]
     assert undos[0].payload == {"id": 1}
-    assert effects == []
+    assert effects == ()
 
 
 def test_stage_effect_derives_a_deterministic_key():

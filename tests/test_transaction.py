@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 
 import pytest
 from hypothesis import settings
@@ -892,6 +894,144 @@ def test_async_tools_time_out_with_the_reference_message():
     assert cancelled == [True]
     sync_result = tx.execute_step(1, "slow", {})
     assert sync_result.error == "tool 'slow' timed out after 50 ms"
+
+
+def test_a_hanging_sync_tool_fails_at_the_deadline_and_is_fenced():
+    """A sync tool past step_timeout fails the step at once; what it does later is refused.
+
+    The undo it registered before the deadline is compensated by the rewind, its state write
+    before the deadline is reverted, and its calls after the deadline raise and land nowhere.
+    """
+    release, done = threading.Event(), threading.Event()
+    undone, late_errors = [], []
+
+    @agenttx.tool
+    def hang(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo(lambda: undone.append("early"))
+        ctx.state.put("early", 1)
+        release.wait(5.0)
+        for late in (
+            lambda: ctx.state.put("late", 1),
+            lambda: ctx.state.get("early"),
+            lambda: ctx.register_undo(lambda: undone.append("late")),
+            lambda: ctx.stage_effect("email", {"to": "x"}),
+        ):
+            try:
+                late()
+            except agenttx.InvalidArgument as exc:
+                late_errors.append(str(exc))
+        done.set()
+        return {}
+
+    sent = []
+    tx = agenttx.Transaction(tools=[hang], step_timeout=0.05, dispatcher=sent.append)
+    started = time.monotonic()
+    result = tx.execute_step(1, "hang", {})
+    assert time.monotonic() - started < 2.0  # it did not wait for the tool
+    assert result.error == "tool 'hang' timed out after 50 ms"
+    assert result.hint is not None
+    assert result.hint.category is agenttx.HintCategory.TIMEOUT
+    assert undone == ["early"]  # compensated exactly once, by the rewind
+    release.set()
+    assert done.wait(5.0)
+    assert late_errors == ["step 1 has ended: its context accepts no more calls"] * 4
+    assert tx.read("early") is None
+    assert tx.read("late") is None
+    committed = tx.commit()
+    assert (committed.steps_committed, committed.effects) == (0, ())
+    assert sent == []
+    assert undone == ["early"]
+
+
+def test_an_async_tool_swallowing_cancellation_cannot_write_after_the_deadline():
+    """An async tool that ignores its cancellation still fails the step; late writes are refused."""
+    refused = []
+
+    @agenttx.tool
+    async def stubborn(ctx: agenttx.ToolContext) -> dict:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            pass  # ignores the cancellation and goes on
+        try:
+            ctx.state.put("late", 1)
+        except agenttx.InvalidArgument as exc:
+            refused.append(str(exc))
+        return {"ok": True}
+
+    tx = agenttx.Transaction(tools=[stubborn], step_timeout=0.05)
+    result = asyncio.run(tx.aexecute_step(1, "stubborn", {}))
+    assert result.error == "tool 'stubborn' timed out after 50 ms"
+    assert refused == ["step 1 has ended: its context accepts no more calls"]
+    assert tx.read("late") is None
+
+
+def test_an_inline_tool_returning_after_the_deadline_fails_as_timed_out():
+    """An inline tool cannot be interrupted, but a late result still fails the step and rewinds."""
+
+    @agenttx.tool(inline=True)
+    def slow(ctx: agenttx.ToolContext) -> dict:
+        ctx.state.put("written", 1)
+        time.sleep(0.06)
+        return {}
+
+    tx = agenttx.Transaction(tools=[slow], step_timeout=0.05)
+    result = tx.execute_step(1, "slow", {})
+    assert result.error == "tool 'slow' timed out after 50 ms"
+    assert tx.read("written") is None
+    assert asyncio.run(tx.aexecute_step(1, "slow", {})).error == result.error
+
+
+def test_sync_tools_run_on_a_worker_and_inline_tools_on_the_caller():
+    """A plain sync tool runs on a worker thread; inline=True keeps it on the calling thread."""
+
+    @agenttx.tool
+    def where() -> dict:
+        return {"thread": threading.get_ident()}
+
+    @agenttx.tool(inline=True)
+    def here() -> dict:
+        return {"thread": threading.get_ident()}
+
+    tx = agenttx.Transaction(tools=[where, here])
+    assert tx.execute_step(1, "where", {}).output != {"thread": threading.get_ident()}
+    assert tx.execute_step(2, "here", {}).output == {"thread": threading.get_ident()}
+    with pytest.raises(agenttx.InvalidArgument, match="inline= must be a bool"):
+        agenttx.tool(inline="yes")(lambda: None)  # type: ignore[arg-type]
+
+
+def test_aexecute_step_keeps_the_loop_running_during_a_sync_tool():
+    """A blocking sync tool under aexecute_step runs on a worker: other tasks keep running."""
+    release = threading.Event()
+
+    @agenttx.tool
+    def block() -> dict:
+        return {"released": release.wait(5.0)}
+
+    async def main():
+        tx = agenttx.Transaction(tools=[block])
+        step = asyncio.ensure_future(tx.aexecute_step(1, "block", {}))
+        await asyncio.sleep(0.01)
+        release.set()  # only possible because the loop is not blocked
+        return await step
+
+    assert asyncio.run(main()).output == {"released": True}
+
+
+def test_a_base_exception_from_a_worker_tool_rewinds_the_step():
+    """SystemExit raised by a sync tool on its worker reaches the caller after the rewind."""
+    undone = []
+
+    @agenttx.tool
+    def leave(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo(lambda: undone.append(1))
+        raise SystemExit(2)
+
+    tx = agenttx.Transaction(tools=[leave])
+    with pytest.raises(SystemExit):
+        tx.execute_step(1, "leave", {})
+    assert undone == [1]
+    assert (tx.status, tx.next_step_id) == (TxStatus.ACTIVE, 1)
 
 
 # ---------------------------------------------------------------- found in review

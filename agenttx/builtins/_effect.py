@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 __all__ = ["effect_stage"]
 
 
-@tool(name="effect.stage")
+@tool(name="effect.stage", inline=True)
 def effect_stage(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Stage `payload` (any JSON value, default null) on `channel` (an identifier).
 

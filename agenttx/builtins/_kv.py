@@ -18,7 +18,7 @@ def _state_key(key: str) -> str:
     return f"kv/{key}"
 
 
-@tool(name="kv.put")
+@tool(name="kv.put", inline=True)
 def kv_put(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Write `value` (any JSON value, default null) under `key`; output `{"key", "value"}`.
 
@@ -30,7 +30,7 @@ def kv_put(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     return {"key": key, "value": value}
 
 
-@tool(name="kv.get")
+@tool(name="kv.get", inline=True)
 def kv_get(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Read `key`; output `{"key", "value"}`.
 
@@ -44,7 +44,7 @@ def kv_get(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     return {"key": key, "value": ctx.state.get(state_key)}
 
 
-@tool(name="kv.delete")
+@tool(name="kv.delete", inline=True)
 def kv_delete(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Delete `key`; output `{"key", "deleted": bool}`.
 

@@ -23,7 +23,7 @@ def _state_key(table: str, row_id: str) -> str:
     return f"records/{table}/{row_id}"
 
 
-@tool(name="record.insert")
+@tool(name="record.insert", inline=True)
 def record_insert(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Insert a row into `table` with primary key `id`; output the row plus `"table"`.
 
@@ -80,7 +80,7 @@ def record_insert(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     return {**row, "table": table}
 
 
-@tool(name="record.get")
+@tool(name="record.get", inline=True)
 def record_get(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """The row stored under `table` (identifier) and `id` (string or number), as inserted.
 
