@@ -6,9 +6,9 @@ Layer map (a module imports only from its own layer or below):
                                          worker threads running blocking tools under a deadline
     1  _refs, _hints (_hint_rules,       `${steps.N.path}` references; Clean Hints (the rules
        _hint_scan), stores/              and their linear-time matching); state stores
-    2  _graph, _saga, _tools, _policy    dependency graph (the only rustworkx importer); undo
-                                         ledger, staged effects, dispatch; tool decorator and
-                                         context; rollback controller
+    2  _graph, _saga, _tools, _policy,   dependency graph (the only rustworkx importer); undo
+       _lineage                          ledger, staged effects, dispatch; tool decorator and
+                                         context; rollback controller; value-provenance lineage
     3  _results, _transaction            what transactions report; interactive transactions
     4  _engine, builtins/, testing/,     many transactions on one store, the idle reaper;
        _demo, __main__                   built-in tools; hypothesis strategies, state machines
@@ -43,6 +43,12 @@ from ._hints import HintCategory as HintCategory
 from ._hints import clean_error as clean_error
 from ._json import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
 from ._json import JSONValue as JSONValue
+from ._lineage import LineageEdge as LineageEdge
+from ._lineage import LineageGraph as LineageGraph
+from ._lineage import LineageNode as LineageNode
+from ._lineage import LineageRecorder as LineageRecorder
+from ._lineage import lineage_from_openai as lineage_from_openai
+from ._lineage import lineage_from_steps as lineage_from_steps
 from ._policy import RollbackDecision as RollbackDecision
 from ._policy import RollbackPolicy as RollbackPolicy
 from ._policy import RollbackStrategy as RollbackStrategy
@@ -94,6 +100,10 @@ __all__ = [
     "InvalidTransactionState",
     "JSONValue",
     "JSONValueError",
+    "LineageEdge",
+    "LineageGraph",
+    "LineageNode",
+    "LineageRecorder",
     "OutboxDispatcher",
     "ReadConflict",
     "ReferenceSyntaxError",
@@ -121,6 +131,8 @@ __all__ = [
     "WriteConflict",
     "clean_error",
     "compensation",
+    "lineage_from_openai",
+    "lineage_from_steps",
     "resolve_references",
     "tool",
 ]

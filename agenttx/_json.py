@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Final, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeAlias
 
 from ._errors import JSONValueError
 
@@ -64,6 +64,12 @@ def checked_size_bound(value: object, *, what: str = "value") -> int:
     bits, other scalars their longest form. The bound comes free with the check, so callers that
     enforce a size limit only serialize the rare value whose bound exceeds it.
     """
+    if type(value) is str:  # the common scalars, without a call or a set
+        return 6 * len(value) + 2
+    if type(value) is int:
+        return value.bit_length() // 3 + 2
+    if value is None or type(value) is bool:
+        return 5
     try:
         return _check(value, 0, set())
     except _Invalid as exc:
@@ -72,6 +78,8 @@ def checked_size_bound(value: object, *, what: str = "value") -> int:
 
 
 def _check(value: object, depth: int, active: set[int]) -> int:
+    if type(value) is dict or type(value) is list:
+        return _check_container(value, depth, active)
     if isinstance(value, str):
         return 6 * len(value) + 2
     if value is None or isinstance(value, bool):
@@ -84,6 +92,10 @@ def _check(value: object, depth: int, active: set[int]) -> int:
         return 32
     if not isinstance(value, (dict, list)):
         raise _Invalid(f"{type(value).__name__} is not a JSON type")
+    return _check_container(value, depth, active)
+
+
+def _check_container(value: dict[Any, Any] | list[Any], depth: int, active: set[int]) -> int:
     if depth >= MAX_NESTING_DEPTH:
         raise _Invalid(f"nested deeper than {MAX_NESTING_DEPTH} levels")
     marker = id(value)
@@ -96,8 +108,15 @@ def _check(value: object, depth: int, active: set[int]) -> int:
             if not isinstance(key, str):
                 raise _Invalid(f"object key {key!r} is a {type(key).__name__}, not a string")
             size += 6 * len(key) + 4
-            if type(item) is str:  # the common case, inline: no call
+            kind = type(item)  # the common scalars inline: no call
+            if kind is str:
                 size += 6 * len(item) + 2
+                continue
+            if kind is int:
+                size += item.bit_length() // 3 + 2
+                continue
+            if item is None or kind is bool:
+                size += 5
                 continue
             try:
                 size += _check(item, depth + 1, active)
@@ -121,12 +140,29 @@ def _key_part(key: str) -> str:
     return f"[{json.dumps(key, ensure_ascii=False)}]"
 
 
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+_encode_str: Final[Callable[[str], str]] = (
+    getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
+)
+
+
 def canonical_dumps(value: JSONValue) -> str:
     """Compact JSON with sorted keys and raw UTF-8, as the reference writes outputs.
 
-    Floats are written as Python writes them (`1e+20`), where Rust writes `1e20`.
+    Floats are written as Python writes them (`1e+20`), where Rust writes `1e20`. Exactly
+    `json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)`, with the
+    common scalars written directly and one encoder reused (`json.dumps` with options builds a
+    new encoder on every call).
     """
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    if type(value) is str:
+        return _encode_str(value)
+    if type(value) is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "true" if value else "false"
+    return _ENCODER.encode(value)
 
 
 def scalar_leaves(value: JSONValue, key: str = "") -> list[tuple[str, JSONScalar]]:

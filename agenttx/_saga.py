@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, final
 
 import attrs
 
@@ -54,6 +54,11 @@ class CompensationReport:
 _PLAIN: Final = frozenset({dict, list, str, int, float, bool})
 
 
+def is_awaitable(value: object) -> TypeGuard[Awaitable[object]]:
+    """`inspect.isawaitable`, answered at once for the plain JSON values tools mostly return."""
+    return value is not None and type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
 def resolve_awaitable(value: object) -> object:
     """Run `value` to completion if it is awaitable, from synchronous code.
 
@@ -61,7 +66,7 @@ def resolve_awaitable(value: object) -> object:
     running loop (sync code called from async code) it runs on a loop in a helper thread, so
     the caller's loop is never re-entered.
     """
-    if value is None or type(value) in _PLAIN or not inspect.isawaitable(value):
+    if not is_awaitable(value):
         return value
     awaitable: Awaitable[object] = value
 
@@ -216,7 +221,7 @@ async def _arun_once(
 ) -> str | None:
     try:
         result = _start(record, compensations)
-        if inspect.isawaitable(result):
+        if is_awaitable(result):
             await result
     except Exception as exc:  # noqa: BLE001
         return _describe(exc)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import math
 import sys
@@ -54,7 +53,14 @@ from ._results import (
     TransactionView,
     TxStatus,
 )
-from ._saga import CompensationReport, Dispatcher, SagaLedger, dispatch_effects, resolve_awaitable
+from ._saga import (
+    CompensationReport,
+    Dispatcher,
+    SagaLedger,
+    dispatch_effects,
+    is_awaitable,
+    resolve_awaitable,
+)
 from ._tools import (
     MAX_TOOL_NAME,
     StagedEffect,
@@ -537,13 +543,13 @@ class Transaction:
             if tool.inline or tool.is_async:
                 started = time.monotonic()
                 output = _invoke(call)
-                if inspect.isawaitable(output):
+                if is_awaitable(output):
                     output = resolve_awaitable(self._bounded(call, output))
                 elif time.monotonic() - started > self._step_timeout:
                     output = DeadlineExceeded
             else:
                 output = call_with_deadline(partial(_invoke, call), self._step_timeout)
-                if inspect.isawaitable(output):  # a sync function that returned an awaitable
+                if is_awaitable(output):  # a sync function that returned an awaitable
                     output = resolve_awaitable(self._bounded(call, output))
         except DeadlineExceeded:
             output = DeadlineExceeded
@@ -560,13 +566,13 @@ class Transaction:
             if tool.inline or tool.is_async:
                 started = time.monotonic()
                 output = _invoke(call)
-                if inspect.isawaitable(output):
+                if is_awaitable(output):
                     output = await self._bounded(call, output)
                 elif time.monotonic() - started > self._step_timeout:
                     output = DeadlineExceeded
             else:
                 output = await acall_with_deadline(partial(_invoke, call), self._step_timeout)
-                if inspect.isawaitable(output):
+                if is_awaitable(output):
                     output = await self._bounded(call, output)
         except DeadlineExceeded:
             output = DeadlineExceeded

@@ -88,6 +88,20 @@ def test_canonical_dumps_is_compact_sorted_and_utf8():
 
 
 @given(json_values())
+def test_canonical_dumps_is_exactly_json_dumps(value):
+    """The fast paths write what `json.dumps` with the canonical options writes, byte for byte."""
+    expected = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    assert canonical_dumps(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "é\"\n\x00\u2028", -(2**70), 0, True, False, None, 1.5])
+def test_canonical_dumps_scalar_fast_paths(value):
+    """Each scalar fast path agrees with `json.dumps`, escapes and big integers included."""
+    expected = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    assert canonical_dumps(value) == expected
+
+
+@given(json_values())
 def test_canonical_dumps_round_trips(value):
     """Canonical text parses back to an equal value."""
     assert json.loads(canonical_dumps(value)) == value
