@@ -9,8 +9,10 @@ Layer map (a module imports only from its own layer or below):
     2  _graph, _saga, _tools, _policy,   dependency graph (the only rustworkx importer); undo
        _lineage                          ledger, staged effects, dispatch; tool decorator and
                                          context; rollback controller; value-provenance lineage
-    3  _results, _transaction            what transactions report; interactive transactions
-    4  _engine, builtins/, testing/,     many transactions on one store, the idle reaper;
+    3  _results, _txlog, _transaction    what transactions report; their durable log;
+                                         interactive transactions
+    4  _engine, _recovery, builtins/,    many transactions on one store, the idle reaper, crash
+       testing/,                         recovery;
        _demo, __main__                   built-in tools; hypothesis strategies, state machines
                                          and checks; the demo and command line
 
@@ -57,6 +59,8 @@ from ._refs import Resolution as Resolution
 from ._refs import resolve_references as resolve_references
 from ._results import CommitResult as CommitResult
 from ._results import ContextEntry as ContextEntry
+from ._results import DispatchReport as DispatchReport
+from ._results import RecoveryReport as RecoveryReport
 from ._results import RollbackResult as RollbackResult
 from ._results import StepRecord as StepRecord
 from ._results import StepResult as StepResult
@@ -88,6 +92,7 @@ __all__ = [
     "ContextEntry",
     "Dependency",
     "DependencyGraph",
+    "DispatchReport",
     "Edge",
     "EdgeKind",
     "EffectDispatcher",
@@ -106,6 +111,7 @@ __all__ = [
     "LineageRecorder",
     "OutboxDispatcher",
     "ReadConflict",
+    "RecoveryReport",
     "ReferenceSyntaxError",
     "Resolution",
     "RollbackDecision",

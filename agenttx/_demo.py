@@ -5,7 +5,8 @@ receipt file (3), stages a confirmation email (4) and inserts the order (5). The
 on its foreign key; the dependency graph traces `customer_id` back to step 1, so the
 transaction jumps there: the receipt is deleted, the stock reservation reverted and the email
 dropped. The agent, now holding the hint, fixes step 1 and replays; the commit publishes the
-state and only then sends the email.
+state and the email together (the email into the SQLite file's outbox), and only then sends it.
+Everything lives in one SQLite file, the embedded default.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import builtins
+from ._engine import Engine, EngineConfig
 from ._json import canonical_dumps
-from ._transaction import Transaction
+from .stores import SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from ._json import JSONValue
     from ._results import StepResult
     from ._tools import StagedEffect
+    from ._transaction import Transaction
 
 Call = tuple[str, dict[str, Any]]
 
@@ -76,8 +79,15 @@ def run(out: Callable[[str], object] = print) -> Transaction:
         out(f"        email sent: {canonical_dumps(effect.payload)} key={effect.idempotency_key}")
 
     root = tempfile.mkdtemp(prefix="agenttx-demo-")
-    tx = Transaction(tools=builtins.tools(root), dispatcher={"email": send_email}, agent_id="demo")
-    out(f"agenttx demo: an order workflow (files in {root})\n")
+    database = Path(root, "agenttx.db")
+    engine = Engine(
+        tools=builtins.tools(root),
+        store=SQLiteStore(database),
+        dispatcher={"email": send_email},
+        config=EngineConfig(idle_timeout=None),
+    )
+    tx = engine.begin(agent_id="demo")
+    out(f"agenttx demo: an order workflow (state in {database}, files in {root})\n")
 
     plan = _plan("customer")  # the agent's first attempt puts the customer in the wrong table
     while tx.next_step_id in plan:
@@ -111,6 +121,7 @@ def run(out: Callable[[str], object] = print) -> Transaction:
     committed = tx.commit()
     out(
         f"        {committed.steps_committed} steps committed, "
-        f"{committed.effects_dispatched} effect dispatched after the commit"
+        f"{committed.effects_dispatched} effect dispatched after the commit, "
+        f"{len(engine.pending_effects())} left in the outbox"
     )
     return tx

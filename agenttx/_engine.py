@@ -15,9 +15,12 @@ import attrs
 
 from ._errors import InvalidArgument, TransactionNotFound
 from ._policy import RollbackPolicy
+from ._recovery import recover
+from ._results import DispatchReport, RecoveryReport
+from ._saga import deliver_outbox
 from ._tools import ToolRegistry
 from ._transaction import Transaction, check_isolation, is_positive_int, is_positive_number
-from .stores import MemoryStore, Store
+from .stores import DurableStore, MemoryStore, Store
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 
     from ._saga import Dispatcher
     from ._tools import ToolSpec
+    from .stores import OutboxEntry
 
 __all__ = ["Engine", "EngineConfig"]
 
@@ -189,6 +193,55 @@ class Engine:
         """Every transaction this engine began, in the order it began them."""
         with self._lock:
             return tuple(self._transactions.values())
+
+    # ------------------------------------------------------------------ durability
+
+    def recover(self, mode: Literal["abort", "resume"] = "abort") -> RecoveryReport:
+        """Take over the transactions a crashed process left open in a durable store.
+
+        Call it once at start-up. `"abort"` (the reference's presumed abort) compensates each
+        one's undo records newest first through the registered compensations and discards its
+        state; `"resume"` rebuilds each one, rewinding the step that was running when the
+        process died, so that the agent goes on from `next_step_id` (find them with `get`).
+        A transaction that ended with undo records left over is never resumed: those records
+        are retried. A compensation that fails, or whose kind is not registered, stays in the
+        store, is reported and is tried again by the next recovery. Transactions of this
+        engine and of other live processes on this host are left alone. On a store that is
+        not durable there is nothing to recover.
+        """
+        if not isinstance(self._store, DurableStore):
+            if mode not in ("abort", "resume"):
+                raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
+            return RecoveryReport()
+        with self._lock:
+            live = {tx_id for tx_id, tx in self._transactions.items() if not tx.status.terminal}
+        report, resumed = recover(
+            self._store, self._registry, mode=mode, dispatcher=self._dispatcher, live=live
+        )
+        with self._lock:
+            for tx in resumed:
+                self._transactions[tx.id] = tx
+        return report
+
+    def pending_effects(self, limit: int = 1000) -> tuple[OutboxEntry, ...]:
+        """Committed effects not yet delivered, oldest first (empty unless the store is durable)."""
+        if not isinstance(self._store, DurableStore):
+            return ()
+        return self._store.pending_effects(limit)
+
+    def dispatch_pending(self, limit: int = 1000) -> DispatchReport:
+        """Deliver the outbox's due effects through the engine's dispatcher, in order.
+
+        Each is marked delivered, or keeps its error and is offered again after a bounded
+        backoff. Delivery is at least once, always with the effect's idempotency key. Raises
+        `InvalidArgument` if the engine has no dispatcher.
+        """
+        if self._dispatcher is None:
+            raise InvalidArgument("dispatch_pending needs an engine with a dispatcher")
+        if not isinstance(self._store, DurableStore):
+            return DispatchReport()
+        delivered, errors = deliver_outbox(self._store, self._dispatcher, limit=limit)
+        return DispatchReport(delivered=delivered, errors=errors)
 
     def reap_idle(self) -> int:
         """Abort every ACTIVE transaction idle for `idle_timeout`; skip busy ones; return count.

@@ -22,6 +22,8 @@ __all__ = [
     "TRANSITIONS",
     "CommitResult",
     "ContextEntry",
+    "DispatchReport",
+    "RecoveryReport",
     "RollbackResult",
     "StepRecord",
     "StepResult",
@@ -165,3 +167,31 @@ class TransactionView:
     context: tuple[ContextEntry, ...]
     pending_effects: int
     compensation_failures: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RecoveryReport:
+    """What `Engine.recover` did with the transactions it found open in a durable store.
+
+    `transactions` counts those it took over (aborted or resumed); `compensations_run` the
+    undo records compensated successfully; `failures` has a line `"{tx_id}: {what failed}"` per
+    compensation that failed (kept for the next recovery) and per transaction that could not be
+    read. `resumed` lists the ids of the transactions resumed, ready for `Engine.get`.
+    `skipped` lists those left alone because a live process owns them.
+    """
+
+    transactions: int = 0
+    compensations_run: int = 0
+    failures: tuple[str, ...] = ()
+    resumed: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class DispatchReport:
+    """What `Engine.dispatch_pending` delivered from the outbox, and a line per failure."""
+
+    delivered: int = 0
+    errors: tuple[str, ...] = ()

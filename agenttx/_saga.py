@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, final
 import attrs
 
 from ._errors import InvalidArgument
+from ._tools import StagedEffect
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
-    from ._tools import Compensation, StagedEffect, UndoRecord
+    from ._tools import Compensation, UndoRecord
+    from .stores import DurableStore, OutboxEntry
 
 __all__ = [
     "CompensationReport",
@@ -87,6 +89,8 @@ class SagaLedger:
 
     attempts: int = 3
     backoff: float = BACKOFF_BASE
+    #: Called with each record whose compensation succeeded (a durable store forgets it).
+    on_compensated: Callable[[UndoRecord], object] | None = None
     _records: list[UndoRecord] = attrs.field(init=False, factory=list)
     _failed: list[tuple[UndoRecord, str]] = attrs.field(init=False, factory=list)
 
@@ -162,6 +166,8 @@ class SagaLedger:
                         sleep(self.backoff * (1 << min(attempt, 8)))
             if error is None:
                 succeeded += 1
+                if self.on_compensated is not None:
+                    self.on_compensated(record)
             else:
                 self._failed.append((record, error))
                 failures.append(f"{record.description}: {error}")
@@ -184,6 +190,8 @@ class SagaLedger:
                         await asyncio.sleep(self.backoff * (1 << min(attempt, 8)))
             if error is None:
                 succeeded += 1
+                if self.on_compensated is not None:
+                    self.on_compensated(record)
             else:
                 self._failed.append((record, error))
                 failures.append(f"{record.description}: {error}")
@@ -296,20 +304,75 @@ def dispatch_effects(
     delivered = 0
     errors: list[str] = []
     for effect in effects:
-        target: Callable[..., object] | None
-        target = dispatcher.get(effect.channel) if isinstance(dispatcher, Mapping) else dispatcher
-        error: str | None = None
-        if target is None:
-            error = f"no dispatcher for channel `{effect.channel}`"
-        else:
-            try:
-                resolve_awaitable(target(effect))
-            except Exception as exc:  # noqa: BLE001  (reported; the commit stands)
-                error = _describe(exc)
+        error = _deliver(effect, dispatcher)
         if error is None:
             delivered += 1
         else:
-            errors.append(
-                f"{effect.channel} effect {effect.idempotency_key} (step {effect.step_id}): {error}"
-            )
+            errors.append(_dispatch_error(effect, error))
+    return delivered, tuple(errors)
+
+
+def _deliver(effect: StagedEffect, dispatcher: Dispatcher) -> str | None:
+    """Deliver one effect; return None, or the error."""
+    target: Callable[..., object] | None
+    target = dispatcher.get(effect.channel) if isinstance(dispatcher, Mapping) else dispatcher
+    if target is None:
+        return f"no dispatcher for channel `{effect.channel}`"
+    try:
+        resolve_awaitable(target(effect))
+    except Exception as exc:  # noqa: BLE001  (reported; the commit stands)
+        return _describe(exc)
+    return None
+
+
+def _dispatch_error(effect: StagedEffect, error: str) -> str:
+    return f"{effect.channel} effect {effect.idempotency_key} (step {effect.step_id}): {error}"
+
+
+#: Outbox retries wait `OUTBOX_BACKOFF * 2**(attempts - 1)` seconds, at most `OUTBOX_MAX_WAIT`.
+OUTBOX_BACKOFF: Final = 0.5
+OUTBOX_MAX_WAIT: Final = 300.0
+
+
+def outbox_effect(entry: OutboxEntry) -> StagedEffect:
+    """The staged effect an outbox entry holds."""
+    return StagedEffect(
+        tx_id=entry.tx_id,
+        step_id=entry.step_id,
+        channel=entry.channel,
+        payload=json.loads(entry.payload),
+        idempotency_key=entry.idempotency_key,
+    )
+
+
+def deliver_outbox(
+    store: DurableStore,
+    dispatcher: Dispatcher,
+    *,
+    tx_id: str | None = None,
+    limit: int = 1000,
+    clock: Callable[[], float] = time.time,
+) -> tuple[int, tuple[str, ...]]:
+    """Deliver the due outbox entries (of one transaction, or all) in commit and staging order.
+
+    Each delivered entry is marked delivered; each failure is counted, keeps its error and
+    waits a bounded, doubling backoff before it is offered again. A failure does not hold back
+    the entries after it. Returns how many were delivered and an error line per failure. The
+    store's own errors (`StorageError`) propagate: the entries stay pending.
+    """
+    now = clock()
+    delivered = 0
+    errors: list[str] = []
+    for entry in store.pending_effects(limit, tx_id=tx_id):
+        if entry.not_before > now:
+            continue
+        effect = outbox_effect(entry)
+        error = _deliver(effect, dispatcher)
+        if error is None:
+            store.mark_delivered(entry.id)
+            delivered += 1
+        else:
+            wait = min(OUTBOX_BACKOFF * (1 << min(entry.attempts, 20)), OUTBOX_MAX_WAIT)
+            store.mark_failed(entry.id, error, now + wait)
+            errors.append(_dispatch_error(effect, error))
     return delivered, tuple(errors)

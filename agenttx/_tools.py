@@ -402,6 +402,7 @@ class ToolContext:
         "_effects",
         "_fence",
         "_key",
+        "_log_undo",
         "_state",
         "_store",
         "_undos",
@@ -419,6 +420,7 @@ class ToolContext:
         deadline: float,
         store: Store,
         compensations: Mapping[str, Compensation[Any, Any]],
+        log_undo: Callable[[UndoRecord], object] | None = None,
     ) -> None:
         self.tx_id = tx_id
         self.step_id = step_id
@@ -430,6 +432,7 @@ class ToolContext:
         self._undos: list[UndoRecord] = []
         self._effects: list[StagedEffect] = []
         self._fence = _Fence(step_id)
+        self._log_undo = log_undo  # writes the record durably, before the effect it undoes
 
     @property
     def state(self) -> StateView:
@@ -477,16 +480,17 @@ class ToolContext:
             check_json(payload, what=f"the payload of undo {kind!r}")
             default = f"{kind}({canonical_dumps(payload)[:80]})"
         with self._fence:
-            self._undos.append(
-                UndoRecord(
-                    step_id=self.step_id,
-                    seq=len(self._undos),
-                    kind=kind,
-                    payload=payload,
-                    description=description or default,
-                    action=action,
-                )
+            record = UndoRecord(
+                step_id=self.step_id,
+                seq=len(self._undos),
+                kind=kind,
+                payload=payload,
+                description=description or default,
+                action=action,
             )
+            if self._log_undo is not None:
+                self._log_undo(record)
+            self._undos.append(record)
 
     def stage_effect(
         self, channel: str, payload: JSONValue = None, idempotency_key: str | None = None

@@ -24,7 +24,7 @@ import traceback
 import uuid
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 
 import attrs
 
@@ -57,6 +57,7 @@ from ._saga import (
     CompensationReport,
     Dispatcher,
     SagaLedger,
+    deliver_outbox,
     dispatch_effects,
     is_awaitable,
     resolve_awaitable,
@@ -71,8 +72,9 @@ from ._tools import (
     UndoRecord,
     derive_key,
 )
+from ._txlog import LiveStep, Progress, Restored, TxLog
 from ._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
-from .stores import MemoryStore, Store
+from .stores import DurableStore, MemoryStore, Store
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -101,16 +103,6 @@ class _Call(NamedTuple):
     arguments: JSONValue
     raw_context: str
     context: ToolContext | None  # None when the tool takes no context: nothing to collect
-
-
-class _Live(NamedTuple):
-    """A live step (succeeded, not rewound), as the transaction keeps it."""
-
-    tool_name: str
-    arguments: JSONValue
-    output: JSONValue
-    raw_context: str
-    dependencies: tuple[Dependency, ...]
 
 
 def _closed(
@@ -163,7 +155,7 @@ class Transaction:
     _controller: RollbackController = attrs.field(init=False)
     _status: TxStatus = attrs.field(init=False, default=TxStatus.ACTIVE)
     _next_step: int = attrs.field(init=False, default=1)
-    _steps: dict[int, _Live] = attrs.field(init=False, factory=dict)
+    _steps: dict[int, LiveStep] = attrs.field(init=False, factory=dict)
     _outputs: dict[int, JSONValue] = attrs.field(init=False, factory=dict)
     _constraints: list[str] = attrs.field(init=False, factory=list)
     _effects: list[StagedEffect] = attrs.field(init=False, factory=list)
@@ -177,6 +169,8 @@ class Transaction:
         init=False, default=None
     )
     _rewinds: int = attrs.field(init=False, default=0)
+    # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.
+    _log: TxLog | None = attrs.field(init=False, default=None)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
     _last_activity: float = attrs.field(init=False, factory=time.monotonic)
 
@@ -222,6 +216,76 @@ class Transaction:
             id=tx_id,
         )
         self._controller = RollbackController(self._policy)
+        if isinstance(store, DurableStore):
+            self._start_log(store, isolation)
+
+    def _start_log(self, store: DurableStore, isolation: str) -> None:
+        log = TxLog(store, self._id)
+        try:
+            log.begin(
+                agent_id=self._agent_id,
+                policy=self._policy,
+                settings={
+                    "isolation": isolation,
+                    "step_timeout": self._step_timeout,
+                    "max_constraints": self._max_constraints,
+                    "compensation_retries": self._ledger.attempts,
+                },
+            )
+        except BaseException:
+            self._store.discard(self._id)
+            raise
+        self._log = log
+        self._ledger.on_compensated = log.forget
+
+    @classmethod
+    def _resume(
+        cls,
+        restored: Restored,
+        *,
+        registry: ToolRegistry,
+        store: DurableStore,
+        dispatcher: Dispatcher | None,
+    ) -> Transaction:
+        """The transaction `restored` from its durable log, ready for its next step.
+
+        The store must already hold it open (`DurableStore.load`). A step that was running
+        when the process died is rewound first: the undo records it registered are
+        compensated, newest first, and its state writes reverted.
+        """
+        settings = restored.settings
+        ledger = SagaLedger(attempts=cast("int", settings["compensation_retries"]))
+        tx = cls.__new__(cls)
+        tx.__attrs_init__(
+            registry=registry,
+            store=store,
+            policy=restored.policy,
+            agent_id=restored.agent_id,
+            dispatcher=dispatcher,
+            step_timeout=float(cast("float", settings["step_timeout"])),
+            max_constraints=cast("int", settings["max_constraints"]),
+            ledger=ledger,
+            id=restored.tx_id,
+        )
+        tx._adopt(restored, store)  # noqa: SLF001  (its own class)
+        return tx
+
+    def _adopt(self, restored: Restored, store: DurableStore) -> None:
+        progress = restored.progress
+        self._controller = RollbackController.from_state(restored.policy, progress.controller)
+        self._steps = dict(restored.steps)
+        self._outputs = {step_id: step.output for step_id, step in restored.steps.items()}
+        self._constraints = list(progress.constraints)
+        self._effects = [e for e in restored.effects if e.step_id < progress.next_step]
+        self._rewinds = progress.rewinds
+        self._next_step = progress.next_step
+        self._log = TxLog(store, self._id, record=restored.record, progress=progress)
+        self._ledger.on_compensated = self._log.forget
+        self._ledger.record(restored.undos)
+        interrupted = progress.next_step
+        if interrupted in restored.snapshots:  # the step was running: it left durable traces
+            with self._lock:
+                self._rewind_step(interrupted)
 
     # ------------------------------------------------------------------ properties
 
@@ -482,6 +546,7 @@ class Transaction:
                 deadline=time.monotonic() + self._step_timeout,
                 store=self._store,
                 compensations=self._registry.compensations,
+                log_undo=None if self._log is None else self._log.undo,
             )
         return _Call(
             step_id=step_id,
@@ -495,11 +560,15 @@ class Transaction:
         """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
         undos, _ = _closed(call.context)  # its staged effects are dropped
         self._ledger.record(undos)
+        self._rewind_step(call.step_id)
+
+    def _rewind_step(self, step_id: int) -> None:
+        """Compensate and rewind the step being executed, back to ACTIVE at the same step."""
         self._transition(TxStatus.ROLLING_BACK)
         with self._ending_if_interrupted():
-            records = self._ledger.take_from(call.step_id)
+            records = self._ledger.take_from(step_id)
             self._ledger.compensate(records, self._registry.compensations)
-            self._rewind_state(call.step_id)
+            self._rewind_state(step_id)
         self._transition(TxStatus.ACTIVE)
 
     @contextlib.contextmanager
@@ -524,7 +593,7 @@ class Transaction:
         else:
             self._ledger.keep_failed(remaining, "not run: the transaction was interrupted")
         with contextlib.suppress(Exception):  # the original error is the one to report
-            self._store.discard(self._id)
+            self._discard(TxStatus.FAILED)
         self._effects.clear()
         self._steps.clear()
         self._outputs.clear()
@@ -650,7 +719,10 @@ class Transaction:
         if compensation is not None:
             # The tool returned, so its effect happened: undo it on a rewind even if its output
             # is refused (then with output null).
-            undos = (*undos, _declared_undo(call, compensation, len(undos), checked))
+            declared = _declared_undo(call, compensation, len(undos), checked)
+            if self._log is not None:
+                self._log.undo(declared)  # after the effect: all a declared undo can do
+            undos = (*undos, declared)
         return _Outcome(output=checked, error=error, undos=undos, effects=effects)
 
     def _keep_registered(self, outcome: _Outcome) -> None:
@@ -664,9 +736,14 @@ class Transaction:
         step_id = call.step_id
         output = outcome.output
         assert self._pending is not None  # set by _prepare for this step
-        self._steps[step_id] = _Live(
-            call.tool.name, call.arguments, output, call.raw_context, self._pending[3]
-        )
+        step = LiveStep(call.tool.name, call.arguments, output, call.raw_context, self._pending[3])
+        if self._log is not None:
+            try:
+                self._log.step(step_id, step, outcome.effects)
+            except BaseException:  # not durable: the step did not happen
+                self._rewind_step(step_id)
+                raise
+        self._steps[step_id] = step
         self._outputs[step_id] = output
         self._pending = None
         self._next_step = step_id + 1
@@ -750,11 +827,13 @@ class Transaction:
             status, target, reset = StepStatus.FAILED, 0, True
         elif strategy is RollbackStrategy.GLOBAL_RESET:
             self._rewind_state(0)
+            self._log_progress()
             self._transition(TxStatus.ACTIVE)
             status, target, reset = StepStatus.ROLLBACK_TRIGGERED, 0, True
         else:
             target = decision.target_step
             self._rewind_state(target)
+            self._log_progress()
             self._transition(TxStatus.ACTIVE)
             status, reset = StepStatus.ROLLBACK_TRIGGERED, False
         return StepResult(
@@ -785,11 +864,29 @@ class Transaction:
         self._pending = None
         self._next_step = max(target, 1)
 
+    def _log_progress(self) -> None:
+        if self._log is not None:
+            self._log.progress(
+                Progress(
+                    next_step=self._next_step,
+                    controller=self._controller.state(),
+                    constraints=tuple(self._constraints),
+                    rewinds=self._rewinds,
+                )
+            )
+
+    def _discard(self, final: TxStatus) -> None:
+        """End the store's side; a durable store keeps undo records that failed, for recovery."""
+        if self._log is not None and self._ledger.failed:
+            self._log.end_keeping_undos(final.value)
+        else:
+            self._store.discard(self._id)
+
     def _end(self, final: TxStatus) -> None:
         """Abort after compensation: discard state and effects, and end as `final`."""
         self._rewinds += 1
         self._effects.clear()
-        self._store.discard(self._id)
+        self._discard(final)
         self._steps.clear()
         self._outputs.clear()
         self._graph.clear()
@@ -824,6 +921,7 @@ class Transaction:
                         self._ledger.take_from(to_step), self._registry.compensations
                     )
                     self._rewind_state(to_step)
+                    self._log_progress()
                 self._transition(TxStatus.ACTIVE)
                 return RollbackResult(
                     aborted=False,
@@ -857,6 +955,10 @@ class Transaction:
         transaction is compensated, ends FAILED, and `WriteConflict` (or its subclass
         `ReadConflict`), naming the key, is raised. Dispatch errors are reported in the result;
         they never undo the commit. Nothing is compensated after a commit.
+
+        On a `DurableStore` the effects go into its outbox in the same atomic commit and are
+        delivered from there (a failure is retried later by `Engine.dispatch_pending`), so a
+        crash between the commit and the delivery loses none of them.
         """
         with self._lock:
             self._ensure_active()
@@ -875,7 +977,14 @@ class Transaction:
             self._effects.clear()
             steps = len(self._steps)
             self._transition(TxStatus.COMMITTED)
-        dispatched, errors = dispatch_effects(effects, self._dispatcher)
+        if self._log is None:
+            dispatched, errors = dispatch_effects(effects, self._dispatcher)
+        elif self._dispatcher is None or not effects:
+            dispatched, errors = 0, ()  # they wait in the outbox for `Engine.dispatch_pending`
+        else:  # from the outbox, where the commit put them: a crash now loses nothing
+            dispatched, errors = deliver_outbox(
+                cast("DurableStore", self._store), self._dispatcher, tx_id=self._id
+            )
         return CommitResult(
             steps_committed=steps,
             effects_dispatched=dispatched,

@@ -27,7 +27,7 @@ def test_demo_runs_the_order_workflow():
     assert "dependency_jump: rewound to step 1, send step 1 next" in out
     assert "stock/SKU-1 = None, receipt exists = False, staged emails = 0" in out
     assert "step 1 -> step 5  id -> customer_id  (explicit)" in out
-    assert "5 steps committed, 1 effect dispatched after the commit" in out
+    assert "5 steps committed, 1 effect dispatched after the commit, 0 left in the outbox" in out
     assert out.index("email sent") > out.index("commit:")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-SOURCES = ["agenttx", "tests", "examples", "bench"]
+SOURCES = ["agenttx", "tests", "examples", "bench", "campaigns"]
 
 
 def _run(*command: str) -> subprocess.CompletedProcess[str]:

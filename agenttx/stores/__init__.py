@@ -15,15 +15,33 @@ Transactions that should see each other's commits, and conflict, share one store
     store.commit("tx-1")
     assert store.read_committed("kv/greeting") == '"hello"'
 
-`agenttx.testing.check_store(factory)` checks any implementation against the contract.
+`SQLiteStore(path)` keeps the same state in a SQLite file, shared by threads and processes, and
+implements `DurableStore`: the records a transaction needs to survive a crash, and an outbox of
+committed effects. `agenttx.testing.check_store(factory)` checks any implementation against the
+contract.
 """
 
 from __future__ import annotations
 
+from ._durable import DurableStore as DurableStore
+from ._durable import EffectRow as EffectRow
+from ._durable import OutboxEntry as OutboxEntry
+from ._durable import TxImage as TxImage
+from ._durable import UndoRow as UndoRow
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import Store as Store
+from ._sqlite import SQLiteStore as SQLiteStore
 
-__all__ = ["MemoryStore", "Store"]
+__all__ = [
+    "DurableStore",
+    "EffectRow",
+    "MemoryStore",
+    "OutboxEntry",
+    "SQLiteStore",
+    "Store",
+    "TxImage",
+    "UndoRow",
+]
 
 for _name in __all__:
     _obj = globals()[_name]

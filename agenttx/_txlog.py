@@ -1,0 +1,247 @@
+"""A transaction's durable log: what a `DurableStore` keeps so it can be resumed or aborted.
+
+`TxLog` writes, for one transaction: its descriptive record once, each undo record as soon as
+a tool registers it (before the effect it undoes), each successful step with its staged effects,
+and the progress (next step, controller counters, constraints) after every rewind. Everything
+is canonical JSON text. `read_image` turns what `DurableStore.load` returns back into Python
+objects for `Engine.recover`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Final, NamedTuple, final
+
+import attrs
+
+from ._errors import StorageError
+from ._json import JSONValue, canonical_dumps
+from ._policy import ControllerState, RollbackPolicy
+from ._refs import Dependency
+from ._tools import StagedEffect, UndoRecord
+from .stores import DurableStore, EffectRow, UndoRow
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .stores import TxImage
+
+__all__ = [
+    "FORMAT",
+    "LiveStep",
+    "Progress",
+    "Restored",
+    "TxLog",
+    "end_keeping_undos",
+    "read_image",
+]
+
+#: The version of the record formats below, stored in each transaction record.
+FORMAT: Final = 1
+
+
+class LiveStep(NamedTuple):
+    """A live step (succeeded, not rewound), as the transaction keeps it."""
+
+    tool_name: str
+    arguments: JSONValue
+    output: JSONValue
+    raw_context: str
+    dependencies: tuple[Dependency, ...]
+
+
+class Progress(NamedTuple):
+    """Where a transaction stands between steps, beyond its live steps."""
+
+    next_step: int
+    controller: ControllerState
+    constraints: tuple[str, ...]
+    rewinds: int
+
+
+class Restored(NamedTuple):
+    """A transaction read back from its durable log."""
+
+    tx_id: str
+    agent_id: str
+    settings: dict[str, JSONValue]  # isolation, step_timeout, max_constraints, ...
+    policy: RollbackPolicy
+    steps: dict[int, LiveStep]
+    progress: Progress
+    undos: tuple[UndoRecord, ...]  # in registration order
+    effects: tuple[StagedEffect, ...]  # in staging order
+    owner: str | None
+    record: dict[str, JSONValue]  # the record as written, to rewrite it
+    ended: str | None  # the final status, if it ended with undo records left to retry
+    snapshots: tuple[int, ...]  # the steps the store can restore
+
+
+@final
+class TxLog:
+    """Writes one transaction's durable records; see the module docstring.
+
+    Calls follow the transaction's own serialization; `undo` may come from the worker thread
+    running a tool, while the transaction waits for it.
+    """
+
+    __slots__ = ("_progress", "_record", "_store", "_tx_id")
+
+    def __init__(
+        self,
+        store: DurableStore,
+        tx_id: str,
+        *,
+        record: dict[str, JSONValue] | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self._store = store
+        self._tx_id = tx_id
+        self._progress = _progress_text(progress or Progress(1, ControllerState(), (), 0))
+        self._record: dict[str, JSONValue] = record or {}
+
+    def begin(
+        self, *, agent_id: str, policy: RollbackPolicy, settings: dict[str, JSONValue]
+    ) -> None:
+        """Write the transaction's record: who runs it and with which settings."""
+        record: dict[str, JSONValue] = {
+            "format": FORMAT,
+            "agent_id": agent_id,
+            "policy": attrs.asdict(policy),
+            "settings": settings,
+            "created_at": time.time(),
+        }
+        self._store.record_transaction(self._tx_id, canonical_dumps(record))
+        self._record = record
+
+    def end_keeping_undos(self, status: str) -> None:
+        """End the transaction as `status`, keeping the undo records that failed.
+
+        The record says it ended, so a later recovery compensates those records but never
+        resumes the transaction.
+        """
+        end_keeping_undos(self._store, self._tx_id, self._record, status)
+
+    def undo(self, record: UndoRecord) -> None:
+        """Write an undo record, durably, before the effect it undoes happens."""
+        text = canonical_dumps(
+            {"kind": record.kind, "payload": record.payload, "description": record.description}
+        )
+        self._store.record_undo(self._tx_id, UndoRow(record.step_id, record.seq, text))
+
+    def forget(self, record: UndoRecord) -> None:
+        """Delete an undo record whose compensation succeeded."""
+        self._store.forget_undo(self._tx_id, record.step_id, record.seq)
+
+    def step(self, step_id: int, step: LiveStep, effects: Sequence[StagedEffect]) -> None:
+        """Write a successful step with its staged effects (and the unchanged progress)."""
+        text = canonical_dumps(
+            {
+                "tool": step.tool_name,
+                "arguments": step.arguments,
+                "output": step.output,
+                "raw_context": step.raw_context,
+                "dependencies": [
+                    [d.from_step, d.source_key, d.target_key] for d in step.dependencies
+                ],
+            }
+        )
+        rows = [
+            EffectRow(e.step_id, e.channel, canonical_dumps(e.payload), e.idempotency_key)
+            for e in effects
+        ]
+        self._store.record_step(self._tx_id, step_id, text, rows, self._progress)
+
+    def progress(self, progress: Progress) -> None:
+        """Write the progress after a rewind."""
+        self._progress = _progress_text(progress)
+        self._store.record_progress(self._tx_id, self._progress)
+
+
+def end_keeping_undos(
+    store: DurableStore, tx_id: str, record: dict[str, JSONValue], status: str
+) -> None:
+    """Mark the transaction's record as ended with `status`, then discard all but its undos."""
+    store.record_transaction(tx_id, canonical_dumps({**record, "ended": status}))
+    store.discard_state(tx_id)
+
+
+def _progress_text(progress: Progress) -> str:
+    return canonical_dumps(
+        {
+            "next_step": progress.next_step,
+            "controller": progress.controller.to_json(),
+            "constraints": list(progress.constraints),
+            "rewinds": progress.rewinds,
+        }
+    )
+
+
+def read_image(image: TxImage) -> Restored:
+    """Decode a transaction's durable log; raise `StorageError` if it is malformed.
+
+    The next step is the later of the recorded progress and the last live step + 1: a step
+    that succeeded after the last rewind is recorded with the progress unchanged.
+    """
+    try:
+        record = json.loads(image.record)
+        progress = json.loads(image.progress) if image.progress is not None else None
+        steps: dict[int, LiveStep] = {}
+        for step_id, text in image.steps:
+            step = json.loads(text)
+            steps[step_id] = LiveStep(
+                tool_name=step["tool"],
+                arguments=step["arguments"],
+                output=step["output"],
+                raw_context=step["raw_context"],
+                dependencies=tuple(
+                    Dependency(from_step=f, source_key=s, target_key=t)
+                    for f, s, t in step["dependencies"]
+                ),
+            )
+        undos = []
+        for row in image.undos:
+            undo = json.loads(row.record)
+            undos.append(
+                UndoRecord(
+                    step_id=row.step_id,
+                    seq=row.seq,
+                    kind=undo["kind"],
+                    payload=undo["payload"],
+                    description=undo["description"],
+                )
+            )
+        effects = tuple(
+            StagedEffect(
+                tx_id=image.tx_id,
+                step_id=row.step_id,
+                channel=row.channel,
+                payload=json.loads(row.payload),
+                idempotency_key=row.idempotency_key,
+            )
+            for row in image.effects
+        )
+        controller = ControllerState.from_json(progress["controller"]) if progress else None
+        last = max(steps, default=0)
+        restored_progress = Progress(
+            next_step=max(progress["next_step"] if progress else 1, last + 1),
+            controller=controller or ControllerState(),
+            constraints=tuple(progress["constraints"]) if progress else (),
+            rewinds=progress["rewinds"] if progress else 0,
+        )
+        return Restored(
+            tx_id=image.tx_id,
+            agent_id=record["agent_id"],
+            settings=record["settings"],
+            policy=RollbackPolicy(**record["policy"]),
+            steps=steps,
+            progress=restored_progress,
+            undos=tuple(undos),
+            effects=effects,
+            owner=image.owner,
+            record=record,
+            ended=record.get("ended"),
+            snapshots=image.snapshots,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(f"transaction `{image.tx_id}`: unreadable durable log: {exc}") from exc

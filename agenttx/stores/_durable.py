@@ -1,0 +1,171 @@
+"""`DurableStore`: a `Store` that also keeps what a transaction needs to survive a crash.
+
+A `Transaction` on a durable store writes, besides its state: its descriptive record, one record
+per successful step with the step's staged effects and the transaction's progress, and its undo
+records, before the effects they undo. After a crash, `Engine.recover` reads them back to abort
+(compensate) or resume each open transaction, and the outbox holds every committed effect until
+it is delivered. The store treats every record as opaque JSON text, except the outbox's fields.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+from ._protocol import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["DurableStore", "EffectRow", "OutboxEntry", "TxImage", "UndoRow"]
+
+
+class EffectRow(NamedTuple):
+    """A staged effect as stored: its step, channel, payload (JSON text) and idempotency key."""
+
+    step_id: int
+    channel: str
+    payload: str
+    idempotency_key: str
+
+
+class UndoRow(NamedTuple):
+    """An undo record as stored: its place (step, sequence number) and the record (JSON text)."""
+
+    step_id: int
+    seq: int
+    record: str
+
+
+class TxImage(NamedTuple):
+    """Everything durable about one open transaction, as `DurableStore.load` returns it.
+
+    `steps` are `(step_id, record)` in step order, `undos` in `(step_id, seq)` order and
+    `effects` in staging order. `progress` is the text of the last `record_step` (or
+    `record_progress`), or `None` if there was none. `owner` describes the process that last
+    held the transaction (JSON text, the store's own format), `None` if unknown.
+    """
+
+    tx_id: str
+    record: str
+    progress: str | None
+    steps: tuple[tuple[int, str], ...]
+    undos: tuple[UndoRow, ...]
+    effects: tuple[EffectRow, ...]
+    owner: str | None
+    #: The steps that have a snapshot the store can restore, ascending. A step whose snapshot
+    #: was taken but never reached the disk is missing: nothing was written durably after it.
+    snapshots: tuple[int, ...] = ()
+
+
+class OutboxEntry(NamedTuple):
+    """A committed effect waiting in the outbox, with its delivery history."""
+
+    id: int
+    tx_id: str
+    step_id: int
+    channel: str
+    payload: str
+    idempotency_key: str
+    attempts: int
+    last_error: str | None
+    not_before: float  # seconds since the epoch; 0 for "now"
+
+
+@runtime_checkable
+class DurableStore(Store, Protocol):
+    """A `Store` whose transactions, undo records and committed effects survive the process.
+
+    **Who calls it, and in what order.** For each transaction, its owner calls
+    `record_transaction` once after `begin`; then, interleaved with the `Store` calls,
+    `record_undo` as soon as a tool registers an undo (before the effect it undoes happens),
+    `forget_undo` when a compensation succeeded, and `record_step` when a step succeeded
+    (`record_progress` when one failed). On `commit`, a durable store also moves the
+    transaction's staged effects into the outbox, in the same atomic commit, and forgets its
+    undo records and step records. `restore(tx, K)` also drops the step records and staged
+    effects of steps >= K (not the undo records: those leave one by one through
+    `forget_undo`). `discard` drops everything; `discard_state` keeps the transaction's record
+    and its remaining undo records, so that the next recovery retries them.
+
+    **Atomicity and buffering.** `put` and `delete` may be buffered in the process: the writes
+    of a step reach the disk, with their journal entries, in the atomic write of the next
+    `record_step`, `record_progress`, `record_undo`, `restore`, `commit` or `flush`. So a crash
+    loses at most the state writes of the step that was running, which a resume rewinds anyway.
+    `record_undo` is durable when it returns: write-ahead of the effect.
+
+    **Recovery.** `open_transactions()` lists every transaction begun and not ended in the
+    file, by any process; `load(tx_id)` reads one back and makes this process its owner, so
+    that the usual `Store` calls work on it (its overlay, journal and snapshots included).
+
+    **The outbox.** `pending_effects` lists undelivered entries, oldest first; a dispatcher
+    calls `mark_delivered` or `mark_failed` for each. An entry is delivered at least once.
+    Errors are as for `Store`: `InvalidArgument`, `TransactionNotFound`, `StorageError`.
+    """
+
+    def record_transaction(self, tx_id: str, record: str) -> None:
+        """Store (or replace) the open transaction's descriptive record (JSON text), durably."""
+        ...
+
+    def record_step(
+        self,
+        tx_id: str,
+        step_id: int,
+        step: str,
+        effects: Sequence[EffectRow],
+        progress: str,
+    ) -> None:
+        """Durably and atomically: flush buffered writes, store step `step_id`'s record,
+        append its staged `effects`, and replace the transaction's progress (JSON text)."""
+        ...
+
+    def record_progress(self, tx_id: str, progress: str) -> None:
+        """Durably and atomically: flush buffered writes and replace the progress."""
+        ...
+
+    def record_undo(self, tx_id: str, undo: UndoRow) -> None:
+        """Store an undo record durably (flushing buffered writes first); replaces one in
+        the same place."""
+        ...
+
+    def forget_undo(self, tx_id: str, step_id: int, seq: int) -> None:
+        """Delete an undo record (its compensation succeeded). Idempotent."""
+        ...
+
+    def flush(self, tx_id: str) -> None:
+        """Write the transaction's buffered writes durably. Idempotent."""
+        ...
+
+    def discard_state(self, tx_id: str) -> None:
+        """End the transaction's state (overlay, journal, snapshots, steps, effects) but keep
+        its record and remaining undo records for the next recovery. Idempotent."""
+        ...
+
+    def open_transactions(self) -> tuple[str, ...]:
+        """The ids of all transactions with a durable record, sorted."""
+        ...
+
+    def owner(self, tx_id: str) -> str | None:
+        """The owner record of transaction `tx_id` (as `TxImage.owner`), without taking it over.
+
+        JSON text with at least `pid` (int) and `hostname` (str), or `None` if unknown.
+        Raises `TransactionNotFound` if the file has no such transaction.
+        """
+        ...
+
+    def load(self, tx_id: str) -> TxImage:
+        """Read a transaction back and take it over in this process (see the class docstring)."""
+        ...
+
+    def pending_effects(
+        self, limit: int = 100, *, tx_id: str | None = None
+    ) -> tuple[OutboxEntry, ...]:
+        """Up to `limit` undelivered outbox entries (of transaction `tx_id` only, if given), in
+        commit then staging order."""
+        ...
+
+    def mark_delivered(self, entry_id: int) -> None:
+        """Mark an outbox entry delivered. Idempotent."""
+        ...
+
+    def mark_failed(self, entry_id: int, error: str, not_before: float) -> None:
+        """Count a failed delivery: keep `error` and do not offer it again before `not_before`."""
+        ...

@@ -1,0 +1,227 @@
+"""Durable per-step overhead and throughput on SQLite, side by side with LangGraph and DBOS.
+
+Run from the repository root::
+
+    pip install -e '.[bench]'        # LangGraph with its SqliteSaver, and DBOS, for comparison
+    python bench/durable.py          # the full run
+    python bench/durable.py --quick  # a smoke run (used by tests/test_bench.py)
+
+Per step: 20-step chains of a no-op tool (declared `inline=True`, so the figure is the engine's
+overhead) with one `${steps.N.id}` reference and three literal arguments, each chain a
+transaction of an `Engine` on `SQLiteStore(durability="normal")` (WAL, `synchronous=NORMAL`),
+committed at the end; the figure is the median `execute_step` time. Every step is durable: its
+record reaches the file before `execute_step` returns. In the same process, the same chain runs
+as a 20-node LangGraph `StateGraph` checkpointed by its `SqliteSaver` (a checkpoint per node),
+and as a DBOS workflow of 20 `@DBOS.step`s on DBOS's SQLite system database (a checkpoint per
+step); their figures are the median time of one run divided by 20.
+
+Throughput: 512 transactions of 20 `kv.put` steps and a commit, one thread, on a fresh file.
+
+Targets (issue 5): at most 40 us a step (the Rust reference: 52.5 us in process), at least 20
+times less than either LangGraph or DBOS, and at least 1,000 transactions a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import agenttx
+from _report import Row, report
+from agenttx import builtins
+from agenttx.stores import SQLiteStore
+
+STEPS = 20
+STEP_TARGET_US = 40.0
+RATIO_TARGET = 20.0
+TPS_TARGET = 1_000.0
+
+
+def noop(a: str, b: int, c: str, d: bool) -> dict[str, Any]:  # noqa: ARG001
+    """The tool: does nothing, returns an id for the next step to reference."""
+    return {"id": a, "n": b}
+
+
+def bench_agenttx(directory: Path, transactions: int) -> float:
+    """Median microseconds per durable execute_step."""
+    tool = agenttx.tool(name="noop", inline=True)(noop)
+    store = SQLiteStore(directory / "agenttx.db", durability="normal")
+    engine = agenttx.Engine(
+        tools=[tool], store=store, config=agenttx.EngineConfig(idle_timeout=None)
+    )
+    times: list[int] = []
+    for _ in range(transactions):
+        tx = engine.begin()
+        tx.execute_step(1, "noop", {"a": "start", "b": 1, "c": "lit", "d": True})
+        for step in range(2, STEPS + 1):
+            arguments = {"a": f"${{steps.{step - 1}.id}}", "b": step, "c": "lit", "d": True}
+            started = time.perf_counter_ns()
+            result = tx.execute_step(step, "noop", arguments)
+            times.append(time.perf_counter_ns() - started)
+            if result.output != {"id": "start", "n": step}:
+                raise SystemExit(f"agenttx step {step} went wrong: {result}")
+        if tx.commit().steps_committed != STEPS:
+            raise SystemExit("agenttx commit went wrong")
+    store.close()
+    return statistics.median(times) / 1000
+
+
+def bench_throughput(directory: Path, transactions: int) -> float:
+    """Transactions per second: 20 kv.put steps and a commit each, one thread."""
+    store = SQLiteStore(directory / "throughput.db", durability="normal")
+    engine = agenttx.Engine(
+        tools=builtins.tools(str(directory)),
+        store=store,
+        config=agenttx.EngineConfig(idle_timeout=None),
+    )
+    started = time.perf_counter()
+    for n in range(transactions):
+        tx = engine.begin()
+        for step in range(1, STEPS + 1):
+            if not tx.execute_step(step, "kv.put", {"key": f"t{n}/s{step}", "value": step}).ok:
+                raise SystemExit(f"kv.put step {step} failed")
+        tx.commit()
+    elapsed = time.perf_counter() - started
+    if store.read_committed(f"kv/t{transactions - 1}/s{STEPS}") != str(STEPS):
+        raise SystemExit("the last transaction was not committed")
+    store.close()
+    return transactions / elapsed
+
+
+def bench_langgraph(directory: Path, runs: int) -> float | None:
+    """Median microseconds per node of a 20-node chain checkpointed by SqliteSaver."""
+    try:
+        import sqlite3  # noqa: PLC0415
+
+        from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: PLC0415
+        from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
+        from typing_extensions import TypedDict  # noqa: PLC0415
+    except ImportError:
+        return None
+
+    class State(TypedDict):
+        outputs: dict[str, dict[str, Any]]
+
+    def node(step: int) -> Any:
+        def run(state: State) -> dict[str, Any]:
+            previous = state["outputs"].get(str(step - 1), {"id": "start"})
+            return {
+                "outputs": {**state["outputs"], str(step): noop(previous["id"], step, "lit", True)}
+            }
+
+        return run
+
+    builder = StateGraph(State)
+    for step in range(1, STEPS + 1):
+        builder.add_node(f"s{step}", node(step))
+        builder.add_edge(START if step == 1 else f"s{step - 1}", f"s{step}")
+    builder.add_edge(f"s{STEPS}", END)
+    connection = sqlite3.connect(directory / "langgraph.db", check_same_thread=False)
+    graph = builder.compile(checkpointer=SqliteSaver(connection))
+    times: list[float] = []
+    for run in range(runs):
+        config = {"configurable": {"thread_id": f"t{run}"}}
+        started = time.perf_counter_ns()
+        final = graph.invoke({"outputs": {}}, config)  # type: ignore[arg-type]
+        times.append((time.perf_counter_ns() - started) / STEPS)
+        if final["outputs"][str(STEPS)] != {"id": "start", "n": STEPS}:
+            raise SystemExit("langgraph chain went wrong")
+    connection.close()
+    return statistics.median(times) / 1000
+
+
+def bench_dbos(directory: Path, runs: int) -> float | None:
+    """Median microseconds per step of a 20-step DBOS workflow on its SQLite system database."""
+    try:
+        from dbos import DBOS  # noqa: PLC0415
+    except ImportError:
+        return None
+    logging.getLogger("dbos").setLevel(logging.ERROR)
+
+    @DBOS.step()
+    def step_fn(a: str, b: int) -> dict[str, Any]:
+        return noop(a, b, "lit", True)
+
+    @DBOS.workflow()
+    def chain() -> dict[str, Any]:
+        output = {"id": "start"}
+        for step in range(1, STEPS + 1):
+            output = step_fn(output["id"], step)
+        return output
+
+    DBOS(
+        config={
+            "name": "agenttx-bench",
+            "system_database_url": f"sqlite:///{directory}/dbos.db",
+            "log_level": "ERROR",
+        }
+    )
+    DBOS.launch()
+    try:
+        times: list[float] = []
+        for _ in range(runs):
+            started = time.perf_counter_ns()
+            final = chain()
+            times.append((time.perf_counter_ns() - started) / STEPS)
+            if final != {"id": "start", "n": STEPS}:
+                raise SystemExit("dbos workflow went wrong")
+    finally:
+        DBOS.destroy(destroy_registry=True)
+    return statistics.median(times) / 1000
+
+
+def main() -> int:
+    """Run the benchmarks, print the table, return 1 if a full run missed a target."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    args = parser.parse_args()
+    chains, runs, transactions = (10, 3, 32) if args.quick else (300, 100, 512)
+    with tempfile.TemporaryDirectory(prefix="agenttx-bench-") as name:
+        directory = Path(name)
+        ours = bench_agenttx(directory, chains)
+        tps = bench_throughput(directory, transactions)
+        with Path(os.devnull).open("w") as quiet, contextlib.redirect_stdout(quiet):
+            langgraph = bench_langgraph(directory, runs)
+            dbos = bench_dbos(directory, runs)
+    rows = [
+        Row(
+            name="execute_step on SQLite",
+            measured=f"{ours:.1f} us",
+            target=f"<= {STEP_TARGET_US:g} us",
+            ratio=ours / STEP_TARGET_US,
+            detail=f"median over {chains * (STEPS - 1):,} durable steps, synchronous=NORMAL",
+        ),
+        Row(
+            name="20 kv.put + commit, 1 thread",
+            measured=f"{tps:,.0f} tx/s",
+            target=f">= {TPS_TARGET:,.0f} tx/s",
+            ratio=TPS_TARGET / tps,
+            detail=f"{transactions} transactions on one SQLite file",
+        ),
+    ]
+    for name, theirs in (("LangGraph + SqliteSaver", langgraph), ("DBOS on SQLite", dbos)):
+        if theirs is None:
+            print(f"{name} is not installed (pip install -e '.[bench]'): no comparison\n")
+            continue
+        rows.append(
+            Row(
+                name=f"{name} / agenttx",
+                measured=f"{theirs / ours:.1f}x",
+                target=f">= {RATIO_TARGET:g}x",
+                ratio=RATIO_TARGET / (theirs / ours),
+                detail=f"{name}: {theirs:.1f} us a step, median of {runs} runs",
+            )
+        )
+    return report(rows, quick=args.quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

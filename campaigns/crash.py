@@ -1,0 +1,341 @@
+"""Crash campaign: kill a worker with SIGKILL at random moments, recover, check nothing was lost.
+
+Run from the repository root::
+
+    python campaigns/crash.py --trials 1000        # the full campaign (several minutes)
+    python campaigns/crash.py --trials 5           # a smoke run (tests/test_crash.py does this)
+    python campaigns/crash.py --contend            # 4 processes x 250 transactions, one file
+
+Each trial starts a worker process that runs random transactions on one SQLite file: `kv.put`
+writes, `fs.write` files, staged effects, charges undone by a compensation, failing steps
+(rewinds), manual rewinds, commits and aborts. After a random delay it is killed with SIGKILL.
+The checker then recovers the file (abort mode), delivers the outbox, and checks:
+
+* the committed state equals the serial application, in commit order, of the transactions that
+  committed (each one's last step writes a marker listing its live writes, so the marker is
+  committed exactly when its writes are): no partial commit is visible and nothing is lost;
+* no transaction is left open after the abort-mode recovery;
+* every charge of a transaction that did not commit was refunded at least once, and no charge
+  of a committed transaction was;
+* every effect of a committed transaction was delivered at least once, with its original
+  idempotency key, and none of a transaction that did not commit.
+
+The file, the sandbox and the logs carry over from trial to trial, so later trials recover and
+check on top of everything before them. The exit status is 1 if any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import agenttx
+from agenttx import Engine, EngineConfig, TxStatus, builtins
+from agenttx.stores import SQLiteStore
+
+KEYS = [f"k{i}" for i in range(6)]
+FILES = [f"f{i}.txt" for i in range(3)]
+CONFIG = EngineConfig(idle_timeout=None, compensation_retries=1)
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line and fsync it: what is in the log happened."""
+    with path.open("a") as log:
+        log.write(json.dumps(record, sort_keys=True) + "\n")
+        log.flush()
+        os.fsync(log.fileno())
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a log; a line cut short by a kill is ignored."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+class World:
+    """The file, the sandbox and the logs of one campaign."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.db = root / "agenttx.db"
+        self.sandbox = root / "sandbox"
+        self.sandbox.mkdir(parents=True, exist_ok=True)
+        self.charges = root / "charges.log"
+        self.refunds = root / "refunds.log"
+        self.delivered = root / "delivered.log"
+
+    def tools(self) -> list[Any]:
+        @agenttx.compensation(name="audit.refund")
+        def refund(payload: Any) -> None:
+            _append(self.refunds, {"charge": payload["charge"]})
+
+        @agenttx.tool(name="audit.charge")
+        def charge(ctx: agenttx.ToolContext, charge: str) -> dict[str, Any]:
+            ctx.register_undo("audit.refund", {"charge": charge})  # before the effect
+            _append(self.charges, {"charge": charge})
+            return {"charge": charge}
+
+        return [*builtins.tools(str(self.sandbox)), refund, charge]
+
+    def deliver(self, effect: agenttx.StagedEffect) -> None:
+        _append(self.delivered, {"key": effect.idempotency_key, "payload": effect.payload})
+
+    def engine(self) -> Engine:
+        return Engine(
+            tools=self.tools(),
+            store=SQLiteStore(self.db),
+            config=CONFIG,
+            dispatcher={"hook": self.deliver},
+        )
+
+
+# ---------------------------------------------------------------------- the worker
+
+
+def work(world: World, seed: int) -> None:
+    """Run random transactions until killed."""
+    rng = random.Random(seed)
+    engine = world.engine()
+    serial = 0
+    while True:
+        serial += 1
+        run_one(engine, rng, f"{seed}-{serial}")
+
+
+def run_one(engine: Engine, rng: random.Random, name: str) -> None:
+    """One random transaction; its last live step writes the marker of what it did."""
+    tx = engine.begin(agent_id=name)
+    live: list[tuple[int, str, Any]] = []  # (step, kind, what) of the live steps
+    for n in range(rng.randint(2, 7)):
+        step = tx.next_step_id
+        op = rng.choice(("put", "put", "file", "effect", "charge", "fail"))
+        tag = f"{tx.id}:{step}:{n}"
+        if op == "put":
+            key = rng.choice(KEYS)
+            result = tx.execute_step(step, "kv.put", {"key": key, "value": tag})
+            what: Any = [key, tag]
+        elif op == "file":
+            path = rng.choice(FILES)
+            result = tx.execute_step(step, "fs.write", {"path": path, "contents": tag})
+            what = [path, tag]
+        elif op == "effect":
+            result = tx.execute_step(
+                step, "effect.stage", {"channel": "hook", "payload": {"tag": tag}}
+            )
+            what = result.output["idempotency_key"] if result.ok else None
+        elif op == "charge":
+            result = tx.execute_step(step, "audit.charge", {"charge": tag})
+            what = tag
+        else:
+            result = tx.execute_step(step, "record.get", {"table": "missing", "id": tag})
+            what = None
+        if result.ok:
+            live.append((step, op, what))
+        live = [entry for entry in live if entry[0] < tx.next_step_id]  # after any rewind
+        if tx.status is not TxStatus.ACTIVE:
+            return  # aborted by the controller
+        if live and rng.random() < 0.1:
+            target = rng.randint(1, tx.next_step_id - 1)
+            tx.rollback(to_step=target)
+            live = [entry for entry in live if entry[0] < target]
+    marker = {
+        "kv": [what for _, op, what in live if op == "put"],
+        "files": [what for _, op, what in live if op == "file"],
+        "effects": [what for _, op, what in live if op == "effect"],
+        "charges": [what for _, op, what in live if op == "charge"],
+    }
+    tx.execute_step(tx.next_step_id, "kv.put", {"key": f"marker/{tx.id}", "value": marker})
+    if rng.random() < 0.85:
+        tx.commit()
+    else:
+        tx.rollback()
+
+
+# ---------------------------------------------------------------------- the checker
+
+
+def check(world: World) -> list[str]:
+    """Recover, deliver, and check every property; return the problems found."""
+    engine = world.engine()
+    problems: list[str] = []
+    report = engine.recover("abort")
+    if report.failures:
+        problems.append(f"recovery failures: {report.failures}")
+    store = engine.store
+    assert isinstance(store, SQLiteStore)
+    if store.open_transactions():
+        problems.append(f"open after recovery: {store.open_transactions()}")
+    while engine.pending_effects():
+        engine.dispatch_pending()
+    with sqlite3.connect(world.db) as conn:
+        rows = conn.execute("SELECT key, version, value FROM committed").fetchall()
+    store.close()
+    committed = {key: (version, json.loads(value)) for key, version, value in rows}
+    markers = sorted(
+        (version, value)
+        for key, (version, value) in committed.items()
+        if key.startswith("kv/marker/")
+    )
+    expected_kv: dict[str, str] = {}
+    expected_files: dict[str, str] = {}
+    effects: set[str] = set()
+    charges: set[str] = set()
+    for _, marker in markers:
+        expected_kv.update(dict(marker["kv"]))
+        expected_files.update(dict(marker["files"]))
+        effects.update(marker["effects"])
+        charges.update(marker["charges"])
+    actual_kv = {
+        k[3:]: v
+        for k, (_, v) in committed.items()
+        if k.startswith("kv/k")  # not the markers
+    }
+    problems.extend(
+        f"kv {key}: {actual_kv.get(key)!r} != serially {expected_kv.get(key)!r}"
+        for key in sorted(set(actual_kv) | set(expected_kv))
+        if actual_kv.get(key) != expected_kv.get(key)
+    )
+    for path in FILES:
+        file = world.sandbox / path
+        actual = file.read_text() if file.exists() else None
+        if actual != expected_files.get(path):
+            problems.append(f"file {path}: {actual!r} != {expected_files.get(path)!r}")
+    delivered = {record["key"] for record in _read(world.delivered)}
+    if missing := effects - delivered:
+        problems.append(f"committed effects never delivered: {sorted(missing)[:5]}")
+    if stray := delivered - effects:
+        problems.append(f"effects delivered for uncommitted transactions: {sorted(stray)[:5]}")
+    charged = {record["charge"] for record in _read(world.charges)}
+    refunded = {record["charge"] for record in _read(world.refunds)}
+    if wrongly := charges & refunded:
+        problems.append(f"committed charges refunded: {sorted(wrongly)[:5]}")
+    if unrefunded := charged - charges - refunded:
+        problems.append(
+            f"charges of uncommitted transactions not refunded: {sorted(unrefunded)[:5]}"
+        )
+    return problems
+
+
+def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
+    """Run `trials` kill-and-check rounds; print a summary; return the exit status."""
+    rng = random.Random(seed)
+    started = time.monotonic()
+    failed = 0
+    for trial in range(1, trials + 1):
+        worker = subprocess.Popen(  # noqa: S603  (our own script)
+            [sys.executable, __file__, "--worker", str(world.root), str(rng.randrange(2**31))],
+        )
+        time.sleep(rng.uniform(0.2, 0.2 + max_delay))  # the worker's start-up, then a moment
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        problems = check(world)
+        if problems:
+            failed += 1
+            print(f"trial {trial}: " + "; ".join(problems), flush=True)
+    with sqlite3.connect(world.db) as conn:
+        (markers,) = conn.execute(
+            "SELECT count(*) FROM committed WHERE key LIKE 'kv/marker/%'"
+        ).fetchone()
+    print(
+        f"{trials} trials, {failed} failed, in {time.monotonic() - started:.0f} s: "
+        f"{markers} transactions committed, {len(_read(world.charges))} charges "
+        f"({len(_read(world.refunds))} refunds), {len(_read(world.delivered))} deliveries"
+    )
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------- contention
+
+
+def contend_worker(db: str, transactions: int, out: str) -> None:
+    """Increment random shared counters; count successes and conflicts into `out`."""
+    engine = Engine(tools=builtins.tools(tempfile.mkdtemp()), store=SQLiteStore(db), config=CONFIG)
+    rng = random.Random(os.getpid())
+    done = conflicts = 0
+    for _ in range(transactions):
+        while True:
+            tx = engine.begin(isolation="serializable")  # a read-modify-write: reads validated
+            for step, key in enumerate(rng.sample(KEYS[:3], 2), start=1):
+                value = tx.read(f"kv/{key}") or 0
+                tx.execute_step(step, "kv.put", {"key": key, "value": value + 1})
+            try:
+                tx.commit()
+            except agenttx.WriteConflict:  # ReadConflict included
+                conflicts += 1
+                continue
+            done += 1
+            break
+    Path(out).write_text(json.dumps({"done": done, "conflicts": conflicts}))
+
+
+def contend(root: Path, processes: int, transactions: int) -> int:
+    """`processes` workers x `transactions` on one file: no update may be lost."""
+    db = str(root / "contend.db")
+    SQLiteStore(db).close()
+    outs = [str(root / f"contend-{i}.json") for i in range(processes)]
+    workers = [
+        subprocess.Popen(  # noqa: S603
+            [sys.executable, __file__, "--contend-worker", db, str(transactions), out]
+        )
+        for out in outs
+    ]
+    for worker in workers:
+        worker.wait()
+    results = [json.loads(Path(out).read_text()) for out in outs]
+    store = SQLiteStore(db)
+    total = sum(json.loads(store.read_committed(f"kv/{key}") or "0") for key in KEYS[:3])
+    store.close()
+    done = sum(r["done"] for r in results)
+    conflicts = sum(r["conflicts"] for r in results)
+    print(
+        f"{processes} processes x {transactions} transactions: {done} committed, "
+        f"{conflicts} WriteConflicts retried; counters sum to {total} (expected {2 * done})"
+    )
+    return 0 if total == 2 * done == 2 * processes * transactions else 1
+
+
+def main() -> int:
+    """Parse the command line and run the campaign, a worker or the contention run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-delay", type=float, default=0.6, help="seconds")
+    parser.add_argument("--root", help="where the file and logs go (default: a temp dir)")
+    parser.add_argument("--contend", action="store_true", help="the multi-process run")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--transactions", type=int, default=250)
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--contend-worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        work(World(Path(args.worker[0])), int(args.worker[1]))
+        return 0
+    if args.contend_worker:
+        db, transactions, out = args.contend_worker
+        contend_worker(db, int(transactions), out)
+        return 0
+    root = Path(args.root or tempfile.mkdtemp(prefix="agenttx-crash-"))
+    if args.contend:
+        return contend(root, args.processes, args.transactions)
+    return campaign(World(root), args.trials, args.seed, args.max_delay)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

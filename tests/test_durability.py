@@ -1,0 +1,309 @@
+"""Transactions on a durable store: the log they keep, recovery (abort and resume), the outbox."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+import agenttx
+from agenttx import Engine, EngineConfig, TxStatus, builtins
+from agenttx.stores import MemoryStore, SQLiteStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FAST = EngineConfig(idle_timeout=None, compensation_retries=1)
+
+
+class Shop:
+    """Tools whose effects and undos are written to a file, so a crash cannot fake them."""
+
+    def __init__(self, root: Path, *, refund_fails: bool = False) -> None:
+        self.journal = root / "effects.log"
+        self.refund_fails = refund_fails
+
+        @agenttx.compensation(name="shop.refund")
+        def refund(payload) -> None:
+            if self.refund_fails:
+                raise RuntimeError("payment provider down")
+            self.write(f"refund {payload['order']}")
+
+        @agenttx.tool(name="charge")
+        def charge(ctx: agenttx.ToolContext, order: str, amount: int) -> dict:
+            ctx.register_undo("shop.refund", {"order": order})
+            self.write(f"charge {order}")
+            ctx.state.put(f"orders/{order}", {"amount": amount})
+            return {"order": order, "amount": amount}
+
+        @agenttx.tool(name="notify")
+        def notify(ctx: agenttx.ToolContext, to: str) -> dict:
+            return {"key": ctx.stage_effect("email", {"to": to})}
+
+        @agenttx.tool(name="fail")
+        def fail(order: str) -> dict:
+            raise agenttx.ToolError(f"cannot ship {order}")
+
+        @agenttx.tool(name="die")
+        def die(ctx: agenttx.ToolContext, order: str) -> dict:
+            ctx.register_undo("shop.refund", {"order": order})
+            self.write(f"charge {order}")
+            ctx.state.put(f"orders/{order}", {"amount": 0})
+            ctx.state.get(f"orders/{order}")
+            os._exit(0)  # the process dies in the middle of the step
+
+        self.tools = [refund, charge, notify, fail, die]
+
+    def write(self, line: str) -> None:
+        with self.journal.open("a") as journal:
+            journal.write(line + "\n")
+
+    def lines(self) -> list[str]:
+        return self.journal.read_text().splitlines() if self.journal.exists() else []
+
+
+def engine_on(path: Path, shop: Shop, **kwargs) -> Engine:
+    return Engine(tools=shop.tools, store=SQLiteStore(path), config=FAST, **kwargs)
+
+
+def crash(engine: Engine) -> None:
+    """What a dead process leaves: the file, and nothing of the engine's memory."""
+    engine.close()
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+def test_abort_recovery_compensates_an_open_transaction_newest_first(tmp_path):
+    """A transaction left open by a crash is compensated newest first, then discarded."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin(agent_id="a")
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "charge", {"order": "o2", "amount": 7})
+    crash(engine)
+
+    engine = engine_on(tmp_path / "db", shop)
+    report = engine.recover()
+    assert (report.transactions, report.compensations_run, report.failures) == (1, 2, ())
+    assert shop.lines() == ["charge o1", "charge o2", "refund o2", "refund o1"]
+    assert engine.store.open_transactions() == ()  # type: ignore[attr-defined]
+    assert engine.store.read_committed("orders/o1") is None
+    assert engine.recover() == agenttx.RecoveryReport()  # nothing left to do
+
+
+def test_resume_continues_from_the_next_step(tmp_path):
+    """Resume rebuilds the steps, constraints, counters and graph; the agent goes on."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin(agent_id="agent-7")
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    failed = tx.execute_step(2, "fail", {"order": "${steps.1.order}"})
+    assert failed.next_step_id == 1  # a local backtrack: step 1 is undone too
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "charge", {"order": "o2", "amount": "${steps.1.amount}"})
+    before = tx.view()
+    crash(engine)
+
+    engine = engine_on(tmp_path / "db", shop)
+    report = engine.recover("resume")
+    assert report.resumed == (tx.id,)
+    resumed = engine.get(tx.id)
+    view = resumed.view()
+    assert (view.agent_id, view.next_step_id, view.constraints) == (
+        "agent-7",
+        before.next_step_id,
+        before.constraints,
+    )
+    assert resumed.steps == tx.steps
+    assert resumed.global_resets == tx.global_resets
+    assert resumed.graph.to_json() == tx.graph.to_json()
+    assert resumed.read("orders/o2") == {"amount": 5}
+    step = resumed.next_step_id
+    result = resumed.execute_step(step, "charge", {"order": "o3", "amount": "${steps.1.amount}"})
+    assert result.output == {"order": "o3", "amount": 5}
+    assert resumed.commit().steps_committed == step
+    assert engine.store.read_committed("orders/o3") == '{"amount":5}'
+    assert shop.lines().count("refund o1") == 1  # by the backtrack, before the crash
+
+
+def _die_in_a_step(path: Path, root: Path) -> None:
+    shop = Shop(root)
+    engine = engine_on(path, shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "die", {"order": "o2"})
+
+
+@pytest.mark.parametrize("mode", ["abort", "resume"])
+def test_a_step_interrupted_by_the_death_of_its_process(tmp_path, mode):
+    """A process killed in the middle of a step: its undo ran on recovery, its writes are gone."""
+    context = multiprocessing.get_context("spawn")
+    child = context.Process(target=_die_in_a_step, args=(tmp_path / "db", tmp_path))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    shop = Shop(tmp_path)
+    assert shop.lines() == ["charge o1", "charge o2"]
+
+    engine = engine_on(tmp_path / "db", shop)
+    report = engine.recover(mode)
+    assert report.transactions == 1
+    if mode == "abort":
+        assert shop.lines()[2:] == ["refund o2", "refund o1"]
+        return
+    assert shop.lines()[2:] == ["refund o2"]  # only the interrupted step is undone
+    tx = engine.get(report.resumed[0])
+    assert (tx.status, tx.next_step_id) == (TxStatus.ACTIVE, 2)
+    assert tx.read("orders/o2") is None
+    assert tx.read("orders/o1") == {"amount": 5}
+    tx.execute_step(2, "charge", {"order": "o2", "amount": 9})
+    tx.commit()
+    assert json.loads(engine.store.read_committed("orders/o2")) == {"amount": 9}
+
+
+def test_a_failing_compensation_is_kept_reported_and_retried(tmp_path):
+    """A compensation that fails in recovery stays in the store and runs at the next one."""
+    shop = Shop(tmp_path, refund_fails=True)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    crash(engine)
+
+    engine = engine_on(tmp_path / "db", shop)
+    first = engine.recover()
+    assert first.compensations_run == 0
+    assert first.failures == (f'{tx.id}: shop.refund({{"order":"o1"}}): payment provider down',)
+    crash(engine)
+
+    shop.refund_fails = False
+    engine = engine_on(tmp_path / "db", shop)
+    second = engine.recover("resume")  # it ended: never resumed, only compensated
+    assert (second.compensations_run, second.failures, second.resumed) == (1, (), ())
+    assert shop.lines() == ["charge o1", "refund o1"]
+    assert engine.recover() == agenttx.RecoveryReport()
+
+
+def test_an_unregistered_kind_is_reported_not_dropped(tmp_path):
+    """An in-memory undo cannot survive a crash: recovery reports it and keeps it."""
+
+    @agenttx.tool
+    def remember(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo(lambda: None, description="forget the thing")
+        return {}
+
+    engine = Engine(tools=[remember], store=SQLiteStore(tmp_path / "db"), config=FAST)
+    tx = engine.begin()
+    tx.execute_step(1, "remember", {})
+    crash(engine)
+    engine = Engine(tools=[remember], store=SQLiteStore(tmp_path / "db"), config=FAST)
+    for _ in range(2):  # kept and reported each time, never silently dropped
+        report = engine.recover()
+        assert report.failures == (
+            f"{tx.id}: forget the thing: no compensation registered for kind `fn`",
+        )
+
+
+def test_an_abort_with_a_failed_compensation_keeps_it_for_recovery(tmp_path):
+    """A live abort whose compensation fails leaves it in the store for the next recovery."""
+    shop = Shop(tmp_path, refund_fails=True)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    assert tx.rollback().compensation_errors
+    assert tx.status is TxStatus.ROLLED_BACK
+    assert engine.store.open_transactions() == (tx.id,)  # type: ignore[attr-defined]
+    crash(engine)
+    shop.refund_fails = False
+    engine = engine_on(tmp_path / "db", shop)
+    assert engine.recover("resume").compensations_run == 1
+    assert shop.lines() == ["charge o1", "refund o1"]
+
+
+def test_committed_effects_wait_in_the_outbox_until_delivered(tmp_path):
+    """With no dispatcher, committed effects stay pending; dispatch_pending delivers them once."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    key = tx.execute_step(1, "notify", {"to": "ada@x.io"}).output["key"]
+    uncommitted = engine.begin()
+    uncommitted.execute_step(1, "notify", {"to": "nobody@x.io"})
+    assert engine.pending_effects() == ()  # nothing before the commit
+    tx.commit()
+    pending = engine.pending_effects()
+    assert [(e.channel, json.loads(e.payload), e.idempotency_key) for e in pending] == [
+        ("email", {"to": "ada@x.io"}, key)
+    ]
+    crash(engine)  # the delivery survives a crash
+
+    sent: list[agenttx.StagedEffect] = []
+    engine = engine_on(tmp_path / "db", shop, dispatcher=sent.append)
+    assert engine.dispatch_pending() == agenttx.DispatchReport(delivered=1)
+    assert [(e.payload, e.idempotency_key) for e in sent] == [({"to": "ada@x.io"}, key)]
+    assert engine.pending_effects() == ()
+    assert engine.dispatch_pending() == agenttx.DispatchReport()
+
+
+def test_a_failed_delivery_keeps_its_error_and_backs_off(tmp_path):
+    """A delivery failure is counted and kept; the entry waits, then is delivered later."""
+    attempts = []
+
+    def flaky(effect: agenttx.StagedEffect) -> None:
+        attempts.append(effect.idempotency_key)
+        if len(attempts) == 1:
+            raise ConnectionError("smtp down")
+
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop, dispatcher=flaky)
+    tx = engine.begin()
+    tx.execute_step(1, "notify", {"to": "ada@x.io"})
+    result = tx.commit()
+    assert result.effects_dispatched == 0
+    assert result.dispatch_errors[0].endswith("smtp down")
+    (entry,) = engine.pending_effects()  # listed while it waits
+    assert (entry.attempts, entry.last_error) == (1, "smtp down")
+    assert entry.not_before > 0
+    assert engine.dispatch_pending() == agenttx.DispatchReport()  # not due yet: it backs off
+    engine.store.mark_failed(entry.id, "smtp down", 0.0)  # type: ignore[attr-defined]
+    assert engine.dispatch_pending().delivered == 1  # due now
+    assert attempts[0] == attempts[1]  # the same key every time
+    assert engine.pending_effects() == ()
+
+
+def test_memory_engines_have_nothing_to_recover_or_deliver():
+    """On a MemoryStore, recover and the outbox calls are harmless no-ops."""
+    engine = Engine(store=MemoryStore(), dispatcher=print)
+    assert engine.recover() == agenttx.RecoveryReport()
+    assert engine.pending_effects() == ()
+    assert engine.dispatch_pending() == agenttx.DispatchReport()
+    with pytest.raises(agenttx.InvalidArgument, match="mode"):
+        engine.recover("later")  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="dispatcher"):
+        Engine().dispatch_pending()
+
+
+def _hold_open(path: Path, ready, release) -> None:
+    engine = Engine(store=SQLiteStore(path), config=FAST, tools=builtins.tools(str(path.parent)))
+    tx = engine.begin()
+    tx.execute_step(1, "kv.put", {"key": "k", "value": 1})
+    ready.set()
+    release.wait(60)
+
+
+def test_recovery_leaves_a_live_process_alone(tmp_path):
+    """A transaction whose owner process is alive is skipped, not aborted under its feet."""
+    context = multiprocessing.get_context("spawn")
+    ready, release = context.Event(), context.Event()
+    child = context.Process(target=_hold_open, args=(tmp_path / "db", ready, release))
+    child.start()
+    try:
+        assert ready.wait(60)
+        engine = Engine(store=SQLiteStore(tmp_path / "db"), config=FAST)
+        report = engine.recover()
+        assert report.transactions == 0
+        assert len(report.skipped) == 1
+    finally:
+        release.set()
+        child.join(60)
+    assert engine.recover().transactions == 1  # now it is dead: recovered

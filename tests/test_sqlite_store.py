@@ -1,0 +1,974 @@
+"""agenttx.stores.SQLiteStore: the Store contract on disk, the DurableStore records, the outbox."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+import agenttx.stores._sqlite as sqlite_module
+from agenttx import (
+    AgentTxError,
+    InvalidArgument,
+    ReadConflict,
+    StorageError,
+    TransactionNotFound,
+    WriteConflict,
+)
+from agenttx.stores import (
+    DurableStore,
+    EffectRow,
+    MemoryStore,
+    OutboxEntry,
+    SQLiteStore,
+    Store,
+    TxImage,
+    UndoRow,
+)
+from agenttx.testing import check_store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+# ---------------------------------------------------------------- helpers
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    return str(tmp_path / "store.db")
+
+
+@pytest.fixture
+def store(path: str) -> Iterator[SQLiteStore]:
+    with SQLiteStore(path) as opened:
+        yield opened
+
+
+def committed(store: Store, **values: str) -> None:
+    """Commit `values` (keys given as keyword names) in one transaction of its own."""
+    store.begin("setup")
+    for key, value in values.items():
+        store.put("setup", key, value)
+    store.commit("setup")
+
+
+def reopen(path: str, *tx_ids: str) -> SQLiteStore:
+    """A new store on the file that has loaded `tx_ids`: what a process does after a crash."""
+    fresh = SQLiteStore(path)
+    for tx_id in tx_ids:
+        fresh.load(tx_id)
+    return fresh
+
+
+@contextlib.contextmanager
+def raw(path: str) -> Iterator[sqlite3.Connection]:
+    """A plain SQLite connection to the file, to look at or damage what the store wrote."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+EFFECT_1 = EffectRow(step_id=1, channel="email", payload='{"to":"a"}', idempotency_key="k1")
+EFFECT_2 = EffectRow(step_id=2, channel="email", payload='{"to":"b"}', idempotency_key="k2")
+
+# ---------------------------------------------------------------- the Store contract
+
+
+def test_check_store_passes(tmp_path: Path) -> None:
+    """SQLiteStore passes the conformance suite, each example on a new file."""
+    counter = itertools.count()
+    check_store(lambda: SQLiteStore(tmp_path / f"{next(counter)}.db"), max_examples=40)
+
+
+def test_satisfies_both_protocols(store: SQLiteStore) -> None:
+    """SQLiteStore is a Store and a DurableStore at run time; MemoryStore is not durable."""
+    assert isinstance(store, Store)
+    assert isinstance(store, DurableStore)
+    assert not isinstance(MemoryStore(), DurableStore)
+
+
+TX_IDS = ("t1", "t2", "t3")
+KEYS = ("a", "b", "ключ")
+VALUES = ("1", '"x"', "null", '{"k":["é",2.5]}', "")
+STEPS = (0, 1, 2, 3)
+
+# One op is (name, argument); all ops of a `work` rule go to one transaction, so that the calls
+# that must meet for a bug to show (writes, flushes, rewinds) are made densely.
+_OPS = st.one_of(
+    st.tuples(st.just("put"), st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES))),
+    st.tuples(st.just("delete"), st.sampled_from(KEYS)),
+    st.tuples(st.just("get"), st.sampled_from(KEYS)),
+    st.tuples(st.sampled_from(("snapshot", "restore")), st.sampled_from(STEPS)),
+    st.tuples(st.sampled_from(("record_step", "record_step_with_effect")), st.sampled_from(STEPS)),
+    st.tuples(
+        st.sampled_from(("flush", "record_progress", "written_keys", "commit", "discard")),
+        st.none(),
+    ),
+)
+
+
+@dataclasses.dataclass
+class _Durable:
+    """The model of a transaction's durable records: what `load` must give back."""
+
+    progress: str | None = None
+    steps: dict[int, str] = dataclasses.field(default_factory=dict)
+    effects: list[EffectRow] = dataclasses.field(default_factory=list)
+
+
+class StoresAgree(RuleBasedStateMachine):
+    """MemoryStore and SQLiteStore get the same calls; every result, error and state agrees.
+
+    `reopen` flushes every open transaction, opens the file in a new SQLiteStore and loads
+    them all, as recovery after a crash does: nothing observable may change. `flush`,
+    `record_step` and `record_progress` go to SQLite only: they change no `Store` observable,
+    and a small model checks the steps, effects, progress and outbox they leave.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = tempfile.mkdtemp(prefix="agenttx-stores-agree-")
+        self.path = os.path.join(self.directory, "store.db")
+        self.memory = MemoryStore()
+        self.sqlite = SQLiteStore(self.path)
+        self.file = sqlite3.connect(self.path, isolation_level=None)
+        self.durable: dict[str, _Durable] = {}
+        self.outbox: list[tuple[str, EffectRow]] = []
+        self.counter = itertools.count()
+
+    def teardown(self) -> None:
+        self.file.close()
+        self.sqlite.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def both(self, label: str, call: Callable[[Any], object]) -> bool:
+        """Make the call on both stores; the outcomes must agree. True if it returned."""
+        outcomes = []
+        for store in (self.memory, self.sqlite):
+            try:
+                outcomes.append(("returned", call(store)))
+            except AgentTxError as exc:
+                outcomes.append(("raised", type(exc).__name__, str(exc)))
+        assert outcomes[0] == outcomes[1], f"{label}: memory {outcomes[0]}, sqlite {outcomes[1]}"
+        return outcomes[0][0] == "returned"
+
+    def durable_call(self, tx: str, name: str, step: int) -> None:
+        """A SQLite-only durable call, mirrored in the model."""
+        model, text = self.durable[tx], f'"{next(self.counter)}"'
+        if name == "record_progress":
+            self.sqlite.record_progress(tx, text)
+        elif name == "flush":
+            self.sqlite.flush(tx)
+            return
+        else:
+            effects = [EffectRow(step, "channel", text, f"key{text}")]
+            effects = effects if name == "record_step_with_effect" else []
+            self.sqlite.record_step(tx, step, f"[{text}]", effects, text)
+            model.steps[step] = f"[{text}]"
+            model.effects += effects
+        model.progress = text
+
+    @rule(
+        tx=st.sampled_from(TX_IDS),
+        serializable=st.booleans(),
+        ops=st.lists(_OPS, min_size=1, max_size=8),
+    )
+    def work(self, tx: str, serializable: bool, ops: list[tuple[str, Any]]) -> None:
+        """Calls on one transaction; it is begun first (serializable or not) if not open."""
+        for name, argument in ops:
+            if not self.memory.is_open(tx):
+                self.both(f"begin({tx!r})", lambda s: s.begin(tx, serializable=serializable))
+                self.durable[tx] = _Durable()
+            label = f"{name}({tx!r}, {argument!r})"
+            if name in {"flush", "record_progress", "record_step", "record_step_with_effect"}:
+                self.durable_call(tx, name, argument)
+            elif name == "put":
+                self.both(label, lambda s, kv=argument: s.put(tx, *kv))
+            elif name in {"delete", "get", "snapshot"}:
+                self.both(label, lambda s, n=name, a=argument: getattr(s, n)(tx, a))
+            elif name == "restore":
+                if self.both(label, lambda s, a=argument: s.restore(tx, a)):
+                    model = self.durable[tx]
+                    model.steps = {k: v for k, v in model.steps.items() if k < argument}
+                    model.effects = [e for e in model.effects if e.step_id < argument]
+            elif self.both(label, lambda s, n=name: getattr(s, n)(tx)) and name != "written_keys":
+                ended = self.durable.pop(tx)  # committed or discarded
+                if name == "commit":
+                    self.outbox += [(tx, effect) for effect in ended.effects]
+
+    @rule(tx=st.sampled_from(TX_IDS))
+    def begin_again(self, tx: str) -> None:
+        """Beginning an open transaction fails alike; a closed one begins alike."""
+        if self.both(f"begin({tx!r})", lambda s: s.begin(tx)):
+            self.durable[tx] = _Durable()
+
+    @rule()
+    def reopen(self) -> None:
+        """Flush, reopen the file in a new store and load every open transaction."""
+        open_txs = tuple(tx for tx in TX_IDS if self.memory.is_open(tx))
+        for tx in open_txs:
+            self.sqlite.flush(tx)
+        fresh = SQLiteStore(self.path)
+        assert fresh.open_transactions() == open_txs
+        for tx in open_txs:
+            image, model = fresh.load(tx), self.durable[tx]
+            assert image.progress == model.progress, tx
+            assert image.steps == tuple(sorted(model.steps.items())), tx
+            assert image.effects == tuple(model.effects), tx
+        self.sqlite.close()
+        self.sqlite = fresh
+
+    @invariant()
+    def same_state(self) -> None:
+        memory, sqlite = self.memory, self.sqlite
+        for tx in TX_IDS:
+            assert memory.is_open(tx) == sqlite.is_open(tx), tx
+            if not memory.is_open(tx):
+                continue
+            mine, theirs = memory._txs[tx], sqlite._txs[tx]
+            assert theirs.overlay == mine.overlay, tx
+            assert [(key, prior) for key, prior, _ in theirs.journal] == mine.journal, tx
+            assert dict(theirs.snapshots) == dict(mine.snapshots), tx
+            assert theirs.reads == mine.reads, tx
+            for step in STEPS:
+                if step not in mine.snapshots:
+                    self.both(f"restore({tx!r}, {step})", lambda s, t=tx, k=step: s.restore(t, k))
+        for key in KEYS:
+            self.both(f"read_committed({key!r})", lambda s, key=key: s.read_committed(key))
+            self.both(f"committed_version({key!r})", lambda s, key=key: s.committed_version(key))
+        open_txs = tuple(tx for tx in TX_IDS if memory.is_open(tx))
+        assert sqlite.open_transactions() == open_txs
+        pending = [(entry.tx_id, EffectRow(*entry[2:6])) for entry in sqlite.pending_effects(999)]
+        assert pending == self.outbox
+
+    @invariant()
+    def file_agrees(self) -> None:
+        """The file holds exactly the flushed journal; replaying it, plus the events not yet
+        written, rebuilds the mirror: a flush and reload now would change nothing."""
+        for tx in TX_IDS:
+            if not self.memory.is_open(tx):
+                continue
+            live = self.sqlite._txs[tx]
+            rows = self.file.execute(
+                "SELECT seq, kind, step, num, name, body, extra FROM log WHERE tx_id = ? "
+                "ORDER BY seq",
+                (tx,),
+            ).fetchall()
+            writes = {row[0]: row for row in rows if row[1] == sqlite_module._WRITE}
+            assert len(writes) == live.flushed, tx
+            for position in range(live.flushed):
+                key, _, (base, value) = live.journal[position]
+                row = writes[live.seq_at(position)]
+                assert (row[4], row[3], row[5]) == (key, base, value), (tx, position)
+            pending = [row[1:] for row in live.pending(tx, len(live.journal))]
+            serializable = live.reads is not None
+            replayed, steps, progress = self.sqlite._replay(
+                tx, rows + pending, serializable=serializable
+            )
+            model = self.durable[tx]
+            assert (steps, progress) == (model.steps, model.progress), tx
+            assert replayed.effects == live.effects == model.effects, tx
+            assert replayed.overlay == live.overlay, tx
+            assert replayed.journal == live.journal, tx
+            assert dict(replayed.snapshots) == dict(live.snapshots), tx
+            assert replayed.reads == live.reads, tx
+            positions = range(live.flushed)
+            assert [replayed.seq_at(p) for p in positions] == [live.seq_at(p) for p in positions]
+
+
+def test_sqlite_agrees_with_memory() -> None:
+    """Random interleavings of three transactions, reopens included, give identical results."""
+    run_state_machine_as_test(
+        StoresAgree, settings=settings(max_examples=60, stateful_step_count=40, deadline=None)
+    )
+
+
+@pytest.mark.slow
+def test_sqlite_agrees_with_memory_long_campaign() -> None:
+    """The differential machine, run much longer."""
+    run_state_machine_as_test(
+        StoresAgree, settings=settings(max_examples=2000, stateful_step_count=80, deadline=None)
+    )
+
+
+# ---------------------------------------------------------------- durability
+
+
+def test_commits_are_seen_by_another_instance(path: str) -> None:
+    """Data committed by one store is read, with its version, by another on the same file."""
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        committed(first, a="1", b="2")
+        assert second.read_committed("a") == "1"
+        assert second.committed_version("b") == 1
+        second.begin("t")
+        second.delete("t", "a")
+        assert second.commit("t") == 1
+        assert first.read_committed("a") is None
+        assert first.committed_version("a") == 0
+    with SQLiteStore(path) as third:
+        assert third.read_committed("b") == "2"
+        assert third.committed_version("b") == 1
+
+
+def test_flushed_state_survives_reopen_and_load(path: str) -> None:
+    """Writes, snapshots, steps, undo records, effects and progress come back from the file."""
+    with SQLiteStore(path) as first:
+        committed(first, a='"old"')
+        first.begin("t")
+        first.record_transaction("t", '{"agent":"x"}')
+        first.snapshot("t", 1)
+        first.put("t", "a", '"new"')
+        first.record_undo("t", UndoRow(step_id=1, seq=0, record='{"kind":"fs"}'))
+        first.put("t", "b", "2")
+        first.record_step("t", 1, '{"out":1}', [EFFECT_1], '{"next":2}')
+        first.snapshot("t", 2)
+        first.delete("t", "a")
+        first.record_step("t", 2, '{"out":2}', [EFFECT_2], '{"next":3}')
+        owner = json.loads(first._owner)
+
+    with SQLiteStore(path) as second:
+        assert second.open_transactions() == ("t",)
+        assert not second.is_open("t")
+        image = second.load("t")
+        assert image == TxImage(
+            tx_id="t",
+            record='{"agent":"x"}',
+            progress='{"next":3}',
+            steps=((1, '{"out":1}'), (2, '{"out":2}')),
+            undos=(UndoRow(1, 0, '{"kind":"fs"}'),),
+            effects=(EFFECT_1, EFFECT_2),
+            owner=image.owner,
+        )
+        assert json.loads(image.owner or "") == owner
+        assert set(owner) == {"pid", "hostname", "token"}
+        assert owner["pid"] == os.getpid()
+        assert second.is_open("t")
+        assert second.get("t", "a") is None
+        assert second.written_keys("t") == ("a", "b")
+        assert second.restore("t", 2) == 1
+        assert second.get("t", "a") == '"new"'
+        assert second.restore("t", 1) == 2
+        assert second.get("t", "a") == '"old"'
+        assert second.written_keys("t") == ()
+
+
+def test_writes_after_the_last_durable_point_are_lost(path: str) -> None:
+    """A reopen without flush keeps the state of the last durable write, snapshots included."""
+    first = SQLiteStore(path)
+    first.begin("t")
+    first.put("t", "a", "1")
+    first.record_progress("t", '{"next":1}')
+    first.snapshot("t", 1)
+    first.put("t", "b", "2")  # buffered: never written
+    first.close()  # as a crash: close() does not flush
+
+    with reopen(path, "t") as second:
+        assert second.get("t", "a") == "1"
+        assert second.get("t", "b") is None
+        assert second.written_keys("t") == ("a",)
+        with pytest.raises(StorageError, match="snapshot for step 1 of transaction `t` not found"):
+            second.restore("t", 1)
+        assert second.restore("t", 0) == 1
+
+
+def test_load_of_a_transaction_held_here_flushes_it_first(store: SQLiteStore) -> None:
+    """load() of a transaction this store holds keeps its buffered writes and snapshots."""
+    store.begin("t")
+    store.put("t", "a", "1")
+    store.snapshot("t", 1)
+    store.put("t", "a", "2")
+    image = store.load("t")
+    assert image.owner == store._owner
+    assert store.get("t", "a") == "2"
+    assert store.restore("t", 1) == 1
+    assert store.get("t", "a") == "1"
+
+
+def test_serializable_reads_survive_a_reload(path: str) -> None:
+    """The read set is durable: a reloaded serializable transaction still conflicts."""
+    with SQLiteStore(path) as first:
+        committed(first, a="1")
+        first.begin("t", serializable=True)
+        assert first.get("t", "a") == "1"
+        first.put("t", "b", "2")
+        first.flush("t")
+    with reopen(path, "t") as second:
+        committed(second, a="9")
+        with pytest.raises(ReadConflict) as caught:
+            second.commit("t")
+        assert caught.value.key == "a"
+
+
+def test_flush_is_idempotent_and_writes_nothing_when_clean(store: SQLiteStore, path: str) -> None:
+    """A second flush runs no SQL: the log does not grow (snapshot 0 of `begin` needs no row)."""
+    store.begin("t")
+    store.put("t", "a", "1")
+    store.flush("t")
+    with raw(path) as connection:
+        rows = connection.execute("SELECT count(*) FROM log").fetchone()[0]
+    store.flush("t")
+    with raw(path) as connection:
+        assert connection.execute("SELECT count(*) FROM log").fetchone()[0] == rows == 1
+
+
+# ---------------------------------------------------------------- commit, restore, discard_state
+
+
+def test_commit_moves_effects_to_the_outbox_atomically(path: str) -> None:
+    """Commit publishes, moves the effects in commit then staging order and deletes the rows."""
+    with SQLiteStore(path) as store:
+        store.begin("t1")
+        store.put("t1", "a", "1")
+        store.record_undo("t1", UndoRow(1, 0, "{}"))
+        store.record_step("t1", 1, "{}", [EFFECT_1, EFFECT_2], "{}")
+        store.begin("t2")
+        store.put("t2", "a", "2")
+        store.record_step("t2", 1, "{}", [EFFECT_2], "{}")
+        store.commit("t2")
+        # t1 conflicts on `a`: nothing moves, nothing is published, t1 stays open.
+        with pytest.raises(WriteConflict):
+            store.commit("t1")
+        assert store.is_open("t1")
+        assert [entry.tx_id for entry in store.pending_effects()] == ["t2"]
+        store.discard("t1")
+        store.begin("t3")
+        store.record_step("t3", 1, "{}", [EFFECT_1], "{}")
+        store.record_step("t3", 2, "{}", [EFFECT_2], "{}")
+        assert store.commit("t3") == 0
+        assert store.open_transactions() == ()
+        pending = store.pending_effects()
+    assert [(e.tx_id, e.idempotency_key) for e in pending] == [
+        ("t2", "k2"),
+        ("t3", "k1"),
+        ("t3", "k2"),
+    ]
+    assert pending[1] == OutboxEntry(
+        id=pending[1].id,
+        tx_id="t3",
+        step_id=1,
+        channel="email",
+        payload='{"to":"a"}',
+        idempotency_key="k1",
+        attempts=0,
+        last_error=None,
+        not_before=0.0,
+    )
+    with raw(path) as connection:
+        for table in ("txs", "log", "undos"):
+            assert connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+
+
+def test_restore_drops_steps_and_effects_but_not_undo_records(path: str) -> None:
+    """restore(K) forgets the steps and effects of steps >= K; undo records stay."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        for step, effect in ((1, EFFECT_1), (2, EFFECT_2)):
+            store.snapshot("t", step)
+            store.put("t", f"k{step}", "1")
+            store.record_undo("t", UndoRow(step, 0, f'"undo {step}"'))
+            store.record_step("t", step, f'"step {step}"', [effect], f'"after {step}"')
+        assert store.restore("t", 2) == 1
+        image = store.load("t")
+        assert image.steps == ((1, '"step 1"'),)
+        assert image.effects == (EFFECT_1,)
+        assert image.undos == (UndoRow(1, 0, '"undo 1"'), UndoRow(2, 0, '"undo 2"'))
+        assert image.progress == '"after 2"'
+        store.forget_undo("t", 2, 0)
+        store.forget_undo("t", 2, 0)  # idempotent
+        store.commit("t")
+        assert [entry.idempotency_key for entry in store.pending_effects()] == ["k1"]
+
+
+def test_discard_state_keeps_the_record_and_undo_records(path: str) -> None:
+    """discard_state ends the state; the record and undo records wait for recovery."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.record_transaction("t", '{"r":1}')
+        store.put("t", "a", "1")
+        store.record_undo("t", UndoRow(1, 0, '"u"'))
+        store.record_step("t", 1, "{}", [EFFECT_1], '"p"')
+        store.discard_state("t")
+        store.discard_state("t")  # idempotent
+        assert not store.is_open("t")
+        assert store.open_transactions() == ("t",)
+        with pytest.raises(InvalidArgument, match="kept there for recovery"):
+            store.begin("t")
+    with SQLiteStore(path) as recovery:
+        image = recovery.load("t")
+        assert (image.record, image.undos) == ('{"r":1}', (UndoRow(1, 0, '"u"'),))
+        assert (image.progress, image.steps, image.effects) == (None, (), ())
+        assert recovery.written_keys("t") == ()
+        assert recovery.restore("t", 0) == 0
+        recovery.forget_undo("t", 1, 0)
+        recovery.discard("t")
+        assert recovery.open_transactions() == ()
+        recovery.begin("t")  # the id is free again
+
+
+def test_discard_of_unknown_or_malformed_ids_does_nothing(store: SQLiteStore) -> None:
+    """discard and discard_state of ids that name no transaction are no-ops."""
+    for tx_id in ("nope", "bad id", ""):
+        store.discard(tx_id)
+        store.discard_state(tx_id)
+    assert store.open_transactions() == ()
+
+
+# ---------------------------------------------------------------- ownership
+
+
+def test_a_transaction_taken_over_is_fenced(path: str) -> None:
+    """After another store loads it, the first store's durable writes fail and it lets go."""
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        first.begin("t")
+        first.put("t", "a", "1")
+        first.flush("t")
+        assert second.owner("t") == first._owner
+        image = second.load("t")
+        assert image.owner == first._owner
+        assert first.owner("t") == second._owner
+        first.put("t", "a", "2")
+        with pytest.raises(StorageError, match="taken over by another store") as caught:
+            first.record_progress("t", "{}")
+        assert caught.value.__cause__ is None
+        assert not first.is_open("t")
+        with pytest.raises(TransactionNotFound):
+            first.commit("t")
+        assert second.get("t", "a") == "1"
+        assert second.commit("t") == 1
+
+
+def test_a_transaction_ended_elsewhere_is_not_found(path: str) -> None:
+    """If another store discards it, the holder's next durable write raises TransactionNotFound."""
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        first.begin("t")
+        second.discard("t")
+        first.put("t", "a", "1")
+        with pytest.raises(TransactionNotFound) as caught:
+            first.commit("t")
+        assert caught.value.tx_id == "t"
+        assert not first.is_open("t")
+
+
+def test_begin_refuses_an_id_open_in_another_store(path: str) -> None:
+    """Transaction ids are unique across the file, not only in one store."""
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        first.begin("t")
+        with pytest.raises(InvalidArgument, match="already open in another store"):
+            second.begin("t")
+        with pytest.raises(InvalidArgument, match="already open: commit or discard it first"):
+            first.begin("t")
+
+
+def test_load_and_owner_of_an_unknown_transaction_raise(store: SQLiteStore) -> None:
+    """load() and owner() need a row in the file, and a well-formed id."""
+    for call in (store.load, store.owner):
+        with pytest.raises(TransactionNotFound):
+            call("ghost")
+        with pytest.raises(InvalidArgument):
+            call("bad id")
+
+
+def test_load_refuses_a_corrupt_log(store: SQLiteStore, path: str) -> None:
+    """An event the replay cannot apply is a StorageError, and ownership does not change."""
+    store.begin("t")
+    store.flush("t")
+    with raw(path) as connection:
+        connection.execute("INSERT INTO log (tx_id, seq, kind) VALUES ('t', 0, 99)")
+        connection.execute("UPDATE txs SET owner = 'someone'")
+    with pytest.raises(StorageError, match="log of transaction `t` .* is corrupt"):
+        store.load("t")
+    with raw(path) as connection:
+        assert connection.execute("SELECT owner FROM txs").fetchone()[0] == "someone"
+
+
+# ---------------------------------------------------------------- the outbox
+
+
+def test_outbox_delivery_bookkeeping(store: SQLiteStore) -> None:
+    """mark_failed counts and delays, mark_delivered removes; both check the id."""
+    store.begin("t")
+    store.record_step("t", 1, "{}", [EFFECT_1, EFFECT_2], "{}")
+    store.commit("t")
+    store.begin("u")
+    store.record_step("u", 1, "{}", [EFFECT_1], "{}")
+    store.commit("u")
+    first, second, third = store.pending_effects()
+    assert store.pending_effects(limit=1) == (first,)
+    assert store.pending_effects(tx_id="u") == (third,)
+    assert store.pending_effects(1, tx_id="t") == (first,)
+    store.mark_delivered(third.id)
+
+    store.mark_failed(first.id, "smtp down", 0)
+    store.mark_failed(first.id, "smtp still down", 0)
+    retried = store.pending_effects()[0]
+    assert (retried.attempts, retried.last_error) == (2, "smtp still down")
+
+    store.mark_failed(first.id, "later", 4e9)  # far in the future: held back
+    assert store.pending_effects() == (second,)
+
+    store.mark_delivered(second.id)
+    store.mark_delivered(second.id)  # idempotent
+    store.mark_failed(second.id, "too late", 0)  # a delivered entry stays delivered
+    assert store.pending_effects() == ()
+
+    for call in (
+        lambda: store.mark_delivered(second.id + 100),
+        lambda: store.mark_failed(second.id + 100, "x", 0),
+    ):
+        with pytest.raises(InvalidArgument, match="there is no outbox entry"):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s: s.pending_effects(0), "limit must be an integer"),
+        (lambda s: s.pending_effects(True), "limit must be an integer"),
+        (lambda s: s.pending_effects(tx_id="a b"), "invalid transaction id"),
+        (lambda s: s.mark_delivered(0), "entry_id must be an integer"),
+        (lambda s: s.mark_failed(1, "x", float("nan")), "not_before must be a finite number"),
+        (lambda s: s.mark_failed(1, "x", True), "not_before must be a finite number"),
+        (lambda s: s.mark_failed(1, "\ud800", 0), "UTF-8"),
+        (lambda s: s.record_step("t", -1, "{}", [], "{}"), "step_id must be an integer"),
+        (lambda s: s.record_step("t", 1, "{}", "ab", "{}"), "not text"),
+        (lambda s: s.record_step("t", 1, "{}", 5, "{}"), "must be a sequence of EffectRow"),
+        (lambda s: s.record_step("t", 1, "{}", [("a",)], "{}"), "effect 0 must be an EffectRow"),
+        (
+            lambda s: s.record_step("t", 1, "{}", [(1, 2, "p", "k")], "{}"),
+            "the channel of effect 0 must be text",
+        ),
+        (
+            lambda s: s.record_step("t", 1, "{}", [(2**32, "c", "p", "k")], "{}"),
+            "the step_id of effect 0 must be an integer",
+        ),
+        (lambda s: s.record_step("t", 1, 5, [], "{}"), "JSON text"),
+        (lambda s: s.record_progress("t", None), "JSON text"),
+        (lambda s: s.record_transaction("t", b"{}"), "JSON text"),
+        (lambda s: s.record_undo("t", (1, 0)), "undo records must be UndoRow"),
+        (lambda s: s.record_undo("t", UndoRow(1, -1, "{}")), "seq must be an integer"),
+        (lambda s: s.forget_undo("t", 1, 2**63), "seq must be an integer"),
+    ],
+)
+def test_durable_calls_check_their_arguments(store: SQLiteStore, call, message) -> None:
+    """Malformed arguments raise InvalidArgument naming the offender, before any lookup."""
+    with pytest.raises(InvalidArgument, match=message):
+        call(store)
+
+
+def test_durable_calls_need_an_open_transaction(store: SQLiteStore) -> None:
+    """Every durable call on a transaction this store does not hold raises TransactionNotFound."""
+    calls = [
+        lambda: store.record_transaction("t", "{}"),
+        lambda: store.record_step("t", 1, "{}", [], "{}"),
+        lambda: store.record_progress("t", "{}"),
+        lambda: store.record_undo("t", UndoRow(1, 0, "{}")),
+        lambda: store.forget_undo("t", 1, 0),
+        lambda: store.flush("t"),
+    ]
+    for call in calls:
+        with pytest.raises(TransactionNotFound):
+            call()
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def _increment_worker(path: str, worker: int, rounds: int, barrier: Any, results: Any) -> None:
+    """Commit `rounds` read-modify-write increments, retrying on conflicts; report the counts.
+
+    The transactions are serializable: under read committed, a read is not validated and a
+    read-modify-write may lose an update (by design, as with MemoryStore).
+    """
+    successes = [0, 0, 0]
+    conflicts = 0
+    with SQLiteStore(path, busy_timeout=60) as store:
+        # Round 0: everyone reads and writes counter/0, then commits at once: all but one conflict.
+        tx = f"w{worker}-first"
+        store.begin(tx, serializable=True)
+        store.put(tx, "counter/0", str(int(store.get(tx, "counter/0") or "0") + 1))
+        store.flush(tx)
+        barrier.wait()
+        try:
+            store.commit(tx)
+            successes[0] += 1
+        except WriteConflict:
+            conflicts += 1
+            store.discard(tx)
+        for attempt in itertools.count():
+            index = (worker + attempt) % 3
+            if sum(successes) > rounds:
+                break
+            tx = f"w{worker}-{attempt}"
+            key = f"counter/{index}"
+            store.begin(tx, serializable=True)
+            value = int(store.get(tx, key) or "0")
+            store.snapshot(tx, 1)
+            store.put(tx, key, str(value + 1))
+            store.record_step(tx, 1, "{}", [], "{}")
+            try:
+                store.commit(tx)
+                successes[index] += 1
+            except WriteConflict:
+                conflicts += 1
+                store.discard(tx)
+    results.put((worker, successes, conflicts))
+
+
+def test_processes_lose_no_update(path: str) -> None:
+    """Three processes increment overlapping counters: every commit counts, conflicts raise
+    WriteConflict (ReadConflict is one)."""
+    SQLiteStore(path).close()  # create the schema once
+    context = multiprocessing.get_context("spawn")
+    workers, rounds = 3, 15
+    barrier, results = context.Barrier(workers), context.Queue()
+    processes = [
+        context.Process(target=_increment_worker, args=(path, n, rounds, barrier, results))
+        for n in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    reports = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    totals = [sum(report[1][index] for report in reports) for index in range(3)]
+    conflicts = sum(report[2] for report in reports)
+    assert conflicts >= workers - 1  # round 0 guarantees them
+    with SQLiteStore(path) as store:
+        assert [int(store.read_committed(f"counter/{i}") or "0") for i in range(3)] == totals
+        assert sum(store.committed_version(f"counter/{i}") > 0 for i in range(3)) == 3
+        assert store.open_transactions() == ()
+
+
+def test_threads_share_one_store(store: SQLiteStore) -> None:
+    """Four threads increment one counter (serializable) through one store: no update is lost."""
+    done: list[int] = []
+
+    def work(worker: int) -> None:
+        count = 0
+        for attempt in itertools.count():
+            if count == 25:
+                break
+            tx = f"w{worker}-{attempt}"
+            store.begin(tx, serializable=True)
+            value = int(store.get(tx, "n") or "0")
+            store.put(tx, "n", str(value + 1))
+            store.record_progress(tx, "{}")
+            try:
+                store.commit(tx)
+                count += 1
+            except WriteConflict:
+                store.discard(tx)
+        done.append(count)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert done == [25] * 4
+    assert store.read_committed("n") == "100"
+
+
+def test_a_write_lock_held_too_long_is_a_storage_error(path: str) -> None:
+    """SQLITE_BUSY after busy_timeout becomes a StorageError that says so."""
+    with SQLiteStore(path, busy_timeout=0.05) as store:
+        with raw(path) as blocker:
+            blocker.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StorageError, match=r"stayed locked .* busy timeout \(0.05 s\)") as e:
+                store.begin("t")
+            assert isinstance(e.value.__cause__, sqlite3.OperationalError)
+            assert not store.is_open("t")
+            blocker.execute("ROLLBACK")
+        store.begin("t")
+
+
+# ---------------------------------------------------------------- the file and its schema
+
+
+def test_a_new_file_gets_the_schema_and_wal(store: SQLiteStore, path: str) -> None:
+    """The file is marked as an agenttx store at the current schema version, in WAL mode."""
+    with raw(path) as connection:
+        assert connection.execute("PRAGMA application_id").fetchone()[0] == 0x41475458
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == len(
+            sqlite_module.MIGRATIONS
+        )
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+
+
+def test_durability_full_sets_synchronous_full(path: str) -> None:
+    """durability="full" is synchronous=FULL."""
+    with SQLiteStore(path, durability="full") as store:
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_migrations_run_in_order_once(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file at an older schema version gets exactly the migrations it lacks."""
+    SQLiteStore(path).close()
+    extra = ("CREATE TABLE added (n INTEGER)", "INSERT INTO added VALUES (1)")
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, extra))
+    SQLiteStore(path).close()
+    SQLiteStore(path).close()
+    with raw(path) as connection:
+        assert connection.execute("SELECT n FROM added").fetchall() == [(1,)]
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_a_newer_schema_is_refused(path: str) -> None:
+    """A store written by a newer agenttx raises StorageError instead of being misread."""
+    SQLiteStore(path).close()
+    with raw(path) as connection:
+        connection.execute("PRAGMA user_version = 99")
+    with pytest.raises(StorageError, match="schema version 99, newer than .* upgrade agenttx"):
+        SQLiteStore(path)
+
+
+def test_a_file_that_is_not_sqlite_is_refused(path: str) -> None:
+    """Opening a text file raises StorageError with the sqlite3 error as cause."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write("not a database, but long enough to have a header\n" * 20)
+    with pytest.raises(StorageError, match="is not a SQLite database") as caught:
+        SQLiteStore(path)
+    assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_a_foreign_sqlite_file_is_refused_and_left_alone(path: str) -> None:
+    """A SQLite database of another application raises StorageError and is not modified."""
+    with raw(path) as connection:
+        connection.execute("CREATE TABLE invoices (id INTEGER)")
+    with pytest.raises(StorageError, match="not an agenttx store"):
+        SQLiteStore(path)
+    with raw(path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_a_path_that_cannot_be_opened_is_a_storage_error(tmp_path: Path) -> None:
+    """A file in a missing directory raises StorageError."""
+    with pytest.raises(StorageError, match="cannot open the store"):
+        SQLiteStore(tmp_path / "missing" / "store.db")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"durability": "bogus"}, 'durability must be "normal" or "full"'),
+        ({"busy_timeout": -1}, "busy_timeout must be a finite number"),
+        ({"busy_timeout": float("inf")}, "busy_timeout must be a finite number"),
+        ({"busy_timeout": True}, "busy_timeout must be a finite number"),
+    ],
+)
+def test_options_are_checked(path: str, arguments: dict[str, Any], message: str) -> None:
+    """Bad options raise InvalidArgument before the file is touched."""
+    with pytest.raises(InvalidArgument, match=message):
+        SQLiteStore(path, **arguments)
+    assert not os.path.exists(path)
+
+
+def test_the_path_must_be_a_path() -> None:
+    """A path of the wrong type raises InvalidArgument."""
+    with pytest.raises(InvalidArgument, match="path must be a str or os.PathLike"):
+        SQLiteStore(3)  # type: ignore[arg-type]
+
+
+def test_a_closed_store_raises_storage_error(path: str) -> None:
+    """After close() every call raises StorageError; close() is idempotent."""
+    store = SQLiteStore(path)
+    store.begin("t")
+    with store:
+        pass
+    store.close()
+    assert repr(store) == f"<SQLiteStore {path!r}: closed>"
+    calls: list[Callable[[], object]] = [
+        lambda: store.begin("u"),
+        lambda: store.get("t", "a"),
+        lambda: store.put("t", "a", "1"),
+        lambda: store.read_committed("a"),
+        lambda: store.committed_version("a"),
+        lambda: store.open_transactions(),
+        lambda: store.load("t"),
+        lambda: store.owner("t"),
+        lambda: store.discard("t"),
+        lambda: store.pending_effects(),
+        lambda: store.mark_delivered(1),
+    ]
+    for call in calls:
+        with pytest.raises(StorageError, match="is closed"):
+            call()
+    assert not store.is_open("t")
+
+
+def test_sqlite_failures_become_storage_errors_and_change_nothing(
+    store: SQLiteStore, path: str
+) -> None:
+    """A failing statement rolls its SQLite transaction back: the call has no effect."""
+    committed(store, a="1")
+    store.begin("t")
+    store.put("t", "a", "2")
+    store.record_step("t", 1, "{}", [EFFECT_1], "{}")
+    with raw(path) as connection:
+        connection.execute("DROP TABLE outbox")
+    with pytest.raises(StorageError, match="could not commit transaction `t`") as caught:
+        store.commit("t")
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    assert store.is_open("t")
+    assert store.read_committed("a") == "1"
+    assert store.committed_version("a") == 1
+    with pytest.raises(StorageError, match="could not read the outbox"):
+        store.pending_effects()
+    with raw(path) as connection:
+        connection.execute("DROP TABLE log")
+    for call in (
+        lambda: store.record_progress("t", "{}"),
+        lambda: store.restore("t", 0),
+        lambda: store.discard("t"),
+        lambda: store.load("t"),
+    ):
+        with pytest.raises(StorageError, match="no such table: log"):
+            call()
+    assert store.get("t", "a") == "2"
+    with raw(path) as connection:
+        connection.execute("DROP TABLE txs")
+        connection.execute("DROP TABLE committed")
+    with pytest.raises(StorageError, match="could not list the open transactions"):
+        store.open_transactions()
+    with pytest.raises(StorageError, match="could not read the owner"):
+        store.owner("t")
+    with pytest.raises(StorageError, match="could not read the committed state"):
+        store.read_committed("a")
+
+
+def test_text_round_trips_exactly(store: SQLiteStore, path: str) -> None:
+    """Keys and values with NUL, non-ASCII and JSON "null" come back as given."""
+    pairs = {"k\x00ey": "v\x00al", "ключ/𝄞": '"𝄞"', "n": "null", "e": ""}
+    store.begin("t")
+    for key, value in pairs.items():
+        store.put("t", key, value)
+    store.flush("t")
+    with reopen(path, "t") as other:
+        assert {key: other.get("t", key) for key in pairs} == pairs
+        other.commit("t")
+        assert {key: other.read_committed(key) for key in pairs} == pairs
+
+
+def test_repr_names_the_file_without_dumping_data(store: SQLiteStore, path: str) -> None:
+    """The repr shows the path and the number of transactions held."""
+    store.begin("t")
+    assert repr(store) == f"<SQLiteStore {path!r}: 1 open transactions held here>"
+    assert store.path == path
