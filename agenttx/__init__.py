@@ -7,7 +7,7 @@ Layer map (a module imports only from its own layer or below):
     1  _refs, _hints (_hint_rules,       `${steps.N.path}` references; Clean Hints (the rules
        _hint_scan), stores/              and their linear-time matching); state stores
     2  _graph, _saga, _tools, _policy,   dependency graph (the only rustworkx importer); undo
-       _lineage                          ledger, staged effects, dispatch; tool decorator and
+       _lineage, _lineage_sources        ledger, staged effects, dispatch; tool decorator and
                                          context; rollback controller; value-provenance lineage
     3  _results, _txlog, _transaction    what transactions report; their durable log;
                                          interactive transactions
@@ -49,8 +49,8 @@ from ._lineage import LineageEdge as LineageEdge
 from ._lineage import LineageGraph as LineageGraph
 from ._lineage import LineageNode as LineageNode
 from ._lineage import LineageRecorder as LineageRecorder
-from ._lineage import lineage_from_openai as lineage_from_openai
-from ._lineage import lineage_from_steps as lineage_from_steps
+from ._lineage_sources import lineage_from_openai as lineage_from_openai
+from ._lineage_sources import lineage_from_steps as lineage_from_steps
 from ._policy import RollbackDecision as RollbackDecision
 from ._policy import RollbackPolicy as RollbackPolicy
 from ._policy import RollbackStrategy as RollbackStrategy

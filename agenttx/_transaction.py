@@ -40,6 +40,7 @@ from ._errors import (
 from ._graph import DependencyGraph
 from ._hints import CleanHint, add_constraint, clean_error
 from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound, json_kind
+from ._lineage_sources import lineage_from_steps
 from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._refs import Dependency, resolve_value
 from ._results import (
@@ -81,6 +82,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
+
+    from ._lineage import LineageGraph
 
 __all__ = [
     "ISOLATION_LEVELS",
@@ -353,6 +356,29 @@ class Transaction:
     def tools(self) -> tuple[str, ...]:
         """The registered tool names, sorted."""
         return self._registry.names()
+
+    def lineage(
+        self,
+        *,
+        min_value_length: int = 4,
+        match_numbers: bool = False,
+        max_depth: int = 6,
+        evidence: bool = False,
+    ) -> LineageGraph:
+        """The value-provenance lineage of the live steps (see `LineageRecorder`).
+
+        Each step is an iteration of its own, so a step links to any earlier step whose output
+        held a value it received, whether through a reference or copied by the agent.
+        """
+        with self._lock:
+            steps = self.steps
+        return lineage_from_steps(
+            steps,
+            min_value_length=min_value_length,
+            match_numbers=match_numbers,
+            max_depth=max_depth,
+            evidence=evidence,
+        )
 
     def find_root_cause(self, step_id: int, error_key: str) -> int | None:
         """The earliest step that produced the value `step_id` received as `error_key`."""

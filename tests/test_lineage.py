@@ -19,9 +19,8 @@ from agenttx._lineage import (
     LineageRecorder,
     _js_number_text,
     _utf16_length,
-    lineage_from_openai,
-    lineage_from_steps,
 )
+from agenttx._lineage_sources import lineage_from_openai, lineage_from_steps
 
 
 def play(events, recorder=None, **options):
@@ -1357,3 +1356,26 @@ def test_export_failed_sources_are_dashed_and_odd_iterations_are_js_text():
     assert '  n2["C: tool_C (iteration NaN)"]\n' in mermaid
     nodes = json.loads(graph.to_json())["nodes"]
     assert [n["iteration"] for n in nodes] == [1, 2.5, "NaN"]
+
+
+def test_a_transaction_gives_the_lineage_of_its_live_steps():
+    """`Transaction.lineage()` links a step to the earlier step whose output it consumed."""
+    import agenttx  # noqa: PLC0415
+
+    @agenttx.tool(inline=True)
+    def create(name: str) -> dict:
+        return {"user_id": f"user-{name}"}
+
+    @agenttx.tool(inline=True)
+    def greet(user: str) -> dict:
+        return {"greeted": user}
+
+    tx = agenttx.Transaction(tools=[create, greet])
+    tx.execute_step(1, "create", {"name": "ada"})
+    tx.execute_step(2, "greet", {"user": "user-ada"})  # the value, copied: no reference
+    graph = tx.lineage()
+    assert [(n.call_id, n.tool_name) for n in graph.nodes] == [("1", "create"), ("2", "greet")]
+    assert [(e.source.call_id, e.target.call_id, e.value) for e in graph.edges] == [
+        ("1", "2", "user-ada")
+    ]
+    assert tx.lineage(evidence=True).edges[0].target_path is not None
