@@ -94,7 +94,7 @@ def test_canonical_dumps_is_exactly_json_dumps(value):
     assert canonical_dumps(value) == expected
 
 
-@pytest.mark.parametrize("value", ["", "é\"\n\x00\u2028", -(2**70), 0, True, False, None, 1.5])
+@pytest.mark.parametrize("value", ["", 'é"\n\x00\u2028', -(2**70), 0, True, False, None, 1.5])
 def test_canonical_dumps_scalar_fast_paths(value):
     """Each scalar fast path agrees with `json.dumps`, escapes and big integers included."""
     expected = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)

@@ -8,6 +8,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import pathlib
 import shutil
 import sqlite3
 import tempfile
@@ -144,7 +145,7 @@ class StoresAgree(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="agenttx-stores-agree-")
-        self.path = os.path.join(self.directory, "store.db")
+        self.path = str(pathlib.Path(self.directory) / "store.db")
         self.memory = MemoryStore()
         self.sqlite = SQLiteStore(self.path)
         self.file = sqlite3.connect(self.path, isolation_level=None)
@@ -295,7 +296,7 @@ class StoresAgree(RuleBasedStateMachine):
 def test_sqlite_agrees_with_memory() -> None:
     """Random interleavings of three transactions, reopens included, give identical results."""
     run_state_machine_as_test(
-        StoresAgree, settings=settings(max_examples=60, stateful_step_count=40, deadline=None)
+        StoresAgree, settings=settings(max_examples=100, stateful_step_count=40, deadline=None)
     )
 
 
@@ -354,6 +355,7 @@ def test_flushed_state_survives_reopen_and_load(path: str) -> None:
             undos=(UndoRow(1, 0, '{"kind":"fs"}'),),
             effects=(EFFECT_1, EFFECT_2),
             owner=image.owner,
+            snapshots=(0, 1, 2),
         )
         assert json.loads(image.owner or "") == owner
         assert set(owner) == {"pid", "hostname", "token"}
@@ -413,6 +415,20 @@ def test_serializable_reads_survive_a_reload(path: str) -> None:
         with pytest.raises(ReadConflict) as caught:
             second.commit("t")
         assert caught.value.key == "a"
+
+
+def test_replaced_progress_rows_are_deleted_in_batches(store: SQLiteStore, path: str) -> None:
+    """The log keeps fewer than 33 replaced progress rows; the last progress wins on load."""
+    store.begin("t")
+    for n in range(100):
+        store.record_progress("t", str(n))
+        with raw(path) as connection:
+            rows = connection.execute("SELECT count(*) FROM log WHERE kind = 6").fetchone()[0]
+        assert rows <= 33
+    store.record_step("t", 1, "{}", [], "step")
+    assert store.load("t").progress == "step"
+    store.record_progress("t", "after")
+    assert store.load("t").progress == "after"
 
 
 def test_flush_is_idempotent_and_writes_nothing_when_clean(store: SQLiteStore, path: str) -> None:
@@ -553,6 +569,38 @@ def test_a_transaction_taken_over_is_fenced(path: str) -> None:
         assert second.commit("t") == 1
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.record_transaction("t", "{}"),
+        lambda s: s.record_undo("t", UndoRow(1, 0, "{}")),
+        lambda s: s.forget_undo("t", 1, 0),
+        lambda s: s.record_progress("t", "{}"),
+        lambda s: s.record_step("t", 1, "{}", [EFFECT_1], "{}"),
+        lambda s: s.restore("t", 0),
+        lambda s: s.commit("t"),
+        lambda s: (s.put("t", "a", "1"), s.flush("t")),
+        lambda s: (s.put("t", "a", "1"), s.record_undo("t", UndoRow(1, 0, "{}"))),
+    ],
+)
+def test_every_durable_call_is_fenced(path: str, call: Callable[[SQLiteStore], object]) -> None:
+    """Each call that writes the file checks ownership: after a takeover, it changes nothing."""
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        first.begin("t")
+        first.record_undo("t", UndoRow(1, 0, '"kept"'))
+        second.load("t")
+        with pytest.raises(StorageError, match="taken over by another store"):
+            call(first)
+        assert not first.is_open("t")
+        image = second.load("t")
+        assert (image.record, image.undos, image.progress) == (
+            "null",
+            (UndoRow(1, 0, '"kept"'),),
+            None,
+        )
+        assert second.written_keys("t") == ()
+
+
 def test_a_transaction_ended_elsewhere_is_not_found(path: str) -> None:
     """If another store discards it, the holder's next durable write raises TransactionNotFound."""
     with SQLiteStore(path) as first, SQLiteStore(path) as second:
@@ -591,7 +639,7 @@ def test_load_refuses_a_corrupt_log(store: SQLiteStore, path: str) -> None:
     with raw(path) as connection:
         connection.execute("INSERT INTO log (tx_id, seq, kind) VALUES ('t', 0, 99)")
         connection.execute("UPDATE txs SET owner = 'someone'")
-    with pytest.raises(StorageError, match="log of transaction `t` .* is corrupt"):
+    with pytest.raises(StorageError, match=r"log of transaction `t` .* is corrupt"):
         store.load("t")
     with raw(path) as connection:
         assert connection.execute("SELECT owner FROM txs").fetchone()[0] == "someone"
@@ -601,7 +649,7 @@ def test_load_refuses_a_corrupt_log(store: SQLiteStore, path: str) -> None:
 
 
 def test_outbox_delivery_bookkeeping(store: SQLiteStore) -> None:
-    """mark_failed counts and delays, mark_delivered removes; both check the id."""
+    """mark_failed counts and sets not_before, mark_delivered removes; both check the id."""
     store.begin("t")
     store.record_step("t", 1, "{}", [EFFECT_1, EFFECT_2], "{}")
     store.commit("t")
@@ -619,7 +667,10 @@ def test_outbox_delivery_bookkeeping(store: SQLiteStore) -> None:
     retried = store.pending_effects()[0]
     assert (retried.attempts, retried.last_error) == (2, "smtp still down")
 
-    store.mark_failed(first.id, "later", 4e9)  # far in the future: held back
+    store.mark_failed(first.id, "later", 4e9)  # far in the future: the caller holds it back
+    waiting = store.pending_effects()[0]
+    assert (waiting.id, waiting.not_before, waiting.attempts) == (first.id, 4e9, 3)
+    store.mark_delivered(first.id)
     assert store.pending_effects() == (second,)
 
     store.mark_delivered(second.id)
@@ -791,10 +842,14 @@ def test_a_write_lock_held_too_long_is_a_storage_error(path: str) -> None:
     with SQLiteStore(path, busy_timeout=0.05) as store:
         with raw(path) as blocker:
             blocker.execute("BEGIN IMMEDIATE")
-            with pytest.raises(StorageError, match=r"stayed locked .* busy timeout \(0.05 s\)") as e:
+            with pytest.raises(
+                StorageError, match=r"stayed locked .* busy timeout \(0.05 s\)"
+            ) as e:
                 store.begin("t")
             assert isinstance(e.value.__cause__, sqlite3.OperationalError)
             assert not store.is_open("t")
+            with pytest.raises(StorageError, match=r"could not discard transaction `u`: .* locked"):
+                store.discard("u")
             blocker.execute("ROLLBACK")
         store.begin("t")
 
@@ -831,18 +886,42 @@ def test_migrations_run_in_order_once(path: str, monkeypatch: pytest.MonkeyPatch
         assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
+def test_a_failing_migration_changes_nothing(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A migration that fails half-way is rolled back whole: the file keeps its version."""
+    SQLiteStore(path).close()
+    broken = ("CREATE TABLE added (n INTEGER)", "INSERT INTO nowhere VALUES (1)")
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, broken))
+    with pytest.raises(StorageError, match=r"could not set up the schema .* no such table") as e:
+        SQLiteStore(path)
+    assert isinstance(e.value.__cause__, sqlite3.OperationalError)
+    with raw(path) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == 1
+        tables = connection.execute("SELECT name FROM sqlite_master WHERE name = 'added'")
+        assert tables.fetchall() == []
+
+
+def test_a_file_locked_while_opening_is_a_storage_error(path: str) -> None:
+    """A file another connection holds locked past busy_timeout cannot be opened."""
+    with raw(path) as blocker:
+        blocker.execute("CREATE TABLE t (n INTEGER)")
+        blocker.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StorageError, match=r"could not read the schema: .* stayed locked"):
+            SQLiteStore(path, busy_timeout=0.05)
+        blocker.execute("ROLLBACK")
+
+
 def test_a_newer_schema_is_refused(path: str) -> None:
     """A store written by a newer agenttx raises StorageError instead of being misread."""
     SQLiteStore(path).close()
     with raw(path) as connection:
         connection.execute("PRAGMA user_version = 99")
-    with pytest.raises(StorageError, match="schema version 99, newer than .* upgrade agenttx"):
+    with pytest.raises(StorageError, match=r"schema version 99, newer than .* upgrade agenttx"):
         SQLiteStore(path)
 
 
 def test_a_file_that_is_not_sqlite_is_refused(path: str) -> None:
     """Opening a text file raises StorageError with the sqlite3 error as cause."""
-    with open(path, "w", encoding="utf-8") as file:
+    with pathlib.Path(path).open("w", encoding="utf-8") as file:
         file.write("not a database, but long enough to have a header\n" * 20)
     with pytest.raises(StorageError, match="is not a SQLite database") as caught:
         SQLiteStore(path)
@@ -878,12 +957,12 @@ def test_options_are_checked(path: str, arguments: dict[str, Any], message: str)
     """Bad options raise InvalidArgument before the file is touched."""
     with pytest.raises(InvalidArgument, match=message):
         SQLiteStore(path, **arguments)
-    assert not os.path.exists(path)
+    assert not pathlib.Path(path).exists()
 
 
 def test_the_path_must_be_a_path() -> None:
     """A path of the wrong type raises InvalidArgument."""
-    with pytest.raises(InvalidArgument, match="path must be a str or os.PathLike"):
+    with pytest.raises(InvalidArgument, match=r"path must be a str or os\.PathLike"):
         SQLiteStore(3)  # type: ignore[arg-type]
 
 
@@ -901,11 +980,11 @@ def test_a_closed_store_raises_storage_error(path: str) -> None:
         lambda: store.put("t", "a", "1"),
         lambda: store.read_committed("a"),
         lambda: store.committed_version("a"),
-        lambda: store.open_transactions(),
+        store.open_transactions,
         lambda: store.load("t"),
         lambda: store.owner("t"),
         lambda: store.discard("t"),
-        lambda: store.pending_effects(),
+        store.pending_effects,
         lambda: store.mark_delivered(1),
     ]
     for call in calls:
@@ -950,6 +1029,8 @@ def test_sqlite_failures_become_storage_errors_and_change_nothing(
         store.open_transactions()
     with pytest.raises(StorageError, match="could not read the owner"):
         store.owner("t")
+    with pytest.raises(StorageError, match=r"could not record transaction .* no such table: txs"):
+        store.record_transaction("t", "{}")
     with pytest.raises(StorageError, match="could not read the committed state"):
         store.read_committed("a")
 

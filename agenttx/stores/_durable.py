@@ -42,7 +42,9 @@ class TxImage(NamedTuple):
     `steps` are `(step_id, record)` in step order, `undos` in `(step_id, seq)` order and
     `effects` in staging order. `progress` is the text of the last `record_step` (or
     `record_progress`), or `None` if there was none. `owner` describes the process that last
-    held the transaction (JSON text, the store's own format), `None` if unknown.
+    held the transaction (JSON text, the store's own format), `None` if unknown: the owner
+    before the `load` that returned the image. `record` is `"null"` until `record_transaction`
+    replaces it.
     """
 
     tx_id: str
@@ -90,11 +92,23 @@ class DurableStore(Store, Protocol):
     of a step reach the disk, with their journal entries, in the atomic write of the next
     `record_step`, `record_progress`, `record_undo`, `restore`, `commit` or `flush`. So a crash
     loses at most the state writes of the step that was running, which a resume rewinds anyway.
-    `record_undo` is durable when it returns: write-ahead of the effect.
+    `record_undo` is durable when it returns: write-ahead of the effect. (A store may write
+    them on other durable calls too; `SQLiteStore` does on every one.) After a crash, `load`
+    gives the transaction back exactly as it was at its last durable write: the writes *and
+    the snapshots* made after it are lost, so restoring such a snapshot raises `StorageError`
+    and `TxImage.snapshots` omits it. "Nothing to revert" would be right for those snapshots
+    (their writes are lost too), but a store cannot tell them from snapshots never taken or
+    already dropped, for which it would be wrong.
 
     **Recovery.** `open_transactions()` lists every transaction begun and not ended in the
     file, by any process; `load(tx_id)` reads one back and makes this process its owner, so
     that the usual `Store` calls work on it (its overlay, journal and snapshots included).
+    A transaction is in the file from its `begin` (so `begin` refuses an id that any process
+    has open, or that `discard_state` kept) until `commit` or `discard`. `is_open` answers
+    for this store instance only. Ownership is fenced: once another store has loaded the
+    transaction, the previous holder's next durable call raises `StorageError`, and if the
+    transaction was committed or discarded elsewhere, `TransactionNotFound`; either way the
+    previous holder lets it go. `discard` and `discard_state` work whoever holds it.
 
     **The outbox.** `pending_effects` lists undelivered entries, oldest first; a dispatcher
     calls `mark_delivered` or `mark_failed` for each. An entry is delivered at least once.
@@ -114,7 +128,11 @@ class DurableStore(Store, Protocol):
         progress: str,
     ) -> None:
         """Durably and atomically: flush buffered writes, store step `step_id`'s record,
-        append its staged `effects`, and replace the transaction's progress (JSON text)."""
+        append its staged `effects`, and replace the transaction's progress (JSON text).
+
+        Recording a step again replaces its record. Each effect keeps its own `step_id`
+        (normally `step_id`), which is what `restore` and the outbox go by.
+        """
         ...
 
     def record_progress(self, tx_id: str, progress: str) -> None:
@@ -136,11 +154,17 @@ class DurableStore(Store, Protocol):
 
     def discard_state(self, tx_id: str) -> None:
         """End the transaction's state (overlay, journal, snapshots, steps, effects) but keep
-        its record and remaining undo records for the next recovery. Idempotent."""
+        its record and remaining undo records for the next recovery. Idempotent.
+
+        Afterwards the transaction is not open, stays in `open_transactions`, and its id cannot
+        be begun again until `discard`; `load` reopens it with the state `begin` leaves (an
+        empty overlay, snapshot 0) and its undo records in the image.
+        """
         ...
 
     def open_transactions(self) -> tuple[str, ...]:
-        """The ids of all transactions with a durable record, sorted."""
+        """The ids of all transactions with a durable record, sorted: begun, in any process,
+        and not committed or discarded, including those whose state `discard_state` ended."""
         ...
 
     def owner(self, tx_id: str) -> str | None:
@@ -152,20 +176,29 @@ class DurableStore(Store, Protocol):
         ...
 
     def load(self, tx_id: str) -> TxImage:
-        """Read a transaction back and take it over in this process (see the class docstring)."""
+        """Read a transaction back and take it over in this process (see the class docstring).
+
+        The image names the previous owner. If this store already holds the transaction, its
+        buffered writes are written first. Raises `TransactionNotFound` if the file has none.
+        """
         ...
 
     def pending_effects(
         self, limit: int = 100, *, tx_id: str | None = None
     ) -> tuple[OutboxEntry, ...]:
         """Up to `limit` undelivered outbox entries (of transaction `tx_id` only, if given), in
-        commit then staging order."""
+        commit then staging order. Entries that `mark_failed` holds back are listed too: the
+        caller compares their `not_before` with its clock."""
         ...
 
     def mark_delivered(self, entry_id: int) -> None:
-        """Mark an outbox entry delivered. Idempotent."""
+        """Mark an outbox entry delivered. Idempotent; `InvalidArgument` if there is none."""
         ...
 
     def mark_failed(self, entry_id: int, error: str, not_before: float) -> None:
-        """Count a failed delivery: keep `error` and do not offer it again before `not_before`."""
+        """Count a failed delivery: keep `error` and do not offer it again before `not_before`.
+
+        A no-op on an entry already delivered (delivery wins); `InvalidArgument` if there is
+        no such entry.
+        """
         ...

@@ -34,6 +34,7 @@ deletes the transaction's rows, in one `BEGIN IMMEDIATE` transaction.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -41,7 +42,6 @@ import secrets
 import socket
 import sqlite3
 import threading
-import time
 from bisect import bisect_right
 from itertools import islice
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
@@ -66,7 +66,7 @@ from ._protocol import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from types import TracebackType
 
     from ._durable import DurableStore
@@ -80,23 +80,36 @@ APPLICATION_ID: Final = 0x41475458
 #: `v` to `v + 1`. Version 0 is an empty file. Append; never edit a released migration.
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
-        "CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 0), "
-        "commit_version INTEGER NOT NULL)",
+        (
+            "CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 0), "
+            "commit_version INTEGER NOT NULL)"
+        ),
         "INSERT INTO meta (id, commit_version) VALUES (0, 0)",
-        "CREATE TABLE committed (key TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL, "
-        "value TEXT NOT NULL) WITHOUT ROWID",
-        "CREATE TABLE txs (tx_id TEXT NOT NULL PRIMARY KEY, record TEXT NOT NULL, "
-        "owner TEXT, serializable INTEGER NOT NULL) WITHOUT ROWID",
-        "CREATE TABLE log (tx_id TEXT NOT NULL, seq INTEGER NOT NULL, kind INTEGER NOT NULL, "
-        "step INTEGER, num INTEGER, name TEXT, body TEXT, extra TEXT, "
-        "PRIMARY KEY (tx_id, seq)) WITHOUT ROWID",
-        "CREATE TABLE undos (tx_id TEXT NOT NULL, step_id INTEGER NOT NULL, "
-        "seq INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY (tx_id, step_id, seq)) "
-        "WITHOUT ROWID",
-        "CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, tx_id TEXT NOT NULL, "
-        "step_id INTEGER NOT NULL, channel TEXT NOT NULL, payload TEXT NOT NULL, "
-        "idempotency_key TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, "
-        "not_before REAL NOT NULL DEFAULT 0, delivered INTEGER NOT NULL DEFAULT 0)",
+        (
+            "CREATE TABLE committed (key TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL, "
+            "value TEXT NOT NULL) WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE txs (tx_id TEXT NOT NULL PRIMARY KEY, record TEXT NOT NULL, "
+            "owner TEXT, serializable INTEGER NOT NULL) WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE log (tx_id TEXT NOT NULL, seq INTEGER NOT NULL, kind INTEGER NOT NULL, "
+            "step INTEGER, num INTEGER, name TEXT, body TEXT, extra TEXT, "
+            "PRIMARY KEY (tx_id, seq)) WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE undos (tx_id TEXT NOT NULL, step_id INTEGER NOT NULL, "
+            "seq INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY (tx_id, step_id, seq)) "
+            "WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, tx_id TEXT NOT NULL, "
+            "step_id INTEGER NOT NULL, channel TEXT NOT NULL, payload TEXT NOT NULL, "
+            "idempotency_key TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
+            "last_error TEXT, not_before REAL NOT NULL DEFAULT 0, "
+            "delivered INTEGER NOT NULL DEFAULT 0)"
+        ),
         "CREATE INDEX outbox_pending ON outbox (id) WHERE delivered = 0",
     ),
 )
@@ -118,7 +131,10 @@ _EFFECT: Final = 5
 _PROGRESS: Final = 6
 _READ: Final = 7
 
-_INSERT_LOG: Final = "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_LOG: Final = (
+    "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
 _SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
 _DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
@@ -130,10 +146,8 @@ _SELECT_OUTBOX: Final = (
     "SELECT id, tx_id, step_id, channel, payload, idempotency_key, attempts, last_error, "
     "not_before FROM outbox WHERE delivered = 0"
 )
-_SELECT_PENDING: Final = f"{_SELECT_OUTBOX} AND not_before <= ? ORDER BY id LIMIT ?"
-_SELECT_PENDING_OF: Final = (
-    f"{_SELECT_OUTBOX} AND tx_id = ? AND not_before <= ? ORDER BY id LIMIT ?"
-)
+_SELECT_PENDING: Final = f"{_SELECT_OUTBOX} ORDER BY id LIMIT ?"
+_SELECT_PENDING_OF: Final = f"{_SELECT_OUTBOX} AND tx_id = ? ORDER BY id LIMIT ?"
 
 #: An overlay entry: (base version, value), the value `None` for a tombstone.
 _Entry: TypeAlias = tuple[int, "str | None"]
@@ -269,7 +283,9 @@ class SQLiteStore:
     buffered, and reach the file in the next durable write (`record_step`, `record_progress`,
     `record_undo`, `forget_undo`, `record_transaction`, `restore`, `flush`, `commit`, `load`),
     together with the snapshots taken and the reads recorded since the last one. Each durable
-    write is one SQLite transaction (`BEGIN IMMEDIATE`).
+    write is one SQLite transaction: `BEGIN IMMEDIATE` ... `COMMIT`, or, for the frequent small
+    ones (a step's record, say), one statement with the owner check built in, which SQLite runs
+    as a transaction of its own.
 
     **After a crash** (or a `close()` without `flush`), `load` rebuilds a transaction exactly as
     it was at its last durable write: the writes and snapshots made after it are lost, so
@@ -502,19 +518,9 @@ class SQLiteStore:
         with self._lock:
             tx = self._open(tx_id)
             overlay = tx.overlay
-            cur = self._begin_write(f"commit transaction `{tx_id}`")
-            try:
+            with self._writing(f"commit transaction `{tx_id}`") as cur:
                 self._fence(tx_id)
-                if overlay:
-                    current = self._versions(list(overlay))
-                    conflicts = [k for k, (b, _) in overlay.items() if current.get(k, 0) != b]
-                    if conflicts:
-                        raise WriteConflict(key=min(conflicts))
-                if tx.reads:
-                    current = self._versions(list(tx.reads))
-                    stale = [k for k, v in tx.reads.items() if current.get(k, 0) != v]
-                    if stale:
-                        raise ReadConflict(key=min(stale))
+                self._validate(tx)
                 version = cur.execute("SELECT commit_version FROM meta").fetchall()[0][0] + 1
                 cur.execute("UPDATE meta SET commit_version = ?", (version,))
                 cur.executemany(
@@ -532,12 +538,24 @@ class SQLiteStore:
                         [(tx_id, *effect) for effect in tx.effects],
                     )
                 self._delete_rows(tx_id, keep_record=False)
-            except BaseException as exc:
-                self._abort(exc, f"commit transaction `{tx_id}`")
-                raise
-            self._end_write(f"commit transaction `{tx_id}`")
             del self._txs[tx_id]
         return len(overlay)
+
+    def _validate(self, tx: _Tx) -> None:
+        """Inside the commit's write transaction: raise `WriteConflict` for the smallest key
+        committed since the transaction first wrote it, then `ReadConflict` likewise for the
+        keys a serializable transaction read."""
+        overlay = tx.overlay
+        if overlay:
+            current = self._versions(list(overlay))
+            conflicts = [k for k, (base, _) in overlay.items() if current.get(k, 0) != base]
+            if conflicts:
+                raise WriteConflict(key=min(conflicts))
+        if tx.reads:
+            current = self._versions(list(tx.reads))
+            stale = [k for k, read in tx.reads.items() if current.get(k, 0) != read]
+            if stale:
+                raise ReadConflict(key=min(stale))
 
     def discard(self, tx_id: str) -> None:
         """End the transaction and delete all its rows, whichever store holds it; a no-op if
@@ -557,13 +575,8 @@ class SQLiteStore:
         doing = f"discard transaction `{tx_id}`"
         with self._lock:
             self._check_not_closed()
-            self._begin_write(doing)
-            try:
+            with self._writing(doing):
                 self._delete_rows(tx_id, keep_record=keep_record)
-            except BaseException as exc:
-                self._abort(exc, doing)
-                raise
-            self._end_write(doing)
             self._txs.pop(tx_id, None)
 
     def is_open(self, tx_id: str) -> bool:
@@ -655,8 +668,7 @@ class SQLiteStore:
             rows = tx.pending(tx_id, upto)
             rows.append((tx_id, tx.next_seq + len(rows), _RESTORE, step, None, None, None, None))
             doing = f"restore snapshot {step} of transaction `{tx_id}`"
-            cur = self._begin_write(doing)
-            try:
+            with self._writing(doing) as cur:
                 self._fence(tx_id)
                 if position < tx.flushed:
                     cur.execute(
@@ -664,10 +676,6 @@ class SQLiteStore:
                         (tx_id, tx.seq_at(position), _WRITE),
                     )
                 cur.executemany(_INSERT_LOG, rows)
-            except BaseException as exc:
-                self._abort(exc, doing)
-                raise
-            self._end_write(doing)
             tx.persisted(len(rows), upto)
             if position < tx.flushed:
                 tx.flushed = position
@@ -699,7 +707,8 @@ class SQLiteStore:
         """Replace the transaction's record (JSON text), durably, with the buffered writes."""
         check_value(record)
         statement = ("UPDATE txs SET record = ? WHERE tx_id = ?", (record, tx_id))
-        self._durable_write(tx_id, "record transaction", statement)
+        fenced = (f"{statement[0]} AND owner = ?", (record, tx_id, self._owner))
+        self._durable_write(tx_id, "record transaction", statement, fenced=fenced)
 
     def record_step(
         self,
@@ -734,7 +743,7 @@ class SQLiteStore:
             for effect in checked:
                 seq += 1
                 rows.append((tx_id, seq, _EFFECT, effect[0], None, *effect[1:]))
-            self._write_rows(tx_id, tx, rows, upto, "record a step")
+            self._write_rows(tx_id, tx, rows, upto, doing="record a step")
             tx.new_progress(None)
             tx.effects += checked
 
@@ -751,7 +760,14 @@ class SQLiteStore:
             "INSERT OR REPLACE INTO undos (tx_id, step_id, seq, record) VALUES (?, ?, ?, ?)",
             (tx_id, step_id, seq, record),
         )
-        self._durable_write(tx_id, "record an undo", statement)
+        fenced = (
+            (
+                "INSERT OR REPLACE INTO undos (tx_id, step_id, seq, record) SELECT ?, ?, ?, ? "
+                "WHERE EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
+            ),
+            (*statement[1], tx_id, self._owner),
+        )
+        self._durable_write(tx_id, "record an undo", statement, fenced=fenced)
 
     def forget_undo(self, tx_id: str, step_id: int, seq: int) -> None:
         """Delete an undo record, with the buffered writes; idempotent."""
@@ -777,16 +793,29 @@ class SQLiteStore:
         doing: str,
         statement: tuple[str, tuple[object, ...]] | None,
         progress: str | None = None,
+        *,
+        fenced: tuple[str, tuple[object, ...]] | None = None,
     ) -> None:
-        """One durable write: the pending events, then a `PROGRESS` event and `statement`."""
+        """One durable write: the pending events, then a `PROGRESS` event and `statement`.
+
+        With nothing pending, `fenced` (if given) runs alone instead: `statement` with the
+        owner check built in, changing one row if and only if this store owns the transaction.
+        """
         with self._lock:
             tx = self._open(tx_id)
             upto = len(tx.journal)
             rows = tx.pending(tx_id, upto)
+            if fenced is not None and not rows and len(tx.stale_progress) < _STALE_PROGRESS:
+                try:
+                    if self._cur.execute(*fenced).rowcount != 1:
+                        self._fence(tx_id)  # raises: the transaction is not this store's
+                except sqlite3.Error as exc:
+                    raise self._failure(f"{doing} for transaction `{tx_id}`", exc) from exc
+                return
             seq = tx.next_seq + len(rows)
             if progress is not None:
                 rows.append((tx_id, seq, _PROGRESS, None, None, None, progress, None))
-            self._write_rows(tx_id, tx, rows, upto, doing, statement)
+            self._write_rows(tx_id, tx, rows, upto, doing=doing, statement=statement)
             if progress is not None:
                 tx.new_progress(seq)
 
@@ -796,6 +825,7 @@ class SQLiteStore:
         tx: _Tx,
         rows: list[_Row],
         upto: int,
+        *,
         doing: str,
         statement: tuple[str, tuple[object, ...]] | None = None,
     ) -> None:
@@ -811,8 +841,7 @@ class SQLiteStore:
             self._insert_fenced(tx_id, rows, doing)
         else:
             doing = f"{doing} for transaction `{tx_id}`"
-            cur = self._begin_write(doing)
-            try:
+            with self._writing(doing) as cur:
                 self._fence(tx_id)
                 if rows:
                     cur.executemany(_INSERT_LOG, rows)
@@ -820,10 +849,6 @@ class SQLiteStore:
                     cur.executemany(_DELETE_LOG_ROW, [(tx_id, seq) for seq in stale])
                 if statement is not None:
                     cur.execute(*statement)
-            except BaseException as exc:
-                self._abort(exc, doing)
-                raise
-            self._end_write(doing)
             if stale is not None:
                 tx.stale_progress = []
         tx.persisted(len(rows), upto)
@@ -839,9 +864,9 @@ class SQLiteStore:
         sql = self._multi_sql.get(count)
         if sql is None:
             values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count)
-            sql = self._multi_sql[count] = (
-                "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "
-                f"SELECT * FROM (VALUES {values}) "  # noqa: S608 - placeholders only
+            sql = self._multi_sql[count] = (  # placeholders only:
+                "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "  # noqa: S608
+                f"SELECT * FROM (VALUES {values}) "
                 "WHERE EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
             )
         parameters = [value for row in rows for value in row]
@@ -897,14 +922,8 @@ class SQLiteStore:
         with self._lock:
             self._check_not_closed()
             held = self._txs.get(tx_id)
-            cur = self._begin_write(doing)
-            try:
-                found = cur.execute(
-                    "SELECT record, owner, serializable FROM txs WHERE tx_id = ?", (tx_id,)
-                ).fetchall()
-                if not found:
-                    raise TransactionNotFound(tx_id=tx_id)
-                record, owner, serializable = found[0]
+            with self._writing(doing) as cur:
+                record, owner, serializable = self._tx_row(tx_id)
                 if held is not None and owner == self._owner:
                     cur.executemany(_INSERT_LOG, held.pending(tx_id, len(held.journal)))
                 events = cur.execute(
@@ -918,10 +937,6 @@ class SQLiteStore:
                 ).fetchall()
                 tx, steps, progress = self._replay(tx_id, events, serializable=bool(serializable))
                 cur.execute("UPDATE txs SET owner = ? WHERE tx_id = ?", (self._owner, tx_id))
-            except BaseException as exc:
-                self._abort(exc, doing)
-                raise
-            self._end_write(doing)
             self._txs[tx_id] = tx
         return TxImage(
             tx_id=tx_id,
@@ -931,7 +946,18 @@ class SQLiteStore:
             undos=tuple(UndoRow(*row) for row in undos),
             effects=tuple(tx.effects),
             owner=owner,
+            snapshots=tuple(sorted(tx.snapshots)),
         )
+
+    def _tx_row(self, tx_id: str) -> tuple[str, str | None, int]:
+        """The transaction's `txs` row: record, owner, serializable. `TransactionNotFound`."""
+        rows = self._cur.execute(
+            "SELECT record, owner, serializable FROM txs WHERE tx_id = ?", (tx_id,)
+        ).fetchall()
+        if not rows:
+            raise TransactionNotFound(tx_id=tx_id)
+        record, owner, serializable = rows[0]
+        return record, owner, serializable
 
     def _replay(
         self,
@@ -983,8 +1009,8 @@ class SQLiteStore:
     def pending_effects(
         self, limit: int = 100, *, tx_id: str | None = None
     ) -> tuple[OutboxEntry, ...]:
-        """Up to `limit` undelivered entries (of transaction `tx_id` only, if given) whose
-        `not_before` has passed, in commit then staging order (`DurableStore.pending_effects`)."""
+        """Up to `limit` undelivered entries (of transaction `tx_id` only, if given), in commit
+        then staging order, those waiting for their `not_before` included."""
         _check_int(limit, "limit", _MAX_INT64, minimum=1)
         if tx_id is not None:
             check_tx_id(tx_id)
@@ -993,7 +1019,7 @@ class SQLiteStore:
             try:
                 rows = self._cur.execute(
                     _SELECT_PENDING if tx_id is None else _SELECT_PENDING_OF,
-                    (time.time(), limit) if tx_id is None else (tx_id, time.time(), limit),
+                    (limit,) if tx_id is None else (tx_id, limit),
                 ).fetchall()
             except sqlite3.Error as exc:
                 raise self._failure("read the outbox", exc) from exc
@@ -1026,18 +1052,13 @@ class SQLiteStore:
         doing = f"update outbox entry {entry_id}"
         with self._lock:
             self._check_not_closed()
-            cur = self._begin_write(doing)
-            try:
-                cur.execute(sql, (*values, entry_id))
-                if (
-                    cur.rowcount == 0
-                    and not cur.execute("SELECT 1 FROM outbox WHERE id = ?", (entry_id,)).fetchall()
-                ):
-                    raise InvalidArgument(f"there is no outbox entry {entry_id}")
-            except BaseException as exc:
-                self._abort(exc, doing)
-                raise
-            self._end_write(doing)
+            with self._writing(doing) as cur:
+                if cur.execute(sql, (*values, entry_id)).rowcount == 0:
+                    self._check_entry(entry_id)
+
+    def _check_entry(self, entry_id: int) -> None:
+        if not self._cur.execute("SELECT 1 FROM outbox WHERE id = ?", (entry_id,)).fetchall():
+            raise InvalidArgument(f"there is no outbox entry {entry_id}")
 
     # ------------------------------------------------------------ helpers
 
@@ -1105,33 +1126,34 @@ class SQLiteStore:
             execute("DELETE FROM undos WHERE tx_id = ?", (tx_id,))
             execute("DELETE FROM txs WHERE tx_id = ?", (tx_id,))
 
-    def _begin_write(self, doing: str) -> sqlite3.Cursor:
-        """Start a write transaction (`BEGIN IMMEDIATE`, waiting up to the busy timeout)."""
+    @contextlib.contextmanager
+    def _writing(self, doing: str) -> Iterator[sqlite3.Cursor]:
+        """Run the block in one write transaction: `BEGIN IMMEDIATE` (waiting up to the busy
+        timeout), then `COMMIT`; if the block raises, `ROLLBACK` and re-raise, a
+        `sqlite3.Error` as `StorageError`. The caller holds the lock."""
+        cur = self._cur
         try:
-            return self._cur.execute("BEGIN IMMEDIATE")
+            cur.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise self._failure(doing, exc) from exc
-
-    def _end_write(self, doing: str) -> None:
-        """Commit the write transaction; on failure roll it back and raise `StorageError`."""
         try:
-            self._cur.execute("COMMIT")
+            yield cur
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise self._failure(doing, exc) from exc
+        except BaseException:
+            self._rollback()
+            raise
+        try:
+            cur.execute("COMMIT")
         except sqlite3.Error as exc:  # pragma: no cover - SQLite fails a COMMIT only on I/O errors
             self._rollback()
             raise self._failure(doing, exc) from exc
 
-    def _abort(self, exc: BaseException, doing: str) -> None:
-        """Roll the write transaction back; turn a `sqlite3.Error` into `StorageError`."""
-        self._rollback()
-        if isinstance(exc, sqlite3.Error):
-            raise self._failure(doing, exc) from exc
-
     def _rollback(self) -> None:
         if self._conn.in_transaction:
-            try:
+            with contextlib.suppress(sqlite3.Error):  # if so, SQLite has rolled back by itself
                 self._cur.execute("ROLLBACK")
-            except sqlite3.Error:  # pragma: no cover - SQLite has rolled back by itself
-                pass
 
     def _failure(self, doing: str, exc: sqlite3.Error) -> StorageError:
         if _is_busy(exc):
