@@ -56,7 +56,12 @@ def recover(
             if owner_alive(store.owner(tx_id)):
                 skipped.append(tx_id)
                 continue
-            restored = read_image(store.load(tx_id))
+            image = store.load(tx_id)
+            if image.record == "null":  # died between begin and its record: nothing durable
+                store.discard(tx_id)
+                taken += 1
+                continue
+            restored = read_image(image)
         except AgentTxError as exc:
             failures.append(f"{tx_id}: {exc}")
             continue

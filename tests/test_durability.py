@@ -307,3 +307,17 @@ def test_recovery_leaves_a_live_process_alone(tmp_path):
         release.set()
         child.join(60)
     assert engine.recover().transactions == 1  # now it is dead: recovered
+
+
+def test_a_transaction_that_died_before_its_record_is_discarded(tmp_path):
+    """A crash between `begin` and the transaction's record leaves nothing to undo: discarded.
+
+    Found by the crash campaign: such a transaction used to be reported unreadable forever.
+    """
+    store = SQLiteStore(tmp_path / "db")
+    store.begin("t-1")  # the row exists, the record does not yet
+    store.close()
+    engine = Engine(store=SQLiteStore(tmp_path / "db"), config=FAST)
+    report = engine.recover()
+    assert (report.transactions, report.failures) == (1, ())
+    assert engine.store.open_transactions() == ()  # type: ignore[attr-defined]
