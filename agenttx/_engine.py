@@ -20,7 +20,8 @@ from ._results import DispatchReport, RecoveryReport
 from ._saga import deliver_outbox
 from ._tools import ToolRegistry
 from ._transaction import Transaction, check_isolation, is_positive_int, is_positive_number
-from .stores import DurableStore, MemoryStore, Store
+from .stores import MemoryStore, Store
+from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -209,7 +210,7 @@ class Engine:
         engine and of other live processes on this host are left alone. On a store that is
         not durable there is nothing to recover.
         """
-        if not isinstance(self._store, DurableStore):
+        if not is_durable(self._store):
             if mode not in ("abort", "resume"):
                 raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
             return RecoveryReport()
@@ -225,7 +226,7 @@ class Engine:
 
     def pending_effects(self, limit: int = 1000) -> tuple[OutboxEntry, ...]:
         """Committed effects not yet delivered, oldest first (empty unless the store is durable)."""
-        if not isinstance(self._store, DurableStore):
+        if not is_durable(self._store):
             return ()
         return self._store.pending_effects(limit)
 
@@ -238,7 +239,7 @@ class Engine:
         """
         if self._dispatcher is None:
             raise InvalidArgument("dispatch_pending needs an engine with a dispatcher")
-        if not isinstance(self._store, DurableStore):
+        if not is_durable(self._store):
             return DispatchReport()
         delivered, errors = deliver_outbox(self._store, self._dispatcher, limit=limit)
         return DispatchReport(delivered=delivered, errors=errors)

@@ -76,6 +76,7 @@ from ._tools import (
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from ._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
 from .stores import DurableStore, MemoryStore, Store
+from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -219,7 +220,7 @@ class Transaction:
             id=tx_id,
         )
         self._controller = RollbackController(self._policy)
-        if isinstance(store, DurableStore):
+        if is_durable(store):
             self._start_log(store, isolation)
 
     def _start_log(self, store: DurableStore, isolation: str) -> None:

@@ -9,14 +9,14 @@ it is delivered. The store treats every record as opaque JSON text, except the o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeGuard, runtime_checkable
 
 from ._protocol import Store
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["DurableStore", "EffectRow", "OutboxEntry", "TxImage", "UndoRow"]
+__all__ = ["DurableStore", "EffectRow", "OutboxEntry", "TxImage", "UndoRow", "is_durable"]
 
 
 class EffectRow(NamedTuple):
@@ -202,3 +202,19 @@ class DurableStore(Store, Protocol):
         no such entry.
         """
         ...
+
+
+_DURABLE_TYPES: dict[type, bool] = {}
+
+
+def is_durable(store: Store) -> TypeGuard[DurableStore]:
+    """`isinstance(store, DurableStore)`, remembered per store class.
+
+    A protocol `isinstance` check looks up every method (about 20 us); transactions ask it at
+    every `begin`. The answer depends only on the class, whose methods are what count.
+    """
+    kind = type(store)
+    durable = _DURABLE_TYPES.get(kind)
+    if durable is None:
+        durable = _DURABLE_TYPES[kind] = isinstance(store, DurableStore)
+    return durable
