@@ -62,6 +62,7 @@ from ._results import ContextEntry as ContextEntry
 from ._results import DispatchReport as DispatchReport
 from ._results import RecoveryReport as RecoveryReport
 from ._results import RollbackResult as RollbackResult
+from ._results import StepAttempt as StepAttempt
 from ._results import StepRecord as StepRecord
 from ._results import StepResult as StepResult
 from ._results import StepStatus as StepStatus
@@ -120,6 +121,7 @@ __all__ = [
     "RollbackStrategy",
     "StagedEffect",
     "StateView",
+    "StepAttempt",
     "StepNode",
     "StepOutOfOrder",
     "StepRecord",

@@ -36,9 +36,18 @@ from ._json import JSONScalar, JSONValue, ValueTag, check_json, scalar_leaves, v
 from ._refs import Dependency
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
-__all__ = ["DependencyGraph", "Edge", "EdgeKind", "StepNode"]
+__all__ = [
+    "STATUS_COLOURS",
+    "DependencyGraph",
+    "DrawnEdge",
+    "DrawnNode",
+    "Edge",
+    "EdgeKind",
+    "StepNode",
+    "render_graph",
+]
 
 Leaf: TypeAlias = tuple[str, JSONScalar]
 # (producer step, position of the leaf in the producer's output, the output key as written)
@@ -436,30 +445,11 @@ class DependencyGraph:
 
     def to_dot(self) -> str:
         """The graph in Graphviz DOT; implicit edges are dashed. Deterministic."""
-        lines = ["digraph agenttx {", "  rankdir=LR;", "  node [shape=box];"]
-        lines.extend(
-            f"  s{node.step_id} [label={_dot_quote(f'{node.step_id}: {node.tool_name}')}];"
-            for node in self.nodes()
-        )
-        for edge in self.edges():
-            style = ", style=dashed" if edge.kind is EdgeKind.IMPLICIT else ""
-            label = _dot_quote(_edge_label(edge))
-            lines.append(f"  s{edge.source} -> s{edge.target} [label={label}{style}];")
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return render_graph(*self._drawing(), "dot")
 
     def to_mermaid(self) -> str:
         """The graph as a Mermaid flowchart; implicit edges are dotted. Deterministic."""
-        lines = ["flowchart LR"]
-        lines.extend(
-            f"  s{node.step_id}[{_mermaid_quote(f'{node.step_id}: {node.tool_name}')}]"
-            for node in self.nodes()
-        )
-        for edge in self.edges():
-            arrow = "-.->" if edge.kind is EdgeKind.IMPLICIT else "-->"
-            label = _mermaid_quote(_edge_label(edge))
-            lines.append(f"  s{edge.source} {arrow}|{label}| s{edge.target}")
-        return "\n".join(lines) + "\n"
+        return render_graph(*self._drawing(), "mermaid")
 
     def to_json(self) -> str:
         """The graph as indented JSON with sorted keys: `{"nodes": [...], "edges": [...]}`."""
@@ -477,6 +467,92 @@ class DependencyGraph:
             ],
         }
         return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def _drawing(self) -> tuple[list[DrawnNode], list[DrawnEdge]]:
+        nodes = [
+            DrawnNode(f"s{node.step_id}", f"{node.step_id}: {node.tool_name}")
+            for node in self.nodes()
+        ]
+        edges = [
+            DrawnEdge(
+                f"s{edge.source}",
+                f"s{edge.target}",
+                _edge_label(edge),
+                dashed=edge.kind is EdgeKind.IMPLICIT,
+            )
+            for edge in self.edges()
+        ]
+        return nodes, edges
+
+
+class DrawnNode(NamedTuple):
+    """A node to draw: its id, its label and, if it is not a plain live step, its status."""
+
+    node_id: str
+    label: str
+    status: str | None = None
+
+
+class DrawnEdge(NamedTuple):
+    """An edge to draw between two node ids; dashed for an implicit (value-matched) edge."""
+
+    source: str
+    target: str
+    label: str
+    dashed: bool = False
+
+
+#: Fill colours of the statuses a transaction marks its steps with.
+STATUS_COLOURS: Final = {
+    "failed": "#f8d7da",
+    "rewound": "#e2e3e5",
+    "compensated": "#fff3cd",
+}
+
+
+def render_graph(nodes: Sequence[DrawnNode], edges: Sequence[DrawnEdge], fmt: str) -> str:
+    """Draw nodes and edges as DOT or Mermaid, in the order given (callers sort them).
+
+    A node with a status gets it in its label and a fill colour (a Mermaid class).
+    """
+    if fmt == "dot":
+        lines = ["digraph agenttx {", "  rankdir=LR;", "  node [shape=box];"]
+        for node in nodes:
+            if node.status is None:
+                lines.append(f"  {node.node_id} [label={_dot_quote(node.label)}];")
+            else:
+                colour = STATUS_COLOURS.get(node.status, "#ffffff")
+                label = _dot_quote(f"{node.label} ({node.status})")
+                lines.append(
+                    f'  {node.node_id} [label={label}, style=filled, fillcolor="{colour}"];'
+                )
+        for edge in edges:
+            style = ", style=dashed" if edge.dashed else ""
+            lines.append(
+                f"  {edge.source} -> {edge.target} [label={_dot_quote(edge.label)}{style}];"
+            )
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+    if fmt == "mermaid":
+        lines = ["flowchart LR"]
+        statuses: list[str] = []
+        for node in nodes:
+            if node.status is None:
+                lines.append(f"  {node.node_id}[{_mermaid_quote(node.label)}]")
+            else:
+                label = _mermaid_quote(f"{node.label} ({node.status})")
+                lines.append(f"  {node.node_id}[{label}]:::{node.status}")
+                if node.status not in statuses:
+                    statuses.append(node.status)
+        for edge in edges:
+            arrow = "-.->" if edge.dashed else "-->"
+            lines.append(f"  {edge.source} {arrow}|{_mermaid_quote(edge.label)}| {edge.target}")
+        lines.extend(
+            f"  classDef {status} fill:{STATUS_COLOURS.get(status, '#ffffff')}"
+            for status in statuses
+        )
+        return "\n".join(lines) + "\n"
+    raise InvalidArgument(f"format must be 'dot' or 'mermaid' here, got {fmt!r}")
 
 
 def _check_step_id(step_id: object) -> None:

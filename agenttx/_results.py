@@ -25,6 +25,7 @@ __all__ = [
     "DispatchReport",
     "RecoveryReport",
     "RollbackResult",
+    "StepAttempt",
     "StepRecord",
     "StepResult",
     "StepStatus",
@@ -195,3 +196,14 @@ class DispatchReport:
 
     delivered: int = 0
     errors: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepAttempt:
+    """One execution of a step and what became of it: "live", "failed", "rewound" or
+    "compensated" (see `Transaction.history`)."""
+
+    step_id: int
+    tool_name: str
+    status: str

@@ -37,7 +37,7 @@ from ._errors import (
     ToolError,
     WriteConflict,
 )
-from ._graph import DependencyGraph
+from ._graph import DependencyGraph, DrawnNode, render_graph
 from ._hints import CleanHint, add_constraint, clean_error
 from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound, json_kind
 from ._lineage_sources import lineage_from_steps
@@ -48,6 +48,7 @@ from ._results import (
     CommitResult,
     ContextEntry,
     RollbackResult,
+    StepAttempt,
     StepRecord,
     StepResult,
     StepStatus,
@@ -118,6 +119,18 @@ def _closed(
     return context._close()  # noqa: SLF001  (the transaction owns the context)
 
 
+class _Attempt:
+    """One execution of a step, as the history keeps it; `status` changes on a rewind."""
+
+    __slots__ = ("had_undos", "status", "step_id", "tool_name")
+
+    def __init__(self, step_id: int, tool_name: str, status: str, *, had_undos: bool) -> None:
+        self.step_id = step_id
+        self.tool_name = tool_name
+        self.status = status
+        self.had_undos = had_undos
+
+
 class _Outcome(NamedTuple):
     output: JSONValue = None
     error: str | None = None
@@ -173,6 +186,9 @@ class Transaction:
         init=False, default=None
     )
     _rewinds: int = attrs.field(init=False, default=0)
+    # Every step executed, in order: live, failed, rewound or compensated (see `history`).
+    _history: list[_Attempt] = attrs.field(init=False, factory=list)
+    _live: dict[int, _Attempt] = attrs.field(init=False, factory=dict)
     # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.
     _log: TxLog | None = attrs.field(init=False, default=None)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
@@ -380,6 +396,38 @@ class Transaction:
             max_depth=max_depth,
             evidence=evidence,
         )
+
+    @property
+    def history(self) -> tuple[StepAttempt, ...]:
+        """Every step executed, in order, with what became of it.
+
+        `status` is "live" (succeeded and kept), "failed", "rewound" (undone by a rewind or an
+        abort) or "compensated" (undone, with undo records run). A step sent again appears
+        once per attempt.
+        """
+        with self._lock:
+            return tuple(
+                StepAttempt(step_id=a.step_id, tool_name=a.tool_name, status=a.status)
+                for a in self._history
+            )
+
+    def export_graph(self, format: Literal["dot", "mermaid", "json"] = "dot") -> str:  # noqa: A002
+        """The dependency graph with the history of the steps: deterministic DOT, Mermaid or JSON.
+
+        Live steps are the graph's nodes (`s{step}`), linked by their edges; every attempt that
+        failed or was undone is an extra node (`a{n}`, `n` its place in `history`), marked
+        "failed", "rewound" or "compensated".
+        """
+        with self._lock:
+            graph = self._synced_graph()
+            attempts = [(n, a) for n, a in enumerate(self._history) if a.status != "live"]
+            if format == "json":
+                return _graph_json(graph, attempts)
+            nodes, edges = graph._drawing()  # noqa: SLF001  (same layer, one drawing)
+        nodes.extend(
+            DrawnNode(f"a{n}", f"{a.step_id}: {a.tool_name}", a.status) for n, a in attempts
+        )
+        return render_graph(nodes, edges, format)
 
     def find_root_cause(self, step_id: int, error_key: str) -> int | None:
         """The earliest step that produced the value `step_id` received as `error_key`."""
@@ -622,6 +670,7 @@ class Transaction:
         with contextlib.suppress(Exception):  # the original error is the one to report
             self._discard(TxStatus.FAILED)
         self._effects.clear()
+        self._drop_live(0)
         self._steps.clear()
         self._outputs.clear()
         self._graph.clear()
@@ -772,6 +821,9 @@ class Transaction:
                 raise
         self._steps[step_id] = step
         self._outputs[step_id] = output
+        attempt = _Attempt(step_id, call.tool.name, "live", had_undos=bool(outcome.undos))
+        self._history.append(attempt)
+        self._live[step_id] = attempt
         self._pending = None
         self._next_step = step_id + 1
         self._transition(TxStatus.ACTIVE)
@@ -804,6 +856,7 @@ class Transaction:
             pending_step, tool_name, inputs, dependencies = self._pending
             graph.add_step(pending_step, tool_name, inputs, dependencies, validate=False)
             self._pending = None
+            self._history.append(_Attempt(step_id, tool_name, "failed", had_undos=False))
         decision = self._controller.decide(
             step_id, hint.key, graph.find_root_cause, transient=hint.category.transient
         )
@@ -886,10 +939,17 @@ class Transaction:
         for step in [s for s in self._steps if s >= target]:
             del self._steps[step]
             del self._outputs[step]
+        self._drop_live(target)
         self._graph.truncate_from(max(target, 1))
         self._graph_upto = min(self._graph_upto, max(target, 1) - 1)
         self._pending = None
         self._next_step = max(target, 1)
+
+    def _drop_live(self, target: int) -> None:
+        """Mark the live steps >= `target` as undone in the history."""
+        for step in [s for s in self._live if s >= target]:
+            attempt = self._live.pop(step)
+            attempt.status = "compensated" if attempt.had_undos else "rewound"
 
     def _log_progress(self) -> None:
         if self._log is not None:
@@ -914,6 +974,7 @@ class Transaction:
         self._rewinds += 1
         self._effects.clear()
         self._discard(final)
+        self._drop_live(0)
         self._steps.clear()
         self._outputs.clear()
         self._graph.clear()
@@ -1036,6 +1097,17 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+
+def _graph_json(graph: DependencyGraph, attempts: list[tuple[int, _Attempt]]) -> str:
+    document = json.loads(graph.to_json())
+    for node in document["nodes"]:
+        node["id"], node["status"] = f"s{node['step']}", "live"
+    document["nodes"].extend(
+        {"id": f"a{n}", "step": a.step_id, "tool": a.tool_name, "status": a.status}
+        for n, a in attempts
+    )
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def _over_limit(text: str) -> bool:

@@ -61,6 +61,7 @@ EXPECTED = {
         "StagedEffect",
         "StateView",
         "StepNode",
+        "StepAttempt",
         "StepOutOfOrder",
         "StepRecord",
         "StepResult",
