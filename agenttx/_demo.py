@@ -70,15 +70,20 @@ def _show(out: Callable[[str], object], step: int, call: Call, result: StepResul
     )
 
 
-def run(out: Callable[[str], object] = print) -> Transaction:
-    """Print the order workflow step by step and return its committed transaction."""
+def run(out: Callable[[str], object] = print, *, directory: str | None = None) -> Transaction:
+    """Print the order workflow step by step and return its committed transaction.
+
+    The database, the sandboxed files and `graph.mmd` go in `directory` (default: a new
+    temporary directory).
+    """
     sent: list[JSONValue] = []
 
     def send_email(effect: StagedEffect) -> None:
         sent.append(effect.payload)
         out(f"        email sent: {canonical_dumps(effect.payload)} key={effect.idempotency_key}")
 
-    root = tempfile.mkdtemp(prefix="agenttx-demo-")
+    root = directory or tempfile.mkdtemp(prefix="agenttx-demo-")
+    Path(root).mkdir(parents=True, exist_ok=True)
     database = Path(root, "agenttx.db")
     engine = Engine(
         tools=builtins.tools(root),
@@ -109,13 +114,18 @@ def run(out: Callable[[str], object] = print) -> Transaction:
         step = tx.next_step_id
         _show(out, step, plan[step], tx.execute_step(step, *plan[step]))
 
-    out("\ndependency graph:")
+    out("\ndependency graph (live steps, and the attempts that were undone):")
+    for attempt in tx.history:
+        if attempt.status != "live":
+            out(f"  step {attempt.step_id} {attempt.tool_name}: {attempt.status}")
     for edge in tx.graph.edges():
         out(
             f"  step {edge.source} -> step {edge.target}  {edge.source_key} -> {edge.target_key}"
             f"  ({edge.kind.value})"
         )
-    out(tx.graph.to_mermaid())
+    mermaid = Path(root, "graph.mmd")
+    mermaid.write_text(tx.export_graph("mermaid"), encoding="utf-8")
+    out(f"  (as Mermaid in {mermaid})\n")
 
     out("commit:")
     committed = tx.commit()

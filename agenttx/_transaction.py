@@ -74,7 +74,7 @@ from ._tools import (
     UndoRecord,
     derive_key,
 )
-from ._txlog import LiveStep, Progress, Restored, TxLog
+from ._txlog import LiveStep, Progress, Restored, TxLog, add_live_steps
 from ._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
 from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_durable
@@ -839,12 +839,7 @@ class Transaction:
 
     def _synced_graph(self) -> DependencyGraph:
         """The graph, with the live steps added since it was last needed."""
-        for step_id in range(self._graph_upto + 1, self._next_step):
-            record = self._steps[step_id]
-            self._graph.add_step(
-                step_id, record.tool_name, record.arguments, record.dependencies, validate=False
-            )
-            self._graph.record_output(step_id, record.output, validate=False)
+        add_live_steps(self._graph, self._steps, self._graph_upto + 1)
         self._graph_upto = max(self._graph_upto, self._next_step - 1)
         return self._graph
 

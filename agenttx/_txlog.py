@@ -23,8 +23,9 @@ from ._tools import StagedEffect, UndoRecord
 from .stores import DurableStore, EffectRow, UndoRow
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
+    from ._graph import DependencyGraph
     from .stores import TxImage
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Progress",
     "Restored",
     "TxLog",
+    "add_live_steps",
     "end_keeping_undos",
     "read_image",
 ]
@@ -175,6 +177,15 @@ def _progress_text(progress: Progress) -> str:
             "rewinds": progress.rewinds,
         }
     )
+
+
+def add_live_steps(graph: DependencyGraph, steps: Mapping[int, LiveStep], first: int) -> None:
+    """Add the live steps from `first` on (consecutive ids) to `graph`, with their outputs."""
+    step_id = first
+    while (step := steps.get(step_id)) is not None:
+        graph.add_step(step_id, step.tool_name, step.arguments, step.dependencies, validate=False)
+        graph.record_output(step_id, step.output, validate=False)
+        step_id += 1
 
 
 def read_image(image: TxImage) -> Restored:

@@ -13,14 +13,15 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-import agenttx.stores._sqlite as sqlite_module
+import agenttx.stores._sqlite_file as file_module
 from agenttx import (
     AgentTxError,
     InvalidArgument,
@@ -39,6 +40,7 @@ from agenttx.stores import (
     TxImage,
     UndoRow,
 )
+from agenttx.stores._sqlite_mirror import replay
 from agenttx.testing import check_store
 
 if TYPE_CHECKING:
@@ -271,7 +273,7 @@ class StoresAgree(RuleBasedStateMachine):
                 "ORDER BY seq",
                 (tx,),
             ).fetchall()
-            writes = {row[0]: row for row in rows if row[1] == sqlite_module._WRITE}
+            writes = {row[0]: row for row in rows if row[1] == file_module.WRITE}
             assert len(writes) == live.flushed, tx
             for position in range(live.flushed):
                 key, _, (base, value) = live.journal[position]
@@ -279,8 +281,8 @@ class StoresAgree(RuleBasedStateMachine):
                 assert (row[4], row[3], row[5]) == (key, base, value), (tx, position)
             pending = [row[1:] for row in live.pending(tx, len(live.journal))]
             serializable = live.reads is not None
-            replayed, steps, progress = self.sqlite._replay(
-                tx, rows + pending, serializable=serializable
+            replayed, steps, progress = replay(
+                tx, rows + pending, serializable=serializable, path=self.sqlite.path
             )
             model = self.durable[tx]
             assert (steps, progress) == (model.steps, model.progress), tx
@@ -737,6 +739,317 @@ def test_durable_calls_need_an_open_transaction(store: SQLiteStore) -> None:
             call()
 
 
+# ---------------------------------------------------------------- inspection
+
+
+def durable_fixture(path: str) -> str:
+    """Fill the file: committed keys, an outbox entry, and transaction `t` open with a record,
+    a step with an effect, an undo record, a snapshot and a write. Returns `t`'s owner."""
+    with SQLiteStore(path) as store:
+        committed(store, a="1", b="2")
+        store.begin("done")
+        store.record_step("done", 1, "{}", [EFFECT_1], "{}")
+        store.commit("done")
+        store.begin("t", serializable=True)
+        store.record_transaction("t", '{"name":"t"}')
+        store.put("t", "a", "10")
+        store.snapshot("t", 1)
+        store.record_step("t", 1, '{"step":1}', [EFFECT_2], '{"next":2}')
+        store.record_undo("t", UndoRow(1, 0, '"undo"'))
+        owner = store.owner("t")
+    assert owner is not None
+    return owner
+
+
+EXPECTED_T = TxImage(
+    tx_id="t",
+    record='{"name":"t"}',
+    progress='{"next":2}',
+    steps=((1, '{"step":1}'),),
+    undos=(UndoRow(1, 0, '"undo"'),),
+    effects=(EFFECT_2,),
+    owner=None,
+    snapshots=(0, 1),
+)
+
+
+def test_peek_is_load_without_the_takeover(path: str) -> None:
+    """peek returns the image load would; the owner, the file and the holder stay as they are."""
+    with SQLiteStore(path) as holder, SQLiteStore(path) as inspector:
+        holder.begin("t")
+        holder.record_transaction("t", '{"name":"t"}')
+        holder.put("t", "a", "10")
+        holder.snapshot("t", 1)
+        holder.record_step("t", 1, '{"step":1}', [EFFECT_2], '{"next":2}')
+        holder.record_undo("t", UndoRow(1, 0, '"undo"'))
+        owner = holder.owner("t")
+        changes = inspector._conn.total_changes
+        image = inspector.peek("t")
+        assert image == EXPECTED_T._replace(owner=owner)
+        assert inspector._conn.total_changes == changes
+        assert holder.owner("t") == owner
+        assert not inspector.is_open("t")
+        holder.record_progress("t", "{}")  # not fenced: the holder still owns it
+        assert holder.commit("t") == 1
+        with SQLiteStore(path) as other:
+            assert other.read_committed("a") == "10"
+
+
+def test_peek_matches_load_image(path: str) -> None:
+    """On the same file, peek and then load return equal images, both naming the holder."""
+    owner = durable_fixture(path)
+    with SQLiteStore(path) as store:
+        peeked = store.peek("t")
+        assert peeked == EXPECTED_T._replace(owner=owner)
+        assert store.load("t") == peeked
+        assert store.owner("t") == store._owner
+        assert store.peek("t") == peeked._replace(owner=store._owner)
+
+
+def test_peek_shows_a_held_transaction_at_its_last_durable_write(store: SQLiteStore) -> None:
+    """peek writes nothing: a held transaction's buffered writes and snapshots stay buffered."""
+    store.begin("t")
+    store.put("t", "a", "1")
+    store.snapshot("t", 1)
+    changes = store._conn.total_changes
+    assert store.peek("t").snapshots == (0,)
+    assert store._conn.total_changes == changes
+    store.flush("t")
+    assert store._conn.total_changes > changes
+    assert store.peek("t").snapshots == (0, 1)
+    assert store.get("t", "a") == "1"
+
+
+def test_peek_raises_for_unknown_ids_and_sqlite_failures(store: SQLiteStore, path: str) -> None:
+    """peek: TransactionNotFound, InvalidArgument for a malformed id, StorageError on failure."""
+    with pytest.raises(TransactionNotFound) as caught:
+        store.peek("ghost")
+    assert caught.value.tx_id == "ghost"
+    with pytest.raises(InvalidArgument):
+        store.peek("bad id")
+    store.begin("t")
+    with raw(path) as connection:
+        connection.execute("DROP TABLE undos")
+    with pytest.raises(StorageError, match="could not peek at transaction `t`") as failed:
+        store.peek("t")
+    assert isinstance(failed.value.__cause__, sqlite3.OperationalError)
+    assert not store._conn.in_transaction
+    store.record_progress("t", "{}")  # the failed read left no transaction behind
+
+
+def test_committed_keys_lists_a_prefix_in_key_order(store: SQLiteStore) -> None:
+    """committed_keys returns (key, version, value) rows with the prefix, sorted, up to limit."""
+    committed(store, a="1", ab="2", b="3")
+    store.begin("more")
+    for key in ("ab/\U0001d11e", "abc", "ab\x00", "é", "a", "zz"):
+        store.put("more", key, f'"{len(key)}"')
+    store.delete("more", "b")
+    store.commit("more")
+    everything = store.committed_keys()
+    assert [key for key, _, _ in everything] == sorted(
+        ["a", "ab", "ab/\U0001d11e", "abc", "ab\x00", "é", "zz"]
+    )
+    assert store.committed_keys("ab") == (
+        ("ab", 1, "2"),
+        ("ab\x00", 2, '"3"'),
+        ("ab/\U0001d11e", 2, '"4"'),
+        ("abc", 2, '"3"'),
+    )
+    assert store.committed_keys("a", limit=2) == (("a", 2, '"1"'), ("ab", 1, "2"))
+    assert store.committed_keys("abc") == (("abc", 2, '"3"'),)
+    assert store.committed_keys("b") == ()
+    assert store.committed_keys("é") == (("é", 2, '"1"'),)
+    assert store.committed_keys("zzz") == ()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    keys=st.sets(
+        st.text(st.sampled_from("ab\x00é\U0001d11e"), min_size=1, max_size=4), max_size=12
+    ),
+    prefix=st.text(st.sampled_from("ab\x00é\U0001d11e"), max_size=3),
+    limit=st.integers(1, 15),
+)
+def test_committed_keys_agrees_with_python(keys: set[str], prefix: str, limit: int) -> None:
+    """committed_keys(prefix, limit) is the first `limit` of the sorted keys with the prefix."""
+    with tempfile.TemporaryDirectory() as directory, SQLiteStore(f"{directory}/s.db") as store:
+        if keys:
+            committed(store, **{key: f'"{key}"' for key in keys})
+        expected = [(k, 1, f'"{k}"') for k in sorted(keys) if k.startswith(prefix)][:limit]
+        assert store.committed_keys(prefix, limit) == tuple(expected)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"limit": 0}, "limit must be an integer"),
+        ({"limit": True}, "limit must be an integer"),
+        ({"prefix": 5}, "state keys must be text"),
+        ({"prefix": "\ud800"}, "lone surrogate"),
+        ({"prefix": "x" * 1025}, "1-1024 bytes"),
+    ],
+)
+def test_committed_keys_checks_its_arguments(
+    store: SQLiteStore, arguments: dict[str, Any], message: str
+) -> None:
+    """A bad prefix or limit raises InvalidArgument."""
+    with pytest.raises(InvalidArgument, match=message):
+        store.committed_keys(**arguments)
+
+
+def test_committed_keys_failures_are_storage_errors(store: SQLiteStore, path: str) -> None:
+    """committed_keys turns a SQLite failure into StorageError, and needs an open store."""
+    with raw(path) as connection:
+        connection.execute("DROP TABLE committed")
+    with pytest.raises(StorageError, match="could not read the committed state"):
+        store.committed_keys()
+    store.close()
+    with pytest.raises(StorageError, match="is closed"):
+        store.committed_keys()
+
+
+# ---------------------------------------------------------------- read-only stores
+
+
+def file_state(path: str) -> tuple[bytes, int]:
+    """The database file's bytes and modification time."""
+    file = pathlib.Path(path)
+    return file.read_bytes(), file.stat().st_mtime_ns
+
+
+#: Every call a read-only store refuses, with arguments that pass the argument checks.
+REFUSED: list[Callable[[SQLiteStore], object]] = [
+    lambda s: s.begin("new"),
+    lambda s: s.commit("t"),
+    lambda s: s.discard("t"),
+    lambda s: s.discard_state("t"),
+    lambda s: s.discard("bad id"),
+    lambda s: s.get("t", "a"),
+    lambda s: s.put("t", "a", "1"),
+    lambda s: s.delete("t", "a"),
+    lambda s: s.written_keys("t"),
+    lambda s: s.snapshot("t", 2),
+    lambda s: s.restore("t", 1),
+    lambda s: s.record_transaction("t", "{}"),
+    lambda s: s.record_step("t", 2, "{}", [EFFECT_1], "{}"),
+    lambda s: s.record_progress("t", "{}"),
+    lambda s: s.record_undo("t", UndoRow(2, 0, "{}")),
+    lambda s: s.forget_undo("t", 1, 0),
+    lambda s: s.flush("t"),
+    lambda s: s.load("t"),
+    lambda s: s.mark_delivered(1),
+    lambda s: s.mark_failed(1, "boom", 0),
+]
+
+
+def test_a_readonly_store_reads_and_writes_nothing(path: str) -> None:
+    """readonly=True: the reads work, every other call raises, and the file stays byte-identical."""
+    owner = durable_fixture(path)
+    before = file_state(path)
+    time.sleep(0.02)  # so that a write would show in the modification time
+    with SQLiteStore(path, readonly=True) as store:
+        assert store.readonly
+        assert store.read_committed("a") == "1"
+        assert store.committed_version("b") == 1
+        assert store.committed_keys() == (("a", 1, "1"), ("b", 1, "2"))
+        assert store.open_transactions() == ("t",)
+        assert store.owner("t") == owner
+        assert store.peek("t") == EXPECTED_T._replace(owner=owner)
+        (entry,) = store.pending_effects()
+        assert (entry.tx_id, EffectRow(*entry[2:6])) == ("done", EFFECT_1)
+        assert not store.is_open("t")
+        for call in REFUSED:
+            with pytest.raises(StorageError, match="the store is read-only"):
+                call(store)
+        assert store.owner("t") == owner
+    assert file_state(path) == before
+    wal = pathlib.Path(f"{path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    with SQLiteStore(path) as store:
+        assert store.pending_effects()[0].attempts == 0
+        assert store.load("t") == EXPECTED_T._replace(owner=owner)
+
+
+def test_a_readonly_store_follows_a_live_writer(path: str) -> None:
+    """A read-only store sees each commit and durable write another store makes meanwhile."""
+    with SQLiteStore(path) as writer:
+        committed(writer, a="1")
+        with SQLiteStore(path, readonly=True) as reader:
+            assert reader.read_committed("a") == "1"
+            writer.begin("t")
+            writer.put("t", "a", "2")
+            writer.snapshot("t", 1)
+            assert reader.open_transactions() == ("t",)
+            assert reader.peek("t").snapshots == (0,)
+            writer.flush("t")
+            assert reader.peek("t").snapshots == (0, 1)
+            writer.commit("t")
+            assert reader.committed_keys() == (("a", 2, "2"),)
+            assert reader.open_transactions() == ()
+            with pytest.raises(TransactionNotFound):
+                reader.peek("t")
+
+
+def test_a_readonly_store_needs_an_existing_file(tmp_path: Path) -> None:
+    """A missing file raises StorageError and is not created."""
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StorageError, match=f"no such file: {missing}"):
+        SQLiteStore(missing, readonly=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "is an empty SQLite database, not an agenttx store"),
+        (b"not a database, but long enough to have a header\n" * 20, "is not a SQLite database"),
+        (None, "is a SQLite database but not an agenttx store"),
+    ],
+)
+def test_a_readonly_store_refuses_other_files(
+    path: str, content: bytes | None, message: str
+) -> None:
+    """An empty, non-SQLite or foreign SQLite file raises StorageError and stays as it was."""
+    if content is None:
+        with raw(path) as connection:
+            connection.execute("CREATE TABLE invoices (id INTEGER)")
+    else:
+        pathlib.Path(path).write_bytes(content)
+    before = file_state(path)
+    with pytest.raises(StorageError, match=message):
+        SQLiteStore(path, readonly=True)
+    assert file_state(path) == before
+
+
+def test_a_readonly_store_refuses_another_schema_version(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer schema, or an older one it would have to migrate, raises StorageError saying so."""
+    SQLiteStore(path).close()
+    extra = ("CREATE TABLE added (n INTEGER)",)
+    monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, extra))
+    with pytest.raises(StorageError, match=r"schema version 1, older than .* reads \(2\)"):
+        SQLiteStore(path, readonly=True)
+    with raw(path) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == 1
+    monkeypatch.undo()
+    with raw(path) as connection:
+        connection.execute("PRAGMA user_version = 99")
+    with pytest.raises(StorageError, match=r"schema version 99, newer than"):
+        SQLiteStore(path, readonly=True)
+
+
+def test_a_closed_readonly_store_raises(path: str) -> None:
+    """After close(), a read-only store's reads raise StorageError (closed) too."""
+    SQLiteStore(path).close()
+    store = SQLiteStore(path, readonly=True)
+    store.close()
+    with pytest.raises(StorageError, match="is closed"):
+        store.peek("t")
+    with pytest.raises(StorageError, match="is closed"):
+        store.get("t", "a")
+
+
 # ---------------------------------------------------------------- concurrency
 
 
@@ -862,7 +1175,7 @@ def test_a_new_file_gets_the_schema_and_wal(store: SQLiteStore, path: str) -> No
     with raw(path) as connection:
         assert connection.execute("PRAGMA application_id").fetchone()[0] == 0x41475458
         assert connection.execute("PRAGMA user_version").fetchone()[0] == len(
-            sqlite_module.MIGRATIONS
+            file_module.MIGRATIONS
         )
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
@@ -878,7 +1191,7 @@ def test_migrations_run_in_order_once(path: str, monkeypatch: pytest.MonkeyPatch
     """A file at an older schema version gets exactly the migrations it lacks."""
     SQLiteStore(path).close()
     extra = ("CREATE TABLE added (n INTEGER)", "INSERT INTO added VALUES (1)")
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, extra))
+    monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, extra))
     SQLiteStore(path).close()
     SQLiteStore(path).close()
     with raw(path) as connection:
@@ -890,7 +1203,7 @@ def test_a_failing_migration_changes_nothing(path: str, monkeypatch: pytest.Monk
     """A migration that fails half-way is rolled back whole: the file keeps its version."""
     SQLiteStore(path).close()
     broken = ("CREATE TABLE added (n INTEGER)", "INSERT INTO nowhere VALUES (1)")
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, broken))
+    monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, broken))
     with pytest.raises(StorageError, match=r"could not set up the schema .* no such table") as e:
         SQLiteStore(path)
     assert isinstance(e.value.__cause__, sqlite3.OperationalError)
@@ -951,6 +1264,7 @@ def test_a_path_that_cannot_be_opened_is_a_storage_error(tmp_path: Path) -> None
         ({"busy_timeout": -1}, "busy_timeout must be a finite number"),
         ({"busy_timeout": float("inf")}, "busy_timeout must be a finite number"),
         ({"busy_timeout": True}, "busy_timeout must be a finite number"),
+        ({"readonly": 1}, "readonly must be True or False"),
     ],
 )
 def test_options_are_checked(path: str, arguments: dict[str, Any], message: str) -> None:

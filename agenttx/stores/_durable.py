@@ -37,14 +37,14 @@ class UndoRow(NamedTuple):
 
 
 class TxImage(NamedTuple):
-    """Everything durable about one open transaction, as `DurableStore.load` returns it.
+    """Everything durable about one open transaction, as `DurableStore.load` and `peek` return it.
 
     `steps` are `(step_id, record)` in step order, `undos` in `(step_id, seq)` order and
     `effects` in staging order. `progress` is the text of the last `record_step` (or
     `record_progress`), or `None` if there was none. `owner` describes the process that last
     held the transaction (JSON text, the store's own format), `None` if unknown: the owner
-    before the `load` that returned the image. `record` is `"null"` until `record_transaction`
-    replaces it.
+    before the `load` that returned the image (for `peek`, the current owner). `record` is
+    `"null"` until `record_transaction` replaces it.
     """
 
     tx_id: str
@@ -109,6 +109,7 @@ class DurableStore(Store, Protocol):
     transaction, the previous holder's next durable call raises `StorageError`, and if the
     transaction was committed or discarded elsewhere, `TransactionNotFound`; either way the
     previous holder lets it go. `discard` and `discard_state` work whoever holds it.
+    `owner(tx_id)` and `peek(tx_id)` inspect a transaction without taking it over.
 
     **The outbox.** `pending_effects` lists undelivered entries, oldest first; a dispatcher
     calls `mark_delivered` or `mark_failed` for each. An entry is delivered at least once.
@@ -180,6 +181,17 @@ class DurableStore(Store, Protocol):
 
         The image names the previous owner. If this store already holds the transaction, its
         buffered writes are written first. Raises `TransactionNotFound` if the file has none.
+        """
+        ...
+
+    def peek(self, tx_id: str) -> TxImage:
+        """Read a transaction back without taking it over: the image `load` would return
+        (`owner` is the current owner), with no change to the file or to this store.
+
+        Works for any process's transaction, whoever holds it, and changes no ownership: the
+        holder's next durable call goes through. It writes nothing, so a transaction this
+        store holds shows its last durable write, not its buffered writes. The image is one
+        consistent state of the transaction. Raises `TransactionNotFound` if the file has none.
         """
         ...
 

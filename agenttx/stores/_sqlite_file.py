@@ -1,0 +1,479 @@
+"""The file behind `SQLiteStore`: its layout and migrations, and the connection that runs on it.
+
+**Layout** (schema version 1; `PRAGMA application_id` marks the file as an agenttx store and
+`PRAGMA user_version` holds the schema version, which `MIGRATIONS` brings up to date):
+
+======== ===================================================================================
+meta     one row: `commit_version`, the durable commit counter
+committed `key -> (version, value)`: the committed map
+txs      one row per transaction with a durable record: `record` (JSON text, `"null"` until
+         `record_transaction`), `owner` (JSON: pid, hostname, per-store token), `serializable`
+log      the transaction's history, `(tx_id, seq)` -> an event (see below), seq from 0
+undos    `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
+outbox   committed effects with their delivery history, in commit then staging order
+======== ===================================================================================
+
+A transaction's `log` is the sequence of its calls that change durable state, as events:
+`WRITE` (key, base version, value or NULL for a tombstone: a journal entry), `SNAPSHOT` (step,
+journal position), `RESTORE` (step), `STEP` (step id, record, progress, and the position of
+snapshot `step` when it is the only one taken since the last durable write), `EFFECT` (step
+id, channel, payload, idempotency key), `PROGRESS` (text) and `READ` (key, version;
+serializable only). `_sqlite_mirror.replay` turns them back into a transaction.
+
+`StoreFile` is one open connection to such a file: it checks what the file is, migrates it (or,
+read-only, refuses any schema but this code's), runs the store's SQLite transactions, turning
+`sqlite3` errors into `StorageError`, and the queries that need no transaction's mirror. The
+checks at the end keep values the columns cannot hold out of the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import sqlite3
+from typing import TYPE_CHECKING, Final, Literal, final
+
+import attrs
+
+from .._errors import InvalidArgument, StorageError, TransactionNotFound
+from ._durable import EffectRow, OutboxEntry, UndoRow
+from ._protocol import MAX_STEP, check_value
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+
+__all__ = [
+    "APPLICATION_ID",
+    "DELETE_LOG_ROW",
+    "EFFECT",
+    "INSERT_LOG",
+    "IN_CHUNK",
+    "MAX_INT64",
+    "MIGRATIONS",
+    "PROGRESS",
+    "READ",
+    "RESTORE",
+    "SCHEMA_VERSION",
+    "SELECT_COMMITTED",
+    "SELECT_OWNER",
+    "SNAPSHOT",
+    "STEP",
+    "WRITE",
+    "StoreFile",
+    "check_effects",
+    "check_int",
+    "check_undo",
+    "is_busy",
+]
+
+#: `PRAGMA application_id` of an agenttx store: "AGTX" in ASCII.
+APPLICATION_ID: Final = 0x41475458
+
+#: The schema migrations, in order: applying `MIGRATIONS[v]` takes a file from schema version
+#: `v` to `v + 1`. Version 0 is an empty file. Append; never edit a released migration.
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        (
+            "CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 0), "
+            "commit_version INTEGER NOT NULL)"
+        ),
+        "INSERT INTO meta (id, commit_version) VALUES (0, 0)",
+        (
+            "CREATE TABLE committed (key TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL, "
+            "value TEXT NOT NULL) WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE txs (tx_id TEXT NOT NULL PRIMARY KEY, record TEXT NOT NULL, "
+            "owner TEXT, serializable INTEGER NOT NULL) WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE log (tx_id TEXT NOT NULL, seq INTEGER NOT NULL, kind INTEGER NOT NULL, "
+            "step INTEGER, num INTEGER, name TEXT, body TEXT, extra TEXT, "
+            "PRIMARY KEY (tx_id, seq)) WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE undos (tx_id TEXT NOT NULL, step_id INTEGER NOT NULL, "
+            "seq INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY (tx_id, step_id, seq)) "
+            "WITHOUT ROWID"
+        ),
+        (
+            "CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, tx_id TEXT NOT NULL, "
+            "step_id INTEGER NOT NULL, channel TEXT NOT NULL, payload TEXT NOT NULL, "
+            "idempotency_key TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
+            "last_error TEXT, not_before REAL NOT NULL DEFAULT 0, "
+            "delivered INTEGER NOT NULL DEFAULT 0)"
+        ),
+        "CREATE INDEX outbox_pending ON outbox (id) WHERE delivered = 0",
+    ),
+)
+#: The schema version this code writes: the number of migrations.
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+#: Undo sequence numbers and outbox ids are SQLite integers.
+MAX_INT64: Final = 2**63 - 1
+#: Keys per `IN (...)` query of `StoreFile.committed_versions`.
+IN_CHUNK: Final = 512
+
+# The kinds of `log` events; the columns each one uses are in the module docstring.
+WRITE: Final = 1
+SNAPSHOT: Final = 2
+RESTORE: Final = 3
+STEP: Final = 4
+EFFECT: Final = 5
+PROGRESS: Final = 6
+READ: Final = 7
+
+# The statements the store runs most often (sqlite3 prepares each once per connection).
+INSERT_LOG: Final = (
+    "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
+SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
+DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
+_SELECT_OUTBOX: Final = (
+    "SELECT id, tx_id, step_id, channel, payload, idempotency_key, attempts, last_error, "
+    "not_before FROM outbox WHERE delivered = 0"
+)
+_SELECT_PENDING: Final = f"{_SELECT_OUTBOX} ORDER BY id LIMIT ?"
+_SELECT_PENDING_OF: Final = f"{_SELECT_OUTBOX} AND tx_id = ? ORDER BY id LIMIT ?"
+
+
+@final
+@attrs.define(eq=False, repr=False, init=False)
+class StoreFile:
+    """One open connection to a store's file, and the SQLite transactions run on it.
+
+    ``StoreFile(path, durability=..., busy_timeout=..., readonly=...)`` opens the file and
+    checks that it is an agenttx store. Writable, it creates the file if need be (an empty
+    database is a new store), sets WAL mode and `synchronous` and applies the missing
+    migrations. Read-only, it opens an existing file with `mode=ro` and requires this code's
+    schema version exactly. Every problem is a `StorageError`. The caller serializes all use
+    (`SQLiteStore` holds its lock); `cur` is the one cursor.
+
+    Besides the SQLite transactions, it runs the queries that involve no transaction's mirror
+    or ownership: the committed state, the transactions in the file, the outbox.
+    """
+
+    path: str
+    busy_timeout: float
+    readonly: bool
+    conn: sqlite3.Connection
+    cur: sqlite3.Cursor
+    #: The prepared texts of `committed_versions` and `insert_fenced`, by size.
+    _in_sql: dict[int, str]
+    _multi_sql: dict[int, str]
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        durability: Literal["normal", "full"],
+        busy_timeout: float,
+        readonly: bool,
+    ) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.readonly = readonly
+        self._in_sql = {}
+        self._multi_sql = {}
+        target = path
+        if readonly:
+            if not pathlib.Path(path).exists():
+                raise StorageError(f"no such file: {path} (a read-only store never creates one)")
+            target = f"{pathlib.Path(path).absolute().as_uri()}?mode=ro"
+        try:
+            self.conn = sqlite3.connect(
+                target,
+                uri=readonly,
+                timeout=busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the store `{path}`: {exc}") from exc
+        self.cur = self.conn.cursor()
+        try:
+            self._open_schema(durability)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def close(self) -> None:
+        """Close the connection."""
+        try:
+            self.conn.close()
+        except sqlite3.Error as exc:  # pragma: no cover - close fails only if SQLite does
+            raise StorageError(f"cannot close the store `{self.path}`: {exc}") from exc
+
+    # ------------------------------------------------------------ the schema
+
+    def _open_schema(self, durability: str) -> None:
+        """Check that the file is an agenttx store (or empty), set the pragmas, migrate."""
+        cur = self.cur
+        try:
+            application_id, version, objects = self._identify()
+        except sqlite3.DatabaseError as exc:
+            if is_busy(exc):
+                raise self.failure("read the schema", exc) from exc
+            raise StorageError(
+                f"`{self.path}` is not a SQLite database (or it is encrypted or corrupt): {exc}"
+            ) from exc
+        self._check_schema(application_id, version, objects)
+        if self.readonly:
+            return
+        try:
+            mode = cur.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+            cur.execute(f"PRAGMA synchronous = {durability.upper()}")
+            if version < len(MIGRATIONS):
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    # Read again under the write lock: another process may have migrated.
+                    application_id, version, objects = self._identify()
+                    self._check_schema(application_id, version, objects)
+                    for statements in MIGRATIONS[version:]:
+                        for statement in statements:
+                            cur.execute(statement)
+                    cur.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    cur.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+                    cur.execute("COMMIT")
+                except BaseException:
+                    self.rollback()
+                    raise
+        except sqlite3.Error as exc:
+            raise self.failure("set up the schema", exc) from exc
+        if mode != "wal" and self.path != ":memory:":  # pragma: no cover - needs such a disk
+            raise StorageError(
+                f"`{self.path}` cannot use SQLite's WAL mode (journal mode {mode!r}): put the "
+                "store on a local file system"
+            )
+
+    def _identify(self) -> tuple[int, int, int]:
+        cur = self.cur
+        application_id = cur.execute("PRAGMA application_id").fetchall()[0][0]
+        version = cur.execute("PRAGMA user_version").fetchall()[0][0]
+        objects = cur.execute("SELECT count(*) FROM sqlite_master").fetchall()[0][0]
+        return application_id, version, objects
+
+    def _check_schema(self, application_id: int, version: int, objects: int) -> None:
+        if application_id == 0 and version == 0 and objects == 0:
+            if self.readonly:
+                raise StorageError(
+                    f"`{self.path}` is an empty SQLite database, not an agenttx store: a "
+                    "read-only store does not create one"
+                )
+            return  # an empty database: the migrations create the store
+        if application_id != APPLICATION_ID:
+            raise StorageError(
+                f"`{self.path}` is a SQLite database but not an agenttx store "
+                f"(application_id {application_id}, user_version {version}, {objects} schema "
+                "objects): give SQLiteStore a new file or one it created"
+            )
+        if version > len(MIGRATIONS):
+            raise StorageError(
+                f"the store `{self.path}` has schema version {version}, newer than this "
+                f"version of agenttx knows ({len(MIGRATIONS)}): upgrade agenttx to open it"
+            )
+        if self.readonly and version < len(MIGRATIONS):
+            raise StorageError(
+                f"the store `{self.path}` has schema version {version}, older than this "
+                f"version of agenttx reads ({len(MIGRATIONS)}), and a read-only store does not "
+                "migrate it: open it once without readonly=True, or use the agenttx that wrote it"
+            )
+
+    # ------------------------------------------------------------ SQLite transactions
+
+    @contextlib.contextmanager
+    def writing(self, doing: str) -> Iterator[sqlite3.Cursor]:
+        """Run the block in one write transaction: `BEGIN IMMEDIATE` (waiting up to the busy
+        timeout), then `COMMIT`; if the block raises, `ROLLBACK` and re-raise, a
+        `sqlite3.Error` as `StorageError`."""
+        with self._transaction("BEGIN IMMEDIATE", doing) as cur:
+            yield cur
+
+    @contextlib.contextmanager
+    def reading(self, doing: str) -> Iterator[sqlite3.Cursor]:
+        """Run the block's queries in one read transaction, so that they see one state of the
+        file; errors as for `writing`. It takes no write lock: in WAL mode, writers go on."""
+        with self._transaction("BEGIN", doing) as cur:
+            yield cur
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str, doing: str) -> Iterator[sqlite3.Cursor]:
+        cur = self.cur
+        try:
+            cur.execute(begin)
+        except sqlite3.Error as exc:
+            raise self.failure(doing, exc) from exc
+        try:
+            yield cur
+        except sqlite3.Error as exc:
+            self.rollback()
+            raise self.failure(doing, exc) from exc
+        except BaseException:
+            self.rollback()
+            raise
+        try:
+            cur.execute("COMMIT")
+        except sqlite3.Error as exc:  # pragma: no cover - SQLite fails a COMMIT only on I/O errors
+            self.rollback()
+            raise self.failure(doing, exc) from exc
+
+    def rollback(self) -> None:
+        """Roll back the SQLite transaction in progress, if any; never raises `sqlite3.Error`."""
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # if so, SQLite has rolled back by itself
+                self.cur.execute("ROLLBACK")
+
+    def failure(self, doing: str, exc: sqlite3.Error) -> StorageError:
+        """The `StorageError` for `exc`, raised while trying to `doing`."""
+        if is_busy(exc):
+            return StorageError(
+                f"could not {doing}: the store `{self.path}` stayed locked by another "
+                f"connection for the whole busy timeout ({self.busy_timeout:g} s)"
+            )
+        return StorageError(f"could not {doing} in the store `{self.path}`: {exc}")
+
+    # ------------------------------------------------------------ queries
+
+    def committed_versions(self, keys: list[str]) -> dict[str, int]:
+        """The committed versions of those of `keys` that are present; run it inside a
+        transaction. Keys go `IN_CHUNK` per query, padded to a power of two, so that a handful
+        of prepared statements serve every size."""
+        found: dict[str, int] = {}
+        execute = self.cur.execute
+        for start in range(0, len(keys), IN_CHUNK):
+            chunk = keys[start : start + IN_CHUNK]
+            size = 1 << (len(chunk) - 1).bit_length()
+            sql = self._in_sql.get(size)
+            if sql is None:
+                marks = ", ".join("?" * size)
+                sql = self._in_sql[size] = (
+                    f"SELECT key, version FROM committed WHERE key IN ({marks})"  # noqa: S608
+                )
+            found.update(execute(sql, chunk + chunk[-1:] * (size - len(chunk))).fetchall())
+        return found
+
+    def committed_keys(self, prefix: str, limit: int) -> list[tuple[str, int, str]]:
+        """Up to `limit` committed `(key, version, value)` rows whose key starts with `prefix`,
+        sorted by key: the keys that do are the first ones >= it (SQLite sorts text as UTF-8
+        bytes, that is, by code point), so one indexed range query finds them."""
+        try:
+            rows: list[tuple[str, int, str]] = self.cur.execute(
+                "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?",
+                (prefix, limit),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise self.failure("read the committed state", exc) from exc
+        kept = 0
+        while kept < len(rows) and rows[kept][0].startswith(prefix):
+            kept += 1
+        return rows[:kept]
+
+    def insert_fenced(self, rows: Sequence[tuple[object, ...]], tx_id: str, owner: str) -> int:
+        """Append `rows` to the log in one statement if `owner` owns `tx_id`; the number of
+        rows inserted: all or none. `sqlite3.Error` escapes, for the caller to turn."""
+        count = len(rows)
+        sql = self._multi_sql.get(count)
+        if sql is None:
+            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+            sql = self._multi_sql[count] = (  # placeholders only:
+                "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "  # noqa: S608
+                f"SELECT * FROM (VALUES {values}) "
+                "WHERE EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
+            )
+        parameters = [value for row in rows for value in row]
+        parameters += (tx_id, owner)
+        inserted: int = self.cur.execute(sql, parameters).rowcount
+        return inserted
+
+    def open_transactions(self) -> tuple[str, ...]:
+        """The ids of every transaction with a row in the file, sorted."""
+        try:
+            rows = self.cur.execute("SELECT tx_id FROM txs ORDER BY tx_id").fetchall()
+        except sqlite3.Error as exc:
+            raise self.failure("list the open transactions", exc) from exc
+        return tuple(row[0] for row in rows)
+
+    def owner(self, tx_id: str) -> str | None:
+        """The `owner` of transaction `tx_id`'s row; `TransactionNotFound` if it has none."""
+        try:
+            rows = self.cur.execute(SELECT_OWNER, (tx_id,)).fetchall()
+        except sqlite3.Error as exc:
+            raise self.failure(f"read the owner of transaction `{tx_id}`", exc) from exc
+        if not rows:
+            raise TransactionNotFound(tx_id=tx_id)
+        owner: str | None = rows[0][0]
+        return owner
+
+    def pending_effects(self, limit: int, tx_id: str | None) -> tuple[OutboxEntry, ...]:
+        """Up to `limit` undelivered outbox entries (of `tx_id` only, unless `None`), in order."""
+        try:
+            rows = self.cur.execute(
+                _SELECT_PENDING if tx_id is None else _SELECT_PENDING_OF,
+                (limit,) if tx_id is None else (tx_id, limit),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise self.failure("read the outbox", exc) from exc
+        return tuple(OutboxEntry(*row) for row in rows)
+
+    def update_outbox(self, entry_id: int, sql: str, values: tuple[object, ...]) -> None:
+        """Run `sql` with `(*values, entry_id)` in a write transaction; if it changes no row,
+        `InvalidArgument` unless outbox entry `entry_id` exists."""
+        with self.writing(f"update outbox entry {entry_id}") as cur:
+            if (
+                cur.execute(sql, (*values, entry_id)).rowcount == 0
+                and not cur.execute("SELECT 1 FROM outbox WHERE id = ?", (entry_id,)).fetchall()
+            ):
+                raise InvalidArgument(f"there is no outbox entry {entry_id}")
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite gave up waiting for a lock (SQLITE_BUSY or SQLITE_LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in {5, 6}
+    return "locked" in str(exc)  # pragma: no cover - Python 3.10 has no sqlite_errorcode
+
+
+# ---------------------------------------------------------------- what the rows may hold
+
+
+def check_int(value: object, what: str, maximum: int, *, minimum: int = 0) -> None:
+    """Raise `InvalidArgument` unless `value` is an `int` (not a `bool`) in the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidArgument(f"{what} must be an integer in {minimum}-{maximum}, got {value!r}")
+
+
+def check_effects(effects: Iterable[object]) -> list[EffectRow]:
+    """The effects as `EffectRow`s, each checked; `InvalidArgument` names the first bad one."""
+    if isinstance(effects, (str, bytes)):
+        raise InvalidArgument("effects must be a sequence of EffectRow, not text")
+    try:
+        items = list(effects)
+    except TypeError:
+        raise InvalidArgument(f"effects must be a sequence of EffectRow, not {effects!r}") from None
+    checked = []
+    for index, effect in enumerate(items):
+        if not isinstance(effect, tuple) or len(effect) != len(EffectRow._fields):
+            raise InvalidArgument(f"effect {index} must be an EffectRow, not {effect!r}")
+        row = EffectRow(*effect)
+        check_int(row.step_id, f"the step_id of effect {index}", MAX_STEP)
+        for name in ("channel", "payload", "idempotency_key"):
+            if not isinstance(getattr(row, name), str):
+                raise InvalidArgument(f"the {name} of effect {index} must be text")
+            check_value(getattr(row, name))
+        checked.append(row)
+    return checked
+
+
+def check_undo(undo: object) -> tuple[int, int, str]:
+    """The undo record's `(step_id, seq, record)`, checked."""
+    if not isinstance(undo, tuple) or len(undo) != len(UndoRow._fields):
+        raise InvalidArgument(f"undo records must be UndoRow, not {undo!r}")
+    step_id, seq, record = undo
+    check_int(step_id, "step_id", MAX_STEP)
+    check_int(seq, "seq", MAX_INT64)
+    check_value(record)
+    return step_id, seq, record

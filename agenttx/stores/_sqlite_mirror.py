@@ -1,0 +1,219 @@
+"""The in-process mirror of a `SQLiteStore` transaction, and the replay that rebuilds it.
+
+Each transaction a `SQLiteStore` holds has a `TxMirror`: `MemoryStore`'s overlay, journal and
+snapshots, plus the bookkeeping of what the file has and has not received yet. The live calls
+change it; `replay` rebuilds it from the transaction's `log` (the events are described in
+`_sqlite_file`), with the very code the live calls run, into the same overlay, journal and
+snapshots (the prior entry of a `WRITE` is the key's overlay entry before it, so the file need
+not store it). `read_transaction` reads a transaction's rows and replays them: `load` keeps the
+mirror it returns, `peek` only the image.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import islice
+from typing import TYPE_CHECKING, TypeAlias
+
+import attrs
+
+from .._errors import StorageError, TransactionNotFound
+from ._durable import EffectRow, TxImage, UndoRow
+from ._sqlite_file import EFFECT, MAX_INT64, PROGRESS, READ, RESTORE, SNAPSHOT, STEP, WRITE
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Sequence
+
+__all__ = ["Entry", "Row", "TxMirror", "read_transaction", "replay"]
+
+#: An overlay entry: (base version, value), the value `None` for a tombstone.
+Entry: TypeAlias = tuple[int, "str | None"]
+#: A journal entry: (key, the key's prior overlay entry or `None`, the entry written).
+_Undo: TypeAlias = tuple[str, "Entry | None", Entry]
+#: A `log` row: tx_id, seq, kind, step, num, name, body, extra.
+Row: TypeAlias = tuple[
+    str, int, int, "int | None", "int | None", "str | None", "str | None", "str | None"
+]
+
+
+@attrs.define(eq=False, repr=False)
+class TxMirror:
+    """The in-process mirror of one transaction a store holds, and what it has not yet written.
+
+    The overlay, journal and snapshots are `MemoryStore`'s (`snapshots` keeps the order taken,
+    a retaken step moving to the end, so positions never decrease along it). Journal entries
+    `[0, flushed)` are `WRITE` events in the file; `runs` maps journal positions to their `seq`s.
+    """
+
+    overlay: dict[str, Entry] = attrs.Factory(dict)
+    journal: list[_Undo] = attrs.Factory(list)
+    snapshots: dict[int, int] = attrs.Factory(lambda: {0: 0})
+    steps_in_order: bool = True
+    reads: dict[str, int] | None = None
+    effects: list[EffectRow] = attrs.Factory(list)
+    flushed: int = 0
+    #: (journal position, seq) where each run of consecutive `WRITE` events begins. The file's
+    #: `WRITE` events are in journal order (a restore deletes those at or past its position).
+    runs: list[tuple[int, int]] = attrs.Factory(list)
+    #: Snapshots taken since the last durable point, in the order taken: step -> position.
+    dirty_snapshots: dict[int, int] = attrs.Factory(dict)
+    dirty_reads: list[tuple[str, int]] = attrs.Factory(list)
+    next_seq: int = 0
+    #: The seq of the `PROGRESS` event holding the current progress (`None` if a `STEP` event
+    #: holds it), and those of replaced `PROGRESS` events still in the file (deleted
+    #: `_STALE_PROGRESS` at a time, rather than one per write).
+    progress_seq: int | None = None
+    stale_progress: list[int] = attrs.Factory(list)
+
+    def write(self, key: str, entry: Entry) -> None:
+        """Journal and apply one overlay write (used by the replay; `_write` inlines it)."""
+        prior = self.overlay.get(key)
+        self.journal.append((key, prior, entry))
+        self.overlay[key] = entry
+
+    def take_snapshot(self, step: int, position: int) -> None:
+        """Record snapshot `step` at journal `position`, moving a retaken step to the end."""
+        snapshots = self.snapshots
+        if self.steps_in_order and snapshots and step < next(reversed(snapshots)):
+            self.steps_in_order = False
+        snapshots.pop(step, None)
+        snapshots[step] = position
+
+    def rewind(self, step: int, position: int) -> int:
+        """Revert the journal to `position` (snapshot `step`'s), newest first; drop the snapshots
+        of later steps and of reverted history. Returns the number of entries reverted."""
+        journal, overlay, snapshots = self.journal, self.overlay, self.snapshots
+        reverted = len(journal) - position
+        for _ in range(reverted):
+            key, prior, _entry = journal.pop()
+            if prior is None:
+                del overlay[key]
+            else:
+                overlay[key] = prior
+        if self.steps_in_order:
+            while next(reversed(snapshots)) != step:
+                snapshots.popitem()
+        else:
+            self.snapshots = {s: p for s, p in snapshots.items() if s <= step and p <= position}
+            self.steps_in_order = list(self.snapshots) == sorted(self.snapshots)
+        if self.effects:
+            self.effects = [effect for effect in self.effects if effect.step_id < step]
+        return reverted
+
+    def pending(self, tx_id: str, upto: int, *, snapshots: bool = True) -> list[Row]:
+        """The events not yet in the file: journal entries `[flushed, upto)`, then the dirty
+        snapshots (unless the caller writes them itself) and reads, numbered from `next_seq`."""
+        seq = self.next_seq
+        rows: list[Row] = []
+        for key, _prior, (base, value) in islice(self.journal, self.flushed, upto):
+            rows.append((tx_id, seq, WRITE, None, base, key, value, None))
+            seq += 1
+        for step, position in self.dirty_snapshots.items() if snapshots else ():
+            rows.append((tx_id, seq, SNAPSHOT, step, position, None, None, None))
+            seq += 1
+        for key, version in self.dirty_reads:
+            rows.append((tx_id, seq, READ, None, version, key, None, None))
+            seq += 1
+        return rows
+
+    def persisted(self, rows: int, upto: int) -> None:
+        """Account for `rows` events written, starting with journal entries `[flushed, upto)`."""
+        if upto > self.flushed:
+            self.runs.append((self.flushed, self.next_seq))
+            self.flushed = upto
+        self.next_seq += rows
+        if self.dirty_snapshots:
+            self.dirty_snapshots = {}
+        if self.dirty_reads:
+            self.dirty_reads = []
+
+    def new_progress(self, seq: int | None) -> None:
+        """The progress is now the `PROGRESS` event `seq` (`None`: a `STEP` event's)."""
+        if self.progress_seq is not None:
+            self.stale_progress.append(self.progress_seq)
+        self.progress_seq = seq
+
+    def seq_at(self, position: int) -> int:
+        """The seq of the `WRITE` event of flushed journal entry `position`."""
+        start, seq = self.runs[bisect_right(self.runs, (position, MAX_INT64)) - 1]
+        return seq + position - start
+
+
+def replay(
+    tx_id: str,
+    events: Sequence[tuple[int, int, int, int, str, str, str]],
+    *,
+    serializable: bool,
+    path: str,
+) -> tuple[TxMirror, dict[int, str], str | None]:
+    """A new mirror, the step records and the progress, from the transaction's log `events`
+    (`seq, kind, step, num, name, body, extra`, in seq order). `StorageError` names the first
+    event that cannot be replayed (the file at `path` is corrupt)."""
+    tx = TxMirror(reads={} if serializable else None)
+    steps: dict[int, str] = {}
+    progress: str | None = None
+    last_write = -2
+    for seq, kind, step, num, name, body, extra in events:
+        if kind == WRITE:
+            if seq != last_write + 1:  # a new run: see `TxMirror.runs`
+                tx.runs.append((len(tx.journal), seq))
+            last_write = seq
+            tx.write(name, (num, body))
+        elif kind == SNAPSHOT:
+            tx.take_snapshot(step, num)
+        elif kind == RESTORE and step in tx.snapshots:
+            tx.rewind(step, tx.snapshots[step])
+            steps = {s: record for s, record in steps.items() if s < step}
+        elif kind == STEP:
+            if num is not None:
+                tx.take_snapshot(step, num)
+            steps[step] = body
+            progress = extra
+            tx.new_progress(None)
+        elif kind == EFFECT:
+            tx.effects.append(EffectRow(step, name, body, extra))
+        elif kind == PROGRESS:
+            progress = body
+            tx.new_progress(seq)
+        elif kind == READ and tx.reads is not None:
+            tx.reads.setdefault(name, num)
+        else:
+            raise StorageError(
+                f"the log of transaction `{tx_id}` in `{path}` is corrupt: "
+                f"event {seq} of kind {kind} cannot be replayed"
+            )
+        tx.next_seq = seq + 1
+    tx.flushed = len(tx.journal)
+    return tx, steps, progress
+
+
+def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxImage, TxMirror]:
+    """Transaction `tx_id` as the file holds it: its image (`owner` is the one in the file now)
+    and a new mirror of it. Read-only; run it inside one SQLite transaction, so that the rows
+    read agree. `TransactionNotFound` if the file has no row for it."""
+    rows = cur.execute(
+        "SELECT record, owner, serializable FROM txs WHERE tx_id = ?", (tx_id,)
+    ).fetchall()
+    if not rows:
+        raise TransactionNotFound(tx_id=tx_id)
+    record, owner, serializable = rows[0]
+    events = cur.execute(
+        "SELECT seq, kind, step, num, name, body, extra FROM log WHERE tx_id = ? ORDER BY seq",
+        (tx_id,),
+    ).fetchall()
+    undos = cur.execute(
+        "SELECT step_id, seq, record FROM undos WHERE tx_id = ? ORDER BY step_id, seq", (tx_id,)
+    ).fetchall()
+    tx, steps, progress = replay(tx_id, events, serializable=bool(serializable), path=path)
+    image = TxImage(
+        tx_id=tx_id,
+        record=record,
+        progress=progress,
+        steps=tuple(sorted(steps.items())),
+        undos=tuple(UndoRow(*row) for row in undos),
+        effects=tuple(tx.effects),
+        owner=owner,
+        snapshots=tuple(sorted(tx.snapshots)),
+    )
+    return image, tx
