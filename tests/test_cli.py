@@ -176,3 +176,63 @@ def test_every_command_has_help(command):
     done = agenttx_cli(command, "--help")
     assert done.returncode == 0
     assert f"usage: agenttx {command}" in done.stdout
+
+
+def test_the_commands_in_process(database, tmp_path, capsys):
+    """main() runs each command in this process too (the subprocess tests cover the wiring)."""
+    from agenttx._cli import main  # noqa: PLC0415
+
+    db, tx_id = database
+    assert main(["inspect", str(db)]) == 0
+    assert "support-bot" in capsys.readouterr().out
+    assert main(["inspect", str(db), tx_id]) == 0
+    assert "undo records (0):" in capsys.readouterr().out
+    for fmt in ("dot", "mermaid", "json"):
+        assert main(["graph", str(db), tx_id, "--format", fmt]) == 0
+        assert "kv.put" in capsys.readouterr().out
+    transcript = tmp_path / "t.json"
+    transcript.write_text(json.dumps([{"role": "assistant", "tool_calls": []}]))
+    for fmt in ("text", "dot", "mermaid", "json"):
+        assert main(["lineage", str(transcript), "--format", fmt, "--evidence"]) == 0
+        assert capsys.readouterr().out
+    transcript.write_text('{"role": "assistant"}')
+    assert main(["lineage", str(transcript)]) == 2
+    assert "must hold a JSON list" in capsys.readouterr().err
+    assert main(["graph", str(db), "nope"]) == 2
+    assert main(["inspect", str(tmp_path / "missing.db")]) == 2
+    assert main([]) == 2
+    assert "usage: agenttx" in capsys.readouterr().err
+
+
+def test_inspect_shows_begun_and_ended_transactions(tmp_path, capsys):
+    """A transaction with no record yet, and one ended with undos left, are listed as such."""
+    import agenttx  # noqa: PLC0415
+    from agenttx._cli import main  # noqa: PLC0415
+
+    @agenttx.compensation(name="undo.fails")
+    def fails(payload) -> None:
+        raise RuntimeError("down")
+
+    @agenttx.tool
+    def act(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo("undo.fails", {})
+        return {}
+
+    store = SQLiteStore(tmp_path / "db")
+    store.begin("begun-only")
+    engine = Engine(
+        tools=[fails, act],
+        store=store,
+        config=EngineConfig(idle_timeout=None, compensation_retries=1),
+    )
+    tx = engine.begin(agent_id="a")
+    tx.execute_step(1, "act", {})
+    tx.rollback()  # the undo fails: kept for recovery, the transaction ended
+    store.close()
+    assert main(["inspect", str(tmp_path / "db")]) == 0
+    out = capsys.readouterr().out
+    assert "begun-only" in out
+    assert "BEGUN" in out
+    assert "ROLLED_BACK, undos to retry" in out
+    assert main(["inspect", str(tmp_path / "db"), "begun-only"]) == 2
+    assert "recorded nothing yet" in capsys.readouterr().err

@@ -321,3 +321,41 @@ def test_a_transaction_that_died_before_its_record_is_discarded(tmp_path):
     report = engine.recover()
     assert (report.transactions, report.failures) == (1, ())
     assert engine.store.open_transactions() == ()  # type: ignore[attr-defined]
+
+
+def test_owner_alive_reads_the_owner_record():
+    """Only another live process on this host counts as a live owner."""
+    import socket  # noqa: PLC0415
+
+    from agenttx._recovery import owner_alive  # noqa: PLC0415
+
+    host = socket.gethostname()
+    assert not owner_alive(None)
+    assert not owner_alive("not json")
+    assert not owner_alive(json.dumps({"pid": os.getppid(), "hostname": "elsewhere"}))
+    assert not owner_alive(json.dumps({"pid": os.getpid(), "hostname": host}))  # ourselves
+    assert owner_alive(json.dumps({"pid": os.getppid(), "hostname": host}))
+    dead = multiprocessing.get_context("spawn").Process(target=int)
+    dead.start()
+    dead.join()
+    assert not owner_alive(json.dumps({"pid": dead.pid, "hostname": host}))
+
+
+def test_recover_refuses_an_unknown_mode(tmp_path):
+    """A mode other than abort or resume is refused, durable store or not."""
+    engine = Engine(store=SQLiteStore(tmp_path / "db"), config=FAST)
+    with pytest.raises(agenttx.InvalidArgument, match="mode"):
+        engine.recover("later")  # type: ignore[arg-type]
+
+
+def test_an_unreadable_log_is_reported_and_left(tmp_path):
+    """A transaction whose record cannot be read is reported, not guessed at, and kept."""
+    store = SQLiteStore(tmp_path / "db")
+    store.begin("t-1")
+    store.record_transaction("t-1", '{"format": 1}')  # no agent, no settings
+    store.close()
+    engine = Engine(store=SQLiteStore(tmp_path / "db"), config=FAST)
+    report = engine.recover()
+    assert report.transactions == 0
+    assert report.failures[0].startswith("t-1: transaction `t-1`: unreadable durable log")
+    assert engine.store.open_transactions() == ("t-1",)  # type: ignore[attr-defined]
