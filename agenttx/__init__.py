@@ -2,19 +2,19 @@
 
 Layer map (a module imports only from its own layer or below):
 
-    0  _errors, _json, _workers          exception tree; JSON checks, canonical dumps, leaves;
-                                         worker threads running blocking tools under a deadline
+    0  _errors, _json, _limits,          exception tree; JSON checks, canonical dumps, leaves;
+       _workers                          input limits; worker threads for blocking tools
     1  _refs, _hints (_hint_rules,       `${steps.N.path}` references; Clean Hints (the rules
        _hint_scan), stores/              and their linear-time matching); state stores
     2  _graph, _saga, _tools, _policy,   dependency graph (the only rustworkx importer); undo
        _lineage, _lineage_sources        ledger, staged effects, dispatch; tool decorator and
                                          context; rollback controller; value-provenance lineage
-    3  _results, _txlog, _transaction    what transactions report; their durable log;
+    3  _results, _calls, _history,       what transactions report; running a step's tool
+       _txlog, _transaction              under its deadline; step history; the durable log;
                                          interactive transactions
     4  _engine, _recovery, builtins/,    many transactions on one store, the idle reaper, crash
-       testing/,                         recovery;
-       _demo, __main__                   built-in tools; hypothesis strategies, state machines
-                                         and checks; the demo and command line
+       testing/, _demo, _cli, __main__   recovery; built-in tools; hypothesis strategies,
+                                         state machines and checks; the demo, the command line
 
 Everything public is re-exported here, from one import path each.
 """

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 import attrs
 
 from ._errors import InvalidArgument, TransactionNotFound
+from ._limits import check_isolation, is_positive_int, is_positive_number
 from ._policy import RollbackPolicy
 from ._recovery import recover
 from ._results import DispatchReport, RecoveryReport
 from ._saga import deliver_outbox
 from ._tools import ToolRegistry
-from ._transaction import Transaction, check_isolation, is_positive_int, is_positive_number
+from ._transaction import Transaction
 from .stores import MemoryStore, Store
 from .stores._durable import is_durable
 

@@ -13,33 +13,36 @@ Agent-caused failures come back as a `StepResult`; only misuse of the protocol r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import math
-import sys
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Mapping
-from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
+from ._calls import Call, Outcome, arun_tool, closed, run_tool
 from ._errors import (
     IllegalTransition,
     InvalidArgument,
     InvalidTransactionState,
-    JSONValueError,
     StepOutOfOrder,
-    ToolError,
     WriteConflict,
 )
-from ._graph import DependencyGraph, DrawnNode, render_graph
+from ._graph import DependencyGraph
 from ._hints import CleanHint, add_constraint, clean_error
-from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound, json_kind
+from ._history import StepHistory
+from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
+from ._limits import (
+    MAX_AGENT_ID_BYTES,
+    MAX_PAYLOAD_BYTES,
+    check_isolation,
+    is_positive_int,
+    is_positive_number,
+    over_limit,
+)
 from ._lineage_sources import lineage_from_steps
 from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._refs import Dependency, resolve_value
@@ -61,81 +64,28 @@ from ._saga import (
     SagaLedger,
     deliver_outbox,
     dispatch_effects,
-    is_awaitable,
-    resolve_awaitable,
 )
 from ._tools import (
     MAX_TOOL_NAME,
     StagedEffect,
-    Tool,
     ToolContext,
     ToolRegistry,
     ToolSpec,
-    UndoRecord,
     derive_key,
 )
 from ._txlog import LiveStep, Progress, Restored, TxLog, add_live_steps
-from ._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
 from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from types import TracebackType
 
     from typing_extensions import Self
 
     from ._lineage import LineageGraph
 
-__all__ = [
-    "ISOLATION_LEVELS",
-    "Transaction",
-    "check_isolation",
-    "is_positive_int",
-    "is_positive_number",
-]
-
-MAX_PAYLOAD_BYTES: Final = 1_048_576
-MAX_AGENT_ID_BYTES: Final = 256
-ISOLATION_LEVELS: Final = ("read_committed", "serializable")
-
-
-class _Call(NamedTuple):
-    """A step that passed the checks and is ready to run its tool."""
-
-    step_id: int
-    tool: Tool[Any, Any]
-    arguments: JSONValue
-    raw_context: str
-    context: ToolContext | None  # None when the tool takes no context: nothing to collect
-
-
-def _closed(
-    context: ToolContext | None,
-) -> tuple[tuple[UndoRecord, ...], tuple[StagedEffect, ...]]:
-    """Fence the step's context and take what its tool registered."""
-    if context is None:
-        return (), ()
-    return context._close()  # noqa: SLF001  (the transaction owns the context)
-
-
-class _Attempt:
-    """One execution of a step, as the history keeps it; `status` changes on a rewind."""
-
-    __slots__ = ("had_undos", "status", "step_id", "tool_name")
-
-    def __init__(self, step_id: int, tool_name: str, status: str, *, had_undos: bool) -> None:
-        self.step_id = step_id
-        self.tool_name = tool_name
-        self.status = status
-        self.had_undos = had_undos
-
-
-class _Outcome(NamedTuple):
-    output: JSONValue = None
-    error: str | None = None
-    undos: tuple[UndoRecord, ...] = ()
-    effects: tuple[StagedEffect, ...] = ()
+__all__ = ["Transaction"]
 
 
 @attrs.define(init=False)
@@ -187,8 +137,7 @@ class Transaction:
     )
     _rewinds: int = attrs.field(init=False, default=0)
     # Every step executed, in order: live, failed, rewound or compensated (see `history`).
-    _history: list[_Attempt] = attrs.field(init=False, factory=list)
-    _live: dict[int, _Attempt] = attrs.field(init=False, factory=dict)
+    _history: StepHistory = attrs.field(init=False, factory=StepHistory)
     # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.
     _log: TxLog | None = attrs.field(init=False, default=None)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
@@ -406,10 +355,7 @@ class Transaction:
         once per attempt.
         """
         with self._lock:
-            return tuple(
-                StepAttempt(step_id=a.step_id, tool_name=a.tool_name, status=a.status)
-                for a in self._history
-            )
+            return self._history.attempts()
 
     def export_graph(self, format: Literal["dot", "mermaid", "json"] = "dot") -> str:  # noqa: A002
         """The dependency graph with the history of the steps: deterministic DOT, Mermaid or JSON.
@@ -419,15 +365,7 @@ class Transaction:
         "failed", "rewound" or "compensated".
         """
         with self._lock:
-            graph = self._synced_graph()
-            attempts = [(n, a) for n, a in enumerate(self._history) if a.status != "live"]
-            if format == "json":
-                return _graph_json(graph, attempts)
-            nodes, edges = graph._drawing()  # noqa: SLF001  (same layer, one drawing)
-        nodes.extend(
-            DrawnNode(f"a{n}", f"{a.step_id}: {a.tool_name}", a.status) for n, a in attempts
-        )
-        return render_graph(nodes, edges, format)
+            return self._history.export(self._synced_graph(), format)
 
     def find_root_cause(self, step_id: int, error_key: str) -> int | None:
         """The earliest step that produced the value `step_id` received as `error_key`."""
@@ -519,7 +457,7 @@ class Transaction:
             if isinstance(prepared, str):
                 return self._fail(step_id, prepared)
             try:
-                outcome = self._run_tool(prepared)
+                outcome = run_tool(prepared)
             except BaseException:
                 self._abandon_step(prepared)
                 raise
@@ -545,7 +483,7 @@ class Transaction:
         if isinstance(prepared, str):
             return await self._afail(step_id, prepared)
         try:
-            outcome = await self._arun_tool(prepared)
+            outcome = await arun_tool(prepared)
         except BaseException:
             with self._lock:
                 self._abandon_step(prepared)
@@ -558,7 +496,7 @@ class Transaction:
 
     def _prepare(
         self, step_id: int, tool_name: str, arguments: Mapping[str, Any] | str, raw_context: str
-    ) -> _Call | str:
+    ) -> Call | str:
         """Check the call; return it ready to run, or the message of an agent-caused failure.
 
         Raises for protocol misuse before changing anything.
@@ -570,10 +508,10 @@ class Transaction:
             raise InvalidArgument(f"tool_name must be 1-{MAX_TOOL_NAME} characters")
         if not isinstance(raw_context, str):
             raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
-        if _over_limit(raw_context):
+        if over_limit(raw_context):
             raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
         if isinstance(arguments, str):
-            if _over_limit(arguments):
+            if over_limit(arguments):
                 raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
             parsed: JSONValue | str = arguments
         elif type(arguments) is dict or isinstance(arguments, Mapping):
@@ -623,17 +561,19 @@ class Transaction:
                 compensations=self._registry.compensations,
                 log_undo=None if self._log is None else self._log.undo,
             )
-        return _Call(
+        return Call(
             step_id=step_id,
             tool=tool,
             arguments=resolved,
             raw_context=raw_context,
             context=context,
+            timeout=self._step_timeout,
+            log_undo=None if self._log is None else self._log.undo,
         )
 
-    def _abandon_step(self, call: _Call) -> None:
+    def _abandon_step(self, call: Call) -> None:
         """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
-        undos, _ = _closed(call.context)  # its staged effects are dropped
+        undos, _ = closed(call.context)  # its staged effects are dropped
         self._ledger.record(undos)
         self._rewind_step(call.step_id)
 
@@ -670,7 +610,7 @@ class Transaction:
         with contextlib.suppress(Exception):  # the original error is the one to report
             self._discard(TxStatus.FAILED)
         self._effects.clear()
-        self._drop_live(0)
+        self._history.undo_from(0)
         self._steps.clear()
         self._outputs.clear()
         self._graph.clear()
@@ -681,134 +621,14 @@ class Transaction:
             self._transition(TxStatus.ROLLING_BACK)
         self._transition(TxStatus.FAILED)
 
-    def _run_tool(self, call: _Call) -> _Outcome:
-        """Run the tool: on a worker thread under the deadline, unless it is inline or async."""
-        tool = call.tool
-        try:
-            if tool.inline or tool.is_async:
-                started = time.monotonic()
-                output = _invoke(call)
-                if is_awaitable(output):
-                    output = resolve_awaitable(self._bounded(call, output))
-                elif time.monotonic() - started > self._step_timeout:
-                    output = DeadlineExceeded
-            else:
-                output = call_with_deadline(partial(_invoke, call), self._step_timeout)
-                if is_awaitable(output):  # a sync function that returned an awaitable
-                    output = resolve_awaitable(self._bounded(call, output))
-        except DeadlineExceeded:
-            output = DeadlineExceeded
-        except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
-            return self._failed_outcome(call, exc)
-        if output is DeadlineExceeded:
-            return self._failed_outcome(call, self._timed_out(call))
-        return self._succeeded_outcome(call, output)
-
-    async def _arun_tool(self, call: _Call) -> _Outcome:
-        """`_run_tool` for `aexecute_step`: the event loop keeps running while a sync tool does."""
-        tool = call.tool
-        try:
-            if tool.inline or tool.is_async:
-                started = time.monotonic()
-                output = _invoke(call)
-                if is_awaitable(output):
-                    output = await self._bounded(call, output)
-                elif time.monotonic() - started > self._step_timeout:
-                    output = DeadlineExceeded
-            else:
-                output = await acall_with_deadline(partial(_invoke, call), self._step_timeout)
-                if is_awaitable(output):
-                    output = await self._bounded(call, output)
-        except DeadlineExceeded:
-            output = DeadlineExceeded
-        except Exception as exc:  # noqa: BLE001
-            return self._failed_outcome(call, exc)
-        if output is DeadlineExceeded:
-            return self._failed_outcome(call, self._timed_out(call))
-        return self._succeeded_outcome(call, output)
-
-    def _timed_out(self, call: _Call) -> ToolError:
-        """The reference's timeout failure; the hint cleaner reads it as transient."""
-        return ToolError(
-            f"tool '{call.tool.name}' timed out after {round(self._step_timeout * 1000)} ms"
-        )
-
-    async def _bounded(self, call: _Call, awaitable: Awaitable[object]) -> object:
-        """Await an async tool under the step timeout; cancel it and fail the step after it.
-
-        The tool runs in the current task, so that a `KeyboardInterrupt` it raises reaches the
-        caller's await. Its context is fenced at the deadline: a tool that swallows the
-        cancellation and goes on delays the step until it returns, but nothing it registers or
-        writes after the deadline lands, and the step fails as timed out all the same.
-        """
-        loop = asyncio.get_running_loop()
-        fence = loop.call_later(self._step_timeout, _closed, call.context)
-        try:
-            if sys.version_info >= (3, 11):
-                deadline = asyncio.timeout(self._step_timeout)
-                try:
-                    async with deadline:
-                        output = await awaitable
-                except TimeoutError:
-                    if deadline.expired():  # not a TimeoutError the tool raised itself
-                        raise self._timed_out(call) from None
-                    raise
-                if deadline.expired():  # it swallowed the cancellation
-                    raise self._timed_out(call)
-                return output
-            started = time.monotonic()  # pragma: no cover  (Python 3.10)
-            try:  # pragma: no cover
-                output = await asyncio.wait_for(awaitable, timeout=self._step_timeout)
-            except asyncio.TimeoutError:  # pragma: no cover
-                if time.monotonic() - started >= self._step_timeout:
-                    raise self._timed_out(call) from None
-                raise
-            if time.monotonic() - started >= self._step_timeout:  # pragma: no cover
-                raise self._timed_out(call)
-            return output  # pragma: no cover
-        finally:
-            fence.cancel()
-
-    def _failed_outcome(self, call: _Call, exc: Exception) -> _Outcome:
-        undos, effects = _closed(call.context)
-        if isinstance(exc, ToolError):
-            message = exc.message
-        else:
-            message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _Outcome(error=message, undos=undos, effects=effects)
-
-    def _succeeded_outcome(self, call: _Call, output: object) -> _Outcome:
-        undos, effects = _closed(call.context)
-        checked: JSONValue = None
-        error: str | None = None
-        try:
-            checked = check_json(output)
-        except JSONValueError as exc:
-            error = str(
-                JSONValueError(
-                    path=exc.path,
-                    problem=exc.problem,
-                    what=f"the output of tool '{call.tool.name}'",
-                )
-            )
-        compensation = call.tool.compensation_name
-        if compensation is not None:
-            # The tool returned, so its effect happened: undo it on a rewind even if its output
-            # is refused (then with output null).
-            declared = _declared_undo(call, compensation, len(undos), checked)
-            if self._log is not None:
-                self._log.undo(declared)  # after the effect: all a declared undo can do
-            undos = (*undos, declared)
-        return _Outcome(output=checked, error=error, undos=undos, effects=effects)
-
-    def _keep_registered(self, outcome: _Outcome) -> None:
+    def _keep_registered(self, outcome: Outcome) -> None:
         """Keep what the tool registered, whether it succeeded or not (a rewind undoes it)."""
         if outcome.undos:
             self._ledger.record(outcome.undos)
         if outcome.effects:
             self._effects.extend(outcome.effects)
 
-    def _succeed(self, call: _Call, outcome: _Outcome) -> StepResult:
+    def _succeed(self, call: Call, outcome: Outcome) -> StepResult:
         step_id = call.step_id
         output = outcome.output
         assert self._pending is not None  # set by _prepare for this step
@@ -821,9 +641,7 @@ class Transaction:
                 raise
         self._steps[step_id] = step
         self._outputs[step_id] = output
-        attempt = _Attempt(step_id, call.tool.name, "live", had_undos=bool(outcome.undos))
-        self._history.append(attempt)
-        self._live[step_id] = attempt
+        self._history.succeeded(step_id, call.tool.name, had_undos=bool(outcome.undos))
         self._pending = None
         self._next_step = step_id + 1
         self._transition(TxStatus.ACTIVE)
@@ -851,7 +669,7 @@ class Transaction:
             pending_step, tool_name, inputs, dependencies = self._pending
             graph.add_step(pending_step, tool_name, inputs, dependencies, validate=False)
             self._pending = None
-            self._history.append(_Attempt(step_id, tool_name, "failed", had_undos=False))
+            self._history.failed(step_id, tool_name)
         decision = self._controller.decide(
             step_id, hint.key, graph.find_root_cause, transient=hint.category.transient
         )
@@ -934,17 +752,11 @@ class Transaction:
         for step in [s for s in self._steps if s >= target]:
             del self._steps[step]
             del self._outputs[step]
-        self._drop_live(target)
+        self._history.undo_from(target)
         self._graph.truncate_from(max(target, 1))
         self._graph_upto = min(self._graph_upto, max(target, 1) - 1)
         self._pending = None
         self._next_step = max(target, 1)
-
-    def _drop_live(self, target: int) -> None:
-        """Mark the live steps >= `target` as undone in the history."""
-        for step in [s for s in self._live if s >= target]:
-            attempt = self._live.pop(step)
-            attempt.status = "compensated" if attempt.had_undos else "rewound"
 
     def _log_progress(self) -> None:
         if self._log is not None:
@@ -969,7 +781,7 @@ class Transaction:
         self._rewinds += 1
         self._effects.clear()
         self._discard(final)
-        self._drop_live(0)
+        self._history.undo_from(0)
         self._steps.clear()
         self._outputs.clear()
         self._graph.clear()
@@ -1094,70 +906,6 @@ class Transaction:
             self.rollback()
 
 
-def _graph_json(graph: DependencyGraph, attempts: list[tuple[int, _Attempt]]) -> str:
-    document = json.loads(graph.to_json())
-    for node in document["nodes"]:
-        node["id"], node["status"] = f"s{node['step']}", "live"
-    document["nodes"].extend(
-        {"id": f"a{n}", "step": a.step_id, "tool": a.tool_name, "status": a.status}
-        for n, a in attempts
-    )
-    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def _over_limit(text: str) -> bool:
-    """Whether `text` is longer than MAX_PAYLOAD_BYTES in UTF-8 (counting at most 4 a character)."""
-    return (
-        len(text) > MAX_PAYLOAD_BYTES // 4
-        and len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES
-    )
-
-
-def _declared_undo(call: _Call, kind: str, seq: int, output: JSONValue) -> UndoRecord:
-    """The undo a tool's `compensate=` declares, called with its arguments and output."""
-    return UndoRecord(
-        step_id=call.step_id,
-        seq=seq,
-        kind=kind,
-        payload={"arguments": call.arguments, "output": output},
-        description=f"{kind} for step {call.step_id} ({call.tool.name})",
-    )
-
-
-def _invoke(call: _Call) -> object:
-    """Call the tool with its arguments as keywords (and its context if it asks for one)."""
-    arguments = call.arguments
-    if not isinstance(arguments, dict):
-        kind = json_kind(arguments)
-        raise ToolError(f"invalid type: {kind}, expected a JSON object of arguments")
-    if call.tool.wants_context:
-        return call.tool.__wrapped__(call.context, **arguments)
-    return call.tool.__wrapped__(**arguments)
-
-
 def _rewind_target(decision: RollbackDecision) -> int:
     """The first step a decision undoes: all of them (0) for an abort."""
     return 0 if decision.strategy is RollbackStrategy.ABORT else decision.target_step
-
-
-def is_positive_number(value: object) -> bool:
-    """A finite number > 0 (not a bool): what every time limit must be."""
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def is_positive_int(value: object) -> bool:
-    """An int > 0 (not a bool): what every count limit must be."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def check_isolation(isolation: object) -> None:
-    """Raise `InvalidArgument` unless `isolation` is one of `ISOLATION_LEVELS`."""
-    if isolation not in ISOLATION_LEVELS:
-        raise InvalidArgument(
-            f"isolation must be 'read_committed' or 'serializable', got {isolation!r}"
-        )
