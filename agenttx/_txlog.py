@@ -42,6 +42,13 @@ __all__ = [
 #: The version of the record formats below, stored in each transaction record.
 FORMAT: Final = 1
 
+#: A step record is `[tool, arguments, output, raw_context, [[from, source key, target key]]]`:
+#: compact JSON, not canonical (a step's values were checked when it ran, and key order does
+#: not matter to the reader), which makes it about twice as fast to write.
+_STEP_ENCODER: Final = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, check_circular=False
+)
+
 
 class LiveStep(NamedTuple):
     """A live step (succeeded, not rewound), as the transaction keeps it."""
@@ -137,16 +144,14 @@ class TxLog:
 
     def step(self, step_id: int, step: LiveStep, effects: Sequence[StagedEffect]) -> None:
         """Write a successful step with its staged effects (and the unchanged progress)."""
-        text = canonical_dumps(
-            {
-                "tool": step.tool_name,
-                "arguments": step.arguments,
-                "output": step.output,
-                "raw_context": step.raw_context,
-                "dependencies": [
-                    [d.from_step, d.source_key, d.target_key] for d in step.dependencies
-                ],
-            }
+        text = _STEP_ENCODER.encode(
+            [
+                step.tool_name,
+                step.arguments,
+                step.output,
+                step.raw_context,
+                [[d.from_step, d.source_key, d.target_key] for d in step.dependencies],
+            ]
         )
         rows = [
             EffectRow(e.step_id, e.channel, canonical_dumps(e.payload), e.idempotency_key)
@@ -199,15 +204,14 @@ def read_image(image: TxImage) -> Restored:
         progress = json.loads(image.progress) if image.progress is not None else None
         steps: dict[int, LiveStep] = {}
         for step_id, text in image.steps:
-            step = json.loads(text)
+            tool_name, arguments, output, raw_context, dependencies = json.loads(text)
             steps[step_id] = LiveStep(
-                tool_name=step["tool"],
-                arguments=step["arguments"],
-                output=step["output"],
-                raw_context=step["raw_context"],
+                tool_name=tool_name,
+                arguments=arguments,
+                output=output,
+                raw_context=raw_context,
                 dependencies=tuple(
-                    Dependency(from_step=f, source_key=s, target_key=t)
-                    for f, s, t in step["dependencies"]
+                    Dependency(from_step=f, source_key=s, target_key=t) for f, s, t in dependencies
                 ),
             )
         undos = []

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import logging
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -35,19 +36,14 @@ from pathlib import Path
 from typing import Any
 
 import agenttx
+from _chain import STEPS, noop, time_chains, time_langgraph
 from _report import Row, report
 from agenttx import builtins
 from agenttx.stores import SQLiteStore
 
-STEPS = 20
 STEP_TARGET_US = 40.0
 RATIO_TARGET = 20.0
 TPS_TARGET = 1_000.0
-
-
-def noop(a: str, b: int, c: str, d: bool) -> dict[str, Any]:  # noqa: ARG001
-    """The tool: does nothing, returns an id for the next step to reference."""
-    return {"id": a, "n": b}
 
 
 def bench_agenttx(directory: Path, transactions: int) -> float:
@@ -57,21 +53,9 @@ def bench_agenttx(directory: Path, transactions: int) -> float:
     engine = agenttx.Engine(
         tools=[tool], store=store, config=agenttx.EngineConfig(idle_timeout=None)
     )
-    times: list[int] = []
-    for _ in range(transactions):
-        tx = engine.begin()
-        tx.execute_step(1, "noop", {"a": "start", "b": 1, "c": "lit", "d": True})
-        for step in range(2, STEPS + 1):
-            arguments = {"a": f"${{steps.{step - 1}.id}}", "b": step, "c": "lit", "d": True}
-            started = time.perf_counter_ns()
-            result = tx.execute_step(step, "noop", arguments)
-            times.append(time.perf_counter_ns() - started)
-            if result.output != {"id": "start", "n": step}:
-                raise SystemExit(f"agenttx step {step} went wrong: {result}")
-        if tx.commit().steps_committed != STEPS:
-            raise SystemExit("agenttx commit went wrong")
+    figure = time_chains(engine.begin, transactions)
     store.close()
-    return statistics.median(times) / 1000
+    return figure
 
 
 def bench_throughput(directory: Path, transactions: int) -> float:
@@ -99,43 +83,14 @@ def bench_throughput(directory: Path, transactions: int) -> float:
 def bench_langgraph(directory: Path, runs: int) -> float | None:
     """Median microseconds per node of a 20-node chain checkpointed by SqliteSaver."""
     try:
-        import sqlite3  # noqa: PLC0415
-
         from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: PLC0415
-        from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
-        from typing_extensions import TypedDict  # noqa: PLC0415
     except ImportError:
         return None
-
-    class State(TypedDict):
-        outputs: dict[str, dict[str, Any]]
-
-    def node(step: int) -> Any:
-        def run(state: State) -> dict[str, Any]:
-            previous = state["outputs"].get(str(step - 1), {"id": "start"})
-            return {
-                "outputs": {**state["outputs"], str(step): noop(previous["id"], step, "lit", True)}
-            }
-
-        return run
-
-    builder = StateGraph(State)
-    for step in range(1, STEPS + 1):
-        builder.add_node(f"s{step}", node(step))
-        builder.add_edge(START if step == 1 else f"s{step - 1}", f"s{step}")
-    builder.add_edge(f"s{STEPS}", END)
     connection = sqlite3.connect(directory / "langgraph.db", check_same_thread=False)
-    graph = builder.compile(checkpointer=SqliteSaver(connection))
-    times: list[float] = []
-    for run in range(runs):
-        config = {"configurable": {"thread_id": f"t{run}"}}
-        started = time.perf_counter_ns()
-        final = graph.invoke({"outputs": {}}, config)  # type: ignore[arg-type]
-        times.append((time.perf_counter_ns() - started) / STEPS)
-        if final["outputs"][str(STEPS)] != {"id": "start", "n": STEPS}:
-            raise SystemExit("langgraph chain went wrong")
-    connection.close()
-    return statistics.median(times) / 1000
+    try:
+        return time_langgraph(SqliteSaver(connection), runs)
+    finally:
+        connection.close()
 
 
 def bench_dbos(directory: Path, runs: int) -> float | None:

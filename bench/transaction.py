@@ -29,79 +29,30 @@ timings are reported, not turned into a failing exit status.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from typing import Any
 
 import agenttx
+from _chain import STEPS, noop, time_chains, time_langgraph
 from _report import Row, report
 
-STEPS = 20
 STEP_TARGET_US = 15.0
 WORKER_STEP_TARGET_US = 100.0
 RATIO_TARGET = 15.0
 
 
-def noop(a: str, b: int, c: str, d: bool) -> dict[str, Any]:  # noqa: ARG001
-    """The tool: does nothing, returns an id for the next step to reference."""
-    return {"id": a, "n": b}
-
-
 def bench_agenttx(transactions: int, *, inline: bool = True) -> float:
     """Median microseconds per execute_step over `transactions` 20-step chains."""
     tool = agenttx.tool(name="noop", inline=inline)(noop)
-    times: list[int] = []
-    for _ in range(transactions):
-        tx = agenttx.Transaction(tools=[tool])
-        tx.execute_step(1, "noop", {"a": "start", "b": 1, "c": "lit", "d": True})
-        for step in range(2, STEPS + 1):
-            arguments = {"a": f"${{steps.{step - 1}.id}}", "b": step, "c": "lit", "d": True}
-            started = time.perf_counter_ns()
-            result = tx.execute_step(step, "noop", arguments)
-            times.append(time.perf_counter_ns() - started)
-            if not result.ok or result.output != {"id": "start", "n": step}:
-                raise SystemExit(f"agenttx step {step} went wrong: {result}")
-        if tx.commit().steps_committed != STEPS:
-            raise SystemExit("agenttx commit went wrong")
-    return statistics.median(times) / 1000
+    return time_chains(lambda: agenttx.Transaction(tools=[tool]), transactions)
 
 
 def bench_langgraph(runs: int) -> float | None:
     """Median microseconds per node of a 20-node LangGraph chain, or None if not installed."""
     try:
         from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
-        from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
-        from typing_extensions import TypedDict  # noqa: PLC0415
     except ImportError:
         return None
-
-    class State(TypedDict):
-        outputs: dict[str, dict[str, Any]]
-
-    def node(step: int) -> Any:
-        def run(state: State) -> dict[str, Any]:
-            previous = state["outputs"].get(str(step - 1), {"id": "start"})
-            output = noop(previous["id"], step, "lit", True)
-            return {"outputs": {**state["outputs"], str(step): output}}
-
-        return run
-
-    builder = StateGraph(State)
-    for step in range(1, STEPS + 1):
-        builder.add_node(f"s{step}", node(step))
-        builder.add_edge(START if step == 1 else f"s{step - 1}", f"s{step}")
-    builder.add_edge(f"s{STEPS}", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
-    times: list[float] = []
-    for run in range(runs):
-        config = {"configurable": {"thread_id": f"t{run}"}}
-        started = time.perf_counter_ns()
-        final = graph.invoke({"outputs": {}}, config)  # type: ignore[arg-type]
-        times.append((time.perf_counter_ns() - started) / STEPS)
-        if final["outputs"][str(STEPS)] != {"id": "start", "n": STEPS}:
-            raise SystemExit("langgraph chain went wrong")
-    return statistics.median(times) / 1000
+    return time_langgraph(InMemorySaver(), runs)
 
 
 def main() -> int:
