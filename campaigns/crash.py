@@ -249,6 +249,9 @@ def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
         if problems:
             failed += 1
             print(f"trial {trial}: " + "; ".join(problems), flush=True)
+        elif trial % 100 == 0:
+            elapsed = time.monotonic() - started
+            print(f"{trial} trials, {failed} failed, {elapsed:.0f} s", flush=True)
     with sqlite3.connect(world.db) as conn:
         (markers,) = conn.execute(
             "SELECT count(*) FROM committed WHERE key LIKE 'kv/marker/%'"
