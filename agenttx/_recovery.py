@@ -68,14 +68,14 @@ def recover(
         taken += 1
         if mode == "resume" and restored.ended is None:
             try:
-                tx = Transaction._resume(  # noqa: SLF001  (recovery builds transactions)
+                tx, report = Transaction._resume(  # noqa: SLF001  (recovery builds transactions)
                     restored, registry=registry, store=store, dispatcher=dispatcher
                 )
             except AgentTxError as exc:
                 failures.append(f"{tx_id}: {exc}")
                 continue
-            view = tx.view()
-            failures.extend(f"{tx_id}: {line}" for line in view.compensation_failures)
+            run += report.succeeded
+            failures.extend(f"{tx_id}: {line}" for line in report.failures)
             resumed.append(tx)
             continue
         ledger = SagaLedger(

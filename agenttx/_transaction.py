@@ -215,12 +215,13 @@ class Transaction:
         registry: ToolRegistry,
         store: DurableStore,
         dispatcher: Dispatcher | None,
-    ) -> Transaction:
+    ) -> tuple[Transaction, CompensationReport]:
         """The transaction `restored` from its durable log, ready for its next step.
 
         The store must already hold it open (`DurableStore.load`). A step that was running
         when the process died is rewound first: the undo records it registered are
-        compensated, newest first, and its state writes reverted.
+        compensated, newest first, and its state writes reverted; the report says how that
+        went.
         """
         settings = restored.settings
         ledger = SagaLedger(attempts=cast("int", settings["compensation_retries"]))
@@ -236,10 +237,10 @@ class Transaction:
             ledger=ledger,
             id=restored.tx_id,
         )
-        tx._adopt(restored, store)  # noqa: SLF001  (its own class)
-        return tx
+        report = tx._adopt(restored, store)  # noqa: SLF001  (its own class)
+        return tx, report
 
-    def _adopt(self, restored: Restored, store: DurableStore) -> None:
+    def _adopt(self, restored: Restored, store: DurableStore) -> CompensationReport:
         progress = restored.progress
         self._controller = RollbackController.from_state(restored.policy, progress.controller)
         self._steps = dict(restored.steps)
@@ -251,10 +252,14 @@ class Transaction:
         self._log = TxLog(store, self._id, record=restored.record, progress=progress)
         self._ledger.on_compensated = self._log.forget
         self._ledger.record(restored.undos)
+        undone = {undo.step_id for undo in restored.undos}
+        for step_id, step in sorted(restored.steps.items()):
+            self._history.succeeded(step_id, step.tool_name, had_undos=step_id in undone)
         interrupted = progress.next_step
-        if interrupted in restored.snapshots:  # the step was running: it left durable traces
-            with self._lock:
-                self._rewind_step(interrupted)
+        if interrupted not in restored.snapshots:  # it had not started: nothing to undo
+            return CompensationReport()
+        with self._lock:
+            return self._rewind_step(interrupted)
 
     # ------------------------------------------------------------------ properties
 
@@ -577,14 +582,15 @@ class Transaction:
         self._ledger.record(undos)
         self._rewind_step(call.step_id)
 
-    def _rewind_step(self, step_id: int) -> None:
+    def _rewind_step(self, step_id: int) -> CompensationReport:
         """Compensate and rewind the step being executed, back to ACTIVE at the same step."""
         self._transition(TxStatus.ROLLING_BACK)
         with self._ending_if_interrupted():
             records = self._ledger.take_from(step_id)
-            self._ledger.compensate(records, self._registry.compensations)
+            report = self._ledger.compensate(records, self._registry.compensations)
             self._rewind_state(step_id)
         self._transition(TxStatus.ACTIVE)
+        return report
 
     @contextlib.contextmanager
     def _ending_if_interrupted(self) -> Iterator[None]:

@@ -120,6 +120,7 @@ def test_resume_continues_from_the_next_step(tmp_path):
     assert resumed.global_resets == tx.global_resets
     assert resumed.graph.to_json() == tx.graph.to_json()
     assert resumed.read("orders/o2") == {"amount": 5}
+    assert [(a.step_id, a.status) for a in resumed.history] == [(1, "live"), (2, "live")]
     step = resumed.next_step_id
     result = resumed.execute_step(step, "charge", {"order": "o3", "amount": "${steps.1.amount}"})
     assert result.output == {"order": "o3", "amount": 5}
@@ -154,6 +155,7 @@ def test_a_step_interrupted_by_the_death_of_its_process(tmp_path, mode):
         assert shop.lines()[2:] == ["refund o2", "refund o1"]
         return
     assert shop.lines()[2:] == ["refund o2"]  # only the interrupted step is undone
+    assert report.compensations_run == 1
     tx = engine.get(report.resumed[0])
     assert (tx.status, tx.next_step_id) == (TxStatus.ACTIVE, 2)
     assert tx.read("orders/o2") is None
