@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import agenttx
 from agenttx.stores import SQLiteStore
@@ -38,7 +39,9 @@ def refund(payload: agenttx.JSONValue) -> None:
 
 
 @agenttx.tool(name="payments.charge")
-def charge(ctx: agenttx.ToolContext, order: str, amount: int, crash: bool = False) -> dict:
+def charge(
+    ctx: agenttx.ToolContext, order: str, amount: int, crash: bool = False
+) -> dict[str, str]:
     charge_id = f"ch-{order}"
     ctx.register_undo("payments.refund", {"charge": charge_id})  # durable before the effect
     record(f"charge {charge_id} {amount}")
@@ -49,11 +52,11 @@ def charge(ctx: agenttx.ToolContext, order: str, amount: int, crash: bool = Fals
 
 
 @agenttx.tool(name="email.receipt")
-def receipt(ctx: agenttx.ToolContext, to: str, charge_id: str) -> dict:
+def receipt(ctx: agenttx.ToolContext, to: str, charge_id: str) -> dict[str, str]:
     return {"key": ctx.stage_effect("email", {"to": to, "charge": charge_id})}
 
 
-TOOLS = [refund, charge, receipt]
+TOOLS: list[agenttx.Tool[..., Any] | agenttx.Compensation[..., Any]] = [refund, charge, receipt]
 
 
 def first_process() -> None:
