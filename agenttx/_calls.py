@@ -58,50 +58,55 @@ class Outcome(NamedTuple):
 
 def run_tool(call: Call) -> Outcome:
     """Run the tool: on a worker thread under the deadline, unless it is inline or async."""
-    tool = call.tool
     try:
-        if tool.inline or tool.is_async:
-            started = time.monotonic()
-            output = _invoke(call)
-            if is_awaitable(output):
-                output = resolve_awaitable(_bounded(call, output))
-            elif time.monotonic() - started > call.timeout:
-                output = DeadlineExceeded
-        else:
-            output = call_with_deadline(partial(_invoke, call), call.timeout)
-            if is_awaitable(output):  # a sync function that returned an awaitable
-                output = resolve_awaitable(_bounded(call, output))
+        output = _call(call)
     except DeadlineExceeded:
-        output = DeadlineExceeded
+        return _failed(call, _timed_out(call))
     except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
         return _failed(call, exc)
-    if output is DeadlineExceeded:
-        return _failed(call, _timed_out(call))
     return _succeeded(call, output)
 
 
 async def arun_tool(call: Call) -> Outcome:
     """`run_tool` for `aexecute_step`: the event loop keeps running while a sync tool does."""
-    tool = call.tool
     try:
-        if tool.inline or tool.is_async:
-            started = time.monotonic()
-            output = _invoke(call)
-            if is_awaitable(output):
-                output = await _bounded(call, output)
-            elif time.monotonic() - started > call.timeout:
-                output = DeadlineExceeded
-        else:
-            output = await acall_with_deadline(partial(_invoke, call), call.timeout)
-            if is_awaitable(output):
-                output = await _bounded(call, output)
+        output = await _acall(call)
     except DeadlineExceeded:
-        output = DeadlineExceeded
+        return _failed(call, _timed_out(call))
     except Exception as exc:  # noqa: BLE001
         return _failed(call, exc)
-    if output is DeadlineExceeded:
-        return _failed(call, _timed_out(call))
     return _succeeded(call, output)
+
+
+def _call(call: Call) -> object:
+    if not (call.tool.inline or call.tool.is_async):
+        output = call_with_deadline(partial(_invoke, call), call.timeout)
+        # A sync function may return an awaitable: it gets the deadline too.
+        return resolve_awaitable(_bounded(call, output)) if is_awaitable(output) else output
+    started = time.monotonic()
+    output = _invoke(call)
+    if is_awaitable(output):
+        return resolve_awaitable(_bounded(call, output))
+    _check_in_time(call, started)
+    return output
+
+
+async def _acall(call: Call) -> object:
+    if not (call.tool.inline or call.tool.is_async):
+        output = await acall_with_deadline(partial(_invoke, call), call.timeout)
+        return await _bounded(call, output) if is_awaitable(output) else output
+    started = time.monotonic()
+    output = _invoke(call)
+    if is_awaitable(output):
+        return await _bounded(call, output)
+    _check_in_time(call, started)
+    return output
+
+
+def _check_in_time(call: Call, started: float) -> None:
+    """An inline tool cannot be interrupted; a result after its deadline still fails the step."""
+    if time.monotonic() - started > call.timeout:
+        raise DeadlineExceeded
 
 
 def _timed_out(call: Call) -> ToolError:

@@ -26,6 +26,8 @@ from .stores import SQLiteStore
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from ._lineage import LineageGraph
+
 __all__ = ["main"]
 
 FORMATS: Final = ("dot", "mermaid", "json")
@@ -132,8 +134,7 @@ def _run_graph(args: argparse.Namespace) -> None:
         graph = _graph_of(_restored(store, args.tx))
     finally:
         store.close()
-    render = {"dot": graph.to_dot, "mermaid": graph.to_mermaid, "json": graph.to_json}
-    print(render[args.format](), end="")
+    print(_render(graph, args.format), end="")
 
 
 def _run_lineage(args: argparse.Namespace) -> None:
@@ -159,8 +160,7 @@ def _run_lineage(args: argparse.Namespace) -> None:
             value = canonical_dumps(edge.value)
             print(f"  {names[edge.source.index]} -> {names[edge.target.index]}  {value}")
         return
-    render = {"dot": graph.to_dot, "mermaid": graph.to_mermaid, "json": graph.to_json}
-    print(render[args.format](), end="")
+    print(_render(graph, args.format), end="")
 
 
 # ---------------------------------------------------------------------- helpers
@@ -274,6 +274,11 @@ def _show(restored: Restored) -> None:
     print(f"undo records ({len(restored.undos)}):")
     for undo in restored.undos:
         print(f"  step {undo.step_id}.{undo.seq} {undo.description}")
+
+
+def _render(graph: DependencyGraph | LineageGraph, fmt: str) -> str:
+    """A graph in one of `FORMATS`: both graph kinds export the same three."""
+    return {"dot": graph.to_dot, "mermaid": graph.to_mermaid, "json": graph.to_json}[fmt]()
 
 
 def _cut(text: str) -> str:

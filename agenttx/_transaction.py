@@ -552,6 +552,7 @@ class Transaction:
         self._pending = (step_id, tool_name, resolved, dependencies)
         if error is not None:
             return error
+        log_undo = None if self._log is None else self._log.undo
         context = None
         if tool.wants_context:
             generation = self._rewinds
@@ -564,7 +565,7 @@ class Transaction:
                 deadline=time.monotonic() + self._step_timeout,
                 store=self._store,
                 compensations=self._registry.compensations,
-                log_undo=None if self._log is None else self._log.undo,
+                log_undo=log_undo,
             )
         return Call(
             step_id=step_id,
@@ -573,7 +574,7 @@ class Transaction:
             raw_context=raw_context,
             context=context,
             timeout=self._step_timeout,
-            log_undo=None if self._log is None else self._log.undo,
+            log_undo=log_undo,
         )
 
     def _abandon_step(self, call: Call) -> None:
