@@ -22,6 +22,7 @@ __all__ = [
     "canonical_dumps",
     "check_json",
     "checked_size_bound",
+    "compact_encoder",
     "json_kind",
     "scalar_leaves",
     "value_tag",
@@ -140,10 +141,37 @@ def _key_part(key: str) -> str:
     return f"[{json.dumps(key, ensure_ascii=False)}]"
 
 
-_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 _encode_str: Final[Callable[[str], str]] = (
     getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
 )
+
+
+def _not_json(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def compact_encoder(*, sort_keys: bool) -> Callable[[JSONValue], str]:
+    """A function writing compact JSON with raw UTF-8: exactly
+    `json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)`.
+
+    Where CPython has its C encoder, the function calls it directly: `JSONEncoder.encode`
+    builds a new one on every call, which costs about as much as encoding a small value.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has the C encoder
+        return json.JSONEncoder(
+            separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False
+        ).encode
+    # markers=None: the callers pass checked values, which contain no cycles.
+    encode = make(None, _not_json, _encode_str, None, ":", ",", sort_keys, False, True)
+
+    def dumps(value: JSONValue) -> str:
+        return "".join(encode(value, 0))
+
+    return dumps
+
+
+_encode_sorted: Final = compact_encoder(sort_keys=True)
 
 
 def canonical_dumps(value: JSONValue) -> str:
@@ -151,8 +179,7 @@ def canonical_dumps(value: JSONValue) -> str:
 
     Floats are written as Python writes them (`1e+20`), where Rust writes `1e20`. Exactly
     `json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)`, with the
-    common scalars written directly and one encoder reused (`json.dumps` with options builds a
-    new encoder on every call).
+    common scalars written directly and containers by `compact_encoder`.
     """
     if type(value) is str:
         return _encode_str(value)
@@ -162,7 +189,7 @@ def canonical_dumps(value: JSONValue) -> str:
         return "null"
     if type(value) is bool:
         return "true" if value else "false"
-    return _ENCODER.encode(value)
+    return _encode_sorted(value)
 
 
 def scalar_leaves(value: JSONValue, key: str = "") -> list[tuple[str, JSONScalar]]:

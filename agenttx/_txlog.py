@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, final
 import attrs
 
 from ._errors import StorageError
-from ._json import JSONValue, canonical_dumps
+from ._json import JSONValue, canonical_dumps, compact_encoder
 from ._policy import ControllerState, RollbackPolicy
 from ._refs import Dependency
 from ._tools import StagedEffect, UndoRecord
@@ -45,9 +45,7 @@ FORMAT: Final = 1
 #: A step record is `[tool, arguments, output, raw_context, [[from, source key, target key]]]`:
 #: compact JSON, not canonical (a step's values were checked when it ran, and key order does
 #: not matter to the reader), which makes it about twice as fast to write.
-_STEP_ENCODER: Final = json.JSONEncoder(
-    separators=(",", ":"), ensure_ascii=False, check_circular=False
-)
+_encode_step: Final = compact_encoder(sort_keys=False)
 
 
 class LiveStep(NamedTuple):
@@ -144,7 +142,7 @@ class TxLog:
 
     def step(self, step_id: int, step: LiveStep, effects: Sequence[StagedEffect]) -> None:
         """Write a successful step with its staged effects (and the unchanged progress)."""
-        text = _STEP_ENCODER.encode(
+        text = _encode_step(
             [
                 step.tool_name,
                 step.arguments,

@@ -65,8 +65,9 @@ class Shop:
         return self.journal.read_text().splitlines() if self.journal.exists() else []
 
 
-def engine_on(path: Path, shop: Shop, **kwargs) -> Engine:
-    return Engine(tools=shop.tools, store=SQLiteStore(path), config=FAST, **kwargs)
+def engine_on(path: Path, shop: Shop, *, exclusive: bool = False, **kwargs) -> Engine:
+    store = SQLiteStore(path, exclusive=exclusive)
+    return Engine(tools=shop.tools, store=store, config=FAST, **kwargs)
 
 
 def crash(engine: Engine) -> None:
@@ -129,26 +130,28 @@ def test_resume_continues_from_the_next_step(tmp_path):
     assert shop.lines().count("refund o1") == 1  # by the backtrack, before the crash
 
 
-def _die_in_a_step(path: Path, root: Path) -> None:
+def _die_in_a_step(path: Path, root: Path, exclusive: bool) -> None:
     shop = Shop(root)
-    engine = engine_on(path, shop)
+    engine = engine_on(path, shop, exclusive=exclusive)
     tx = engine.begin()
     tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
     tx.execute_step(2, "die", {"order": "o2"})
 
 
+@pytest.mark.parametrize("exclusive", [False, True], ids=["shared", "exclusive"])
 @pytest.mark.parametrize("mode", ["abort", "resume"])
-def test_a_step_interrupted_by_the_death_of_its_process(tmp_path, mode):
-    """A process killed in the middle of a step: its undo ran on recovery, its writes are gone."""
+def test_a_step_interrupted_by_the_death_of_its_process(tmp_path, mode, exclusive):
+    """A process killed in the middle of a step: its undo ran on recovery, its writes are gone.
+    An exclusive store's lock dies with its process."""
     context = multiprocessing.get_context("spawn")
-    child = context.Process(target=_die_in_a_step, args=(tmp_path / "db", tmp_path))
+    child = context.Process(target=_die_in_a_step, args=(tmp_path / "db", tmp_path, exclusive))
     child.start()
     child.join(60)
     assert child.exitcode == 0
     shop = Shop(tmp_path)
     assert shop.lines() == ["charge o1", "charge o2"]
 
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(tmp_path / "db", shop, exclusive=exclusive)
     report = engine.recover(mode)
     assert report.transactions == 1
     if mode == "abort":

@@ -144,19 +144,29 @@ class StoresAgree(RuleBasedStateMachine):
     and a small model checks the steps, effects, progress and outbox they leave.
     """
 
+    #: Whether the SQLiteStore is opened with `exclusive=True`: then the file is read through
+    #: the store's own connection, and `reopen` closes the store before it opens a new one.
+    exclusive = False
+
     def __init__(self) -> None:
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="agenttx-stores-agree-")
         self.path = str(pathlib.Path(self.directory) / "store.db")
         self.memory = MemoryStore()
-        self.sqlite = SQLiteStore(self.path)
-        self.file = sqlite3.connect(self.path, isolation_level=None)
+        self.sqlite = SQLiteStore(self.path, exclusive=self.exclusive)
+        self.raw = None if self.exclusive else sqlite3.connect(self.path, isolation_level=None)
         self.durable: dict[str, _Durable] = {}
         self.outbox: list[tuple[str, EffectRow]] = []
         self.counter = itertools.count()
 
+    @property
+    def file(self) -> sqlite3.Connection:
+        """A connection to the file, for reading what it holds."""
+        return self.sqlite._conn if self.raw is None else self.raw
+
     def teardown(self) -> None:
-        self.file.close()
+        if self.raw is not None:
+            self.raw.close()
         self.sqlite.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -227,7 +237,9 @@ class StoresAgree(RuleBasedStateMachine):
         open_txs = tuple(tx for tx in TX_IDS if self.memory.is_open(tx))
         for tx in open_txs:
             self.sqlite.flush(tx)
-        fresh = SQLiteStore(self.path)
+        if self.exclusive:  # the lock goes with the store
+            self.sqlite.close()
+        fresh = SQLiteStore(self.path, exclusive=self.exclusive)
         assert fresh.open_transactions() == open_txs
         for tx in open_txs:
             image, model = fresh.load(tx), self.durable[tx]
@@ -302,12 +314,28 @@ def test_sqlite_agrees_with_memory() -> None:
     )
 
 
+class StoresAgreeExclusive(StoresAgree):
+    """The same, with the SQLiteStore opened `exclusive=True` (no owner checks in its writes,
+    and commits that skip validating versions no other commit can have changed)."""
+
+    exclusive = True
+
+
+def test_exclusive_sqlite_agrees_with_memory() -> None:
+    """Exclusive mode changes nothing observable, conflicts included."""
+    run_state_machine_as_test(
+        StoresAgreeExclusive,
+        settings=settings(max_examples=60, stateful_step_count=40, deadline=None),
+    )
+
+
 @pytest.mark.slow
 def test_sqlite_agrees_with_memory_long_campaign() -> None:
     """The differential machine, run much longer."""
-    run_state_machine_as_test(
-        StoresAgree, settings=settings(max_examples=2000, stateful_step_count=80, deadline=None)
-    )
+    for machine in (StoresAgree, StoresAgreeExclusive):
+        run_state_machine_as_test(
+            machine, settings=settings(max_examples=2000, stateful_step_count=80, deadline=None)
+        )
 
 
 # ---------------------------------------------------------------- durability
@@ -1265,6 +1293,8 @@ def test_a_path_that_cannot_be_opened_is_a_storage_error(tmp_path: Path) -> None
         ({"busy_timeout": float("inf")}, "busy_timeout must be a finite number"),
         ({"busy_timeout": True}, "busy_timeout must be a finite number"),
         ({"readonly": 1}, "readonly must be True or False"),
+        ({"exclusive": "yes"}, "exclusive must be True or False"),
+        ({"readonly": True, "exclusive": True}, "cannot be combined"),
     ],
 )
 def test_options_are_checked(path: str, arguments: dict[str, Any], message: str) -> None:
@@ -1367,3 +1397,73 @@ def test_repr_names_the_file_without_dumping_data(store: SQLiteStore, path: str)
     store.begin("t")
     assert repr(store) == f"<SQLiteStore {path!r}: 1 open transactions held here>"
     assert store.path == path
+
+
+# ---------------------------------------------------------------- exclusive
+
+
+def test_check_store_passes_exclusive(tmp_path: Path) -> None:
+    """The conformance suite, on exclusive stores."""
+    counter = itertools.count()
+    check_store(
+        lambda: SQLiteStore(tmp_path / f"{next(counter)}.db", exclusive=True), max_examples=20
+    )
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {},
+        {"readonly": True},
+        {"exclusive": True},
+    ],
+    ids=["shared", "readonly", "exclusive"],
+)
+def test_an_exclusive_store_locks_out_every_other_connection(
+    path: str, other: dict[str, bool]
+) -> None:
+    """Another store on the file, of any kind, waits its busy timeout and raises; so does a
+    plain sqlite3 reader. Once the exclusive store closes, the file opens as usual."""
+    with SQLiteStore(path, exclusive=True) as store:
+        assert store.exclusive
+        store.begin("t1")
+        store.put("t1", "k", "1")
+        store.commit("t1")
+        with pytest.raises(StorageError, match=r"stayed locked .* exclusive=True keeps it locked"):
+            SQLiteStore(path, busy_timeout=0.05, **other)
+        reader = sqlite3.connect(path, timeout=0.05)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            reader.execute("SELECT count(*) FROM committed").fetchall()
+        reader.close()
+        assert not pathlib.Path(f"{path}-shm").exists()  # its WAL index is in its own memory
+    with SQLiteStore(path, readonly=True) as reader_store:
+        assert reader_store.read_committed("k") == "1"
+        assert not reader_store.exclusive
+
+
+def test_an_exclusive_store_still_validates_what_it_cannot_vouch_for(path: str) -> None:
+    """An exclusive store skips validating a commit only when it has committed nothing since
+    the transaction first read: a commit in between, or a transaction loaded from the file
+    (whose versions were read before the store opened), is validated as usual."""
+    with SQLiteStore(path, exclusive=True) as store:
+        for tx in ("a", "b"):
+            store.begin(tx)
+            store.put(tx, "k", tx)
+        store.commit("b")
+        with pytest.raises(WriteConflict, match="`k`"):
+            store.commit("a")
+        store.begin("c")
+        store.put("c", "k", "c")  # reads version 1
+        store.flush("c")
+    with SQLiteStore(path) as shared:  # a commit the next exclusive store never saw
+        shared.begin("d")
+        shared.put("d", "k", "d")
+        shared.commit("d")
+    with SQLiteStore(path, exclusive=True) as store:
+        store.load("c")
+        with pytest.raises(WriteConflict, match="`k`"):
+            store.commit("c")
+        store.begin("e")
+        store.put("e", "k", "e")
+        assert store.commit("e") == 1
+        assert store.read_committed("k") == "e"

@@ -144,8 +144,9 @@ _SELECT_PENDING_OF: Final = f"{_SELECT_OUTBOX} AND tx_id = ? ORDER BY id LIMIT ?
 class StoreFile:
     """One open connection to a store's file, and the SQLite transactions run on it.
 
-    ``StoreFile(path, durability=..., busy_timeout=..., readonly=...)`` opens the file and
-    checks that it is an agenttx store. Writable, it creates the file if need be (an empty
+    ``StoreFile(path, durability=..., busy_timeout=..., readonly=..., exclusive=...)`` opens
+    the file and checks that it is an agenttx store; `exclusive` takes SQLite's lock on the
+    file at once and keeps it until `close`. Writable, it creates the file if need be (an empty
     database is a new store), sets WAL mode and `synchronous` and applies the missing
     migrations. Read-only, it opens an existing file with `mode=ro` and requires this code's
     schema version exactly. Every problem is a `StorageError`. The caller serializes all use
@@ -160,7 +161,7 @@ class StoreFile:
     readonly: bool
     conn: sqlite3.Connection
     cur: sqlite3.Cursor
-    #: The prepared texts of `committed_versions` and `insert_fenced`, by size.
+    #: The prepared texts of `committed_versions` and `insert_log` (negative: fenced), by size.
     _in_sql: dict[int, str]
     _multi_sql: dict[int, str]
 
@@ -171,6 +172,7 @@ class StoreFile:
         durability: Literal["normal", "full"],
         busy_timeout: float,
         readonly: bool,
+        exclusive: bool = False,
     ) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
@@ -195,6 +197,8 @@ class StoreFile:
             raise StorageError(f"cannot open the store `{path}`: {exc}") from exc
         self.cur = self.conn.cursor()
         try:
+            if exclusive:  # before the first read, so that SQLite keeps the WAL index in memory
+                self.cur.execute("PRAGMA locking_mode = EXCLUSIVE")
             self._open_schema(durability)
         except BaseException:
             self.conn.close()
@@ -331,7 +335,8 @@ class StoreFile:
         if is_busy(exc):
             return StorageError(
                 f"could not {doing}: the store `{self.path}` stayed locked by another "
-                f"connection for the whole busy timeout ({self.busy_timeout:g} s)"
+                f"connection for the whole busy timeout ({self.busy_timeout:g} s); a store "
+                "opened with exclusive=True keeps it locked until it closes"
             )
         return StorageError(f"could not {doing} in the store `{self.path}`: {exc}")
 
@@ -371,20 +376,25 @@ class StoreFile:
             kept += 1
         return rows[:kept]
 
-    def insert_fenced(self, rows: Sequence[tuple[object, ...]], tx_id: str, owner: str) -> int:
-        """Append `rows` to the log in one statement if `owner` owns `tx_id`; the number of
-        rows inserted: all or none. `sqlite3.Error` escapes, for the caller to turn."""
+    def insert_log(self, rows: Sequence[tuple[object, ...]], fence: tuple[str, str] | None) -> int:
+        """Append `rows` to the log in one statement; with a `fence` `(tx_id, owner)`, only if
+        `owner` owns `tx_id`. The number of rows inserted: all or none. `sqlite3.Error`
+        escapes, for the caller to turn."""
         count = len(rows)
-        sql = self._multi_sql.get(count)
+        key = count if fence is None else -count
+        sql = self._multi_sql.get(key)
         if sql is None:
             values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count)
-            sql = self._multi_sql[count] = (  # placeholders only:
-                "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "  # noqa: S608
-                f"SELECT * FROM (VALUES {values}) "
+            insert = "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "
+            sql = self._multi_sql[key] = (  # placeholders only:
+                f"{insert}VALUES {values}"
+                if fence is None
+                else f"{insert}SELECT * FROM (VALUES {values}) "  # noqa: S608
                 "WHERE EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
             )
         parameters = [value for row in rows for value in row]
-        parameters += (tx_id, owner)
+        if fence is not None:
+            parameters += fence
         inserted: int = self.cur.execute(sql, parameters).rowcount
         return inserted
 

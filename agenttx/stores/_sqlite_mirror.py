@@ -65,6 +65,11 @@ class TxMirror:
     #: `_STALE_PROGRESS` at a time, rather than one per write).
     progress_seq: int | None = None
     stale_progress: list[int] = attrs.Factory(list)
+    #: How many commits the store had made when the transaction first read the committed
+    #: state there (`None`: not yet); `replayed`: the mirror was rebuilt from the file, so the
+    #: versions in it were read before, perhaps in another process.
+    first_read: int | None = None
+    replayed: bool = False
 
     def write(self, key: str, entry: Entry) -> None:
         """Journal and apply one overlay write (used by the replay; `_write` inlines it)."""
@@ -150,7 +155,7 @@ def replay(
     """A new mirror, the step records and the progress, from the transaction's log `events`
     (`seq, kind, step, num, name, body, extra`, in seq order). `StorageError` names the first
     event that cannot be replayed (the file at `path` is corrupt)."""
-    tx = TxMirror(reads={} if serializable else None)
+    tx = TxMirror(reads={} if serializable else None, replayed=True)
     steps: dict[int, str] = {}
     progress: str | None = None
     last_write = -2
