@@ -82,13 +82,13 @@ class SQLiteStore:
     (or, `exclusive`, held by one store).
 
     ``SQLiteStore(path, *, durability="normal", busy_timeout=5.0, readonly=False,
-    exclusive=False)`` opens or creates the file; `durability` is `synchronous=NORMAL` (a
-    commit survives a crash of the process, and may be lost to a power failure) or `"full"`
-    (`synchronous=FULL`: an fsync per durable write). `busy_timeout` is how long, in seconds,
-    a write waits for another process's write before it raises `StorageError`. Close the store with `close()`, or use it as a
-    context manager. A file that is not SQLite, a SQLite file that is not an agenttx store, or a
-    store with a newer schema than this code knows raises `StorageError` here; an older schema
-    is migrated.
+    exclusive=False)`` opens or creates the file; `durability` is `synchronous=NORMAL` (a commit
+    survives a crash of the process, and may be lost to a power failure) or `"full"`
+    (`synchronous=FULL`: an fsync per durable write). `busy_timeout` is how long, in seconds, a
+    write waits for another process's write before it raises `StorageError`. Close the store
+    with `close()`, or use it as a context manager. A file that is not SQLite, a SQLite file
+    that is not an agenttx store, or a store with a newer schema than this code knows raises
+    `StorageError` here; an older schema is migrated.
 
     **Read-only** (``readonly=True``), for inspecting a store, even one that other processes
     are using: the file is opened with SQLite's `mode=ro` and is never created, migrated or
