@@ -169,14 +169,33 @@ class Transaction:
             )
         store = MemoryStore() if store is None else store
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
+        policy = policy or RollbackPolicy()
         registry = ToolRegistry(tools)
         ledger = SagaLedger(attempts=compensation_retries)
         check_isolation(isolation)
-        store.begin(tx_id, serializable=isolation == "serializable")  # checks the id; snapshot 0
+        serializable = isolation == "serializable"
+        log = None
+        if is_durable(store):  # begin with the record that recovery reads
+            settings: dict[str, JSONValue] = {
+                "isolation": isolation,
+                "step_timeout": float(step_timeout),
+                "max_constraints": max_constraints,
+                "compensation_retries": ledger.attempts,
+            }
+            log = TxLog.begin(
+                store,
+                tx_id,
+                serializable=serializable,
+                agent_id=agent_id,
+                policy=policy,
+                settings=settings,
+            )
+        else:
+            store.begin(tx_id, serializable=serializable)  # checks the id; snapshot 0
         self.__attrs_init__(
             registry=registry,
             store=store,
-            policy=policy or RollbackPolicy(),
+            policy=policy,
             agent_id=agent_id,
             dispatcher=dispatcher,
             step_timeout=float(step_timeout),
@@ -185,27 +204,9 @@ class Transaction:
             id=tx_id,
         )
         self._controller = RollbackController(self._policy)
-        if is_durable(store):
-            self._start_log(store, isolation)
-
-    def _start_log(self, store: DurableStore, isolation: str) -> None:
-        log = TxLog(store, self._id)
-        try:
-            log.begin(
-                agent_id=self._agent_id,
-                policy=self._policy,
-                settings={
-                    "isolation": isolation,
-                    "step_timeout": self._step_timeout,
-                    "max_constraints": self._max_constraints,
-                    "compensation_retries": self._ledger.attempts,
-                },
-            )
-        except BaseException:
-            self._store.discard(self._id)
-            raise
-        self._log = log
-        self._ledger.on_compensated = log.forget
+        if log is not None:
+            self._log = log
+            self._ledger.on_compensated = log.forget
 
     @classmethod
     def _resume(

@@ -104,13 +104,22 @@ class TxLog:
     ) -> None:
         self._store = store
         self._tx_id = tx_id
-        self._progress = _progress_text(progress or Progress(1, ControllerState(), (), 0))
+        self._progress = _FRESH if progress is None else _progress_text(progress)
         self._record: dict[str, JSONValue] = record or {}
 
+    @classmethod
     def begin(
-        self, *, agent_id: str, policy: RollbackPolicy, settings: dict[str, JSONValue]
-    ) -> None:
-        """Write the transaction's record: who runs it and with which settings."""
+        cls,
+        store: DurableStore,
+        tx_id: str,
+        *,
+        serializable: bool,
+        agent_id: str,
+        policy: RollbackPolicy,
+        settings: dict[str, JSONValue],
+    ) -> TxLog:
+        """Begin the transaction in `store` with its record (who runs it and with which
+        settings), in one durable write, and return its log."""
         record: dict[str, JSONValue] = {
             "format": FORMAT,
             "agent_id": agent_id,
@@ -118,8 +127,8 @@ class TxLog:
             "settings": settings,
             "created_at": time.time(),
         }
-        self._store.record_transaction(self._tx_id, canonical_dumps(record))
-        self._record = record
+        store.begin(tx_id, serializable=serializable, record=canonical_dumps(record))
+        return cls(store, tx_id, record=record)
 
     def end_keeping_undos(self, status: str) -> None:
         """End the transaction as `status`, keeping the undo records that failed.
@@ -180,6 +189,10 @@ def _progress_text(progress: Progress) -> str:
             "rewinds": progress.rewinds,
         }
     )
+
+
+#: The progress of a transaction that has not run a step yet.
+_FRESH: Final = _progress_text(Progress(1, ControllerState(), (), 0))
 
 
 def add_live_steps(graph: DependencyGraph, steps: Mapping[int, LiveStep], first: int) -> None:

@@ -400,6 +400,19 @@ def test_flushed_state_survives_reopen_and_load(path: str) -> None:
         assert second.written_keys("t") == ()
 
 
+def test_begin_writes_the_record_with_the_row(path: str) -> None:
+    """`begin(record=...)` is durable at once; `record_transaction` replaces the record."""
+    with SQLiteStore(path) as first:
+        first.begin("t", record='{"agent":"x"}')
+        first.begin("u")
+        with SQLiteStore(path) as second:
+            assert second.peek("t").record == '{"agent":"x"}'
+            assert second.peek("u").record == "null"
+        first.record_transaction("t", '{"agent":"y"}')
+    with SQLiteStore(path) as second:
+        assert second.load("t").record == '{"agent":"y"}'
+
+
 def test_writes_after_the_last_durable_point_are_lost(path: str) -> None:
     """A reopen without flush keeps the state of the last durable write, snapshots included."""
     first = SQLiteStore(path)
@@ -741,6 +754,7 @@ def test_outbox_delivery_bookkeeping(store: SQLiteStore) -> None:
         (lambda s: s.record_step("t", 1, 5, [], "{}"), "JSON text"),
         (lambda s: s.record_progress("t", None), "JSON text"),
         (lambda s: s.record_transaction("t", b"{}"), "JSON text"),
+        (lambda s: s.begin("u", record=None), "JSON text"),
         (lambda s: s.record_undo("t", (1, 0)), "undo records must be UndoRow"),
         (lambda s: s.record_undo("t", UndoRow(1, -1, "{}")), "seq must be an integer"),
         (lambda s: s.forget_undo("t", 1, 2**63), "seq must be an integer"),

@@ -43,8 +43,8 @@ class TxImage(NamedTuple):
     `effects` in staging order. `progress` is the text of the last `record_step` (or
     `record_progress`), or `None` if there was none. `owner` describes the process that last
     held the transaction (JSON text, the store's own format), `None` if unknown: the owner
-    before the `load` that returned the image (for `peek`, the current owner). `record` is
-    `"null"` until `record_transaction` replaces it.
+    before the `load` that returned the image (for `peek`, the current owner). `record` is the
+    one `begin` or `record_transaction` wrote last (`"null"` if neither wrote one).
     """
 
     tx_id: str
@@ -77,8 +77,8 @@ class OutboxEntry(NamedTuple):
 class DurableStore(Store, Protocol):
     """A `Store` whose transactions, undo records and committed effects survive the process.
 
-    **Who calls it, and in what order.** For each transaction, its owner calls
-    `record_transaction` once after `begin`; then, interleaved with the `Store` calls,
+    **Who calls it, and in what order.** For each transaction, its owner calls `begin` with
+    the transaction's descriptive `record`; then, interleaved with the `Store` calls,
     `record_undo` as soon as a tool registers an undo (before the effect it undoes happens),
     `forget_undo` when a compensation succeeded, and `record_step` when a step succeeded
     (`record_progress` when one failed). On `commit`, a durable store also moves the
@@ -115,6 +115,12 @@ class DurableStore(Store, Protocol):
     calls `mark_delivered` or `mark_failed` for each. An entry is delivered at least once.
     Errors are as for `Store`: `InvalidArgument`, `TransactionNotFound`, `StorageError`.
     """
+
+    def begin(self, tx_id: str, *, serializable: bool = False, record: str = "null") -> None:
+        """`Store.begin`, writing the transaction durably with its descriptive `record` (JSON
+        text) before it returns: one durable write, so that no crash can leave a transaction
+        without its record (unless the caller omits it)."""
+        ...
 
     def record_transaction(self, tx_id: str, record: str) -> None:
         """Store (or replace) the open transaction's descriptive record (JSON text), durably."""

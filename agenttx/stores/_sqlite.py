@@ -264,14 +264,15 @@ class SQLiteStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    def begin(self, tx_id: str, *, serializable: bool = False) -> None:
+    def begin(self, tx_id: str, *, serializable: bool = False, record: str = "null") -> None:
         """Open transaction `tx_id` and take its snapshot 0 (see `Store.begin`).
 
-        Writes the transaction's row (owned by this store) at once. Raises `InvalidArgument`
-        if this store holds the transaction, or the file has a row for it (open in another
-        store, or kept by `discard_state` for recovery).
+        Writes the transaction's row (owned by this store, with its `record`) at once. Raises
+        `InvalidArgument` if this store holds the transaction, or the file has a row for it
+        (open in another store, or kept by `discard_state` for recovery).
         """
         check_tx_id(tx_id)
+        check_value(record)
         self._check_writable()
         with self._lock:
             if tx_id in self._txs:
@@ -282,8 +283,8 @@ class SQLiteStore:
             try:
                 cursor = self._cur.execute(
                     "INSERT OR IGNORE INTO txs (tx_id, record, owner, serializable) "
-                    "VALUES (?, 'null', ?, ?)",
-                    (tx_id, self._owner, int(serializable)),
+                    "VALUES (?, ?, ?, ?)",
+                    (tx_id, record, self._owner, int(serializable)),
                 )
                 inserted = cursor.rowcount
             except sqlite3.Error as exc:

@@ -6,8 +6,9 @@
 ======== ===================================================================================
 meta     one row: `commit_version`, the durable commit counter
 committed `key -> (version, value)`: the committed map
-txs      one row per transaction with a durable record: `record` (JSON text, `"null"` until
-         `record_transaction`), `owner` (JSON: pid, hostname, per-store token), `serializable`
+txs      one row per transaction with a durable record: `record` (JSON text, `"null"` if
+         neither `begin` nor `record_transaction` gave one), `owner` (JSON: pid, hostname,
+         per-store token), `serializable`
 log      the transaction's history, `(tx_id, seq)` -> an event (see below), seq from 0
 undos    `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
 outbox   committed effects with their delivery history, in commit then staging order
