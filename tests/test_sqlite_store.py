@@ -192,6 +192,8 @@ class StoresAgree(RuleBasedStateMachine):
         else:
             effects = [EffectRow(step, "channel", text, f"key{text}")]
             effects = effects if name == "record_step_with_effect" else []
+            if step % 2 and model.progress is not None:
+                text = model.progress  # a step that leaves the progress as it was
             self.sqlite.record_step(tx, step, f"[{text}]", effects, text)
             model.steps[step] = f"[{text}]"
             model.effects += effects
@@ -472,6 +474,28 @@ def test_replaced_progress_rows_are_deleted_in_batches(store: SQLiteStore, path:
     assert store.load("t").progress == "step"
     store.record_progress("t", "after")
     assert store.load("t").progress == "after"
+
+
+def test_a_step_that_keeps_the_progress_writes_none_and_keeps_its_holder(
+    store: SQLiteStore, path: str
+) -> None:
+    """A step whose progress is unchanged stores NULL for it; the progress row it leaves
+    current is never deleted as replaced, however many batches of deletions run."""
+    store.begin("t")
+    for n in range(1, 80):
+        store.record_progress("t", f"p{n}")
+        store.record_step("t", n, "{}", [], f"p{n}")
+        if n in {32, 33, 79}:  # the replaced rows are (or are about to be) 31, 32 and more
+            store.record_step("t", n, "{}", [], f"p{n}")
+            with SQLiteStore(path, readonly=True) as reader:  # the file, not the mirror
+                assert reader.peek("t").progress == f"p{n}", n
+    with raw(path) as connection:
+        extras = connection.execute("SELECT extra FROM log WHERE kind = 4").fetchall()
+        progress_rows = connection.execute("SELECT count(*) FROM log WHERE kind = 6").fetchone()
+    assert set(extras) == {(None,)}
+    assert progress_rows[0] <= 33
+    store.record_step("t", 80, "{}", [], "new")
+    assert store.load("t").progress == "new"
 
 
 def test_flush_is_idempotent_and_writes_nothing_when_clean(store: SQLiteStore, path: str) -> None:

@@ -534,8 +534,9 @@ class SQLiteStore:
         (replacing one of the same step), its `effects` (each keeps its own `step_id`) and the
         transaction's progress.
 
-        One `STEP` event holds the record, the progress and, when it is the only snapshot
-        taken since the last durable write, snapshot `step_id`; then one `EFFECT` event per
+        One `STEP` event holds the record, the progress (or NULL if it is unchanged, the usual
+        case, which keeps the rows small) and, when it is the only snapshot taken since the
+        last durable write, snapshot `step_id`; then one `EFFECT` event per
         effect. So a step without state writes or effects appends one row.
         """
         check_int(step_id, "step_id", MAX_STEP)
@@ -551,12 +552,16 @@ class SQLiteStore:
             folded = dirty[step_id] if len(dirty) == 1 and step_id in dirty else None
             rows = tx.pending(tx_id, upto, snapshots=folded is None)
             seq = tx.next_seq + len(rows)
-            rows.append((tx_id, seq, STEP, step_id, folded, None, step, progress))
+            changed = progress != tx.progress  # else the event says "unchanged": fewer bytes
+            rows.append(
+                (tx_id, seq, STEP, step_id, folded, None, step, progress if changed else None)
+            )
             for effect in checked:
                 seq += 1
                 rows.append((tx_id, seq, EFFECT, effect[0], None, *effect[1:]))
             self._write_rows(tx_id, tx, rows, upto, doing="record a step")
-            tx.new_progress(None)
+            if changed:
+                tx.new_progress(progress, None)
             tx.effects += checked
 
     def record_progress(self, tx_id: str, progress: str) -> None:
@@ -631,7 +636,7 @@ class SQLiteStore:
                 rows.append((tx_id, seq, PROGRESS, None, None, None, progress, None))
             self._write_rows(tx_id, tx, rows, upto, doing=doing, statement=statement)
             if progress is not None:
-                tx.new_progress(seq)
+                tx.new_progress(progress, seq)
 
     def _write_rows(
         self,

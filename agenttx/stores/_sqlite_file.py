@@ -16,10 +16,10 @@ outbox   committed effects with their delivery history, in commit then staging o
 
 A transaction's `log` is the sequence of its calls that change durable state, as events:
 `WRITE` (key, base version, value or NULL for a tombstone: a journal entry), `SNAPSHOT` (step,
-journal position), `RESTORE` (step), `STEP` (step id, record, progress, and the position of
-snapshot `step` when it is the only one taken since the last durable write), `EFFECT` (step
-id, channel, payload, idempotency key), `PROGRESS` (text) and `READ` (key, version;
-serializable only). `_sqlite_mirror.replay` turns them back into a transaction.
+journal position), `RESTORE` (step), `STEP` (step id, record, progress or NULL if unchanged, and
+the position of snapshot `step` when it is the only one taken since the last durable write),
+`EFFECT` (step id, channel, payload, idempotency key), `PROGRESS` (text) and `READ` (key,
+version; serializable only). `_sqlite_mirror.replay` turns them back into a transaction.
 
 `StoreFile` is one open connection to such a file: it checks what the file is, migrates it (or,
 read-only, refuses any schema but this code's), runs the store's SQLite transactions, turning

@@ -60,9 +60,10 @@ class TxMirror:
     dirty_snapshots: dict[int, int] = attrs.Factory(dict)
     dirty_reads: list[tuple[str, int]] = attrs.Factory(list)
     next_seq: int = 0
-    #: The seq of the `PROGRESS` event holding the current progress (`None` if a `STEP` event
-    #: holds it), and those of replaced `PROGRESS` events still in the file (deleted
-    #: `_STALE_PROGRESS` at a time, rather than one per write).
+    #: The current progress text (`None`: none yet); the seq of the `PROGRESS` event holding
+    #: it (`None` if a `STEP` event holds it); and the seqs of replaced `PROGRESS` events
+    #: still in the file (deleted `_STALE_PROGRESS` at a time, rather than one per write).
+    progress: str | None = None
     progress_seq: int | None = None
     stale_progress: list[int] = attrs.Factory(list)
     #: How many commits the store had made when the transaction first read the committed
@@ -133,10 +134,12 @@ class TxMirror:
         if self.dirty_reads:
             self.dirty_reads = []
 
-    def new_progress(self, seq: int | None) -> None:
-        """The progress is now the `PROGRESS` event `seq` (`None`: a `STEP` event's)."""
+    def new_progress(self, text: str, seq: int | None) -> None:
+        """The progress is now `text`, held by the `PROGRESS` event `seq` (`None`: by a `STEP`
+        event)."""
         if self.progress_seq is not None:
             self.stale_progress.append(self.progress_seq)
+        self.progress = text
         self.progress_seq = seq
 
     def seq_at(self, position: int) -> int:
@@ -157,7 +160,6 @@ def replay(
     event that cannot be replayed (the file at `path` is corrupt)."""
     tx = TxMirror(reads={} if serializable else None, replayed=True)
     steps: dict[int, str] = {}
-    progress: str | None = None
     last_write = -2
     for seq, kind, step, num, name, body, extra in events:
         if kind == WRITE:
@@ -174,13 +176,12 @@ def replay(
             if num is not None:
                 tx.take_snapshot(step, num)
             steps[step] = body
-            progress = extra
-            tx.new_progress(None)
+            if extra is not None:  # else the progress is unchanged
+                tx.new_progress(extra, None)
         elif kind == EFFECT:
             tx.effects.append(EffectRow(step, name, body, extra))
         elif kind == PROGRESS:
-            progress = body
-            tx.new_progress(seq)
+            tx.new_progress(body, seq)
         elif kind == READ and tx.reads is not None:
             tx.reads.setdefault(name, num)
         else:
@@ -190,7 +191,7 @@ def replay(
             )
         tx.next_seq = seq + 1
     tx.flushed = len(tx.journal)
-    return tx, steps, progress
+    return tx, steps, tx.progress
 
 
 def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxImage, TxMirror]:
