@@ -5,6 +5,7 @@ Run from the repository root::
     python campaigns/crash.py --trials 1000        # the full campaign (several minutes)
     python campaigns/crash.py --trials 5           # a smoke run (tests/test_crash.py does this)
     python campaigns/crash.py --contend            # 4 processes x 250 transactions, one file
+    python campaigns/crash.py --exclusive          # the campaign on SQLiteStore(exclusive=True)
 
 Each trial starts a worker process that runs random transactions on one SQLite file: `kv.put`
 writes, `fs.write` files, staged effects, charges undone by a compensation, failing steps
@@ -27,6 +28,7 @@ check on top of everything before them. The exit status is 1 if any check fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -72,8 +74,9 @@ def _read(path: Path) -> list[dict[str, Any]]:
 class World:
     """The file, the sandbox and the logs of one campaign."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, exclusive: bool = False) -> None:
         self.root = root
+        self.exclusive = exclusive
         self.db = root / "agenttx.db"
         self.sandbox = root / "sandbox"
         self.sandbox.mkdir(parents=True, exist_ok=True)
@@ -100,7 +103,7 @@ class World:
     def engine(self) -> Engine:
         return Engine(
             tools=self.tools(),
-            store=SQLiteStore(self.db),
+            store=SQLiteStore(self.db, exclusive=self.exclusive),
             config=CONFIG,
             dispatcher={"hook": self.deliver},
         )
@@ -184,9 +187,9 @@ def check(world: World) -> list[str]:
         problems.append(f"open after recovery: {store.open_transactions()}")
     while engine.pending_effects():
         engine.dispatch_pending()
-    with sqlite3.connect(world.db) as conn:
+    store.close()  # first: an exclusive store would lock the next connection out
+    with contextlib.closing(sqlite3.connect(world.db)) as conn:  # closed now, not at the next GC
         rows = conn.execute("SELECT key, version, value FROM committed").fetchall()
-    store.close()
     committed = {key: (version, json.loads(value)) for key, version, value in rows}
     markers = sorted(
         (version, value)
@@ -239,8 +242,16 @@ def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
     started = time.monotonic()
     failed = 0
     for trial in range(1, trials + 1):
+        exclusive = ["--exclusive"] if world.exclusive else []
         worker = subprocess.Popen(  # noqa: S603  (our own script)
-            [sys.executable, __file__, "--worker", str(world.root), str(rng.randrange(2**31))],
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(world.root),
+                str(rng.randrange(2**31)),
+                *exclusive,
+            ],
         )
         time.sleep(rng.uniform(0.2, 0.2 + max_delay))  # the worker's start-up, then a moment
         worker.send_signal(signal.SIGKILL)
@@ -252,7 +263,7 @@ def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
         elif trial % 100 == 0:
             elapsed = time.monotonic() - started
             print(f"{trial} trials, {failed} failed, {elapsed:.0f} s", flush=True)
-    with sqlite3.connect(world.db) as conn:
+    with contextlib.closing(sqlite3.connect(world.db)) as conn:
         (markers,) = conn.execute(
             "SELECT count(*) FROM committed WHERE key LIKE 'kv/marker/%'"
         ).fetchone()
@@ -322,13 +333,16 @@ def main() -> int:
     parser.add_argument("--max-delay", type=float, default=0.6, help="seconds")
     parser.add_argument("--root", help="where the file and logs go (default: a temp dir)")
     parser.add_argument("--contend", action="store_true", help="the multi-process run")
+    parser.add_argument(
+        "--exclusive", action="store_true", help="open the store with exclusive=True"
+    )
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--transactions", type=int, default=250)
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--contend-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        work(World(Path(args.worker[0])), int(args.worker[1]))
+        work(World(Path(args.worker[0]), exclusive=args.exclusive), int(args.worker[1]))
         return 0
     if args.contend_worker:
         db, transactions, out = args.contend_worker
@@ -337,7 +351,7 @@ def main() -> int:
     root = Path(args.root or tempfile.mkdtemp(prefix="agenttx-crash-"))
     if args.contend:
         return contend(root, args.processes, args.transactions)
-    return campaign(World(root), args.trials, args.seed, args.max_delay)
+    return campaign(World(root, exclusive=args.exclusive), args.trials, args.seed, args.max_delay)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,11 @@ def run(*arguments: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_short_crash_campaign_finds_nothing_lost(tmp_path):
-    """Four kill-recover-check trials pass every check, with transactions committed."""
-    done = run("--trials", "4", "--max-delay", "0.8", "--root", str(tmp_path))
+@pytest.mark.parametrize("mode", [[], ["--exclusive"]], ids=["shared", "exclusive"])
+def test_a_short_crash_campaign_finds_nothing_lost(tmp_path, mode):
+    """Four kill-recover-check trials pass every check, with transactions committed; on an
+    exclusive store too, whose lock dies with the killed worker."""
+    done = run("--trials", "4", "--max-delay", "0.8", "--root", str(tmp_path), *mode)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 trials, 0 failed" in done.stdout
     committed = int(done.stdout.split("failed, in")[1].split(":")[1].split()[0])
