@@ -1,9 +1,9 @@
 """A transaction's durable log: what a `DurableStore` keeps so it can be resumed or aborted.
 
-`TxLog` writes, for one transaction: its descriptive record once, each undo record as soon as
-a tool registers it (before the effect it undoes), each successful step with its staged effects,
-and the progress (next step, controller counters, constraints) after every rewind. Everything
-is canonical JSON text. `read_image` turns what `DurableStore.load` returns back into Python
+`TxLog` writes, for one transaction: its descriptive record, with the transaction's row at
+`begin`; each undo record as soon as a tool registers it (before the effect it undoes); each
+successful step with its staged effects; and the progress (next step, controller counters,
+constraints) after every rewind. Everything is JSON text. `read_image` turns what `DurableStore.load` returns back into Python
 objects for `Engine.recover`.
 """
 
