@@ -8,9 +8,17 @@ import math
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import agenttx
-from agenttx._json import canonical_dumps, check_json, checked_size_bound, scalar_leaves, value_tag
+from agenttx._json import (
+    canonical_dumps,
+    check_json,
+    checked_size_bound,
+    compact_encoder,
+    scalar_leaves,
+    value_tag,
+)
 from agenttx.testing import json_values
 
 
@@ -92,6 +100,19 @@ def test_canonical_dumps_is_exactly_json_dumps(value):
     """The fast paths write what `json.dumps` with the canonical options writes, byte for byte."""
     expected = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     assert canonical_dumps(value) == expected
+
+
+@given(json_values(), st.booleans())
+def test_compact_encoder_is_exactly_json_dumps(value, sort_keys):
+    """The C encoder called directly writes what `json.dumps` writes, in both key orders."""
+    expected = json.dumps(value, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False)
+    assert compact_encoder(sort_keys=sort_keys)(value) == expected
+
+
+def test_compact_encoder_refuses_what_is_not_json():
+    """A value that is not JSON raises TypeError, as `json.dumps` does."""
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        compact_encoder(sort_keys=False)([{1, 2}])
 
 
 @pytest.mark.parametrize("value", ["", 'é"\n\x00\u2028', -(2**70), 0, True, False, None, 1.5])
