@@ -3,8 +3,8 @@
 `TxLog` writes, for one transaction: its descriptive record, with the transaction's row at
 `begin`; each undo record as soon as a tool registers it (before the effect it undoes); each
 successful step with its staged effects; and the progress (next step, controller counters,
-constraints) after every rewind. Everything is JSON text. `read_image` turns what `DurableStore.load` returns back into Python
-objects for `Engine.recover`.
+constraints) after every rewind. Everything is JSON text. `read_image` turns what
+`DurableStore.load` returns back into Python objects for `Engine.recover`.
 """
 
 from __future__ import annotations
