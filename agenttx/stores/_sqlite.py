@@ -392,9 +392,7 @@ class SQLiteStore:
             entry = tx.overlay.get(key)
             if entry is not None:
                 return entry[1]
-            row = self._committed_row(key)
-            if tx.first_read is None:
-                tx.first_read = self._commits
+            row = self._first_read(tx, key)
             reads = tx.reads
             if reads is not None and key not in reads:
                 version = 0 if row is None else row[0]
@@ -420,9 +418,7 @@ class SQLiteStore:
                 raise self._not_open(tx_id)
             prior = tx.overlay.get(key)
             if prior is None:
-                row = self._committed_row(key)
-                if tx.first_read is None:
-                    tx.first_read = self._commits
+                row = self._first_read(tx, key)
                 entry = (0 if row is None else row[0], value)
             else:
                 entry = (prior[0], value)
@@ -536,8 +532,8 @@ class SQLiteStore:
 
         One `STEP` event holds the record, the progress (or NULL if it is unchanged, the usual
         case, which keeps the rows small) and, when it is the only snapshot taken since the
-        last durable write, snapshot `step_id`; then one `EFFECT` event per
-        effect. So a step without state writes or effects appends one row.
+        last durable write, snapshot `step_id`; then one `EFFECT` event per effect. So a step
+        without state writes or effects appends one row.
         """
         check_int(step_id, "step_id", MAX_STEP)
         check_value(step)
@@ -831,6 +827,14 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise self._file.failure("read the committed state", exc) from exc
         return rows[0] if rows else None
+
+    def _first_read(self, tx: TxMirror, key: str) -> tuple[int, str] | None:
+        """`_committed_row` for transaction `tx`, noting when it first read the committed state
+        (see `_reads_current`); the caller holds the lock."""
+        row = self._committed_row(key)
+        if tx.first_read is None:
+            tx.first_read = self._commits
+        return row
 
     def _fence(self, tx_id: str) -> None:
         """Check, inside a write transaction, that this store still owns `tx_id`."""
