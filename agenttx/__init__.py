@@ -1,20 +1,27 @@
 """agenttx: transactions for an AI agent's tool calls.
 
-Layer map (a module imports only from its own layer or below):
+Layer map: a module imports only from its own layer or below, and from a private package
+only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`).
+`tests/test_layers.py` checks every import against this table.
 
-    0  _errors, _json, _limits,          exception tree; JSON checks, canonical dumps, leaves;
-       _workers                          input limits; worker threads for blocking tools
-    1  _refs, _hints (_hint_rules,       `${steps.N.path}` references; Clean Hints (the rules
-       _hint_scan), stores/              and their linear-time matching); state stores
-    2  _graph, _saga, _tools, _policy,   dependency graph (the only rustworkx importer); undo
-       _lineage, _lineage_sources        ledger, staged effects, dispatch; tool decorator and
-                                         context; rollback controller; value-provenance lineage
-    3  _results, _calls, _history,       what transactions report; running a step's tool
-       _txlog, _transaction              under its deadline; step history; the durable log;
-                                         interactive transactions
-    4  _engine, _recovery, builtins/,    many transactions on one store, the idle reaper, crash
-       testing/, _demo, _cli, __main__   recovery; built-in tools; hypothesis strategies,
-                                         state machines and checks; the demo, the command line
+    layer 0: _errors _json _limits _version
+    layer 1: _refs _hints _render stores
+    layer 2: _graph _rollback _saga _tools _lineage
+    layer 3: _results _history _txlog _transaction
+    layer 4: _engine _recovery builtins testing _demo _cli __main__
+
+    _errors      exception tree          _json       JSON checks, canonical dumps, leaves
+    _limits      input limits            _refs       `${steps.N.path}` references
+    _hints/      Clean Hints             _render     DOT and Mermaid drawing
+    stores/      state stores            _graph      dependency graph (the only rustworkx user)
+    _rollback    rollback controller     _saga/      undo ledger, staged effects, dispatch
+    _tools/      decorator, context,     _lineage/   value-provenance lineage
+                 calls, worker threads   _results    what transactions report
+    _history     step attempts           _txlog      the durable log
+    _transaction interactive transactions
+    _engine      many transactions, reaper           _recovery   crash recovery
+    builtins/    built-in tools          testing/    hypothesis helpers
+    _demo, _cli, __main__                the demo and the command line
 
 Everything public is re-exported here, from one import path each.
 """
@@ -49,11 +56,8 @@ from ._lineage import LineageEdge as LineageEdge
 from ._lineage import LineageGraph as LineageGraph
 from ._lineage import LineageNode as LineageNode
 from ._lineage import LineageRecorder as LineageRecorder
-from ._lineage_sources import lineage_from_openai as lineage_from_openai
-from ._lineage_sources import lineage_from_steps as lineage_from_steps
-from ._policy import RollbackDecision as RollbackDecision
-from ._policy import RollbackPolicy as RollbackPolicy
-from ._policy import RollbackStrategy as RollbackStrategy
+from ._lineage import lineage_from_openai as lineage_from_openai
+from ._lineage import lineage_from_steps as lineage_from_steps
 from ._refs import Dependency as Dependency
 from ._refs import Resolution as Resolution
 from ._refs import resolve_references as resolve_references
@@ -68,6 +72,9 @@ from ._results import StepResult as StepResult
 from ._results import StepStatus as StepStatus
 from ._results import TransactionView as TransactionView
 from ._results import TxStatus as TxStatus
+from ._rollback import RollbackDecision as RollbackDecision
+from ._rollback import RollbackPolicy as RollbackPolicy
+from ._rollback import RollbackStrategy as RollbackStrategy
 from ._saga import CompensationReport as CompensationReport
 from ._saga import EffectDispatcher as EffectDispatcher
 from ._saga import OutboxDispatcher as OutboxDispatcher
@@ -80,8 +87,7 @@ from ._tools import UndoRecord as UndoRecord
 from ._tools import compensation as compensation
 from ._tools import tool as tool
 from ._transaction import Transaction as Transaction
-
-__version__ = "0.1.0.dev0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "MAX_NESTING_DEPTH",

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from . import __version__, _demo
+from . import _demo
 from ._errors import AgentTxError, TransactionNotFound
 from ._graph import DependencyGraph
 from ._json import canonical_dumps
-from ._lineage_sources import lineage_from_openai
+from ._lineage import lineage_from_openai
 from ._txlog import Restored, add_live_steps, read_image
+from ._version import __version__
 from .stores import SQLiteStore
 
 if TYPE_CHECKING:

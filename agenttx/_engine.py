@@ -15,9 +15,9 @@ import attrs
 
 from ._errors import InvalidArgument, TransactionNotFound
 from ._limits import check_isolation, is_positive_int, is_positive_number
-from ._policy import RollbackPolicy
 from ._recovery import recover
 from ._results import DispatchReport, RecoveryReport
+from ._rollback import RollbackPolicy
 from ._saga import deliver_outbox
 from ._tools import ToolRegistry
 from ._transaction import Transaction

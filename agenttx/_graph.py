@@ -34,19 +34,16 @@ import rustworkx as rx
 from ._errors import InvalidArgument
 from ._json import JSONScalar, JSONValue, ValueTag, check_json, scalar_leaves, value_tag
 from ._refs import Dependency
+from ._render import DrawnEdge, DrawnNode, render_graph
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
 __all__ = [
-    "STATUS_COLOURS",
     "DependencyGraph",
-    "DrawnEdge",
-    "DrawnNode",
     "Edge",
     "EdgeKind",
     "StepNode",
-    "render_graph",
 ]
 
 Leaf: TypeAlias = tuple[str, JSONScalar]
@@ -485,76 +482,6 @@ class DependencyGraph:
         return nodes, edges
 
 
-class DrawnNode(NamedTuple):
-    """A node to draw: its id, its label and, if it is not a plain live step, its status."""
-
-    node_id: str
-    label: str
-    status: str | None = None
-
-
-class DrawnEdge(NamedTuple):
-    """An edge to draw between two node ids; dashed for an implicit (value-matched) edge."""
-
-    source: str
-    target: str
-    label: str
-    dashed: bool = False
-
-
-#: Fill colours of the statuses a transaction marks its steps with.
-STATUS_COLOURS: Final = {
-    "failed": "#f8d7da",
-    "rewound": "#e2e3e5",
-    "compensated": "#fff3cd",
-}
-
-
-def render_graph(nodes: Sequence[DrawnNode], edges: Sequence[DrawnEdge], fmt: str) -> str:
-    """Draw nodes and edges as DOT or Mermaid, in the order given (callers sort them).
-
-    A node with a status gets it in its label and a fill colour (a Mermaid class).
-    """
-    if fmt == "dot":
-        lines = ["digraph agenttx {", "  rankdir=LR;", "  node [shape=box];"]
-        for node in nodes:
-            if node.status is None:
-                lines.append(f"  {node.node_id} [label={_dot_quote(node.label)}];")
-            else:
-                colour = STATUS_COLOURS.get(node.status, "#ffffff")
-                label = _dot_quote(f"{node.label} ({node.status})")
-                lines.append(
-                    f'  {node.node_id} [label={label}, style=filled, fillcolor="{colour}"];'
-                )
-        for edge in edges:
-            style = ", style=dashed" if edge.dashed else ""
-            lines.append(
-                f"  {edge.source} -> {edge.target} [label={_dot_quote(edge.label)}{style}];"
-            )
-        lines.append("}")
-        return "\n".join(lines) + "\n"
-    if fmt == "mermaid":
-        lines = ["flowchart LR"]
-        statuses: list[str] = []
-        for node in nodes:
-            if node.status is None:
-                lines.append(f"  {node.node_id}[{_mermaid_quote(node.label)}]")
-            else:
-                label = _mermaid_quote(f"{node.label} ({node.status})")
-                lines.append(f"  {node.node_id}[{label}]:::{node.status}")
-                if node.status not in statuses:
-                    statuses.append(node.status)
-        for edge in edges:
-            arrow = "-.->" if edge.dashed else "-->"
-            lines.append(f"  {edge.source} {arrow}|{_mermaid_quote(edge.label)}| {edge.target}")
-        lines.extend(
-            f"  classDef {status} fill:{STATUS_COLOURS.get(status, '#ffffff')}"
-            for status in statuses
-        )
-        return "\n".join(lines) + "\n"
-    raise InvalidArgument(f"format must be 'dot' or 'mermaid' here, got {fmt!r}")
-
-
 def _check_step_id(step_id: object) -> None:
     if not isinstance(step_id, int) or isinstance(step_id, bool) or step_id < 1:
         raise InvalidArgument(f"step id must be an integer >= 1, got {step_id!r}")
@@ -568,11 +495,3 @@ def _edge_label(edge: Edge) -> str:
     if edge.source_key == edge.target_key:
         return edge.source_key
     return f"{edge.source_key} -> {edge.target_key}"
-
-
-def _dot_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _mermaid_quote(text: str) -> str:
-    return '"' + text.replace('"', "#quot;").replace("\n", " ") + '"'

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ._graph import DrawnNode, render_graph
+from ._render import DrawnNode, render_graph
 from ._results import StepAttempt
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
-from ._policy import RollbackStrategy
+from ._rollback import RollbackStrategy
 
 if TYPE_CHECKING:
     from ._hints import CleanHint

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
-from ._calls import Call, Outcome, arun_tool, closed, run_tool
 from ._errors import (
     IllegalTransition,
     InvalidArgument,
@@ -43,8 +42,7 @@ from ._limits import (
     is_positive_number,
     over_limit,
 )
-from ._lineage_sources import lineage_from_steps
-from ._policy import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
+from ._lineage import lineage_from_steps
 from ._refs import Dependency, resolve_value
 from ._results import (
     TRANSITIONS,
@@ -58,6 +56,7 @@ from ._results import (
     TransactionView,
     TxStatus,
 )
+from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._saga import (
     CompensationReport,
     Dispatcher,
@@ -67,11 +66,16 @@ from ._saga import (
 )
 from ._tools import (
     MAX_TOOL_NAME,
+    Call,
+    Outcome,
     StagedEffect,
     ToolContext,
     ToolRegistry,
     ToolSpec,
+    arun_tool,
+    closed,
     derive_key,
+    run_tool,
 )
 from ._txlog import LiveStep, Progress, Restored, TxLog, add_live_steps
 from .stores import DurableStore, MemoryStore, Store

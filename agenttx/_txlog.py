@@ -17,8 +17,8 @@ import attrs
 
 from ._errors import StorageError
 from ._json import JSONValue, canonical_dumps, compact_encoder
-from ._policy import ControllerState, RollbackPolicy
 from ._refs import Dependency
+from ._rollback import ControllerState, RollbackPolicy
 from ._tools import StagedEffect, UndoRecord
 from .stores import DurableStore, EffectRow, UndoRow
 

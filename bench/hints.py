@@ -1,4 +1,4 @@
-"""Benchmarks for `agenttx._hints.clean_error` (Clean Hints) against the issue's speed targets.
+"""Benchmarks for `clean_error` (Clean Hints) against the speed targets.
 
 Run from the repository root::
 
@@ -56,7 +56,7 @@ import time
 import agenttx
 from _report import Row, report
 from agenttx import CleanHint, HintCategory, clean_error
-from agenttx._hints import MAX_HINT_CHARS
+from agenttx._hints._clean import MAX_HINT_CHARS
 
 REALISTIC_TARGET_US = 15.0
 HOSTILE_TARGET_MS = 2.0

@@ -1,4 +1,4 @@
-"""Tests for `agenttx._hints`: the Clean Hint cleaner (spec section 6) and `add_constraint`."""
+"""Tests for `agenttx._hints`: the Clean Hint cleaner and `add_constraint`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agenttx import InvalidArgument, _hint_scan, _hints
-from agenttx._hint_rules import _RULES, HintCategory, _first_column, _singular
-from agenttx._hint_scan import _Scan
-from agenttx._hints import (
+from agenttx import InvalidArgument
+from agenttx._hints import _clean as _hints
+from agenttx._hints import _scan as _hint_scan
+from agenttx._hints._clean import (
     MAX_HINT_CHARS,
     MAX_INPUT_BYTES,
     CleanHint,
@@ -23,6 +23,8 @@ from agenttx._hints import (
     add_constraint,
     clean_error,
 )
+from agenttx._hints._rules import _RULES, HintCategory, _first_column, _singular
+from agenttx._hints._scan import _Scan
 
 C = HintCategory
 

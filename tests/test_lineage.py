@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agenttx import InvalidArgument, StepRecord
-from agenttx._lineage import (
+from agenttx._lineage._recorder import (
     LineageEdge,
     LineageGraph,
     LineageNode,
@@ -20,7 +20,7 @@ from agenttx._lineage import (
     _js_number_text,
     _utf16_length,
 )
-from agenttx._lineage_sources import lineage_from_openai, lineage_from_steps
+from agenttx._lineage._sources import lineage_from_openai, lineage_from_steps
 
 
 def play(events, recorder=None, **options):

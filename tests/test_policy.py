@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from agenttx import Dependency, DependencyGraph, InvalidArgument
-from agenttx._policy import (
+from agenttx._rollback import (
     ControllerState,
     RollbackController,
     RollbackDecision,

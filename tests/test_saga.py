@@ -8,8 +8,8 @@ import json
 import pytest
 
 import agenttx
-from agenttx._saga import SagaLedger, dispatch_effects, resolve_awaitable
-from agenttx._tools import StagedEffect, UndoRecord
+from agenttx._saga import SagaLedger, dispatch_effects
+from agenttx._tools import StagedEffect, UndoRecord, resolve_awaitable
 
 
 def record(step, seq=0, kind="fn", action=None, payload=None):

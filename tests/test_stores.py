@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
@@ -741,17 +739,3 @@ def test_public_surface():
     assert {"MemoryStore", "SQLiteStore", "Store", "DurableStore"} <= set(agenttx.stores.__all__)
     for name in agenttx.stores.__all__:
         assert getattr(agenttx.stores, name).__module__ == "agenttx.stores"
-
-
-def test_stores_import_only_layer_0():
-    """Store modules import only agenttx._errors and agenttx._json from agenttx (layer 1)."""
-    package = Path(agenttx.stores.__file__).parent
-    for path in package.glob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 2:
-                assert node.module in {"_errors", "_json"}, (path.name, node.module)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                assert not (node.module or "").startswith("agenttx"), (path.name, node.module)
-            elif isinstance(node, ast.Import):
-                assert not any(a.name.startswith("agenttx") for a in node.names), path.name

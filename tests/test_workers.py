@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from agenttx import _workers
-from agenttx._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
+from agenttx._tools import _workers
+from agenttx._tools._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
 
 COLOUR: contextvars.ContextVar[str] = contextvars.ContextVar("colour", default="none")
 

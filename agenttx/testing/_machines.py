@@ -16,7 +16,7 @@ from ..stores import MemoryStore
 
 if TYPE_CHECKING:
     from .._json import JSONValue
-    from .._policy import RollbackPolicy
+    from .._rollback import RollbackPolicy
     from ..stores import Store
 
 __all__ = ["TransactionMachine"]

@@ -13,16 +13,24 @@ never returns is simply never reused; the pool creates another when it needs one
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
+import inspect
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeGuard, TypeVar, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
-__all__ = ["DeadlineExceeded", "acall_with_deadline", "call_with_deadline"]
+__all__ = [
+    "DeadlineExceeded",
+    "acall_with_deadline",
+    "call_with_deadline",
+    "is_awaitable",
+    "resolve_awaitable",
+]
 
 T = TypeVar("T")
 
@@ -141,3 +149,33 @@ def _settle(future: asyncio.Future[None]) -> None:
 
 # A forked child has none of its parent's threads: its pool starts empty.
 os.register_at_fork(after_in_child=_idle.clear)
+
+
+_PLAIN: Final = frozenset({dict, list, str, int, float, bool})
+
+
+def is_awaitable(value: object) -> TypeGuard[Awaitable[object]]:
+    """`inspect.isawaitable`, answered at once for the plain JSON values tools mostly return."""
+    return value is not None and type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
+def resolve_awaitable(value: object) -> object:
+    """Run `value` to completion if it is awaitable, from synchronous code.
+
+    With no event loop running in this thread the awaitable runs on a fresh loop; inside a
+    running loop (sync code called from async code) it runs on a loop in a helper thread, so
+    the caller's loop is never re-entered.
+    """
+    if not is_awaitable(value):
+        return value
+    awaitable: Awaitable[object] = value
+
+    async def wait() -> object:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, wait()).result()

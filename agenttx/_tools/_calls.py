@@ -14,11 +14,16 @@ import traceback
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._errors import JSONValueError, ToolError
-from ._json import JSONValue, check_json, json_kind
-from ._saga import is_awaitable, resolve_awaitable
-from ._tools import StagedEffect, Tool, ToolContext, UndoRecord
-from ._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
+from .._errors import JSONValueError, ToolError
+from .._json import JSONValue, check_json, json_kind
+from ._tool import StagedEffect, Tool, ToolContext, UndoRecord
+from ._workers import (
+    DeadlineExceeded,
+    acall_with_deadline,
+    call_with_deadline,
+    is_awaitable,
+    resolve_awaitable,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -41,9 +41,9 @@ from typing import Final, final
 
 import attrs
 
-from ._errors import InvalidArgument
-from ._hint_rules import HintCategory, _candidates, _first_column, _pick
-from ._hint_scan import _Scan
+from .._errors import InvalidArgument
+from ._rules import HintCategory, _candidates, _first_column, _pick
+from ._scan import _Scan
 
 __all__ = [
     "MAX_HINT_CHARS",

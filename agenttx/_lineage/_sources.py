@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from ._errors import InvalidArgument
-from ._lineage import LineageGraph, LineageRecorder, is_call_id
+from .._errors import InvalidArgument
+from ._recorder import LineageGraph, LineageRecorder, is_call_id
 
 __all__ = ["lineage_from_openai", "lineage_from_steps"]
 

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final, overload
 import attrs
 from typing_extensions import ParamSpec
 
-from ._errors import InvalidArgument
-from ._json import JSONValue, canonical_dumps, check_json
+from .._errors import InvalidArgument
+from .._json import JSONValue, canonical_dumps, check_json
 
 if TYPE_CHECKING:
-    from .stores import Store
+    from ..stores import Store
 
 __all__ = [
     "Compensation",

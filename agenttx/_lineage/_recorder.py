@@ -36,8 +36,8 @@ from typing import Final, NamedTuple, TypeAlias, TypeGuard, final
 
 import attrs
 
-from ._errors import InvalidArgument
-from ._graph import _dot_quote, _mermaid_quote
+from .._errors import InvalidArgument
+from .._render import dot_quote, mermaid_quote
 
 __all__ = [
     "LineageEdge",
@@ -263,14 +263,14 @@ class LineageGraph:
         """
         lines = ["digraph lineage {", "  rankdir=LR;", "  node [shape=box];"]
         lines.extend(
-            f"  n{node.index} [label={_dot_quote(_node_label(node))}];" for node in self.nodes
+            f"  n{node.index} [label={dot_quote(_node_label(node))}];" for node in self.nodes
         )
         for group in _iteration_groups(self.nodes):
             if len(group) > 1:
                 members = " ".join(f"n{node.index};" for node in group)
                 lines.append(f"  {{ rank=same; {members} }}")
         for edge in self.edges:
-            label = _dot_quote("\n".join(_edge_label_parts(edge)))
+            label = dot_quote("\n".join(_edge_label_parts(edge)))
             style = ", style=dashed" if edge.source_failed else ""
             lines.append(f"  n{edge.source.index} -> n{edge.target.index} [label={label}{style}];")
         lines.append("}")
@@ -279,10 +279,10 @@ class LineageGraph:
     def to_mermaid(self) -> str:
         """The graph as a Mermaid flowchart, labelled as `to_dot`; failed sources are dotted."""
         lines = ["flowchart LR"]
-        lines.extend(f"  n{node.index}[{_mermaid_quote(_node_label(node))}]" for node in self.nodes)
+        lines.extend(f"  n{node.index}[{mermaid_quote(_node_label(node))}]" for node in self.nodes)
         for edge in self.edges:
             arrow = "-.->" if edge.source_failed else "-->"
-            label = _mermaid_quote(", ".join(_edge_label_parts(edge)))
+            label = mermaid_quote(", ".join(_edge_label_parts(edge)))
             lines.append(f"  n{edge.source.index} {arrow}|{label}| n{edge.target.index}")
         return "\n".join(lines) + "\n"
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, final
 
 import attrs
 
-from ._hint_scan import (
+from ._scan import (
     _MYSQL_FK_OPEN,
     _alt,
     _http_status,

@@ -1,0 +1,51 @@
+"""Tools: the decorator, the context a tool receives, and running a call under its deadline."""
+
+from __future__ import annotations
+
+from ._calls import Call as Call
+from ._calls import Outcome as Outcome
+from ._calls import arun_tool as arun_tool
+from ._calls import closed as closed
+from ._calls import run_tool as run_tool
+from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
+from ._tool import Compensation as Compensation
+from ._tool import StagedEffect as StagedEffect
+from ._tool import StateView as StateView
+from ._tool import Tool as Tool
+from ._tool import ToolContext as ToolContext
+from ._tool import ToolRegistry as ToolRegistry
+from ._tool import ToolSpec as ToolSpec
+from ._tool import UndoRecord as UndoRecord
+from ._tool import compensation as compensation
+from ._tool import derive_key as derive_key
+from ._tool import tool as tool
+from ._workers import DeadlineExceeded as DeadlineExceeded
+from ._workers import acall_with_deadline as acall_with_deadline
+from ._workers import call_with_deadline as call_with_deadline
+from ._workers import is_awaitable as is_awaitable
+from ._workers import resolve_awaitable as resolve_awaitable
+
+__all__ = [
+    "MAX_TOOL_NAME",
+    "Call",
+    "Compensation",
+    "DeadlineExceeded",
+    "Outcome",
+    "StagedEffect",
+    "StateView",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolSpec",
+    "UndoRecord",
+    "acall_with_deadline",
+    "arun_tool",
+    "call_with_deadline",
+    "closed",
+    "compensation",
+    "derive_key",
+    "is_awaitable",
+    "resolve_awaitable",
+    "run_tool",
+    "tool",
+]
