@@ -4,20 +4,22 @@ Layer map: a module imports only from its own layer or below, and from a private
 only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`).
 `tests/test_layers.py` checks every import against this table.
 
-    layer 0: _errors _json _limits _version
+    layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores
     layer 2: _graph _rollback _saga _tools _lineage
-    layer 3: _results _history _txlog _transaction
+    layer 3: _results _history _txlog _settings _timeline _transaction
     layer 4: _engine _recovery builtins testing _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
-    _limits      input limits            _refs       `${steps.N.path}` references
+    _limits      input limits            _validators settings validators
+    _version     the version string      _refs       `${steps.N.path}` references
     _hints/      Clean Hints             _render     DOT and Mermaid drawing
     stores/      state stores            _graph      dependency graph (the only rustworkx user)
     _rollback    rollback controller     _saga/      undo ledger, staged effects, dispatch
     _tools/      decorator, context,     _lineage/   value-provenance lineage
                  calls, worker threads   _results    what transactions report
     _history     step attempts           _txlog      the durable log
+    _settings    a transaction's settings            _timeline   live steps, truncated together
     _transaction interactive transactions
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 import attrs
 
 from ._errors import InvalidArgument, TransactionNotFound
-from ._limits import check_isolation, is_positive_int, is_positive_number
+from ._limits import check_isolation
 from ._recovery import recover
 from ._results import DispatchReport, RecoveryReport
 from ._rollback import RollbackPolicy
 from ._saga import deliver_outbox
 from ._tools import ToolRegistry
 from ._transaction import Transaction
+from ._validators import is_positive_int, is_positive_number
 from .stores import MemoryStore, Store
 from .stores._durable import is_durable
 

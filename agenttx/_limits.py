@@ -1,29 +1,24 @@
-"""The limits on what a transaction accepts: payload sizes, time limits, counts, isolation.
-
-One place for the checks the transaction and the engine both make, so that they refuse the
-same values with the same messages.
-"""
+"""The limits on what a transaction accepts: payload sizes, and the isolation levels."""
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
 from ._errors import InvalidArgument
 
 __all__ = [
+    "DEFAULT_ISOLATION",
     "ISOLATION_LEVELS",
     "MAX_AGENT_ID_BYTES",
     "MAX_PAYLOAD_BYTES",
     "check_isolation",
-    "is_positive_int",
-    "is_positive_number",
     "over_limit",
 ]
 
 MAX_PAYLOAD_BYTES: Final = 1_048_576
 MAX_AGENT_ID_BYTES: Final = 256
 ISOLATION_LEVELS: Final = ("read_committed", "serializable")
+DEFAULT_ISOLATION: Final = "read_committed"
 
 
 def over_limit(text: str) -> bool:
@@ -32,21 +27,6 @@ def over_limit(text: str) -> bool:
         len(text) > MAX_PAYLOAD_BYTES // 4
         and len(text.encode("utf-8", "surrogatepass")) > MAX_PAYLOAD_BYTES
     )
-
-
-def is_positive_number(value: object) -> bool:
-    """A finite number > 0 (not a bool): what every time limit must be."""
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def is_positive_int(value: object) -> bool:
-    """An int > 0 (not a bool): what every count limit must be."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def check_isolation(isolation: object) -> None:

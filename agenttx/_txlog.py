@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Final, NamedTuple, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 
 import attrs
 
@@ -59,12 +59,19 @@ class LiveStep(NamedTuple):
 
 
 class Progress(NamedTuple):
-    """Where a transaction stands between steps, beyond its live steps."""
+    """Where a transaction stands between steps, beyond its live steps.
+
+    `rewinding` is set while a rewind is under way: written before its first compensation
+    runs, so that recovery finishes it (compensates what is left and truncates) instead of
+    bringing back steps whose undos have run. It is `(target, None)` for a rewind that
+    `target` runs after, and `(0, status)` for an abort that ends the transaction as `status`.
+    """
 
     next_step: int
     controller: ControllerState
     constraints: tuple[str, ...]
     rewinds: int
+    rewinding: tuple[int, str | None] | None = None
 
 
 class Restored(NamedTuple):
@@ -181,18 +188,28 @@ def end_keeping_undos(
 
 
 def _progress_text(progress: Progress) -> str:
-    return canonical_dumps(
-        {
-            "next_step": progress.next_step,
-            "controller": progress.controller.to_json(),
-            "constraints": list(progress.constraints),
-            "rewinds": progress.rewinds,
-        }
-    )
+    document: dict[str, JSONValue] = {
+        "next_step": progress.next_step,
+        "controller": progress.controller.to_json(),
+        "constraints": list(progress.constraints),
+        "rewinds": progress.rewinds,
+    }
+    if progress.rewinding is not None:
+        document["rewinding"] = list(progress.rewinding)
+    return canonical_dumps(document)
 
 
 #: The progress of a transaction that has not run a step yet.
 _FRESH: Final = _progress_text(Progress(1, ControllerState(), (), 0))
+
+
+def _rewinding(document: JSONValue) -> tuple[int, str | None] | None:
+    if document is None:
+        return None
+    target, final = cast("list[Any]", document)
+    if not isinstance(target, int) or not (final is None or isinstance(final, str)):
+        raise TypeError(f"malformed rewind in progress: {document!r}")
+    return target, final
 
 
 def add_live_steps(graph: DependencyGraph, steps: Mapping[int, LiveStep], first: int) -> None:
@@ -254,6 +271,7 @@ def read_image(image: TxImage) -> Restored:
             controller=controller or ControllerState(),
             constraints=tuple(progress["constraints"]) if progress else (),
             rewinds=progress["rewinds"] if progress else 0,
+            rewinding=_rewinding(progress.get("rewinding")) if progress else None,
         )
         return Restored(
             tx_id=image.tx_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._calls import Call as Call
+from ._calls import Orphan as Orphan
 from ._calls import Outcome as Outcome
 from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
@@ -30,6 +31,7 @@ __all__ = [
     "Call",
     "Compensation",
     "DeadlineExceeded",
+    "Orphan",
     "Outcome",
     "StagedEffect",
     "StateView",

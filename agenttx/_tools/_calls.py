@@ -1,14 +1,18 @@
 """Running one step's tool: under its deadline, with its context fenced when it ends.
 
-A sync tool runs on a worker thread (`_workers`) unless it is declared `inline`; an async tool
-runs in the caller's task and is cancelled at the deadline. Whatever happens, the tool's context
-is closed before its outcome is read, so nothing it registers afterwards can land.
+A tool runs on a worker thread (`_workers`) unless it is declared `inline`: an async tool there
+runs in an event loop of its own. Under `aexecute_step` an async tool runs in the caller's task
+and is cancelled at the deadline. A call still running at its deadline is left to finish on its
+worker; the outcome says so (`Outcome.running`), so that the undos it registered wait for it.
+Whatever happens, the tool's context is closed before its outcome is read, so nothing it
+registers afterwards can land.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 import traceback
 from functools import partial
@@ -19,6 +23,7 @@ from .._json import JSONValue, check_json, json_kind
 from ._tool import StagedEffect, Tool, ToolContext, UndoRecord
 from ._workers import (
     DeadlineExceeded,
+    Running,
     acall_with_deadline,
     call_with_deadline,
     is_awaitable,
@@ -28,7 +33,7 @@ from ._workers import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["Call", "Outcome", "arun_tool", "closed", "run_tool"]
+__all__ = ["Call", "Orphan", "Outcome", "arun_tool", "closed", "run_tool"]
 
 
 class Call(NamedTuple):
@@ -59,41 +64,56 @@ class Outcome(NamedTuple):
     error: str | None = None
     undos: tuple[UndoRecord, ...] = ()
     effects: tuple[StagedEffect, ...] = ()
+    #: The tool's call, if it was still running at its deadline: its effect may still land.
+    running: Running | None = None
 
 
 def run_tool(call: Call) -> Outcome:
-    """Run the tool: on a worker thread under the deadline, unless it is inline or async."""
+    """Run the tool: on a worker thread under the deadline, unless it is inline.
+
+    An async tool runs on the worker too, in an event loop of its own, so that one that blocks
+    (a `time.sleep` inside `async def`) still fails the step at its deadline.
+    """
     try:
         output = _call(call)
-    except DeadlineExceeded:
-        return _failed(call, _timed_out(call))
+    except DeadlineExceeded as late:
+        return _failed(call, _timed_out(call), running=late.running)
     except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
         return _failed(call, exc)
     return _succeeded(call, output)
 
 
 async def arun_tool(call: Call) -> Outcome:
-    """`run_tool` for `aexecute_step`: the event loop keeps running while a sync tool does."""
+    """`run_tool` for `aexecute_step`: the event loop keeps running while a sync tool does.
+
+    An async tool runs in the caller's task. If it blocks the event loop past its deadline
+    nothing can interrupt it, but its context is fenced at the deadline by a timer thread and
+    the step fails as timed out when it returns.
+    """
     try:
         output = await _acall(call)
-    except DeadlineExceeded:
-        return _failed(call, _timed_out(call))
+    except DeadlineExceeded as late:
+        return _failed(call, _timed_out(call), running=late.running)
     except Exception as exc:  # noqa: BLE001
         return _failed(call, exc)
     return _succeeded(call, output)
 
 
 def _call(call: Call) -> object:
-    if not (call.tool.inline or call.tool.is_async):
-        output = call_with_deadline(partial(_invoke, call), call.timeout)
-        # A sync function may return an awaitable: it gets the deadline too.
-        return resolve_awaitable(_bounded(call, output)) if is_awaitable(output) else output
-    started = time.monotonic()
+    if call.tool.inline:
+        started = time.monotonic()
+        output = _invoke(call)
+        if is_awaitable(output):
+            return resolve_awaitable(_bounded(call, output))
+        _check_in_time(call, started)
+        return output
+    return call_with_deadline(partial(_invoke_to_end, call), call.timeout)
+
+
+def _invoke_to_end(call: Call) -> object:
+    """On the worker: call the tool, and run what it returns to completion if it is awaitable."""
     output = _invoke(call)
-    if is_awaitable(output):
-        return resolve_awaitable(_bounded(call, output))
-    _check_in_time(call, started)
-    return output
+    return resolve_awaitable(_bounded(call, output)) if is_awaitable(output) else output
 
 
 async def _acall(call: Call) -> object:
@@ -111,7 +131,7 @@ async def _acall(call: Call) -> object:
 def _check_in_time(call: Call, started: float) -> None:
     """An inline tool cannot be interrupted; a result after its deadline still fails the step."""
     if time.monotonic() - started > call.timeout:
-        raise DeadlineExceeded
+        raise _timed_out(call)
 
 
 def _timed_out(call: Call) -> ToolError:
@@ -123,12 +143,16 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
     """Await an async tool under the step timeout; cancel it and fail the step after it.
 
     The tool runs in the current task, so that a `KeyboardInterrupt` it raises reaches the
-    caller's await. Its context is fenced at the deadline: a tool that swallows the
-    cancellation and goes on delays the step until it returns, but nothing it registers or
-    writes after the deadline lands, and the step fails as timed out all the same.
+    caller's await. Its context is fenced at the deadline by a timer thread, which fires even
+    if the tool blocks the event loop: nothing it registers or writes after the deadline
+    lands. A tool that swallows the cancellation, or blocks, delays the step until it returns,
+    and the step fails as timed out all the same.
     """
-    loop = asyncio.get_running_loop()
-    fence = loop.call_later(call.timeout, closed, call.context)
+    fence = threading.Timer(call.timeout, closed, (call.context,))
+    fence.daemon = True
+    if call.context is not None:
+        fence.start()
+    started = time.monotonic()
     try:
         if sys.version_info >= (3, 11):
             deadline = asyncio.timeout(call.timeout)
@@ -139,30 +163,26 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
                 if deadline.expired():  # not a TimeoutError the tool raised itself
                     raise _timed_out(call) from None
                 raise
-            if deadline.expired():  # it swallowed the cancellation
-                raise _timed_out(call)
-            return output
-        started = time.monotonic()  # pragma: no cover  (Python 3.10)
-        try:  # pragma: no cover
-            output = await asyncio.wait_for(awaitable, timeout=call.timeout)
-        except asyncio.TimeoutError:  # pragma: no cover
-            if time.monotonic() - started >= call.timeout:
-                raise _timed_out(call) from None
-            raise
-        if time.monotonic() - started >= call.timeout:  # pragma: no cover
-            raise _timed_out(call)
-        return output  # pragma: no cover
+        else:  # pragma: no cover  (Python 3.10)
+            try:
+                output = await asyncio.wait_for(awaitable, timeout=call.timeout)
+            except asyncio.TimeoutError:
+                if time.monotonic() - started >= call.timeout:
+                    raise _timed_out(call) from None
+                raise
+        _check_in_time(call, started)  # it swallowed the cancellation, or blocked the loop
+        return output
     finally:
         fence.cancel()
 
 
-def _failed(call: Call, exc: Exception) -> Outcome:
+def _failed(call: Call, exc: Exception, *, running: Running | None = None) -> Outcome:
     undos, effects = closed(call.context)
     if isinstance(exc, ToolError):
         message = exc.message
     else:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return Outcome(error=message, undos=undos, effects=effects)
+    return Outcome(error=message, undos=undos, effects=effects, running=running)
 
 
 def _succeeded(call: Call, output: object) -> Outcome:
@@ -210,3 +230,37 @@ def _invoke(call: Call) -> object:
     if call.tool.wants_context:
         return call.tool.__wrapped__(call.context, **arguments)
     return call.tool.__wrapped__(**arguments)
+
+
+class Orphan(NamedTuple):
+    """A timed-out call whose worker was still running: its undos wait until it has finished.
+
+    Running an undo while its effect may still land would undo nothing and then let the effect
+    happen; so the transaction compensates an orphan's undos only once `running` has finished.
+    """
+
+    call: Call
+    undos: tuple[UndoRecord, ...]  # registered before the deadline, in registration order
+    running: Running
+
+    def finished_undos(self) -> tuple[UndoRecord, ...]:
+        """Its undo records once it has finished, with its declared undo if the tool returned.
+
+        A `compensate=` undo is recorded for a tool that returned, however late: its effect
+        happened. Call only after `running.wait` returned True.
+        """
+        compensation = self.call.tool.compensation_name
+        if compensation is None:
+            return self.undos
+        try:
+            output = self.running.outcome()
+        except Exception:  # noqa: BLE001  (it failed: only the undos it registered apply)
+            return self.undos
+        try:
+            checked = check_json(output)
+        except JSONValueError:
+            checked = None
+        declared = _declared_undo(self.call, compensation, len(self.undos), checked)
+        if self.call.log_undo is not None:
+            self.call.log_undo(declared)
+        return (*self.undos, declared)

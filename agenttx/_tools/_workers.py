@@ -19,13 +19,14 @@ import contextvars
 import inspect
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeGuard, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeGuard, TypeVar, cast
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 __all__ = [
     "DeadlineExceeded",
+    "Running",
     "acall_with_deadline",
     "call_with_deadline",
     "is_awaitable",
@@ -39,7 +40,26 @@ MAX_IDLE_WORKERS: Final = 32
 
 
 class DeadlineExceeded(Exception):
-    """The function was still running at its deadline; it goes on, unwatched, on its worker."""
+    """The function was still running at its deadline; it goes on, on its worker.
+
+    `running` is its call, to wait for it or read its outcome once it has finished.
+    """
+
+    def __init__(self, running: Running) -> None:
+        super().__init__("deadline exceeded")
+        self.running = running
+
+
+class Running(Protocol):
+    """A call that outlived its deadline and may still be running."""
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the call to finish; return whether it has."""
+        ...
+
+    def outcome(self) -> object:
+        """The call's result once it has finished; raises what the call raised."""
+        ...
 
 
 class _Job(Generic[T]):
@@ -64,6 +84,12 @@ class _Job(Generic[T]):
         self.done.release()
         if self.notify is not None:
             self.notify()
+
+    def wait(self, timeout: float) -> bool:
+        if not self.done.acquire(timeout=max(timeout, 0.0)):
+            return False
+        self.done.release()
+        return True
 
     def outcome(self) -> T:
         if self.error is not None:
@@ -117,7 +143,7 @@ def call_with_deadline(fn: Callable[[], T], timeout: float) -> T:
     job: _Job[T] = _Job(fn)
     _start(job)
     if not job.done.acquire(timeout=timeout):
-        raise DeadlineExceeded
+        raise DeadlineExceeded(job)
     return job.outcome()
 
 
@@ -138,7 +164,7 @@ async def acall_with_deadline(fn: Callable[[], T], timeout: float) -> T:
     _start(job)
     done, _ = await asyncio.wait((finished,), timeout=timeout)
     if not done:
-        raise DeadlineExceeded
+        raise DeadlineExceeded(job)
     return job.outcome()
 
 

@@ -1,0 +1,73 @@
+"""The settings of a transaction: one frozen class, validated once, written to the durable log.
+
+`Transaction` builds it from its keywords, `EngineConfig` hands its fields to it, and a
+transaction resumed from its durable record reads it back with `from_record`: the same
+validators (`_validators`) refuse the same mistakes with the same messages in all three.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+
+from ._errors import InvalidArgument
+from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS
+from ._rollback import RollbackPolicy
+from ._validators import instance_of, one_of, positive_int, positive_number
+
+if TYPE_CHECKING:
+    from ._json import JSONValue
+
+__all__ = ["DEFAULT_STEP_TIMEOUT", "Settings"]
+
+DEFAULT_STEP_TIMEOUT: Final = 30.0
+
+
+def _float(value: object) -> object:
+    """An int time limit becomes a float; anything else is left for the validator to refuse."""
+    return float(value) if type(value) is int else value
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Settings:
+    """How one transaction runs: its time limit, caps, isolation and rollback policy.
+
+    `step_timeout` (seconds > 0) bounds each tool call; `max_constraints` (> 0) caps the hints
+    kept; `compensation_retries` (> 0) is the attempts per compensation; `isolation` is one of
+    "read_committed", "serializable" (see `Transaction`); `policy` drives the rollback
+    controller. Raises `InvalidArgument` naming the setting.
+    """
+
+    step_timeout: float = attrs.field(
+        default=DEFAULT_STEP_TIMEOUT, converter=_float, validator=positive_number
+    )
+    max_constraints: int = attrs.field(default=32, validator=positive_int)
+    compensation_retries: int = attrs.field(default=3, validator=positive_int)
+    isolation: str = attrs.field(default=DEFAULT_ISOLATION, validator=one_of(*ISOLATION_LEVELS))
+    policy: RollbackPolicy = attrs.field(
+        factory=RollbackPolicy, validator=instance_of(RollbackPolicy)
+    )
+
+    def to_record(self) -> dict[str, JSONValue]:
+        """The settings other than the policy, as the durable record keeps them."""
+        return {
+            "isolation": self.isolation,
+            "step_timeout": self.step_timeout,
+            "max_constraints": self.max_constraints,
+            "compensation_retries": self.compensation_retries,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, JSONValue], policy: RollbackPolicy) -> Settings:
+        """Read back what `to_record` wrote; raises `InvalidArgument` if it is malformed."""
+        fields: dict[str, Any] = dict(record)
+        unknown = (
+            set(fields)
+            - {"isolation", "step_timeout", "max_constraints"}
+            - {"compensation_retries"}
+        )
+        if unknown:
+            raise InvalidArgument(f"unknown settings in the durable record: {sorted(unknown)}")
+        return cls(policy=policy, **fields)

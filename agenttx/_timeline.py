@@ -1,0 +1,131 @@
+"""A transaction's timeline: its live steps and everything that is truncated with them.
+
+The live steps (succeeded, not rewound), their outputs, the effects they staged, the step
+history, the dependency graph, the step being executed and the next step id change together:
+a step appends to all of them, a rewind truncates all of them, an abort clears them. Keeping
+them in one object with `append`, `truncate` and `clear` means no rewind path can forget one.
+The timeline does no I/O: the transaction decides when to call it and writes the durable log.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from ._graph import DependencyGraph
+from ._history import StepHistory
+from ._txlog import LiveStep, add_live_steps
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._json import JSONValue
+    from ._refs import Dependency
+    from ._tools import StagedEffect
+
+__all__ = ["Pending", "Timeline"]
+
+
+class Pending(NamedTuple):
+    """The step being executed, as far as it got: added to the graph if it fails."""
+
+    step_id: int
+    tool_name: str
+    inputs: JSONValue
+    dependencies: tuple[Dependency, ...]
+
+
+class Timeline:
+    """The live-step state of one transaction; its owner serializes every call.
+
+    `rewinds` counts the rewinds and aborts so far: it is part of every idempotency key, so a
+    step sent again after a rewind gets a key of its own. The graph is brought up to date
+    only when it is needed (`graph()`): successful steps only record their dependencies, so a
+    transaction that never fails never pays for it.
+    """
+
+    __slots__ = (
+        "_graph",
+        "_graph_upto",
+        "effects",
+        "history",
+        "next_step",
+        "outputs",
+        "pending",
+        "rewinds",
+        "steps",
+    )
+
+    def __init__(self) -> None:
+        self.steps: dict[int, LiveStep] = {}
+        self.outputs: dict[int, JSONValue] = {}
+        self.effects: list[StagedEffect] = []  # staged by live steps (and the one running)
+        self.history = StepHistory()
+        self.pending: Pending | None = None
+        self.next_step = 1
+        self.rewinds = 0
+        self._graph = DependencyGraph()
+        self._graph_upto = 0  # the last live step already in the graph
+
+    def adopt(
+        self,
+        steps: dict[int, LiveStep],
+        effects: Iterable[StagedEffect],
+        *,
+        next_step: int,
+        rewinds: int,
+        undone: set[int],
+    ) -> None:
+        """Take over the live steps of a transaction read back from its durable log."""
+        self.steps = dict(steps)
+        self.outputs = {step_id: step.output for step_id, step in steps.items()}
+        self.effects = list(effects)
+        self.next_step = next_step
+        self.rewinds = rewinds
+        for step_id, step in sorted(steps.items()):
+            self.history.succeeded(step_id, step.tool_name, had_undos=step_id in undone)
+
+    def stage(self, effects: Iterable[StagedEffect]) -> None:
+        """Keep effects staged by the running step (a rewind of it drops them)."""
+        self.effects.extend(effects)
+
+    def append(self, step_id: int, step: LiveStep, *, had_undos: bool) -> None:
+        """Step `step_id` succeeded: it is live, and the next step follows it."""
+        self.steps[step_id] = step
+        self.outputs[step_id] = step.output
+        self.history.succeeded(step_id, step.tool_name, had_undos=had_undos)
+        self.pending = None
+        self.next_step = step_id + 1
+
+    def failed(self) -> None:
+        """The pending step failed: add its node to the graph (for the root-cause walk)."""
+        graph = self.graph()
+        if self.pending is not None:
+            step_id, tool_name, inputs, dependencies = self.pending
+            graph.add_step(step_id, tool_name, inputs, dependencies, validate=False)
+            self.history.failed(step_id, tool_name)
+            self.pending = None
+
+    def truncate(self, target: int) -> None:
+        """Drop the steps >= `target` with their effects and graph nodes; `target` runs next."""
+        first = max(target, 1)
+        self.effects = [effect for effect in self.effects if effect.step_id < first]
+        for step in [s for s in self.steps if s >= first]:
+            del self.steps[step]
+            del self.outputs[step]
+        self.history.undo_from(first)
+        self._graph.truncate_from(first)
+        self._graph_upto = min(self._graph_upto, first - 1)
+        self.pending = None
+        self.next_step = first
+
+    def clear(self) -> None:
+        """Drop every step (an abort): no step runs next."""
+        self.truncate(1)
+        self._graph.clear()
+        self.next_step = 0
+
+    def graph(self) -> DependencyGraph:
+        """The dependency graph, with the live steps added since it was last needed."""
+        add_live_steps(self._graph, self.steps, self._graph_upto + 1)
+        self._graph_upto = max(self._graph_upto, self.next_step - 1)
+        return self._graph
