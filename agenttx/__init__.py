@@ -7,7 +7,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores
     layer 2: _graph _rollback _saga _tools _lineage
-    layer 3: _results _history _txlog _settings _timeline _transaction
+    layer 3: _results _history _txlog _settings _timeline _prepare _observed _transaction
     layer 4: _engine _recovery builtins testing _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
@@ -20,6 +20,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
                  calls, worker threads   _results    what transactions report
     _history     step attempts           _txlog      the durable log
     _settings    a transaction's settings            _timeline   live steps, truncated together
+    _prepare     a step's call, checked  _observed   what a transaction shows
     _transaction interactive transactions
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import threading
 import time
 import uuid
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import attrs
 
@@ -32,41 +29,31 @@ from ._errors import (
     IllegalTransition,
     InvalidArgument,
     InvalidTransactionState,
-    StepOutOfOrder,
     WriteConflict,
 )
 from ._hints import CleanHint, add_constraint, clean_error
-from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
-from ._limits import DEFAULT_ISOLATION, MAX_AGENT_ID_BYTES, MAX_PAYLOAD_BYTES, over_limit
-from ._lineage import lineage_from_steps
-from ._refs import resolve_value
+from ._limits import DEFAULT_ISOLATION
+from ._observed import Observed
+from ._prepare import check_agent_id, check_call, output_error, prepare_call
 from ._results import (
     TRANSITIONS,
     CommitResult,
-    ContextEntry,
     RollbackResult,
-    StepAttempt,
-    StepRecord,
     StepResult,
     StepStatus,
-    TransactionView,
     TxStatus,
 )
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_outbox, dispatch_effects
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
-from ._timeline import Pending, Timeline
+from ._timeline import Pending
 from ._tools import (
-    MAX_TOOL_NAME,
     Call,
-    Orphan,
     Outcome,
-    ToolContext,
     ToolRegistry,
     ToolSpec,
     arun_tool,
     closed,
-    derive_key,
     run_tool,
 )
 from ._txlog import LiveStep, Progress, Restored, TxLog
@@ -74,19 +61,19 @@ from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping
     from types import TracebackType
 
     from typing_extensions import Self
 
-    from ._graph import DependencyGraph
-    from ._lineage import LineageGraph
+    from ._json import JSONValue
+
 
 __all__ = ["Transaction"]
 
 
 @attrs.define(init=False, eq=False, repr=False)
-class Transaction:
+class Transaction(Observed):
     """One agent run's tool calls, executed as numbered steps that can be rolled back.
 
     `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
@@ -102,25 +89,6 @@ class Transaction:
     ends normally and aborts (compensating) when it raises, then re-raises.
     """
 
-    _registry: ToolRegistry
-    _store: Store
-    _settings: Settings
-    _agent_id: str
-    _dispatcher: Dispatcher | None
-    _ledger: SagaLedger
-    _id: str
-    _controller: RollbackController
-    _status: TxStatus = attrs.field(init=False, default=TxStatus.ACTIVE)
-    _timeline: Timeline = attrs.field(init=False, factory=Timeline)
-    _constraints: list[str] = attrs.field(init=False, factory=list)
-    # Timed-out calls whose worker was still running: their undos wait for them.
-    _orphans: list[Orphan] = attrs.field(init=False, factory=list)
-    # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.
-    _log: TxLog | None = attrs.field(init=False, default=None)
-    _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
-    _state_lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
-    _last_activity: float = attrs.field(init=False, factory=time.monotonic)
-
     def __init__(
         self,
         tools: ToolRegistry | Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
@@ -135,7 +103,7 @@ class Transaction:
         isolation: Literal["read_committed", "serializable"] = DEFAULT_ISOLATION,
         tx_id: str | None = None,
     ) -> None:
-        _check_agent_id(agent_id)
+        check_agent_id(agent_id)
         if store is not None and not isinstance(store, Store):
             raise InvalidArgument(f"store must be a Store, got {type(store).__name__}")
         settings = Settings(
@@ -161,32 +129,23 @@ class Transaction:
             )
         else:
             store.begin(tx_id, serializable=serializable)  # checks the id; snapshot 0
-        self._setup(registry, store, settings, agent_id, dispatcher, tx_id, log)
-
-    def _setup(
-        self,
-        registry: ToolRegistry,
-        store: Store,
-        settings: Settings,
-        agent_id: str,
-        dispatcher: Dispatcher | None,
-        tx_id: str,
-        log: TxLog | None,
-        controller: RollbackController | None = None,
-    ) -> None:
-        self.__attrs_init__(
+        self._setup(
+            log,
+            settings,
             registry=registry,
             store=store,
-            settings=settings,
             agent_id=agent_id,
             dispatcher=dispatcher,
-            ledger=SagaLedger(attempts=settings.compensation_retries),
             id=tx_id,
-            controller=controller or RollbackController(settings.policy),
+            controller=RollbackController(settings.policy),
         )
+
+    def _setup(self, log: TxLog | None, settings: Settings, **fields: Any) -> None:
+        ledger = SagaLedger(attempts=settings.compensation_retries)
+        self.__attrs_init__(settings=settings, ledger=ledger, **fields)
         if log is not None:
             self._log = log
-            self._ledger.on_compensated = log.forget
+            ledger.on_compensated = log.forget
 
     @classmethod
     def _resume(
@@ -205,18 +164,16 @@ class Transaction:
         abort the transaction has ended.
         """
         progress = restored.progress
-        settings = Settings.from_record(restored.settings, restored.policy)
-        log = TxLog(store, restored.tx_id, record=restored.record, progress=progress)
         tx = cls.__new__(cls)
         tx._setup(  # noqa: SLF001  (its own class)
-            registry,
-            store,
-            settings,
-            restored.agent_id,
-            dispatcher,
-            restored.tx_id,
-            log,
-            RollbackController.from_state(restored.policy, progress.controller),
+            TxLog(store, restored.tx_id, record=restored.record, progress=progress),
+            Settings.from_record(restored.settings, restored.policy),
+            registry=registry,
+            store=store,
+            agent_id=restored.agent_id,
+            dispatcher=dispatcher,
+            id=restored.tx_id,
+            controller=RollbackController.from_state(restored.policy, progress.controller),
         )
         return tx, tx._adopt(restored)  # noqa: SLF001
 
@@ -239,167 +196,6 @@ class Transaction:
             if interrupted not in restored.snapshots:  # it had not started: nothing to undo
                 return CompensationReport()
             return self._rewind(interrupted)
-
-    # ------------------------------------------------------------------ observers
-
-    @property
-    def id(self) -> str:
-        """The transaction id."""
-        return self._id
-
-    @property
-    def agent_id(self) -> str:
-        """The agent this transaction belongs to."""
-        return self._agent_id
-
-    @property
-    def status(self) -> TxStatus:
-        """The current status."""
-        return self._status
-
-    @property
-    def next_step_id(self) -> int:
-        """The step id to send next (0 once the transaction has aborted)."""
-        return self._timeline.next_step
-
-    @property
-    def constraints(self) -> tuple[str, ...]:
-        """Every distinct hint so far, oldest first (capped at `max_constraints`)."""
-        return tuple(self._constraints)
-
-    @property
-    def context(self) -> tuple[ContextEntry, ...]:
-        """The `raw_context` of each live step, in step order."""
-        with self._state_lock:
-            return self._context_entries()
-
-    @property
-    def steps(self) -> tuple[StepRecord, ...]:
-        """The live steps: succeeded and not rewound, in step order."""
-        with self._state_lock:
-            return tuple(
-                StepRecord(step_id=k, tool_name=s.tool_name, arguments=s.arguments, output=s.output)
-                for k, s in self._timeline.steps.items()
-            )
-
-    def _context_entries(self) -> tuple[ContextEntry, ...]:
-        return tuple(
-            ContextEntry(step_id=k, tool_name=s.tool_name, raw_context=s.raw_context)
-            for k, s in self._timeline.steps.items()
-        )
-
-    @property
-    def graph(self) -> DependencyGraph:
-        """The dependency graph of the live steps, brought up to date on access."""
-        with self._state_lock:
-            return self._timeline.graph()
-
-    @property
-    def global_resets(self) -> int:
-        """How many global resets the controller has made."""
-        return self._controller.global_resets
-
-    @property
-    def policy(self) -> RollbackPolicy:
-        """The rollback policy in force."""
-        return self._settings.policy
-
-    @property
-    def settings(self) -> Settings:
-        """The settings this transaction runs with."""
-        return self._settings
-
-    @property
-    def tools(self) -> tuple[str, ...]:
-        """The registered tool names, sorted."""
-        return self._registry.names()
-
-    def lineage(
-        self,
-        *,
-        min_value_length: int = 4,
-        match_numbers: bool = False,
-        max_depth: int = 6,
-        evidence: bool = False,
-    ) -> LineageGraph:
-        """The value-provenance lineage of the live steps (see `LineageRecorder`).
-
-        Each step is an iteration of its own, so a step links to any earlier step whose output
-        held a value it received, whether through a reference or copied by the agent.
-        """
-        return lineage_from_steps(
-            self.steps,
-            min_value_length=min_value_length,
-            match_numbers=match_numbers,
-            max_depth=max_depth,
-            evidence=evidence,
-        )
-
-    @property
-    def history(self) -> tuple[StepAttempt, ...]:
-        """Every step executed, in order, with what became of it.
-
-        `status` is "live" (succeeded and kept), "failed", "rewound" (undone by a rewind or an
-        abort) or "compensated" (undone, with undo records run). A step sent again appears
-        once per attempt.
-        """
-        with self._state_lock:
-            return self._timeline.history.attempts()
-
-    def export_graph(self, format: Literal["dot", "mermaid", "json"] = "dot") -> str:  # noqa: A002
-        """The dependency graph with the history of the steps: deterministic DOT, Mermaid or JSON.
-
-        Live steps are the graph's nodes (`s{step}`), linked by their edges; every attempt that
-        failed or was undone is an extra node (`a{n}`, `n` its place in `history`), marked
-        "failed", "rewound" or "compensated".
-        """
-        with self._state_lock:
-            return self._timeline.history.export(self._timeline.graph(), format)
-
-    def find_root_cause(self, step_id: int, error_key: str) -> int | None:
-        """The earliest step that produced the value `step_id` received as `error_key`."""
-        with self._state_lock:
-            return self._timeline.graph().find_root_cause(step_id, error_key)
-
-    def read(self, key: str) -> JSONValue:
-        """State `key` as this transaction sees it (its writes, then committed); None if absent."""
-        self._last_activity = time.monotonic()
-        if self._store.is_open(self._id):
-            text = self._store.get(self._id, key)
-        else:
-            text = self._store.read_committed(key)
-        return None if text is None else json.loads(text)
-
-    @property
-    def last_activity(self) -> float:
-        """The `time.monotonic()` at which the last call on this transaction began or ended."""
-        return self._last_activity
-
-    def view(self) -> TransactionView:
-        """A snapshot of the transaction's state; works after it has ended, and during a step."""
-        self._last_activity = time.monotonic()
-        with self._state_lock:
-            return TransactionView(
-                tx_id=self._id,
-                agent_id=self._agent_id,
-                status=self._status,
-                next_step_id=self._timeline.next_step,
-                steps_completed=len(self._timeline.steps),
-                constraints=tuple(self._constraints),
-                global_resets=self._controller.global_resets,
-                context=self._context_entries(),
-                pending_effects=len(self._timeline.effects),
-                compensation_failures=tuple(
-                    f"{record.description}: {error}" for record, error in self._ledger.failed
-                ),
-            )
-
-    def __repr__(self) -> str:
-        # Never arguments or outputs: they may hold secrets.
-        return (
-            f"<Transaction {self._id} status={self._status.value} "
-            f"next_step={self._timeline.next_step}>"
-        )
 
     # ------------------------------------------------------------------ status
 
@@ -474,7 +270,7 @@ class Transaction:
                 self._abandon(step_id, prepared)
                 raise
             self._keep_registered(prepared, outcome)
-            error = _error_of(prepared, outcome)
+            error = output_error(prepared, outcome)
             if error is None:
                 return self._succeed(prepared, outcome)
             return self._fail(step_id, error)
@@ -500,7 +296,7 @@ class Transaction:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
-                await asyncio.to_thread(self._wait_orphans, timeout)
+                await asyncio.to_thread(self._orphans.wait, timeout)
                 with self._call():
                     prepared = self._wait_for_orphans(prepared, timeout)
             if isinstance(prepared, str):
@@ -512,7 +308,7 @@ class Transaction:
             raise
         with self._call():
             self._keep_registered(prepared, outcome)
-            error = _error_of(prepared, outcome)
+            error = output_error(prepared, outcome)
             if error is None:
                 return self._succeed(prepared, outcome)
         return await self._afail(step_id, error)
@@ -522,28 +318,7 @@ class Transaction:
     ) -> JSONValue | str:
         """Refuse protocol misuse before anything changes; return the arguments to parse."""
         self._ensure_active()
-        if isinstance(step_id, bool) or not isinstance(step_id, int):
-            raise InvalidArgument(f"step_id must be an integer, got {type(step_id).__name__}")
-        if step_id != self._timeline.next_step:
-            raise StepOutOfOrder(expected=self._timeline.next_step, got=step_id)
-        if not isinstance(tool_name, str) or not 1 <= len(tool_name) <= MAX_TOOL_NAME:
-            raise InvalidArgument(f"tool_name must be 1-{MAX_TOOL_NAME} characters")
-        if not isinstance(raw_context, str):
-            raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
-        if over_limit(raw_context):
-            raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
-        if isinstance(arguments, str):
-            if over_limit(arguments):
-                raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
-            return arguments
-        if type(arguments) is dict or isinstance(arguments, Mapping):
-            parsed = dict(arguments)
-            if _too_big(parsed, what="arguments"):
-                raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
-            return parsed
-        raise InvalidArgument(
-            f"arguments must be a mapping or JSON text, got {type(arguments).__name__}"
-        )
+        return check_call(step_id, self._timeline.next_step, tool_name, arguments, raw_context)
 
     def _start(self, step_id: int) -> None:
         self._store.snapshot(self._id, step_id)  # first: if the store fails, nothing changed
@@ -555,58 +330,25 @@ class Transaction:
     ) -> Call | str:
         """The call ready to run, or the message of an agent-caused failure; never raises
         for agent input (an unexpected error becomes the failure's message)."""
-        try:
-            return self._resolve(step_id, tool_name, parsed, raw_context)
-        except Exception as exc:  # noqa: BLE001  (agent input: a failed step, never a wedge)
-            return f"{type(exc).__name__}: {exc}"
-
-    def _resolve(
-        self, step_id: int, tool_name: str, parsed: JSONValue | str, raw_context: str
-    ) -> Call | str:
         timeline = self._timeline
-        if isinstance(parsed, str):
-            text = parsed
-            try:
-                parsed = check_json(json.loads(text) if text.strip() else {}, what="arguments")
-            except (ValueError, RecursionError) as exc:
-                timeline.pending = Pending(step_id, tool_name, None, ())
-                return f"invalid arguments JSON: {exc}"
-        tool = self._registry.tools.get(tool_name)
-        if tool is None:
-            timeline.pending = Pending(step_id, tool_name, parsed, ())
-            return (
-                f"unknown tool '{tool_name}'; registered tools: {', '.join(self._registry.names())}"
-            )
-        resolved, dependencies, error = resolve_value(parsed, timeline.outputs, step_id)
-        timeline.pending = Pending(step_id, tool_name, resolved, dependencies)
-        if error is not None:
-            return error
-        if _too_big(resolved, what="arguments"):  # references can multiply a small call
-            return f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes"
-        timeout = self._settings.step_timeout
-        context = None
-        if tool.wants_context:
-            generation = timeline.rewinds
-            context = ToolContext(
+        timeline.pending = Pending(step_id, tool_name, None, ())
+        try:
+            prepared, timeline.pending = prepare_call(
+                step_id,
+                tool_name,
+                parsed,
+                raw_context,
+                registry=self._registry,
+                outputs=timeline.outputs,
+                generation=timeline.rewinds,
                 tx_id=self._id,
-                step_id=step_id,
-                idempotency_key=lambda: derive_key(
-                    self._id, step_id, tool_name, resolved, generation
-                ),
-                deadline=time.monotonic() + timeout,
                 store=self._store,
-                compensations=self._registry.compensations,
+                timeout=self._settings.step_timeout,
                 log_undo=None if self._log is None else self._log.undo,
             )
-        return Call(
-            step_id=step_id,
-            tool=tool,
-            arguments=resolved,
-            raw_context=raw_context,
-            context=context,
-            timeout=timeout,
-            log_undo=None if self._log is None else self._log.undo,
-        )
+        except Exception as exc:  # noqa: BLE001  (agent input: a failed step, never a wedge)
+            return f"{type(exc).__name__}: {exc}"
+        return prepared
 
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
         """Keep what the tool registered, whether it succeeded or not (a rewind undoes it).
@@ -614,7 +356,7 @@ class Transaction:
         The undos of a call still running after its deadline wait for it (`_orphans`).
         """
         if outcome.running is not None:
-            self._orphans.append(Orphan(call, outcome.undos, outcome.running))
+            self._orphans.add(call, outcome.undos, outcome.running)
         elif outcome.undos:
             self._ledger.record(outcome.undos)
         if outcome.effects:
@@ -655,22 +397,12 @@ class Transaction:
 
     # ------------------------------------------------------------------ orphaned calls
 
-    def _wait_orphans(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for orphan in list(self._orphans):
-            orphan.running.wait(deadline - time.monotonic())
-
-    def _settle_orphans(self, wait: float) -> list[Orphan]:
-        """Compensate the undos of the timed-out calls that have finished; return the others."""
-        self._wait_orphans(wait)
-        still = [orphan for orphan in self._orphans if not orphan.running.wait(0.0)]
-        done = [orphan for orphan in self._orphans if orphan not in still]
-        self._orphans = still
-        for orphan in reversed(done):
-            self._ledger.compensate(
-                list(reversed(orphan.finished_undos())), self._registry.compensations
-            )
-        return still
+    def _settle_orphans(self, wait: float) -> bool:
+        """Compensate the undos of timed-out calls that have finished; whether some still run."""
+        records, running = self._orphans.settle(wait)
+        if records:
+            self._ledger.compensate(records, self._registry.compensations)
+        return running
 
     def _wait_for_orphans(self, call: Call, wait: float) -> Call | str:
         """The call, unless an earlier timed-out call is still running: its effect may land."""
@@ -680,14 +412,6 @@ class Transaction:
             f"tool '{call.tool.name}' timed out after {round(wait * 1000)} ms waiting for an "
             "earlier call that is still running after its own timeout"
         )
-
-    def _keep_orphans(self, wait: float) -> None:
-        """Before an abort: settle what has finished, keep the rest as failed, for recovery."""
-        for orphan in self._settle_orphans(wait):
-            self._ledger.keep_failed(
-                orphan.undos, "not run: its tool was still running after its timeout"
-            )
-        self._orphans.clear()
 
     # ------------------------------------------------------------------ failure and rewind
 
@@ -707,7 +431,9 @@ class Transaction:
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decision, hint, error, report, started)
+        return self._failed(
+            step_id, decision=decision, hint=hint, error=error, report=report, started=started
+        )
 
     async def _afail(self, step_id: int, error: str) -> StepResult:
         with self._call():
@@ -723,11 +449,14 @@ class Transaction:
             raise
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decision, hint, error, report, started)
+        return self._failed(
+            step_id, decision=decision, hint=hint, error=error, report=report, started=started
+        )
 
     def _failed(
         self,
         step_id: int,
+        *,
         decision: RollbackDecision,
         hint: CleanHint,
         error: str,
@@ -773,7 +502,8 @@ class Transaction:
             self._log_progress(rewinding=(target, None if final is None else final.value))
             if final is None:
                 return self._ledger.take_from(target)
-            self._keep_orphans(0.0)  # an abort cannot wait for what is still running
+            self._settle_orphans(0.0)  # an abort cannot wait for what is still running:
+            self._ledger.keep_failed(self._orphans.give_up(), _STILL_RUNNING)
             return self._ledger.take_from(0)
 
     def _finish_rewind(self, target: int, final: TxStatus | None) -> None:
@@ -812,7 +542,7 @@ class Transaction:
             self._ledger.compensate(remaining, self._registry.compensations)
         else:
             self._ledger.keep_failed(remaining, "not run: the transaction was interrupted")
-        self._keep_orphans(0.0)
+        self._ledger.keep_failed(self._orphans.give_up(), _STILL_RUNNING)
         with contextlib.suppress(Exception):  # the original error is the one to report
             self._discard(TxStatus.FAILED)
         with self._state_lock:
@@ -950,6 +680,9 @@ class Transaction:
             self.rollback()
 
 
+_STILL_RUNNING: Final = "not run: its tool was still running after its timeout"
+
+
 def _rewind_target(decision: RollbackDecision) -> tuple[int, TxStatus | None]:
     """Where a decision rewinds to, and the final status if it aborts."""
     if decision.strategy is RollbackStrategy.ABORT:
@@ -957,37 +690,3 @@ def _rewind_target(decision: RollbackDecision) -> tuple[int, TxStatus | None]:
     if decision.strategy is RollbackStrategy.GLOBAL_RESET:
         return 0, None
     return decision.target_step, None
-
-
-def _check_agent_id(agent_id: object) -> None:
-    if not isinstance(agent_id, str):
-        raise InvalidArgument(f"agent_id must be a string, got {type(agent_id).__name__}")
-    try:
-        size = len(agent_id.encode())
-    except UnicodeEncodeError:
-        raise InvalidArgument("agent_id must be valid Unicode (it has a lone surrogate)") from None
-    if size > MAX_AGENT_ID_BYTES:
-        raise InvalidArgument(f"agent_id exceeds {MAX_AGENT_ID_BYTES} bytes")
-
-
-def _error_of(call: Call, outcome: Outcome) -> str | None:
-    """Why the step failed: the tool's error, or an output over 1 MiB (nothing is stored)."""
-    if outcome.error is not None:
-        return outcome.error
-    if _too_big(outcome.output, what="output"):  # its effect happened: its undo is kept
-        return f"the output of tool '{call.tool.name}' exceeds {MAX_PAYLOAD_BYTES} bytes"
-    return None
-
-
-def _too_big(value: JSONValue, *, what: str) -> bool:
-    """Whether `value`'s canonical JSON exceeds 1 MiB; serializes only when the bound is unsure.
-
-    The size bound over-counts at most about 8.3 times (a float `0.0`, counted as 32 bytes),
-    so a bound past ten times the limit is over it for sure, and never needs the text.
-    """
-    bound = checked_size_bound(value, what=what)
-    if bound <= MAX_PAYLOAD_BYTES:
-        return False
-    if bound > 10 * MAX_PAYLOAD_BYTES:
-        return True
-    return len(canonical_dumps(value).encode()) > MAX_PAYLOAD_BYTES

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._calls import Call as Call
 from ._calls import Orphan as Orphan
+from ._calls import Orphans as Orphans
 from ._calls import Outcome as Outcome
 from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
@@ -32,6 +33,7 @@ __all__ = [
     "Compensation",
     "DeadlineExceeded",
     "Orphan",
+    "Orphans",
     "Outcome",
     "StagedEffect",
     "StateView",

@@ -33,7 +33,7 @@ from ._workers import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["Call", "Orphan", "Outcome", "arun_tool", "closed", "run_tool"]
+__all__ = ["Call", "Orphan", "Orphans", "Outcome", "arun_tool", "closed", "run_tool"]
 
 
 class Call(NamedTuple):
@@ -264,3 +264,46 @@ class Orphan(NamedTuple):
         if self.call.log_undo is not None:
             self.call.log_undo(declared)
         return (*self.undos, declared)
+
+
+class Orphans:
+    """The timed-out calls of one transaction whose workers were still running.
+
+    Their undos wait here until the call has finished: `settle` hands back those of finished
+    calls, to compensate, and says whether any is still running; `give_up` hands back the
+    undos of those still running, to keep as failed (recovery retries kept undo records).
+    """
+
+    __slots__ = ("_orphans",)
+
+    def __init__(self) -> None:
+        self._orphans: list[Orphan] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._orphans)
+
+    def add(self, call: Call, undos: tuple[UndoRecord, ...], running: Running) -> None:
+        """Keep the undos of `call`, whose worker is still `running` after its deadline."""
+        self._orphans.append(Orphan(call, undos, running))
+
+    def wait(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds, in all, for every orphaned call to finish."""
+        deadline = time.monotonic() + timeout
+        for orphan in list(self._orphans):
+            orphan.running.wait(deadline - time.monotonic())
+
+    def settle(self, wait: float) -> tuple[list[UndoRecord], bool]:
+        """After waiting up to `wait` seconds: the undos of the finished calls, newest first,
+        and whether some call is still running."""
+        self.wait(wait)
+        finished = [orphan for orphan in self._orphans if orphan.running.wait(0.0)]
+        self._orphans = [orphan for orphan in self._orphans if orphan not in finished]
+        records = [undo for orphan in finished for undo in orphan.finished_undos()]
+        records.reverse()
+        return records, bool(self._orphans)
+
+    def give_up(self) -> list[UndoRecord]:
+        """Forget the calls still running; return their undos, to keep as failed."""
+        records = [undo for orphan in self._orphans for undo in orphan.undos]
+        self._orphans.clear()
+        return records

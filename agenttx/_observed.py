@@ -1,0 +1,217 @@
+"""What a transaction shows: its steps, graph, history, constraints and a view of it all.
+
+`Observed` holds a transaction's state and answers every read-only question about it;
+`Transaction` adds the operations that change it. Reads take a lock that is held only for
+bookkeeping, never while a tool, a compensation or a dispatcher runs, so they never wait for
+user code.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+from ._lineage import lineage_from_steps
+from ._results import ContextEntry, StepAttempt, StepRecord, TransactionView, TxStatus
+from ._timeline import Timeline
+from ._tools import Orphans
+
+if TYPE_CHECKING:
+    from ._graph import DependencyGraph
+    from ._json import JSONValue
+    from ._lineage import LineageGraph
+    from ._rollback import RollbackController, RollbackPolicy
+    from ._saga import Dispatcher, SagaLedger
+    from ._settings import Settings
+    from ._tools import ToolRegistry
+    from ._txlog import TxLog
+    from .stores import Store
+
+__all__ = ["Observed"]
+
+
+@attrs.define(init=False, eq=False, repr=False)
+class Observed:
+    """A transaction's state, and the read-only view of it (see `Transaction`)."""
+
+    _registry: ToolRegistry
+    _store: Store
+    _settings: Settings
+    _agent_id: str
+    _dispatcher: Dispatcher | None
+    _ledger: SagaLedger
+    _id: str
+    _controller: RollbackController
+    _status: TxStatus = attrs.field(init=False, default=TxStatus.ACTIVE)
+    _timeline: Timeline = attrs.field(init=False, factory=Timeline)
+    _constraints: list[str] = attrs.field(init=False, factory=list)
+    # Timed-out calls whose worker was still running: their undos wait for them.
+    _orphans: Orphans = attrs.field(init=False, factory=Orphans)
+    # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.
+    _log: TxLog | None = attrs.field(init=False, default=None)
+    _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    _state_lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    _last_activity: float = attrs.field(init=False, factory=time.monotonic)
+
+    @property
+    def id(self) -> str:
+        """The transaction id."""
+        return self._id
+
+    @property
+    def agent_id(self) -> str:
+        """The agent this transaction belongs to."""
+        return self._agent_id
+
+    @property
+    def status(self) -> TxStatus:
+        """The current status."""
+        return self._status
+
+    @property
+    def next_step_id(self) -> int:
+        """The step id to send next (0 once the transaction has aborted)."""
+        return self._timeline.next_step
+
+    @property
+    def constraints(self) -> tuple[str, ...]:
+        """Every distinct hint so far, oldest first (capped at `max_constraints`)."""
+        return tuple(self._constraints)
+
+    @property
+    def context(self) -> tuple[ContextEntry, ...]:
+        """The `raw_context` of each live step, in step order."""
+        with self._state_lock:
+            return self._context_entries()
+
+    @property
+    def steps(self) -> tuple[StepRecord, ...]:
+        """The live steps: succeeded and not rewound, in step order."""
+        with self._state_lock:
+            return tuple(
+                StepRecord(step_id=k, tool_name=s.tool_name, arguments=s.arguments, output=s.output)
+                for k, s in self._timeline.steps.items()
+            )
+
+    def _context_entries(self) -> tuple[ContextEntry, ...]:
+        return tuple(
+            ContextEntry(step_id=k, tool_name=s.tool_name, raw_context=s.raw_context)
+            for k, s in self._timeline.steps.items()
+        )
+
+    @property
+    def graph(self) -> DependencyGraph:
+        """The dependency graph of the live steps, brought up to date on access."""
+        with self._state_lock:
+            return self._timeline.graph()
+
+    @property
+    def global_resets(self) -> int:
+        """How many global resets the controller has made."""
+        return self._controller.global_resets
+
+    @property
+    def policy(self) -> RollbackPolicy:
+        """The rollback policy in force."""
+        return self._settings.policy
+
+    @property
+    def settings(self) -> Settings:
+        """The settings this transaction runs with."""
+        return self._settings
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The registered tool names, sorted."""
+        return self._registry.names()
+
+    def lineage(
+        self,
+        *,
+        min_value_length: int = 4,
+        match_numbers: bool = False,
+        max_depth: int = 6,
+        evidence: bool = False,
+    ) -> LineageGraph:
+        """The value-provenance lineage of the live steps (see `LineageRecorder`).
+
+        Each step is an iteration of its own, so a step links to any earlier step whose output
+        held a value it received, whether through a reference or copied by the agent.
+        """
+        return lineage_from_steps(
+            self.steps,
+            min_value_length=min_value_length,
+            match_numbers=match_numbers,
+            max_depth=max_depth,
+            evidence=evidence,
+        )
+
+    @property
+    def history(self) -> tuple[StepAttempt, ...]:
+        """Every step executed, in order, with what became of it.
+
+        `status` is "live" (succeeded and kept), "failed", "rewound" (undone by a rewind or an
+        abort) or "compensated" (undone, with undo records run). A step sent again appears
+        once per attempt.
+        """
+        with self._state_lock:
+            return self._timeline.history.attempts()
+
+    def export_graph(self, format: Literal["dot", "mermaid", "json"] = "dot") -> str:  # noqa: A002
+        """The dependency graph with the history of the steps: deterministic DOT, Mermaid or JSON.
+
+        Live steps are the graph's nodes (`s{step}`), linked by their edges; every attempt that
+        failed or was undone is an extra node (`a{n}`, `n` its place in `history`), marked
+        "failed", "rewound" or "compensated".
+        """
+        with self._state_lock:
+            return self._timeline.history.export(self._timeline.graph(), format)
+
+    def find_root_cause(self, step_id: int, error_key: str) -> int | None:
+        """The earliest step that produced the value `step_id` received as `error_key`."""
+        with self._state_lock:
+            return self._timeline.graph().find_root_cause(step_id, error_key)
+
+    def read(self, key: str) -> JSONValue:
+        """State `key` as this transaction sees it (its writes, then committed); None if absent."""
+        self._last_activity = time.monotonic()
+        if self._store.is_open(self._id):
+            text = self._store.get(self._id, key)
+        else:
+            text = self._store.read_committed(key)
+        return None if text is None else json.loads(text)
+
+    @property
+    def last_activity(self) -> float:
+        """The `time.monotonic()` at which the last call on this transaction began or ended."""
+        return self._last_activity
+
+    def view(self) -> TransactionView:
+        """A snapshot of the transaction's state; works after it has ended, and during a step."""
+        self._last_activity = time.monotonic()
+        with self._state_lock:
+            return TransactionView(
+                tx_id=self._id,
+                agent_id=self._agent_id,
+                status=self._status,
+                next_step_id=self._timeline.next_step,
+                steps_completed=len(self._timeline.steps),
+                constraints=tuple(self._constraints),
+                global_resets=self._controller.global_resets,
+                context=self._context_entries(),
+                pending_effects=len(self._timeline.effects),
+                compensation_failures=tuple(
+                    f"{record.description}: {error}" for record, error in self._ledger.failed
+                ),
+            )
+
+    def __repr__(self) -> str:
+        # Never arguments or outputs: they may hold secrets.
+        return (
+            f"<Transaction {self._id} status={self._status.value} "
+            f"next_step={self._timeline.next_step}>"
+        )

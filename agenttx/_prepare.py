@@ -1,0 +1,153 @@
+"""A step's call before its tool runs: checked, parsed, resolved and bounded.
+
+`check_call` refuses protocol misuse (it raises; nothing has changed yet). `prepare_call` turns
+the agent's arguments into the `Call` the tool receives, or into the message of an agent-caused
+failure: malformed JSON, an unknown tool, a bad reference, or resolved arguments over the size
+limit (references can turn a small call into a huge one). `output_error` bounds what the tool
+returned. One rule for every store: what passes here is what any store can keep.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._errors import InvalidArgument, StepOutOfOrder
+from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
+from ._limits import MAX_AGENT_ID_BYTES, MAX_PAYLOAD_BYTES, over_limit
+from ._refs import resolve_value
+from ._timeline import Pending
+from ._tools import MAX_TOOL_NAME, Call, ToolContext, derive_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._tools import Outcome, ToolRegistry, UndoRecord
+    from .stores import Store
+
+__all__ = ["check_agent_id", "check_call", "output_error", "prepare_call"]
+
+
+def check_call(
+    step_id: object, next_step: int, tool_name: object, arguments: object, raw_context: object
+) -> JSONValue | str:
+    """Raise for protocol misuse; return the arguments to parse (a dict, or JSON text)."""
+    if isinstance(step_id, bool) or not isinstance(step_id, int):
+        raise InvalidArgument(f"step_id must be an integer, got {type(step_id).__name__}")
+    if step_id != next_step:
+        raise StepOutOfOrder(expected=next_step, got=step_id)
+    if not isinstance(tool_name, str) or not 1 <= len(tool_name) <= MAX_TOOL_NAME:
+        raise InvalidArgument(f"tool_name must be 1-{MAX_TOOL_NAME} characters")
+    if not isinstance(raw_context, str):
+        raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
+    if over_limit(raw_context):
+        raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
+    if isinstance(arguments, str):
+        if over_limit(arguments):
+            raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
+        return arguments
+    if type(arguments) is dict or isinstance(arguments, Mapping):
+        parsed = dict(arguments)
+        if _too_big(parsed, what="arguments"):
+            raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
+        return parsed
+    raise InvalidArgument(
+        f"arguments must be a mapping or JSON text, got {type(arguments).__name__}"
+    )
+
+
+def prepare_call(
+    step_id: int,
+    tool_name: str,
+    parsed: JSONValue | str,
+    raw_context: str,
+    *,
+    registry: ToolRegistry,
+    outputs: Mapping[int, JSONValue],
+    generation: int,
+    tx_id: str,
+    store: Store,
+    timeout: float,
+    log_undo: Callable[[UndoRecord], object] | None,
+) -> tuple[Call | str, Pending]:
+    """The call ready to run (or why the agent's call fails), and the step as far as it got.
+
+    `generation` (the transaction's rewind count) goes into the idempotency key, so a step sent
+    again after a rewind gets a key of its own.
+    """
+    if isinstance(parsed, str):
+        text = parsed
+        try:
+            parsed = check_json(json.loads(text) if text.strip() else {}, what="arguments")
+        except (ValueError, RecursionError) as exc:
+            return f"invalid arguments JSON: {exc}", Pending(step_id, tool_name, None, ())
+    tool = registry.tools.get(tool_name)
+    if tool is None:
+        names = ", ".join(registry.names())
+        return f"unknown tool '{tool_name}'; registered tools: {names}", Pending(
+            step_id, tool_name, parsed, ()
+        )
+    resolved, dependencies, error = resolve_value(parsed, outputs, step_id)
+    pending = Pending(step_id, tool_name, resolved, dependencies)
+    if error is not None:
+        return error, pending
+    if _too_big(resolved, what="arguments"):
+        return f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes", pending
+    context = None
+    if tool.wants_context:
+        context = ToolContext(
+            tx_id=tx_id,
+            step_id=step_id,
+            idempotency_key=lambda: derive_key(tx_id, step_id, tool_name, resolved, generation),
+            deadline=time.monotonic() + timeout,
+            store=store,
+            compensations=registry.compensations,
+            log_undo=log_undo,
+        )
+    call = Call(
+        step_id=step_id,
+        tool=tool,
+        arguments=resolved,
+        raw_context=raw_context,
+        context=context,
+        timeout=timeout,
+        log_undo=log_undo,
+    )
+    return call, pending
+
+
+def output_error(call: Call, outcome: Outcome) -> str | None:
+    """Why the step failed: the tool's error, or an output over 1 MiB (nothing is stored)."""
+    if outcome.error is not None:
+        return outcome.error
+    if _too_big(outcome.output, what="output"):  # its effect happened: its undo is kept
+        return f"the output of tool '{call.tool.name}' exceeds {MAX_PAYLOAD_BYTES} bytes"
+    return None
+
+
+def check_agent_id(agent_id: object) -> None:
+    """Raise `InvalidArgument` unless `agent_id` is text of at most 256 bytes in UTF-8."""
+    if not isinstance(agent_id, str):
+        raise InvalidArgument(f"agent_id must be a string, got {type(agent_id).__name__}")
+    try:
+        size = len(agent_id.encode())
+    except UnicodeEncodeError:
+        raise InvalidArgument("agent_id must be valid Unicode (it has a lone surrogate)") from None
+    if size > MAX_AGENT_ID_BYTES:
+        raise InvalidArgument(f"agent_id exceeds {MAX_AGENT_ID_BYTES} bytes")
+
+
+def _too_big(value: Any, *, what: str) -> bool:
+    """Whether `value`'s canonical JSON exceeds 1 MiB; serializes only when the bound is unsure.
+
+    The size bound over-counts at most about 8.3 times (a float `0.0`, counted as 32 bytes),
+    so a bound past ten times the limit is over it for sure, and never needs the text.
+    """
+    bound = checked_size_bound(value, what=what)
+    if bound <= MAX_PAYLOAD_BYTES:
+        return False
+    if bound > 10 * MAX_PAYLOAD_BYTES:
+        return True
+    return len(canonical_dumps(value).encode()) > MAX_PAYLOAD_BYTES
