@@ -8,6 +8,7 @@ user code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -15,12 +16,22 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from ._errors import IllegalTransition, InvalidTransactionState
 from ._lineage import lineage_from_steps
-from ._results import ContextEntry, StepAttempt, StepRecord, TransactionView, TxStatus
+from ._results import (
+    TRANSITIONS,
+    ContextEntry,
+    StepAttempt,
+    StepRecord,
+    TransactionView,
+    TxStatus,
+)
 from ._timeline import Timeline
 from ._tools import Orphans
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ._graph import DependencyGraph
     from ._json import JSONValue
     from ._lineage import LineageGraph
@@ -215,3 +226,25 @@ class Observed:
             f"<Transaction {self._id} status={self._status.value} "
             f"next_step={self._timeline.next_step}>"
         )
+
+    # ------------------------------------------------------------------ status
+
+    def _transition(self, target: TxStatus) -> None:
+        if target not in TRANSITIONS[self._status]:
+            raise IllegalTransition(source=self._status.value, target=target.value)
+        with self._state_lock:
+            self._status = target
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """Around a call: serialize it, and count its start and its end as activity."""
+        self._last_activity = time.monotonic()
+        try:
+            with self._lock:
+                yield
+        finally:
+            self._last_activity = time.monotonic()
+
+    def _ensure_active(self) -> None:
+        if self._status is not TxStatus.ACTIVE:
+            raise InvalidTransactionState(tx_id=self._id, status=self._status.value)

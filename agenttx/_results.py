@@ -7,6 +7,7 @@ Value objects only (frozen, slotted, keyword-only attrs classes); the `Transacti
 from __future__ import annotations
 
 import enum
+import time
 from typing import TYPE_CHECKING, Final, final
 
 import attrs
@@ -16,6 +17,7 @@ from ._rollback import RollbackStrategy
 if TYPE_CHECKING:
     from ._hints import CleanHint
     from ._json import JSONValue
+    from ._rollback import RollbackDecision
     from ._tools import StagedEffect
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "StepStatus",
     "TransactionView",
     "TxStatus",
+    "failed_step",
 ]
 
 
@@ -125,6 +128,36 @@ class StepResult:
     def ok(self) -> bool:
         """True when the step succeeded."""
         return self.status is StepStatus.SUCCESS
+
+
+def failed_step(
+    step_id: int,
+    *,
+    decision: RollbackDecision,
+    hint: CleanHint,
+    error: str,
+    next_step_id: int,
+    constraints: tuple[str, ...],
+    compensation_errors: tuple[str, ...],
+    started: float,
+) -> StepResult:
+    """The result of a failed step, once the rewind (or abort) `decision` asked for is done."""
+    strategy = decision.strategy
+    aborted = strategy is RollbackStrategy.ABORT
+    return StepResult(
+        status=StepStatus.FAILED if aborted else StepStatus.ROLLBACK_TRIGGERED,
+        step_id=step_id,
+        next_step_id=next_step_id,
+        hint=hint,
+        error=error,
+        strategy=strategy,
+        rollback_to_step=0 if aborted else decision.target_step,
+        constraints=constraints,
+        context_reset=aborted or strategy is RollbackStrategy.GLOBAL_RESET,
+        abort_reason=decision.reason if aborted else None,
+        compensation_errors=compensation_errors,
+        rollback_latency_ms=(time.perf_counter() - started) * 1000,
+    )
 
 
 @final

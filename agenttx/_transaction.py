@@ -20,45 +20,30 @@ import asyncio
 import contextlib
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from ._errors import (
-    FailedPrecondition,
-    IllegalTransition,
-    InvalidArgument,
-    InvalidTransactionState,
-    WriteConflict,
-)
+from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
 from ._hints import CleanHint, add_constraint, clean_error
 from ._limits import DEFAULT_ISOLATION
 from ._observed import Observed
 from ._prepare import check_agent_id, check_call, output_error, prepare_call
 from ._results import (
-    TRANSITIONS,
     CommitResult,
     RollbackResult,
     StepResult,
     StepStatus,
     TxStatus,
+    failed_step,
 )
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
-from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_outbox, dispatch_effects
+from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
 from ._timeline import Pending
-from ._tools import (
-    Call,
-    Outcome,
-    ToolRegistry,
-    ToolSpec,
-    arun_tool,
-    closed,
-    run_tool,
-)
+from ._tools import Call, Outcome, ToolRegistry, ToolSpec, arun_tool, closed, run_tool
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
-from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -116,19 +101,7 @@ class Transaction(Observed):
         store = MemoryStore() if store is None else store
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
         registry = ToolRegistry(tools)
-        serializable = settings.isolation == "serializable"
-        log = None
-        if is_durable(store):  # begin with the record that recovery reads
-            log = TxLog.begin(
-                store,
-                tx_id,
-                serializable=serializable,
-                agent_id=agent_id,
-                policy=settings.policy,
-                settings=settings.to_record(),
-            )
-        else:
-            store.begin(tx_id, serializable=serializable)  # checks the id; snapshot 0
+        log = TxLog.open(store, tx_id, agent_id=agent_id, settings=settings)
         self._setup(
             log,
             settings,
@@ -180,6 +153,7 @@ class Transaction(Observed):
     def _adopt(self, restored: Restored) -> CompensationReport:
         progress = restored.progress
         self._constraints = list(progress.constraints)
+        self._ledger.record(restored.undos)
         self._timeline.adopt(
             restored.steps,
             (e for e in restored.effects if e.step_id < progress.next_step),
@@ -187,7 +161,6 @@ class Transaction(Observed):
             rewinds=progress.rewinds,
             undone={undo.step_id for undo in restored.undos},
         )
-        self._ledger.record(restored.undos)
         with self._lock:
             if progress.rewinding is not None:  # finish it: never bring compensated steps back
                 target, final = progress.rewinding
@@ -196,28 +169,6 @@ class Transaction(Observed):
             if interrupted not in restored.snapshots:  # it had not started: nothing to undo
                 return CompensationReport()
             return self._rewind(interrupted)
-
-    # ------------------------------------------------------------------ status
-
-    def _transition(self, target: TxStatus) -> None:
-        if target not in TRANSITIONS[self._status]:
-            raise IllegalTransition(source=self._status.value, target=target.value)
-        with self._state_lock:
-            self._status = target
-
-    @contextlib.contextmanager
-    def _call(self) -> Iterator[None]:
-        """Around a call: serialize it, and count its start and its end as activity."""
-        self._last_activity = time.monotonic()
-        try:
-            with self._lock:
-                yield
-        finally:
-            self._last_activity = time.monotonic()
-
-    def _ensure_active(self) -> None:
-        if self._status is not TxStatus.ACTIVE:
-            raise InvalidTransactionState(tx_id=self._id, status=self._status.value)
 
     def abort_if_idle(self, idle_timeout: float) -> bool:
         """Abort (compensating) if ACTIVE, not busy, and idle for `idle_timeout` seconds.
@@ -237,8 +188,6 @@ class Transaction(Observed):
         finally:
             self._lock.release()
 
-    # ------------------------------------------------------------------ steps
-
     def execute_step(
         self,
         step_id: int,
@@ -256,13 +205,14 @@ class Transaction(Observed):
         nothing changes. Everything the agent got wrong comes back as a failed `StepResult`.
         """
         with self._call():
-            parsed = self._check_call(step_id, tool_name, arguments, raw_context)
+            self._ensure_active()
+            parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
             self._start(step_id)
             prepared: Call | str | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context)
-                if isinstance(prepared, Call):
-                    prepared = self._wait_for_orphans(prepared, self._settings.step_timeout)
+                if isinstance(prepared, Call) and self._orphans:
+                    prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, str):
                     return self._fail(step_id, prepared)
                 outcome = run_tool(prepared)
@@ -288,7 +238,8 @@ class Transaction(Observed):
         `InvalidTransactionState` instead of waiting.
         """
         with self._call():
-            parsed = self._check_call(step_id, tool_name, arguments, raw_context)
+            self._ensure_active()
+            parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
             self._start(step_id)
         prepared: Call | str | None = None
         try:
@@ -298,7 +249,7 @@ class Transaction(Observed):
                 timeout = self._settings.step_timeout
                 await asyncio.to_thread(self._orphans.wait, timeout)
                 with self._call():
-                    prepared = self._wait_for_orphans(prepared, timeout)
+                    prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, str):
                 return await self._afail(step_id, prepared)
             outcome = await arun_tool(prepared)
@@ -312,13 +263,6 @@ class Transaction(Observed):
             if error is None:
                 return self._succeed(prepared, outcome)
         return await self._afail(step_id, error)
-
-    def _check_call(
-        self, step_id: int, tool_name: str, arguments: Mapping[str, Any] | str, raw_context: str
-    ) -> JSONValue | str:
-        """Refuse protocol misuse before anything changes; return the arguments to parse."""
-        self._ensure_active()
-        return check_call(step_id, self._timeline.next_step, tool_name, arguments, raw_context)
 
     def _start(self, step_id: int) -> None:
         self._store.snapshot(self._id, step_id)  # first: if the store fails, nothing changed
@@ -395,25 +339,20 @@ class Transaction(Observed):
         if self._status is TxStatus.EXECUTING:
             self._rewind(step_id)
 
-    # ------------------------------------------------------------------ orphaned calls
-
-    def _settle_orphans(self, wait: float) -> bool:
-        """Compensate the undos of timed-out calls that have finished; whether some still run."""
-        records, running = self._orphans.settle(wait)
-        if records:
-            self._ledger.compensate(records, self._registry.compensations)
-        return running
-
-    def _wait_for_orphans(self, call: Call, wait: float) -> Call | str:
+    def _unless_orphans(self, call: Call, wait: float) -> Call | str:
         """The call, unless an earlier timed-out call is still running: its effect may land."""
-        if not self._orphans or not self._settle_orphans(wait):
+        if not self._settle_orphans(wait):
             return call
         return (
             f"tool '{call.tool.name}' timed out after {round(wait * 1000)} ms waiting for an "
             "earlier call that is still running after its own timeout"
         )
 
-    # ------------------------------------------------------------------ failure and rewind
+    def _settle_orphans(self, wait: float) -> bool:
+        """Compensate the undos of timed-out calls that have finished; whether some still run."""
+        records, running = self._orphans.settle(wait)
+        self._ledger.compensate(records, self._registry.compensations)
+        return running
 
     def _decide(self, step_id: int, error: str) -> tuple[RollbackDecision, CleanHint]:
         hint = clean_error(error)
@@ -431,8 +370,15 @@ class Transaction(Observed):
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(
-            step_id, decision=decision, hint=hint, error=error, report=report, started=started
+        return failed_step(
+            step_id,
+            decision=decision,
+            hint=hint,
+            error=error,
+            next_step_id=self._timeline.next_step,
+            constraints=tuple(self._constraints),
+            compensation_errors=report.failures,
+            started=started,
         )
 
     async def _afail(self, step_id: int, error: str) -> StepResult:
@@ -449,35 +395,15 @@ class Transaction(Observed):
             raise
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(
-            step_id, decision=decision, hint=hint, error=error, report=report, started=started
-        )
-
-    def _failed(
-        self,
-        step_id: int,
-        *,
-        decision: RollbackDecision,
-        hint: CleanHint,
-        error: str,
-        report: CompensationReport,
-        started: float,
-    ) -> StepResult:
-        strategy = decision.strategy
-        aborted = strategy is RollbackStrategy.ABORT
-        return StepResult(
-            status=StepStatus.FAILED if aborted else StepStatus.ROLLBACK_TRIGGERED,
-            step_id=step_id,
-            next_step_id=self._timeline.next_step,
+        return failed_step(
+            step_id,
+            decision=decision,
             hint=hint,
             error=error,
-            strategy=strategy,
-            rollback_to_step=0 if aborted else decision.target_step,
+            next_step_id=self._timeline.next_step,
             constraints=tuple(self._constraints),
-            context_reset=aborted or strategy is RollbackStrategy.GLOBAL_RESET,
-            abort_reason=decision.reason if aborted else None,
             compensation_errors=report.failures,
-            rollback_latency_ms=(time.perf_counter() - started) * 1000,
+            started=started,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:
@@ -570,8 +496,6 @@ class Transaction(Observed):
         else:
             self._store.discard(self._id)
 
-    # ------------------------------------------------------------------ rollback and commit
-
     def rollback(self, to_step: int | None = None, *, reason: str = "") -> RollbackResult:
         """Rewind to just before `to_step` (it runs next), or abort with None or 0.
 
@@ -585,22 +509,14 @@ class Transaction(Observed):
             self._ensure_active()
             if to_step is not None and (isinstance(to_step, bool) or not isinstance(to_step, int)):
                 raise InvalidArgument(f"to_step must be an integer, got {to_step!r}")
-            if not to_step:
-                report = self._abort(TxStatus.ROLLED_BACK)
-                return RollbackResult(
-                    aborted=True,
-                    next_step_id=0,
-                    compensations_run=report.succeeded,
-                    compensation_errors=report.failures,
-                )
-            if not 0 < to_step < self._timeline.next_step:
+            if to_step and not 0 < to_step < self._timeline.next_step:
                 raise InvalidArgument(
                     f"to_step {to_step} must be lower than the next step {self.next_step_id}"
                 )
-            report = self._rewind(to_step)
+            report = self._rewind(to_step) if to_step else self._abort(TxStatus.ROLLED_BACK)
             return RollbackResult(
-                aborted=False,
-                next_step_id=to_step,
+                aborted=not to_step,
+                next_step_id=to_step or 0,
                 compensations_run=report.succeeded,
                 compensation_errors=report.failures,
             )
@@ -646,22 +562,13 @@ class Transaction(Observed):
                 self._timeline.effects.clear()
                 steps = len(self._timeline.steps)
             self._transition(TxStatus.COMMITTED)
-        if self._log is None:
-            dispatched, errors = dispatch_effects(effects, self._dispatcher)
-        elif self._dispatcher is None or not effects:
-            dispatched, errors = 0, ()  # they wait in the outbox for `Engine.dispatch_pending`
-        else:  # from the outbox, where the commit put them: a crash now loses nothing
-            dispatched, errors = deliver_outbox(
-                cast("DurableStore", self._store), self._dispatcher, tx_id=self._id
-            )
+        dispatched, errors = deliver_committed(effects, self._dispatcher, self._store, self._id)
         return CommitResult(
             steps_committed=steps,
             effects_dispatched=dispatched,
             dispatch_errors=errors,
             effects=effects,
         )
-
-    # ------------------------------------------------------------------ context manager
 
     def __enter__(self) -> Self:
         return self

@@ -20,12 +20,14 @@ from ._json import JSONValue, canonical_dumps, compact_encoder
 from ._refs import Dependency
 from ._rollback import ControllerState, RollbackPolicy
 from ._tools import StagedEffect, UndoRecord
-from .stores import DurableStore, EffectRow, UndoRow
+from .stores import DurableStore, EffectRow, Store, UndoRow
+from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ._graph import DependencyGraph
+    from ._settings import Settings
     from .stores import TxImage
 
 __all__ = [
@@ -136,6 +138,23 @@ class TxLog:
         }
         store.begin(tx_id, serializable=serializable, record=canonical_dumps(record))
         return cls(store, tx_id, record=record)
+
+    @classmethod
+    def open(cls, store: Store, tx_id: str, *, agent_id: str, settings: Settings) -> TxLog | None:
+        """Begin the transaction in `store`: with its durable log on a `DurableStore` (returned),
+        else with nothing to log (None)."""
+        serializable = settings.isolation == "serializable"
+        if not is_durable(store):
+            store.begin(tx_id, serializable=serializable)  # checks the id; snapshot 0
+            return None
+        return cls.begin(
+            store,
+            tx_id,
+            serializable=serializable,
+            agent_id=agent_id,
+            policy=settings.policy,
+            settings=settings.to_record(),
+        )
 
     def end_keeping_undos(self, status: str) -> None:
         """End the transaction as `status`, keeping the undo records that failed.

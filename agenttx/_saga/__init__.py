@@ -7,6 +7,7 @@ from ._dispatch import OUTBOX_MAX_WAIT as OUTBOX_MAX_WAIT
 from ._dispatch import Dispatcher as Dispatcher
 from ._dispatch import EffectDispatcher as EffectDispatcher
 from ._dispatch import OutboxDispatcher as OutboxDispatcher
+from ._dispatch import deliver_committed as deliver_committed
 from ._dispatch import deliver_outbox as deliver_outbox
 from ._dispatch import dispatch_effects as dispatch_effects
 from ._dispatch import outbox_effect as outbox_effect
@@ -23,6 +24,7 @@ __all__ = [
     "EffectDispatcher",
     "OutboxDispatcher",
     "SagaLedger",
+    "deliver_committed",
     "deliver_outbox",
     "dispatch_effects",
     "outbox_effect",

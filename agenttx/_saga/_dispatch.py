@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, final
 
 from .._tools import StagedEffect, resolve_awaitable
+from ..stores._durable import is_durable
 from ._ledger import describe
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..stores import DurableStore, OutboxEntry
+    from ..stores import DurableStore, OutboxEntry, Store
 
 __all__ = [
     "OUTBOX_BACKOFF",
@@ -28,6 +29,7 @@ __all__ = [
     "Dispatcher",
     "EffectDispatcher",
     "OutboxDispatcher",
+    "deliver_committed",
     "deliver_outbox",
     "dispatch_effects",
     "outbox_effect",
@@ -171,3 +173,18 @@ def deliver_outbox(
             store.mark_failed(entry.id, error, now + wait)
             errors.append(_dispatch_error(effect, error))
     return delivered, tuple(errors)
+
+
+def deliver_committed(
+    effects: Sequence[StagedEffect], dispatcher: Dispatcher | None, store: Store, tx_id: str
+) -> tuple[int, tuple[str, ...]]:
+    """Deliver a transaction's effects once its commit is durable; never raises for a failure.
+
+    On a `DurableStore` the commit put them in its outbox: they are delivered from there (so a
+    crash now loses none), or left for `Engine.dispatch_pending` when there is no dispatcher.
+    """
+    if not is_durable(store):
+        return dispatch_effects(effects, dispatcher)
+    if dispatcher is None or not effects:
+        return 0, ()
+    return deliver_outbox(store, dispatcher, tx_id=tx_id)
