@@ -415,6 +415,29 @@ def test_an_absolute_symlink_through_either_spelling_of_the_root_is_followed(tmp
     assert list((tmp_path / "real-root-evil").iterdir()) == []
 
 
+def test_a_deep_new_path_is_created(tools, root):
+    """Any number of missing directories are made (the symlink limit is not a depth limit)."""
+    path = "/".join(["d"] * 60) + "/f"
+    tools["fs.write"](new_context(), path=path, contents="deep")
+    assert root.joinpath(*path.split("/")).read_text() == "deep"
+
+
+def test_a_directory_that_keeps_vanishing_ends_the_walk(tools, root, monkeypatch):
+    """A directory removed every time it is made fails the write instead of looping."""
+    real_mkdir = os.mkdir
+    made: list[str] = []
+
+    def vanishing_mkdir(name, mode=0o777, *, dir_fd=None):
+        real_mkdir(name, mode, dir_fd=dir_fd)
+        os.rmdir(name, dir_fd=dir_fd)
+        made.append(name)
+
+    monkeypatch.setattr(_fs.os, "mkdir", vanishing_mkdir)
+    message = failure(tools, new_context(), "fs.write", path="d/f", contents="x")
+    assert message == "No such file or directory: 'd/f'"
+    assert made == ["d"] * _fs._MKDIR_ATTEMPTS
+
+
 def test_a_symlink_loop_reports_too_many_levels(tools, root):
     """A symlink cycle inside the root ends with ELOOP, not a hang."""
     (root / "loop").symlink_to("loop")

@@ -57,11 +57,11 @@ _DIR_FLAGS: Final[int] = getattr(os, "O_PATH", os.O_RDONLY) | _DIRECTORY | _CLOE
 _READ_FLAGS: Final[int] = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC
 _TMP_FLAGS: Final[int] = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 # The walk needs `openat`-style calls; without them (Windows) the tools refuse every path.
-_SUPPORTED: Final = bool(_NOFOLLOW and _DIRECTORY) and {os.open, os.mkdir, os.unlink} <= (
-    os.supports_dir_fd
-)
+_DIR_FD_CALLS: Final = {os.open, os.mkdir, os.unlink, os.stat, os.readlink, os.rename}
+_SUPPORTED: Final = bool(_NOFOLLOW and _DIRECTORY) and _DIR_FD_CALLS.issubset(os.supports_dir_fd)
 _MAX_HOPS: Final = 40  # symlinks followed in one walk, as Linux allows; then ELOOP
 _TMP_ATTEMPTS: Final = 8
+_MKDIR_ATTEMPTS: Final = 8  # for one directory that vanishes again each time it is made
 
 
 def _escape(rel: str) -> ToolError:
@@ -129,7 +129,7 @@ class _Walk:
     def walk(self, folders: Sequence[str]) -> None:
         """Descend through `folders`; raises `_SymlinkError` or `OSError`."""
         pending = list(reversed(folders))
-        hops = 0
+        hops = made = 0
         while pending:
             part = pending.pop()
             if part in {"", "."}:
@@ -143,9 +143,10 @@ class _Walk:
             try:
                 fd = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=self.fd)
             except FileNotFoundError:
-                if not self._create or hops >= _MAX_HOPS:
+                # A directory removed each time it is made must not keep the walk going.
+                if not self._create or made >= _MKDIR_ATTEMPTS:
                     raise
-                hops += 1  # a directory that keeps vanishing must not loop for ever
+                made += 1
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=self.fd)
                 pending.append(part)
@@ -161,6 +162,7 @@ class _Walk:
                 continue
             self._fds.append(fd)
             self.names.append(part)
+            made = 0
 
     def _is_link(self, name: str) -> bool:
         try:
