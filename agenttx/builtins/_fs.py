@@ -10,7 +10,8 @@ symlink between a check and a use is seen at the use, never followed by the kern
 itself is then read, replaced (`renameat`) or deleted (`unlinkat`) relative to the directory
 descriptor the walk ended on. Only regular files are read or replaced: a FIFO, socket or device
 is refused without blocking. The same walk serves the tools and the undo, in a rewind and in
-crash recovery.
+crash recovery. What it cannot see is a directory moved out of the root (which takes write access
+outside it) while a call holds it open: the call finishes in that directory.
 
 Messages follow the reference: an escape is ``path '{p}' escapes the sandbox``, a missing file
 ``No such file or directory: '{p}'``, any other I/O error ``{strerror}: '{p}'``, where `p` is the
@@ -131,9 +132,7 @@ class _Walk:
         pending = list(reversed(folders))
         hops = made = 0
         while pending:
-            part = pending.pop()
-            if part in {"", "."}:
-                continue
+            part = pending.pop()  # never "" or ".": PurePath drops them
             if part == "..":
                 if not self.names:
                     raise _SymlinkError("..")
@@ -359,7 +358,7 @@ def restore_file(payload: JSONValue) -> None:
     null, "root": the sandbox root}`, as `fs.write` records it, with both paths fully resolved.
     The path is walked from the root as `fs.write` walks it, except that no symlink is followed
     at all: the recorded path had none, so one found now was put there since, and the restore is
-    refused with a `ToolError` (``'{path}' not restored: '{prefix}' is a symlink``) rather than
+    refused with a `ToolError` (``'{path}' not restored: '{link}' is a symlink``) rather than
     acting wherever it points; so is a `path` not strictly inside `root`. A payload without
     `root` (recorded by an earlier version) is walked the same way from `/`.
 
@@ -372,7 +371,7 @@ def restore_file(payload: JSONValue) -> None:
     Raises `InvalidArgument` (a `ValueError`) for a bad payload: ``payload missing `path` ``,
     `bad hex` (odd length or a non-hex character), ``"`prior_hex` must be a string or null"``
     or ``"`root` must be an absolute path"``; `ToolError` for a refused path; and `OSError`
-    when the file system refuses.
+    (naming `path`) when the file system refuses.
     """
     if not isinstance(payload, dict):
         raise InvalidArgument("payload missing `path`")
@@ -412,10 +411,13 @@ def restore_file(payload: JSONValue) -> None:
             mode = stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None
         _write_at(walk.fd, parts[-1], bytes.fromhex(prior_hex), mode)
     except _SymlinkError as exc:
-        raise ToolError(f"'{path}' not restored: '{exc.prefix}' is a symlink") from None
-    except FileNotFoundError:
-        if prior_hex is not None:
-            raise
+        link = PurePosixPath(root, exc.prefix)
+        raise ToolError(f"'{path}' not restored: '{link}' is a symlink") from None
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and prior_hex is None:
+            return  # a directory on the way is gone, and the file with it
+        # The error of an *at call names one component; name the whole path instead.
+        raise OSError(exc.errno, exc.strerror, path) from exc
     finally:
         walk.close()
         os.close(root_fd)
