@@ -189,27 +189,23 @@ def test_a_legacy_payload_without_root_refuses_symlinks_from_slash(tmp_path, out
 
 
 @pytest.mark.parametrize(
-    ("path", "root"),
-    [
-        ("/elsewhere/f", "/sandbox"),
-        ("/sandbox-evil/f", "/sandbox"),
-        ("/sandbox/../etc/f", "/sandbox"),
-        ("/sandbox", "/sandbox"),
-        ("relative/f", "/sandbox"),
-        ("/sandbox/a\0b", "/sandbox"),
-    ],
+    "path",
+    ["{t}/elsewhere/f", "{t}/sandbox-evil/f", "{t}/sandbox/../f", "{t}/sandbox", "f", "{t}/a\0b"],
 )
-def test_restore_refuses_a_path_not_inside_its_root(path, root):
+def test_restore_refuses_a_path_not_inside_its_root(tmp_path, monkeypatch, path):
     """A payload whose path is not strictly inside its root is refused before any I/O."""
+    monkeypatch.chdir(tmp_path)  # even a regression acts only inside tmp_path
+    payload = {"path": path.format(t=tmp_path), "prior_hex": "00", "root": f"{tmp_path}/sandbox"}
     with pytest.raises(ToolError, match="not restored: it is not inside"):
-        restore_file({"path": path, "prior_hex": "00", "root": root})
+        restore_file(payload)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("root", [3, "", "sandbox", "/sand\0box", None])
-def test_restore_rejects_a_bad_root(root):
+def test_restore_rejects_a_bad_root(tmp_path, root):
     """`root`, when present, must be an absolute path."""
     with pytest.raises(InvalidArgument, match="`root` must be an absolute path"):
-        restore_file({"path": "/sandbox/f", "prior_hex": None, "root": root})
+        restore_file({"path": str(tmp_path / "f"), "prior_hex": None, "root": root})
 
 
 def test_restore_with_a_missing_root_deletes_nothing_and_recreates_for_bytes(tmp_path):
@@ -466,13 +462,13 @@ def test_a_symlink_loop_reports_too_many_levels(tools, root):
     assert message == f"{os.strerror(errno.ELOOP)}: 'loop/x'"
 
 
-def test_without_openat_the_tools_refuse(tools, monkeypatch):
+def test_without_openat_the_tools_refuse(tools, root, monkeypatch):
     """Where `openat`-style calls are missing, every path fails with one clear message."""
     monkeypatch.setattr(_fs, "_SUPPORTED", False)
     message = "the fs tools need a POSIX system with openat and O_NOFOLLOW"
     assert failure(tools, new_context(), "fs.read", path="f") == message
     with pytest.raises(ToolError, match=message):
-        restore_file({"path": "/r/f", "prior_hex": None, "root": "/r"})
+        restore_file({"path": str(root / "f"), "prior_hex": None, "root": str(root)})
 
 
 # ---------------------------------------------------------------------- the invariant
