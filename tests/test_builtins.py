@@ -556,14 +556,18 @@ def test_effect_stage_channel_checks(tools, ctx):
 
 
 def test_fs_write_writes_and_registers_the_undo(tools, ctx, root):
-    """A new file: output path and UTF-8 byte count; undo payload has the absolute path, null."""
+    """A new file: output path and UTF-8 byte count; the undo has the real paths and null."""
     output = call(tools, ctx, "fs.write", path="notes/a.txt", contents="héllo")
     assert output == {"path": "notes/a.txt", "bytes": 6}
     target = root / "notes" / "a.txt"
     assert target.read_bytes() == "héllo".encode()
     (undo,) = undos_of(ctx)
     assert undo.kind == "fs.restore_file"
-    assert undo.payload == {"path": os.path.realpath(target), "prior_hex": None}
+    assert undo.payload == {
+        "path": os.path.realpath(target),
+        "prior_hex": None,
+        "root": os.path.realpath(root),
+    }
     assert undo.step_id == 1
 
 
@@ -583,13 +587,14 @@ def test_fs_write_leaves_no_temporary_file(tools, ctx, root):
     assert sorted(p.name for p in root.iterdir()) == ["a.txt"]
 
 
-def test_fs_write_replaces_a_stale_temporary_file(tools, ctx, root):
-    """A temporary file left by a crash is replaced, not appended to."""
+def test_fs_write_leaves_a_file_named_like_its_temporary_file_alone(tools, ctx, root):
+    """A user's `a.txt.agenttx-tmp` survives a write of `a.txt`: temporary names are random."""
     root.mkdir()
-    (root / "a.txt.agenttx-tmp").write_text("stale stale stale")
+    (root / "a.txt.agenttx-tmp").write_text("the user's own file")
     call(tools, ctx, "fs.write", path="a.txt", contents="x")
-    assert sorted(p.name for p in root.iterdir()) == ["a.txt"]
+    assert sorted(p.name for p in root.iterdir()) == ["a.txt", "a.txt.agenttx-tmp"]
     assert (root / "a.txt").read_text() == "x"
+    assert (root / "a.txt.agenttx-tmp").read_text() == "the user's own file"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permission bits")
@@ -609,13 +614,20 @@ def test_fs_write_normalises_inner_dots_and_slashes(tools, ctx, root):
     assert (root / "a" / "b" / "c.txt").read_text() == ""
 
 
-def test_undo_is_registered_before_the_write(tools, ctx, root):
+def test_undo_is_registered_before_the_write(tools, ctx, root, monkeypatch):
     """When the write itself fails, the undo is still registered (it came first)."""
-    (root / "f.txt.agenttx-tmp").mkdir(parents=True)
+    root.mkdir()
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(_fs.os, "replace", refuse)
     message = failure(tools, ctx, "fs.write", path="f.txt", contents="x")
-    assert message in {"Is a directory: 'f.txt'", "Operation not permitted: 'f.txt'"}
+    assert message == f"{os.strerror(errno.EACCES)}: 'f.txt'"
+    assert list(root.iterdir()) == []  # the temporary file is gone too
     (undo,) = undos_of(ctx)
-    assert undo.payload == {"path": os.path.realpath(root / "f.txt"), "prior_hex": None}
+    assert undo.payload["path"] == os.path.realpath(root / "f.txt")
+    assert undo.payload["prior_hex"] is None
 
 
 def test_failed_write_removes_its_temporary_file(tools, ctx, root, monkeypatch):
@@ -727,15 +739,15 @@ def test_directory_swapped_for_a_symlink_while_created_is_an_escape(tools, ctx, 
     outside = root.parent / "outside"
     outside.mkdir()
     root.mkdir()
-    real_mkdir = _fs.Path.mkdir
+    real_mkdir = os.mkdir
 
-    def racing_mkdir(self, *args, **kwargs):
-        real_mkdir(self, *args, **kwargs)
-        if self.name == "a" and not self.is_symlink():
-            self.rmdir()
-            self.symlink_to(outside, target_is_directory=True)
+    def racing_mkdir(name, mode=0o777, *, dir_fd=None):
+        real_mkdir(name, mode, dir_fd=dir_fd)
+        if name == "a":
+            os.rmdir(name, dir_fd=dir_fd)
+            os.symlink(outside, name, dir_fd=dir_fd)
 
-    monkeypatch.setattr(_fs.Path, "mkdir", racing_mkdir)
+    monkeypatch.setattr(_fs.os, "mkdir", racing_mkdir)
     assert failure(tools, ctx, "fs.write", path="a/x", contents="x") == (
         "path 'a/x' escapes the sandbox"
     )
@@ -767,7 +779,7 @@ def test_target_symlink_is_an_escape(tools, ctx, root, name, inside):
 
 
 def test_temporary_symlink_is_not_followed(tools, ctx, root, tmp_path):
-    """A symlink planted at `<path>.agenttx-tmp` is replaced, never written through."""
+    """A symlink planted at `<path>.agenttx-tmp` is neither written through nor removed."""
     root.mkdir()
     victim = tmp_path / "victim.txt"
     victim.write_text("safe")
@@ -775,6 +787,7 @@ def test_temporary_symlink_is_not_followed(tools, ctx, root, tmp_path):
     call(tools, ctx, "fs.write", path="a.txt", contents="x")
     assert victim.read_text() == "safe"
     assert (root / "a.txt").read_text() == "x"
+    assert (root / "a.txt.agenttx-tmp").is_symlink()
 
 
 @pytest.mark.parametrize("name", ["fs.write", "fs.read"])
