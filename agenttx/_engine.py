@@ -1,32 +1,40 @@
 """Many transactions on one store: begin them, find them again, and reap the idle ones.
 
 An `Engine` holds the configuration a deployment shares (tools, store, policy, time limits,
-dispatcher), builds the tool registry once, and keeps every transaction it began, ended ones
-included, so `get` still shows how a transaction ended (an audit trail the reference lacks).
+dispatcher) and builds the tool registry once. It holds its live transactions, and a bounded
+view of the recently ended ones (`EngineConfig.keep_ended`, `keep_ended_for`), so that `get`
+still shows how a transaction ended without a long-lived engine growing with every transaction
+it ever ran. The lasting record of a transaction is the durable store's to keep, not the
+engine's.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
-from ._errors import InvalidArgument, TransactionNotFound
+from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
 from ._limits import check_isolation
 from ._recovery import recover
-from ._results import DispatchReport, RecoveryReport
+from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import deliver_outbox
 from ._tools import ToolRegistry
 from ._transaction import Transaction
 from ._validators import is_positive_int, is_positive_number
-from .stores import MemoryStore, Store
+from .stores import MemoryStore, SQLiteStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable
     from types import TracebackType
 
     from typing_extensions import Self
@@ -37,8 +45,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine", "EngineConfig"]
 
-#: The reaper wakes up every quarter of the idle timeout, within these bounds (the reference's).
+#: The reaper wakes up every quarter of the idle timeout, within these bounds.
 REAPER_PERIOD_BOUNDS: Final = (0.05, 60.0)
+
+#: `begin` looks for ended transactions among the live ones once their number has doubled since
+#: the last look, and at least this many have been begun: amortized O(1) per `begin`.
+SWEEP_MIN: Final = 64
 
 
 @final
@@ -58,6 +70,10 @@ class EngineConfig:
     max_constraints: int = 32
     policy: RollbackPolicy = attrs.field(factory=RollbackPolicy)
     isolation: Literal["read_committed", "serializable"] = "read_committed"
+    #: How many ended transactions the engine keeps for `get` (None: no limit), and for how
+    #: many seconds after it saw them end (None: no limit); the oldest ended go first.
+    keep_ended: int | None = 1000
+    keep_ended_for: float | None = 3600.0
 
     def __attrs_post_init__(self) -> None:
         if not is_positive_number(self.step_timeout):
@@ -77,6 +93,16 @@ class EngineConfig:
         if not isinstance(self.policy, RollbackPolicy):
             raise InvalidArgument(f"policy must be a RollbackPolicy, got {self.policy!r}")
         check_isolation(self.isolation)
+        if self.keep_ended is not None and not _is_count(self.keep_ended):
+            raise InvalidArgument(
+                "keep_ended must be an integer >= 0 (or None for no limit), "
+                f"got {self.keep_ended!r}"
+            )
+        if self.keep_ended_for is not None and not _is_duration(self.keep_ended_for):
+            raise InvalidArgument(
+                "keep_ended_for must be a finite number of seconds >= 0 (or None for no limit), "
+                f"got {self.keep_ended_for!r}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:
@@ -114,9 +140,17 @@ class EngineConfig:
 class Engine:
     """Begins transactions on one store with shared tools and settings, and reaps idle ones.
 
-    Thread-safe: `begin`, `get`, `reap_idle` and `close` may be called from any thread; each
-    transaction serializes its own calls. `with Engine(...) as engine:` closes it (stopping the
-    reaper thread) on the way out.
+    The engine holds its live transactions and a bounded view of the ended ones: at most
+    `config.keep_ended` of them, each for at most `config.keep_ended_for` seconds after the
+    engine noticed it ended, the oldest ended evicted first. It notices an end when it next
+    touches the transaction (`get`, `transactions`, `reap_idle`, and a periodic look from
+    `begin`), so a transaction may stay a little past the bounds until then. Memory therefore
+    stays bounded by the live transactions plus the ended ones kept, however long the engine
+    runs.
+
+    Thread-safe: every method may be called from any thread; each transaction serializes its
+    own calls. `with Engine(...) as engine:` closes it (stopping the reaper thread) on the way
+    out. Compared by identity; `repr` shows the store and the counts, never transaction data.
     """
 
     def __init__(
@@ -127,16 +161,29 @@ class Engine:
         config: EngineConfig | None = None,
         dispatcher: Dispatcher | None = None,
     ) -> None:
-        self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
-        self._store: Store = MemoryStore() if store is None else store
         self._config = EngineConfig() if config is None else config
         if not isinstance(self._config, EngineConfig):
             raise InvalidArgument(f"config must be an EngineConfig, got {config!r}")
+        if store is not None and not isinstance(store, Store):
+            raise InvalidArgument(
+                f"store must implement agenttx.stores.Store (e.g. MemoryStore or SQLiteStore), "
+                f"got {type(store).__name__}"
+            )
+        _check_dispatcher(dispatcher)
+        self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
+        self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
-        self._transactions: dict[str, Transaction] = {}
+        # The order transactions were begun (or recovered) in, for `transactions()`.
+        self._sequence = itertools.count()
+        # Transactions not yet seen ended; some may have ended since the engine last looked.
+        self._live: dict[str, tuple[int, Transaction]] = {}
+        # Ended transactions, oldest end first, with when the engine noticed the end.
+        self._ended: OrderedDict[str, tuple[int, Transaction, float]] = OrderedDict()
+        self._sweep_at = SWEEP_MIN
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._closed = False
 
     @property
     def config(self) -> EngineConfig:
@@ -148,6 +195,46 @@ class Engine:
         """The store every transaction of this engine uses."""
         return self._store
 
+    def __repr__(self) -> str:
+        # No lock: a repr must not block (or deadlock in a debugger); the counts are a glimpse.
+        store = self._store
+        where = (
+            f"SQLiteStore({store.path!r})"
+            if isinstance(store, SQLiteStore)
+            else type(store).__name__  # a third-party store's own repr might show credentials
+        )
+        return f"<Engine store={where} live={len(self._live)} ended={len(self._ended)}>"
+
+    # ------------------------------------------------------------------ the transactions held
+
+    def _hold(self, tx: Transaction) -> None:
+        """Hold a new live transaction; with the lock held."""
+        self._live[tx.id] = (next(self._sequence), tx)
+        if len(self._live) >= self._sweep_at:
+            self._sweep(time.monotonic())
+
+    def _sweep(self, now: float) -> None:
+        """Move the live transactions that have ended to the ended view; with the lock held."""
+        for tx_id in [tx_id for tx_id, (_, tx) in self._live.items() if tx.status.terminal]:
+            self._retire(tx_id, now)
+        self._sweep_at = max(2 * len(self._live), SWEEP_MIN)
+        self._trim(now)
+
+    def _retire(self, tx_id: str, now: float) -> None:
+        """Move one ended transaction from the live ones to the ended view; with the lock held."""
+        order, tx = self._live.pop(tx_id)
+        self._ended[tx_id] = (order, tx, now)
+
+    def _trim(self, now: float) -> None:
+        """Evict the ended beyond the count or the age, oldest first; with the lock held."""
+        keep, keep_for = self._config.keep_ended, self._config.keep_ended_for
+        ended = self._ended
+        while ended and (
+            (keep is not None and len(ended) > keep)
+            or (keep_for is not None and now - next(iter(ended.values()))[2] >= keep_for)
+        ):
+            ended.popitem(last=False)
+
     def begin(
         self,
         *,
@@ -158,17 +245,28 @@ class Engine:
         """Begin a transaction; `policy` replaces the engine's, or overrides the fields it names.
 
         `policy={"max_local_depth": 0}` keeps the engine's other policy fields; `isolation`
-        defaults to the engine's.
+        defaults to the engine's. `begin` still works after `close` (which only stops the
+        reaper). Raises `InvalidArgument` naming the argument that is wrong.
         """
+        if not isinstance(agent_id, str):
+            raise InvalidArgument(f"agent_id must be a string, got {type(agent_id).__name__}")
         if policy is None:
             chosen = self._config.policy
         elif isinstance(policy, RollbackPolicy):
             chosen = policy
-        else:
+        elif isinstance(policy, Mapping):
+            fields = dict(policy)
             try:
-                chosen = attrs.evolve(self._config.policy, **dict(policy))
+                chosen = attrs.evolve(self._config.policy, **fields)
             except TypeError as exc:
-                raise InvalidArgument(f"unknown policy field in {dict(policy)!r}") from exc
+                raise InvalidArgument(
+                    f"unknown policy field in {sorted(map(str, fields))}"
+                ) from exc
+        else:
+            raise InvalidArgument(
+                "policy must be a RollbackPolicy, a mapping of its fields or None, "
+                f"got {type(policy).__name__}"
+            )
         tx = Transaction(
             self._registry,
             store=self._store,
@@ -181,53 +279,75 @@ class Engine:
             isolation=self._config.isolation if isolation is None else isolation,
         )
         with self._lock:
-            self._transactions[tx.id] = tx
+            self._hold(tx)
         return tx
 
     def get(self, tx_id: str) -> Transaction:
-        """The transaction `tx_id`, ended or not; `TransactionNotFound` if this engine has none."""
+        """The transaction `tx_id`: live, or ended and still in the engine's view of ended ones.
+
+        Raises `TransactionNotFound` if this engine never began it or has evicted it (beyond
+        `keep_ended` or `keep_ended_for`): the engine keeps recent history only, the full
+        history is the durable store's. `InvalidArgument` if `tx_id` is not a string.
+        """
+        if not isinstance(tx_id, str):
+            raise InvalidArgument(f"tx_id must be a string, got {type(tx_id).__name__}")
         with self._lock:
-            tx = self._transactions.get(tx_id)
-        if tx is None:
+            now = time.monotonic()
+            held = self._live.get(tx_id)
+            if held is not None and held[1].status.terminal:
+                self._retire(tx_id, now)  # it has ended: from now on it counts as ended
+            self._trim(now)
+            held = self._live.get(tx_id)
+            if held is not None:
+                return held[1]
+            ended = self._ended.get(tx_id)
+        if ended is None:
             raise TransactionNotFound(tx_id=tx_id)
-        return tx
+        return ended[1]
 
     def transactions(self) -> tuple[Transaction, ...]:
-        """Every transaction this engine began, in the order it began them."""
+        """The transactions the engine holds (live, and the ended ones kept), in begin order."""
         with self._lock:
-            return tuple(self._transactions.values())
+            self._sweep(time.monotonic())
+            held = [*self._live.values(), *((order, tx) for order, tx, _ in self._ended.values())]
+        return tuple(tx for _, tx in sorted(held, key=lambda pair: pair[0]))
 
     # ------------------------------------------------------------------ durability
 
     def recover(self, mode: Literal["abort", "resume"] = "abort") -> RecoveryReport:
         """Take over the transactions a crashed process left open in a durable store.
 
-        Call it once at start-up. `"abort"` (the reference's presumed abort) compensates each
-        one's undo records newest first through the registered compensations and discards its
-        state; `"resume"` rebuilds each one, rewinding the step that was running when the
-        process died, so that the agent goes on from `next_step_id` (find them with `get`).
-        A transaction that ended with undo records left over is never resumed: those records
+        Call it once at start-up. `"abort"` (presumed abort) compensates each one's undo
+        records newest first through the registered compensations and discards its state;
+        `"resume"` rebuilds each one, rewinding the step that was running when the process
+        died, so that the agent goes on from `next_step_id` (find them with `get`). A
+        transaction that ended with undo records left over is never resumed: those records
         are retried. A compensation that fails, or whose kind is not registered, stays in the
         store, is reported and is tried again by the next recovery. Transactions of this
         engine and of other live processes on this host are left alone. On a store that is
-        not durable there is nothing to recover.
+        not durable there is nothing to recover. Raises `InvalidArgument` for another `mode`.
         """
+        if not isinstance(mode, str) or mode not in ("abort", "resume"):
+            raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
         if not is_durable(self._store):
-            if mode not in ("abort", "resume"):
-                raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
             return RecoveryReport()
         with self._lock:
-            live = {tx_id for tx_id, tx in self._transactions.items() if not tx.status.terminal}
+            self._sweep(time.monotonic())
+            live = {tx_id for tx_id, (_, tx) in self._live.items() if not tx.status.terminal}
         report, resumed = recover(
             self._store, self._registry, mode=mode, dispatcher=self._dispatcher, live=live
         )
         with self._lock:
             for tx in resumed:
-                self._transactions[tx.id] = tx
+                self._hold(tx)
         return report
 
     def pending_effects(self, limit: int = 1000) -> tuple[OutboxEntry, ...]:
-        """Committed effects not yet delivered, oldest first (empty unless the store is durable)."""
+        """Committed effects not yet delivered, oldest first (empty unless the store is durable).
+
+        Raises `InvalidArgument` unless `limit` is an integer > 0.
+        """
+        _check_limit(limit)
         if not is_durable(self._store):
             return ()
         return self._store.pending_effects(limit)
@@ -237,8 +357,9 @@ class Engine:
 
         Each is marked delivered, or keeps its error and is offered again after a bounded
         backoff. Delivery is at least once, always with the effect's idempotency key. Raises
-        `InvalidArgument` if the engine has no dispatcher.
+        `InvalidArgument` if the engine has no dispatcher, or unless `limit` is an integer > 0.
         """
+        _check_limit(limit)
         if self._dispatcher is None:
             raise InvalidArgument("dispatch_pending needs an engine with a dispatcher")
         if not is_durable(self._store):
@@ -246,38 +367,70 @@ class Engine:
         delivered, errors = deliver_outbox(self._store, self._dispatcher, limit=limit)
         return DispatchReport(delivered=delivered, errors=errors)
 
+    # ------------------------------------------------------------------ reaping
+
     def reap_idle(self) -> int:
         """Abort every ACTIVE transaction idle for `idle_timeout`; skip busy ones; return count.
 
         Aborting compensates, drops staged effects and discards state; the transaction ends
-        ROLLED_BACK and stays visible through `get`. Does nothing when reaping is disabled.
+        ROLLED_BACK and joins the ended ones kept for `get`. The work is proportional to the
+        live transactions (and those ended since the last look), never to the engine's
+        history. Does nothing when reaping is disabled.
         """
         timeout = self._config.idle_timeout
         if timeout is None:
             return 0
-        return sum(tx.abort_if_idle(timeout) for tx in self.transactions())
+        with self._lock:
+            self._sweep(time.monotonic())
+            candidates = [tx for _, tx in self._live.values() if tx.status is TxStatus.ACTIVE]
+        reaped = [tx for tx in candidates if tx.abort_if_idle(timeout)]
+        if reaped:
+            with self._lock:
+                now = time.monotonic()
+                for tx in reaped:
+                    if tx.id in self._live:
+                        self._retire(tx.id, now)
+                self._trim(now)
+        return len(reaped)
 
     def start_reaper(self) -> None:
-        """Run `reap_idle` on a daemon thread every `clamp(idle_timeout / 4, 50 ms, 60 s)`."""
-        timeout = self._config.idle_timeout
-        if timeout is None or self._reaper is not None:
-            return
-        low, high = REAPER_PERIOD_BOUNDS
-        period = min(max(timeout / 4, low), high)
+        """Run `reap_idle` on a daemon thread every `clamp(idle_timeout / 4, 50 ms, 60 s)`.
 
-        def run() -> None:
-            while not self._stop.wait(period):
-                self.reap_idle()
+        Does nothing if reaping is disabled or the reaper already runs. Raises
+        `FailedPrecondition` after `close`: a closed engine's reaper stays stopped.
+        """
+        with self._lock:
+            if self._closed:
+                raise FailedPrecondition(
+                    "start_reaper() was called after close(): a closed engine does not reap; "
+                    "start the reaper before closing, or create a new Engine"
+                )
+            timeout = self._config.idle_timeout
+            if timeout is None or self._reaper is not None:
+                return
+            low, high = REAPER_PERIOD_BOUNDS
+            period = min(max(timeout / 4, low), high)
 
-        self._reaper = threading.Thread(target=run, name="agenttx-reaper", daemon=True)
-        self._reaper.start()
+            def run() -> None:
+                while not self._stop.wait(period):
+                    self.reap_idle()
+
+            self._reaper = threading.Thread(target=run, name="agenttx-reaper", daemon=True)
+            self._reaper.start()
 
     def close(self) -> None:
-        """Stop the reaper thread, if one runs. Transactions are left as they are."""
-        self._stop.set()
-        if self._reaper is not None:
-            self._reaper.join()
-            self._reaper = None
+        """Stop the reaper thread, if one runs, and wait for it. Idempotent.
+
+        Transactions are left as they are, and `begin` still works; only `start_reaper` is
+        refused from now on.
+        """
+        with self._lock:
+            self._closed = True
+            self._stop.set()
+            reaper, self._reaper = self._reaper, None
+        # Joined without the lock: a sweep in progress needs it to finish.
+        if reaper is not None and reaper is not threading.current_thread():
+            reaper.join()
 
     def __enter__(self) -> Self:
         return self
@@ -289,3 +442,41 @@ class Engine:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _is_count(value: object) -> bool:
+    """An int >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_duration(value: object) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _check_limit(limit: object) -> None:
+    if not is_positive_int(limit):
+        raise InvalidArgument(f"limit must be an integer > 0, got {limit!r}")
+
+
+def _check_dispatcher(dispatcher: object) -> None:
+    """A dispatcher is None, a callable, or a mapping of channel names to callables."""
+    if dispatcher is None or callable(dispatcher):
+        return
+    if isinstance(dispatcher, Mapping):
+        for channel, target in dispatcher.items():
+            if not isinstance(channel, str) or not callable(target):
+                raise InvalidArgument(
+                    "dispatcher must map channel names to callables, got "
+                    f"{type(channel).__name__} -> {type(target).__name__}"
+                )
+        return
+    raise InvalidArgument(
+        "dispatcher must be a callable, a mapping of channel names to callables or None, "
+        f"got {type(dispatcher).__name__}"
+    )

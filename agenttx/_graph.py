@@ -160,12 +160,14 @@ class _Link(NamedTuple):
     target_key: str
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class DependencyGraph:
     """The step dependency graph of one transaction.
 
     Not thread-safe: a transaction serializes its calls. Every method either completes or, when
     it raises `InvalidArgument` (or `JSONValueError`), leaves the graph exactly as it was.
+    Compared by identity and hashable: two graphs with the same steps are still two graphs.
+    `repr` shows only the counts, never the inputs or outputs (they may hold secrets).
     """
 
     _graph: rx.PyDiGraph[int, _Link] = attrs.field(
@@ -177,6 +179,9 @@ class DependencyGraph:
     # (lower-cased output key, typed value) -> producers in ascending step order, one entry per
     # producer: the first leaf (in leaf order) with that key and value.
     _index: dict[tuple[str, ValueTag], list[_Producer]] = attrs.field(init=False, factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<DependencyGraph steps={len(self._nodes)} edges={self._graph.num_edges()}>"
 
     def __len__(self) -> int:
         return len(self._nodes)

@@ -288,14 +288,16 @@ def _check_policy(_instance: object, attribute: attrs.Attribute[Any], value: obj
         raise InvalidArgument(f"{attribute.name} must be a RollbackPolicy, got {value!r}")
 
 
-@attrs.define(on_setattr=attrs.setters.NO_OP)  # validate once, at construction: hot path
+# Validated once, at construction (a hot path). Compared by identity: compare `state()`s.
+@attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP)
 class RollbackController:
     """The rollback controller of one transaction (spec section 5, plus transient retries).
 
     Pure and deterministic: its decisions depend only on the policy and the calls made so far,
     so a controller restored with `from_state(policy, c.state())` decides exactly as `c` would.
     Not thread-safe; a transaction serializes its calls. A decision is final once returned:
-    the counters are already updated, and the caller must apply it.
+    the counters are already updated, and the caller must apply it. Compared by identity and
+    hashable (equal counters are `c.state() == d.state()`); `repr` shows the counters only.
     """
 
     _policy: RollbackPolicy = attrs.field(validator=_check_policy)
@@ -305,6 +307,12 @@ class RollbackController:
     _replayed: int = attrs.field(init=False, default=0)
     _global_resets: int = attrs.field(init=False, default=0)
     _horizon: int = attrs.field(init=False, default=0)
+
+    def __repr__(self) -> str:
+        return (
+            f"<RollbackController global_resets={self._global_resets} "
+            f"replayed_steps={self._replayed} horizon={self._horizon}>"
+        )
 
     @property
     def policy(self) -> RollbackPolicy:

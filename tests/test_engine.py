@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import tracemalloc
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agenttx
 import agenttx.stores
-from agenttx import Engine, EngineConfig, RollbackPolicy, TxStatus
+from agenttx import Engine, EngineConfig, RollbackPolicy, Transaction, TxStatus
+from agenttx._engine import SWEEP_MIN
 
 
 @agenttx.tool
@@ -63,7 +69,7 @@ def test_a_per_transaction_policy_overrides_only_the_fields_it_names():
 
 
 def test_configuration_from_the_environment():
-    """AGENTTX_* variables set the engine's settings, with the reference's names and defaults."""
+    """AGENTTX_* variables set the engine's settings, with their documented names and defaults."""
     config = EngineConfig.from_env(
         {
             "AGENTTX_STEP_TIMEOUT_MS": "2500",
@@ -261,3 +267,303 @@ def test_isolation_values_are_checked():
     assert EngineConfig.from_env({"AGENTTX_ISOLATION": "serializable"}).isolation == (
         "serializable"
     )
+
+
+# ---------------------------------------------------------------- the ended transactions kept
+
+
+def _run(engine: Engine, count: int, key: str = "k") -> None:
+    """Begin `count` transactions, each with one step writing `key`, and commit them."""
+    for value in range(count):
+        tx = engine.begin()
+        tx.execute_step(1, "put", {"key": key, "value": value})
+        tx.commit()
+
+
+def test_the_engine_keeps_at_most_keep_ended_ended_transactions():
+    """10,000 ended transactions: the engine holds the 100 last ended, and every live one."""
+    engine = Engine(tools=[put], config=EngineConfig(keep_ended=100))
+    live = [engine.begin() for _ in range(3)]
+    first = engine.begin()
+    first.commit()
+    _run(engine, 9_999)
+    # begin alone keeps the live view bounded, without anyone calling transactions()
+    assert len(engine._live) <= max(2 * len(live), SWEEP_MIN) + 1
+    held = engine.transactions()
+    assert len(held) == 100 + len(live)
+    assert held[: len(live)] == tuple(live)  # begin order: the live ones began first
+    assert all(tx.status is TxStatus.COMMITTED for tx in held[len(live) :])
+    for tx in live:
+        assert engine.get(tx.id) is tx
+    assert engine.get(held[-1].id) is held[-1]
+    with pytest.raises(agenttx.TransactionNotFound):
+        engine.get(first.id)  # evicted: the oldest ended go first
+
+
+def test_memory_stays_bounded_once_the_cap_is_reached():
+    """Past keep_ended, 2,000 more transactions add no memory (unbounded: about 6 MB)."""
+    engine = Engine(tools=[put], config=EngineConfig(keep_ended=100))
+    tracemalloc.start()
+    try:
+        _run(engine, 1_000)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        _run(engine, 2_000)
+        gc.collect()
+        growth = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert growth < 1_000_000
+
+
+def test_ended_transactions_are_evicted_after_keep_ended_for():
+    """An ended transaction older than keep_ended_for is gone; a live one never is."""
+    engine = Engine(tools=[put], config=EngineConfig(keep_ended_for=0.05, idle_timeout=None))
+    ended, live = engine.begin(), engine.begin()
+    ended.commit()
+    assert engine.get(ended.id) is ended  # ended just now: kept
+    time.sleep(0.06)
+    with pytest.raises(agenttx.TransactionNotFound):
+        engine.get(ended.id)
+    assert engine.get(live.id) is live
+    assert engine.transactions() == (live,)
+
+
+def test_keep_ended_zero_keeps_no_ended_transaction_and_none_keeps_all():
+    """keep_ended=0 forgets a transaction once it ends; None (with no age limit) keeps it."""
+    forgetful = Engine(tools=[put], config=EngineConfig(keep_ended=0))
+    tx = forgetful.begin()
+    assert forgetful.get(tx.id) is tx
+    tx.commit()
+    with pytest.raises(agenttx.TransactionNotFound):
+        forgetful.get(tx.id)
+    keeper = Engine(tools=[put], config=EngineConfig(keep_ended=None, keep_ended_for=None))
+    _run(keeper, 300)
+    assert len(keeper.transactions()) == 300
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("keep_ended", -1),
+        ("keep_ended", 1.5),
+        ("keep_ended", True),
+        ("keep_ended", "10"),
+        ("keep_ended_for", -1.0),
+        ("keep_ended_for", float("nan")),
+        ("keep_ended_for", float("inf")),
+        ("keep_ended_for", "60"),
+        ("keep_ended_for", False),
+    ],
+)
+def test_bad_keep_ended_settings_are_refused(field, value):
+    """keep_ended must be an int >= 0 and keep_ended_for finite seconds >= 0, or None."""
+    with pytest.raises(agenttx.InvalidArgument, match=f"^{field} must be"):
+        EngineConfig(**{field: value})
+
+
+def test_keep_ended_settings_accept_zero_and_none():
+    """Zero and None are valid for both settings; the defaults are 1000 and one hour."""
+    assert (EngineConfig().keep_ended, EngineConfig().keep_ended_for) == (1000, 3600.0)
+    EngineConfig(keep_ended=0, keep_ended_for=0)
+    EngineConfig(keep_ended=None, keep_ended_for=None)
+
+
+def test_reap_idle_inspects_only_the_live_transactions():
+    """reap_idle asks only live transactions whether they are idle, however many have ended."""
+    engine = Engine(tools=[put], config=EngineConfig(keep_ended=None, keep_ended_for=None))
+    live = [engine.begin() for _ in range(5)]
+    _run(engine, 1_000)
+    real = Transaction.abort_if_idle
+    with mock.patch.object(
+        Transaction, "abort_if_idle", autospec=True, side_effect=real
+    ) as inspected:
+        assert engine.reap_idle() == 0
+        assert inspected.call_count == len(live)
+        inspected.reset_mock()
+        live[0].commit()
+        assert engine.reap_idle() == 0
+        assert inspected.call_count == len(live) - 1
+    assert len(engine.transactions()) == 1_005  # nothing lost: the ended ones are only moved
+
+
+def test_a_reaped_transaction_joins_the_ended_ones():
+    """A transaction the reaper aborted is found by get until the ended view evicts it."""
+    engine = Engine(tools=[put], config=EngineConfig(idle_timeout=0.01, keep_ended=1))
+    first, second = engine.begin(), engine.begin()
+    time.sleep(0.02)
+    assert engine.reap_idle() == 2
+    assert len(engine._live) == 0
+    held = engine.transactions()
+    assert len(held) == 1
+    assert held[0].status is TxStatus.ROLLED_BACK
+    assert held[0] in (first, second)
+
+
+@settings(max_examples=50)
+@given(
+    keep=st.integers(0, 4),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["begin", "commit", "rollback", "get", "list"]), st.integers(0, 9)
+        ),
+        max_size=60,
+    ),
+)
+def test_the_engine_view_agrees_with_a_model(keep, ops):
+    """Live transactions are always found; at most keep_ended ended ones, all genuinely ended."""
+    engine = Engine(config=EngineConfig(keep_ended=keep, idle_timeout=None))
+    began: list[Transaction] = []
+    for op, index in ops:
+        if op == "begin":
+            began.append(engine.begin())
+            continue
+        if not began:
+            continue
+        tx = began[index % len(began)]
+        if op in ("commit", "rollback") and tx.status is TxStatus.ACTIVE:
+            tx.commit() if op == "commit" else tx.rollback()
+        elif op == "get":
+            try:
+                assert engine.get(tx.id) is tx
+            except agenttx.TransactionNotFound:
+                assert tx.status.terminal
+        held = engine.transactions() if op == "list" else None
+        if held is not None:
+            ended = [t for t in held if t.status.terminal]
+            assert len(ended) <= keep
+            assert [t for t in held if not t.status.terminal] == [
+                t for t in began if not t.status.terminal
+            ]
+            order = [began.index(t) for t in held]
+            assert order == sorted(order)
+    for tx in began:
+        if not tx.status.terminal:
+            assert engine.get(tx.id) is tx
+
+
+def test_concurrent_begins_and_reaping_keep_the_bounds():
+    """Threads begin and end transactions while another reaps and lists: no error, bounds kept."""
+    errors: list[BaseException] = []
+    done = threading.Event()
+    config = EngineConfig(keep_ended=20, idle_timeout=1.0)
+
+    def work(engine: Engine, key: str) -> None:
+        try:
+            _run(engine, 300, key)
+            for _ in range(20):
+                engine.begin()  # left live
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def watch(engine: Engine) -> None:
+        try:
+            while not done.is_set():
+                engine.reap_idle()
+                for tx in engine.transactions():
+                    try:
+                        assert engine.get(tx.id) is tx
+                    except agenttx.TransactionNotFound:
+                        assert tx.status.terminal  # ended and evicted since the listing
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    with Engine(tools=[put], config=config) as engine:
+        engine.start_reaper()
+        workers = [threading.Thread(target=work, args=(engine, f"k{n}")) for n in range(4)]
+        watcher = threading.Thread(target=watch, args=(engine,))
+        for thread in (*workers, watcher):
+            thread.start()
+        for worker in workers:
+            worker.join()
+        done.set()
+        watcher.join()
+    assert errors == []
+    held = engine.transactions()
+    assert sum(tx.status.terminal for tx in held) <= 20
+    assert sum(not tx.status.terminal for tx in held) == 80
+
+
+# ---------------------------------------------------------------- misuse
+
+
+def test_start_reaper_after_close_is_refused():
+    """start_reaper() on a closed engine raises FailedPrecondition saying what to do instead."""
+    engine = Engine(config=EngineConfig(idle_timeout=1.0))
+    engine.close()
+    engine.close()  # idempotent
+    with pytest.raises(agenttx.FailedPrecondition, match="create a new Engine"):
+        engine.start_reaper()
+    assert engine._reaper is None
+    assert engine.begin().status is TxStatus.ACTIVE  # close stops the reaper, nothing else
+
+
+def test_a_non_store_is_refused_by_name():
+    """store= something that is not a Store raises InvalidArgument naming `store`."""
+    for bogus in ("agent.db", {"k": "v"}, object()):
+        with pytest.raises(agenttx.InvalidArgument, match=r"^store must implement"):
+            Engine(store=bogus)  # type: ignore[arg-type]
+
+
+def test_a_bad_dispatcher_is_refused_by_name():
+    """dispatcher= must be a callable or a mapping of channel names to callables."""
+    with pytest.raises(agenttx.InvalidArgument, match=r"^dispatcher must be"):
+        Engine(dispatcher=5)  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match=r"^dispatcher must map"):
+        Engine(dispatcher={"email": "not callable"})  # type: ignore[dict-item]
+    Engine(dispatcher={"email": print})
+    Engine(dispatcher=print)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda engine: engine.get(5), "^tx_id must be a string, got int"),
+        (lambda engine: engine.get(["a"]), "^tx_id must be a string, got list"),
+        (lambda engine: engine.begin(agent_id=5), "^agent_id must be a string, got int"),
+        (lambda engine: engine.begin(policy=5), "^policy must be a RollbackPolicy"),
+        (lambda engine: engine.begin(policy={1: 2}), "^unknown policy field"),
+        (lambda engine: engine.begin(isolation="snapshot"), "^isolation must be"),
+        (lambda engine: engine.recover("later"), "^mode must be 'abort' or 'resume'"),
+        (lambda engine: engine.recover(["abort"]), "^mode must be 'abort' or 'resume'"),
+        (lambda engine: engine.pending_effects(0), "^limit must be an integer > 0"),
+        (lambda engine: engine.pending_effects("10"), "^limit must be an integer > 0"),
+        (lambda engine: engine.dispatch_pending(-1), "^limit must be an integer > 0"),
+    ],
+)
+@pytest.mark.parametrize("durable", [False, True])
+def test_misuse_of_engine_methods_raises_invalid_argument(tmp_path, durable, call, message):
+    """Wrong argument types or values raise InvalidArgument naming the argument, on any store."""
+    store = agenttx.stores.SQLiteStore(tmp_path / "db") if durable else None
+    engine = Engine(store=store, dispatcher=print)
+    try:
+        with pytest.raises(agenttx.InvalidArgument, match=message):
+            call(engine)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def test_a_bad_idle_timeout_is_refused():
+    """idle_timeout must be a number > 0 or None; a string or a bool is refused."""
+    for bogus in ("5", True, -1, float("nan")):
+        with pytest.raises(agenttx.InvalidArgument, match="idle timeout"):
+            EngineConfig(idle_timeout=bogus)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- idleness
+
+
+def test_a_step_longer_than_the_idle_timeout_is_not_reaped_when_it_returns():
+    """Idleness counts from the end of the last call: a 0.3 s step survives a 0.2 s timeout."""
+
+    @agenttx.tool
+    def slow() -> dict:
+        time.sleep(0.3)
+        return {}
+
+    engine = Engine(tools=[slow], config=EngineConfig(idle_timeout=0.2))
+    tx = engine.begin()
+    assert tx.execute_step(1, "slow", {}).ok
+    assert engine.reap_idle() == 0
+    assert tx.status is TxStatus.ACTIVE

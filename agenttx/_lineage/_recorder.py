@@ -577,7 +577,7 @@ def _score(
 
 
 @final
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class LineageRecorder:
     """Records tool lineage by value provenance from an agent loop's events.
 
@@ -590,6 +590,7 @@ class LineageRecorder:
     Events never raise: a malformed one (an empty or non-string call id, a non-numeric
     iteration, the end of an unknown call) is ignored, as agentfootprint ignores it. Memory
     grows with the values seen in a run until the next run or `clear()`. Not thread-safe.
+    Compared by identity and hashable; `repr` shows the counts only, never the values seen.
     """
 
     min_value_length: int = attrs.field(
@@ -610,6 +611,9 @@ class LineageRecorder:
     _producers: dict[str, LineageNode] = attrs.field(init=False, factory=dict)
     _history: dict[str, list[_Produced]] = attrs.field(init=False, factory=dict)
     _by_id: dict[str, LineageNode] = attrs.field(init=False, factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<LineageRecorder calls={len(self._nodes)} edges={len(self._edges)}>"
 
     @property
     def iteration(self) -> Iteration:

@@ -37,7 +37,7 @@ class CompensationReport:
     failures: tuple[str, ...] = ()
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class SagaLedger:
     """The undo records of one transaction's live steps, plus those that failed to run."""
 
@@ -53,6 +53,9 @@ class SagaLedger:
             raise InvalidArgument(f"compensation_retries must be an integer, got {self.attempts!r}")
         if self.attempts < 1:
             raise InvalidArgument("compensation_retries must be >= 1")
+
+    def __repr__(self) -> str:  # never the records: they hold tool arguments
+        return f"<SagaLedger pending={len(self._records)} failed={len(self._failed)}>"
 
     @property
     def failed(self) -> tuple[tuple[UndoRecord, str], ...]:
