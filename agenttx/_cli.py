@@ -116,8 +116,10 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default: `sys.argv[1:]`); return the exit status.
 
-    Never raises, `KeyboardInterrupt` included (130), and never prints a traceback: see the
-    module docstring for what each status means.
+    Raises only argparse's `SystemExit` (0 after `--help` and `--version`, 2 for a bad
+    argument, printed as usage and one error line); anything else, `KeyboardInterrupt`
+    included (130), becomes a status, and no traceback is printed: see the module docstring
+    for what each status means.
     """
     try:
         return _main(argv)
@@ -136,10 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse's own exits: --help, --version, a bad argument
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parser.parse_args(argv)  # --help, --version, a bad argument: SystemExit, as argparse
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -404,14 +403,17 @@ def _status(restored: Restored) -> str:
 
 
 def _age(created_at: object) -> str:
+    """How long ago `created_at` (seconds since the epoch, as stored) was; "?" if it is not a
+    finite number."""
     if isinstance(created_at, bool) or not isinstance(created_at, (int, float)):
         return "?"
     try:
-        seconds = max(0.0, time.time() - float(created_at))
-    except OverflowError:
+        moment = float(created_at)
+    except OverflowError:  # an int too large for a float
         return "?"
-    if not math.isfinite(seconds):
+    if not math.isfinite(moment):
         return "?"
+    seconds = max(0.0, time.time() - moment)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.0f}{unit}"

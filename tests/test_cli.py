@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agenttx import Engine, EngineConfig, StorageError, TransactionNotFound, builtins
 from agenttx.stores import SQLiteStore
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 def agenttx_cli(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -250,7 +252,10 @@ def run_main(capsys, *arguments: str) -> tuple[int, str, str]:
     """Run the command line in this process; return (status, stdout, stderr)."""
     from agenttx._cli import main  # noqa: PLC0415
 
-    status = main(list(arguments))
+    try:
+        status = main(list(arguments))
+    except SystemExit as exc:  # argparse's way out, as `python -m agenttx` exits
+        status = exc.code if isinstance(exc.code, int) else -1
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -630,3 +635,94 @@ def test_an_unexpected_error_is_one_line_and_status_1(tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(_cli, "lineage_from_openai", closed_pipe)
     assert run_main(capsys, "lineage", str(path)) == (1, "", "")
+
+
+#: Any JSON value, strings with control characters and lone surrogates included.
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(st.characters(codec=None, max_codepoint=0x2FFF), max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=12,
+)
+#: A step row: mostly the right shape (tool, arguments, output, context, dependencies).
+STEP_ROWS = JSON_VALUES | st.tuples(
+    JSON_VALUES, JSON_VALUES, JSON_VALUES, JSON_VALUES, st.lists(st.lists(JSON_VALUES, max_size=4))
+).map(list)
+
+
+@pytest.fixture(scope="module")
+def sound_store(tmp_path_factory) -> tuple[bytes, str]:
+    """The bytes of a store with one open transaction of two linked steps, and its id."""
+    root = tmp_path_factory.mktemp("sound")
+    store = SQLiteStore(root / "sound.db")
+    engine = Engine(
+        tools=builtins.tools(str(root)), store=store, config=EngineConfig(idle_timeout=None)
+    )
+    tx = engine.begin(agent_id="a")
+    tx.execute_step(1, "kv.put", {"key": "k", "value": "v"})
+    tx.execute_step(2, "kv.put", {"key": "l", "value": "${steps.1.key}"})
+    store.close()
+    return (root / "sound.db").read_bytes(), tx.id
+
+
+@settings(max_examples=40)
+@given(
+    record=st.none()
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "format": JSON_VALUES,
+            "agent_id": JSON_VALUES,
+            "policy": JSON_VALUES | st.just({}),
+            "settings": JSON_VALUES,
+            "created_at": JSON_VALUES,
+            "ended": JSON_VALUES,
+        },
+    ),
+    step=st.none() | STEP_ROWS,
+)
+def test_any_stored_json_is_shown_or_refused_in_one_line(sound_store, record, step):
+    """Whatever JSON a transaction's record or step row holds, `inspect` and `graph` either
+    show it or say in one line that it is unreadable, and print no control character."""
+    from agenttx._cli import main  # noqa: PLC0415
+    from agenttx.stores._sqlite_file import STEP  # noqa: PLC0415
+
+    content, tx_id = sound_store
+    with tempfile.TemporaryDirectory() as root:
+        db = Path(root) / "fuzz.db"
+        db.write_bytes(content)
+        with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+            if record is not None:
+                sql = "UPDATE txs SET record = ? WHERE tx_id = ?"
+                conn.execute(sql, (json.dumps(record), tx_id))
+            if step is not None:
+                sql = "UPDATE log SET body = ? WHERE tx_id = ? AND kind = ? AND step = 2"
+                conn.execute(sql, (json.dumps(step), tx_id, STEP))
+        for arguments in (
+            ["inspect", str(db)],
+            ["inspect", str(db), tx_id],
+            *(["graph", str(db), tx_id, "--format", fmt] for fmt in ("dot", "mermaid", "json")),
+        ):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = main(arguments)
+            assert not CONTROL.search(out.getvalue() + err.getvalue())
+            if status == 0:
+                assert err.getvalue() == ""
+            else:
+                assert (status, out.getvalue()) == (2, ""), err.getvalue()
+                assert "unreadable" in one_line(err.getvalue())
+
+
+@pytest.mark.parametrize(
+    "created_at", [True, "yesterday", None, 10**400, float("inf"), float("nan")]
+)
+def test_the_age_of_a_bad_timestamp_is_unknown(created_at):
+    """A stored `created_at` that is not a finite number shows as age "?", never an error."""
+    from agenttx._cli import _age  # noqa: PLC0415
+
+    assert _age(created_at) == "?"
+    assert _age(0).endswith("d")
