@@ -2,21 +2,39 @@
 
 Every command reads; none changes a store: `inspect` and `graph` open the SQLite file
 read-only and look at transactions without taking them over, so they are safe to run beside a
-live agent. Errors a person can fix (a missing file, a file that is not an agenttx store, an
-unknown transaction, a transcript that is not JSON) print one line and exit with status 2.
+live agent. A transaction that ends (commits or aborts) between the listing and its read is
+left out of the listing; one whose stored rows cannot be read is listed as `UNREADABLE`, with
+the reason on a line of its own, and the others are listed as usual. A read that finds the store
+locked by a writer is tried again until `--wait` seconds have passed.
+
+Nothing prints a traceback. Exit status: 0 done; 2 a problem with what was given (a bad option,
+a missing file, a file that is not an agenttx store, an unknown or unreadable transaction, a
+transcript that is not a JSON list), printed as one line; 1 a store that stayed locked for the
+whole `--wait`, or any unexpected error, printed as one line `agenttx: error: TYPE: MESSAGE`;
+130 interrupted (Ctrl-C), quietly.
+
+Everything printed passes through `_printable`, so text from a store or a transcript (agent
+ids, tool names, hints, context, values, error messages) can never send control characters
+to the terminal: C0 and C1 controls, DEL, Unicode's bidirectional overrides and line
+separators, and lone surrogates are written as escapes (`\\x1b`, `\\r`, `\\u202e`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
+import sqlite3
 import sys
 import time
+from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 from . import _demo
-from ._errors import AgentTxError, TransactionNotFound
+from ._errors import AgentTxError, InvalidArgument, StorageError, TransactionNotFound
 from ._graph import DependencyGraph
 from ._json import canonical_dumps
 from ._lineage import lineage_from_openai
@@ -26,40 +44,116 @@ from .stores import SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from typing import TextIO
 
     from ._lineage import LineageGraph
+    from .stores import TxImage
 
 __all__ = ["main"]
+
+_T = TypeVar("_T")
 
 FORMATS: Final = ("dot", "mermaid", "json")
 #: Values longer than this are cut in `inspect`'s listing of steps.
 WIDTH: Final = 96
+#: How long `inspect` and `graph` wait for a locked store by default, in seconds.
+WAIT: Final = 5.0
+
+#: Exit statuses.
+EXIT_ERROR: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
+
+#: SQLite's primary result codes for a lock held elsewhere: SQLITE_BUSY, SQLITE_LOCKED.
+_BUSY_CODES: Final = frozenset({5, 6})
+#: The longest pause between two tries of a busy read, and the longest SQLite waits for a
+#: lock within one try (so that a try does not outlast `--wait` by more), in seconds.
+_MAX_PAUSE: Final = 0.25
+_MAX_TRY: Final = 0.5
+
+
+def _escapes(*, json_text: bool) -> dict[int, str]:
+    """The `str.translate` table of `_printable`: the code points a terminal may act on or
+    that may reorder what it shows, each to an escape (JSON's `\\uXXXX` in JSON text, where
+    they can only stand inside strings, so the text stays JSON with the same values)."""
+    codes = chain(
+        range(0x20),  # C0, tab and newline included: one printed line stays one line
+        range(0x7F, 0xA0),  # DEL and C1 (0x9b is CSI, as ESC [ is)
+        (0x061C, 0x200E, 0x200F, 0x2028, 0x2029),  # bidi marks, line and paragraph separators
+        range(0x202A, 0x202F),  # bidi embeddings and overrides
+        range(0x2066, 0x206A),  # bidi isolates
+        range(0xD800, 0xE000),  # lone surrogates (from JSON's \ud800): no encoding takes them
+    )
+    table = {}
+    for code in codes:
+        if json_text or code > 0xFF:
+            table[code] = f"\\u{code:04x}"
+        else:
+            table[code] = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}.get(code, f"\\x{code:02x}")
+    return table
+
+
+_TEXT_ESCAPES: Final = _escapes(json_text=False)
+_JSON_ESCAPES: Final = _escapes(json_text=True)
 
 
 class _Failure(Exception):
-    """A problem the person at the terminal can fix; printed as one line, exit status 2."""
+    """A problem printed as one line `agenttx COMMAND: MESSAGE`; exit `status` (2: the person
+    at the terminal can fix what they gave; 1: the store stayed locked)."""
+
+    def __init__(self, message: str, *, status: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its error line escaped like everything else printed."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {_printable(message)}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with `argv` (default: `sys.argv[1:]`); return the exit status."""
+    """Run the command line with `argv` (default: `sys.argv[1:]`); return the exit status.
+
+    Raises only argparse's `SystemExit` (0 after `--help` and `--version`, 2 for a bad
+    argument, printed as usage and one error line); anything else, `KeyboardInterrupt`
+    included (130), becomes a status, and no traceback is printed: see the module docstring
+    for what each status means.
+    """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`agenttx graph ... | head`): nothing more can be said to it,
+        # and Python's flush of stdout at exit must not complain either.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line instead of a traceback
+        _say(f"agenttx: error: {type(exc).__name__}: {exc}", stream=sys.stderr)
+        return EXIT_ERROR
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help, --version, a bad argument: SystemExit, as argparse
     if args.command is None:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         command: Callable[[argparse.Namespace], None] = args.run
         command(args)
     except _Failure as exc:
-        print(f"agenttx {args.command}: {exc}", file=sys.stderr)
-        return 2
+        _say(f"agenttx {args.command}: {exc}", stream=sys.stderr)
+        return exc.status
     return 0
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agenttx", description="Transactions for AI agent tool calls."
-    )
+    parser = _Parser(prog="agenttx", description="Transactions for AI agent tool calls.")
     parser.add_argument("--version", action="version", version=f"agenttx {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -78,11 +172,13 @@ def _parser() -> argparse.ArgumentParser:
         "inspect",
         help="list the open transactions of a SQLite store, or show one",
         description="Without TX: each open transaction (id, agent, status, steps, age) and the "
-        "effects waiting in the outbox. With TX: its steps, edges, constraints, context, "
+        "effects waiting in the outbox; one whose stored rows cannot be read is listed as "
+        "UNREADABLE, with the reason. With TX: its steps, edges, constraints, context, "
         "staged effects and undo records. Read-only.",
     )
     inspect.add_argument("db", metavar="DB", help="the SQLite file")
     inspect.add_argument("tx", metavar="TX", nargs="?", help="a transaction id")
+    _add_wait(inspect)
     inspect.set_defaults(run=_run_inspect)
 
     graph = commands.add_parser(
@@ -93,6 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("db", metavar="DB", help="the SQLite file")
     graph.add_argument("tx", metavar="TX", help="a transaction id")
     graph.add_argument("--format", choices=FORMATS, default="mermaid")
+    _add_wait(graph)
     graph.set_defaults(run=_run_graph)
 
     lineage = commands.add_parser(
@@ -105,10 +202,48 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument("transcript", metavar="TRANSCRIPT.json")
     lineage.add_argument("--format", choices=("text", *FORMATS), default="text")
     lineage.add_argument("--evidence", action="store_true", help="paths and confidence")
-    lineage.add_argument("--min-value-length", type=int, default=4)
+    lineage.add_argument(
+        "--min-value-length",
+        type=_count,
+        default=4,
+        metavar="N",
+        help="the shortest string value that links two calls (default: 4)",
+    )
     lineage.add_argument("--match-numbers", action="store_true")
     lineage.set_defaults(run=_run_lineage)
     return parser
+
+
+def _add_wait(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--wait",
+        type=_seconds,
+        default=WAIT,
+        metavar="SECONDS",
+        help=f"how long to keep trying while a writer holds the store locked (default: {WAIT:g})",
+    )
+
+
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
 # ---------------------------------------------------------------------- commands
@@ -119,33 +254,42 @@ def _run_demo(args: argparse.Namespace) -> None:
 
 
 def _run_inspect(args: argparse.Namespace) -> None:
-    store = _open(args.db)
+    store = _open(args.db, args.wait)
     try:
-        if args.tx is None:
-            _list(store)
-        else:
-            _show(_restored(store, args.tx))
+        lines = _list(store, args.wait) if args.tx is None else _show(store, args.tx, args.wait)
     finally:
         store.close()
+    for line in lines:
+        _say(line)
 
 
 def _run_graph(args: argparse.Namespace) -> None:
-    store = _open(args.db)
+    store = _open(args.db, args.wait)
     try:
-        graph = _graph_of(_restored(store, args.tx))
+        restored = _restored(store, args.tx, args.wait)
     finally:
         store.close()
-    print(_render(graph, args.format), end="")
+    try:
+        text = _render(_graph_of(restored), args.format)
+    except Exception as exc:  # noqa: BLE001 - stored rows decoded, yet not a graph
+        raise _unreadable(args.tx, exc) from None
+    _say_block(text, json_text=args.format == "json")
 
 
 def _run_lineage(args: argparse.Namespace) -> None:
     path = Path(args.transcript)
     try:
-        messages = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise _Failure(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Failure(f"{path} is not a JSON transcript: cannot read it: {exc}") from None
+    try:
+        messages = json.loads(text)
+    except ValueError as exc:
         raise _Failure(f"{path} is not a JSON transcript: {exc}") from None
+    except RecursionError:
+        raise _Failure(f"{path} is not a JSON transcript: it is nested too deeply") from None
     if not isinstance(messages, list):
         raise _Failure(f"{path} must hold a JSON list of chat messages")
     graph = lineage_from_openai(
@@ -156,41 +300,97 @@ def _run_lineage(args: argparse.Namespace) -> None:
     )
     if args.format == "text":
         names = {node.index: f"{node.tool_name} ({node.call_id})" for node in graph.nodes}
-        print(f"{len(graph.nodes)} tool calls, {len(graph.edges)} links")
+        _say(f"{len(graph.nodes)} tool calls, {len(graph.edges)} links")
         for edge in graph.edges:
             value = canonical_dumps(edge.value)
-            print(f"  {names[edge.source.index]} -> {names[edge.target.index]}  {value}")
+            _say(f"  {names[edge.source.index]} -> {names[edge.target.index]}  {value}")
         return
-    print(_render(graph, args.format), end="")
+    _say_block(_render(graph, args.format), json_text=args.format == "json")
 
 
-# ---------------------------------------------------------------------- helpers
+# ---------------------------------------------------------------------- reading the store
 
 
-def _open(db: str) -> SQLiteStore:
+def _open(db: str, wait: float) -> SQLiteStore:
     if not Path(db).exists():
         raise _Failure(f"no such file: {db}")
     try:
-        return SQLiteStore(db, readonly=True)
+        return _patiently(
+            wait, lambda: SQLiteStore(db, readonly=True, busy_timeout=min(wait, _MAX_TRY))
+        )
     except AgentTxError as exc:
         raise _Failure(str(exc)) from None
 
 
-def _restored(store: SQLiteStore, tx_id: str) -> Restored:
+def _patiently(wait: float, read: Callable[[], _T]) -> _T:
+    """`read()`, tried again while it finds the store locked, until `wait` seconds have passed;
+    then `_Failure`, status 1. Any other error is raised as it is. (SQLite waits for a lock
+    within each try, up to the store's `busy_timeout`, but not in every case: a reader can be
+    told the file is busy at once while a writer checkpoints or recovers it.)"""
+    deadline = time.monotonic() + wait
+    pause = 0.01
+    while True:
+        try:
+            return read()
+        except StorageError as exc:
+            left = deadline - time.monotonic()
+            if not _is_busy(exc):
+                raise
+            if left <= 0:
+                raise _Failure(str(exc), status=EXIT_ERROR) from None
+        time.sleep(min(pause, left))
+        pause = min(2 * pause, _MAX_PAUSE)
+
+
+def _is_busy(exc: StorageError) -> bool:
+    """Whether `exc` comes from SQLite finding the file locked by another connection."""
+    cause = exc.__cause__
+    if not isinstance(cause, sqlite3.OperationalError):
+        return False
+    code = getattr(cause, "sqlite_errorcode", None)
+    if code is None:  # pragma: no cover - Python 3.10 has no sqlite_errorcode
+        return "locked" in str(cause) or "busy" in str(cause)
+    return code & 0xFF in _BUSY_CODES
+
+
+def _peek(store: SQLiteStore, tx_id: str, wait: float) -> TxImage:
+    """Transaction `tx_id`'s stored image. Raises `TransactionNotFound` if it has ended,
+    `_Failure` if the store stayed locked, and whatever reading corrupt rows raises."""
+    return _patiently(wait, lambda: store.peek(tx_id))
+
+
+def _restored(store: SQLiteStore, tx_id: str, wait: float) -> Restored:
     try:
-        image = store.peek(tx_id)
+        image = _peek(store, tx_id, wait)
     except TransactionNotFound:
         raise _Failure(
             f"no open transaction {tx_id} in {store.path} (committed and aborted ones leave it)"
         ) from None
-    except AgentTxError as exc:
+    except InvalidArgument as exc:
         raise _Failure(str(exc)) from None
+    except _Failure:
+        raise
+    except Exception as exc:  # noqa: BLE001 - corrupt rows may raise anything while decoded
+        raise _unreadable(tx_id, exc) from None
     if image.record == "null":
         raise _Failure(f"transaction {tx_id} has begun but recorded nothing yet")
     try:
         return read_image(image)
-    except AgentTxError as exc:
-        raise _Failure(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - e.g. RecursionError from deeply nested rows
+        raise _unreadable(tx_id, exc) from None
+
+
+def _unreadable(tx_id: str, exc: Exception) -> _Failure:
+    return _Failure(f"transaction {tx_id} is unreadable: {_reason(exc)}")
+
+
+def _reason(exc: Exception) -> str:
+    """What went wrong reading a transaction, for one line."""
+    if isinstance(exc, RecursionError):
+        return "its rows are nested too deeply"
+    if isinstance(exc, AgentTxError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _graph_of(restored: Restored) -> DependencyGraph:
@@ -204,77 +404,117 @@ def _status(restored: Restored) -> str:
 
 
 def _age(created_at: object) -> str:
-    if not isinstance(created_at, (int, float)):
+    """How long ago `created_at` (seconds since the epoch, as stored) was; "?" if it is not a
+    finite number."""
+    if isinstance(created_at, bool) or not isinstance(created_at, (int, float)):
         return "?"
-    seconds = max(0.0, time.time() - created_at)
+    try:
+        moment = float(created_at)
+    except OverflowError:  # an int too large for a float
+        return "?"
+    if not math.isfinite(moment):
+        return "?"
+    seconds = max(0.0, time.time() - moment)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.0f}{unit}"
     return f"{seconds:.0f}s"
 
 
-def _list(store: SQLiteStore) -> None:
-    ids = store.open_transactions()
-    print(f"{store.path}: {len(ids)} open transaction{'s' * (len(ids) != 1)}")
+# ---------------------------------------------------------------------- what is printed
+
+
+def _list(store: SQLiteStore, wait: float) -> list[str]:
+    """The lines of `inspect DB`: each transaction still open when it is read (the listing
+    and the reads are not one snapshot: a writer may end transactions in between)."""
+    try:
+        ids = _patiently(wait, store.open_transactions)
+    except AgentTxError as exc:
+        raise _Failure(str(exc)) from None
     rows = [("TX", "AGENT", "STATUS", "STEPS", "AGE")]
+    reasons: list[str] = []
     for tx_id in ids:
-        image = store.peek(tx_id)
-        if image.record == "null":
-            rows.append((tx_id, "?", "BEGUN", "0", "?"))
-            continue
-        restored = read_image(image)
-        rows.append(
-            (
-                tx_id,
-                restored.agent_id or "-",
-                _status(restored),
-                str(len(restored.steps)),
-                _age(restored.record.get("created_at")),
-            )
-        )
-    if len(rows) > 1:
+        try:
+            rows.append(_row(tx_id, _peek(store, tx_id, wait)))
+        except TransactionNotFound:
+            continue  # committed or aborted since the listing: no longer open
+        except _Failure:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad transaction must not hide the others
+            rows.append((_printable(tx_id), "?", "UNREADABLE", "?", "?"))
+            reasons.append(_cut(f"unreadable {_printable(tx_id)}: {_reason(exc)}", 2 * WIDTH))
+    try:
+        pending = len(_patiently(wait, lambda: store.pending_effects(10_000)))
+    except AgentTxError as exc:
+        raise _Failure(str(exc)) from None
+    count = len(rows) - 1
+    lines = [f"{store.path}: {count} open transaction{'s' * (count != 1)}"]
+    if count:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    pending = store.pending_effects(10_000)
-    print(f"outbox: {len(pending)} effect{'s' * (len(pending) != 1)} waiting for delivery")
+        lines.extend(
+            ("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
+            for row in rows
+        )
+    lines.extend(reasons)
+    lines.append(f"outbox: {pending} effect{'s' * (pending != 1)} waiting for delivery")
+    return lines
 
 
-def _show(restored: Restored) -> None:
-    print(f"transaction {restored.tx_id}")
-    print(f"  agent: {restored.agent_id or '-'}   status: {_status(restored)}")
-    print(
-        f"  next step: {restored.progress.next_step}   age: "
-        f"{_age(restored.record.get('created_at'))}"
+def _row(tx_id: str, image: TxImage) -> tuple[str, str, str, str, str]:
+    """One row of the listing, its cells escaped (so that the columns line up as shown)."""
+    if image.record == "null":
+        return (_printable(tx_id), "?", "BEGUN", "0", "?")
+    restored = read_image(image)
+    return (
+        _printable(tx_id),
+        _printable(str(restored.agent_id)) or "-",
+        _printable(_status(restored)),
+        str(len(restored.steps)),
+        _age(restored.record.get("created_at")),
     )
-    print(f"steps ({len(restored.steps)}):")
+
+
+def _show(store: SQLiteStore, tx_id: str, wait: float) -> list[str]:
+    """The lines of `inspect DB TX`, all built before any is printed."""
+    restored = _restored(store, tx_id, wait)
+    try:
+        return _shown(restored)
+    except Exception as exc:  # noqa: BLE001 - decoded rows of the wrong shape fail anywhere
+        raise _unreadable(tx_id, exc) from None
+
+
+def _shown(restored: Restored) -> list[str]:
+    age = _age(restored.record.get("created_at"))
+    lines = [
+        f"transaction {restored.tx_id}",
+        f"  agent: {restored.agent_id or '-'}   status: {_status(restored)}",
+        f"  next step: {restored.progress.next_step}   age: {age}",
+        f"steps ({len(restored.steps)}):",
+    ]
     for step_id, step in sorted(restored.steps.items()):
-        arguments = _cut(canonical_dumps(step.arguments))
-        print(f"  {step_id}. {step.tool_name} {arguments}")
-        print(f"     -> {_cut(canonical_dumps(step.output))}")
+        lines.append(f"  {step_id}. {step.tool_name} {_cut(canonical_dumps(step.arguments))}")
+        lines.append(f"     -> {_cut(canonical_dumps(step.output))}")
     edges = _graph_of(restored).edges()
-    print(f"edges ({len(edges)}):")
-    for edge in edges:
-        print(
-            f"  step {edge.source} -> step {edge.target}  "
-            f"{edge.source_key} -> {edge.target_key}  ({edge.kind.value})"
-        )
-    print(f"constraints ({len(restored.progress.constraints)}):")
-    for constraint in restored.progress.constraints:
-        print(f"  - {constraint}")
+    lines.append(f"edges ({len(edges)}):")
+    lines.extend(
+        f"  step {edge.source} -> step {edge.target}  "
+        f"{edge.source_key} -> {edge.target_key}  ({edge.kind.value})"
+        for edge in edges
+    )
+    lines.append(f"constraints ({len(restored.progress.constraints)}):")
+    lines.extend(f"  - {constraint}" for constraint in restored.progress.constraints)
     context = [(k, s.raw_context) for k, s in sorted(restored.steps.items()) if s.raw_context]
-    print(f"context ({len(context)}):")
-    for step_id, text in context:
-        print(f"  {step_id}. {_cut(text)}")
-    print(f"staged effects ({len(restored.effects)}):")
-    for effect in restored.effects:
-        print(
-            f"  step {effect.step_id} {effect.channel} {_cut(canonical_dumps(effect.payload))} "
-            f"key={effect.idempotency_key}"
-        )
-    print(f"undo records ({len(restored.undos)}):")
-    for undo in restored.undos:
-        print(f"  step {undo.step_id}.{undo.seq} {undo.description}")
+    lines.append(f"context ({len(context)}):")
+    lines.extend(f"  {step_id}. {_cut(str(text))}" for step_id, text in context)
+    lines.append(f"staged effects ({len(restored.effects)}):")
+    lines.extend(
+        f"  step {effect.step_id} {effect.channel} {_cut(canonical_dumps(effect.payload))} "
+        f"key={effect.idempotency_key}"
+        for effect in restored.effects
+    )
+    lines.append(f"undo records ({len(restored.undos)}):")
+    lines.extend(f"  step {undo.step_id}.{undo.seq} {undo.description}" for undo in restored.undos)
+    return lines
 
 
 def _render(graph: DependencyGraph | LineageGraph, fmt: str) -> str:
@@ -282,5 +522,31 @@ def _render(graph: DependencyGraph | LineageGraph, fmt: str) -> str:
     return {"dot": graph.to_dot, "mermaid": graph.to_mermaid, "json": graph.to_json}[fmt]()
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= WIDTH else text[: WIDTH - 3] + "..."
+def _cut(text: str, width: int = WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _printable(text: str, *, json_text: bool = False) -> str:
+    """`text` with every character a terminal could act on escaped (see `_escapes`); the one
+    place that makes text safe to print, applied to every line the command line prints."""
+    return text.translate(_JSON_ESCAPES if json_text else _TEXT_ESCAPES)
+
+
+def _say(line: str, *, stream: TextIO | None = None) -> None:
+    """Print one line, escaped: a newline inside it is shown as `\\n`, not obeyed."""
+    _write(_printable(line) + "\n", sys.stdout if stream is None else stream)
+
+
+def _say_block(text: str, *, json_text: bool) -> None:
+    """Print a rendered graph: its lines as lines, each escaped (as JSON escapes, for JSON)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    _write("".join(_printable(line, json_text=json_text) + "\n" for line in lines), sys.stdout)
+
+
+def _write(text: str, stream: TextIO) -> None:
+    """Write `text`, with what the stream's encoding cannot hold as backslash escapes."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+    stream.flush()

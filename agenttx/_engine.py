@@ -11,7 +11,6 @@ engine's.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import threading
 import time
@@ -22,14 +21,24 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 import attrs
 
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
-from ._limits import check_isolation
+from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS
 from ._recovery import recover
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import deliver_outbox
+from ._settings import DEFAULT_STEP_TIMEOUT, Settings, float_seconds
 from ._tools import ToolRegistry
 from ._transaction import Transaction
-from ._validators import is_positive_int, is_positive_number
+from ._validators import (
+    instance_of,
+    is_positive_int,
+    non_negative_int,
+    non_negative_number,
+    one_of,
+    optional,
+    positive_int,
+    positive_number,
+)
 from .stores import MemoryStore, SQLiteStore, Store
 from .stores._durable import is_durable
 
@@ -64,45 +73,35 @@ class EngineConfig:
     `AGENTTX_MAX_GLOBAL_RESETS`, `AGENTTX_REPLAY_BUDGET_FACTOR` and `AGENTTX_ISOLATION`.
     """
 
-    step_timeout: float = 30.0
-    idle_timeout: float | None = 900.0
-    compensation_retries: int = 3
-    max_constraints: int = 32
-    policy: RollbackPolicy = attrs.field(factory=RollbackPolicy)
-    isolation: Literal["read_committed", "serializable"] = "read_committed"
+    step_timeout: float = attrs.field(
+        default=DEFAULT_STEP_TIMEOUT, converter=float_seconds, validator=positive_number
+    )
+    idle_timeout: float | None = attrs.field(default=900.0, validator=optional(positive_number))
+    compensation_retries: int = attrs.field(default=3, validator=positive_int)
+    max_constraints: int = attrs.field(default=32, validator=positive_int)
+    policy: RollbackPolicy = attrs.field(
+        factory=RollbackPolicy, validator=instance_of(RollbackPolicy)
+    )
+    isolation: Literal["read_committed", "serializable"] = attrs.field(
+        default=DEFAULT_ISOLATION, validator=one_of(*ISOLATION_LEVELS)
+    )
     #: How many ended transactions the engine keeps for `get` (None: no limit), and for how
     #: many seconds after it saw them end (None: no limit); the oldest ended go first.
-    keep_ended: int | None = 1000
-    keep_ended_for: float | None = 3600.0
+    keep_ended: int | None = attrs.field(default=1000, validator=optional(non_negative_int))
+    keep_ended_for: float | None = attrs.field(
+        default=3600.0, validator=optional(non_negative_number)
+    )
 
-    def __attrs_post_init__(self) -> None:
-        if not is_positive_number(self.step_timeout):
-            raise InvalidArgument(f"step timeout must be > 0, got {self.step_timeout!r}")
-        if self.idle_timeout is not None and not is_positive_number(self.idle_timeout):
-            raise InvalidArgument(
-                f"idle timeout must be > 0 (or None to disable), got {self.idle_timeout!r}"
-            )
-        if not is_positive_int(self.compensation_retries):
-            raise InvalidArgument(
-                f"compensation retries must be an integer > 0, got {self.compensation_retries!r}"
-            )
-        if not is_positive_int(self.max_constraints):
-            raise InvalidArgument(
-                f"max constraints must be an integer > 0, got {self.max_constraints!r}"
-            )
-        if not isinstance(self.policy, RollbackPolicy):
-            raise InvalidArgument(f"policy must be a RollbackPolicy, got {self.policy!r}")
-        check_isolation(self.isolation)
-        if self.keep_ended is not None and not _is_count(self.keep_ended):
-            raise InvalidArgument(
-                "keep_ended must be an integer >= 0 (or None for no limit), "
-                f"got {self.keep_ended!r}"
-            )
-        if self.keep_ended_for is not None and not _is_duration(self.keep_ended_for):
-            raise InvalidArgument(
-                "keep_ended_for must be a finite number of seconds >= 0 (or None for no limit), "
-                f"got {self.keep_ended_for!r}"
-            )
+    @property
+    def settings(self) -> Settings:
+        """The settings each transaction of the engine runs with (its own policy aside)."""
+        return Settings(
+            step_timeout=self.step_timeout,
+            max_constraints=self.max_constraints,
+            compensation_retries=self.compensation_retries,
+            isolation=self.isolation,
+            policy=self.policy,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineConfig:
@@ -442,21 +441,6 @@ class Engine:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _is_count(value: object) -> bool:
-    """An int >= 0 (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_duration(value: object) -> bool:
-    """A finite number >= 0 (not a bool)."""
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
 
 
 def _check_limit(limit: object) -> None:

@@ -19,12 +19,12 @@ from ._validators import instance_of, one_of, positive_int, positive_number
 if TYPE_CHECKING:
     from ._json import JSONValue
 
-__all__ = ["DEFAULT_STEP_TIMEOUT", "Settings"]
+__all__ = ["DEFAULT_STEP_TIMEOUT", "Settings", "float_seconds"]
 
 DEFAULT_STEP_TIMEOUT: Final = 30.0
 
 
-def _float(value: object) -> object:
+def float_seconds(value: object) -> object:
     """An int time limit becomes a float; anything else is left for the validator to refuse."""
     return float(value) if type(value) is int else value
 
@@ -41,7 +41,7 @@ class Settings:
     """
 
     step_timeout: float = attrs.field(
-        default=DEFAULT_STEP_TIMEOUT, converter=_float, validator=positive_number
+        default=DEFAULT_STEP_TIMEOUT, converter=float_seconds, validator=positive_number
     )
     max_constraints: int = attrs.field(default=32, validator=positive_int)
     compensation_retries: int = attrs.field(default=3, validator=positive_int)

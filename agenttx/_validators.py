@@ -19,6 +19,8 @@ __all__ = [
     "instance_of",
     "is_positive_int",
     "is_positive_number",
+    "non_negative_int",
+    "non_negative_number",
     "one_of",
     "optional",
     "positive_int",
@@ -51,6 +53,18 @@ def positive_int(_instance: object, attribute: Any, value: object) -> None:
     """An integer > 0, such as a count limit."""
     if not is_positive_int(value):
         raise InvalidArgument(f"{attribute.name} must be an integer > 0, got {value!r}")
+
+
+def non_negative_int(_instance: object, attribute: Any, value: object) -> None:
+    """An integer >= 0, such as how many of something to keep."""
+    if not (is_positive_int(value) or (type(value) is int and value == 0)):
+        raise InvalidArgument(f"{attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def non_negative_number(_instance: object, attribute: Any, value: object) -> None:
+    """A finite number >= 0, such as an age in seconds."""
+    if not (is_positive_number(value) or (type(value) in (int, float) and value == 0)):
+        raise InvalidArgument(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
 def one_of(*choices: str) -> Callable[[object, Any, object], None]:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 import sqlite3
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+import tempfile
+import threading
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agenttx import Engine, EngineConfig, builtins
+from agenttx import Engine, EngineConfig, StorageError, TransactionNotFound, builtins
 from agenttx.stores import SQLiteStore
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 def agenttx_cli(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -236,3 +240,489 @@ def test_inspect_shows_begun_and_ended_transactions(tmp_path, capsys):
     assert "ROLLED_BACK, undos to retry" in out
     assert main(["inspect", str(tmp_path / "db"), "begun-only"]) == 2
     assert "recorded nothing yet" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- hostile conditions
+
+#: A control character a terminal would act on: C0 (newline aside), DEL, C1.
+CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def run_main(capsys, *arguments: str) -> tuple[int, str, str]:
+    """Run the command line in this process; return (status, stdout, stderr)."""
+    from agenttx._cli import main  # noqa: PLC0415
+
+    try:
+        status = main(list(arguments))
+    except SystemExit as exc:  # argparse's way out, as `python -m agenttx` exits
+        status = exc.code if isinstance(exc.code, int) else -1
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def one_line(err: str) -> str:
+    """The single line of `err`; fails if there are more (a traceback has several)."""
+    assert err.endswith("\n"), err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err[:-1]
+
+
+def check_listing(out: str) -> list[list[str]]:
+    """Check the shape of `inspect DB`'s output; return the table's rows (header excluded)."""
+    lines = out.splitlines()
+    assert re.fullmatch(r".+: \d+ open transactions?", lines[0]), out
+    count = int(lines[0].rsplit(": ", 1)[1].split()[0])
+    assert re.fullmatch(r"outbox: \d+ effects? waiting for delivery", lines[-1]), out
+    if count == 0:
+        assert len(lines) == 2, out
+        return []
+    assert lines[1].split() == ["TX", "AGENT", "STATUS", "STEPS", "AGE"], out
+    rows = [line.split() for line in lines[2 : 2 + count]]
+    assert all(len(row) >= 5 for row in rows), out
+    return rows
+
+
+def test_inspect_skips_a_transaction_that_ends_while_listing(database, capsys, monkeypatch):
+    """A transaction committed between the listing and its read is left out, not an error."""
+    db, tx_id = database
+    real_peek = SQLiteStore.peek
+
+    def peek(store: SQLiteStore, wanted: str):
+        if wanted == tx_id:
+            raise TransactionNotFound(tx_id=wanted)
+        return real_peek(store, wanted)
+
+    monkeypatch.setattr(SQLiteStore, "peek", peek)
+    status, out, err = run_main(capsys, "inspect", str(db))
+    assert (status, err) == (0, "")
+    assert check_listing(out) == []
+    assert out.splitlines()[0] == f"{db}: 0 open transactions"
+
+
+def test_inspect_beside_a_live_agent(tmp_path, capsys):
+    """`inspect` run again and again while another thread begins, steps, commits and rolls
+    back transactions on the same file: never an exception, always a well-formed answer."""
+    db = tmp_path / "live.db"
+    store = SQLiteStore(db)
+    engine = Engine(
+        tools=builtins.tools(str(tmp_path)), store=store, config=EngineConfig(idle_timeout=None)
+    )
+    for _ in range(3):  # a few that stay open throughout
+        engine.begin(agent_id="idle").execute_step(1, "kv.put", {"key": "idle", "value": 1})
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def agent() -> None:
+        try:
+            n = 0
+            while not stop.is_set():
+                tx = engine.begin(agent_id="busy")
+                for step in (1, 2, 3):
+                    tx.execute_step(step, "kv.put", {"key": f"k{n}.{step}", "value": n})
+                if n % 3:
+                    tx.commit()
+                else:
+                    tx.rollback()
+                n += 1
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    try:
+        for _ in range(150):
+            status, out, err = run_main(capsys, "inspect", str(db))
+            assert (status, err) == (0, ""), (status, out, err)
+            rows = check_listing(out)
+            assert {row[1] for row in rows} <= {"idle", "busy", "?"}
+            assert all(row[2] in {"ACTIVE", "BEGUN"} for row in rows), out
+            for row in rows[-1:]:  # the newest: the one most likely to end under us
+                status, out, err = run_main(capsys, "inspect", str(db), row[0])
+                if status == 0:
+                    assert out.startswith(f"transaction {row[0]}\n"), out
+                    assert out.rstrip("\n").splitlines()[-1].startswith("undo records ("), out
+                else:
+                    assert status == 2, (status, out, err)
+                    assert out == ""
+                    assert "no open transaction" in one_line(err), err
+    finally:
+        stop.set()
+        thread.join()
+        store.close()
+    assert failures == []
+
+
+def locked_store(db: Path) -> tuple[SQLiteStore, StorageError]:
+    """Hold `db` with an exclusive store; return it and the busy error a reader then gets."""
+    holder = SQLiteStore(db, exclusive=True)
+    with pytest.raises(StorageError, match="locked") as caught:
+        SQLiteStore(db, readonly=True, busy_timeout=0)
+    return holder, caught.value
+
+
+def test_a_store_that_stays_locked_is_one_line_and_status_1(database, tmp_path, capsys):
+    """A store another process keeps locked past `--wait`: one line, exit status 1."""
+    db = tmp_path / "locked.db"
+    db.write_bytes(database[0].read_bytes())
+    holder, _ = locked_store(db)
+    try:
+        for arguments in (("inspect", str(db)), ("graph", str(db), database[1])):
+            status, out, err = run_main(capsys, *arguments, "--wait", "0")
+            assert (status, out) == (1, "")
+            line = one_line(err)
+            assert line.startswith(f"agenttx {arguments[0]}: ")
+            assert "locked" in line
+    finally:
+        holder.close()
+    status, out, _ = run_main(capsys, "inspect", str(db), "--wait", "0")
+    assert status == 0
+    assert "support-bot" in out
+
+
+def test_a_busy_read_is_retried(database, tmp_path, capsys, monkeypatch):
+    """A read that finds the store busy is tried again until `--wait` runs out."""
+    db, tx_id = database
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    holder, busy = locked_store(copy)
+    holder.close()
+    real_peek = SQLiteStore.peek
+    calls: list[str] = []
+
+    def peek(store: SQLiteStore, wanted: str):
+        calls.append(wanted)
+        if len(calls) <= 2:
+            raise busy
+        return real_peek(store, wanted)
+
+    monkeypatch.setattr(SQLiteStore, "peek", peek)
+    status, out, err = run_main(capsys, "inspect", str(db), "--wait", "60")
+    assert (status, err) == (0, "")
+    assert check_listing(out)[0][:2] == [tx_id, "support-bot"]
+    assert len(calls) == 3
+    status, out, err = run_main(capsys, "graph", str(db), tx_id)
+    assert (status, err) == (0, "")
+    assert "kv.put" in out
+
+    def always_busy(store: SQLiteStore, wanted: str):
+        raise busy
+
+    monkeypatch.setattr(SQLiteStore, "peek", always_busy)
+    status, out, err = run_main(capsys, "inspect", str(db), "--wait", "0.05")
+    assert (status, out) == (1, "")
+    assert "locked" in one_line(err)
+
+
+def corrupt_store(root: Path) -> tuple[Path, str, dict[str, str]]:
+    """A store with one sound open transaction and others whose stored rows are garbage
+    (written with raw sqlite3); return the file, the sound id, and what each bad one holds."""
+    from agenttx.stores._sqlite_file import STEP  # noqa: PLC0415
+
+    db = root / "corrupt.db"
+    store = SQLiteStore(db)
+    engine = Engine(
+        tools=builtins.tools(str(root)), store=store, config=EngineConfig(idle_timeout=None)
+    )
+    good = engine.begin(agent_id="good")
+    good.execute_step(1, "kv.put", {"key": "a", "value": 1})
+    bad: dict[str, str] = {}
+    for what in ("record not JSON", "record nested", "record shape", "step not JSON",
+                 "step shape", "step nested", "log seq"):  # fmt: skip
+        tx = engine.begin(agent_id="bad")
+        tx.execute_step(1, "kv.put", {"key": "b", "value": 2})
+        bad[tx.id] = what
+    store.close()
+    with sqlite3.connect(db) as conn:
+        for tx_id, what in bad.items():
+            if what.startswith("record"):
+                record = {
+                    "record not JSON": "{not json",
+                    "record nested": "[" * 100_000,
+                    "record shape": '{"agent_id": "x"}',
+                }[what]
+                conn.execute("UPDATE txs SET record = ? WHERE tx_id = ?", (record, tx_id))
+            elif what.startswith("step"):
+                body = {
+                    "step not JSON": "\x00garbage",
+                    "step shape": "[1, 2]",
+                    "step nested": "[" * 100_000,
+                }[what]
+                conn.execute(
+                    "UPDATE log SET body = ? WHERE tx_id = ? AND kind = ?", (body, tx_id, STEP)
+                )
+            else:
+                conn.execute("UPDATE log SET seq = 'x' WHERE tx_id = ? AND kind = ?", (tx_id, STEP))
+        conn.execute(
+            "INSERT INTO txs (tx_id, record, owner, serializable) VALUES (?, 'null', NULL, 0)",
+            ("bad\x1b[2J",),
+        )
+    bad["bad\x1b[2J"] = "tx id"
+    return db, good.id, bad
+
+
+def test_inspect_lists_corrupt_transactions_as_unreadable(tmp_path, capsys):
+    """A transaction whose stored rows are not valid is listed as UNREADABLE with a one-line
+    reason, and the others are listed as usual; showing it is a one-line error, status 2."""
+    db, good, bad = corrupt_store(tmp_path)
+    status, out, err = run_main(capsys, "inspect", str(db))
+    assert (status, err) == (0, ""), err
+    assert not CONTROL.search(out)
+    rows = {row[0]: row for row in check_listing(out)}
+    assert rows[good][1:4] == ["good", "ACTIVE", "1"]
+    shown = {tx_id.replace("\x1b", "\\x1b") for tx_id in bad}
+    assert {tx_id for tx_id, row in rows.items() if row[2] == "UNREADABLE"} == shown, out
+    reasons = [line for line in out.splitlines() if line.startswith("unreadable ")]
+    assert {line.removeprefix("unreadable ").split(": ")[0] for line in reasons} == shown, out
+    for tx_id, what in bad.items():
+        expected = "invalid transaction id" if what == "tx id" else "unreadable"
+        for command in ("inspect", "graph"):
+            status, out, err = run_main(capsys, command, str(db), tx_id)
+            assert (status, out) == (2, ""), (what, err)
+            assert expected in one_line(err), (what, err)
+    status, out, err = run_main(capsys, "graph", str(db), good)
+    assert (status, err) == (0, "")
+
+
+def test_stored_text_is_printed_with_control_characters_escaped(tmp_path, capsys):
+    """Agent ids, tool names, hints, context, values and errors from the store reach the
+    terminal with every control character escaped (`\\x1b`), in every command and format."""
+    import agenttx  # noqa: PLC0415
+
+    @agenttx.tool(name="make\x1b]0;pwned\x07")
+    def make(ctx: agenttx.ToolContext) -> dict:
+        return {"id": "x\x7fy\x9b2Jz", "\u202eevil": 1}
+
+    @agenttx.tool(name="use")
+    def use(ctx: agenttx.ToolContext, key: str) -> dict:
+        raise agenttx.ToolError("the id is wrong \x9b2J here")
+
+    db = tmp_path / "esc.db"
+    store = SQLiteStore(db)
+    engine = Engine(tools=[make, use], store=store, config=EngineConfig(idle_timeout=None))
+    tx = engine.begin(agent_id="\x1b[31mred")
+    assert tx.execute_step(1, "use", {"key": "x"}).next_step_id == 1  # a hint, no step
+    tx.execute_step(1, "make\x1b]0;pwned\x07", {}, raw_context="first\r\x1b[2Jwiped")
+    assert any("\x9b" in hint for hint in tx.constraints)
+    store.close()
+    with sqlite3.connect(db) as conn:  # JSON text may hold a lone surrogate; Python cannot print it
+        (record,) = conn.execute("SELECT record FROM txs WHERE tx_id = ?", (tx.id,)).fetchone()
+        record = json.loads(record)
+        record["agent_id"] += "\ud800"
+        conn.execute("UPDATE txs SET record = ? WHERE tx_id = ?", (json.dumps(record), tx.id))
+    runs = [
+        ("inspect", str(db)),
+        ("inspect", str(db), tx.id),
+        *(("graph", str(db), tx.id, "--format", fmt) for fmt in ("dot", "mermaid", "json")),
+        ("graph", str(db), "\x1b[31m"),
+    ]
+    outputs = {}
+    for arguments in runs:
+        status, out, err = run_main(capsys, *arguments)
+        assert not CONTROL.search(out + err), (arguments, out, err)
+        assert "\ud800" not in out
+        outputs[arguments[-1]] = (status, out, err)
+    listing = outputs[str(db)][1]
+    assert "\\x1b[31mred\\ud800" in listing
+    shown = outputs[tx.id][1]
+    assert "\\x1b[31mred\\ud800" in shown
+    assert "\\x9b2J here" in shown
+    assert "first\\r\\x1b[2Jwiped" in shown
+    assert "make\\x1b]0;pwned\\x07" in shown
+    assert "\\x7fy\\x9b2Jz" in shown
+    assert "\\u202eevil" in shown
+    assert "make\\x1b]0;pwned\\x07" in outputs["mermaid"][1]
+    document = json.loads(outputs["json"][1])  # still JSON, with the same strings
+    assert document["nodes"][0]["tool"] == "make\x1b]0;pwned\x07"
+    status, _, err = outputs["\x1b[31m"]
+    assert status == 2
+    assert "\\x1b[31m" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[" * 100_000, "is not a JSON transcript"),
+        ('{"messages": [' * 50_000, "is not a JSON transcript"),
+        ("[1, 2", "is not a JSON transcript"),
+        ('{"role": "assistant"}', "must hold a JSON list"),
+        ('"just text"', "must hold a JSON list"),
+        ("42", "must hold a JSON list"),
+        (b"[\xff\xfe]", "is not a JSON transcript"),
+        ("", "is not a JSON transcript"),
+    ],
+)
+def test_lineage_of_bad_input_is_one_line_and_status_2(tmp_path, capsys, content, message):
+    """Deeply nested, malformed or non-transcript JSON: one line, exit status 2."""
+    path = tmp_path / "in.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    status, out, err = run_main(capsys, "lineage", str(path))
+    assert (status, out) == (2, "")
+    line = one_line(err)
+    assert line.startswith("agenttx lineage: ")
+    assert message in line
+
+
+def test_lineage_of_deep_json_never_prints_a_traceback(tmp_path):
+    """The same through `python -m agenttx`: no RecursionError traceback."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    done = agenttx_cli("lineage", str(path))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ("lineage", "t.json", "--min-value-length", "-1"),
+        ("lineage", "t.json", "--min-value-length", "four"),
+        ("lineage", "t.json", "--min-value-length", "9" * 5000),
+        ("inspect", "x.db", "--wait", "-1"),
+        ("inspect", "x.db", "--wait", "nan"),
+        ("graph", "x.db", "tx", "--wait", "inf"),
+    ],
+)
+def test_numeric_options_out_of_range(capsys, arguments):
+    """A numeric option out of range is an argparse error: usage, one error line, status 2."""
+    status, out, err = run_main(capsys, *arguments)
+    assert (status, out) == (2, "")
+    assert "Traceback" not in err
+    assert err.startswith(f"usage: agenttx {arguments[0]}")
+    assert err.splitlines()[-1].startswith(
+        f"agenttx {arguments[0]}: error: argument {arguments[-2]}"
+    )
+
+
+def test_min_value_length_out_of_range_through_the_command(tmp_path):
+    """`--min-value-length -1` through `python -m agenttx`: exit 2, no traceback."""
+    path = tmp_path / "t.json"
+    path.write_text("[]")
+    done = agenttx_cli("lineage", str(path), "--min-value-length", "-1")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "--min-value-length" in done.stderr.splitlines()[-1]
+
+
+def test_an_unexpected_error_is_one_line_and_status_1(tmp_path, capsys, monkeypatch):
+    """Whatever goes wrong inside a command prints `agenttx: error: TYPE: MESSAGE`, escaped,
+    and exits 1; an interrupt exits 130 quietly; a closed pipe exits 1 quietly."""
+    from agenttx import _cli  # noqa: PLC0415
+
+    path = tmp_path / "t.json"
+    path.write_text("[]")
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom \x1b[0m\nsecond line")
+
+    monkeypatch.setattr(_cli, "lineage_from_openai", boom)
+    status, out, err = run_main(capsys, "lineage", str(path))
+    assert (status, out) == (1, "")
+    assert one_line(err) == "agenttx: error: RuntimeError: boom \\x1b[0m\\nsecond line"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_cli, "lineage_from_openai", interrupted)
+    assert run_main(capsys, "lineage", str(path)) == (130, "", "")
+
+    def closed_pipe(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(_cli, "lineage_from_openai", closed_pipe)
+    assert run_main(capsys, "lineage", str(path)) == (1, "", "")
+
+
+#: Any JSON value, strings with control characters and lone surrogates included.
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(st.characters(codec=None, max_codepoint=0x2FFF), max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=12,
+)
+#: A step row: mostly the right shape (tool, arguments, output, context, dependencies).
+STEP_ROWS = JSON_VALUES | st.tuples(
+    JSON_VALUES, JSON_VALUES, JSON_VALUES, JSON_VALUES, st.lists(st.lists(JSON_VALUES, max_size=4))
+).map(list)
+
+
+@pytest.fixture(scope="module")
+def sound_store(tmp_path_factory) -> tuple[bytes, str]:
+    """The bytes of a store with one open transaction of two linked steps, and its id."""
+    root = tmp_path_factory.mktemp("sound")
+    store = SQLiteStore(root / "sound.db")
+    engine = Engine(
+        tools=builtins.tools(str(root)), store=store, config=EngineConfig(idle_timeout=None)
+    )
+    tx = engine.begin(agent_id="a")
+    tx.execute_step(1, "kv.put", {"key": "k", "value": "v"})
+    tx.execute_step(2, "kv.put", {"key": "l", "value": "${steps.1.key}"})
+    store.close()
+    return (root / "sound.db").read_bytes(), tx.id
+
+
+@settings(max_examples=40)
+@given(
+    record=st.none()
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "format": JSON_VALUES,
+            "agent_id": JSON_VALUES,
+            "policy": JSON_VALUES | st.just({}),
+            "settings": JSON_VALUES,
+            "created_at": JSON_VALUES,
+            "ended": JSON_VALUES,
+        },
+    ),
+    step=st.none() | STEP_ROWS,
+)
+def test_any_stored_json_is_shown_or_refused_in_one_line(sound_store, record, step):
+    """Whatever JSON a transaction's record or step row holds, `inspect` and `graph` either
+    show it or say in one line that it is unreadable, and print no control character."""
+    from agenttx._cli import main  # noqa: PLC0415
+    from agenttx.stores._sqlite_file import STEP  # noqa: PLC0415
+
+    content, tx_id = sound_store
+    with tempfile.TemporaryDirectory() as root:
+        db = Path(root) / "fuzz.db"
+        db.write_bytes(content)
+        with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+            if record is not None:
+                sql = "UPDATE txs SET record = ? WHERE tx_id = ?"
+                conn.execute(sql, (json.dumps(record), tx_id))
+            if step is not None:
+                sql = "UPDATE log SET body = ? WHERE tx_id = ? AND kind = ? AND step = 2"
+                conn.execute(sql, (json.dumps(step), tx_id, STEP))
+        for arguments in (
+            ["inspect", str(db)],
+            ["inspect", str(db), tx_id],
+            *(["graph", str(db), tx_id, "--format", fmt] for fmt in ("dot", "mermaid", "json")),
+        ):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = main(arguments)
+            assert not CONTROL.search(out.getvalue() + err.getvalue())
+            if status == 0:
+                assert err.getvalue() == ""
+            else:
+                assert (status, out.getvalue()) == (2, ""), err.getvalue()
+                assert "unreadable" in one_line(err.getvalue())
+
+
+@pytest.mark.parametrize(
+    "created_at", [True, "yesterday", None, 10**400, float("inf"), float("nan")]
+)
+def test_the_age_of_a_bad_timestamp_is_unknown(created_at):
+    """A stored `created_at` that is not a finite number shows as age "?", never an error."""
+    from agenttx._cli import _age  # noqa: PLC0415
+
+    assert _age(created_at) == "?"
+    assert _age(0).endswith("d")
