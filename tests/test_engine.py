@@ -93,9 +93,9 @@ def test_configuration_from_the_environment():
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("AGENTTX_STEP_TIMEOUT_MS", "0", "step timeout must be > 0"),
-        ("AGENTTX_COMPENSATION_RETRIES", "0", "compensation retries must be an integer > 0"),
-        ("AGENTTX_MAX_CONSTRAINTS", "0", "max constraints must be an integer > 0"),
+        ("AGENTTX_STEP_TIMEOUT_MS", "0", "step_timeout must be a number > 0"),
+        ("AGENTTX_COMPENSATION_RETRIES", "0", "compensation_retries must be an integer > 0"),
+        ("AGENTTX_MAX_CONSTRAINTS", "0", "max_constraints must be an integer > 0"),
         ("AGENTTX_MAX_LOCAL_DEPTH", "17", "max_local_depth must be <= 16"),
         (
             "AGENTTX_REPLAY_BUDGET_FACTOR",
@@ -177,7 +177,7 @@ def test_reaping_disabled():
 
 def test_bad_configuration_is_refused():
     """Out-of-range settings raise InvalidArgument naming the setting."""
-    with pytest.raises(agenttx.InvalidArgument, match="idle timeout"):
+    with pytest.raises(agenttx.InvalidArgument, match="idle_timeout"):
         EngineConfig(idle_timeout=0)
     with pytest.raises(agenttx.InvalidArgument, match="policy must be"):
         EngineConfig(policy="strict")  # type: ignore[arg-type]
@@ -547,7 +547,7 @@ def test_misuse_of_engine_methods_raises_invalid_argument(tmp_path, durable, cal
 def test_a_bad_idle_timeout_is_refused():
     """idle_timeout must be a number > 0 or None; a string or a bool is refused."""
     for bogus in ("5", True, -1, float("nan")):
-        with pytest.raises(agenttx.InvalidArgument, match="idle timeout"):
+        with pytest.raises(agenttx.InvalidArgument, match="idle_timeout"):
             EngineConfig(idle_timeout=bogus)  # type: ignore[arg-type]
 
 
