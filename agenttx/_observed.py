@@ -8,7 +8,6 @@ user code.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -30,8 +29,6 @@ from ._timeline import Timeline
 from ._tools import Orphans
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from ._graph import DependencyGraph
     from ._json import JSONValue
     from ._lineage import LineageGraph
@@ -42,7 +39,28 @@ if TYPE_CHECKING:
     from ._txlog import TxLog
     from .stores import Store
 
-__all__ = ["Observed"]
+__all__ = ["Calls", "Observed"]
+
+
+class Calls:
+    """A transaction's call lock, stamping the start and end of each call (for the idle reaper).
+
+    A class rather than a generator context manager: it runs twice on every step.
+    """
+
+    __slots__ = ("last", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.last = time.monotonic()
+
+    def __enter__(self) -> None:
+        self.last = time.monotonic()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+        self.last = time.monotonic()
 
 
 @attrs.define(init=False, eq=False, repr=False)
@@ -64,9 +82,8 @@ class Observed:
     _orphans: Orphans = attrs.field(init=False, factory=Orphans)
     # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.
     _log: TxLog | None = attrs.field(init=False, default=None)
-    _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    _calls: Calls = attrs.field(init=False, factory=Calls)
     _state_lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
-    _last_activity: float = attrs.field(init=False, factory=time.monotonic)
 
     @property
     def id(self) -> str:
@@ -189,7 +206,7 @@ class Observed:
 
     def read(self, key: str) -> JSONValue:
         """State `key` as this transaction sees it (its writes, then committed); None if absent."""
-        self._last_activity = time.monotonic()
+        self._calls.last = time.monotonic()
         if self._store.is_open(self._id):
             text = self._store.get(self._id, key)
         else:
@@ -199,11 +216,11 @@ class Observed:
     @property
     def last_activity(self) -> float:
         """The `time.monotonic()` at which the last call on this transaction began or ended."""
-        return self._last_activity
+        return self._calls.last
 
     def view(self) -> TransactionView:
         """A snapshot of the transaction's state; works after it has ended, and during a step."""
-        self._last_activity = time.monotonic()
+        self._calls.last = time.monotonic()
         with self._state_lock:
             return TransactionView(
                 tx_id=self._id,
@@ -232,18 +249,11 @@ class Observed:
     def _transition(self, target: TxStatus) -> None:
         if target not in TRANSITIONS[self._status]:
             raise IllegalTransition(source=self._status.value, target=target.value)
-        with self._state_lock:
-            self._status = target
+        self._status = target  # one store: observers never see half of it
 
-    @contextlib.contextmanager
-    def _call(self) -> Iterator[None]:
+    def _call(self) -> Calls:
         """Around a call: serialize it, and count its start and its end as activity."""
-        self._last_activity = time.monotonic()
-        try:
-            with self._lock:
-                yield
-        finally:
-            self._last_activity = time.monotonic()
+        return self._calls
 
     def _ensure_active(self) -> None:
         if self._status is not TxStatus.ACTIVE:

@@ -161,7 +161,7 @@ class Transaction(Observed):
             rewinds=progress.rewinds,
             undone={undo.step_id for undo in restored.undos},
         )
-        with self._lock:
+        with self._calls.lock:
             if progress.rewinding is not None:  # finish it: never bring compensated steps back
                 target, final = progress.rewinding
                 return self._rewind(target, final=None if final is None else TxStatus(final))
@@ -177,16 +177,16 @@ class Transaction(Observed):
         transaction in the middle of a call is skipped, never waited for: this is what an idle
         reaper calls from its own thread.
         """
-        if not self._lock.acquire(blocking=False):
+        if not self._calls.lock.acquire(blocking=False):
             return False
         try:
-            idle = time.monotonic() - self._last_activity
+            idle = time.monotonic() - self._calls.last
             if self._status is not TxStatus.ACTIVE or idle < idle_timeout:
                 return False
             self._abort(TxStatus.ROLLED_BACK)
             return True
         finally:
-            self._lock.release()
+            self._calls.lock.release()
 
     def execute_step(
         self,
