@@ -64,6 +64,7 @@ from ._lineage import lineage_from_steps as lineage_from_steps
 from ._refs import Dependency as Dependency
 from ._refs import Resolution as Resolution
 from ._refs import resolve_references as resolve_references
+from ._results import AttemptStatus as AttemptStatus
 from ._results import CommitResult as CommitResult
 from ._results import ContextEntry as ContextEntry
 from ._results import DispatchReport as DispatchReport
@@ -95,6 +96,7 @@ from ._version import __version__ as __version__
 __all__ = [
     "MAX_NESTING_DEPTH",
     "AgentTxError",
+    "AttemptStatus",
     "CleanHint",
     "CommitResult",
     "Compensation",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import builtins
 from ._engine import Engine, EngineConfig
 from ._json import canonical_dumps
+from ._results import AttemptStatus
 from .stores import SQLiteStore
 
 if TYPE_CHECKING:
@@ -116,8 +117,8 @@ def run(out: Callable[[str], object] = print, *, directory: str | None = None) -
 
     out("\ndependency graph (live steps, and the attempts that were undone):")
     for attempt in tx.history:
-        if attempt.status != "live":
-            out(f"  step {attempt.step_id} {attempt.tool_name}: {attempt.status}")
+        if attempt.status is not AttemptStatus.LIVE:
+            out(f"  step {attempt.step_id} {attempt.tool_name}: {attempt.status.value}")
     for edge in tx.graph.edges():
         out(
             f"  step {edge.source} -> step {edge.target}  {edge.source_key} -> {edge.target_key}"

@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ._render import DrawnNode, render_graph
-from ._results import StepAttempt
+from ._results import AttemptStatus, StepAttempt
 
 if TYPE_CHECKING:
     from ._graph import DependencyGraph
@@ -23,7 +23,9 @@ class _Attempt:
 
     __slots__ = ("had_undos", "status", "step_id", "tool_name")
 
-    def __init__(self, step_id: int, tool_name: str, status: str, *, had_undos: bool) -> None:
+    def __init__(
+        self, step_id: int, tool_name: str, status: AttemptStatus, *, had_undos: bool
+    ) -> None:
         self.step_id = step_id
         self.tool_name = tool_name
         self.status = status
@@ -41,19 +43,21 @@ class StepHistory:
 
     def succeeded(self, step_id: int, tool_name: str, *, had_undos: bool) -> None:
         """Step `step_id` succeeded: it is live until a rewind undoes it."""
-        attempt = _Attempt(step_id, tool_name, "live", had_undos=had_undos)
+        attempt = _Attempt(step_id, tool_name, AttemptStatus.LIVE, had_undos=had_undos)
         self._attempts.append(attempt)
         self._live[step_id] = attempt
 
     def failed(self, step_id: int, tool_name: str) -> None:
         """Step `step_id` failed."""
-        self._attempts.append(_Attempt(step_id, tool_name, "failed", had_undos=False))
+        self._attempts.append(_Attempt(step_id, tool_name, AttemptStatus.FAILED, had_undos=False))
 
     def undo_from(self, target: int) -> None:
         """Mark the live steps >= `target` as undone in the history."""
         for step in [s for s in self._live if s >= target]:
             attempt = self._live.pop(step)
-            attempt.status = "compensated" if attempt.had_undos else "rewound"
+            attempt.status = (
+                AttemptStatus.COMPENSATED if attempt.had_undos else AttemptStatus.REWOUND
+            )
 
     def attempts(self) -> tuple[StepAttempt, ...]:
         """The attempts, oldest first."""
@@ -64,12 +68,14 @@ class StepHistory:
 
     def export(self, graph: DependencyGraph, fmt: str) -> str:
         """`graph` (the live steps) with the undone attempts as extra, marked nodes."""
-        attempts = [(n, a) for n, a in enumerate(self._attempts) if a.status != "live"]
+        attempts = [
+            (n, a) for n, a in enumerate(self._attempts) if a.status is not AttemptStatus.LIVE
+        ]
         if fmt == "json":
             return _graph_json(graph, attempts)
         nodes, edges = graph._drawing()  # noqa: SLF001  (one drawing for every export)
         nodes.extend(
-            DrawnNode(f"a{n}", f"{a.step_id}: {a.tool_name}", a.status) for n, a in attempts
+            DrawnNode(f"a{n}", f"{a.step_id}: {a.tool_name}", a.status.value) for n, a in attempts
         )
         return render_graph(nodes, edges, fmt)
 
@@ -77,9 +83,9 @@ class StepHistory:
 def _graph_json(graph: DependencyGraph, attempts: list[tuple[int, _Attempt]]) -> str:
     document = json.loads(graph.to_json())
     for node in document["nodes"]:
-        node["id"], node["status"] = f"s{node['step']}", "live"
+        node["id"], node["status"] = f"s{node['step']}", AttemptStatus.LIVE.value
     document["nodes"].extend(
-        {"id": f"a{n}", "step": a.step_id, "tool": a.tool_name, "status": a.status}
+        {"id": f"a{n}", "step": a.step_id, "tool": a.tool_name, "status": a.status.value}
         for n, a in attempts
     )
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRANSITIONS",
+    "AttemptStatus",
     "CommitResult",
     "ContextEntry",
     "DispatchReport",
@@ -76,6 +77,15 @@ class StepStatus(enum.Enum):
     SUCCESS = "SUCCESS"
     ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
     FAILED = "FAILED"  # the transaction aborted
+
+
+class AttemptStatus(enum.Enum):
+    """What became of one execution of a step (see `Transaction.history`)."""
+
+    LIVE = "live"  # succeeded, and kept
+    FAILED = "failed"
+    REWOUND = "rewound"  # undone by a rewind or an abort, with nothing to compensate
+    COMPENSATED = "compensated"  # undone, with its undo records run
 
 
 @final
@@ -234,9 +244,8 @@ class DispatchReport:
 @final
 @attrs.frozen(kw_only=True)
 class StepAttempt:
-    """One execution of a step and what became of it: "live", "failed", "rewound" or
-    "compensated" (see `Transaction.history`)."""
+    """One execution of a step and what became of it (see `Transaction.history`)."""
 
     step_id: int
     tool_name: str
-    status: str
+    status: AttemptStatus

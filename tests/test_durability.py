@@ -121,7 +121,7 @@ def test_resume_continues_from_the_next_step(tmp_path):
     assert resumed.global_resets == tx.global_resets
     assert resumed.graph.to_json() == tx.graph.to_json()
     assert resumed.read("orders/o2") == {"amount": 5}
-    assert [(a.step_id, a.status) for a in resumed.history] == [(1, "live"), (2, "live")]
+    assert [(a.step_id, a.status.value) for a in resumed.history] == [(1, "live"), (2, "live")]
     step = resumed.next_step_id
     result = resumed.execute_step(step, "charge", {"order": "o3", "amount": "${steps.1.amount}"})
     assert result.output == {"order": "o3", "amount": 5}

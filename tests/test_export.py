@@ -49,7 +49,7 @@ def shop() -> agenttx.Transaction:
 def test_history_marks_failed_rewound_and_compensated_steps():
     """The failed step is failed; the rewind undoes step 1 (rewound) and step 2 (compensated)."""
     tx = shop()
-    assert [(a.step_id, a.tool_name, a.status) for a in tx.history] == [
+    assert [(a.step_id, a.tool_name, a.status.value) for a in tx.history] == [
         (1, "create_user", "rewound"),
         (2, "charge", "compensated"),
         (3, "order", "failed"),
@@ -61,7 +61,7 @@ def test_history_after_an_abort():
     """An abort undoes every live step."""
     tx = shop()
     tx.rollback()
-    assert [a.status for a in tx.history] == ["rewound", "compensated", "failed", "rewound"]
+    assert [a.status.value for a in tx.history] == ["rewound", "compensated", "failed", "rewound"]
 
 
 def test_dot_export_snapshot():

@@ -25,6 +25,7 @@ EXPECTED = {
     "agenttx": [
         "MAX_NESTING_DEPTH",
         "AgentTxError",
+        "AttemptStatus",
         "CleanHint",
         "CommitResult",
         "Compensation",
