@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ._errors import InvalidArgument, StepOutOfOrder
 from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
@@ -27,7 +27,12 @@ if TYPE_CHECKING:
     from ._tools import Outcome, ToolRegistry, UndoRecord
     from .stores import Store
 
-__all__ = ["check_agent_id", "check_call", "output_error", "prepare_call"]
+__all__ = ["UNDO_SEQ_BITS", "check_agent_id", "check_call", "output_error", "prepare_call"]
+
+#: An attempt's undo records are numbered from `rewinds << UNDO_SEQ_BITS`: a step runs again only
+#: after a rewind, so no two attempts of a step share a number (a step registers far fewer than
+#: a million undos), and a kept record is never replaced by a later attempt's.
+UNDO_SEQ_BITS: Final = 20
 
 
 def check_call(
@@ -95,6 +100,7 @@ def prepare_call(
         return error, pending
     if _too_big(resolved, what="arguments"):
         return f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes", pending
+    seq_base = generation << UNDO_SEQ_BITS
     context = None
     if tool.wants_context:
         context = ToolContext(
@@ -105,6 +111,7 @@ def prepare_call(
             store=store,
             compensations=registry.compensations,
             log_undo=log_undo,
+            seq_base=seq_base,
         )
     call = Call(
         step_id=step_id,
@@ -114,6 +121,7 @@ def prepare_call(
         context=context,
         timeout=timeout,
         log_undo=log_undo,
+        seq_base=seq_base,
     )
     return call, pending
 

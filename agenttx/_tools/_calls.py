@@ -46,6 +46,9 @@ class Call(NamedTuple):
     context: ToolContext | None  # None when the tool takes no context: nothing to collect
     timeout: float  # the step timeout, in seconds
     log_undo: Callable[[UndoRecord], object] | None  # writes an undo durably, if durable
+    #: The first `seq` of this attempt's undo records: attempts of a step never share one, so a
+    #: kept (failed) record is never overwritten by a later attempt's.
+    seq_base: int = 0
 
 
 def closed(
@@ -203,7 +206,7 @@ def _succeeded(call: Call, output: object) -> Outcome:
     if compensation is not None:
         # The tool returned, so its effect happened: undo it on a rewind even if its output
         # is refused (then with output null).
-        declared = _declared_undo(call, compensation, len(undos), checked)
+        declared = _declared_undo(call, compensation, call.seq_base + len(undos), checked)
         if call.log_undo is not None:
             call.log_undo(declared)  # after the effect: all a declared undo can do
         undos = (*undos, declared)
@@ -260,7 +263,9 @@ class Orphan(NamedTuple):
             checked = check_json(output)
         except JSONValueError:
             checked = None
-        declared = _declared_undo(self.call, compensation, len(self.undos), checked)
+        declared = _declared_undo(
+            self.call, compensation, self.call.seq_base + len(self.undos), checked
+        )
         if self.call.log_undo is not None:
             self.call.log_undo(declared)
         return (*self.undos, declared)

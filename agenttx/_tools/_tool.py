@@ -403,6 +403,7 @@ class ToolContext:
         "_fence",
         "_key",
         "_log_undo",
+        "_seq_base",
         "_state",
         "_store",
         "_undos",
@@ -421,8 +422,10 @@ class ToolContext:
         store: Store,
         compensations: Mapping[str, Compensation[Any, Any]],
         log_undo: Callable[[UndoRecord], object] | None = None,
+        seq_base: int = 0,
     ) -> None:
         self.tx_id = tx_id
+        self._seq_base = seq_base  # undo records number from here: unique in the transaction
         self.step_id = step_id
         self._key = idempotency_key  # a callable is called once, on first use
         self.deadline = deadline
@@ -482,7 +485,7 @@ class ToolContext:
         with self._fence:
             record = UndoRecord(
                 step_id=self.step_id,
-                seq=len(self._undos),
+                seq=self._seq_base + len(self._undos),
                 kind=kind,
                 payload=payload,
                 description=description or default,
