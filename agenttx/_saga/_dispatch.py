@@ -1,7 +1,14 @@
 """Staged effects after a commit: dispatchers, and delivery from a durable store's outbox.
 
-Staged effects are dispatched only after a commit, in staging order; dispatch errors are
-reported and never undo the commit.
+Staged effects are dispatched only after a commit, in staging order. Delivery never raises:
+it runs after the commit is durable, and the commit stands whatever happens to its effects, so
+every failure (a dispatcher raising or missing, a delivery past its deadline, the outbox's store
+failing to record an outcome) is a report line.
+
+Delivery is at least once. A delivery abandoned at its deadline goes on, unwatched, on its
+worker thread and may still land; an outbox entry whose outcome could not be recorded stays
+pending and is offered again. Dispatchers must therefore be idempotent on the effect's
+`idempotency_key`.
 """
 
 from __future__ import annotations
@@ -11,12 +18,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, final
 
-from .._tools import StagedEffect, resolve_awaitable
+from .._tools import StagedEffect
 from ..stores._durable import is_durable
-from ._ledger import describe
+from ._attempts import DEFAULT_TIMEOUT, Attempt, check_timeout, describe
+from ._backoff import Backoff
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -25,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OUTBOX_BACKOFF",
-    "OUTBOX_MAX_WAIT",
     "Dispatcher",
     "EffectDispatcher",
     "OutboxDispatcher",
@@ -39,9 +47,12 @@ __all__ = [
 class EffectDispatcher(Protocol):
     """Delivers one committed staged effect.
 
-    Called after the commit is durable, once per effect, in staging order, from the thread
-    that committed. It may raise: the error is reported in `CommitResult.dispatch_errors` and
-    the commit stands. It should be idempotent on `effect.idempotency_key`, which is stable.
+    Called after the commit is durable, once per effect, in staging order, on a worker thread
+    (with the committing thread's context variables), under a deadline (30 s by default). It
+    may raise: the error is reported in `CommitResult.dispatch_errors` and the commit stands.
+    Past its deadline it is abandoned, still running, and reported as timed out; from an
+    outbox it is offered again later. So it must be idempotent on `effect.idempotency_key`,
+    which is stable: the same effect may be delivered more than once.
     """
 
     def __call__(self, effect: StagedEffect, /) -> object: ...
@@ -93,42 +104,46 @@ Dispatcher = EffectDispatcher | Callable[..., object] | Mapping[str, Callable[..
 
 
 def dispatch_effects(
-    effects: Sequence[StagedEffect], dispatcher: Dispatcher | None
+    effects: Sequence[StagedEffect],
+    dispatcher: Dispatcher | None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[int, tuple[str, ...]]:
-    """Deliver `effects` in order; return how many were delivered and an error line per failure."""
+    """Deliver `effects` in order, each under a deadline of `timeout` seconds.
+
+    Returns how many were delivered and a failure line per effect that was not; never raises
+    for a delivery (see the module docstring). `InvalidArgument` if `timeout` is not a usable
+    deadline (checked first, before anything is delivered).
+    """
+    timeout = check_timeout("timeout", timeout)
     if dispatcher is None:
         return 0, ()
     delivered = 0
-    errors: list[str] = []
+    failures: list[str] = []
     for effect in effects:
-        error = _deliver(effect, dispatcher)
+        error = _deliver(effect, dispatcher, timeout)
         if error is None:
             delivered += 1
         else:
-            errors.append(_dispatch_error(effect, error))
-    return delivered, tuple(errors)
+            failures.append(_failure_line(effect, error))
+    return delivered, tuple(failures)
 
 
-def _deliver(effect: StagedEffect, dispatcher: Dispatcher) -> str | None:
-    """Deliver one effect; return None, or the error."""
+def _deliver(effect: StagedEffect, dispatcher: Dispatcher, timeout: float) -> str | None:
+    """Deliver one effect on a worker thread; return None, or the error."""
     target: Callable[..., object] | None
     target = dispatcher.get(effect.channel) if isinstance(dispatcher, Mapping) else dispatcher
     if target is None:
         return f"no dispatcher for channel `{effect.channel}`"
-    try:
-        resolve_awaitable(target(effect))
-    except Exception as exc:  # noqa: BLE001  (reported; the commit stands)
-        return describe(exc)
-    return None
+    return Attempt(partial(target, effect), timeout).run()
 
 
-def _dispatch_error(effect: StagedEffect, error: str) -> str:
+def _failure_line(effect: StagedEffect | OutboxEntry, error: str) -> str:
     return f"{effect.channel} effect {effect.idempotency_key} (step {effect.step_id}): {error}"
 
 
-#: Outbox retries wait `OUTBOX_BACKOFF * 2**(attempts - 1)` seconds, at most `OUTBOX_MAX_WAIT`.
-OUTBOX_BACKOFF: Final = 0.5
-OUTBOX_MAX_WAIT: Final = 300.0
+#: Outbox retries wait 0.5 s after the first failure, doubling up to 5 minutes.
+OUTBOX_BACKOFF: Final = Backoff(base=0.5, max_wait=300.0)
 
 
 def outbox_effect(entry: OutboxEntry) -> StagedEffect:
@@ -149,30 +164,73 @@ def deliver_outbox(
     tx_id: str | None = None,
     limit: int = 1000,
     clock: Callable[[], float] = time.time,
+    timeout: float = DEFAULT_TIMEOUT,
+    backoff: Backoff = OUTBOX_BACKOFF,
 ) -> tuple[int, tuple[str, ...]]:
     """Deliver the due outbox entries (of one transaction, or all) in commit and staging order.
 
-    Each delivered entry is marked delivered; each failure is counted, keeps its error and
-    waits a bounded, doubling backoff before it is offered again. A failure does not hold back
-    the entries after it. Returns how many were delivered and an error line per failure. The
-    store's own errors (`StorageError`) propagate: the entries stay pending.
+    Each delivery runs under a deadline of `timeout` seconds. Each delivered entry is marked
+    delivered; each failure (timeouts included) is counted, keeps its error and is not offered
+    again before `backoff.delay(attempts)` seconds have passed. A failure does not hold back the
+    entries after it. Returns how many were delivered (and recorded so) and a failure line per
+    entry that was not.
+
+    Never raises for a delivery or for the store (see the module docstring): if the store
+    cannot list the entries, that is the one failure line; if it cannot record an outcome, the
+    entry stays pending, is offered again by the next run (`Engine.dispatch_pending`), possibly
+    delivered twice, and the line says so. `InvalidArgument` if `timeout` is not a usable
+    deadline (checked first).
     """
+    timeout = check_timeout("timeout", timeout)
+    try:
+        entries = store.pending_effects(limit, tx_id=tx_id)
+    except Exception as exc:  # noqa: BLE001  (reported: the commit before this stands)
+        return 0, (f"outbox: the pending effects could not be read: {describe(exc)}",)
     now = clock()
     delivered = 0
-    errors: list[str] = []
-    for entry in store.pending_effects(limit, tx_id=tx_id):
+    failures: list[str] = []
+    for entry in entries:
         if entry.not_before > now:
             continue
-        effect = outbox_effect(entry)
-        error = _deliver(effect, dispatcher)
-        if error is None:
-            store.mark_delivered(entry.id)
+        failure = _deliver_entry(
+            store, dispatcher, entry, now=now, timeout=timeout, backoff=backoff
+        )
+        if failure is None:
             delivered += 1
         else:
-            wait = min(OUTBOX_BACKOFF * (1 << min(entry.attempts, 20)), OUTBOX_MAX_WAIT)
-            store.mark_failed(entry.id, error, now + wait)
-            errors.append(_dispatch_error(effect, error))
-    return delivered, tuple(errors)
+            failures.append(failure)
+    return delivered, tuple(failures)
+
+
+def _deliver_entry(
+    store: DurableStore,
+    dispatcher: Dispatcher,
+    entry: OutboxEntry,
+    now: float,
+    *,
+    timeout: float,
+    backoff: Backoff,
+) -> str | None:
+    """Deliver one due entry and record the outcome in the store; None, or a failure line."""
+    try:
+        effect = outbox_effect(entry)
+    except ValueError as exc:  # a payload that is not JSON (json.JSONDecodeError)
+        error: str | None = f"unreadable payload: {describe(exc)}"
+    else:
+        error = _deliver(effect, dispatcher, timeout)
+    try:
+        if error is None:
+            store.mark_delivered(entry.id)
+            return None
+        store.mark_failed(entry.id, error, now + backoff.delay(entry.attempts + 1))
+    except Exception as exc:  # noqa: BLE001  (reported: the entry stays pending, see above)
+        why = describe(exc)
+        if error is None:
+            error = f"delivered, but the outbox could not record it ({why}): it stays pending"
+        else:
+            error = f"{error}; the outbox could not record the failure ({why})"
+        return _failure_line(entry, f"{error} and will be offered again")
+    return _failure_line(entry, error)
 
 
 def deliver_committed(

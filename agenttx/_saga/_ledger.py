@@ -1,31 +1,43 @@
 """Undo records and their compensation.
 
 Undo records are kept in step order and compensated newest first. Each compensation gets up
-to `attempts` tries with exponential backoff (10 ms, 20 ms, 40 ms, ...); a failure never stops
-the others, is reported, and the record is kept (`SagaLedger.failed`) rather than forgotten, so
-it can be retried and is still visible after a commit.
+to `attempts` tries, `backoff` apart (10 ms, 20 ms, 40 ms, ... by default), each under a
+deadline of `timeout` seconds. A failure never stops the others, is reported, and the record is
+kept (`SagaLedger.failed`) rather than forgotten, so it can be retried and is still visible after
+a commit.
+
+A compensation that does not return by its deadline is abandoned on its worker thread (an async
+one is cancelled) and the attempt counts as failed ("timed out after N ms"). It may still be
+running when its next attempt is due: then the record is not tried again (two runs of one undo
+at once could interleave), it is kept as failed ("still running after timeout"), and
+`SagaLedger.running` lists it until it ends. Compensations must therefore be idempotent: an
+abandoned run may still finish, and recovery may run the record again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
 from .._errors import InvalidArgument
-from .._tools import is_awaitable, resolve_awaitable
+from ._attempts import DEFAULT_TIMEOUT, Attempt, Work, adrive, check_timeout, drive
+from ._backoff import Backoff
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from .._tools import Compensation, UndoRecord
 
-__all__ = ["BACKOFF_BASE", "CompensationReport", "SagaLedger", "describe"]
+__all__ = ["COMPENSATION_BACKOFF", "STILL_RUNNING", "CompensationReport", "SagaLedger"]
 
-BACKOFF_BASE: Final = 0.010  # seconds; doubled per attempt, capped at 2**8 times
+#: Waits between the attempts at one compensation: 10 ms doubling, capped at 2.56 s.
+COMPENSATION_BACKOFF: Final = Backoff(base=0.010, max_wait=0.010 * 2**8)
+#: Why a record was not tried (again): an earlier attempt at it has not ended.
+STILL_RUNNING: Final = "still running after timeout"
 
 
 @final
@@ -37,30 +49,55 @@ class CompensationReport:
     failures: tuple[str, ...] = ()
 
 
-@attrs.define(eq=False, repr=False)
-class SagaLedger:
-    """The undo records of one transaction's live steps, plus those that failed to run."""
+def _check_attempts(_: object, __: object, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"compensation_retries must be an integer, got {value!r}")
+    if value < 1:
+        raise InvalidArgument("compensation_retries must be >= 1")
 
-    attempts: int = 3
-    backoff: float = BACKOFF_BASE
+
+def _check_backoff(_: object, __: object, value: object) -> None:
+    if not isinstance(value, Backoff):
+        raise InvalidArgument(f"backoff must be a Backoff, got {value!r}")
+
+
+def _compensation_timeout(value: object) -> float:
+    return check_timeout("compensation_timeout", value)
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class SagaLedger:
+    """The undo records of one transaction's live steps, plus those that failed to run.
+
+    Not thread-safe: the transaction calls it under its lock (`acompensate` runs outside it, on
+    records already taken out with `take_from`).
+    """
+
+    attempts: int = attrs.field(default=3, validator=_check_attempts)
+    backoff: Backoff = attrs.field(default=COMPENSATION_BACKOFF, validator=_check_backoff)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, converter=_compensation_timeout)
     #: Called with each record whose compensation succeeded (a durable store forgets it).
     on_compensated: Callable[[UndoRecord], object] | None = None
     _records: list[UndoRecord] = attrs.field(init=False, factory=list)
     _failed: list[tuple[UndoRecord, str]] = attrs.field(init=False, factory=list)
-
-    def __attrs_post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
-            raise InvalidArgument(f"compensation_retries must be an integer, got {self.attempts!r}")
-        if self.attempts < 1:
-            raise InvalidArgument("compensation_retries must be >= 1")
+    # Attempts that may outlive their deadline, with their record; pruned when they end.
+    _in_flight: list[tuple[UndoRecord, Attempt]] = attrs.field(init=False, factory=list)
 
     def __repr__(self) -> str:  # never the records: they hold tool arguments
         return f"<SagaLedger pending={len(self._records)} failed={len(self._failed)}>"
 
     @property
     def failed(self) -> tuple[tuple[UndoRecord, str], ...]:
-        """Records whose compensation failed every attempt, with the last error, oldest first."""
+        """Records whose compensation failed for good, with the last error, oldest first."""
         return tuple(self._failed)
+
+    @property
+    def running(self) -> tuple[UndoRecord, ...]:
+        """Records with an attempt still running past its deadline or an interrupt, oldest first."""
+        self._in_flight = [
+            (record, attempt) for record, attempt in self._in_flight if attempt.running
+        ]
+        return tuple(record for record, _ in self._in_flight)
 
     def pending(self) -> tuple[UndoRecord, ...]:
         """The records of live steps, in the order they were recorded."""
@@ -105,46 +142,31 @@ class SagaLedger:
         *,
         sleep: Callable[[float], object] = time.sleep,
     ) -> CompensationReport:
-        """Run `records` in the order given; see the module docstring.
+        """Run `records` in the order given, each on a worker thread; see the module docstring.
 
-        If a compensation raises a BaseException (KeyboardInterrupt, cancellation), that record
-        and the ones not yet run are kept as failed (`interrupted`) and the exception propagates.
+        Returns within about `attempts * timeout` seconds plus the backoff per record, whatever
+        the compensations do. If a compensation raises a BaseException (KeyboardInterrupt,
+        cancellation), that record and the ones not yet run are kept as failed (`interrupted`)
+        and the exception propagates.
         """
-        succeeded = 0
-        failures: list[str] = []
-        for index, record in enumerate(records):
-            error: str | None = None
-            with self._interruptible(records, index):
-                for attempt in range(self.attempts):
-                    error = _run_once(record, compensations, resolve_awaitable)
-                    if error is None:
-                        break
-                    if attempt + 1 < self.attempts:
-                        sleep(self.backoff * (1 << min(attempt, 8)))
-            if error is None:
-                succeeded += 1
-                if self.on_compensated is not None:
-                    self.on_compensated(record)
-            else:
-                self._failed.append((record, error))
-                failures.append(f"{record.description}: {error}")
-        return CompensationReport(succeeded=succeeded, failures=tuple(failures))
+        return drive(self._compensating(records, compensations), sleep)
 
     async def acompensate(
         self, records: Sequence[UndoRecord], compensations: Mapping[str, Compensation[Any, Any]]
     ) -> CompensationReport:
-        """`compensate` for async callers: awaits async compensations on the running loop."""
+        """`compensate` for async callers: a sync compensation runs on a worker thread, an async
+        one on the running loop (cancelled at its deadline); the loop is never blocked."""
+        return await adrive(self._compensating(records, compensations))
+
+    def _compensating(
+        self, records: Sequence[UndoRecord], compensations: Mapping[str, Compensation[Any, Any]]
+    ) -> Work[CompensationReport]:
+        """The plan of `compensate`: each record's attempts in turn, then the report."""
         succeeded = 0
         failures: list[str] = []
         for index, record in enumerate(records):
-            error: str | None = None
             with self._interruptible(records, index):
-                for attempt in range(self.attempts):
-                    error = await _arun_once(record, compensations)
-                    if error is None:
-                        break
-                    if attempt + 1 < self.attempts:
-                        await asyncio.sleep(self.backoff * (1 << min(attempt, 8)))
+                error = yield from self._tries(record, partial(_start, record, compensations))
             if error is None:
                 succeeded += 1
                 if self.on_compensated is not None:
@@ -153,6 +175,25 @@ class SagaLedger:
                 self._failed.append((record, error))
                 failures.append(f"{record.description}: {error}")
         return CompensationReport(succeeded=succeeded, failures=tuple(failures))
+
+    def _tries(self, record: UndoRecord, undo: Callable[[], object]) -> Work[str | None]:
+        """Up to `attempts` attempts at `record`, `backoff` apart; the last error, or None.
+
+        No attempt starts while an earlier attempt at the same record is still running.
+        """
+        error: str | None = None
+        for number in range(1, self.attempts + 1):
+            if number > 1:
+                yield self.backoff.delay(number - 1)
+            if any(kept is record for kept in self.running):
+                reason = f"{STILL_RUNNING}: not tried again"
+                return reason if error is None else f"{error}, {reason}"
+            attempt = Attempt(undo, self.timeout)
+            self._in_flight.append((record, attempt))
+            error = yield attempt
+            if error is None:
+                return None
+        return error
 
 
 def _start(record: UndoRecord, compensations: Mapping[str, Compensation[Any, Any]]) -> object:
@@ -163,31 +204,3 @@ def _start(record: UndoRecord, compensations: Mapping[str, Compensation[Any, Any
     if compensation is None:
         raise LookupError(f"no compensation registered for kind `{record.kind}`")
     return compensation(record.payload)
-
-
-def describe(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
-
-
-def _run_once(
-    record: UndoRecord,
-    compensations: Mapping[str, Compensation[Any, Any]],
-    finish: Callable[[object], object],
-) -> str | None:
-    try:
-        finish(_start(record, compensations))
-    except Exception as exc:  # noqa: BLE001  (a compensation's failure is data: it is reported)
-        return describe(exc)
-    return None
-
-
-async def _arun_once(
-    record: UndoRecord, compensations: Mapping[str, Compensation[Any, Any]]
-) -> str | None:
-    try:
-        result = _start(record, compensations)
-        if is_awaitable(result):
-            await result
-    except Exception as exc:  # noqa: BLE001
-        return describe(exc)
-    return None
