@@ -78,6 +78,12 @@ class EngineConfig:
     )
     idle_timeout: float | None = attrs.field(default=900.0, validator=optional(positive_number))
     compensation_retries: int = attrs.field(default=3, validator=positive_int)
+    compensation_timeout: float = attrs.field(
+        default=DEFAULT_STEP_TIMEOUT, converter=float_seconds, validator=positive_number
+    )
+    dispatch_timeout: float = attrs.field(
+        default=DEFAULT_STEP_TIMEOUT, converter=float_seconds, validator=positive_number
+    )
     max_constraints: int = attrs.field(default=32, validator=positive_int)
     policy: RollbackPolicy = attrs.field(
         factory=RollbackPolicy, validator=instance_of(RollbackPolicy)
@@ -99,6 +105,8 @@ class EngineConfig:
             step_timeout=self.step_timeout,
             max_constraints=self.max_constraints,
             compensation_retries=self.compensation_retries,
+            compensation_timeout=self.compensation_timeout,
+            dispatch_timeout=self.dispatch_timeout,
             isolation=self.isolation,
             policy=self.policy,
         )
@@ -275,6 +283,8 @@ class Engine:
             step_timeout=self._config.step_timeout,
             max_constraints=self._config.max_constraints,
             compensation_retries=self._config.compensation_retries,
+            compensation_timeout=self._config.compensation_timeout,
+            dispatch_timeout=self._config.dispatch_timeout,
             isolation=self._config.isolation if isolation is None else isolation,
         )
         with self._lock:
@@ -363,7 +373,9 @@ class Engine:
             raise InvalidArgument("dispatch_pending needs an engine with a dispatcher")
         if not is_durable(self._store):
             return DispatchReport()
-        delivered, errors = deliver_outbox(self._store, self._dispatcher, limit=limit)
+        delivered, errors = deliver_outbox(
+            self._store, self._dispatcher, limit=limit, timeout=self._config.dispatch_timeout
+        )
         return DispatchReport(delivered=delivered, errors=errors)
 
     # ------------------------------------------------------------------ reaping

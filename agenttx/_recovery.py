@@ -13,11 +13,12 @@ import json
 import os
 import socket
 from functools import partial
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal
 
 from ._errors import AgentTxError, InvalidArgument
 from ._results import RecoveryReport
 from ._saga import SagaLedger
+from ._settings import Settings
 from ._transaction import Transaction
 from ._txlog import end_keeping_undos, read_image
 
@@ -78,8 +79,10 @@ def recover(
             failures.extend(f"{tx_id}: {line}" for line in report.failures)
             resumed.append(tx)
             continue
+        settings = Settings.from_record(restored.settings, restored.policy)
         ledger = SagaLedger(
-            attempts=cast("int", restored.settings.get("compensation_retries", 3)),
+            attempts=settings.compensation_retries,
+            timeout=settings.compensation_timeout,
             on_compensated=partial(_forget, store, tx_id),
         )
         report = ledger.compensate(

@@ -35,9 +35,10 @@ class Settings:
     """How one transaction runs: its time limit, caps, isolation and rollback policy.
 
     `step_timeout` (seconds > 0) bounds each tool call; `max_constraints` (> 0) caps the hints
-    kept; `compensation_retries` (> 0) is the attempts per compensation; `isolation` is one of
-    "read_committed", "serializable" (see `Transaction`); `policy` drives the rollback
-    controller. Raises `InvalidArgument` naming the setting.
+    kept; `compensation_retries` (> 0) is the attempts per compensation, each bounded by
+    `compensation_timeout` seconds; `dispatch_timeout` bounds each delivery of a staged effect;
+    `isolation` is one of `ISOLATION_LEVELS` (docs/protocol.md#isolation-levels); `policy`
+    drives the rollback controller. Raises `InvalidArgument` naming the setting.
     """
 
     step_timeout: float = attrs.field(
@@ -45,6 +46,12 @@ class Settings:
     )
     max_constraints: int = attrs.field(default=32, validator=positive_int)
     compensation_retries: int = attrs.field(default=3, validator=positive_int)
+    compensation_timeout: float = attrs.field(
+        default=DEFAULT_STEP_TIMEOUT, converter=float_seconds, validator=positive_number
+    )
+    dispatch_timeout: float = attrs.field(
+        default=DEFAULT_STEP_TIMEOUT, converter=float_seconds, validator=positive_number
+    )
     isolation: str = attrs.field(default=DEFAULT_ISOLATION, validator=one_of(*ISOLATION_LEVELS))
     policy: RollbackPolicy = attrs.field(
         factory=RollbackPolicy, validator=instance_of(RollbackPolicy)
@@ -57,17 +64,15 @@ class Settings:
             "step_timeout": self.step_timeout,
             "max_constraints": self.max_constraints,
             "compensation_retries": self.compensation_retries,
+            "compensation_timeout": self.compensation_timeout,
+            "dispatch_timeout": self.dispatch_timeout,
         }
 
     @classmethod
     def from_record(cls, record: dict[str, JSONValue], policy: RollbackPolicy) -> Settings:
         """Read back what `to_record` wrote; raises `InvalidArgument` if it is malformed."""
         fields: dict[str, Any] = dict(record)
-        unknown = (
-            set(fields)
-            - {"isolation", "step_timeout", "max_constraints"}
-            - {"compensation_retries"}
-        )
-        if unknown:
+        unknown = set(fields) - {field.name for field in attrs.fields(cls)}
+        if unknown or "policy" in fields:
             raise InvalidArgument(f"unknown settings in the durable record: {sorted(unknown)}")
         return cls(policy=policy, **fields)

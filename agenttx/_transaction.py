@@ -85,6 +85,8 @@ class Transaction(Observed):
         step_timeout: float = DEFAULT_STEP_TIMEOUT,
         max_constraints: int = 32,
         compensation_retries: int = 3,
+        compensation_timeout: float = DEFAULT_STEP_TIMEOUT,
+        dispatch_timeout: float = DEFAULT_STEP_TIMEOUT,
         isolation: Literal["read_committed", "serializable"] = DEFAULT_ISOLATION,
         tx_id: str | None = None,
     ) -> None:
@@ -95,6 +97,8 @@ class Transaction(Observed):
             step_timeout=step_timeout,
             max_constraints=max_constraints,
             compensation_retries=compensation_retries,
+            compensation_timeout=compensation_timeout,
+            dispatch_timeout=dispatch_timeout,
             isolation=isolation,
             policy=RollbackPolicy() if policy is None else policy,
         )
@@ -114,7 +118,9 @@ class Transaction(Observed):
         )
 
     def _setup(self, log: TxLog | None, settings: Settings, **fields: Any) -> None:
-        ledger = SagaLedger(attempts=settings.compensation_retries)
+        ledger = SagaLedger(
+            attempts=settings.compensation_retries, timeout=settings.compensation_timeout
+        )
         self.__attrs_init__(settings=settings, ledger=ledger, **fields)
         if log is not None:
             self._log = log
@@ -562,11 +568,17 @@ class Transaction(Observed):
                 self._timeline.effects.clear()
                 steps = len(self._timeline.steps)
             self._transition(TxStatus.COMMITTED)
-        dispatched, errors = deliver_committed(effects, self._dispatcher, self._store, self._id)
+        dispatched, failures = deliver_committed(
+            effects,
+            self._dispatcher,
+            self._store,
+            self._id,
+            timeout=self._settings.dispatch_timeout,
+        )
         return CommitResult(
             steps_committed=steps,
             effects_dispatched=dispatched,
-            dispatch_errors=errors,
+            dispatch_errors=failures,
             effects=effects,
         )
 

@@ -234,7 +234,12 @@ def _deliver_entry(
 
 
 def deliver_committed(
-    effects: Sequence[StagedEffect], dispatcher: Dispatcher | None, store: Store, tx_id: str
+    effects: Sequence[StagedEffect],
+    dispatcher: Dispatcher | None,
+    store: Store,
+    tx_id: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[int, tuple[str, ...]]:
     """Deliver a transaction's effects once its commit is durable; never raises for a failure.
 
@@ -242,7 +247,7 @@ def deliver_committed(
     crash now loses none), or left for `Engine.dispatch_pending` when there is no dispatcher.
     """
     if not is_durable(store):
-        return dispatch_effects(effects, dispatcher)
+        return dispatch_effects(effects, dispatcher, timeout=timeout)
     if dispatcher is None or not effects:
         return 0, ()
-    return deliver_outbox(store, dispatcher, tx_id=tx_id)
+    return deliver_outbox(store, dispatcher, tx_id=tx_id, timeout=timeout)
