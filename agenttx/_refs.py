@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
-from ._errors import ReferenceSyntaxError
+from ._errors import JSONValueError, ReferenceSyntaxError
 from ._json import JSONValue, canonical_dumps, check_json
 
 if TYPE_CHECKING:
@@ -47,6 +47,11 @@ _OPEN: Final = re.compile(r"\$\{")
 _SEGMENT_RE: Final = re.compile(_SEGMENT)
 #: The reference parses N as a u32: a larger id never names a step, whatever `outputs` holds.
 _MAX_STEP_ID: Final = 2**32 - 1
+_MAX_STEP_DIGITS: Final = len(str(_MAX_STEP_ID))
+#: What a step id past u32 parses to: one id that never names a step.
+_NO_STEP: Final = _MAX_STEP_ID + 1
+#: No list is longer than sys.maxsize (19 digits), so a longer index is never present.
+_MAX_INDEX_DIGITS: Final = 19
 
 
 @attrs.frozen(kw_only=True)
@@ -55,7 +60,7 @@ class Reference:
 
     text: str
     namespace: str  # "steps", "initial" or a plan node id
-    step: int | None  # the step id, for the "steps" namespace only
+    step: int | None  # the step id, for the "steps" namespace only: 2**32 for any id past u32
     path: tuple[str, ...]
 
 
@@ -103,13 +108,40 @@ def parse_template(text: str, *, mode: Literal["steps", "plan"] = "steps") -> tu
     valid `${steps.N.path}` is literal. In `plan` mode the namespaces are `initial` and node ids,
     and a malformed reference raises `ReferenceSyntaxError` naming its position and problem.
     """
+    return tuple(
+        piece if isinstance(piece, str) else _reference(piece, mode)
+        for piece in _tokenize(text, mode)
+    )
+
+
+def _tokenize(text: str, mode: str) -> list[str | re.Match[str]]:
+    """The one tokenizer of the grammar: literal runs and reference matches, left to right.
+
+    Escapes are applied and merged into the literal around them, so two literals never follow
+    each other and no literal is empty. In `plan` mode a `${` that starts no reference raises.
+    Everything that reads `${...}` (`parse_template`, resolution) goes through here.
+    """
     token = _STEPS_TOKEN if mode == "steps" else _PLAN_TOKEN
-    pieces: list[Piece] = []
-    literal: list[str] = []
+    whole = token.fullmatch(text)
+    if whole is not None and whole.group("escape") is None:  # the common `${steps.1.id}`
+        return [whole]
+    pieces: list[str | re.Match[str]] = []
     position = 0
+    if mode == "steps" and _ESCAPE not in text:  # no escape to merge, nothing to reject
+        for match in token.finditer(text):
+            start, end = match.span()
+            if start > position:
+                pieces.append(text[position:start])
+            pieces.append(match)
+            position = end
+        if position < len(text):
+            pieces.append(text[position:])
+        return pieces
+    strict = mode == "plan"
+    literal: list[str] = []
     for match in token.finditer(text):
         start = match.start()
-        if mode == "plan":
+        if strict:
             _reject_malformed(text, position, start)
         literal.append(text[position:start])
         position = match.end()
@@ -119,20 +151,18 @@ def parse_template(text: str, *, mode: Literal["steps", "plan"] = "steps") -> tu
         if literal_text := "".join(literal):
             pieces.append(literal_text)
         literal.clear()
-        pieces.append(_reference(match, mode))
-    if mode == "plan":
+        pieces.append(match)
+    if strict:
         _reject_malformed(text, position, len(text))
     if literal_text := "".join(literal) + text[position:]:
         pieces.append(literal_text)
-    return tuple(pieces)
+    return pieces
 
 
 def _reference(match: re.Match[str], mode: str) -> Reference:
     path = tuple(match.group("path").split(".")[1:])
     if mode == "steps":
-        return Reference(
-            text=match.group(0), namespace="steps", step=int(match.group("step")), path=path
-        )
+        return Reference(text=match.group(0), namespace="steps", step=_step_id(match), path=path)
     namespace = match.group("ns")
     if namespace == "steps":
         raise ReferenceSyntaxError(
@@ -148,6 +178,18 @@ def _reference(match: re.Match[str], mode: str) -> Reference:
             problem="`${initial}` needs a field, as in `${initial.customer_email}`",
         )
     return Reference(text=match.group(0), namespace=namespace, step=None, path=path)
+
+
+def _step_id(match: re.Match[str]) -> int:
+    """The step id of a `steps` match; `_NO_STEP` for one past u32, which names no step.
+
+    Counting the digits first keeps `int()` off a run of thousands of them, which would raise
+    past the interpreter's int-to-str limit. Leading zeros do not count: `007` is step 7.
+    """
+    digits = match.group("step").lstrip("0")
+    if len(digits) > _MAX_STEP_DIGITS:
+        return _NO_STEP
+    return min(int(digits or "0"), _NO_STEP)
 
 
 def _reject_malformed(text: str, start: int, end: int) -> None:
@@ -207,7 +249,9 @@ def resolve_value(
 ) -> tuple[JSONValue, tuple[Dependency, ...], str | None]:
     """`resolve_references` on a checked JSON value, as a plain `(value, dependencies, error)`.
 
-    For the transaction's hot path, which has checked the value already.
+    For the transaction's hot path, which has checked the value already. Never raises for a
+    checked value and checked outputs: whatever the agent wrote (step ids or indices thousands
+    of digits long, an integer too long to write into text) comes back as the error string.
     """
     dependencies: list[Dependency] = []
     try:
@@ -254,23 +298,30 @@ def _resolve_string(
     current_step: int,
     dependencies: list[Dependency],
 ) -> JSONValue:
-    matches = list(_STEPS_TOKEN.finditer(text))
-    if not matches:
-        return text
-    if len(matches) == 1 and matches[0].group("step") and matches[0].span() == (0, len(text)):
-        return _copy(_lookup(matches[0], field, outputs, current_step, dependencies))
+    pieces = _tokenize(text, "steps")
+    if len(pieces) == 1:
+        piece = pieces[0]
+        if isinstance(piece, str):  # no reference, perhaps an escape
+            return piece
+        # A string that is exactly one reference: the value itself, with its JSON type.
+        return _copy(_lookup(piece, field, outputs, current_step, dependencies))
     parts: list[str] = []
-    position = 0
-    for match in matches:
-        parts.append(text[position : match.start()])
-        position = match.end()
-        if match.group("escape"):
-            parts.append("${")
+    for piece in pieces:
+        if isinstance(piece, str):
+            parts.append(piece)
             continue
-        value = _lookup(match, field, outputs, current_step, dependencies)
-        parts.append(value if isinstance(value, str) else canonical_dumps(value))
-    parts.append(text[position:])
+        value = _lookup(piece, field, outputs, current_step, dependencies)
+        parts.append(value if isinstance(value, str) else _interpolated(piece, value))
     return "".join(parts)
+
+
+def _interpolated(match: re.Match[str], value: JSONValue) -> str:
+    try:
+        return canonical_dumps(value)
+    except JSONValueError as exc:  # an integer past the int-to-str limit, in unchecked outputs
+        raise _Unresolved(
+            f"reference {match.group(0)} cannot be written into text: {exc.problem}"
+        ) from None
 
 
 def _lookup(
@@ -281,7 +332,7 @@ def _lookup(
     dependencies: list[Dependency],
 ) -> JSONValue:
     text = match.group(0)
-    step = int(match.group("step"))
+    step = _step_id(match)
     if step > _MAX_STEP_ID or step >= current_step or step not in outputs:
         raise _Unresolved(f"reference {text} points to a step that has not completed")
     path = match.group("path").split(".")[1:]
@@ -305,9 +356,12 @@ def _index(value: JSONValue, segment: str) -> tuple[bool, JSONValue]:
         if segment in value:
             return True, value[segment]
     elif isinstance(value, list) and _is_index(segment):
-        index = int(segment)
-        if index < len(value):
-            return True, value[index]
+        # Count the digits before int(): thousands of them would pass the int-to-str limit.
+        digits = segment.lstrip("0")
+        if len(digits) <= _MAX_INDEX_DIGITS:
+            index = int(digits or "0")
+            if index < len(value):
+                return True, value[index]
     return False, None
 
 
