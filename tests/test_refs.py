@@ -1018,7 +1018,17 @@ _OUTPUT = st.one_of(
 )
 
 
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
 def _nest(value: object, depth: int, kinds: list[bool]) -> object:
+    """`value` wrapped in up to `depth` lists and objects, within MAX_NESTING_DEPTH in all."""
+    depth = min(depth, agenttx.MAX_NESTING_DEPTH - _depth(value))
     for wrap_in_dict in kinds[:depth]:
         value = {"k": value} if wrap_in_dict else [value]
     return value
@@ -1028,7 +1038,7 @@ def _nest(value: object, depth: int, kinds: list[bool]) -> object:
     _ARGUMENTS,
     st.dictionaries(st.integers(min_value=-2, max_value=6), _OUTPUT, max_size=5),
     st.one_of(st.integers(min_value=-3, max_value=8), st.integers()),
-    st.integers(min_value=0, max_value=agenttx.MAX_NESTING_DEPTH - 1),
+    st.integers(min_value=0, max_value=agenttx.MAX_NESTING_DEPTH),
     st.lists(st.booleans(), min_size=agenttx.MAX_NESTING_DEPTH, max_size=64),
 )
 def test_resolve_value_never_raises(arguments, outputs, current_step, depth, kinds):
