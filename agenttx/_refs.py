@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
-from ._errors import JSONValueError, ReferenceSyntaxError
+from ._errors import InvalidArgument, JSONValueError, ReferenceSyntaxError
 from ._json import JSONValue, canonical_dumps, check_json
 
 if TYPE_CHECKING:
@@ -225,7 +225,11 @@ class _Unresolved(Exception):
 
 
 def resolve_references(
-    arguments: object, outputs: Mapping[int, JSONValue], *, current_step: int
+    arguments: object,
+    outputs: Mapping[int, JSONValue],
+    *,
+    current_step: int,
+    max_bytes: int | None = None,
 ) -> Resolution:
     """Resolve every `${steps.N.path}` in the string values of `arguments`.
 
@@ -236,44 +240,78 @@ def resolve_references(
     values as compact JSON with sorted keys. Traversal order, and so the order of the returned
     dependencies, is: object fields in sorted key order, then references left to right.
 
-    Raises `JSONValueError` if `arguments` is not a JSON value. A reference that cannot be
-    resolved is not raised: it is reported in the returned `Resolution.error`.
+    `max_bytes` bounds what the references insert, in total: each string counts a byte a
+    character, other values at least their compact JSON size. The first reference past it fails
+    the resolution, so a few bytes of references to a large output (`["${steps.1}", ...]`)
+    cannot make the resolved arguments, or their copy, many times larger than both. None: no
+    bound.
+
+    Raises `JSONValueError` if `arguments` is not a JSON value, `InvalidArgument` if `max_bytes`
+    is neither None nor an int >= 0. A reference that cannot be resolved is not raised: it is
+    reported in the returned `Resolution.error`.
     """
+    if max_bytes is not None and (
+        not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0
+    ):
+        raise InvalidArgument(f"max_bytes must be None or an int >= 0, got {max_bytes!r:.40}")
     value = check_json(arguments, what="arguments")
-    resolved, dependencies, error = resolve_value(value, outputs, current_step)
+    resolved, dependencies, error = resolve_value(value, outputs, current_step, max_bytes=max_bytes)
     return Resolution(value=resolved, dependencies=dependencies, error=error)
 
 
 def resolve_value(
-    value: JSONValue, outputs: Mapping[int, JSONValue], current_step: int
+    value: JSONValue,
+    outputs: Mapping[int, JSONValue],
+    current_step: int,
+    *,
+    max_bytes: int | None = None,
 ) -> tuple[JSONValue, tuple[Dependency, ...], str | None]:
     """`resolve_references` on a checked JSON value, as a plain `(value, dependencies, error)`.
 
     For the transaction's hot path, which has checked the value already. Never raises for a
     checked value and checked outputs: whatever the agent wrote (step ids or indices thousands
-    of digits long, an integer too long to write into text) comes back as the error string.
+    of digits long, an integer too long to write into text, references past `max_bytes`) comes
+    back as the error string.
     """
-    dependencies: list[Dependency] = []
+    state = _State(outputs, current_step, max_bytes)
     try:
-        resolved = _resolve(value, "", outputs, current_step, dependencies)
+        resolved = _resolve(value, "", state)
     except _Unresolved as failure:
-        return value, tuple(dependencies), failure.message
-    return resolved, tuple(dependencies), None
+        return value, tuple(state.dependencies), failure.message
+    return resolved, tuple(state.dependencies), None
 
 
-def _resolve(
-    value: JSONValue,
-    field: str,
-    outputs: Mapping[int, JSONValue],
-    current_step: int,
-    dependencies: list[Dependency],
-) -> JSONValue:
+class _State:
+    """One resolution: what it reads, what it found, and what references may still insert."""
+
+    __slots__ = ("current_step", "dependencies", "left", "max_bytes", "outputs")
+
+    def __init__(
+        self, outputs: Mapping[int, JSONValue], current_step: int, max_bytes: int | None
+    ) -> None:
+        self.outputs = outputs
+        self.current_step = current_step
+        self.dependencies: list[Dependency] = []
+        self.max_bytes = max_bytes
+        self.left = 0 if max_bytes is None else max_bytes
+
+    def spend(self, size: int, match: re.Match[str]) -> None:
+        """Count `size` bytes inserted by `match`; fail the resolution past `max_bytes`."""
+        self.left -= size
+        if self.left < 0:
+            raise _Unresolved(
+                f"reference {match.group(0)} takes what references insert past "
+                f"{self.max_bytes} bytes"
+            )
+
+
+def _resolve(value: JSONValue, field: str, state: _State) -> JSONValue:
     if isinstance(value, str):
         if "${" not in value:
             return value
-        return _resolve_string(value, field, outputs, current_step, dependencies)
+        return _resolve_string(value, field, state)
     if isinstance(value, list):
-        return [_resolve(item, field, outputs, current_step, dependencies) for item in value]
+        return [_resolve(item, field, state) for item in value]
     if isinstance(value, dict):
         # Sorted key order is the traversal order, so the dependencies come out as the
         # reference engine records them; the resolved object keeps that order too. Scalars are
@@ -283,36 +321,64 @@ def _resolve(
             item = value[key]
             if isinstance(item, str):
                 if "${" in item:
-                    item = _resolve_string(item, key, outputs, current_step, dependencies)
+                    item = _resolve_string(item, key, state)
             elif isinstance(item, (dict, list)):
-                item = _resolve(item, key, outputs, current_step, dependencies)
+                item = _resolve(item, key, state)
             resolved[key] = item
         return resolved
     return value
 
 
-def _resolve_string(
-    text: str,
-    field: str,
-    outputs: Mapping[int, JSONValue],
-    current_step: int,
-    dependencies: list[Dependency],
-) -> JSONValue:
+def _resolve_string(text: str, field: str, state: _State) -> JSONValue:
     pieces = _tokenize(text, "steps")
     if len(pieces) == 1:
         piece = pieces[0]
         if isinstance(piece, str):  # no reference, perhaps an escape
             return piece
         # A string that is exactly one reference: the value itself, with its JSON type.
-        return _copy(_lookup(piece, field, outputs, current_step, dependencies))
+        value = _lookup(piece, field, state)
+        if state.max_bytes is not None:
+            state.spend(_size_at_least(value, state.left), piece)
+        return _copy(value)
     parts: list[str] = []
     for piece in pieces:
         if isinstance(piece, str):
             parts.append(piece)
             continue
-        value = _lookup(piece, field, outputs, current_step, dependencies)
-        parts.append(value if isinstance(value, str) else _interpolated(piece, value))
+        value = _lookup(piece, field, state)
+        inserted = value if isinstance(value, str) else _interpolated(piece, value)
+        if state.max_bytes is not None:
+            state.spend(len(inserted), piece)
+        parts.append(inserted)
     return "".join(parts)
+
+
+def _size_at_least(value: JSONValue, limit: int) -> int:
+    """A lower bound of the compact JSON size of `value`; past `limit`, any larger number.
+
+    Stops as soon as the count passes `limit`, so sizing a huge value costs no more than the
+    limit allows.
+    """
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        size = 1
+        for key, item in value.items():
+            size += len(key) + 4 + _size_at_least(item, limit - size)
+            if size > limit:
+                break
+        return size
+    if isinstance(value, list):
+        size = 1
+        for item in value:
+            size += 1 + _size_at_least(item, limit - size)
+            if size > limit:
+                break
+        return size
+    if isinstance(value, int) and not isinstance(value, bool):
+        # abs(value) >= 2**(bits - 1), which has more than (bits - 1) * 0.3 digits
+        return max(value.bit_length() - 1, 0) * 3 // 10 + 1
+    return 3  # `1.0`, `true`, `null` and longer
 
 
 def _interpolated(match: re.Match[str], value: JSONValue) -> str:
@@ -324,28 +390,25 @@ def _interpolated(match: re.Match[str], value: JSONValue) -> str:
         ) from None
 
 
-def _lookup(
-    match: re.Match[str],
-    field: str,
-    outputs: Mapping[int, JSONValue],
-    current_step: int,
-    dependencies: list[Dependency],
-) -> JSONValue:
+def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
     text = match.group(0)
     step = _step_id(match)
-    if step > _MAX_STEP_ID or step >= current_step or step not in outputs:
+    outputs = state.outputs
+    if step > _MAX_STEP_ID or step >= state.current_step or step not in outputs:
         raise _Unresolved(f"reference {text} points to a step that has not completed")
     path = match.group("path").split(".")[1:]
     value = outputs[step]
     for segment in path:
         found, value = _index(value, segment)
         if not found:
-            dependencies.append(Dependency(from_step=step, source_key=segment, target_key=segment))
+            state.dependencies.append(
+                Dependency(from_step=step, source_key=segment, target_key=segment)
+            )
             raise _Unresolved(
                 f"unresolved reference {text}: key '{segment}' not present in output of step {step}"
             )
     source_key = next((s for s in reversed(path) if not _is_index(s)), field)
-    dependencies.append(
+    state.dependencies.append(
         Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
     )
     return value

@@ -14,6 +14,7 @@ from agenttx import Dependency, JSONValueError, ReferenceSyntaxError, resolve_re
 from agenttx._json import JSONValue, canonical_dumps, check_json
 from agenttx._refs import Reference, parse_template, resolve_value
 from agenttx._refs import _is_index as is_index
+from agenttx._refs import _size_at_least as size_at_least
 from agenttx.testing import json_scalars, json_values
 
 # The outputs most tests resolve against: step 1 and step 2 completed, step 3 is running.
@@ -33,9 +34,17 @@ OUTPUTS: dict[int, JSONValue] = {
 CURRENT = 3
 
 
-def resolve(arguments: object, outputs: dict | None = None, current_step: int = CURRENT):
+def resolve(
+    arguments: object,
+    outputs: dict | None = None,
+    current_step: int = CURRENT,
+    max_bytes: int | None = None,
+):
     return resolve_references(
-        arguments, OUTPUTS if outputs is None else outputs, current_step=current_step
+        arguments,
+        OUTPUTS if outputs is None else outputs,
+        current_step=current_step,
+        max_bytes=max_bytes,
     )
 
 
@@ -1038,13 +1047,19 @@ def _nest(value: object, depth: int, kinds: list[bool]) -> object:
     _ARGUMENTS,
     st.dictionaries(st.integers(min_value=-2, max_value=6), _OUTPUT, max_size=5),
     st.one_of(st.integers(min_value=-3, max_value=8), st.integers()),
-    st.integers(min_value=0, max_value=agenttx.MAX_NESTING_DEPTH),
-    st.lists(st.booleans(), min_size=agenttx.MAX_NESTING_DEPTH, max_size=64),
+    # how deep to wrap the arguments, and in what: True an object, False a list
+    st.tuples(
+        st.integers(min_value=0, max_value=agenttx.MAX_NESTING_DEPTH),
+        st.lists(st.booleans(), min_size=agenttx.MAX_NESTING_DEPTH, max_size=64),
+    ),
+    st.sampled_from([None, 0, 10, 10_000]),
 )
-def test_resolve_value_never_raises(arguments, outputs, current_step, depth, kinds):
+def test_resolve_value_never_raises(arguments, outputs, current_step, nesting, max_bytes):
     """For any checked arguments and outputs, resolve_value returns (value, deps, error)."""
-    arguments = _nest(arguments, depth, kinds)
-    value, dependencies, error = resolve_value(check_json(arguments), outputs, current_step)
+    arguments = _nest(arguments, *nesting)
+    value, dependencies, error = resolve_value(
+        check_json(arguments), outputs, current_step, max_bytes=max_bytes
+    )
     assert error is None or (isinstance(error, str) and value == arguments)
     assert all(isinstance(d, Dependency) for d in dependencies)
 
@@ -1067,3 +1082,72 @@ def test_resolution_reads_the_references_parse_template_finds(text):
     else:
         assert result.error is not None
         assert f"reference {bad.text}" in result.error
+
+
+# ------------------------------------------------------------------------------ max_bytes
+#
+# A megabyte of arguments holds some 80,000 references: to a large output, they would copy it
+# 80,000 times. max_bytes bounds what references insert, so the copy cannot outgrow it.
+
+_BIG = {1: "x" * 10_000, 2: {"rows": [{"id": n} for n in range(1_000)]}}
+
+
+def test_references_past_max_bytes_fail_at_the_first_one_over():
+    """Whole-string references stop at the one that passes max_bytes, which the error names."""
+    result = resolve(["${steps.1}"] * 1_000, _BIG, current_step=3, max_bytes=50_000)
+    assert result.error == "reference ${steps.1} takes what references insert past 50000 bytes"
+    assert len(result.dependencies) == 5  # 10,002 bytes each: the fifth passes 50,000
+    assert result.value == ["${steps.1}"] * 1_000
+
+
+def test_interpolated_references_count_towards_max_bytes():
+    """Text written into a string counts as well, a byte a character."""
+    result = resolve({"t": "${steps.1}" * 10}, _BIG, current_step=3, max_bytes=50_000)
+    assert result.error == "reference ${steps.1} takes what references insert past 50000 bytes"
+    within = resolve({"t": "${steps.1}" * 5}, _BIG, current_step=3, max_bytes=50_000)
+    assert within.value == {"t": "x" * 50_000}
+
+
+def test_a_container_is_sized_before_it_is_copied():
+    """A referenced object counts at least its compact JSON size."""
+    size = len(canonical_dumps(_BIG[2]))
+    assert resolve("${steps.2}", _BIG, current_step=3, max_bytes=size).ok
+    result = resolve(["${steps.2}", "${steps.2}"], _BIG, current_step=3, max_bytes=size)
+    assert result.error == f"reference ${{steps.2}} takes what references insert past {size} bytes"
+    assert len(result.dependencies) == 2
+
+
+@pytest.mark.parametrize("max_bytes", [-1, 1.5, "10", True])
+def test_max_bytes_must_be_none_or_a_non_negative_int(max_bytes):
+    """A bad max_bytes is misuse: InvalidArgument naming it."""
+    with pytest.raises(agenttx.InvalidArgument, match=r"^max_bytes must be None or an int >= 0"):
+        resolve("${steps.1}", max_bytes=max_bytes)
+
+
+def test_without_max_bytes_there_is_no_bound():
+    """max_bytes=None (the default) resolves any number of references."""
+    result = resolve(["${steps.1}"] * 1_000, _BIG, current_step=3)
+    assert result.ok
+    assert len(result.value) == 1_000
+
+
+@given(json_values(), st.sampled_from(["${steps.1}", "a${steps.1}b"]), st.integers(1, 5))
+def test_max_bytes_of_the_resolved_size_never_fails(output, text, copies):
+    """What references insert never counts more than the resolved arguments' UTF-8 JSON size."""
+    arguments = [text] * copies
+    resolved = resolve(arguments, {1: output}, current_step=2)
+    assert resolved.ok
+    size = len(canonical_dumps(resolved.value).encode())
+    assert resolve(arguments, {1: output}, current_step=2, max_bytes=size) == resolved
+
+
+@given(json_values())
+def test_size_at_least_is_a_lower_bound_of_the_json_size(value):
+    """The size counted for a value never exceeds its compact JSON size in UTF-8."""
+    assert size_at_least(value, 10**9) <= len(canonical_dumps(value).encode())
+
+
+@pytest.mark.parametrize("value", [0, 1, 9, 10, 511, 512, 1023, 1024, -512, 10**100, 2**4000])
+def test_size_at_least_of_integers_is_at_most_their_length(value):
+    """An integer counts at most its own digits and sign."""
+    assert 1 <= size_at_least(value, 10**9) <= len(str(value))
