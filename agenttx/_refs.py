@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
-from ._errors import ReferenceSyntaxError
+from ._errors import InvalidArgument, JSONValueError, ReferenceSyntaxError
 from ._json import JSONValue, canonical_dumps, check_json
 
 if TYPE_CHECKING:
@@ -47,6 +47,11 @@ _OPEN: Final = re.compile(r"\$\{")
 _SEGMENT_RE: Final = re.compile(_SEGMENT)
 #: The reference parses N as a u32: a larger id never names a step, whatever `outputs` holds.
 _MAX_STEP_ID: Final = 2**32 - 1
+_MAX_STEP_DIGITS: Final = len(str(_MAX_STEP_ID))
+#: What a step id past u32 parses to: one id that never names a step.
+_NO_STEP: Final = _MAX_STEP_ID + 1
+#: No list is longer than sys.maxsize (19 digits), so a longer index is never present.
+_MAX_INDEX_DIGITS: Final = 19
 
 
 @attrs.frozen(kw_only=True)
@@ -55,7 +60,7 @@ class Reference:
 
     text: str
     namespace: str  # "steps", "initial" or a plan node id
-    step: int | None  # the step id, for the "steps" namespace only
+    step: int | None  # the step id, for the "steps" namespace only: 2**32 for any id past u32
     path: tuple[str, ...]
 
 
@@ -103,13 +108,40 @@ def parse_template(text: str, *, mode: Literal["steps", "plan"] = "steps") -> tu
     valid `${steps.N.path}` is literal. In `plan` mode the namespaces are `initial` and node ids,
     and a malformed reference raises `ReferenceSyntaxError` naming its position and problem.
     """
+    return tuple(
+        piece if isinstance(piece, str) else _reference(piece, mode)
+        for piece in _tokenize(text, mode)
+    )
+
+
+def _tokenize(text: str, mode: str) -> list[str | re.Match[str]]:
+    """The one tokenizer of the grammar: literal runs and reference matches, left to right.
+
+    Escapes are applied and merged into the literal around them, so two literals never follow
+    each other and no literal is empty. In `plan` mode a `${` that starts no reference raises.
+    Everything that reads `${...}` (`parse_template`, resolution) goes through here.
+    """
     token = _STEPS_TOKEN if mode == "steps" else _PLAN_TOKEN
-    pieces: list[Piece] = []
-    literal: list[str] = []
+    whole = token.fullmatch(text)
+    if whole is not None and whole.group("escape") is None:  # the common `${steps.1.id}`
+        return [whole]
+    pieces: list[str | re.Match[str]] = []
     position = 0
+    if mode == "steps" and _ESCAPE not in text:  # no escape to merge, nothing to reject
+        for match in token.finditer(text):
+            start, end = match.span()
+            if start > position:
+                pieces.append(text[position:start])
+            pieces.append(match)
+            position = end
+        if position < len(text):
+            pieces.append(text[position:])
+        return pieces
+    strict = mode == "plan"
+    literal: list[str] = []
     for match in token.finditer(text):
         start = match.start()
-        if mode == "plan":
+        if strict:
             _reject_malformed(text, position, start)
         literal.append(text[position:start])
         position = match.end()
@@ -119,20 +151,18 @@ def parse_template(text: str, *, mode: Literal["steps", "plan"] = "steps") -> tu
         if literal_text := "".join(literal):
             pieces.append(literal_text)
         literal.clear()
-        pieces.append(_reference(match, mode))
-    if mode == "plan":
+        pieces.append(match)
+    if strict:
         _reject_malformed(text, position, len(text))
     if literal_text := "".join(literal) + text[position:]:
         pieces.append(literal_text)
-    return tuple(pieces)
+    return pieces
 
 
 def _reference(match: re.Match[str], mode: str) -> Reference:
     path = tuple(match.group("path").split(".")[1:])
     if mode == "steps":
-        return Reference(
-            text=match.group(0), namespace="steps", step=int(match.group("step")), path=path
-        )
+        return Reference(text=match.group(0), namespace="steps", step=_step_id(match), path=path)
     namespace = match.group("ns")
     if namespace == "steps":
         raise ReferenceSyntaxError(
@@ -148,6 +178,18 @@ def _reference(match: re.Match[str], mode: str) -> Reference:
             problem="`${initial}` needs a field, as in `${initial.customer_email}`",
         )
     return Reference(text=match.group(0), namespace=namespace, step=None, path=path)
+
+
+def _step_id(match: re.Match[str]) -> int:
+    """The step id of a `steps` match; `_NO_STEP` for one past u32, which names no step.
+
+    Counting the digits first keeps `int()` off a run of thousands of them, which would raise
+    past the interpreter's int-to-str limit. Leading zeros do not count: `007` is step 7.
+    """
+    digits = match.group("step").lstrip("0")
+    if len(digits) > _MAX_STEP_DIGITS:
+        return _NO_STEP
+    return min(int(digits or "0"), _NO_STEP)
 
 
 def _reject_malformed(text: str, start: int, end: int) -> None:
@@ -183,7 +225,11 @@ class _Unresolved(Exception):
 
 
 def resolve_references(
-    arguments: object, outputs: Mapping[int, JSONValue], *, current_step: int
+    arguments: object,
+    outputs: Mapping[int, JSONValue],
+    *,
+    current_step: int,
+    max_bytes: int | None = None,
 ) -> Resolution:
     """Resolve every `${steps.N.path}` in the string values of `arguments`.
 
@@ -194,42 +240,78 @@ def resolve_references(
     values as compact JSON with sorted keys. Traversal order, and so the order of the returned
     dependencies, is: object fields in sorted key order, then references left to right.
 
-    Raises `JSONValueError` if `arguments` is not a JSON value. A reference that cannot be
-    resolved is not raised: it is reported in the returned `Resolution.error`.
+    `max_bytes` bounds what the references insert, in total: each string counts a byte a
+    character, other values at least their compact JSON size. The first reference past it fails
+    the resolution, so a few bytes of references to a large output (`["${steps.1}", ...]`)
+    cannot make the resolved arguments, or their copy, many times larger than both. None: no
+    bound.
+
+    Raises `JSONValueError` if `arguments` is not a JSON value, `InvalidArgument` if `max_bytes`
+    is neither None nor an int >= 0. A reference that cannot be resolved is not raised: it is
+    reported in the returned `Resolution.error`.
     """
+    if max_bytes is not None and (
+        not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0
+    ):
+        raise InvalidArgument(f"max_bytes must be None or an int >= 0, got {max_bytes!r:.40}")
     value = check_json(arguments, what="arguments")
-    resolved, dependencies, error = resolve_value(value, outputs, current_step)
+    resolved, dependencies, error = resolve_value(value, outputs, current_step, max_bytes=max_bytes)
     return Resolution(value=resolved, dependencies=dependencies, error=error)
 
 
 def resolve_value(
-    value: JSONValue, outputs: Mapping[int, JSONValue], current_step: int
+    value: JSONValue,
+    outputs: Mapping[int, JSONValue],
+    current_step: int,
+    *,
+    max_bytes: int | None = None,
 ) -> tuple[JSONValue, tuple[Dependency, ...], str | None]:
     """`resolve_references` on a checked JSON value, as a plain `(value, dependencies, error)`.
 
-    For the transaction's hot path, which has checked the value already.
+    For the transaction's hot path, which has checked the value already. Never raises for a
+    checked value and checked outputs: whatever the agent wrote (step ids or indices thousands
+    of digits long, an integer too long to write into text, references past `max_bytes`) comes
+    back as the error string.
     """
-    dependencies: list[Dependency] = []
+    state = _State(outputs, current_step, max_bytes)
     try:
-        resolved = _resolve(value, "", outputs, current_step, dependencies)
+        resolved = _resolve(value, "", state)
     except _Unresolved as failure:
-        return value, tuple(dependencies), failure.message
-    return resolved, tuple(dependencies), None
+        return value, tuple(state.dependencies), failure.message
+    return resolved, tuple(state.dependencies), None
 
 
-def _resolve(
-    value: JSONValue,
-    field: str,
-    outputs: Mapping[int, JSONValue],
-    current_step: int,
-    dependencies: list[Dependency],
-) -> JSONValue:
+class _State:
+    """One resolution: what it reads, what it found, and what references may still insert."""
+
+    __slots__ = ("current_step", "dependencies", "left", "max_bytes", "outputs")
+
+    def __init__(
+        self, outputs: Mapping[int, JSONValue], current_step: int, max_bytes: int | None
+    ) -> None:
+        self.outputs = outputs
+        self.current_step = current_step
+        self.dependencies: list[Dependency] = []
+        self.max_bytes = max_bytes
+        self.left = 0 if max_bytes is None else max_bytes
+
+    def spend(self, size: int, match: re.Match[str]) -> None:
+        """Count `size` bytes inserted by `match`; fail the resolution past `max_bytes`."""
+        self.left -= size
+        if self.left < 0:
+            raise _Unresolved(
+                f"reference {match.group(0)} takes what references insert past "
+                f"{self.max_bytes} bytes"
+            )
+
+
+def _resolve(value: JSONValue, field: str, state: _State) -> JSONValue:
     if isinstance(value, str):
         if "${" not in value:
             return value
-        return _resolve_string(value, field, outputs, current_step, dependencies)
+        return _resolve_string(value, field, state)
     if isinstance(value, list):
-        return [_resolve(item, field, outputs, current_step, dependencies) for item in value]
+        return [_resolve(item, field, state) for item in value]
     if isinstance(value, dict):
         # Sorted key order is the traversal order, so the dependencies come out as the
         # reference engine records them; the resolved object keeps that order too. Scalars are
@@ -239,62 +321,94 @@ def _resolve(
             item = value[key]
             if isinstance(item, str):
                 if "${" in item:
-                    item = _resolve_string(item, key, outputs, current_step, dependencies)
+                    item = _resolve_string(item, key, state)
             elif isinstance(item, (dict, list)):
-                item = _resolve(item, key, outputs, current_step, dependencies)
+                item = _resolve(item, key, state)
             resolved[key] = item
         return resolved
     return value
 
 
-def _resolve_string(
-    text: str,
-    field: str,
-    outputs: Mapping[int, JSONValue],
-    current_step: int,
-    dependencies: list[Dependency],
-) -> JSONValue:
-    matches = list(_STEPS_TOKEN.finditer(text))
-    if not matches:
-        return text
-    if len(matches) == 1 and matches[0].group("step") and matches[0].span() == (0, len(text)):
-        return _copy(_lookup(matches[0], field, outputs, current_step, dependencies))
+def _resolve_string(text: str, field: str, state: _State) -> JSONValue:
+    pieces = _tokenize(text, "steps")
+    if len(pieces) == 1:
+        piece = pieces[0]
+        if isinstance(piece, str):  # no reference, perhaps an escape
+            return piece
+        # A string that is exactly one reference: the value itself, with its JSON type.
+        value = _lookup(piece, field, state)
+        if state.max_bytes is not None:
+            state.spend(_size_at_least(value, state.left), piece)
+        return _copy(value)
     parts: list[str] = []
-    position = 0
-    for match in matches:
-        parts.append(text[position : match.start()])
-        position = match.end()
-        if match.group("escape"):
-            parts.append("${")
+    for piece in pieces:
+        if isinstance(piece, str):
+            parts.append(piece)
             continue
-        value = _lookup(match, field, outputs, current_step, dependencies)
-        parts.append(value if isinstance(value, str) else canonical_dumps(value))
-    parts.append(text[position:])
+        value = _lookup(piece, field, state)
+        inserted = value if isinstance(value, str) else _interpolated(piece, value)
+        if state.max_bytes is not None:
+            state.spend(len(inserted), piece)
+        parts.append(inserted)
     return "".join(parts)
 
 
-def _lookup(
-    match: re.Match[str],
-    field: str,
-    outputs: Mapping[int, JSONValue],
-    current_step: int,
-    dependencies: list[Dependency],
-) -> JSONValue:
+def _size_at_least(value: JSONValue, limit: int) -> int:
+    """A lower bound of the compact JSON size of `value`; past `limit`, any larger number.
+
+    Stops as soon as the count passes `limit`, so sizing a huge value costs no more than the
+    limit allows.
+    """
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        size = 1
+        for key, item in value.items():
+            size += len(key) + 4 + _size_at_least(item, limit - size)
+            if size > limit:
+                break
+        return size
+    if isinstance(value, list):
+        size = 1
+        for item in value:
+            size += 1 + _size_at_least(item, limit - size)
+            if size > limit:
+                break
+        return size
+    if isinstance(value, int) and not isinstance(value, bool):
+        # abs(value) >= 2**(bits - 1), which has more than (bits - 1) * 0.3 digits
+        return max(value.bit_length() - 1, 0) * 3 // 10 + 1
+    return 3  # `1.0`, `true`, `null` and longer
+
+
+def _interpolated(match: re.Match[str], value: JSONValue) -> str:
+    try:
+        return canonical_dumps(value)
+    except JSONValueError as exc:  # an integer past the int-to-str limit, in unchecked outputs
+        raise _Unresolved(
+            f"reference {match.group(0)} cannot be written into text: {exc.problem}"
+        ) from None
+
+
+def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
     text = match.group(0)
-    step = int(match.group("step"))
-    if step > _MAX_STEP_ID or step >= current_step or step not in outputs:
+    step = _step_id(match)
+    outputs = state.outputs
+    if step > _MAX_STEP_ID or step >= state.current_step or step not in outputs:
         raise _Unresolved(f"reference {text} points to a step that has not completed")
     path = match.group("path").split(".")[1:]
     value = outputs[step]
     for segment in path:
         found, value = _index(value, segment)
         if not found:
-            dependencies.append(Dependency(from_step=step, source_key=segment, target_key=segment))
+            state.dependencies.append(
+                Dependency(from_step=step, source_key=segment, target_key=segment)
+            )
             raise _Unresolved(
                 f"unresolved reference {text}: key '{segment}' not present in output of step {step}"
             )
     source_key = next((s for s in reversed(path) if not _is_index(s)), field)
-    dependencies.append(
+    state.dependencies.append(
         Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
     )
     return value
@@ -305,9 +419,12 @@ def _index(value: JSONValue, segment: str) -> tuple[bool, JSONValue]:
         if segment in value:
             return True, value[segment]
     elif isinstance(value, list) and _is_index(segment):
-        index = int(segment)
-        if index < len(value):
-            return True, value[index]
+        # Count the digits before int(): thousands of them would pass the int-to-str limit.
+        digits = segment.lstrip("0")
+        if len(digits) <= _MAX_INDEX_DIGITS:
+            index = int(digits or "0")
+            if index < len(value):
+                return True, value[index]
     return False, None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 
@@ -1090,7 +1091,44 @@ def test_lone_surrogates_are_handled():
     raw = "\ud800" * 30_000 + "KeyError: 'k'"
     hint = clean_error(raw)
     assert hint.rule == "python_key_error"
-    assert clean_error("\udfff").text == fallback("\udfff")
+    assert clean_error("\udfff").text == fallback("\ufffd")
+
+
+def test_surrogates_become_replacement_characters_in_the_hint_and_key():
+    """A hint never quotes a surrogate: it would make the hint impossible to store as UTF-8."""
+    hint = clean_error("KeyError: 'caf\udce9'")
+    assert hint.key == "caf\ufffd"
+    assert hint.text == (
+        "Hint: Missing key 'caf\ufffd' in input payload. "
+        "Verify the upstream step output provides 'caf\ufffd'."
+    )
+    hint.text.encode()
+    assert clean_error("IOError: \ud83d\ude00 gone").text == fallback("IOError: \ufffd\ufffd gone")
+
+
+@pytest.mark.parametrize(
+    "text", [None, b"KeyError: 'k'", 42, ValueError("boom"), ["KeyError: 'k'"]]
+)
+def test_clean_error_refuses_what_is_not_a_string(text):
+    """Anything but a str raises InvalidArgument naming `text`, not TypeError or AttributeError."""
+    with pytest.raises(InvalidArgument, match=r"^text must be a string, got ") as caught:
+        clean_error(text)
+    assert type(text).__name__ in str(caught.value)
+
+
+def test_clean_error_reads_a_str_subclass_as_its_plain_string():
+    """A str subclass is cleaned as the string it holds, whatever its own methods do."""
+
+    class Sneaky(str):
+        __slots__ = ()
+
+        def __len__(self) -> int:
+            raise RuntimeError
+
+        def find(self, *args: object) -> int:
+            raise RuntimeError
+
+    assert clean_error(Sneaky("KeyError: 'k'")) == clean_error("KeyError: 'k'")
 
 
 # ------------------------------------------------------------------------------ add_constraint
@@ -1128,6 +1166,39 @@ def test_add_constraint_keeps_at_least_one(limit):
     add_constraint(constraints, "Hint: a", limit)
     add_constraint(constraints, "Hint: b", limit)
     assert constraints == ["Hint: b"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ((["Hint: a"], None, 2), "text must be a string, got NoneType"),
+        ((["Hint: a"], b"Hint: b", 2), "text must be a string, got bytes"),
+        ((("Hint: a",), "Hint: b", 2), "constraints must be a list, got tuple"),
+        ((None, "Hint: b", 2), "constraints must be a list, got NoneType"),
+        ((["Hint: a"], "Hint: b", "2"), "max_constraints must be an int, got str"),
+        ((["Hint: a"], "Hint: b", True), "max_constraints must be an int, got bool"),
+        ((["Hint: a"], "Hint: b", 2.0), "max_constraints must be an int, got float"),
+    ],
+)
+def test_add_constraint_refuses_arguments_of_the_wrong_type(arguments, message):
+    """A wrong type raises InvalidArgument naming the argument, and changes nothing."""
+    before = copy.copy(arguments[0])
+    with pytest.raises(InvalidArgument) as caught:
+        add_constraint(*arguments)
+    assert str(caught.value) == message
+    assert arguments[0] == before
+
+
+def test_add_constraint_stores_a_str_subclass_as_a_plain_str():
+    """A str subclass is recorded as the plain string it holds."""
+
+    class Loud(str):
+        __slots__ = ()
+
+    constraints: list[str] = []
+    add_constraint(constraints, Loud("Hint: a"), 2)
+    assert constraints == ["Hint: a"]
+    assert type(constraints[0]) is str
 
 
 def test_add_constraint_trims_an_overlong_list_even_for_a_duplicate():
@@ -1174,7 +1245,7 @@ def test_transient_categories():
 )
 def test_clean_hint_checks_its_contract(fields):
     """CleanHint refuses text that breaks the contract, a non-category, or an empty rule/key."""
-    with pytest.raises((InvalidArgument, TypeError)):
+    with pytest.raises(InvalidArgument):
         CleanHint(**fields)
 
 
@@ -1260,6 +1331,28 @@ def test_clean_error_is_deterministic(raw):
 def test_clean_error_agrees_with_the_reference_patterns(raw):
     """On any text, the fast matching gives exactly the naive reference's hint."""
     assert clean_error(raw) == reference_clean(raw)
+
+
+_SURROGATE = st.characters(categories=["Cs"])
+
+
+@given(st.lists(st.one_of(st.sampled_from(TOKENS), _SURROGATE), max_size=12).map("".join))
+def test_a_text_with_surrogates_gives_the_reference_hint_with_them_replaced(raw):
+    """Replacing surrogates changes only the characters quoted: the rule and captures stay."""
+    expected = reference_clean(raw)
+    hint = clean_error(raw)
+    assert hint == attrs.evolve(
+        expected,
+        text=_REPLACE_SURROGATES(expected.text),
+        key=None if expected.key is None else _REPLACE_SURROGATES(expected.key),
+    )
+    hint.text.encode()
+    if hint.key is not None:
+        hint.key.encode()
+
+
+def _REPLACE_SURROGATES(text: str) -> str:  # noqa: N802 - reads as the constant it wraps
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 @given(st.lists(st.sampled_from(TOKENS), max_size=6).map("".join), st.sampled_from(_RULES))

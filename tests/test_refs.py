@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 import agenttx
 from agenttx import Dependency, JSONValueError, ReferenceSyntaxError, resolve_references
-from agenttx._json import JSONValue, canonical_dumps
-from agenttx._refs import Reference, parse_template
+from agenttx._json import JSONValue, canonical_dumps, check_json
+from agenttx._refs import Reference, parse_template, resolve_value
 from agenttx._refs import _is_index as is_index
-from agenttx.testing import json_values
+from agenttx._refs import _size_at_least as size_at_least
+from agenttx.testing import json_scalars, json_values
 
 # The outputs most tests resolve against: step 1 and step 2 completed, step 3 is running.
 OUTPUTS: dict[int, JSONValue] = {
@@ -33,9 +34,17 @@ OUTPUTS: dict[int, JSONValue] = {
 CURRENT = 3
 
 
-def resolve(arguments: object, outputs: dict | None = None, current_step: int = CURRENT):
+def resolve(
+    arguments: object,
+    outputs: dict | None = None,
+    current_step: int = CURRENT,
+    max_bytes: int | None = None,
+):
     return resolve_references(
-        arguments, OUTPUTS if outputs is None else outputs, current_step=current_step
+        arguments,
+        OUTPUTS if outputs is None else outputs,
+        current_step=current_step,
+        max_bytes=max_bytes,
     )
 
 
@@ -886,3 +895,259 @@ def test_steps_at_or_after_the_current_one_never_resolve(step, current_step):
     result = resolve({"v": f"${{steps.{step}}}"}, {step: 1}, current_step)
     assert result.error == f"reference ${{steps.{step}}} points to a step that has not completed"
     assert result.dependencies == ()
+
+
+# ------------------------------------------------------------------------------ no input raises
+#
+# Digit runs longer than the interpreter's int-to-str limit (4,300) used to reach int() and
+# raise ValueError out of resolution; so did writing such an integer into text.
+
+_LONG = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"${{steps.{_LONG}.id}}",
+        f"${{steps.{_LONG}}}",
+        f"${{steps.1{'0' * 5000}}}",
+        f"${{steps.{'0' * 5000}3}}",  # step 3 is the current step
+        f"${{steps.{'0' * 5000}}}",  # step 0
+    ],
+    ids=["9*5000.id", "9*5000", "1 then 0*5000", "0*5000 then 3", "0*5000"],
+)
+def test_a_step_id_of_thousands_of_digits_has_not_completed(text):
+    """A step id too long for int() is a step that has not completed, not a ValueError."""
+    result = resolve({"v": text})
+    assert result.error == f"reference {text} points to a step that has not completed"
+    assert result.dependencies == ()
+    assert result.value == {"v": text}
+
+
+def test_leading_zeros_do_not_count_towards_the_step_id_digits():
+    """Five thousand leading zeros still name step 1, as the u32 parse reads them."""
+    result = resolve({"v": f"${{steps.{'0' * 5000}1.id}}"})
+    assert result.value == {"v": 101}
+    assert result.dependencies == (dep(1, "id", "v"),)
+
+
+def test_a_step_id_of_thousands_of_digits_parses_to_no_step():
+    """parse_template gives an id past u32 as 2**32, which names no step, however long it is."""
+    (reference,) = parse_template(f"${{steps.{_LONG}.id}}")
+    assert reference.step == 2**32
+    assert reference.path == ("id",)
+    (reference,) = parse_template(f"${{steps.{'0' * 5000}42}}")
+    assert reference.step == 42
+
+
+@pytest.mark.parametrize(
+    "segment", [_LONG, "1" + "0" * 30, str(2**64)], ids=["9*5000", "10**30", "2**64"]
+)
+def test_an_index_of_many_digits_is_a_missing_key(segment):
+    """An array index too long for int() or for any list is a missing key, not a ValueError."""
+    text = f"${{steps.1.items.{segment}}}"
+    result = resolve({"v": text})
+    assert result.error == (
+        f"unresolved reference {text}: key '{segment}' not present in output of step 1"
+    )
+    assert result.dependencies == (dep(1, segment, segment),)
+
+
+def test_leading_zeros_do_not_count_towards_the_index_digits():
+    """An index of five thousand zeros then 1 is index 1."""
+    result = resolve({"v": f"${{steps.1.items.{'0' * 5000}1.sku}}"})
+    assert result.value == {"v": "s-1"}
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["positive", "negative"])
+def test_interpolating_an_integer_too_long_for_text_fails_the_step(sign):
+    """Writing an integer past the int-to-str limit into text is an error string, not ValueError."""
+    outputs = {1: {"n": sign * 10**5000, "id": 7}}
+    result = resolve({"a": "${steps.1.id}", "b": "n=${steps.1.n}"}, outputs)
+    assert result.error == (
+        "reference ${steps.1.n} cannot be written into text: integer has more than 4300 digits"
+    )
+    assert result.dependencies == (dep(1, "id", "a"), dep(1, "n", "b"))
+    assert result.value == {"a": "${steps.1.id}", "b": "n=${steps.1.n}"}
+
+
+def test_a_whole_string_reference_to_a_long_integer_passes_it_on():
+    """A whole-string reference never writes text, so even a very long integer is passed on."""
+    result = resolve({"v": "${steps.1.n}"}, {1: {"n": 10**5000}})
+    assert result.ok
+    assert result.value == {"v": 10**5000}
+
+
+_FRAGMENTS = st.sampled_from(
+    [
+        "${",
+        "$${",
+        "steps.",
+        "${steps.",
+        ".",
+        "}",
+        "$",
+        "{",
+        "id",
+        "items",
+        "n",
+        "0",
+        "1",
+        "2",
+        "-",
+        "_",
+        " ",
+        "é",
+        "\U0001f600",
+    ]
+)
+_DIGIT_RUNS = st.builds(
+    lambda digit, count, tail: digit * count + tail,
+    st.sampled_from(["0", "1", "9"]),
+    st.sampled_from([1, 10, 19, 20, 4300, 4301, 6000]),
+    st.sampled_from(["", "1", "7"]),
+)
+_ADVERSARIAL_TEXT = st.lists(
+    st.one_of(_FRAGMENTS, _DIGIT_RUNS, st.text(max_size=3)), max_size=12
+).map("".join)
+_ARGUMENTS = st.recursive(
+    st.one_of(json_scalars(), _ADVERSARIAL_TEXT),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.dictionaries(st.text(max_size=4), children, max_size=3),
+    ),
+    max_leaves=10,
+)
+_OUTPUT = st.one_of(
+    json_values(max_leaves=8),
+    st.fixed_dictionaries(
+        {"id": json_scalars(), "n": st.sampled_from([1, 10**4300 - 1, 10**4300])},
+        optional={"items": st.lists(json_values(max_leaves=3), max_size=3)},
+    ),
+)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+def _nest(value: object, depth: int, kinds: list[bool]) -> object:
+    """`value` wrapped in up to `depth` lists and objects, within MAX_NESTING_DEPTH in all."""
+    depth = min(depth, agenttx.MAX_NESTING_DEPTH - _depth(value))
+    for wrap_in_dict in kinds[:depth]:
+        value = {"k": value} if wrap_in_dict else [value]
+    return value
+
+
+@given(
+    _ARGUMENTS,
+    st.dictionaries(st.integers(min_value=-2, max_value=6), _OUTPUT, max_size=5),
+    st.one_of(st.integers(min_value=-3, max_value=8), st.integers()),
+    # how deep to wrap the arguments, and in what: True an object, False a list
+    st.tuples(
+        st.integers(min_value=0, max_value=agenttx.MAX_NESTING_DEPTH),
+        st.lists(st.booleans(), min_size=agenttx.MAX_NESTING_DEPTH, max_size=64),
+    ),
+    st.sampled_from([None, 0, 10, 10_000]),
+)
+def test_resolve_value_never_raises(arguments, outputs, current_step, nesting, max_bytes):
+    """For any checked arguments and outputs, resolve_value returns (value, deps, error)."""
+    arguments = _nest(arguments, *nesting)
+    value, dependencies, error = resolve_value(
+        check_json(arguments), outputs, current_step, max_bytes=max_bytes
+    )
+    assert error is None or (isinstance(error, str) and value == arguments)
+    assert all(isinstance(d, Dependency) for d in dependencies)
+
+
+_STEP_OUTPUTS = {step: f"<{step}>" for step in range(10)}
+
+
+@given(_ADVERSARIAL_TEXT)
+def test_resolution_reads_the_references_parse_template_finds(text):
+    """Resolution and parse_template share one tokenizer: the same references, in order."""
+    pieces = parse_template(text)
+    references = [p for p in pieces if isinstance(p, Reference)]
+    result = resolve({"v": text}, _STEP_OUTPUTS, current_step=10)
+    # Every output is a string, so a reference with a path fails; so does a step past 9.
+    bad = next((r for r in references if r.path or r.step not in _STEP_OUTPUTS), None)
+    if bad is None:
+        expected = "".join(p if isinstance(p, str) else f"<{p.step}>" for p in pieces)
+        assert result.value == {"v": expected}
+        assert [d.from_step for d in result.dependencies] == [r.step for r in references]
+    else:
+        assert result.error is not None
+        assert f"reference {bad.text}" in result.error
+
+
+# ------------------------------------------------------------------------------ max_bytes
+#
+# A megabyte of arguments holds some 80,000 references: to a large output, they would copy it
+# 80,000 times. max_bytes bounds what references insert, so the copy cannot outgrow it.
+
+_BIG = {1: "x" * 10_000, 2: {"rows": [{"id": n} for n in range(1_000)]}}
+
+
+def test_references_past_max_bytes_fail_at_the_first_one_over():
+    """Whole-string references stop at the one that passes max_bytes, which the error names."""
+    result = resolve(["${steps.1}"] * 1_000, _BIG, current_step=3, max_bytes=50_000)
+    assert result.error == "reference ${steps.1} takes what references insert past 50000 bytes"
+    assert len(result.dependencies) == 5  # 10,002 bytes each: the fifth passes 50,000
+    assert result.value == ["${steps.1}"] * 1_000
+
+
+def test_interpolated_references_count_towards_max_bytes():
+    """Text written into a string counts as well, a byte a character."""
+    result = resolve({"t": "${steps.1}" * 10}, _BIG, current_step=3, max_bytes=50_000)
+    assert result.error == "reference ${steps.1} takes what references insert past 50000 bytes"
+    within = resolve({"t": "${steps.1}" * 5}, _BIG, current_step=3, max_bytes=50_000)
+    assert within.value == {"t": "x" * 50_000}
+
+
+def test_a_container_is_sized_before_it_is_copied():
+    """A referenced object counts at least its compact JSON size."""
+    size = len(canonical_dumps(_BIG[2]))
+    assert resolve("${steps.2}", _BIG, current_step=3, max_bytes=size).ok
+    result = resolve(["${steps.2}", "${steps.2}"], _BIG, current_step=3, max_bytes=size)
+    assert result.error == f"reference ${{steps.2}} takes what references insert past {size} bytes"
+    assert len(result.dependencies) == 2
+
+
+@pytest.mark.parametrize("max_bytes", [-1, 1.5, "10", True])
+def test_max_bytes_must_be_none_or_a_non_negative_int(max_bytes):
+    """A bad max_bytes is misuse: InvalidArgument naming it."""
+    with pytest.raises(agenttx.InvalidArgument, match=r"^max_bytes must be None or an int >= 0"):
+        resolve("${steps.1}", max_bytes=max_bytes)
+
+
+def test_without_max_bytes_there_is_no_bound():
+    """max_bytes=None (the default) resolves any number of references."""
+    result = resolve(["${steps.1}"] * 1_000, _BIG, current_step=3)
+    assert result.ok
+    assert len(result.value) == 1_000
+
+
+@given(json_values(), st.sampled_from(["${steps.1}", "a${steps.1}b"]), st.integers(1, 5))
+def test_max_bytes_of_the_resolved_size_never_fails(output, text, copies):
+    """What references insert never counts more than the resolved arguments' UTF-8 JSON size."""
+    arguments = [text] * copies
+    resolved = resolve(arguments, {1: output}, current_step=2)
+    assert resolved.ok
+    size = len(canonical_dumps(resolved.value).encode())
+    assert resolve(arguments, {1: output}, current_step=2, max_bytes=size) == resolved
+
+
+@given(json_values())
+def test_size_at_least_is_a_lower_bound_of_the_json_size(value):
+    """The size counted for a value never exceeds its compact JSON size in UTF-8."""
+    assert size_at_least(value, 10**9) <= len(canonical_dumps(value).encode())
+
+
+@pytest.mark.parametrize("value", [0, 1, 9, 10, 511, 512, 1023, 1024, -512, 10**100, 2**4000])
+def test_size_at_least_of_integers_is_at_most_their_length(value):
+    """An integer counts at most its own digits and sign."""
+    assert 1 <= size_at_least(value, 10**9) <= len(str(value))

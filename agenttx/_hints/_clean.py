@@ -31,7 +31,8 @@ Porting notes (spec appendix B). `\\d`, `\\w`, `\\s` and `\\b` are Python's Unic
 agree with Rust's except on rare characters: Python counts U+001C..U+001F as whitespace (so they are
 collapsed and trimmed too) and does not count combining marks as word characters. Rust's `$` in
 `type_mismatch` is `\\Z` here. Lone surrogates, which a Rust string cannot hold, count as three
-bytes towards the 64 KiB bound (their `surrogatepass` encoding).
+bytes towards the 64 KiB bound (their `surrogatepass` encoding), then become U+FFFD, so that every
+hint and key is valid Unicode that any store can keep.
 """
 
 from __future__ import annotations
@@ -102,8 +103,19 @@ def add_constraint(constraints: list[str], text: str, max_constraints: int) -> N
 
     As the reference's `Transaction::add_constraint`: `text` is appended unless an exactly equal
     entry is already present (a duplicate is not moved to the end); then the oldest entries are
-    dropped while the list is longer than `max(max_constraints, 1)`.
+    dropped while the list is longer than `max(max_constraints, 1)`. Raises `InvalidArgument`,
+    naming the argument, unless `constraints` is a list, `text` a str and `max_constraints` an
+    int (not a bool); the list is then unchanged.
     """
+    if not isinstance(constraints, list):
+        raise InvalidArgument(f"constraints must be a list, got {type(constraints).__name__}")
+    if not isinstance(text, str):
+        raise InvalidArgument(f"text must be a string, got {type(text).__name__}")
+    if not isinstance(max_constraints, int) or isinstance(max_constraints, bool):
+        raise InvalidArgument(
+            f"max_constraints must be an int, got {type(max_constraints).__name__}"
+        )
+    text = str.__str__(text)  # a plain str: a subclass's __eq__ must not decide duplicates
     if text not in constraints:
         constraints.append(text)
     excess = len(constraints) - max(max_constraints, 1)
@@ -114,16 +126,21 @@ def add_constraint(constraints: list[str], text: str, max_constraints: int) -> N
 # ---------------------------------------------------------------- the algorithm
 
 
-def clean_error(raw: str) -> CleanHint:
+def clean_error(text: str) -> CleanHint:
     """Turn a raw error message or stack trace into a `CleanHint`; never raises for a `str`.
 
     The first rule, in the reference's priority order, that matches anywhere in the bounded
     input wins, wherever its match is; its leftmost match supplies the captures. Without a match,
-    the hint quotes the trace's salient line (spec section 6). The result depends on `raw` alone,
-    the work is linear in the length of the bounded input, and the function is safe to call from
-    several threads at once.
+    the hint quotes the trace's salient line (spec section 6). The result depends on `text`
+    alone, the work is linear in the length of the bounded input, and the function is safe to
+    call from several threads at once. Anything but a `str` (None, bytes, an exception) raises
+    `InvalidArgument` naming `text`; a `str` subclass is read as the plain string it holds.
     """
-    scan = _Scan(_bounded(raw))
+    if type(text) is not str:
+        if not isinstance(text, str):
+            raise InvalidArgument(f"text must be a string, got {type(text).__name__}")
+        text = str.__str__(text)  # its own methods (len, encode, find) are not to be trusted
+    scan = _Scan(_valid_unicode(_bounded(text)))
     checked: tuple[str, ...] = ()
     present = False
     for rule, patterns, needles, folded in _candidates(scan.signature()):
@@ -172,6 +189,25 @@ def _bounded(raw: str) -> str:
     head = data[:head_end].decode("utf-8", "surrogatepass")
     tail = data[tail_start:].decode("utf-8", "surrogatepass")
     return f"{head}\n...\n{tail}"
+
+
+def _valid_unicode(text: str) -> str:
+    """`text` with each surrogate code point replaced by U+FFFD, as a lossy UTF-8 decode does.
+
+    A tool's error may hold lone surrogates (`os.fsdecode` makes them from undecodable bytes); a
+    hint quoting one could not be stored as UTF-8. No pattern tells the two apart (neither is a
+    word, digit or space character, both are one code point), so the hint is otherwise the same.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", text)
+    return text
+
+
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
 
 
 def _one_line(text: str) -> str:
