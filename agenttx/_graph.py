@@ -240,7 +240,7 @@ class DependencyGraph:
                         f"explicit dependencies of step {step_id} must be Dependency objects, "
                         f"got {dependency!r}"
                     )
-            check_json(inputs, what=f"inputs of step {step_id}")
+            inputs = check_json(inputs, what=f"inputs of step {step_id}")
         leaves = tuple(scalar_leaves(inputs))
 
         self.truncate_from(step_id)
@@ -330,7 +330,7 @@ class DependencyGraph:
         if node is None:
             raise InvalidArgument(f"cannot record the output of step {step_id}: not in the graph")
         if validate:
-            check_json(output, what=f"output of step {step_id}")
+            output = check_json(output, what=f"output of step {step_id}")
         leaves = tuple(scalar_leaves(output))
         self._unindex(node)
         node.output_leaves = leaves

@@ -12,10 +12,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ._errors import InvalidArgument, StepOutOfOrder
-from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
+from ._json import (
+    MAX_INT_DIGITS,
+    JSONValue,
+    canonical_dumps,
+    check_json,
+    check_json_sized,
+    checked_size_bound,
+)
 from ._limits import MAX_AGENT_ID_BYTES, MAX_PAYLOAD_BYTES, over_limit
 from ._refs import resolve_value
 from ._timeline import Pending
@@ -54,8 +61,8 @@ def check_call(
             raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
         return arguments
     if type(arguments) is dict or isinstance(arguments, Mapping):
-        parsed = dict(arguments)
-        if _too_big(parsed, what="arguments"):
+        parsed, bound = check_json_sized(dict(arguments), what="arguments")
+        if _too_big(parsed, bound):
             raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
         return parsed
     raise InvalidArgument(
@@ -87,18 +94,23 @@ def prepare_call(
         try:
             parsed = check_json(json.loads(text) if text.strip() else {}, what="arguments")
         except (ValueError, RecursionError) as exc:
-            return f"invalid arguments JSON: {exc}", Pending(step_id, tool_name, None, ())
+            problem = str(exc)
+            if "integer string conversion" in problem:  # not the interpreter's advice
+                problem = f"an integer has more than {MAX_INT_DIGITS} digits"
+            return f"invalid arguments JSON: {problem}", Pending(step_id, tool_name, None, ())
     tool = registry.tools.get(tool_name)
     if tool is None:
         names = ", ".join(registry.names())
         return f"unknown tool '{tool_name}'; registered tools: {names}", Pending(
             step_id, tool_name, parsed, ()
         )
-    resolved, dependencies, error = resolve_value(parsed, outputs, step_id)
+    resolved, dependencies, error = resolve_value(
+        parsed, outputs, step_id, max_bytes=MAX_PAYLOAD_BYTES
+    )
     pending = Pending(step_id, tool_name, resolved, dependencies)
     if error is not None:
         return error, pending
-    if _too_big(resolved, what="arguments"):
+    if dependencies and _too_big(resolved, checked_size_bound(resolved, what="arguments")):
         return f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes", pending
     seq_base = generation << UNDO_SEQ_BITS
     context = None
@@ -130,7 +142,7 @@ def output_error(call: Call, outcome: Outcome) -> str | None:
     """Why the step failed: the tool's error, or an output over 1 MiB (nothing is stored)."""
     if outcome.error is not None:
         return outcome.error
-    if _too_big(outcome.output, what="output"):  # its effect happened: its undo is kept
+    if _too_big(outcome.output, outcome.size):  # its effect happened: its undo is kept
         return f"the output of tool '{call.tool.name}' exceeds {MAX_PAYLOAD_BYTES} bytes"
     return None
 
@@ -147,13 +159,12 @@ def check_agent_id(agent_id: object) -> None:
         raise InvalidArgument(f"agent_id exceeds {MAX_AGENT_ID_BYTES} bytes")
 
 
-def _too_big(value: Any, *, what: str) -> bool:
-    """Whether `value`'s canonical JSON exceeds 1 MiB; serializes only when the bound is unsure.
+def _too_big(value: JSONValue, bound: int) -> bool:
+    """Whether `value`'s canonical JSON exceeds 1 MiB, given `bound`, its `checked_size_bound`.
 
-    The size bound over-counts at most about 8.3 times (a float `0.0`, counted as 32 bytes),
-    so a bound past ten times the limit is over it for sure, and never needs the text.
+    Serializes only when the bound is unsure: the bound over-counts at most about 8.3 times (a
+    float `0.0`, counted as 32 bytes), so past ten times the limit it is over for sure.
     """
-    bound = checked_size_bound(value, what=what)
     if bound <= MAX_PAYLOAD_BYTES:
         return False
     if bound > 10 * MAX_PAYLOAD_BYTES:

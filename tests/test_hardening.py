@@ -189,8 +189,15 @@ def test_references_cannot_multiply_a_small_call_past_the_limit():
 
     tx = agenttx.Transaction(tools=[make, use])
     assert tx.execute_step(1, "make", {}).ok
-    result = tx.execute_step(2, "use", {"a": "${steps.1.big}", "b": "${steps.1.big}"})
-    assert result.error == "resolved arguments exceed 1048576 bytes"
+    copied = tx.execute_step(2, "use", {"a": "${steps.1.big}", "b": "${steps.1.big}"})
+    assert copied.error == (
+        "reference ${steps.1.big} takes what references insert past 1048576 bytes"
+    )
+    # Under the limit inserted, but over it once added to the literal arguments:
+    tx = agenttx.Transaction(tools=[make, use])
+    assert tx.execute_step(1, "make", {}).ok
+    added = tx.execute_step(2, "use", {"a": "${steps.1.big}", "b": "y" * 600_000})
+    assert added.error == "resolved arguments exceed 1048576 bytes"
     assert called == []
     assert tx.read("k") is None
 

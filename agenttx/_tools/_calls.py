@@ -19,7 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._errors import JSONValueError, ToolError
-from .._json import JSONValue, check_json, json_kind
+from .._json import JSONValue, check_json, check_json_sized, json_kind
 from ._tool import StagedEffect, Tool, ToolContext, UndoRecord
 from ._workers import (
     DeadlineExceeded,
@@ -69,6 +69,8 @@ class Outcome(NamedTuple):
     effects: tuple[StagedEffect, ...] = ()
     #: The tool's call, if it was still running at its deadline: its effect may still land.
     running: Running | None = None
+    #: An upper bound of the output's canonical JSON size in bytes (`checked_size_bound`).
+    size: int = 0
 
 
 def run_tool(call: Call) -> Outcome:
@@ -191,9 +193,10 @@ def _failed(call: Call, exc: Exception, *, running: Running | None = None) -> Ou
 def _succeeded(call: Call, output: object) -> Outcome:
     undos, effects = closed(call.context)
     checked: JSONValue = None
+    size = 0
     error: str | None = None
     try:
-        checked = check_json(output)
+        checked, size = check_json_sized(output)
     except JSONValueError as exc:
         error = str(
             JSONValueError(
@@ -210,7 +213,7 @@ def _succeeded(call: Call, output: object) -> Outcome:
         if call.log_undo is not None:
             call.log_undo(declared)  # after the effect: all a declared undo can do
         undos = (*undos, declared)
-    return Outcome(output=checked, error=error, undos=undos, effects=effects)
+    return Outcome(output=checked, error=error, undos=undos, effects=effects, size=size)
 
 
 def _declared_undo(call: Call, kind: str, seq: int, output: JSONValue) -> UndoRecord:

@@ -480,7 +480,7 @@ class ToolContext:
                     f"register_undo: {kind!r} is not a registered compensation "
                     f"(registered: {', '.join(sorted(self._compensations)) or 'none'})"
                 )
-            check_json(payload, what=f"the payload of undo {kind!r}")
+            payload = check_json(payload, what=f"the payload of undo {kind!r}")
             default = f"{kind}({canonical_dumps(payload)[:80]})"
         with self._fence:
             record = UndoRecord(
@@ -503,7 +503,7 @@ class ToolContext:
             raise InvalidArgument(
                 f"stage_effect: channel must be a non-empty string, got {channel!r}"
             )
-        check_json(payload, what=f"the payload of a {channel!r} effect")
+        payload = check_json(payload, what=f"the payload of a {channel!r} effect")
         if idempotency_key is not None and not isinstance(idempotency_key, str):
             raise InvalidArgument(
                 f"stage_effect: idempotency_key must be a string, got {idempotency_key!r}"
