@@ -81,7 +81,7 @@ from ._rollback import RollbackPolicy as RollbackPolicy
 from ._rollback import RollbackStrategy as RollbackStrategy
 from ._saga import CompensationReport as CompensationReport
 from ._saga import EffectDispatcher as EffectDispatcher
-from ._saga import OutboxDispatcher as OutboxDispatcher
+from ._saga import JsonlDispatcher as JsonlDispatcher
 from ._tools import Compensation as Compensation
 from ._tools import StagedEffect as StagedEffect
 from ._tools import StateView as StateView
@@ -117,11 +117,11 @@ __all__ = [
     "InvalidTransactionState",
     "JSONValue",
     "JSONValueError",
+    "JsonlDispatcher",
     "LineageEdge",
     "LineageGraph",
     "LineageNode",
     "LineageRecorder",
-    "OutboxDispatcher",
     "ReadConflict",
     "RecoveryReport",
     "ReferenceSyntaxError",

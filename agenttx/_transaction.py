@@ -64,7 +64,7 @@ class Transaction(Observed):
     `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
     `store`: where state lives (default: a private `MemoryStore`); share one store between
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
-    staged effects after commit (a callable, `{channel: callable}` or `OutboxDispatcher`).
+    staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
     `isolation`: see docs/protocol.md#isolation-levels.
 
     Calls are serialized by a lock, so a transaction may be shared between threads; a call

@@ -191,9 +191,9 @@ def test_dispatch_awaits_async_dispatchers():
 
 
 def test_outbox_dispatcher_appends_fsynced_json_lines(tmp_path):
-    """OutboxDispatcher writes one JSON line per effect, creating parent directories."""
+    """JsonlDispatcher writes one JSON line per effect, creating parent directories."""
     path = tmp_path / "out" / "box.jsonl"
-    outbox = agenttx.OutboxDispatcher(path)
+    outbox = agenttx.JsonlDispatcher(path)
     assert dispatch_effects([effect(1), effect(2)], outbox) == (2, ())
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["step_id"] for line in lines] == [1, 2]
@@ -210,11 +210,11 @@ def test_outbox_dispatcher_appends_fsynced_json_lines(tmp_path):
 
 
 def test_outbox_dispatcher_reports_open_errors(tmp_path):
-    """An outbox path that cannot be opened is reported as `open outbox ...`."""
+    """A JSON-lines path that cannot be opened is reported as `append to ...`."""
     (tmp_path / "dir").mkdir()
-    delivered, errors = dispatch_effects([effect(1)], agenttx.OutboxDispatcher(tmp_path / "dir"))
+    delivered, errors = dispatch_effects([effect(1)], agenttx.JsonlDispatcher(tmp_path / "dir"))
     assert delivered == 0
-    assert "open outbox" in errors[0]
+    assert "append to" in errors[0]
 
 
 # ---------------------------------------------------------------- the backoff

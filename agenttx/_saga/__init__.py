@@ -12,7 +12,7 @@ from ._backoff import Backoff as Backoff
 from ._dispatch import OUTBOX_BACKOFF as OUTBOX_BACKOFF
 from ._dispatch import Dispatcher as Dispatcher
 from ._dispatch import EffectDispatcher as EffectDispatcher
-from ._dispatch import OutboxDispatcher as OutboxDispatcher
+from ._dispatch import JsonlDispatcher as JsonlDispatcher
 from ._dispatch import deliver_committed as deliver_committed
 from ._dispatch import deliver_outbox as deliver_outbox
 from ._dispatch import dispatch_effects as dispatch_effects
@@ -32,7 +32,7 @@ __all__ = [
     "CompensationReport",
     "Dispatcher",
     "EffectDispatcher",
-    "OutboxDispatcher",
+    "JsonlDispatcher",
     "SagaLedger",
     "deliver_committed",
     "deliver_outbox",

@@ -36,7 +36,7 @@ __all__ = [
     "OUTBOX_BACKOFF",
     "Dispatcher",
     "EffectDispatcher",
-    "OutboxDispatcher",
+    "JsonlDispatcher",
     "deliver_committed",
     "deliver_outbox",
     "dispatch_effects",
@@ -59,10 +59,12 @@ class EffectDispatcher(Protocol):
 
 
 @final
-class OutboxDispatcher:
+class JsonlDispatcher:
     """Appends each effect as one fsync'd JSON line to a local file, for a relay to deliver.
 
-    Each line is `{"tx_id", "committed_at_ms", "step_id", "channel", "payload",
+    (Not to be confused with a durable store's outbox, where a commit puts its effects until
+    they are delivered: this is a dispatcher, and may be the one that delivers them.) Each
+    line is `{"tx_id", "committed_at_ms", "step_id", "channel", "payload",
     "idempotency_key"}`. Parent directories are created; writers in one process are
     serialized.
     """
@@ -89,15 +91,15 @@ class OutboxDispatcher:
             path = Path(self.path)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("a", encoding="utf-8") as outbox:
-                    outbox.write(line + "\n")
-                    outbox.flush()
-                    os.fsync(outbox.fileno())
+                with path.open("a", encoding="utf-8") as lines:
+                    lines.write(line + "\n")
+                    lines.flush()
+                    os.fsync(lines.fileno())
             except OSError as exc:
-                raise OSError(f"open outbox {self.path}: {exc}") from exc
+                raise OSError(f"append to {self.path}: {exc}") from exc
 
     def __repr__(self) -> str:
-        return f"OutboxDispatcher({self.path!r})"
+        return f"JsonlDispatcher({self.path!r})"
 
 
 Dispatcher = EffectDispatcher | Callable[..., object] | Mapping[str, Callable[..., object]]
