@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 import attrs
 
 from ._errors import InvalidArgument, TransactionNotFound
-from ._limits import check_isolation, is_positive_int, is_positive_number
+from ._limits import Isolation, check_isolation, is_positive_int, is_positive_number
 from ._policy import RollbackPolicy
 from ._recovery import recover
 from ._results import DispatchReport, RecoveryReport
@@ -56,7 +56,7 @@ class EngineConfig:
     compensation_retries: int = 3
     max_constraints: int = 32
     policy: RollbackPolicy = attrs.field(factory=RollbackPolicy)
-    isolation: Literal["read_committed", "serializable"] = "read_committed"
+    isolation: Isolation = "no_lost_updates"
 
     def __attrs_post_init__(self) -> None:
         if not is_positive_number(self.step_timeout):
@@ -152,7 +152,7 @@ class Engine:
         *,
         agent_id: str = "",
         policy: RollbackPolicy | Mapping[str, Any] | None = None,
-        isolation: Literal["read_committed", "serializable"] | None = None,
+        isolation: Isolation | None = None,
     ) -> Transaction:
         """Begin a transaction; `policy` replaces the engine's, or overrides the fields it names.
 

@@ -7,14 +7,16 @@ same values with the same messages.
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 from ._errors import InvalidArgument
 
 __all__ = [
+    "DEFAULT_ISOLATION",
     "ISOLATION_LEVELS",
     "MAX_AGENT_ID_BYTES",
     "MAX_PAYLOAD_BYTES",
+    "Isolation",
     "check_isolation",
     "is_positive_int",
     "is_positive_number",
@@ -23,7 +25,14 @@ __all__ = [
 
 MAX_PAYLOAD_BYTES: Final = 1_048_576
 MAX_AGENT_ID_BYTES: Final = 256
-ISOLATION_LEVELS: Final = ("read_committed", "serializable")
+#: A transaction's isolation level, weakest first; `agenttx.stores.Store` says what each allows.
+Isolation: TypeAlias = Literal["read_committed", "no_lost_updates", "serializable"]
+ISOLATION_LEVELS: Final[tuple[Isolation, ...]] = (
+    "read_committed",
+    "no_lost_updates",
+    "serializable",
+)
+DEFAULT_ISOLATION: Final[Isolation] = "no_lost_updates"
 
 
 def over_limit(text: str) -> bool:
@@ -51,7 +60,8 @@ def is_positive_int(value: object) -> bool:
 
 def check_isolation(isolation: object) -> None:
     """Raise `InvalidArgument` unless `isolation` is one of `ISOLATION_LEVELS`."""
-    if isolation not in ISOLATION_LEVELS:
+    if not isinstance(isolation, str) or isolation not in ISOLATION_LEVELS:
         raise InvalidArgument(
-            f"isolation must be 'read_committed' or 'serializable', got {isolation!r}"
+            "isolation must be 'read_committed', 'no_lost_updates' (the default) or "
+            f"'serializable', got {isolation!r}"
         )

@@ -38,6 +38,7 @@ from ._json import JSONValue, canonical_dumps, check_json, checked_size_bound
 from ._limits import (
     MAX_AGENT_ID_BYTES,
     MAX_PAYLOAD_BYTES,
+    Isolation,
     check_isolation,
     is_positive_int,
     is_positive_number,
@@ -97,13 +98,15 @@ class Transaction:
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `OutboxDispatcher`).
 
-    `isolation`: "read_committed" (the default, the reference's: first committer wins on the
-    keys written; write skew is possible) or "serializable" (commit also checks that no key
-    this transaction read from committed state has been committed since, raising
-    `ReadConflict`; with commits serialized by the store, the committed history is then
-    equivalent to running the transactions one at a time in commit order). Keys read by steps
-    that were later rewound stay in the read set: a conflict may be reported that a finer
-    check would not, never the reverse.
+    `isolation`: "no_lost_updates" (the default: a key's base version is fixed when the
+    transaction first reads or writes it, so commit raises `WriteConflict` if another
+    transaction committed a key it wrote since then; write skew is possible), "read_committed"
+    (the reference's: the base is fixed at the first write, so a read-modify-write may lose an
+    update) or "serializable" (commit also checks that no key this transaction read from
+    committed state has been committed since, raising `ReadConflict`; with commits serialized
+    by the store, the committed history is then equivalent to running the transactions one at
+    a time in commit order). Reads by steps that were later rewound still count: a conflict
+    may be reported that a finer check would not, never the reverse.
 
     Calls are serialized by a lock, so a transaction may be shared between threads; a call
     made while another is running waits for it. `with Transaction(...) as tx:` commits when
@@ -154,7 +157,7 @@ class Transaction:
         step_timeout: float = 30.0,
         max_constraints: int = 32,
         compensation_retries: int = 3,
-        isolation: Literal["read_committed", "serializable"] = "read_committed",
+        isolation: Isolation = "no_lost_updates",
         tx_id: str | None = None,
     ) -> None:
         if not isinstance(agent_id, str) or len(agent_id.encode()) > MAX_AGENT_ID_BYTES:
@@ -173,7 +176,6 @@ class Transaction:
         registry = ToolRegistry(tools)
         ledger = SagaLedger(attempts=compensation_retries)
         check_isolation(isolation)
-        serializable = isolation == "serializable"
         log = None
         if is_durable(store):  # begin with the record that recovery reads
             settings: dict[str, JSONValue] = {
@@ -185,13 +187,13 @@ class Transaction:
             log = TxLog.begin(
                 store,
                 tx_id,
-                serializable=serializable,
+                isolation=isolation,
                 agent_id=agent_id,
                 policy=policy,
                 settings=settings,
             )
         else:
-            store.begin(tx_id, serializable=serializable)  # checks the id; snapshot 0
+            store.begin(tx_id, isolation=isolation)  # checks the id; snapshot 0
         self.__attrs_init__(
             registry=registry,
             store=store,
@@ -854,7 +856,8 @@ class Transaction:
         """Publish every write atomically, then dispatch the staged effects in staging order.
 
         First committer wins: if another transaction committed a key this one wrote, after this
-        one first wrote it (or, when serializable, a key it read, after it read it), the
+        one first read or wrote it (read committed: wrote it; serializable: also a key it read,
+        after it read it), the
         transaction is compensated, ends FAILED, and `WriteConflict` (or its subclass
         `ReadConflict`), naming the key, is raised. Dispatch errors are reported in the result;
         they never undo the commit. Nothing is compensated after a commit.

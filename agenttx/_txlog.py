@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ._graph import DependencyGraph
+    from ._limits import Isolation
     from .stores import TxImage
 
 __all__ = [
@@ -113,7 +114,7 @@ class TxLog:
         store: DurableStore,
         tx_id: str,
         *,
-        serializable: bool,
+        isolation: Isolation,
         agent_id: str,
         policy: RollbackPolicy,
         settings: dict[str, JSONValue],
@@ -127,7 +128,7 @@ class TxLog:
             "settings": settings,
             "created_at": time.time(),
         }
-        store.begin(tx_id, serializable=serializable, record=canonical_dumps(record))
+        store.begin(tx_id, isolation=isolation, record=canonical_dumps(record))
         return cls(store, tx_id, record=record)
 
     def end_keeping_undos(self, status: str) -> None:

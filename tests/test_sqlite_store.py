@@ -30,6 +30,7 @@ from agenttx import (
     TransactionNotFound,
     WriteConflict,
 )
+from agenttx._limits import ISOLATION_LEVELS
 from agenttx.stores import (
     DurableStore,
     EffectRow,
@@ -201,14 +202,14 @@ class StoresAgree(RuleBasedStateMachine):
 
     @rule(
         tx=st.sampled_from(TX_IDS),
-        serializable=st.booleans(),
+        isolation=st.sampled_from(ISOLATION_LEVELS),
         ops=st.lists(_OPS, min_size=1, max_size=8),
     )
-    def work(self, tx: str, serializable: bool, ops: list[tuple[str, Any]]) -> None:
-        """Calls on one transaction; it is begun first (serializable or not) if not open."""
+    def work(self, tx: str, isolation: str, ops: list[tuple[str, Any]]) -> None:
+        """Calls on one transaction; it is begun first (at the isolation level) if not open."""
         for name, argument in ops:
             if not self.memory.is_open(tx):
-                self.both(f"begin({tx!r})", lambda s: s.begin(tx, serializable=serializable))
+                self.both(f"begin({tx!r})", lambda s: s.begin(tx, isolation=isolation))
                 self.durable[tx] = _Durable()
             label = f"{name}({tx!r}, {argument!r})"
             if name in {"flush", "record_progress", "record_step", "record_step_with_effect"}:
@@ -262,7 +263,7 @@ class StoresAgree(RuleBasedStateMachine):
             assert theirs.overlay == mine.overlay, tx
             assert [(key, prior) for key, prior, _ in theirs.journal] == mine.journal, tx
             assert dict(theirs.snapshots) == dict(mine.snapshots), tx
-            assert theirs.reads == mine.reads, tx
+            assert (theirs.reads, theirs.serializable) == (mine.reads, mine.serializable), tx
             for step in STEPS:
                 if step not in mine.snapshots:
                     self.both(f"restore({tx!r}, {step})", lambda s, t=tx, k=step: s.restore(t, k))
@@ -294,9 +295,11 @@ class StoresAgree(RuleBasedStateMachine):
                 row = writes[live.seq_at(position)]
                 assert (row[4], row[3], row[5]) == (key, base, value), (tx, position)
             pending = [row[1:] for row in live.pending(tx, len(live.journal))]
-            serializable = live.reads is not None
+            (isolation,) = self.file.execute(
+                "SELECT isolation FROM txs WHERE tx_id = ?", (tx,)
+            ).fetchone()
             replayed, steps, progress = replay(
-                tx, rows + pending, serializable=serializable, path=self.sqlite.path
+                tx, rows + pending, isolation=isolation, path=self.sqlite.path
             )
             model = self.durable[tx]
             assert (steps, progress) == (model.steps, model.progress), tx
@@ -304,7 +307,7 @@ class StoresAgree(RuleBasedStateMachine):
             assert replayed.overlay == live.overlay, tx
             assert replayed.journal == live.journal, tx
             assert dict(replayed.snapshots) == dict(live.snapshots), tx
-            assert replayed.reads == live.reads, tx
+            assert (replayed.reads, replayed.serializable) == (live.reads, live.serializable), tx
             positions = range(live.flushed)
             assert [replayed.seq_at(p) for p in positions] == [live.seq_at(p) for p in positions]
 
@@ -451,7 +454,7 @@ def test_serializable_reads_survive_a_reload(path: str) -> None:
     """The read set is durable: a reloaded serializable transaction still conflicts."""
     with SQLiteStore(path) as first:
         committed(first, a="1")
-        first.begin("t", serializable=True)
+        first.begin("t", isolation="serializable")
         assert first.get("t", "a") == "1"
         first.put("t", "b", "2")
         first.flush("t")
@@ -460,6 +463,91 @@ def test_serializable_reads_survive_a_reload(path: str) -> None:
         with pytest.raises(ReadConflict) as caught:
             second.commit("t")
         assert caught.value.key == "a"
+
+
+def test_read_versions_survive_a_reload_by_default(path: str) -> None:
+    """At the default level a read fixes the key's base durably: a reloaded transaction that
+    writes the key after another commit changed it conflicts."""
+    with SQLiteStore(path) as first:
+        committed(first, n="1")
+        first.begin("t")
+        assert first.get("t", "n") == "1"
+        first.flush("t")
+    with reopen(path, "t") as second:
+        committed(second, n="9")
+        second.put("t", "n", "2")
+        with pytest.raises(WriteConflict) as caught:
+            second.commit("t")
+        assert type(caught.value) is WriteConflict
+
+
+def test_read_committed_records_no_reads(path: str) -> None:
+    """Read committed writes no READ event, so its reads cost nothing on disk."""
+    with SQLiteStore(path) as store:
+        store.begin("t", isolation="read_committed")
+        store.get("t", "a")
+        store.put("t", "b", "1")
+        store.flush("t")
+        with raw(path) as connection:
+            kinds = connection.execute("SELECT kind FROM log WHERE tx_id = 't'").fetchall()
+        assert kinds == [(file_module.WRITE,)]
+
+
+def _schema_1_file(path: str) -> None:
+    """A store file as the first release wrote it: schema 1, with a `serializable` column."""
+    with raw(path) as connection:
+        for statement in file_module.MIGRATIONS[0]:
+            connection.execute(statement)
+        connection.execute(f"PRAGMA application_id = {file_module.APPLICATION_ID}")
+        connection.execute("PRAGMA user_version = 1")
+        connection.execute("INSERT INTO committed VALUES ('a', 1, '1')")
+        connection.execute("UPDATE meta SET commit_version = 1")
+        for tx_id, serializable in (("ser", 1), ("rc", 0)):
+            connection.execute(
+                "INSERT INTO txs (tx_id, record, owner, serializable) VALUES (?, '{}', NULL, ?)",
+                (tx_id, serializable),
+            )
+            # Each read `a` at version 1 and wrote `b` (base 0).
+            connection.executemany(
+                "INSERT INTO log (tx_id, seq, kind, num, name, body) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (tx_id, 0, file_module.WRITE, 0, "b", "2"),
+                    *([(tx_id, 1, file_module.READ, 1, "a", None)] if serializable else []),
+                ],
+            )
+
+
+def test_schema_1_is_migrated_keeping_each_transactions_isolation(path: str) -> None:
+    """A file of schema 1 is migrated: serializable 1 stays serializable (its reads are
+    validated), 0 becomes read committed (a rewrite of a key it read does not conflict)."""
+    _schema_1_file(path)
+    with SQLiteStore(path) as store:
+        with raw(path) as connection:
+            assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
+            rows = connection.execute("SELECT tx_id, isolation FROM txs ORDER BY tx_id")
+            assert rows.fetchall() == [("rc", "read_committed"), ("ser", "serializable")]
+        assert store.open_transactions() == ("rc", "ser")
+        for tx_id in ("ser", "rc"):
+            store.load(tx_id)
+            assert store.get(tx_id, "b") == "2"
+        committed(store, a="9")
+        with pytest.raises(ReadConflict):
+            store.commit("ser")
+        assert store.get("rc", "a") == "9"
+        store.put("rc", "a", "10")
+        assert store.commit("rc") == 2
+        assert store.read_committed("a") == "10"
+
+
+def test_an_unknown_isolation_in_the_file_is_corruption(path: str) -> None:
+    """A transaction row with a level this code does not know is refused on load, not guessed."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.close()
+    with raw(path) as connection:
+        connection.execute("UPDATE txs SET isolation = 'snapshot'")
+    with SQLiteStore(path) as store, pytest.raises(StorageError, match="unknown isolation"):
+        store.load("t")
 
 
 def test_replaced_progress_rows_are_deleted_in_batches(store: SQLiteStore, path: str) -> None:
@@ -816,7 +904,7 @@ def durable_fixture(path: str) -> str:
         store.begin("done")
         store.record_step("done", 1, "{}", [EFFECT_1], "{}")
         store.commit("done")
-        store.begin("t", serializable=True)
+        store.begin("t", isolation="serializable")
         store.record_transaction("t", '{"name":"t"}')
         store.put("t", "a", "10")
         store.snapshot("t", 1)
@@ -1093,11 +1181,13 @@ def test_a_readonly_store_refuses_another_schema_version(
     """A newer schema, or an older one it would have to migrate, raises StorageError saying so."""
     SQLiteStore(path).close()
     extra = ("CREATE TABLE added (n INTEGER)",)
+    current = len(file_module.MIGRATIONS)
     monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, extra))
-    with pytest.raises(StorageError, match=r"schema version 1, older than .* reads \(2\)"):
+    match = rf"schema version {current}, older than .* reads \({current + 1}\)"
+    with pytest.raises(StorageError, match=match):
         SQLiteStore(path, readonly=True)
     with raw(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == current
     monkeypatch.undo()
     with raw(path) as connection:
         connection.execute("PRAGMA user_version = 99")
@@ -1130,7 +1220,7 @@ def _increment_worker(path: str, worker: int, rounds: int, barrier: Any, results
     with SQLiteStore(path, busy_timeout=60) as store:
         # Round 0: everyone reads and writes counter/0, then commits at once: all but one conflict.
         tx = f"w{worker}-first"
-        store.begin(tx, serializable=True)
+        store.begin(tx, isolation="serializable")
         store.put(tx, "counter/0", str(int(store.get(tx, "counter/0") or "0") + 1))
         store.flush(tx)
         barrier.wait()
@@ -1146,7 +1236,7 @@ def _increment_worker(path: str, worker: int, rounds: int, barrier: Any, results
                 break
             tx = f"w{worker}-{attempt}"
             key = f"counter/{index}"
-            store.begin(tx, serializable=True)
+            store.begin(tx, isolation="serializable")
             value = int(store.get(tx, key) or "0")
             store.snapshot(tx, 1)
             store.put(tx, key, str(value + 1))
@@ -1196,7 +1286,7 @@ def test_threads_share_one_store(store: SQLiteStore) -> None:
             if count == 25:
                 break
             tx = f"w{worker}-{attempt}"
-            store.begin(tx, serializable=True)
+            store.begin(tx, isolation="serializable")
             value = int(store.get(tx, "n") or "0")
             store.put(tx, "n", str(value + 1))
             store.record_progress(tx, "{}")
@@ -1257,24 +1347,26 @@ def test_migrations_run_in_order_once(path: str, monkeypatch: pytest.MonkeyPatch
     """A file at an older schema version gets exactly the migrations it lacks."""
     SQLiteStore(path).close()
     extra = ("CREATE TABLE added (n INTEGER)", "INSERT INTO added VALUES (1)")
+    current = len(file_module.MIGRATIONS)
     monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, extra))
     SQLiteStore(path).close()
     SQLiteStore(path).close()
     with raw(path) as connection:
         assert connection.execute("SELECT n FROM added").fetchall() == [(1,)]
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == current + 1
 
 
 def test_a_failing_migration_changes_nothing(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A migration that fails half-way is rolled back whole: the file keeps its version."""
     SQLiteStore(path).close()
     broken = ("CREATE TABLE added (n INTEGER)", "INSERT INTO nowhere VALUES (1)")
+    current = len(file_module.MIGRATIONS)
     monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, broken))
     with pytest.raises(StorageError, match=r"could not set up the schema .* no such table") as e:
         SQLiteStore(path)
     assert isinstance(e.value.__cause__, sqlite3.OperationalError)
     with raw(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == current
         tables = connection.execute("SELECT name FROM sqlite_master WHERE name = 'added'")
         assert tables.fetchall() == []
 

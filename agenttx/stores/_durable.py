@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeGuard, runtime_checkable
 
+from .._limits import DEFAULT_ISOLATION, Isolation
 from ._protocol import Store
 
 if TYPE_CHECKING:
@@ -116,10 +117,14 @@ class DurableStore(Store, Protocol):
     Errors are as for `Store`: `InvalidArgument`, `TransactionNotFound`, `StorageError`.
     """
 
-    def begin(self, tx_id: str, *, serializable: bool = False, record: str = "null") -> None:
+    def begin(
+        self, tx_id: str, *, isolation: Isolation = DEFAULT_ISOLATION, record: str = "null"
+    ) -> None:
         """`Store.begin`, writing the transaction durably with its descriptive `record` (JSON
-        text) before it returns: one durable write, so that no crash can leave a transaction
-        without its record (unless the caller omits it)."""
+        text) and its isolation level before it returns: one durable write, so that no crash can
+        leave a transaction without its record (unless the caller omits it). The read versions
+        that the isolation level records are durable like the writes (buffered until the next
+        durable write), and `load` gives them back."""
         ...
 
     def record_transaction(self, tx_id: str, record: str) -> None:

@@ -35,6 +35,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
+from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._protocol import (
     MAX_STEP,
     check_key,
@@ -47,6 +48,7 @@ from ._sqlite_file import (
     DELETE_LOG_ROW,
     EFFECT,
     INSERT_LOG,
+    INSERT_TX,
     MAX_INT64,
     PROGRESS,
     RESTORE,
@@ -264,14 +266,21 @@ class SQLiteStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    def begin(self, tx_id: str, *, serializable: bool = False, record: str = "null") -> None:
+    def begin(
+        self,
+        tx_id: str,
+        *,
+        isolation: Isolation = DEFAULT_ISOLATION,
+        record: str = "null",
+    ) -> None:
         """Open transaction `tx_id` and take its snapshot 0 (see `Store.begin`).
 
-        Writes the transaction's row (owned by this store, with its `record`) at once. Raises
-        `InvalidArgument` if this store holds the transaction, or the file has a row for it
-        (open in another store, or kept by `discard_state` for recovery).
+        Writes the transaction's row (owned by this store, with its `record` and isolation) at
+        once. Raises `InvalidArgument` if this store holds the transaction, or the file has a
+        row for it (open in another store, or kept by `discard_state` for recovery).
         """
         check_tx_id(tx_id)
+        check_isolation(isolation)
         check_value(record)
         self._check_writable()
         with self._lock:
@@ -281,11 +290,7 @@ class SQLiteStore:
                 )
             self._check_not_closed()
             try:
-                cursor = self._cur.execute(
-                    "INSERT OR IGNORE INTO txs (tx_id, record, owner, serializable) "
-                    "VALUES (?, ?, ?, ?)",
-                    (tx_id, record, self._owner, int(serializable)),
-                )
+                cursor = self._cur.execute(INSERT_TX, (tx_id, record, self._owner, isolation))
                 inserted = cursor.rowcount
             except sqlite3.Error as exc:
                 raise self._file.failure(f"begin transaction `{tx_id}`", exc) from exc
@@ -294,7 +299,7 @@ class SQLiteStore:
                     f"transaction `{tx_id}` is already open in another store on `{self._path}` "
                     "(or kept there for recovery): load and end it, or use another id"
                 )
-            self._txs[tx_id] = TxMirror(reads={} if serializable else None)
+            self._txs[tx_id] = TxMirror.begun(isolation)
 
     def commit(self, tx_id: str) -> int:
         """Validate and publish the overlay in one SQLite transaction (see `Store.commit`).
@@ -337,8 +342,8 @@ class SQLiteStore:
         return self._exclusive and not tx.replayed and tx.first_read in {None, self._commits}
 
     def _validate(self, tx: TxMirror) -> None:
-        """Inside the commit's write transaction: raise `WriteConflict` for the smallest key
-        committed since the transaction first wrote it, then `ReadConflict` likewise for the
+        """Inside the commit's write transaction: raise `WriteConflict` for the smallest key of
+        the overlay committed since its base version, then `ReadConflict` likewise for the
         keys a serializable transaction read."""
         overlay = tx.overlay
         if overlay:
@@ -346,7 +351,7 @@ class SQLiteStore:
             conflicts = [k for k, (base, _) in overlay.items() if current.get(k, 0) != base]
             if conflicts:
                 raise WriteConflict(key=min(conflicts))
-        if tx.reads:
+        if tx.serializable and tx.reads:
             current = self._file.committed_versions(list(tx.reads))
             stale = [k for k, read in tx.reads.items() if current.get(k, 0) != read]
             if stale:
@@ -417,11 +422,13 @@ class SQLiteStore:
             if tx is None:
                 raise self._not_open(tx_id)
             prior = tx.overlay.get(key)
-            if prior is None:
+            if prior is not None:
+                entry = (prior[0], value)
+            elif tx.reads is not None and key in tx.reads:
+                entry = (tx.reads[key], value)
+            else:
                 row = self._first_read(tx, key)
                 entry = (0 if row is None else row[0], value)
-            else:
-                entry = (prior[0], value)
             tx.journal.append((key, prior, entry))
             tx.overlay[key] = entry
 

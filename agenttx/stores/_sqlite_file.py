@@ -1,6 +1,6 @@
 """The file behind `SQLiteStore`: its layout and migrations, and the connection that runs on it.
 
-**Layout** (schema version 1; `PRAGMA application_id` marks the file as an agenttx store and
+**Layout** (schema version 2; `PRAGMA application_id` marks the file as an agenttx store and
 `PRAGMA user_version` holds the schema version, which `MIGRATIONS` brings up to date):
 
 ======== ===================================================================================
@@ -8,7 +8,7 @@ meta     one row: `commit_version`, the durable commit counter
 committed `key -> (version, value)`: the committed map
 txs      one row per transaction with a durable record: `record` (JSON text, `"null"` if
          neither `begin` nor `record_transaction` gave one), `owner` (JSON: pid, hostname,
-         per-store token), `serializable`
+         per-store token), `isolation` (the level's name)
 log      the transaction's history, `(tx_id, seq)` -> an event (see below), seq from 0
 undos    `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
 outbox   committed effects with their delivery history, in commit then staging order
@@ -19,7 +19,7 @@ A transaction's `log` is the sequence of its calls that change durable state, as
 journal position), `RESTORE` (step), `STEP` (step id, record, progress or NULL if unchanged, and
 the position of snapshot `step` when it is the only one taken since the last durable write),
 `EFFECT` (step id, channel, payload, idempotency key), `PROGRESS` (text) and `READ` (key,
-version; serializable only). `_sqlite_mirror.replay` turns them back into a transaction.
+version; not under read committed). `_sqlite_mirror.replay` turns them back into a transaction.
 
 `StoreFile` is one open connection to such a file: it checks what the file is, migrates it (or,
 read-only, refuses any schema but this code's), runs the store's SQLite transactions, turning
@@ -48,6 +48,7 @@ __all__ = [
     "DELETE_LOG_ROW",
     "EFFECT",
     "INSERT_LOG",
+    "INSERT_TX",
     "IN_CHUNK",
     "MAX_INT64",
     "MIGRATIONS",
@@ -106,6 +107,21 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ),
         "CREATE INDEX outbox_pending ON outbox (id) WHERE delivered = 0",
     ),
+    # 1 -> 2: a transaction's isolation level by name (three levels), instead of `serializable`
+    # (two). Rows of version 1 had the two levels of then: 1 is "serializable", 0 "read
+    # committed". SQLite cannot drop a column before 3.35, so the table is rebuilt.
+    (
+        (
+            "CREATE TABLE txs_2 (tx_id TEXT NOT NULL PRIMARY KEY, record TEXT NOT NULL, "
+            "owner TEXT, isolation TEXT NOT NULL) WITHOUT ROWID"
+        ),
+        (
+            "INSERT INTO txs_2 (tx_id, record, owner, isolation) SELECT tx_id, record, owner, "
+            "CASE serializable WHEN 0 THEN 'read_committed' ELSE 'serializable' END FROM txs"
+        ),
+        "DROP TABLE txs",
+        "ALTER TABLE txs_2 RENAME TO txs",
+    ),
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -129,6 +145,7 @@ INSERT_LOG: Final = (
     "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+INSERT_TX: Final = "INSERT OR IGNORE INTO txs (tx_id, record, owner, isolation) VALUES (?, ?, ?, ?)"
 SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
 SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
 DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
