@@ -1440,6 +1440,183 @@ def test_the_path_must_be_a_path() -> None:
         SQLiteStore(3)  # type: ignore[arg-type]
 
 
+class _BytesPath:
+    def __fspath__(self) -> bytes:
+        return b"store.db"
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("store\0.db", "path must be a file name without NUL"),
+        (pathlib.Path("dir") / "a\0b", "path must be a file name without NUL"),
+        ("", "path must be a file name"),
+        (b"store.db", "path must be a str or os.PathLike"),
+        (_BytesPath(), "path must name a file as text"),
+    ],
+)
+def test_a_path_that_names_no_file_is_an_invalid_argument(
+    bad: object, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NUL characters, an empty name and bytes raise InvalidArgument naming `path`, not a
+    ValueError of sqlite3's or a private temporary database."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgument, match=message):
+        SQLiteStore(bad)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the file under the store
+
+
+def _every_write(store: SQLiteStore) -> dict[str, Callable[[], object]]:
+    """A call of each kind that writes the file, on transaction `t` (begun, with a write)."""
+    return {
+        "begin": lambda: store.begin("other"),
+        "put+flush": lambda: (store.put("t", "a", "2"), store.flush("t")),
+        "record_step": lambda: store.record_step("t", 1, "{}", [], "{}"),
+        "record_progress": lambda: store.record_progress("t", '"p"'),
+        "record_undo": lambda: store.record_undo("t", UndoRow(1, 0, '"u"')),
+        "record_transaction": lambda: store.record_transaction("t", '{"r":1}'),
+        "restore": lambda: store.restore("t", 0),
+        "load": lambda: store.load("t"),
+        "discard": lambda: store.discard("t"),
+        "commit": lambda: store.commit("t"),
+    }
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("how", ["deleted", "replaced", "renamed away"])
+def test_a_file_deleted_or_replaced_under_the_store_is_noticed(
+    path: str, how: str, exclusive: bool
+) -> None:
+    """Every write checks that the path still names the file opened: after it was deleted,
+    replaced or renamed, no write is acknowledged (StorageError), and none lands anywhere."""
+    store = SQLiteStore(path, exclusive=exclusive)
+    committed(store, a="1")
+    store.begin("t")
+    store.put("t", "a", "2")
+    store.snapshot("t", 1)
+    store.flush("t")
+    aside = f"{path}.aside"
+    if how == "deleted":
+        pathlib.Path(path).unlink()
+    elif how == "renamed away":
+        pathlib.Path(path).rename(aside)
+    else:
+        SQLiteStore(aside).close()
+        pathlib.Path(aside).replace(path)
+    message = "was deleted" if how != "replaced" else "was replaced by another file"
+    for name, call in _every_write(store).items():
+        with pytest.raises(StorageError, match=message):
+            call()
+        assert store.is_open("t"), name
+    store.close()
+
+
+def test_the_same_file_moved_back_is_written_again(path: str) -> None:
+    """The check compares identities, not names: once the file is back, writes go through."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.put("t", "a", "1")
+        pathlib.Path(path).rename(f"{path}.aside")
+        with pytest.raises(StorageError, match="was deleted"):
+            store.commit("t")
+        pathlib.Path(f"{path}.aside").rename(path)
+        assert store.commit("t") == 1
+    with SQLiteStore(path) as store:
+        assert store.read_committed("a") == "1"
+
+
+def test_a_relative_path_is_checked_where_it_was_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chdir after opening does not make the file look deleted."""
+    monkeypatch.chdir(tmp_path)
+    with SQLiteStore("store.db") as store:
+        monkeypatch.chdir(tmp_path.parent)
+        store.begin("t")
+        store.put("t", "a", "1")
+        assert store.commit("t") == 1
+
+
+def test_a_readonly_store_does_not_check_the_file(path: str) -> None:
+    """A read-only store writes nothing, so it has nothing to check: its reads go on."""
+    with SQLiteStore(path) as writer:
+        committed(writer, a="1")
+    with SQLiteStore(path, readonly=True) as reader:
+        pathlib.Path(path).unlink()
+        assert reader.read_committed("a") == "1"
+
+
+def _open_as_sqlite_does_without_write_permission(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every connection read-only, as SQLite makes one on a file it may not write."""
+    connect = sqlite3.connect
+
+    def read_only(target: str, **options: Any) -> sqlite3.Connection:
+        if options.get("uri"):
+            return connect(target, **options)
+        uri = f"{pathlib.Path(target).absolute().as_uri()}?mode=ro"
+        return connect(uri, **{**options, "uri": True})
+
+    monkeypatch.setattr(sqlite3, "connect", read_only)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_file_sqlite_can_only_read_fails_when_opened(
+    path: str, monkeypatch: pytest.MonkeyPatch, exclusive: bool
+) -> None:
+    """SQLite opens a file it may not write read-only, silently: the store finds out when it
+    opens (StorageError), not at its first commit."""
+    with SQLiteStore(path) as store:
+        committed(store, a="1")
+    _open_as_sqlite_does_without_write_permission(monkeypatch)
+    # Exclusive, SQLite fails earlier: it cannot keep the WAL index in memory read-only.
+    match = "could not read the schema" if exclusive else "SQLite cannot write the store"
+    with pytest.raises(StorageError, match=match) as caught:
+        SQLiteStore(path, exclusive=exclusive)
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    with SQLiteStore(path, readonly=True) as reader:  # reading it is fine
+        assert reader.read_committed("a") == "1"
+
+
+def _may_write(target: pathlib.Path) -> bool:
+    """Whether this process may write the file `target`, or create a file in directory `target`
+    (root may, whatever the permissions say, unless it lacks CAP_DAC_OVERRIDE)."""
+    try:
+        if target.is_dir():
+            probe = target / "probe"
+            probe.touch()
+            probe.unlink()
+        else:
+            with target.open("r+b"):
+                pass
+    except PermissionError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_file_this_user_may_not_write_fails_when_opened(path: str, what: str) -> None:
+    """A read-only file, or a directory where SQLite cannot create its -wal and -shm files,
+    raises StorageError at open."""
+    with SQLiteStore(path) as store:
+        committed(store, a="1")
+    for side in ("-wal", "-shm"):
+        pathlib.Path(path + side).unlink(missing_ok=True)
+    target = pathlib.Path(path) if what == "file" else pathlib.Path(path).parent
+    mode = target.stat().st_mode
+    target.chmod(0o444 if what == "file" else 0o555)
+    if _may_write(target):
+        target.chmod(mode)
+        pytest.skip("this process may write whatever the permissions say (root)")
+    try:
+        with pytest.raises(StorageError):
+            SQLiteStore(path)
+    finally:
+        target.chmod(mode)
+
+
 def test_a_closed_store_raises_storage_error(path: str) -> None:
     """After close() every call raises StorageError; close() is idempotent."""
     store = SQLiteStore(path)

@@ -92,6 +92,15 @@ class SQLiteStore:
     that is not an agenttx store, or a store with a newer schema than this code knows raises
     `StorageError` here; an older schema is migrated.
 
+    **The file** must stay where it is while the store is open. Opened writable, the store
+    checks at once that SQLite can write it (SQLite opens a file it may not write read-only,
+    silently), and raises `StorageError` if not. Before each write to the file it checks, with
+    one `stat` (about 2 us), that the path still names the file it opened: if the file was
+    deleted, renamed away or replaced (another file moved over it), the write would reach a
+    file no one else opens and be lost with this store, so it raises `StorageError` instead,
+    changing nothing; moving the same file back makes the store work again. A `path` that is
+    not a file name (not text, empty, or with a NUL character) raises `InvalidArgument`.
+
     **Read-only** (``readonly=True``), for inspecting a store, even one that other processes
     are using: the file is opened with SQLite's `mode=ro` and is never created, migrated or
     written (as for any reader, SQLite may create the `-wal` and `-shm` side files and use the
@@ -182,6 +191,11 @@ class SQLiteStore:
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgument(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        text = os.fspath(path)
+        if not isinstance(text, str):
+            raise InvalidArgument(f"path must name a file as text, not {type(text).__name__}")
+        if not text or "\0" in text:
+            raise InvalidArgument(f"path must be a file name without NUL characters, got {text!r}")
         if durability not in {"normal", "full"}:
             raise InvalidArgument(f'durability must be "normal" or "full", got {durability!r}')
         if (
@@ -201,7 +215,7 @@ class SQLiteStore:
                 "readonly=True and exclusive=True cannot be combined: a read-only store must "
                 "not lock out the process that writes the file"
             )
-        self._path = os.fspath(path)
+        self._path = text
         self._readonly = readonly
         self._exclusive = exclusive
         self._lock = threading.Lock()
@@ -289,11 +303,9 @@ class SQLiteStore:
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
             self._check_not_closed()
-            try:
-                cursor = self._cur.execute(INSERT_TX, (tx_id, record, self._owner, isolation))
-                inserted = cursor.rowcount
-            except sqlite3.Error as exc:
-                raise self._file.failure(f"begin transaction `{tx_id}`", exc) from exc
+            inserted = self._file.write(
+                INSERT_TX, (tx_id, record, self._owner, isolation), f"begin transaction `{tx_id}`"
+            )
             if inserted != 1:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open in another store on `{self._path}` "
@@ -628,11 +640,12 @@ class SQLiteStore:
             if fenced is not None and not rows and len(tx.stale_progress) < _STALE_PROGRESS:
                 if self._exclusive and statement is not None:
                     fenced = statement  # no other store can have taken the transaction over
-                try:
-                    if self._cur.execute(*fenced).rowcount != 1:
+                doing = f"{doing} for transaction `{tx_id}`"
+                if self._file.write(*fenced, doing) != 1:
+                    try:
                         self._fence(tx_id)  # raises: the transaction is not this store's
-                except sqlite3.Error as exc:
-                    raise self._file.failure(f"{doing} for transaction `{tx_id}`", exc) from exc
+                    except sqlite3.Error as exc:
+                        raise self._file.failure(doing, exc) from exc
                 return
             seq = tx.next_seq + len(rows)
             if progress is not None:
@@ -686,7 +699,9 @@ class SQLiteStore:
         """
         try:
             fence = None if self._exclusive else (tx_id, self._owner)
-            if self._file.insert_log(rows, fence) != len(rows):
+            if self._file.insert_log(rows, fence, f"{doing} for transaction `{tx_id}`") != len(
+                rows
+            ):
                 self._fence(tx_id)  # raises: the transaction is not this store's any more
                 raise StorageError(  # pragma: no cover - unreachable: the owner check failed
                     f"could not {doing} for transaction `{tx_id}`: the log refused the events"
