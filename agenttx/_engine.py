@@ -208,8 +208,11 @@ class Engine:
         A transaction that ended with undo records left over is never resumed: those records
         are retried. A compensation that fails, or whose kind is not registered, stays in the
         store, is reported and is tried again by the next recovery. Transactions of this
-        engine and of other live processes on this host are left alone. On a store that is
-        not durable there is nothing to recover.
+        engine and of other live processes on this host are left alone. Several engines and
+        processes may recover one store at once: each transaction is claimed atomically by one
+        of them, so no compensation runs twice; any failure with one transaction is reported
+        in `failures` and the others go on. On a store that is not durable there is nothing
+        to recover.
         """
         if not is_durable(self._store):
             if mode not in ("abort", "resume"):

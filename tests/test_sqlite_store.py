@@ -437,6 +437,63 @@ def test_writes_after_the_last_durable_point_are_lost(path: str) -> None:
         assert second.restore("t", 0) == 1
 
 
+def test_claim_is_a_compare_and_set_on_the_owner(path: str) -> None:
+    """Of two recoverers that read the same dead owner, the first claim wins and the second
+    gets None; neither can claim from a store still open in this process."""
+    with SQLiteStore(path) as dead:
+        dead.begin("t")
+        dead.put("t", "a", "1")
+        dead.flush("t")
+        owner = dead.owner("t")
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    image = first.claim("t", owner)
+    assert image is not None
+    assert image.owner == owner
+    assert first.is_open("t")
+    assert first.get("t", "a") == "1"
+    assert second.claim("t", owner) is None  # the owner changed: the compare fails
+    assert not second.is_open("t")
+    assert second.claim("t", first.owner("t")) is None  # first is open here: alive
+    assert first.claim("t", first.owner("t")) is None  # nor from itself
+    current = first.owner("t")
+    first.close()  # now that owner is gone
+    assert second.claim("t", current) is not None
+    assert second.owner("t") != current
+    with pytest.raises(TransactionNotFound):
+        second.claim("nope", None)
+    second.close()
+
+
+def test_discard_state_releases_the_transaction(path: str) -> None:
+    """After discard_state no store holds the transaction: its owner is None, any store may
+    claim it, even in the process that released it."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.record_undo("t", UndoRow(1, 0, '"u"'))
+        store.discard_state("t")
+        assert store.owner("t") is None
+        image = store.claim("t", None)
+        assert image is not None
+        assert image.undos == (UndoRow(1, 0, '"u"'),)
+
+
+@pytest.mark.parametrize("name", ["discard", "discard_state"])
+def test_a_store_that_lost_a_transaction_does_not_discard_it(path: str, name: str) -> None:
+    """discard (or discard_state) by a store that held the transaction and lost it to a
+    takeover raises StorageError and deletes nothing: the new owner keeps it."""
+    with SQLiteStore(path) as old, SQLiteStore(path) as new:
+        old.begin("t")
+        old.put("t", "a", "1")
+        old.flush("t")
+        new.load("t")
+        with pytest.raises(StorageError, match="taken over"):
+            getattr(old, name)("t")
+        assert not old.is_open("t")
+        assert new.get("t", "a") == "1"
+        assert new.commit("t") == 1
+        old.discard("t")  # no longer held there, and ended: a no-op
+
+
 def test_load_of_a_transaction_held_here_flushes_it_first(store: SQLiteStore) -> None:
     """load() of a transaction this store holds keeps its buffered writes and snapshots."""
     store.begin("t")

@@ -24,6 +24,7 @@ import secrets
 import socket
 import sqlite3
 import threading
+import weakref
 from typing import TYPE_CHECKING, Final, Literal, final
 
 import attrs
@@ -55,6 +56,7 @@ from ._sqlite_file import (
     SELECT_COMMITTED,
     SELECT_OWNER,
     STEP,
+    UPDATE_OWNER,
     WRITE,
     StoreFile,
     check_effects,
@@ -70,6 +72,13 @@ if TYPE_CHECKING:
     from ._durable import DurableStore, EffectRow, OutboxEntry, TxImage, UndoRow
 
 __all__ = ["SQLiteStore"]
+
+#: The owners of the `SQLiteStore`s open in this process. A transaction owned by one of them
+#: is alive, whatever `owner_alive` makes of its process id, so `claim` leaves it alone. It is
+#: process-wide state by nature (which store instances this process has open), like the pid.
+#: Each store adds itself when it opens and removes itself when it closes or is collected;
+#: `set.add`, `discard` and `in` are atomic, so no lock, which a finalizer could deadlock on.
+_OPEN_HERE: set[str] = set()
 
 #: Durable writes of at most this many events, and nothing else, are one fenced statement.
 _MULTI_ROWS: Final = 16
@@ -147,7 +156,11 @@ class SQLiteStore:
     if the row is gone (committed or discarded elsewhere), `TransactionNotFound`; either way this
     store stops holding the transaction. `is_open` answers for this store; `begin` refuses an id
     with a row in the file, from any process. `discard` and `discard_state` act on the file
-    whichever store holds the transaction.
+    whichever store holds the transaction, except when this store held it and another has
+    taken it over since: then they raise `StorageError` (taken over) and delete nothing. `claim`
+    takes a transaction over only if its owner is still the one given (a compare-and-set) and is
+    not a store open in this process: recovery uses it, so that two recoverers never both take
+    one transaction.
 
     **Threads.** One connection, guarded by one `threading.Lock` held for the whole of every
     call (its SQL included), rather than a connection per thread: SQLite admits one writer at a
@@ -235,6 +248,9 @@ class SQLiteStore:
         )
         self._conn = self._file.conn
         self._cur = self._file.cur
+        if not readonly:
+            _OPEN_HERE.add(self._owner)
+            weakref.finalize(self, _OPEN_HERE.discard, self._owner)
 
     # ------------------------------------------------------------ the store itself
 
@@ -261,6 +277,7 @@ class SQLiteStore:
                 return
             self._closed = True
             self._txs.clear()
+            _OPEN_HERE.discard(self._owner)
             self._file.close()
 
     def __enter__(self) -> SQLiteStore:
@@ -389,6 +406,12 @@ class SQLiteStore:
         with self._lock:
             self._check_not_closed()
             with self._file.writing(doing):
+                if tx_id in self._txs:
+                    # Held here: unless this store still owns it, end nothing (see "Ownership").
+                    try:
+                        self._fence(tx_id)
+                    except TransactionNotFound:
+                        return  # ended elsewhere: nothing to discard
                 self._delete_rows(tx_id, keep_record=keep_record)
             self._txs.pop(tx_id, None)
 
@@ -746,7 +769,32 @@ class SQLiteStore:
                     if rows and rows[0][0] == self._owner:
                         cur.executemany(INSERT_LOG, held.pending(tx_id, len(held.journal)))
                 image, tx = read_transaction(cur, tx_id, path=self._path)
-                cur.execute("UPDATE txs SET owner = ? WHERE tx_id = ?", (self._owner, tx_id))
+                cur.execute(UPDATE_OWNER, (self._owner, tx_id))
+            self._txs[tx_id] = tx
+        return image
+
+    def claim(self, tx_id: str, owner: str | None) -> TxImage | None:
+        """Take transaction `tx_id` over for recovery if its owner is still `owner`, in one
+        SQLite write transaction (see `DurableStore.claim`): `None` if it is not, or if
+        `owner` is a `SQLiteStore` open in this process. `TransactionNotFound` if the file
+        has no row for it."""
+        check_tx_id(tx_id)
+        if owner is not None:
+            check_value(owner)
+        self._check_writable()
+        doing = f"claim transaction `{tx_id}`"
+        with self._lock:
+            self._check_not_closed()
+            if owner in _OPEN_HERE:
+                return None
+            with self._file.writing(doing) as cur:
+                rows = cur.execute(SELECT_OWNER, (tx_id,)).fetchall()
+                if not rows:
+                    raise TransactionNotFound(tx_id=tx_id)
+                if rows[0][0] != owner:
+                    return None  # taken since the caller read the owner
+                image, tx = read_transaction(cur, tx_id, path=self._path)
+                cur.execute(UPDATE_OWNER, (self._owner, tx_id))
             self._txs[tx_id] = tx
         return image
 
@@ -874,7 +922,9 @@ class SQLiteStore:
     def _delete_rows(self, tx_id: str, *, keep_record: bool) -> None:
         execute = self._cur.execute
         execute("DELETE FROM log WHERE tx_id = ?", (tx_id,))
-        if not keep_record:
+        if keep_record:  # no store holds it any more: any recovery may claim it
+            execute(UPDATE_OWNER, (None, tx_id))
+        else:
             execute("DELETE FROM undos WHERE tx_id = ?", (tx_id,))
             execute("DELETE FROM txs WHERE tx_id = ?", (tx_id,))
 

@@ -61,6 +61,7 @@ __all__ = [
     "SELECT_OWNER",
     "SNAPSHOT",
     "STEP",
+    "UPDATE_OWNER",
     "WRITE",
     "StoreFile",
     "check_effects",
@@ -149,6 +150,7 @@ INSERT_LOG: Final = (
 INSERT_TX: Final = "INSERT OR IGNORE INTO txs (tx_id, record, owner, isolation) VALUES (?, ?, ?, ?)"
 SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
 SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
+UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ?"
 DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
 _SELECT_OUTBOX: Final = (
     "SELECT id, tx_id, step_id, channel, payload, idempotency_key, attempts, last_error, "
