@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 import attrs
 
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
-from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS
+from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._recovery import recover
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
@@ -88,7 +88,7 @@ class EngineConfig:
     policy: RollbackPolicy = attrs.field(
         factory=RollbackPolicy, validator=instance_of(RollbackPolicy)
     )
-    isolation: Literal["read_committed", "serializable"] = attrs.field(
+    isolation: Isolation = attrs.field(
         default=DEFAULT_ISOLATION, validator=one_of(*ISOLATION_LEVELS)
     )
     #: How many ended transactions the engine keeps for `get` (None: no limit), and for how
@@ -247,7 +247,7 @@ class Engine:
         *,
         agent_id: str = "",
         policy: RollbackPolicy | Mapping[str, Any] | None = None,
-        isolation: Literal["read_committed", "serializable"] | None = None,
+        isolation: Isolation | None = None,
     ) -> Transaction:
         """Begin a transaction; `policy` replaces the engine's, or overrides the fields it names.
 
@@ -333,8 +333,11 @@ class Engine:
         transaction that ended with undo records left over is never resumed: those records
         are retried. A compensation that fails, or whose kind is not registered, stays in the
         store, is reported and is tried again by the next recovery. Transactions of this
-        engine and of other live processes on this host are left alone. On a store that is
-        not durable there is nothing to recover. Raises `InvalidArgument` for another `mode`.
+        engine and of other live processes on this host are left alone. Several engines and
+        processes may recover one store at once: each transaction is claimed atomically by one
+        of them, so no compensation runs twice; any failure with one transaction is reported
+        in `failures` and the others go on. On a store that is not durable there is nothing
+        to recover.
         """
         if not isinstance(mode, str) or mode not in ("abort", "resume"):
             raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")

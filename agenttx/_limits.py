@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 from ._errors import InvalidArgument
 
@@ -11,14 +11,21 @@ __all__ = [
     "ISOLATION_LEVELS",
     "MAX_AGENT_ID_BYTES",
     "MAX_PAYLOAD_BYTES",
+    "Isolation",
     "check_isolation",
     "over_limit",
 ]
 
 MAX_PAYLOAD_BYTES: Final = 1_048_576
 MAX_AGENT_ID_BYTES: Final = 256
-ISOLATION_LEVELS: Final = ("read_committed", "serializable")
-DEFAULT_ISOLATION: Final = "read_committed"
+#: A transaction's isolation level, weakest first; `agenttx.stores.Store` says what each allows.
+Isolation: TypeAlias = Literal["read_committed", "no_lost_updates", "serializable"]
+ISOLATION_LEVELS: Final[tuple[Isolation, ...]] = (
+    "read_committed",
+    "no_lost_updates",
+    "serializable",
+)
+DEFAULT_ISOLATION: Final[Isolation] = "no_lost_updates"
 
 
 def over_limit(text: str) -> bool:
@@ -31,7 +38,8 @@ def over_limit(text: str) -> bool:
 
 def check_isolation(isolation: object) -> None:
     """Raise `InvalidArgument` unless `isolation` is one of `ISOLATION_LEVELS`."""
-    if isolation not in ISOLATION_LEVELS:
+    if not isinstance(isolation, str) or isolation not in ISOLATION_LEVELS:
         raise InvalidArgument(
-            f"isolation must be 'read_committed' or 'serializable', got {isolation!r}"
+            "isolation must be 'read_committed', 'no_lost_updates' (the default) or "
+            f"'serializable', got {isolation!r}"
         )

@@ -5,6 +5,14 @@ presumed abort (compensate its undo records newest first, then discard its state
 it (rebuild the `Transaction`, rewinding the step that was running when the process died). A
 compensation that fails, or whose kind is not registered, stays in the store and is reported;
 the next recovery tries it again.
+
+Several recoverers may run at once, in threads or processes, on one file. Each transaction is
+taken with `DurableStore.claim`, a compare-and-set on its owner: the one recoverer whose claim
+succeeds recovers it, the others skip it, so no compensation is run by two of them. (One that
+ran and then lost its process before the store forgot it runs again at the next recovery:
+compensations run at least once, and exactly once unless a recoverer dies.) Whatever goes
+wrong with one transaction (a log that cannot be read, a store error on a full disk, a takeover
+by another process half-way) is a line in the report's `failures`, and the others go on.
 """
 
 from __future__ import annotations
@@ -12,11 +20,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-from functools import partial
 from typing import TYPE_CHECKING, Literal
 
-from ._errors import AgentTxError, InvalidArgument
-from ._results import RecoveryReport
+import attrs
+
+from ._errors import AgentTxError, InvalidArgument, TransactionNotFound
+from ._results import RecoveryReport, TxStatus
 from ._saga import SagaLedger
 from ._settings import Settings
 from ._transaction import Transaction
@@ -27,9 +36,21 @@ if TYPE_CHECKING:
 
     from ._saga import Dispatcher
     from ._tools import ToolRegistry, UndoRecord
+    from ._txlog import Restored
     from .stores import DurableStore
 
 __all__ = ["owner_alive", "recover"]
+
+
+@attrs.define
+class _Tally:
+    """What one recovery has done so far, across its transactions."""
+
+    taken: int = 0
+    run: int = 0
+    failures: list[str] = attrs.Factory(list)
+    resumed: list[Transaction] = attrs.Factory(list)
+    skipped: list[str] = attrs.Factory(list)
 
 
 def recover(
@@ -42,73 +63,99 @@ def recover(
 ) -> tuple[RecoveryReport, list[Transaction]]:
     """Recover every open transaction of `store` not in `live` and not owned by a live process.
 
-    Returns the report and, in resume mode, the resumed transactions.
+    Returns the report and, in resume mode, the resumed transactions. A transaction another
+    recoverer claims first, or whose owner is alive, is in `skipped`; one that ended meanwhile
+    is left out. Raises only for a bad `mode`, or a failure to list the open transactions.
     """
     if mode not in ("abort", "resume"):
         raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
-    taken = run = 0
-    failures: list[str] = []
-    resumed: list[Transaction] = []
-    skipped: list[str] = []
+    tally = _Tally()
     for tx_id in store.open_transactions():
         if tx_id in live:
             continue
         try:
-            if owner_alive(store.owner(tx_id)):
-                skipped.append(tx_id)
-                continue
-            image = store.load(tx_id)
-            if image.record == "null":  # died between begin and its record: nothing durable
-                store.discard(tx_id)
-                taken += 1
-                continue
-            restored = read_image(image)
+            _recover_one(store, tx_id, registry, mode=mode, dispatcher=dispatcher, tally=tally)
         except AgentTxError as exc:
-            failures.append(f"{tx_id}: {exc}")
-            continue
-        taken += 1
-        if mode == "resume" and restored.ended is None:
-            try:
-                tx, report = Transaction._resume(  # noqa: SLF001  (recovery builds transactions)
-                    restored, registry=registry, store=store, dispatcher=dispatcher
-                )
-            except AgentTxError as exc:
-                failures.append(f"{tx_id}: {exc}")
-                continue
-            run += report.succeeded
-            failures.extend(f"{tx_id}: {line}" for line in report.failures)
-            resumed.append(tx)
-            continue
-        settings = Settings.from_record(restored.settings, restored.policy)
-        ledger = SagaLedger(
-            attempts=settings.compensation_retries,
-            timeout=settings.compensation_timeout,
-            on_compensated=partial(_forget, store, tx_id),
-        )
-        report = ledger.compensate(
-            sorted(restored.undos, key=lambda r: (r.step_id, r.seq), reverse=True),
-            registry.compensations,
-        )
-        run += report.succeeded
-        failures.extend(f"{tx_id}: {line}" for line in report.failures)
-        if report.failures:  # the record and the failed undos stay, for next time
-            end_keeping_undos(store, tx_id, restored.record, restored.ended or "ROLLED_BACK")
-        else:
-            store.discard(tx_id)
+            tally.failures.append(f"{tx_id}: {exc}")
     return (
         RecoveryReport(
-            transactions=taken,
-            compensations_run=run,
-            failures=tuple(failures),
-            resumed=tuple(tx.id for tx in resumed),
-            skipped=tuple(skipped),
+            transactions=tally.taken,
+            compensations_run=tally.run,
+            failures=tuple(tally.failures),
+            resumed=tuple(tx.id for tx in tally.resumed),
+            skipped=tuple(tally.skipped),
         ),
-        resumed,
+        tally.resumed,
     )
 
 
-def _forget(store: DurableStore, tx_id: str, record: UndoRecord) -> None:
-    store.forget_undo(tx_id, record.step_id, record.seq)
+def _recover_one(
+    store: DurableStore,
+    tx_id: str,
+    registry: ToolRegistry,
+    *,
+    mode: Literal["abort", "resume"],
+    dispatcher: Dispatcher | None,
+    tally: _Tally,
+) -> None:
+    """Claim and recover one transaction, adding to `tally`; `AgentTxError` escapes for the
+    caller to report (what was done before it is counted)."""
+    try:
+        owner = store.owner(tx_id)
+        if owner_alive(owner):
+            tally.skipped.append(tx_id)
+            return
+        image = store.claim(tx_id, owner)
+    except TransactionNotFound:
+        return  # it ended since it was listed (another recoverer finished it): nothing to do
+    if image is None:  # another recoverer (or a live store of this process) holds it
+        tally.skipped.append(tx_id)
+        return
+    if image.record == "null":  # died between begin and its record: nothing durable
+        tally.taken += 1
+        store.discard(tx_id)
+        return
+    restored = read_image(image)
+    tally.taken += 1
+    if mode == "resume" and restored.ended is None:
+        tx, report = Transaction._resume(  # noqa: SLF001  (recovery builds transactions)
+            restored, registry=registry, store=store, dispatcher=dispatcher
+        )
+        tally.run += report.succeeded
+        tally.failures.extend(f"{tx_id}: {line}" for line in report.failures)
+        if tx.status is TxStatus.ACTIVE:  # else an interrupted abort was finished
+            tally.resumed.append(tx)
+        return
+    _abort(store, tx_id, restored, registry, tally)
+
+
+def _abort(
+    store: DurableStore, tx_id: str, restored: Restored, registry: ToolRegistry, tally: _Tally
+) -> None:
+    """Compensate the transaction's undo records newest first, then discard it; keep the
+    record and the failed undo records if any compensation failed."""
+
+    def forget(record: UndoRecord) -> None:
+        # Counted first: the compensation ran, even if the store then fails to forget it (the
+        # next recovery runs it again, so that it runs at least once).
+        tally.run += 1
+        store.forget_undo(tx_id, record.step_id, record.seq)
+
+    settings = Settings.from_record(restored.settings, restored.policy)
+    ledger = SagaLedger(
+        attempts=settings.compensation_retries,
+        timeout=settings.compensation_timeout,
+        on_compensated=forget,
+    )
+    report = ledger.compensate(
+        sorted(restored.undos, key=lambda r: (r.step_id, r.seq), reverse=True),
+        registry.compensations,
+    )
+    tally.failures.extend(f"{tx_id}: {line}" for line in report.failures)
+    if report.failures:  # the record and the failed undos stay, for next time
+        end_keeping_undos(store, tx_id, restored.record, restored.ended or "ROLLED_BACK")
+    else:
+        store.discard(tx_id)
 
 
 def owner_alive(owner: str | None) -> bool:
@@ -116,8 +163,9 @@ def owner_alive(owner: str | None) -> bool:
 
     The record has `pid` and `hostname`. A process on another host, or one that no longer
     exists, does not count; neither does this process (its own transactions are excluded by
-    the caller). PIDs can be reused, so a transaction whose owner died may wait for a process
-    that took its pid; recovery never takes over one whose owner is alive.
+    the caller, and `DurableStore.claim` refuses those of its stores still open). PIDs can be
+    reused, so a transaction whose owner died may wait for a process that took its pid;
+    recovery never takes over one whose owner is alive.
     """
     if owner is None:
         return False

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from ._errors import InvalidArgument
-from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS
+from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._rollback import RollbackPolicy
 from ._validators import instance_of, one_of, positive_int, positive_number
 
@@ -52,7 +52,9 @@ class Settings:
     dispatch_timeout: float = attrs.field(
         default=DEFAULT_STEP_TIMEOUT, converter=float_seconds, validator=positive_number
     )
-    isolation: str = attrs.field(default=DEFAULT_ISOLATION, validator=one_of(*ISOLATION_LEVELS))
+    isolation: Isolation = attrs.field(
+        default=DEFAULT_ISOLATION, validator=one_of(*ISOLATION_LEVELS)
+    )
     policy: RollbackPolicy = attrs.field(
         factory=RollbackPolicy, validator=instance_of(RollbackPolicy)
     )

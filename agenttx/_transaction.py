@@ -20,13 +20,13 @@ import asyncio
 import contextlib
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
 from ._hints import CleanHint, add_constraint, clean_error
-from ._limits import DEFAULT_ISOLATION
+from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
 from ._prepare import check_agent_id, check_call, output_error, prepare_call
 from ._results import (
@@ -87,7 +87,7 @@ class Transaction(Observed):
         compensation_retries: int = 3,
         compensation_timeout: float = DEFAULT_STEP_TIMEOUT,
         dispatch_timeout: float = DEFAULT_STEP_TIMEOUT,
-        isolation: Literal["read_committed", "serializable"] = DEFAULT_ISOLATION,
+        isolation: Isolation = DEFAULT_ISOLATION,
         tx_id: str | None = None,
     ) -> None:
         check_agent_id(agent_id)

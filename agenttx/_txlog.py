@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ._graph import DependencyGraph
+    from ._limits import Isolation
     from ._settings import Settings
     from .stores import TxImage
 
@@ -122,7 +123,7 @@ class TxLog:
         store: DurableStore,
         tx_id: str,
         *,
-        serializable: bool,
+        isolation: Isolation,
         agent_id: str,
         policy: RollbackPolicy,
         settings: dict[str, JSONValue],
@@ -136,21 +137,20 @@ class TxLog:
             "settings": settings,
             "created_at": time.time(),
         }
-        store.begin(tx_id, serializable=serializable, record=canonical_dumps(record))
+        store.begin(tx_id, isolation=isolation, record=canonical_dumps(record))
         return cls(store, tx_id, record=record)
 
     @classmethod
     def open(cls, store: Store, tx_id: str, *, agent_id: str, settings: Settings) -> TxLog | None:
         """Begin the transaction in `store`: with its durable log on a `DurableStore` (returned),
         else with nothing to log (None)."""
-        serializable = settings.isolation == "serializable"
         if not is_durable(store):
-            store.begin(tx_id, serializable=serializable)  # checks the id; snapshot 0
+            store.begin(tx_id, isolation=settings.isolation)  # checks the id; snapshot 0
             return None
         return cls.begin(
             store,
             tx_id,
-            serializable=serializable,
+            isolation=settings.isolation,
             agent_id=agent_id,
             policy=settings.policy,
             settings=settings.to_record(),

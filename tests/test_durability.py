@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -377,3 +379,170 @@ def test_an_unreadable_log_is_reported_and_left(tmp_path):
     assert report.transactions == 0
     assert report.failures[0].startswith("t-1: transaction `t-1`: unreadable durable log")
     assert engine.store.open_transactions() == ("t-1",)  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- several recoverers at once
+
+TRANSACTIONS, UNDOS = 6, 3
+
+
+class SlowShop(Shop):
+    """A Shop whose refunds take a moment, so that racing recoverers overlap in them."""
+
+    def write(self, line: str) -> None:
+        if line.startswith("refund"):
+            time.sleep(0.002)
+        super().write(line)
+
+
+def _leave_open_transactions(path: Path, root: Path) -> list[str]:
+    """TRANSACTIONS transactions of UNDOS charges each, left open by a crash."""
+    shop = Shop(root)
+    engine = engine_on(path, shop)
+    ids = []
+    for n in range(TRANSACTIONS):
+        tx = engine.begin()
+        for step in range(1, UNDOS + 1):
+            tx.execute_step(step, "charge", {"order": f"o{n}-{step}", "amount": 1})
+        ids.append(tx.id)
+    crash(engine)
+    return ids
+
+
+def _assert_each_refund_ran_once(shop: Shop, reports: list[agenttx.RecoveryReport]) -> None:
+    refunds = [line for line in shop.lines() if line.startswith("refund")]
+    expected = [f"refund o{n}-{s}" for n in range(TRANSACTIONS) for s in range(1, UNDOS + 1)]
+    assert sorted(refunds) == sorted(expected)  # every undo ran, and none twice
+    assert sum(r.compensations_run for r in reports) == TRANSACTIONS * UNDOS
+    assert sum(r.transactions for r in reports) == TRANSACTIONS
+    assert all(r.failures == () for r in reports), reports
+
+
+def test_two_threads_recovering_one_file_run_each_compensation_once(tmp_path):
+    """Two engines (stores) of one process recover the same file at once: each transaction is
+    claimed by one of them, so each undo runs exactly once, and nothing is reported failed."""
+    _leave_open_transactions(tmp_path / "db", tmp_path)
+    shop = SlowShop(tmp_path)
+    engines = [engine_on(tmp_path / "db", shop) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    reports: list[agenttx.RecoveryReport] = []
+    errors: list[BaseException] = []
+
+    def recover(engine: Engine) -> None:
+        try:
+            barrier.wait()
+            reports.append(engine.recover())
+        except BaseException as exc:  # surfaced below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=recover, args=(e,)) for e in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    _assert_each_refund_ran_once(shop, reports)
+    assert engines[0].store.open_transactions() == ()  # type: ignore[attr-defined]
+
+
+def _recover_in_a_process(path: Path, root: Path, barrier, results) -> None:
+    engine = engine_on(path, SlowShop(root))
+    barrier.wait()
+    report = engine.recover()
+    results.put((report.transactions, report.compensations_run, report.failures))
+
+
+def test_two_processes_recovering_one_file_run_each_compensation_once(tmp_path):
+    """Two processes recover the same file at once: each undo runs exactly once."""
+    context = multiprocessing.get_context("spawn")
+    # Left by a process that has exited: this one is alive, and its transactions would be.
+    dead = context.Process(target=_leave_open_transactions, args=(tmp_path / "db", tmp_path))
+    dead.start()
+    dead.join(60)
+    assert dead.exitcode == 0
+    barrier, results = context.Barrier(2), context.Queue()
+    children = [
+        context.Process(
+            target=_recover_in_a_process, args=(tmp_path / "db", tmp_path, barrier, results)
+        )
+        for _ in range(2)
+    ]
+    for child in children:
+        child.start()
+    outcomes = [results.get(timeout=120) for _ in children]
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    reports = [
+        agenttx.RecoveryReport(transactions=t, compensations_run=r, failures=f)
+        for t, r, f in outcomes
+    ]
+    _assert_each_refund_ran_once(Shop(tmp_path), reports)
+    with SQLiteStore(tmp_path / "db") as store:
+        assert store.open_transactions() == ()
+
+
+def test_a_storage_error_on_one_transaction_is_reported_and_the_others_recovered(
+    tmp_path, monkeypatch
+):
+    """A discard that fails (a full disk, say) is a line in failures; the next transactions
+    are still recovered, and the failed one stays in the file."""
+    ids = _leave_open_transactions(tmp_path / "db", tmp_path)
+    doomed = sorted(ids)[1]
+    discard = SQLiteStore.discard
+
+    def full_disk(self: SQLiteStore, tx_id: str) -> None:
+        if tx_id == doomed:
+            raise agenttx.StorageError("could not discard: database or disk is full")
+        discard(self, tx_id)
+
+    monkeypatch.setattr(SQLiteStore, "discard", full_disk)
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    report = engine.recover()
+    assert report.failures == (f"{doomed}: could not discard: database or disk is full",)
+    assert report.transactions == TRANSACTIONS
+    assert report.compensations_run == TRANSACTIONS * UNDOS  # the doomed one's ran too
+    assert engine.store.open_transactions() == (doomed,)  # type: ignore[attr-defined]
+
+
+def test_a_takeover_during_recovery_is_reported_and_stops_only_that_transaction(tmp_path):
+    """Another store takes a transaction over while recovery compensates it: recovery runs
+    none of its remaining undos (the new owner will), reports it, and goes on."""
+    ids = _leave_open_transactions(tmp_path / "db", tmp_path)
+    victim = ids[0]  # its orders are o0-1, o0-2, ...
+    thief = SQLiteStore(tmp_path / "db")
+    shop = Shop(tmp_path)
+
+    @agenttx.compensation(name="shop.refund")
+    def refund(payload) -> None:
+        shop.write(f"refund {payload['order']}")
+        if payload["order"].startswith("o0-") and not thief.is_open(victim):
+            thief.load(victim)  # another process would do this with a store of its own
+
+    engine = Engine(
+        tools=[*shop.tools[1:], refund], store=SQLiteStore(tmp_path / "db"), config=FAST
+    )
+    report = engine.recover()
+    assert len(report.failures) == 1
+    assert report.failures[0].startswith(f"{victim}: ")
+    assert "taken over" in report.failures[0]
+    assert report.transactions == TRANSACTIONS
+    refunds = [line for line in shop.lines() if line.startswith("refund o0-")]
+    assert refunds == [f"refund o0-{UNDOS}"]  # the newest; then the takeover stopped it
+    assert engine.store.open_transactions() == (victim,)  # type: ignore[attr-defined]
+    assert thief.is_open(victim)
+    thief.close()
+
+
+def test_a_transaction_ended_meanwhile_is_left_out(tmp_path, monkeypatch):
+    """A transaction another recoverer finished between the listing and the claim is neither
+    recovered nor a failure."""
+    ids = _leave_open_transactions(tmp_path / "db", tmp_path)
+    engine = engine_on(tmp_path / "db", Shop(tmp_path))
+    listed = engine.store.open_transactions()  # type: ignore[attr-defined]
+    with SQLiteStore(tmp_path / "db") as other:
+        other.discard(ids[0])
+    monkeypatch.setattr(SQLiteStore, "open_transactions", lambda self: listed)
+    report = engine.recover()
+    assert (report.transactions, report.failures, report.skipped) == (TRANSACTIONS - 1, (), ())

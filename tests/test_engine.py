@@ -210,9 +210,10 @@ def _doctors(isolation):
     return engine, alice, bob
 
 
-def test_read_committed_allows_write_skew():
-    """The default isolation lets both doctors go off call (documented write skew)."""
-    engine, alice, bob = _doctors("read_committed")
+@pytest.mark.parametrize("isolation", ["read_committed", "no_lost_updates"])
+def test_below_serializable_write_skew_is_allowed(isolation):
+    """Read committed and the default both let both doctors go off call (documented skew)."""
+    engine, alice, bob = _doctors(isolation)
     alice.commit()
     bob.commit()
     assert engine.store.read_committed("oncall/alice") == '"no"'
@@ -247,7 +248,7 @@ def test_serializable_reads_of_own_writes_and_unchanged_keys_commit():
 def test_a_read_of_an_absent_key_conflicts_when_it_is_created():
     """Reading "absent" is a read too: another transaction creating the key conflicts."""
     store = agenttx.stores.MemoryStore()
-    store.begin("reader", serializable=True)
+    store.begin("reader", isolation="serializable")
     assert store.get("reader", "k") is None
     store.begin("writer")
     store.put("writer", "k", "1")
@@ -258,8 +259,36 @@ def test_a_read_of_an_absent_key_conflicts_when_it_is_created():
     assert store.is_open("reader")  # a conflicting commit changes nothing
 
 
+@agenttx.tool
+def read_number(ctx: agenttx.ToolContext, key: str) -> int:
+    """The number at `key` (0 if absent)."""
+    return ctx.state.get(key) or 0
+
+
+@pytest.mark.parametrize("isolation", [None, "read_committed"])
+def test_the_default_isolation_refuses_a_lost_update(isolation):
+    """A step reads a key, another transaction commits it, a later step writes it: by default
+    the commit conflicts; read committed loses the other update (documented)."""
+    config = EngineConfig() if isolation is None else EngineConfig(isolation=isolation)
+    engine = Engine(tools=[read_number, put], config=config)
+    assert engine.config.isolation == (isolation or "no_lost_updates")
+    slow, fast = engine.begin(), engine.begin()
+    assert slow.execute_step(1, "read_number", {"key": "n"}).output == 0
+    fast.execute_step(1, "put", {"key": "n", "value": 1})
+    fast.commit()
+    slow.execute_step(2, "put", {"key": "n", "value": 1})  # 0 + 1: fast's increment is lost
+    if isolation is None:
+        with pytest.raises(agenttx.WriteConflict) as caught:
+            slow.commit()
+        assert type(caught.value) is agenttx.WriteConflict
+        assert caught.value.key == "n"
+    else:
+        slow.commit()
+    assert engine.store.committed_version("n") == (1 if isolation is None else 2)
+
+
 def test_isolation_values_are_checked():
-    """Only the two isolation levels are accepted."""
+    """Only the three isolation levels are accepted."""
     with pytest.raises(agenttx.InvalidArgument, match="isolation must be"):
         agenttx.Transaction(isolation="snapshot")  # type: ignore[arg-type]
     with pytest.raises(agenttx.InvalidArgument, match="isolation must be"):

@@ -30,6 +30,7 @@ from agenttx import (
     TransactionNotFound,
     WriteConflict,
 )
+from agenttx._limits import ISOLATION_LEVELS
 from agenttx.stores import (
     DurableStore,
     EffectRow,
@@ -201,14 +202,14 @@ class StoresAgree(RuleBasedStateMachine):
 
     @rule(
         tx=st.sampled_from(TX_IDS),
-        serializable=st.booleans(),
+        isolation=st.sampled_from(ISOLATION_LEVELS),
         ops=st.lists(_OPS, min_size=1, max_size=8),
     )
-    def work(self, tx: str, serializable: bool, ops: list[tuple[str, Any]]) -> None:
-        """Calls on one transaction; it is begun first (serializable or not) if not open."""
+    def work(self, tx: str, isolation: str, ops: list[tuple[str, Any]]) -> None:
+        """Calls on one transaction; it is begun first (at the isolation level) if not open."""
         for name, argument in ops:
             if not self.memory.is_open(tx):
-                self.both(f"begin({tx!r})", lambda s: s.begin(tx, serializable=serializable))
+                self.both(f"begin({tx!r})", lambda s: s.begin(tx, isolation=isolation))
                 self.durable[tx] = _Durable()
             label = f"{name}({tx!r}, {argument!r})"
             if name in {"flush", "record_progress", "record_step", "record_step_with_effect"}:
@@ -262,7 +263,7 @@ class StoresAgree(RuleBasedStateMachine):
             assert theirs.overlay == mine.overlay, tx
             assert [(key, prior) for key, prior, _ in theirs.journal] == mine.journal, tx
             assert dict(theirs.snapshots) == dict(mine.snapshots), tx
-            assert theirs.reads == mine.reads, tx
+            assert (theirs.reads, theirs.serializable) == (mine.reads, mine.serializable), tx
             for step in STEPS:
                 if step not in mine.snapshots:
                     self.both(f"restore({tx!r}, {step})", lambda s, t=tx, k=step: s.restore(t, k))
@@ -294,9 +295,11 @@ class StoresAgree(RuleBasedStateMachine):
                 row = writes[live.seq_at(position)]
                 assert (row[4], row[3], row[5]) == (key, base, value), (tx, position)
             pending = [row[1:] for row in live.pending(tx, len(live.journal))]
-            serializable = live.reads is not None
+            (isolation,) = self.file.execute(
+                "SELECT isolation FROM txs WHERE tx_id = ?", (tx,)
+            ).fetchone()
             replayed, steps, progress = replay(
-                tx, rows + pending, serializable=serializable, path=self.sqlite.path
+                tx, rows + pending, isolation=isolation, path=self.sqlite.path
             )
             model = self.durable[tx]
             assert (steps, progress) == (model.steps, model.progress), tx
@@ -304,7 +307,7 @@ class StoresAgree(RuleBasedStateMachine):
             assert replayed.overlay == live.overlay, tx
             assert replayed.journal == live.journal, tx
             assert dict(replayed.snapshots) == dict(live.snapshots), tx
-            assert replayed.reads == live.reads, tx
+            assert (replayed.reads, replayed.serializable) == (live.reads, live.serializable), tx
             positions = range(live.flushed)
             assert [replayed.seq_at(p) for p in positions] == [live.seq_at(p) for p in positions]
 
@@ -434,6 +437,63 @@ def test_writes_after_the_last_durable_point_are_lost(path: str) -> None:
         assert second.restore("t", 0) == 1
 
 
+def test_claim_is_a_compare_and_set_on_the_owner(path: str) -> None:
+    """Of two recoverers that read the same dead owner, the first claim wins and the second
+    gets None; neither can claim from a store still open in this process."""
+    with SQLiteStore(path) as dead:
+        dead.begin("t")
+        dead.put("t", "a", "1")
+        dead.flush("t")
+        owner = dead.owner("t")
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    image = first.claim("t", owner)
+    assert image is not None
+    assert image.owner == owner
+    assert first.is_open("t")
+    assert first.get("t", "a") == "1"
+    assert second.claim("t", owner) is None  # the owner changed: the compare fails
+    assert not second.is_open("t")
+    assert second.claim("t", first.owner("t")) is None  # first is open here: alive
+    assert first.claim("t", first.owner("t")) is None  # nor from itself
+    current = first.owner("t")
+    first.close()  # now that owner is gone
+    assert second.claim("t", current) is not None
+    assert second.owner("t") != current
+    with pytest.raises(TransactionNotFound):
+        second.claim("nope", None)
+    second.close()
+
+
+def test_discard_state_releases_the_transaction(path: str) -> None:
+    """After discard_state no store holds the transaction: its owner is None, any store may
+    claim it, even in the process that released it."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.record_undo("t", UndoRow(1, 0, '"u"'))
+        store.discard_state("t")
+        assert store.owner("t") is None
+        image = store.claim("t", None)
+        assert image is not None
+        assert image.undos == (UndoRow(1, 0, '"u"'),)
+
+
+@pytest.mark.parametrize("name", ["discard", "discard_state"])
+def test_a_store_that_lost_a_transaction_does_not_discard_it(path: str, name: str) -> None:
+    """discard (or discard_state) by a store that held the transaction and lost it to a
+    takeover raises StorageError and deletes nothing: the new owner keeps it."""
+    with SQLiteStore(path) as old, SQLiteStore(path) as new:
+        old.begin("t")
+        old.put("t", "a", "1")
+        old.flush("t")
+        new.load("t")
+        with pytest.raises(StorageError, match="taken over"):
+            getattr(old, name)("t")
+        assert not old.is_open("t")
+        assert new.get("t", "a") == "1"
+        assert new.commit("t") == 1
+        old.discard("t")  # no longer held there, and ended: a no-op
+
+
 def test_load_of_a_transaction_held_here_flushes_it_first(store: SQLiteStore) -> None:
     """load() of a transaction this store holds keeps its buffered writes and snapshots."""
     store.begin("t")
@@ -451,7 +511,7 @@ def test_serializable_reads_survive_a_reload(path: str) -> None:
     """The read set is durable: a reloaded serializable transaction still conflicts."""
     with SQLiteStore(path) as first:
         committed(first, a="1")
-        first.begin("t", serializable=True)
+        first.begin("t", isolation="serializable")
         assert first.get("t", "a") == "1"
         first.put("t", "b", "2")
         first.flush("t")
@@ -460,6 +520,91 @@ def test_serializable_reads_survive_a_reload(path: str) -> None:
         with pytest.raises(ReadConflict) as caught:
             second.commit("t")
         assert caught.value.key == "a"
+
+
+def test_read_versions_survive_a_reload_by_default(path: str) -> None:
+    """At the default level a read fixes the key's base durably: a reloaded transaction that
+    writes the key after another commit changed it conflicts."""
+    with SQLiteStore(path) as first:
+        committed(first, n="1")
+        first.begin("t")
+        assert first.get("t", "n") == "1"
+        first.flush("t")
+    with reopen(path, "t") as second:
+        committed(second, n="9")
+        second.put("t", "n", "2")
+        with pytest.raises(WriteConflict) as caught:
+            second.commit("t")
+        assert type(caught.value) is WriteConflict
+
+
+def test_read_committed_records_no_reads(path: str) -> None:
+    """Read committed writes no READ event, so its reads cost nothing on disk."""
+    with SQLiteStore(path) as store:
+        store.begin("t", isolation="read_committed")
+        store.get("t", "a")
+        store.put("t", "b", "1")
+        store.flush("t")
+        with raw(path) as connection:
+            kinds = connection.execute("SELECT kind FROM log WHERE tx_id = 't'").fetchall()
+        assert kinds == [(file_module.WRITE,)]
+
+
+def _schema_1_file(path: str) -> None:
+    """A store file as the first release wrote it: schema 1, with a `serializable` column."""
+    with raw(path) as connection:
+        for statement in file_module.MIGRATIONS[0]:
+            connection.execute(statement)
+        connection.execute(f"PRAGMA application_id = {file_module.APPLICATION_ID}")
+        connection.execute("PRAGMA user_version = 1")
+        connection.execute("INSERT INTO committed VALUES ('a', 1, '1')")
+        connection.execute("UPDATE meta SET commit_version = 1")
+        for tx_id, serializable in (("ser", 1), ("rc", 0)):
+            connection.execute(
+                "INSERT INTO txs (tx_id, record, owner, serializable) VALUES (?, '{}', NULL, ?)",
+                (tx_id, serializable),
+            )
+            # Each read `a` at version 1 and wrote `b` (base 0).
+            connection.executemany(
+                "INSERT INTO log (tx_id, seq, kind, num, name, body) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (tx_id, 0, file_module.WRITE, 0, "b", "2"),
+                    *([(tx_id, 1, file_module.READ, 1, "a", None)] if serializable else []),
+                ],
+            )
+
+
+def test_schema_1_is_migrated_keeping_each_transactions_isolation(path: str) -> None:
+    """A file of schema 1 is migrated: serializable 1 stays serializable (its reads are
+    validated), 0 becomes read committed (a rewrite of a key it read does not conflict)."""
+    _schema_1_file(path)
+    with SQLiteStore(path) as store:
+        with raw(path) as connection:
+            assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
+            rows = connection.execute("SELECT tx_id, isolation FROM txs ORDER BY tx_id")
+            assert rows.fetchall() == [("rc", "read_committed"), ("ser", "serializable")]
+        assert store.open_transactions() == ("rc", "ser")
+        for tx_id in ("ser", "rc"):
+            store.load(tx_id)
+            assert store.get(tx_id, "b") == "2"
+        committed(store, a="9")
+        with pytest.raises(ReadConflict):
+            store.commit("ser")
+        assert store.get("rc", "a") == "9"
+        store.put("rc", "a", "10")
+        assert store.commit("rc") == 2
+        assert store.read_committed("a") == "10"
+
+
+def test_an_unknown_isolation_in_the_file_is_corruption(path: str) -> None:
+    """A transaction row with a level this code does not know is refused on load, not guessed."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.close()
+    with raw(path) as connection:
+        connection.execute("UPDATE txs SET isolation = 'snapshot'")
+    with SQLiteStore(path) as store, pytest.raises(StorageError, match="unknown isolation"):
+        store.load("t")
 
 
 def test_replaced_progress_rows_are_deleted_in_batches(store: SQLiteStore, path: str) -> None:
@@ -816,7 +961,7 @@ def durable_fixture(path: str) -> str:
         store.begin("done")
         store.record_step("done", 1, "{}", [EFFECT_1], "{}")
         store.commit("done")
-        store.begin("t", serializable=True)
+        store.begin("t", isolation="serializable")
         store.record_transaction("t", '{"name":"t"}')
         store.put("t", "a", "10")
         store.snapshot("t", 1)
@@ -1093,11 +1238,13 @@ def test_a_readonly_store_refuses_another_schema_version(
     """A newer schema, or an older one it would have to migrate, raises StorageError saying so."""
     SQLiteStore(path).close()
     extra = ("CREATE TABLE added (n INTEGER)",)
+    current = len(file_module.MIGRATIONS)
     monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, extra))
-    with pytest.raises(StorageError, match=r"schema version 1, older than .* reads \(2\)"):
+    match = rf"schema version {current}, older than .* reads \({current + 1}\)"
+    with pytest.raises(StorageError, match=match):
         SQLiteStore(path, readonly=True)
     with raw(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == current
     monkeypatch.undo()
     with raw(path) as connection:
         connection.execute("PRAGMA user_version = 99")
@@ -1130,7 +1277,7 @@ def _increment_worker(path: str, worker: int, rounds: int, barrier: Any, results
     with SQLiteStore(path, busy_timeout=60) as store:
         # Round 0: everyone reads and writes counter/0, then commits at once: all but one conflict.
         tx = f"w{worker}-first"
-        store.begin(tx, serializable=True)
+        store.begin(tx, isolation="serializable")
         store.put(tx, "counter/0", str(int(store.get(tx, "counter/0") or "0") + 1))
         store.flush(tx)
         barrier.wait()
@@ -1146,7 +1293,7 @@ def _increment_worker(path: str, worker: int, rounds: int, barrier: Any, results
                 break
             tx = f"w{worker}-{attempt}"
             key = f"counter/{index}"
-            store.begin(tx, serializable=True)
+            store.begin(tx, isolation="serializable")
             value = int(store.get(tx, key) or "0")
             store.snapshot(tx, 1)
             store.put(tx, key, str(value + 1))
@@ -1196,7 +1343,7 @@ def test_threads_share_one_store(store: SQLiteStore) -> None:
             if count == 25:
                 break
             tx = f"w{worker}-{attempt}"
-            store.begin(tx, serializable=True)
+            store.begin(tx, isolation="serializable")
             value = int(store.get(tx, "n") or "0")
             store.put(tx, "n", str(value + 1))
             store.record_progress(tx, "{}")
@@ -1257,24 +1404,26 @@ def test_migrations_run_in_order_once(path: str, monkeypatch: pytest.MonkeyPatch
     """A file at an older schema version gets exactly the migrations it lacks."""
     SQLiteStore(path).close()
     extra = ("CREATE TABLE added (n INTEGER)", "INSERT INTO added VALUES (1)")
+    current = len(file_module.MIGRATIONS)
     monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, extra))
     SQLiteStore(path).close()
     SQLiteStore(path).close()
     with raw(path) as connection:
         assert connection.execute("SELECT n FROM added").fetchall() == [(1,)]
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == current + 1
 
 
 def test_a_failing_migration_changes_nothing(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A migration that fails half-way is rolled back whole: the file keeps its version."""
     SQLiteStore(path).close()
     broken = ("CREATE TABLE added (n INTEGER)", "INSERT INTO nowhere VALUES (1)")
+    current = len(file_module.MIGRATIONS)
     monkeypatch.setattr(file_module, "MIGRATIONS", (*file_module.MIGRATIONS, broken))
     with pytest.raises(StorageError, match=r"could not set up the schema .* no such table") as e:
         SQLiteStore(path)
     assert isinstance(e.value.__cause__, sqlite3.OperationalError)
     with raw(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == current
         tables = connection.execute("SELECT name FROM sqlite_master WHERE name = 'added'")
         assert tables.fetchall() == []
 
@@ -1346,6 +1495,183 @@ def test_the_path_must_be_a_path() -> None:
     """A path of the wrong type raises InvalidArgument."""
     with pytest.raises(InvalidArgument, match=r"path must be a str or os\.PathLike"):
         SQLiteStore(3)  # type: ignore[arg-type]
+
+
+class _BytesPath:
+    def __fspath__(self) -> bytes:
+        return b"store.db"
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("store\0.db", "path must be a file name without NUL"),
+        (pathlib.Path("dir") / "a\0b", "path must be a file name without NUL"),
+        ("", "path must be a file name"),
+        (b"store.db", "path must be a str or os.PathLike"),
+        (_BytesPath(), "path must name a file as text"),
+    ],
+)
+def test_a_path_that_names_no_file_is_an_invalid_argument(
+    bad: object, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NUL characters, an empty name and bytes raise InvalidArgument naming `path`, not a
+    ValueError of sqlite3's or a private temporary database."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgument, match=message):
+        SQLiteStore(bad)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the file under the store
+
+
+def _every_write(store: SQLiteStore) -> dict[str, Callable[[], object]]:
+    """A call of each kind that writes the file, on transaction `t` (begun, with a write)."""
+    return {
+        "begin": lambda: store.begin("other"),
+        "put+flush": lambda: (store.put("t", "a", "2"), store.flush("t")),
+        "record_step": lambda: store.record_step("t", 1, "{}", [], "{}"),
+        "record_progress": lambda: store.record_progress("t", '"p"'),
+        "record_undo": lambda: store.record_undo("t", UndoRow(1, 0, '"u"')),
+        "record_transaction": lambda: store.record_transaction("t", '{"r":1}'),
+        "restore": lambda: store.restore("t", 0),
+        "load": lambda: store.load("t"),
+        "discard": lambda: store.discard("t"),
+        "commit": lambda: store.commit("t"),
+    }
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("how", ["deleted", "replaced", "renamed away"])
+def test_a_file_deleted_or_replaced_under_the_store_is_noticed(
+    path: str, how: str, exclusive: bool
+) -> None:
+    """Every write checks that the path still names the file opened: after it was deleted,
+    replaced or renamed, no write is acknowledged (StorageError), and none lands anywhere."""
+    store = SQLiteStore(path, exclusive=exclusive)
+    committed(store, a="1")
+    store.begin("t")
+    store.put("t", "a", "2")
+    store.snapshot("t", 1)
+    store.flush("t")
+    aside = f"{path}.aside"
+    if how == "deleted":
+        pathlib.Path(path).unlink()
+    elif how == "renamed away":
+        pathlib.Path(path).rename(aside)
+    else:
+        SQLiteStore(aside).close()
+        pathlib.Path(aside).replace(path)
+    message = "was deleted" if how != "replaced" else "was replaced by another file"
+    for name, call in _every_write(store).items():
+        with pytest.raises(StorageError, match=message):
+            call()
+        assert store.is_open("t"), name
+    store.close()
+
+
+def test_the_same_file_moved_back_is_written_again(path: str) -> None:
+    """The check compares identities, not names: once the file is back, writes go through."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.put("t", "a", "1")
+        pathlib.Path(path).rename(f"{path}.aside")
+        with pytest.raises(StorageError, match="was deleted"):
+            store.commit("t")
+        pathlib.Path(f"{path}.aside").rename(path)
+        assert store.commit("t") == 1
+    with SQLiteStore(path) as store:
+        assert store.read_committed("a") == "1"
+
+
+def test_a_relative_path_is_checked_where_it_was_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chdir after opening does not make the file look deleted."""
+    monkeypatch.chdir(tmp_path)
+    with SQLiteStore("store.db") as store:
+        monkeypatch.chdir(tmp_path.parent)
+        store.begin("t")
+        store.put("t", "a", "1")
+        assert store.commit("t") == 1
+
+
+def test_a_readonly_store_does_not_check_the_file(path: str) -> None:
+    """A read-only store writes nothing, so it has nothing to check: its reads go on."""
+    with SQLiteStore(path) as writer:
+        committed(writer, a="1")
+    with SQLiteStore(path, readonly=True) as reader:
+        pathlib.Path(path).unlink()
+        assert reader.read_committed("a") == "1"
+
+
+def _open_as_sqlite_does_without_write_permission(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every connection read-only, as SQLite makes one on a file it may not write."""
+    connect = sqlite3.connect
+
+    def read_only(target: str, **options: Any) -> sqlite3.Connection:
+        if options.get("uri"):
+            return connect(target, **options)
+        uri = f"{pathlib.Path(target).absolute().as_uri()}?mode=ro"
+        return connect(uri, **{**options, "uri": True})
+
+    monkeypatch.setattr(sqlite3, "connect", read_only)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_file_sqlite_can_only_read_fails_when_opened(
+    path: str, monkeypatch: pytest.MonkeyPatch, exclusive: bool
+) -> None:
+    """SQLite opens a file it may not write read-only, silently: the store finds out when it
+    opens (StorageError), not at its first commit."""
+    with SQLiteStore(path) as store:
+        committed(store, a="1")
+    _open_as_sqlite_does_without_write_permission(monkeypatch)
+    # Exclusive, SQLite fails earlier: it cannot keep the WAL index in memory read-only.
+    match = "could not read the schema" if exclusive else "SQLite cannot write the store"
+    with pytest.raises(StorageError, match=match) as caught:
+        SQLiteStore(path, exclusive=exclusive)
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    with SQLiteStore(path, readonly=True) as reader:  # reading it is fine
+        assert reader.read_committed("a") == "1"
+
+
+def _may_write(target: pathlib.Path) -> bool:
+    """Whether this process may write the file `target`, or create a file in directory `target`
+    (root may, whatever the permissions say, unless it lacks CAP_DAC_OVERRIDE)."""
+    try:
+        if target.is_dir():
+            probe = target / "probe"
+            probe.touch()
+            probe.unlink()
+        else:
+            with target.open("r+b"):
+                pass
+    except PermissionError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_file_this_user_may_not_write_fails_when_opened(path: str, what: str) -> None:
+    """A read-only file, or a directory where SQLite cannot create its -wal and -shm files,
+    raises StorageError at open."""
+    with SQLiteStore(path) as store:
+        committed(store, a="1")
+    for side in ("-wal", "-shm"):
+        pathlib.Path(path + side).unlink(missing_ok=True)
+    target = pathlib.Path(path) if what == "file" else pathlib.Path(path).parent
+    mode = target.stat().st_mode
+    target.chmod(0o444 if what == "file" else 0o555)
+    if _may_write(target):
+        target.chmod(mode)
+        pytest.skip("this process may write whatever the permissions say (root)")
+    try:
+        with pytest.raises(StorageError):
+            SQLiteStore(path)
+    finally:
+        target.chmod(mode)
 
 
 def test_a_closed_store_raises_storage_error(path: str) -> None:

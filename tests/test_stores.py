@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
+import time
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from hypothesis import Phase, settings
 
 import agenttx.stores
-from agenttx import InvalidArgument, StorageError, TransactionNotFound, WriteConflict
-from agenttx.stores import MemoryStore, Store
+from agenttx import (
+    InvalidArgument,
+    ReadConflict,
+    StorageError,
+    TransactionNotFound,
+    WriteConflict,
+)
+from agenttx.stores import MemoryStore, SQLiteStore, Store
 from agenttx.testing._stores import check_store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 # ---------------------------------------------------------------- helpers
 
+StoreT = TypeVar("StoreT", bound=Store)
 
-def committed(store: MemoryStore, **values: str) -> MemoryStore:
+
+def committed(store: StoreT, **values: str) -> StoreT:
     """Commit `values` (keys given as keyword names) in one transaction of its own."""
     store.begin("setup")
     for key, value in values.items():
@@ -266,6 +281,130 @@ def test_aba_goes_undetected():
     assert store.committed_version("a") == 0  # absent again
     assert store.commit("t1") == 1
     assert store.read_committed("a") == "mine"
+
+
+# ---------------------------------------------------------------- the isolation levels
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Each backend in turn: the isolation rules are the protocol's, so both must keep them."""
+    if request.param == "memory":
+        yield MemoryStore()
+    else:
+        with SQLiteStore(tmp_path / "store.db") as store:
+            yield store
+
+
+def _read_modify_write(store: Store, isolation: str | None) -> tuple[str, str]:
+    """The lost update's interleaving: t1 and t2 read `n`, t2 writes n+1 and commits, then t1
+    writes n+1 too. Returns the ids (t1, t2), t2 committed, t1 not yet."""
+    committed(store, n="0")
+    options = {} if isolation is None else {"isolation": isolation}
+    for tx_id in ("t1", "t2"):
+        store.begin(tx_id, **options)
+    seen = [int(store.get(tx_id, "n") or "0") for tx_id in ("t1", "t2")]
+    store.put("t2", "n", str(seen[1] + 1))
+    store.commit("t2")
+    store.put("t1", "n", str(seen[0] + 1))
+    return "t1", "t2"
+
+
+def test_the_default_isolation_refuses_a_lost_update(any_store: Store) -> None:
+    """By default the base is fixed at the first read: a read-modify-write raced by a commit
+    conflicts, and the other increment stays."""
+    loser, _ = _read_modify_write(any_store, None)
+    with pytest.raises(WriteConflict) as caught:
+        any_store.commit(loser)
+    assert type(caught.value) is WriteConflict
+    assert caught.value.key == "n"
+    assert any_store.read_committed("n") == "1"
+
+
+def test_read_committed_still_loses_the_update(any_store: Store) -> None:
+    """Read committed fixes the base at the first write, so the classic interleaving commits
+    both and one increment is lost (documented)."""
+    loser, _ = _read_modify_write(any_store, "read_committed")
+    assert any_store.commit(loser) == 1
+    assert any_store.read_committed("n") == "1"  # two increments, one counted
+
+
+def test_serializable_refuses_a_lost_update_as_a_write_conflict(any_store: Store) -> None:
+    """Serializable fixes bases as the default does: the written key conflicts first."""
+    loser, _ = _read_modify_write(any_store, "serializable")
+    with pytest.raises(WriteConflict) as caught:
+        any_store.commit(loser)
+    assert type(caught.value) is WriteConflict
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "no_lost_updates"])
+def test_only_serializable_validates_keys_read_and_not_written(
+    any_store: Store, isolation: str
+) -> None:
+    """A key read, not written, and committed by another since is a ReadConflict only when
+    serializable: below that, write skew remains possible."""
+    for level in (isolation, "serializable"):
+        store = any_store
+        committed(store, a="1")
+        store.begin("t", isolation=level)
+        assert store.get("t", "a") == "1"
+        store.put("t", "b", "2")
+        committed(store, a="9")
+        if level == "serializable":
+            with pytest.raises(ReadConflict) as caught:
+                store.commit("t")
+            assert caught.value.key == "a"
+            store.discard("t")
+        else:
+            assert store.commit("t") == 1
+
+
+def test_a_read_of_an_absent_key_fixes_base_zero(any_store: Store) -> None:
+    """Reading "absent" fixes version 0: a key created since, then written here, conflicts."""
+    any_store.begin("t")
+    assert any_store.get("t", "k") is None
+    committed(any_store, k="1")
+    any_store.put("t", "k", "2")
+    with pytest.raises(WriteConflict):
+        any_store.commit("t")
+
+
+def test_a_read_fixed_base_survives_a_rewind(any_store: Store) -> None:
+    """A base fixed by a read in a step later rewound is kept (conservative): the transaction
+    writes the key after another commit changed it, and conflicts."""
+    committed(any_store, n="0")
+    any_store.begin("t")
+    any_store.snapshot("t", 1)
+    assert any_store.get("t", "n") == "0"
+    any_store.put("t", "n", "1")
+    assert any_store.restore("t", 1) == 1
+    committed(any_store, n="5")
+    assert any_store.get("t", "n") == "5"  # a later read sees the new commit ...
+    any_store.put("t", "n", "6")
+    with pytest.raises(WriteConflict):  # ... but the base stays the first read's
+        any_store.commit("t")
+
+
+def test_reads_of_own_writes_record_no_base(any_store: Store) -> None:
+    """A get answered by the overlay is not a read of committed state: after the write is
+    rewound, the next committed read fixes the base."""
+    any_store.begin("t")
+    any_store.snapshot("t", 1)
+    any_store.put("t", "n", "1")
+    assert any_store.get("t", "n") == "1"
+    any_store.restore("t", 1)
+    committed(any_store, n="5")
+    assert any_store.get("t", "n") == "5"
+    any_store.put("t", "n", "6")
+    assert any_store.commit("t") == 1
+
+
+@pytest.mark.parametrize("bad", ["", "snapshot", "SERIALIZABLE", None, True, 1])
+def test_begin_checks_the_isolation_level(any_store: Store, bad: object) -> None:
+    """An unknown level raises InvalidArgument naming `isolation`, and begins nothing."""
+    with pytest.raises(InvalidArgument, match="isolation must be"):
+        any_store.begin("t", isolation=bad)  # type: ignore[arg-type]
+    assert not any_store.is_open("t")
 
 
 def test_commit_returns_the_keys_published_and_numbers_them():
@@ -544,6 +683,43 @@ def test_threads_increment_a_counter_without_losing_updates():
         assert store.read_committed(f"mine/{index}") == str(increments - 1)
 
 
+@pytest.mark.usefixtures("fast_thread_switching")
+def test_threads_read_modify_write_lose_nothing_by_default(any_store: Store) -> None:
+    """4 threads each add 1 to one key 60 times (get, then put), retrying on WriteConflict,
+    at the default isolation: the key ends at 240, no update lost."""
+    committed(any_store, counter="0")
+    threads, increments = 4, 60
+    conflicts = [0] * threads
+    errors: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        try:
+            for n in range(increments):
+                for attempt in itertools.count():
+                    tx_id = f"w{index}-{n}-{attempt}"
+                    any_store.begin(tx_id)
+                    value = int(any_store.get(tx_id, "counter") or "0")
+                    time.sleep(0)  # the agent thinks: another thread may commit meanwhile
+                    any_store.put(tx_id, "counter", str(value + 1))
+                    try:
+                        any_store.commit(tx_id)
+                        break
+                    except WriteConflict:
+                        any_store.discard(tx_id)
+                        conflicts[index] += 1
+        except BaseException as exc:  # surfaced below, in the test's thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    assert not errors, errors
+    assert any_store.read_committed("counter") == str(threads * increments)
+    assert any_store.committed_version("counter") == 1 + threads * increments
+
+
 # ---------------------------------------------------------------- the conformance suite
 
 
@@ -649,6 +825,34 @@ class _AcceptsLongKeys(MemoryStore):
         self._write(tx_id, key, value)
 
 
+class _DefaultLosesUpdates(MemoryStore):
+    """The default level behaves as read committed: reads fix no base."""
+
+    def begin(self, tx_id, *, isolation="no_lost_updates"):
+        super().begin(
+            tx_id, isolation="read_committed" if isolation == "no_lost_updates" else isolation
+        )
+
+
+class _RestoreForgetsReads(MemoryStore):
+    """A restore forgets the read versions, so a base fixed by a rewound read is lost."""
+
+    def restore(self, tx_id, step):
+        reverted = super().restore(tx_id, step)
+        if self._txs[tx_id].reads:
+            self._txs[tx_id].reads.clear()
+        return reverted
+
+
+class _SerializableWithoutReadConflicts(MemoryStore):
+    """Serializable validates only the keys written, as the default does."""
+
+    def begin(self, tx_id, *, isolation="no_lost_updates"):
+        super().begin(
+            tx_id, isolation="no_lost_updates" if isolation == "serializable" else isolation
+        )
+
+
 @pytest.fixture
 def generation_only():
     """Find failures without shrinking them or saving them to the example database."""
@@ -675,6 +879,9 @@ def generation_only():
         _ReadsLeakOverlays,
         _NamesLargestConflict,
         _AcceptsLongKeys,
+        _DefaultLosesUpdates,
+        _RestoreForgetsReads,
+        _SerializableWithoutReadConflicts,
     ],
     ids=lambda cls: cls.__name__.strip("_"),
 )
@@ -690,7 +897,8 @@ def test_check_store_reports_a_shrunk_sequence_of_calls():
     with pytest.raises(AssertionError) as caught:
         check_store(_DeletesNotJournaled, max_examples=500)
     assert str(caught.value).startswith("store.restore(")
-    assert any(note.startswith("state.work(ops=[") for note in caught.value.__notes__)
+    notes = caught.value.__notes__
+    assert any(note.startswith("state.work(") and "ops=[" in note for note in notes)
 
 
 def test_check_store_validates_max_examples():

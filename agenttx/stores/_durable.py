@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeGuard, runtime_checkable
 
+from .._limits import DEFAULT_ISOLATION, Isolation
 from ._protocol import Store
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ class TxImage(NamedTuple):
     `steps` are `(step_id, record)` in step order, `undos` in `(step_id, seq)` order and
     `effects` in staging order. `progress` is the text of the last `record_step` (or
     `record_progress`), or `None` if there was none. `owner` describes the process that last
-    held the transaction (JSON text, the store's own format), `None` if unknown: the owner
-    before the `load` that returned the image (for `peek`, the current owner). `record` is the
+    held the transaction (JSON text, the store's own format), `None` if unknown or released by
+    `discard_state`: the owner before the `load` or `claim` that returned the image (for
+    `peek`, the current owner). `record` is the
     one `begin` or `record_transaction` wrote last (`"null"` if neither wrote one).
     """
 
@@ -108,18 +110,25 @@ class DurableStore(Store, Protocol):
     for this store instance only. Ownership is fenced: once another store has loaded the
     transaction, the previous holder's next durable call raises `StorageError`, and if the
     transaction was committed or discarded elsewhere, `TransactionNotFound`; either way the
-    previous holder lets it go. `discard` and `discard_state` work whoever holds it.
-    `owner(tx_id)` and `peek(tx_id)` inspect a transaction without taking it over.
+    previous holder lets it go. `discard` and `discard_state` work whoever holds it, except
+    that a store that held the transaction and lost it to a takeover raises too, rather than
+    end it under its new owner. `owner(tx_id)` and `peek(tx_id)` inspect a transaction without
+    taking it over. Recovery takes a transaction over with `claim`, never `load`: a claim
+    succeeds only if the owner is still the one the recoverer judged dead, atomically.
 
     **The outbox.** `pending_effects` lists undelivered entries, oldest first; a dispatcher
     calls `mark_delivered` or `mark_failed` for each. An entry is delivered at least once.
     Errors are as for `Store`: `InvalidArgument`, `TransactionNotFound`, `StorageError`.
     """
 
-    def begin(self, tx_id: str, *, serializable: bool = False, record: str = "null") -> None:
+    def begin(
+        self, tx_id: str, *, isolation: Isolation = DEFAULT_ISOLATION, record: str = "null"
+    ) -> None:
         """`Store.begin`, writing the transaction durably with its descriptive `record` (JSON
-        text) before it returns: one durable write, so that no crash can leave a transaction
-        without its record (unless the caller omits it)."""
+        text) and its isolation level before it returns: one durable write, so that no crash can
+        leave a transaction without its record (unless the caller omits it). The read versions
+        that the isolation level records are durable like the writes (buffered until the next
+        durable write), and `load` gives them back."""
         ...
 
     def record_transaction(self, tx_id: str, record: str) -> None:
@@ -163,8 +172,9 @@ class DurableStore(Store, Protocol):
         """End the transaction's state (overlay, journal, snapshots, steps, effects) but keep
         its record and remaining undo records for the next recovery. Idempotent.
 
-        Afterwards the transaction is not open, stays in `open_transactions`, and its id cannot
-        be begun again until `discard`; `load` reopens it with the state `begin` leaves (an
+        Afterwards the transaction is not open, stays in `open_transactions` with no owner
+        (`owner` returns `None`: no store holds it, and any recovery may claim it), and its id
+        cannot be begun again until `discard`; `load` reopens it with the state `begin` leaves (an
         empty overlay, snapshot 0) and its undo records in the image.
         """
         ...
@@ -187,6 +197,19 @@ class DurableStore(Store, Protocol):
 
         The image names the previous owner. If this store already holds the transaction, its
         buffered writes are written first. Raises `TransactionNotFound` if the file has none.
+        """
+        ...
+
+    def claim(self, tx_id: str, owner: str | None) -> TxImage | None:
+        """Take transaction `tx_id` over for recovery if, and only if, its owner is still
+        `owner`: `load`, fused with the check in one atomic compare-and-set.
+
+        `owner` is what `owner(tx_id)` returned when the caller judged that owner dead. So of
+        several recoverers racing for one transaction, in any processes, exactly one gets the
+        image and the others get `None`: the first claim changes the owner, and the others'
+        compare fails. Also `None`, taking nothing, when `owner` is a store open in this
+        process (this one included): it is alive, whatever its process id says. Raises
+        `TransactionNotFound` if the file has no such transaction (it may have ended since).
         """
         ...
 

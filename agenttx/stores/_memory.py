@@ -14,6 +14,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
+from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._protocol import check_key, check_step, check_tx_id, check_value, snapshot_not_found
 
 if TYPE_CHECKING:
@@ -40,9 +41,12 @@ class _Tx:
     #: True while the steps in `snapshots` also increase along it, as they do when a transaction
     #: snapshots each step before running it: then a restore drops a suffix, popped in O(dropped).
     steps_in_order: bool = True
-    #: For a serializable transaction: key -> the committed version it read first; else None.
-    #: Reads by steps later rewound stay recorded: conservative, never unsafe.
+    #: key -> the committed version the transaction first read it at; `None` under read
+    #: committed, which records no reads. Reads by steps later rewound stay recorded, and fix
+    #: the base of a later write of the key: conservative, never unsafe.
     reads: dict[str, int] | None = None
+    #: Whether commit validates `reads` (serializable).
+    serializable: bool = False
 
 
 @attrs.define(eq=False, repr=False)
@@ -86,15 +90,19 @@ class MemoryStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    def begin(self, tx_id: str, *, serializable: bool = False) -> None:
+    def begin(self, tx_id: str, *, isolation: Isolation = DEFAULT_ISOLATION) -> None:
         """Open transaction `tx_id` and take its snapshot 0 (see `Store.begin`)."""
         check_tx_id(tx_id)
+        check_isolation(isolation)
         with self._lock:
             if tx_id in self._txs:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
-            self._txs[tx_id] = _Tx(reads={} if serializable else None)
+            self._txs[tx_id] = _Tx(
+                reads=None if isolation == "read_committed" else {},
+                serializable=isolation == "serializable",
+            )
 
     def commit(self, tx_id: str) -> int:
         """Validate and publish the overlay atomically, first committer wins (`Store.commit`)."""
@@ -108,7 +116,7 @@ class MemoryStore:
                     conflicts.append(key)
             if conflicts:
                 raise WriteConflict(key=min(conflicts))
-            if tx.reads:
+            if tx.serializable and tx.reads:
                 stale = [
                     key
                     for key, read in tx.reads.items()
@@ -166,11 +174,13 @@ class MemoryStore:
         with self._lock:
             tx = self._open(tx_id)
             prior = tx.overlay.get(key)
-            if prior is None:
+            if prior is not None:
+                base = prior[0]
+            elif tx.reads is not None and key in tx.reads:
+                base = tx.reads[key]
+            else:
                 current = self._committed.get(key)
                 base = 0 if current is None else current[0]
-            else:
-                base = prior[0]
         # Journal first: if the overlay write never happened, reverting the entry is harmless.
         tx.journal.append((key, prior))
         tx.overlay[key] = (base, value)

@@ -10,6 +10,7 @@ import re
 from typing import Final, Protocol, runtime_checkable
 
 from .._errors import InvalidArgument
+from .._limits import DEFAULT_ISOLATION, Isolation
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -52,10 +53,17 @@ class Store(Protocol):
     version is 0, including a key that a commit deleted.
 
     **The overlay.** `put` and `delete` write the transaction's overlay entry for the key (a
-    value, or a tombstone), never the committed map. The entry keeps a *base version*: the key's
-    committed version at the key's *first* write in the transaction (0 if it was absent then);
-    later writes of the key keep that base. A transaction reads its own writes; other
-    transactions, and `read_committed`, see only committed data.
+    value, or a tombstone), never the committed map. The entry keeps a *base version*, fixed when
+    the key enters the overlay and kept by later writes of the key: the version the transaction
+    *first read* the key at, if it has read the key from committed state (see isolation, below),
+    else the key's committed version at this write (0 if it was absent then). A transaction reads
+    its own writes; other transactions, and `read_committed`, see only committed data.
+
+    **Reads.** Unless the isolation is `"read_committed"`, the first `get` of a key that is not
+    in the overlay records the key's committed version then (its *read version*), once per key
+    and transaction: later reads, rewinds and writes never change it. So a read-fixed base is
+    kept even when `restore` reverts the step that read it: a later write of the key gets that
+    old base, which may report a conflict that a finer rule would not, and never misses one.
 
     **The journal and snapshots.** Each `put` and `delete` appends one journal entry holding the
     key's prior overlay entry (or "no entry"), atomically with the write. `snapshot(tx, K)`
@@ -68,18 +76,32 @@ class Store(Protocol):
 
     **Commit: first committer wins.** Under one lock, atomically: if any key still in the
     overlay has a committed version other than its base version, raise `WriteConflict` naming
-    the smallest such key (in code-point order) and change nothing; otherwise publish every
-    overlay entry (a tombstone deletes the key), give them the next commit number, and end the
-    transaction. Isolation is read committed plus write-write conflict detection; it is *not*
-    serializable. Consequences, all deliberate (they are the reference's):
+    the smallest such key (in code-point order) and change nothing; for a serializable
+    transaction, then likewise `ReadConflict` for the smallest key read whose committed version
+    is no longer its read version; otherwise publish every overlay entry (a tombstone deletes the
+    key), give them the next commit number, and end the transaction.
 
-    * Reads are never validated, so write skew is possible.
-    * Only keys still in the overlay are checked: a key whose writes were all rewound is not.
-    * ABA goes undetected: if the key was absent at its first write (base 0) and another
-      transaction created and then deleted it, its version is 0 again and no conflict is raised.
+    **Isolation**, chosen per transaction at `begin`, weakest first:
+
+    * `"read_committed"`: the base is the version at the key's first write; reads are not
+      recorded. Lost updates are possible (two transactions read a key, each writes the value
+      it computed, both commit: the first write is lost), and so is write skew.
+    * `"no_lost_updates"` (the default): the base is fixed at the key's first access, a read
+      from committed state or a write, so a read-modify-write of a key that another transaction
+      committed in between raises `WriteConflict`. Keys read and not written are not checked:
+      write skew (two transactions each read what the other writes) is still possible.
+    * `"serializable"`: as `"no_lost_updates"`, and commit validates every key read from
+      committed state (`ReadConflict`): with commits serialized by the store, the committed
+      history is equivalent to running the transactions one at a time in commit order.
+
+    At every level: only keys still in the overlay (and, serializable, read) are checked, so a
+    key whose writes were all rewound, and never read, is not. ABA goes undetected: if the key
+    was absent at its base (version 0) and another transaction created and then deleted it,
+    its version is 0 again and no conflict is raised.
 
     **Errors and their order.** Arguments are checked first, with no effect:
-    `InvalidArgument` for a malformed transaction id in `begin` (see `check_tx_id`), a key of the
+    `InvalidArgument` for a malformed transaction id in `begin` (see `check_tx_id`) or an
+    isolation level not in `ISOLATION_LEVELS` (`check_isolation`), a key of the
     wrong length or not encodable as UTF-8 (`check_key`), a value that is not such text
     (`check_value`), or a snapshot step outside 0-`MAX_STEP` (`check_step`). Then the
     transaction is looked up: any method taking a `tx_id`, other than `begin`, `discard` and
@@ -98,13 +120,13 @@ class Store(Protocol):
     into user code.
     """
 
-    def begin(self, tx_id: str, *, serializable: bool = False) -> None:
+    def begin(self, tx_id: str, *, isolation: Isolation = DEFAULT_ISOLATION) -> None:
         """Open transaction `tx_id` with an empty overlay, and take its snapshot 0.
 
-        With `serializable=True` the store also records the committed version of every key the
-        transaction reads from committed state (not its own writes), and `commit` validates
-        them. Raises `InvalidArgument` if the id is malformed or the transaction is already
-        open. An id may be reused once its transaction has ended. Not idempotent.
+        `isolation` is one of `"read_committed"`, `"no_lost_updates"` (the default) and
+        `"serializable"` (see the class docstring). Raises `InvalidArgument` if the id or the
+        isolation is malformed, or the transaction is already open. An id may be reused once
+        its transaction has ended. Not idempotent.
         """
         ...
 
@@ -112,15 +134,17 @@ class Store(Protocol):
         """The transaction's view of `key`: its own overlay entry, else the committed value.
 
         `None` if the key is absent from that view (a tombstone in the overlay, or not
-        committed). A pure read.
+        committed). Changes nothing, except that a read from committed state records the
+        key's read version unless the transaction is `"read_committed"` (class docstring).
         """
         ...
 
     def put(self, tx_id: str, key: str, value: str) -> None:
         """Write `value` to the transaction's overlay, journaled atomically with the write.
 
-        The base version is the key's committed version at its first write in the transaction.
-        Each call appends a journal entry, even if it writes the same value again.
+        A key entering the overlay takes its base version: its read version if it has one, else
+        its committed version now. Each call appends a journal entry, even if it writes the same
+        value again.
         """
         ...
 
@@ -155,7 +179,7 @@ class Store(Protocol):
 
         The count includes tombstones. Raises `WriteConflict` (the smallest conflicting key),
         changing nothing and leaving the transaction open, if another transaction committed a
-        key after this one first wrote it; for a serializable transaction, then raises
+        key of the overlay after its base version; for a serializable transaction, then raises
         `ReadConflict` likewise if another committed a key after this one read it. Not
         idempotent: a second call raises `TransactionNotFound`.
         """

@@ -24,6 +24,7 @@ import secrets
 import socket
 import sqlite3
 import threading
+import weakref
 from typing import TYPE_CHECKING, Final, Literal, final
 
 import attrs
@@ -35,6 +36,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
+from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._protocol import (
     MAX_STEP,
     check_key,
@@ -47,12 +49,14 @@ from ._sqlite_file import (
     DELETE_LOG_ROW,
     EFFECT,
     INSERT_LOG,
+    INSERT_TX,
     MAX_INT64,
     PROGRESS,
     RESTORE,
     SELECT_COMMITTED,
     SELECT_OWNER,
     STEP,
+    UPDATE_OWNER,
     WRITE,
     StoreFile,
     check_effects,
@@ -68,6 +72,13 @@ if TYPE_CHECKING:
     from ._durable import DurableStore, EffectRow, OutboxEntry, TxImage, UndoRow
 
 __all__ = ["SQLiteStore"]
+
+#: The owners of the `SQLiteStore`s open in this process. A transaction owned by one of them
+#: is alive, whatever `owner_alive` makes of its process id, so `claim` leaves it alone. It is
+#: process-wide state by nature (which store instances this process has open), like the pid.
+#: Each store adds itself when it opens and removes itself when it closes or is collected;
+#: `set.add`, `discard` and `in` are atomic, so no lock, which a finalizer could deadlock on.
+_OPEN_HERE: set[str] = set()
 
 #: Durable writes of at most this many events, and nothing else, are one fenced statement.
 _MULTI_ROWS: Final = 16
@@ -89,6 +100,15 @@ class SQLiteStore:
     with `close()`, or use it as a context manager. A file that is not SQLite, a SQLite file
     that is not an agenttx store, or a store with a newer schema than this code knows raises
     `StorageError` here; an older schema is migrated.
+
+    **The file** must stay where it is while the store is open. Opened writable, the store
+    checks at once that SQLite can write it (SQLite opens a file it may not write read-only,
+    silently), and raises `StorageError` if not. Before each write to the file it checks, with
+    one `stat` (about 2 us), that the path still names the file it opened: if the file was
+    deleted, renamed away or replaced (another file moved over it), the write would reach a
+    file no one else opens and be lost with this store, so it raises `StorageError` instead,
+    changing nothing; moving the same file back makes the store work again. A `path` that is
+    not a file name (not text, empty, or with a NUL character) raises `InvalidArgument`.
 
     **Read-only** (``readonly=True``), for inspecting a store, even one that other processes
     are using: the file is opened with SQLite's `mode=ro` and is never created, migrated or
@@ -136,7 +156,11 @@ class SQLiteStore:
     if the row is gone (committed or discarded elsewhere), `TransactionNotFound`; either way this
     store stops holding the transaction. `is_open` answers for this store; `begin` refuses an id
     with a row in the file, from any process. `discard` and `discard_state` act on the file
-    whichever store holds the transaction.
+    whichever store holds the transaction, except when this store held it and another has
+    taken it over since: then they raise `StorageError` (taken over) and delete nothing. `claim`
+    takes a transaction over only if its owner is still the one given (a compare-and-set) and is
+    not a store open in this process: recovery uses it, so that two recoverers never both take
+    one transaction.
 
     **Threads.** One connection, guarded by one `threading.Lock` held for the whole of every
     call (its SQL included), rather than a connection per thread: SQLite admits one writer at a
@@ -180,6 +204,11 @@ class SQLiteStore:
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgument(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        text = os.fspath(path)
+        if not isinstance(text, str):
+            raise InvalidArgument(f"path must name a file as text, not {type(text).__name__}")
+        if not text or "\0" in text:
+            raise InvalidArgument(f"path must be a file name without NUL characters, got {text!r}")
         if durability not in {"normal", "full"}:
             raise InvalidArgument(f'durability must be "normal" or "full", got {durability!r}')
         if (
@@ -199,7 +228,7 @@ class SQLiteStore:
                 "readonly=True and exclusive=True cannot be combined: a read-only store must "
                 "not lock out the process that writes the file"
             )
-        self._path = os.fspath(path)
+        self._path = text
         self._readonly = readonly
         self._exclusive = exclusive
         self._lock = threading.Lock()
@@ -219,6 +248,9 @@ class SQLiteStore:
         )
         self._conn = self._file.conn
         self._cur = self._file.cur
+        if not readonly:
+            _OPEN_HERE.add(self._owner)
+            weakref.finalize(self, _OPEN_HERE.discard, self._owner)
 
     # ------------------------------------------------------------ the store itself
 
@@ -245,6 +277,7 @@ class SQLiteStore:
                 return
             self._closed = True
             self._txs.clear()
+            _OPEN_HERE.discard(self._owner)
             self._file.close()
 
     def __enter__(self) -> SQLiteStore:
@@ -264,14 +297,21 @@ class SQLiteStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    def begin(self, tx_id: str, *, serializable: bool = False, record: str = "null") -> None:
+    def begin(
+        self,
+        tx_id: str,
+        *,
+        isolation: Isolation = DEFAULT_ISOLATION,
+        record: str = "null",
+    ) -> None:
         """Open transaction `tx_id` and take its snapshot 0 (see `Store.begin`).
 
-        Writes the transaction's row (owned by this store, with its `record`) at once. Raises
-        `InvalidArgument` if this store holds the transaction, or the file has a row for it
-        (open in another store, or kept by `discard_state` for recovery).
+        Writes the transaction's row (owned by this store, with its `record` and isolation) at
+        once. Raises `InvalidArgument` if this store holds the transaction, or the file has a
+        row for it (open in another store, or kept by `discard_state` for recovery).
         """
         check_tx_id(tx_id)
+        check_isolation(isolation)
         check_value(record)
         self._check_writable()
         with self._lock:
@@ -280,21 +320,15 @@ class SQLiteStore:
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
             self._check_not_closed()
-            try:
-                cursor = self._cur.execute(
-                    "INSERT OR IGNORE INTO txs (tx_id, record, owner, serializable) "
-                    "VALUES (?, ?, ?, ?)",
-                    (tx_id, record, self._owner, int(serializable)),
-                )
-                inserted = cursor.rowcount
-            except sqlite3.Error as exc:
-                raise self._file.failure(f"begin transaction `{tx_id}`", exc) from exc
+            inserted = self._file.write(
+                INSERT_TX, (tx_id, record, self._owner, isolation), f"begin transaction `{tx_id}`"
+            )
             if inserted != 1:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open in another store on `{self._path}` "
                     "(or kept there for recovery): load and end it, or use another id"
                 )
-            self._txs[tx_id] = TxMirror(reads={} if serializable else None)
+            self._txs[tx_id] = TxMirror.begun(isolation)
 
     def commit(self, tx_id: str) -> int:
         """Validate and publish the overlay in one SQLite transaction (see `Store.commit`).
@@ -337,8 +371,8 @@ class SQLiteStore:
         return self._exclusive and not tx.replayed and tx.first_read in {None, self._commits}
 
     def _validate(self, tx: TxMirror) -> None:
-        """Inside the commit's write transaction: raise `WriteConflict` for the smallest key
-        committed since the transaction first wrote it, then `ReadConflict` likewise for the
+        """Inside the commit's write transaction: raise `WriteConflict` for the smallest key of
+        the overlay committed since its base version, then `ReadConflict` likewise for the
         keys a serializable transaction read."""
         overlay = tx.overlay
         if overlay:
@@ -346,7 +380,7 @@ class SQLiteStore:
             conflicts = [k for k, (base, _) in overlay.items() if current.get(k, 0) != base]
             if conflicts:
                 raise WriteConflict(key=min(conflicts))
-        if tx.reads:
+        if tx.serializable and tx.reads:
             current = self._file.committed_versions(list(tx.reads))
             stale = [k for k, read in tx.reads.items() if current.get(k, 0) != read]
             if stale:
@@ -372,6 +406,12 @@ class SQLiteStore:
         with self._lock:
             self._check_not_closed()
             with self._file.writing(doing):
+                if tx_id in self._txs:
+                    # Held here: unless this store still owns it, end nothing (see "Ownership").
+                    try:
+                        self._fence(tx_id)
+                    except TransactionNotFound:
+                        return  # ended elsewhere: nothing to discard
                 self._delete_rows(tx_id, keep_record=keep_record)
             self._txs.pop(tx_id, None)
 
@@ -417,11 +457,13 @@ class SQLiteStore:
             if tx is None:
                 raise self._not_open(tx_id)
             prior = tx.overlay.get(key)
-            if prior is None:
+            if prior is not None:
+                entry = (prior[0], value)
+            elif tx.reads is not None and key in tx.reads:
+                entry = (tx.reads[key], value)
+            else:
                 row = self._first_read(tx, key)
                 entry = (0 if row is None else row[0], value)
-            else:
-                entry = (prior[0], value)
             tx.journal.append((key, prior, entry))
             tx.overlay[key] = entry
 
@@ -621,11 +663,12 @@ class SQLiteStore:
             if fenced is not None and not rows and len(tx.stale_progress) < _STALE_PROGRESS:
                 if self._exclusive and statement is not None:
                     fenced = statement  # no other store can have taken the transaction over
-                try:
-                    if self._cur.execute(*fenced).rowcount != 1:
+                doing = f"{doing} for transaction `{tx_id}`"
+                if self._file.write(*fenced, doing) != 1:
+                    try:
                         self._fence(tx_id)  # raises: the transaction is not this store's
-                except sqlite3.Error as exc:
-                    raise self._file.failure(f"{doing} for transaction `{tx_id}`", exc) from exc
+                    except sqlite3.Error as exc:
+                        raise self._file.failure(doing, exc) from exc
                 return
             seq = tx.next_seq + len(rows)
             if progress is not None:
@@ -679,7 +722,9 @@ class SQLiteStore:
         """
         try:
             fence = None if self._exclusive else (tx_id, self._owner)
-            if self._file.insert_log(rows, fence) != len(rows):
+            if self._file.insert_log(rows, fence, f"{doing} for transaction `{tx_id}`") != len(
+                rows
+            ):
                 self._fence(tx_id)  # raises: the transaction is not this store's any more
                 raise StorageError(  # pragma: no cover - unreachable: the owner check failed
                     f"could not {doing} for transaction `{tx_id}`: the log refused the events"
@@ -724,7 +769,32 @@ class SQLiteStore:
                     if rows and rows[0][0] == self._owner:
                         cur.executemany(INSERT_LOG, held.pending(tx_id, len(held.journal)))
                 image, tx = read_transaction(cur, tx_id, path=self._path)
-                cur.execute("UPDATE txs SET owner = ? WHERE tx_id = ?", (self._owner, tx_id))
+                cur.execute(UPDATE_OWNER, (self._owner, tx_id))
+            self._txs[tx_id] = tx
+        return image
+
+    def claim(self, tx_id: str, owner: str | None) -> TxImage | None:
+        """Take transaction `tx_id` over for recovery if its owner is still `owner`, in one
+        SQLite write transaction (see `DurableStore.claim`): `None` if it is not, or if
+        `owner` is a `SQLiteStore` open in this process. `TransactionNotFound` if the file
+        has no row for it."""
+        check_tx_id(tx_id)
+        if owner is not None:
+            check_value(owner)
+        self._check_writable()
+        doing = f"claim transaction `{tx_id}`"
+        with self._lock:
+            self._check_not_closed()
+            if owner in _OPEN_HERE:
+                return None
+            with self._file.writing(doing) as cur:
+                rows = cur.execute(SELECT_OWNER, (tx_id,)).fetchall()
+                if not rows:
+                    raise TransactionNotFound(tx_id=tx_id)
+                if rows[0][0] != owner:
+                    return None  # taken since the caller read the owner
+                image, tx = read_transaction(cur, tx_id, path=self._path)
+                cur.execute(UPDATE_OWNER, (self._owner, tx_id))
             self._txs[tx_id] = tx
         return image
 
@@ -852,7 +922,9 @@ class SQLiteStore:
     def _delete_rows(self, tx_id: str, *, keep_record: bool) -> None:
         execute = self._cur.execute
         execute("DELETE FROM log WHERE tx_id = ?", (tx_id,))
-        if not keep_record:
+        if keep_record:  # no store holds it any more: any recovery may claim it
+            execute(UPDATE_OWNER, (None, tx_id))
+        else:
             execute("DELETE FROM undos WHERE tx_id = ?", (tx_id,))
             execute("DELETE FROM txs WHERE tx_id = ?", (tx_id,))
 

@@ -1,6 +1,6 @@
 """The file behind `SQLiteStore`: its layout and migrations, and the connection that runs on it.
 
-**Layout** (schema version 1; `PRAGMA application_id` marks the file as an agenttx store and
+**Layout** (schema version 2; `PRAGMA application_id` marks the file as an agenttx store and
 `PRAGMA user_version` holds the schema version, which `MIGRATIONS` brings up to date):
 
 ======== ===================================================================================
@@ -8,7 +8,7 @@ meta     one row: `commit_version`, the durable commit counter
 committed `key -> (version, value)`: the committed map
 txs      one row per transaction with a durable record: `record` (JSON text, `"null"` if
          neither `begin` nor `record_transaction` gave one), `owner` (JSON: pid, hostname,
-         per-store token), `serializable`
+         per-store token), `isolation` (the level's name)
 log      the transaction's history, `(tx_id, seq)` -> an event (see below), seq from 0
 undos    `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
 outbox   committed effects with their delivery history, in commit then staging order
@@ -19,7 +19,7 @@ A transaction's `log` is the sequence of its calls that change durable state, as
 journal position), `RESTORE` (step), `STEP` (step id, record, progress or NULL if unchanged, and
 the position of snapshot `step` when it is the only one taken since the last durable write),
 `EFFECT` (step id, channel, payload, idempotency key), `PROGRESS` (text) and `READ` (key,
-version; serializable only). `_sqlite_mirror.replay` turns them back into a transaction.
+version; not under read committed). `_sqlite_mirror.replay` turns them back into a transaction.
 
 `StoreFile` is one open connection to such a file: it checks what the file is, migrates it (or,
 read-only, refuses any schema but this code's), runs the store's SQLite transactions, turning
@@ -30,6 +30,7 @@ checks at the end keep values the columns cannot hold out of the file.
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
 import sqlite3
 from typing import TYPE_CHECKING, Final, Literal, final
@@ -48,6 +49,7 @@ __all__ = [
     "DELETE_LOG_ROW",
     "EFFECT",
     "INSERT_LOG",
+    "INSERT_TX",
     "IN_CHUNK",
     "MAX_INT64",
     "MIGRATIONS",
@@ -59,6 +61,7 @@ __all__ = [
     "SELECT_OWNER",
     "SNAPSHOT",
     "STEP",
+    "UPDATE_OWNER",
     "WRITE",
     "StoreFile",
     "check_effects",
@@ -106,6 +109,21 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ),
         "CREATE INDEX outbox_pending ON outbox (id) WHERE delivered = 0",
     ),
+    # 1 -> 2: a transaction's isolation level by name (three levels), instead of `serializable`
+    # (two). Rows of version 1 had the two levels of then: 1 is "serializable", 0 "read
+    # committed". SQLite cannot drop a column before 3.35, so the table is rebuilt.
+    (
+        (
+            "CREATE TABLE txs_2 (tx_id TEXT NOT NULL PRIMARY KEY, record TEXT NOT NULL, "
+            "owner TEXT, isolation TEXT NOT NULL) WITHOUT ROWID"
+        ),
+        (
+            "INSERT INTO txs_2 (tx_id, record, owner, isolation) SELECT tx_id, record, owner, "
+            "CASE serializable WHEN 0 THEN 'read_committed' ELSE 'serializable' END FROM txs"
+        ),
+        "DROP TABLE txs",
+        "ALTER TABLE txs_2 RENAME TO txs",
+    ),
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -129,14 +147,23 @@ INSERT_LOG: Final = (
     "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+INSERT_TX: Final = "INSERT OR IGNORE INTO txs (tx_id, record, owner, isolation) VALUES (?, ?, ?, ?)"
 SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
 SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
+UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ?"
 DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
 _SELECT_OUTBOX: Final = (
     "SELECT id, tx_id, step_id, channel, payload, idempotency_key, attempts, last_error, "
     "not_before FROM outbox WHERE delivered = 0"
 )
 _SELECT_PENDING: Final = f"{_SELECT_OUTBOX} ORDER BY id LIMIT ?"
+#: SQLite's result code for a write to a database it opened read-only.
+_SQLITE_READONLY: Final = 8
+#: SQLite's result codes for a file that is not a database, or a damaged one (SQLITE_CORRUPT,
+#: SQLITE_NOTADB); any other error reading the schema is the file system's, or a lock's.
+_NOT_A_DATABASE: Final = frozenset({11, 26})
+#: A write that changes nothing; SQLite refuses it if it opened the file read-only.
+_PROBE_WRITE: Final = "UPDATE meta SET commit_version = commit_version WHERE 0"
 _SELECT_PENDING_OF: Final = f"{_SELECT_OUTBOX} AND tx_id = ? ORDER BY id LIMIT ?"
 
 
@@ -165,6 +192,11 @@ class StoreFile:
     #: The prepared texts of `committed_versions` and `insert_log` (negative: fenced), by size.
     _in_sql: dict[int, str]
     _multi_sql: dict[int, str]
+    #: The file's absolute path (a later `chdir` must not change which file is checked), and
+    #: its identity `(st_dev, st_ino)` when opened; `None` if nothing is written (read-only, or
+    #: an in-memory database).
+    _absolute: str
+    _identity: tuple[int, int] | None
 
     def __init__(
         self,
@@ -180,6 +212,9 @@ class StoreFile:
         self.readonly = readonly
         self._in_sql = {}
         self._multi_sql = {}
+        self._absolute = str(pathlib.Path(path).absolute())
+        self._identity = None
+        before = None if readonly or path == ":memory:" else _identity_of(self._absolute)
         target = path
         if readonly:
             if not pathlib.Path(path).exists():
@@ -201,9 +236,45 @@ class StoreFile:
             if exclusive:  # before the first read, so that SQLite keeps the WAL index in memory
                 self.cur.execute("PRAGMA locking_mode = EXCLUSIVE")
             self._open_schema(durability)
+            if before is not None or not (readonly or path == ":memory:"):
+                self._identity = self._identify_file(before)
         except BaseException:
             self.conn.close()
             raise
+
+    def _identify_file(self, before: tuple[int, int] | None) -> tuple[int, int]:
+        """The identity of the file just opened: the one at the path now, which must be the
+        one that was there before the connection opened it, if there was one."""
+        identity = _identity_of(self._absolute)
+        if identity is None or (before is not None and identity != before):
+            raise StorageError(
+                f"the store `{self.path}` was deleted or replaced while it was being opened"
+            )
+        return identity
+
+    def check_file(self, doing: str) -> None:
+        """Raise `StorageError` if the path no longer names the file this connection has open
+        (deleted, renamed away, or replaced by another file): a write would go to a file that
+        no other process opens, and be lost with this connection. One `stat` call."""
+        identity = self._identity
+        if identity is None:
+            return
+        try:
+            status = os.stat(self._absolute)  # noqa: PTH116  (the cheapest call: on every write)
+        except FileNotFoundError:
+            what = "was deleted (or renamed away) after this store opened it"
+        except OSError as exc:
+            raise StorageError(
+                f"could not {doing}: cannot check the store file `{self.path}`: {exc}"
+            ) from exc
+        else:
+            if (status.st_dev, status.st_ino) == identity:
+                return
+            what = "was replaced by another file after this store opened it"
+        raise StorageError(
+            f"could not {doing}: the store file `{self.path}` {what}; writing on would lose "
+            "the writes with this connection: close this store, and open the file again"
+        )
 
     def close(self) -> None:
         """Close the connection."""
@@ -220,7 +291,8 @@ class StoreFile:
         try:
             application_id, version, objects = self._identify()
         except sqlite3.DatabaseError as exc:
-            if is_busy(exc):
+            code = getattr(exc, "sqlite_errorcode", None)
+            if is_busy(exc) or (code is not None and code & 0xFF not in _NOT_A_DATABASE):
                 raise self.failure("read the schema", exc) from exc
             raise StorageError(
                 f"`{self.path}` is not a SQLite database (or it is encrypted or corrupt): {exc}"
@@ -231,7 +303,15 @@ class StoreFile:
         try:
             mode = cur.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
             cur.execute(f"PRAGMA synchronous = {durability.upper()}")
-            if version < len(MIGRATIONS):
+            if version == len(MIGRATIONS):
+                # SQLite opens a file it may not write read-only without a word: find out now,
+                # not at the first commit. The statement writes nothing and is rolled back.
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    cur.execute(_PROBE_WRITE)
+                finally:
+                    self.rollback()
+            else:
                 cur.execute("BEGIN IMMEDIATE")
                 try:
                     # Read again under the write lock: another process may have migrated.
@@ -293,7 +373,8 @@ class StoreFile:
     def writing(self, doing: str) -> Iterator[sqlite3.Cursor]:
         """Run the block in one write transaction: `BEGIN IMMEDIATE` (waiting up to the busy
         timeout), then `COMMIT`; if the block raises, `ROLLBACK` and re-raise, a
-        `sqlite3.Error` as `StorageError`."""
+        `sqlite3.Error` as `StorageError`. First `check_file`."""
+        self.check_file(doing)
         with self._transaction("BEGIN IMMEDIATE", doing) as cur:
             yield cur
 
@@ -333,6 +414,12 @@ class StoreFile:
 
     def failure(self, doing: str, exc: sqlite3.Error) -> StorageError:
         """The `StorageError` for `exc`, raised while trying to `doing`."""
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_READONLY and not self.readonly:
+            return StorageError(
+                f"could not {doing}: SQLite cannot write the store `{self.path}` (it opened it "
+                "read-only: check that this user may write the file, its directory and its "
+                f"-wal and -shm files), or open it with readonly=True: {exc}"
+            )
         if is_busy(exc):
             return StorageError(
                 f"could not {doing}: the store `{self.path}` stayed locked by another "
@@ -377,10 +464,13 @@ class StoreFile:
             kept += 1
         return rows[:kept]
 
-    def insert_log(self, rows: Sequence[tuple[object, ...]], fence: tuple[str, str] | None) -> int:
-        """Append `rows` to the log in one statement; with a `fence` `(tx_id, owner)`, only if
-        `owner` owns `tx_id`. The number of rows inserted: all or none. `sqlite3.Error`
-        escapes, for the caller to turn."""
+    def insert_log(
+        self, rows: Sequence[tuple[object, ...]], fence: tuple[str, str] | None, doing: str
+    ) -> int:
+        """Append `rows` to the log in one statement, once `check_file` passes; with a `fence`
+        `(tx_id, owner)`, only if `owner` owns `tx_id`. The number of rows inserted: all or
+        none. `sqlite3.Error` escapes, for the caller to turn."""
+        self.check_file(doing)
         count = len(rows)
         key = count if fence is None else -count
         sql = self._multi_sql.get(key)
@@ -398,6 +488,17 @@ class StoreFile:
             parameters += fence
         inserted: int = self.cur.execute(sql, parameters).rowcount
         return inserted
+
+    def write(self, sql: str, parameters: Sequence[object], doing: str) -> int:
+        """Run one statement that writes, alone (SQLite runs it as a transaction of its own),
+        once `check_file` passes; return the number of rows it changed. Errors as `StorageError`.
+        """
+        self.check_file(doing)
+        try:
+            changed: int = self.cur.execute(sql, parameters).rowcount
+        except sqlite3.Error as exc:
+            raise self.failure(doing, exc) from exc
+        return changed
 
     def open_transactions(self) -> tuple[str, ...]:
         """The ids of every transaction with a row in the file, sorted."""
@@ -438,6 +539,17 @@ class StoreFile:
                 and not cur.execute("SELECT 1 FROM outbox WHERE id = ?", (entry_id,)).fetchall()
             ):
                 raise InvalidArgument(f"there is no outbox entry {entry_id}")
+
+
+def _identity_of(path: str) -> tuple[int, int] | None:
+    """`(st_dev, st_ino)` of the file at `path`, or `None` if there is none."""
+    try:
+        status = pathlib.Path(path).stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot open the store `{path}`: {exc}") from exc
+    return status.st_dev, status.st_ino
 
 
 def is_busy(exc: sqlite3.Error) -> bool:

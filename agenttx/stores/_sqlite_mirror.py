@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 
 from .._errors import StorageError, TransactionNotFound
+from .._limits import ISOLATION_LEVELS
 from ._durable import EffectRow, TxImage, UndoRow
 from ._sqlite_file import EFFECT, MAX_INT64, PROGRESS, READ, RESTORE, SNAPSHOT, STEP, WRITE
 
@@ -50,7 +51,10 @@ class TxMirror:
     journal: list[_Undo] = attrs.Factory(list)
     snapshots: dict[int, int] = attrs.Factory(lambda: {0: 0})
     steps_in_order: bool = True
+    #: key -> its read version (`MemoryStore`'s); `None` under read committed. `serializable`:
+    #: commit validates them.
     reads: dict[str, int] | None = None
+    serializable: bool = False
     effects: list[EffectRow] = attrs.Factory(list)
     flushed: int = 0
     #: (journal position, seq) where each run of consecutive `WRITE` events begins. The file's
@@ -71,6 +75,15 @@ class TxMirror:
     #: versions in it were read before, perhaps in another process.
     first_read: int | None = None
     replayed: bool = False
+
+    @classmethod
+    def begun(cls, isolation: str, *, replayed: bool = False) -> TxMirror:
+        """The mirror of a transaction just begun with `isolation` (a checked level)."""
+        return cls(
+            reads=None if isolation == "read_committed" else {},
+            serializable=isolation == "serializable",
+            replayed=replayed,
+        )
 
     def write(self, key: str, entry: Entry) -> None:
         """Journal and apply one overlay write (used by the replay; `_write` inlines it)."""
@@ -152,13 +165,19 @@ def replay(
     tx_id: str,
     events: Sequence[tuple[int, int, int, int, str, str, str]],
     *,
-    serializable: bool,
+    isolation: str,
     path: str,
 ) -> tuple[TxMirror, dict[int, str], str | None]:
-    """A new mirror, the step records and the progress, from the transaction's log `events`
-    (`seq, kind, step, num, name, body, extra`, in seq order). `StorageError` names the first
-    event that cannot be replayed (the file at `path` is corrupt)."""
-    tx = TxMirror(reads={} if serializable else None, replayed=True)
+    """A new mirror, the step records and the progress, from the log `events` of a transaction
+    begun with `isolation` (`seq, kind, step, num, name, body, extra`, in seq order).
+    `StorageError` names the first event that cannot be replayed, or an unknown isolation
+    level (the file at `path` is corrupt)."""
+    if isolation not in ISOLATION_LEVELS:
+        raise StorageError(
+            f"transaction `{tx_id}` in `{path}` has an unknown isolation level {isolation!r}: "
+            "the file is corrupt, or written by a newer agenttx"
+        )
+    tx = TxMirror.begun(isolation, replayed=True)
     steps: dict[int, str] = {}
     last_write = -2
     for seq, kind, step, num, name, body, extra in events:
@@ -199,11 +218,11 @@ def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxI
     and a new mirror of it. Read-only; run it inside one SQLite transaction, so that the rows
     read agree. `TransactionNotFound` if the file has no row for it."""
     rows = cur.execute(
-        "SELECT record, owner, serializable FROM txs WHERE tx_id = ?", (tx_id,)
+        "SELECT record, owner, isolation FROM txs WHERE tx_id = ?", (tx_id,)
     ).fetchall()
     if not rows:
         raise TransactionNotFound(tx_id=tx_id)
-    record, owner, serializable = rows[0]
+    record, owner, isolation = rows[0]
     events = cur.execute(
         "SELECT seq, kind, step, num, name, body, extra FROM log WHERE tx_id = ? ORDER BY seq",
         (tx_id,),
@@ -211,7 +230,7 @@ def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxI
     undos = cur.execute(
         "SELECT step_id, seq, record FROM undos WHERE tx_id = ? ORDER BY step_id, seq", (tx_id,)
     ).fetchall()
-    tx, steps, progress = replay(tx_id, events, serializable=bool(serializable), path=path)
+    tx, steps, progress = replay(tx_id, events, isolation=isolation, path=path)
     image = TxImage(
         tx_id=tx_id,
         record=record,

@@ -12,14 +12,22 @@ transactions) are all made by one rule, `work`; the other two add outside commit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import attrs
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from .._errors import InvalidArgument, StorageError, TransactionNotFound, WriteConflict
+from .._errors import (
+    InvalidArgument,
+    ReadConflict,
+    StorageError,
+    TransactionNotFound,
+    WriteConflict,
+)
+from .._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,6 +43,8 @@ KEYS: Final = ("a", "b", "ключ")
 #: JSON texts; `"null"` is a value, not an absence.
 VALUES: Final = ("1", '"x"', "null", '{"k":["é",2.5]}', '""')
 STEPS: Final = (0, 1, 2, 3)
+#: The isolation levels `begin` is called with; `None`: the argument is left out (the default).
+ISOLATIONS: Final[tuple[Isolation | None, ...]] = (None, *ISOLATION_LEVELS)
 #: The transaction of `commit_elsewhere`, which begins, writes and commits in one rule.
 RIVAL_TX_ID: Final = "rival"
 
@@ -42,6 +52,7 @@ BAD_TX_IDS: Final = ("", "t 1", "t/1", "é", "x" * 129, "t1\n")
 BAD_KEYS: Final = ("", "k" * 1025, "é" * 513, "\ud800")
 BAD_VALUES: Final = ("\udfff", '"\ud800"')
 BAD_STEPS: Final = (-1, 2**32, True)
+BAD_ISOLATIONS: Final = ("", "snapshot", "SERIALIZABLE", "read committed", None, 1)
 
 MISUSES: Final = (
     "begin an open transaction",
@@ -50,6 +61,7 @@ MISUSES: Final = (
     "bad key",
     "bad value",
     "bad step",
+    "bad isolation",
 )
 
 _MISSING: Final = object()
@@ -61,7 +73,7 @@ _Entry = tuple[int, "str | None"]
 class _Op:
     """One call on a transaction, shown as it reads in a failing example: `put('a', '1')`."""
 
-    name: str  # put, delete, snapshot, restore, commit or discard
+    name: str  # get, put, delete, snapshot, restore, commit or discard
     key: str = ""
     value: str = ""
     step: int = 0
@@ -70,7 +82,7 @@ class _Op:
     def arguments(self) -> tuple[str | int, ...]:
         if self.name == "put":
             return (self.key, self.value)
-        if self.name == "delete":
+        if self.name in {"get", "delete"}:
             return (self.key,)
         if self.name in {"snapshot", "restore"}:
             return (self.step,)
@@ -89,6 +101,7 @@ _PUTS = st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)).map(
     lambda kv: _Op("put", key=kv[0], value=kv[1])
 )
 _DELETES = st.sampled_from(KEYS).map(lambda key: _Op("delete", key=key))
+_GETS = st.sampled_from(KEYS).map(lambda key: _Op("get", key=key))
 _REWINDS = st.tuples(st.sampled_from(("snapshot", "restore")), st.sampled_from(STEPS)).map(
     lambda call: _Op(call[0], step=call[1])
 )
@@ -98,6 +111,7 @@ _WORK = st.lists(
     st.one_of(
         _PUTS,
         _DELETES,
+        _GETS,
         _REWINDS,
         _ENDS,
     ),
@@ -108,7 +122,10 @@ _WORK = st.lists(
 
 @attrs.define
 class _ModelTx:
+    isolation: str = DEFAULT_ISOLATION
     overlay: dict[str, _Entry] = attrs.Factory(dict)
+    #: key -> the version of its first read from committed state; never forgotten.
+    reads: dict[str, int] = attrs.Factory(dict)
     mutations: int = 0
     #: step -> (mutations so far, a copy of the overlay), in the order taken.
     snapshots: dict[int, tuple[int, dict[str, _Entry]]] = attrs.Factory(lambda: {0: (0, {})})
@@ -126,14 +143,26 @@ class _Model:
         return self.committed[key][0] if key in self.committed else 0
 
     def get(self, tx_id: str, key: str) -> str | None:
-        overlay = self.txs[tx_id].overlay
-        if key in overlay:
-            return overlay[key][1]
+        tx = self.txs[tx_id]
+        if key in tx.overlay:
+            return tx.overlay[key][1]
+        if tx.isolation != "read_committed":
+            tx.reads.setdefault(key, self.version(key))
         return self.committed[key][1] if key in self.committed else None
+
+    def get_changes_nothing(self, tx_id: str, key: str) -> bool:
+        """Whether `get` would leave the transaction as it is (records no read)."""
+        tx = self.txs[tx_id]
+        return tx.isolation == "read_committed" or key in tx.overlay or key in tx.reads
 
     def write(self, tx_id: str, key: str, value: str | None) -> None:
         tx = self.txs[tx_id]
-        base = tx.overlay[key][0] if key in tx.overlay else self.version(key)
+        if key in tx.overlay:
+            base = tx.overlay[key][0]
+        elif key in tx.reads:
+            base = tx.reads[key]
+        else:
+            base = self.version(key)
         tx.overlay[key] = (base, value)
         tx.mutations += 1
 
@@ -153,9 +182,13 @@ class _Model:
         }
         return reverted
 
-    def conflicts(self, tx_id: str) -> list[str]:
-        overlay = self.txs[tx_id].overlay
-        return sorted(key for key, (base, _) in overlay.items() if self.version(key) != base)
+    def conflicts(self, tx_id: str) -> tuple[type[WriteConflict], list[str]]:
+        """The error a commit raises, and the keys in conflict (none: it commits)."""
+        tx = self.txs[tx_id]
+        written = sorted(key for key, (base, _) in tx.overlay.items() if self.version(key) != base)
+        if written or tx.isolation != "serializable":
+            return WriteConflict, written
+        return ReadConflict, sorted(k for k, read in tx.reads.items() if self.version(k) != read)
 
     def commit(self, tx_id: str) -> int:
         tx = self.txs.pop(tx_id)
@@ -183,20 +216,26 @@ class _StoreMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ rules
 
-    @rule(tx_id=st.sampled_from(TX_IDS), ops=_WORK)
-    def work(self, tx_id: str, ops: list[_Op]) -> None:
-        """Calls on one transaction; it is begun first whenever it is not open."""
+    @rule(tx_id=st.sampled_from(TX_IDS), ops=_WORK, isolation=st.sampled_from(ISOLATIONS))
+    def work(self, tx_id: str, ops: list[_Op], isolation: Isolation | None) -> None:
+        """Calls on one transaction; it is begun first (at `isolation`) whenever it is not open."""
         for op in ops:
             if tx_id not in self.model.txs:
-                self._returns(f"begin({tx_id!r})", None, self.store.begin, tx_id)
-                self.model.txs[tx_id] = _ModelTx()
+                if isolation is None:
+                    self._returns(f"begin({tx_id!r})", None, self.store.begin, tx_id)
+                else:
+                    call = f"begin({tx_id!r}, isolation={isolation!r})"
+                    self._returns(call, None, partial(self.store.begin, isolation=isolation), tx_id)
+                self.model.txs[tx_id] = _ModelTx(isolation=isolation or DEFAULT_ISOLATION)
             self._apply(tx_id, op)
 
     @rule(writes=_WRITES, data=st.data())
     def commit_elsewhere(self, writes: list[_Op], data: st.DataObject) -> None:
         """Another transaction writes and commits at once, so that open ones may now conflict."""
-        # Often also write a key that an open transaction has written: a conflict to be.
-        targets = sorted({key for tx in self.model.txs.values() for key in tx.overlay})
+        # Often also write a key that an open transaction has written or read: a conflict to be.
+        targets = sorted(
+            {key for tx in self.model.txs.values() for key in (*tx.overlay, *tx.reads)}
+        )
         target = data.draw(st.sampled_from([None, *targets]), label="also write")
         if target is not None:
             writes = [*writes, _Op("put", key=target, value=VALUES[0])]
@@ -208,7 +247,9 @@ class _StoreMachine(RuleBasedStateMachine):
     def _apply(self, tx_id: str, op: _Op) -> None:
         store, model = self.store, self.model
         call = op.call(tx_id)
-        if op.name == "put":
+        if op.name == "get":
+            self._returns(call, model.get(tx_id, op.key), store.get, tx_id, op.key)
+        elif op.name == "put":
             self._returns(call, None, store.put, tx_id, op.key, op.value)
             model.write(tx_id, op.key, op.value)
         elif op.name == "delete":
@@ -224,12 +265,12 @@ class _StoreMachine(RuleBasedStateMachine):
                 call = f"{call} of a missing snapshot"
                 self._raises(call, StorageError, store.restore, tx_id, op.step)
         elif op.name == "commit":
-            conflicts = model.conflicts(tx_id)
+            error, conflicts = model.conflicts(tx_id)
             if conflicts:
                 # The transaction stays open and unchanged, and nothing is published: the
                 # invariant checks both after this step.
                 call = f"{call} with conflicting keys {conflicts}"
-                self._raises(call, WriteConflict, store.commit, tx_id, key=conflicts[0])
+                self._raises(call, error, store.commit, tx_id, exact=True, key=conflicts[0])
             else:
                 self._returns(call, model.commit(tx_id), store.commit, tx_id)
         else:
@@ -256,6 +297,10 @@ class _StoreMachine(RuleBasedStateMachine):
             value = data.draw(st.sampled_from(BAD_VALUES), label="bad value")
             call = f"put({tx_id!r}, {KEYS[0]!r}, {value!r})"
             self._raises(call, InvalidArgument, store.put, tx_id, KEYS[0], value)
+        elif call == "bad isolation":
+            bad = data.draw(st.sampled_from(BAD_ISOLATIONS), label="bad isolation")
+            begin = partial(store.begin, isolation=cast("Any", bad))
+            self._raises(f"begin({tx_id!r}, isolation={bad!r})", InvalidArgument, begin, tx_id)
         elif call == "bad step":
             step = data.draw(st.sampled_from(BAD_STEPS), label="bad step")
             for name, rewind in (("snapshot", store.snapshot), ("restore", store.restore)):
@@ -274,7 +319,7 @@ class _StoreMachine(RuleBasedStateMachine):
 
     def _use_not_open(self, tx_id: str, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(KEYS), label="key")
-        store, expected = self.store, {"tx_id": tx_id}
+        store, expected = self.store, {"tx_id": cast("Any", tx_id)}
         calls: tuple[tuple[str, Callable[..., object], tuple[object, ...]], ...] = (
             ("get", store.get, (tx_id, key)),
             ("put", store.put, (tx_id, key, VALUES[0])),
@@ -323,9 +368,12 @@ class _StoreMachine(RuleBasedStateMachine):
             written = tuple(sorted(model.txs[tx_id].overlay))
             self._returns(f"written_keys({tx_id!r})", written, store.written_keys, tx_id)
             for key in KEYS:
-                self._returns(
-                    f"get({tx_id!r}, {key!r})", model.get(tx_id, key), store.get, tx_id, key
-                )
+                # A read that would record a read version is left to the `work` rule: made
+                # here after every step, it would fix every key's base at once.
+                if model.get_changes_nothing(tx_id, key):
+                    self._returns(
+                        f"get({tx_id!r}, {key!r})", model.get(tx_id, key), store.get, tx_id, key
+                    )
         for key in KEYS:
             committed = model.committed.get(key)
             value = None if committed is None else committed[1]
@@ -353,11 +401,16 @@ class _StoreMachine(RuleBasedStateMachine):
         error: type[Exception],
         method: Callable[..., object],
         *arguments: object,
+        exact: bool = False,
         **attributes: Any,
     ) -> None:
         try:
             result = method(*arguments)
         except error as exc:
+            if exact and type(exc) is not error:
+                raise AssertionError(
+                    f"store.{call} raised {exc!r}, expected {error.__name__}"
+                ) from exc
             for name, expected in attributes.items():
                 got = getattr(exc, name, _MISSING)
                 if got != expected:
@@ -375,14 +428,16 @@ def check_store(factory: Callable[[], Store], *, max_examples: int = 50) -> None
     """Check a `Store` implementation against the protocol's contract; raise `AssertionError`.
 
     Runs a hypothesis state machine: each example calls `factory()` for a fresh, empty store and
-    drives three transactions over three keys with random `begin`, `put`, `delete`,
-    `snapshot`, `restore`, `commit` and `discard` calls (conflicts included), plus malformed
+    drives three transactions over three keys with random `begin` (at each isolation level, and
+    with the default), `get`, `put`, `delete`, `snapshot`, `restore`, `commit` and `discard`
+    calls (conflicts included, lost updates and read conflicts among them), plus malformed
     arguments. After every step, every observable is compared with a model of the contract:
-    `get` for each open transaction and key, `read_committed`, `committed_version`,
-    `written_keys`, `is_open`, the values returned, and the exceptions raised (their types; the
-    key a `WriteConflict` names, the smallest conflicting one; the id a `TransactionNotFound`
-    carries). A conflicting commit must change nothing, and malformed arguments must be
-    refused before the transaction is looked up.
+    `get` for each open transaction and key (where the read records no read version, which
+    would change the transaction), `read_committed`, `committed_version`, `written_keys`,
+    `is_open`, the values returned, and the exceptions raised (their types, `ReadConflict`
+    told from `WriteConflict`; the key a conflict names, the smallest conflicting one; the id a
+    `TransactionNotFound` carries). A conflicting commit must change nothing, and malformed
+    arguments must be refused before the transaction is looked up.
 
     On a mismatch, hypothesis shrinks the run and the `AssertionError` describes the first
     wrong call; the minimal sequence of calls is printed above it. If the store has a `close()`
