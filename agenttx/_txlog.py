@@ -169,7 +169,9 @@ class TxLog:
         text = canonical_dumps(
             {"kind": record.kind, "payload": record.payload, "description": record.description}
         )
-        self._store.record_undo(self._tx_id, UndoRow(record.step_id, record.seq, text))
+        self._store.record_undo(
+            self._tx_id, UndoRow(step_id=record.step_id, seq=record.seq, record=text)
+        )
 
     def forget(self, record: UndoRecord) -> None:
         """Delete an undo record whose compensation succeeded."""
@@ -187,7 +189,12 @@ class TxLog:
             ]
         )
         rows = [
-            EffectRow(e.step_id, e.channel, canonical_dumps(e.payload), e.idempotency_key)
+            EffectRow(
+                step_id=e.step_id,
+                channel=e.channel,
+                payload=canonical_dumps(e.payload),
+                idempotency_key=e.idempotency_key,
+            )
             for e in effects
         ]
         self._store.record_step(self._tx_id, step_id, text, rows, self._progress)

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -60,6 +61,16 @@ def path(tmp_path: Path) -> str:
 def store(path: str) -> Iterator[SQLiteStore]:
     with SQLiteStore(path) as opened:
         yield opened
+
+
+def as_effect(entry: OutboxEntry) -> EffectRow:
+    """The effect an outbox entry holds."""
+    return EffectRow(
+        step_id=entry.step_id,
+        channel=entry.channel,
+        payload=entry.payload,
+        idempotency_key=entry.idempotency_key,
+    )
 
 
 def committed(store: Store, **values: str) -> None:
@@ -191,7 +202,11 @@ class StoresAgree(RuleBasedStateMachine):
             self.sqlite.flush(tx)
             return
         else:
-            effects = [EffectRow(step, "channel", text, f"key{text}")]
+            effects = [
+                EffectRow(
+                    step_id=step, channel="channel", payload=text, idempotency_key=f"key{text}"
+                )
+            ]
             effects = effects if name == "record_step_with_effect" else []
             if step % 2 and model.progress is not None:
                 text = model.progress  # a step that leaves the progress as it was
@@ -272,7 +287,7 @@ class StoresAgree(RuleBasedStateMachine):
             self.both(f"committed_version({key!r})", lambda s, key=key: s.committed_version(key))
         open_txs = tuple(tx for tx in TX_IDS if memory.is_open(tx))
         assert sqlite.open_transactions() == open_txs
-        pending = [(entry.tx_id, EffectRow(*entry[2:6])) for entry in sqlite.pending_effects(999)]
+        pending = [(entry.tx_id, as_effect(entry)) for entry in sqlite.pending_effects(999)]
         assert pending == self.outbox
 
     @invariant()
@@ -387,7 +402,7 @@ def test_flushed_state_survives_reopen_and_load(path: str) -> None:
             record='{"agent":"x"}',
             progress='{"next":3}',
             steps=((1, '{"out":1}'), (2, '{"out":2}')),
-            undos=(UndoRow(1, 0, '{"kind":"fs"}'),),
+            undos=(UndoRow(step_id=1, seq=0, record='{"kind":"fs"}'),),
             effects=(EFFECT_1, EFFECT_2),
             owner=image.owner,
             snapshots=(0, 1, 2),
@@ -469,12 +484,12 @@ def test_discard_state_releases_the_transaction(path: str) -> None:
     claim it, even in the process that released it."""
     with SQLiteStore(path) as store:
         store.begin("t")
-        store.record_undo("t", UndoRow(1, 0, '"u"'))
+        store.record_undo("t", UndoRow(step_id=1, seq=0, record='"u"'))
         store.discard_state("t")
         assert store.owner("t") is None
         image = store.claim("t", None)
         assert image is not None
-        assert image.undos == (UndoRow(1, 0, '"u"'),)
+        assert image.undos == (UndoRow(step_id=1, seq=0, record='"u"'),)
 
 
 @pytest.mark.parametrize("name", ["discard", "discard_state"])
@@ -663,7 +678,7 @@ def test_commit_moves_effects_to_the_outbox_atomically(path: str) -> None:
     with SQLiteStore(path) as store:
         store.begin("t1")
         store.put("t1", "a", "1")
-        store.record_undo("t1", UndoRow(1, 0, "{}"))
+        store.record_undo("t1", UndoRow(step_id=1, seq=0, record="{}"))
         store.record_step("t1", 1, "{}", [EFFECT_1, EFFECT_2], "{}")
         store.begin("t2")
         store.put("t2", "a", "2")
@@ -709,13 +724,16 @@ def test_restore_drops_steps_and_effects_but_not_undo_records(path: str) -> None
         for step, effect in ((1, EFFECT_1), (2, EFFECT_2)):
             store.snapshot("t", step)
             store.put("t", f"k{step}", "1")
-            store.record_undo("t", UndoRow(step, 0, f'"undo {step}"'))
+            store.record_undo("t", UndoRow(step_id=step, seq=0, record=f'"undo {step}"'))
             store.record_step("t", step, f'"step {step}"', [effect], f'"after {step}"')
         assert store.restore("t", 2) == 1
         image = store.load("t")
         assert image.steps == ((1, '"step 1"'),)
         assert image.effects == (EFFECT_1,)
-        assert image.undos == (UndoRow(1, 0, '"undo 1"'), UndoRow(2, 0, '"undo 2"'))
+        assert image.undos == (
+            UndoRow(step_id=1, seq=0, record='"undo 1"'),
+            UndoRow(step_id=2, seq=0, record='"undo 2"'),
+        )
         assert image.progress == '"after 2"'
         store.forget_undo("t", 2, 0)
         store.forget_undo("t", 2, 0)  # idempotent
@@ -729,7 +747,7 @@ def test_discard_state_keeps_the_record_and_undo_records(path: str) -> None:
         store.begin("t")
         store.record_transaction("t", '{"r":1}')
         store.put("t", "a", "1")
-        store.record_undo("t", UndoRow(1, 0, '"u"'))
+        store.record_undo("t", UndoRow(step_id=1, seq=0, record='"u"'))
         store.record_step("t", 1, "{}", [EFFECT_1], '"p"')
         store.discard_state("t")
         store.discard_state("t")  # idempotent
@@ -739,7 +757,10 @@ def test_discard_state_keeps_the_record_and_undo_records(path: str) -> None:
             store.begin("t")
     with SQLiteStore(path) as recovery:
         image = recovery.load("t")
-        assert (image.record, image.undos) == ('{"r":1}', (UndoRow(1, 0, '"u"'),))
+        assert (image.record, image.undos) == (
+            '{"r":1}',
+            (UndoRow(step_id=1, seq=0, record='"u"'),),
+        )
         assert (image.progress, image.steps, image.effects) == (None, (), ())
         assert recovery.written_keys("t") == ()
         assert recovery.restore("t", 0) == 0
@@ -785,21 +806,24 @@ def test_a_transaction_taken_over_is_fenced(path: str) -> None:
     "call",
     [
         lambda s: s.record_transaction("t", "{}"),
-        lambda s: s.record_undo("t", UndoRow(1, 0, "{}")),
+        lambda s: s.record_undo("t", UndoRow(step_id=1, seq=0, record="{}")),
         lambda s: s.forget_undo("t", 1, 0),
         lambda s: s.record_progress("t", "{}"),
         lambda s: s.record_step("t", 1, "{}", [EFFECT_1], "{}"),
         lambda s: s.restore("t", 0),
         lambda s: s.commit("t"),
         lambda s: (s.put("t", "a", "1"), s.flush("t")),
-        lambda s: (s.put("t", "a", "1"), s.record_undo("t", UndoRow(1, 0, "{}"))),
+        lambda s: (
+            s.put("t", "a", "1"),
+            s.record_undo("t", UndoRow(step_id=1, seq=0, record="{}")),
+        ),
     ],
 )
 def test_every_durable_call_is_fenced(path: str, call: Callable[[SQLiteStore], object]) -> None:
     """Each call that writes the file checks ownership: after a takeover, it changes nothing."""
     with SQLiteStore(path) as first, SQLiteStore(path) as second:
         first.begin("t")
-        first.record_undo("t", UndoRow(1, 0, '"kept"'))
+        first.record_undo("t", UndoRow(step_id=1, seq=0, record='"kept"'))
         second.load("t")
         with pytest.raises(StorageError, match="taken over by another store"):
             call(first)
@@ -807,7 +831,7 @@ def test_every_durable_call_is_fenced(path: str, call: Callable[[SQLiteStore], o
         image = second.load("t")
         assert (image.record, image.undos, image.progress) == (
             "null",
-            (UndoRow(1, 0, '"kept"'),),
+            (UndoRow(step_id=1, seq=0, record='"kept"'),),
             None,
         )
         assert second.written_keys("t") == ()
@@ -899,6 +923,53 @@ def test_outbox_delivery_bookkeeping(store: SQLiteStore) -> None:
 
 
 @pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: EffectRow(step_id=1, channel=2, payload="p", idempotency_key="k"),
+            "channel must be text, not int",
+        ),
+        (
+            lambda: EffectRow(step_id=2**32, channel="c", payload="p", idempotency_key="k"),
+            "step_id must be an integer in 0-4294967295",
+        ),
+        (
+            lambda: EffectRow(step_id=True, channel="c", payload="p", idempotency_key="k"),
+            "step_id must be an integer",
+        ),
+        (
+            lambda: EffectRow(step_id=1, channel="c", payload="\udc00", idempotency_key="k"),
+            "payload must be text that can be encoded as UTF-8",
+        ),
+        (lambda: UndoRow(step_id=1, seq=2**63, record="{}"), "seq must be an integer"),
+        (lambda: UndoRow(step_id=-1, seq=0, record="{}"), "step_id must be an integer"),
+        (lambda: UndoRow(step_id=1, seq=0, record=None), "record must be text, not NoneType"),
+    ],
+)
+def test_rows_are_checked_when_built(build: Callable[[], object], message: str) -> None:
+    """EffectRow and UndoRow refuse a bad field on construction, naming it."""
+    with pytest.raises(InvalidArgument, match=message):
+        build()
+
+
+def test_rows_are_frozen_keyword_only_values() -> None:
+    """The row types are immutable attrs values built by keyword, not tuples."""
+    with pytest.raises(TypeError):
+        UndoRow(1, 0, "{}")  # type: ignore[misc]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        EFFECT_1.step_id = 2  # type: ignore[misc]
+    assert not isinstance(EFFECT_1, tuple)
+    assert EFFECT_1 == attrs.evolve(EFFECT_1) != attrs.evolve(EFFECT_1, channel="sms")
+    assert hash(EFFECT_1) == hash(attrs.evolve(EFFECT_1))
+    for row_type in (EffectRow, UndoRow, TxImage, OutboxEntry):
+        assert attrs.has(row_type)
+        assert "__slots__" in vars(row_type)
+        assert "__dict__" not in vars(row_type)
+        with pytest.raises(TypeError):  # keyword-only
+            row_type(*(None,) * len(attrs.fields(row_type)))
+
+
+@pytest.mark.parametrize(
     ("call", "message"),
     [
         (lambda s: s.pending_effects(0), "limit must be an integer"),
@@ -913,19 +984,19 @@ def test_outbox_delivery_bookkeeping(store: SQLiteStore) -> None:
         (lambda s: s.record_step("t", 1, "{}", 5, "{}"), "must be a sequence of EffectRow"),
         (lambda s: s.record_step("t", 1, "{}", [("a",)], "{}"), "effect 0 must be an EffectRow"),
         (
-            lambda s: s.record_step("t", 1, "{}", [(1, 2, "p", "k")], "{}"),
-            "the channel of effect 0 must be text",
+            lambda s: s.record_step("t", 1, "{}", [(1, "c", "p", "k")], "{}"),
+            "effect 0 must be an EffectRow",  # a tuple is not one any more
         ),
-        (
-            lambda s: s.record_step("t", 1, "{}", [(2**32, "c", "p", "k")], "{}"),
-            "the step_id of effect 0 must be an integer",
-        ),
+        (lambda s: s.record_undo("t", (1, 0, "{}")), "undo records must be UndoRow"),
         (lambda s: s.record_step("t", 1, 5, [], "{}"), "JSON text"),
         (lambda s: s.record_progress("t", None), "JSON text"),
         (lambda s: s.record_transaction("t", b"{}"), "JSON text"),
         (lambda s: s.begin("u", record=None), "JSON text"),
         (lambda s: s.record_undo("t", (1, 0)), "undo records must be UndoRow"),
-        (lambda s: s.record_undo("t", UndoRow(1, -1, "{}")), "seq must be an integer"),
+        (
+            lambda s: s.record_undo("t", UndoRow(step_id=1, seq=-1, record="{}")),
+            "seq must be an integer",
+        ),
         (lambda s: s.forget_undo("t", 1, 2**63), "seq must be an integer"),
     ],
 )
@@ -941,7 +1012,7 @@ def test_durable_calls_need_an_open_transaction(store: SQLiteStore) -> None:
         lambda: store.record_transaction("t", "{}"),
         lambda: store.record_step("t", 1, "{}", [], "{}"),
         lambda: store.record_progress("t", "{}"),
-        lambda: store.record_undo("t", UndoRow(1, 0, "{}")),
+        lambda: store.record_undo("t", UndoRow(step_id=1, seq=0, record="{}")),
         lambda: store.forget_undo("t", 1, 0),
         lambda: store.flush("t"),
     ]
@@ -966,7 +1037,7 @@ def durable_fixture(path: str) -> str:
         store.put("t", "a", "10")
         store.snapshot("t", 1)
         store.record_step("t", 1, '{"step":1}', [EFFECT_2], '{"next":2}')
-        store.record_undo("t", UndoRow(1, 0, '"undo"'))
+        store.record_undo("t", UndoRow(step_id=1, seq=0, record='"undo"'))
         owner = store.owner("t")
     assert owner is not None
     return owner
@@ -977,7 +1048,7 @@ EXPECTED_T = TxImage(
     record='{"name":"t"}',
     progress='{"next":2}',
     steps=((1, '{"step":1}'),),
-    undos=(UndoRow(1, 0, '"undo"'),),
+    undos=(UndoRow(step_id=1, seq=0, record='"undo"'),),
     effects=(EFFECT_2,),
     owner=None,
     snapshots=(0, 1),
@@ -992,11 +1063,11 @@ def test_peek_is_load_without_the_takeover(path: str) -> None:
         holder.put("t", "a", "10")
         holder.snapshot("t", 1)
         holder.record_step("t", 1, '{"step":1}', [EFFECT_2], '{"next":2}')
-        holder.record_undo("t", UndoRow(1, 0, '"undo"'))
+        holder.record_undo("t", UndoRow(step_id=1, seq=0, record='"undo"'))
         owner = holder.owner("t")
         changes = inspector._conn.total_changes
         image = inspector.peek("t")
-        assert image == EXPECTED_T._replace(owner=owner)
+        assert image == attrs.evolve(EXPECTED_T, owner=owner)
         assert inspector._conn.total_changes == changes
         assert holder.owner("t") == owner
         assert not inspector.is_open("t")
@@ -1011,10 +1082,10 @@ def test_peek_matches_load_image(path: str) -> None:
     owner = durable_fixture(path)
     with SQLiteStore(path) as store:
         peeked = store.peek("t")
-        assert peeked == EXPECTED_T._replace(owner=owner)
+        assert peeked == attrs.evolve(EXPECTED_T, owner=owner)
         assert store.load("t") == peeked
         assert store.owner("t") == store._owner
-        assert store.peek("t") == peeked._replace(owner=store._owner)
+        assert store.peek("t") == attrs.evolve(peeked, owner=store._owner)
 
 
 def test_peek_shows_a_held_transaction_at_its_last_durable_write(store: SQLiteStore) -> None:
@@ -1144,7 +1215,7 @@ REFUSED: list[Callable[[SQLiteStore], object]] = [
     lambda s: s.record_transaction("t", "{}"),
     lambda s: s.record_step("t", 2, "{}", [EFFECT_1], "{}"),
     lambda s: s.record_progress("t", "{}"),
-    lambda s: s.record_undo("t", UndoRow(2, 0, "{}")),
+    lambda s: s.record_undo("t", UndoRow(step_id=2, seq=0, record="{}")),
     lambda s: s.forget_undo("t", 1, 0),
     lambda s: s.flush("t"),
     lambda s: s.load("t"),
@@ -1165,9 +1236,9 @@ def test_a_readonly_store_reads_and_writes_nothing(path: str) -> None:
         assert store.committed_keys() == (("a", 1, "1"), ("b", 1, "2"))
         assert store.open_transactions() == ("t",)
         assert store.owner("t") == owner
-        assert store.peek("t") == EXPECTED_T._replace(owner=owner)
+        assert store.peek("t") == attrs.evolve(EXPECTED_T, owner=owner)
         (entry,) = store.pending_effects()
-        assert (entry.tx_id, EffectRow(*entry[2:6])) == ("done", EFFECT_1)
+        assert (entry.tx_id, as_effect(entry)) == ("done", EFFECT_1)
         assert not store.is_open("t")
         for call in REFUSED:
             with pytest.raises(StorageError, match="the store is read-only"):
@@ -1178,7 +1249,7 @@ def test_a_readonly_store_reads_and_writes_nothing(path: str) -> None:
     assert not wal.exists() or wal.stat().st_size == 0
     with SQLiteStore(path) as store:
         assert store.pending_effects()[0].attempts == 0
-        assert store.load("t") == EXPECTED_T._replace(owner=owner)
+        assert store.load("t") == attrs.evolve(EXPECTED_T, owner=owner)
 
 
 def test_a_readonly_store_follows_a_live_writer(path: str) -> None:
@@ -1533,7 +1604,7 @@ def _every_write(store: SQLiteStore) -> dict[str, Callable[[], object]]:
         "put+flush": lambda: (store.put("t", "a", "2"), store.flush("t")),
         "record_step": lambda: store.record_step("t", 1, "{}", [], "{}"),
         "record_progress": lambda: store.record_progress("t", '"p"'),
-        "record_undo": lambda: store.record_undo("t", UndoRow(1, 0, '"u"')),
+        "record_undo": lambda: store.record_undo("t", UndoRow(step_id=1, seq=0, record='"u"')),
         "record_transaction": lambda: store.record_transaction("t", '{"r":1}'),
         "restore": lambda: store.restore("t", 0),
         "load": lambda: store.load("t"),

@@ -9,10 +9,13 @@ it is delivered. The store treats every record as opaque JSON text, except the o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeGuard, final, runtime_checkable
 
+import attrs
+
+from .._errors import InvalidArgument
 from .._limits import DEFAULT_ISOLATION, Isolation
-from ._protocol import Store
+from ._protocol import MAX_INT64, MAX_STEP, Store, check_int, check_value
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -20,24 +23,56 @@ if TYPE_CHECKING:
 __all__ = ["DurableStore", "EffectRow", "OutboxEntry", "TxImage", "UndoRow", "is_durable"]
 
 
-class EffectRow(NamedTuple):
-    """A staged effect as stored: its step, channel, payload (JSON text) and idempotency key."""
-
-    step_id: int
-    channel: str
-    payload: str
-    idempotency_key: str
+def _step_id(_instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    check_int(value, attribute.name, MAX_STEP)
 
 
-class UndoRow(NamedTuple):
-    """An undo record as stored: its place (step, sequence number) and the record (JSON text)."""
-
-    step_id: int
-    seq: int
-    record: str
+def _seq(_instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    check_int(value, attribute.name, MAX_INT64)
 
 
-class TxImage(NamedTuple):
+def _text(_instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{attribute.name} must be text, not {type(value).__name__}")
+    try:
+        check_value(value)
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"{attribute.name} must be text that can be encoded as UTF-8 (a lone surrogate)"
+        ) from None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class EffectRow:
+    """A staged effect as stored: its step, channel, payload (JSON text) and idempotency key.
+
+    Checked on construction: `InvalidArgument` names the field (a step id is an `int` in
+    0-`MAX_STEP`; the others are text that can be encoded as UTF-8).
+    """
+
+    step_id: int = attrs.field(validator=_step_id)
+    channel: str = attrs.field(validator=_text)
+    payload: str = attrs.field(validator=_text)
+    idempotency_key: str = attrs.field(validator=_text)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class UndoRow:
+    """An undo record as stored: its place (step, sequence number) and the record (JSON text).
+
+    Checked on construction, as `EffectRow` is (`seq` is an `int` in 0-2**63-1).
+    """
+
+    step_id: int = attrs.field(validator=_step_id)
+    seq: int = attrs.field(validator=_seq)
+    record: str = attrs.field(validator=_text)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TxImage:
     """Everything durable about one open transaction, as `DurableStore.load` and `peek` return it.
 
     `steps` are `(step_id, record)` in step order, `undos` in `(step_id, seq)` order and
@@ -45,8 +80,8 @@ class TxImage(NamedTuple):
     `record_progress`), or `None` if there was none. `owner` describes the process that last
     held the transaction (JSON text, the store's own format), `None` if unknown or released by
     `discard_state`: the owner before the `load` or `claim` that returned the image (for
-    `peek`, the current owner). `record` is the
-    one `begin` or `record_transaction` wrote last (`"null"` if neither wrote one).
+    `peek`, the current owner). `record` is the one `begin` or `record_transaction` wrote last
+    (`"null"` if neither wrote one). Built by the store from what it checked when it stored it.
     """
 
     tx_id: str
@@ -61,8 +96,13 @@ class TxImage(NamedTuple):
     snapshots: tuple[int, ...] = ()
 
 
-class OutboxEntry(NamedTuple):
-    """A committed effect waiting in the outbox, with its delivery history."""
+@final
+@attrs.frozen(kw_only=True)
+class OutboxEntry:
+    """A committed effect waiting in the outbox, with its delivery history.
+
+    Built by the store from what it checked when it stored the effect.
+    """
 
     id: int
     tx_id: str

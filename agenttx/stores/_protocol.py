@@ -13,10 +13,12 @@ from .._errors import InvalidArgument
 from .._limits import DEFAULT_ISOLATION, Isolation
 
 __all__ = [
+    "MAX_INT64",
     "MAX_KEY_BYTES",
     "MAX_STEP",
     "MAX_TX_ID_CHARS",
     "Store",
+    "check_int",
     "check_key",
     "check_step",
     "check_tx_id",
@@ -30,6 +32,8 @@ MAX_TX_ID_CHARS: Final = 128
 MAX_KEY_BYTES: Final = 1024
 #: Snapshot steps are step ids: integers from 0 to this (the reference's u32).
 MAX_STEP: Final = 2**32 - 1
+#: Undo sequence numbers and outbox ids are SQLite integers: up to this.
+MAX_INT64: Final = 2**63 - 1
 
 _TX_ID = re.compile(f"[A-Za-z0-9_-]{{1,{MAX_TX_ID_CHARS}}}")
 
@@ -245,6 +249,12 @@ def check_value(value: object) -> None:
             raise InvalidArgument(
                 "state values must be text that can be encoded as UTF-8 (a lone surrogate)"
             ) from None
+
+
+def check_int(value: object, what: str, maximum: int, *, minimum: int = 0) -> None:
+    """Raise `InvalidArgument` unless `value` is an `int` (not a `bool`) in the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidArgument(f"{what} must be an integer in {minimum}-{maximum}, got {value!r}")
 
 
 def check_step(step: object) -> None:

@@ -38,7 +38,9 @@ from .._errors import (
 )
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._protocol import (
+    MAX_INT64,
     MAX_STEP,
+    check_int,
     check_key,
     check_step,
     check_tx_id,
@@ -50,7 +52,6 @@ from ._sqlite_file import (
     EFFECT,
     INSERT_LOG,
     INSERT_TX,
-    MAX_INT64,
     PROGRESS,
     RESTORE,
     SELECT_COMMITTED,
@@ -60,7 +61,6 @@ from ._sqlite_file import (
     WRITE,
     StoreFile,
     check_effects,
-    check_int,
     check_undo,
 )
 from ._sqlite_mirror import Row, TxMirror, read_transaction
@@ -357,7 +357,10 @@ class SQLiteStore:
                     cur.executemany(
                         "INSERT INTO outbox (tx_id, step_id, channel, payload, idempotency_key) "
                         "VALUES (?, ?, ?, ?, ?)",
-                        [(tx_id, *effect) for effect in tx.effects],
+                        [
+                            (tx_id, e.step_id, e.channel, e.payload, e.idempotency_key)
+                            for e in tx.effects
+                        ],
                     )
                 self._delete_rows(tx_id, keep_record=False)
             del self._txs[tx_id]
@@ -596,7 +599,18 @@ class SQLiteStore:
             )
             for effect in checked:
                 seq += 1
-                rows.append((tx_id, seq, EFFECT, effect[0], None, *effect[1:]))
+                rows.append(
+                    (
+                        tx_id,
+                        seq,
+                        EFFECT,
+                        effect.step_id,
+                        None,
+                        effect.channel,
+                        effect.payload,
+                        effect.idempotency_key,
+                    )
+                )
             self._write_rows(tx_id, tx, rows, upto, doing="record a step")
             if changed:
                 tx.new_progress(progress, None)
@@ -610,10 +624,10 @@ class SQLiteStore:
     def record_undo(self, tx_id: str, undo: UndoRow) -> None:
         """Store an undo record durably, with the buffered writes, replacing one in the same
         place `(step_id, seq)`."""
-        step_id, seq, record = check_undo(undo)
+        undo = check_undo(undo)
         statement = (
             "INSERT OR REPLACE INTO undos (tx_id, step_id, seq, record) VALUES (?, ?, ?, ?)",
-            (tx_id, step_id, seq, record),
+            (tx_id, undo.step_id, undo.seq, undo.record),
         )
         fenced = (
             (

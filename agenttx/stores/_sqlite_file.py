@@ -33,13 +33,12 @@ import contextlib
 import os
 import pathlib
 import sqlite3
-from typing import TYPE_CHECKING, Final, Literal, final
+from typing import TYPE_CHECKING, Final, Literal, cast, final
 
 import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._durable import EffectRow, OutboxEntry, UndoRow
-from ._protocol import MAX_STEP, check_value
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -51,7 +50,6 @@ __all__ = [
     "INSERT_LOG",
     "INSERT_TX",
     "IN_CHUNK",
-    "MAX_INT64",
     "MIGRATIONS",
     "PROGRESS",
     "READ",
@@ -65,7 +63,6 @@ __all__ = [
     "WRITE",
     "StoreFile",
     "check_effects",
-    "check_int",
     "check_undo",
     "is_busy",
 ]
@@ -128,8 +125,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
-#: Undo sequence numbers and outbox ids are SQLite integers.
-MAX_INT64: Final = 2**63 - 1
 #: Keys per `IN (...)` query of `StoreFile.committed_versions`.
 IN_CHUNK: Final = 512
 
@@ -528,7 +523,20 @@ class StoreFile:
             ).fetchall()
         except sqlite3.Error as exc:
             raise self.failure("read the outbox", exc) from exc
-        return tuple(OutboxEntry(*row) for row in rows)
+        return tuple(
+            OutboxEntry(
+                id=row[0],
+                tx_id=row[1],
+                step_id=row[2],
+                channel=row[3],
+                payload=row[4],
+                idempotency_key=row[5],
+                attempts=row[6],
+                last_error=row[7],
+                not_before=row[8],
+            )
+            for row in rows
+        )
 
     def update_outbox(self, entry_id: int, sql: str, values: tuple[object, ...]) -> None:
         """Run `sql` with `(*values, entry_id)` in a write transaction; if it changes no row,
@@ -563,40 +571,23 @@ def is_busy(exc: sqlite3.Error) -> bool:
 # ---------------------------------------------------------------- what the rows may hold
 
 
-def check_int(value: object, what: str, maximum: int, *, minimum: int = 0) -> None:
-    """Raise `InvalidArgument` unless `value` is an `int` (not a `bool`) in the range."""
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise InvalidArgument(f"{what} must be an integer in {minimum}-{maximum}, got {value!r}")
-
-
 def check_effects(effects: Iterable[object]) -> list[EffectRow]:
-    """The effects as `EffectRow`s, each checked; `InvalidArgument` names the first bad one."""
+    """The effects, a list of `EffectRow`s (checked when they were built); `InvalidArgument`
+    names the first that is not one."""
     if isinstance(effects, (str, bytes)):
         raise InvalidArgument("effects must be a sequence of EffectRow, not text")
     try:
         items = list(effects)
     except TypeError:
         raise InvalidArgument(f"effects must be a sequence of EffectRow, not {effects!r}") from None
-    checked = []
     for index, effect in enumerate(items):
-        if not isinstance(effect, tuple) or len(effect) != len(EffectRow._fields):
+        if not isinstance(effect, EffectRow):
             raise InvalidArgument(f"effect {index} must be an EffectRow, not {effect!r}")
-        row = EffectRow(*effect)
-        check_int(row.step_id, f"the step_id of effect {index}", MAX_STEP)
-        for name in ("channel", "payload", "idempotency_key"):
-            if not isinstance(getattr(row, name), str):
-                raise InvalidArgument(f"the {name} of effect {index} must be text")
-            check_value(getattr(row, name))
-        checked.append(row)
-    return checked
+    return cast("list[EffectRow]", items)
 
 
-def check_undo(undo: object) -> tuple[int, int, str]:
-    """The undo record's `(step_id, seq, record)`, checked."""
-    if not isinstance(undo, tuple) or len(undo) != len(UndoRow._fields):
+def check_undo(undo: object) -> UndoRow:
+    """`undo`, if it is an `UndoRow` (checked when it was built); else `InvalidArgument`."""
+    if not isinstance(undo, UndoRow):
         raise InvalidArgument(f"undo records must be UndoRow, not {undo!r}")
-    step_id, seq, record = undo
-    check_int(step_id, "step_id", MAX_STEP)
-    check_int(seq, "seq", MAX_INT64)
-    check_value(record)
-    return step_id, seq, record
+    return undo

@@ -20,7 +20,8 @@ import attrs
 from .._errors import StorageError, TransactionNotFound
 from .._limits import ISOLATION_LEVELS
 from ._durable import EffectRow, TxImage, UndoRow
-from ._sqlite_file import EFFECT, MAX_INT64, PROGRESS, READ, RESTORE, SNAPSHOT, STEP, WRITE
+from ._protocol import MAX_INT64
+from ._sqlite_file import EFFECT, PROGRESS, READ, RESTORE, SNAPSHOT, STEP, WRITE
 
 if TYPE_CHECKING:
     import sqlite3
@@ -198,7 +199,9 @@ def replay(
             if extra is not None:  # else the progress is unchanged
                 tx.new_progress(extra, None)
         elif kind == EFFECT:
-            tx.effects.append(EffectRow(step, name, body, extra))
+            tx.effects.append(
+                EffectRow(step_id=step, channel=name, payload=body, idempotency_key=extra)
+            )
         elif kind == PROGRESS:
             tx.new_progress(body, seq)
         elif kind == READ and tx.reads is not None:
@@ -236,7 +239,7 @@ def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxI
         record=record,
         progress=progress,
         steps=tuple(sorted(steps.items())),
-        undos=tuple(UndoRow(*row) for row in undos),
+        undos=tuple(UndoRow(step_id=s, seq=q, record=r) for s, q, r in undos),
         effects=tuple(tx.effects),
         owner=owner,
         snapshots=tuple(sorted(tx.snapshots)),

@@ -73,7 +73,7 @@ _Entry = tuple[int, "str | None"]
 class _Op:
     """One call on a transaction, shown as it reads in a failing example: `put('a', '1')`."""
 
-    name: str  # get, put, delete, snapshot, restore, commit or discard
+    name: str  # get, put, delete, snapshot, restore, commit, discard; or rival (see _RIVALS)
     key: str = ""
     value: str = ""
     step: int = 0
@@ -82,7 +82,7 @@ class _Op:
     def arguments(self) -> tuple[str | int, ...]:
         if self.name == "put":
             return (self.key, self.value)
-        if self.name in {"get", "delete"}:
+        if self.name in {"get", "delete", "rival"}:
             return (self.key,)
         if self.name in {"snapshot", "restore"}:
             return (self.step,)
@@ -106,12 +106,16 @@ _REWINDS = st.tuples(st.sampled_from(("snapshot", "restore")), st.sampled_from(S
     lambda call: _Op(call[0], step=call[1])
 )
 _ENDS = st.sampled_from(("commit", "discard")).map(_Op)
+# Another transaction commits a write of the key in between this one's calls: a read or write
+# of it before, and a write and commit after, make a conflict (a lost update, if unchecked).
+_RIVALS = st.sampled_from(KEYS).map(lambda key: _Op("rival", key=key))
 _WRITES = st.lists(st.one_of(_PUTS, _DELETES), min_size=1, max_size=4)
 _WORK = st.lists(
     st.one_of(
         _PUTS,
         _DELETES,
         _GETS,
+        _RIVALS,
         _REWINDS,
         _ENDS,
     ),
@@ -239,6 +243,10 @@ class _StoreMachine(RuleBasedStateMachine):
         target = data.draw(st.sampled_from([None, *targets]), label="also write")
         if target is not None:
             writes = [*writes, _Op("put", key=target, value=VALUES[0])]
+        self._rival(writes)
+
+    def _rival(self, writes: list[_Op]) -> None:
+        """Transaction `RIVAL_TX_ID` begins, makes `writes` and commits."""
         self._returns(f"begin({RIVAL_TX_ID!r})", None, self.store.begin, RIVAL_TX_ID)
         self.model.txs[RIVAL_TX_ID] = _ModelTx()
         for op in [*writes, _Op("commit")]:
@@ -247,7 +255,9 @@ class _StoreMachine(RuleBasedStateMachine):
     def _apply(self, tx_id: str, op: _Op) -> None:
         store, model = self.store, self.model
         call = op.call(tx_id)
-        if op.name == "get":
+        if op.name == "rival":
+            self._rival([_Op("put", key=op.key, value=VALUES[0])])
+        elif op.name == "get":
             self._returns(call, model.get(tx_id, op.key), store.get, tx_id, op.key)
         elif op.name == "put":
             self._returns(call, None, store.put, tx_id, op.key, op.value)
