@@ -454,7 +454,8 @@ def corrupt_store(root: Path) -> tuple[Path, str, dict[str, str]]:
             else:
                 conn.execute("UPDATE log SET seq = 'x' WHERE tx_id = ? AND kind = ?", (tx_id, STEP))
         conn.execute(
-            "INSERT INTO txs (tx_id, record, owner, isolation) VALUES (?, 'null', NULL, 'read_committed')",
+            "INSERT INTO txs (tx_id, record, owner, isolation) "
+            "VALUES (?, 'null', NULL, 'read_committed')",
             ("bad\x1b[2J",),
         )
     bad["bad\x1b[2J"] = "tx id"

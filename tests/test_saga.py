@@ -9,6 +9,7 @@ import random
 import threading
 import time
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -638,7 +639,7 @@ def test_an_unreadable_outbox_payload_is_a_failed_delivery(outbox):
     """An entry whose payload is not JSON is reported and counted, not raised."""
     first, _ = outbox.pending_effects()
     flaky = FlakyOutbox(outbox)
-    flaky.replace[first.id] = first._replace(payload="{oops")
+    flaky.replace[first.id] = attrs.evolve(first, payload="{oops")
     delivered, failures = deliver_outbox(flaky, lambda e: None)
     assert delivered == 1
     assert failures[0].startswith("email effect k1 (step 1): unreadable payload: ")
