@@ -65,9 +65,9 @@ SWEEP_MIN: Final = 64
 @final
 @attrs.frozen(kw_only=True)
 class EngineConfig:
-    """The settings an engine shares, with the reference's defaults and checks.
+    """The settings an engine shares, with their defaults and checks (`docs/protocol.md#engine`).
 
-    `idle_timeout=None` disables reaping. `from_env` reads the reference's `AGENTTX_*`
+    `idle_timeout=None` disables reaping. `from_env` reads the `AGENTTX_*` environment
     variables: `AGENTTX_STEP_TIMEOUT_MS`, `AGENTTX_TX_IDLE_TIMEOUT_SECS` (0 disables),
     `AGENTTX_COMPENSATION_RETRIES`, `AGENTTX_MAX_CONSTRAINTS`, `AGENTTX_MAX_LOCAL_DEPTH`,
     `AGENTTX_MAX_GLOBAL_RESETS`, `AGENTTX_REPLAY_BUDGET_FACTOR` and `AGENTTX_ISOLATION`.

@@ -128,7 +128,7 @@ class ReferenceSyntaxError(InvalidArgument):
     """A `${...}` reference in a plan input does not follow the reference grammar.
 
     Interactive steps never raise this: there, text that is not a valid `${steps.N.path}`
-    reference is kept literally, as the reference engine does.
+    reference is kept literally (see `docs/protocol.md#reference-grammar`).
     """
 
     code: ClassVar[str] = "malformed_reference"

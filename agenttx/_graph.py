@@ -3,21 +3,22 @@
 This is the only module that imports rustworkx; no rustworkx type or node index leaves it.
 
 Nodes are steps. An edge `P -> C` says step C consumed something step P produced. Explicit
-edges come from `${steps.N.path}` references; implicit edges are inferred by the reference
-engine's rule (spec section 4): an input leaf links to the most recent earlier step that output
-the same linkable value under a linking key. `find_root_cause` walks the edges backwards from a
-failed step's bad input to the earliest step that produced it.
+edges come from `${steps.N.path}` references (`docs/protocol.md#explicit-edges`); implicit edges
+are inferred from equal values (`docs/protocol.md#implicit-edges`): an input leaf links to the
+most recent earlier step that output the same linkable value under a linking key.
+`find_root_cause` walks the edges backwards from a failed step's bad input to the earliest step
+that produced it.
 
-Beyond the reference engine:
+How the rules are carried out:
 
 * Implicit producers are found through an index from (lower-cased output key, typed value) to
   producers, never by scanning earlier steps, so adding a step costs the same at step 10 as at
   step 10,000.
 * Values are compared with strict JSON equality, as serde_json does: `7`, `7.0`, `"7"` and
   `True` are four different values (`0.0` and `-0.0` are equal).
-* Adding step N first removes every step >= N, so steps are always held in ascending order. The
-  reference removes only when step N itself exists; the two agree whenever step ids are
-  contiguous, which is all a transaction ever produces.
+* Adding step N first removes every step >= N, so steps are always held in ascending order,
+  even if step N itself was absent (a transaction's step ids are always contiguous, so this
+  only matters for a graph driven directly).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklm
 
 @functools.lru_cache(maxsize=4096)  # keys repeat across steps; the walk lowers them often
 def _lower(key: str) -> str:
-    """ASCII-only lower-casing, as the reference compares keys (`İD` is not `id`)."""
+    """ASCII-only lower-casing: keys compare ignoring ASCII case only (`İD` is not `id`)."""
     return key.lower() if key.isascii() else key.translate(_ASCII_LOWER)
 
 

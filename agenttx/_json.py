@@ -38,7 +38,7 @@ JSONScalar: TypeAlias = bool | int | float | str | None
 JSONValue: TypeAlias = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
 
 #: A value tagged with its JSON kind, hashable, for strict equality: `7`, `7.0`, `"7"` and `True`
-#: all differ, as they do in serde_json (the reference). `0.0` and `-0.0` are equal in both.
+#: all differ (strict JSON equality, as serde_json compares). `0.0` and `-0.0` are equal.
 ValueTag: TypeAlias = tuple[str, JSONScalar]
 
 #: Containers may nest at most this deep: `[[1]]` has depth 2. Deeper values are refused with a
@@ -385,9 +385,10 @@ _encode_sorted: Final = compact_encoder(sort_keys=True)
 
 
 def canonical_dumps(value: JSONValue) -> str:
-    """Compact JSON with sorted keys and raw UTF-8, as the reference writes outputs.
+    """Compact JSON with sorted keys and raw UTF-8: the form interpolated into text.
 
-    Floats are written as Python writes them (`1e+20`), where Rust writes `1e20`. Exactly
+    Floats are written as Python writes them (`1e+20`), where serde_json writes `1e20` (see
+    `docs/protocol.md#whole-values-and-interpolation`). Exactly
     `json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)`, with the
     common scalars written directly and containers by `compact_encoder`.
 

@@ -1,12 +1,12 @@
 """`${...}` references: the grammar, and resolution of `${steps.N.path}` against step outputs.
 
-Grammar (the reference engine's, spec section 3)::
+Grammar (`docs/protocol.md#reference-grammar`)::
 
     ${steps.N}  ${steps.N.seg.seg...}      N = [0-9]+, seg = [A-Za-z0-9_-]+
 
 plus one addition: `$${` is an escape that writes a literal `${`. In an interactive step, text
-that does not match the grammar is kept as it is (`${steps.x}` stays `${steps.x}`), exactly as
-in the reference. Plans use two more namespaces, `${initial.field...}` and `${node_id.field...}`,
+that does not match the grammar is kept as it is (`${steps.x}` stays `${steps.x}`) and records
+no dependency. Plans use two more namespaces, `${initial.field...}` and `${node_id.field...}`,
 and are strict: there, any `${` that is not a well-formed reference is a `ReferenceSyntaxError`.
 
 Resolution is pure: it reads the outputs it is given and never re-scans a value it substituted,
@@ -45,7 +45,8 @@ _PLAN_TOKEN: Final = re.compile(
 )
 _OPEN: Final = re.compile(r"\$\{")
 _SEGMENT_RE: Final = re.compile(_SEGMENT)
-#: The reference parses N as a u32: a larger id never names a step, whatever `outputs` holds.
+#: Step ids in references stop at 2**32 - 1: a larger id never names a step, whatever `outputs`
+#: holds (`docs/protocol.md#resolution-errors`).
 _MAX_STEP_ID: Final = 2**32 - 1
 _MAX_STEP_DIGITS: Final = len(str(_MAX_STEP_ID))
 #: What a step id past u32 parses to: one id that never names a step.
@@ -82,10 +83,10 @@ class Dependency:
 class Resolution:
     """The outcome of `resolve_references`.
 
-    On success `error` is None and `value` is the resolved arguments. On failure `error` is the
-    reference engine's message, `value` is the arguments unresolved, and `dependencies` holds
-    those collected before the failure (plus, for a missing key, the failing one), so the
-    caller can still record them in the dependency graph.
+    On success `error` is None and `value` is the resolved arguments. On failure `error` is one
+    of the two messages of `docs/protocol.md#resolution-errors`, `value` is the arguments
+    unresolved, and `dependencies` holds those collected before the failure (plus, for a
+    missing key, the failing one), so the caller can still record them in the dependency graph.
     """
 
     value: JSONValue
@@ -313,9 +314,9 @@ def _resolve(value: JSONValue, field: str, state: _State) -> JSONValue:
     if isinstance(value, list):
         return [_resolve(item, field, state) for item in value]
     if isinstance(value, dict):
-        # Sorted key order is the traversal order, so the dependencies come out as the
-        # reference engine records them; the resolved object keeps that order too. Scalars are
-        # handled inline: most arguments are flat objects of them.
+        # Sorted key order is the traversal order, so the dependencies come out in the order
+        # `docs/protocol.md#recorded-dependencies` gives; the resolved object keeps it too. Scalars
+        # are handled inline: most arguments are flat objects of them.
         resolved: dict[str, JSONValue] = {}
         for key in sorted(value):
             item = value[key]

@@ -199,7 +199,7 @@ class CommitResult:
 @final
 @attrs.frozen(kw_only=True)
 class TransactionView:
-    """A read-only picture of a transaction (the reference's GetTransaction), ended ones too."""
+    """A read-only picture of a transaction, ended ones too (`Transaction.view()`)."""
 
     tx_id: str
     agent_id: str

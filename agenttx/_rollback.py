@@ -1,11 +1,11 @@
 """The rollback controller: what to do when a step fails.
 
-Pure decision logic (spec section 5): no I/O, no clocks. The transaction tells the controller
-which steps ran (`observe_step`) and, when a step fails, asks it for a `RollbackDecision`
-(`decide`); applying the decision (compensations, store restore, truncation) is the
-transaction's job.
+Pure decision logic (`docs/protocol.md#rollback-controller`): no I/O, no clocks. The transaction
+tells the controller which steps ran (`observe_step`) and, when a step fails, asks it for a
+`RollbackDecision` (`decide`); applying the decision (compensations, store restore, truncation) is
+the transaction's job.
 
-`decide(K, key, root_cause)` follows the reference engine's algorithm exactly:
+`decide(K, key, root_cause)` follows `docs/protocol.md#decision-algorithm` exactly:
 
 1. `K = max(K, 1)`; observe K; `attempt = ++retries[K]`, whatever strategy is chosen, jumps
    included.
@@ -22,13 +22,13 @@ Escalation aborts once `global_resets >= max_global_resets`; before that it is a
 which starts a new epoch: `retries`, `jumps` and `replayed` are cleared, `global_resets` and the
 horizon are kept.
 
-Beyond the reference (DESIGN.md section 3): a *transient* failure (timeout, rate limit, 5xx,
-connection refused) first retries the same step, `RollbackStrategy.RETRY` to K, at most
-`transient_retries` times per step per epoch and only while the retry's cost (one step) fits
-the replay budget. A transient retry touches no counter but the step's transient count and the
-replayed steps; it does not use a local attempt. When the retries are used up, or over budget,
-the failure goes through the reference algorithm unchanged, so `transient_retries=0` is the
-reference's behaviour in every case.
+Transient retries (`docs/protocol.md#transient-retries`): a *transient* failure (timeout, rate
+limit, 5xx, connection refused) first retries the same step, `RollbackStrategy.RETRY` to K, at most
+`transient_retries` times per step per epoch and only while the retry's cost (one step) fits the
+replay budget. A transient retry touches no counter but the step's transient count and the replayed
+steps; it does not use a local attempt. When the retries are used up, or over budget, the failure
+goes through the algorithm above unchanged, so with `transient_retries=0` every failure takes that
+algorithm.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ MAX_REPLAY_BUDGET_FACTOR: Final = 1000.0
 LOCAL_DEPTH_EXHAUSTED: Final = "local backtrack depth exhausted"
 REPLAY_BUDGET_EXCEEDED: Final = "replay budget exceeded"
 
-# Below this a step count converts to float exactly, so the budget is computed in floats, in the
-# reference's order of operations; above it (unreachable with the reference's u32 step ids) the
-# budget is computed exactly instead.
+# Below this a step count converts to float exactly, so the budget is computed in floats,
+# multiplying left to right (see `RollbackPolicy.budget`); above it (unreachable: step ids stop at
+# 2**32 - 1) the budget is computed exactly instead.
 _EXACT_FLOAT_INT: Final = 2**53
 
 #: Per-step counters as `(step, count)` pairs, steps strictly ascending, every count >= 1.
@@ -112,7 +112,7 @@ class RollbackStrategy(enum.Enum):
     """
 
     NONE = "none"
-    RETRY = "retry"  # re-run the failed step itself (transient failures; beyond the reference)
+    RETRY = "retry"  # re-run the failed step itself (transient failures only)
     LOCAL_BACKTRACK = "local_backtrack"
     DEPENDENCY_JUMP = "dependency_jump"
     GLOBAL_RESET = "global_reset"
@@ -129,11 +129,11 @@ class RollbackPolicy:
     `max(D, 1)`, the jumps per root step per epoch. `max_global_resets` (0..=16) caps the global
     resets; the next escalation aborts. `replay_budget_factor` (c, finite, within [0.1, 1000])
     scales the replay budget (`budget`). `transient_retries` (0..=16) caps the same-step retries
-    of a transient failure per step per epoch; 0 is the reference's behaviour.
+    of a transient failure per step per epoch; 0 turns them off.
 
-    Raises `InvalidArgument` naming the field, with the reference's messages for values above
-    the range (`max_local_depth must be <= 16`, `replay_budget_factor must be within
-    [0.1, 1000]`, ...). Booleans are not accepted as numbers.
+    Raises `InvalidArgument` naming the field, with the messages of
+    `docs/protocol.md#rollback-policy` for values above the range (`max_local_depth must be <= 16`,
+    `replay_budget_factor must be within [0.1, 1000]`, ...). Booleans are not accepted as numbers.
     """
 
     max_local_depth: int = attrs.field(default=2, validator=_check_policy_count)
@@ -146,9 +146,9 @@ class RollbackPolicy:
     def budget(self, horizon: int) -> int:
         """The replay budget of an epoch at `horizon`: `max(1, ceil(c * n * ceil(log2(n + 1))))`.
 
-        `n = max(horizon, 1)`. Computed in floats, multiplying left to right as the reference
-        does, so the rounding matches it (c = 0.1, horizon 8 gives ceil(3.2) = 4). Grows as
-        O(n log n). Raises `InvalidArgument` if `horizon` is not an int.
+        `n = max(horizon, 1)`. Computed in floats, multiplying left to right, which fixes the
+        rounding (c = 0.1, horizon 8 gives ceil(3.2) = 4; see `docs/protocol.md#replay-budget`).
+        Grows as O(n log n). Raises `InvalidArgument` if `horizon` is not an int.
         """
         _check_int("horizon", horizon)
         n = max(horizon, 1)
@@ -291,7 +291,7 @@ def _check_policy(_instance: object, attribute: attrs.Attribute[Any], value: obj
 # Validated once, at construction (a hot path). Compared by identity: compare `state()`s.
 @attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP)
 class RollbackController:
-    """The rollback controller of one transaction (spec section 5, plus transient retries).
+    """The rollback controller of one transaction (`docs/protocol.md#rollback-controller`).
 
     Pure and deterministic: its decisions depend only on the policy and the calls made so far,
     so a controller restored with `from_state(policy, c.state())` decides exactly as `c` would.

@@ -1,6 +1,6 @@
 """The interactive transaction: every tool call is a numbered step that can be rolled back.
 
-The step pipeline (docs/protocol.md#the-step-pipeline): check the call, take an O(1) store
+The step pipeline (`docs/protocol.md#step-pipeline`): check the call, take an O(1) store
 snapshot, parse the arguments, find the tool, resolve `${steps.N.path}` references, bound and
 check what the tool will receive, run the tool, keep what it registered (undo records, staged
 effects) even when it fails, and on success store the output and advance. On failure the error

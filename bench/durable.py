@@ -15,17 +15,16 @@ as a 20-node LangGraph `StateGraph` checkpointed by its `SqliteSaver` (a checkpo
 and as a DBOS workflow of 20 `@DBOS.step`s on DBOS's SQLite system database (a checkpoint per
 step); their figures are the median time of one run divided by 20.
 
-Throughput: 512 transactions of 20 `kv.put` steps and a commit, one thread, on a fresh file
-(the median of 3 such batches, after a warm-up batch of 64),
-with the store shared (the default: other processes may open the file) and exclusive
-(`SQLiteStore(exclusive=True)`: this store alone holds the file, as RocksDB, the reference's
-store, holds its directory); both are durable per step, with the same guarantees. The
-per-step figure is measured on both too, and the exclusive throughput on 2 and 4 threads as
-well (for information: no target).
+Throughput: 512 transactions of 20 `kv.put` steps and a commit, one thread, on a fresh file (the
+median of 3 such batches, after a warm-up batch of 64), with the store shared (the default: other
+processes may open the file) and exclusive (`SQLiteStore(exclusive=True)`: this store alone holds
+the file, as RocksDB holds its directory in the AgentTx protocol's Rust implementation); both are
+durable per step, with the same guarantees. The per-step figure is measured on both too, and the
+exclusive throughput on 2 and 4 threads as well (for information: no target).
 
-Targets (issue 5): at most 40 us a step (the Rust reference: 52.5 us in process), at least 20
-times less than either LangGraph or DBOS, and at least 1,000 transactions a second in one
-process (the reference: 1,119, with RocksDB).
+Targets (issue 5): at most 40 us a step (the AgentTx protocol's Rust implementation publishes
+52.5 us in process), at least 20 times less than either LangGraph or DBOS, and at least 1,000
+transactions a second in one process (the Rust implementation publishes 1,119, with RocksDB).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ The workload
     ``"``, one long word), a long word before ``() missing``, many lines before ``Field
     required``, floods of HTTP prefixes, of exception names and of frame lines, a deep Java stack
     trace, dotted qualifiers, random printable text, and a 1 MiB input that is cut down to the
-    64 KiB window. Searched naively with `re`, the reference patterns take 1.3 s on the
+    64 KiB window. Searched naively with `re`, the rules' defining patterns take 1.3 s on the
     ``invalid type: `` text, 5 s on the ``Key (`` text and 51 s on the long word.
 
 How the targets are measured

@@ -9,7 +9,7 @@ Run from the repository root::
 Targets (the full run exits with status 1, naming the misses, if any is not met):
 
 1. ``restore``: restoring a snapshot taken before 5,000 journaled, flushed writes takes at most
-   50 ms (the reference's test).
+   50 ms (the bound the AgentTx protocol's Rust implementation tests).
 2. ``commit``: committing a transaction that wrote 1,000 keys takes at most 15 ms.
 3. ``no-op step``: one ``snapshot`` plus one ``record_step`` (no state writes, no effects)
    takes at most 25 us: the engine's budget for a no-op step on SQLite is 40 us, of which

@@ -5,12 +5,12 @@ Run from the repository root::
     python bench/throughput.py          # the full run: 1, 4 and 16 threads
     python bench/throughput.py --quick  # a smoke run (used by tests/test_bench.py)
 
-One `Engine` with the built-in tools and a `MemoryStore`; each worker thread begins its share of
-the 512 transactions, runs 20 `kv.put` steps on keys of its own, and commits. The figure is the
-wall time of the whole batch, best of `--repeat` batches (a fresh engine each). The target is
-the issue's: at least 3,000 transactions a second on one thread (the Rust reference reports
-1,119 in process, with RocksDB). Threads share the GIL, so more of them add contention, not
-speed; the 4- and 16-thread rows show that commits stay correct and cheap under it.
+One `Engine` with the built-in tools and a `MemoryStore`; each worker thread begins its share of the
+512 transactions, runs 20 `kv.put` steps on keys of its own, and commits. The figure is the wall
+time of the whole batch, best of `--repeat` batches (a fresh engine each). The target is the
+issue's: at least 3,000 transactions a second on one thread (the AgentTx protocol's Rust
+implementation publishes 1,119 in process, with RocksDB). Threads share the GIL, so more of them add
+contention, not speed; the 4- and 16-thread rows show that commits stay correct and cheap under it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The built-in tools: the reference's arguments, outputs, state keys, sandbox and messages."""
+"""The built-in tools: their arguments, outputs, state keys, sandbox and messages."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_tools_lists_every_builtin_then_the_compensation(root):
 
 
 def test_tools_register_as_one_transaction_toolset(root):
-    """The list passes registry validation and gives the reference's sorted tool names."""
+    """The list passes registry validation and gives the documented sorted tool names."""
     registry = ToolRegistry(agenttx.builtins.tools(root))
     assert list(registry.names()) == sorted(TOOL_NAMES)
     assert list(registry.compensations) == ["fs.restore_file"]
@@ -187,7 +187,7 @@ def test_identifier_accepts_1_to_128_word_chars(name):
 
 @pytest.mark.parametrize("name", ["", "x" * 129, "a-b", "a b", "é", "a\n", "a.b"])
 def test_identifier_rejects_anything_else(name):
-    """Anything else is refused with the reference's message."""
+    """Anything else is refused with the documented message."""
     with pytest.raises(ToolError) as info:
         _args.identifier(name, "channel")
     assert info.value.message == f"invalid channel `{name}`: expected 1-128 chars of [A-Za-z0-9_]"
@@ -219,7 +219,7 @@ def test_kv_get_reads_what_put_wrote(tools, ctx):
 
 
 def test_kv_get_missing_key_message(tools, ctx):
-    """A missing key fails with the reference's record-not-found message."""
+    """A missing key fails with the record-not-found message."""
     assert failure(tools, ctx, "kv.get", key="a") == 'no row with key=a in table "kv"'
 
 
@@ -257,7 +257,7 @@ def test_kv_key_is_required(tools, ctx, name):
 
 
 def test_unknown_arguments_are_ignored(tools, ctx):
-    """Extra fields are ignored, as the reference ignores unknown fields (even `ctx`)."""
+    """Unknown arguments are ignored (even one named `ctx`)."""
     assert call(tools, ctx, "kv.put", key="a", value=1, extra=[1], ctx=2) == {
         "key": "a",
         "value": 1,
@@ -397,7 +397,7 @@ def test_record_insert_null_foreign_key(tools, ctx, fields):
 
 @pytest.mark.parametrize("references", [None, "users", ["users"], 3, True])
 def test_record_insert_non_object_references_are_ignored(tools, ctx, references):
-    """A non-object `references` is silently ignored, as by the reference."""
+    """A non-object `references` is silently ignored."""
     output = call(
         tools, ctx, "record.insert", table="t", id=1, fields={"u": 9}, references=references
     )
@@ -406,7 +406,7 @@ def test_record_insert_non_object_references_are_ignored(tools, ctx, references)
 
 @pytest.mark.parametrize(("value", "kind"), JSON_VALUES_OF_EACH_TYPE)
 def test_record_insert_referenced_table_must_be_a_string(tools, ctx, value, kind):
-    """A non-string referenced table names its type and the reference."""
+    """A non-string referenced table names its type and the field that holds it."""
     if kind == "string":
         return
     message = failure(
@@ -424,7 +424,7 @@ def test_record_insert_referenced_table_must_be_an_identifier(tools, ctx):
 
 
 def test_record_insert_primary_key_is_checked_before_references(tools, ctx):
-    """The primary-key check comes first, as in the reference."""
+    """The primary-key check comes before the foreign-key checks."""
     call(tools, ctx, "record.insert", table="t", id=1)
     message = failure(tools, ctx, "record.insert", table="t", id=1, references={"u": 5})
     assert message.startswith("ERROR: duplicate key value")
@@ -451,7 +451,7 @@ def test_record_insert_fields_must_be_an_object(tools, ctx, value, kind):
     ],
 )
 def test_record_id_must_be_a_non_empty_string_or_number(tools, ctx, name, value, message):
-    """Ids accept a non-empty string or a number; the empty string gets the reference's message."""
+    """Ids accept a non-empty string or a number; the empty string is an `invalid type`."""
     assert failure(tools, ctx, name, table="t", id=value) == message
 
 
@@ -677,14 +677,14 @@ def test_fs_read_decodes_lossily(tools, ctx, root):
 
 
 def test_fs_read_missing_file_message(tools, ctx):
-    """A missing file gives the reference's message with the relative path."""
+    """A missing file gives the documented message with the relative path."""
     assert (
         failure(tools, ctx, "fs.read", path="nope.txt") == "No such file or directory: 'nope.txt'"
     )
 
 
 def test_fs_read_creates_no_directories(tools, ctx, root):
-    """Unlike the reference, reading creates neither the root nor any parent directory."""
+    """Reading creates neither the root nor any parent directory."""
     assert (
         failure(tools, ctx, "fs.read", path="a/b/c.txt") == "No such file or directory: 'a/b/c.txt'"
     )
@@ -815,7 +815,7 @@ def test_fs_write_contents_argument_checks(tools, ctx, root):
 
 @pytest.mark.parametrize("name", ["fs.write", "fs.read"])
 def test_nul_byte_in_path(tools, ctx, name):
-    """A NUL byte fails like Rust's I/O error, not with a Python ValueError."""
+    """A NUL byte fails the step with an I/O-style message, not with a Python ValueError."""
     assert (
         failure(tools, ctx, name, path="a\0b", contents="x")
         == "file name contained an unexpected NUL byte: 'a\0b'"
@@ -902,7 +902,7 @@ def test_restore_file_accepts_uppercase_hex(tmp_path):
     ],
 )
 def test_restore_file_rejects_bad_payloads(payload, message):
-    """A bad payload raises ValueError (InvalidArgument) with the reference's message."""
+    """A bad payload raises ValueError (InvalidArgument) with the documented message."""
     with pytest.raises(InvalidArgument) as info:
         agenttx.builtins.restore_file(payload)
     assert isinstance(info.value, ValueError)
@@ -1015,7 +1015,7 @@ HINTS = [
 
 @pytest.mark.parametrize("case", HINTS, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(HINTS)])
 def test_messages_give_the_reference_hints(tools, ctx, case):
-    """Each failure's message cleans into the hint (and key) the reference gives."""
+    """Each failure's message cleans into the documented hint (and key)."""
     name, arguments, hint, key = case
     cleaned = agenttx.clean_error(failure(tools, ctx, name, **arguments))
     assert (cleaned.text, cleaned.key) == (hint, key)

@@ -73,7 +73,7 @@ def test_step_out_of_order_carries_data_and_says_what_to_do():
 
 
 def test_messages_match_the_reference():
-    """Display texts match the reference engine's, with the offender's data attached."""
+    """Display texts are the documented messages, with the offender's data attached."""
     assert str(agenttx.TransactionNotFound(tx_id="t-1")) == "transaction `t-1` not found"
     state = agenttx.InvalidTransactionState(tx_id="t-1", status="COMMITTED")
     assert str(state) == "transaction `t-1` is COMMITTED, expected ACTIVE"

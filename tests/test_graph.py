@@ -47,7 +47,7 @@ def seed_graph():
     )
 
 
-# ---------------------------------------------------------------- root cause (spec examples)
+# ---------------------------------------------------------------- root cause (documented examples)
 
 
 def test_seed_example_root_cause_is_the_step_that_created_the_user():
@@ -57,7 +57,7 @@ def test_seed_example_root_cause_is_the_step_that_created_the_user():
 
 
 def test_renames_example():
-    """The spec's rename example: case-insensitive key, unknown key and unknown step."""
+    """The documented rename example: case-insensitive key, unknown key and unknown step."""
     graph = chain(
         (1, {}, {"id": 101}, ()),
         (2, {"user": 101}, {"owner_id": 101}, (dep(1, "id", "user"),)),
@@ -87,7 +87,7 @@ def test_numeric_chain_example():
 
 
 def test_root_cause_is_the_earliest_of_several_producers():
-    """With two producers carrying the key, the minimum step wins (the reference's rule)."""
+    """With two producers carrying the key, the minimum step wins."""
     graph = chain(
         (1, {}, {"sku": "s-1"}, ()),
         (2, {}, {"sku": "s-2"}, ()),
@@ -505,7 +505,7 @@ def test_root_causes_are_earlier_steps(steps):
 
 
 def _links(in_key: str, out_key: str) -> bool:
-    """The reference's keys_link, transcribed literally (ASCII case only)."""
+    """The documented key-linking rule, transcribed literally (ASCII case only)."""
     lower_in = in_key.encode().lower().decode()
     lower_out = out_key.encode().lower().decode()
     return bool(in_key and out_key) and (
@@ -524,7 +524,7 @@ def _linkable(value) -> bool:
 
 
 class NaiveGraph:
-    """The spec's algorithm with a linear scan of earlier steps: the model for the index."""
+    """The documented algorithm with a linear scan of earlier steps: the model for the index."""
 
     def __init__(self):
         self.nodes: dict[int, tuple[list, list, tuple]] = {}
@@ -583,7 +583,7 @@ LEAVES = st.dictionaries(KEYS, st.one_of(VALUES, st.lists(VALUES, max_size=2)), 
 
 
 class GraphMachine(RuleBasedStateMachine):
-    """DependencyGraph behaves like the naive transcription of the spec, step for step."""
+    """DependencyGraph behaves like the naive transcription of the protocol, step for step."""
 
     @initialize()
     def start(self):

@@ -29,10 +29,10 @@ from agenttx._hints._scan import _Scan
 
 C = HintCategory
 
-# ------------------------------------------------------------------------------ reference oracle
+# ------------------------------------------------------------------------------ naive oracle
 #
-# The reference's 31 patterns exactly as the spec gives them (alternatives joined by `|`, `$` in
-# type_mismatch written `\Z`, appendix B), searched naively with `re`. `clean_error` must agree with
+# The 31 rules' defining patterns, as written (alternatives joined by `|`, the `$` that ends
+# type_mismatch written `\Z`), searched naively with `re`. `clean_error` must agree with
 # this oracle on every input; the oracle is quadratic on hostile input, so it only sees short texts.
 
 HTTP = r"\b(?:HTTP(?:/\d(?:\.\d)?)?|[Ss]tatus(?: [Cc]ode)?:?|returned)\s*"
@@ -120,7 +120,7 @@ def reference_is_frame(line: str) -> bool:
 
 
 def reference_salient_line(text: str) -> str | None:
-    """The spec's salient_line, line by line (Rust's `str::lines` splits at `\\n` only)."""
+    """The documented salient line, found line by line (lines split at `\\n` only)."""
     lines = [line.strip() for line in text.split("\n")]
     lines = [line for line in lines if line]
     chosen = None
@@ -141,7 +141,7 @@ def reference_salient_line(text: str) -> str | None:
 
 
 def reference_clean(raw: str) -> CleanHint:
-    """The spec's `clean`, with naive `re.search` in rule order; renderers are the module's."""
+    """The documented cleaner, naive `re.search` in rule order; renderers are the module's."""
     text = _bounded(raw)
     for rule in _RULES:
         match = REFERENCE[rule.name].search(text)
@@ -166,7 +166,7 @@ def reference_clean(raw: str) -> CleanHint:
 
 
 def test_rule_table_is_the_reference_table():
-    """The rules are the reference's 31, in its priority order, with its categories."""
+    """The rules are the documented 31, in their priority order, with their categories."""
     assert [rule.name for rule in _RULES] == list(REFERENCE_PATTERNS)
     assert {rule.name for rule in _RULES if rule.key_groups} == KEYED_RULES
 
@@ -763,7 +763,7 @@ def test_every_rule_and_alternative_has_an_example():
 
 @pytest.mark.parametrize(("raw", "text", "category", "rule", "key"), EXAMPLES)
 def test_rule_example_agrees_with_the_reference_patterns(raw, text, category, rule, key):
-    """The naive oracle built from the spec's patterns gives the same hint for every example."""
+    """The naive oracle built from the defining patterns gives the same hint for every example."""
     assert reference_clean(raw) == clean_error(raw)
 
 
@@ -843,7 +843,7 @@ def test_leftmost_match_of_a_rule_supplies_the_captures():
         ("`a`, `b`", "a"),
         ("((x))", "x"),
         ("'k'", "k"),
-        (" (a) ", "(a)"),  # only `(` and `)` are trimmed before the split, as in the reference
+        (" (a) ", "(a)"),  # only `(` and `)` are trimmed before the split, as documented
         ("()", ""),
     ],
 )
@@ -861,7 +861,7 @@ def test_first_column(key, column):
         ("class", "class"),
         ("customers", "customer"),
         ("invoices", "invoice"),
-        ("status", "statu"),  # the reference's documented naive case
+        ("status", "statu"),  # the documented naive case
         ("boxes", "box"),
         ("batches", "batch"),
         ("kv", "kv"),
@@ -882,7 +882,7 @@ def test_composite_key_renders_and_reports_the_first_column():
 
 
 def test_key_that_is_empty_after_first_column_is_dropped():
-    """A key that first_column reduces to "" is reported as None, as in the reference."""
+    """A key that first_column reduces to "" is reported as None (the key is dropped)."""
     hint = clean_error('Key (``)=(1) is not present in table "users"')
     assert hint.rule == "pg_foreign_key"
     assert hint.text == FK_HINT.format("", "user")
@@ -980,7 +980,7 @@ def fallback(line: str) -> str:
     ],
 )
 def test_salient_line(raw, line):
-    """The fallback quotes the reference's salient line: (a) Caused by, (b) exception, (c) first."""
+    """The fallback quotes the salient line: (a) Caused by, (b) exception, (c) first."""
     hint = clean_error(raw)
     assert hint == CleanHint(text=_one_line(fallback(line)), category=C.UNKNOWN)
     assert hint == reference_clean(raw)
@@ -1087,7 +1087,7 @@ def test_a_match_cut_out_by_the_window_is_not_seen():
 
 
 def test_lone_surrogates_are_handled():
-    """A `str` holding lone surrogates (impossible in Rust) is bounded and cleaned, not an error."""
+    """A `str` holding lone surrogates (not UTF-8) is bounded and cleaned, not an error."""
     raw = "\ud800" * 30_000 + "KeyError: 'k'"
     hint = clean_error(raw)
     assert hint.rule == "python_key_error"
@@ -1212,7 +1212,7 @@ def test_add_constraint_trims_an_overlong_list_even_for_a_duplicate():
 
 
 def test_categories_are_the_reference_strings():
-    """HintCategory values are the reference's category names and compare equal to them."""
+    """HintCategory values are the documented category names and compare equal to them."""
     assert {c.value for c in HintCategory} == {
         "foreign_key_violation", "unique_violation", "not_null_violation",
         "missing_schema_object", "missing_record", "missing_key", "missing_argument",
@@ -1329,7 +1329,7 @@ def test_clean_error_is_deterministic(raw):
 
 @given(token_texts)
 def test_clean_error_agrees_with_the_reference_patterns(raw):
-    """On any text, the fast matching gives exactly the naive reference's hint."""
+    """On any text, the fast matching gives exactly the naive oracle's hint."""
     assert clean_error(raw) == reference_clean(raw)
 
 
@@ -1357,7 +1357,7 @@ def _REPLACE_SURROGATES(text: str) -> str:  # noqa: N802 - reads as the constant
 
 @given(st.lists(st.sampled_from(TOKENS), max_size=6).map("".join), st.sampled_from(_RULES))
 def test_each_rule_finds_the_reference_leftmost_match(raw, rule):
-    """Each rule's alternatives (anchors, locators, rewrites) find the reference's leftmost one."""
+    """Each rule's alternatives (anchors, locators, rewrites) find the defining leftmost match."""
     scan = _Scan(_bounded(raw))
     found = rule.find(rule.patterns, scan)
     expected = REFERENCE[rule.name].search(scan.text)
@@ -1372,7 +1372,7 @@ def test_each_rule_finds_the_reference_leftmost_match(raw, rule):
 @pytest.mark.parametrize("threshold", ["_FEW_EXCEPTION_LINES", "_LONG_TEXT", "_SHORT_LINE"])
 @given(raw=token_texts)
 def test_paths_for_large_input_agree_with_the_reference(threshold, raw):
-    """With a size threshold at 0, the path taken for large input still gives the reference hint."""
+    """With a size threshold at 0, the path taken for large input still gives the oracle's hint."""
     with pytest.MonkeyPatch.context() as patch:
         module = _hint_scan if threshold == "_LONG_TEXT" else _hints
         patch.setattr(module, threshold, 0)
@@ -1396,7 +1396,7 @@ def test_paths_for_large_input_agree_with_the_reference(threshold, raw):
     ],
 )
 def test_rare_paths_agree_with_the_reference(raw):
-    """Inputs that take the locators' and the fallback's rarer branches give the reference hint."""
+    """Inputs that take the locators' and the fallback's rarer branches give the oracle's hint."""
     assert clean_error(raw) == reference_clean(raw)
 
 

@@ -1,4 +1,4 @@
-"""The rollback controller: policy validation, replay budget, the reference algorithm, retries."""
+"""The rollback controller: policy validation, replay budget, the decision algorithm, retries."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def controller(**policy):
     ],
 )
 def test_budget_values_from_the_spec(factor, horizon, budget):
-    """budget(N) = max(1, ceil(c * n * ceil(log2(n + 1)))) gives the spec's table."""
+    """budget(N) = max(1, ceil(c * n * ceil(log2(n + 1)))) gives the documented table."""
     assert RollbackPolicy(replay_budget_factor=factor).budget(horizon) == budget
 
 
@@ -122,7 +122,7 @@ def test_budget_rejects_non_int_horizons(horizon):
 
 
 def test_policy_defaults():
-    """The defaults are the reference's, plus one transient retry."""
+    """The defaults are D=2, one global reset, c=2.0 and one transient retry."""
     policy = RollbackPolicy()
     assert policy.max_local_depth == 2
     assert policy.max_global_resets == 1
@@ -154,7 +154,7 @@ def test_count_fields_accept_their_range(field, value):
     ],
 )
 def test_count_fields_reject_values_outside_the_range(field, value, message):
-    """Out-of-range and non-int counts raise InvalidArgument with the reference's message."""
+    """Out-of-range and non-int counts raise InvalidArgument with the documented message."""
     with pytest.raises(InvalidArgument) as info:
         RollbackPolicy(**{field: value})
     assert str(info.value) == message.format(field=field)
@@ -171,7 +171,7 @@ def test_replay_budget_factor_accepts_its_range(value):
 
 @pytest.mark.parametrize("value", [0.09, 1000.1, 0, 0.0, -1.0, math.nan, math.inf, -math.inf, 1001])
 def test_replay_budget_factor_rejects_values_outside_the_range(value):
-    """NaN, infinity, 0 and values outside [0.1, 1000] get the reference's message."""
+    """NaN, infinity, 0 and values outside [0.1, 1000] get the documented message."""
     with pytest.raises(InvalidArgument) as info:
         RollbackPolicy(replay_budget_factor=value)
     assert str(info.value) == "replay_budget_factor must be within [0.1, 1000]"
@@ -219,7 +219,7 @@ def test_strategy_values():
     }
 
 
-# ---------------------------------------------------------------- the reference algorithm
+# ---------------------------------------------------------------- the decision algorithm
 
 
 def fail_always(ctl, step, *, key=None, root_cause=no_root, transient=False, times=6):
@@ -302,7 +302,7 @@ def test_jump_counters_before_the_cap():
 
 
 def test_unknown_key_falls_back_to_a_local_backtrack():
-    """The spec's example: K=4 jumps to 1 for user_id, then backtracks to 2 (depth 2) for sku."""
+    """Documented example: K=4 jumps to 1 for user_id, then backtracks to 2 (depth 2) for sku."""
     roots = {"user_id": 1}
     ctl = controller()
     ctl.observe_step(4)
@@ -400,7 +400,7 @@ def test_jump_over_budget_escalates_without_trying_a_backtrack():
     assert ctl.replay_budget == 4
     assert ctl.decide(8, "id", root_at(1)) == reset(BUDGET)
     assert ctl.state() == ControllerState(global_resets=1, horizon=8)
-    # The backtrack the reference did not try would have cost only 2.
+    # The backtrack the controller did not try instead would have cost only 2.
     assert ctl.decide(8, None, no_root) == local(7, 1)
 
 
@@ -540,7 +540,7 @@ def test_transient_retries_are_per_step():
 
 
 def test_non_transient_failures_never_retry():
-    """transient=False takes the reference path even with retries available."""
+    """transient=False takes the decision algorithm's path even with retries available."""
     ctl = controller(transient_retries=16)
     assert ctl.decide(3, None, no_root) == local(2, 1)
 
@@ -594,7 +594,7 @@ def run_plan(policy, steps, fails, *, transient=False, limit=1000):
 
 
 def test_benchmark_transient_scenario():
-    """A step failing once transiently costs N+2 calls in the reference, N+1 with a retry."""
+    """A step failing once transiently costs N+2 calls without retries, N+1 with one."""
     for steps in (8, 16, 32, 64):
         fail_at = max(math.ceil(3 * steps / 4), max(steps // 4, 2) + 2)
 
@@ -807,7 +807,7 @@ def test_restored_controller_makes_the_same_decisions(policy, prefix, suffix, vi
 
 
 class NaiveController:
-    """The spec's section 5 transcribed line by line, plus the transient retry rule."""
+    """The documented decision algorithm transcribed line by line, plus the transient retry rule."""
 
     def __init__(self, policy):
         self.policy = policy

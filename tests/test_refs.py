@@ -1,4 +1,4 @@
-"""Tests for `agenttx._refs`: the `${...}` grammar and resolution (spec section 3)."""
+"""`agenttx._refs`: the `${...}` grammar and resolution (`docs/protocol.md#references`)."""
 
 from __future__ import annotations
 
@@ -248,7 +248,7 @@ def test_same_reference_twice_gives_independent_copies():
 
 
 def test_spec_example_of_embedded_interpolation():
-    """The spec's example interpolates strings verbatim and numbers as JSON."""
+    """The documented example interpolates strings verbatim and numbers as JSON."""
     text = "mail ${steps.1.profile.email} tag=${steps.1.profile.tags.1} id=${steps.1.id}"
     result = resolve({"body": text})
     assert result.value == {"body": "mail a@b.c tag=y id=101"}

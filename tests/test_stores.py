@@ -44,7 +44,7 @@ def committed(store: StoreT, **values: str) -> StoreT:
 
 
 def test_restore_reverts_to_exact_snapshot_state():
-    """The reference's example: restoring s1 reverts 3 writes, drops s2, keeps s1; then s0."""
+    """Restoring s1 reverts 3 writes, drops s2, keeps s1; then restoring s0 reverts the rest."""
     store = MemoryStore()
     store.begin("t")  # takes snapshot 0
     store.put("t", "a", "1")
@@ -462,7 +462,7 @@ def test_written_keys_returns_a_fresh_tuple():
 
 @pytest.mark.parametrize("tx_id", ["", "a b", "tx/1", "tx.1", "é", "x" * 129, "t\n", None, 7])
 def test_bad_transaction_ids(tx_id):
-    """begin refuses ids that are not 1-128 chars of [A-Za-z0-9_-], with the reference's message."""
+    """begin refuses ids that are not 1-128 chars of [A-Za-z0-9_-], with the documented message."""
     store = MemoryStore()
     with pytest.raises(InvalidArgument) as caught:
         store.begin(tx_id)

@@ -86,7 +86,7 @@ def run_all(tx: agenttx.Transaction, calls: dict, *, limit: int = 100) -> list:
     return results
 
 
-# ---------------------------------------------------------------- the reference scenarios
+# ---------------------------------------------------------------- end-to-end scenarios
 
 
 def test_foreign_key_failure_jumps_to_the_root_cause_and_reverts_everything():

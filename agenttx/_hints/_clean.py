@@ -1,38 +1,40 @@
 """Clean Hints: one short, actionable line made from a raw tool error or stack trace.
 
-`clean_error` is the reference engine's `ErrorCleaner::clean` (spec section 6). It bounds the input
-to 64 KiB, finds the first of 31 ordered rules that matches anywhere in it and renders that rule's
-template; when no rule matches, it quotes the most telling line of the trace. The result is a
-`CleanHint` whose text starts with `Hint: `, is one line and has at most 240 characters. Rules that
-name the offending key (a column, a field, a missing output key) put it in `CleanHint.key`, which
-lets the rollback controller jump back to the step that produced it.
+`clean_error` carries out `docs/protocol.md#clean-hints`. It bounds the input to 64 KiB, finds the
+first of 31 ordered rules that matches anywhere in it and renders that rule's template; when no
+rule matches, it quotes the most telling line of the trace. The result is a `CleanHint` whose text
+starts with `Hint: `, is one line and has at most 240 characters. Rules that name the offending key
+(a column, a field, a missing output key) put it in `CleanHint.key`, which lets the rollback
+controller jump back to the step that produced it.
 
-Same behaviour, different engine. The reference runs its patterns on Rust's `regex` crate, which
-is linear-time whatever the pattern. Python's `re` backtracks, and several reference patterns,
-searched naively, take quadratic time on hostile input: thousands of `Key (` with no `)` make
-`Key \\((?P<key>[^)]+)\\)...` rescan the rest of the text from each of them, and a long word makes
-`(?P<func>\\w+)\\(\\) missing` start over at every letter. `re` also pays a fixed cost at every
-position where a pattern might start, so a pattern must begin with a literal for a search to be
-cheap. Hence these devices, each explained where it is used:
+Each rule is defined by plain regular expressions (listed in `tests/test_hints.py`), and the hints
+are the same, text for text, as those of the AgentTx protocol's Rust implementation, which runs
+such patterns on Rust's linear-time `regex` crate. Python's `re` backtracks, and several defining
+patterns, searched naively, take quadratic time on hostile input: thousands of `Key (` with no `)`
+make `Key \\((?P<key>[^)]+)\\)...` rescan the rest of the text from each of them, and a long word
+makes `(?P<func>\\w+)\\(\\) missing` start over at every letter. `re` also pays a fixed cost at
+every position where a pattern might start, so a pattern must begin with a literal for a search to
+be cheap. Hence these devices, each explained where it is used:
 
 * literal prefilters: a call first notes which rare characters occur, then looks for each rule's
   literals, and searches only with patterns whose literals all occur;
 * a *locator* finds the start of the leftmost match in linear time from literal anchors and the
-  pattern's structure, and the reference pattern then runs once, anchored there, to capture;
+  pattern's structure, and the defining pattern then runs once, anchored there, to capture;
 * a leading `\\b` becomes a look-behind after the literal it guards (`HTTP(?<!\\wHTTP)`), so the
   search jumps from one occurrence of the literal to the next;
 * the four case-insensitive rules run case-sensitively on a case-folded copy of the text;
 * the fallback's line-by-line steps visit only the lines that can matter.
 
-`tests/test_hints.py` checks the whole against a naive implementation of the reference patterns
-and algorithm, and each rewritten pattern against its reference pattern.
+`tests/test_hints.py` checks the whole against a naive implementation of the defining patterns
+and of `docs/protocol.md#the-cleaner`, and each rewritten pattern against its defining pattern.
 
-Porting notes (spec appendix B). `\\d`, `\\w`, `\\s` and `\\b` are Python's Unicode classes, which
-agree with Rust's except on rare characters: Python counts U+001C..U+001F as whitespace (so they are
-collapsed and trimmed too) and does not count combining marks as word characters. Rust's `$` in
-`type_mismatch` is `\\Z` here. Lone surrogates, which a Rust string cannot hold, count as three
-bytes towards the 64 KiB bound (their `surrogatepass` encoding), then become U+FFFD, so that every
-hint and key is valid Unicode that any store can keep.
+Where Python's `re` and the Rust `regex` crate differ: `\\d`, `\\w`, `\\s` and `\\b` are Python's
+Unicode classes, which agree with the Rust `regex` crate's except on rare characters: Python counts
+U+001C..U+001F as whitespace (so they are collapsed and trimmed too) and does not count combining
+marks as word characters. The `$` that ends `type_mismatch`'s defining pattern is `\\Z` here. Lone
+surrogates, which a Rust string cannot hold, count as three bytes towards the 64 KiB bound (their
+`surrogatepass` encoding), then become U+FFFD, so that every hint and key is valid Unicode that any
+store can keep.
 """
 
 from __future__ import annotations
@@ -101,8 +103,8 @@ class CleanHint:
 def add_constraint(constraints: list[str], text: str, max_constraints: int) -> None:
     """Record hint `text` in a transaction's constraint list, in place.
 
-    As the reference's `Transaction::add_constraint`: `text` is appended unless an exactly equal
-    entry is already present (a duplicate is not moved to the end); then the oldest entries are
+    See `docs/protocol.md#constraints`: `text` is appended unless an exactly equal entry is
+    already present (a duplicate is not moved to the end); then the oldest entries are
     dropped while the list is longer than `max(max_constraints, 1)`. Raises `InvalidArgument`,
     naming the argument, unless `constraints` is a list, `text` a str and `max_constraints` an
     int (not a bool); the list is then unchanged.
@@ -129,12 +131,13 @@ def add_constraint(constraints: list[str], text: str, max_constraints: int) -> N
 def clean_error(text: str) -> CleanHint:
     """Turn a raw error message or stack trace into a `CleanHint`; never raises for a `str`.
 
-    The first rule, in the reference's priority order, that matches anywhere in the bounded
-    input wins, wherever its match is; its leftmost match supplies the captures. Without a match,
-    the hint quotes the trace's salient line (spec section 6). The result depends on `text`
-    alone, the work is linear in the length of the bounded input, and the function is safe to
-    call from several threads at once. Anything but a `str` (None, bytes, an exception) raises
-    `InvalidArgument` naming `text`; a `str` subclass is read as the plain string it holds.
+    The first rule, in the priority order of `docs/protocol.md#hint-rules`, that matches anywhere
+    in the bounded input wins, wherever its match is; its leftmost match supplies the captures.
+    Without a match, the hint quotes the trace's salient line (`docs/protocol.md#fallback-hint`).
+    The result depends on `text` alone, the work is linear in the length of the bounded input, and
+    the function is safe to call from several threads at once. Anything but a `str` (None, bytes, an
+    exception) raises `InvalidArgument` naming `text`; a `str` subclass is read as the plain string
+    it holds.
     """
     if type(text) is not str:
         if not isinstance(text, str):
@@ -228,19 +231,19 @@ def _one_line(text: str) -> str:
 
 # ---------------------------------------------------------------- the fallback's salient line
 #
-# The reference splits the text into trimmed, non-empty lines and takes (a) the last line starting
+# The fallback splits the text into trimmed, non-empty lines and takes (a) the last line starting
 # with `Caused by:`, minus that prefix, trimmed; else (b) the last line that is not a frame and
 # starts with an exception name; else (c) the first line that is not a frame; else nothing. Then
-# leading package qualifiers are stripped from the chosen line. Lines are split at `\n` only, as
-# Rust's `str::lines` does. Splitting 64 KiB into lines in Python costs milliseconds, so no step
-# splits: (a) searches the reversed text, where the last line of a kind is the first one found,
-# (b) visits only the lines that contain an exception suffix, and (c) skips the leading frame
-# lines with one pattern.
+# leading package qualifiers are stripped from the chosen line. Lines are split at `\n` only
+# (`str.splitlines` would split at other characters too). Splitting 64 KiB into lines in Python
+# costs milliseconds, so no step splits: (a) searches the reversed text, where the last line of a
+# kind is the first one found, (b) visits only the lines that contain an exception suffix, and (c)
+# skips the leading frame lines with one pattern.
 
 # (a) `Caused by:` at the start of a line, reversed.
 _CAUSED_BY_REVERSED: Final = re.compile(r":yb desuaC[^\S\n]*(?:\n|\Z)")
 
-# (b) The reference's `^(?:[\w$]+\.)*[A-Z][\w$]*(?:Error|Exception|Fault)\b`, tried at the start of
+# (b) The defining `^(?:[\w$]+\.)*[A-Z][\w$]*(?:Error|Exception|Fault)\b`, tried at the start of
 # a line, so that each line's first token is examined once (tried at each suffix instead, it would
 # rescan a long token once for every class name in it). Only a line containing a suffix can match:
 # when few do, they are visited from the last one back, found by `str.rfind`; otherwise every line
@@ -309,7 +312,7 @@ def _last_exception_line(text: str) -> int:
     return -1 if found is None else found.start("name")
 
 
-# (c) The reference's frame tests look at a trimmed line; here they are written for the first
+# (c) The frame tests look at a trimmed line; here they are written for the first
 # non-blank character of a line of the raw text. A blank that a test needs (after `at`, after the
 # digits) must be followed by more of the line, so that it lies inside the trimmed line. A line of
 # `^`, `~` and spaces is a frame: such lines and blank lines are skipped in one step when they end
@@ -325,7 +328,7 @@ _FRAME: Final = (
 _LEADING_FRAMES: Final = re.compile(rf"\s*(?:(?:{_FRAME})\s*)*")
 
 
-# Qualifier stripping, the reference's `^(?:[a-z_$][\w$]*\.)+([A-Z][\w$]*(?:Error|Exception|Fault))`
+# Qualifier stripping, the defining `^(?:[a-z_$][\w$]*\.)+([A-Z][\w$]*(?:Error|Exception|Fault))`
 # replaced by `$1`. `re` tries every number of qualifiers in turn, so a line of thousands of them
 # takes milliseconds. Yet only one number can work: the qualifiers end at the first `.` that is
 # not followed by `[a-z_$]` (every segment before it starts with one, so no class name can start
@@ -341,13 +344,13 @@ _SHORT_LINE: Final = 2048
 
 
 def _salient_line(scan: _Scan) -> str | None:
-    """The reference's `salient_line`: the line the fallback hint quotes, or None."""
+    """The salient line the fallback hint quotes (`docs/protocol.md#fallback-hint`), or None."""
     text = scan.text
     line: str | None = None
     if "Caused by:" in text:
         found = _CAUSED_BY_REVERSED.search(scan.reversed())
         if found is not None:
-            # A bare `Caused by:` gives "", which the hint quotes as `""` (a reference quirk).
+            # A bare `Caused by:` gives "", which the hint quotes as `""` (a deliberate quirk).
             line = _line_from(text, len(text) - found.start()).strip()
     if line is None:
         start = _last_exception_line(text)
@@ -366,7 +369,7 @@ def _strip_qualifiers(line: str) -> str:
     """`com.acme.QuotaExceededException: x` -> `QuotaExceededException: x`; else `line`."""
     if not line or line[0] not in _QUALIFIER_START:
         return line
-    if len(line) <= _SHORT_LINE:  # few qualifiers to try: the reference pattern is quick
+    if len(line) <= _SHORT_LINE:  # few qualifiers to try: the defining pattern is quick
         found = _QUALIFIED_EXCEPTION.match(line)
         return line if found is None else found.group("name") + line[found.end() :]
     if "Error" not in line and "Exception" not in line and "Fault" not in line:

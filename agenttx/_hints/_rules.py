@@ -1,6 +1,6 @@
-"""The 31 Clean Hint rules of the reference engine, in priority order (spec section 6).
+"""The 31 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
 
-Each rule has a name, a category, its alternatives (patterns built with `_hint_scan`), the groups
+Each rule has a name, a category, its alternatives (patterns built with `_scan`), the groups
 that name its key, and a template. `_hints.clean_error` applies them.
 """
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 class HintCategory(str, enum.Enum):
-    """What kind of failure a hint describes; the values are the reference's category names."""
+    """What kind of failure a hint describes; values are those of `docs/protocol.md#clean-hints`."""
 
     FOREIGN_KEY_VIOLATION = "foreign_key_violation"
     UNIQUE_VIOLATION = "unique_violation"
@@ -110,7 +110,7 @@ def _singular(table: str) -> str:
         return name[:-2]
     if name.endswith("s") and not name.endswith("ss"):
         return name[:-1]
-    return name  # `status` -> `statu` above: the reference's documented naive case
+    return name  # `status` -> `statu` above: naive on purpose (`docs/protocol.md#the-cleaner`)
 
 
 @final

@@ -1,11 +1,11 @@
 """The matching machinery of the Clean Hint cleaner: a scanned text and linear-time patterns.
 
-Python's `re` backtracks, so several of the reference engine's patterns, searched as written,
-take quadratic time on hostile input. This module holds what keeps every search linear: the
-`_Scan` of one text (which rare characters and literals occur, found once), patterns gated by
+Python's `re` backtracks, so several of the patterns that define the hint rules, searched as
+written, take quadratic time on hostile input. This module holds what keeps every search linear:
+the `_Scan` of one text (which rare characters and literals occur, found once), patterns gated by
 those literals, and *locators* that find where the leftmost match of a pattern starts from its
-literal anchors, so the reference pattern then runs once, anchored there. `_hints.py` explains
-the whole design; `_hint_rules.py` holds the rules built from these parts.
+literal anchors, so the defining pattern then runs once, anchored there. `_clean.py` explains the
+whole design; `_rules.py` holds the rules built from these parts.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `LineageRecorder` watches an agent loop (iterations, tool starts, tool ends) and links a call to
 an earlier call when an argument value equals a value in that call's result. By default it is
-agentfootprint's `toolLineageRecorder` exactly (`spec/lineage-behaviour.md`), quirks included:
+agentfootprint's `toolLineageRecorder` exactly (`docs/lineage.md`), quirks included:
 
 * values are strings of at least `min_value_length` UTF-16 code units and, with `match_numbers`,
   finite numbers compared as JavaScript number text (`12345.0` is `"12345"`, `1e-7` is

@@ -140,7 +140,10 @@ def _check_in_time(call: Call, started: float) -> None:
 
 
 def _timed_out(call: Call) -> ToolError:
-    """The reference's timeout failure; the hint cleaner reads it as transient."""
+    """The failure of a step that timed out; the hint cleaner reads it as transient.
+
+    See `docs/protocol.md#timeouts-and-interruptions`.
+    """
     return ToolError(f"tool '{call.tool.name}' timed out after {round(call.timeout * 1000)} ms")
 
 

@@ -1,10 +1,11 @@
-"""Argument checks for the built-in tools, with the reference's serde-style messages.
+"""Argument checks for the built-in tools, with serde-style messages.
 
-The messages are part of the contract: the Clean Hint cleaner matches them (`missing field`
-gives the missing_field hint and key, `invalid type: ...` the type_mismatch hint), and tests
-compare them verbatim with the reference. Every check raises `ToolError`, which fails the step.
+The messages are part of the contract (`docs/protocol.md#built-in-arguments`): the Clean Hint
+cleaner matches them (`missing field` gives the missing_field hint and key, `invalid type: ...`
+the type_mismatch hint), and tests pin them verbatim. Every check raises `ToolError`, which fails
+the step.
 
-Unknown arguments are ignored, as the reference ignores unknown fields.
+Unknown arguments are ignored.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def id_text(arguments: Mapping[str, JSONValue], name: str) -> str:
 
     Raises ``missing field `name` `` when absent or null, and
     ``invalid type: {t} for field `name`, expected a string or number`` for anything else,
-    including the empty string (the reference's message, kept so hints stay identical).
+    including the empty string (an odd message for a string, kept so the hint is the one the
+    AgentTx protocol's Rust implementation gives).
     """
     value = arguments.get(name)
     if value is None:

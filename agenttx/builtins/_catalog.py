@@ -21,7 +21,7 @@ __all__ = ["tools"]
 def tools(
     fs_root: str | os.PathLike[str],
 ) -> list[Tool[..., JSONValue] | Compensation[..., Any]]:
-    """The reference's built-in tools, plus the `fs.restore_file` compensation.
+    """The built-in tools (`docs/protocol.md#built-in-tools`), plus `fs.restore_file`.
 
     `kv.put`, `kv.get`, `kv.delete`, `record.insert`, `record.get`, `fs.write`, `fs.read`,
     `effect.stage`, then `restore_file`; pass the list as `Transaction(tools=...)`. The `fs.*`
@@ -30,7 +30,7 @@ def tools(
     touches no file.
 
     Every tool takes its arguments as keyword arguments, fails its step with a `ToolError`
-    whose message matches the reference's, and ignores arguments it does not know.
+    whose message is the one the protocol gives, and ignores arguments it does not know.
     """
     fs_write, fs_read, restore_file = fs_tools(fs_root)
     return [*KV_TOOLS, *RECORD_TOOLS, fs_write, fs_read, effect_stage, restore_file]

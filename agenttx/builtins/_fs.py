@@ -13,9 +13,9 @@ is refused without blocking. The same walk serves the tools and the undo, in a r
 crash recovery. What it cannot see is a directory moved out of the root (which takes write access
 outside it) while a call holds it open: the call finishes in that directory.
 
-Messages follow the reference: an escape is ``path '{p}' escapes the sandbox``, a missing file
-``No such file or directory: '{p}'``, any other I/O error ``{strerror}: '{p}'``, where `p` is the
-relative path as the agent wrote it; and a FIFO, socket or device is ``not a regular file:
+Messages (`docs/protocol.md#fs-tools`): an escape is ``path '{p}' escapes the sandbox``, a missing
+file ``No such file or directory: '{p}'``, any other I/O error ``{strerror}: '{p}'``, where `p` is
+the relative path as the agent wrote it; and a FIFO, socket or device is ``not a regular file:
 '{p}'``.
 """
 
@@ -198,7 +198,7 @@ class Sandbox:
     """Resolves agent-supplied relative paths inside one root directory.
 
     A path is accepted when it is non-empty, relative, does not start with `.`, and has no `..`
-    component (a `.` or an empty component in the middle is normalised away, as Rust does);
+    component (a `.` or an empty component in the middle is normalised away);
     every symlink on the way to it stays inside the root (it is followed by the walk, never by
     the kernel); and the target itself is not a symlink. Anything else fails with
     ``path '{p}' escapes the sandbox``. The root itself, and the directories above it, are the
@@ -454,8 +454,8 @@ def fs_tools(
     def fs_read(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:  # noqa: ARG001
         """Read the file at `path`; output `{"path", "contents"}`.
 
-        Invalid UTF-8 is replaced with U+FFFD. Creates no directories (the reference's read
-        creates the parent directories; this one leaves the file system untouched).
+        Invalid UTF-8 is replaced with U+FFFD. Creates no directories, not even `fs_root`:
+        reading leaves the file system untouched.
         """
         rel = text_arg(arguments, "path")
         data = sandbox.read(rel)

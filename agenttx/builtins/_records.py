@@ -29,7 +29,7 @@ def record_insert(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
 
     Arguments: `table` (identifier), `id` (non-empty string or number; stored keyed by its
     text, `101` and `"101"` are the same key), `fields` (object, default `{}`), `references`
-    (object `{field: referenced_table}`; a non-object value is ignored, as by the reference).
+    (object `{field: referenced_table}`; any other value is ignored).
 
     In order: the primary key must be free; then, for each reference in sorted field order,
     the referenced table must be a string identifier, `fields[field]` must be present and not

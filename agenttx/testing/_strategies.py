@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["StepSpec", "build_graph", "json_scalars", "json_values", "step_sequences"]
 
-#: Keys that link to each other under the reference's rule (`user_id` -> `id`, `User_ID`).
+#: Keys that link to each other under the implicit-edge rule (`user_id` -> `id`, `User_ID`).
 DEFAULT_KEYS = ("id", "user_id", "owner_id", "User_ID", "sku", "order_id", "amount", "note")
 #: Values that collide on purpose: `7`, `7.0` and `"7"` differ; `True`, None and "" never link.
 DEFAULT_VALUES: tuple[JSONScalar, ...] = ("u-1", "u-2", "sku-9", "7", 7, 7.0, 100, "", True, None)
@@ -127,7 +127,7 @@ def build_graph(steps: Sequence[StepSpec]) -> DependencyGraph:
     Each step's references are resolved against the outputs of the steps before it. A step
     whose references resolve is added with its resolved arguments and its output recorded; one
     whose references fail is added with its unresolved arguments and the dependencies found
-    before the failure, and gets no output, as in the reference engine.
+    before the failure, and gets no output, as a failed step's node does in a transaction.
     """
     graph = DependencyGraph()
     outputs: dict[int, JSONValue] = {}
