@@ -22,12 +22,6 @@ FORBIDDEN = [
     "DESIGN.md",
     "shared/",
 ]
-#: Hits in files that other branches are rewriting; remove each entry once its rewrite lands.
-PENDING = {
-    ("agenttx/stores/_protocol.py", "the reference's"),
-    ("agenttx/_recovery.py", "the reference's"),
-}
-
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _PUNCTUATION = re.compile(r"[^\w\- ]")
@@ -83,9 +77,7 @@ def citation_problems(relative: str, text: str) -> list[str]:
     for number, line in enumerate(text.splitlines(), 1):
         lowered = line.lower()
         problems.extend(
-            f"{relative}:{number}: {phrase!r}"
-            for phrase in FORBIDDEN
-            if phrase.lower() in lowered and (relative, phrase) not in PENDING
+            f"{relative}:{number}: {phrase!r}" for phrase in FORBIDDEN if phrase.lower() in lowered
         )
     return problems
 
@@ -194,11 +186,3 @@ def test_links_to_docs_point_to_existing_headings():
     for path in scanned_files():
         problems.extend(link_problems(path, path.read_text("utf-8")))
     assert problems == []
-
-
-def test_the_pending_exceptions_are_still_needed():
-    """Each pending exception still matches its file, so a stale entry cannot linger."""
-    for relative, phrase in sorted(PENDING):
-        assert phrase in FORBIDDEN, phrase
-        text = (ROOT / relative).read_text("utf-8").lower()
-        assert phrase.lower() in text, f"{relative} no longer says {phrase!r}: drop it from PENDING"

@@ -30,7 +30,7 @@ __all__ = [
 MAX_TX_ID_CHARS: Final = 128
 #: A state key is 1 to this many bytes once encoded as UTF-8.
 MAX_KEY_BYTES: Final = 1024
-#: Snapshot steps are step ids: integers from 0 to this (the reference's u32).
+#: Snapshot steps are step ids: integers from 0 to this (see docs/protocol.md#input-limits).
 MAX_STEP: Final = 2**32 - 1
 #: Undo sequence numbers and outbox ids are SQLite integers: up to this.
 MAX_INT64: Final = 2**63 - 1
