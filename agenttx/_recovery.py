@@ -3,8 +3,9 @@
 `recover` reads each open transaction's durable log and either aborts it (presumed abort:
 compensate its undo records newest first, then discard its state), or resumes it (rebuild the
 `Transaction`, finishing a rewind that was under way or rewinding the step that was running
-when the process died; see docs/protocol.md#crash-recovery). A compensation that fails, or whose kind is not registered, stays in the store and is reported;
-the next recovery tries it again.
+when the process died; see docs/protocol.md#crash-recovery). A compensation that fails, or
+whose kind is not registered, stays in the store and is reported; the next recovery tries it
+again.
 
 Several recoverers may run at once, in threads or processes, on one file. Each transaction is
 taken with `DurableStore.claim`, a compare-and-set on its owner: the one recoverer whose claim
