@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._json import JSONValue
     from ._refs import Dependency
     from ._tools import StagedEffect
+    from ._txlog import Restored
 
 __all__ = ["Pending", "Timeline"]
 
@@ -66,22 +67,16 @@ class Timeline:
         self._graph = DependencyGraph()
         self._graph_upto = 0  # the last live step already in the graph
 
-    def adopt(
-        self,
-        steps: dict[int, LiveStep],
-        effects: Iterable[StagedEffect],
-        *,
-        next_step: int,
-        rewinds: int,
-        undone: set[int],
-    ) -> None:
+    def adopt(self, restored: Restored) -> None:
         """Take over the live steps of a transaction read back from its durable log."""
-        self.steps = dict(steps)
-        self.outputs = {step_id: step.output for step_id, step in steps.items()}
-        self.effects = list(effects)
-        self.next_step = next_step
-        self.rewinds = rewinds
-        for step_id, step in sorted(steps.items()):
+        progress = restored.progress
+        self.steps = dict(restored.steps)
+        self.outputs = {step_id: step.output for step_id, step in self.steps.items()}
+        self.effects = [e for e in restored.effects if e.step_id < progress.next_step]
+        self.next_step = progress.next_step
+        self.rewinds = progress.rewinds
+        undone = {undo.step_id for undo in restored.undos}
+        for step_id, step in sorted(self.steps.items()):
             self.history.succeeded(step_id, step.tool_name, had_undos=step_id in undone)
 
     def stage(self, effects: Iterable[StagedEffect]) -> None:

@@ -1,17 +1,11 @@
 """The interactive transaction: every tool call is a numbered step that can be rolled back.
 
-The step pipeline (`docs/protocol.md#step-pipeline`): check the call, take an O(1) store
-snapshot, parse the arguments, find the tool, resolve `${steps.N.path}` references, bound and
-check what the tool will receive, run the tool, keep what it registered (undo records, staged
-effects) even when it fails, and on success store the output and advance. On failure the error
-becomes a Clean Hint, the hint joins the constraints, the rollback controller decides where to
-resume, and the transaction rewinds.
-
-Every rewind and abort goes through `_rewind`, in one order: the decision is written to the
-durable log first (with a new rewind count, which changes every idempotency key), then the
-undo records are compensated newest first, then the store is restored and the timeline
-truncated, and the progress written. A crash anywhere in between is finished by recovery,
-never undone. Agent-caused failures come back as a `StepResult`; only misuse raises.
+The step pipeline is docs/protocol.md#step-pipeline. Every rewind and abort goes through
+`_rewind`, in one order: the decision is written to the durable log first (with a new rewind
+count, which changes every idempotency key), then the undo records are compensated newest
+first, then the store is restored and the timeline truncated, and the progress written. A
+crash anywhere in between is finished by recovery, never undone. Agent-caused failures come
+back as a `StepResult`; only misuse raises.
 """
 
 from __future__ import annotations
@@ -41,7 +35,16 @@ from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, Rol
 from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
 from ._timeline import Pending
-from ._tools import Call, Outcome, ToolRegistry, ToolSpec, arun_tool, closed, run_tool
+from ._tools import (
+    Call,
+    Outcome,
+    ToolRegistry,
+    ToolSpec,
+    arun_tool,
+    closed,
+    run_tool,
+    still_running,
+)
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
 
@@ -65,9 +68,7 @@ class Transaction(Observed):
     `store`: where state lives (default: a private `MemoryStore`); share one store between
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
-    `isolation`: see docs/protocol.md#isolation-levels.
-
-    Calls are serialized by a lock, so a transaction may be shared between threads; a call
+    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized by a lock, so a transaction may be shared between threads; a call
     made while another is running waits for it. Observers (`view`, `history`, `graph`, ...)
     never wait for a tool or a compensation: they take a lock held only for bookkeeping.
     Transactions compare by identity. `with Transaction(...) as tx:` commits when the block
@@ -160,13 +161,7 @@ class Transaction(Observed):
         progress = restored.progress
         self._constraints = list(progress.constraints)
         self._ledger.record(restored.undos)
-        self._timeline.adopt(
-            restored.steps,
-            (e for e in restored.effects if e.step_id < progress.next_step),
-            next_step=progress.next_step,
-            rewinds=progress.rewinds,
-            undone={undo.step_id for undo in restored.undos},
-        )
+        self._timeline.adopt(restored)
         with self._calls.lock:
             if progress.rewinding is not None:  # finish it: never bring compensated steps back
                 target, final = progress.rewinding
@@ -202,13 +197,11 @@ class Transaction(Observed):
         *,
         raw_context: str = "",
     ) -> StepResult:
-        """Run one tool call as step `step_id`; see the module docstring for the pipeline.
+        """Run one tool call as step `step_id` (docs/protocol.md#step-pipeline).
 
-        Raises `InvalidArgument` for a step id that is not an integer, `StepOutOfOrder` unless
-        `step_id == next_step_id`, `InvalidTransactionState` unless the transaction is ACTIVE,
-        and `InvalidArgument` (or `JSONValueError`) for a tool name outside 1-128 characters,
-        arguments that are not JSON or over 1 MiB, or a raw context over 1 MiB; in each case
-        nothing changes. Everything the agent got wrong comes back as a failed `StepResult`.
+        Everything the agent got wrong comes back as a failed `StepResult`. Misuse raises, and
+        changes nothing: `StepOutOfOrder` unless `step_id == next_step_id`,
+        `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
         """
         with self._call():
             self._ensure_active()
@@ -346,16 +339,11 @@ class Transaction(Observed):
             self._rewind(step_id)
 
     def _unless_orphans(self, call: Call, wait: float) -> Call | str:
-        """The call, unless an earlier timed-out call is still running: its effect may land."""
-        if not self._settle_orphans(wait):
-            return call
-        return (
-            f"tool '{call.tool.name}' timed out after {round(wait * 1000)} ms waiting for an "
-            "earlier call that is still running after its own timeout"
-        )
+        """The call, unless an earlier timed-out call still runs (its effect may land); first,
+        compensate the undos of the timed-out calls that have finished."""
+        return still_running(call, wait) if self._settle_orphans(wait) else call
 
     def _settle_orphans(self, wait: float) -> bool:
-        """Compensate the undos of timed-out calls that have finished; whether some still run."""
         records, running = self._orphans.settle(wait)
         self._ledger.compensate(records, self._registry.compensations)
         return running
@@ -376,16 +364,7 @@ class Transaction(Observed):
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return failed_step(
-            step_id,
-            decision=decision,
-            hint=hint,
-            error=error,
-            next_step_id=self._timeline.next_step,
-            constraints=tuple(self._constraints),
-            compensation_errors=report.failures,
-            started=started,
-        )
+        return self._failed(step_id, decision, hint, error=error, report=report, started=started)
 
     async def _afail(self, step_id: int, error: str) -> StepResult:
         with self._call():
@@ -401,6 +380,18 @@ class Transaction(Observed):
             raise
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
+        return self._failed(step_id, decision, hint, error=error, report=report, started=started)
+
+    def _failed(
+        self,
+        step_id: int,
+        decision: RollbackDecision,
+        hint: CleanHint,
+        *,
+        error: str,
+        report: CompensationReport,
+        started: float,
+    ) -> StepResult:
         return failed_step(
             step_id,
             decision=decision,
@@ -536,15 +527,11 @@ class Transaction(Observed):
         """Publish every write atomically, then dispatch the staged effects in staging order.
 
         First committer wins (docs/protocol.md#isolation-levels): on a conflict the transaction
-        is compensated, ends FAILED, and `WriteConflict` (or its subclass `ReadConflict`),
-        naming the key, is raised. Dispatch errors are reported in the result; they never undo
-        the commit. Nothing is compensated after a commit. Raises `FailedPrecondition`, and
-        changes nothing, while a timed-out tool call is still running (waited for up to the
-        step timeout): its effect may still land, and its undo could not run after a commit.
-
-        On a `DurableStore` the effects go into its outbox in the same atomic commit and are
-        delivered from there (a failure is retried later by `Engine.dispatch_pending`), so a
-        crash between the commit and the delivery loses none of them.
+        is compensated, ends FAILED, and `WriteConflict` (or `ReadConflict`) naming the key is
+        raised. Dispatch errors are reported in the result, never undo the commit, and on a
+        `DurableStore` are retried from its outbox (docs/protocol.md#dispatch-and-the-outbox).
+        Raises `FailedPrecondition`, changing nothing, while a timed-out tool call is still
+        running after waiting for it up to the step timeout: its effect may still land.
         """
         with self._call():
             self._ensure_active()

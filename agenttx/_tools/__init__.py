@@ -9,6 +9,7 @@ from ._calls import Outcome as Outcome
 from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
 from ._calls import run_tool as run_tool
+from ._calls import still_running as still_running
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
 from ._tool import Compensation as Compensation
 from ._tool import StagedEffect as StagedEffect
@@ -51,5 +52,6 @@ __all__ = [
     "is_awaitable",
     "resolve_awaitable",
     "run_tool",
+    "still_running",
     "tool",
 ]

@@ -33,7 +33,16 @@ from ._workers import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["Call", "Orphan", "Orphans", "Outcome", "arun_tool", "closed", "run_tool"]
+__all__ = [
+    "Call",
+    "Orphan",
+    "Orphans",
+    "Outcome",
+    "arun_tool",
+    "closed",
+    "run_tool",
+    "still_running",
+]
 
 
 class Call(NamedTuple):
@@ -275,6 +284,14 @@ class Orphan(NamedTuple):
         if self.call.log_undo is not None:
             self.call.log_undo(declared)
         return (*self.undos, declared)
+
+
+def still_running(call: Call, wait: float) -> str:
+    """Why `call` does not start: an earlier timed-out call still runs after `wait` seconds."""
+    return (
+        f"tool '{call.tool.name}' timed out after {round(wait * 1000)} ms waiting for an "
+        "earlier call that is still running after its own timeout"
+    )
 
 
 class Orphans:
