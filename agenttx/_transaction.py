@@ -68,11 +68,12 @@ class Transaction(Observed):
     `store`: where state lives (default: a private `MemoryStore`); share one store between
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
-    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized by a lock, so a transaction may be shared between threads; a call
-    made while another is running waits for it. Observers (`view`, `history`, `graph`, ...)
-    never wait for a tool or a compensation: they take a lock held only for bookkeeping.
-    Transactions compare by identity. `with Transaction(...) as tx:` commits when the block
-    ends normally and aborts (compensating) when it raises, then re-raises.
+    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized by a lock, so a
+    transaction may be shared between threads; a call made while another is running waits for
+    it. Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
+    they take a lock held only for bookkeeping. Transactions compare by identity. `with
+    Transaction(...) as tx:` commits when the block ends normally and aborts (compensating)
+    when it raises, then re-raises.
     """
 
     def __init__(

@@ -164,16 +164,24 @@ class SagaLedger:
         """The plan of `compensate`: each record's attempts in turn, then the report."""
         succeeded = 0
         failures: list[str] = []
+        unforgotten: Exception | None = None
         for index, record in enumerate(records):
             with self._interruptible(records, index):
                 error = yield from self._tries(record, partial(_start, record, compensations))
             if error is None:
                 succeeded += 1
-                if self.on_compensated is not None:
-                    self.on_compensated(record)
+                try:
+                    if self.on_compensated is not None:
+                        self.on_compensated(record)
+                except Exception as exc:  # noqa: BLE001  (raised once the others have run)
+                    unforgotten = unforgotten or exc
             else:
                 self._failed.append((record, error))
                 failures.append(f"{record.description}: {error}")
+        if unforgotten is not None:
+            # A store that cannot forget a compensated record cannot be trusted to go on; the
+            # record stays in it, so recovery runs the (idempotent) compensation once more.
+            raise unforgotten
         return CompensationReport(succeeded=succeeded, failures=tuple(failures))
 
     def _tries(self, record: UndoRecord, undo: Callable[[], object]) -> Work[str | None]:
