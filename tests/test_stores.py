@@ -746,8 +746,8 @@ class _RestoreForgetsTombstones(MemoryStore):
         tx = self._txs.get(tx_id)
         if tx is not None:
             tx.journal = [
-                (key, None if prior is not None and prior[1] is None else prior)
-                for key, prior in tx.journal
+                (key, None if prior is not None and prior[1] is None else prior, entry)
+                for key, prior, entry in tx.journal
             ]
         return super().restore(tx_id, step)
 

@@ -3,50 +3,19 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import (
-    InvalidArgument,
-    ReadConflict,
-    StorageError,
-    TransactionNotFound,
-    WriteConflict,
-)
+from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
+from ._overlay import Overlay
 from ._protocol import check_key, check_step, check_tx_id, check_value, snapshot_not_found
 
 if TYPE_CHECKING:
     from ._protocol import Store
 
 __all__ = ["MemoryStore"]
-
-#: An overlay entry: (base version, value), the value `None` for a tombstone. Entries are
-#: immutable, so the journal can hold the very tuple it will put back.
-_Entry: TypeAlias = tuple[int, "str | None"]
-#: A journal entry: (key, the key's prior overlay entry, or `None` if it had none).
-_Undo: TypeAlias = tuple[str, "_Entry | None"]
-
-
-@attrs.define(eq=False, repr=False)
-class _Tx:
-    """One open transaction's private state; only that transaction's calls touch it."""
-
-    overlay: dict[str, _Entry] = attrs.Factory(dict)
-    journal: list[_Undo] = attrs.Factory(list)
-    #: step -> journal length when the snapshot was taken. Kept in the order the snapshots were
-    #: taken (a retaken step moves to the end), so journal positions never decrease along it.
-    snapshots: dict[int, int] = attrs.Factory(lambda: {0: 0})
-    #: True while the steps in `snapshots` also increase along it, as they do when a transaction
-    #: snapshots each step before running it: then a restore drops a suffix, popped in O(dropped).
-    steps_in_order: bool = True
-    #: key -> the committed version the transaction first read it at; `None` under read
-    #: committed, which records no reads. Reads by steps later rewound stay recorded, and fix
-    #: the base of a later write of the key: conservative, never unsafe.
-    reads: dict[str, int] | None = None
-    #: Whether commit validates `reads` (serializable).
-    serializable: bool = False
 
 
 @attrs.define(eq=False, repr=False)
@@ -78,7 +47,7 @@ class MemoryStore:
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _committed: dict[str, tuple[int, str]] = attrs.field(init=False, factory=dict)
     _commit_version: int = attrs.field(init=False, default=0)
-    _txs: dict[str, _Tx] = attrs.field(init=False, factory=dict)
+    _txs: dict[str, Overlay] = attrs.field(init=False, factory=dict)
 
     def __repr__(self) -> str:
         with self._lock:
@@ -99,31 +68,14 @@ class MemoryStore:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
-            self._txs[tx_id] = _Tx(
-                reads=None if isolation == "read_committed" else {},
-                serializable=isolation == "serializable",
-            )
+            self._txs[tx_id] = Overlay.begun(isolation)
 
     def commit(self, tx_id: str) -> int:
         """Validate and publish the overlay atomically, first committer wins (`Store.commit`)."""
         with self._lock:
             tx = self._open(tx_id)
             committed = self._committed
-            conflicts = []
-            for key, (base, _) in tx.overlay.items():
-                current = committed.get(key)
-                if (0 if current is None else current[0]) != base:
-                    conflicts.append(key)
-            if conflicts:
-                raise WriteConflict(key=min(conflicts))
-            if tx.serializable and tx.reads:
-                stale = [
-                    key
-                    for key, read in tx.reads.items()
-                    if (0 if (current := committed.get(key)) is None else current[0]) != read
-                ]
-                if stale:
-                    raise ReadConflict(key=min(stale))
+            tx.validate(lambda key: 0 if (current := committed.get(key)) is None else current[0])
             version = self._commit_version + 1
             for key, (_, value) in tx.overlay.items():
                 if value is None:
@@ -155,8 +107,7 @@ class MemoryStore:
             if entry is not None:
                 return entry[1]
             current = self._committed.get(key)
-            if tx.reads is not None:
-                tx.reads.setdefault(key, 0 if current is None else current[0])
+            tx.read(key, 0 if current is None else current[0])
         return None if current is None else current[1]
 
     def put(self, tx_id: str, key: str, value: str) -> None:
@@ -173,17 +124,11 @@ class MemoryStore:
     def _write(self, tx_id: str, key: str, value: str | None) -> None:
         with self._lock:
             tx = self._open(tx_id)
-            prior = tx.overlay.get(key)
-            if prior is not None:
-                base = prior[0]
-            elif tx.reads is not None and key in tx.reads:
-                base = tx.reads[key]
-            else:
+            base = tx.base(key)
+            if base is None:
                 current = self._committed.get(key)
                 base = 0 if current is None else current[0]
-        # Journal first: if the overlay write never happened, reverting the entry is harmless.
-        tx.journal.append((key, prior))
-        tx.overlay[key] = (base, value)
+        tx.write(key, (base, value))
 
     def written_keys(self, tx_id: str) -> tuple[str, ...]:
         """The keys in the overlay, tombstones included, sorted."""
@@ -198,38 +143,17 @@ class MemoryStore:
         check_step(step)
         with self._lock:
             tx = self._open(tx_id)
-        snapshots = tx.snapshots
-        if tx.steps_in_order and snapshots and step < next(reversed(snapshots)):
-            tx.steps_in_order = False
-        snapshots.pop(step, None)  # a retaken snapshot moves to the end: see `_Tx.snapshots`
-        snapshots[step] = len(tx.journal)
+        tx.take_snapshot(step, len(tx.journal))
 
     def restore(self, tx_id: str, step: int) -> int:
         """Revert the mutations since snapshot `step`, newest first (`Store.restore`)."""
         check_step(step)
         with self._lock:
             tx = self._open(tx_id)
-        snapshots = tx.snapshots
-        position = snapshots.get(step)
+        position = tx.snapshots.get(step)
         if position is None:
             raise StorageError(snapshot_not_found(tx_id, step))
-        journal, overlay = tx.journal, tx.overlay
-        reverted = len(journal) - position
-        for _ in range(reverted):
-            key, prior = journal.pop()
-            if prior is None:
-                del overlay[key]
-            else:
-                overlay[key] = prior
-        # Drop the snapshots of later steps and those of reverted history. Positions never
-        # decrease along `snapshots`, so when steps do not either, those form a suffix.
-        if tx.steps_in_order:
-            while next(reversed(snapshots)) != step:
-                snapshots.popitem()
-        else:
-            tx.snapshots = {s: p for s, p in snapshots.items() if s <= step and p <= position}
-            tx.steps_in_order = list(tx.snapshots) == sorted(tx.snapshots)
-        return reverted
+        return tx.rewind(step, position)
 
     # ------------------------------------------------------------ committed state
 
@@ -249,7 +173,7 @@ class MemoryStore:
 
     # ------------------------------------------------------------ helpers
 
-    def _open(self, tx_id: str) -> _Tx:
+    def _open(self, tx_id: str) -> Overlay:
         """The open transaction `tx_id`; the caller holds the lock."""
         tx = self._txs.get(tx_id)
         if tx is None:

@@ -1,8 +1,9 @@
 """`SQLiteStore`: the `DurableStore` protocol in one SQLite file, shared by threads and processes.
 
 The store is three modules: this one, the store and its durable writes; `_sqlite_file`, the
-file's layout, migrations and connection; `_sqlite_mirror`, the in-process mirror of a
-transaction and the replay of its `log` that rebuilds it.
+file's layout, migrations and connection, and all the SQL text the store runs; `_sqlite_mirror`,
+the in-process mirror of a transaction (an `_overlay.Overlay`, as `MemoryStore` keeps, plus
+what the file has not received yet) and the replay of its `log` that rebuilds it.
 
 Why a log of events per transaction (`_sqlite_file` lists them): a durable point appends its
 events at the end of the transaction's key range, in one statement, so it dirties one B-tree
@@ -31,10 +32,8 @@ import attrs
 
 from .._errors import (
     InvalidArgument,
-    ReadConflict,
     StorageError,
     TransactionNotFound,
-    WriteConflict,
 )
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._protocol import (
@@ -49,15 +48,21 @@ from ._protocol import (
 )
 from ._sqlite_file import (
     DELETE_LOG_ROW,
+    DELETE_LOG_WRITES_FROM,
+    DELETE_UNDO,
     EFFECT,
     INSERT_LOG,
     INSERT_TX,
+    INSERT_UNDO,
+    INSERT_UNDO_FENCED,
     PROGRESS,
     RESTORE,
     SELECT_COMMITTED,
     SELECT_OWNER,
     STEP,
     UPDATE_OWNER,
+    UPDATE_RECORD,
+    UPDATE_RECORD_FENCED,
     WRITE,
     StoreFile,
     check_effects,
@@ -339,30 +344,11 @@ class SQLiteStore:
         with self._lock:
             tx = self._open(tx_id)
             overlay = tx.overlay
-            with self._file.writing(f"commit transaction `{tx_id}`") as cur:
+            with self._file.writing(f"commit transaction `{tx_id}`"):
                 self._fence(tx_id)
                 if not self._reads_current(tx):
                     self._validate(tx)
-                version = cur.execute("SELECT commit_version FROM meta").fetchall()[0][0] + 1
-                cur.execute("UPDATE meta SET commit_version = ?", (version,))
-                cur.executemany(
-                    "INSERT OR REPLACE INTO committed (key, version, value) VALUES (?, ?, ?)",
-                    [(k, version, v) for k, (_, v) in overlay.items() if v is not None],
-                )
-                cur.executemany(
-                    "DELETE FROM committed WHERE key = ?",
-                    [(k,) for k, (_, v) in overlay.items() if v is None],
-                )
-                if tx.effects:
-                    cur.executemany(
-                        "INSERT INTO outbox (tx_id, step_id, channel, payload, idempotency_key) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        [
-                            (tx_id, e.step_id, e.channel, e.payload, e.idempotency_key)
-                            for e in tx.effects
-                        ],
-                    )
-                self._delete_rows(tx_id, keep_record=False)
+                self._file.publish(tx_id, overlay, tx.effects)
             del self._txs[tx_id]
             self._commits += 1
         return len(overlay)
@@ -377,17 +363,9 @@ class SQLiteStore:
         """Inside the commit's write transaction: raise `WriteConflict` for the smallest key of
         the overlay committed since its base version, then `ReadConflict` likewise for the
         keys a serializable transaction read."""
-        overlay = tx.overlay
-        if overlay:
-            current = self._file.committed_versions(list(overlay))
-            conflicts = [k for k, (base, _) in overlay.items() if current.get(k, 0) != base]
-            if conflicts:
-                raise WriteConflict(key=min(conflicts))
-        if tx.serializable and tx.reads:
-            current = self._file.committed_versions(list(tx.reads))
-            stale = [k for k, read in tx.reads.items() if current.get(k, 0) != read]
-            if stale:
-                raise ReadConflict(key=min(stale))
+        keys = tx.checked_keys()
+        current = self._file.committed_versions(keys) if keys else {}
+        tx.validate(lambda key: current.get(key, 0))
 
     def discard(self, tx_id: str) -> None:
         """End the transaction and delete all its rows, whichever store holds it; a no-op if
@@ -415,7 +393,7 @@ class SQLiteStore:
                         self._fence(tx_id)
                     except TransactionNotFound:
                         return  # ended elsewhere: nothing to discard
-                self._delete_rows(tx_id, keep_record=keep_record)
+                self._file.delete_transaction(tx_id, keep_record=keep_record)
             self._txs.pop(tx_id, None)
 
     def is_open(self, tx_id: str) -> bool:
@@ -436,10 +414,8 @@ class SQLiteStore:
             if entry is not None:
                 return entry[1]
             row = self._first_read(tx, key)
-            reads = tx.reads
-            if reads is not None and key not in reads:
-                version = 0 if row is None else row[0]
-                reads[key] = version
+            version = 0 if row is None else row[0]
+            if tx.read(key, version):
                 tx.dirty_reads.append((key, version))
         return None if row is None else row[1]
 
@@ -459,16 +435,11 @@ class SQLiteStore:
             tx = self._txs.get(tx_id)
             if tx is None:
                 raise self._not_open(tx_id)
-            prior = tx.overlay.get(key)
-            if prior is not None:
-                entry = (prior[0], value)
-            elif tx.reads is not None and key in tx.reads:
-                entry = (tx.reads[key], value)
-            else:
+            base = tx.base(key)
+            if base is None:
                 row = self._first_read(tx, key)
-                entry = (0 if row is None else row[0], value)
-            tx.journal.append((key, prior, entry))
-            tx.overlay[key] = entry
+                base = 0 if row is None else row[0]
+            tx.write(key, (base, value))
 
     def written_keys(self, tx_id: str) -> tuple[str, ...]:
         """The keys in the overlay, tombstones included, sorted."""
@@ -512,10 +483,7 @@ class SQLiteStore:
             with self._file.writing(doing) as cur:
                 self._fence(tx_id)
                 if position < tx.flushed:
-                    cur.execute(
-                        "DELETE FROM log WHERE tx_id = ? AND seq >= ? AND kind = ?",
-                        (tx_id, tx.seq_at(position), WRITE),
-                    )
+                    cur.execute(DELETE_LOG_WRITES_FROM, (tx_id, tx.seq_at(position), WRITE))
                 cur.executemany(INSERT_LOG, rows)
             tx.persisted(len(rows), upto)
             if position < tx.flushed:
@@ -559,8 +527,8 @@ class SQLiteStore:
     def record_transaction(self, tx_id: str, record: str) -> None:
         """Replace the transaction's record (JSON text), durably, with the buffered writes."""
         check_value(record)
-        statement = ("UPDATE txs SET record = ? WHERE tx_id = ?", (record, tx_id))
-        fenced = (f"{statement[0]} AND owner = ?", (record, tx_id, self._owner))
+        statement = (UPDATE_RECORD, (record, tx_id))
+        fenced = (UPDATE_RECORD_FENCED, (record, tx_id, self._owner))
         self._durable_write(tx_id, "record transaction", statement, fenced=fenced)
 
     def record_step(
@@ -625,27 +593,16 @@ class SQLiteStore:
         """Store an undo record durably, with the buffered writes, replacing one in the same
         place `(step_id, seq)`."""
         undo = check_undo(undo)
-        statement = (
-            "INSERT OR REPLACE INTO undos (tx_id, step_id, seq, record) VALUES (?, ?, ?, ?)",
-            (tx_id, undo.step_id, undo.seq, undo.record),
-        )
-        fenced = (
-            (
-                "INSERT OR REPLACE INTO undos (tx_id, step_id, seq, record) SELECT ?, ?, ?, ? "
-                "WHERE EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
-            ),
-            (*statement[1], tx_id, self._owner),
-        )
+        values = (tx_id, undo.step_id, undo.seq, undo.record)
+        statement = (INSERT_UNDO, values)
+        fenced = (INSERT_UNDO_FENCED, (*values, tx_id, self._owner))
         self._durable_write(tx_id, "record an undo", statement, fenced=fenced)
 
     def forget_undo(self, tx_id: str, step_id: int, seq: int) -> None:
         """Delete an undo record, with the buffered writes; idempotent."""
         check_int(step_id, "step_id", MAX_STEP)
         check_int(seq, "seq", MAX_INT64)
-        statement = (
-            "DELETE FROM undos WHERE tx_id = ? AND step_id = ? AND seq = ?",
-            (tx_id, step_id, seq),
-        )
+        statement = (DELETE_UNDO, (tx_id, step_id, seq))
         self._durable_write(tx_id, "forget an undo", statement)
 
     def flush(self, tx_id: str) -> None:
@@ -845,7 +802,10 @@ class SQLiteStore:
     def mark_delivered(self, entry_id: int) -> None:
         """Mark an outbox entry delivered; idempotent. `InvalidArgument` if there is none."""
         check_int(entry_id, "entry_id", MAX_INT64, minimum=1)
-        self._update_outbox(entry_id, "UPDATE outbox SET delivered = 1 WHERE id = ?", ())
+        self._check_writable()
+        with self._lock:
+            self._check_not_closed()
+            self._file.mark_delivered(entry_id)
 
     def mark_failed(self, entry_id: int, error: str, not_before: float) -> None:
         """Count a failed delivery of an undelivered entry: keep `error`, hold it back until
@@ -858,18 +818,10 @@ class SQLiteStore:
             or not math.isfinite(not_before)
         ):
             raise InvalidArgument(f"not_before must be a finite number, got {not_before!r}")
-        self._update_outbox(
-            entry_id,
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?, not_before = ? "
-            "WHERE id = ? AND delivered = 0",
-            (error, float(not_before)),
-        )
-
-    def _update_outbox(self, entry_id: int, sql: str, values: tuple[object, ...]) -> None:
         self._check_writable()
         with self._lock:
             self._check_not_closed()
-            self._file.update_outbox(entry_id, sql, values)
+            self._file.mark_failed(entry_id, error, float(not_before))
 
     # ------------------------------------------------------------ helpers
 
@@ -932,15 +884,6 @@ class SQLiteStore:
             f"transaction `{tx_id}` was taken over by another store (owner {rows[0][0]}): "
             "this store no longer holds it"
         )
-
-    def _delete_rows(self, tx_id: str, *, keep_record: bool) -> None:
-        execute = self._cur.execute
-        execute("DELETE FROM log WHERE tx_id = ?", (tx_id,))
-        if keep_record:  # no store holds it any more: any recovery may claim it
-            execute(UPDATE_OWNER, (None, tx_id))
-        else:
-            execute("DELETE FROM undos WHERE tx_id = ?", (tx_id,))
-            execute("DELETE FROM txs WHERE tx_id = ?", (tx_id,))
 
 
 if TYPE_CHECKING:

@@ -22,9 +22,11 @@ the position of snapshot `step` when it is the only one taken since the last dur
 version; not under read committed). `_sqlite_mirror.replay` turns them back into a transaction.
 
 `StoreFile` is one open connection to such a file: it checks what the file is, migrates it (or,
-read-only, refuses any schema but this code's), runs the store's SQLite transactions, turning
-`sqlite3` errors into `StorageError`, and the queries that need no transaction's mirror. The
-checks at the end keep values the columns cannot hold out of the file.
+read-only, refuses any schema but this code's), checks before each write that the path still
+names that file, runs the store's SQLite transactions, turning `sqlite3` errors into
+`StorageError`, and the queries and writes that need no transaction's mirror. Every SQL text
+the store runs is here, as the constants below or in `StoreFile`'s methods. The checks at the
+end keep values the columns cannot hold out of the file.
 """
 
 from __future__ import annotations
@@ -46,9 +48,13 @@ if TYPE_CHECKING:
 __all__ = [
     "APPLICATION_ID",
     "DELETE_LOG_ROW",
+    "DELETE_LOG_WRITES_FROM",
+    "DELETE_UNDO",
     "EFFECT",
     "INSERT_LOG",
     "INSERT_TX",
+    "INSERT_UNDO",
+    "INSERT_UNDO_FENCED",
     "IN_CHUNK",
     "MIGRATIONS",
     "PROGRESS",
@@ -56,10 +62,15 @@ __all__ = [
     "RESTORE",
     "SCHEMA_VERSION",
     "SELECT_COMMITTED",
+    "SELECT_LOG",
     "SELECT_OWNER",
+    "SELECT_TX",
+    "SELECT_UNDOS",
     "SNAPSHOT",
     "STEP",
     "UPDATE_OWNER",
+    "UPDATE_RECORD",
+    "UPDATE_RECORD_FENCED",
     "WRITE",
     "StoreFile",
     "check_effects",
@@ -137,7 +148,8 @@ EFFECT: Final = 5
 PROGRESS: Final = 6
 READ: Final = 7
 
-# The statements the store runs most often (sqlite3 prepares each once per connection).
+# The statements the store runs (sqlite3 prepares each once per connection). A "fenced"
+# statement carries the owner check: it changes a row only if the store owns the transaction.
 INSERT_LOG: Final = (
     "INSERT INTO log (tx_id, seq, kind, step, num, name, body, extra) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -146,12 +158,50 @@ INSERT_TX: Final = "INSERT OR IGNORE INTO txs (tx_id, record, owner, isolation) 
 SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
 SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
 UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ?"
+UPDATE_RECORD: Final = "UPDATE txs SET record = ? WHERE tx_id = ?"
+UPDATE_RECORD_FENCED: Final = f"{UPDATE_RECORD} AND owner = ?"
+_OWNED: Final = "EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
+INSERT_UNDO: Final = (
+    "INSERT OR REPLACE INTO undos (tx_id, step_id, seq, record) VALUES (?, ?, ?, ?)"
+)
+INSERT_UNDO_FENCED: Final = (
+    f"INSERT OR REPLACE INTO undos (tx_id, step_id, seq, record) SELECT ?, ?, ?, ? WHERE {_OWNED}"
+)
+DELETE_UNDO: Final = "DELETE FROM undos WHERE tx_id = ? AND step_id = ? AND seq = ?"
 DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
+#: The `WRITE` events from a seq on (a restore reverts them), given tx_id, seq and WRITE.
+DELETE_LOG_WRITES_FROM: Final = "DELETE FROM log WHERE tx_id = ? AND seq >= ? AND kind = ?"
+SELECT_TX: Final = "SELECT record, owner, isolation FROM txs WHERE tx_id = ?"
+SELECT_LOG: Final = (
+    "SELECT seq, kind, step, num, name, body, extra FROM log WHERE tx_id = ? ORDER BY seq"
+)
+SELECT_UNDOS: Final = "SELECT step_id, seq, record FROM undos WHERE tx_id = ? ORDER BY step_id, seq"
 _SELECT_OUTBOX: Final = (
     "SELECT id, tx_id, step_id, channel, payload, idempotency_key, attempts, last_error, "
     "not_before FROM outbox WHERE delivered = 0"
 )
 _SELECT_PENDING: Final = f"{_SELECT_OUTBOX} ORDER BY id LIMIT ?"
+_SELECT_PENDING_OF: Final = f"{_SELECT_OUTBOX} AND tx_id = ? ORDER BY id LIMIT ?"
+_MARK_DELIVERED: Final = "UPDATE outbox SET delivered = 1 WHERE id = ?"
+_MARK_FAILED: Final = (
+    "UPDATE outbox SET attempts = attempts + 1, last_error = ?, not_before = ? "
+    "WHERE id = ? AND delivered = 0"
+)
+_SELECT_COMMIT_VERSION: Final = "SELECT commit_version FROM meta"
+_UPDATE_COMMIT_VERSION: Final = "UPDATE meta SET commit_version = ?"
+_UPSERT_COMMITTED: Final = "INSERT OR REPLACE INTO committed (key, version, value) VALUES (?, ?, ?)"
+_DELETE_COMMITTED: Final = "DELETE FROM committed WHERE key = ?"
+_INSERT_OUTBOX: Final = (
+    "INSERT INTO outbox (tx_id, step_id, channel, payload, idempotency_key) VALUES (?, ?, ?, ?, ?)"
+)
+_DELETE_LOG: Final = "DELETE FROM log WHERE tx_id = ?"
+_DELETE_UNDOS: Final = "DELETE FROM undos WHERE tx_id = ?"
+_DELETE_TX: Final = "DELETE FROM txs WHERE tx_id = ?"
+_SELECT_TX_IDS: Final = "SELECT tx_id FROM txs ORDER BY tx_id"
+_SELECT_COMMITTED_FROM: Final = (
+    "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?"
+)
+_SELECT_OUTBOX_ENTRY: Final = "SELECT 1 FROM outbox WHERE id = ?"
 #: SQLite's result code for a write to a database it opened read-only.
 _SQLITE_READONLY: Final = 8
 #: SQLite's result codes for a file that is not a database, or a damaged one (SQLITE_CORRUPT,
@@ -159,7 +209,6 @@ _SQLITE_READONLY: Final = 8
 _NOT_A_DATABASE: Final = frozenset({11, 26})
 #: A write that changes nothing; SQLite refuses it if it opened the file read-only.
 _PROBE_WRITE: Final = "UPDATE meta SET commit_version = commit_version WHERE 0"
-_SELECT_PENDING_OF: Final = f"{_SELECT_OUTBOX} AND tx_id = ? ORDER BY id LIMIT ?"
 
 
 @final
@@ -449,8 +498,7 @@ class StoreFile:
         bytes, that is, by code point), so one indexed range query finds them."""
         try:
             rows: list[tuple[str, int, str]] = self.cur.execute(
-                "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?",
-                (prefix, limit),
+                _SELECT_COMMITTED_FROM, (prefix, limit)
             ).fetchall()
         except sqlite3.Error as exc:
             raise self.failure("read the committed state", exc) from exc
@@ -475,8 +523,7 @@ class StoreFile:
             sql = self._multi_sql[key] = (  # placeholders only:
                 f"{insert}VALUES {values}"
                 if fence is None
-                else f"{insert}SELECT * FROM (VALUES {values}) "  # noqa: S608
-                "WHERE EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
+                else f"{insert}SELECT * FROM (VALUES {values}) WHERE {_OWNED}"  # noqa: S608
             )
         parameters = [value for row in rows for value in row]
         if fence is not None:
@@ -498,7 +545,7 @@ class StoreFile:
     def open_transactions(self) -> tuple[str, ...]:
         """The ids of every transaction with a row in the file, sorted."""
         try:
-            rows = self.cur.execute("SELECT tx_id FROM txs ORDER BY tx_id").fetchall()
+            rows = self.cur.execute(_SELECT_TX_IDS).fetchall()
         except sqlite3.Error as exc:
             raise self.failure("list the open transactions", exc) from exc
         return tuple(row[0] for row in rows)
@@ -538,13 +585,53 @@ class StoreFile:
             for row in rows
         )
 
+    def publish(
+        self, tx_id: str, writes: dict[str, tuple[int, str | None]], effects: list[EffectRow]
+    ) -> None:
+        """Inside a write transaction: commit the overlay `writes` (key -> (base, value), a
+        value `None` deleting the key) with the next commit number, move `effects` to the
+        outbox in order, and delete the transaction's rows. `sqlite3.Error` escapes."""
+        execute, executemany = self.cur.execute, self.cur.executemany
+        version = execute(_SELECT_COMMIT_VERSION).fetchall()[0][0] + 1
+        execute(_UPDATE_COMMIT_VERSION, (version,))
+        executemany(
+            _UPSERT_COMMITTED, [(k, version, v) for k, (_, v) in writes.items() if v is not None]
+        )
+        executemany(_DELETE_COMMITTED, [(k,) for k, (_, v) in writes.items() if v is None])
+        if effects:
+            executemany(
+                _INSERT_OUTBOX,
+                [(tx_id, e.step_id, e.channel, e.payload, e.idempotency_key) for e in effects],
+            )
+        self.delete_transaction(tx_id, keep_record=False)
+
+    def delete_transaction(self, tx_id: str, *, keep_record: bool) -> None:
+        """Inside a write transaction: delete the transaction's log; then, `keep_record`, set
+        its owner to NULL (no store holds it, any recovery may claim it), else delete its undo
+        records and its row too. `sqlite3.Error` escapes."""
+        execute = self.cur.execute
+        execute(_DELETE_LOG, (tx_id,))
+        if keep_record:
+            execute(UPDATE_OWNER, (None, tx_id))
+        else:
+            execute(_DELETE_UNDOS, (tx_id,))
+            execute(_DELETE_TX, (tx_id,))
+
+    def mark_delivered(self, entry_id: int) -> None:
+        """Mark outbox entry `entry_id` delivered (see `update_outbox`)."""
+        self.update_outbox(entry_id, _MARK_DELIVERED, ())
+
+    def mark_failed(self, entry_id: int, error: str, not_before: float) -> None:
+        """Count a failed delivery of an undelivered entry (see `update_outbox`)."""
+        self.update_outbox(entry_id, _MARK_FAILED, (error, not_before))
+
     def update_outbox(self, entry_id: int, sql: str, values: tuple[object, ...]) -> None:
         """Run `sql` with `(*values, entry_id)` in a write transaction; if it changes no row,
         `InvalidArgument` unless outbox entry `entry_id` exists."""
         with self.writing(f"update outbox entry {entry_id}") as cur:
             if (
                 cur.execute(sql, (*values, entry_id)).rowcount == 0
-                and not cur.execute("SELECT 1 FROM outbox WHERE id = ?", (entry_id,)).fetchall()
+                and not cur.execute(_SELECT_OUTBOX_ENTRY, (entry_id,)).fetchall()
             ):
                 raise InvalidArgument(f"there is no outbox entry {entry_id}")
 

@@ -1,7 +1,8 @@
 """The in-process mirror of a `SQLiteStore` transaction, and the replay that rebuilds it.
 
-Each transaction a `SQLiteStore` holds has a `TxMirror`: `MemoryStore`'s overlay, journal and
-snapshots, plus the bookkeeping of what the file has and has not received yet. The live calls
+Each transaction a `SQLiteStore` holds has a `TxMirror`: an `Overlay` (the overlay, journal,
+snapshots and read versions, the very class `MemoryStore` uses), plus the bookkeeping of what
+the file has and has not received yet. The live calls
 change it; `replay` rebuilds it from the transaction's `log` (the events are described in
 `_sqlite_file`), with the very code the live calls run, into the same overlay, journal and
 snapshots (the prior entry of a `WRITE` is the key's overlay entry before it, so the file need
@@ -20,19 +21,27 @@ import attrs
 from .._errors import StorageError, TransactionNotFound
 from .._limits import ISOLATION_LEVELS
 from ._durable import EffectRow, TxImage, UndoRow
+from ._overlay import Overlay
 from ._protocol import MAX_INT64
-from ._sqlite_file import EFFECT, PROGRESS, READ, RESTORE, SNAPSHOT, STEP, WRITE
+from ._sqlite_file import (
+    EFFECT,
+    PROGRESS,
+    READ,
+    RESTORE,
+    SELECT_LOG,
+    SELECT_TX,
+    SELECT_UNDOS,
+    SNAPSHOT,
+    STEP,
+    WRITE,
+)
 
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Sequence
 
-__all__ = ["Entry", "Row", "TxMirror", "read_transaction", "replay"]
+__all__ = ["Row", "TxMirror", "read_transaction", "replay"]
 
-#: An overlay entry: (base version, value), the value `None` for a tombstone.
-Entry: TypeAlias = tuple[int, "str | None"]
-#: A journal entry: (key, the key's prior overlay entry or `None`, the entry written).
-_Undo: TypeAlias = tuple[str, "Entry | None", Entry]
 #: A `log` row: tx_id, seq, kind, step, num, name, body, extra.
 Row: TypeAlias = tuple[
     str, int, int, "int | None", "int | None", "str | None", "str | None", "str | None"
@@ -40,22 +49,14 @@ Row: TypeAlias = tuple[
 
 
 @attrs.define(eq=False, repr=False)
-class TxMirror:
+class TxMirror(Overlay):
     """The in-process mirror of one transaction a store holds, and what it has not yet written.
 
-    The overlay, journal and snapshots are `MemoryStore`'s (`snapshots` keeps the order taken,
-    a retaken step moving to the end, so positions never decrease along it). Journal entries
+    The overlay, journal, snapshots and read versions are an `Overlay`, as `MemoryStore` keeps
+    them; a rewind also drops the staged effects of the steps rewound. Journal entries
     `[0, flushed)` are `WRITE` events in the file; `runs` maps journal positions to their `seq`s.
     """
 
-    overlay: dict[str, Entry] = attrs.Factory(dict)
-    journal: list[_Undo] = attrs.Factory(list)
-    snapshots: dict[int, int] = attrs.Factory(lambda: {0: 0})
-    steps_in_order: bool = True
-    #: key -> its read version (`MemoryStore`'s); `None` under read committed. `serializable`:
-    #: commit validates them.
-    reads: dict[str, int] | None = None
-    serializable: bool = False
     effects: list[EffectRow] = attrs.Factory(list)
     flushed: int = 0
     #: (journal position, seq) where each run of consecutive `WRITE` events begins. The file's
@@ -77,46 +78,9 @@ class TxMirror:
     first_read: int | None = None
     replayed: bool = False
 
-    @classmethod
-    def begun(cls, isolation: str, *, replayed: bool = False) -> TxMirror:
-        """The mirror of a transaction just begun with `isolation` (a checked level)."""
-        return cls(
-            reads=None if isolation == "read_committed" else {},
-            serializable=isolation == "serializable",
-            replayed=replayed,
-        )
-
-    def write(self, key: str, entry: Entry) -> None:
-        """Journal and apply one overlay write (used by the replay; `_write` inlines it)."""
-        prior = self.overlay.get(key)
-        self.journal.append((key, prior, entry))
-        self.overlay[key] = entry
-
-    def take_snapshot(self, step: int, position: int) -> None:
-        """Record snapshot `step` at journal `position`, moving a retaken step to the end."""
-        snapshots = self.snapshots
-        if self.steps_in_order and snapshots and step < next(reversed(snapshots)):
-            self.steps_in_order = False
-        snapshots.pop(step, None)
-        snapshots[step] = position
-
     def rewind(self, step: int, position: int) -> int:
-        """Revert the journal to `position` (snapshot `step`'s), newest first; drop the snapshots
-        of later steps and of reverted history. Returns the number of entries reverted."""
-        journal, overlay, snapshots = self.journal, self.overlay, self.snapshots
-        reverted = len(journal) - position
-        for _ in range(reverted):
-            key, prior, _entry = journal.pop()
-            if prior is None:
-                del overlay[key]
-            else:
-                overlay[key] = prior
-        if self.steps_in_order:
-            while next(reversed(snapshots)) != step:
-                snapshots.popitem()
-        else:
-            self.snapshots = {s: p for s, p in snapshots.items() if s <= step and p <= position}
-            self.steps_in_order = list(self.snapshots) == sorted(self.snapshots)
+        """`Overlay.rewind`, and drop the staged effects of steps >= `step`."""
+        reverted = super().rewind(step, position)
         if self.effects:
             self.effects = [effect for effect in self.effects if effect.step_id < step]
         return reverted
@@ -178,7 +142,8 @@ def replay(
             f"transaction `{tx_id}` in `{path}` has an unknown isolation level {isolation!r}: "
             "the file is corrupt, or written by a newer agenttx"
         )
-    tx = TxMirror.begun(isolation, replayed=True)
+    tx = TxMirror.begun(isolation)
+    tx.replayed = True
     steps: dict[int, str] = {}
     last_write = -2
     for seq, kind, step, num, name, body, extra in events:
@@ -205,7 +170,7 @@ def replay(
         elif kind == PROGRESS:
             tx.new_progress(body, seq)
         elif kind == READ and tx.reads is not None:
-            tx.reads.setdefault(name, num)
+            tx.read(name, num)
         else:
             raise StorageError(
                 f"the log of transaction `{tx_id}` in `{path}` is corrupt: "
@@ -220,19 +185,12 @@ def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxI
     """Transaction `tx_id` as the file holds it: its image (`owner` is the one in the file now)
     and a new mirror of it. Read-only; run it inside one SQLite transaction, so that the rows
     read agree. `TransactionNotFound` if the file has no row for it."""
-    rows = cur.execute(
-        "SELECT record, owner, isolation FROM txs WHERE tx_id = ?", (tx_id,)
-    ).fetchall()
+    rows = cur.execute(SELECT_TX, (tx_id,)).fetchall()
     if not rows:
         raise TransactionNotFound(tx_id=tx_id)
     record, owner, isolation = rows[0]
-    events = cur.execute(
-        "SELECT seq, kind, step, num, name, body, extra FROM log WHERE tx_id = ? ORDER BY seq",
-        (tx_id,),
-    ).fetchall()
-    undos = cur.execute(
-        "SELECT step_id, seq, record FROM undos WHERE tx_id = ? ORDER BY step_id, seq", (tx_id,)
-    ).fetchall()
+    events = cur.execute(SELECT_LOG, (tx_id,)).fetchall()
+    undos = cur.execute(SELECT_UNDOS, (tx_id,)).fetchall()
     tx, steps, progress = replay(tx_id, events, isolation=isolation, path=path)
     image = TxImage(
         tx_id=tx_id,
