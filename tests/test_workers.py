@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import signal
+import subprocess
+import sys
 import threading
+import time
+from typing import TYPE_CHECKING
 
 import pytest
 
 from agenttx._tools import _workers
 from agenttx._tools._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 COLOUR: contextvars.ContextVar[str] = contextvars.ContextVar("colour", default="none")
 
@@ -131,3 +139,134 @@ def test_a_worker_outliving_its_loop_does_not_fail():
     asyncio.run(main())  # the loop is closed when main returns
     release.set()
     assert finished.wait(5.0)
+
+
+def test_the_caller_puts_the_worker_back_before_returning(monkeypatch):
+    """When the call returns, its worker is already idle in the pool, ready for the next."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    worker = call_with_deadline(threading.current_thread, 5.0)
+    assert len(_workers._idle) == 1
+    assert call_with_deadline(threading.current_thread, 5.0) is worker
+
+
+def test_a_worker_walked_away_from_is_reused_only_once_it_returns(monkeypatch):
+    """A worker still in a call its caller left is not in the pool; it rejoins when done."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    release = threading.Event()
+    hung: list[threading.Thread] = []
+
+    def hang() -> None:
+        hung.append(threading.current_thread())
+        release.wait(5.0)
+
+    with pytest.raises(DeadlineExceeded):
+        call_with_deadline(hang, 0.02)
+    assert _workers._idle == []
+    assert call_with_deadline(threading.current_thread, 5.0) is not hung[0]
+    assert len(_workers._idle) == 1
+    release.set()
+    assert _wait_for(lambda: len(_workers._idle) == 2)
+    assert call_with_deadline(lambda: "fresh", 5.0) == "fresh"  # no stale outcome left behind
+
+
+def test_outcomes_never_cross_calls_when_calls_end_at_their_deadline():
+    """Calls that return right at their deadline yield their own result or DeadlineExceeded."""
+    results = []
+    for i in range(300):
+        try:
+            results.append(call_with_deadline(lambda i=i: i, 1e-6 * (i % 30)))
+        except DeadlineExceeded:
+            results.append(None)
+    assert all(result in {i, None} for i, result in enumerate(results))
+    assert [call_with_deadline(lambda i=i: i, 5.0) for i in range(50)] == list(range(50))
+    assert _wait_for(lambda: len(set(map(id, _workers._idle))) == len(_workers._idle))
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread()
+    or not hasattr(signal, "pthread_kill"),
+    reason="needs the main thread and pthread_kill",
+)
+def test_a_keyboard_interrupt_while_waiting_propagates(monkeypatch):
+    """Ctrl-C during the wait reaches the caller at once; the busy worker is not reused."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    main, release = threading.main_thread().ident, threading.Event()
+    assert main is not None
+
+    def interrupt() -> None:
+        signal.pthread_kill(main, signal.SIGINT)
+        release.wait(5.0)
+
+    with pytest.raises(KeyboardInterrupt):
+        call_with_deadline(interrupt, 5.0)
+    assert not release.is_set()
+    assert _workers._idle == []
+    release.set()
+    assert _wait_for(lambda: len(_workers._idle) == 1)
+
+
+def test_a_forked_child_starts_with_an_empty_pool():
+    """After fork the child has none of its parent's workers, and calls still work there."""
+    code = (
+        "import os, sys\n"
+        "from agenttx._tools import _workers\n"
+        "_workers.call_with_deadline(lambda: None, 5.0)\n"
+        "assert len(_workers._idle) == 1\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = _workers._idle == [] and _workers.call_with_deadline(lambda: 7, 5.0) == 7\n"
+        "    os._exit(0 if ok else 1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_async_cancellation_walks_away_and_the_worker_rejoins_later(monkeypatch):
+    """Cancelling the awaiting task propagates; the worker rejoins the pool when fn returns."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    release, started = threading.Event(), threading.Event()
+
+    def hang() -> str:
+        started.set()
+        release.wait(5.0)
+        return "late"
+
+    async def main() -> None:
+        task = asyncio.ensure_future(acall_with_deadline(hang, 5.0))
+        await asyncio.to_thread(started.wait, 5.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await acall_with_deadline(lambda: "next", 5.0) == "next"
+
+    asyncio.run(main())
+    assert len(_workers._idle) == 1
+    release.set()
+    assert _wait_for(lambda: len(_workers._idle) == 2)
+
+
+def test_async_results_come_back_on_the_same_pool(monkeypatch):
+    """The async variant returns its worker to the pool, where sync calls reuse it."""
+    monkeypatch.setattr(_workers, "_idle", [])
+
+    async def main() -> threading.Thread:
+        return await acall_with_deadline(threading.current_thread, 5.0)
+
+    worker = asyncio.run(main())
+    assert _workers._idle != []
+    assert call_with_deadline(threading.current_thread, 5.0) is worker
+
+
+def _wait_for(condition: Callable[[], bool]) -> bool:
+    """Poll `condition` for up to 5 s (for a worker finishing on its own thread)."""
+    for _ in range(5000):
+        if condition():
+            return True
+        time.sleep(0.001)
+    return condition()
