@@ -108,7 +108,8 @@ def main() -> int:
     parser.add_argument("--variant", choices=VARIANTS, help="measure one variant, print JSON")
     args = parser.parse_args()
     if args.variant is not None:
-        print(json.dumps({"variant": args.variant, "us": run_variant(args.variant, quick=args.quick)}))
+        figure = run_variant(args.variant, quick=args.quick)
+        print(json.dumps({"variant": args.variant, "us": figure}))
         return 0
     rounds = args.rounds or (2 if args.quick else 7)
     figures: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
