@@ -11,7 +11,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, final
 
 from .._tools import StagedEffect, resolve_awaitable
@@ -72,6 +71,8 @@ class OutboxDispatcher:
             sort_keys=True,
             ensure_ascii=False,
         )
+        from pathlib import Path  # noqa: PLC0415  (not loaded by `import agenttx`)
+
         with self._lock:
             path = Path(self.path)
             try:

@@ -8,7 +8,6 @@ it can be retried and is still visible after a commit.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Final, final
@@ -141,6 +140,8 @@ class SagaLedger:
                     if error is None:
                         break
                     if attempt + 1 < self.attempts:
+                        import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
                         await asyncio.sleep(self.backoff * (1 << min(attempt, 8)))
             if error is None:
                 succeeded += 1

@@ -7,10 +7,8 @@ is closed before its outcome is read, so nothing it registers afterwards can lan
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
-import traceback
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -127,6 +125,8 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
     cancellation and goes on delays the step until it returns, but nothing it registers or
     writes after the deadline lands, and the step fails as timed out all the same.
     """
+    import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
     loop = asyncio.get_running_loop()
     fence = loop.call_later(call.timeout, closed, call.context)
     try:
@@ -161,6 +161,8 @@ def _failed(call: Call, exc: Exception) -> Outcome:
     if isinstance(exc, ToolError):
         message = exc.message
     else:
+        import traceback  # noqa: PLC0415  (a failure's path: not at `import agenttx`)
+
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return Outcome(error=message, undos=undos, effects=effects)
 
