@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import signal
 import subprocess
 import sys
 import threading
@@ -182,31 +181,6 @@ def test_outcomes_never_cross_calls_when_calls_end_at_their_deadline():
     assert _wait_for(lambda: len(set(map(id, _workers._idle))) == len(_workers._idle))
 
 
-@pytest.mark.skipif(
-    threading.current_thread() is not threading.main_thread()
-    or not hasattr(signal, "pthread_kill"),
-    reason="needs the main thread and pthread_kill",
-)
-def test_a_keyboard_interrupt_while_waiting_propagates(monkeypatch):
-    """Ctrl-C during the wait reaches the caller at once; the busy worker is not reused."""
-    monkeypatch.setattr(_workers, "_idle", [])
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signals reach the main thread only")
-    main, release = threading.main_thread().ident, threading.Event()
-    assert main is not None
-
-    def interrupt() -> None:
-        signal.pthread_kill(main, signal.SIGINT)
-        release.wait(5.0)
-
-    with pytest.raises(KeyboardInterrupt):
-        call_with_deadline(interrupt, 5.0)
-    assert not release.is_set()
-    assert _workers._idle == []
-    release.set()
-    assert _wait_for(lambda: len(_workers._idle) == 1)
-
-
 def test_a_forked_child_starts_with_an_empty_pool():
     """After fork the child has none of its parent's workers, and calls still work there."""
     code = (
@@ -270,3 +244,112 @@ def _wait_for(condition: Callable[[], bool]) -> bool:
             return True
         time.sleep(0.001)
     return condition()
+
+
+class _LateClaim:
+    """The caller's side of a worker's claim lock, made to lose the race it settles.
+
+    It lets the worker take the claim first (the call has returned) before trying it itself:
+    the moment a caller gives up on a call that returns just then.
+    """
+
+    def __init__(self, claim: threading.Lock) -> None:
+        self.claim = claim
+
+    def acquire(self, blocking: bool = True) -> bool:
+        assert _wait_for(self.claim.locked)
+        return self.claim.acquire(blocking=False)
+
+    def release(self) -> None:
+        self.claim.release()
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    """The only idle worker, its loop started: a test may swap the caller's side of its locks."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    call_with_deadline(lambda: None, 5.0)
+    [worker] = _workers._idle
+    done, claim = worker._done, worker._claim
+    yield worker
+    worker._done, worker._claim = done, claim
+
+
+@pytest.fixture
+def late_worker(worker):
+    """The only idle worker, whose caller always loses the race to its call's return."""
+    worker._claim = _LateClaim(worker._claim)
+    return worker
+
+
+class _InterruptedWait:
+    """The caller's side of a worker's `done` lock, whose timed wait raises KeyboardInterrupt.
+
+    As a Ctrl-C does: either while the call runs (once it has started), or, for a signal that
+    arrived just before the wait blocked, only after the wait has taken the lock.
+    """
+
+    def __init__(self, done: threading.Lock, started: threading.Event | None) -> None:
+        self.done, self.started, self.held = done, started, False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if timeout == -1:  # an untimed wait: for a call known to have returned
+            assert not self.held, "waiting for a lock this thread holds: a deadlock"
+            return self.done.acquire(blocking)
+        if self.started is None:
+            self.held = self.done.acquire()
+        else:
+            assert self.started.wait(5.0)
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self.done.release()
+
+
+def test_a_keyboard_interrupt_while_waiting_propagates(worker):
+    """Ctrl-C during the wait reaches the caller; the busy worker rejoins only once it returns."""
+    started, release = threading.Event(), threading.Event()
+    worker._done = _InterruptedWait(worker._done, started)
+
+    def hang() -> None:
+        started.set()
+        release.wait(5.0)
+
+    with pytest.raises(KeyboardInterrupt):
+        call_with_deadline(hang, 5.0)
+    assert _workers._idle == []
+    release.set()
+    assert _wait_for(lambda: _workers._idle == [worker])
+
+
+def test_a_keyboard_interrupt_raised_after_the_wait_ends_the_worker(worker):
+    """A Ctrl-C raised once the call has returned propagates; the worker ends, nothing hangs."""
+    worker._done = _InterruptedWait(worker._done, None)
+    ran: list[threading.Thread] = []
+    with pytest.raises(KeyboardInterrupt):
+        call_with_deadline(lambda: ran.append(threading.current_thread()), 5.0)
+    ran[0].join(5.0)
+    assert not ran[0].is_alive()
+    assert _workers._idle == []
+    assert call_with_deadline(lambda: "fresh", 5.0) == "fresh"
+
+
+def test_a_call_returning_as_its_deadline_passes_gives_its_result(late_worker):
+    """If the call returns while its caller gives up, the caller takes the result after all."""
+    assert call_with_deadline(lambda: time.sleep(0.05) or "made it", 0.001) == "made it"
+    assert _workers._idle == [late_worker]
+
+
+def test_async_races_with_the_call_returning(late_worker):
+    """Async: a deadline or a cancellation as the call returns ends with the worker freed."""
+
+    async def main() -> None:
+        assert await acall_with_deadline(lambda: time.sleep(0.05) or "made it", 0.001) == "made it"
+        task = asyncio.ensure_future(acall_with_deadline(lambda: time.sleep(0.05), 5.0))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert _workers._idle == [late_worker]

@@ -85,8 +85,11 @@ class _Worker:
         try:
             returned = self._done.acquire(True, timeout)  # positional: parsed faster
         except BaseException:  # interrupted: walk away, leaving fn running
-            if not self.abandon():
-                self.discard()
+            if not self._claim.acquire(blocking=False):
+                # The call has returned. A signal that arrived just before the wait blocked is
+                # raised only after it, so `done` may be ours already or not: neither waiting
+                # for it nor reusing the worker is safe. The worker ends instead.
+                self._retire()
             raise
         if not returned and self.abandon():
             raise DeadlineExceeded
@@ -123,7 +126,7 @@ class _Worker:
         if len(_idle) < MAX_IDLE_WORKERS:
             _idle.append(self)
         else:
-            self._go.release()  # with no call set: the worker ends
+            self._retire()
         if error is not None:
             raise error
         return result
@@ -132,6 +135,11 @@ class _Worker:
         """Drop the call's outcome; the worker goes back to the pool."""
         self._result = self._error = None
         self.collect()
+
+    def _retire(self) -> None:
+        """Send the worker away once its call has returned: its thread ends, unused."""
+        self._fn = self._context = self._notify = self._result = self._error = None
+        self._go.release()  # taken by the worker for the call: no call set, so it ends
 
     def _loop(self) -> None:
         go, done, claim = self._go, self._done, self._claim

@@ -54,16 +54,19 @@ for _name in __all__:
 del _name, _obj
 
 
-def __getattr__(name: str) -> object:
-    """Load `SQLiteStore` (and sqlite3) when it is first asked for, not at `import agenttx`."""
-    if name == "SQLiteStore":
-        from ._sqlite import SQLiteStore  # noqa: PLC0415
+if not TYPE_CHECKING:  # type checkers see the import at the top (this would hide typos)
 
-        SQLiteStore.__module__ = __name__
-        globals()[name] = SQLiteStore  # later lookups find it without this function
-        return SQLiteStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> object:
+        """Load `SQLiteStore` (and sqlite3) when first asked for, not at `import agenttx`."""
+        if name == "SQLiteStore":
+            from ._sqlite import SQLiteStore  # noqa: PLC0415
+
+            SQLiteStore.__module__ = __name__
+            globals()[name] = SQLiteStore  # later lookups find it without this function
+            return SQLiteStore
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
+    """The module's names, `SQLiteStore` included before it is loaded."""
     return sorted({*globals(), *__all__})
