@@ -9,11 +9,13 @@ Workers are daemon threads kept in a small idle pool and reused. A handoff is on
 trip between two threads: the caller releases the worker's `go` lock and waits on its `done`
 lock; the worker runs the call, releases `done` and at once waits on `go` again. Everything
 else (taking the worker from the pool, putting it back, dropping the result) is done by the
-caller while the worker is not running, so the two threads never compete for the interpreter
-lock in the middle of the handoff.
+caller, so that once the worker wakes its caller it holds the interpreter lock for only a few
+more instructions, and the woken caller seldom has to wait for it.
 A worker is put back in the pool only by the caller that collected its result, or by the
 worker itself when it finishes a call its caller walked away from: a worker stuck in a tool
-that never returns is never reused; the pool creates another when it needs one.
+that never returns is never reused; the pool creates another when it needs one. A caller
+interrupted (Ctrl-C) just as its call returns ends the worker instead, for it cannot tell
+whether its wait took the `done` lock.
 """
 
 from __future__ import annotations
