@@ -44,8 +44,8 @@ def test_quick_run(script: Path) -> None:
 
 
 def test_import_agenttx_leaves_the_heavy_modules_to_the_paths_that_use_them():
-    """A fresh `import agenttx` loads none of asyncio, sqlite3, socket, typing_extensions."""
-    heavy = ("asyncio", "sqlite3", "concurrent.futures", "typing_extensions", "socket")
+    """A fresh `import agenttx` loads none of asyncio, sqlite3, socket, rustworkx and the like."""
+    heavy = ("asyncio", "sqlite3", "concurrent.futures", "typing_extensions", "socket", "rustworkx")
     code = f"import sys, agenttx; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     result = _python(code)
     assert result.returncode == 0, result.stderr
