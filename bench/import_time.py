@@ -12,6 +12,10 @@ installed package: the runs write and read it under a temporary `PYTHONPYCACHEPR
 nothing is written into the checkout, whatever `PYTHONDONTWRITEBYTECODE` says), after one
 untimed run that fills it. Then a few runs under `python -X importtime` give each module's
 cumulative import time (its own and its imports'); the table shows the top 10 by median.
+For information, as many runs again with `PYTHONDONTWRITEBYTECODE=1` and no cache prefix: the
+standard library's bytecode is read from the installation, but agenttx is compiled from source
+at every import unless the checkout already holds its `__pycache__` (this is what a plain
+`python -c "import agenttx"` measures in an environment that sets that variable).
 
 Target (issue 11): at most 75 ms. Correctness check, also in `--quick`: `import agenttx`
 loads none of asyncio, sqlite3, concurrent.futures and rustworkx (each path loads what it
@@ -45,11 +49,15 @@ TIMED = (
 )
 
 
-def environment(cache: str) -> dict[str, str]:
-    """This checkout importable, bytecode cached under `cache`."""
+def environment(cache: str | None) -> dict[str, str]:
+    """This checkout importable, bytecode cached under `cache` (or never written if None)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = cache
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if cache is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env["PYTHONPYCACHEPREFIX"] = cache
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 
@@ -100,6 +108,7 @@ def main() -> int:
         time_import(env)  # fills the bytecode cache
         timed = [time_import(env) for _ in range(runs)]
         profiled = [module_times(env) for _ in range(profiles)]
+    uncached = [time_import(environment(None))[0] for _ in range(runs)]
     figures = [elapsed for elapsed, _ in timed]
     loaded = {module for _, modules in timed for module in modules.split(",") if module}
     median = statistics.median(figures)
@@ -111,6 +120,13 @@ def main() -> int:
     for name, micros in sorted(cumulative.items(), key=lambda item: -item[1])[:10]:
         print(f"  {micros / 1000:7.1f} ms  {name}")
     print()
+    compiled = (ROOT / "agenttx" / "__pycache__").exists()
+    print(
+        f"without writing bytecode: median {statistics.median(uncached):.1f} ms"
+        f" (min {min(uncached):.1f}, max {max(uncached):.1f} ms) over {runs} fresh processes"
+        + (" (the checkout holds agenttx/__pycache__)" if compiled else "")
+        + "\n"
+    )
     rows = [
         Row(
             name="import agenttx",
