@@ -39,7 +39,7 @@ from ._validators import (
     positive_int,
     positive_number,
 )
-from .stores import MemoryStore, SQLiteStore, Store
+from .stores import MemoryStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
@@ -204,12 +204,10 @@ class Engine:
 
     def __repr__(self) -> str:
         # No lock: a repr must not block (or deadlock in a debugger); the counts are a glimpse.
-        store = self._store
-        where = (
-            f"SQLiteStore({store.path!r})"
-            if isinstance(store, SQLiteStore)
-            else type(store).__name__  # a third-party store's own repr might show credentials
-        )
+        kind = type(self._store)
+        where = kind.__name__  # not a third-party store's own repr: it might show credentials
+        if where == "SQLiteStore" and kind.__module__ == "agenttx.stores":
+            where = f"SQLiteStore({getattr(self._store, 'path', '?')!r})"
         return f"<Engine store={where} live={len(self._live)} ended={len(self._ended)}>"
 
     # ------------------------------------------------------------------ the transactions held

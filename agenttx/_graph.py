@@ -30,7 +30,6 @@ import json
 from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias, final
 
 import attrs
-import rustworkx as rx
 
 from ._errors import InvalidArgument
 from ._json import JSONScalar, JSONValue, ValueTag, check_json, scalar_leaves, value_tag
@@ -39,6 +38,8 @@ from ._render import DrawnEdge, DrawnNode, render_graph
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    import rustworkx as rx
 
 __all__ = [
     "DependencyGraph",
@@ -161,6 +162,13 @@ class _Link(NamedTuple):
     target_key: str
 
 
+def _new_digraph() -> rx.PyDiGraph[int, _Link]:
+    """An empty graph; rustworkx loads with the first one, not at `import agenttx`."""
+    import rustworkx  # noqa: PLC0415
+
+    return rustworkx.PyDiGraph(multigraph=True)
+
+
 @attrs.define(eq=False, repr=False)
 class DependencyGraph:
     """The step dependency graph of one transaction.
@@ -171,9 +179,7 @@ class DependencyGraph:
     `repr` shows only the counts, never the inputs or outputs (they may hold secrets).
     """
 
-    _graph: rx.PyDiGraph[int, _Link] = attrs.field(
-        init=False, factory=lambda: rx.PyDiGraph(multigraph=True)
-    )
+    _graph: rx.PyDiGraph[int, _Link] = attrs.field(init=False, factory=_new_digraph)
     # Ascending step order is an invariant (see the module docstring), so the last entry is
     # always the highest step and truncation pops from the end.
     _nodes: dict[int, _Node] = attrs.field(init=False, factory=dict)
@@ -388,7 +394,7 @@ class DependencyGraph:
 
     def clear(self) -> None:
         """Remove every step."""
-        self._graph = rx.PyDiGraph(multigraph=True)
+        self._graph = _new_digraph()
         self._nodes.clear()
         self._index.clear()
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -175,6 +174,8 @@ def owner_alive(owner: str | None) -> bool:
         pid, host = record["pid"], record["hostname"]
     except (ValueError, KeyError, TypeError):
         return False
+    import socket  # noqa: PLC0415  (recovery alone needs it: not loaded by `import agenttx`)
+
     if host != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
         return False
     try:

@@ -34,7 +34,6 @@ algorithm.
 from __future__ import annotations
 
 import enum
-import fractions
 import math
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
@@ -156,6 +155,8 @@ class RollbackPolicy:
         if n < _EXACT_FLOAT_INT:
             raw = math.ceil(self.replay_budget_factor * n * log_term)
         else:
+            import fractions  # noqa: PLC0415  (rarely needed: not at `import agenttx`)
+
             raw = math.ceil(fractions.Fraction(self.replay_budget_factor) * n * log_term)
         return max(1, raw)
 

@@ -10,7 +10,6 @@ back as a `StepResult`; only misuse raises.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
@@ -247,7 +246,7 @@ class Transaction(Observed):
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
-                await asyncio.to_thread(self._orphans.wait, timeout)
+                await self._orphans.await_wait(timeout)
                 with self._call():
                     prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, str):

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import subprocess
+import sys
 import threading
+import time
+from typing import TYPE_CHECKING
 
 import pytest
 
 from agenttx._tools import _workers
 from agenttx._tools._workers import DeadlineExceeded, acall_with_deadline, call_with_deadline
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 COLOUR: contextvars.ContextVar[str] = contextvars.ContextVar("colour", default="none")
 
@@ -131,3 +138,218 @@ def test_a_worker_outliving_its_loop_does_not_fail():
     asyncio.run(main())  # the loop is closed when main returns
     release.set()
     assert finished.wait(5.0)
+
+
+def test_the_caller_puts_the_worker_back_before_returning(monkeypatch):
+    """When the call returns, its worker is already idle in the pool, ready for the next."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    worker = call_with_deadline(threading.current_thread, 5.0)
+    assert len(_workers._idle) == 1
+    assert call_with_deadline(threading.current_thread, 5.0) is worker
+
+
+def test_a_worker_walked_away_from_is_reused_only_once_it_returns(monkeypatch):
+    """A worker still in a call its caller left is not in the pool; it rejoins when done."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    release = threading.Event()
+    hung: list[threading.Thread] = []
+
+    def hang() -> None:
+        hung.append(threading.current_thread())
+        release.wait(5.0)
+
+    with pytest.raises(DeadlineExceeded):
+        call_with_deadline(hang, 0.02)
+    assert _workers._idle == []
+    assert call_with_deadline(threading.current_thread, 5.0) is not hung[0]
+    assert len(_workers._idle) == 1
+    release.set()
+    assert _wait_for(lambda: len(_workers._idle) == 2)
+    assert call_with_deadline(lambda: "fresh", 5.0) == "fresh"  # no stale outcome left behind
+
+
+def test_outcomes_never_cross_calls_when_calls_end_at_their_deadline():
+    """Calls that return right at their deadline yield their own result or DeadlineExceeded."""
+    results = []
+    for i in range(300):
+        try:
+            results.append(call_with_deadline(lambda i=i: i, 1e-6 * (i % 30)))
+        except DeadlineExceeded:
+            results.append(None)
+    assert all(result in {i, None} for i, result in enumerate(results))
+    assert [call_with_deadline(lambda i=i: i, 5.0) for i in range(50)] == list(range(50))
+    assert _wait_for(lambda: len(set(map(id, _workers._idle))) == len(_workers._idle))
+
+
+def test_a_forked_child_starts_with_an_empty_pool():
+    """After fork the child has none of its parent's workers, and calls still work there."""
+    code = (
+        "import os, sys\n"
+        "from agenttx._tools import _workers\n"
+        "_workers.call_with_deadline(lambda: None, 5.0)\n"
+        "assert len(_workers._idle) == 1\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = _workers._idle == [] and _workers.call_with_deadline(lambda: 7, 5.0) == 7\n"
+        "    os._exit(0 if ok else 1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_async_cancellation_walks_away_and_the_worker_rejoins_later(monkeypatch):
+    """Cancelling the awaiting task propagates; the worker rejoins the pool when fn returns."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    release, started = threading.Event(), threading.Event()
+
+    def hang() -> str:
+        started.set()
+        release.wait(5.0)
+        return "late"
+
+    async def main() -> None:
+        task = asyncio.ensure_future(acall_with_deadline(hang, 5.0))
+        await asyncio.to_thread(started.wait, 5.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await acall_with_deadline(lambda: "next", 5.0) == "next"
+
+    asyncio.run(main())
+    assert len(_workers._idle) == 1
+    release.set()
+    assert _wait_for(lambda: len(_workers._idle) == 2)
+
+
+def test_async_results_come_back_on_the_same_pool(monkeypatch):
+    """The async variant returns its worker to the pool, where sync calls reuse it."""
+    monkeypatch.setattr(_workers, "_idle", [])
+
+    async def main() -> threading.Thread:
+        return await acall_with_deadline(threading.current_thread, 5.0)
+
+    worker = asyncio.run(main())
+    assert _workers._idle != []
+    assert call_with_deadline(threading.current_thread, 5.0) is worker
+
+
+def _wait_for(condition: Callable[[], bool]) -> bool:
+    """Poll `condition` for up to 5 s (for a worker finishing on its own thread)."""
+    for _ in range(5000):
+        if condition():
+            return True
+        time.sleep(0.001)
+    return condition()
+
+
+class _LateClaim:
+    """The caller's side of a worker's claim lock, made to lose the race it settles.
+
+    It lets the worker take the claim first (the call has returned) before trying it itself:
+    the moment a caller gives up on a call that returns just then.
+    """
+
+    def __init__(self, claim: threading.Lock) -> None:
+        self.claim = claim
+
+    def acquire(self, blocking: bool = True) -> bool:
+        assert _wait_for(self.claim.locked)
+        return self.claim.acquire(blocking=False)
+
+    def release(self) -> None:
+        self.claim.release()
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    """The only idle worker, its loop started: a test may swap the caller's side of its locks."""
+    monkeypatch.setattr(_workers, "_idle", [])
+    call_with_deadline(lambda: None, 5.0)
+    [worker] = _workers._idle
+    done, claim = worker._done, worker._claim
+    yield worker
+    worker._done, worker._claim = done, claim
+
+
+@pytest.fixture
+def late_worker(worker):
+    """The only idle worker, whose caller always loses the race to its call's return."""
+    worker._claim = _LateClaim(worker._claim)
+    return worker
+
+
+class _InterruptedWait:
+    """The caller's side of a worker's `done` lock, whose timed wait raises KeyboardInterrupt.
+
+    As a Ctrl-C does: either while the call runs (once it has started), or, for a signal that
+    arrived just before the wait blocked, only after the wait has taken the lock.
+    """
+
+    def __init__(self, done: threading.Lock, started: threading.Event | None) -> None:
+        self.done, self.started, self.held = done, started, False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if timeout == -1:  # an untimed wait: for a call known to have returned
+            assert not self.held, "waiting for a lock this thread holds: a deadlock"
+            return self.done.acquire(blocking)
+        if self.started is None:
+            self.held = self.done.acquire()
+        else:
+            assert self.started.wait(5.0)
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self.done.release()
+
+
+def test_a_keyboard_interrupt_while_waiting_propagates(worker):
+    """Ctrl-C during the wait reaches the caller; the busy worker rejoins only once it returns."""
+    started, release = threading.Event(), threading.Event()
+    worker._done = _InterruptedWait(worker._done, started)
+
+    def hang() -> None:
+        started.set()
+        release.wait(5.0)
+
+    with pytest.raises(KeyboardInterrupt):
+        call_with_deadline(hang, 5.0)
+    assert _workers._idle == []
+    release.set()
+    assert _wait_for(lambda: _workers._idle == [worker])
+
+
+def test_a_keyboard_interrupt_raised_after_the_wait_ends_the_worker(worker):
+    """A Ctrl-C raised once the call has returned propagates; the worker ends, nothing hangs."""
+    worker._done = _InterruptedWait(worker._done, None)
+    ran: list[threading.Thread] = []
+    with pytest.raises(KeyboardInterrupt):
+        call_with_deadline(lambda: ran.append(threading.current_thread()), 5.0)
+    ran[0].join(5.0)
+    assert not ran[0].is_alive()
+    assert _workers._idle == []
+    assert call_with_deadline(lambda: "fresh", 5.0) == "fresh"
+
+
+def test_a_call_returning_as_its_deadline_passes_gives_its_result(late_worker):
+    """If the call returns while its caller gives up, the caller takes the result after all."""
+    assert call_with_deadline(lambda: time.sleep(0.05) or "made it", 0.001) == "made it"
+    assert _workers._idle == [late_worker]
+
+
+def test_async_races_with_the_call_returning(late_worker):
+    """Async: a deadline or a cancellation as the call returns ends with the worker freed."""
+
+    async def main() -> None:
+        assert await acall_with_deadline(lambda: time.sleep(0.05) or "made it", 0.001) == "made it"
+        task = asyncio.ensure_future(acall_with_deadline(lambda: time.sleep(0.05), 5.0))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert _workers._idle == [late_worker]

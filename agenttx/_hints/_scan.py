@@ -10,6 +10,7 @@ whole design; `_rules.py` holds the rules built from these parts.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Final, TypeAlias, final
 
@@ -152,7 +153,7 @@ class _Pattern:
     rule shows to be linear.
     """
 
-    regex: re.Pattern[str]
+    source: str  # the regular expression, compiled when first needed (`regex`)
     needles: tuple[tuple[str, ...], ...]
     chars: int
     either: tuple[int, ...]
@@ -177,6 +178,16 @@ class _Pattern:
         """Whether the gate characters allow a match in a text with this signature."""
         return self.chars & signature == self.chars and all(m & signature for m in self.either)
 
+    @property
+    def regex(self) -> re.Pattern[str]:
+        """The compiled pattern (compiling them all at import would slow `import agenttx`)."""
+        return _compiled(self.source)
+
+
+@functools.cache
+def _compiled(source: str) -> re.Pattern[str]:
+    return re.compile(source)
+
 
 def _alt(
     pattern: str,
@@ -188,7 +199,7 @@ def _alt(
     """A `_Pattern`; each needle is a literal, or a tuple of literals one of which must occur."""
     groups = tuple((n,) if isinstance(n, str) else n for n in needles)
     chars, either = _gates("".join(g[0] for g in groups if len(g) == 1), folded=folded)
-    return _Pattern(re.compile(pattern), groups, chars, either, folded, locate, gate)
+    return _Pattern(pattern, groups, chars, either, folded, locate, gate)
 
 
 def _gates(literals: str, *, folded: bool) -> tuple[int, tuple[int, ...]]:

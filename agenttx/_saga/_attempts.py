@@ -16,7 +16,6 @@ own `with`/`finally` blocks see it, and then propagates.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from functools import partial
@@ -33,6 +32,7 @@ from .._tools import (
 from .._validators import is_positive_number
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable, Generator
 
 __all__ = [
@@ -115,6 +115,8 @@ class Attempt:
 
     async def arun(self) -> str | None:
         """Make the call from async code; see the class docstring."""
+        import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
         self._started = True
         started = time.monotonic()
         try:
@@ -195,6 +197,8 @@ def drive(work: Work[T], sleep: Callable[[float], object] = time.sleep) -> T:
 
 async def adrive(work: Work[T]) -> T:
     """Run `work` from async code: attempts by `Attempt.arun`, pauses by `asyncio.sleep`."""
+    import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
     step = _advance(work, None)
     while not isinstance(step, _Done):
         reply: str | BaseException | None = None

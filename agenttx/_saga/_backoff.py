@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 from typing import TYPE_CHECKING, Final, TypeGuard, final
 
 import attrs
@@ -57,6 +56,13 @@ def _check_rng(_: object, __: object, value: Callable[[], float]) -> None:
         raise InvalidArgument(f"rng must be a callable returning a float in [0, 1], got {value!r}")
 
 
+def _system_random() -> Callable[[], float]:
+    """`random.random`, loaded when a jittered backoff is made, not at `import agenttx`."""
+    import random  # noqa: PLC0415
+
+    return random.random
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Backoff:
@@ -77,7 +83,7 @@ class Backoff:
     max_wait: float = attrs.field(validator=_check_max_wait)
     jitter: bool = attrs.field(default=False, validator=_check_jitter)
     rng: Callable[[], float] = attrs.field(
-        default=random.random, validator=_check_rng, eq=False, repr=False
+        factory=_system_random, validator=_check_rng, eq=False, repr=False
     )
 
     def __attrs_post_init__(self) -> None:

@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, final
 
 from .._tools import StagedEffect
@@ -88,6 +87,8 @@ class JsonlDispatcher:
             ensure_ascii=False,
         )
         with self._lock:
+            from pathlib import Path  # noqa: PLC0415  (not loaded by `import agenttx`)
+
             path = Path(self.path)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

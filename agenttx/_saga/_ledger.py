@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from .._errors import InvalidArgument
-from ._attempts import DEFAULT_TIMEOUT, Attempt, Work, adrive, check_timeout, drive
+from ._attempts import DEFAULT_TIMEOUT, Attempt, Work, adrive, check_timeout, describe, drive
 from ._backoff import Backoff
 
 if TYPE_CHECKING:
@@ -164,7 +164,6 @@ class SagaLedger:
         """The plan of `compensate`: each record's attempts in turn, then the report."""
         succeeded = 0
         failures: list[str] = []
-        unforgotten: Exception | None = None
         for index, record in enumerate(records):
             with self._interruptible(records, index):
                 error = yield from self._tries(record, partial(_start, record, compensations))
@@ -173,15 +172,15 @@ class SagaLedger:
                 try:
                     if self.on_compensated is not None:
                         self.on_compensated(record)
-                except Exception as exc:  # noqa: BLE001  (raised once the others have run)
-                    unforgotten = unforgotten or exc
+                except Exception as exc:
+                    # The store failed (or another process took the transaction over): the
+                    # compensated record stays in it, and the others are kept, not run, so that
+                    # the next recovery (or the new owner) runs each of them.
+                    self.keep_failed(records[index + 1 :], f"not run: {describe(exc)}")
+                    raise
             else:
                 self._failed.append((record, error))
                 failures.append(f"{record.description}: {error}")
-        if unforgotten is not None:
-            # A store that cannot forget a compensated record cannot be trusted to go on; the
-            # record stays in it, so recovery runs the (idempotent) compensation once more.
-            raise unforgotten
         return CompensationReport(succeeded=succeeded, failures=tuple(failures))
 
     def _tries(self, record: UndoRecord, undo: Callable[[], object]) -> Work[str | None]:

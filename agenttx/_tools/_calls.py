@@ -10,11 +10,9 @@ registers afterwards can land.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
 import time
-import traceback
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -165,6 +163,8 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
     lands. A tool that swallows the cancellation, or blocks, delays the step until it returns,
     and the step fails as timed out all the same.
     """
+    import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
     fence = threading.Timer(call.timeout, closed, (call.context,))
     fence.daemon = True
     if call.context is not None:
@@ -198,6 +198,8 @@ def _failed(call: Call, exc: Exception, *, running: Running | None = None) -> Ou
     if isinstance(exc, ToolError):
         message = exc.message
     else:
+        import traceback  # noqa: PLC0415  (a failure's path: not at `import agenttx`)
+
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return Outcome(error=message, undos=undos, effects=effects, running=running)
 
@@ -319,6 +321,12 @@ class Orphans:
         deadline = time.monotonic() + timeout
         for orphan in list(self._orphans):
             orphan.running.wait(deadline - time.monotonic())
+
+    async def await_wait(self, timeout: float) -> None:
+        """`wait` for async code: the event loop keeps running meanwhile."""
+        import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
+        await asyncio.to_thread(self.wait, timeout)
 
     def settle(self, wait: float) -> tuple[list[UndoRecord], bool]:
         """After waiting up to `wait` seconds: the undos of the finished calls, newest first,

@@ -8,15 +8,13 @@ for type checkers; the decorated object stays callable as the plain function.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar, final, overload
 
 import attrs
-from typing_extensions import ParamSpec
 
 from .._errors import InvalidArgument
 from .._json import JSONValue, canonical_dumps, check_json
@@ -303,6 +301,8 @@ class StagedEffect:
 
 def derive_key(*parts: JSONValue) -> str:
     """A deterministic idempotency key: 32 hex digits of a hash of the parts' canonical JSON."""
+    import hashlib  # noqa: PLC0415  (loads OpenSSL: not at `import agenttx`)
+
     return hashlib.blake2b(canonical_dumps(list(parts)).encode(), digest_size=16).hexdigest()
 
 

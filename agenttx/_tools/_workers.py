@@ -5,24 +5,32 @@ caller past its step timeout runs on a worker thread while the caller waits with
 If the deadline passes, the caller returns and the worker is left to finish on its own; the
 transaction fences the tool's context first, so whatever the tool does afterwards is refused.
 
-Workers are daemon threads kept in a small idle pool and reused: a handoff costs tens of
-microseconds (two thread switches), creating a thread costs more. A worker stuck in a tool that
-never returns is simply never reused; the pool creates another when it needs one.
+Workers are daemon threads kept in a small idle pool and reused. A handoff is one lock round
+trip between two threads: the caller releases the worker's `go` lock and waits on its `done`
+lock; the worker runs the call, releases `done` and at once waits on `go` again. Everything
+else (taking the worker from the pool, putting it back, dropping the result) is done by the
+caller, so that once the worker wakes its caller it holds the interpreter lock for only a few
+more instructions, and the woken caller seldom has to wait for it.
+A worker is put back in the pool only by the caller that collected its result, or by the
+worker itself when it finishes a call its caller walked away from: a worker stuck in a tool
+that never returns is never reused; the pool creates another when it needs one. A caller
+interrupted (Ctrl-C) just as its call returns ends the worker instead, for it cannot tell
+whether its wait took the `done` lock.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
-import contextvars
 import inspect
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeGuard, TypeVar, cast
+from contextvars import copy_context
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, TypeVar, cast
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Awaitable, Callable
+    from contextvars import Context
 
 __all__ = [
     "DeadlineExceeded",
@@ -42,7 +50,7 @@ MAX_IDLE_WORKERS: Final = 32
 class DeadlineExceeded(Exception):
     """The function was still running at its deadline; it goes on, on its worker.
 
-    `running` is its call, to wait for it or read its outcome once it has finished.
+    `running` is the call, to wait for it and read its outcome once it has finished.
     """
 
     def __init__(self, running: Running) -> None:
@@ -62,75 +70,172 @@ class Running(Protocol):
         ...
 
 
-class _Job(Generic[T]):
-    """One call: the function, its context variables, and its result or exception."""
+class _Late:
+    """The outcome of a call its caller walked away from, handed over when it finishes.
 
-    __slots__ = ("context", "done", "error", "fn", "notify", "result")
+    Made only when a caller walks away at a deadline, so the fast path never pays for it.
+    """
 
-    def __init__(self, fn: Callable[[], T]) -> None:
-        self.fn = fn
-        self.context = contextvars.copy_context()  # the tool sees the caller's context vars
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
         self.done = threading.Lock()
         self.done.acquire()
-        self.result: T | None = None
+        self.result: Any = None
         self.error: BaseException | None = None
-        self.notify: Callable[[], None] | None = None
-
-    def run(self) -> None:
-        try:
-            self.result = self.context.run(self.fn)
-        except BaseException as exc:  # noqa: BLE001  (handed to the caller, who re-raises it)
-            self.error = exc
-        self.done.release()
-        if self.notify is not None:
-            self.notify()
 
     def wait(self, timeout: float) -> bool:
-        if not self.done.acquire(timeout=max(timeout, 0.0)):
+        if not self.done.acquire(True, max(timeout, 0.0)):
             return False
         self.done.release()
         return True
 
-    def outcome(self) -> T:
+    def outcome(self) -> object:
         if self.error is not None:
             raise self.error
-        return cast("T", self.result)  # run set it, since there was no error
+        return self.result
 
 
 class _Worker:
-    __slots__ = ("_go", "_job")
+    """A daemon thread that runs one call at a time for whichever caller took it from the pool.
+
+    Three locks. `go` is released by the caller when a call is ready (or the worker must end);
+    `done` is released by the worker when the call has returned; `claim` is a test-and-set that
+    settles the one race, a call returning as its caller walks away: the worker takes it before
+    releasing `done`, a caller walking away takes it instead, and whichever fails to take it
+    knows the other got there first.
+    """
+
+    __slots__ = (
+        "_claim",
+        "_context",
+        "_done",
+        "_error",
+        "_fn",
+        "_go",
+        "_late",
+        "_notify",
+        "_result",
+    )
 
     def __init__(self) -> None:
         self._go = threading.Lock()
         self._go.acquire()
-        self._job: _Job[Any] | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._claim = threading.Lock()
+        self._fn: Callable[[], Any] | None = None
+        self._context: Context | None = None
+        self._notify: Callable[[], None] | None = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._late: _Late | None = None
         threading.Thread(target=self._loop, name="agenttx-tool", daemon=True).start()
 
-    def start(self, job: _Job[Any]) -> None:
-        self._job = job
+    def call(self, fn: Callable[[], Any], timeout: float) -> Any:
+        """`call_with_deadline` on this worker (`start`, `finished` and `collect` in one frame).
+
+        Written out rather than calling the other methods: each method call costs a visible
+        share of a handoff.
+        """
+        self._fn = fn
+        self._context = copy_context()  # the tool sees the caller's context vars
+        self._go.release()
+        try:
+            returned = self._done.acquire(True, timeout)  # positional: parsed faster
+        except BaseException:  # interrupted: walk away, leaving fn running
+            if not self._claim.acquire(blocking=False):
+                # The call has returned. A signal that arrived just before the wait blocked is
+                # raised only after it, so `done` may be ours already or not: neither waiting
+                # for it nor reusing the worker is safe. The worker ends instead.
+                self._retire()
+            raise
+        if not returned and (late := self.abandon()) is not None:
+            raise DeadlineExceeded(late)
+        return self.collect()
+
+    def start(self, fn: Callable[[], Any], notify: Callable[[], None]) -> None:
+        """Hand the worker a call; it calls `notify` once `done` is released."""
+        self._fn = fn
+        self._context = copy_context()
+        self._notify = notify
         self._go.release()
 
-    def _loop(self) -> None:
-        while True:
-            self._go.acquire()
-            job, self._job = self._job, None
-            assert job is not None
-            job.run()
-            del job  # drop the result before waiting for the next job
-            if len(_idle) >= MAX_IDLE_WORKERS:
-                return
+    def finished(self) -> None:
+        """Wait for `done`, which the worker released before calling `notify`: no wait."""
+        self._done.acquire()
+
+    def abandon(self) -> _Late | None:
+        """Walk away from the call; None if it returned meanwhile (then collect or discard).
+
+        Otherwise the caller must not touch the worker again: when the call returns, the worker
+        finds the claim taken, hands the outcome to the returned `_Late` and goes back to the
+        pool. The `_Late` is set before the claim is tried, so the worker always finds it.
+        """
+        late = self._late = _Late()
+        if self._claim.acquire(blocking=False):
+            return late
+        self._late = None
+        # The worker took the claim first: it is about to release `done`, with no code between.
+        self._done.acquire()
+        return None
+
+    def collect(self) -> Any:
+        """The call's result, or raise its exception; the worker goes back to the pool."""
+        result, error = self._result, self._error
+        self._fn = self._context = self._notify = self._result = self._error = self._late = None
+        self._claim.release()
+        if len(_idle) < MAX_IDLE_WORKERS:
             _idle.append(self)
+        else:
+            self._retire()
+        if error is not None:
+            raise error
+        return result
+
+    def discard(self) -> None:
+        """Drop the call's outcome; the worker goes back to the pool."""
+        self._result = self._error = None
+        self.collect()
+
+    def _retire(self) -> None:
+        """Send the worker away once its call has returned: its thread ends, unused."""
+        self._fn = self._context = self._notify = self._result = self._error = None
+        self._go.release()  # taken by the worker for the call: no call set, so it ends
+
+    def _loop(self) -> None:
+        go, done, claim = self._go, self._done, self._claim
+        while True:
+            go.acquire()
+            fn, context, notify = self._fn, self._context, self._notify
+            if fn is None or context is None:
+                return  # sent away by a full pool
+            try:
+                self._result = context.run(fn)
+            except BaseException as exc:  # noqa: BLE001  (handed to the caller, who re-raises it)
+                self._error = exc
+            del fn, context  # hold nothing of the call while idle
+            if claim.acquire(blocking=False):
+                done.release()  # from here the caller runs; this thread only waits for `go`
+                if notify is not None:
+                    notify()
+            else:  # the caller walked away: hand it the outcome, then drop it here
+                late = self._late
+                if late is not None:
+                    late.result, late.error = self._result, self._error
+                    late.done.release()
+                self.discard()
+            del notify
 
 
 _idle: list[_Worker] = []  # list.append and list.pop are atomic: no lock needed
 
 
-def _start(job: _Job[Any]) -> None:
+def _take() -> _Worker:
     try:
-        worker = _idle.pop()
+        return _idle.pop()
     except IndexError:
-        worker = _Worker()
-    worker.start(job)
+        return _Worker()
 
 
 def call_with_deadline(fn: Callable[[], T], timeout: float) -> T:
@@ -140,11 +245,7 @@ def call_with_deadline(fn: Callable[[], T], timeout: float) -> T:
     interrupted (a `KeyboardInterrupt` in the main thread), that propagates at once; in both
     cases `fn` keeps running on its worker.
     """
-    job: _Job[T] = _Job(fn)
-    _start(job)
-    if not job.done.acquire(timeout=timeout):
-        raise DeadlineExceeded(job)
-    return job.outcome()
+    return cast("T", _take().call(fn, timeout))
 
 
 async def acall_with_deadline(fn: Callable[[], T], timeout: float) -> T:
@@ -152,20 +253,28 @@ async def acall_with_deadline(fn: Callable[[], T], timeout: float) -> T:
 
     A cancellation of the awaiting task propagates at once, leaving `fn` running.
     """
+    import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
+
     loop = asyncio.get_running_loop()
-    finished = loop.create_future()
+    settled = loop.create_future()
 
     def notify() -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-            loop.call_soon_threadsafe(_settle, finished)
+            loop.call_soon_threadsafe(_settle, settled)
 
-    job: _Job[T] = _Job(fn)
-    job.notify = notify
-    _start(job)
-    done, _ = await asyncio.wait((finished,), timeout=timeout)
-    if not done:
-        raise DeadlineExceeded(job)
-    return job.outcome()
+    worker = _take()
+    worker.start(fn, notify)
+    try:
+        done, _ = await asyncio.wait((settled,), timeout=timeout)
+    except BaseException:  # cancelled: walk away, leaving fn running
+        if worker.abandon() is None:
+            worker.discard()
+        raise
+    if done:
+        worker.finished()
+    elif (late := worker.abandon()) is not None:
+        raise DeadlineExceeded(late)
+    return cast("T", worker.collect())
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -194,6 +303,9 @@ def resolve_awaitable(value: object) -> object:
     """
     if not is_awaitable(value):
         return value
+    import asyncio  # noqa: PLC0415  (loaded by the first awaitable, not by `import agenttx`)
+    import concurrent.futures  # noqa: PLC0415
+
     awaitable: Awaitable[object] = value
 
     async def wait() -> object:

@@ -23,6 +23,8 @@ contract.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._durable import DurableStore as DurableStore
 from ._durable import EffectRow as EffectRow
 from ._durable import OutboxEntry as OutboxEntry
@@ -30,7 +32,9 @@ from ._durable import TxImage as TxImage
 from ._durable import UndoRow as UndoRow
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import Store as Store
-from ._sqlite import SQLiteStore as SQLiteStore
+
+if TYPE_CHECKING:
+    from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = [
     "DurableStore",
@@ -44,7 +48,25 @@ __all__ = [
 ]
 
 for _name in __all__:
-    _obj = globals()[_name]
+    _obj = globals().get(_name)  # SQLiteStore is not loaded yet
     if isinstance(_obj, type):
         _obj.__module__ = __name__
 del _name, _obj
+
+
+if not TYPE_CHECKING:  # type checkers see the import at the top (this would hide typos)
+
+    def __getattr__(name: str) -> object:
+        """Load `SQLiteStore` (and sqlite3) when first asked for, not at `import agenttx`."""
+        if name == "SQLiteStore":
+            from ._sqlite import SQLiteStore  # noqa: PLC0415
+
+            SQLiteStore.__module__ = __name__
+            globals()[name] = SQLiteStore  # later lookups find it without this function
+            return SQLiteStore
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, `SQLiteStore` included before it is loaded."""
+    return sorted({*globals(), *__all__})
