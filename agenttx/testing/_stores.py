@@ -120,7 +120,7 @@ _WORK = st.lists(
         _ENDS,
     ),
     min_size=1,
-    max_size=6,
+    max_size=8,
 )
 
 
