@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from ._errors import InvalidArgument, StepOutOfOrder
 from ._json import (
     MAX_INT_DIGITS,
     JSONValue,
     canonical_dumps,
-    check_json,
     check_json_sized,
     checked_size_bound,
 )
@@ -34,7 +33,14 @@ if TYPE_CHECKING:
     from ._tools import Outcome, ToolRegistry, UndoRecord
     from .stores import Store
 
-__all__ = ["UNDO_SEQ_BITS", "check_agent_id", "check_call", "output_error", "prepare_call"]
+__all__ = [
+    "UNDO_SEQ_BITS",
+    "Arguments",
+    "check_agent_id",
+    "check_call",
+    "output_error",
+    "prepare_call",
+]
 
 #: An attempt's undo records are numbered from `rewinds << UNDO_SEQ_BITS`: a step runs again only
 #: after a rewind, so no two attempts of a step share a number (a step registers far fewer than
@@ -42,9 +48,14 @@ __all__ = ["UNDO_SEQ_BITS", "check_agent_id", "check_call", "output_error", "pre
 UNDO_SEQ_BITS: Final = 20
 
 
+#: A call's arguments as `check_call` passes them on: a checked dict with its size bound
+#: (`checked_size_bound`), or JSON text still to parse (bound 0).
+Arguments: TypeAlias = "tuple[JSONValue | str, int]"
+
+
 def check_call(
     step_id: object, next_step: int, tool_name: object, arguments: object, raw_context: object
-) -> JSONValue | str:
+) -> Arguments:
     """Raise for protocol misuse; return the arguments to parse (a dict, or JSON text)."""
     if isinstance(step_id, bool) or not isinstance(step_id, int):
         raise InvalidArgument(f"step_id must be an integer, got {type(step_id).__name__}")
@@ -59,12 +70,12 @@ def check_call(
     if isinstance(arguments, str):
         if over_limit(arguments):
             raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
-        return arguments
+        return arguments, 0
     if type(arguments) is dict or isinstance(arguments, Mapping):
         parsed, bound = check_json_sized(dict(arguments), what="arguments")
         if _too_big(parsed, bound):
             raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
-        return parsed
+        return parsed, bound
     raise InvalidArgument(
         f"arguments must be a mapping or JSON text, got {type(arguments).__name__}"
     )
@@ -73,11 +84,12 @@ def check_call(
 def prepare_call(
     step_id: int,
     tool_name: str,
-    parsed: JSONValue | str,
+    arguments: Arguments,
     raw_context: str,
     *,
     registry: ToolRegistry,
     outputs: Mapping[int, JSONValue],
+    sizes: Mapping[int, int],
     generation: int,
     tx_id: str,
     store: Store,
@@ -87,12 +99,16 @@ def prepare_call(
     """The call ready to run (or why the agent's call fails), and the step as far as it got.
 
     `generation` (the transaction's rewind count) goes into the idempotency key, so a step sent
-    again after a rewind gets a key of its own.
+    again after a rewind gets a key of its own. `sizes` are the size bounds of the live steps'
+    outputs: what a reference inserts is part of one, so resolved arguments are walked again
+    for their size only when those bounds cannot show they are within the limit.
     """
+    parsed, bound = arguments
     if isinstance(parsed, str):
         text = parsed
         try:
-            parsed = check_json(json.loads(text) if text.strip() else {}, what="arguments")
+            loaded = json.loads(text) if text.strip() else {}
+            parsed, bound = check_json_sized(loaded, what="arguments")
         except (ValueError, RecursionError) as exc:
             problem = str(exc)
             if "integer string conversion" in problem:  # not the interpreter's advice
@@ -110,8 +126,13 @@ def prepare_call(
     pending = Pending(step_id, tool_name, resolved, dependencies)
     if error is not None:
         return error, pending
-    if dependencies and _too_big(resolved, checked_size_bound(resolved, what="arguments")):
-        return f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes", pending
+    if dependencies:
+        unknown = 10 * MAX_PAYLOAD_BYTES + 1  # an output read back from the log: walk
+        bound += sum(sizes.get(dependency.from_step, unknown) for dependency in dependencies)
+        if bound > MAX_PAYLOAD_BYTES:
+            bound = checked_size_bound(resolved, what="arguments")
+            if _too_big(resolved, bound):
+                return f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes", pending
     seq_base = generation << UNDO_SEQ_BITS
     context = None
     if tool.wants_context:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from ._json import JSONValue
     from ._refs import Dependency
-    from ._tools import StagedEffect
+    from ._tools import Outcome, StagedEffect
     from ._txlog import Restored
 
 __all__ = ["Pending", "Timeline"]
@@ -53,12 +53,14 @@ class Timeline:
         "outputs",
         "pending",
         "rewinds",
+        "sizes",
         "steps",
     )
 
     def __init__(self) -> None:
         self.steps: dict[int, LiveStep] = {}
         self.outputs: dict[int, JSONValue] = {}
+        self.sizes: dict[int, int] = {}  # a size bound of each output, when known
         self.effects: list[StagedEffect] = []  # staged by live steps (and the one running)
         self.history = StepHistory()
         self.pending: Pending | None = None
@@ -83,11 +85,12 @@ class Timeline:
         """Keep effects staged by the running step (a rewind of it drops them)."""
         self.effects.extend(effects)
 
-    def append(self, step_id: int, step: LiveStep, *, had_undos: bool) -> None:
+    def append(self, step_id: int, step: LiveStep, outcome: Outcome) -> None:
         """Step `step_id` succeeded: it is live, and the next step follows it."""
         self.steps[step_id] = step
         self.outputs[step_id] = step.output
-        self.history.succeeded(step_id, step.tool_name, had_undos=had_undos)
+        self.sizes[step_id] = outcome.size
+        self.history.succeeded(step_id, step.tool_name, had_undos=bool(outcome.undos))
         self.pending = None
         self.next_step = step_id + 1
 
@@ -107,6 +110,7 @@ class Timeline:
         for step in [s for s in self.steps if s >= first]:
             del self.steps[step]
             del self.outputs[step]
+            self.sizes.pop(step, None)
         self.history.undo_from(first)
         self._graph.truncate_from(first)
         self._graph_upto = min(self._graph_upto, first - 1)

@@ -21,7 +21,7 @@ from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
 from ._hints import CleanHint, add_constraint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
-from ._prepare import check_agent_id, check_call, output_error, prepare_call
+from ._prepare import Arguments, check_agent_id, check_call, output_error, prepare_call
 from ._results import (
     CommitResult,
     RollbackResult,
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
-
-    from ._json import JSONValue
 
 
 __all__ = ["Transaction"]
@@ -269,7 +267,7 @@ class Transaction(Observed):
         self._controller.observe_step(step_id)
 
     def _prepare(
-        self, step_id: int, tool_name: str, parsed: JSONValue | str, raw_context: str
+        self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str
     ) -> Call | str:
         """The call ready to run, or the message of an agent-caused failure; never raises
         for agent input (an unexpected error becomes the failure's message)."""
@@ -283,6 +281,7 @@ class Transaction(Observed):
                 raw_context,
                 registry=self._registry,
                 outputs=timeline.outputs,
+                sizes=timeline.sizes,
                 generation=timeline.rewinds,
                 tx_id=self._id,
                 store=self._store,
@@ -320,7 +319,7 @@ class Transaction(Observed):
                 self._rewind(step_id)
                 raise
         with self._state_lock:
-            self._timeline.append(step_id, step, had_undos=bool(outcome.undos))
+            self._timeline.append(step_id, step, outcome)
         self._transition(TxStatus.ACTIVE)
         return StepResult(
             status=StepStatus.SUCCESS,
