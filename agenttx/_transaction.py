@@ -445,10 +445,8 @@ class Transaction(Observed):
     def _ending_if_interrupted(self) -> Iterator[None]:
         """Around a rewind: if it cannot finish, end the transaction FAILED, then re-raise.
 
-        A store that fails to restore, or a compensation interrupted by a KeyboardInterrupt or a
-        cancellation, leaves a state that cannot be trusted: after an ordinary exception the
-        remaining undo records still run; after an interrupt they are kept as failed, not run,
-        and reported by `view()`.
+        After an ordinary exception (a failing store) the remaining undo records run, once the
+        log records the abort; after an interrupt, or if it cannot, they are kept as failed.
         """
         try:
             yield
@@ -459,11 +457,17 @@ class Transaction(Observed):
     def _fail_hard(self, *, run_compensations: bool) -> None:
         if self._status in (TxStatus.FAILED, TxStatus.ROLLED_BACK, TxStatus.COMMITTED):
             return
-        remaining = self._ledger.take_from(0)
+        remaining, reason = self._ledger.take_from(0), "not run: the transaction was interrupted"
         if run_compensations:
-            self._ledger.compensate(remaining, self._registry.compensations)
-        else:
-            self._ledger.keep_failed(remaining, "not run: the transaction was interrupted")
+            try:  # only once the log says so: else recovery could revive compensated steps
+                self._log_progress(rewinding=(0, TxStatus.FAILED.value))
+            except Exception as exc:  # noqa: BLE001  (the original error is the one to report)
+                reason = f"not run: the store could not record the abort: {exc}"
+            else:
+                with contextlib.suppress(Exception):  # a failing store: the ledger keeps the rest
+                    self._ledger.compensate(remaining, self._registry.compensations)
+                remaining = []
+        self._ledger.keep_failed(remaining, reason)
         self._ledger.keep_failed(self._orphans.give_up(), _STILL_RUNNING)
         with contextlib.suppress(Exception):  # the original error is the one to report
             self._discard(TxStatus.FAILED)
@@ -475,15 +479,9 @@ class Transaction(Observed):
 
     def _log_progress(self, rewinding: tuple[int, str | None] | None = None) -> None:
         if self._log is not None:
-            self._log.progress(
-                Progress(
-                    next_step=self._timeline.next_step,
-                    controller=self._controller.state(),
-                    constraints=tuple(self._constraints),
-                    rewinds=self._timeline.rewinds,
-                    rewinding=rewinding,
-                )
-            )
+            timeline, state = self._timeline, self._controller.state()
+            progress = (timeline.next_step, state, tuple(self._constraints), timeline.rewinds)
+            self._log.progress(Progress(*progress, rewinding=rewinding))
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""
