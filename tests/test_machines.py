@@ -27,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -335,3 +337,71 @@ def test_a_crash_in_an_abort_is_finished_as_an_abort(tmp_path, death):
     assert shop.refunded() == ["o1", "o1"] if twice else ["o1"]
     assert engine.store.open_transactions() == ()  # type: ignore[attr-defined]
     assert engine.store.read_committed("orders/o1") is None
+
+
+class Dying:
+    """Tools for a process that is killed (SIGKILL) in the middle of its step 2, every time.
+
+    The charge registers its refund before it charges, and writes each attempt's idempotency
+    key to a file before the kill, so the keys of the dead attempts survive them.
+    """
+
+    def __init__(self, root: Path, *, die: bool) -> None:
+        self.root = root
+        keys, refunds = root / "keys.log", root / "refunds.log"
+
+        @agenttx.compensation(name="refund")
+        def refund(payload: Any) -> None:
+            _append(refunds, payload["key"])
+
+        @agenttx.tool(name="charge")
+        def charge(ctx: agenttx.ToolContext, order: str) -> dict[str, Any]:
+            key = ctx.idempotency_key
+            ctx.register_undo("refund", {"key": key})
+            _append(keys, key)
+            if die and ctx.step_id == 2:  # noqa: PLR2004
+                os.kill(os.getpid(), signal.SIGKILL)
+            return {"order": order}
+
+        self.tools = [refund, charge]
+
+    def engine(self) -> Engine:
+        return Engine(tools=self.tools, store=SQLiteStore(self.root / "db"), config=FAST)
+
+
+def _die_in_step_two(root: Path, first: bool) -> None:
+    engine = Dying(root, die=True).engine()
+    if first:
+        tx = engine.begin()
+        tx.execute_step(1, "charge", {"order": "o1"})
+    else:
+        engine.recover("resume")
+        (tx,) = engine.transactions()
+    tx.execute_step(2, "charge", {"order": "o2"})
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_step_killed_twice_gets_a_new_idempotency_key_each_time(tmp_path):
+    """Defect 2: a step whose process is killed twice while its tool runs is rewound (its charge
+    refunded) by each resume, and each attempt, the third included, gets an idempotency key of
+    its own: a payment provider never mistakes the new charge for the refunded one."""
+    context = multiprocessing.get_context("spawn")
+    for first in (True, False):
+        child = context.Process(target=_die_in_step_two, args=(tmp_path, first))
+        child.start()
+        child.join(60)
+        assert child.exitcode == -signal.SIGKILL
+    dying = Dying(tmp_path, die=False)
+    engine = dying.engine()
+    report = engine.recover("resume")
+    (tx,) = engine.transactions()
+    assert report.resumed == (tx.id,)
+    assert tx.execute_step(2, "charge", {"order": "o2"}).ok
+    keys = _lines(tmp_path / "keys.log")
+    assert len(keys) == 4  # step 1, then three attempts of step 2  # noqa: PLR2004
+    attempts = keys[1:]
+    assert len(set(attempts)) == 3, attempts  # noqa: PLR2004
+    assert _lines(tmp_path / "refunds.log") == attempts[:2]  # each dead attempt, once
+    assert [step.step_id for step in tx.steps] == [1, 2]
+    tx.commit()
+    assert _lines(tmp_path / "refunds.log") == attempts[:2]
