@@ -40,12 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     consumes,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -405,3 +406,588 @@ def test_a_step_killed_twice_gets_a_new_idempotency_key_each_time(tmp_path):
     assert [step.step_id for step in tx.steps] == [1, 2]
     tx.commit()
     assert _lines(tmp_path / "refunds.log") == attempts[:2]
+
+
+# ---------------------------------------------------------------------- the machines
+
+KEYS = ("a", "b", "c")
+FAILURES = {
+    "plain": "something went wrong",
+    "transient": "upstream returned HTTP 503",
+    "keyed": "KeyError: 'value'",
+}
+MAX_OPEN = 4  # transactions open at once
+
+
+@dataclass
+class Attempt:
+    """One run of the probe tool: a step's attempt."""
+
+    uid: int
+    tx_id: str
+    step_id: int
+    key: str
+    value: int
+    base: int  # the key's committed version when it ran (its base, if it is the first write)
+    idempotency_key: str
+
+
+@dataclass(eq=False)
+class TxModel:
+    """What a transaction should hold: its live attempts, in step order."""
+
+    tx_id: str
+    live: list[Attempt] = field(default_factory=list)
+    ended: bool = False
+
+    def uids(self) -> list[int]:
+        return [attempt.uid for attempt in self.live]
+
+    def __repr__(self) -> str:
+        return f"<tx {self.tx_id[:8]} live={self.uids()} ended={self.ended}>"
+
+
+class MachineBase(RuleBasedStateMachine):
+    """Interleaved transactions on one store against a model; see the module docstring."""
+
+    txs = Bundle("txs")
+    is_async = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="agenttx-machine-"))
+        self.ground = Ground()
+        self.models: dict[str, TxModel] = {}
+        self.open: dict[str, agenttx.Transaction] = {}  # the current object of each open one
+        self.ended: dict[str, agenttx.Transaction | None] = {}  # the last object of each
+        self.attempts: dict[int, Attempt] = {}
+        self.registered: set[int] = set()  # uids whose register_undo returned
+        self.undone: dict[int, int] = {}  # uid -> compensations that took effect
+        self.twice: set[int] = set()  # uids whose compensation may take effect twice
+        self.committed: dict[str, int] = {}
+        self.versions: dict[str, int] = {}  # commits that wrote each key
+        self.committed_uids: set[int] = set()
+        self.expected_dispatch: list[int] = []
+        self.dispatched: list[int] = []
+        self.redelivered_ok: set[int] = set()
+        self.dead = False
+        self.die_in_tool = False
+        self.compensation_countdown: int | None = None
+        self.compensation_after = False
+        self.loop = asyncio.new_event_loop() if self.is_async else None
+        self.engine = self.make_engine()
+
+    def teardown(self) -> None:
+        store = self.engine.store
+        if isinstance(store, SQLiteStore):
+            store.close()
+        if self.loop is not None:
+            self.loop.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the world
+
+    def make_store(self) -> agenttx.stores.Store:
+        return MemoryStore()
+
+    def make_engine(self) -> Engine:
+        return Engine(
+            tools=self.make_tools(),
+            store=self.make_store(),
+            config=FAST,
+            dispatcher=self.deliver,
+        )
+
+    def make_tools(self) -> list[Any]:
+        def undo(payload: dict[str, Any]) -> None:
+            if self.dead:
+                raise Died
+            if self.compensation_countdown == 0:
+                self.compensation_countdown = None
+                if self.compensation_after:
+                    self.undone[payload["uid"]] = self.undone.get(payload["uid"], 0) + 1
+                self.kill()
+            if self.compensation_countdown is not None:
+                self.compensation_countdown -= 1
+            self.undone[payload["uid"]] = self.undone.get(payload["uid"], 0) + 1
+
+        def probe(ctx: agenttx.ToolContext, key: str, value: int, fail: str = "") -> Any:
+            if self.dead:
+                raise Died
+            uid = len(self.attempts) + 1
+            self.attempts[uid] = Attempt(
+                uid=uid,
+                tx_id=ctx.tx_id,
+                step_id=ctx.step_id,
+                key=key,
+                value=value,
+                base=self.versions.get(key, 0),
+                idempotency_key=ctx.idempotency_key,
+            )
+            ctx.register_undo("probe.undo", {"uid": uid})  # before the effect
+            self.registered.add(uid)
+            ctx.state.put(f"probe/{key}", value)
+            ctx.stage_effect("probe", {"uid": uid})
+            if self.die_in_tool:
+                self.kill()
+            if fail:
+                raise agenttx.ToolError(FAILURES[fail])
+            return {"uid": uid}
+
+        if not self.is_async:
+            return [
+                agenttx.compensation(name="probe.undo")(undo),
+                agenttx.tool(name="probe")(probe),
+            ]
+
+        async def aundo(payload: dict[str, Any]) -> None:
+            await asyncio.sleep(0)
+            undo(payload)
+
+        async def aprobe(
+            ctx: agenttx.ToolContext, key: str, value: int, fail: str = ""
+        ) -> Any:
+            await asyncio.sleep(0)  # another task may run here
+            return probe(ctx, key, value, fail)
+
+        return [
+            agenttx.compensation(name="probe.undo")(aundo),
+            agenttx.tool(name="probe")(aprobe),
+        ]
+
+    def deliver(self, effect: agenttx.StagedEffect) -> None:
+        if self.dead:
+            raise Died
+        self.dispatched.append(effect.payload["uid"])  # type: ignore[index,call-overload]
+
+    def kill(self) -> None:
+        """The process dies now (only a durable store's machine can die)."""
+        raise AssertionError("this machine does not crash")
+
+    def run_step(self, tx: agenttx.Transaction, arguments: dict[str, Any]) -> agenttx.StepResult:
+        step = tx.next_step_id
+        if self.loop is not None:
+            return self.loop.run_until_complete(tx.aexecute_step(step, "probe", arguments))
+        return tx.execute_step(step, "probe", arguments)
+
+    def durable(self, uid: int) -> bool:
+        """Whether the attempt's undo record was kept: its effect may have happened."""
+        return uid in self.registered or uid in self.ground.reached_file
+
+    def live_uids(self) -> set[int]:
+        return {uid for model in self.models.values() if not model.ended for uid in model.uids()}
+
+    # ------------------------------------------------------------------ the operations
+
+    def op_begin(self) -> TxModel:
+        tx = self.engine.begin()
+        model = TxModel(tx.id)
+        self.models[tx.id] = model
+        self.open[tx.id] = tx
+        return model
+
+    def op_step_succeeds(self, model: TxModel, key: str, value: int) -> None:
+        tx = self.open[model.tx_id]
+        step = tx.next_step_id
+        result = self.run_step(tx, {"key": key, "value": value})
+        assert result.status is StepStatus.SUCCESS, result
+        assert result.next_step_id == step + 1
+        attempt = self.attempts[result.output["uid"]]  # type: ignore[index,call-overload]
+        assert (attempt.tx_id, attempt.step_id, attempt.key) == (model.tx_id, step, key)
+        model.live.append(attempt)
+
+    def op_step_fails(self, model: TxModel, key: str, failure: str) -> None:
+        tx = self.open[model.tx_id]
+        step = tx.next_step_id
+        result = self.run_step(tx, {"key": key, "value": -1, "fail": failure})
+        assert result.status is not StepStatus.SUCCESS
+        if result.status is StepStatus.FAILED:
+            assert tx.status is TxStatus.FAILED
+            assert result.next_step_id == 0
+            self.end(model)
+            return
+        assert tx.status is TxStatus.ACTIVE
+        target = result.next_step_id
+        assert 1 <= target <= step, result
+        assert max(result.rollback_to_step, 1) == target, result
+        del model.live[target - 1 :]
+
+    def op_rollback_to(self, model: TxModel, target: int) -> None:
+        result = self.open[model.tx_id].rollback(to_step=target)
+        assert (result.aborted, result.next_step_id) == (False, target)
+        del model.live[target - 1 :]
+
+    def op_abort(self, model: TxModel) -> None:
+        tx = self.open[model.tx_id]
+        assert tx.rollback().aborted
+        assert tx.status is TxStatus.ROLLED_BACK
+        self.end(model)
+
+    def conflicts(self, model: TxModel) -> list[str]:
+        """The keys a commit of `model` must refuse: first committer wins on written keys."""
+        bases: dict[str, int] = {}
+        for attempt in model.live:
+            bases.setdefault(attempt.key, attempt.base)
+        return sorted(k for k, base in bases.items() if self.versions.get(k, 0) != base)
+
+    def op_commit(self, model: TxModel) -> None:
+        tx = self.open[model.tx_id]
+        if conflicts := self.conflicts(model):
+            with pytest.raises(agenttx.WriteConflict) as caught:
+                tx.commit()
+            assert caught.value.key == f"probe/{conflicts[0]}"
+            assert tx.status is TxStatus.FAILED
+            self.end(model)
+            return
+        result = tx.commit()
+        assert result.steps_committed == len(model.live)
+        assert tx.status is TxStatus.COMMITTED
+        self.publish(model)
+
+    def publish(self, model: TxModel) -> None:
+        """The model of a commit: the live writes, then the effects in staging order."""
+        for key in {attempt.key for attempt in model.live}:
+            self.versions[key] = self.versions.get(key, 0) + 1
+        for attempt in model.live:
+            self.committed[attempt.key] = attempt.value
+        self.committed_uids.update(model.uids())
+        self.expected_dispatch.extend(model.uids())
+        self.end(model)
+
+    def end(self, model: TxModel) -> None:
+        model.ended = True
+        model.live.clear()
+        self.ended[model.tx_id] = self.open.pop(model.tx_id)
+
+    def refuses(self, model: TxModel, call: Callable[[agenttx.Transaction], object]) -> None:
+        """An ended transaction refuses every call (if this process has an object for it)."""
+        tx = self.ended[model.tx_id]
+        if tx is None:  # it ended in a process that died: this one never had it
+            return
+        with pytest.raises(agenttx.InvalidTransactionState):
+            call(tx)
+
+    # ------------------------------------------------------------------ rules
+
+    @initialize(target=txs)
+    def first(self) -> TxModel:
+        """A transaction is open from the start."""
+        return self.op_begin()
+
+    @precondition(lambda self: len(self.open) < MAX_OPEN)
+    @rule(target=txs)
+    def begin(self) -> TxModel:
+        """A transaction begins on the shared store."""
+        return self.op_begin()
+
+    @rule(model=txs, key=st.sampled_from(KEYS), value=st.integers(0, 2))
+    def step_succeeds(self, model: TxModel, key: str, value: int) -> None:
+        """A probe call that succeeds becomes a live step."""
+        if model.ended:
+            self.refuses(model, lambda tx: tx.execute_step(1, "probe", {"key": key}))
+            return
+        self.op_step_succeeds(model, key, value)
+
+    @rule(model=txs, key=st.sampled_from(KEYS), failure=st.sampled_from(sorted(FAILURES)))
+    def step_fails(self, model: TxModel, key: str, failure: str) -> None:
+        """A probe call that fails rewinds to the step the result names, or aborts."""
+        if model.ended:
+            self.refuses(model, lambda tx: tx.rollback(1))
+            return
+        self.op_step_fails(model, key, failure)
+
+    @rule(model=txs, data=st.data())
+    def rollback_to(self, model: TxModel, data: st.DataObject) -> None:
+        """A manual rewind drops the steps from `to_step` on."""
+        if model.ended or not model.live:
+            return
+        target = data.draw(st.integers(1, len(model.live)), label="to_step")
+        self.op_rollback_to(model, target)
+
+    @rule(model=consumes(txs))
+    def abort(self, model: TxModel) -> None:
+        """A full rollback compensates every step and ends the transaction."""
+        if model.ended:
+            self.refuses(model, lambda tx: tx.rollback())
+            return
+        self.op_abort(model)
+
+    @rule(model=consumes(txs))
+    def commit(self, model: TxModel) -> None:
+        """A commit publishes the live writes, or is refused on a key committed meanwhile."""
+        if model.ended:
+            self.refuses(model, lambda tx: tx.commit())
+            return
+        self.op_commit(model)
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def state_is_the_live_steps_writes(self) -> None:
+        """Each open transaction reads its live steps' last writes, else the committed state;
+        the store's committed state is the model's."""
+        store = self.engine.store
+        for key in KEYS:
+            text = store.read_committed(f"probe/{key}")
+            assert (None if text is None else json.loads(text)) == self.committed.get(key), key
+        for tx_id, tx in self.open.items():
+            expected = dict(self.committed)
+            for attempt in self.models[tx_id].live:
+                expected[attempt.key] = attempt.value
+            for key in KEYS:
+                assert tx.read(f"probe/{key}") == expected.get(key), (tx_id, key)
+
+    @invariant()
+    def steps_match_the_model(self) -> None:
+        """Each open transaction is ACTIVE with the model's live steps and next step."""
+        for tx_id, tx in self.open.items():
+            model = self.models[tx_id]
+            assert tx.status is TxStatus.ACTIVE, (model, tx.status)
+            assert [s.output["uid"] for s in tx.steps] == model.uids(), model  # type: ignore[index,call-overload]
+            assert [s.step_id for s in tx.steps] == list(range(1, len(model.live) + 1))
+            assert tx.next_step_id == len(model.live) + 1
+
+    @invariant()
+    def every_undo_ran_once_unless_live_or_committed(self) -> None:
+        """An attempt whose undo was kept is compensated once (twice only where a death fell
+        between its compensation and the deletion of its record) unless its step is live or
+        committed; no compensated attempt is ever live or committed."""
+        live = self.live_uids()
+        for uid in self.attempts:
+            count = self.undone.get(uid, 0)
+            if uid in live or uid in self.committed_uids:
+                assert count == 0, f"attempt {uid} was compensated, yet it is live or committed"
+            elif not self.durable(uid):
+                assert count == 0, f"attempt {uid} left no undo, yet it was compensated"
+            else:
+                assert count == 1 + (uid in self.twice), (uid, count)
+
+    @invariant()
+    def idempotency_keys_are_never_reused(self) -> None:
+        """No two attempts that kept an undo got the same idempotency key."""
+        keys = [a.idempotency_key for a in self.attempts.values() if self.durable(a.uid)]
+        assert len(keys) == len(set(keys))
+
+    @invariant()
+    def only_commits_dispatch(self) -> None:
+        """The effects delivered are those of committed steps, in commit then staging order;
+        one is delivered again only after a death in its commit's delivery."""
+        first = list(dict.fromkeys(self.dispatched))
+        assert first == self.expected_dispatch
+        again = [uid for uid in self.dispatched if self.dispatched.count(uid) > 1]
+        assert set(again) <= self.redelivered_ok
+
+
+class MemoryMachine(MachineBase):
+    """The machine on a `MemoryStore`, with sync steps."""
+
+
+class AsyncMemoryMachine(MachineBase):
+    """The machine with `aexecute_step`, async tools and async compensations."""
+
+    is_async = True
+
+    @precondition(lambda self: len(self.open) >= 2)  # noqa: PLR2004
+    @rule(data=st.data(), key=st.sampled_from(KEYS))
+    def two_steps_at_once(self, data: st.DataObject, key: str) -> None:
+        """Two transactions run a step each, concurrently on one loop: both succeed."""
+        first, second = data.draw(
+            st.lists(st.sampled_from(list(self.open)), min_size=2, max_size=2, unique=True)
+        )
+
+        async def both() -> list[agenttx.StepResult]:
+            return await asyncio.gather(
+                *(
+                    self.open[tx_id].aexecute_step(
+                        self.open[tx_id].next_step_id, "probe", {"key": key, "value": 1}
+                    )
+                    for tx_id in (first, second)
+                )
+            )
+
+        assert self.loop is not None
+        for tx_id, result in zip((first, second), self.loop.run_until_complete(both()), strict=True):
+            assert result.ok, result
+            self.models[tx_id].live.append(self.attempts[result.output["uid"]])  # type: ignore[index,call-overload]
+
+
+
+OPS = ("step_succeeds", "step_fails", "rollback_to", "abort", "commit")
+
+
+class SQLiteMachine(MachineBase):
+    """The machine on a `SQLiteStore` file, with deaths between rules and inside operations."""
+
+    def make_store(self) -> agenttx.stores.Store:
+        return CrashableStore(self.root / "db", self.ground, on_death=self.on_death)
+
+    def on_death(self) -> None:
+        self.dead = True
+        # A compensation that took effect while its record is still in the file runs again.
+        self.twice.update(
+            uid for uid in self.ground.in_file if self.undone.get(uid, 0) == 1
+        )
+
+    def kill(self) -> None:
+        store = self.engine.store
+        assert isinstance(store, CrashableStore)
+        store.die()
+
+    @rule()
+    def crash_and_resume(self) -> None:
+        """The process dies between two calls: every open transaction is resumed as it was."""
+        self.on_death()
+        self.engine.store.close()  # type: ignore[attr-defined]
+        self.resume(None)
+
+    @precondition(lambda self: self.open)
+    @rule(
+        data=st.data(),
+        op=st.sampled_from(OPS),
+        where=st.one_of(
+            st.tuples(st.just("write"), st.integers(0, 6), st.booleans()),
+            st.tuples(st.just("compensation"), st.integers(0, 2), st.booleans()),
+            st.tuples(st.just("tool"), st.just(0), st.just(False)),
+        ),
+        key=st.sampled_from(KEYS),
+        value=st.integers(0, 2),
+        failure=st.sampled_from(sorted(FAILURES)),
+    )
+    def crash_during(  # noqa: PLR0913
+        self,
+        data: st.DataObject,
+        op: str,
+        where: tuple[str, int, bool],
+        key: str,
+        value: int,
+        failure: str,
+    ) -> None:
+        """The process dies in the middle of an operation: before or after one of its durable
+        writes, in a compensation, or in the tool; the operation's transaction is resumed with
+        one of the outcomes the operation allows, and the others as they were."""
+        tx_id = data.draw(st.sampled_from(list(self.open)), label="tx")
+        model = self.models[tx_id]
+        if op == "rollback_to" and not model.live:
+            op = "abort"
+        target = len(model.live) + 1
+        if op == "rollback_to":
+            target = data.draw(st.integers(1, len(model.live)), label="to_step")
+        kind, n, after = where
+        store = self.engine.store
+        assert isinstance(store, CrashableStore)
+        if kind == "write":
+            store.arm(n, after=after)
+        elif kind == "compensation":
+            self.compensation_countdown, self.compensation_after = n, after
+        else:
+            self.die_in_tool = True
+        before = list(model.live)
+        first_uid = len(self.attempts) + 1
+        conflicts = self.conflicts(model)
+        try:
+            if op == "step_succeeds":
+                self.op_step_succeeds(model, key, value)
+            elif op == "step_fails":
+                self.op_step_fails(model, key, failure)
+            elif op == "rollback_to":
+                self.op_rollback_to(model, target)
+            elif op == "abort":
+                self.op_abort(model)
+            else:
+                self.op_commit(model)
+        except BaseException:
+            if not self.dead:
+                raise
+            event(f"died in {op} at {kind}")
+            if op == "commit":
+                self.redelivered_ok.update(attempt.uid for attempt in before)
+            self.resume((op, model, before, first_uid, target, bool(conflicts)))
+            return
+        finally:
+            store.disarm()
+            self.compensation_countdown = None
+            self.die_in_tool = False
+        event(f"{op} survived {kind}")
+
+    def resume(self, interrupted: tuple[str, TxModel, list[Attempt], int, int, bool] | None) -> None:
+        """Recover in a new "process" and check every open transaction against the model."""
+        self.dead = False
+        self.engine = self.make_engine()
+        report = self.engine.recover("resume")
+        assert report.failures == ()
+        assert report.skipped == ()
+        while self.engine.pending_effects():
+            self.engine.dispatch_pending()
+        resumed = set(report.resumed)
+        for tx_id in list(self.open):
+            model = self.models[tx_id]
+            tx = self.engine.get(tx_id) if tx_id in resumed else None
+            if interrupted is not None and interrupted[1] is model:
+                self.settle(tx, *interrupted)
+            else:
+                assert tx is not None, f"{model} was not resumed"
+                assert tx.status is TxStatus.ACTIVE
+                assert [s.output["uid"] for s in tx.steps] == model.uids()  # type: ignore[index,call-overload]
+            if tx is not None and tx_id in self.open:
+                self.open[tx_id] = tx
+        assert set(self.engine.store.open_transactions()) == set(self.open)  # type: ignore[attr-defined]
+
+    def settle(  # noqa: PLR0913
+        self,
+        tx: agenttx.Transaction | None,
+        op: str,
+        model: TxModel,
+        before: list[Attempt],
+        first_uid: int,
+        target: int,
+        conflict: bool,  # noqa: FBT001
+    ) -> None:
+        """The operation interrupted by the death: what it allows, and the model updated."""
+        uids = None if tx is None or tx.status.terminal else [
+            s.output["uid"] for s in tx.steps  # type: ignore[index,call-overload]
+        ]
+        old = [attempt.uid for attempt in before]
+        model.live[:] = before
+        if uids is None:  # the transaction ended: committed, or aborted
+            assert op in ("step_fails", "abort", "commit"), (op, tx and tx.status)
+            if op == "commit" and not conflict:
+                assert tx is None  # a commit leaves no row
+                self.publish(model)
+            else:
+                assert tx is None or tx.status in (TxStatus.FAILED, TxStatus.ROLLED_BACK)
+                self.end(model)
+            self.ended[model.tx_id] = tx  # the dead process's object tells nothing
+            event(f"{op}: ended by the recovery")
+            return
+        assert tx is not None
+        assert tx.status is TxStatus.ACTIVE
+        if uids == old:
+            event(f"{op}: resumed as before")
+            return
+        if op == "step_succeeds":
+            new = [uid for uid in self.attempts if uid >= first_uid]
+            assert uids == [*old, *new], (uids, old, new)
+            model.live.append(self.attempts[new[0]])
+            event(f"{op}: the step survived")
+        elif op == "step_fails":
+            assert uids == old[: len(uids)], (uids, old)
+            del model.live[len(uids) :]
+            event(f"{op}: rewound by the recovery")
+        else:
+            assert op == "rollback_to", (op, uids, old)
+            assert uids == old[: target - 1], (uids, old, target)
+            del model.live[target - 1 :]
+            event(f"{op}: rewound by the recovery")
+
+
+MACHINE_SETTINGS = settings(
+    max_examples=500 if SLOW else 40,
+    stateful_step_count=60 if SLOW else 30,
+    deadline=None,
+)
+TestMemoryMachine = MemoryMachine.TestCase
+TestMemoryMachine.settings = MACHINE_SETTINGS
+TestAsyncMemoryMachine = AsyncMemoryMachine.TestCase
+TestAsyncMemoryMachine.settings = settings(MACHINE_SETTINGS, max_examples=250 if SLOW else 25)
+TestSQLiteMachine = SQLiteMachine.TestCase
+TestSQLiteMachine.settings = MACHINE_SETTINGS
