@@ -242,6 +242,15 @@ def check(world: World, mode: str, rng: random.Random) -> tuple[list[str], int]:
     while engine.pending_effects():
         engine.dispatch_pending()
     store.close()  # first: an exclusive store would lock the next connection out
+    problems.extend(verify(world))
+    problems.extend(f"worker: {record}" for record in _read(world.problems))
+    world.problems.unlink(missing_ok=True)
+    return problems, len(report.resumed)
+
+
+def verify(world: World) -> list[str]:
+    """Check the committed state, the files and the logs against each other."""
+    problems: list[str] = []
     with contextlib.closing(sqlite3.connect(world.db)) as conn:  # closed now, not at the next GC
         rows = conn.execute("SELECT key, version, value FROM committed").fetchall()
     committed = {key: (version, json.loads(value)) for key, version, value in rows}
@@ -297,9 +306,7 @@ def check(world: World, mode: str, rng: random.Random) -> tuple[list[str], int]:
             f"committed charge writes {sorted(in_state - charges)[:5]} without their charge, "
             f"charges {sorted(charges - in_state)[:5]} without their write"
         )
-    problems.extend(f"worker: {record}" for record in _read(world.problems))
-    world.problems.unlink(missing_ok=True)
-    return problems, len(report.resumed)
+    return problems
 
 
 def campaign(world: World, trials: int, seed: int, max_delay: float, mode: str) -> int:

@@ -25,16 +25,13 @@ The regression tests of the two defects that the machines were written to find c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import multiprocessing
 import os
-import signal
 import shutil
-import subprocess
+import signal
 import sys
 import tempfile
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +42,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
-    consumes,
     initialize,
     invariant,
     precondition,
@@ -57,13 +53,13 @@ from agenttx import Engine, EngineConfig, StepStatus, TxStatus
 from agenttx.stores import MemoryStore, SQLiteStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 FAST = EngineConfig(idle_timeout=None, compensation_retries=1)
 SLOW = os.environ.get("AGENTTX_SLOW") == "1"
 
 
-class Died(BaseException):  # noqa: N818  (it is not an error: the process is gone)
+class Died(BaseException):
     """The simulated death of the process: nothing after it reaches the file or the world."""
 
 
@@ -239,7 +235,7 @@ def _lines(path: Path) -> list[str]:
 def _interrupt(shop: Shop, tx: agenttx.Transaction, how: str) -> None:
     """Rewind `tx` to step 1 (a failing step 2, or a manual rollback), or abort it, expecting
     the simulated death somewhere on the way."""
-    with pytest.raises(BaseException) as caught:  # noqa: PT011, PT012
+    with pytest.raises(BaseException) as caught:  # noqa: PT012
         if how == "fail":
             tx.execute_step(2, "fail", {"order": "o1"})
         elif how == "rollback":
@@ -360,7 +356,7 @@ class Dying:
             key = ctx.idempotency_key
             ctx.register_undo("refund", {"key": key})
             _append(keys, key)
-            if die and ctx.step_id == 2:  # noqa: PLR2004
+            if die and ctx.step_id == 2:
                 os.kill(os.getpid(), signal.SIGKILL)
             return {"order": order}
 
@@ -399,9 +395,9 @@ def test_a_step_killed_twice_gets_a_new_idempotency_key_each_time(tmp_path):
     assert report.resumed == (tx.id,)
     assert tx.execute_step(2, "charge", {"order": "o2"}).ok
     keys = _lines(tmp_path / "keys.log")
-    assert len(keys) == 4  # step 1, then three attempts of step 2  # noqa: PLR2004
+    assert len(keys) == 4  # step 1, then three attempts of step 2
     attempts = keys[1:]
-    assert len(set(attempts)) == 3, attempts  # noqa: PLR2004
+    assert len(set(attempts)) == 3, attempts
     assert _lines(tmp_path / "refunds.log") == attempts[:2]  # each dead attempt, once
     assert [step.step_id for step in tx.steps] == [1, 2]
     tx.commit()
@@ -445,6 +441,11 @@ class TxModel:
 
     def __repr__(self) -> str:
         return f"<tx {self.tx_id[:8]} live={self.uids()} ended={self.ended}>"
+
+
+def _uids(tx: agenttx.Transaction) -> list[int]:
+    """The attempts of a transaction's live steps, in step order."""
+    return [step.output["uid"] for step in tx.steps]  # type: ignore[index,call-overload]
 
 
 class MachineBase(RuleBasedStateMachine):
@@ -544,9 +545,7 @@ class MachineBase(RuleBasedStateMachine):
             await asyncio.sleep(0)
             undo(payload)
 
-        async def aprobe(
-            ctx: agenttx.ToolContext, key: str, value: int, fail: str = ""
-        ) -> Any:
+        async def aprobe(ctx: agenttx.ToolContext, key: str, value: int, fail: str = "") -> Any:
             await asyncio.sleep(0)  # another task may run here
             return probe(ctx, key, value, fail)
 
@@ -704,7 +703,7 @@ class MachineBase(RuleBasedStateMachine):
         target = data.draw(st.integers(1, len(model.live)), label="to_step")
         self.op_rollback_to(model, target)
 
-    @rule(model=consumes(txs))
+    @rule(model=txs)
     def abort(self, model: TxModel) -> None:
         """A full rollback compensates every step and ends the transaction."""
         if model.ended:
@@ -712,7 +711,7 @@ class MachineBase(RuleBasedStateMachine):
             return
         self.op_abort(model)
 
-    @rule(model=consumes(txs))
+    @rule(model=txs)
     def commit(self, model: TxModel) -> None:
         """A commit publishes the live writes, or is refused on a key committed meanwhile."""
         if model.ended:
@@ -743,7 +742,7 @@ class MachineBase(RuleBasedStateMachine):
         for tx_id, tx in self.open.items():
             model = self.models[tx_id]
             assert tx.status is TxStatus.ACTIVE, (model, tx.status)
-            assert [s.output["uid"] for s in tx.steps] == model.uids(), model  # type: ignore[index,call-overload]
+            assert _uids(tx) == model.uids(), model
             assert [s.step_id for s in tx.steps] == list(range(1, len(model.live) + 1))
             assert tx.next_step_id == len(model.live) + 1
 
@@ -787,7 +786,7 @@ class AsyncMemoryMachine(MachineBase):
 
     is_async = True
 
-    @precondition(lambda self: len(self.open) >= 2)  # noqa: PLR2004
+    @precondition(lambda self: len(self.open) >= 2)
     @rule(data=st.data(), key=st.sampled_from(KEYS))
     def two_steps_at_once(self, data: st.DataObject, key: str) -> None:
         """Two transactions run a step each, concurrently on one loop: both succeed."""
@@ -806,10 +805,23 @@ class AsyncMemoryMachine(MachineBase):
             )
 
         assert self.loop is not None
-        for tx_id, result in zip((first, second), self.loop.run_until_complete(both()), strict=True):
+        for tx_id, result in zip(
+            (first, second), self.loop.run_until_complete(both()), strict=True
+        ):
             assert result.ok, result
             self.models[tx_id].live.append(self.attempts[result.output["uid"]])  # type: ignore[index,call-overload]
 
+
+@dataclass
+class Interrupted:
+    """The operation a death interrupted, and what the model held before it."""
+
+    op: str
+    model: TxModel
+    before: list[Attempt]
+    first_uid: int  # the uid the operation's attempt got, if it ran the tool
+    target: int  # the step a rollback_to rewinds to
+    conflict: bool  # whether a commit had to be refused
 
 
 OPS = ("step_succeeds", "step_fails", "rollback_to", "abort", "commit")
@@ -824,9 +836,7 @@ class SQLiteMachine(MachineBase):
     def on_death(self) -> None:
         self.dead = True
         # A compensation that took effect while its record is still in the file runs again.
-        self.twice.update(
-            uid for uid in self.ground.in_file if self.undone.get(uid, 0) == 1
-        )
+        self.twice.update(uid for uid in self.ground.in_file if self.undone.get(uid, 0) == 1)
 
     def kill(self) -> None:
         store = self.engine.store
@@ -853,8 +863,9 @@ class SQLiteMachine(MachineBase):
         value=st.integers(0, 2),
         failure=st.sampled_from(sorted(FAILURES)),
     )
-    def crash_during(  # noqa: PLR0913
+    def crash_during(
         self,
+        *,
         data: st.DataObject,
         op: str,
         where: tuple[str, int, bool],
@@ -901,7 +912,7 @@ class SQLiteMachine(MachineBase):
             event(f"died in {op} at {kind}")
             if op == "commit":
                 self.redelivered_ok.update(attempt.uid for attempt in before)
-            self.resume((op, model, before, first_uid, target, bool(conflicts)))
+            self.resume(Interrupted(op, model, before, first_uid, target, bool(conflicts)))
             return
         finally:
             store.disarm()
@@ -909,7 +920,7 @@ class SQLiteMachine(MachineBase):
             self.die_in_tool = False
         event(f"{op} survived {kind}")
 
-    def resume(self, interrupted: tuple[str, TxModel, list[Attempt], int, int, bool] | None) -> None:
+    def resume(self, interrupted: Interrupted | None) -> None:
         """Recover in a new "process" and check every open transaction against the model."""
         self.dead = False
         self.engine = self.make_engine()
@@ -922,35 +933,26 @@ class SQLiteMachine(MachineBase):
         for tx_id in list(self.open):
             model = self.models[tx_id]
             tx = self.engine.get(tx_id) if tx_id in resumed else None
-            if interrupted is not None and interrupted[1] is model:
-                self.settle(tx, *interrupted)
+            if interrupted is not None and interrupted.model is model:
+                self.settle(tx, interrupted)
             else:
                 assert tx is not None, f"{model} was not resumed"
                 assert tx.status is TxStatus.ACTIVE
-                assert [s.output["uid"] for s in tx.steps] == model.uids()  # type: ignore[index,call-overload]
+                assert _uids(tx) == model.uids(), model
             if tx is not None and tx_id in self.open:
                 self.open[tx_id] = tx
         assert set(self.engine.store.open_transactions()) == set(self.open)  # type: ignore[attr-defined]
 
-    def settle(  # noqa: PLR0913
-        self,
-        tx: agenttx.Transaction | None,
-        op: str,
-        model: TxModel,
-        before: list[Attempt],
-        first_uid: int,
-        target: int,
-        conflict: bool,  # noqa: FBT001
-    ) -> None:
+    def settle(self, tx: agenttx.Transaction | None, interrupted: Interrupted) -> None:
         """The operation interrupted by the death: what it allows, and the model updated."""
-        uids = None if tx is None or tx.status.terminal else [
-            s.output["uid"] for s in tx.steps  # type: ignore[index,call-overload]
-        ]
+        op, model, before = interrupted.op, interrupted.model, interrupted.before
+        first_uid, target = interrupted.first_uid, interrupted.target
+        uids = None if tx is None or tx.status.terminal else _uids(tx)
         old = [attempt.uid for attempt in before]
         model.live[:] = before
         if uids is None:  # the transaction ended: committed, or aborted
             assert op in ("step_fails", "abort", "commit"), (op, tx and tx.status)
-            if op == "commit" and not conflict:
+            if op == "commit" and not interrupted.conflict:
                 assert tx is None  # a commit leaves no row
                 self.publish(model)
             else:
@@ -981,7 +983,7 @@ class SQLiteMachine(MachineBase):
 
 
 MACHINE_SETTINGS = settings(
-    max_examples=500 if SLOW else 40,
+    max_examples=500 if SLOW else 50,
     stateful_step_count=60 if SLOW else 30,
     deadline=None,
 )
