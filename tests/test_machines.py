@@ -25,6 +25,7 @@ The regression tests of the two defects that the machines were written to find c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -419,6 +420,7 @@ class FlakyStore(SQLiteStore):
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="SagaLedger.compensate calls on_compensated (TxLog.forget) outside its interruptible "
     "block: a StorageError there escapes with the rest of the rewind's records neither run nor "
     "kept, and _fail_hard then finds ledger.failed empty and discards the transaction's rows, "
