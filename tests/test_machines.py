@@ -505,7 +505,7 @@ class MachineBase(RuleBasedStateMachine):
         self.attempts: dict[int, Attempt] = {}
         self.registered: set[int] = set()  # uids whose register_undo returned
         self.undone: dict[int, int] = {}  # uid -> compensations that took effect
-        self.twice: set[int] = set()  # uids whose compensation may take effect twice
+        self.again: dict[int, int] = {}  # uid -> compensations that must run again
         self.committed: dict[str, int] = {}
         self.versions: dict[str, int] = {}  # commits that wrote each key
         self.committed_uids: set[int] = set()
@@ -800,7 +800,7 @@ class MachineBase(RuleBasedStateMachine):
             elif not self.durable(uid):
                 assert count == 0, f"attempt {uid} left no undo, yet it was compensated"
             else:
-                assert count == 1 + (uid in self.twice), (uid, count)
+                assert count == 1 + self.again.get(uid, 0), (uid, count)
 
     @invariant()
     def idempotency_keys_are_never_reused(self) -> None:
@@ -865,6 +865,9 @@ class Interrupted:
     conflict: bool  # whether a commit had to be refused
 
 
+#: Whether the recovering process dies too, and at which of its durable writes.
+AGAIN = st.none() | st.tuples(st.integers(0, 5), st.booleans())
+
 OPS = ("step_succeeds", "step_fails", "rollback_to", "abort", "commit")
 
 
@@ -877,19 +880,21 @@ class SQLiteMachine(MachineBase):
     def on_death(self) -> None:
         self.dead = True
         # A compensation that took effect while its record is still in the file runs again.
-        self.twice.update(uid for uid in self.ground.in_file if self.undone.get(uid, 0) == 1)
+        for uid in self.ground.in_file:
+            if self.undone.get(uid, 0) == 1 + self.again.get(uid, 0):  # all ran, yet it is kept
+                self.again[uid] = self.again.get(uid, 0) + 1
 
     def kill(self) -> None:
         store = self.engine.store
         assert isinstance(store, CrashableStore)
         store.die()
 
-    @rule()
-    def crash_and_resume(self) -> None:
+    @rule(again=AGAIN)
+    def crash_and_resume(self, again: tuple[int, bool] | None) -> None:
         """The process dies between two calls: every open transaction is resumed as it was."""
         self.on_death()
         self.engine.store.close()  # type: ignore[attr-defined]
-        self.resume(None)
+        self.resume(None, again)
 
     @precondition(lambda self: self.open)
     @rule(
@@ -903,6 +908,7 @@ class SQLiteMachine(MachineBase):
         key=st.sampled_from(KEYS),
         value=st.integers(0, 2),
         failure=st.sampled_from(sorted(FAILURES)),
+        again=AGAIN,
     )
     def crash_during(
         self,
@@ -913,6 +919,7 @@ class SQLiteMachine(MachineBase):
         key: str,
         value: int,
         failure: str,
+        again: tuple[int, bool] | None,
     ) -> None:
         """The process dies in the middle of an operation: before or after one of its durable
         writes, in a compensation, or in the tool; the operation's transaction is resumed with
@@ -953,7 +960,7 @@ class SQLiteMachine(MachineBase):
             event(f"died in {op} at {kind}")
             if op == "commit":
                 self.redelivered_ok.update(attempt.uid for attempt in before)
-            self.resume(Interrupted(op, model, before, first_uid, target, bool(conflicts)))
+            self.resume(Interrupted(op, model, before, first_uid, target, bool(conflicts)), again)
             return
         finally:
             store.disarm()
@@ -961,11 +968,31 @@ class SQLiteMachine(MachineBase):
             self.die_in_tool = False
         event(f"{op} survived {kind}")
 
-    def resume(self, interrupted: Interrupted | None) -> None:
-        """Recover in a new "process" and check every open transaction against the model."""
+    def resume(self, interrupted: Interrupted | None, again: tuple[int, bool] | None) -> None:
+        """Recover in a new "process" and check every open transaction against the model.
+
+        With `again`, the recovering process dies too, at that durable write of its recovery
+        (if it makes that many), and a third one recovers.
+        """
         self.dead = False
         self.engine = self.make_engine()
-        report = self.engine.recover("resume")
+        report = None
+        if again is not None:
+            store = self.engine.store
+            assert isinstance(store, CrashableStore)
+            store.arm(again[0], after=again[1])
+            try:
+                report = self.engine.recover("resume")
+            except BaseException:
+                if not self.dead:
+                    raise
+                event("died again in the recovery")
+                self.dead = False
+                self.engine = self.make_engine()
+            finally:
+                store.disarm()
+        if report is None:
+            report = self.engine.recover("resume")
         assert report.failures == ()
         assert report.skipped == ()
         while self.engine.pending_effects():
