@@ -93,6 +93,7 @@ class World:
         self.refunds = root / "refunds.log"
         self.delivered = root / "delivered.log"
         self.problems = root / "problems.log"  # what a worker found wrong before it was killed
+        self.ready = root / "ready"  # a worker has started
 
     def tools(self) -> list[Any]:
         @agenttx.compensation(name="audit.refund")
@@ -128,6 +129,7 @@ def work(world: World, seed: int) -> None:
     """Run random transactions until killed."""
     rng = random.Random(seed)
     engine = world.engine()
+    world.ready.touch()  # the kill is timed from here: start-up is not worth killing
     serial = 0
     while True:
         serial += 1
@@ -326,11 +328,18 @@ def campaign(world: World, trials: int, seed: int, max_delay: float, mode: str) 
                 *exclusive,
             ],
         )
-        time.sleep(rng.uniform(0.2, 0.2 + max_delay))  # the worker's start-up, then a moment
+        delay = rng.uniform(0.05, 0.05 + max_delay)
+        deadline = time.monotonic() + 30
+        while not world.ready.exists() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the worker's start-up
+        time.sleep(delay)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
+        world.ready.unlink(missing_ok=True)
         problems, count = check(world, mode, random.Random(rng.randrange(2**31)))
         resumed += count
+        if worker.returncode != -signal.SIGKILL:  # it raised: its traceback is on stderr
+            problems.append(f"the worker exited by itself, status {worker.returncode}")
         if problems:
             failed += 1
             print(f"trial {trial}: " + "; ".join(problems), flush=True)
@@ -405,7 +414,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--max-delay", type=float, default=0.6, help="seconds")
+    parser.add_argument(
+        "--max-delay", type=float, default=0.6, help="seconds from the worker's start to its kill"
+    )
     parser.add_argument("--root", help="where the file and logs go (default: a temp dir)")
     parser.add_argument("--contend", action="store_true", help="the multi-process run")
     parser.add_argument(
