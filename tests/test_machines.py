@@ -889,6 +889,13 @@ class SQLiteMachine(MachineBase):
         assert isinstance(store, CrashableStore)
         store.die()
 
+    @invariant()
+    def the_file_holds_the_open_transactions(self) -> None:
+        """The file holds exactly the open transactions: a commit or an abort leaves nothing."""
+        store = self.engine.store
+        assert isinstance(store, SQLiteStore)
+        assert set(store.open_transactions()) == set(self.open)
+
     @rule(again=AGAIN)
     def crash_and_resume(self, again: tuple[int, bool] | None) -> None:
         """The process dies between two calls: every open transaction is resumed as it was."""
