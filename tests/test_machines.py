@@ -445,6 +445,73 @@ def test_a_failed_undo_deletion_loses_no_refund(tmp_path):
     assert sorted(set(shop.refunded())) == ["o1", "o2", "o3"]
 
 
+class FailingStore(SQLiteStore):
+    """A `SQLiteStore` whose file refuses writes from the first `restore` after `arm()` on (a
+    full disk, an I/O error, or another process holding the write lock past `busy_timeout`),
+    except the deletion of undo records."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.armed = self.failing = False
+
+    def refuse(self) -> None:
+        if self.failing:
+            raise agenttx.StorageError("disk I/O error")
+
+    def restore(self, tx_id: str, step: int) -> int:
+        self.failing = self.failing or self.armed
+        self.refuse()
+        return super().restore(tx_id, step)
+
+    def discard(self, tx_id: str) -> None:
+        self.refuse()
+        super().discard(tx_id)
+
+    def discard_state(self, tx_id: str) -> None:
+        self.refuse()
+        super().discard_state(tx_id)
+
+    def record_progress(self, tx_id: str, progress: str) -> None:
+        self.refuse()
+        super().record_progress(tx_id, progress)
+
+    def record_transaction(self, tx_id: str, record: str) -> None:
+        self.refuse()
+        super().record_transaction(tx_id, record)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="Transaction._fail_hard compensates the undo records of the steps below the rewind "
+    "target without first writing an abort intent; when the discard that follows fails too "
+    "(suppressed), the file still says 'rewinding to target', and recovery resumes those "
+    "compensated steps as live",
+)
+def test_a_failed_restore_never_brings_refunded_steps_back(tmp_path):
+    """A rewind whose store restore fails ends the transaction FAILED with every charge
+    refunded; if the file cannot record that either, a later recovery must still not resume
+    the refunded steps as live (committing them would publish refunded charges)."""
+    shop = Shop(tmp_path)
+    store = FailingStore(tmp_path / "db")
+    engine = Engine(tools=shop.tools, store=store, config=FAST)
+    tx = engine.begin()
+    for step in (1, 2, 3):
+        assert tx.execute_step(step, "charge", {"order": f"o{step}"}).ok
+    store.armed = True
+    with pytest.raises(agenttx.StorageError):
+        tx.rollback(3)
+    assert tx.status is TxStatus.FAILED
+    assert shop.refunded() == ["o3", "o2", "o1"]
+    store.close()  # the process ends; the disk is fine again
+
+    engine = shop.engine()
+    engine.recover("resume")
+    for resumed in engine.transactions():
+        live = [step.output["order"] for step in resumed.steps]  # type: ignore[index,call-overload]
+        assert resumed.status.terminal or not set(live) & set(shop.refunded()), live
+
+
 # ---------------------------------------------------------------------- the machines
 
 KEYS = ("a", "b", "c")
