@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    python campaigns/crash.py --trials 1000        # the full campaign (several minutes)
+    python campaigns/crash.py --trials 1000        # the full campaign (about 25 minutes)
+    python campaigns/crash.py --trials 1000 --mode resume   # recovery resumes, then finishes
     python campaigns/crash.py --trials 5           # a smoke run (tests/test_crash.py does this)
     python campaigns/crash.py --contend            # 4 processes x 250 transactions, one file
     python campaigns/crash.py --exclusive          # the campaign on SQLiteStore(exclusive=True)
@@ -10,14 +11,22 @@ Run from the repository root::
 Each trial starts a worker process that runs random transactions on one SQLite file: `kv.put`
 writes, `fs.write` files, staged effects, charges undone by a compensation, failing steps
 (rewinds), manual rewinds, commits and aborts. After a random delay it is killed with SIGKILL.
-The checker then recovers the file (abort mode), delivers the outbox, and checks:
+The checker then recovers the file and delivers the outbox. With `--mode abort` (the default)
+recovery aborts what the worker left open. With `--mode resume` it resumes it, and the checker
+finishes each resumed transaction as an agent would: it charges again at the step it resumed at,
+with the arguments the worker used for a charge at that step, writes the marker of the live
+steps, then commits (or, one time in five, aborts). Then it checks:
 
 * the committed state equals the serial application, in commit order, of the transactions that
   committed (each one's last step writes a marker listing its live writes, so the marker is
   committed exactly when its writes are): no partial commit is visible and nothing is lost;
-* no transaction is left open after the abort-mode recovery;
-* every charge of a transaction that did not commit was refunded at least once, and no charge
-  of a committed transaction was;
+* no transaction is left open;
+* charges are told apart by their attempt's idempotency key: every charge of a transaction
+  that did not commit was refunded at least once, and no charge of a committed transaction
+  was; the committed state holds a charge's write exactly when the charge was committed, so a
+  refunded charge never is;
+* no two charges that happened got the same idempotency key: an attempt after a rewind, or
+  after a resume, never reuses the key of one whose effect may have happened;
 * every effect of a committed transaction was delivered at least once, with its original
   idempotency key, and none of a transaction that did not commit.
 
@@ -83,17 +92,21 @@ class World:
         self.charges = root / "charges.log"
         self.refunds = root / "refunds.log"
         self.delivered = root / "delivered.log"
+        self.problems = root / "problems.log"  # what a worker found wrong before it was killed
+        self.ready = root / "ready"  # a worker has started
 
     def tools(self) -> list[Any]:
         @agenttx.compensation(name="audit.refund")
         def refund(payload: Any) -> None:
-            _append(self.refunds, {"charge": payload["charge"]})
+            _append(self.refunds, {"charge": payload["charge"], "key": payload["key"]})
 
         @agenttx.tool(name="audit.charge")
         def charge(ctx: agenttx.ToolContext, charge: str) -> dict[str, Any]:
-            ctx.register_undo("audit.refund", {"charge": charge})  # before the effect
-            _append(self.charges, {"charge": charge})
-            return {"charge": charge}
+            key = ctx.idempotency_key  # what a payment provider would deduplicate on
+            ctx.register_undo("audit.refund", {"charge": charge, "key": key})  # before the effect
+            _append(self.charges, {"charge": charge, "key": key})
+            ctx.state.put(f"charges/{key}", charge)  # committed exactly when the charge is
+            return {"charge": charge, "key": key}
 
         return [*builtins.tools(str(self.sandbox)), refund, charge]
 
@@ -116,13 +129,14 @@ def work(world: World, seed: int) -> None:
     """Run random transactions until killed."""
     rng = random.Random(seed)
     engine = world.engine()
+    world.ready.touch()  # the kill is timed from here: start-up is not worth killing
     serial = 0
     while True:
         serial += 1
-        run_one(engine, rng, f"{seed}-{serial}")
+        run_one(engine, rng, f"{seed}-{serial}", world.problems)
 
 
-def run_one(engine: Engine, rng: random.Random, name: str) -> None:
+def run_one(engine: Engine, rng: random.Random, name: str, problems: Path) -> None:
     """One random transaction; its last live step writes the marker of what it did."""
     tx = engine.begin(agent_id=name)
     live: list[tuple[int, str, Any]] = []  # (step, kind, what) of the live steps
@@ -143,9 +157,9 @@ def run_one(engine: Engine, rng: random.Random, name: str) -> None:
                 step, "effect.stage", {"channel": "hook", "payload": {"tag": tag}}
             )
             what = result.output["idempotency_key"] if result.ok else None
-        elif op == "charge":
-            result = tx.execute_step(step, "audit.charge", {"charge": tag})
-            what = tag
+        elif op == "charge":  # the same arguments at the same step: only the key tells them apart
+            result = tx.execute_step(step, "audit.charge", {"charge": f"{tx.id}:{step}"})
+            what = result.output["key"] if result.ok else None
         else:
             result = tx.execute_step(step, "record.get", {"table": "missing", "id": tag})
             what = None
@@ -164,6 +178,8 @@ def run_one(engine: Engine, rng: random.Random, name: str) -> None:
         "effects": [what for _, op, what in live if op == "effect"],
         "charges": [what for _, op, what in live if op == "charge"],
     }
+    if marker != marker_of(tx):  # the checker rebuilds markers so: the steps must agree
+        _append(problems, {"tx": tx.id, "marker": marker, "steps": marker_of(tx)})
     tx.execute_step(tx.next_step_id, "kv.put", {"key": f"marker/{tx.id}", "value": marker})
     if rng.random() < 0.85:
         tx.commit()
@@ -171,23 +187,72 @@ def run_one(engine: Engine, rng: random.Random, name: str) -> None:
         tx.rollback()
 
 
+def marker_of(tx: agenttx.Transaction) -> dict[str, list[Any]]:
+    """The marker of `tx`'s live steps, from the steps themselves (a marker step excepted)."""
+    marker: dict[str, list[Any]] = {"kv": [], "files": [], "effects": [], "charges": []}
+    for step in tx.steps:
+        arguments: Any = step.arguments
+        output: Any = step.output
+        if step.tool_name == "kv.put" and not arguments["key"].startswith("marker/"):
+            marker["kv"].append([arguments["key"], arguments["value"]])
+        elif step.tool_name == "fs.write":
+            marker["files"].append([arguments["path"], arguments["contents"]])
+        elif step.tool_name == "effect.stage":
+            marker["effects"].append(output["idempotency_key"])
+        elif step.tool_name == "audit.charge":
+            marker["charges"].append(output["key"])
+    return marker
+
+
+def finish(tx: agenttx.Transaction, rng: random.Random) -> None:
+    """Finish a resumed transaction as its agent would: charge again at the step it resumed at
+    (the arguments a charge there always has), write the marker, then commit or abort."""
+    step = tx.next_step_id
+    result = tx.execute_step(step, "audit.charge", {"charge": f"{tx.id}:{step}"})
+    assert result.ok, result
+    marker = marker_of(tx)
+    tx.execute_step(tx.next_step_id, "kv.put", {"key": f"marker/{tx.id}", "value": marker})
+    if rng.random() < 0.8:
+        with contextlib.suppress(agenttx.WriteConflict):  # aborted: its charges are refunded
+            tx.commit()
+    else:
+        tx.rollback()
+
+
 # ---------------------------------------------------------------------- the checker
 
 
-def check(world: World) -> list[str]:
-    """Recover, deliver, and check every property; return the problems found."""
+def check(world: World, mode: str, rng: random.Random) -> tuple[list[str], int]:
+    """Recover, finish what was resumed, deliver, and check every property; return the
+    problems found and the number of transactions resumed."""
     engine = world.engine()
     problems: list[str] = []
-    report = engine.recover("abort")
+    report = engine.recover(mode)  # type: ignore[arg-type]
     if report.failures:
         problems.append(f"recovery failures: {report.failures}")
     store = engine.store
     assert isinstance(store, SQLiteStore)
+    for tx_id in report.resumed:
+        tx = engine.get(tx_id)
+        if tx.status is TxStatus.ACTIVE:
+            try:
+                finish(tx, rng)
+            except Exception as exc:  # noqa: BLE001  (a problem to report, with the others)
+                problems.append(f"finishing resumed {tx_id}: {type(exc).__name__}: {exc}")
     if store.open_transactions():
         problems.append(f"open after recovery: {store.open_transactions()}")
     while engine.pending_effects():
         engine.dispatch_pending()
     store.close()  # first: an exclusive store would lock the next connection out
+    problems.extend(verify(world))
+    problems.extend(f"worker: {record}" for record in _read(world.problems))
+    world.problems.unlink(missing_ok=True)
+    return problems, len(report.resumed)
+
+
+def verify(world: World) -> list[str]:
+    """Check the committed state, the files and the logs against each other."""
+    problems: list[str] = []
     with contextlib.closing(sqlite3.connect(world.db)) as conn:  # closed now, not at the next GC
         rows = conn.execute("SELECT key, version, value FROM committed").fetchall()
     committed = {key: (version, json.loads(value)) for key, version, value in rows}
@@ -225,22 +290,32 @@ def check(world: World) -> list[str]:
         problems.append(f"committed effects never delivered: {sorted(missing)[:5]}")
     if stray := delivered - effects:
         problems.append(f"effects delivered for uncommitted transactions: {sorted(stray)[:5]}")
-    charged = {record["charge"] for record in _read(world.charges)}
-    refunded = {record["charge"] for record in _read(world.refunds)}
+    attempts = [record["key"] for record in _read(world.charges)]
+    charged = set(attempts)
+    refunded = {record["key"] for record in _read(world.refunds)}
     if wrongly := charges & refunded:
         problems.append(f"committed charges refunded: {sorted(wrongly)[:5]}")
     if unrefunded := charged - charges - refunded:
         problems.append(
             f"charges of uncommitted transactions not refunded: {sorted(unrefunded)[:5]}"
         )
+    if len(charged) != len(attempts):
+        reused = sorted({key for key in attempts if attempts.count(key) > 1})
+        problems.append(f"idempotency keys of charges that happened reused: {reused[:5]}")
+    in_state = {key.removeprefix("charges/") for key in committed if key.startswith("charges/")}
+    if in_state != charges:
+        problems.append(
+            f"committed charge writes {sorted(in_state - charges)[:5]} without their charge, "
+            f"charges {sorted(charges - in_state)[:5]} without their write"
+        )
     return problems
 
 
-def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
+def campaign(world: World, trials: int, seed: int, max_delay: float, mode: str) -> int:
     """Run `trials` kill-and-check rounds; print a summary; return the exit status."""
     rng = random.Random(seed)
     started = time.monotonic()
-    failed = 0
+    failed = resumed = 0
     for trial in range(1, trials + 1):
         exclusive = ["--exclusive"] if world.exclusive else []
         worker = subprocess.Popen(  # noqa: S603  (our own script)
@@ -253,10 +328,18 @@ def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
                 *exclusive,
             ],
         )
-        time.sleep(rng.uniform(0.2, 0.2 + max_delay))  # the worker's start-up, then a moment
+        delay = rng.uniform(0.05, 0.05 + max_delay)
+        deadline = time.monotonic() + 30
+        while not world.ready.exists() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the worker's start-up
+        time.sleep(delay)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-        problems = check(world)
+        world.ready.unlink(missing_ok=True)
+        problems, count = check(world, mode, random.Random(rng.randrange(2**31)))
+        resumed += count
+        if worker.returncode != -signal.SIGKILL:  # it raised: its traceback is on stderr
+            problems.append(f"the worker exited by itself, status {worker.returncode}")
         if problems:
             failed += 1
             print(f"trial {trial}: " + "; ".join(problems), flush=True)
@@ -270,7 +353,8 @@ def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
     print(
         f"{trials} trials, {failed} failed, in {time.monotonic() - started:.0f} s: "
         f"{markers} transactions committed, {len(_read(world.charges))} charges "
-        f"({len(_read(world.refunds))} refunds), {len(_read(world.delivered))} deliveries"
+        f"({len(_read(world.refunds))} refunds), {len(_read(world.delivered))} deliveries; "
+        f"{mode} mode, {resumed} transactions resumed"
     )
     return 1 if failed else 0
 
@@ -330,11 +414,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--max-delay", type=float, default=0.6, help="seconds")
+    parser.add_argument(
+        "--max-delay", type=float, default=0.6, help="seconds from the worker's start to its kill"
+    )
     parser.add_argument("--root", help="where the file and logs go (default: a temp dir)")
     parser.add_argument("--contend", action="store_true", help="the multi-process run")
     parser.add_argument(
         "--exclusive", action="store_true", help="open the store with exclusive=True"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("abort", "resume"),
+        default="abort",
+        help="how the checker recovers what a killed worker left open",
     )
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--transactions", type=int, default=250)
@@ -351,7 +443,8 @@ def main() -> int:
     root = Path(args.root or tempfile.mkdtemp(prefix="agenttx-crash-"))
     if args.contend:
         return contend(root, args.processes, args.transactions)
-    return campaign(World(root, exclusive=args.exclusive), args.trials, args.seed, args.max_delay)
+    world = World(root, exclusive=args.exclusive)
+    return campaign(world, args.trials, args.seed, args.max_delay, args.mode)
 
 
 if __name__ == "__main__":
