@@ -63,9 +63,11 @@ def recover(
 ) -> tuple[RecoveryReport, list[Transaction]]:
     """Recover every open transaction of `store` not in `live` and not owned by a live process.
 
-    Returns the report and, in resume mode, the resumed transactions. A transaction another
-    recoverer claims first, or whose owner is alive, is in `skipped`; one that ended meanwhile
-    is left out. Raises only for a bad `mode`, or a failure to list the open transactions.
+    Returns the report and, in resume mode, the rebuilt transactions (an interrupted abort is
+    finished, so that one has ended; the report's `resumed` lists only those still active). A
+    transaction another recoverer claims first, or whose owner is alive, is in `skipped`; one
+    that ended meanwhile is left out. Raises only for a bad `mode`, or a failure to list the
+    open transactions.
     """
     if mode not in ("abort", "resume"):
         raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
@@ -82,7 +84,7 @@ def recover(
             transactions=tally.taken,
             compensations_run=tally.run,
             failures=tuple(tally.failures),
-            resumed=tuple(tx.id for tx in tally.resumed),
+            resumed=tuple(tx.id for tx in tally.resumed if tx.status is TxStatus.ACTIVE),
             skipped=tuple(tally.skipped),
         ),
         tally.resumed,
@@ -123,8 +125,7 @@ def _recover_one(
         )
         tally.run += report.succeeded
         tally.failures.extend(f"{tx_id}: {line}" for line in report.failures)
-        if tx.status is TxStatus.ACTIVE:  # else an interrupted abort was finished
-            tally.resumed.append(tx)
+        tally.resumed.append(tx)  # an interrupted abort was finished: it has ended
         return
     _abort(store, tx_id, restored, registry, tally)
 

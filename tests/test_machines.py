@@ -418,14 +418,6 @@ class FlakyStore(SQLiteStore):
         super().forget_undo(tx_id, step_id, seq)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="SagaLedger.compensate calls on_compensated (TxLog.forget) outside its interruptible "
-    "block: a StorageError there escapes with the rest of the rewind's records neither run nor "
-    "kept, and _fail_hard then finds ledger.failed empty and discards the transaction's rows, "
-    "undo records included, so recovery cannot run them either",
-)
 def test_a_failed_undo_deletion_loses_no_refund(tmp_path):
     """A rewind whose first refund runs but whose record cannot be deleted (a failed durable
     write) still refunds every other charge, now or at the next recovery: a charge is never
@@ -480,18 +472,11 @@ class FailingStore(SQLiteStore):
         super().record_transaction(tx_id, record)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="Transaction._fail_hard compensates the undo records of the steps below the rewind "
-    "target without first writing an abort intent; when the discard that follows fails too "
-    "(suppressed), the file still says 'rewinding to target', and recovery resumes those "
-    "compensated steps as live",
-)
 def test_a_failed_restore_never_brings_refunded_steps_back(tmp_path):
-    """A rewind whose store restore fails ends the transaction FAILED with every charge
-    refunded; if the file cannot record that either, a later recovery must still not resume
-    the refunded steps as live (committing them would publish refunded charges)."""
+    """A rewind whose store restore fails ends the transaction FAILED; the charges below the
+    rewind target are refunded only if the file can record the abort first. Here it cannot, so
+    they are kept for recovery, which resumes them as live with their charges standing (never
+    a refunded step as live: committing it would publish a refunded charge)."""
     shop = Shop(tmp_path)
     store = FailingStore(tmp_path / "db")
     engine = Engine(tools=shop.tools, store=store, config=FAST)
@@ -502,7 +487,8 @@ def test_a_failed_restore_never_brings_refunded_steps_back(tmp_path):
     with pytest.raises(agenttx.StorageError):
         tx.rollback(3)
     assert tx.status is TxStatus.FAILED
-    assert shop.refunded() == ["o3", "o2", "o1"]
+    assert shop.refunded() == ["o3"]  # the abort could not be recorded: o2, o1 are kept
+    assert len(tx.view().compensation_failures) == 2
     store.close()  # the process ends; the disk is fine again
 
     engine = shop.engine()
