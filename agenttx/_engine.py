@@ -374,10 +374,10 @@ class Engine:
             raise InvalidArgument("dispatch_pending needs an engine with a dispatcher")
         if not is_durable(self._store):
             return DispatchReport()
-        delivered, errors = deliver_outbox(
+        delivered, failures = deliver_outbox(
             self._store, self._dispatcher, limit=limit, timeout=self._config.dispatch_timeout
         )
-        return DispatchReport(delivered=delivered, errors=errors)
+        return DispatchReport(delivered=delivered, failures=failures)
 
     # ------------------------------------------------------------------ reaping
 

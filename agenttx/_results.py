@@ -238,7 +238,7 @@ class DispatchReport:
     """What `Engine.dispatch_pending` delivered from the outbox, and a line per failure."""
 
     delivered: int = 0
-    errors: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()
 
 
 @final
