@@ -141,7 +141,8 @@ class ReferenceSyntaxError(InvalidArgument):
 
 
 class WriteConflict(AgentTxError):
-    """Another transaction committed a key this one wrote, after this one first wrote it."""
+    """Another transaction committed a key this one wrote, since the key's base version: its
+    first read or write (its first write under `read_committed`)."""
 
     code: ClassVar[str] = "write_conflict"
 

@@ -222,7 +222,8 @@ class RecoveryReport:
     undo records compensated successfully; `failures` has a line `"{tx_id}: {what failed}"` per
     compensation that failed (kept for the next recovery) and per transaction that could not be
     read. `resumed` lists the ids of the transactions resumed, ready for `Engine.get`.
-    `skipped` lists those left alone because a live process owns them.
+    `skipped` lists those left alone because a live process owns them or another recoverer
+    claimed them first.
     """
 
     transactions: int = 0
