@@ -46,6 +46,7 @@ from ._tools import (
 )
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
+from .stores._durable import is_store
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -90,7 +91,7 @@ class Transaction(Observed):
         tx_id: str | None = None,
     ) -> None:
         check_agent_id(agent_id)
-        if store is not None and not isinstance(store, Store):
+        if store is not None and not is_store(store):
             raise InvalidArgument(f"store must be a Store, got {type(store).__name__}")
         settings = Settings(
             step_timeout=step_timeout,

@@ -20,7 +20,15 @@ from ._protocol import MAX_INT64, MAX_STEP, Store, check_int, check_value
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["DurableStore", "EffectRow", "OutboxEntry", "TxImage", "UndoRow", "is_durable"]
+__all__ = [
+    "DurableStore",
+    "EffectRow",
+    "OutboxEntry",
+    "TxImage",
+    "UndoRow",
+    "is_durable",
+    "is_store",
+]
 
 
 def _step_id(_instance: object, attribute: attrs.Attribute[int], value: object) -> None:
@@ -285,7 +293,17 @@ class DurableStore(Store, Protocol):
         ...
 
 
+_STORE_TYPES: dict[type, bool] = {}
 _DURABLE_TYPES: dict[type, bool] = {}
+
+
+def is_store(store: object) -> TypeGuard[Store]:
+    """`isinstance(store, Store)`, remembered per class, like `is_durable`."""
+    kind = type(store)
+    conforms = _STORE_TYPES.get(kind)
+    if conforms is None:
+        conforms = _STORE_TYPES[kind] = isinstance(store, Store)
+    return conforms
 
 
 def is_durable(store: Store) -> TypeGuard[DurableStore]:
