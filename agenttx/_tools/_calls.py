@@ -165,10 +165,13 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
     """
     import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
 
+    # Two fences: one on the loop, ordered before the cancellation at the same deadline, and a
+    # timer thread for a tool that blocks the loop.
     fence = threading.Timer(call.timeout, closed, (call.context,))
     fence.daemon = True
     if call.context is not None:
         fence.start()
+    on_loop = asyncio.get_running_loop().call_later(call.timeout, closed, call.context)
     started = time.monotonic()
     try:
         if sys.version_info >= (3, 11):
@@ -191,6 +194,7 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
         return output
     finally:
         fence.cancel()
+        on_loop.cancel()
 
 
 def _failed(call: Call, exc: Exception, *, running: Running | None = None) -> Outcome:
