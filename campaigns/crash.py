@@ -126,12 +126,13 @@ class World:
 
 
 def work(world: World, seed: int) -> None:
-    """Run random transactions until killed."""
+    """Run random transactions until killed (or orphaned)."""
     rng = random.Random(seed)
     engine = world.engine()
     world.ready.touch()  # the kill is timed from here: start-up is not worth killing
+    campaign = os.getppid()
     serial = 0
-    while True:
+    while os.getppid() == campaign:  # a campaign that died leaves no worker running for ever
         serial += 1
         run_one(engine, rng, f"{seed}-{serial}", world.problems)
 
