@@ -1,6 +1,6 @@
 """The file behind `SQLiteStore`: its layout and migrations, and the connection that runs on it.
 
-**Layout** (schema version 2; `PRAGMA application_id` marks the file as an agenttx store and
+**Layout** (schema version 3; `PRAGMA application_id` marks the file as an agenttx store and
 `PRAGMA user_version` holds the schema version, which `MIGRATIONS` brings up to date):
 
 ======== ===================================================================================
@@ -8,8 +8,11 @@ meta     one row: `commit_version`, the durable commit counter
 committed `key -> (version, value)`: the committed map
 txs      one row per transaction with a durable record: `record` (JSON text, `"null"` if
          neither `begin` nor `record_transaction` gave one), `owner` (JSON: pid, hostname,
-         per-store token), `isolation` (the level's name)
-log      the transaction's history, `(tx_id, seq)` -> an event (see below), seq from 0
+         per-store token), `isolation` (the level's name); `history` (JSON text the
+         transaction layer gives when it ends, or NULL) and `ended_at` (seconds since the
+         epoch, NULL while the transaction is open): an ended transaction's row stays, with
+         its log, as its history, until the retention prunes it or a `begin` reuses its id
+log      the transaction's events, `(tx_id, seq)` -> an event (see below), seq from 0
 undos    `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
 outbox   committed effects with their delivery history, in commit then staging order
 ======== ===================================================================================
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Final, Literal, cast, final
 import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
-from ._durable import EffectRow, OutboxEntry, UndoRow
+from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -62,6 +65,7 @@ __all__ = [
     "RESTORE",
     "SCHEMA_VERSION",
     "SELECT_COMMITTED",
+    "SELECT_ENDED_TX",
     "SELECT_LOG",
     "SELECT_OWNER",
     "SELECT_TX",
@@ -132,6 +136,14 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "DROP TABLE txs",
         "ALTER TABLE txs_2 RENAME TO txs",
     ),
+    # 2 -> 3: ended transactions keep their row and log as their history (`ended_at` set).
+    # Every query of open transactions filters on `ended_at IS NULL`: an agenttx of schema 2
+    # would take the ended rows for open ones, which is why this is a schema version.
+    (
+        "ALTER TABLE txs ADD COLUMN history TEXT",
+        "ALTER TABLE txs ADD COLUMN ended_at REAL",
+        "CREATE INDEX txs_ended ON txs (ended_at) WHERE ended_at IS NOT NULL",
+    ),
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -156,9 +168,9 @@ INSERT_LOG: Final = (
 )
 INSERT_TX: Final = "INSERT OR IGNORE INTO txs (tx_id, record, owner, isolation) VALUES (?, ?, ?, ?)"
 SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
-SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
-UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ?"
-UPDATE_RECORD: Final = "UPDATE txs SET record = ? WHERE tx_id = ?"
+SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ? AND ended_at IS NULL"
+UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ? AND ended_at IS NULL"
+UPDATE_RECORD: Final = "UPDATE txs SET record = ? WHERE tx_id = ? AND ended_at IS NULL"
 UPDATE_RECORD_FENCED: Final = f"{UPDATE_RECORD} AND owner = ?"
 _OWNED: Final = "EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
 INSERT_UNDO: Final = (
@@ -171,7 +183,11 @@ DELETE_UNDO: Final = "DELETE FROM undos WHERE tx_id = ? AND step_id = ? AND seq 
 DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
 #: The `WRITE` events from a seq on (a restore reverts them), given tx_id, seq and WRITE.
 DELETE_LOG_WRITES_FROM: Final = "DELETE FROM log WHERE tx_id = ? AND seq >= ? AND kind = ?"
-SELECT_TX: Final = "SELECT record, owner, isolation FROM txs WHERE tx_id = ?"
+SELECT_TX: Final = "SELECT record, owner, isolation FROM txs WHERE tx_id = ? AND ended_at IS NULL"
+SELECT_ENDED_TX: Final = (
+    "SELECT record, owner, isolation, history, ended_at FROM txs "
+    "WHERE tx_id = ? AND ended_at IS NOT NULL"
+)
 SELECT_LOG: Final = (
     "SELECT seq, kind, step, num, name, body, extra FROM log WHERE tx_id = ? ORDER BY seq"
 )
@@ -197,7 +213,29 @@ _INSERT_OUTBOX: Final = (
 _DELETE_LOG: Final = "DELETE FROM log WHERE tx_id = ?"
 _DELETE_UNDOS: Final = "DELETE FROM undos WHERE tx_id = ?"
 _DELETE_TX: Final = "DELETE FROM txs WHERE tx_id = ?"
-_SELECT_TX_IDS: Final = "SELECT tx_id FROM txs ORDER BY tx_id"
+_DELETE_OPEN_TX: Final = "DELETE FROM txs WHERE tx_id = ? AND ended_at IS NULL"
+_END_TX: Final = (
+    "UPDATE txs SET owner = NULL, history = COALESCE(?, history), ended_at = ? "
+    "WHERE tx_id = ? AND ended_at IS NULL"
+)
+_KEEP_TX: Final = (
+    "UPDATE txs SET owner = NULL, history = COALESCE(?, history) "
+    "WHERE tx_id = ? AND ended_at IS NULL"
+)
+_SELECT_ENDED_AT: Final = "SELECT ended_at FROM txs WHERE tx_id = ?"
+_SELECT_ENDED: Final = (
+    "SELECT tx_id, record, history, ended_at FROM txs WHERE ended_at IS NOT NULL "
+    "ORDER BY ended_at DESC, tx_id DESC LIMIT ?"
+)
+#: The ended transactions past the newest `?` (with `LIMIT -1`: all of them).
+_SELECT_ENDED_BEYOND: Final = (
+    "SELECT tx_id FROM txs WHERE ended_at IS NOT NULL "
+    "ORDER BY ended_at DESC, tx_id DESC LIMIT -1 OFFSET ?"
+)
+_SELECT_ENDED_BEFORE: Final = (
+    "SELECT tx_id FROM txs WHERE ended_at IS NOT NULL AND ended_at < ?"
+)
+_SELECT_TX_IDS: Final = "SELECT tx_id FROM txs WHERE ended_at IS NULL ORDER BY tx_id"
 _SELECT_COMMITTED_FROM: Final = (
     "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?"
 )
@@ -590,7 +628,7 @@ class StoreFile:
     ) -> None:
         """Inside a write transaction: commit the overlay `writes` (key -> (base, value), a
         value `None` deleting the key) with the next commit number, move `effects` to the
-        outbox in order, and delete the transaction's rows. `sqlite3.Error` escapes."""
+        outbox in order. `sqlite3.Error` escapes. (The caller then ends the transaction.)"""
         execute, executemany = self.cur.execute, self.cur.executemany
         version = execute(_SELECT_COMMIT_VERSION).fetchall()[0][0] + 1
         execute(_UPDATE_COMMIT_VERSION, (version,))
@@ -603,19 +641,73 @@ class StoreFile:
                 _INSERT_OUTBOX,
                 [(tx_id, e.step_id, e.channel, e.payload, e.idempotency_key) for e in effects],
             )
-        self.delete_transaction(tx_id, keep_record=False)
 
-    def delete_transaction(self, tx_id: str, *, keep_record: bool) -> None:
-        """Inside a write transaction: delete the transaction's log; then, `keep_record`, set
-        its owner to NULL (no store holds it, any recovery may claim it), else delete its undo
-        records and its row too. `sqlite3.Error` escapes."""
+    def end_transaction(self, tx_id: str, history: str | None, ended_at: float | None) -> bool:
+        """Inside a write transaction: end the open transaction `tx_id` and delete its undo
+        records. With `ended_at`, its row and log stay as its history: no owner, `ended_at`
+        set, and `history` replacing the one kept, unless `None`. Without, they are deleted.
+        False, changing nothing, if `tx_id` is not open in the file. `sqlite3.Error` escapes.
+        """
         execute = self.cur.execute
-        execute(_DELETE_LOG, (tx_id,))
-        if keep_record:
-            execute(UPDATE_OWNER, (None, tx_id))
-        else:
-            execute(_DELETE_UNDOS, (tx_id,))
-            execute(_DELETE_TX, (tx_id,))
+        if ended_at is None:
+            if execute(_DELETE_OPEN_TX, (tx_id,)).rowcount == 0:
+                return False
+            execute(_DELETE_LOG, (tx_id,))
+        elif execute(_END_TX, (history, ended_at, tx_id)).rowcount == 0:
+            return False
+        execute(_DELETE_UNDOS, (tx_id,))
+        return True
+
+    def release_transaction(self, tx_id: str, history: str | None) -> bool:
+        """Inside a write transaction: delete the open transaction's log and set its owner to
+        NULL (no store holds it, any recovery may claim it), keeping its row, its record and
+        its undo records; `history`, unless `None`, is kept for when it ends. False, changing
+        nothing, if `tx_id` is not open in the file. `sqlite3.Error` escapes."""
+        if self.cur.execute(_KEEP_TX, (history, tx_id)).rowcount == 0:
+            return False
+        self.cur.execute(_DELETE_LOG, (tx_id,))
+        return True
+
+    def forget_ended(self, tx_id: str) -> bool:
+        """Inside a write transaction: delete the history of ended transaction `tx_id` (its
+        row and log), so that the id can be begun again. False, changing nothing, if `tx_id`
+        is not an ended transaction. `sqlite3.Error` escapes."""
+        rows = self.cur.execute(_SELECT_ENDED_AT, (tx_id,)).fetchall()
+        if not rows or rows[0][0] is None:
+            return False
+        self._delete_history([tx_id])
+        return True
+
+    def prune(self, keep: int | None, keep_for: float | None, now: float) -> int:
+        """Inside a write transaction: delete the history of the ended transactions beyond the
+        newest `keep`, and of those that ended before `now - keep_for` (`None`: no such
+        limit). Returns how many. `sqlite3.Error` escapes."""
+        execute = self.cur.execute
+        doomed: set[str] = set()
+        if keep is not None:
+            doomed.update(row[0] for row in execute(_SELECT_ENDED_BEYOND, (keep,)).fetchall())
+        if keep_for is not None:
+            cutoff = now - keep_for
+            doomed.update(row[0] for row in execute(_SELECT_ENDED_BEFORE, (cutoff,)).fetchall())
+        self._delete_history(sorted(doomed))
+        return len(doomed)
+
+    def _delete_history(self, tx_ids: list[str]) -> None:
+        ids = [(tx_id,) for tx_id in tx_ids]
+        self.cur.executemany(_DELETE_LOG, ids)
+        self.cur.executemany(_DELETE_UNDOS, ids)
+        self.cur.executemany(_DELETE_TX, ids)
+
+    def ended_transactions(self, limit: int) -> tuple[EndedTransaction, ...]:
+        """Up to `limit` ended transactions kept as history, the last to end first."""
+        try:
+            rows = self.cur.execute(_SELECT_ENDED, (limit,)).fetchall()
+        except sqlite3.Error as exc:
+            raise self.failure("list the ended transactions", exc) from exc
+        return tuple(
+            EndedTransaction(tx_id=row[0], record=row[1], history=row[2], ended_at=row[3])
+            for row in rows
+        )
 
     def mark_delivered(self, entry_id: int) -> None:
         """Mark outbox entry `entry_id` delivered (see `update_outbox`)."""

@@ -7,7 +7,7 @@ change it; `replay` rebuilds it from the transaction's `log` (the events are des
 `_sqlite_file`), with the very code the live calls run, into the same overlay, journal and
 snapshots (the prior entry of a `WRITE` is the key's overlay entry before it, so the file need
 not store it). `read_transaction` reads a transaction's rows and replays them: `load` keeps the
-mirror it returns, `peek` only the image.
+mirror it returns, `peek` only the image; `read_ended` reads an ended one kept as history.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import attrs
 
 from .._errors import StorageError, TransactionNotFound
 from .._limits import ISOLATION_LEVELS
-from ._durable import EffectRow, TxImage, UndoRow
+from ._durable import EffectRow, EndedTransaction, TxImage, UndoRow
 from ._overlay import Overlay
 from ._protocol import MAX_INT64
 from ._sqlite_file import (
@@ -28,6 +28,7 @@ from ._sqlite_file import (
     PROGRESS,
     READ,
     RESTORE,
+    SELECT_ENDED_TX,
     SELECT_LOG,
     SELECT_TX,
     SELECT_UNDOS,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Sequence
 
-__all__ = ["Row", "TxMirror", "read_transaction", "replay"]
+__all__ = ["Row", "TxMirror", "read_ended", "read_transaction", "replay"]
 
 #: A `log` row: tx_id, seq, kind, step, num, name, body, extra.
 Row: TypeAlias = tuple[
@@ -182,13 +183,40 @@ def replay(
 
 
 def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxImage, TxMirror]:
-    """Transaction `tx_id` as the file holds it: its image (`owner` is the one in the file now)
-    and a new mirror of it. Read-only; run it inside one SQLite transaction, so that the rows
-    read agree. `TransactionNotFound` if the file has no row for it."""
+    """Open transaction `tx_id` as the file holds it: its image (`owner` is the one in the file
+    now) and a new mirror of it. Read-only; run it inside one SQLite transaction, so that the
+    rows read agree. `TransactionNotFound` if the file has no open transaction `tx_id`."""
     rows = cur.execute(SELECT_TX, (tx_id,)).fetchall()
     if not rows:
         raise TransactionNotFound(tx_id=tx_id)
     record, owner, isolation = rows[0]
+    return _image(cur, tx_id, record, owner, isolation, path=path)
+
+
+def read_ended(
+    cur: sqlite3.Cursor, tx_id: str, *, path: str
+) -> tuple[EndedTransaction, TxImage]:
+    """Ended transaction `tx_id`, kept as history: its row, and its image as it ended (its
+    step records are the live steps at its end). Read-only, as `read_transaction`.
+    `TransactionNotFound` if the file keeps no ended transaction `tx_id`."""
+    rows = cur.execute(SELECT_ENDED_TX, (tx_id,)).fetchall()
+    if not rows:
+        raise TransactionNotFound(tx_id=tx_id)
+    record, owner, isolation, history, ended_at = rows[0]
+    image, _mirror = _image(cur, tx_id, record, owner, isolation, path=path)
+    ended = EndedTransaction(tx_id=tx_id, record=record, history=history, ended_at=ended_at)
+    return ended, image
+
+
+def _image(
+    cur: sqlite3.Cursor,
+    tx_id: str,
+    record: str,
+    owner: str | None,
+    isolation: str,
+    *,
+    path: str,
+) -> tuple[TxImage, TxMirror]:
     events = cur.execute(SELECT_LOG, (tx_id,)).fetchall()
     undos = cur.execute(SELECT_UNDOS, (tx_id,)).fetchall()
     tx, steps, progress = replay(tx_id, events, isolation=isolation, path=path)
