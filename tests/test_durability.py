@@ -491,10 +491,10 @@ def test_a_storage_error_on_one_transaction_is_reported_and_the_others_recovered
     doomed = sorted(ids)[1]
     discard = SQLiteStore.discard
 
-    def full_disk(self: SQLiteStore, tx_id: str) -> None:
+    def full_disk(self: SQLiteStore, tx_id: str, *, history: str | None = None) -> None:
         if tx_id == doomed:
             raise agenttx.StorageError("could not discard: database or disk is full")
-        discard(self, tx_id)
+        discard(self, tx_id, history=history)
 
     monkeypatch.setattr(SQLiteStore, "discard", full_disk)
     shop = Shop(tmp_path)

@@ -595,7 +595,10 @@ def test_schema_1_is_migrated_keeping_each_transactions_isolation(path: str) -> 
     _schema_1_file(path)
     with SQLiteStore(path) as store:
         with raw(path) as connection:
-            assert connection.execute("PRAGMA user_version").fetchone()[0] == file_module.SCHEMA_VERSION
+            assert (
+                connection.execute("PRAGMA user_version").fetchone()[0]
+                == file_module.SCHEMA_VERSION
+            )
             rows = connection.execute("SELECT tx_id, isolation FROM txs ORDER BY tx_id")
             assert rows.fetchall() == [("rc", "read_committed"), ("ser", "serializable")]
         assert store.open_transactions() == ("rc", "ser")

@@ -232,9 +232,7 @@ _SELECT_ENDED_BEYOND: Final = (
     "SELECT tx_id FROM txs WHERE ended_at IS NOT NULL "
     "ORDER BY ended_at DESC, tx_id DESC LIMIT -1 OFFSET ?"
 )
-_SELECT_ENDED_BEFORE: Final = (
-    "SELECT tx_id FROM txs WHERE ended_at IS NOT NULL AND ended_at < ?"
-)
+_SELECT_ENDED_BEFORE: Final = "SELECT tx_id FROM txs WHERE ended_at IS NOT NULL AND ended_at < ?"
 _SELECT_TX_IDS: Final = "SELECT tx_id FROM txs WHERE ended_at IS NULL ORDER BY tx_id"
 _SELECT_COMMITTED_FROM: Final = (
     "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?"

@@ -193,9 +193,7 @@ def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxI
     return _image(cur, tx_id, record, owner, isolation, path=path)
 
 
-def read_ended(
-    cur: sqlite3.Cursor, tx_id: str, *, path: str
-) -> tuple[EndedTransaction, TxImage]:
+def read_ended(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[EndedTransaction, TxImage]:
     """Ended transaction `tx_id`, kept as history: its row, and its image as it ended (its
     step records are the live steps at its end). Read-only, as `read_transaction`.
     `TransactionNotFound` if the file keeps no ended transaction `tx_id`."""
