@@ -13,6 +13,8 @@ from ._render import DrawnNode, render_graph
 from ._results import AttemptStatus, StepAttempt
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ._graph import DependencyGraph
 
 __all__ = ["StepHistory"]
@@ -40,6 +42,19 @@ class StepHistory:
     def __init__(self) -> None:
         self._attempts: list[_Attempt] = []
         self._live: dict[int, _Attempt] = {}
+
+    @classmethod
+    def of(cls, attempts: Iterable[StepAttempt]) -> StepHistory:
+        """The history of `attempts` (as `attempts()` gave them), to export it again: that of
+        an ended transaction, read back from its store."""
+        history = cls()
+        for a in attempts:
+            compensated = a.status is AttemptStatus.COMPENSATED
+            attempt = _Attempt(a.step_id, a.tool_name, a.status, had_undos=compensated)
+            history._attempts.append(attempt)
+            if a.status is AttemptStatus.LIVE:
+                history._live[a.step_id] = attempt
+        return history
 
     def succeeded(self, step_id: int, tool_name: str, *, had_undos: bool) -> None:
         """Step `step_id` succeeded: it is live until a rewind undoes it."""
