@@ -162,7 +162,7 @@ def test_helpful_errors(tmp_path, database):
         (("inspect", str(tmp_path / "nope.db")), "no such file"),
         (("inspect", str(text)), "not"),
         (("inspect", str(other)), "not an agenttx store"),
-        (("graph", str(db), "no-such-tx"), "no open transaction no-such-tx"),
+        (("graph", str(db), "no-such-tx"), "no open or ended transaction no-such-tx"),
         (("lineage", str(tmp_path / "nope.json")), "no such file"),
         (("lineage", str(bad_json)), "is not a JSON transcript"),
     ]
@@ -269,17 +269,41 @@ def one_line(err: str) -> str:
 
 
 def check_listing(out: str) -> list[list[str]]:
-    """Check the shape of `inspect DB`'s output; return the table's rows (header excluded)."""
+    """Check the shape of `inspect DB`'s output; return the open transactions' rows (header
+    excluded). The ended section after the outbox line is checked by `ended_listing`."""
     lines = out.splitlines()
     assert re.fullmatch(r".+: \d+ open transactions?", lines[0]), out
     count = int(lines[0].rsplit(": ", 1)[1].split()[0])
-    assert re.fullmatch(r"outbox: \d+ effects? waiting for delivery", lines[-1]), out
+    outbox = [i for i, line in enumerate(lines) if line.startswith("outbox: ")]
+    assert len(outbox) == 1, out
+    assert re.fullmatch(r"outbox: \d+ effects? waiting for delivery", lines[outbox[0]]), out
+    ended_listing(out)
     if count == 0:
-        assert len(lines) == 2, out
+        assert outbox == [1], out
         return []
     assert lines[1].split() == ["TX", "AGENT", "STATUS", "STEPS", "AGE"], out
     rows = [line.split() for line in lines[2 : 2 + count]]
     assert all(len(row) >= 5 for row in rows), out
+    return rows
+
+
+def ended_listing(out: str) -> list[list[str]]:
+    """Check the shape of the ended section of `inspect DB`'s output (after the outbox line);
+    return its rows (header excluded)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("outbox: ")) + 1
+    section = lines[start:]
+    if section == ["ended: none kept as history"]:
+        return []
+    match = re.fullmatch(
+        r"ended: the last (\d+) kept as history, the last to end first", section[0]
+    )
+    assert match, out
+    count = int(match[1])
+    assert section[1].split() == ["TX", "AGENT", "STATUS", "STEPS", "ENDED"], out
+    rows = [line.split() for line in section[2 : 2 + count]]
+    assert all(len(row) == 5 for row in rows), out
+    assert all(line.startswith("unreadable ") for line in section[2 + count :]), out
     return rows
 
 
@@ -339,13 +363,16 @@ def test_inspect_beside_a_live_agent(tmp_path, capsys):
             assert all(row[2] in {"ACTIVE", "BEGUN"} for row in rows), out
             for row in rows[-1:]:  # the newest: the one most likely to end under us
                 status, out, err = run_main(capsys, "inspect", str(db), row[0])
-                if status == 0:
+                if status == 0 and out.startswith(f"transaction {row[0]} (ended)\n"):
+                    last = out.rstrip("\n").splitlines()[-1]  # it ended since the listing
+                    assert last.startswith("compensation failures ("), out
+                elif status == 0:
                     assert out.startswith(f"transaction {row[0]}\n"), out
                     assert out.rstrip("\n").splitlines()[-1].startswith("undo records ("), out
-                else:
+                else:  # ended, and its history pruned since (by a prune every 64 ends)
                     assert status == 2, (status, out, err)
                     assert out == ""
-                    assert "no open transaction" in one_line(err), err
+                    assert "no open or ended transaction" in one_line(err), err
     finally:
         stop.set()
         thread.join()

@@ -716,9 +716,9 @@ def test_commit_moves_effects_to_the_outbox_atomically(path: str) -> None:
         not_before=0.0,
     )
     with raw(path) as connection:
-        assert connection.execute("SELECT count(*) FROM undos").fetchone()[0] == 0
-        open_rows = "SELECT count(*) FROM txs WHERE ended_at IS NULL"
-        assert connection.execute(open_rows).fetchone()[0] == 0
+        for table in ("txs", "log", "undos"):
+            assert connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+        assert connection.execute("SELECT count(*) FROM ended").fetchone()[0] == 3  # history
 
 
 def test_restore_drops_steps_and_effects_but_not_undo_records(path: str) -> None:
@@ -1799,7 +1799,7 @@ def test_sqlite_failures_become_storage_errors_and_change_nothing(
     for call in (
         lambda: store.record_progress("t", "{}"),
         lambda: store.restore("t", 0),
-        lambda: store.peek("t"),
+        lambda: store.discard("t"),
         lambda: store.load("t"),
     ):
         with pytest.raises(StorageError, match="no such table: log"):

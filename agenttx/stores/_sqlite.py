@@ -12,9 +12,13 @@ transaction costs about 12 us, plus about 3 us per row and 5 us per page it writ
 deletes the `WRITE` events it reverts (the reverse replay runs on the in-memory mirror) and
 appends a `RESTORE`. Events that a restore made moot stay until the transaction ends (the
 replay skips them), except replaced `PROGRESS` events, deleted in batches. Commit validates and
-publishes from the mirror, moves its effects to `outbox` and marks the transaction's row ended
-(keeping it and its log as history), in one `BEGIN IMMEDIATE` transaction. Keeping the rows is
-cheaper than deleting them then; the retention deletes them in batches (`_PRUNE_EVERY`).
+publishes from the mirror, moves its effects to `outbox`, appends the transaction's history to
+`ended` (its record, the history text its caller gave, and its live step records, which the
+mirror holds) and deletes the transaction's rows, in one `BEGIN IMMEDIATE` transaction. The
+history goes to a table of its own, appended in the order transactions end, rather than staying
+in `log`: a `log` that keeps ended transactions grows, and each durable write then lands in a
+large B-tree at the random place of its transaction id, which costs about a third of the
+throughput. The retention deletes old history in batches (`_PRUNE_EVERY`).
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ from ._sqlite_file import (
     check_effects,
     check_undo,
 )
-from ._sqlite_mirror import Row, TxMirror, read_ended, read_transaction
+from ._sqlite_mirror import Row, TxMirror, read_ended, read_transaction, steps_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -131,20 +135,19 @@ class SQLiteStore:
     changing nothing; moving the same file back makes the store work again. A `path` that is
     not a file name (not text, empty, or with a NUL character) raises `InvalidArgument`.
 
-    **History.** A transaction that ends (`commit`, `discard`) keeps its row and its log, with
-    the `history` text its caller gave and the time it ended, in the very SQLite transaction
-    that ends it: no write of its own, so no crash can end a transaction without its history.
-    `ended_transactions` lists them, the last to end first, and `peek_ended` reads one back
-    (its step records are its live steps at the end); `agenttx inspect` shows them. An ended
-    transaction is not open: `open_transactions`, `owner`, `load`, `claim` and `peek` ignore
-    it, and `begin` of its id deletes its history and begins anew. The retention keeps the
-    last `keep_history` ended transactions (an `int` >= 0) that ended less than
+    **History.** A transaction that ends (`commit`, `discard`) is kept as history: its record,
+    its live step records at the end, the `history` text its caller gave and the time it
+    ended, in the very SQLite transaction that ends it: no write of its own, so no crash can
+    end a transaction without its history. `ended_transactions` lists them, the last to end
+    first, and `peek_ended` reads one back; `agenttx inspect` shows them. An ended transaction
+    is not open: `open_transactions`, `owner`, `load`, `claim` and `peek` ignore it, and
+    `begin` of its id begins anew, deleting its history in the same write. The retention
+    keeps the last `keep_history` ended transactions (an `int` >= 0) that ended less than
     `keep_history_for` seconds ago (a number >= 0); `None` lifts either limit, and 0 keeps
-    none (an ending then deletes the rows at once, as a store without history would). The
-    history beyond it is deleted when the store opens (unless read-only), and then once every
-    64 ends, in the write that ends the last of them: so up to 63 more may be kept meanwhile,
-    and each store prunes by its own count (the file keeps what the most generous store
-    opened on it allows, until another prunes).
+    none (an ending then keeps nothing, as before there was history). The history beyond it
+    is deleted when the store opens (unless read-only), and then once every 64 ends, in the
+    write that ends the last of them: so up to 63 more may be kept meanwhile, and each store
+    prunes by its own count.
 
     **Read-only** (``readonly=True``), for inspecting a store, even one that other processes
     are using: the file is opened with SQLite's `mode=ro` and is never created, migrated or
@@ -396,13 +399,9 @@ class SQLiteStore:
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
             self._check_not_closed()
-            doing = f"begin transaction `{tx_id}`"
-            values = (tx_id, record, self._owner, isolation)
-            inserted = self._file.write(INSERT_TX, values, doing)
-            if inserted != 1:  # open, or ended: then its id is free once its history goes
-                with self._file.writing(doing) as cur:
-                    if self._file.forget_ended(tx_id):
-                        inserted = cur.execute(INSERT_TX, values).rowcount
+            inserted = self._file.write(
+                INSERT_TX, (tx_id, record, self._owner, isolation), f"begin transaction `{tx_id}`"
+            )
             if inserted != 1:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open in another store on `{self._path}` "
@@ -426,17 +425,25 @@ class SQLiteStore:
                 if not self._reads_current(tx):
                     self._validate(tx)
                 self._file.publish(tx_id, overlay, tx.effects)
-                self._end(tx_id, history)
+                self._end(tx_id, history, tx)
             del self._txs[tx_id]
             self._commits += 1
         return len(overlay)
 
-    def _end(self, tx_id: str, history: str | None) -> bool:
-        """Inside a write transaction: end open transaction `tx_id`, kept as history if the
-        retention keeps any, and prune the history if this is the `_PRUNE_EVERY`th end here.
-        False if it was not open."""
+    def _end(self, tx_id: str, history: str | None, tx: TxMirror | None) -> bool:
+        """Inside a write transaction: end open transaction `tx_id` (its mirror `tx`, if this
+        store holds it), kept as history if the retention keeps any, and prune the history if
+        this is the `_PRUNE_EVERY`th end here. False if it was not open."""
+        steps = None
+        if self._keeps_history:
+            if tx is None:  # held elsewhere, or by no one: its live steps are in its log
+                try:
+                    _image, tx = read_transaction(self._cur, tx_id, path=self._path)
+                except TransactionNotFound:
+                    return False
+            steps = steps_text(tx.steps)
         now = time.time()
-        if not self._file.end_transaction(tx_id, history, now if self._keeps_history else None):
+        if not self._file.end_transaction(tx_id, history, steps, now):
             return False
         self._ends += 1
         if self._ends >= _PRUNE_EVERY and self._keeps_history:
@@ -491,7 +498,7 @@ class SQLiteStore:
                 if keep_record:
                     self._file.release_transaction(tx_id, history)
                 else:
-                    self._end(tx_id, history)
+                    self._end(tx_id, history, self._txs.get(tx_id))
             self._txs.pop(tx_id, None)
 
     def is_open(self, tx_id: str) -> bool:
@@ -681,6 +688,7 @@ class SQLiteStore:
             if changed:
                 tx.new_progress(progress, None)
             tx.effects += checked
+            tx.steps[step_id] = step
 
     def record_progress(self, tx_id: str, progress: str) -> None:
         """Durably and atomically: the buffered writes and snapshots, and the new progress."""

@@ -6,15 +6,20 @@
 ======== ===================================================================================
 meta     one row: `commit_version`, the durable commit counter
 committed `key -> (version, value)`: the committed map
-txs      one row per transaction with a durable record: `record` (JSON text, `"null"` if
-         neither `begin` nor `record_transaction` gave one), `owner` (JSON: pid, hostname,
-         per-store token), `isolation` (the level's name); `history` (JSON text the
-         transaction layer gives when it ends, or NULL) and `ended_at` (seconds since the
-         epoch, NULL while the transaction is open): an ended transaction's row stays, with
-         its log, as its history, until the retention prunes it or a `begin` reuses its id
+txs      one row per open transaction with a durable record: `record` (JSON text, `"null"`
+         if neither `begin` nor `record_transaction` gave one), `owner` (JSON: pid, hostname,
+         per-store token), `isolation` (the level's name), `history` (the JSON text
+         `discard_state` kept for its end, or NULL)
 log      the transaction's events, `(tx_id, seq)` -> an event (see below), seq from 0
 undos    `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
 outbox   committed effects with their delivery history, in commit then staging order
+ended    the ended transactions kept as history, in the order they ended (`seq`): `tx_id`
+         (unique), `record`, `isolation`, `history` (the JSON text given at the end, or
+         NULL), `steps` (the live step records at the end: JSON `[[step_id, record], ...]`)
+         and `ended_at` (seconds since the epoch). Appended by the write that ends the
+         transaction, at the end of the table (so it dirties the last pages only); inserting
+         a `txs` row deletes the `ended` row of the same id (a trigger: a new transaction of
+         that id replaces its history, atomically with its `begin`).
 ======== ===================================================================================
 
 A transaction's `log` is the sequence of its calls that change durable state, as events:
@@ -136,13 +141,19 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "DROP TABLE txs",
         "ALTER TABLE txs_2 RENAME TO txs",
     ),
-    # 2 -> 3: ended transactions keep their row and log as their history (`ended_at` set).
-    # Every query of open transactions filters on `ended_at IS NULL`: an agenttx of schema 2
-    # would take the ended rows for open ones, which is why this is a schema version.
+    # 2 -> 3: the ended transactions kept as history, and the history `discard_state` keeps.
     (
         "ALTER TABLE txs ADD COLUMN history TEXT",
-        "ALTER TABLE txs ADD COLUMN ended_at REAL",
-        "CREATE INDEX txs_ended ON txs (ended_at) WHERE ended_at IS NOT NULL",
+        (
+            "CREATE TABLE ended (seq INTEGER PRIMARY KEY, tx_id TEXT NOT NULL UNIQUE, "
+            "record TEXT NOT NULL, isolation TEXT NOT NULL, history TEXT, "
+            "steps TEXT NOT NULL, ended_at REAL NOT NULL)"
+        ),
+        "CREATE INDEX ended_by_time ON ended (ended_at)",
+        (
+            "CREATE TRIGGER ended_replaced AFTER INSERT ON txs "
+            "BEGIN DELETE FROM ended WHERE tx_id = NEW.tx_id; END"
+        ),
     ),
 )
 #: The schema version this code writes: the number of migrations.
@@ -168,9 +179,9 @@ INSERT_LOG: Final = (
 )
 INSERT_TX: Final = "INSERT OR IGNORE INTO txs (tx_id, record, owner, isolation) VALUES (?, ?, ?, ?)"
 SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
-SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ? AND ended_at IS NULL"
-UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ? AND ended_at IS NULL"
-UPDATE_RECORD: Final = "UPDATE txs SET record = ? WHERE tx_id = ? AND ended_at IS NULL"
+SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
+UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ?"
+UPDATE_RECORD: Final = "UPDATE txs SET record = ? WHERE tx_id = ?"
 UPDATE_RECORD_FENCED: Final = f"{UPDATE_RECORD} AND owner = ?"
 _OWNED: Final = "EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"
 INSERT_UNDO: Final = (
@@ -183,11 +194,8 @@ DELETE_UNDO: Final = "DELETE FROM undos WHERE tx_id = ? AND step_id = ? AND seq 
 DELETE_LOG_ROW: Final = "DELETE FROM log WHERE tx_id = ? AND seq = ?"
 #: The `WRITE` events from a seq on (a restore reverts them), given tx_id, seq and WRITE.
 DELETE_LOG_WRITES_FROM: Final = "DELETE FROM log WHERE tx_id = ? AND seq >= ? AND kind = ?"
-SELECT_TX: Final = "SELECT record, owner, isolation FROM txs WHERE tx_id = ? AND ended_at IS NULL"
-SELECT_ENDED_TX: Final = (
-    "SELECT record, owner, isolation, history, ended_at FROM txs "
-    "WHERE tx_id = ? AND ended_at IS NOT NULL"
-)
+SELECT_TX: Final = "SELECT record, owner, isolation FROM txs WHERE tx_id = ?"
+SELECT_ENDED_TX: Final = "SELECT record, history, steps, ended_at FROM ended WHERE tx_id = ?"
 SELECT_LOG: Final = (
     "SELECT seq, kind, step, num, name, body, extra FROM log WHERE tx_id = ? ORDER BY seq"
 )
@@ -213,27 +221,22 @@ _INSERT_OUTBOX: Final = (
 _DELETE_LOG: Final = "DELETE FROM log WHERE tx_id = ?"
 _DELETE_UNDOS: Final = "DELETE FROM undos WHERE tx_id = ?"
 _DELETE_TX: Final = "DELETE FROM txs WHERE tx_id = ?"
-_DELETE_OPEN_TX: Final = "DELETE FROM txs WHERE tx_id = ? AND ended_at IS NULL"
-_END_TX: Final = (
-    "UPDATE txs SET owner = NULL, history = COALESCE(?, history), ended_at = ? "
-    "WHERE tx_id = ? AND ended_at IS NULL"
+#: Keep an ending transaction as history, given history (NULL: the one kept), steps,
+#: ended_at and tx_id. (OR REPLACE: the trigger has deleted any row of the id already.)
+_INSERT_ENDED: Final = (
+    "INSERT OR REPLACE INTO ended (tx_id, record, isolation, history, steps, ended_at) "
+    "SELECT tx_id, record, isolation, COALESCE(?, history), ?, ? FROM txs WHERE tx_id = ?"
 )
-_KEEP_TX: Final = (
-    "UPDATE txs SET owner = NULL, history = COALESCE(?, history) "
-    "WHERE tx_id = ? AND ended_at IS NULL"
-)
-_SELECT_ENDED_AT: Final = "SELECT ended_at FROM txs WHERE tx_id = ?"
+_RELEASE_TX: Final = "UPDATE txs SET owner = NULL, history = COALESCE(?, history) WHERE tx_id = ?"
 _SELECT_ENDED: Final = (
-    "SELECT tx_id, record, history, ended_at FROM txs WHERE ended_at IS NOT NULL "
-    "ORDER BY ended_at DESC, tx_id DESC LIMIT ?"
+    "SELECT tx_id, record, history, ended_at FROM ended ORDER BY seq DESC LIMIT ?"
 )
-#: The ended transactions past the newest `?` (with `LIMIT -1`: all of them).
-_SELECT_ENDED_BEYOND: Final = (
-    "SELECT tx_id FROM txs WHERE ended_at IS NOT NULL "
-    "ORDER BY ended_at DESC, tx_id DESC LIMIT -1 OFFSET ?"
+#: The ended transactions past the newest `?`.
+_PRUNE_BEYOND: Final = (
+    "DELETE FROM ended WHERE seq <= (SELECT seq FROM ended ORDER BY seq DESC LIMIT 1 OFFSET ?)"
 )
-_SELECT_ENDED_BEFORE: Final = "SELECT tx_id FROM txs WHERE ended_at IS NOT NULL AND ended_at < ?"
-_SELECT_TX_IDS: Final = "SELECT tx_id FROM txs WHERE ended_at IS NULL ORDER BY tx_id"
+_PRUNE_BEFORE: Final = "DELETE FROM ended WHERE ended_at < ?"
+_SELECT_TX_IDS: Final = "SELECT tx_id FROM txs ORDER BY tx_id"
 _SELECT_COMMITTED_FROM: Final = (
     "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?"
 )
@@ -640,61 +643,39 @@ class StoreFile:
                 [(tx_id, e.step_id, e.channel, e.payload, e.idempotency_key) for e in effects],
             )
 
-    def end_transaction(self, tx_id: str, history: str | None, ended_at: float | None) -> bool:
-        """Inside a write transaction: end the open transaction `tx_id` and delete its undo
-        records. With `ended_at`, its row and log stay as its history: no owner, `ended_at`
-        set, and `history` replacing the one kept, unless `None`. Without, they are deleted.
-        False, changing nothing, if `tx_id` is not open in the file. `sqlite3.Error` escapes.
-        """
+    def end_transaction(
+        self, tx_id: str, history: str | None, steps: str | None, ended_at: float
+    ) -> bool:
+        """Inside a write transaction: end open transaction `tx_id`, deleting its rows (its
+        record, log and undo records). With `steps` (JSON text, see the layout), first keep
+        it as history, ended at `ended_at`, with `history` (`None`: the one `discard_state`
+        kept, if any). False, changing nothing, if `tx_id` is not open in the file.
+        `sqlite3.Error` escapes."""
         execute = self.cur.execute
-        if ended_at is None:
-            if execute(_DELETE_OPEN_TX, (tx_id,)).rowcount == 0:
-                return False
-            execute(_DELETE_LOG, (tx_id,))
-        elif execute(_END_TX, (history, ended_at, tx_id)).rowcount == 0:
+        if steps is not None:
+            execute(_INSERT_ENDED, (history, steps, ended_at, tx_id))
+        if execute(_DELETE_TX, (tx_id,)).rowcount == 0:
             return False
+        execute(_DELETE_LOG, (tx_id,))
         execute(_DELETE_UNDOS, (tx_id,))
         return True
 
-    def release_transaction(self, tx_id: str, history: str | None) -> bool:
-        """Inside a write transaction: delete the open transaction's log and set its owner to
-        NULL (no store holds it, any recovery may claim it), keeping its row, its record and
-        its undo records; `history`, unless `None`, is kept for when it ends. False, changing
-        nothing, if `tx_id` is not open in the file. `sqlite3.Error` escapes."""
-        if self.cur.execute(_KEEP_TX, (history, tx_id)).rowcount == 0:
-            return False
+    def release_transaction(self, tx_id: str, history: str | None) -> None:
+        """Inside a write transaction: delete the transaction's log and set its owner to NULL
+        (no store holds it, any recovery may claim it), keeping its row, its record and its
+        undo records; `history`, unless `None`, is kept for when it ends. `sqlite3.Error`
+        escapes."""
         self.cur.execute(_DELETE_LOG, (tx_id,))
-        return True
+        self.cur.execute(_RELEASE_TX, (history, tx_id))
 
-    def forget_ended(self, tx_id: str) -> bool:
-        """Inside a write transaction: delete the history of ended transaction `tx_id` (its
-        row and log), so that the id can be begun again. False, changing nothing, if `tx_id`
-        is not an ended transaction. `sqlite3.Error` escapes."""
-        rows = self.cur.execute(_SELECT_ENDED_AT, (tx_id,)).fetchall()
-        if not rows or rows[0][0] is None:
-            return False
-        self._delete_history([tx_id])
-        return True
-
-    def prune(self, keep: int | None, keep_for: float | None, now: float) -> int:
+    def prune(self, keep: int | None, keep_for: float | None, now: float) -> None:
         """Inside a write transaction: delete the history of the ended transactions beyond the
         newest `keep`, and of those that ended before `now - keep_for` (`None`: no such
-        limit). Returns how many. `sqlite3.Error` escapes."""
-        execute = self.cur.execute
-        doomed: set[str] = set()
+        limit). `sqlite3.Error` escapes."""
         if keep is not None:
-            doomed.update(row[0] for row in execute(_SELECT_ENDED_BEYOND, (keep,)).fetchall())
+            self.cur.execute(_PRUNE_BEYOND, (keep,))
         if keep_for is not None:
-            cutoff = now - keep_for
-            doomed.update(row[0] for row in execute(_SELECT_ENDED_BEFORE, (cutoff,)).fetchall())
-        self._delete_history(sorted(doomed))
-        return len(doomed)
-
-    def _delete_history(self, tx_ids: list[str]) -> None:
-        ids = [(tx_id,) for tx_id in tx_ids]
-        self.cur.executemany(_DELETE_LOG, ids)
-        self.cur.executemany(_DELETE_UNDOS, ids)
-        self.cur.executemany(_DELETE_TX, ids)
+            self.cur.execute(_PRUNE_BEFORE, (now - keep_for,))
 
     def ended_transactions(self, limit: int) -> tuple[EndedTransaction, ...]:
         """Up to `limit` ended transactions kept as history, the last to end first."""

@@ -12,6 +12,7 @@ mirror it returns, `peek` only the image; `read_ended` reads an ended one kept a
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from itertools import islice
 from typing import TYPE_CHECKING, TypeAlias
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Sequence
 
-__all__ = ["Row", "TxMirror", "read_ended", "read_transaction", "replay"]
+__all__ = ["Row", "TxMirror", "read_ended", "read_transaction", "replay", "steps_text"]
 
 #: A `log` row: tx_id, seq, kind, step, num, name, body, extra.
 Row: TypeAlias = tuple[
@@ -59,6 +60,9 @@ class TxMirror(Overlay):
     """
 
     effects: list[EffectRow] = attrs.Factory(list)
+    #: The live step records: step id -> record, as in the file (kept with the history when
+    #: the transaction ends, without reading them back).
+    steps: dict[int, str] = attrs.Factory(dict)
     flushed: int = 0
     #: (journal position, seq) where each run of consecutive `WRITE` events begins. The file's
     #: `WRITE` events are in journal order (a restore deletes those at or past its position).
@@ -80,10 +84,12 @@ class TxMirror(Overlay):
     replayed: bool = False
 
     def rewind(self, step: int, position: int) -> int:
-        """`Overlay.rewind`, and drop the staged effects of steps >= `step`."""
+        """`Overlay.rewind`, and drop the step records and staged effects of steps >= `step`."""
         reverted = super().rewind(step, position)
         if self.effects:
             self.effects = [effect for effect in self.effects if effect.step_id < step]
+        if self.steps:
+            self.steps = {s: record for s, record in self.steps.items() if s < step}
         return reverted
 
     def pending(self, tx_id: str, upto: int, *, snapshots: bool = True) -> list[Row]:
@@ -145,7 +151,6 @@ def replay(
         )
     tx = TxMirror.begun(isolation)
     tx.replayed = True
-    steps: dict[int, str] = {}
     last_write = -2
     for seq, kind, step, num, name, body, extra in events:
         if kind == WRITE:
@@ -157,11 +162,10 @@ def replay(
             tx.take_snapshot(step, num)
         elif kind == RESTORE and step in tx.snapshots:
             tx.rewind(step, tx.snapshots[step])
-            steps = {s: record for s, record in steps.items() if s < step}
         elif kind == STEP:
             if num is not None:
                 tx.take_snapshot(step, num)
-            steps[step] = body
+            tx.steps[step] = body
             if extra is not None:  # else the progress is unchanged
                 tx.new_progress(extra, None)
         elif kind == EFFECT:
@@ -179,7 +183,7 @@ def replay(
             )
         tx.next_seq = seq + 1
     tx.flushed = len(tx.journal)
-    return tx, steps, tx.progress
+    return tx, tx.steps, tx.progress
 
 
 def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxImage, TxMirror]:
@@ -195,15 +199,40 @@ def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxI
 
 def read_ended(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[EndedTransaction, TxImage]:
     """Ended transaction `tx_id`, kept as history: its row, and its image as it ended (its
-    step records are the live steps at its end). Read-only, as `read_transaction`.
-    `TransactionNotFound` if the file keeps no ended transaction `tx_id`."""
+    step records: the live steps at its end; no progress, undo records, effects, owner or
+    snapshots). Read-only. `TransactionNotFound` if the file keeps no ended `tx_id`;
+    `StorageError` if its steps cannot be read (the file is corrupt)."""
     rows = cur.execute(SELECT_ENDED_TX, (tx_id,)).fetchall()
     if not rows:
         raise TransactionNotFound(tx_id=tx_id)
-    record, owner, isolation, history, ended_at = rows[0]
-    image, _mirror = _image(cur, tx_id, record, owner, isolation, path=path)
+    record, history, steps, ended_at = rows[0]
+    try:
+        pairs = json.loads(steps)
+        image_steps = tuple((int(step), record) for step, record in pairs)
+        if not all(isinstance(record, str) for _, record in image_steps):
+            raise TypeError("a step record is not text")  # noqa: TRY301
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise StorageError(
+            f"the history of transaction `{tx_id}` in `{path}` is corrupt: its steps: {exc}"
+        ) from exc
     ended = EndedTransaction(tx_id=tx_id, record=record, history=history, ended_at=ended_at)
+    image = TxImage(
+        tx_id=tx_id,
+        record=record,
+        progress=None,
+        steps=image_steps,
+        undos=(),
+        effects=(),
+        owner=None,
+        snapshots=(),
+    )
     return ended, image
+
+
+def steps_text(steps: dict[int, str]) -> str:
+    """The `steps` column of an ended transaction: JSON `[[step_id, record], ...]`, in step
+    order (the records as JSON strings: the store does not require them to be JSON)."""
+    return json.dumps(sorted(steps.items()), ensure_ascii=False, separators=(",", ":"))
 
 
 def _image(
