@@ -2018,7 +2018,7 @@ def test_a_failed_commit_keeps_no_history(path: str, monkeypatch: pytest.MonkeyP
     after writing it (or before) leaves no history, and the transaction open and unchanged."""
     real = StoreFile.end_transaction
 
-    def fail_after(self, tx_id, history, steps, ended_at):  # noqa: ANN001, ANN202
+    def fail_after(self, tx_id, history, steps, ended_at):
         real(self, tx_id, history, steps, ended_at)  # the history row is written ...
         raise sqlite3.OperationalError("disk I/O error")  # ... and the commit fails
 
@@ -2146,5 +2146,5 @@ def test_a_corrupt_history_is_a_storage_error(path: str) -> None:
         for steps in ("not json", '[["x"]]', "[[1, 2]]", '{"a": 1}'):
             with raw(path) as connection:
                 connection.execute("UPDATE ended SET steps = ?", (steps,))
-            with pytest.raises(StorageError, match="history of transaction `t`.*is corrupt"):
+            with pytest.raises(StorageError, match=r"history of transaction `t`.*is corrupt"):
                 store.peek_ended("t")
