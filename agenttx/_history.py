@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ._graph import DependencyGraph
+    from ._json import JSONValue
 
 __all__ = ["StepHistory"]
 
@@ -80,6 +81,11 @@ class StepHistory:
             StepAttempt(step_id=a.step_id, tool_name=a.tool_name, status=a.status)
             for a in self._attempts
         )
+
+    def rows(self) -> list[JSONValue]:
+        """The attempts as `[step_id, tool_name, status value]`, oldest first: `attempts()`
+        without building objects, for the history a transaction writes when it ends."""
+        return [[a.step_id, a.tool_name, a.status.value] for a in self._attempts]
 
     def export(self, graph: DependencyGraph, fmt: str) -> str:
         """`graph` (the live steps) with the undone attempts as extra, marked nodes."""

@@ -243,7 +243,7 @@ class Observed:
         with self._state_lock:
             return history_text(
                 final.value,
-                self._timeline.history.attempts(),
+                self._timeline.history.rows(),
                 self._constraints,
                 (f"{record.description}: {error}" for record, error in self._ledger.failed),
             )

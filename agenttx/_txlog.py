@@ -247,20 +247,23 @@ def end_keeping_undos(
 #: Attempts are `[step, tool, status]` in the history: a transaction's history is written in
 #: the write that ends it, so it is kept small and cheap to build.
 _encode_history: Final = compact_encoder(sort_keys=False)
+COMPENSATED: Final = AttemptStatus.COMPENSATED
+REWOUND: Final = AttemptStatus.REWOUND
 
 
 def history_text(
     status: str,
-    attempts: Iterable[StepAttempt],
+    attempts: list[JSONValue],
     constraints: Iterable[str],
     compensation_failures: Iterable[str],
 ) -> str:
-    """The history of a transaction that ends as `status` (JSON text; see `read_history`)."""
+    """The history of a transaction that ends as `status` (JSON text; see `read_history`);
+    `attempts` are `[step_id, tool_name, status value]`, oldest first."""
     return _encode_history(
         {
             "format": FORMAT,
             "status": status,
-            "attempts": [[a.step_id, a.tool_name, a.status.value] for a in attempts],
+            "attempts": attempts,
             "constraints": list(constraints),
             "compensation_failures": list(compensation_failures),
         }
@@ -271,12 +274,8 @@ def recovered_history(restored: Restored, status: str, failures: Sequence[str]) 
     """The history of a transaction that recovery aborts: its live steps were undone (those
     with undo records compensated), and `failures` are the compensations that failed."""
     undone = {undo.step_id for undo in restored.undos}
-    attempts = [
-        StepAttempt(
-            step_id=step_id,
-            tool_name=step.tool_name,
-            status=AttemptStatus.COMPENSATED if step_id in undone else AttemptStatus.REWOUND,
-        )
+    attempts: list[JSONValue] = [
+        [step_id, step.tool_name, (COMPENSATED if step_id in undone else REWOUND).value]
         for step_id, step in sorted(restored.steps.items())
     ]
     return history_text(status, attempts, restored.progress.constraints, failures)

@@ -1996,21 +1996,24 @@ def test_ended_transactions_are_invisible_to_recovery(path: str) -> None:
         engine.store.close()  # type: ignore[attr-defined]
 
 
-def test_an_ended_id_can_be_begun_again_and_replaces_its_history(path: str) -> None:
-    """begin of an ended id begins a new transaction and deletes the old history, in the same
-    write; the new one's end is kept in its place."""
+def test_an_ended_id_can_be_begun_again_and_its_end_replaces_the_history(path: str) -> None:
+    """begin of an ended id begins a new transaction; the earlier history stays until the new
+    one ends, which replaces it."""
     with SQLiteStore(path) as store:
         end_some(store, ["t", "u"])
         store.begin("t")
         assert store.is_open("t")
-        assert ended_ids(store) == ["u"]
-        with pytest.raises(TransactionNotFound):
-            store.peek_ended("t")
+        assert store.open_transactions() == ("t",)
+        assert ended_ids(store) == ["u", "t"]
         store.record_step("t", 1, '"new"', [], "{}")
         store.commit("t", history='"second"')
         assert ended_ids(store) == ["t", "u"]
         assert store.peek_ended("t")[0].history == '"second"'
         assert store.peek_ended("t")[1].steps == ((1, '"new"'),)
+        store.begin("u")
+        store.discard("u", history='"third"')
+        assert ended_ids(store) == ["u", "t"]
+        assert store.peek_ended("u")[0].history == '"third"'
 
 
 def test_a_failed_commit_keeps_no_history(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -2070,6 +2073,10 @@ def test_retention_by_age(path: str) -> None:
         assert ended_ids(store) == ["new", "older", "old"]
     with SQLiteStore(path, keep_history_for=3600) as store:
         assert ended_ids(store) == ["new"]
+    with raw(path) as connection:
+        connection.execute("UPDATE ended SET ended_at = ended_at - 7200")
+    with SQLiteStore(path, keep_history_for=3600) as store:
+        assert ended_ids(store) == []  # every one too old
 
 
 @pytest.mark.parametrize("keep", [{"keep_history": 0}, {"keep_history_for": 0}])

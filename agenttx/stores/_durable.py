@@ -163,7 +163,7 @@ class DurableStore(Store, Protocol):
     own, so no crash can separate the end from its history. `SQLiteStore` does, within its
     retention. An ended transaction is not open in any sense of this protocol: it is not in
     `open_transactions`, `owner`, `load`, `claim` and `peek` raise `TransactionNotFound` for
-    it, `discard` of it is a no-op, and `begin` of its id begins a new transaction (which
+    it, `discard` of it is a no-op, and `begin` of its id begins a new transaction (whose end
     replaces the history).
 
     **Atomicity and buffering.** `put` and `delete` may be buffered in the process: the writes

@@ -17,8 +17,9 @@ publishes from the mirror, moves its effects to `outbox`, appends the transactio
 mirror holds) and deletes the transaction's rows, in one `BEGIN IMMEDIATE` transaction. The
 history goes to a table of its own, appended in the order transactions end, rather than staying
 in `log`: a `log` that keeps ended transactions grows, and each durable write then lands in a
-large B-tree at the random place of its transaction id, which costs about a third of the
-throughput. The retention deletes old history in batches (`_PRUNE_EVERY`).
+large B-tree at the random place of its transaction id, which cost about a third of the
+throughput. Appending costs about 25 us a commit (a row and a page of the `tx_id` index);
+the retention deletes old history in batches (`_PRUNE_EVERY`).
 """
 
 from __future__ import annotations
@@ -141,13 +142,15 @@ class SQLiteStore:
     end a transaction without its history. `ended_transactions` lists them, the last to end
     first, and `peek_ended` reads one back; `agenttx inspect` shows them. An ended transaction
     is not open: `open_transactions`, `owner`, `load`, `claim` and `peek` ignore it, and
-    `begin` of its id begins anew, deleting its history in the same write. The retention
-    keeps the last `keep_history` ended transactions (an `int` >= 0) that ended less than
-    `keep_history_for` seconds ago (a number >= 0); `None` lifts either limit, and 0 keeps
-    none (an ending then keeps nothing, as before there was history). The history beyond it
-    is deleted when the store opens (unless read-only), and then once every 64 ends, in the
-    write that ends the last of them: so up to 63 more may be kept meanwhile, and each store
-    prunes by its own count.
+    `begin` of its id begins anew; the new transaction's end replaces the history of the
+    earlier one, which stays until then (deleting it at `begin` would cost every `begin` a
+    lookup). The retention keeps the last `keep_history` ended transactions (an `int` >= 0)
+    that ended less than `keep_history_for` seconds ago (a number >= 0), in the order they
+    ended: one goes with every one that ended before it, so another process's slow clock may
+    delay it. `None` lifts either limit, and 0 keeps none (an end then keeps nothing). The
+    history beyond it is deleted when the store opens (unless read-only), and then once every
+    64 ends, in the write that ends the last of them: so up to 63 more may be kept meanwhile,
+    and each store prunes by its own count.
 
     **Read-only** (``readonly=True``), for inspecting a store, even one that other processes
     are using: the file is opened with SQLite's `mode=ro` and is never created, migrated or

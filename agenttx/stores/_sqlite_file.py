@@ -17,9 +17,8 @@ ended    the ended transactions kept as history, in the order they ended (`seq`)
          (unique), `record`, `isolation`, `history` (the JSON text given at the end, or
          NULL), `steps` (the live step records at the end: JSON `[[step_id, record], ...]`)
          and `ended_at` (seconds since the epoch). Appended by the write that ends the
-         transaction, at the end of the table (so it dirties the last pages only); inserting
-         a `txs` row deletes the `ended` row of the same id (a trigger: a new transaction of
-         that id replaces its history, atomically with its `begin`).
+         transaction, at the end of the table, so it dirties the last pages only (and one
+         page of the `tx_id` index), replacing the row of an earlier transaction of that id
 ======== ===================================================================================
 
 A transaction's `log` is the sequence of its calls that change durable state, as events:
@@ -149,11 +148,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             "record TEXT NOT NULL, isolation TEXT NOT NULL, history TEXT, "
             "steps TEXT NOT NULL, ended_at REAL NOT NULL)"
         ),
-        "CREATE INDEX ended_by_time ON ended (ended_at)",
-        (
-            "CREATE TRIGGER ended_replaced AFTER INSERT ON txs "
-            "BEGIN DELETE FROM ended WHERE tx_id = NEW.tx_id; END"
-        ),
     ),
 )
 #: The schema version this code writes: the number of migrations.
@@ -222,7 +216,7 @@ _DELETE_LOG: Final = "DELETE FROM log WHERE tx_id = ?"
 _DELETE_UNDOS: Final = "DELETE FROM undos WHERE tx_id = ?"
 _DELETE_TX: Final = "DELETE FROM txs WHERE tx_id = ?"
 #: Keep an ending transaction as history, given history (NULL: the one kept), steps,
-#: ended_at and tx_id. (OR REPLACE: the trigger has deleted any row of the id already.)
+#: ended_at and tx_id, replacing the history of an earlier transaction of that id.
 _INSERT_ENDED: Final = (
     "INSERT OR REPLACE INTO ended (tx_id, record, isolation, history, steps, ended_at) "
     "SELECT tx_id, record, isolation, COALESCE(?, history), ?, ? FROM txs WHERE tx_id = ?"
@@ -235,7 +229,14 @@ _SELECT_ENDED: Final = (
 _PRUNE_BEYOND: Final = (
     "DELETE FROM ended WHERE seq <= (SELECT seq FROM ended ORDER BY seq DESC LIMIT 1 OFFSET ?)"
 )
-_PRUNE_BEFORE: Final = "DELETE FROM ended WHERE ended_at < ?"
+#: The ended transactions before the first, in the order they ended, that ended at `?` or
+#: later (all, if none did). `ended_at` has no index, which would cost every end a page
+#: write: the scan starts at the oldest and stops at the first that stays.
+_PRUNE_BEFORE: Final = (
+    "DELETE FROM ended WHERE seq < COALESCE("
+    "(SELECT seq FROM ended WHERE ended_at >= ? ORDER BY seq LIMIT 1), "
+    "(SELECT max(seq) + 1 FROM ended))"
+)
 _SELECT_TX_IDS: Final = "SELECT tx_id FROM txs ORDER BY tx_id"
 _SELECT_COMMITTED_FROM: Final = (
     "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?"
