@@ -155,7 +155,8 @@ class StoresAgree(RuleBasedStateMachine):
     `reopen` flushes every open transaction, opens the file in a new SQLiteStore and loads
     them all, as recovery after a crash does: nothing observable may change. `flush`,
     `record_step` and `record_progress` go to SQLite only: they change no `Store` observable,
-    and a small model checks the steps, effects, progress and outbox they leave.
+    and a small model checks the steps, effects, progress and outbox they leave, and the live
+    steps each ended transaction is kept with as history.
     """
 
     #: Whether the SQLiteStore is opened with `exclusive=True`: then the file is read through
@@ -171,6 +172,8 @@ class StoresAgree(RuleBasedStateMachine):
         self.raw = None if self.exclusive else sqlite3.connect(self.path, isolation_level=None)
         self.durable: dict[str, _Durable] = {}
         self.outbox: list[tuple[str, EffectRow]] = []
+        #: The live steps each ended transaction left, as its history keeps them.
+        self.ended: dict[str, tuple[tuple[int, str], ...]] = {}
         self.counter = itertools.count()
 
     @property
@@ -242,6 +245,7 @@ class StoresAgree(RuleBasedStateMachine):
                     model.effects = [e for e in model.effects if e.step_id < argument]
             elif self.both(label, lambda s, n=name: getattr(s, n)(tx)) and name != "written_keys":
                 ended = self.durable.pop(tx)  # committed or discarded
+                self.ended[tx] = tuple(sorted(ended.steps.items()))
                 if name == "commit":
                     self.outbox += [(tx, effect) for effect in ended.effects]
 
@@ -291,6 +295,9 @@ class StoresAgree(RuleBasedStateMachine):
         assert sqlite.open_transactions() == open_txs
         pending = [(entry.tx_id, as_effect(entry)) for entry in sqlite.pending_effects(999)]
         assert pending == self.outbox
+        assert {row.tx_id for row in sqlite.ended_transactions()} == set(self.ended)
+        for tx, steps in self.ended.items():
+            assert sqlite.peek_ended(tx)[1].steps == steps, tx
 
     @invariant()
     def file_agrees(self) -> None:
