@@ -2157,7 +2157,7 @@ def test_a_corrupt_history_is_a_storage_error(path: str) -> None:
     """Steps in the file that are not the JSON the store writes raise StorageError."""
     with SQLiteStore(path) as store:
         end_some(store, ["t"])
-        for steps in ("not json", '[["x"]]', "[[1, 2]]", '{"a": 1}'):
+        for steps in ("not json", '[["x"]]', "[[1, 2]]", '{"a": 1}', "[[1],[5]]\nabc", "[[1],[3]]"):
             with raw(path) as connection:
                 connection.execute("UPDATE ended SET steps = ?", (steps,))
             with pytest.raises(StorageError, match=r"history of transaction `t`.*is corrupt"):
