@@ -2162,3 +2162,19 @@ def test_a_corrupt_history_is_a_storage_error(path: str) -> None:
                 connection.execute("UPDATE ended SET steps = ?", (steps,))
             with pytest.raises(StorageError, match=r"history of transaction `t`.*is corrupt"):
                 store.peek_ended("t")
+
+
+def test_a_transaction_whose_log_cannot_be_replayed_still_ends(path: str) -> None:
+    """discard by a store that does not hold a transaction with a corrupt log ends it all the
+    same, kept without steps."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.record_step("t", 1, '"s"', [], "{}")
+    with raw(path) as connection:
+        connection.execute("UPDATE log SET kind = 99 WHERE tx_id = 't'")
+    with SQLiteStore(path) as store:
+        with pytest.raises(StorageError, match="corrupt"):
+            store.peek("t")
+        store.discard("t", history='"h"')
+        assert store.open_transactions() == ()
+        assert store.peek_ended("t")[1].steps == ()
