@@ -955,3 +955,19 @@ def test_a_corrupt_ended_transaction_is_unreadable(ended_store, tmp_path, capsys
         status, out, err = run_main(capsys, command, str(db), tx_id)
         assert (status, out) == (2, ""), err
         assert "unreadable" in one_line(err)
+
+
+def test_a_transaction_ended_on_the_store_directly_is_listed_without_history(tmp_path, capsys):
+    """A transaction begun and committed on the store itself (no record, no history) is
+    listed as ENDED with what is unknown as "?"; showing it is one line, status 2."""
+    db = tmp_path / "bare.db"
+    with SQLiteStore(db) as store:
+        store.begin("bare")
+        store.commit("bare")
+    status, out, err = run_main(capsys, "inspect", str(db))
+    assert (status, err) == (0, "")
+    assert [row[:4] for row in ended_listing(out)] == [["bare", "?", "ENDED", "?"]]
+    for command in ("inspect", "graph"):
+        status, out, err = run_main(capsys, command, str(db), "bare")
+        assert (status, out) == (2, "")
+        assert "ended without recording anything" in one_line(err)
