@@ -2,10 +2,13 @@
 
 Every command reads; none changes a store: `inspect` and `graph` open the SQLite file
 read-only and look at transactions without taking them over, so they are safe to run beside a
-live agent. A transaction that ends (commits or aborts) between the listing and its read is
-left out of the listing; one whose stored rows cannot be read is listed as `UNREADABLE`, with
-the reason on a line of its own, and the others are listed as usual. A read that finds the store
-locked by a writer is tried again until `--wait` seconds have passed.
+live agent. They show the open transactions, and the ended ones the store keeps as history
+(within its retention: `SQLiteStore(keep_history=..., keep_history_for=...)`), with what
+became of every step attempt. A transaction that ends (commits or aborts) between the listing
+and its read is left out of the open ones (`inspect DB TX` then shows it ended); one whose
+stored rows cannot be read is listed as `UNREADABLE`, with the reason on a line of its own,
+and the others are listed as usual. A read that finds the store locked by a writer is tried
+again until `--wait` seconds have passed.
 
 Nothing prints a traceback. Exit status: 0 done; 2 a problem with what was given (a bad option,
 a missing file, a file that is not an agenttx store, an unknown or unreadable transaction, a
@@ -31,14 +34,16 @@ import sys
 import time
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Final, NamedTuple, NoReturn, TypeVar
 
 from . import _demo
 from ._errors import AgentTxError, InvalidArgument, StorageError, TransactionNotFound
 from ._graph import DependencyGraph
+from ._history import StepHistory
 from ._json import canonical_dumps
 from ._lineage import lineage_from_openai
-from ._txlog import Restored, add_live_steps, read_image
+from ._results import AttemptStatus, TxStatus
+from ._txlog import Ended, Restored, add_live_steps, read_history, read_image
 from ._version import __version__
 from .stores import SQLiteStore
 
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from ._lineage import LineageGraph
-    from .stores import TxImage
+    from .stores import EndedTransaction, TxImage
 
 __all__ = ["main"]
 
@@ -58,6 +63,8 @@ FORMATS: Final = ("dot", "mermaid", "json")
 WIDTH: Final = 96
 #: How long `inspect` and `graph` wait for a locked store by default, in seconds.
 WAIT: Final = 5.0
+#: How many ended transactions `inspect DB` lists, the last to end first.
+ENDED_SHOWN: Final = 20
 
 #: Exit statuses.
 EXIT_ERROR: Final = 1
@@ -95,6 +102,15 @@ def _escapes(*, json_text: bool) -> dict[int, str]:
 
 _TEXT_ESCAPES: Final = _escapes(json_text=False)
 _JSON_ESCAPES: Final = _escapes(json_text=True)
+
+
+class _Ended(NamedTuple):
+    """An ended transaction kept as history, decoded: its row, its image as it ended (its
+    steps: the live ones at the end) and its history (`None` if it ended without one)."""
+
+    row: EndedTransaction
+    restored: Restored
+    ended: Ended | None
 
 
 class _Failure(Exception):
@@ -170,11 +186,15 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser(
         "inspect",
-        help="list the open transactions of a SQLite store, or show one",
-        description="Without TX: each open transaction (id, agent, status, steps, age) and the "
-        "effects waiting in the outbox; one whose stored rows cannot be read is listed as "
-        "UNREADABLE, with the reason. With TX: its steps, edges, constraints, context, "
-        "staged effects and undo records. Read-only.",
+        help="list the open and recently ended transactions of a SQLite store, or show one",
+        description="Without TX: each open transaction (id, agent, status, steps, age), the "
+        "effects waiting in the outbox, and the transactions that ended most recently (id, "
+        "agent, final status, live steps at the end, how long ago), as far as the store keeps "
+        "them; one whose stored rows cannot be read is listed as UNREADABLE, with the reason. "
+        "With TX, open: its steps, edges, constraints, context, staged effects and undo "
+        "records; ended: its final status, its steps and edges at the end, every step attempt "
+        "with what became of it (live, failed, rewound, compensated), its constraints and its "
+        "compensation failures. Read-only.",
     )
     inspect.add_argument("db", metavar="DB", help="the SQLite file")
     inspect.add_argument("tx", metavar="TX", nargs="?", help="a transaction id")
@@ -184,7 +204,10 @@ def _parser() -> argparse.ArgumentParser:
     graph = commands.add_parser(
         "graph",
         help="print the dependency graph of a stored transaction",
-        description="The dependency graph of an open transaction of a SQLite store. Read-only.",
+        description="The dependency graph of a transaction of a SQLite store, open or ended "
+        "(kept as history): for an ended one, its live steps at the end, with every attempt "
+        "that failed or was undone as an extra node marked failed, rewound or compensated, as "
+        "the transaction's export_graph drew it. Read-only.",
     )
     graph.add_argument("db", metavar="DB", help="the SQLite file")
     graph.add_argument("tx", metavar="TX", help="a transaction id")
@@ -266,11 +289,14 @@ def _run_inspect(args: argparse.Namespace) -> None:
 def _run_graph(args: argparse.Namespace) -> None:
     store = _open(args.db, args.wait)
     try:
-        restored = _restored(store, args.tx, args.wait)
+        found = _restored(store, args.tx, args.wait)
     finally:
         store.close()
     try:
-        text = _render(_graph_of(restored), args.format)
+        if isinstance(found, _Ended):
+            text = _ended_graph(found, args.format)
+        else:
+            text = _render(_graph_of(found), args.format)
     except Exception as exc:  # noqa: BLE001 - stored rows decoded, yet not a graph
         raise _unreadable(args.tx, exc) from None
     _say_block(text, json_text=args.format == "json")
@@ -359,13 +385,12 @@ def _peek(store: SQLiteStore, tx_id: str, wait: float) -> TxImage:
     return _patiently(wait, lambda: store.peek(tx_id))
 
 
-def _restored(store: SQLiteStore, tx_id: str, wait: float) -> Restored:
+def _restored(store: SQLiteStore, tx_id: str, wait: float) -> Restored | _Ended:
+    """Open transaction `tx_id`, decoded; or, if it has ended, its history (`_ended`)."""
     try:
         image = _peek(store, tx_id, wait)
     except TransactionNotFound:
-        raise _Failure(
-            f"no open transaction {tx_id} in {store.path} (committed and aborted ones leave it)"
-        ) from None
+        return _ended(store, tx_id, wait)
     except InvalidArgument as exc:
         raise _Failure(str(exc)) from None
     except _Failure:
@@ -376,6 +401,27 @@ def _restored(store: SQLiteStore, tx_id: str, wait: float) -> Restored:
         raise _Failure(f"transaction {tx_id} has begun but recorded nothing yet")
     try:
         return read_image(image)
+    except Exception as exc:  # noqa: BLE001 - e.g. RecursionError from deeply nested rows
+        raise _unreadable(tx_id, exc) from None
+
+
+def _ended(store: SQLiteStore, tx_id: str, wait: float) -> _Ended:
+    """Ended transaction `tx_id` as the store keeps it, decoded; `_Failure` if it keeps none."""
+    try:
+        row, image = _patiently(wait, lambda: store.peek_ended(tx_id))
+    except TransactionNotFound:
+        raise _Failure(
+            f"no open or ended transaction {tx_id} in {store.path} (ended ones are kept as "
+            "history within the store's retention)"
+        ) from None
+    except _Failure:
+        raise
+    except Exception as exc:  # noqa: BLE001 - corrupt rows may raise anything while decoded
+        raise _unreadable(tx_id, exc) from None
+    if image.record == "null":
+        raise _Failure(f"transaction {tx_id} ended without recording anything")
+    try:
+        return _Ended(row, read_image(image), read_history(row.history))
     except Exception as exc:  # noqa: BLE001 - e.g. RecursionError from deeply nested rows
         raise _unreadable(tx_id, exc) from None
 
@@ -401,6 +447,32 @@ def _graph_of(restored: Restored) -> DependencyGraph:
 
 def _status(restored: Restored) -> str:
     return "ACTIVE" if restored.ended is None else f"{restored.ended}, undos to retry"
+
+
+def _final_status(record: object, ended: Ended | None) -> str:
+    """An ended transaction's final status: as its history says, else as its record says (it
+    ended keeping undos), else unknown ("ENDED")."""
+    if ended is not None:
+        return ended.status
+    status = record.get("ended") if isinstance(record, dict) else None
+    return status if isinstance(status, str) else "ENDED"
+
+
+def _live_steps(ended: Ended | None) -> str:
+    """How many steps were live when the transaction ended ("?" without a history)."""
+    if ended is None:
+        return "?"
+    return str(sum(attempt.status is AttemptStatus.LIVE for attempt in ended.attempts))
+
+
+def _ended_graph(found: _Ended, fmt: str) -> str:
+    """An ended transaction's graph as its `export_graph` drew it when it ended: its live
+    steps (none once aborted), and each attempt that failed or was undone, marked."""
+    graph = DependencyGraph()
+    if found.ended is not None and found.ended.status == TxStatus.COMMITTED.value:
+        add_live_steps(graph, found.restored.steps, 1)
+    attempts = () if found.ended is None else found.ended.attempts
+    return StepHistory.of(attempts).export(graph, fmt)
 
 
 def _age(created_at: object) -> str:
@@ -457,7 +529,49 @@ def _list(store: SQLiteStore, wait: float) -> list[str]:
         )
     lines.extend(reasons)
     lines.append(f"outbox: {pending} effect{'s' * (pending != 1)} waiting for delivery")
+    lines.extend(_ended_list(store, wait))
     return lines
+
+
+def _ended_list(store: SQLiteStore, wait: float) -> list[str]:
+    """The section of `inspect DB` on the ended transactions kept as history."""
+    try:
+        ended = _patiently(wait, lambda: store.ended_transactions(ENDED_SHOWN))
+    except AgentTxError as exc:
+        raise _Failure(str(exc)) from None
+    if not ended:
+        return ["ended: none kept as history"]
+    rows = [("TX", "AGENT", "STATUS", "STEPS", "ENDED")]
+    reasons: list[str] = []
+    for row in ended:
+        try:
+            rows.append(_ended_row(row))
+        except Exception as exc:  # noqa: BLE001 - one bad transaction must not hide the others
+            rows.append((_printable(row.tx_id), "?", "UNREADABLE", "?", _age(row.ended_at)))
+            reasons.append(_cut(f"unreadable {_printable(row.tx_id)}: {_reason(exc)}", 2 * WIDTH))
+    count = len(ended)
+    lines = [f"ended: the last {count} kept as history, the last to end first"]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines.extend(
+        ("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
+        for row in rows
+    )
+    lines.extend(reasons)
+    return lines
+
+
+def _ended_row(row: EndedTransaction) -> tuple[str, str, str, str, str]:
+    """One row of the ended section, its cells escaped."""
+    record = json.loads(row.record)
+    ended = read_history(row.history)
+    agent = record.get("agent_id", "?") if isinstance(record, dict) else "?"
+    return (
+        _printable(row.tx_id),
+        _printable(str(agent)) or "-",
+        _printable(_final_status(record, ended)),
+        _live_steps(ended),
+        _age(row.ended_at),
+    )
 
 
 def _row(tx_id: str, image: TxImage) -> tuple[str, str, str, str, str]:
@@ -476,11 +590,40 @@ def _row(tx_id: str, image: TxImage) -> tuple[str, str, str, str, str]:
 
 def _show(store: SQLiteStore, tx_id: str, wait: float) -> list[str]:
     """The lines of `inspect DB TX`, all built before any is printed."""
-    restored = _restored(store, tx_id, wait)
+    found = _restored(store, tx_id, wait)
     try:
-        return _shown(restored)
+        return _shown_ended(found) if isinstance(found, _Ended) else _shown(found)
     except Exception as exc:  # noqa: BLE001 - decoded rows of the wrong shape fail anywhere
         raise _unreadable(tx_id, exc) from None
+
+
+def _shown_ended(found: _Ended) -> list[str]:
+    """The lines of `inspect DB TX` for an ended transaction."""
+    restored, ended = found.restored, found.ended
+    status = _final_status(restored.record, ended)
+    committed = status == TxStatus.COMMITTED.value
+    ago = _age(found.row.ended_at)
+    lines = [
+        f"transaction {restored.tx_id} (ended)",
+        f"  agent: {restored.agent_id or '-'}   status: {status}   ended: {ago} ago",
+        f"steps ({len(restored.steps)}{'' if committed else ', undone when it ended'}):",
+    ]
+    lines.extend(_steps_and_edges(restored))
+    if ended is None:
+        lines.append("attempts: not recorded (it ended without a history)")
+        return lines
+    lines.append(f"attempts ({len(ended.attempts)}):")
+    for number, attempt in enumerate(ended.attempts, 1):
+        became = attempt.status.value
+        if committed and attempt.status is AttemptStatus.LIVE:
+            became = "committed"
+        lines.append(f"  {number}. step {attempt.step_id} {attempt.tool_name}: {became}")
+    lines.append(f"constraints ({len(ended.constraints)}):")
+    lines.extend(f"  - {constraint}" for constraint in ended.constraints)
+    failures = ended.compensation_failures
+    lines.append(f"compensation failures ({len(failures)}):")
+    lines.extend(f"  - {failure}" for failure in failures)
+    return lines
 
 
 def _shown(restored: Restored) -> list[str]:
@@ -491,16 +634,7 @@ def _shown(restored: Restored) -> list[str]:
         f"  next step: {restored.progress.next_step}   age: {age}",
         f"steps ({len(restored.steps)}):",
     ]
-    for step_id, step in sorted(restored.steps.items()):
-        lines.append(f"  {step_id}. {step.tool_name} {_cut(canonical_dumps(step.arguments))}")
-        lines.append(f"     -> {_cut(canonical_dumps(step.output))}")
-    edges = _graph_of(restored).edges()
-    lines.append(f"edges ({len(edges)}):")
-    lines.extend(
-        f"  step {edge.source} -> step {edge.target}  "
-        f"{edge.source_key} -> {edge.target_key}  ({edge.kind.value})"
-        for edge in edges
-    )
+    lines.extend(_steps_and_edges(restored))
     lines.append(f"constraints ({len(restored.progress.constraints)}):")
     lines.extend(f"  - {constraint}" for constraint in restored.progress.constraints)
     context = [(k, s.raw_context) for k, s in sorted(restored.steps.items()) if s.raw_context]
@@ -514,6 +648,22 @@ def _shown(restored: Restored) -> list[str]:
     )
     lines.append(f"undo records ({len(restored.undos)}):")
     lines.extend(f"  step {undo.step_id}.{undo.seq} {undo.description}" for undo in restored.undos)
+    return lines
+
+
+def _steps_and_edges(restored: Restored) -> list[str]:
+    """Each step (arguments, output), then the `edges (N):` between them."""
+    lines = []
+    for step_id, step in sorted(restored.steps.items()):
+        lines.append(f"  {step_id}. {step.tool_name} {_cut(canonical_dumps(step.arguments))}")
+        lines.append(f"     -> {_cut(canonical_dumps(step.output))}")
+    edges = _graph_of(restored).edges()
+    lines.append(f"edges ({len(edges)}):")
+    lines.extend(
+        f"  step {edge.source} -> step {edge.target}  "
+        f"{edge.source_key} -> {edge.target_key}  ({edge.kind.value})"
+        for edge in edges
+    )
     return lines
 
 

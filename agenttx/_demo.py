@@ -6,11 +6,13 @@ on its foreign key; the dependency graph traces `customer_id` back to step 1, so
 transaction jumps there: the receipt is deleted, the stock reservation reverted and the email
 dropped. The agent, now holding the hint, fixes step 1 and replays; the commit publishes the
 state and the email together (the email into the SQLite file's outbox), and only then sends it.
-Everything lives in one SQLite file, the embedded default.
+Everything lives in one SQLite file, the embedded default, which keeps the ended transaction as
+history: the demo ends with the `agenttx inspect` commands that show what it did.
 """
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,4 +137,9 @@ def run(out: Callable[[str], object] = print, *, directory: str | None = None) -
         f"{committed.effects_dispatched} effect dispatched after the commit, "
         f"{len(engine.pending_effects())} left in the outbox"
     )
+    where, which = shlex.quote(str(database)), shlex.quote(tx.id)
+    out("\nthe file keeps the transaction as history; to look at what it did:")
+    out(f"  agenttx inspect {where}")
+    out(f"  agenttx inspect {where} {which}")
+    out(f"  agenttx graph {where} {which} --format mermaid")
     return tx

@@ -13,7 +13,10 @@ from ._render import DrawnNode, render_graph
 from ._results import AttemptStatus, StepAttempt
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ._graph import DependencyGraph
+    from ._json import JSONValue
 
 __all__ = ["StepHistory"]
 
@@ -41,6 +44,19 @@ class StepHistory:
         self._attempts: list[_Attempt] = []
         self._live: dict[int, _Attempt] = {}
 
+    @classmethod
+    def of(cls, attempts: Iterable[StepAttempt]) -> StepHistory:
+        """The history of `attempts` (as `attempts()` gave them), to export it again: that of
+        an ended transaction, read back from its store."""
+        history = cls()
+        for a in attempts:
+            compensated = a.status is AttemptStatus.COMPENSATED
+            attempt = _Attempt(a.step_id, a.tool_name, a.status, had_undos=compensated)
+            history._attempts.append(attempt)
+            if a.status is AttemptStatus.LIVE:
+                history._live[a.step_id] = attempt
+        return history
+
     def succeeded(self, step_id: int, tool_name: str, *, had_undos: bool) -> None:
         """Step `step_id` succeeded: it is live until a rewind undoes it."""
         attempt = _Attempt(step_id, tool_name, AttemptStatus.LIVE, had_undos=had_undos)
@@ -65,6 +81,11 @@ class StepHistory:
             StepAttempt(step_id=a.step_id, tool_name=a.tool_name, status=a.status)
             for a in self._attempts
         )
+
+    def rows(self) -> list[JSONValue]:
+        """The attempts as `[step_id, tool_name, status value]`, oldest first: `attempts()`
+        without building objects, for the history a transaction writes when it ends."""
+        return [[a.step_id, a.tool_name, a.status.value] for a in self._attempts]
 
     def export(self, graph: DependencyGraph, fmt: str) -> str:
         """`graph` (the live steps) with the undone attempts as extra, marked nodes."""

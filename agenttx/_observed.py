@@ -27,6 +27,7 @@ from ._results import (
 )
 from ._timeline import Timeline
 from ._tools import Orphans
+from ._txlog import history_text
 
 if TYPE_CHECKING:
     from ._graph import DependencyGraph
@@ -236,6 +237,23 @@ class Observed:
                     f"{record.description}: {error}" for record, error in self._ledger.failed
                 ),
             )
+
+    def _history_text(self, final: TxStatus) -> str:
+        """The history a durable store keeps when the transaction ends as `final`."""
+        with self._state_lock:
+            return history_text(
+                final.value,
+                self._timeline.history.rows(),
+                self._constraints,
+                (f"{record.description}: {error}" for record, error in self._ledger.failed),
+            )
+
+    def _commit_store(self) -> None:
+        """Commit the store's side; a durable log keeps the history in the same commit."""
+        if self._log is None:
+            self._store.commit(self._id)
+        else:
+            self._log.commit(self._history_text(TxStatus.COMMITTED))
 
     def __repr__(self) -> str:
         # Never arguments or outputs: they may hold secrets.

@@ -29,7 +29,7 @@ from ._results import RecoveryReport, TxStatus
 from ._saga import SagaLedger
 from ._settings import Settings
 from ._transaction import Transaction
-from ._txlog import end_keeping_undos, read_image
+from ._txlog import end_keeping_undos, read_image, recovered_history
 
 if TYPE_CHECKING:
     from collections.abc import Container
@@ -153,10 +153,14 @@ def _abort(
         registry.compensations,
     )
     tally.failures.extend(f"{tx_id}: {line}" for line in report.failures)
+    status = restored.ended or "ROLLED_BACK"
+    # A transaction that ended itself gave its history then (the store keeps it); one that
+    # recovery aborts gets one here: its live steps were undone.
+    history = None if restored.ended else recovered_history(restored, status, report.failures)
     if report.failures:  # the record and the failed undos stay, for next time
-        end_keeping_undos(store, tx_id, restored.record, restored.ended or "ROLLED_BACK")
+        end_keeping_undos(store, tx_id, restored.record, status, history)
     else:
-        store.discard(tx_id)
+        store.discard(tx_id, history=history)
 
 
 def owner_alive(owner: str | None) -> bool:

@@ -470,10 +470,10 @@ class Transaction(Observed):
                 remaining = []
         self._ledger.keep_failed(remaining, reason)
         self._ledger.keep_failed(self._orphans.give_up(), _STILL_RUNNING)
-        with contextlib.suppress(Exception):  # the original error is the one to report
-            self._discard(TxStatus.FAILED)
         with self._state_lock:
             self._timeline.clear()
+        with contextlib.suppress(Exception):  # the original error is the one to report
+            self._discard(TxStatus.FAILED)
         if self._status is not TxStatus.ROLLING_BACK:
             self._transition(TxStatus.ROLLING_BACK)
         self._transition(TxStatus.FAILED)
@@ -486,10 +486,11 @@ class Transaction(Observed):
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""
-        if self._log is not None and self._ledger.failed:
-            self._log.end_keeping_undos(final.value)
-        else:
+        if self._log is None:
             self._store.discard(self._id)
+        else:
+            failed = bool(self._ledger.failed)
+            self._log.end(final.value, self._history_text(final), keep_undos=failed)
 
     def rollback(self, to_step: int | None = None, *, reason: str = "") -> RollbackResult:
         """Rewind to just before `to_step` (it runs next), or abort with None or 0.
@@ -540,7 +541,7 @@ class Transaction(Observed):
                 )
             self._transition(TxStatus.COMMITTING)
             try:
-                self._store.commit(self._id)
+                self._commit_store()  # with its history, on a durable store
             except WriteConflict:
                 self._abort(TxStatus.FAILED)
                 raise

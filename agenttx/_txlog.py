@@ -3,8 +3,12 @@
 `TxLog` writes, for one transaction: its descriptive record, with the transaction's row at
 `begin`; each undo record as soon as a tool registers it (before the effect it undoes); each
 successful step with its staged effects; and the progress (next step, controller counters,
-constraints) after every rewind. Everything is JSON text. `read_image` turns what
-`DurableStore.load` returns back into Python objects for `Engine.recover`.
+constraints) after every rewind; and, in the write that ends it (commit, abort, or the end
+that keeps failed undos for recovery), its history (`history_text`: the final status, every
+step attempt with what became of it, the constraints and the compensation failures), which a
+store that keeps ended transactions keeps with them. Everything is JSON text. `read_image`
+turns what `DurableStore.load` returns back into Python objects for `Engine.recover`, and
+`read_history` the history of an ended one for `agenttx inspect`.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ import attrs
 from ._errors import StorageError
 from ._json import JSONValue, canonical_dumps, compact_encoder
 from ._refs import Dependency
+from ._results import AttemptStatus, StepAttempt
 from ._rollback import ControllerState, RollbackPolicy
 from ._tools import StagedEffect, UndoRecord
 from .stores import DurableStore, EffectRow, Store, UndoRow
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from ._graph import DependencyGraph
     from ._limits import Isolation
@@ -33,13 +38,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "Ended",
     "LiveStep",
     "Progress",
     "Restored",
     "TxLog",
     "add_live_steps",
     "end_keeping_undos",
+    "history_text",
+    "read_history",
     "read_image",
+    "recovered_history",
 ]
 
 #: The version of the record formats below, stored in each transaction record.
@@ -92,6 +101,15 @@ class Restored(NamedTuple):
     record: dict[str, JSONValue]  # the record as written, to rewrite it
     ended: str | None  # the final status, if it ended with undo records left to retry
     snapshots: tuple[int, ...]  # the steps the store can restore
+
+
+class Ended(NamedTuple):
+    """How a transaction ended, as its history (`history_text`) says."""
+
+    status: str  # a `TxStatus` value: COMMITTED, ROLLED_BACK or FAILED
+    attempts: tuple[StepAttempt, ...]  # every step executed, oldest first
+    constraints: tuple[str, ...]
+    compensation_failures: tuple[str, ...]
 
 
 @final
@@ -156,13 +174,17 @@ class TxLog:
             settings=settings.to_record(),
         )
 
-    def end_keeping_undos(self, status: str) -> None:
-        """End the transaction as `status`, keeping the undo records that failed.
+    def commit(self, history: str) -> None:
+        """Commit the transaction in the store, with its `history` (`history_text`)."""
+        self._store.commit(self._tx_id, history=history)
 
-        The record says it ended, so a later recovery compensates those records but never
-        resumes the transaction.
-        """
-        end_keeping_undos(self._store, self._tx_id, self._record, status)
+    def end(self, status: str, history: str, *, keep_undos: bool) -> None:
+        """End the transaction as `status` with its `history` (`history_text`): discard it,
+        or, `keep_undos`, keep the undo records that failed (see `end_keeping_undos`)."""
+        if keep_undos:
+            end_keeping_undos(self._store, self._tx_id, self._record, status, history)
+        else:
+            self._store.discard(self._tx_id, history=history)
 
     def undo(self, record: UndoRecord) -> None:
         """Write an undo record, durably, before the effect it undoes happens."""
@@ -206,11 +228,85 @@ class TxLog:
 
 
 def end_keeping_undos(
-    store: DurableStore, tx_id: str, record: dict[str, JSONValue], status: str
+    store: DurableStore,
+    tx_id: str,
+    record: dict[str, JSONValue],
+    status: str,
+    history: str | None = None,
 ) -> None:
-    """Mark the transaction's record as ended with `status`, then discard all but its undos."""
+    """Mark the transaction's record as ended with `status`, then discard all but its undos
+    (and its `history`, kept for when recovery ends it; `None` keeps the one kept before).
+
+    The record says it ended, so a later recovery compensates those records but never
+    resumes the transaction.
+    """
     store.record_transaction(tx_id, canonical_dumps({**record, "ended": status}))
-    store.discard_state(tx_id)
+    store.discard_state(tx_id, history=history)
+
+
+#: Attempts are `[step, tool, status]` in the history: a transaction's history is written in
+#: the write that ends it, so it is kept small and cheap to build.
+_encode_history: Final = compact_encoder(sort_keys=False)
+COMPENSATED: Final = AttemptStatus.COMPENSATED
+REWOUND: Final = AttemptStatus.REWOUND
+
+
+def history_text(
+    status: str,
+    attempts: list[JSONValue],
+    constraints: Iterable[str],
+    compensation_failures: Iterable[str],
+) -> str:
+    """The history of a transaction that ends as `status` (JSON text; see `read_history`);
+    `attempts` are `[step_id, tool_name, status value]`, oldest first."""
+    return _encode_history(
+        {
+            "format": FORMAT,
+            "status": status,
+            "attempts": attempts,
+            "constraints": list(constraints),
+            "compensation_failures": list(compensation_failures),
+        }
+    )
+
+
+def recovered_history(restored: Restored, status: str, failures: Sequence[str]) -> str:
+    """The history of a transaction that recovery aborts: its live steps were undone (those
+    with undo records compensated), and `failures` are the compensations that failed."""
+    undone = {undo.step_id for undo in restored.undos}
+    attempts: list[JSONValue] = [
+        [step_id, step.tool_name, (COMPENSATED if step_id in undone else REWOUND).value]
+        for step_id, step in sorted(restored.steps.items())
+    ]
+    return history_text(status, attempts, restored.progress.constraints, failures)
+
+
+def read_history(text: str | None) -> Ended | None:
+    """Decode `history_text`'s text (`None` for no history); `StorageError` if malformed."""
+    if text is None:
+        return None
+    try:
+        document = json.loads(text)
+        if document is None:
+            return None
+        attempts = tuple(
+            StepAttempt(step_id=step_id, tool_name=tool_name, status=AttemptStatus(status))
+            for step_id, tool_name, status in document["attempts"]
+        )
+        ended = Ended(
+            status=document["status"],
+            attempts=attempts,
+            constraints=tuple(document["constraints"]),
+            compensation_failures=tuple(document["compensation_failures"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(f"unreadable history: {exc}") from exc
+    texts = (ended.status, *ended.constraints, *ended.compensation_failures)
+    if not all(isinstance(t, str) for t in texts) or not all(
+        isinstance(a.step_id, int) and isinstance(a.tool_name, str) for a in attempts
+    ):
+        raise StorageError("unreadable history: a field has the wrong type")
+    return ended
 
 
 def _progress_text(progress: Progress) -> str:

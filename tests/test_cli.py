@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import agenttx
 from agenttx import Engine, EngineConfig, StorageError, TransactionNotFound, builtins
 from agenttx.stores import SQLiteStore
 
@@ -162,7 +163,7 @@ def test_helpful_errors(tmp_path, database):
         (("inspect", str(tmp_path / "nope.db")), "no such file"),
         (("inspect", str(text)), "not"),
         (("inspect", str(other)), "not an agenttx store"),
-        (("graph", str(db), "no-such-tx"), "no open transaction no-such-tx"),
+        (("graph", str(db), "no-such-tx"), "no open or ended transaction no-such-tx"),
         (("lineage", str(tmp_path / "nope.json")), "no such file"),
         (("lineage", str(bad_json)), "is not a JSON transcript"),
     ]
@@ -269,17 +270,41 @@ def one_line(err: str) -> str:
 
 
 def check_listing(out: str) -> list[list[str]]:
-    """Check the shape of `inspect DB`'s output; return the table's rows (header excluded)."""
+    """Check the shape of `inspect DB`'s output; return the open transactions' rows (header
+    excluded). The ended section after the outbox line is checked by `ended_listing`."""
     lines = out.splitlines()
     assert re.fullmatch(r".+: \d+ open transactions?", lines[0]), out
     count = int(lines[0].rsplit(": ", 1)[1].split()[0])
-    assert re.fullmatch(r"outbox: \d+ effects? waiting for delivery", lines[-1]), out
+    outbox = [i for i, line in enumerate(lines) if line.startswith("outbox: ")]
+    assert len(outbox) == 1, out
+    assert re.fullmatch(r"outbox: \d+ effects? waiting for delivery", lines[outbox[0]]), out
+    ended_listing(out)
     if count == 0:
-        assert len(lines) == 2, out
+        assert outbox == [1], out
         return []
     assert lines[1].split() == ["TX", "AGENT", "STATUS", "STEPS", "AGE"], out
     rows = [line.split() for line in lines[2 : 2 + count]]
     assert all(len(row) >= 5 for row in rows), out
+    return rows
+
+
+def ended_listing(out: str) -> list[list[str]]:
+    """Check the shape of the ended section of `inspect DB`'s output (after the outbox line);
+    return its rows (header excluded)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("outbox: ")) + 1
+    section = lines[start:]
+    if section == ["ended: none kept as history"]:
+        return []
+    match = re.fullmatch(
+        r"ended: the last (\d+) kept as history, the last to end first", section[0]
+    )
+    assert match, out
+    count = int(match[1])
+    assert section[1].split() == ["TX", "AGENT", "STATUS", "STEPS", "ENDED"], out
+    rows = [line.split() for line in section[2 : 2 + count]]
+    assert all(len(row) == 5 for row in rows), out
+    assert all(line.startswith("unreadable ") for line in section[2 + count :]), out
     return rows
 
 
@@ -339,13 +364,16 @@ def test_inspect_beside_a_live_agent(tmp_path, capsys):
             assert all(row[2] in {"ACTIVE", "BEGUN"} for row in rows), out
             for row in rows[-1:]:  # the newest: the one most likely to end under us
                 status, out, err = run_main(capsys, "inspect", str(db), row[0])
-                if status == 0:
+                if status == 0 and out.startswith(f"transaction {row[0]} (ended)\n"):
+                    last = out.rstrip("\n").splitlines()[-1]  # it ended since the listing
+                    assert last.startswith("compensation failures ("), out
+                elif status == 0:
                     assert out.startswith(f"transaction {row[0]}\n"), out
                     assert out.rstrip("\n").splitlines()[-1].startswith("undo records ("), out
-                else:
+                else:  # ended, and its history pruned since (by a prune every 64 ends)
                     assert status == 2, (status, out, err)
                     assert out == ""
-                    assert "no open transaction" in one_line(err), err
+                    assert "no open or ended transaction" in one_line(err), err
     finally:
         stop.set()
         thread.join()
@@ -727,3 +755,219 @@ def test_the_age_of_a_bad_timestamp_is_unknown(created_at):
 
     assert _age(created_at) == "?"
     assert _age(0).endswith("d")
+
+
+# ---------------------------------------------------------------------- ended transactions
+
+
+@pytest.fixture(scope="module")
+def ended_store(tmp_path_factory) -> tuple[Path, dict[str, agenttx.Transaction], dict[str, str]]:
+    """A store whose transactions have all ended: one committed after a failure and a rewind,
+    one rolled back, one that lost a commit conflict (FAILED); with each one's graph, drawn
+    by `export_graph` as it ended, in each format."""
+    root = tmp_path_factory.mktemp("ended")
+    store = SQLiteStore(root / "ended.db")
+    engine = Engine(
+        tools=builtins.tools(str(root)), store=store, config=EngineConfig(idle_timeout=None)
+    )
+    committed = engine.begin(agent_id="writer")
+    insert = {"table": "customers", "id": "c-1", "fields": {"name": "Ada"}}
+    committed.execute_step(1, "record.insert", insert)
+    committed.execute_step(2, "fs.write", {"path": "a.txt", "contents": "x"})
+    failed = committed.execute_step(3, "kv.get", {"key": "missing"})
+    assert failed.next_step_id == 2  # step 2 undone: the file write compensated
+    committed.execute_step(2, "fs.write", {"path": "a.txt", "contents": "y"})
+    committed.execute_step(3, "kv.put", {"key": "owner", "value": "${steps.1.id}"})
+    graphs = {fmt: committed.export_graph(fmt) for fmt in ("dot", "mermaid", "json")}
+    committed.commit()
+    aborted = engine.begin(agent_id="quitter")
+    aborted.execute_step(1, "kv.put", {"key": "k", "value": 1})
+    aborted.execute_step(2, "kv.put", {"key": "l", "value": "${steps.1.key}"})
+    aborted.rollback()
+    first, loser = engine.begin(agent_id="first"), engine.begin(agent_id="loser")
+    first.execute_step(1, "kv.put", {"key": "race", "value": 1})
+    loser.execute_step(1, "kv.put", {"key": "race", "value": 2})
+    first.commit()
+    with pytest.raises(agenttx.WriteConflict):
+        loser.commit()
+    store.close()
+    txs = {"committed": committed, "aborted": aborted, "first": first, "loser": loser}
+    return root / "ended.db", txs, graphs
+
+
+def test_inspect_lists_the_recently_ended_transactions(ended_store, capsys):
+    """`inspect DB` lists, after the open ones and the outbox, the ended transactions the
+    store keeps, the last to end first, with their agent, final status and live steps."""
+    db, txs, _ = ended_store
+    status, out, err = run_main(capsys, "inspect", str(db))
+    assert (status, err) == (0, "")
+    assert check_listing(out) == []
+    rows = ended_listing(out)
+    assert [row[:4] for row in rows] == [
+        [txs["loser"].id, "loser", "FAILED", "0"],
+        [txs["first"].id, "first", "COMMITTED", "1"],
+        [txs["aborted"].id, "quitter", "ROLLED_BACK", "0"],
+        [txs["committed"].id, "writer", "COMMITTED", "3"],
+    ]
+    assert all(re.fullmatch(r"\d+[smhd]", row[4]) for row in rows), out
+
+
+def test_inspect_shows_an_ended_transaction(ended_store, capsys):
+    """`inspect DB TX` on an ended transaction: its final status, its live steps and edges at
+    the end, every attempt with what became of it, its constraints and compensation failures."""
+    db, txs, _ = ended_store
+    committed = txs["committed"]
+    status, out, err = run_main(capsys, "inspect", str(db), committed.id)
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == f"transaction {committed.id} (ended)"
+    assert re.fullmatch(r"  agent: writer   status: COMMITTED   ended: \d+[smhd] ago", lines[1])
+    assert "steps (3):" in lines
+    assert '  3. kv.put {"key":"owner","value":"c-1"}' in lines
+    assert "  step 1 -> step 3  id -> value  (explicit)" in lines
+    attempts = lines[lines.index(f"attempts ({len(committed.history)}):") + 1 :]
+    expected = [
+        f"  {n}. step {a.step_id} {a.tool_name}: "
+        + ("committed" if a.status.value == "live" else a.status.value)
+        for n, a in enumerate(committed.history, 1)
+    ]
+    assert attempts[: len(expected)] == expected
+    assert {"compensated", "failed", "committed"} <= {line.rsplit(": ", 1)[1] for line in expected}
+    assert f"constraints ({len(committed.constraints)}):" in lines
+    assert lines[-1] == "compensation failures (0):"
+    aborted = txs["aborted"]
+    status, out, err = run_main(capsys, "inspect", str(db), aborted.id)
+    assert (status, err) == (0, "")
+    assert "status: ROLLED_BACK" in out
+    assert "steps (2, undone when it ended):" in out
+    assert "  step 1 -> step 2  key -> value  (explicit)" in out
+    assert "  1. step 1 kv.put: rewound\n  2. step 2 kv.put: rewound\n" in out
+
+
+@pytest.mark.parametrize("fmt", ["dot", "mermaid", "json"])
+def test_graph_of_an_ended_transaction_is_its_export_graph(ended_store, capsys, fmt):
+    """`graph DB TX` draws an ended transaction as its `export_graph` did when it ended: the
+    live steps, and the undone attempts marked (none live once it aborted)."""
+    db, txs, graphs = ended_store
+    status, out, err = run_main(capsys, "graph", str(db), txs["committed"].id, "--format", fmt)
+    assert (status, err) == (0, "")
+    assert out == graphs[fmt]
+    assert "compensated" in out
+    status, out, err = run_main(capsys, "graph", str(db), txs["aborted"].id, "--format", fmt)
+    assert (status, err) == (0, "")
+    assert out == txs["aborted"].export_graph(fmt)
+    assert "rewound" in out
+
+
+def test_an_ended_transaction_pruned_or_unknown_is_one_line(ended_store, capsys):
+    """An id that is neither open nor kept: one line naming both, status 2."""
+    db, _, _ = ended_store
+    for command in ("inspect", "graph"):
+        status, out, err = run_main(capsys, command, str(db), "gone")
+        assert (status, out) == (2, "")
+        assert "no open or ended transaction gone" in one_line(err)
+
+
+def test_ended_transactions_are_printed_escaped(tmp_path, capsys):
+    """Agent ids, tool names, hints and values of an ended transaction reach the terminal with
+    control characters escaped, in the listing, the detail and every graph format."""
+
+    @agenttx.compensation(name="undo\x1b[2J")
+    def undo(payload) -> None:
+        raise RuntimeError("refused \x9b31m")
+
+    @agenttx.tool(name="make\x1b]0;pwned\x07")
+    def make(ctx: agenttx.ToolContext) -> dict:
+        ctx.register_undo("undo\x1b[2J", {})
+        return {"\u202eevil": "x\x7fy"}
+
+    @agenttx.tool(name="use")
+    def use(ctx: agenttx.ToolContext) -> dict:
+        raise agenttx.ToolError("the id is wrong \x9b2J here")
+
+    db = tmp_path / "esc.db"
+    store = SQLiteStore(db)
+    engine = Engine(
+        tools=[undo, make, use],
+        store=store,
+        config=EngineConfig(idle_timeout=None, compensation_retries=1),
+    )
+    tx = engine.begin(agent_id="\x1b[31mred")
+    tx.execute_step(1, "make\x1b]0;pwned\x07", {})
+    tx.execute_step(2, "use", {})  # fails: step 1 is rewound, its compensation fails
+    tx.execute_step(tx.next_step_id, "make\x1b]0;pwned\x07", {})
+    tx.commit()
+    store.close()
+    outputs = {}
+    for arguments in (
+        ("inspect", str(db)),
+        ("inspect", str(db), tx.id),
+        *(("graph", str(db), tx.id, "--format", fmt) for fmt in ("dot", "mermaid", "json")),
+    ):
+        status, out, err = run_main(capsys, *arguments)
+        assert (status, err) == (0, ""), (arguments, err)
+        assert not CONTROL.search(out), (arguments, out)
+        outputs[arguments[-1]] = out
+    assert "\\x1b[31mred" in outputs[str(db)]
+    shown = outputs[tx.id]
+    assert "make\\x1b]0;pwned\\x07" in shown
+    assert "\\u202eevil" in shown
+    assert "\\x9b2J here" in shown
+    assert "make\\x1b]0;pwned\\x07 (compensated)" in outputs["dot"]
+    document = json.loads(outputs["json"])  # still JSON, with the same strings
+    assert {node["tool"] for node in document["nodes"]} >= {"make\x1b]0;pwned\x07", "use"}
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("history", "not json"),
+        ("history", '{"status": "COMMITTED"}'),
+        (
+            "history",
+            '{"status": 1, "attempts": [], "constraints": [], "compensation_failures": []}',
+        ),
+        (
+            "history",
+            '{"status":"X","attempts":[[1,"t","gone"]],"constraints":[],"compensation_failures":[]}',
+        ),
+        ("steps", "[[1, 2]]"),
+        ("record", "[" * 10_000 + "]" * 10_000),
+    ],
+)
+def test_a_corrupt_ended_transaction_is_unreadable(ended_store, tmp_path, capsys, column, value):
+    """An ended transaction whose stored rows are not valid is listed as UNREADABLE with a
+    one-line reason; showing or drawing it is a one-line error, status 2."""
+    source, txs, _ = ended_store
+    db = tmp_path / "corrupt.db"
+    db.write_bytes(source.read_bytes())
+    tx_id = txs["aborted"].id
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(f"UPDATE ended SET {column} = ? WHERE tx_id = ?", (value, tx_id))
+    status, out, err = run_main(capsys, "inspect", str(db))
+    assert (status, err) == (0, "")
+    rows = {row[0]: row for row in ended_listing(out)}
+    if column != "steps":  # the listing reads no steps
+        assert rows[tx_id][2] == "UNREADABLE", out
+        assert f"unreadable {tx_id}: " in out
+    assert rows[txs["committed"].id][2] == "COMMITTED"
+    for command in ("inspect", "graph"):
+        status, out, err = run_main(capsys, command, str(db), tx_id)
+        assert (status, out) == (2, ""), err
+        assert "unreadable" in one_line(err)
+
+
+def test_a_transaction_ended_on_the_store_directly_is_listed_without_history(tmp_path, capsys):
+    """A transaction begun and committed on the store itself (no record, no history) is
+    listed as ENDED with what is unknown as "?"; showing it is one line, status 2."""
+    db = tmp_path / "bare.db"
+    with SQLiteStore(db) as store:
+        store.begin("bare")
+        store.commit("bare")
+    status, out, err = run_main(capsys, "inspect", str(db))
+    assert (status, err) == (0, "")
+    assert [row[:4] for row in ended_listing(out)] == [["bare", "?", "ENDED", "?"]]
+    for command in ("inspect", "graph"):
+        status, out, err = run_main(capsys, command, str(db), "bare")
+        assert (status, out) == (2, "")
+        assert "ended without recording anything" in one_line(err)

@@ -491,10 +491,10 @@ def test_a_storage_error_on_one_transaction_is_reported_and_the_others_recovered
     doomed = sorted(ids)[1]
     discard = SQLiteStore.discard
 
-    def full_disk(self: SQLiteStore, tx_id: str) -> None:
+    def full_disk(self: SQLiteStore, tx_id: str, *, history: str | None = None) -> None:
         if tx_id == doomed:
             raise agenttx.StorageError("could not discard: database or disk is full")
-        discard(self, tx_id)
+        discard(self, tx_id, history=history)
 
     monkeypatch.setattr(SQLiteStore, "discard", full_disk)
     shop = Shop(tmp_path)
@@ -546,3 +546,134 @@ def test_a_transaction_ended_meanwhile_is_left_out(tmp_path, monkeypatch):
     monkeypatch.setattr(SQLiteStore, "open_transactions", lambda self: listed)
     report = engine.recover()
     assert (report.transactions, report.failures, report.skipped) == (TRANSACTIONS - 1, (), ())
+
+
+# ---------------------------------------------------------------------- history of ended ones
+
+
+def ended(engine: Engine, tx_id: str):
+    """The history the store keeps of ended transaction `tx_id`, decoded, and its image."""
+    from agenttx._txlog import read_history  # noqa: PLC0415
+
+    row, image = engine.store.peek_ended(tx_id)  # type: ignore[attr-defined]
+    return read_history(row.history), image
+
+
+def test_a_committed_transaction_keeps_its_history(tmp_path):
+    """The commit keeps, with the transaction, its status, every attempt with what became of
+    it (as `history` said), its constraints and its live steps."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin(agent_id="a")
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "fail", {"order": "${steps.1.order}"})  # rewinds step 1 (compensated)
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "notify", {"to": "ada@x.io"})
+    attempts = tx.history
+    tx.commit()
+    history, image = ended(engine, tx.id)
+    assert history.status == "COMMITTED"
+    assert history.attempts == attempts
+    assert [a.status.value for a in attempts] == ["compensated", "failed", "live", "live"]
+    assert history.constraints == tx.constraints != ()
+    assert history.compensation_failures == ()
+    assert [(step_id, json.loads(text)[0]) for step_id, text in image.steps] == [
+        (1, "charge"),
+        (2, "notify"),
+    ]
+    assert json.loads(image.record)["agent_id"] == "a"
+    assert len(engine.pending_effects()) == 1  # the outbox as before
+
+
+def test_an_aborted_transaction_keeps_its_history(tmp_path):
+    """A rollback keeps ROLLED_BACK with every attempt undone, and the steps it undid."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "notify", {"to": "ada@x.io"})
+    tx.rollback()
+    history, image = ended(engine, tx.id)
+    assert history.status == "ROLLED_BACK"
+    assert [a.status.value for a in history.attempts] == ["compensated", "rewound"]
+    assert history.attempts == tx.history
+    assert [step_id for step_id, _ in image.steps] == [1, 2]
+    assert engine.store.open_transactions() == ()  # type: ignore[attr-defined]
+
+
+def test_a_conflicting_commit_keeps_a_failed_history(tmp_path):
+    """A commit that loses to a conflict ends FAILED, and its history says so."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    first, second = engine.begin(), engine.begin()
+    first.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    second.execute_step(1, "charge", {"order": "o1", "amount": 6})
+    first.commit()
+    with pytest.raises(agenttx.WriteConflict):
+        second.commit()
+    history, _ = ended(engine, second.id)
+    assert history.status == "FAILED"
+    assert [a.status.value for a in history.attempts] == ["compensated"]
+    assert ended(engine, first.id)[0].status == "COMMITTED"
+
+
+def test_a_failed_compensation_keeps_the_history_until_recovery_ends_it(tmp_path):
+    """An abort that keeps a failed undo for recovery is not history yet; when recovery ends
+    it, the history the transaction gave (with the failure) is kept."""
+    shop = Shop(tmp_path, refund_fails=True)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.rollback()
+    assert engine.store.ended_transactions() == ()  # type: ignore[attr-defined]
+    crash(engine)
+    shop.refund_fails = False
+    engine = engine_on(tmp_path / "db", shop)
+    assert engine.recover().compensations_run == 1
+    history, _ = ended(engine, tx.id)
+    assert history.status == "ROLLED_BACK"
+    assert [a.status.value for a in history.attempts] == ["compensated"]
+    assert "payment provider down" in history.compensation_failures[0]
+
+
+def test_recovery_gives_an_aborted_crashed_transaction_a_history(tmp_path):
+    """A transaction a crash left open, aborted by recovery, is kept ROLLED_BACK with its
+    live steps undone (compensated where they had undo records)."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "notify", {"to": "ada@x.io"})
+    crash(engine)
+    engine = engine_on(tmp_path / "db", shop)
+    assert engine.recover().transactions == 1
+    history, image = ended(engine, tx.id)
+    assert history.status == "ROLLED_BACK"
+    assert [(a.step_id, a.tool_name, a.status.value) for a in history.attempts] == [
+        (1, "charge", "compensated"),
+        (2, "notify", "rewound"),
+    ]
+    assert [step_id for step_id, _ in image.steps] == [1, 2]
+
+
+def test_a_rewind_that_cannot_finish_keeps_a_failed_history_with_nothing_live(
+    tmp_path, monkeypatch
+):
+    """A store that fails to restore ends the transaction FAILED; its history marks every
+    step undone, none live."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "notify", {"to": "ada@x.io"})
+
+    def broken(self, tx_id, step):
+        raise agenttx.StorageError("disk gone")
+
+    monkeypatch.setattr(SQLiteStore, "restore", broken)
+    with pytest.raises(agenttx.StorageError, match="disk gone"):
+        tx.rollback(to_step=2)
+    assert tx.status is TxStatus.FAILED
+    history, _ = ended(engine, tx.id)
+    assert history.status == "FAILED"
+    assert [a.status.value for a in history.attempts] == ["compensated", "rewound"]

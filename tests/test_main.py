@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -29,6 +30,52 @@ def test_demo_runs_the_order_workflow():
     assert "step 1 -> step 5  id -> customer_id  (explicit)" in out
     assert "5 steps committed, 1 effect dispatched after the commit, 0 left in the outbox" in out
     assert out.index("email sent") > out.index("commit:")
+
+
+def test_the_demo_file_can_be_inspected_after_it_ends(tmp_path):
+    """The demo ends with the `agenttx inspect` commands; run on its file once it has ended,
+    they show its committed transaction and the attempts that were rewound and compensated."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agenttx", "demo", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("the file keeps the transaction as history; to look at what it did:")
+    commands = [shlex.split(line) for line in lines[start + 1 :]]
+    assert [command[:2] for command in commands] == [
+        ["agenttx", "inspect"],
+        ["agenttx", "inspect"],
+        ["agenttx", "graph"],
+    ]
+    assert commands[0][2] == str(tmp_path / "agenttx.db")
+    outputs = []
+    for command in commands:
+        shown = subprocess.run(
+            [sys.executable, "-m", "agenttx", *command[1:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        outputs.append(shown.stdout)
+    listing, detail, graph = outputs
+    tx_id = commands[1][3]
+    assert listing.splitlines()[0].endswith(": 0 open transactions")
+    assert [tx_id, "demo", "COMMITTED", "5"] in [line.split()[:4] for line in listing.splitlines()]
+    assert f"transaction {tx_id} (ended)" in detail
+    assert "status: COMMITTED" in detail
+    assert "  3. step 3 fs.write: compensated" in detail
+    assert "  2. step 2 kv.put: rewound" in detail
+    assert "  5. step 5 record.insert: failed" in detail
+    assert "  10. step 5 record.insert: committed" in detail
+    assert "  step 1 -> step 5  id -> customer_id  (explicit)" in detail
+    assert graph == (tmp_path / "graph.mmd").read_text(encoding="utf-8")
+    assert ":::compensated" in graph
 
 
 def test_demo_returns_the_committed_transaction():

@@ -88,6 +88,7 @@ EXPECTED = {
     "agenttx.stores": [
         "DurableStore",
         "EffectRow",
+        "EndedTransaction",
         "MemoryStore",
         "OutboxEntry",
         "SQLiteStore",

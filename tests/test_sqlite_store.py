@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+import agenttx
 import agenttx.stores._sqlite_file as file_module
 from agenttx import (
     AgentTxError,
@@ -42,6 +43,7 @@ from agenttx.stores import (
     TxImage,
     UndoRow,
 )
+from agenttx.stores._sqlite_file import StoreFile
 from agenttx.stores._sqlite_mirror import replay
 from agenttx.testing import check_store
 
@@ -153,7 +155,8 @@ class StoresAgree(RuleBasedStateMachine):
     `reopen` flushes every open transaction, opens the file in a new SQLiteStore and loads
     them all, as recovery after a crash does: nothing observable may change. `flush`,
     `record_step` and `record_progress` go to SQLite only: they change no `Store` observable,
-    and a small model checks the steps, effects, progress and outbox they leave.
+    and a small model checks the steps, effects, progress and outbox they leave, and the live
+    steps each ended transaction is kept with as history.
     """
 
     #: Whether the SQLiteStore is opened with `exclusive=True`: then the file is read through
@@ -169,6 +172,8 @@ class StoresAgree(RuleBasedStateMachine):
         self.raw = None if self.exclusive else sqlite3.connect(self.path, isolation_level=None)
         self.durable: dict[str, _Durable] = {}
         self.outbox: list[tuple[str, EffectRow]] = []
+        #: The live steps each ended transaction left, as its history keeps them.
+        self.ended: dict[str, tuple[tuple[int, str], ...]] = {}
         self.counter = itertools.count()
 
     @property
@@ -240,6 +245,7 @@ class StoresAgree(RuleBasedStateMachine):
                     model.effects = [e for e in model.effects if e.step_id < argument]
             elif self.both(label, lambda s, n=name: getattr(s, n)(tx)) and name != "written_keys":
                 ended = self.durable.pop(tx)  # committed or discarded
+                self.ended[tx] = tuple(sorted(ended.steps.items()))
                 if name == "commit":
                     self.outbox += [(tx, effect) for effect in ended.effects]
 
@@ -289,6 +295,9 @@ class StoresAgree(RuleBasedStateMachine):
         assert sqlite.open_transactions() == open_txs
         pending = [(entry.tx_id, as_effect(entry)) for entry in sqlite.pending_effects(999)]
         assert pending == self.outbox
+        assert {row.tx_id for row in sqlite.ended_transactions()} == set(self.ended)
+        for tx, steps in self.ended.items():
+            assert sqlite.peek_ended(tx)[1].steps == steps, tx
 
     @invariant()
     def file_agrees(self) -> None:
@@ -595,7 +604,10 @@ def test_schema_1_is_migrated_keeping_each_transactions_isolation(path: str) -> 
     _schema_1_file(path)
     with SQLiteStore(path) as store:
         with raw(path) as connection:
-            assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
+            assert (
+                connection.execute("PRAGMA user_version").fetchone()[0]
+                == file_module.SCHEMA_VERSION
+            )
             rows = connection.execute("SELECT tx_id, isolation FROM txs ORDER BY tx_id")
             assert rows.fetchall() == [("rc", "read_committed"), ("ser", "serializable")]
         assert store.open_transactions() == ("rc", "ser")
@@ -715,6 +727,7 @@ def test_commit_moves_effects_to_the_outbox_atomically(path: str) -> None:
     with raw(path) as connection:
         for table in ("txs", "log", "undos"):
             assert connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+        assert connection.execute("SELECT count(*) FROM ended").fetchone()[0] == 3  # history
 
 
 def test_restore_drops_steps_and_effects_but_not_undo_records(path: str) -> None:
@@ -1902,3 +1915,266 @@ def test_an_exclusive_store_still_validates_what_it_cannot_vouch_for(path: str) 
         store.put("e", "k", "e")
         assert store.commit("e") == 1
         assert store.read_committed("k") == "e"
+
+
+# ---------------------------------------------------------------- history of ended transactions
+
+
+def ended_ids(store: SQLiteStore) -> list[str]:
+    return [row.tx_id for row in store.ended_transactions(10_000)]
+
+
+def end_some(store: SQLiteStore, tx_ids: list[str], *, commit: bool = True) -> None:
+    """Begin each of `tx_ids` with one step, and commit (or discard) it."""
+    for tx_id in tx_ids:
+        store.begin(tx_id, record=json.dumps({"agent_id": tx_id}))
+        store.record_step(tx_id, 1, f'["tool-{tx_id}"]', [], "{}")
+        if commit:
+            store.commit(tx_id, history=f'{{"status":"done {tx_id}"}}')
+        else:
+            store.discard(tx_id, history=f'{{"status":"gone {tx_id}"}}')
+
+
+def test_an_ended_transaction_is_kept_with_its_history_and_live_steps(path: str) -> None:
+    """commit and discard keep the record, the history given and the live step records (a
+    restore drops the rewound ones, a step recorded again replaces its record), newest first."""
+    with SQLiteStore(path) as store:
+        store.begin("t1", record='{"agent_id":"a"}')
+        store.snapshot("t1", 1)
+        store.record_step("t1", 1, '"one"', [], "{}")
+        store.snapshot("t1", 2)
+        store.record_step("t1", 2, '"two"', [], "{}")
+        store.restore("t1", 2)
+        store.snapshot("t1", 2)
+        store.record_step("t1", 2, '"two again"', [], "{}")
+        store.record_step("t1", 1, "not JSON at all", [], "{}")
+        store.commit("t1", history='{"status":"COMMITTED"}')
+        store.begin("t2")
+        store.record_step("t2", 1, '"x"', [], "{}")
+        store.discard("t2", history='{"status":"ROLLED_BACK"}')
+        store.begin("t3")
+        store.commit("t3")  # no history given: kept, with None
+        assert store.open_transactions() == ()
+        rows = store.ended_transactions()
+        assert [(r.tx_id, r.record, r.history) for r in rows] == [
+            ("t3", "null", None),
+            ("t2", "null", '{"status":"ROLLED_BACK"}'),
+            ("t1", '{"agent_id":"a"}', '{"status":"COMMITTED"}'),
+        ]
+        assert rows[0].ended_at >= rows[1].ended_at >= rows[2].ended_at > 0
+        assert store.ended_transactions(1) == rows[:1]
+        ended, image = store.peek_ended("t1")
+        assert ended == rows[2]
+        assert image.steps == ((1, "not JSON at all"), (2, '"two again"'))
+        assert (image.record, image.owner, image.undos, image.effects) == (
+            '{"agent_id":"a"}',
+            None,
+            (),
+            (),
+        )
+    with SQLiteStore(path, readonly=True) as reader:  # what `agenttx inspect` opens
+        assert reader.ended_transactions() == rows
+        assert reader.peek_ended("t2")[1].steps == ((1, '"x"'),)
+
+
+def test_ended_transactions_are_invisible_to_recovery(path: str) -> None:
+    """An ended transaction is not open: not listed, and owner, peek, load and claim raise
+    TransactionNotFound; discard of it is a no-op that keeps its history."""
+    with SQLiteStore(path) as store:
+        end_some(store, ["c"])
+        end_some(store, ["d"], commit=False)
+        assert store.open_transactions() == ()
+        for tx_id in ("c", "d"):
+            for call in (store.owner, store.peek, store.load):
+                with pytest.raises(TransactionNotFound):
+                    call(tx_id)
+            with pytest.raises(TransactionNotFound):
+                store.claim(tx_id, None)
+            store.discard(tx_id)
+            store.discard_state(tx_id)
+        assert ended_ids(store) == ["d", "c"]
+        assert store.open_transactions() == ()
+    engine = agenttx.Engine(store=SQLiteStore(path))
+    try:
+        report = engine.recover()
+        assert (report.transactions, report.failures, report.skipped) == (0, (), ())
+    finally:
+        engine.close()
+        engine.store.close()  # type: ignore[attr-defined]
+
+
+def test_an_ended_id_can_be_begun_again_and_its_end_replaces_the_history(path: str) -> None:
+    """begin of an ended id begins a new transaction; the earlier history stays until the new
+    one ends, which replaces it."""
+    with SQLiteStore(path) as store:
+        end_some(store, ["t", "u"])
+        store.begin("t")
+        assert store.is_open("t")
+        assert store.open_transactions() == ("t",)
+        assert ended_ids(store) == ["u", "t"]
+        store.record_step("t", 1, '"new"', [], "{}")
+        store.commit("t", history='"second"')
+        assert ended_ids(store) == ["t", "u"]
+        assert store.peek_ended("t")[0].history == '"second"'
+        assert store.peek_ended("t")[1].steps == ((1, '"new"'),)
+        store.begin("u")
+        store.discard("u", history='"third"')
+        assert ended_ids(store) == ["u", "t"]
+        assert store.peek_ended("u")[0].history == '"third"'
+
+
+def test_a_failed_commit_keeps_no_history(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history is written in the commit's own SQLite transaction: a commit that fails
+    after writing it (or before) leaves no history, and the transaction open and unchanged."""
+    real = StoreFile.end_transaction
+
+    def fail_after(self, tx_id, history, steps, ended_at):
+        real(self, tx_id, history, steps, ended_at)  # the history row is written ...
+        raise sqlite3.OperationalError("disk I/O error")  # ... and the commit fails
+
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.put("t", "a", "1")
+        store.record_step("t", 1, '"s"', [EFFECT_1], "{}")
+        monkeypatch.setattr(StoreFile, "end_transaction", fail_after)
+        with pytest.raises(StorageError, match="disk I/O error"):
+            store.commit("t", history='"h"')
+        monkeypatch.undo()
+        assert store.ended_transactions() == ()
+        with pytest.raises(TransactionNotFound):
+            store.peek_ended("t")
+        assert store.is_open("t")
+        assert store.open_transactions() == ("t",)
+        assert store.read_committed("a") is None
+        assert store.pending_effects() == ()
+        with raw(path) as connection:
+            connection.execute("DROP TABLE outbox")  # the commit fails before the history
+        with pytest.raises(StorageError):
+            store.commit("t", history='"h"')
+        assert store.ended_transactions() == ()
+        assert store.open_transactions() == ("t",)
+
+
+def test_retention_by_count_prunes_every_64_ends_and_at_open(path: str) -> None:
+    """keep_history=N keeps the last N ended transactions: pruned once every 64 ends (so
+    more may be kept meanwhile) and when a store opens."""
+    with SQLiteStore(path, keep_history=None) as store:
+        end_some(store, [f"a{n:02}" for n in range(70)])
+        assert len(ended_ids(store)) == 70
+    with SQLiteStore(path, keep_history=3) as store:
+        assert ended_ids(store) == ["a69", "a68", "a67"]  # pruned at open
+        end_some(store, [f"b{n:02}" for n in range(63)])
+        assert len(ended_ids(store)) == 66  # not yet: 63 ends since the last prune
+        end_some(store, ["c"], commit=False)
+        assert ended_ids(store) == ["c", "b62", "b61"]  # the 64th end pruned
+
+
+def test_retention_by_age(path: str) -> None:
+    """keep_history_for=S deletes the history of transactions that ended more than S seconds
+    ago (checked here at open, with the end times moved back in the file)."""
+    with SQLiteStore(path) as store:
+        end_some(store, ["old", "older", "new"])
+    with raw(path) as connection:
+        connection.execute("UPDATE ended SET ended_at = ended_at - 7200 WHERE tx_id != 'new'")
+    with SQLiteStore(path, keep_history_for=None) as store:
+        assert ended_ids(store) == ["new", "older", "old"]
+    with SQLiteStore(path, keep_history_for=3600) as store:
+        assert ended_ids(store) == ["new"]
+    with raw(path) as connection:
+        connection.execute("UPDATE ended SET ended_at = ended_at - 7200")
+    with SQLiteStore(path, keep_history_for=3600) as store:
+        assert ended_ids(store) == []  # every one too old
+
+
+@pytest.mark.parametrize("keep", [{"keep_history": 0}, {"keep_history_for": 0}])
+def test_retention_zero_keeps_nothing(path: str, keep: dict[str, int]) -> None:
+    """keep_history=0 or keep_history_for=0: an end keeps nothing, and opening deletes what
+    the file kept."""
+    with SQLiteStore(path) as store:
+        end_some(store, ["kept"])
+    with SQLiteStore(path, **keep) as store:
+        assert store.ended_transactions() == ()
+        end_some(store, ["c"])
+        end_some(store, ["d"], commit=False)
+        assert store.ended_transactions() == ()
+        assert store.open_transactions() == ()
+    with raw(path) as connection:
+        for table in ("txs", "log", "undos", "ended"):
+            assert connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"keep_history": -1}, "keep_history"),
+        ({"keep_history": 1.5}, "keep_history"),
+        ({"keep_history": True}, "keep_history"),
+        ({"keep_history": "10"}, "keep_history"),
+        ({"keep_history_for": -1}, "keep_history_for"),
+        ({"keep_history_for": float("inf")}, "keep_history_for"),
+        ({"keep_history_for": float("nan")}, "keep_history_for"),
+        ({"keep_history_for": False}, "keep_history_for"),
+        ({"keep_history_for": "1d"}, "keep_history_for"),
+    ],
+)
+def test_retention_is_validated(path: str, arguments: dict[str, object], message: str) -> None:
+    """A bad retention raises InvalidArgument naming the argument, before the file is made."""
+    with pytest.raises(InvalidArgument, match=message):
+        SQLiteStore(path, **arguments)  # type: ignore[arg-type]
+    assert not pathlib.Path(path).exists()
+
+
+def test_retention_defaults_and_limits(path: str) -> None:
+    """The defaults are 1000 transactions and 7 days; None lifts a limit."""
+    with SQLiteStore(path) as store:
+        assert (store.keep_history, store.keep_history_for) == (1000, 7 * 24 * 3600.0)
+    with SQLiteStore(path, keep_history=None, keep_history_for=None) as store:
+        assert (store.keep_history, store.keep_history_for) == (None, None)
+
+
+def test_history_of_a_transaction_discarded_by_another_store(path: str) -> None:
+    """discard by a store that does not hold the transaction keeps its live steps too (read
+    back from its log); discard_state keeps a history for the end recovery gives it."""
+    with SQLiteStore(path) as holder, SQLiteStore(path) as other:
+        holder.begin("t")
+        holder.record_step("t", 1, '"one"', [], "{}")
+        holder.snapshot("t", 2)
+        holder.record_step("t", 2, '"two"', [], "{}")
+        holder.restore("t", 2)
+        other.discard("t", history='"h"')
+        assert other.peek_ended("t")[1].steps == ((1, '"one"'),)
+        holder.begin("k")
+        holder.record_undo("k", UndoRow(step_id=1, seq=0, record="{}"))
+        holder.discard_state("k", history='"kept"')
+        assert holder.open_transactions() == ("k",)  # recovery's, not history yet
+        assert holder.ended_transactions()[0].tx_id == "t"
+        other.load("k")
+        other.discard("k")  # no history given: the one discard_state kept
+        assert other.peek_ended("k")[0].history == '"kept"'
+
+
+def test_a_corrupt_history_is_a_storage_error(path: str) -> None:
+    """Steps in the file that are not the JSON the store writes raise StorageError."""
+    with SQLiteStore(path) as store:
+        end_some(store, ["t"])
+        for steps in ("not json", '[["x"]]', "[[1, 2]]", '{"a": 1}', "[[1],[5]]\nabc", "[[1],[3]]"):
+            with raw(path) as connection:
+                connection.execute("UPDATE ended SET steps = ?", (steps,))
+            with pytest.raises(StorageError, match=r"history of transaction `t`.*is corrupt"):
+                store.peek_ended("t")
+
+
+def test_a_transaction_whose_log_cannot_be_replayed_still_ends(path: str) -> None:
+    """discard by a store that does not hold a transaction with a corrupt log ends it all the
+    same, kept without steps."""
+    with SQLiteStore(path) as store:
+        store.begin("t")
+        store.record_step("t", 1, '"s"', [], "{}")
+    with raw(path) as connection:
+        connection.execute("UPDATE log SET kind = 99 WHERE tx_id = 't'")
+    with SQLiteStore(path) as store:
+        with pytest.raises(StorageError, match="corrupt"):
+            store.peek("t")
+        store.discard("t", history='"h"')
+        assert store.open_transactions() == ()
+        assert store.peek_ended("t")[1].steps == ()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ._durable import DurableStore as DurableStore
 from ._durable import EffectRow as EffectRow
+from ._durable import EndedTransaction as EndedTransaction
 from ._durable import OutboxEntry as OutboxEntry
 from ._durable import TxImage as TxImage
 from ._durable import UndoRow as UndoRow
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DurableStore",
     "EffectRow",
+    "EndedTransaction",
     "MemoryStore",
     "OutboxEntry",
     "SQLiteStore",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DurableStore",
     "EffectRow",
+    "EndedTransaction",
     "OutboxEntry",
     "TxImage",
     "UndoRow",
@@ -81,7 +82,8 @@ class UndoRow:
 @final
 @attrs.frozen(kw_only=True)
 class TxImage:
-    """Everything durable about one open transaction, as `DurableStore.load` and `peek` return it.
+    """Everything durable about one transaction, as `DurableStore.load` and `peek` return it
+    (and `SQLiteStore.peek_ended`, for one kept as history once it ended).
 
     `steps` are `(step_id, record)` in step order, `undos` in `(step_id, seq)` order and
     `effects` in staging order. `progress` is the text of the last `record_step` (or
@@ -102,6 +104,23 @@ class TxImage:
     #: The steps that have a snapshot the store can restore, ascending. A step whose snapshot
     #: was taken but never reached the disk is missing: nothing was written durably after it.
     snapshots: tuple[int, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class EndedTransaction:
+    """An ended transaction that a store keeps as history (see `SQLiteStore`'s retention).
+
+    `record` is its descriptive record (JSON text, as for `TxImage`); `history` is the JSON
+    text the transaction layer gave when it ended (what became of each step attempt, the final
+    status, ...), or `None` if it gave none; `ended_at` is when it ended, in seconds since the
+    epoch, by the store's clock. Built by the store from what it checked when it stored it.
+    """
+
+    tx_id: str
+    record: str
+    history: str | None
+    ended_at: float
 
 
 @final
@@ -133,10 +152,20 @@ class DurableStore(Store, Protocol):
     `forget_undo` when a compensation succeeded, and `record_step` when a step succeeded
     (`record_progress` when one failed). On `commit`, a durable store also moves the
     transaction's staged effects into the outbox, in the same atomic commit, and forgets its
-    undo records and step records. `restore(tx, K)` also drops the step records and staged
-    effects of steps >= K (not the undo records: those leave one by one through
-    `forget_undo`). `discard` drops everything; `discard_state` keeps the transaction's record
+    undo records. `restore(tx, K)` also drops the step records and staged effects of steps
+    >= K (not the undo records: those leave one by one through `forget_undo`). `discard` ends
+    the transaction and drops its undo records; `discard_state` keeps the transaction's record
     and its remaining undo records, so that the next recovery retries them.
+
+    **History.** `commit`, `discard` and `discard_state` take an optional `history`: JSON text,
+    opaque to the store, that the transaction layer gives to describe how the transaction
+    ended. A store may keep an ended transaction (its record, step records and `history`) as
+    history, for inspection, in the same atomic write that ends it: never in a write of its
+    own, so no crash can separate the end from its history. `SQLiteStore` does, within its
+    retention. An ended transaction is not open in any sense of this protocol: it is not in
+    `open_transactions`, `owner`, `load`, `claim` and `peek` raise `TransactionNotFound` for
+    it, `discard` of it is a no-op, and `begin` of its id begins a new transaction (whose end
+    replaces the history).
 
     **Atomicity and buffering.** `put` and `delete` may be buffered in the process: the writes
     of a step reach the disk, with their journal entries, in the atomic write of the next
@@ -153,8 +182,8 @@ class DurableStore(Store, Protocol):
     **Recovery.** `open_transactions()` lists every transaction begun and not ended in the
     file, by any process; `load(tx_id)` reads one back and makes this process its owner, so
     that the usual `Store` calls work on it (its overlay, journal and snapshots included).
-    A transaction is in the file from its `begin` (so `begin` refuses an id that any process
-    has open, or that `discard_state` kept) until `commit` or `discard`. `is_open` answers
+    A transaction is open in the file from its `begin` (so `begin` refuses an id that any
+    process has open, or that `discard_state` kept) until `commit` or `discard`. `is_open` answers
     for this store instance only. Ownership is fenced: once another store has loaded the
     transaction, the previous holder's next durable call raises `StorageError`, and if the
     transaction was committed or discarded elsewhere, `TransactionNotFound`; either way the
@@ -177,6 +206,19 @@ class DurableStore(Store, Protocol):
         leave a transaction without its record (unless the caller omits it). The read versions
         that the isolation level records are durable like the writes (buffered until the next
         durable write), and `load` gives them back."""
+        ...
+
+    def commit(self, tx_id: str, *, history: str | None = None) -> int:
+        """`Store.commit`, which also moves the staged effects to the outbox and forgets the
+        undo records, in the same atomic commit; a store that keeps history keeps the
+        transaction's with `history` (JSON text, or `None`) in that commit too."""
+        ...
+
+    def discard(self, tx_id: str, *, history: str | None = None) -> None:
+        """`Store.discard`: end the transaction and forget its undo records, whoever holds it;
+        a store that keeps history keeps the transaction's in the same write, with `history`
+        (JSON text), or, if `None`, with the one `discard_state` kept, if any. A no-op for an id
+        that is not open (an ended one included)."""
         ...
 
     def record_transaction(self, tx_id: str, record: str) -> None:
@@ -216,9 +258,10 @@ class DurableStore(Store, Protocol):
         """Write the transaction's buffered writes durably. Idempotent."""
         ...
 
-    def discard_state(self, tx_id: str) -> None:
+    def discard_state(self, tx_id: str, *, history: str | None = None) -> None:
         """End the transaction's state (overlay, journal, snapshots, steps, effects) but keep
-        its record and remaining undo records for the next recovery. Idempotent.
+        its record and remaining undo records for the next recovery, and `history` (JSON text;
+        `None` keeps the one kept before, if any) for when it ends. Idempotent.
 
         Afterwards the transaction is not open, stays in `open_transactions` with no owner
         (`owner` returns `None`: no store holds it, and any recovery may claim it), and its id
@@ -228,8 +271,9 @@ class DurableStore(Store, Protocol):
         ...
 
     def open_transactions(self) -> tuple[str, ...]:
-        """The ids of all transactions with a durable record, sorted: begun, in any process,
-        and not committed or discarded, including those whose state `discard_state` ended."""
+        """The ids of all open transactions with a durable record, sorted: begun, in any
+        process, and not committed or discarded, including those whose state `discard_state`
+        ended. Never an ended transaction kept as history: recovery must not touch those."""
         ...
 
     def owner(self, tx_id: str) -> str | None:

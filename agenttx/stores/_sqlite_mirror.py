@@ -7,11 +7,12 @@ change it; `replay` rebuilds it from the transaction's `log` (the events are des
 `_sqlite_file`), with the very code the live calls run, into the same overlay, journal and
 snapshots (the prior entry of a `WRITE` is the key's overlay entry before it, so the file need
 not store it). `read_transaction` reads a transaction's rows and replays them: `load` keeps the
-mirror it returns, `peek` only the image.
+mirror it returns, `peek` only the image; `read_ended` reads an ended one kept as history.
 """
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from itertools import islice
 from typing import TYPE_CHECKING, TypeAlias
@@ -20,7 +21,7 @@ import attrs
 
 from .._errors import StorageError, TransactionNotFound
 from .._limits import ISOLATION_LEVELS
-from ._durable import EffectRow, TxImage, UndoRow
+from ._durable import EffectRow, EndedTransaction, TxImage, UndoRow
 from ._overlay import Overlay
 from ._protocol import MAX_INT64
 from ._sqlite_file import (
@@ -28,6 +29,7 @@ from ._sqlite_file import (
     PROGRESS,
     READ,
     RESTORE,
+    SELECT_ENDED_TX,
     SELECT_LOG,
     SELECT_TX,
     SELECT_UNDOS,
@@ -40,7 +42,10 @@ if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Sequence
 
-__all__ = ["Row", "TxMirror", "read_transaction", "replay"]
+__all__ = ["Row", "TxMirror", "read_ended", "read_transaction", "replay", "steps_text"]
+
+#: Compact JSON of what the store built itself (ids and texts: ASCII escapes are the fast path).
+_encode_steps = json.JSONEncoder(separators=(",", ":")).encode
 
 #: A `log` row: tx_id, seq, kind, step, num, name, body, extra.
 Row: TypeAlias = tuple[
@@ -58,6 +63,9 @@ class TxMirror(Overlay):
     """
 
     effects: list[EffectRow] = attrs.Factory(list)
+    #: The live step records: step id -> record, as in the file (kept with the history when
+    #: the transaction ends, without reading them back).
+    steps: dict[int, str] = attrs.Factory(dict)
     flushed: int = 0
     #: (journal position, seq) where each run of consecutive `WRITE` events begins. The file's
     #: `WRITE` events are in journal order (a restore deletes those at or past its position).
@@ -79,10 +87,12 @@ class TxMirror(Overlay):
     replayed: bool = False
 
     def rewind(self, step: int, position: int) -> int:
-        """`Overlay.rewind`, and drop the staged effects of steps >= `step`."""
+        """`Overlay.rewind`, and drop the step records and staged effects of steps >= `step`."""
         reverted = super().rewind(step, position)
         if self.effects:
             self.effects = [effect for effect in self.effects if effect.step_id < step]
+        if self.steps:
+            self.steps = {s: record for s, record in self.steps.items() if s < step}
         return reverted
 
     def pending(self, tx_id: str, upto: int, *, snapshots: bool = True) -> list[Row]:
@@ -144,7 +154,6 @@ def replay(
         )
     tx = TxMirror.begun(isolation)
     tx.replayed = True
-    steps: dict[int, str] = {}
     last_write = -2
     for seq, kind, step, num, name, body, extra in events:
         if kind == WRITE:
@@ -156,11 +165,10 @@ def replay(
             tx.take_snapshot(step, num)
         elif kind == RESTORE and step in tx.snapshots:
             tx.rewind(step, tx.snapshots[step])
-            steps = {s: record for s, record in steps.items() if s < step}
         elif kind == STEP:
             if num is not None:
                 tx.take_snapshot(step, num)
-            steps[step] = body
+            tx.steps[step] = body
             if extra is not None:  # else the progress is unchanged
                 tx.new_progress(extra, None)
         elif kind == EFFECT:
@@ -178,17 +186,87 @@ def replay(
             )
         tx.next_seq = seq + 1
     tx.flushed = len(tx.journal)
-    return tx, steps, tx.progress
+    return tx, tx.steps, tx.progress
 
 
 def read_transaction(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[TxImage, TxMirror]:
-    """Transaction `tx_id` as the file holds it: its image (`owner` is the one in the file now)
-    and a new mirror of it. Read-only; run it inside one SQLite transaction, so that the rows
-    read agree. `TransactionNotFound` if the file has no row for it."""
+    """Open transaction `tx_id` as the file holds it: its image (`owner` is the one in the file
+    now) and a new mirror of it. Read-only; run it inside one SQLite transaction, so that the
+    rows read agree. `TransactionNotFound` if the file has no open transaction `tx_id`."""
     rows = cur.execute(SELECT_TX, (tx_id,)).fetchall()
     if not rows:
         raise TransactionNotFound(tx_id=tx_id)
     record, owner, isolation = rows[0]
+    return _image(cur, tx_id, record, owner, isolation, path=path)
+
+
+def read_ended(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[EndedTransaction, TxImage]:
+    """Ended transaction `tx_id`, kept as history: its row, and its image as it ended (its
+    step records: the live steps at its end; no progress, undo records, effects, owner or
+    snapshots). Read-only. `TransactionNotFound` if the file keeps no ended `tx_id`;
+    `StorageError` if its steps cannot be read (the file is corrupt)."""
+    rows = cur.execute(SELECT_ENDED_TX, (tx_id,)).fetchall()
+    if not rows:
+        raise TransactionNotFound(tx_id=tx_id)
+    record, history, steps, ended_at = rows[0]
+    try:
+        image_steps = _read_steps(steps)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise StorageError(
+            f"the history of transaction `{tx_id}` in `{path}` is corrupt: its steps: {exc}"
+        ) from exc
+    ended = EndedTransaction(tx_id=tx_id, record=record, history=history, ended_at=ended_at)
+    image = TxImage(
+        tx_id=tx_id,
+        record=record,
+        progress=None,
+        steps=image_steps,
+        undos=(),
+        effects=(),
+        owner=None,
+        snapshots=(),
+    )
+    return ended, image
+
+
+def steps_text(steps: dict[int, str]) -> str:
+    """The `steps` column of an ended transaction: a line of JSON `[[step_id, ...], [length,
+    ...]]`, then the records, one after the other, as they are: no escaping (the store does
+    not require them to be JSON), so it is about as cheap as `str.join`, in the write that
+    ends the transaction."""
+    records = list(steps.values())
+    header = _encode_steps([list(steps), [len(record) for record in records]])
+    return f"{header}\n{''.join(records)}"
+
+
+def _read_steps(text: str) -> tuple[tuple[int, str], ...]:
+    """The `(step_id, record)` pairs of `steps_text`'s text, in step order; `ValueError` or
+    `TypeError` if it is not such a text."""
+    header, newline, body = text.partition("\n")
+    step_ids, lengths = json.loads(header)
+    if (
+        not newline
+        or len(step_ids) != len(lengths)
+        or not all(type(n) is int and n >= 0 for n in (*step_ids, *lengths))
+        or sum(lengths) != len(body)
+    ):
+        raise ValueError("the header does not describe the records")
+    pairs, start = [], 0
+    for step_id, length in zip(step_ids, lengths, strict=True):
+        pairs.append((step_id, body[start : start + length]))
+        start += length
+    return tuple(sorted(pairs))
+
+
+def _image(
+    cur: sqlite3.Cursor,
+    tx_id: str,
+    record: str,
+    owner: str | None,
+    isolation: str,
+    *,
+    path: str,
+) -> tuple[TxImage, TxMirror]:
     events = cur.execute(SELECT_LOG, (tx_id,)).fetchall()
     undos = cur.execute(SELECT_UNDOS, (tx_id,)).fetchall()
     tx, steps, progress = replay(tx_id, events, isolation=isolation, path=path)
