@@ -8,7 +8,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     layer 1: _refs _hints _render stores
     layer 2: _graph _rollback _saga _tools _lineage
     layer 3: _results _history _txlog _settings _timeline _prepare _observed _transaction
-    layer 4: _engine _recovery builtins testing _demo _cli __main__
+    layer 4: _engine _recovery builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
     _limits      input limits            _validators settings validators
@@ -24,6 +24,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _transaction interactive transactions
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers
+    integrations/ agent SDKs and frameworks (optional extras, imported on their own)
     _demo, _cli, __main__                the demo and the command line
 
 Everything public is re-exported here, from one import path each.
@@ -87,6 +88,7 @@ from ._tools import StagedEffect as StagedEffect
 from ._tools import StateView as StateView
 from ._tools import Tool as Tool
 from ._tools import ToolContext as ToolContext
+from ._tools import ToolLike as ToolLike
 from ._tools import UndoRecord as UndoRecord
 from ._tools import compensation as compensation
 from ._tools import tool as tool
@@ -142,6 +144,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolLike",
     "Transaction",
     "TransactionNotFound",
     "TransactionView",

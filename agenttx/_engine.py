@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._saga import Dispatcher
-    from ._tools import ToolSpec
+    from ._tools import ToolLike
     from .stores import OutboxEntry
 
 __all__ = ["Engine", "EngineConfig"]
@@ -163,7 +163,7 @@ class Engine:
     def __init__(
         self,
         *,
-        tools: Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
+        tools: Iterable[ToolLike] | Mapping[str, Callable[..., Any]] = (),
         store: Store | None = None,
         config: EngineConfig | None = None,
         dispatcher: Dispatcher | None = None,

@@ -183,6 +183,10 @@ class ToolError(AgentTxError):
 
     code: ClassVar[str] = "tool_error"
 
-    def __init__(self, message: str) -> None:
+    def __init__(
+        self, message: str, *, key: str | None = None, transient: bool | None = None
+    ) -> None:
         self.message = message
+        self.key = key  # the offending input: drives the root-cause search
+        self.transient = transient  # True: retry the same step; None: the cleaner decides
         super().__init__(message)

@@ -25,7 +25,7 @@ from ._json import (
 from ._limits import MAX_AGENT_ID_BYTES, MAX_PAYLOAD_BYTES, over_limit
 from ._refs import resolve_value
 from ._timeline import Pending
-from ._tools import MAX_TOOL_NAME, Call, ToolContext, derive_key
+from ._tools import MAX_TOOL_NAME, Call, Failure, ToolContext, derive_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -95,7 +95,7 @@ def prepare_call(
     store: Store,
     timeout: float,
     log_undo: Callable[[UndoRecord], object] | None,
-) -> tuple[Call | str, Pending]:
+) -> tuple[Call | Failure, Pending]:
     """The call ready to run (or why the agent's call fails), and the step as far as it got.
 
     `generation` (the transaction's rewind count) goes into the idempotency key, so a step sent
@@ -113,26 +113,26 @@ def prepare_call(
             problem = str(exc)
             if "integer string conversion" in problem:  # not the interpreter's advice
                 problem = f"an integer has more than {MAX_INT_DIGITS} digits"
-            return f"invalid arguments JSON: {problem}", Pending(step_id, tool_name, None, ())
+            mistake = Failure(f"invalid arguments JSON: {problem}", mistake=True)
+            return mistake, Pending(step_id, tool_name, None, ())
     tool = registry.tools.get(tool_name)
     if tool is None:
         names = ", ".join(registry.names())
-        return f"unknown tool '{tool_name}'; registered tools: {names}", Pending(
-            step_id, tool_name, parsed, ()
-        )
+        mistake = Failure(f"unknown tool '{tool_name}'; registered tools: {names}", mistake=True)
+        return mistake, Pending(step_id, tool_name, parsed, ())
     resolved, dependencies, error = resolve_value(
         parsed, outputs, step_id, max_bytes=MAX_PAYLOAD_BYTES
     )
     pending = Pending(step_id, tool_name, resolved, dependencies)
     if error is not None:
-        return error, pending
+        return Failure(error), pending
     if dependencies:
         unknown = 10 * MAX_PAYLOAD_BYTES + 1  # an output read back from the log: walk
         bound += sum(sizes.get(dependency.from_step, unknown) for dependency in dependencies)
         if bound > MAX_PAYLOAD_BYTES:
             bound = checked_size_bound(resolved, what="arguments")
             if _too_big(resolved, bound):
-                return f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes", pending
+                return Failure(f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes"), pending
     seq_base = generation << UNDO_SEQ_BITS
     context = None
     if tool.wants_context:
@@ -159,12 +159,12 @@ def prepare_call(
     return call, pending
 
 
-def output_error(call: Call, outcome: Outcome) -> str | None:
+def output_error(call: Call, outcome: Outcome) -> Failure | None:
     """Why the step failed: the tool's error, or an output over 1 MiB (nothing is stored)."""
     if outcome.error is not None:
         return outcome.error
     if _too_big(outcome.output, outcome.size):  # its effect happened: its undo is kept
-        return f"the output of tool '{call.tool.name}' exceeds {MAX_PAYLOAD_BYTES} bytes"
+        return Failure(f"the output of tool '{call.tool.name}' exceeds {MAX_PAYLOAD_BYTES} bytes")
     return None
 
 

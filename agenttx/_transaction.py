@@ -36,9 +36,10 @@ from ._settings import DEFAULT_STEP_TIMEOUT, Settings
 from ._timeline import Pending
 from ._tools import (
     Call,
+    Failure,
     Outcome,
+    ToolLike,
     ToolRegistry,
-    ToolSpec,
     arun_tool,
     closed,
     run_tool,
@@ -76,7 +77,7 @@ class Transaction(Observed):
 
     def __init__(
         self,
-        tools: ToolRegistry | Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
+        tools: ToolRegistry | Iterable[ToolLike] | Mapping[str, Callable[..., Any]] = (),
         *,
         store: Store | None = None,
         policy: RollbackPolicy | None = None,
@@ -206,12 +207,12 @@ class Transaction(Observed):
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
             self._start(step_id)
-            prepared: Call | str | None = None
+            prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
-                if isinstance(prepared, str):
+                if isinstance(prepared, Failure):
                     return self._fail(step_id, prepared)
                 outcome = run_tool(prepared)
             except BaseException:
@@ -239,7 +240,7 @@ class Transaction(Observed):
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
             self._start(step_id)
-        prepared: Call | str | None = None
+        prepared: Call | Failure | None = None
         try:
             with self._call():
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context)
@@ -248,7 +249,7 @@ class Transaction(Observed):
                 await self._orphans.await_wait(timeout)
                 with self._call():
                     prepared = self._unless_orphans(prepared, timeout)
-            if isinstance(prepared, str):
+            if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
             outcome = await arun_tool(prepared)
         except BaseException:
@@ -269,9 +270,9 @@ class Transaction(Observed):
 
     def _prepare(
         self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str
-    ) -> Call | str:
-        """The call ready to run, or the message of an agent-caused failure; never raises
-        for agent input (an unexpected error becomes the failure's message)."""
+    ) -> Call | Failure:
+        """The call ready to run, or why the agent's call fails; never raises for agent
+        input (an unexpected error becomes the failure's message)."""
         timeline = self._timeline
         timeline.pending = Pending(step_id, tool_name, None, ())
         try:
@@ -290,7 +291,7 @@ class Transaction(Observed):
                 log_undo=None if self._log is None else self._log.undo,
             )
         except Exception as exc:  # noqa: BLE001  (agent input: a failed step, never a wedge)
-            return f"{type(exc).__name__}: {exc}"
+            return Failure(f"{type(exc).__name__}: {exc}")
         return prepared
 
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
@@ -330,7 +331,7 @@ class Transaction(Observed):
             constraints=tuple(self._constraints),
         )
 
-    def _abandon(self, step_id: int, prepared: Call | str | None) -> None:
+    def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
         """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
         if isinstance(prepared, Call):
             undos, _ = closed(prepared.context)  # its staged effects are dropped
@@ -338,7 +339,7 @@ class Transaction(Observed):
         if self._status is TxStatus.EXECUTING:
             self._rewind(step_id)
 
-    def _unless_orphans(self, call: Call, wait: float) -> Call | str:
+    def _unless_orphans(self, call: Call, wait: float) -> Call | Failure:
         """The call, unless an earlier timed-out call still runs (its effect may land); first,
         compensate the undos of the timed-out calls that have finished."""
         return still_running(call, wait) if self._settle_orphans(wait) else call
@@ -348,27 +349,30 @@ class Transaction(Observed):
         self._ledger.compensate(records, self._registry.compensations)
         return running
 
-    def _decide(self, step_id: int, error: str) -> tuple[RollbackDecision, CleanHint]:
-        hint = clean_error(error)
+    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
+        hint = clean_error(failure.message)
+        if failure.key is not None and failure.key != hint.key:
+            hint = attrs.evolve(hint, key=failure.key)
+        transient = hint.category.transient if failure.transient is None else failure.transient
         with self._state_lock:
             add_constraint(self._constraints, hint.text, self._settings.max_constraints)
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
-            step_id, hint.key, graph.find_root_cause, transient=hint.category.transient
+            step_id, hint.key, graph.find_root_cause, transient=transient
         )
         return decision, hint
 
-    def _fail(self, step_id: int, error: str) -> StepResult:
-        decision, hint = self._decide(step_id, error)
+    def _fail(self, step_id: int, failure: Failure) -> StepResult:
+        decision, hint = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decision, hint, error=error, report=report, started=started)
+        return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
-    async def _afail(self, step_id: int, error: str) -> StepResult:
+    async def _afail(self, step_id: int, failure: Failure) -> StepResult:
         with self._call():
-            decision, hint = self._decide(step_id, error)
+            decision, hint = self._decide(step_id, failure)
             target, final = _rewind_target(decision)
             records = self._begin_rewind(target, final)
         started = time.perf_counter()
@@ -380,15 +384,15 @@ class Transaction(Observed):
             raise
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decision, hint, error=error, report=report, started=started)
+        return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
     def _failed(
         self,
         step_id: int,
         decision: RollbackDecision,
         hint: CleanHint,
+        failure: Failure,
         *,
-        error: str,
         report: CompensationReport,
         started: float,
     ) -> StepResult:
@@ -396,7 +400,7 @@ class Transaction(Observed):
             step_id,
             decision=decision,
             hint=hint,
-            error=error,
+            error=failure.message,
             next_step_id=self._timeline.next_step,
             constraints=tuple(self._constraints),
             compensation_errors=report.failures,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._calls import Call as Call
+from ._calls import Failure as Failure
 from ._calls import Orphan as Orphan
 from ._calls import Orphans as Orphans
 from ._calls import Outcome as Outcome
@@ -16,8 +17,8 @@ from ._tool import StagedEffect as StagedEffect
 from ._tool import StateView as StateView
 from ._tool import Tool as Tool
 from ._tool import ToolContext as ToolContext
+from ._tool import ToolLike as ToolLike
 from ._tool import ToolRegistry as ToolRegistry
-from ._tool import ToolSpec as ToolSpec
 from ._tool import UndoRecord as UndoRecord
 from ._tool import compensation as compensation
 from ._tool import derive_key as derive_key
@@ -33,6 +34,7 @@ __all__ = [
     "Call",
     "Compensation",
     "DeadlineExceeded",
+    "Failure",
     "Orphan",
     "Orphans",
     "Outcome",
@@ -40,8 +42,8 @@ __all__ = [
     "StateView",
     "Tool",
     "ToolContext",
+    "ToolLike",
     "ToolRegistry",
-    "ToolSpec",
     "UndoRecord",
     "acall_with_deadline",
     "arun_tool",

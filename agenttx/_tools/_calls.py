@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Call",
+    "Failure",
     "Orphan",
     "Orphans",
     "Outcome",
@@ -67,11 +68,27 @@ def closed(
     return context._close()  # noqa: SLF001  (the step owns its context)
 
 
+class Failure(NamedTuple):
+    """Why a step failed, before the hint cleaner reads it.
+
+    `message` is the raw error text (a `ToolError`'s message, or the exception as Python
+    formats it). `key` names the offending input when the tool said so (`ToolError(key=...)`):
+    it overrides the key the cleaner finds. `transient` overrides the cleaner's verdict when not
+    None. `mistake` marks an argument or protocol mistake of the agent (malformed JSON, an
+    unknown tool, arguments that do not fit the tool's schema), caught before any tool ran.
+    """
+
+    message: str
+    key: str | None = None
+    transient: bool | None = None
+    mistake: bool = False
+
+
 class Outcome(NamedTuple):
     """What running a tool produced: its output or error, and what it registered."""
 
     output: JSONValue = None
-    error: str | None = None
+    error: Failure | None = None
     undos: tuple[UndoRecord, ...] = ()
     effects: tuple[StagedEffect, ...] = ()
     #: The tool's call, if it was still running at its deadline: its effect may still land.
@@ -200,27 +217,29 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
 def _failed(call: Call, exc: Exception, *, running: Running | None = None) -> Outcome:
     undos, effects = closed(call.context)
     if isinstance(exc, ToolError):
-        message = exc.message
+        failure = Failure(exc.message, key=exc.key, transient=exc.transient)
     else:
         import traceback  # noqa: PLC0415  (a failure's path: not at `import agenttx`)
 
-        message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return Outcome(error=message, undos=undos, effects=effects, running=running)
+        failure = Failure("".join(traceback.format_exception_only(type(exc), exc)).strip())
+    return Outcome(error=failure, undos=undos, effects=effects, running=running)
 
 
 def _succeeded(call: Call, output: object) -> Outcome:
     undos, effects = closed(call.context)
     checked: JSONValue = None
     size = 0
-    error: str | None = None
+    error: Failure | None = None
     try:
         checked, size = check_json_sized(output)
     except JSONValueError as exc:
-        error = str(
-            JSONValueError(
-                path=exc.path,
-                problem=exc.problem,
-                what=f"the output of tool '{call.tool.name}'",
+        error = Failure(
+            str(
+                JSONValueError(
+                    path=exc.path,
+                    problem=exc.problem,
+                    what=f"the output of tool '{call.tool.name}'",
+                )
             )
         )
     compensation = call.tool.compensation_name
@@ -292,9 +311,9 @@ class Orphan(NamedTuple):
         return (*self.undos, declared)
 
 
-def still_running(call: Call, wait: float) -> str:
+def still_running(call: Call, wait: float) -> Failure:
     """Why `call` does not start: an earlier timed-out call still runs after `wait` seconds."""
-    return (
+    return Failure(
         f"tool '{call.tool.name}' timed out after {round(wait * 1000)} ms waiting for an "
         "earlier call that is still running after its own timeout"
     )

@@ -28,6 +28,7 @@ __all__ = [
     "StateView",
     "Tool",
     "ToolContext",
+    "ToolLike",
     "ToolRegistry",
     "UndoRecord",
     "compensation",
@@ -202,7 +203,8 @@ def compensation(
     return decorate
 
 
-ToolSpec = Tool[Any, Any] | Compensation[Any, Any] | Callable[..., Any]
+#: What a tools list may hold: a decorated tool, a compensation, or a plain callable (a tool).
+ToolLike = Tool[Any, Any] | Compensation[Any, Any] | Callable[..., Any]
 
 
 @final
@@ -213,7 +215,7 @@ class ToolRegistry:
 
     def __init__(
         self,
-        tools: ToolRegistry | Iterable[ToolSpec] | Mapping[str, Callable[..., Any]] = (),
+        tools: ToolRegistry | Iterable[ToolLike] | Mapping[str, Callable[..., Any]] = (),
     ) -> None:
         self.tools: dict[str, Tool[Any, Any]] = {}
         self.compensations: dict[str, Compensation[Any, Any]] = {}
@@ -221,7 +223,7 @@ class ToolRegistry:
             self.tools, self.compensations = tools.tools, tools.compensations
             return
         if isinstance(tools, Mapping):
-            items: list[ToolSpec] = []
+            items: list[ToolLike] = []
             for key, fn in tools.items():
                 if isinstance(fn, Compensation):
                     items.append(fn if fn.name == key else Compensation(fn.__wrapped__, name=key))
@@ -245,7 +247,7 @@ class ToolRegistry:
                     "compensation; pass the compensation in the tools list"
                 )
 
-    def _add(self, item: ToolSpec) -> None:
+    def _add(self, item: ToolLike) -> None:
         if isinstance(item, Compensation):
             self._add_compensation(item)
             return
