@@ -38,8 +38,8 @@ from ._tools import (
     Call,
     Failure,
     Outcome,
-    ToolLike,
     ToolRegistry,
+    ToolsArgument,
     arun_tool,
     closed,
     run_tool,
@@ -50,7 +50,7 @@ from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_store
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from collections.abc import Iterator, Mapping
     from types import TracebackType
 
     from typing_extensions import Self
@@ -77,7 +77,7 @@ class Transaction(Observed):
 
     def __init__(
         self,
-        tools: ToolRegistry | Iterable[ToolLike] | Mapping[str, Callable[..., Any]] = (),
+        tools: ToolsArgument = (),
         *,
         store: Store | None = None,
         policy: RollbackPolicy | None = None,

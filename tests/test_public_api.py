@@ -72,6 +72,7 @@ EXPECTED = {
         "ToolContext",
         "ToolError",
         "ToolLike",
+        "ToolSpec",
         "Transaction",
         "TransactionNotFound",
         "TransactionView",
