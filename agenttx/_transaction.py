@@ -21,7 +21,15 @@ from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
 from ._hints import CleanHint, add_constraint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
-from ._prepare import Arguments, check_agent_id, check_call, output_error, prepare_call
+from ._prepare import (
+    Arguments,
+    check_agent_id,
+    check_call,
+    check_call_id,
+    duplicate_call_id,
+    output_error,
+    prepare_call,
+)
 from ._results import (
     CommitResult,
     RollbackResult,
@@ -196,9 +204,12 @@ class Transaction(Observed):
         arguments: Mapping[str, Any] | str,
         *,
         raw_context: str = "",
+        call_id: str | None = None,
     ) -> StepResult:
         """Run one tool call as step `step_id` (docs/protocol.md#step-pipeline).
 
+        `call_id` is the provider's id of the call (1-256 characters), recorded on the step and
+        returned on the result; one already used by a live step fails the step (a mistake).
         Everything the agent got wrong comes back as a failed `StepResult`. Misuse raises, and
         changes nothing: `StepOutOfOrder` unless `step_id == next_step_id`,
         `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
@@ -206,10 +217,11 @@ class Transaction(Observed):
         with self._call():
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+            check_call_id(call_id)
             self._start(step_id)
             prepared: Call | Failure | None = None
             try:
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context)
+                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
@@ -229,7 +241,9 @@ class Transaction(Observed):
         step_id: int,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
+        *,
         raw_context: str = "",
+        call_id: str | None = None,
     ) -> StepResult:
         """`execute_step` for async code: async tools and compensations run on the caller's loop.
 
@@ -239,11 +253,12 @@ class Transaction(Observed):
         with self._call():
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+            check_call_id(call_id)
             self._start(step_id)
         prepared: Call | Failure | None = None
         try:
             with self._call():
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context)
+                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
@@ -269,12 +284,15 @@ class Transaction(Observed):
         self._controller.observe_step(step_id)
 
     def _prepare(
-        self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str
+        self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str, call_id: str | None
     ) -> Call | Failure:
         """The call ready to run, or why the agent's call fails; never raises for agent
         input (an unexpected error becomes the failure's message)."""
         timeline = self._timeline
         timeline.pending = Pending(step_id, tool_name, None, ())
+        timeline.call_id = call_id
+        if call_id is not None and call_id in timeline.call_ids:
+            return duplicate_call_id(call_id, timeline.call_ids[call_id])
         try:
             prepared, timeline.pending = prepare_call(
                 step_id,
@@ -311,8 +329,14 @@ class Transaction(Observed):
         step_id = call.step_id
         pending = self._timeline.pending
         assert pending is not None  # set by _resolve for this step
+        call_id = self._timeline.call_id
         step = LiveStep(
-            call.tool.name, call.arguments, outcome.output, call.raw_context, pending.dependencies
+            call.tool.name,
+            call.arguments,
+            outcome.output,
+            call.raw_context,
+            pending.dependencies,
+            call_id,
         )
         if self._log is not None:
             try:
@@ -329,6 +353,7 @@ class Transaction(Observed):
             next_step_id=self._timeline.next_step,
             output=outcome.output,
             constraints=tuple(self._constraints),
+            call_id=call_id,
         )
 
     def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
@@ -364,14 +389,18 @@ class Transaction(Observed):
         return decision, hint
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
+        call_id = self._timeline.call_id
         decision, hint = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(
+            step_id, decision, hint, failure, report=report, started=started, call_id=call_id
+        )
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
         with self._call():
+            call_id = self._timeline.call_id
             decision, hint = self._decide(step_id, failure)
             target, final = _rewind_target(decision)
             records = self._begin_rewind(target, final)
@@ -384,7 +413,9 @@ class Transaction(Observed):
             raise
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(
+            step_id, decision, hint, failure, report=report, started=started, call_id=call_id
+        )
 
     def _failed(
         self,
@@ -395,6 +426,7 @@ class Transaction(Observed):
         *,
         report: CompensationReport,
         started: float,
+        call_id: str | None,
     ) -> StepResult:
         return failed_step(
             step_id,
@@ -405,6 +437,7 @@ class Transaction(Observed):
             constraints=tuple(self._constraints),
             compensation_errors=report.failures,
             started=started,
+            call_id=call_id,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:
