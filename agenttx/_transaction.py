@@ -384,7 +384,7 @@ class Transaction(Observed):
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
-            step_id, hint.key, graph.find_root_cause, transient=transient
+            step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
         )
         return decision, hint
 
