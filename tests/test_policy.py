@@ -1060,9 +1060,7 @@ class ControllerMachine(RuleBasedStateMachine):
         decision = self.ctl.decide(step, key, root_at(root), **flags)
         if self.restored is not None:
             assert self.restored.decide(step, key, root_at(root), **flags) == decision
-        assert as_tuple(decision) == self.model.decide(
-            step, key, root_at(root), transient, mistake
-        )
+        assert as_tuple(decision) == self.model.decide(step, key, root_at(root), transient, mistake)
         if decision.strategy is RESEND:
             assert mistake
             assert decision.target_step == max(step, 1)
