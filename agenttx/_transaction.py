@@ -394,7 +394,7 @@ class Transaction(Observed):
                 self._transient_hints,
                 hint.text,
                 self._settings.max_constraints,
-                transient_step=step_id if transient else None,
+                transient_step=step_id if transient and not failure.mistake else None,
             )
             self._timeline.failed()
             graph = self._timeline.graph()

@@ -455,3 +455,19 @@ def test_the_payload_without_a_hint_falls_back_to_the_error():
     assert bare.for_model()["instruction"] == (
         "Send step 3 next, correcting the cause of the error."
     )
+
+
+def test_a_mistake_never_leaves_a_transient_constraint():
+    """A mistake whose hint reads as transient is still a lasting constraint (it is no
+    failure of the service, and its resend succeeding does not make it untrue)."""
+    from agenttx._tools import Failure  # noqa: PLC0415
+
+    tx = agenttx.Transaction(shop_tools([]))
+    tx.execute_step(1, "charge", {"order": "o1"})
+    with tx._call():  # drive the failure path with a hand-made mistake
+        tx._start(2)
+        tx._prepare(2, "quote", ({"order": "o1"}, 0), "", None)
+        result = tx._fail(2, Failure("upstream timed out", mistake=True))
+    assert result.strategy is RESEND
+    assert tx.execute_step(2, "charge", {"order": "o2"}).constraints == result.constraints
+    assert result.constraints != ()
