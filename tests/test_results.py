@@ -316,11 +316,23 @@ def test_a_transient_constraint_is_dropped_once_the_retry_succeeds():
 
 
 def test_a_transient_hint_already_kept_as_lasting_stays():
-    """A transient failure whose hint text is already a constraint does not make it transient."""
-    tx = agenttx.Transaction(shop_tools([]), policy=agenttx.RollbackPolicy(transient_retries=0))
-    tx._constraints.append("x")
-    tx.execute_step(1, "charge", {"order": "o1"})
-    assert tx._transient_hints == []
+    """A transient failure whose hint text is already a lasting constraint leaves it lasting:
+    the retry succeeding does not drop it."""
+    outcomes = [False, True]  # lasting, then transient, then success
+
+    @agenttx.tool(name="flaky")
+    def flaky() -> dict:
+        if outcomes:
+            raise agenttx.ToolError("service unavailable", transient=outcomes.pop(0))
+        return {}
+
+    tx = agenttx.Transaction([flaky])
+    lasting = tx.execute_step(1, "flaky", {})
+    assert lasting.strategy is RollbackStrategy.LOCAL_BACKTRACK
+    retry = tx.execute_step(1, "flaky", {})
+    assert retry.strategy is RollbackStrategy.RETRY
+    assert retry.constraints == lasting.constraints
+    assert tx.execute_step(1, "flaky", {}).constraints == lasting.constraints
 
 
 # ---------------------------------------------------------------- the payload for the model
