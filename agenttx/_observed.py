@@ -303,7 +303,13 @@ class Observed:
         """The live steps: succeeded and not rewound, in step order."""
         with self._state_lock:
             return tuple(
-                StepRecord(step_id=k, tool_name=s.tool_name, arguments=s.arguments, output=s.output)
+                StepRecord(
+                    step_id=k,
+                    tool_name=s.tool_name,
+                    arguments=s.arguments,
+                    output=s.output,
+                    call_id=s.call_id,
+                )
                 for k, s in self._timeline.steps.items()
             )
 

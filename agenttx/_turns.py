@@ -18,6 +18,7 @@ import attrs
 
 from ._errors import InvalidArgument
 from ._hints import CleanHint, HintCategory
+from ._prepare import check_call_id
 from ._results import StepResult, StepStatus
 from ._rollback import RollbackStrategy
 from ._saga import Backoff
@@ -57,8 +58,7 @@ def _check_arguments(_: object, __: object, value: Mapping[str, Any] | str) -> N
 
 
 def _check_call_id(_: object, __: object, value: str | None) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise InvalidArgument(f"call_id must be None or a non-empty string, got {value!r:.80}")
+    check_call_id(value)
 
 
 @final
@@ -118,7 +118,6 @@ def not_run(call: TurnCall, failed: StepResult) -> StepResult:
     It claims no step number (`step_id` is 0: it was never sent); `next_step_id` is where the
     transaction resumes, as in `failed`; the hint says which step failed first.
     """
-    del call  # its call id is echoed once `StepResult` carries call ids (issue 12, item 8)
     text = (
         f"Hint: Not run: step {failed.step_id} failed first; "
         f"send this call again, as step {failed.next_step_id} or later, if it is still needed."
@@ -128,6 +127,7 @@ def not_run(call: TurnCall, failed: StepResult) -> StepResult:
     return StepResult(
         status=StepStatus.NOT_RUN,
         step_id=0,
+        call_id=call.call_id,
         next_step_id=failed.next_step_id,
         hint=CleanHint(text=text, category=HintCategory.UNKNOWN, rule="not_run"),
         error=text.removeprefix("Hint: "),
@@ -158,8 +158,8 @@ class _Host(Protocol):
         step_id: int,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
-        raw_context: str = ...,
         *,
+        raw_context: str = ...,
         call_id: str | None = ...,
     ) -> StepResult: ...
 
@@ -231,7 +231,7 @@ class Turns:
             step, attempt = self.next_step_id, 0
             while True:
                 result = await self.aexecute_step(
-                    step, tool_name, arguments, raw_context, call_id=call_id
+                    step, tool_name, arguments, raw_context=raw_context, call_id=call_id
                 )
                 if result.strategy is not RollbackStrategy.RETRY:
                     return result

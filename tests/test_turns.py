@@ -73,6 +73,16 @@ def test_call_sends_the_next_step_itself():
     assert tx.next_step_id == 4
 
 
+def test_call_records_the_call_id_on_the_step_and_the_result():
+    """The provider's call id goes through `call` to the step and back on the result."""
+    tx = agenttx.Transaction(tools=_echo_tools())
+    assert tx.call("echo", {"n": 1}, call_id="call_1").call_id == "call_1"
+    assert asyncio.run(tx.acall("echo", {"n": 2}, call_id="call_2")).call_id == "call_2"
+    with pytest.raises(agenttx.InvalidArgument, match="call_id"):
+        tx.call("echo", {"n": 3}, call_id=7)  # type: ignore[arg-type]
+    assert tx.next_step_id == 3
+
+
 def test_call_takes_json_text_and_references():
     """Arguments may be the model's JSON text, and may reference an earlier step's output."""
     tx = agenttx.Transaction(tools=_echo_tools())
@@ -158,6 +168,7 @@ def test_call_turn_runs_in_order_and_stops_at_the_first_failure():
         StepStatus.NOT_RUN,
     ]
     assert log == ["echo 1"]
+    assert [r.call_id for r in results] == ["c1", "c2", "c3", None]
     not_run = results[2]
     assert not not_run.ok
     assert not_run.step_id == 0  # never sent: it claims no step number
@@ -205,7 +216,7 @@ def test_call_turn_accepts_turn_calls_and_tuples():
         ([("echo", {"n": 1}), ["echo", {}]], r"calls\[1\] must be .* got list"),
         ([("echo", {"n": 1}), (3, {})], r"calls\[1\]: .*tool name"),
         ([("echo", 5)], r"calls\[0\]: .*arguments must be a mapping or JSON text"),
-        ([("echo", {}, "")], r"calls\[0\]: call_id must be None or a non-empty string"),
+        ([("echo", {}, "")], r"calls\[0\]: call_id must be 1-256 characters"),
         ([("echo", {}, 7)], r"calls\[0\]: call_id"),
         ("echo", "calls must be an iterable"),
         ({"echo": {}}, "calls must be an iterable"),
