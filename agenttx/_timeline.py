@@ -9,7 +9,7 @@ The timeline does no I/O: the transaction decides when to call it and writes the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from ._graph import DependencyGraph
 from ._history import StepHistory
@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from ._tools import Outcome, StagedEffect
     from ._txlog import Restored
 
-__all__ = ["Pending", "Timeline"]
+__all__ = ["Pending", "Timeline", "Voided"]
+
+#: The live steps a rewind undoes, and the call ids of those that had one, in step order.
+Voided: TypeAlias = "tuple[tuple[int, ...], tuple[str, ...]]"
 
 
 class Pending(NamedTuple):
@@ -43,6 +46,8 @@ class Timeline:
     only when it is needed (`graph()`): successful steps only record their dependencies, so a
     transaction that never fails never pays for it. `call_id` is the call id of the step being
     executed (None if it has none); `call_ids` maps the call id of each live step to it.
+    `dropped` is what the last truncation (a rewind or an abort) dropped: the live steps and
+    their call ids.
     """
 
     __slots__ = (
@@ -50,6 +55,7 @@ class Timeline:
         "_graph_upto",
         "call_id",
         "call_ids",
+        "dropped",
         "effects",
         "history",
         "next_step",
@@ -69,6 +75,7 @@ class Timeline:
         self.pending: Pending | None = None
         self.call_id: str | None = None
         self.call_ids: dict[str, int] = {}
+        self.dropped: Voided = ((), ())
         self.next_step = 1
         self.rewinds = 0
         self._graph = DependencyGraph()
@@ -121,7 +128,10 @@ class Timeline:
         """Drop the steps >= `target` with their effects and graph nodes; `target` runs next."""
         first = max(target, 1)
         self.effects = [effect for effect in self.effects if effect.step_id < first]
-        for step in [s for s in self.steps if s >= first]:
+        gone = sorted(s for s in self.steps if s >= first)
+        ids = (self.steps[s].call_id for s in gone)
+        self.dropped = (tuple(gone), tuple(c for c in ids if c is not None))
+        for step in gone:
             del self.steps[step]
             del self.outputs[step]
             self.sizes.pop(step, None)
