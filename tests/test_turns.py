@@ -177,6 +177,15 @@ def test_call_turn_runs_in_order_and_stops_at_the_first_failure():
     assert "step 2 failed first" in not_run.hint.text
     assert not_run.error is not None
     assert not_run.error.startswith("Not run: step 2 failed first")
+    payload = not_run.for_model()
+    assert payload["ok"] is False
+    assert payload["step"] is None
+    assert payload["error"] == not_run.hint.text
+    assert payload["next_step"] == tx.next_step_id
+    assert payload["instruction"] == (
+        "This call was not run because an earlier call of the turn failed: "
+        f"send it again as step {tx.next_step_id} or later, if it is still needed."
+    )
 
 
 def test_call_turn_after_an_abort_says_the_transaction_aborted():
