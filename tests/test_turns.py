@@ -591,3 +591,41 @@ def test_a_sync_call_from_a_sibling_task_is_refused_instead_of_deadlocking_the_l
 
     asyncio.run(main())
     assert tx.next_step_id == 2
+
+
+def test_threads_and_tasks_on_several_loops_share_one_transaction():
+    """Threads calling and tasks on two event loops calling, all at once: every call succeeds,
+    the step ids are 1..total with none repeated, and each caller's own calls stay in order."""
+    tx = agenttx.Transaction(tools=_async_gate_tools())
+    per_caller, lock = 15, threading.Lock()
+    seen: dict[str, list[int]] = {}
+
+    def record(caller: str, result: agenttx.StepResult) -> None:
+        assert result.ok, result
+        with lock:
+            seen.setdefault(caller, []).append(result.step_id)
+
+    def thread_caller(name: str) -> None:
+        for n in range(per_caller):
+            record(name, tx.call("aecho", {"n": n}))
+
+    def loop_caller(name: str) -> None:
+        async def one(task: str) -> None:
+            for n in range(per_caller):
+                record(task, await tx.acall("aecho", {"n": n}))
+
+        async def main() -> None:
+            await asyncio.gather(one(f"{name}-a"), one(f"{name}-b"))
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=thread_caller, args=(f"t{i}",)) for i in range(3)]
+    threads += [threading.Thread(target=loop_caller, args=(f"loop{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    total = per_caller * (3 + 2 * 2)
+    assert sorted(step for steps in seen.values() for step in steps) == list(range(1, total + 1))
+    assert all(steps == sorted(steps) for steps in seen.values())
+    assert not tx._calls.busy
