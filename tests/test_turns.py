@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 import threading
 import time
 
@@ -628,4 +630,27 @@ def test_threads_and_tasks_on_several_loops_share_one_transaction():
     total = per_caller * (3 + 2 * 2)
     assert sorted(step for steps in seen.values() for step in steps) == list(range(1, total + 1))
     assert all(steps == sorted(steps) for steps in seen.values())
+    assert not tx._calls.busy
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs pthread_kill")
+def test_a_thread_interrupted_while_queued_leaves_the_queue():
+    """A KeyboardInterrupt in a waiting thread takes it out of the queue; the turn still works."""
+    gate, entered, tools = _gate_tools()
+    tx = agenttx.Transaction(tools=tools)
+    holder = threading.Thread(target=tx.call, args=("hold", {}))
+    holder.start()
+    assert entered.wait(10)
+
+    def interrupt_once_queued() -> None:
+        _wait_until(lambda: _queued(tx) == 1)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+
+    threading.Thread(target=interrupt_once_queued).start()
+    with pytest.raises(KeyboardInterrupt):
+        tx.call("echo", {"n": 1})  # the main thread waits here until interrupted
+    assert _queued(tx) == 0
+    gate.set()
+    holder.join(10)
+    assert tx.call("echo", {"n": 2}).step_id == 2
     assert not tx._calls.busy
