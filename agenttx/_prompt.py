@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["PROMPT", "prompt"]
 
 #: The static part of the system prompt: step numbering, references, rollbacks, resending.
-PROMPT: Final = """\
+PROMPT: Final[str] = """\
 You act through tools inside a transaction. Every tool call is a numbered step: 1, 2, 3, ...
 Each tool result says whether the step succeeded ("ok"), its output or an error, and "next_step", \
 the number of the step you send next.
