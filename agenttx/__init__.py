@@ -45,6 +45,7 @@ from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
 from ._errors import StepOutOfOrder as StepOutOfOrder
 from ._errors import StorageError as StorageError
 from ._errors import ToolError as ToolError
+from ._errors import ToolOutputError as ToolOutputError
 from ._errors import TransactionNotFound as TransactionNotFound
 from ._errors import WriteConflict as WriteConflict
 from ._graph import DependencyGraph as DependencyGraph
@@ -91,6 +92,7 @@ from ._tools import ToolContext as ToolContext
 from ._tools import ToolLike as ToolLike
 from ._tools import UndoRecord as UndoRecord
 from ._tools import compensation as compensation
+from ._tools import to_json_value as to_json_value
 from ._tools import tool as tool
 from ._transaction import Transaction as Transaction
 from ._version import __version__ as __version__
@@ -145,6 +147,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolLike",
+    "ToolOutputError",
     "Transaction",
     "TransactionNotFound",
     "TransactionView",
@@ -156,6 +159,7 @@ __all__ = [
     "lineage_from_openai",
     "lineage_from_steps",
     "resolve_references",
+    "to_json_value",
     "tool",
 ]
 

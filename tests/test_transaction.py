@@ -579,18 +579,17 @@ def test_non_object_arguments_fail_the_step_with_a_type_hint():
     )
 
 
-def test_non_json_output_fails_the_step():
-    """A tool returning a set fails its step with a message naming the tool."""
+def test_non_json_output_raises_to_the_developer():
+    """A tool returning what no serializer converts raises ToolOutputError naming the tool."""
 
     @agenttx.tool
     def odd() -> object:
-        return {1, 2}
+        return {"x": object()}
 
     tx = agenttx.Transaction(tools=[odd])
-    result = tx.execute_step(1, "odd", {})
-    assert not result.ok
-    assert result.error is not None
-    assert "the output of tool 'odd'" in result.error
+    with pytest.raises(agenttx.ToolOutputError, match="the output of tool 'odd' at step 1"):
+        tx.execute_step(1, "odd", {})
+    assert tx.next_step_id == 1
 
 
 def test_ended_transactions_refuse_calls_but_stay_viewable():
@@ -1126,11 +1125,11 @@ def test_a_declared_compensation_runs_even_when_the_output_is_refused():
 
     @agenttx.tool(name="charge", compensate=refund)
     def charge(amount: int) -> object:
-        return {1, 2}
+        return {"receipt": object()}
 
     tx = agenttx.Transaction(tools=[charge])
-    result = tx.execute_step(1, "charge", {"amount": 5})
-    assert not result.ok
+    with pytest.raises(agenttx.ToolOutputError):
+        tx.execute_step(1, "charge", {"amount": 5})
     assert seen == [{"arguments": {"amount": 5}, "output": None}]
 
 
