@@ -2,7 +2,8 @@
 
 `clean_error` carries out `docs/protocol.md#clean-hints`. It bounds the input to 64 KiB, finds the
 first of 31 ordered rules that matches anywhere in it and renders that rule's template; when no
-rule matches, it quotes the most telling line of the trace. The result is a `CleanHint` whose text
+rule matches, it reads an HTTP status line (`503 Service Unavailable`) as the HTTP rules would,
+or else quotes the most telling line of the trace. The result is a `CleanHint` whose text
 starts with `Hint: `, is one line and has at most 240 characters. Rules that name the offending key
 (a column, a field, a missing output key) put it in `CleanHint.key`, which lets the rollback
 controller jump back to the step that produced it.
@@ -161,6 +162,9 @@ def clean_error(text: str) -> CleanHint:
                 rule=rule.name,
                 key=None if key is None else _first_column(key) or None,
             )
+    status = _status_line(scan.text)
+    if status is not None:  # read as if it followed `HTTP`: one of rules 24-28 matches that
+        return clean_error(f"HTTP {status}")
     line = _salient_line(scan)
     if line is None:
         line = "unknown error"
@@ -170,6 +174,85 @@ def clean_error(text: str) -> CleanHint:
         ),
         category=HintCategory.UNKNOWN,
     )
+
+
+# ---------------------------------------------------------------- HTTP status lines
+#
+# Text no rule matched may still report an HTTP status without one of the prefixes of rules
+# 25-28: a status line (`503 Service Unavailable`, also inside httpx's `Server error '503
+# Service Unavailable' for url ...`) or the SDKs' `Error code: 503 - {...}`. A 4xx or 5xx status
+# given so is read as if it followed `HTTP` (`docs/protocol.md#http-status-lines`). Only text
+# that would otherwise get the fallback hint is looked at, so no rule's hint changes.
+
+#: The reason phrases of RFC 9110 (and their older names), by 4xx and 5xx status.
+_REASON_PHRASES: Final = {
+    "400": ("bad request",),
+    "401": ("unauthorized",),
+    "402": ("payment required",),
+    "403": ("forbidden",),
+    "404": ("not found",),
+    "405": ("method not allowed",),
+    "406": ("not acceptable",),
+    "407": ("proxy authentication required",),
+    "408": ("request timeout",),
+    "409": ("conflict",),
+    "410": ("gone",),
+    "411": ("length required",),
+    "412": ("precondition failed",),
+    "413": ("content too large", "payload too large", "request entity too large"),
+    "414": ("uri too long", "request-uri too long"),
+    "415": ("unsupported media type",),
+    "416": ("range not satisfiable", "requested range not satisfiable"),
+    "417": ("expectation failed",),
+    "418": ("i'm a teapot",),
+    "421": ("misdirected request",),
+    "422": ("unprocessable content", "unprocessable entity"),
+    "423": ("locked",),
+    "424": ("failed dependency",),
+    "425": ("too early",),
+    "426": ("upgrade required",),
+    "428": ("precondition required",),
+    "429": ("too many requests",),
+    "431": ("request header fields too large",),
+    "451": ("unavailable for legal reasons",),
+    "500": ("internal server error",),
+    "501": ("not implemented",),
+    "502": ("bad gateway",),
+    "503": ("service unavailable",),
+    "504": ("gateway timeout",),
+    "505": ("http version not supported",),
+    "506": ("variant also negotiates",),
+    "507": ("insufficient storage",),
+    "508": ("loop detected",),
+    "510": ("not extended",),
+    "511": ("network authentication required",),
+}
+# The class comes first, so that `re` skips to the digits 4 and 5 at C speed; the look-behind
+# then requires the status to start a word. Each candidate costs a dictionary lookup and a
+# comparison of at most 40 characters: linear in the text.
+_STATUS_BEFORE_PHRASE: Final = re.compile(r"([45])(?<!\w[45])(\d\d) ")
+_ERROR_CODE: Final = re.compile(r"Error code: ([45]\d\d)\b")
+_WORD_START: Final = re.compile(r"\w")
+_LONGEST_PHRASE: Final = max(len(p) for ps in _REASON_PHRASES.values() for p in ps)
+
+
+def _status_line(text: str) -> str | None:
+    """The first 4xx or 5xx status given by a status line or `Error code: `, or None."""
+    found = _ERROR_CODE.search(text) if "Error code: " in text else None
+    best = None if found is None else (found.start(), found.group(1))
+    for candidate in _STATUS_BEFORE_PHRASE.finditer(text):
+        if best is not None and candidate.start() > best[0]:
+            break
+        status = candidate.group(1) + candidate.group(2)
+        phrases = _REASON_PHRASES.get(status)
+        if phrases is None:
+            continue
+        end = candidate.end()
+        after = text[end : end + _LONGEST_PHRASE + 1].lower()
+        for phrase in phrases:
+            if after.startswith(phrase) and not _WORD_START.match(after, len(phrase)):
+                return status
+    return None if best is None else best[1]
 
 
 def _bounded(raw: str) -> str:
@@ -359,9 +442,12 @@ def _salient_line(scan: _Scan) -> str | None:
     if line is None:
         leading = _LEADING_FRAMES.match(text)  # matches at least the empty string
         start = len(text) if leading is None else leading.end()
-        if start == len(text):
-            return None
-        line = _line_from(text, start).rstrip()
+        if start < len(text):
+            line = _line_from(text, start).rstrip()
+        else:  # every line is a frame, or blank; one line alone is a message, not a trace
+            line = text.strip()
+            if not line or "\n" in line:
+                return None
     return _strip_qualifiers(line)
 
 
