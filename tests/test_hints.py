@@ -143,13 +143,13 @@ def reference_salient_line(text: str) -> str | None:
 
 
 REFERENCE_STATUS_LINE = re.compile(
-    r"(?i)(?<!\w)(?P<status>"
+    r"(?<!\w)(?P<status>"
     + "|".join(
-        rf"{status}(?= {re.escape(phrase)}(?!\w))"
+        rf"{status}(?= (?ai:{re.escape(phrase)})(?!\w))"
         for status, phrases in _hints._REASON_PHRASES.items()
         for phrase in phrases
     )
-    + r")|(?-i:Error code: (?P<code>[45]\d\d)\b)"
+    + r")|Error code: (?P<code>[45]\d\d)\b"
 )
 
 
@@ -1487,6 +1487,8 @@ HOSTILE = {
     "statuses without a phrase": "500 " * 16_384,
     "statuses with a near phrase": "503 Service Unavailabl" * 2_978,
     "Error code repeated": "Error code: 5" * 5_041,
+    "fives": "5" * 65_536,
+    "statuses with another status phrase": "500 not found " * 4_681,
 }
 
 

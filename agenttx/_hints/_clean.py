@@ -227,32 +227,36 @@ _REASON_PHRASES: Final = {
     "510": ("not extended",),
     "511": ("network authentication required",),
 }
-# The class comes first, so that `re` skips to the digits 4 and 5 at C speed; the look-behind
-# then requires the status to start a word. Each candidate costs a dictionary lookup and a
-# comparison of at most 40 characters: linear in the text.
-_STATUS_BEFORE_PHRASE: Final = re.compile(r"([45])(?<!\w[45])(\d\d) ")
+
+
+def _status_line_pattern() -> re.Pattern[str]:
+    """One pattern for every status line: `4` or `5` (so that `re` skips to those digits at C
+    speed), a look-behind making it start a word, then the rest of each status and its phrases
+    (in ASCII case-insensitively), not followed by a word character. Each position costs a
+    bounded number of literal comparisons: linear in the text."""
+    branches = []
+    for first in "45":
+        tails = "|".join(
+            f"{status[1:]} {re.escape(phrase)}"
+            for status, phrases in _REASON_PHRASES.items()
+            if status[0] == first
+            for phrase in phrases
+        )
+        branches.append(rf"{first}(?<!\w{first})(?ai:{tails})")
+    return re.compile(rf"(?:{'|'.join(branches)})(?!\w)")
+
+
+_STATUS_LINE: Final = _status_line_pattern()
 _ERROR_CODE: Final = re.compile(r"Error code: ([45]\d\d)\b")
-_WORD_START: Final = re.compile(r"\w")
-_LONGEST_PHRASE: Final = max(len(p) for ps in _REASON_PHRASES.values() for p in ps)
 
 
 def _status_line(text: str) -> str | None:
-    """The first 4xx or 5xx status given by a status line or `Error code: `, or None."""
-    found = _ERROR_CODE.search(text) if "Error code: " in text else None
-    best = None if found is None else (found.start(), found.group(1))
-    for candidate in _STATUS_BEFORE_PHRASE.finditer(text):
-        if best is not None and candidate.start() > best[0]:
-            break
-        status = candidate.group(1) + candidate.group(2)
-        phrases = _REASON_PHRASES.get(status)
-        if phrases is None:
-            continue
-        end = candidate.end()
-        after = text[end : end + _LONGEST_PHRASE + 1].lower()
-        for phrase in phrases:
-            if after.startswith(phrase) and not _WORD_START.match(after, len(phrase)):
-                return status
-    return None if best is None else best[1]
+    """The leftmost 4xx or 5xx status given by a status line or `Error code: `, or None."""
+    line = _STATUS_LINE.search(text)
+    code = _ERROR_CODE.search(text) if "Error code: " in text else None
+    if code is not None and (line is None or code.start() < line.start()):
+        return code.group(1)
+    return None if line is None else line.group()[:3]
 
 
 def _bounded(raw: str) -> str:
