@@ -163,7 +163,7 @@ def clean_error(text: str) -> CleanHint:
                 key=None if key is None else _first_column(key) or None,
             )
     status = _status_line(scan.text)
-    if status is not None:  # read as if it followed `HTTP`: one of rules 24-28 matches that
+    if status is not None:  # read as if it followed `HTTP`: an HTTP rule matches that
         return clean_error(f"HTTP {status}")
     line = _salient_line(scan)
     if line is None:
@@ -178,8 +178,8 @@ def clean_error(text: str) -> CleanHint:
 
 # ---------------------------------------------------------------- HTTP status lines
 #
-# Text no rule matched may still report an HTTP status without one of the prefixes of rules
-# 25-28: a status line (`503 Service Unavailable`, also inside httpx's `Server error '503
+# Text no rule matched may still report an HTTP status without one of the HTTP rules' prefixes:
+# a status line (`503 Service Unavailable`, also inside httpx's `Server error '503
 # Service Unavailable' for url ...`) or the SDKs' `Error code: 503 - {...}`. A 4xx or 5xx status
 # given so is read as if it followed `HTTP` (`docs/protocol.md#http-status-lines`). Only text
 # that would otherwise get the fallback hint is looked at, so no rule's hint changes.
