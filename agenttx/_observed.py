@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import attrs
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._graph import DependencyGraph
     from ._json import JSONValue
     from ._lineage import LineageGraph
+    from ._refs import Dependency
     from ._rollback import RollbackController, RollbackPolicy
     from ._saga import Dispatcher, SagaLedger
     from ._settings import Settings
@@ -41,6 +42,16 @@ if TYPE_CHECKING:
     from .stores import Store
 
 __all__ = ["Calls", "Observed"]
+
+
+class _LineageStep(NamedTuple):
+    """A live step as `lineage_from_steps` reads it: a `StepRecord` with its dependencies."""
+
+    step_id: int
+    tool_name: str
+    arguments: JSONValue
+    output: JSONValue
+    dependencies: tuple[Dependency, ...]
 
 
 class Calls:
@@ -166,13 +177,20 @@ class Observed:
         max_depth: int = 6,
         evidence: bool = False,
     ) -> LineageGraph:
-        """The value-provenance lineage of the live steps (see `LineageRecorder`).
+        """The lineage of the live steps (see `LineageRecorder` and `lineage_from_steps`).
 
         Each step is an iteration of its own, so a step links to any earlier step whose output
-        held a value it received, whether through a reference or copied by the agent.
+        held a value it received, whether through a reference or copied by the agent. Each
+        `${steps.N.path}` reference a step made is also an explicit edge, with the keys its
+        edge in `graph` has: every explicit edge of `graph` is an explicit edge here.
         """
+        with self._state_lock:
+            steps = [
+                _LineageStep(k, s.tool_name, s.arguments, s.output, s.dependencies)
+                for k, s in self._timeline.steps.items()
+            ]
         return lineage_from_steps(
-            self.steps,
+            steps,
             min_value_length=min_value_length,
             match_numbers=match_numbers,
             max_depth=max_depth,
