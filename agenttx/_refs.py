@@ -299,12 +299,17 @@ def named_dependencies(value: object) -> tuple[tuple[Reference, Dependency], ...
     """
     found: list[tuple[Reference, Dependency]] = []
     seen: set[int] = set()
+    # The same text in the same field names the same dependencies: read it once.
+    named: dict[tuple[str, str], tuple[tuple[Reference, Dependency], ...]] = {}
     stack: list[tuple[object, str]] = [(value, "")]
     while stack:
         item, field = stack.pop()
         if isinstance(item, str):
             if "${" in item:
-                found.extend(_named_in(item, field))
+                key = (item, field)
+                if key not in named:
+                    named[key] = tuple(_named_in(item, field))
+                found.extend(named[key])
             continue
         children: Iterator[tuple[object, str]]
         if isinstance(item, Mapping):

@@ -216,11 +216,11 @@ class LineageEdge:
     producing `on_tool_end` was marked `error=True`.
 
     An explicit edge (`explicit=True`) is not a matched value but a `${steps.N.path}` reference
-    the target's arguments held to the step the source was (docs/lineage.md#references-and-
-    rewinds): `value` is the reference text, `source_key` and `target_key` are the keys the
-    dependency graph gives the same reference (the last named segment of the path, and the
-    argument that received it), and the evidence fields stay None. Value edges leave
-    `source_key` and `target_key` None.
+    the target's arguments held to the step the source was
+    (docs/lineage.md#references-and-rewinds): `value` is the reference text, `source_key` and
+    `target_key` are the keys the dependency graph gives the same reference (the last named
+    segment of the path, and the argument that received it), and the evidence fields stay None.
+    Value edges leave `source_key` and `target_key` None.
     """
 
     source: LineageNode = attrs.field(validator=_check_node)
