@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import agenttx
 from agenttx import EdgeKind, LineageEdge, LineageGraph, LineageNode, StepResult, ToolContext
 from agenttx._lineage._steps import StepPayload, StepTracker, step_payload, with_references
-from agenttx._refs import Dependency, named_dependencies, resolve_references
+from agenttx._refs import Dependency
 from agenttx.testing import step_sequences
 
 # ---------------------------------------------------------------- a transcript driven by agenttx
@@ -645,40 +645,6 @@ def test_a_repeated_result_does_not_renumber_a_call():
     )
     assert [(n.step, n.voided) for n in graph.nodes] == [(1, False), (None, False)]
     assert [(e.source.call_id, e.target.call_id) for e in graph.edges] == [("a", "b")]
-
-
-def test_deep_shared_and_self_containing_arguments_are_walked_once():
-    """Arguments given as Python objects: a 50,000-deep nesting, a list shared 1,000 times and a
-    dict inside itself cost one visit per container and never raise RecursionError."""
-    deep: object = "${steps.1.id}"
-    for _ in range(50_000):
-        deep = {"k": [deep]}
-    shared = ["${steps.1.id}"]
-    looped: dict[str, object] = {"x": "${steps.1.id}"}
-    looped["self"] = looped
-    found = named_dependencies({"deep": deep, "shared": [shared] * 1000, "looped": looped})
-    assert [dependency.target_key for _, dependency in found] == ["k", "x", "shared"]
-
-
-def test_named_dependencies_follow_resolution():
-    """The dependencies named without outputs are those resolution records when it succeeds,
-    in the same order (sorted fields, references left to right)."""
-    arguments = {
-        "z": "${steps.2.items.0}",
-        "a": ["${steps.1}", {"b": "at ${steps.1.user.id} and ${steps.2.items.1.sku}"}],
-        "raw": "$${steps.1.id}",
-    }
-    outputs = {1: {"user": {"id": 7}}, 2: {"items": ["x", {"sku": "s"}]}}
-    resolution = resolve_references(arguments, outputs, current_step=3)
-    assert resolution.ok
-    found = named_dependencies(arguments)
-    assert tuple(dependency for _, dependency in found) == resolution.dependencies
-    assert [reference.text for reference, _ in found] == [
-        "${steps.1}",
-        "${steps.1.user.id}",
-        "${steps.2.items.1.sku}",
-        "${steps.2.items.0}",
-    ]
 
 
 def test_a_huge_transcript_costs_time_linear_in_its_size():
