@@ -489,13 +489,15 @@ def test_an_abort_voids_every_call():
 
 
 def test_payload_detection_is_strict():
-    """A payload needs a bool `ok` and an int `step` >= 1; odd `voided_steps` entries are
-    skipped; anything else is a tool's own output."""
+    """A payload needs a bool `ok` and a `step` that is an int >= 0 or null (0 and null: not
+    sent as a step), or `voided` true; odd `voided_steps` entries are skipped; anything else
+    is a tool's own output."""
     assert step_payload({"step": 3}) is None  # a tool output with a `step` key
+    assert step_payload({"ok": True}) is None
     assert step_payload({"ok": True, "step": "3"}) is None
     assert step_payload({"ok": 1, "step": 3}) is None
     assert step_payload({"ok": True, "step": True}) is None
-    assert step_payload({"ok": True, "step": 0}) is None
+    assert step_payload({"ok": True, "step": -1}) is None
     assert step_payload(["ok", "step"]) is None
     assert step_payload(
         {"ok": False, "step": 4, "error": "e", "next_step": "1", "voided_steps": [1, "2", None, 3]}
@@ -503,6 +505,112 @@ def test_payload_detection_is_strict():
     assert step_payload({"ok": True, "step": 2, "voided_steps": "1,2"}) == StepPayload(
         ok=True, step=2, next_step=None, voided_steps=(), result=None
     )
+    not_run = StepPayload(ok=False, step=None, next_step=2, voided_steps=(), result="Hint: ...")
+    assert (
+        step_payload({"ok": False, "step": None, "error": "Hint: ...", "next_step": 2}) == not_run
+    )
+    assert step_payload({"ok": False, "step": 0, "error": "Hint: ...", "next_step": 2}) == not_run
+    assert step_payload({"ok": False, "voided": True, "error": "gone"}) == StepPayload(
+        ok=False, step=None, next_step=None, voided_steps=(), result="gone", voided=True
+    )
+
+
+def test_a_call_that_was_not_run_claims_no_step():
+    """A payload with step null (call_turn's NOT_RUN) or 0 (an integration's): the call names
+    nothing, produces nothing, voids nothing, and the count goes on from its next_step."""
+    graph = agenttx.lineage_from_openai(
+        [
+            assistant(call("a", "t", {})),
+            tool("a", ok(1, "A")),
+            assistant(
+                call("b", "t", {"x": "${steps.1}"}),
+                call("c", "t", {"x": "${steps.1}"}),
+                call("d", "t", {"x": "${steps.1}"}),
+            ),
+            tool("b", {"ok": False, "step": 2, "error": "fix it", "next_step": 2}),
+            tool("c", {"ok": False, "step": None, "error": "not run", "next_step": 2}),
+            tool("d", {"ok": False, "step": 0, "error": "not run", "next_step": 2}),
+            assistant(call("e", "t", {"x": "${steps.1}"}), call("f", "t", {"y": "${steps.2}"})),
+            tool("e", ok(2, "E")),
+            tool("f", "not a payload: counted as step 3"),
+        ]
+    )
+    assert [(n.call_id, n.step, n.voided) for n in graph.nodes] == [
+        ("a", 1, False),
+        ("b", 2, False),
+        ("c", None, False),
+        ("d", None, False),
+        ("e", 2, False),
+        ("f", None, False),
+    ]
+    assert [(e.source.call_id, e.target.call_id) for e in graph.edges] == [
+        ("a", "b"),  # b was sent (and failed): it named step 1
+        ("a", "e"),
+        ("e", "f"),
+    ]
+
+
+def test_a_result_rewritten_as_voided_voids_its_call():
+    """An integration's `history="void"` replaces a voided call's result by one marked
+    `voided`: that call is voided, and the replayed step maps to its new call."""
+    graph = agenttx.lineage_from_openai(
+        [
+            assistant(call("a", "t", {})),
+            tool("a", {"ok": False, "step": 1, "voided": True, "error": "Voided by rollback"}),
+            assistant(call("b", "t", {"x": "${steps.1}"})),
+            tool("b", {"ok": False, "step": 2, "error": "e", "next_step": 1, "voided_steps": [1]}),
+            assistant(call("c", "t", {})),
+            tool("c", ok(1, "C")),
+            assistant(call("d", "t", {"x": "${steps.1}"})),
+            tool("d", ok(2, "D")),
+        ]
+    )
+    assert [(n.call_id, n.voided) for n in graph.nodes] == [
+        ("a", True),
+        ("b", False),
+        ("c", False),
+        ("d", False),
+    ]
+    assert [(e.source.call_id, e.target.call_id) for e in graph.edges] == [("c", "d")]
+
+
+def test_call_turn_results_read_back():
+    """A turn run by tx.call_turn that stops at a failure: the calls it did not run claim no
+    step, and the live calls' explicit edges are the graph's."""
+    if not hasattr(agenttx.Transaction, "call_turn"):
+        pytest.skip("tx.call_turn is not on this branch yet")
+    tx = agenttx.Transaction(tools=SHOP)
+    messages: list[dict[str, Any]] = []
+    turns = [
+        [("lookup_customer", {"email": "ada@example.com"})],
+        [
+            ("reserve_stock", {"sku": "sku-42", "quantity": 2}),
+            ("charge", CHARGE),
+            ("send_confirmation", {"customer": "ada", "charge_id": "${steps.3.charge_id}"}),
+        ],
+        [("lookup_customer", {"email": "ada@example.com", "refresh": True})],
+        [("reserve_stock", {"sku": "sku-42", "quantity": 2}), ("charge", CHARGE)],
+    ]
+    count = 0
+    for turn in turns:
+        calls = []
+        for name, arguments in turn:
+            count += 1
+            calls.append((name, json.dumps(arguments), f"call_{count}"))
+        messages.append(assistant(*(call(i, n, a) for n, a, i in calls)))
+        results = tx.call_turn(calls)  # type: ignore[attr-defined]
+        messages.extend(tool(i, r.for_model()) for (_, _, i), r in zip(calls, results, strict=True))
+    graph = agenttx.lineage_from_openai(messages)
+    not_run = graph.nodes[3]
+    assert (not_run.tool_name, not_run.step, not_run.voided) == ("send_confirmation", None, False)
+    assert not any(e.target is not_run for e in graph.edges)
+    expected = {
+        (e.source, e.target, e.source_key, e.target_key)
+        for e in tx.graph.edges()
+        if e.kind is EdgeKind.EXPLICIT
+    }
+    assert by_step(graph.edges) == expected
+    assert len(expected) == 3
 
 
 def test_the_recorder_sees_a_payloads_output_not_the_payload():

@@ -27,14 +27,18 @@ __all__ = ["Explicit", "StepPayload", "StepTracker", "step_payload", "with_refer
 class StepPayload(NamedTuple):
     """A tool result that is an agenttx step payload: what the step numbering needs of it.
 
-    `result` is what the call produced: the `output` when `ok`, else the `error`.
+    `step` is None for a call that was not sent as a step (not run, refused before it ran, or
+    sent after the transaction ended). `voided` is set when the result itself says the call was
+    voided (an integration's `history="void"` rewrite). `result` is what the call produced: the
+    `output` when `ok`, else the `error`.
     """
 
     ok: bool
-    step: int
+    step: int | None
     next_step: int | None
     voided_steps: tuple[int, ...]
     result: object
+    voided: bool = False
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -42,26 +46,38 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 def step_payload(content: object) -> StepPayload | None:
-    """`content` read as the payload of `StepResult.for_model()`, or None if it is not one.
+    """`content` read as a step payload (`StepResult.for_model()`), or None if it is not one.
 
-    A payload is a mapping with a bool `ok` and an int `step` >= 1 (a tool output that merely
-    has a `step` key is not one). `next_step` counts when it is an int, `voided_steps` when it
-    is a list (its int entries); other keys are ignored. Never raises.
+    A payload is a mapping with a bool `ok` and a `step` that is an int >= 1 (the call was that
+    step) or 0 or null (it was not sent as a step); a mapping with a bool `ok` and `voided`
+    true is one too, with or without a step. A tool output that merely has a `step` key is not
+    one. `next_step` counts when it is an int, `voided_steps` when it is a list (its int
+    entries); other keys are ignored. Never raises.
     """
     if not isinstance(content, Mapping):
         return None
     ok = content.get("ok")
+    if not isinstance(ok, bool):
+        return None
+    voided = content.get("voided") is True
     step = content.get("step")
-    if not isinstance(ok, bool) or not _is_int(step) or step < 1:
+    if _is_int(step) and step >= 0:
+        number = step or None
+    elif step is None and ("step" in content or voided):
+        number = None
+    else:
         return None
     next_step = content.get("next_step")
-    voided = content.get("voided_steps")
+    voided_steps = content.get("voided_steps")
     return StepPayload(
         ok=ok,
-        step=step,
+        step=number,
         next_step=next_step if _is_int(next_step) else None,
-        voided_steps=tuple(n for n in voided if _is_int(n)) if isinstance(voided, list) else (),
+        voided_steps=tuple(n for n in voided_steps if _is_int(n))
+        if isinstance(voided_steps, list)
+        else (),
         result=content.get("output" if ok else "error"),
+        voided=voided,
     )
 
 
@@ -85,10 +101,12 @@ class StepTracker:
 
     The rules (docs/lineage.md#references-and-rewinds): a call's step is its payload's `step`,
     else the next step by counting (1 at first; after a payload its `next_step`, else one past
-    its step if it succeeded and the same step if not; after a call without a payload, one past
-    it). Sending step N voids every call that was a step >= N (agenttx accepts step N only once
-    those are gone); a payload's `voided_steps` voids the calls that were those steps. A call
-    with a successful payload, or without a payload, becomes its step's producer. Each
+    its step if it succeeded or was voided and the same step if not; after a call without a
+    payload, one past it). A call whose payload claims no step was not run: it names nothing,
+    produces nothing and voids nothing. Sending step N voids every call that was a step >= N
+    (agenttx accepts step N only once those are gone); a payload's `voided_steps` voids the
+    calls that were those steps, and a payload marked `voided` voids its own call. A call with
+    a successful payload, or without a payload, becomes its step's producer. Each
     `${steps.N...}` in the arguments of a call sent as step S, with N < S, names the current
     producer of step N, if there is one. Cost: linear in the calls, references and voided
     steps, amortized; memory: one entry per call.
@@ -108,27 +126,36 @@ class StepTracker:
 
     def call(self, index: int, arguments: object, payload: StepPayload | None) -> None:
         """Account for call `index`: the references it made, then what its result said."""
-        step = self._next if payload is None else payload.step
+        if payload is None:
+            counted = self._next
+            self._name(index, counted, arguments)
+            self._produce(counted, index)
+            self._next = counted + 1
+            return
+        step = payload.step
+        if step is not None:
+            self._name(index, step, arguments)
+            self.steps[index] = step
+        for voided_step in payload.voided_steps:
+            gone = self._live.pop(voided_step, None)
+            if gone is not None:
+                self.voided.add(gone)
+        if payload.voided:
+            self.voided.add(index)
+        elif payload.ok and step is not None:
+            self._produce(step, index)
+        if payload.next_step is not None:
+            self._next = max(payload.next_step, 1)  # 0: aborted, and any later call starts over
+        elif step is not None:
+            self._next = step + 1 if payload.ok or payload.voided else step
+
+    def _name(self, index: int, step: int, arguments: object) -> None:
+        """Call `index` is sent as `step`: what it replaces is voided, what it names is linked."""
         self._void_from(step)
         for reference, dependency in named_dependencies(arguments):
             source = self._live.get(dependency.from_step)
             if source is not None and dependency.from_step < step:
                 self.explicit.append(Explicit(source, index, reference.text, dependency))
-        if payload is None:
-            self._produce(step, index)
-            self._next = step + 1
-            return
-        self.steps[index] = step
-        for voided_step in payload.voided_steps:
-            gone = self._live.pop(voided_step, None)
-            if gone is not None:
-                self.voided.add(gone)
-        if payload.ok:
-            self._produce(step, index)
-        if payload.next_step is not None:
-            self._next = max(payload.next_step, 1)  # 0: aborted, and any later call starts over
-        else:
-            self._next = step + 1 if payload.ok else step
 
     def _produce(self, step: int, index: int) -> None:
         self._void_from(step)
