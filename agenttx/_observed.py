@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
 from ._errors import IllegalTransition, InvalidTransactionState
-from ._lineage import lineage_from_steps
+from ._lineage import LineageStep, lineage_from_steps
 from ._results import (
     TRANSITIONS,
     ContextEntry,
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ._graph import DependencyGraph
     from ._json import JSONValue
     from ._lineage import LineageGraph
-    from ._refs import Dependency
     from ._rollback import RollbackController, RollbackPolicy
     from ._saga import Dispatcher, SagaLedger
     from ._settings import Settings
@@ -42,16 +41,6 @@ if TYPE_CHECKING:
     from .stores import Store
 
 __all__ = ["Calls", "Observed"]
-
-
-class _LineageStep(NamedTuple):
-    """A live step as `lineage_from_steps` reads it: a `StepRecord` with its dependencies."""
-
-    step_id: int
-    tool_name: str
-    arguments: JSONValue
-    output: JSONValue
-    dependencies: tuple[Dependency, ...]
 
 
 class Calls:
@@ -194,7 +183,7 @@ class Observed:
         """
         with self._state_lock:
             steps = [
-                _LineageStep(k, s.tool_name, s.arguments, s.output, s.dependencies)
+                LineageStep(k, s.tool_name, s.arguments, s.output, s.dependencies)
                 for k, s in self._timeline.steps.items()
             ]
         return lineage_from_steps(

@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
 
 from .._errors import InvalidArgument
 from .._refs import Dependency
 from ._recorder import LineageGraph, LineageRecorder, is_call_id
 from ._steps import Explicit, StepPayload, StepTracker, step_payload, with_references
 
-__all__ = ["lineage_from_openai", "lineage_from_steps"]
+if TYPE_CHECKING:
+    from .._json import JSONValue
+
+__all__ = ["LineageStep", "lineage_from_openai", "lineage_from_steps"]
+
+
+class LineageStep(NamedTuple):
+    """A step as `lineage_from_steps` reads it: a `StepRecord` with its dependencies."""
+
+    step_id: int
+    tool_name: str
+    arguments: JSONValue
+    output: JSONValue
+    dependencies: tuple[Dependency, ...]
 
 
 class _Call:
