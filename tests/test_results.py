@@ -545,3 +545,21 @@ def test_every_payload_is_json_in_the_documented_order(  # noqa: PLR0917  (hypot
     assert isinstance(instruction, str)
     assert instruction.endswith(".")
     assert instruction[0].isupper()
+
+
+def test_a_root_cause_without_a_key_reads_as_a_bad_value():
+    """A jump result built with a keyless root cause still gives a sentence without 'None'."""
+    result = agenttx.StepResult(
+        status=StepStatus.ROLLBACK_TRIGGERED,
+        step_id=3,
+        next_step_id=1,
+        strategy=RollbackStrategy.DEPENDENCY_JUMP,
+        voided_steps=(1, 2),
+        root_cause=RootCause(1),
+    )
+    payload = result.for_model()
+    assert payload["root_cause"] == {"step": 1, "key": None}
+    assert payload["instruction"] == (
+        "Step 1 produced a bad value: steps 1-2 were undone and their outputs no longer exist; "
+        "send step 1 again with a corrected value, then redo the rest."
+    )
