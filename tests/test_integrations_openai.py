@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -415,3 +417,22 @@ def test_import_agenttx_does_not_import_the_sdk():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.split() == ["False", "True"]
+
+
+def doc_examples() -> list[dict[str, Any]]:
+    """The JSON examples of docs/integrations.md#history-after-a-rewind, in order."""
+    text = (Path(__file__).parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
+    section = text.split("## History after a rewind", 1)[1].split("\n## ", 1)[0]
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
+
+
+def test_the_docs_show_what_reaches_the_model():
+    """The note, the failed result after truncation and the voided result are as documented."""
+    note, failed, voided = doc_examples()
+    truncated = json.loads(rewind_request("truncate")[-1]["content"])
+    assert truncated["note"] == note["note"]
+    assert {key: truncated[key] for key in failed} == failed
+    documented_order = [key for key in truncated if key in failed]
+    assert documented_order == list(failed)
+    void = chat_tool_messages({"messages": rewind_request("void")})
+    assert void[0]["content"] == voided
