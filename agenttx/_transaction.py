@@ -17,11 +17,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._constraints import add_hint, without_transient
 from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
-from ._hints import CleanHint, add_constraint, clean_error
+from ._hints import CleanHint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
-from ._prepare import Arguments, check_agent_id, check_call, output_error, prepare_call
+from ._prepare import (
+    Arguments,
+    check_agent_id,
+    check_call,
+    check_call_id,
+    duplicate_call_id,
+    output_error,
+    prepare_call,
+)
 from ._results import (
     CommitResult,
     RollbackResult,
@@ -33,7 +42,7 @@ from ._results import (
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
-from ._timeline import Pending
+from ._timeline import Pending, Voided
 from ._tools import (
     Call,
     Failure,
@@ -160,6 +169,7 @@ class Transaction(Observed):
     def _adopt(self, restored: Restored) -> CompensationReport:
         progress = restored.progress
         self._constraints = list(progress.constraints)
+        self._transient_hints = list(progress.transient)
         self._ledger.record(restored.undos)
         self._timeline.adopt(restored)
         with self._calls.lock:
@@ -196,9 +206,12 @@ class Transaction(Observed):
         arguments: Mapping[str, Any] | str,
         *,
         raw_context: str = "",
+        call_id: str | None = None,
     ) -> StepResult:
         """Run one tool call as step `step_id` (docs/protocol.md#step-pipeline).
 
+        `call_id` is the provider's id of the call (1-256 characters), recorded on the step and
+        returned on the result; one already used by a live step fails the step (a mistake).
         Everything the agent got wrong comes back as a failed `StepResult`. Misuse raises, and
         changes nothing: `StepOutOfOrder` unless `step_id == next_step_id`,
         `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
@@ -206,10 +219,11 @@ class Transaction(Observed):
         with self._call():
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+            check_call_id(call_id)
             self._start(step_id)
             prepared: Call | Failure | None = None
             try:
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context)
+                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
@@ -229,7 +243,9 @@ class Transaction(Observed):
         step_id: int,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
+        *,
         raw_context: str = "",
+        call_id: str | None = None,
     ) -> StepResult:
         """`execute_step` for async code: async tools and compensations run on the caller's loop.
 
@@ -239,11 +255,12 @@ class Transaction(Observed):
         with self._call():
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+            check_call_id(call_id)
             self._start(step_id)
         prepared: Call | Failure | None = None
         try:
             with self._call():
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context)
+                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
@@ -269,12 +286,15 @@ class Transaction(Observed):
         self._controller.observe_step(step_id)
 
     def _prepare(
-        self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str
+        self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str, call_id: str | None
     ) -> Call | Failure:
         """The call ready to run, or why the agent's call fails; never raises for agent
         input (an unexpected error becomes the failure's message)."""
         timeline = self._timeline
         timeline.pending = Pending(step_id, tool_name, None, ())
+        timeline.call_id = call_id
+        if call_id is not None and call_id in timeline.call_ids:
+            return duplicate_call_id(call_id, timeline.call_ids[call_id])
         try:
             prepared, timeline.pending = prepare_call(
                 step_id,
@@ -311,17 +331,30 @@ class Transaction(Observed):
         step_id = call.step_id
         pending = self._timeline.pending
         assert pending is not None  # set by _resolve for this step
+        call_id = self._timeline.call_id
         step = LiveStep(
-            call.tool.name, call.arguments, outcome.output, call.raw_context, pending.dependencies
+            call.tool.name,
+            call.arguments,
+            outcome.output,
+            call.raw_context,
+            pending.dependencies,
+            call_id,
         )
+        # A transient constraint of this step is dropped, in the write that records it.
+        dropped = None
+        if self._transient_hints:
+            dropped = without_transient(self._constraints, self._transient_hints, step_id)
         if self._log is not None:
             try:
-                self._log.step(step_id, step, outcome.effects)
+                progress = None if dropped is None else self._progress(*dropped)
+                self._log.step(step_id, step, outcome.effects, progress)
             except BaseException:  # not durable: the step did not happen
                 self._rewind(step_id)
                 raise
         with self._state_lock:
             self._timeline.append(step_id, step, outcome)
+            if dropped is not None:
+                self._constraints, self._transient_hints = dropped
         self._transition(TxStatus.ACTIVE)
         return StepResult(
             status=StepStatus.SUCCESS,
@@ -329,6 +362,7 @@ class Transaction(Observed):
             next_step_id=self._timeline.next_step,
             output=outcome.output,
             constraints=tuple(self._constraints),
+            call_id=call_id,
         )
 
     def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
@@ -349,30 +383,48 @@ class Transaction(Observed):
         self._ledger.compensate(records, self._registry.compensations)
         return running
 
-    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
+    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint, Voided]:
+        """The controller's decision, the hint, and the live steps the decision will undo."""
         hint = clean_error(failure.message)
         if failure.key is not None and failure.key != hint.key:
             hint = attrs.evolve(hint, key=failure.key)
         transient = hint.category.transient if failure.transient is None else failure.transient
         with self._state_lock:
-            add_constraint(self._constraints, hint.text, self._settings.max_constraints)
+            add_hint(
+                self._constraints,
+                self._transient_hints,
+                hint.text,
+                self._settings.max_constraints,
+                transient_step=step_id if transient else None,
+            )
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
-            step_id, hint.key, graph.find_root_cause, transient=transient
+            step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
         )
-        return decision, hint
+        return decision, hint, self._timeline.voided(_rewind_target(decision)[0])
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
-        decision, hint = self._decide(step_id, failure)
+        call_id = self._timeline.call_id
+        decision, hint, voided = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(
+            step_id,
+            decision,
+            hint,
+            failure,
+            report,
+            started=started,
+            call_id=call_id,
+            voided=voided,
+        )
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
         with self._call():
-            decision, hint = self._decide(step_id, failure)
+            call_id = self._timeline.call_id
+            decision, hint, voided = self._decide(step_id, failure)
             target, final = _rewind_target(decision)
             records = self._begin_rewind(target, final)
         started = time.perf_counter()
@@ -384,7 +436,16 @@ class Transaction(Observed):
             raise
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(
+            step_id,
+            decision,
+            hint,
+            failure,
+            report,
+            started=started,
+            call_id=call_id,
+            voided=voided,
+        )
 
     def _failed(
         self,
@@ -392,9 +453,11 @@ class Transaction(Observed):
         decision: RollbackDecision,
         hint: CleanHint,
         failure: Failure,
-        *,
         report: CompensationReport,
+        *,
         started: float,
+        call_id: str | None,
+        voided: Voided,
     ) -> StepResult:
         return failed_step(
             step_id,
@@ -405,6 +468,8 @@ class Transaction(Observed):
             constraints=tuple(self._constraints),
             compensation_errors=report.failures,
             started=started,
+            call_id=call_id,
+            voided=voided,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:
@@ -484,9 +549,24 @@ class Transaction(Observed):
 
     def _log_progress(self, rewinding: tuple[int, str | None] | None = None) -> None:
         if self._log is not None:
-            timeline, state = self._timeline, self._controller.state()
-            progress = (timeline.next_step, state, tuple(self._constraints), timeline.rewinds)
-            self._log.progress(Progress(*progress, rewinding=rewinding))
+            progress = self._progress(self._constraints, self._transient_hints, rewinding)
+            self._log.progress(progress)
+
+    def _progress(
+        self,
+        constraints: list[str],
+        transient: list[tuple[int, str]],
+        rewinding: tuple[int, str | None] | None = None,
+    ) -> Progress:
+        timeline, state = self._timeline, self._controller.state()
+        return Progress(
+            timeline.next_step,
+            state,
+            tuple(constraints),
+            timeline.rewinds,
+            rewinding=rewinding,
+            transient=tuple(transient),
+        )
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""

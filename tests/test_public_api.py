@@ -59,6 +59,7 @@ EXPECTED = {
         "RollbackPolicy",
         "RollbackResult",
         "RollbackStrategy",
+        "RootCause",
         "StagedEffect",
         "StateView",
         "StepAttempt",
