@@ -80,6 +80,7 @@ class StepStatus(enum.Enum):
     SUCCESS = "SUCCESS"
     ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
     FAILED = "FAILED"  # the transaction aborted
+    NOT_RUN = "NOT_RUN"  # a call of a turn not sent, because an earlier call failed (call_turn)
 
 
 class AttemptStatus(enum.Enum):

@@ -54,6 +54,7 @@ from ._tools import (
     run_tool,
     still_running,
 )
+from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_store
@@ -69,16 +70,17 @@ __all__ = ["Transaction"]
 
 
 @attrs.define(init=False, eq=False, repr=False)
-class Transaction(Observed):
+class Transaction(Turns, Observed):
     """One agent run's tool calls, executed as numbered steps that can be rolled back.
 
     `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
     `store`: where state lives (default: a private `MemoryStore`); share one store between
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
-    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized by a lock, so a
-    transaction may be shared between threads; a call made while another is running waits for
-    it. Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
+    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized, so a
+    transaction may be shared between threads and tasks: a call made while another is running
+    waits for its turn, and turns come in arrival order (FIFO).
+    Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
     they take a lock held only for bookkeeping. Transactions compare by identity. `with
     Transaction(...) as tx:` commits when the block ends normally and aborts (compensating)
     when it raises, then re-raises.
@@ -172,7 +174,7 @@ class Transaction(Observed):
         self._transient_hints = list(progress.transient)
         self._ledger.record(restored.undos)
         self._timeline.adopt(restored)
-        with self._calls.lock:
+        with self._calls:
             if progress.rewinding is not None:  # finish it: never bring compensated steps back
                 target, final = progress.rewinding
                 return self._rewind(target, final=None if final is None else TxStatus(final))
@@ -188,7 +190,7 @@ class Transaction(Observed):
         transaction in the middle of a call is skipped, never waited for: this is what an idle
         reaper calls from its own thread.
         """
-        if not self._calls.lock.acquire(blocking=False):
+        if not self._calls.try_enter():
             return False
         try:
             idle = time.monotonic() - self._calls.last
@@ -197,7 +199,7 @@ class Transaction(Observed):
             self._abort(TxStatus.ROLLED_BACK)
             return True
         finally:
-            self._calls.lock.release()
+            self._calls.leave()
 
     def execute_step(
         self,
@@ -215,6 +217,8 @@ class Transaction(Observed):
         Everything the agent got wrong comes back as a failed `StepResult`. Misuse raises, and
         changes nothing: `StepOutOfOrder` unless `step_id == next_step_id`,
         `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
+        A call made while another runs (from another thread) waits for its turn: calls run one
+        at a time, in arrival order; `step_id` is checked when its turn comes.
         """
         with self._call():
             self._ensure_active()
@@ -249,9 +253,20 @@ class Transaction(Observed):
     ) -> StepResult:
         """`execute_step` for async code: async tools and compensations run on the caller's loop.
 
-        While the tool runs the transaction is EXECUTING, so another call made meanwhile raises
-        `InvalidTransactionState` instead of waiting.
+        A call made while another runs waits for its turn without blocking the loop (calls
+        run one at a time, in arrival order), as with `execute_step`.
         """
+        async with self._calls.aturn():
+            return await self._aexecute(step_id, tool_name, arguments, raw_context, call_id)
+
+    async def _aexecute(
+        self,
+        step_id: int,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+        raw_context: str,
+        call_id: str | None,
+    ) -> StepResult:
         with self._call():
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)

@@ -24,6 +24,7 @@ PUBLIC_MODULES = {
 EXPECTED = {
     "agenttx": [
         "MAX_NESTING_DEPTH",
+        "PROMPT",
         "AgentTxError",
         "AttemptStatus",
         "CleanHint",
@@ -76,6 +77,7 @@ EXPECTED = {
         "Transaction",
         "TransactionNotFound",
         "TransactionView",
+        "TurnCall",
         "TxStatus",
         "UndoRecord",
         "WriteConflict",
@@ -83,6 +85,7 @@ EXPECTED = {
         "compensation",
         "lineage_from_openai",
         "lineage_from_steps",
+        "prompt",
         "resolve_references",
         "tool",
     ],
