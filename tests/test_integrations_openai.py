@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 import subprocess
@@ -437,3 +438,19 @@ def test_the_docs_show_what_reaches_the_model():
     assert documented_order == list(failed)
     void = chat_tool_messages({"messages": rewind_request("void")})
     assert void[0]["content"] == voided
+
+
+@pytest.mark.parametrize("history", ["truncate", "void"])
+def test_the_callers_messages_are_never_changed(history):
+    """handle() returns new lists and dicts: the history passed in stays as it was."""
+    shop = Shop()
+    model = ScriptedModel(order_script()[:2])
+    runner = atx_openai.ToolRunner(shop.transaction(), history=history)
+    client = model.openai()
+    first = client.chat.completions.create(model=MODEL, messages=PROMPT)
+    before = runner.handle(PROMPT, first.choices[0].message)
+    frozen = copy.deepcopy(before)
+    second = client.chat.completions.create(model=MODEL, messages=before)
+    after = runner.handle(before, second.choices[0].message)
+    assert before == frozen
+    assert after != before
