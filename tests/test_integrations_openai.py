@@ -454,3 +454,32 @@ def test_the_callers_messages_are_never_changed(history):
     after = runner.handle(before, second.choices[0].message)
     assert before == frozen
     assert after != before
+
+
+def test_a_mistake_after_good_work_undoes_nothing():
+    """An unknown tool at step 3 is resent as step 3: the charge at step 2 is not refunded."""
+    shop = Shop()
+    tx = shop.transaction()
+    lookup, charged, mistake = one_turn(
+        tx,
+        call("lookup_customer", {"email": EMAIL}),
+        call("charge", {"customer_id": CUSTOMER, "amount": 42}),
+        call("reserve_stock", {"sku": "SKU-1"}),
+    )
+    assert (lookup["ok"], charged["ok"], mistake["ok"]) == (True, True, False)
+    assert mistake["step"] == 3
+    assert mistake["next_step"] == 3
+    assert "voided_steps" not in mistake
+    assert shop.refunds == []
+    assert shop.live_charges == ["ch-1"]
+
+
+def test_schema_violations_name_the_argument():
+    """An argument of the wrong type is a failed result naming it; the tool never runs."""
+    shop = Shop()
+    tx = shop.transaction()
+    (result,) = one_turn(tx, call("charge", {"customer_id": "c-1", "amount": "lots"}))
+    assert result["ok"] is False
+    assert "amount" in result["error"]
+    assert result["next_step"] == 1
+    assert shop.charges == []
