@@ -2,7 +2,7 @@
 
 The built-in tools take `**arguments` (no schema can be derived from that), so each is given its
 schema here, matching `docs/protocol.md#built-in-arguments`. The schemas are deliberately
-permissive where a tool checks an argument itself with the reference's message (identifiers,
+permissive where a tool checks an argument itself with the protocol's message (identifiers,
 non-empty ids, lone surrogates, `references` values): what the validator refuses first gets the
 same message the tool would give (``missing field `key` ``, ``invalid type: number for field
 `key`, expected a string``), so the hint is the same whichever refuses it. Unknown arguments are
