@@ -230,13 +230,16 @@ def _not_run(call: ModelCall, first: int, step: int, *, refused: bool = False) -
     what = "was refused" if refused else "failed"
     payload: Payload = {
         "ok": False,
-        "step": 0,  # it was never sent: it claims no step number
+        "step": None,  # never sent: it claims no step (as a NOT_RUN result's for_model())
         "error": (
             f"Hint: Not run: step {first} {what} first; send this call again, as step {step} or "
             "later, if it is still needed."
         ),
         "next_step": step,
-        "instruction": f"Read step {first}'s result, then send step {step}.",
+        "instruction": (
+            "This call was not run because an earlier call of the turn failed: "
+            f"send it again as step {step} or later, if it is still needed."
+        ),
     }
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
@@ -245,7 +248,7 @@ def _ended(call: ModelCall, tx: Transaction) -> Outcome:
     status = tx.status.value.lower().replace("_", " ")
     payload: Payload = {
         "ok": False,
-        "step": 0,
+        "step": None,
         "error": (
             f"Hint: Not run: the transaction has ended ({status}); no more tool calls run in it."
         ),
