@@ -26,6 +26,9 @@ def test_specs_from_every_accepted_form():
     assert names(_common.resolve_specs(shop.tools, "t")) == list(TOOL_NAMES)
     assert names(_common.resolve_specs(iter(shop.tools), "t")) == list(TOOL_NAMES)
     assert names(_common.resolve_specs(shop.tools[0], "t")) == ["lookup_customer"]
+    assert names(_common.resolve_specs(agenttx._tools.ToolRegistry(shop.tools), "t")) == list(
+        TOOL_NAMES
+    )
     mapping = {"find": shop.tools[0]}
     assert names(_common.resolve_specs(mapping, "t")) == ["find"]
 

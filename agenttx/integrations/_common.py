@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from .._json import JSONValue
     from .._results import StepResult
-    from .._tools import ToolSpec
+    from .._tools import ToolLike, ToolsArgument, ToolSpec
 
 __all__ = [
     "HISTORIES",
@@ -51,6 +51,7 @@ __all__ = [
     "ModelCall",
     "Outcome",
     "Rewrite",
+    "ToolsOrTx",
     "arun_turn",
     "check_history",
     "check_transaction",
@@ -72,6 +73,11 @@ HISTORIES: Final = ("truncate", "void", "keep")
 MAX_CALL_ID: Final = 256
 
 Payload: TypeAlias = "dict[str, JSONValue]"
+
+#: What `tools()` takes: a transaction, an engine, one tool, or what `Transaction(tools=...)`
+#: accepts (`ToolsArgument`: items typed `object`, for an unannotated mixed list; checked at run
+#: time, `InvalidArgument` naming a bad item).
+ToolsOrTx: TypeAlias = "Transaction | Engine | ToolLike | ToolsArgument"
 
 
 def describe(value: object) -> str:
@@ -123,6 +129,8 @@ def resolve_specs(tools_or_tx: object, where: str) -> tuple[ToolSpec, ...]:
         return tools_or_tx.tool_specs
     if isinstance(tools_or_tx, Tool):
         return (tools_or_tx.spec,)
+    if isinstance(tools_or_tx, ToolRegistry):
+        return tools_or_tx.specs()
     if isinstance(tools_or_tx, Mapping):
         for key, item in tools_or_tx.items():
             _check_item(item, where, f"tools[{key!r}]")
