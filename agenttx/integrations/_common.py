@@ -50,6 +50,7 @@ __all__ = [
     "History",
     "ModelCall",
     "Outcome",
+    "Payload",
     "Rewrite",
     "ToolsOrTx",
     "arun_turn",
