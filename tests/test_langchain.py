@@ -334,7 +334,9 @@ def test_a_tool_exception_fails_the_step_even_when_the_tool_handles_it():
     def explode(order_id: str) -> str:
         raise ToolException(f"order {order_id} is locked")
 
-    handled = StructuredTool.from_function(explode, name="explode", handle_tool_error=True)
+    handled = StructuredTool.from_function(
+        explode, name="explode", description="Explode.", handle_tool_error=True
+    )
     tx = agenttx.Transaction(tools=[from_langchain(handled)])
     result = tx.call("explode", {"order_id": "o-9"})
     assert result.status is not agenttx.StepStatus.SUCCESS
@@ -347,7 +349,9 @@ def test_an_async_only_langchain_tool_runs_under_call_and_acall():
     async def double(x: int) -> int:
         return 2 * x
 
-    wrapped = from_langchain(StructuredTool.from_function(coroutine=double, name="double"))
+    wrapped = from_langchain(
+        StructuredTool.from_function(coroutine=double, name="double", description="Double x.")
+    )
     tx = agenttx.Transaction(tools=[wrapped])
     assert tx.call("double", {"x": 2}).output == 4
     assert asyncio.run(tx.acall("double", {"x": 3})).output == 6

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as MCPToolError
+from pydantic import BaseModel
 
 import agenttx
 from _shop import EMAIL, OLD_EMAIL, ORDER
@@ -23,14 +24,14 @@ CUSTOMERS = {
 }
 
 
-class Charged(TypedDict):
+class Charged(BaseModel):
     """A charge, as the server returns it (structured content)."""
 
     charge_id: str
     amount: int
 
 
-class Address(TypedDict):
+class Address(BaseModel):
     """A postal address: the schema holds it under `$defs`."""
 
     city: str
@@ -62,7 +63,7 @@ class ShopServer:
             self.calls.append("charge")
             charge_id = f"ch-{len(self.charges) + 1}"
             self.charges.append(charge_id)
-            return {"charge_id": charge_id, "amount": amount}
+            return Charged(charge_id=charge_id, amount=amount)
 
         @server.tool()
         def refund(charge_id: str) -> str:
@@ -90,7 +91,7 @@ class ShopServer:
         @server.tool()
         def ship(address: Address, gift: bool = False) -> str:
             """Ship to an address."""
-            return f"shipping to {address['city']}{' as a gift' if gift else ''}"
+            return f"shipping to {address.city}{' as a gift' if gift else ''}"
 
 
 def run(test: Callable[[Client, ShopServer], Awaitable[None]]) -> ShopServer:
