@@ -4,8 +4,10 @@ tools node runs each turn through a transaction, driven offline by a scripted ch
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -425,3 +427,11 @@ def test_a_list_state_gets_a_list_back():
     node = TransactionalToolNode(shop.transaction())
     replies = node.invoke([turn(("lookup_customer", {"email": EMAIL}, "l1"))])
     assert [m.tool_call_id for m in replies] == ["l1"]
+
+
+def test_a_missing_sdk_names_the_extra(monkeypatch):
+    """Without langchain-core, importing the integration says which extra to install."""
+    monkeypatch.setitem(sys.modules, "langchain_core.messages", None)
+    monkeypatch.delitem(sys.modules, "agenttx.integrations.langchain")
+    with pytest.raises(ImportError, match=r"pip install 'agenttx\[langchain\]'"):
+        importlib.import_module("agenttx.integrations.langchain")

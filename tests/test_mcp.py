@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -300,3 +302,11 @@ def test_bad_compensations_are_refused_naming_them(compensations, message):
             await tools_from_mcp(client, compensations=compensations)
 
     run(test)
+
+
+def test_a_missing_sdk_names_the_extra(monkeypatch):
+    """Without the MCP SDK, importing the integration says which extra to install."""
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    monkeypatch.delitem(sys.modules, "agenttx.integrations.mcp")
+    with pytest.raises(ImportError, match=r"pip install 'agenttx\[mcp\]'"):
+        importlib.import_module("agenttx.integrations.mcp")

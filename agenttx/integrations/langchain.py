@@ -24,7 +24,7 @@ try:
     from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
     from langchain_core.runnables import Runnable
     from langchain_core.tools import BaseTool, ToolException
-except ImportError as exc:  # pragma: no cover  (the test environment installs every extra)
+except ImportError as exc:
     raise ImportError(
         "agenttx.integrations.langchain needs LangChain: pip install 'agenttx[langchain]'"
     ) from exc

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 try:
     import mcp as _mcp_sdk  # noqa: F401  (fails early, naming the extra to install)
-except ImportError as exc:  # pragma: no cover  (the test environment installs every extra)
+except ImportError as exc:
     raise ImportError(
         "agenttx.integrations.mcp needs the MCP SDK: pip install 'agenttx[mcp]'"
     ) from exc
