@@ -16,9 +16,8 @@ Needs the `agenttx[langchain]` extra; `import agenttx` never imports this module
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any
 
 try:
     from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
@@ -29,8 +28,9 @@ except ImportError as exc:
         "agenttx.integrations.langchain needs LangChain: pip install 'agenttx[langchain]'"
     ) from exc
 
-from .._errors import FailedPrecondition, InvalidArgument, ToolError
-from .._tools import Compensation, Tool, ToolRegistry, tool
+from .._errors import InvalidArgument, ToolError
+from .._tools import Compensation, Tool, tool
+from . import _common
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,13 +39,9 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
     from .._json import JSONValue
-    from .._results import StepResult
-    from .._tools import ToolLike, ToolSpec
+    from .._transaction import Transaction
 
 __all__ = ["TransactionalToolNode", "from_langchain", "tool_schemas"]
-
-History = Literal["truncate", "void", "keep"]
-_HISTORIES: Final = ("truncate", "void", "keep")
 
 
 # ---------------------------------------------------------------------- LangChain tools
@@ -150,48 +146,32 @@ def _tool_error(exc: Exception) -> Exception:
     return exc
 
 
-def _specs(tools_or_tx: object) -> tuple[ToolSpec, ...]:
-    """The specs of a transaction's or engine's tools, or of a list of tools."""
-    specs = getattr(tools_or_tx, "tool_specs", None)
-    if isinstance(specs, tuple):
-        return specs
-    if isinstance(tools_or_tx, (str, bytes, Mapping)) or not isinstance(tools_or_tx, Iterable):
-        raise InvalidArgument(
-            f"tool_schemas: expected a transaction, an engine or a list of tools, "
-            f"got {tools_or_tx!r}"
-        )
-    items: list[ToolLike] = []
-    for item in tools_or_tx:
-        if isinstance(item, BaseTool):
-            raise InvalidArgument(
-                f"tool_schemas: {item!r} is a LangChain tool; wrap it with from_langchain first"
-            )
-        if not (isinstance(item, (Tool, Compensation)) or callable(item)):
-            raise InvalidArgument(f"tool_schemas: {item!r} is not a tool")
-        items.append(item)
-    return ToolRegistry(items).specs()
-
-
 def tool_schemas(tools_or_tx: object) -> list[dict[str, JSONValue]]:
     """The tools as OpenAI-format function dicts for `model.bind_tools(...)`, by wire name.
 
-    `tools_or_tx` is a transaction, an engine, or a list of agenttx tools (and
-    compensations, which are skipped). Each entry is `{"type": "function", "function":
+    `tools_or_tx` is a transaction, an engine, one tool, or a list of agenttx tools (and
+    compensations, which are not offered). Each entry is `{"type": "function", "function":
     {"name": <wire name>, "description": ..., "parameters": <JSON Schema>}}`, in
     registration order. Raises `InvalidArgument` naming anything that is not a tool (a
     LangChain tool must be wrapped with `from_langchain` first).
     """
+    if isinstance(tools_or_tx, BaseTool):
+        raise _unwrapped(tools_or_tx)
+    if isinstance(tools_or_tx, (list, tuple)):
+        for item in tools_or_tx:
+            if isinstance(item, BaseTool):
+                raise _unwrapped(item)
     return [
-        {
-            "type": "function",
-            "function": {
-                "name": spec.wire_name,
-                "description": spec.description,
-                "parameters": spec.parameters,
-            },
-        }
-        for spec in _specs(tools_or_tx)
+        {"type": "function", "function": spec}
+        for spec in _common.specs_json(_common.resolve_specs(tools_or_tx, "tool_schemas"))
     ]
+
+
+def _unwrapped(item: BaseTool) -> InvalidArgument:
+    return InvalidArgument(
+        f"tool_schemas: {item.name!r} is a LangChain tool; wrap it with "
+        "agenttx.integrations.langchain.from_langchain first, and pass the wrapped tool"
+    )
 
 
 # ---------------------------------------------------------------------- the LangGraph node
@@ -208,37 +188,33 @@ class TransactionalToolNode(Runnable[Any, Any]):
     `{"messages": [...]}` (a list, for a state that is a list of messages) with one
     `ToolMessage` per call: `tool_call_id` the call's id, `name` the tool name the model
     used, content the JSON of `result.for_model()`, and `status="error"` unless the step
-    succeeded (a failure, a rollback, a call not run after an earlier failure of the turn).
+    succeeded (a failure, a rollback, a call not run).
 
     After a rewind, `history` says what happens to the voided calls already in the state:
     `"truncate"` (default) removes their `ToolMessage`s and their calls from the `AIMessage`s
-    that made them (an `AIMessage` left with neither calls nor text is removed); `"void"`
-    replaces their results by a note that they were undone; `"keep"` leaves them, and the
-    payload's `voided_steps` is all the model gets. Messages without an id cannot be
-    rewritten and are left as they are.
+    that made them (an `AIMessage` left with neither calls nor text is removed) and adds a
+    `note` to the failed call's result; `"void"` replaces their results by a payload saying
+    they were undone; `"keep"` leaves them, and the payload's `voided_steps` is all the model
+    gets. Messages without an id cannot be rewritten and are left as they are.
 
-    Misuse by the model (an unknown tool, malformed arguments, a duplicate call id, a call
-    after the transaction ended) becomes a `ToolMessage`, never an exception. Raises
+    Mistakes of the model (an unknown tool, malformed arguments, a duplicate call id, a call
+    after the transaction ended) become `ToolMessage`s, never exceptions. Raises
     `InvalidArgument` for an input without messages or whose last message is not an
     `AIMessage`, and at construction for a non-transaction or an unknown `history`.
-    Calls on one node are serialized by the transaction.
+    Concurrent runs on one transaction are serialized by it, a turn at a time.
     """
 
-    def __init__(self, tx: object, *, history: History = "truncate", name: str = "tools") -> None:
-        from .._transaction import Transaction  # noqa: PLC0415
-
-        if not isinstance(tx, Transaction):
-            raise InvalidArgument(
-                f"TransactionalToolNode: expected an agenttx Transaction, got {tx!r}"
-            )
-        if history not in _HISTORIES:
-            raise InvalidArgument(
-                f"TransactionalToolNode: history must be one of {', '.join(_HISTORIES)}, "
-                f"got {history!r}"
-            )
-        self.tx = tx
-        self.history: History = history
+    def __init__(
+        self, tx: Transaction, *, history: _common.History = "truncate", name: str = "tools"
+    ) -> None:
+        self.tx = _common.check_transaction(tx, "TransactionalToolNode")
+        try:
+            self.history: _common.History = _common.check_history(history)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"TransactionalToolNode: {exc}") from None
         self.name = name
+        # The step of each call this node sent, to name the steps a rewind voids.
+        self._steps: dict[str, int] = {}
 
     @property
     def tools(self) -> list[dict[str, JSONValue]]:
@@ -254,79 +230,60 @@ class TransactionalToolNode(Runnable[Any, Any]):
         """Run the last `AIMessage`'s tool calls as one turn; see the class docstring."""
         messages, as_list = _messages_of(input)
         calls = _calls_of(messages)
-        try:
-            results = self.tx.call_turn([call.turn for call in calls])
-        except FailedPrecondition as exc:  # the transaction has ended: tell the model
-            return self._refused(calls, exc, as_list=as_list)
-        return self._reply(messages, calls, results, as_list=as_list)
+        outcomes = _common.run_turn(self.tx, [call for call, _ in calls])
+        return self._reply(messages, calls, outcomes, as_list=as_list)
 
     async def ainvoke(
         self,
         input: Any,  # noqa: A002
-        config: RunnableConfig | None = None,  # noqa: ARG002  (Runnable's signature)
+        config: RunnableConfig | None = None,  # noqa: ARG002
         **kwargs: Any,  # noqa: ARG002
     ) -> Any:
         """`invoke` for async graphs: the turn runs through `tx.acall_turn`."""
         messages, as_list = _messages_of(input)
         calls = _calls_of(messages)
-        try:
-            results = await self.tx.acall_turn([call.turn for call in calls])
-        except FailedPrecondition as exc:
-            return self._refused(calls, exc, as_list=as_list)
-        return self._reply(messages, calls, results, as_list=as_list)
+        outcomes = await _common.arun_turn(self.tx, [call for call, _ in calls])
+        return self._reply(messages, calls, outcomes, as_list=as_list)
 
     def _reply(
         self,
         messages: list[BaseMessage],
-        calls: list[_Call],
-        results: Iterable[StepResult],
+        calls: list[tuple[_common.ModelCall, str]],
+        outcomes: tuple[_common.Outcome, ...],
         *,
         as_list: bool,
     ) -> Any:
-        results = list(results)
-        voided = {call_id for result in results for call_id in result.voided_call_ids}
-        history = self.history if voided else "keep"
+        for outcome in outcomes:
+            result = outcome.result
+            if result is not None and result.ok:
+                self._steps[outcome.call_id] = result.step_id
+        rewrite = _common.rewrite_for(self.history, outcomes, self._steps)
         out: list[BaseMessage] = []
-        if history == "truncate":
-            out.extend(_truncate(messages, voided))
-        elif history == "void":
-            out.extend(_void(messages[:-1], voided))
-        for call, result in zip(calls, results, strict=True):
-            if history != "keep" and call.call_id in voided:
-                if history == "void":
-                    out.append(_void_message(call.call_id, call.name))
-                continue  # truncate: its call is gone from the AIMessage too
-            out.append(_tool_message(call, result.for_model()))
-        return out if as_list else {"messages": out}
-
-    def _refused(self, calls: list[_Call], exc: Exception, *, as_list: bool) -> Any:
-        """One error result per call, when the transaction refuses the turn (it has ended)."""
-        payload: dict[str, JSONValue] = {
-            "ok": False,
-            "error": f"{exc}",
-            "instruction": "The transaction has ended: no more tool calls can run in it.",
-        }
-        out = [_tool_message(call, payload) for call in calls]
+        if rewrite.drop:
+            out.extend(_truncate(messages, rewrite.drop))
+        if rewrite.replace:
+            out.extend(_void(messages[:-1], rewrite.replace))
+        for (_, name), outcome in zip(calls, outcomes, strict=True):
+            call_id = outcome.call_id
+            if call_id in rewrite.drop:
+                continue  # its call is gone from the AIMessage too
+            replaced = rewrite.replace.get(call_id)
+            if replaced is not None:
+                out.append(_tool_message(call_id, name, replaced, error=True))
+                continue
+            payload = _common.with_note(outcome.payload, rewrite.notes.get(call_id))
+            out.append(_tool_message(call_id, name, payload, error=outcome.is_error))
         return out if as_list else {"messages": out}
 
 
-class _Call:
-    """One tool call of the model's turn: what goes to `call_turn`, and how to answer it."""
-
-    __slots__ = ("call_id", "name", "turn")
-
-    def __init__(self, name: str, arguments: object, call_id: str | None) -> None:
-        self.name = name
-        self.call_id = call_id or ""
-        self.turn = (name, arguments, call_id) if call_id else (name, arguments)
-
-
-def _tool_message(call: _Call, payload: Mapping[str, JSONValue]) -> ToolMessage:
+def _tool_message(
+    call_id: str, name: str | None, payload: _common.Payload, *, error: bool
+) -> ToolMessage:
     return ToolMessage(
-        content=json.dumps(payload, ensure_ascii=False),
-        tool_call_id=call.call_id,
-        name=call.name,
-        status="success" if payload.get("ok") is True else "error",
+        content=_common.dumps(payload),
+        tool_call_id=call_id,
+        name=name,
+        status="error" if error else "success",
     )
 
 
@@ -340,29 +297,44 @@ def _messages_of(state: object) -> tuple[list[BaseMessage], bool]:
     if not isinstance(messages, list) or not messages:
         raise InvalidArgument(
             "TransactionalToolNode: the input has no messages (expected a state with a "
-            f"non-empty `messages` list), got {type(state).__name__}"
+            f"non-empty `messages` list), got {_common.describe(state)}"
         )
     return messages, isinstance(state, list)
 
 
-def _calls_of(messages: list[BaseMessage]) -> list[_Call]:
-    """The last AIMessage's calls, valid ones first, then the invalid ones (malformed JSON)."""
+def _calls_of(messages: list[BaseMessage]) -> list[tuple[_common.ModelCall, str]]:
+    """The last AIMessage's calls (valid ones, then invalid ones), with the name the model used."""
     last = messages[-1]
     if not isinstance(last, AIMessage):
         raise InvalidArgument(
             "TransactionalToolNode: the last message must be an AIMessage with tool calls, "
-            f"got {type(last).__name__}"
+            f"got {_common.describe(last)}"
         )
-    calls = [_Call(call["name"], call["args"], call.get("id")) for call in last.tool_calls]
+    calls = [
+        (
+            _common.ModelCall(call_id=c.get("id") or "", name=c["name"], arguments=c["args"]),
+            c["name"],
+        )
+        for c in last.tool_calls
+    ]
     for invalid in last.invalid_tool_calls:
+        name = invalid.get("name") or ""
         raw = invalid.get("args")
-        calls.append(
-            _Call(invalid.get("name") or "", raw if isinstance(raw, str) else "", invalid.get("id"))
+        call = _common.ModelCall(
+            call_id=invalid.get("id") or "",
+            name=name,
+            arguments=raw if isinstance(raw, str) else "",
         )
+        calls.append((call, name))
     return calls
 
 
-def _truncate(messages: list[BaseMessage], voided: set[str]) -> Iterable[BaseMessage]:
+def _model_call(call_id: str | None, name: str, arguments: object) -> _common.ModelCall:
+    # A call without an id is refused by the turn (every provider sends one).
+    return _common.ModelCall(call_id=call_id or "", name=name, arguments=arguments)
+
+
+def _truncate(messages: list[BaseMessage], voided: frozenset[str]) -> Iterable[BaseMessage]:
     """Reducer updates that drop the voided calls and their results from the history."""
     for message in messages:
         if message.id is None:
@@ -389,33 +361,16 @@ def _truncate(messages: list[BaseMessage], voided: set[str]) -> Iterable[BaseMes
             )
 
 
-def _void(messages: list[BaseMessage], voided: set[str]) -> Iterable[BaseMessage]:
-    """Reducer updates that overwrite the voided calls' results with a note (same ids)."""
+def _void(
+    messages: list[BaseMessage], replace: Mapping[str, _common.Payload]
+) -> Iterable[BaseMessage]:
+    """Reducer updates that overwrite the voided calls' results (same message ids)."""
     for message in messages:
-        if (
-            isinstance(message, ToolMessage)
-            and message.id is not None
-            and message.tool_call_id in voided
-        ):
-            replaced = _void_message(message.tool_call_id, message.name)
-            yield replaced.model_copy(update={"id": message.id})
-
-
-#: What a voided call's result becomes under `history="void"`.
-VOIDED: Final[dict[str, JSONValue]] = {
-    "ok": False,
-    "voided": True,
-    "error": "This call was undone by a rollback: its result no longer holds.",
-}
-
-
-def _void_message(call_id: str, tool_name: str | None) -> ToolMessage:
-    return ToolMessage(
-        content=json.dumps(VOIDED, ensure_ascii=False),
-        tool_call_id=call_id,
-        name=tool_name,
-        status="error",
-    )
+        if isinstance(message, ToolMessage) and message.id is not None:
+            payload = replace.get(message.tool_call_id)
+            if payload is not None:
+                replaced = _tool_message(message.tool_call_id, message.name, payload, error=True)
+                yield replaced.model_copy(update={"id": message.id})
 
 
 def _has_text(message: AIMessage) -> bool:
@@ -428,7 +383,7 @@ def _has_text(message: AIMessage) -> bool:
     )
 
 
-def _without_calls(content: str | list[str | dict[Any, Any]], voided: set[str]) -> Any:
+def _without_calls(content: str | list[str | dict[Any, Any]], voided: frozenset[str]) -> Any:
     """Content blocks without the voided `tool_use` blocks (Anthropic-style content)."""
     if isinstance(content, str):
         return content
@@ -443,7 +398,7 @@ def _without_calls(content: str | list[str | dict[Any, Any]], voided: set[str]) 
     ]
 
 
-def _kwargs_without_calls(kwargs: dict[str, Any], voided: set[str]) -> dict[str, Any]:
+def _kwargs_without_calls(kwargs: dict[str, Any], voided: frozenset[str]) -> dict[str, Any]:
     """`additional_kwargs` without the voided raw OpenAI `tool_calls` entries."""
     raw = kwargs.get("tool_calls")
     if not isinstance(raw, list):
