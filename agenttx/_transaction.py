@@ -256,7 +256,7 @@ class Transaction(Turns, Observed):
         A call made while another runs waits for its turn without blocking the loop (calls
         run one at a time, in arrival order), as with `execute_step`.
         """
-        async with self._calls.aturn():
+        async with self._calls:
             return await self._aexecute(step_id, tool_name, arguments, raw_context, call_id)
 
     async def _aexecute(
@@ -267,32 +267,28 @@ class Transaction(Turns, Observed):
         raw_context: str,
         call_id: str | None,
     ) -> StepResult:
-        with self._call():
-            self._ensure_active()
-            parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
-            check_call_id(call_id)
-            self._start(step_id)
+        # The whole call holds the turn (`aexecute_step`): no other call runs meanwhile.
+        self._ensure_active()
+        parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+        check_call_id(call_id)
+        self._start(step_id)
         prepared: Call | Failure | None = None
         try:
-            with self._call():
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
+            prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
-                with self._call():
-                    prepared = self._unless_orphans(prepared, timeout)
+                prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
             outcome = await arun_tool(prepared)
         except BaseException:
-            with self._call():
-                self._abandon(step_id, prepared)
+            self._abandon(step_id, prepared)
             raise
-        with self._call():
-            self._keep_registered(prepared, outcome)
-            error = output_error(prepared, outcome)
-            if error is None:
-                return self._succeed(prepared, outcome)
+        self._keep_registered(prepared, outcome)
+        error = output_error(prepared, outcome)
+        if error is None:
+            return self._succeed(prepared, outcome)
         return await self._afail(step_id, error)
 
     def _start(self, step_id: int) -> None:
@@ -437,19 +433,17 @@ class Transaction(Turns, Observed):
         )
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
-        with self._call():
-            call_id = self._timeline.call_id
-            decision, hint, voided = self._decide(step_id, failure)
-            target, final = _rewind_target(decision)
-            records = self._begin_rewind(target, final)
+        call_id = self._timeline.call_id
+        decision, hint, voided = self._decide(step_id, failure)
+        target, final = _rewind_target(decision)
+        records = self._begin_rewind(target, final)
         started = time.perf_counter()
         try:
             report = await self._ledger.acompensate(records, self._registry.compensations)
         except BaseException as exc:
-            with self._call():
-                self._fail_hard(run_compensations=isinstance(exc, Exception))
+            self._fail_hard(run_compensations=isinstance(exc, Exception))
             raise
-        with self._call(), self._ending_if_interrupted():
+        with self._ending_if_interrupted():
             self._finish_rewind(target, final)
         return self._failed(
             step_id,

@@ -227,7 +227,7 @@ class Turns:
         raw_context: str = "",
     ) -> StepResult:
         """`call` for async code: waits for its turn, and between attempts, without blocking."""
-        async with self._calls.aturn():
+        async with self._calls:
             step, attempt = self.next_step_id, 0
             while True:
                 result = await self.aexecute_step(
@@ -271,7 +271,7 @@ class Turns:
         checked = turn_calls(calls)
         results: list[StepResult] = []
         failed: StepResult | None = None
-        async with self._calls.aturn():
+        async with self._calls:
             for item in checked:
                 if failed is not None:
                     results.append(not_run(item, failed))
