@@ -131,19 +131,29 @@ def _parameters(base_tool: BaseTool) -> dict[str, Any]:
 
 
 def _tool_error(exc: Exception) -> Exception:
-    """What a LangChain tool's exception becomes: a `ToolError` for the ones LangChain names."""
+    """What a LangChain tool's exception becomes: a `ToolError` for the ones LangChain names.
+
+    A pydantic `ValidationError` becomes one line per error, `invalid value for field
+    `{path}`: {message}`, keyed on the first error's top-level field.
+    """
     if isinstance(exc, ToolException):
         return ToolError(str(exc) or type(exc).__name__)
     errors = getattr(exc, "errors", None)
-    if type(exc).__name__ == "ValidationError" and callable(errors):
-        try:
-            first = errors()[0]
-            location = first.get("loc") or ()
-        except Exception:  # noqa: BLE001  (an unusual ValidationError: keep its text)
-            return exc
-        key = str(location[0]) if location else None
-        return ToolError(str(exc), key=key)
-    return exc
+    if type(exc).__name__ != "ValidationError" or not callable(errors):
+        return exc
+    try:
+        found = [(tuple(e.get("loc") or ()), str(e.get("msg", ""))) for e in errors()]
+    except Exception:  # noqa: BLE001  (an unusual ValidationError: keep it as it is)
+        return exc
+    if not found:
+        return exc
+    lines = [
+        f"invalid value for field `{'.'.join(map(str, loc)) or '?'}`: "
+        f"{message.removeprefix('Value error, ')}"
+        for loc, message in found
+    ]
+    first = found[0][0]
+    return ToolError("; ".join(lines), key=str(first[0]) if first else None)
 
 
 def tool_schemas(tools_or_tx: object) -> list[dict[str, JSONValue]]:
