@@ -436,3 +436,25 @@ def test_a_missing_sdk_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "agenttx.integrations.langchain")
     with pytest.raises(ImportError, match=r"pip install 'agenttx\[langchain\]'"):
         importlib.import_module("agenttx.integrations.langchain")
+
+
+def test_a_json_schema_args_schema_is_taken_as_it_is():
+    """A LangChain tool declared with a JSON Schema dict keeps it as its parameters."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "Where."}},
+        "required": ["city"],
+    }
+    weather = StructuredTool.from_function(
+        lambda city: f"sunny in {city}",
+        name="weather",
+        description="The weather.",
+        args_schema=schema,
+    )
+    wrapped = from_langchain(weather)
+    assert wrapped.spec.parameters == {**schema, "additionalProperties": False}
+    tx = agenttx.Transaction(tools=[wrapped])
+    assert tx.call("weather", {"city": "Leeds"}).output == "sunny in Leeds"
+    refused = tx.call("weather", {"city": "Leeds", "town": "Leeds"})
+    assert refused.status is not agenttx.StepStatus.SUCCESS
+    assert "town" in refused.for_model()["error"]

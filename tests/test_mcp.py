@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from mcp import Client
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as MCPToolError
 from pydantic import BaseModel
 
@@ -310,3 +310,64 @@ def test_a_missing_sdk_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "agenttx.integrations.mcp")
     with pytest.raises(ImportError, match=r"pip install 'agenttx\[mcp\]'"):
         importlib.import_module("agenttx.integrations.mcp")
+
+
+def test_a_name_providers_cannot_take_is_refused_naming_the_tool():
+    """An MCP tool whose name has no valid wire form (over 64 characters) is refused."""
+    server = MCPServer("long")
+    long_name = "x" * 70
+
+    @server.tool(name=long_name)
+    def anything() -> str:
+        """Anything."""
+        return "ok"
+
+    async def main() -> None:
+        async with Client(server) as client:
+            with pytest.raises(agenttx.InvalidArgument, match=long_name):
+                await tools_from_mcp(client)
+
+    asyncio.run(main())
+
+
+def test_output_and_error_rules_for_content_blocks():
+    """Plain text stays a string, several blocks are a list, an image is its JSON form, and
+    an error without text still fails the step with a message."""
+    server = MCPServer("blocks")
+
+    @server.tool(structured_output=False)
+    def words() -> list[str]:
+        """Two words."""
+        return ["hello", "world"]
+
+    @server.tool(structured_output=False)
+    def greeting() -> str:
+        """Some text."""
+        return "hello"
+
+    @server.tool()
+    def picture() -> Image:
+        """A tiny image."""
+        return Image(data=b"\x89PNG", format="png")
+
+    @server.tool()
+    def silent() -> str:
+        """Fails without a message."""
+        raise MCPToolError("")
+
+    seen: dict[str, agenttx.StepResult] = {}
+
+    async def main() -> None:
+        async with Client(server) as client:
+            tx = agenttx.Transaction(tools=await tools_from_mcp(client))
+            for name in ("words", "greeting", "picture", "silent"):
+                seen[name] = await tx.acall(name, {})
+
+    asyncio.run(main())
+    assert seen["greeting"].output == "hello"
+    assert seen["words"].output == ["hello", "world"]
+    image = seen["picture"].output
+    assert image["type"] == "image"
+    assert image["mimeType"] == "image/png"
+    assert seen["silent"].status is not agenttx.StepStatus.SUCCESS
+    assert seen["silent"].for_model()["ok"] is False
