@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 import agenttx
 from _shop import EMAIL, OLD_EMAIL, ORDER
+from agenttx.integrations import mcp as mcp_integration
 from agenttx.integrations.mcp import tools_from_mcp
 
 if TYPE_CHECKING:
@@ -371,3 +372,23 @@ def test_output_and_error_rules_for_content_blocks():
     assert image["mimeType"] == "image/png"
     assert seen["silent"].status is not agenttx.StepStatus.SUCCESS
     assert seen["silent"].for_model()["ok"] is False
+
+
+def test_a_synchronous_call_on_the_sessions_own_thread_is_refused_unsent(monkeypatch):
+    """`tx.call` (sync) on the thread running the session blocks its loop: the MCP call is
+    abandoned unsent (the step fails saying why), and never reaches the server later."""
+    monkeypatch.setattr(mcp_integration, "LOOP_START_WAIT", 0.2)
+    seen: dict[str, Any] = {}
+
+    async def test(client: Client, shop: ShopServer) -> None:
+        tx = agenttx.Transaction(tools=await tools_from_mcp(client))
+        seen["r"] = tx.call("charge", {"customer_id": "c-1", "amount": 5})  # blocks the loop
+        await asyncio.sleep(0.1)  # the loop runs again: the abandoned call is dropped
+        seen["calls"] = list(shop.calls)
+
+    shop = run(test)
+    result = seen["r"]
+    assert result.status is not agenttx.StepStatus.SUCCESS
+    assert "was not sent" in result.for_model()["error"]
+    assert seen["calls"] == shop.calls == []
+    assert shop.charges == []

@@ -20,6 +20,7 @@ Needs the `agenttx[mcp]` extra; `import agenttx` never imports this module or th
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,7 +36,7 @@ from .._tools import Compensation, Tool, compensation, tool
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
 
     from mcp.types import CallToolResult
     from mcp.types import Tool as MCPTool
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from .._json import JSONValue
 
 __all__ = ["tools_from_mcp"]
+
+#: Seconds a call made from another event loop waits for the session's loop to start it.
+LOOP_START_WAIT: Final = 5.0
 
 #: Pages of `tools/list` read at most: a server whose cursor never ends cannot hang the call.
 MAX_PAGES: Final = 100
@@ -170,12 +174,57 @@ class _Runner:
                 f"MCP tool {name!r} was called after its session's event loop stopped: "
                 "call MCP tools with `await tx.acall(...)` while the session is open"
             )
-        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments), self.loop)
-        return await asyncio.wrap_future(future)
+        hop = _Hop()
+        future = asyncio.run_coroutine_threadsafe(hop.run(self._call(name, arguments)), self.loop)
+        if not await asyncio.to_thread(hop.wait_started):
+            raise ToolError(
+                f"MCP tool {name!r} was not sent: its session's event loop did not pick the call "
+                f"up within {LOOP_START_WAIT} s; a synchronous tx.call on the thread that runs "
+                "the session blocks it (use `await tx.acall(...)` there)"
+            )
+        result = await asyncio.wrap_future(future)
+        if result is None:  # pragma: no cover  (only an abandoned call returns None)
+            raise ToolError(f"MCP tool {name!r} was not sent")
+        return result
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> CallToolResult:
         result: CallToolResult = await self.session.call_tool(name, arguments)
         return result
+
+
+class _Hop:
+    """A call handed to the session's loop that either starts there, or is abandoned unsent.
+
+    The caller waits `LOOP_START_WAIT` seconds for the loop to start it; if the loop has not
+    (it is blocked, perhaps by the very thread waiting for it), the caller abandons it, and
+    the loop, when it gets to it, drops it without calling the server: an abandoned call
+    never lands late.
+    """
+
+    __slots__ = ("_lock", "abandoned", "started")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started = threading.Event()
+        self.abandoned = False
+
+    async def run(self, call: Coroutine[Any, Any, CallToolResult]) -> CallToolResult | None:
+        with self._lock:
+            if self.abandoned:
+                call.close()
+                return None
+            self.started.set()
+        return await call
+
+    def wait_started(self) -> bool:
+        """Wait for the loop to start the call; False (and abandoned) if it has not."""
+        if self.started.wait(LOOP_START_WAIT):
+            return True
+        with self._lock:
+            if self.started.is_set():
+                return True
+            self.abandoned = True
+            return False
 
 
 def _mcp_tool(
