@@ -14,7 +14,7 @@ import pytest
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import StructuredTool, ToolException
+from langchain_core.tools import StructuredTool, Tool, ToolException
 from langchain_core.tools import tool as lc_tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -177,7 +177,7 @@ def test_what_reached_the_model_after_the_rewind_truncate():
         "send_confirmation",
     ]
     assert model.bound[0][0]["function"]["parameters"]["properties"] == {
-        "email": {"title": "Email", "type": "string"}
+        "email": {"type": "string"}
     }
     # The third model call: the first turn is gone, the second keeps only the failed call.
     human, ai, result = model.seen[2]
@@ -436,6 +436,15 @@ def test_a_missing_sdk_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "agenttx.integrations.langchain")
     with pytest.raises(ImportError, match=r"pip install 'agenttx\[langchain\]'"):
         importlib.import_module("agenttx.integrations.langchain")
+
+
+def test_a_legacy_single_input_tool_takes_its_one_argument():
+    """A `Tool(func=...)` takes one string, `__arg1`, as LangChain offers it to models."""
+    echo = Tool(name="echo", func=lambda text: text.upper(), description="Echo, loudly.")
+    wrapped = from_langchain(echo)
+    assert wrapped.spec.parameters["required"] == ["__arg1"]
+    tx = agenttx.Transaction(tools=[wrapped])
+    assert tx.call("echo", {"__arg1": "hi"}).output == "HI"
 
 
 def test_a_json_schema_args_schema_is_taken_as_it_is():

@@ -23,6 +23,7 @@ try:
     from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
     from langchain_core.runnables import Runnable
     from langchain_core.tools import BaseTool, ToolException
+    from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as exc:
     raise ImportError(
         "agenttx.integrations.langchain needs LangChain: pip install 'agenttx[langchain]'"
@@ -55,9 +56,10 @@ def from_langchain(
 ) -> Tool[Any, Any]:
     """An agenttx tool that runs the LangChain tool `base_tool`, one step per call.
 
-    The spec is the tool's own: its description, and its `tool_call_schema` (the arguments the
-    model sends, without injected ones) as JSON Schema; unexpected arguments are refused unless
-    the schema allows them. `name` registers it under another name (default: the tool's).
+    The spec is the tool's own: its description, and its parameters as LangChain sends them to
+    a model (`convert_to_openai_tool`: the JSON Schema of its `tool_call_schema`, injected
+    arguments left out, titles dropped, references inlined); unexpected arguments are refused
+    unless the schema allows them. `name` registers it under another name (default: the tool's).
     `compensate` is the agenttx compensation that undoes a call (see `agenttx.tool`).
 
     A tool with a synchronous implementation runs through `invoke`; one that only has a
@@ -104,15 +106,15 @@ def from_langchain(
 
 
 def _parameters(base_tool: BaseTool) -> dict[str, Any]:
-    """The tool's arguments as a JSON Schema object (top-level title and description dropped)."""
+    """The tool's arguments as LangChain presents them to a model (`convert_to_openai_tool`).
+
+    That is the JSON Schema of its `tool_call_schema` with titles dropped and references
+    inlined (a legacy single-input `Tool` takes `__arg1`); `additionalProperties` is false
+    unless the schema says otherwise.
+    """
     try:
-        schema = base_tool.tool_call_schema
-        if isinstance(schema, dict):
-            found: object = schema
-        elif hasattr(schema, "model_json_schema"):
-            found = schema.model_json_schema()
-        else:  # a pydantic v1 model
-            found = schema.schema()
+        function = convert_to_openai_tool(base_tool)["function"]
+        found: object = function.get("parameters", {"type": "object", "properties": {}})
     except Exception as exc:
         raise InvalidArgument(
             f"from_langchain: cannot read the argument schema of LangChain tool "
