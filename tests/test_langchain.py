@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import StructuredTool, Tool, ToolException
 from langchain_core.tools import tool as lc_tool
@@ -467,3 +473,40 @@ def test_a_json_schema_args_schema_is_taken_as_it_is():
     refused = tx.call("weather", {"city": "Leeds", "town": "Leeds"})
     assert refused.status is not agenttx.StepStatus.SUCCESS
     assert "town" in refused.for_model()["error"]
+
+
+def test_truncate_rewrites_provider_shaped_messages_through_the_reducer():
+    """An AIMessage with text, a `tool_use` block and raw OpenAI tool_calls loses only the
+    voided call; its ToolMessage is removed; the current AIMessage keeps the failed call."""
+    shop = Shop()
+    tx = shop.transaction()
+    node = TransactionalToolNode(tx)
+    lookup = {"name": "lookup_customer", "args": {"email": OLD_EMAIL}, "id": "a"}
+    first = AIMessage(
+        id="ai-1",
+        content=[
+            {"type": "text", "text": "Looking the customer up."},
+            {"type": "tool_use", "id": "a", "name": "lookup_customer", "input": lookup["args"]},
+        ],
+        tool_calls=[lookup],
+        additional_kwargs={"tool_calls": [{"id": "a", "type": "function"}]},
+    )
+    human = HumanMessage("Order", id="h")
+    (answer,) = node.invoke({"messages": [human, first]})["messages"]
+    answer = answer.model_copy(update={"id": "tm-1"})
+    second = turn(
+        ("charge", {"customer_id": CUSTOMER, "amount": 42}, "b"),
+        ("reserve", {"customer_id": CUSTOMER, "sku": "SKU-1", "quantity": 2}, "c"),
+    ).model_copy(update={"id": "ai-2"})
+    updates = node.invoke({"messages": [human, first, answer, second]})["messages"]
+    rewritten, removed, current, failed = updates
+    assert rewritten.id == "ai-1"
+    assert rewritten.tool_calls == []
+    assert rewritten.content == [{"type": "text", "text": "Looking the customer up."}]
+    assert "tool_calls" not in rewritten.additional_kwargs
+    assert isinstance(removed, RemoveMessage)
+    assert removed.id == "tm-1"
+    assert current.id == "ai-2"
+    assert [call["id"] for call in current.tool_calls] == ["c"]
+    assert (failed.tool_call_id, failed.status) == ("c", "error")
+    assert payload(failed)["note"].startswith("The rollback undid steps 1 and 2")

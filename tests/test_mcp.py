@@ -11,6 +11,8 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as MCPToolError
+from mcp.types import ListToolsResult
+from mcp.types import Tool as MCPTool
 from pydantic import BaseModel
 
 import agenttx
@@ -392,3 +394,57 @@ def test_a_synchronous_call_on_the_sessions_own_thread_is_refused_unsent(monkeyp
     assert "was not sent" in result.for_model()["error"]
     assert seen["calls"] == shop.calls == []
     assert shop.charges == []
+
+
+class PagedSession:
+    """A session-like object whose listing comes in pages (the low-level ClientSession API)."""
+
+    def __init__(self, pages: int, *, endless: bool = False) -> None:
+        self.pages, self.endless, self.cursors = pages, endless, []
+
+    async def list_tools(self, *, params: Any = None) -> ListToolsResult:
+        cursor = None if params is None else params.cursor
+        self.cursors.append(cursor)
+        index = len(self.cursors)
+        last = index >= self.pages and not self.endless
+        tool = MCPTool(name=f"t{index}", input_schema={"type": "object"})
+        return ListToolsResult(tools=[tool], next_cursor=None if last else f"c{index}")
+
+    async def call_tool(self, name: str, arguments: Any) -> Any:
+        raise AssertionError("not called")
+
+
+def test_the_listing_follows_the_cursor_and_is_bounded():
+    """Every page of the listing is read, following its cursor; an endless one is refused."""
+    session = PagedSession(3)
+    tools = asyncio.run(tools_from_mcp(session))
+    assert [t.name for t in tools] == ["t1", "t2", "t3"]
+    assert session.cursors == [None, "c1", "c2"]
+    with pytest.raises(agenttx.InvalidArgument, match="more than 100 pages"):
+        asyncio.run(tools_from_mcp(PagedSession(1, endless=True)))
+
+
+def test_a_client_session_works_like_a_client():
+    """The SDK's low-level ClientSession (`client.session`) is accepted as well."""
+    seen: dict[str, Any] = {}
+
+    async def test(client: Client, shop: ShopServer) -> None:
+        tx = agenttx.Transaction(tools=await tools_from_mcp(client.session))
+        seen["r"] = await tx.acall("charge", {"customer_id": "c-1", "amount": 5})
+
+    shop = run(test)
+    assert seen["r"].output == {"charge_id": "ch-1", "amount": 5}
+    assert shop.charges == ["ch-1"]
+
+
+def test_a_call_after_the_session_closed_fails_the_step_saying_so():
+    """A sync call once the session's loop has stopped fails the step, naming the cause."""
+    kept: dict[str, Any] = {}
+
+    async def test(client: Client, shop: ShopServer) -> None:
+        kept["tx"] = agenttx.Transaction(tools=await tools_from_mcp(client))
+
+    run(test)
+    result = kept["tx"].call("charge", {"customer_id": "c-1", "amount": 5})
+    assert result.status is not agenttx.StepStatus.SUCCESS
+    assert "event loop stopped" in result.for_model()["error"]
