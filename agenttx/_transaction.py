@@ -42,7 +42,7 @@ from ._results import (
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
-from ._timeline import Pending, Voided
+from ._timeline import Pending
 from ._tools import (
     Call,
     Failure,
@@ -394,8 +394,7 @@ class Transaction(Turns, Observed):
         self._ledger.compensate(records, self._registry.compensations)
         return running
 
-    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint, Voided]:
-        """The controller's decision, the hint, and the live steps the decision will undo."""
+    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
         hint = clean_error(failure.message)
         if failure.key is not None and failure.key != hint.key:
             hint = attrs.evolve(hint, key=failure.key)
@@ -406,35 +405,24 @@ class Transaction(Turns, Observed):
                 self._transient_hints,
                 hint.text,
                 self._settings.max_constraints,
-                transient_step=step_id if transient else None,
+                transient_step=step_id if transient and not failure.mistake else None,
             )
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
             step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
         )
-        return decision, hint, self._timeline.voided(_rewind_target(decision)[0])
+        return decision, hint
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
-        call_id = self._timeline.call_id
-        decision, hint, voided = self._decide(step_id, failure)
+        decision, hint = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(
-            step_id,
-            decision,
-            hint,
-            failure,
-            report,
-            started=started,
-            call_id=call_id,
-            voided=voided,
-        )
+        return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
-        call_id = self._timeline.call_id
-        decision, hint, voided = self._decide(step_id, failure)
+        decision, hint = self._decide(step_id, failure)
         target, final = _rewind_target(decision)
         records = self._begin_rewind(target, final)
         started = time.perf_counter()
@@ -445,16 +433,7 @@ class Transaction(Turns, Observed):
             raise
         with self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(
-            step_id,
-            decision,
-            hint,
-            failure,
-            report,
-            started=started,
-            call_id=call_id,
-            voided=voided,
-        )
+        return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
     def _failed(
         self,
@@ -462,12 +441,12 @@ class Transaction(Turns, Observed):
         decision: RollbackDecision,
         hint: CleanHint,
         failure: Failure,
-        report: CompensationReport,
         *,
+        report: CompensationReport,
         started: float,
-        call_id: str | None,
-        voided: Voided,
     ) -> StepResult:
+        """The failed step's result, once its rewind is done (calls are serialized, so the
+        timeline still holds the step's call id and what the rewind dropped)."""
         return failed_step(
             step_id,
             decision=decision,
@@ -477,8 +456,8 @@ class Transaction(Turns, Observed):
             constraints=tuple(self._constraints),
             compensation_errors=report.failures,
             started=started,
-            call_id=call_id,
-            voided=voided,
+            call_id=self._timeline.call_id,
+            voided=self._timeline.dropped,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:
