@@ -153,3 +153,37 @@ def test_coerced_arguments_reach_the_tool():
     """`3.0` for an integer reaches the tool as the int 3."""
     tx = agenttx.Transaction(tools=[count])
     assert tx.execute_step(1, "count", {"n": 3.0}).output == {"n": 3, "type": "int"}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "hint", "key"),
+    [
+        (
+            {"amount": 1, "card": "t", "note": "x"},
+            (
+                "Hint: Unknown argument 'note'. "
+                "Remove it; expected one of `amount`, `card`, `currency`."
+            ),
+            "note",
+        ),
+        (
+            {"amount": 1, "card": "t", "currency": "GBP"},
+            'Hint: Invalid value for \'currency\': got string "GBP", expected one of "EUR", "USD".',
+            "currency",
+        ),
+        (
+            {"card": "t"},
+            (
+                "Hint: Required field 'amount' is missing from the arguments. "
+                "Provide 'amount' explicitly."
+            ),
+            "amount",
+        ),
+    ],
+)
+def test_violations_give_one_line_hints_naming_the_argument(arguments, hint, key):
+    """Unknown, invalid and missing arguments each give a hint naming the argument (its key)."""
+    tx = agenttx.Transaction(tools=[charge])
+    result = tx.execute_step(1, "payments.charge", arguments)
+    assert result.hint is not None
+    assert (result.hint.text, result.hint.key) == (hint, key)

@@ -218,7 +218,7 @@ def _refused(call: ModelCall, step: int, error: str) -> Outcome:
     payload: Payload = {
         "ok": False,
         "step": step,
-        "error": f"Step {step} was refused: {error}.",
+        "error": f"Hint: Step {step} was refused: {error}.",
         "next_step": step,
         "instruction": f"Fix the call and send step {step} again.",
     }
@@ -232,7 +232,7 @@ def _not_run(call: ModelCall, first: int, step: int, *, refused: bool = False) -
         "ok": False,
         "step": 0,  # it was never sent: it claims no step number
         "error": (
-            f"Not run: step {first} {what} first; send this call again, as step {step} or "
+            f"Hint: Not run: step {first} {what} first; send this call again, as step {step} or "
             "later, if it is still needed."
         ),
         "next_step": step,
@@ -246,7 +246,9 @@ def _ended(call: ModelCall, tx: Transaction) -> Outcome:
     payload: Payload = {
         "ok": False,
         "step": 0,
-        "error": f"Not run: the transaction has ended ({status}); no more tool calls run in it.",
+        "error": (
+            f"Hint: Not run: the transaction has ended ({status}); no more tool calls run in it."
+        ),
         "next_step": 0,
         "instruction": "Send no more steps: the transaction has ended.",
     }
@@ -338,6 +340,7 @@ def voided_payload(step: int | None) -> Payload:
     if step is not None:
         payload["step"] = step
     payload["voided"] = True
+    # Not a hint (no "Hint: " prefix): it describes a result, not a failure to fix.
     payload["error"] = (
         f"Voided by rollback: {what} was undone (and compensated); its output no longer holds."
     )
