@@ -61,8 +61,14 @@ _NONE_TYPE: Final = type(None)
 
 
 def schema_for(annotation: object) -> dict[str, JSONValue]:
-    """The JSON Schema of values of `annotation`; `{}` (anything) for what it cannot map."""
-    return _schema(annotation, ())
+    """The JSON Schema of values of `annotation`; `{}` (anything) for what it cannot map.
+
+    Never raises: an annotation object that fails when compared or inspected maps to `{}`.
+    """
+    try:
+        return _schema(annotation, ())
+    except Exception:  # noqa: BLE001  (a hostile annotation object: any value)
+        return {}
 
 
 def parameters_schema(signature: Signature) -> dict[str, JSONValue]:
@@ -75,7 +81,7 @@ def parameters_schema(signature: Signature) -> dict[str, JSONValue]:
     properties: dict[str, JSONValue] = {}
     required: list[JSONValue] = []
     for parameter in signature.parameters:
-        schema = _schema(parameter.annotation, ())
+        schema = schema_for(parameter.annotation)
         if parameter.description and "description" not in schema:
             schema = {**schema, "description": parameter.description}
         if not parameter.required:
@@ -90,7 +96,7 @@ def parameters_schema(signature: Signature) -> dict[str, JSONValue]:
         result["required"] = required
     if signature.extra_keywords:
         if signature.extra_annotation is not UNRESOLVED:
-            result["additionalProperties"] = _schema(signature.extra_annotation, ())
+            result["additionalProperties"] = schema_for(signature.extra_annotation)
     else:
         result["additionalProperties"] = False
     return result
