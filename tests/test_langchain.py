@@ -510,3 +510,16 @@ def test_truncate_rewrites_provider_shaped_messages_through_the_reducer():
     assert [call["id"] for call in current.tool_calls] == ["c"]
     assert (failed.tool_call_id, failed.status) == ("c", "error")
     assert payload(failed)["note"].startswith("The rollback undid steps 1 and 2")
+
+
+def test_any_other_exception_fails_the_step_as_python_formats_it():
+    """An exception LangChain does not name fails the step with its type and text."""
+
+    def lookup(key: str) -> str:
+        return {"a": "1"}[key]
+
+    wrapped = from_langchain(StructuredTool.from_function(lookup, description="Look up."))
+    tx = agenttx.Transaction(tools=[wrapped])
+    result = tx.call("lookup", {"key": "zz"})
+    assert result.status is not agenttx.StepStatus.SUCCESS
+    assert "zz" in result.for_model()["error"]

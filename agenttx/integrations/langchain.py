@@ -1,8 +1,8 @@
 """LangChain tools as agenttx tools, and a transactional drop-in for LangGraph's `ToolNode`.
 
 * `from_langchain(base_tool)` wraps a LangChain `BaseTool` as an agenttx tool whose spec is the
-  tool's own (its `tool_call_schema` as JSON Schema, its description); a `ToolException` it
-  raises fails the step with its message.
+  tool's own (its parameters as LangChain sends them to a model, its description); a
+  `ToolException` it raises fails the step with its message.
 * `tool_schemas(tools_or_tx)` is the list for `model.bind_tools(...)`: one OpenAI-format
   function per tool, under its wire name.
 * `TransactionalToolNode(tx, history=...)` runs the tool calls of the last `AIMessage` of a
@@ -74,7 +74,9 @@ def from_langchain(
     """
     if not isinstance(base_tool, BaseTool):
         hint = "; pass a plain function to agenttx.tool instead" if callable(base_tool) else ""
-        raise InvalidArgument(f"from_langchain: {base_tool!r} is not a LangChain BaseTool{hint}")
+        raise InvalidArgument(
+            f"from_langchain: {_common.describe(base_tool)} is not a LangChain BaseTool{hint}"
+        )
     strict = base_tool.model_copy(
         update={"handle_tool_error": False, "handle_validation_error": False}
     )
@@ -92,7 +94,7 @@ def from_langchain(
             try:
                 return await strict.ainvoke(arguments)
             except Exception as exc:
-                raise _tool_error(exc) from exc
+                raise _converted(exc) from exc
 
         return decorate(arun_langchain_tool)
 
@@ -100,7 +102,7 @@ def from_langchain(
         try:
             return strict.invoke(arguments)
         except Exception as exc:
-            raise _tool_error(exc) from exc
+            raise _converted(exc) from exc
 
     return decorate(run_langchain_tool)
 
@@ -130,6 +132,14 @@ def _parameters(base_tool: BaseTool) -> dict[str, Any]:
     parameters.setdefault("properties", {})
     parameters.setdefault("additionalProperties", False)
     return parameters
+
+
+def _converted(exc: Exception) -> Exception:
+    """`_tool_error(exc)`, or a plain re-raise (`raise X from X` would make X its own cause)."""
+    converted = _tool_error(exc)
+    if converted is exc:
+        raise exc
+    return converted
 
 
 def _tool_error(exc: Exception) -> Exception:
