@@ -47,6 +47,7 @@ from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
 from ._errors import StepOutOfOrder as StepOutOfOrder
 from ._errors import StorageError as StorageError
 from ._errors import ToolError as ToolError
+from ._errors import ToolOutputError as ToolOutputError
 from ._errors import TransactionNotFound as TransactionNotFound
 from ._errors import WriteConflict as WriteConflict
 from ._graph import DependencyGraph as DependencyGraph
@@ -97,6 +98,7 @@ from ._tools import ToolLike as ToolLike
 from ._tools import ToolSpec as ToolSpec
 from ._tools import UndoRecord as UndoRecord
 from ._tools import compensation as compensation
+from ._tools import to_json_value as to_json_value
 from ._tools import tool as tool
 from ._transaction import Transaction as Transaction
 from ._turns import TurnCall as TurnCall
@@ -154,6 +156,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolLike",
+    "ToolOutputError",
     "ToolSpec",
     "Transaction",
     "TransactionNotFound",
@@ -168,6 +171,7 @@ __all__ = [
     "lineage_from_steps",
     "prompt",
     "resolve_references",
+    "to_json_value",
     "tool",
 ]
 

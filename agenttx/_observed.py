@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ._errors import IllegalTransition, InvalidTransactionState
-from ._lineage import lineage_from_steps
+from ._lineage import LineageStep, lineage_from_steps
 from ._results import (
     TRANSITIONS,
     ContextEntry,
@@ -344,13 +344,20 @@ class Observed:
         max_depth: int = 6,
         evidence: bool = False,
     ) -> LineageGraph:
-        """The value-provenance lineage of the live steps (see `LineageRecorder`).
+        """The lineage of the live steps (see `LineageRecorder` and `lineage_from_steps`).
 
         Each step is an iteration of its own, so a step links to any earlier step whose output
-        held a value it received, whether through a reference or copied by the agent.
+        held a value it received, whether through a reference or copied by the agent. Each
+        `${steps.N.path}` reference a step made is also an explicit edge, with the keys its
+        edge in `graph` has: every explicit edge of `graph` is an explicit edge here.
         """
+        with self._state_lock:
+            steps = [
+                LineageStep(k, s.tool_name, s.arguments, s.output, s.dependencies)
+                for k, s in self._timeline.steps.items()
+            ]
         return lineage_from_steps(
-            self.steps,
+            steps,
             min_value_length=min_value_length,
             match_numbers=match_numbers,
             max_depth=max_depth,

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._constraints import add_hint, without_transient
-from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
+from ._errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    JSONValueError,
+    ToolOutputError,
+    WriteConflict,
+)
 from ._hints import CleanHint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
@@ -53,6 +59,7 @@ from ._tools import (
     closed,
     run_tool,
     still_running,
+    to_json_value,
 )
 from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
@@ -64,6 +71,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
+
+    from ._tools import OutputSerializer
 
 
 __all__ = ["Transaction"]
@@ -77,9 +86,10 @@ class Transaction(Turns, Observed):
     `store`: where state lives (default: a private `MemoryStore`); share one store between
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
-    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized, so a
-    transaction may be shared between threads and tasks: a call made while another is running
-    waits for its turn, and turns come in arrival order (FIFO).
+    `isolation`: see docs/protocol.md#isolation-levels. `output_serializer` converts a tool
+    output that is not JSON (default `to_json_value`, docs/protocol.md#outputs). Calls are
+    serialized, so a transaction may be shared between threads and tasks: a call made while
+    another is running waits for its turn, and turns come in arrival order (FIFO).
     Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
     they take a lock held only for bookkeeping. Transactions compare by identity. `with
     Transaction(...) as tx:` commits when the block ends normally and aborts (compensating)
@@ -100,6 +110,7 @@ class Transaction(Turns, Observed):
         compensation_timeout: float = DEFAULT_STEP_TIMEOUT,
         dispatch_timeout: float = DEFAULT_STEP_TIMEOUT,
         isolation: Isolation = DEFAULT_ISOLATION,
+        output_serializer: OutputSerializer = to_json_value,
         tx_id: str | None = None,
     ) -> None:
         check_agent_id(agent_id)
@@ -113,6 +124,7 @@ class Transaction(Turns, Observed):
             dispatch_timeout=dispatch_timeout,
             isolation=isolation,
             policy=RollbackPolicy() if policy is None else policy,
+            output_serializer=output_serializer,
         )
         store = MemoryStore() if store is None else store
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
@@ -146,6 +158,7 @@ class Transaction(Turns, Observed):
         registry: ToolRegistry,
         store: DurableStore,
         dispatcher: Dispatcher | None,
+        output_serializer: OutputSerializer = to_json_value,
     ) -> tuple[Transaction, CompensationReport]:
         """The transaction `restored` from its durable log, ready for its next step.
 
@@ -158,7 +171,7 @@ class Transaction(Turns, Observed):
         tx = cls.__new__(cls)
         tx._setup(  # noqa: SLF001  (its own class)
             TxLog(store, restored.tx_id, record=restored.record, progress=progress),
-            Settings.from_record(restored.settings, restored.policy),
+            Settings.from_record(restored.settings, restored.policy, output_serializer),
             registry=registry,
             store=store,
             agent_id=restored.agent_id,
@@ -219,6 +232,9 @@ class Transaction(Turns, Observed):
         `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
         A call made while another runs (from another thread) waits for its turn: calls run one
         at a time, in arrival order; `step_id` is checked when its turn comes.
+        A tool output that is not JSON, even after `output_serializer`, raises `ToolOutputError`
+        once the step is undone: the transaction is ACTIVE at the same step
+        (docs/protocol.md#outputs).
         """
         with self._call():
             self._ensure_active()
@@ -232,11 +248,13 @@ class Transaction(Turns, Observed):
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
                     return self._fail(step_id, prepared)
-                outcome = run_tool(prepared)
+                outcome = run_tool(prepared, self._settings.output_serializer)
             except BaseException:
                 self._abandon(step_id, prepared)
                 raise
             self._keep_registered(prepared, outcome)
+            if outcome.refused is not None:
+                raise self._refuse(prepared, outcome.refused)
             error = output_error(prepared, outcome)
             if error is None:
                 return self._succeed(prepared, outcome)
@@ -281,11 +299,13 @@ class Transaction(Turns, Observed):
                 prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
-            outcome = await arun_tool(prepared)
+            outcome = await arun_tool(prepared, self._settings.output_serializer)
         except BaseException:
             self._abandon(step_id, prepared)
             raise
         self._keep_registered(prepared, outcome)
+        if outcome.refused is not None:
+            raise self._refuse(prepared, outcome.refused)
         error = output_error(prepared, outcome)
         if error is None:
             return self._succeed(prepared, outcome)
@@ -375,6 +395,26 @@ class Transaction(Turns, Observed):
             constraints=tuple(self._constraints),
             call_id=call_id,
         )
+
+    def _refuse(self, call: Call, refused: JSONValueError) -> ToolOutputError:
+        """Undo a step whose output is not JSON; the error to raise to the developer.
+
+        The tool ran, so its effect may have happened: its undo records (and its `compensate=`,
+        recorded with output null) are compensated by the one rewind path, which logs the
+        rewind first, so recovery finishes it after a crash. The step is never logged as done;
+        the transaction is ACTIVE at the same step. The model is not told: this is a bug in the
+        tool or the serializer, not in the agent's arguments.
+        """
+        report = self._rewind(call.step_id)
+        error = ToolOutputError(
+            tool=call.tool.name,
+            step_id=call.step_id,
+            path=refused.path,
+            problem=refused.problem,
+            compensation_errors=report.failures,
+        )
+        error.__cause__ = refused.__cause__ if refused.__cause__ is not None else refused
+        return error
 
     def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
         """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
