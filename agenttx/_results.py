@@ -246,9 +246,10 @@ def _instruction(result: StepResult) -> str:
     undone = _undone(result.voided_steps)
     root = result.root_cause
     if strategy is RollbackStrategy.DEPENDENCY_JUMP and root is not None:
+        value = "a bad value" if root.key is None else f"the bad value of {root.key!r}"
         return (
-            f"Step {root.step} produced the bad value of {root.key!r}: {undone}; send step "
-            f"{following} again with a corrected value, then redo the rest."
+            f"Step {root.step} produced {value}: {undone}; send step {following} again with a "
+            "corrected value, then redo the rest."
         )
     return f"{undone.capitalize()}: send step {following} again, correcting the cause of the error."
 
@@ -267,7 +268,7 @@ def failed_step(
     voided: Voided = ((), ()),
 ) -> StepResult:
     """The result of a failed step, once the rewind (or abort) `decision` asked for is done;
-    `voided` are the live steps it undid and their call ids (`Timeline.voided`)."""
+    `voided` are the live steps it undid and their call ids (`Timeline.dropped`)."""
     strategy = decision.strategy
     aborted = strategy is RollbackStrategy.ABORT
     root = None

@@ -26,6 +26,9 @@ def test_specs_from_every_accepted_form():
     assert names(_common.resolve_specs(shop.tools, "t")) == list(TOOL_NAMES)
     assert names(_common.resolve_specs(iter(shop.tools), "t")) == list(TOOL_NAMES)
     assert names(_common.resolve_specs(shop.tools[0], "t")) == ["lookup_customer"]
+    assert names(_common.resolve_specs(agenttx._tools.ToolRegistry(shop.tools), "t")) == list(
+        TOOL_NAMES
+    )
     mapping = {"find": shop.tools[0]}
     assert names(_common.resolve_specs(mapping, "t")) == ["find"]
 
@@ -127,3 +130,17 @@ def test_rewrite_policies():
     assert void.replace == {"c1": _common.voided_payload(1), "c2": _common.voided_payload(2)}
     assert _common.rewrite_for("keep", outcomes, steps).empty
     assert _common.voided_payload(None)["error"].startswith("Voided by rollback: this step")
+
+
+def test_hostile_arguments_are_refused_not_raised():
+    """Arguments nested past what JSON can encode, or a hostile name, refuse the step."""
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    tx = Shop().transaction()
+    (outcome,) = _common.run_turn(tx, model_calls([("lookup_customer", {"email": deep})]))
+    assert outcome.is_error
+    assert "not JSON" in str(outcome.payload["error"])
+    (outcome,) = _common.run_turn(tx, model_calls([(None, "{}")]))
+    assert "unknown tool None" in str(outcome.payload["error"])
+    assert tx.next_step_id == 1

@@ -212,3 +212,21 @@ def test_a_violation_resends_the_step_and_compensates_nothing():
         "Hint: Wrong argument type: got string for field `amount`, expected an integer."
     )
     assert tx.execute_step(2, "pay", {"amount": 6}).ok
+
+
+def test_arguments_that_are_no_object_are_a_mistake_for_any_tool():
+    """Even a `**kwargs` tool refuses non-object arguments before running, as a mistake."""
+    calls = []
+
+    @agenttx.tool
+    def anything(**arguments: object) -> None:
+        calls.append(arguments)
+
+    assert anything.spec.parameters == {"type": "object", "properties": {}}
+    tx = agenttx.Transaction(tools=[anything])
+    result = tx.execute_step(1, "anything", "[1, 2]")
+    assert result.error == "invalid type: array, expected a JSON object of arguments"
+    assert result.strategy is agenttx.RollbackStrategy.RESEND
+    assert calls == []
+    assert tx.execute_step(1, "anything", {"x": 1}).ok
+    assert calls == [{"x": 1}]

@@ -95,8 +95,9 @@ def parameters_schema(signature: Signature) -> dict[str, JSONValue]:
     if required:
         result["required"] = required
     if signature.extra_keywords:
-        if signature.extra_annotation is not UNRESOLVED:
-            result["additionalProperties"] = schema_for(signature.extra_annotation)
+        extra = schema_for(signature.extra_annotation)
+        if extra:  # `**kwargs: int`; any value needs no keyword
+            result["additionalProperties"] = extra
     else:
         result["additionalProperties"] = False
     return result

@@ -94,7 +94,7 @@ def build_spec(
     description: str | None,
     parameters: Mapping[str, JSONValue] | None,
 ) -> tuple[ToolSpec, Validator | None]:
-    """The spec of a tool and the validator of its arguments (None when anything goes).
+    """The spec of a tool and the validator of its arguments.
 
     Raises `InvalidArgument` naming the tool for a name that cannot be mapped, a description
     that is not a string, or `parameters` that is not a JSON Schema object of JSON values.
@@ -117,13 +117,7 @@ def build_spec(
     if description is None:
         description = ""
     spec = ToolSpec(name=name, wire_name=wire, description=description, parameters=schema)
-    return spec, (None if _accepts_any_object(schema) else validator)
-
-
-def _accepts_any_object(schema: Mapping[str, JSONValue]) -> bool:
-    """True for `{"type": "object"}` with nothing that constrains it (no validation needed)."""
-    constraining = set(schema) - {"type", "description", "title", "$schema"}
-    return constraining <= {"properties"} and not schema.get("properties")
+    return spec, validator
 
 
 def check_arguments(

@@ -43,14 +43,16 @@ if TYPE_CHECKING:
 
     from .._json import JSONValue
     from .._results import StepResult
-    from .._tools import ToolSpec
+    from .._tools import ToolLike, ToolsArgument, ToolSpec
 
 __all__ = [
     "HISTORIES",
     "History",
     "ModelCall",
     "Outcome",
+    "Payload",
     "Rewrite",
+    "ToolsOrTx",
     "arun_turn",
     "check_history",
     "check_transaction",
@@ -72,6 +74,11 @@ HISTORIES: Final = ("truncate", "void", "keep")
 MAX_CALL_ID: Final = 256
 
 Payload: TypeAlias = "dict[str, JSONValue]"
+
+#: What `tools()` takes: a transaction, an engine, one tool, or what `Transaction(tools=...)`
+#: accepts (`ToolsArgument`: items typed `object`, for an unannotated mixed list; checked at run
+#: time, `InvalidArgument` naming a bad item).
+ToolsOrTx: TypeAlias = "Transaction | Engine | ToolLike | ToolsArgument"
 
 
 def describe(value: object) -> str:
@@ -123,6 +130,8 @@ def resolve_specs(tools_or_tx: object, where: str) -> tuple[ToolSpec, ...]:
         return tools_or_tx.tool_specs
     if isinstance(tools_or_tx, Tool):
         return (tools_or_tx.spec,)
+    if isinstance(tools_or_tx, ToolRegistry):
+        return tools_or_tx.specs()
     if isinstance(tools_or_tx, Mapping):
         for key, item in tools_or_tx.items():
             _check_item(item, where, f"tools[{key!r}]")
@@ -230,13 +239,16 @@ def _not_run(call: ModelCall, first: int, step: int, *, refused: bool = False) -
     what = "was refused" if refused else "failed"
     payload: Payload = {
         "ok": False,
-        "step": 0,  # it was never sent: it claims no step number
+        "step": None,  # never sent: it claims no step (as a NOT_RUN result's for_model())
         "error": (
             f"Hint: Not run: step {first} {what} first; send this call again, as step {step} or "
             "later, if it is still needed."
         ),
         "next_step": step,
-        "instruction": f"Read step {first}'s result, then send step {step}.",
+        "instruction": (
+            "This call was not run because an earlier call of the turn failed: "
+            f"send it again as step {step} or later, if it is still needed."
+        ),
     }
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
@@ -245,7 +257,7 @@ def _ended(call: ModelCall, tx: Transaction) -> Outcome:
     status = tx.status.value.lower().replace("_", " ")
     payload: Payload = {
         "ok": False,
-        "step": 0,
+        "step": None,
         "error": (
             f"Hint: Not run: the transaction has ended ({status}); no more tool calls run in it."
         ),

@@ -51,14 +51,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from .._transaction import Transaction
-    from ._common import History
+    from ._common import History, ToolsOrTx
 
 __all__ = ["ToolRunner", "tools"]
 
 Message = dict[str, Any]
 
 
-def tools(tools_or_tx: object) -> list[Message]:
+def tools(tools_or_tx: ToolsOrTx) -> list[Message]:
     """The `tools=` list for `client.messages.create`.
 
     `tools_or_tx` is a `Transaction`, an `Engine`, one tool, or a list of tools (what

@@ -52,14 +52,14 @@ if TYPE_CHECKING:
     from openai.types.responses import Response
 
     from .._transaction import Transaction
-    from ._common import History
+    from ._common import History, ToolsOrTx
 
 __all__ = ["ResponsesToolRunner", "ToolRunner", "tools"]
 
 Message = dict[str, Any]
 
 
-def tools(tools_or_tx: object, *, api: Literal["chat", "responses"] = "chat") -> list[Message]:
+def tools(tools_or_tx: ToolsOrTx, *, api: Literal["chat", "responses"] = "chat") -> list[Message]:
     """The `tools=` list for `client.chat.completions.create` (or `responses.create`).
 
     `tools_or_tx` is a `Transaction`, an `Engine`, one tool, or a list of tools (what
