@@ -333,3 +333,37 @@ def tool_names(body: dict[str, Any]) -> list[str]:
         else:  # Responses API and Anthropic: the name at the top level
             names.append(spec["name"])
     return names
+
+
+# ---------------------------------------------------------------------- the order workflow
+
+CUSTOMER: Final = "${steps.1.id}"
+
+
+def order_script() -> list[ScriptItem]:
+    """The shop's order workflow (tests/_shop.py) as a model plays it, five turns.
+
+    1. `lookup_customer` with the old email (`call_lookup_old`): the closed account.
+    2. `charge` (`call_charge_1`) and `reserve` (`call_reserve_1`) in one turn: the reserve
+       fails on `customer_id`, agenttx rewinds to step 1 and refunds the charge.
+    3. `lookup_customer` with the current email (`call_lookup`), sent again as step 1.
+    4. `charge`, `reserve`, `send_confirmation` (`call_charge_2`, `call_reserve_2`,
+       `call_confirm`): steps 2 to 4.
+    5. The final text.
+    """
+    from _shop import EMAIL, OLD_EMAIL  # noqa: PLC0415
+
+    reserve = {"customer_id": CUSTOMER, "sku": "SKU-1", "quantity": 2}
+    charge = {"customer_id": CUSTOMER, "amount": 42}
+    confirm = {"customer_id": CUSTOMER, "email": "${steps.1.email}", "order_id": "o-1"}
+    return [
+        turn(call("lookup_customer", {"email": OLD_EMAIL}, "call_lookup_old")),
+        turn(call("charge", charge, "call_charge_1"), call("reserve", reserve, "call_reserve_1")),
+        turn(call("lookup_customer", {"email": EMAIL}, "call_lookup")),
+        turn(
+            call("charge", charge, "call_charge_2"),
+            call("reserve", reserve, "call_reserve_2"),
+            call("send_confirmation", confirm, "call_confirm"),
+        ),
+        say("Order o-1 is placed."),
+    ]
