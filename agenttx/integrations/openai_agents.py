@@ -36,7 +36,8 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in CI
     ) from _exc
 
 from .._errors import InvalidArgument
-from ._gate import check_history, gate_for
+from ._common import check_history, dumps, with_note
+from ._gate import gate_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,14 +48,10 @@ if TYPE_CHECKING:
 
     from .._tools import ToolSpec
     from .._transaction import Transaction
+    from ._common import History, Rewrite
     from ._gate import TurnGate
 
 __all__ = ["function_tools", "input_filter", "run_config"]
-
-#: What a voided call's output becomes under `history="void"`.
-VOIDED_OUTPUT = (
-    "This call was undone by a rollback: its step no longer exists and its result does not hold."
-)
 
 
 def function_tools(tx: Transaction, *, strict: bool | None = None) -> list[agents.FunctionTool]:
@@ -71,34 +68,37 @@ def function_tools(tx: Transaction, *, strict: bool | None = None) -> list[agent
     gate = gate_for(tx, "function_tools")
     if strict not in (None, True, False):
         raise InvalidArgument(f"strict must be None, True or False, got {strict!r}")
-    return [_function_tool(gate, spec, strict) for spec in gate.transaction.tool_specs]
+    return [_function_tool(tx, gate, spec, strict) for spec in tx.tool_specs]
 
 
 def input_filter(
-    tx: Transaction, *, history: str = "truncate"
+    tx: Transaction, *, history: History = "truncate"
 ) -> Callable[[CallModelData[Any]], ModelInputData]:
     """A `RunConfig(call_model_input_filter=...)` that rewrites the calls a rewind voided.
 
-    `history="truncate"` drops each voided call and its output from the model input,
-    `"void"` keeps the call and replaces its output with a note that it was undone, `"keep"`
-    leaves the input as it is (the failure's payload lists the voided steps). Calls that were
-    not voided, the failure itself and every other item pass through unchanged. Raises
-    `InvalidArgument` for another mode or when `tx` is not a `Transaction`.
+    As docs/integrations.md#history-after-a-rewind says: `history="truncate"` drops each
+    voided call (`function_call`) and its `function_call_output` from the model input and adds
+    a `note` to the payload of the call whose failure caused the rewind; `"void"` keeps the
+    call and replaces its output with the voided payload; `"keep"` leaves the input as it is
+    (the failure's payload lists the voided steps). Every other item passes through unchanged.
+    Raises `InvalidArgument` for another mode or when `tx` is not a `Transaction`.
     """
     gate = gate_for(tx, "input_filter")
     mode = check_history(history)
 
     def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
-        voided = gate.voided_call_ids
-        if mode == "keep" or not voided:
+        rewrite = gate.rewrite(mode)
+        if rewrite.empty:
             return data.model_data
-        items = _rewrite(data.model_data.input, voided, drop=mode == "truncate")
+        items = _rewrite(data.model_data.input, rewrite)
         return ModelInputData(input=items, instructions=data.model_data.instructions)
 
     return call_model_input_filter
 
 
-def run_config(tx: Transaction, *, history: str = "truncate", **options: Any) -> agents.RunConfig:
+def run_config(
+    tx: Transaction, *, history: History = "truncate", **options: Any
+) -> agents.RunConfig:
     """A `RunConfig` for running an agent whose tools are `function_tools(tx)`.
 
     It sets `call_model_input_filter=input_filter(tx, history=history)`,
@@ -122,7 +122,9 @@ def run_config(tx: Transaction, *, history: str = "truncate", **options: Any) ->
     )
 
 
-def _function_tool(gate: TurnGate, spec: ToolSpec, strict: bool | None) -> agents.FunctionTool:
+def _function_tool(
+    tx: Transaction, gate: TurnGate, spec: ToolSpec, strict: bool | None
+) -> agents.FunctionTool:
     parameters = dict(spec.parameters)
     is_strict = _is_strict(parameters)
     if strict and not is_strict:
@@ -137,13 +139,14 @@ def _function_tool(gate: TurnGate, spec: ToolSpec, strict: bool | None) -> agent
         # usage object is the run's own (kept alive by the gate while its turn is the failed one).
         usage = ctx.usage
         payload = await gate.call(
+            tx,
             (id(usage), usage.requests),
             name,
             arguments,
             call_id=ctx.tool_call_id,
             anchor=usage,
         )
-        return json.dumps(payload)
+        return dumps(payload)
 
     return agents.FunctionTool(
         name=spec.wire_name,
@@ -162,26 +165,33 @@ def _is_strict(schema: dict[str, Any]) -> bool:
         return False
 
 
-def _call_id(item: object) -> str | None:
-    if isinstance(item, dict):
-        value = item.get("call_id")
-        return value if isinstance(value, str) else None
-    return None
-
-
-def _rewrite(
-    items: list[TResponseInputItem], voided: frozenset[str], *, drop: bool
-) -> list[TResponseInputItem]:
-    """The input with voided calls dropped (`drop`) or their outputs replaced."""
+def _rewrite(items: list[TResponseInputItem], rewrite: Rewrite) -> list[TResponseInputItem]:
+    """The model input with `rewrite` applied to its function calls and their outputs."""
     rewritten: list[TResponseInputItem] = []
     for item in items:
-        call_id = _call_id(item)
-        if call_id is None or call_id not in voided:
+        call_id = item.get("call_id") if isinstance(item, dict) else None
+        if not isinstance(call_id, str):
             rewritten.append(item)
-        elif drop:
+        elif call_id in rewrite.drop:
             continue
-        elif isinstance(item, dict) and item.get("type") == "function_call_output":
-            rewritten.append({**item, "output": VOIDED_OUTPUT})  # type: ignore[typeddict-item]
+        elif item.get("type") != "function_call_output":
+            rewritten.append(item)
+        elif call_id in rewrite.replace:
+            output = dumps(rewrite.replace[call_id])
+            rewritten.append({**item, "output": output})  # type: ignore[typeddict-item]
+        elif call_id in rewrite.notes:
+            rewritten.append(_noted(item, rewrite.notes[call_id]))
         else:
             rewritten.append(item)
     return rewritten
+
+
+def _noted(item: Any, note: str) -> Any:
+    """A `function_call_output` whose JSON payload gets `note` (left as it is if not JSON)."""
+    try:
+        payload = json.loads(item["output"])
+    except (TypeError, ValueError):
+        return item
+    if not isinstance(payload, dict) or "note" in payload:
+        return item
+    return {**item, "output": dumps(with_note(payload, note))}

@@ -42,7 +42,8 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in CI
     ) from _exc
 
 from .._errors import InvalidArgument
-from ._gate import check_history, gate_for
+from ._common import check_history, with_note
+from ._gate import gate_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -51,16 +52,12 @@ if TYPE_CHECKING:
 
     from .._tools import ToolSpec
     from .._transaction import Transaction
+    from ._common import History, Rewrite
 
 __all__ = ["Toolset", "history_processor"]
 
 #: The key under which the arguments reach `call_tool` exactly as the model sent them.
 _RAW: Final = "arguments"
-
-#: What a voided call's return becomes under `history="void"`.
-VOIDED_CONTENT = (
-    "This call was undone by a rollback: its step no longer exists and its result does not hold."
-)
 
 
 @final
@@ -101,11 +98,12 @@ class Toolset(AbstractToolset[Any]):
         strict: bool | None = None,
     ) -> None:
         self._gate = gate_for(tx, "Toolset")
+        self._tx = tx
         if strict not in (None, True, False):
             raise InvalidArgument(f"strict must be None, True or False, got {strict!r}")
         self._id = id
         self._validator = _PassThrough()
-        specs = self._gate.transaction.tool_specs
+        specs = tx.tool_specs
         self._specs: dict[str, ToolSpec] = {spec.wire_name: spec for spec in specs}
         self._definitions = [
             ToolDefinition(
@@ -151,6 +149,7 @@ class Toolset(AbstractToolset[Any]):
         spec = self._specs.get(name)
         arguments = tool_args.get(_RAW, tool_args) if isinstance(tool_args, dict) else tool_args
         return await self._gate.call(
+            self._tx,
             (ctx.run_id, ctx.run_step),
             name if spec is None else spec.name,
             arguments,
@@ -159,49 +158,60 @@ class Toolset(AbstractToolset[Any]):
 
 
 def history_processor(
-    tx: Transaction, *, history: str = "truncate"
+    tx: Transaction, *, history: History = "truncate"
 ) -> Callable[[list[ModelMessage]], list[ModelMessage]]:
     """A history processor (`capabilities=[ProcessHistory(...)]`) for the rewinds of `tx`.
 
-    `history="truncate"` drops each voided call (`ToolCallPart`) and its return
-    (`ToolReturnPart`), and a message left with no part; `"void"` keeps the call and replaces
-    its return's content with a note that it was undone; `"keep"` leaves the history as it is
-    (the failure's payload lists the voided steps). Raises `InvalidArgument` for another mode
-    or when `tx` is not a `Transaction`.
+    As docs/integrations.md#history-after-a-rewind says: `history="truncate"` drops each
+    voided call (`ToolCallPart`) and its `ToolReturnPart`, and a message left with no part,
+    and adds a `note` to the payload of the call whose failure caused the rewind; `"void"`
+    keeps the call and replaces its return's content with the voided payload; `"keep"` leaves
+    the history as it is (the failure's payload lists the voided steps). Raises
+    `InvalidArgument` for another mode or when `tx` is not a `Transaction`.
     """
     gate = gate_for(tx, "history_processor")
     mode = check_history(history)
 
     def process(messages: list[ModelMessage]) -> list[ModelMessage]:
-        voided = gate.voided_call_ids
-        if mode == "keep" or not voided:
+        rewrite = gate.rewrite(mode)
+        if rewrite.empty:
             return messages
-        return _rewrite(messages, voided, drop=mode == "truncate")
+        return _rewrite(messages, rewrite)
 
     return process
 
 
-def _rewrite(
-    messages: list[ModelMessage], voided: frozenset[str], *, drop: bool
-) -> list[ModelMessage]:
+def _rewrite(messages: list[ModelMessage], rewrite: Rewrite) -> list[ModelMessage]:
     rewritten: list[ModelMessage] = []
     for message in messages:
         parts: list[Any] = []
         changed = False
         for part in message.parts:
-            hit = isinstance(part, (ToolCallPart, ToolReturnPart)) and part.tool_call_id in voided
-            if not hit:
-                parts.append(part)
-            elif drop:
-                changed = True
-            elif isinstance(part, ToolReturnPart):
-                parts.append(dataclasses.replace(part, content=VOIDED_CONTENT))
-                changed = True
-            else:
-                parts.append(part)
+            new = _rewrite_part(part, rewrite)
+            changed = changed or new is not part
+            if new is not None:
+                parts.append(new)
         if not changed:
             rewritten.append(message)
         elif parts:
             assert isinstance(message, (ModelRequest, ModelResponse))
             rewritten.append(dataclasses.replace(message, parts=parts))
     return rewritten
+
+
+def _rewrite_part(part: object, rewrite: Rewrite) -> object:
+    """The part with `rewrite` applied: itself, a replacement, or None to drop it."""
+    if not isinstance(part, (ToolCallPart, ToolReturnPart)):
+        return part
+    call_id = part.tool_call_id
+    if call_id in rewrite.drop:
+        return None
+    if not isinstance(part, ToolReturnPart):
+        return part
+    if call_id in rewrite.replace:
+        return dataclasses.replace(part, content=rewrite.replace[call_id])
+    note = rewrite.notes.get(call_id)
+    content = part.content
+    if note is not None and isinstance(content, dict) and "note" not in content:
+        return dataclasses.replace(part, content=with_note(content, note))
+    return part

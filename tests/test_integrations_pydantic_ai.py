@@ -26,6 +26,7 @@ import agenttx
 from _scripted import ScriptedModel, call, say, turn
 from _shop import EMAIL, OLD_EMAIL, ORDER, TOOL_NAMES, Shop
 from agenttx.integrations import pydantic_ai as atx_pai
+from agenttx.integrations._common import voided_payload
 
 REF = "${steps.1.id}"
 
@@ -145,13 +146,20 @@ def test_what_reaches_the_model_schemas_results_and_history(history):
     if history == "truncate":
         assert not {"c1", "c2"} & set(outputs)
         assert not {"c1", "c2"} & set(_tool_call_ids(after))
+        assert outputs["c3"]["note"] == (
+            "The rollback undid steps 1 and 2 (2 tool calls); "
+            "their calls and results were removed from this conversation."
+        )
     elif history == "void":
-        assert outputs["c1"] == atx_pai.VOIDED_CONTENT
-        assert outputs["c2"] == atx_pai.VOIDED_CONTENT
+        assert outputs["c1"] == voided_payload(1)
+        assert outputs["c2"] == voided_payload(2)
+        assert outputs["c1"]["voided"] is True
         assert {"c1", "c2"} <= set(_tool_call_ids(after))
+        assert "note" not in outputs["c3"]
     else:
         assert outputs["c1"] == first
         assert outputs["c2"]["ok"] is True
+        assert "note" not in outputs["c3"]
     final = _tool_outputs(model.requests[-1])
     assert [final[c]["step"] for c in ("c5", "c6", "c7", "c8")] == [1, 2, 3, 4]
 
@@ -224,12 +232,12 @@ def test_a_call_after_the_transaction_ended_is_a_tool_result():
     assert _run(_agent(tx, model)) == "stopped"
     payload = _tool_outputs(model.requests[1])["c1"]
     assert payload["ok"] is False
-    assert "ended" in payload["instruction"]
+    assert "the transaction has ended" in payload["error"]
     assert shop.calls == []
 
 
 def test_history_processor_rewrites_only_voided_calls():
-    """Truncate drops the voided parts and emptied messages; void replaces the return only."""
+    """Truncate drops the voided parts and emptied messages; void replaces the returns only."""
     shop = Shop()
     tx = shop.transaction()
     model = ScriptedModel([*_workflow()[:2], say("stop")])
@@ -251,11 +259,16 @@ def test_history_processor_rewrites_only_voided_calls():
         "ModelRequest",
     ]
     assert truncated[1].parts == [TextPart("charging")]
-    assert truncated[2:] == history[5:]
+    assert truncated[2] is history[5]
+    (failed,) = truncated[3].parts
+    assert failed.content["ok"] is False
+    assert failed.content["note"].startswith("The rollback undid steps 1 and 2")
     voided = atx_pai.history_processor(tx, history="void")(history)
-    assert len(voided) == len(history)
-    assert voided[2].parts[0].content == atx_pai.VOIDED_CONTENT
+    assert [len(m.parts) for m in voided] == [len(m.parts) for m in history]
+    assert voided[2].parts[0].content == voided_payload(1)
+    assert voided[4].parts[0].content == voided_payload(2)
     assert voided[1] is history[1]
+    assert voided[6] is history[6]
     assert atx_pai.history_processor(tx, history="keep")(history) is history
 
 

@@ -14,6 +14,7 @@ import agenttx
 from _scripted import ScriptedModel, call, say, turn
 from _shop import EMAIL, OLD_EMAIL, ORDER, TOOL_NAMES, Shop
 from agenttx.integrations import openai_agents as atx_agents
+from agenttx.integrations._common import voided_payload
 
 agents.set_tracing_disabled(True)
 
@@ -141,13 +142,20 @@ def test_what_reaches_the_model_schemas_results_and_history(history):
     if history == "truncate":
         assert not {"c1", "c2"} & set(outputs)
         assert not {"c1", "c2"} & set(_tool_call_ids(after))
+        assert outputs["c3"]["note"] == (
+            "The rollback undid steps 1 and 2 (2 tool calls); "
+            "their calls and results were removed from this conversation."
+        )
     elif history == "void":
-        assert outputs["c1"] == atx_agents.VOIDED_OUTPUT
-        assert outputs["c2"] == atx_agents.VOIDED_OUTPUT
+        assert outputs["c1"] == voided_payload(1)
+        assert outputs["c2"] == voided_payload(2)
+        assert outputs["c1"]["voided"] is True
         assert {"c1", "c2"} <= set(_tool_call_ids(after))
+        assert "note" not in outputs["c3"]
     else:
         assert outputs["c1"] == first
         assert outputs["c2"]["ok"] is True
+        assert "note" not in outputs["c3"]
     final = _tool_outputs(model.requests[-1])
     assert [final[c]["step"] for c in ("c5", "c6", "c7", "c8")] == [1, 2, 3, 4]
 
@@ -243,7 +251,7 @@ def test_a_call_after_the_transaction_ended_is_a_tool_result():
     assert result.final_output == "stopped"
     payload = _tool_outputs(model.requests[1])["c1"]
     assert payload["ok"] is False
-    assert "ended" in payload["instruction"]
+    assert "the transaction has ended" in payload["error"]
     assert shop.calls == []
 
 
