@@ -24,15 +24,22 @@ __all__ = ["StepHistory"]
 class _Attempt:
     """One execution of a step, as the history keeps it; `status` changes on a rewind."""
 
-    __slots__ = ("had_undos", "status", "step_id", "tool_name")
+    __slots__ = ("call_id", "had_undos", "status", "step_id", "tool_name")
 
     def __init__(
-        self, step_id: int, tool_name: str, status: AttemptStatus, *, had_undos: bool
+        self,
+        step_id: int,
+        tool_name: str,
+        status: AttemptStatus,
+        *,
+        had_undos: bool,
+        call_id: str | None = None,
     ) -> None:
         self.step_id = step_id
         self.tool_name = tool_name
         self.status = status
         self.had_undos = had_undos
+        self.call_id = call_id
 
 
 class StepHistory:
@@ -51,21 +58,30 @@ class StepHistory:
         history = cls()
         for a in attempts:
             compensated = a.status is AttemptStatus.COMPENSATED
-            attempt = _Attempt(a.step_id, a.tool_name, a.status, had_undos=compensated)
+            attempt = _Attempt(
+                a.step_id, a.tool_name, a.status, had_undos=compensated, call_id=a.call_id
+            )
             history._attempts.append(attempt)
             if a.status is AttemptStatus.LIVE:
                 history._live[a.step_id] = attempt
         return history
 
-    def succeeded(self, step_id: int, tool_name: str, *, had_undos: bool) -> None:
+    def succeeded(
+        self, step_id: int, tool_name: str, *, had_undos: bool, call_id: str | None = None
+    ) -> None:
         """Step `step_id` succeeded: it is live until a rewind undoes it."""
-        attempt = _Attempt(step_id, tool_name, AttemptStatus.LIVE, had_undos=had_undos)
+        attempt = _Attempt(
+            step_id, tool_name, AttemptStatus.LIVE, had_undos=had_undos, call_id=call_id
+        )
         self._attempts.append(attempt)
         self._live[step_id] = attempt
 
-    def failed(self, step_id: int, tool_name: str) -> None:
+    def failed(self, step_id: int, tool_name: str, call_id: str | None = None) -> None:
         """Step `step_id` failed."""
-        self._attempts.append(_Attempt(step_id, tool_name, AttemptStatus.FAILED, had_undos=False))
+        attempt = _Attempt(
+            step_id, tool_name, AttemptStatus.FAILED, had_undos=False, call_id=call_id
+        )
+        self._attempts.append(attempt)
 
     def undo_from(self, target: int) -> None:
         """Mark the live steps >= `target` as undone in the history."""
@@ -78,14 +94,22 @@ class StepHistory:
     def attempts(self) -> tuple[StepAttempt, ...]:
         """The attempts, oldest first."""
         return tuple(
-            StepAttempt(step_id=a.step_id, tool_name=a.tool_name, status=a.status)
+            StepAttempt(
+                step_id=a.step_id, tool_name=a.tool_name, status=a.status, call_id=a.call_id
+            )
             for a in self._attempts
         )
 
     def rows(self) -> list[JSONValue]:
-        """The attempts as `[step_id, tool_name, status value]`, oldest first: `attempts()`
-        without building objects, for the history a transaction writes when it ends."""
-        return [[a.step_id, a.tool_name, a.status.value] for a in self._attempts]
+        """The attempts as `[step_id, tool_name, status value]` (then the call id, if any),
+        oldest first: `attempts()` without building objects, for the history a transaction
+        writes when it ends."""
+        return [
+            [a.step_id, a.tool_name, a.status.value]
+            if a.call_id is None
+            else [a.step_id, a.tool_name, a.status.value, a.call_id]
+            for a in self._attempts
+        ]
 
     def export(self, graph: DependencyGraph, fmt: str) -> str:
         """`graph` (the live steps) with the undone attempts as extra, marked nodes."""

@@ -34,10 +34,13 @@ if TYPE_CHECKING:
     from .stores import Store
 
 __all__ = [
+    "MAX_CALL_ID",
     "UNDO_SEQ_BITS",
     "Arguments",
     "check_agent_id",
     "check_call",
+    "check_call_id",
+    "duplicate_call_id",
     "output_error",
     "prepare_call",
 ]
@@ -46,6 +49,9 @@ __all__ = [
 #: after a rewind, so no two attempts of a step share a number (a step registers far fewer than
 #: a million undos), and a kept record is never replaced by a later attempt's.
 UNDO_SEQ_BITS: Final = 20
+
+#: The longest call id accepted (characters); providers' ids are far shorter.
+MAX_CALL_ID: Final = 256
 
 
 #: A call's arguments as `check_call` passes them on: a checked dict with its size bound
@@ -166,6 +172,30 @@ def output_error(call: Call, outcome: Outcome) -> Failure | None:
     if _too_big(outcome.output, outcome.size):  # its effect happened: its undo is kept
         return Failure(f"the output of tool '{call.tool.name}' exceeds {MAX_PAYLOAD_BYTES} bytes")
     return None
+
+
+def check_call_id(call_id: object) -> None:
+    """Raise `InvalidArgument` unless `call_id` is None or text of 1-256 characters that
+    encodes to UTF-8 (it is written to the durable log)."""
+    if call_id is None:
+        return
+    if not isinstance(call_id, str):
+        raise InvalidArgument(f"call_id must be a string or None, got {type(call_id).__name__}")
+    if not 1 <= len(call_id) <= MAX_CALL_ID:
+        raise InvalidArgument(f"call_id must be 1-{MAX_CALL_ID} characters, got {len(call_id)}")
+    try:
+        call_id.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument("call_id must be valid Unicode (it has a lone surrogate)") from None
+
+
+def duplicate_call_id(call_id: str, used_by: int) -> Failure:
+    """The failure of a step sent with the call id of live step `used_by` (a mistake)."""
+    return Failure(
+        f"duplicate call id: '{call_id}' is the call id of step {used_by}, which still stands; "
+        "send this call again with a call id of its own",
+        mistake=True,
+    )
 
 
 def check_agent_id(agent_id: object) -> None:

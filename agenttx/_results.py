@@ -77,6 +77,7 @@ class StepStatus(enum.Enum):
     SUCCESS = "SUCCESS"
     ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
     FAILED = "FAILED"  # the transaction aborted
+    NOT_RUN = "NOT_RUN"  # a call of a turn not sent, because an earlier call failed (call_turn)
 
 
 class AttemptStatus(enum.Enum):
@@ -101,12 +102,16 @@ class ContextEntry:
 @final
 @attrs.frozen(kw_only=True)
 class StepRecord:
-    """A live (succeeded, not rewound) step: its resolved arguments and its output."""
+    """A live (succeeded, not rewound) step: its resolved arguments and its output.
+
+    `call_id` is the id the caller gave the call (`execute_step(..., call_id=...)`), if any.
+    """
 
     step_id: int
     tool_name: str
     arguments: JSONValue
     output: JSONValue
+    call_id: str | None = None
 
 
 @final
@@ -114,7 +119,8 @@ class StepRecord:
 class StepResult:
     """The answer to `execute_step`: what happened and which step the agent sends next.
 
-    `output` is set on success. On failure `hint` is the Clean Hint, `error` the raw error text,
+    `call_id` is the id the call was sent with, if any. `output` is set on success. On
+    failure `hint` is the Clean Hint, `error` the raw error text,
     `strategy` and `rollback_to_step` say where the transaction rewound to, `next_step_id` is the
     step to send next (0 once aborted), `context_reset` tells the agent to drop what it
     remembers of the rewound steps, and `constraints` lists every hint so far.
@@ -133,6 +139,7 @@ class StepResult:
     abort_reason: str | None = None
     compensation_errors: tuple[str, ...] = ()
     rollback_latency_ms: float = 0.0
+    call_id: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -150,6 +157,7 @@ def failed_step(
     constraints: tuple[str, ...],
     compensation_errors: tuple[str, ...],
     started: float,
+    call_id: str | None = None,
 ) -> StepResult:
     """The result of a failed step, once the rewind (or abort) `decision` asked for is done."""
     strategy = decision.strategy
@@ -167,6 +175,7 @@ def failed_step(
         abort_reason=decision.reason if aborted else None,
         compensation_errors=compensation_errors,
         rollback_latency_ms=(time.perf_counter() - started) * 1000,
+        call_id=call_id,
     )
 
 
@@ -245,8 +254,10 @@ class DispatchReport:
 @final
 @attrs.frozen(kw_only=True)
 class StepAttempt:
-    """One execution of a step and what became of it (see `Transaction.history`)."""
+    """One execution of a step and what became of it (see `Transaction.history`), with the
+    call id it was sent with, if any."""
 
     step_id: int
     tool_name: str
     status: AttemptStatus
+    call_id: str | None = None

@@ -29,6 +29,16 @@ replay budget. A transient retry touches no counter but the step's transient cou
 steps; it does not use a local attempt. When the retries are used up, or over budget, the failure
 goes through the algorithm above unchanged, so with `transient_retries=0` every failure takes that
 algorithm.
+
+Mistakes (`docs/protocol.md#mistakes`): a failure the agent caused by the form of its call (an
+unknown tool, malformed JSON, arguments that do not fit the tool's schema, a duplicate call id),
+caught before any tool ran, is answered `RollbackStrategy.RESEND` to K: the same step is sent
+again, with nothing undone. Only the mistake streak changes: the step and the number of consecutive
+mistakes at it. The `mistake_retries + 1`-th consecutive mistake at one step, and every one after,
+goes through the algorithm above (transient retries aside: a mistake is never transient). The
+streak ends when another step is observed, when a failure at the step is not a mistake, and at a
+global reset. With `mistake_retries=0` a mistake is decided exactly as any other failure, and the
+counters stay exactly those of the reference.
 """
 
 from __future__ import annotations
@@ -105,13 +115,14 @@ def _check_factor(_instance: object, attribute: attrs.Attribute[float], value: o
 class RollbackStrategy(enum.Enum):
     """What a transaction does about a step.
 
-    The controller returns `RETRY`, `LOCAL_BACKTRACK`, `DEPENDENCY_JUMP`, `GLOBAL_RESET` and
-    `ABORT`. `NONE` (the step succeeded) and `MANUAL` (the caller rolled back) are never decided
-    by the controller; they exist so results can say what happened.
+    The controller returns `RESEND`, `RETRY`, `LOCAL_BACKTRACK`, `DEPENDENCY_JUMP`,
+    `GLOBAL_RESET` and `ABORT`. `NONE` (the step succeeded) and `MANUAL` (the caller rolled
+    back) are never decided by the controller; they exist so results can say what happened.
     """
 
     NONE = "none"
     RETRY = "retry"  # re-run the failed step itself (transient failures only)
+    RESEND = "resend"  # send the failed step again, fixed (mistakes only; nothing was undone)
     LOCAL_BACKTRACK = "local_backtrack"
     DEPENDENCY_JUMP = "dependency_jump"
     GLOBAL_RESET = "global_reset"
@@ -128,7 +139,9 @@ class RollbackPolicy:
     `max(D, 1)`, the jumps per root step per epoch. `max_global_resets` (0..=16) caps the global
     resets; the next escalation aborts. `replay_budget_factor` (c, finite, within [0.1, 1000])
     scales the replay budget (`budget`). `transient_retries` (0..=16) caps the same-step retries
-    of a transient failure per step per epoch; 0 turns them off.
+    of a transient failure per step per epoch; 0 turns them off. `mistake_retries` (0..=16) is
+    the consecutive mistakes at one step answered `RESEND` before the next is decided as any
+    failure; 0 decides every mistake as any failure (the reference behaviour).
 
     Raises `InvalidArgument` naming the field, with the messages of
     `docs/protocol.md#rollback-policy` for values above the range (`max_local_depth must be <= 16`,
@@ -141,6 +154,7 @@ class RollbackPolicy:
         default=2.0, converter=_as_float, validator=_check_factor
     )
     transient_retries: int = attrs.field(default=1, validator=_check_policy_count)
+    mistake_retries: int = attrs.field(default=3, validator=_check_policy_count)
 
     def budget(self, horizon: int) -> int:
         """The replay budget of an epoch at `horizon`: `max(1, ceil(c * n * ceil(log2(n + 1))))`.
@@ -183,7 +197,7 @@ def _check_strategy(_instance: object, attribute: attrs.Attribute[Any], value: o
 class RollbackDecision:
     """What the controller decided for a failed step.
 
-    `target_step` is where the transaction resumes: K for `RETRY`, the root step R for
+    `target_step` is where the transaction resumes: K for `RETRY` and `RESEND`, the root step R for
     `DEPENDENCY_JUMP`, `max(K - depth, 1)` for `LOCAL_BACKTRACK`, and 0 for `GLOBAL_RESET` and
     `ABORT` (a global reset then resumes at step 1; an abort ends the transaction). `depth` is
     the local backtrack depth (the attempt number), 0 for every other strategy. `root_key` is
@@ -223,8 +237,20 @@ def _check_counts(_instance: object, attribute: attrs.Attribute[Counts], value: 
         previous = step
 
 
-_STATE_COUNTS: Final = ("retries", "jumps", "transient_retries")
+_STATE_COUNTS: Final = ("retries", "jumps", "transient_retries", "mistakes")
 _STATE_TOTALS: Final = ("replayed_steps", "global_resets", "horizon")
+#: Keys a state document may lack: it was written before them (their default is then taken).
+_STATE_OPTIONAL: Final = frozenset({"mistakes"})
+
+
+def _check_streak(_instance: object, attribute: attrs.Attribute[Counts], value: object) -> None:
+    _check_counts(_instance, attribute, value)
+    assert isinstance(value, tuple)
+    if len(value) > 1:
+        raise InvalidArgument(
+            f"controller state {attribute.name} must hold at most one (step, count) pair, "
+            f"got {value!r}"
+        )
 
 
 @final
@@ -235,6 +261,7 @@ class ControllerState:
     `retries` (local attempts per failing step), `jumps` (jumps per root step) and
     `transient_retries` (same-step retries per failing step) are this epoch's, as `(step, count)`
     pairs in ascending step order with counts >= 1; `replayed_steps` is this epoch's too.
+    `mistakes` is the mistake streak: `((step, consecutive mistakes),)`, or empty.
     `global_resets` and `horizon` (the furthest step observed) span the whole transaction. The
     default is a fresh controller's state. Validated on construction (`InvalidArgument`).
     """
@@ -245,11 +272,18 @@ class ControllerState:
     replayed_steps: int = attrs.field(default=0, validator=_check_non_negative)
     global_resets: int = attrs.field(default=0, validator=_check_non_negative)
     horizon: int = attrs.field(default=0, validator=_check_non_negative)
+    mistakes: Counts = attrs.field(default=(), validator=_check_streak)
 
     def to_json(self) -> dict[str, JSONValue]:
-        """The state as a JSON object; `from_json` reads it back to an equal state."""
+        """The state as a JSON object; `from_json` reads it back to an equal state.
+
+        `mistakes` is written only when there is a streak, so that a controller that never saw
+        a mistake writes what earlier versions wrote.
+        """
         document: dict[str, JSONValue] = {
-            name: [[step, count] for step, count in getattr(self, name)] for name in _STATE_COUNTS
+            name: [[step, count] for step, count in getattr(self, name)]
+            for name in _STATE_COUNTS
+            if name not in _STATE_OPTIONAL or getattr(self, name)
         }
         for name in _STATE_TOTALS:
             document[name] = getattr(self, name)
@@ -257,16 +291,19 @@ class ControllerState:
 
     @classmethod
     def from_json(cls, document: JSONValue) -> ControllerState:
-        """Read a state written by `to_json`; raises `InvalidArgument` if it is malformed."""
+        """Read a state written by `to_json` (or before `mistakes` existed: without it);
+        raises `InvalidArgument` if it is malformed."""
         expected = set(_STATE_COUNTS) | set(_STATE_TOTALS)
-        if not isinstance(document, dict) or set(document) != expected:
+        if not isinstance(document, dict) or not (
+            expected - _STATE_OPTIONAL <= set(document) <= expected
+        ):
             raise InvalidArgument(
                 f"controller state must be a JSON object with the keys {sorted(expected)}, "
                 f"got {document!r}"
             )
         counts: dict[str, Counts] = {}
         for name in _STATE_COUNTS:
-            pairs = document[name]
+            pairs = document.get(name, [])
             if not isinstance(pairs, list) or not all(
                 isinstance(pair, list) and len(pair) == 2 for pair in pairs
             ):
@@ -278,6 +315,7 @@ class ControllerState:
             retries=counts["retries"],
             jumps=counts["jumps"],
             transient_retries=counts["transient_retries"],
+            mistakes=counts["mistakes"],
             replayed_steps=document["replayed_steps"],  # type: ignore[arg-type]  # validated
             global_resets=document["global_resets"],  # type: ignore[arg-type]  # validated
             horizon=document["horizon"],  # type: ignore[arg-type]  # validated
@@ -305,6 +343,9 @@ class RollbackController:
     _retries: dict[int, int] = attrs.field(init=False, factory=dict)
     _jumps: dict[int, int] = attrs.field(init=False, factory=dict)
     _transient: dict[int, int] = attrs.field(init=False, factory=dict)
+    # The mistake streak: consecutive mistakes (`_mistakes`) at one step (`_mistake_step`).
+    _mistake_step: int = attrs.field(init=False, default=0)
+    _mistakes: int = attrs.field(init=False, default=0)
     _replayed: int = attrs.field(init=False, default=0)
     _global_resets: int = attrs.field(init=False, default=0)
     _horizon: int = attrs.field(init=False, default=0)
@@ -344,10 +385,13 @@ class RollbackController:
         """Record that `step` is executing: the horizon becomes `max(horizon, step)`.
 
         The transaction calls this for every step it executes, whether it succeeds or not;
-        `decide` calls it too. Idempotent.
+        `decide` calls it too. A step other than the one of the mistake streak ends the
+        streak. Idempotent.
         """
         _check_int("step", step)
         self._horizon = max(self._horizon, step)
+        if self._mistakes and step != self._mistake_step:
+            self._mistakes = 0
 
     def decide(
         self,
@@ -356,17 +400,20 @@ class RollbackController:
         root_cause: Callable[[int, str], int | None],
         *,
         transient: bool = False,
+        mistake: bool = False,
     ) -> RollbackDecision:
         """Decide what to do about the failure of `failed_step` and update the counters.
 
         `error_key` is the Clean Hint's key, if any. `root_cause(step, key)` returns the step that
         produced the bad input `key` of `step`, or None (the transaction passes
         `graph.find_root_cause`); it is called at most once, with the clamped step and the key,
-        and only when `error_key` is not None and no transient retry is chosen. A root below 1
-        is treated as no root. `transient` says the failure's hint category is transient
-        (timeout, rate_limited, http_server_error, connection_failure). See the module
-        docstring for the algorithm. Raises `InvalidArgument` for a non-int step or a key that
-        is neither a string nor None, before changing anything.
+        and only when `error_key` is not None and neither a resend nor a transient retry is
+        chosen. A root below 1 is treated as no root. `transient` says the failure's hint
+        category is transient (timeout, rate_limited, http_server_error, connection_failure);
+        `mistake` that the agent's call was malformed (`Failure.mistake`); ignored when
+        `policy.mistake_retries` is 0. See the module docstring for the algorithm. Raises
+        `InvalidArgument` for a non-int step or a key that is neither a string nor None, before
+        changing anything.
         """
         _check_int("failed_step", failed_step)
         if error_key is not None and not isinstance(error_key, str):
@@ -374,6 +421,14 @@ class RollbackController:
         policy = self._policy
         step = max(failed_step, 1)
         self.observe_step(step)
+        if mistake and policy.mistake_retries:
+            streak = self._mistakes + 1 if self._mistakes and self._mistake_step == step else 1
+            self._mistake_step, self._mistakes = step, streak
+            if streak <= policy.mistake_retries:
+                return RollbackDecision(strategy=RollbackStrategy.RESEND, target_step=step)
+            transient = False
+        elif self._mistakes:
+            self._mistakes = 0
         budget = policy.budget(self._horizon)
 
         used = self._transient.get(step, 0)
@@ -426,6 +481,7 @@ class RollbackController:
         self._retries.clear()
         self._jumps.clear()
         self._transient.clear()
+        self._mistakes = 0
         self._replayed = 0
         return RollbackDecision(
             strategy=RollbackStrategy.GLOBAL_RESET, target_step=0, reason=reason
@@ -440,6 +496,7 @@ class RollbackController:
             replayed_steps=self._replayed,
             global_resets=self._global_resets,
             horizon=self._horizon,
+            mistakes=((self._mistake_step, self._mistakes),) if self._mistakes else (),
         )
 
     @classmethod
@@ -455,6 +512,8 @@ class RollbackController:
         controller._retries = dict(state.retries)
         controller._jumps = dict(state.jumps)
         controller._transient = dict(state.transient_retries)
+        if state.mistakes:
+            ((controller._mistake_step, controller._mistakes),) = state.mistakes
         controller._replayed = state.replayed_steps
         controller._global_resets = state.global_resets
         controller._horizon = state.horizon

@@ -41,12 +41,15 @@ class Timeline:
     `rewinds` counts the rewinds and aborts so far: it is part of every idempotency key, so a
     step sent again after a rewind gets a key of its own. The graph is brought up to date
     only when it is needed (`graph()`): successful steps only record their dependencies, so a
-    transaction that never fails never pays for it.
+    transaction that never fails never pays for it. `call_id` is the call id of the step being
+    executed (None if it has none); `call_ids` maps the call id of each live step to it.
     """
 
     __slots__ = (
         "_graph",
         "_graph_upto",
+        "call_id",
+        "call_ids",
         "effects",
         "history",
         "next_step",
@@ -64,6 +67,8 @@ class Timeline:
         self.effects: list[StagedEffect] = []  # staged by live steps (and the one running)
         self.history = StepHistory()
         self.pending: Pending | None = None
+        self.call_id: str | None = None
+        self.call_ids: dict[str, int] = {}
         self.next_step = 1
         self.rewinds = 0
         self._graph = DependencyGraph()
@@ -79,7 +84,11 @@ class Timeline:
         self.rewinds = progress.rewinds
         undone = {undo.step_id for undo in restored.undos}
         for step_id, step in sorted(self.steps.items()):
-            self.history.succeeded(step_id, step.tool_name, had_undos=step_id in undone)
+            self.history.succeeded(
+                step_id, step.tool_name, had_undos=step_id in undone, call_id=step.call_id
+            )
+            if step.call_id is not None:
+                self.call_ids[step.call_id] = step_id
 
     def stage(self, effects: Iterable[StagedEffect]) -> None:
         """Keep effects staged by the running step (a rewind of it drops them)."""
@@ -90,7 +99,12 @@ class Timeline:
         self.steps[step_id] = step
         self.outputs[step_id] = step.output
         self.sizes[step_id] = outcome.size
-        self.history.succeeded(step_id, step.tool_name, had_undos=bool(outcome.undos))
+        call_id = step.call_id
+        self.history.succeeded(
+            step_id, step.tool_name, had_undos=bool(outcome.undos), call_id=call_id
+        )
+        if call_id is not None:
+            self.call_ids[call_id] = step_id
         self.pending = None
         self.next_step = step_id + 1
 
@@ -100,7 +114,7 @@ class Timeline:
         if self.pending is not None:
             step_id, tool_name, inputs, dependencies = self.pending
             graph.add_step(step_id, tool_name, inputs, dependencies, validate=False)
-            self.history.failed(step_id, tool_name)
+            self.history.failed(step_id, tool_name, self.call_id)
             self.pending = None
 
     def truncate(self, target: int) -> None:
@@ -111,6 +125,8 @@ class Timeline:
             del self.steps[step]
             del self.outputs[step]
             self.sizes.pop(step, None)
+        if self.call_ids:
+            self.call_ids = {c: s for c, s in self.call_ids.items() if s < first}
         self.history.undo_from(first)
         self._graph.truncate_from(first)
         self._graph_upto = min(self._graph_upto, first - 1)

@@ -21,7 +21,15 @@ from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
 from ._hints import CleanHint, add_constraint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
-from ._prepare import Arguments, check_agent_id, check_call, output_error, prepare_call
+from ._prepare import (
+    Arguments,
+    check_agent_id,
+    check_call,
+    check_call_id,
+    duplicate_call_id,
+    output_error,
+    prepare_call,
+)
 from ._results import (
     CommitResult,
     RollbackResult,
@@ -45,6 +53,7 @@ from ._tools import (
     run_tool,
     still_running,
 )
+from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_store
@@ -60,16 +69,17 @@ __all__ = ["Transaction"]
 
 
 @attrs.define(init=False, eq=False, repr=False)
-class Transaction(Observed):
+class Transaction(Turns, Observed):
     """One agent run's tool calls, executed as numbered steps that can be rolled back.
 
     `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
     `store`: where state lives (default: a private `MemoryStore`); share one store between
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
-    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized by a lock, so a
-    transaction may be shared between threads; a call made while another is running waits for
-    it. Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
+    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized, so a
+    transaction may be shared between threads and tasks: a call made while another is running
+    waits for its turn, and turns come in arrival order (FIFO).
+    Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
     they take a lock held only for bookkeeping. Transactions compare by identity. `with
     Transaction(...) as tx:` commits when the block ends normally and aborts (compensating)
     when it raises, then re-raises.
@@ -162,7 +172,7 @@ class Transaction(Observed):
         self._constraints = list(progress.constraints)
         self._ledger.record(restored.undos)
         self._timeline.adopt(restored)
-        with self._calls.lock:
+        with self._calls:
             if progress.rewinding is not None:  # finish it: never bring compensated steps back
                 target, final = progress.rewinding
                 return self._rewind(target, final=None if final is None else TxStatus(final))
@@ -178,7 +188,7 @@ class Transaction(Observed):
         transaction in the middle of a call is skipped, never waited for: this is what an idle
         reaper calls from its own thread.
         """
-        if not self._calls.lock.acquire(blocking=False):
+        if not self._calls.try_enter():
             return False
         try:
             idle = time.monotonic() - self._calls.last
@@ -187,7 +197,7 @@ class Transaction(Observed):
             self._abort(TxStatus.ROLLED_BACK)
             return True
         finally:
-            self._calls.lock.release()
+            self._calls.leave()
 
     def execute_step(
         self,
@@ -196,20 +206,26 @@ class Transaction(Observed):
         arguments: Mapping[str, Any] | str,
         *,
         raw_context: str = "",
+        call_id: str | None = None,
     ) -> StepResult:
         """Run one tool call as step `step_id` (docs/protocol.md#step-pipeline).
 
+        `call_id` is the provider's id of the call (1-256 characters), recorded on the step and
+        returned on the result; one already used by a live step fails the step (a mistake).
         Everything the agent got wrong comes back as a failed `StepResult`. Misuse raises, and
         changes nothing: `StepOutOfOrder` unless `step_id == next_step_id`,
         `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
+        A call made while another runs (from another thread) waits for its turn: calls run one
+        at a time, in arrival order; `step_id` is checked when its turn comes.
         """
         with self._call():
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+            check_call_id(call_id)
             self._start(step_id)
             prepared: Call | Failure | None = None
             try:
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context)
+                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
@@ -229,21 +245,35 @@ class Transaction(Observed):
         step_id: int,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
+        *,
         raw_context: str = "",
+        call_id: str | None = None,
     ) -> StepResult:
         """`execute_step` for async code: async tools and compensations run on the caller's loop.
 
-        While the tool runs the transaction is EXECUTING, so another call made meanwhile raises
-        `InvalidTransactionState` instead of waiting.
+        A call made while another runs waits for its turn without blocking the loop (calls
+        run one at a time, in arrival order), as with `execute_step`.
         """
+        async with self._calls.aturn():
+            return await self._aexecute(step_id, tool_name, arguments, raw_context, call_id)
+
+    async def _aexecute(
+        self,
+        step_id: int,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+        raw_context: str,
+        call_id: str | None,
+    ) -> StepResult:
         with self._call():
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+            check_call_id(call_id)
             self._start(step_id)
         prepared: Call | Failure | None = None
         try:
             with self._call():
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context)
+                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
@@ -269,12 +299,15 @@ class Transaction(Observed):
         self._controller.observe_step(step_id)
 
     def _prepare(
-        self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str
+        self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str, call_id: str | None
     ) -> Call | Failure:
         """The call ready to run, or why the agent's call fails; never raises for agent
         input (an unexpected error becomes the failure's message)."""
         timeline = self._timeline
         timeline.pending = Pending(step_id, tool_name, None, ())
+        timeline.call_id = call_id
+        if call_id is not None and call_id in timeline.call_ids:
+            return duplicate_call_id(call_id, timeline.call_ids[call_id])
         try:
             prepared, timeline.pending = prepare_call(
                 step_id,
@@ -311,8 +344,14 @@ class Transaction(Observed):
         step_id = call.step_id
         pending = self._timeline.pending
         assert pending is not None  # set by _resolve for this step
+        call_id = self._timeline.call_id
         step = LiveStep(
-            call.tool.name, call.arguments, outcome.output, call.raw_context, pending.dependencies
+            call.tool.name,
+            call.arguments,
+            outcome.output,
+            call.raw_context,
+            pending.dependencies,
+            call_id,
         )
         if self._log is not None:
             try:
@@ -329,6 +368,7 @@ class Transaction(Observed):
             next_step_id=self._timeline.next_step,
             output=outcome.output,
             constraints=tuple(self._constraints),
+            call_id=call_id,
         )
 
     def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
@@ -359,19 +399,23 @@ class Transaction(Observed):
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
-            step_id, hint.key, graph.find_root_cause, transient=transient
+            step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
         )
         return decision, hint
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
+        call_id = self._timeline.call_id
         decision, hint = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(
+            step_id, decision, hint, failure, report=report, started=started, call_id=call_id
+        )
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
         with self._call():
+            call_id = self._timeline.call_id
             decision, hint = self._decide(step_id, failure)
             target, final = _rewind_target(decision)
             records = self._begin_rewind(target, final)
@@ -384,7 +428,9 @@ class Transaction(Observed):
             raise
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(
+            step_id, decision, hint, failure, report=report, started=started, call_id=call_id
+        )
 
     def _failed(
         self,
@@ -395,6 +441,7 @@ class Transaction(Observed):
         *,
         report: CompensationReport,
         started: float,
+        call_id: str | None,
     ) -> StepResult:
         return failed_step(
             step_id,
@@ -405,6 +452,7 @@ class Transaction(Observed):
             constraints=tuple(self._constraints),
             compensation_errors=report.failures,
             started=started,
+            call_id=call_id,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:

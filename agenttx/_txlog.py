@@ -54,9 +54,10 @@ __all__ = [
 #: The version of the record formats below, stored in each transaction record.
 FORMAT: Final = 1
 
-#: A step record is `[tool, arguments, output, raw_context, [[from, source key, target key]]]`:
-#: compact JSON, not canonical (a step's values were checked when it ran, and key order does
-#: not matter to the reader), which makes it about twice as fast to write.
+#: A step record is `[tool, arguments, output, raw_context, [[from, source key, target key]]]`,
+#: followed by the step's call id when it has one (a record without it has none): compact
+#: JSON, not canonical (a step's values were checked when it ran, and key order does not
+#: matter to the reader), which makes it about twice as fast to write.
 _encode_step: Final = compact_encoder(sort_keys=False)
 
 
@@ -68,6 +69,7 @@ class LiveStep(NamedTuple):
     output: JSONValue
     raw_context: str
     dependencies: tuple[Dependency, ...]
+    call_id: str | None = None  # the provider's id of the call, when the caller gave one
 
 
 class Progress(NamedTuple):
@@ -201,15 +203,16 @@ class TxLog:
 
     def step(self, step_id: int, step: LiveStep, effects: Sequence[StagedEffect]) -> None:
         """Write a successful step with its staged effects (and the unchanged progress)."""
-        text = _encode_step(
-            [
-                step.tool_name,
-                step.arguments,
-                step.output,
-                step.raw_context,
-                [[d.from_step, d.source_key, d.target_key] for d in step.dependencies],
-            ]
-        )
+        fields: list[JSONValue] = [
+            step.tool_name,
+            step.arguments,
+            step.output,
+            step.raw_context,
+            [[d.from_step, d.source_key, d.target_key] for d in step.dependencies],
+        ]
+        if step.call_id is not None:
+            fields.append(step.call_id)
+        text = _encode_step(fields)
         rows = [
             EffectRow(
                 step_id=e.step_id,
@@ -244,8 +247,9 @@ def end_keeping_undos(
     store.discard_state(tx_id, history=history)
 
 
-#: Attempts are `[step, tool, status]` in the history: a transaction's history is written in
-#: the write that ends it, so it is kept small and cheap to build.
+#: Attempts are `[step, tool, status]` in the history, then the call id when the attempt had
+#: one: a transaction's history is written in the write that ends it, so it is kept small and
+#: cheap to build.
 _encode_history: Final = compact_encoder(sort_keys=False)
 COMPENSATED: Final = AttemptStatus.COMPENSATED
 REWOUND: Final = AttemptStatus.REWOUND
@@ -258,7 +262,8 @@ def history_text(
     compensation_failures: Iterable[str],
 ) -> str:
     """The history of a transaction that ends as `status` (JSON text; see `read_history`);
-    `attempts` are `[step_id, tool_name, status value]`, oldest first."""
+    `attempts` are `[step_id, tool_name, status value]` (and the call id, if any), oldest
+    first."""
     return _encode_history(
         {
             "format": FORMAT,
@@ -274,10 +279,16 @@ def recovered_history(restored: Restored, status: str, failures: Sequence[str]) 
     """The history of a transaction that recovery aborts: its live steps were undone (those
     with undo records compensated), and `failures` are the compensations that failed."""
     undone = {undo.step_id for undo in restored.undos}
-    attempts: list[JSONValue] = [
-        [step_id, step.tool_name, (COMPENSATED if step_id in undone else REWOUND).value]
-        for step_id, step in sorted(restored.steps.items())
-    ]
+    attempts: list[JSONValue] = []
+    for step_id, step in sorted(restored.steps.items()):
+        row: list[JSONValue] = [
+            step_id,
+            step.tool_name,
+            (COMPENSATED if step_id in undone else REWOUND).value,
+        ]
+        if step.call_id is not None:
+            row.append(step.call_id)
+        attempts.append(row)
     return history_text(status, attempts, restored.progress.constraints, failures)
 
 
@@ -289,10 +300,7 @@ def read_history(text: str | None) -> Ended | None:
         document = json.loads(text)
         if document is None:
             return None
-        attempts = tuple(
-            StepAttempt(step_id=step_id, tool_name=tool_name, status=AttemptStatus(status))
-            for step_id, tool_name, status in document["attempts"]
-        )
+        attempts = tuple(_attempt(*row) for row in document["attempts"])
         ended = Ended(
             status=document["status"],
             attempts=attempts,
@@ -303,10 +311,28 @@ def read_history(text: str | None) -> Ended | None:
         raise StorageError(f"unreadable history: {exc}") from exc
     texts = (ended.status, *ended.constraints, *ended.compensation_failures)
     if not all(isinstance(t, str) for t in texts) or not all(
-        isinstance(a.step_id, int) and isinstance(a.tool_name, str) for a in attempts
+        isinstance(a.step_id, int)
+        and isinstance(a.tool_name, str)
+        and (a.call_id is None or isinstance(a.call_id, str))
+        for a in attempts
     ):
         raise StorageError("unreadable history: a field has the wrong type")
     return ended
+
+
+def _attempt(step_id: int, tool_name: str, status: str, call_id: str | None = None) -> StepAttempt:
+    """One attempt of a history row (histories written before call ids have three fields)."""
+    return StepAttempt(
+        step_id=step_id, tool_name=tool_name, status=AttemptStatus(status), call_id=call_id
+    )
+
+
+def _call_id(rest: list[Any], step_id: int) -> str | None:
+    """The call id after a step record's five fields (none in records written before them)."""
+    call_id = rest[0] if len(rest) == 1 else None
+    if len(rest) > 1 or not (call_id is None or isinstance(call_id, str)):
+        raise TypeError(f"malformed step record {step_id}")
+    return call_id
 
 
 def _progress_text(progress: Progress) -> str:
@@ -354,7 +380,8 @@ def read_image(image: TxImage) -> Restored:
         progress = json.loads(image.progress) if image.progress is not None else None
         steps: dict[int, LiveStep] = {}
         for step_id, text in image.steps:
-            tool_name, arguments, output, raw_context, dependencies = json.loads(text)
+            tool_name, arguments, output, raw_context, dependencies, *rest = json.loads(text)
+            call_id = _call_id(rest, step_id)
             steps[step_id] = LiveStep(
                 tool_name=tool_name,
                 arguments=arguments,
@@ -363,6 +390,7 @@ def read_image(image: TxImage) -> Restored:
                 dependencies=tuple(
                     Dependency(from_step=f, source_key=s, target_key=t) for f, s, t in dependencies
                 ),
+                call_id=call_id,
             )
         undos = []
         for row in image.undos:

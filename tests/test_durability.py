@@ -677,3 +677,60 @@ def test_a_rewind_that_cannot_finish_keeps_a_failed_history_with_nothing_live(
     history, _ = ended(engine, tx.id)
     assert history.status == "FAILED"
     assert [a.status.value for a in history.attempts] == ["compensated", "rewound"]
+
+
+def test_call_ids_survive_a_resume_and_the_end(tmp_path):
+    """Call ids are in the durable log: a resumed transaction has them on its steps, still
+    refuses a live step's call id, and the history kept at the end lists them."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5}, call_id="call_a")
+    tx.execute_step(2, "notify", {"to": "ada@x.io"})  # no call id: a five-field record
+    crash(engine)
+
+    engine = engine_on(tmp_path / "db", shop)
+    assert engine.recover("resume").resumed == (tx.id,)
+    resumed = engine.get(tx.id)
+    assert [(s.step_id, s.call_id) for s in resumed.steps] == [(1, "call_a"), (2, None)]
+    assert [a.call_id for a in resumed.history] == ["call_a", None]
+    duplicate = resumed.execute_step(3, "notify", {"to": "b@x.io"}, call_id="call_a")
+    assert not duplicate.ok
+    assert "duplicate call id" in (duplicate.error or "")
+    step = resumed.next_step_id
+    assert resumed.execute_step(step, "notify", {"to": "b@x.io"}, call_id="call_b").ok
+    attempts, live = resumed.history, [s.call_id for s in resumed.steps]
+    assert live[0] == "call_a"
+    assert live[-1] == "call_b"
+    resumed.commit()
+    history, image = ended(engine, tx.id)
+    assert history.attempts == attempts
+    assert [a.call_id for a in attempts if a.status.value == "live"] == live
+    assert [len(json.loads(text)) for _, text in image.steps] == [
+        5 if call_id is None else 6 for call_id in live
+    ]
+
+
+def test_a_log_and_history_without_call_ids_still_load():
+    """Step records and history rows written before call ids (five and three fields) read
+    back with no call id; a malformed sixth field is a StorageError."""
+    from agenttx._txlog import _call_id, read_history  # noqa: PLC0415
+
+    history = read_history(
+        json.dumps(
+            {
+                "format": 1,
+                "status": "COMMITTED",
+                "attempts": [[1, "charge", "live"], [2, "notify", "failed", "c-2"]],
+                "constraints": [],
+                "compensation_failures": [],
+            }
+        )
+    )
+    assert history is not None
+    assert [(a.step_id, a.call_id) for a in history.attempts] == [(1, None), (2, "c-2")]
+    assert _call_id([], 1) is None
+    assert _call_id(["c"], 1) == "c"
+    for rest in ([3], ["a", "b"]):
+        with pytest.raises(TypeError, match="malformed step record 4"):
+            _call_id(rest, 4)

@@ -21,6 +21,7 @@ from agenttx._rollback import (
 )
 
 RETRY = RollbackStrategy.RETRY
+RESEND = RollbackStrategy.RESEND
 LOCAL = RollbackStrategy.LOCAL_BACKTRACK
 JUMP = RollbackStrategy.DEPENDENCY_JUMP
 RESET = RollbackStrategy.GLOBAL_RESET
@@ -32,6 +33,10 @@ BUDGET = "replay budget exceeded"
 
 def retry(step):
     return RollbackDecision(strategy=RETRY, target_step=step)
+
+
+def resend(step):
+    return RollbackDecision(strategy=RESEND, target_step=step)
 
 
 def local(target, depth):
@@ -122,15 +127,16 @@ def test_budget_rejects_non_int_horizons(horizon):
 
 
 def test_policy_defaults():
-    """The defaults are D=2, one global reset, c=2.0 and one transient retry."""
+    """The defaults are D=2, one global reset, c=2.0, one transient retry, three resends."""
     policy = RollbackPolicy()
     assert policy.max_local_depth == 2
     assert policy.max_global_resets == 1
     assert policy.replay_budget_factor == 2.0
     assert policy.transient_retries == 1
+    assert policy.mistake_retries == 3
 
 
-INT_FIELDS = ["max_local_depth", "max_global_resets", "transient_retries"]
+INT_FIELDS = ["max_local_depth", "max_global_resets", "transient_retries", "mistake_retries"]
 
 
 @pytest.mark.parametrize("field", INT_FIELDS)
@@ -211,6 +217,7 @@ def test_strategy_values():
     assert {s.name: s.value for s in RollbackStrategy} == {
         "NONE": "none",
         "RETRY": "retry",
+        "RESEND": "resend",
         "LOCAL_BACKTRACK": "local_backtrack",
         "DEPENDENCY_JUMP": "dependency_jump",
         "GLOBAL_RESET": "global_reset",
@@ -617,6 +624,112 @@ def test_benchmark_persistent_scenario():
         assert calls == expected == 2 * (fail_at + 2 + 3)
 
 
+# ---------------------------------------------------------------- mistakes
+
+
+def test_a_mistake_is_resent_three_times_then_decided_as_any_failure():
+    """By default the first three consecutive mistakes at a step are RESEND to it; the fourth
+    and later take the decision algorithm (a local backtrack here)."""
+    ctl = controller()
+    for step in range(1, 4):
+        ctl.observe_step(step)
+    assert [ctl.decide(3, None, no_root, mistake=True) for _ in range(3)] == [resend(3)] * 3
+    assert ctl.state().mistakes == ((3, 3),)
+    assert ctl.state().retries == ()
+    assert ctl.replayed_steps == 0
+    assert ctl.decide(3, None, no_root, mistake=True) == local(2, 1)
+    assert ctl.state().mistakes == ((3, 4),)
+
+
+def test_a_resend_asks_for_no_root_cause_and_wins_over_transient():
+    """A resent mistake neither asks for a root cause nor retries as transient."""
+
+    def refuse(step, key):
+        raise AssertionError("root_cause must not be called")
+
+    ctl = controller()
+    assert ctl.decide(2, "id", refuse, transient=True, mistake=True) == resend(2)
+    assert ctl.state().transient_retries == ()
+
+
+def test_an_exhausted_mistake_is_not_retried_as_transient():
+    """Past its resends, a mistake is decided as a non-transient failure."""
+    ctl = controller(mistake_retries=1)
+    ctl.observe_step(2)
+    assert ctl.decide(2, None, no_root, mistake=True) == resend(2)
+    assert ctl.decide(2, None, no_root, transient=True, mistake=True) == local(1, 1)
+
+
+def test_the_mistake_streak_ends_at_another_step_a_real_failure_or_a_reset():
+    """Mistakes count consecutively at one step: observing another step, a failure that is not
+    a mistake, or a global reset starts the count again."""
+    ctl = controller(mistake_retries=2, max_local_depth=1)
+    for step in range(1, 5):
+        ctl.observe_step(step)
+    assert ctl.decide(4, None, no_root, mistake=True) == resend(4)
+    ctl.observe_step(4)  # the resend of step 4 itself: the streak goes on
+    assert ctl.decide(4, None, no_root, mistake=True) == resend(4)
+    ctl.observe_step(5)  # step 4 succeeded
+    assert ctl.state().mistakes == ()
+    assert ctl.decide(5, None, no_root, mistake=True) == resend(5)
+    assert ctl.decide(5, None, no_root) == local(4, 1)  # not a mistake: decided, streak over
+    assert ctl.state().mistakes == ()
+    assert ctl.decide(5, None, no_root, mistake=True) == resend(5)
+    assert ctl.decide(5, None, no_root, mistake=True) == resend(5)
+    assert ctl.decide(5, None, no_root, mistake=True) == reset(DEPTH)
+    assert ctl.state().mistakes == ()
+    assert ctl.decide(5, None, no_root, mistake=True) == resend(5)
+
+
+def test_mistakes_before_step_one_are_step_one():
+    """A mistake at step 0 or below is resent as step 1."""
+    ctl = controller()
+    assert ctl.decide(0, None, no_root, mistake=True) == resend(1)
+    assert ctl.decide(-3, None, no_root, mistake=True) == resend(1)
+    assert ctl.state().mistakes == ((1, 2),)
+
+
+def test_zero_mistake_retries_decide_a_mistake_as_the_reference():
+    """With mistake_retries=0 a mistake backtracks like any failure, and no streak is kept."""
+    ctl = controller(mistake_retries=0)
+    ctl.observe_step(3)
+    assert ctl.decide(3, None, no_root, mistake=True) == local(2, 1)
+    assert ctl.state() == ControllerState(retries=((3, 1),), replayed_steps=2, horizon=3)
+
+
+def test_the_mistake_streak_survives_a_snapshot_and_old_documents_load():
+    """The streak is part of the state and of its JSON, written only when there is one; a
+    document written before it (no "mistakes") reads back with no streak."""
+    ctl = controller()
+    ctl.decide(2, None, no_root, mistake=True)
+    document = json.loads(json.dumps(ctl.state().to_json()))
+    assert document["mistakes"] == [[2, 1]]
+    restored = RollbackController.from_state(ctl.policy, ControllerState.from_json(document))
+    assert [restored.decide(2, None, no_root, mistake=True) for _ in range(3)] == [
+        resend(2),
+        resend(2),
+        local(1, 1),
+    ]
+    old = controller().state().to_json()
+    assert "mistakes" not in old
+    assert ControllerState.from_json(old) == ControllerState()
+
+
+def test_the_mistake_streak_holds_at_most_one_step():
+    """ControllerState.mistakes is one (step, count) pair or empty."""
+    with pytest.raises(InvalidArgument, match="at most one"):
+        ControllerState(mistakes=((1, 1), (2, 1)))
+    with pytest.raises(InvalidArgument, match="counts must be >= 1"):
+        ControllerState(mistakes=((1, 0),))
+
+
+def test_a_policy_without_mistake_retries_loads_with_the_default():
+    """A policy record written before mistake_retries reads back with the default (3)."""
+    record = attrs.asdict(RollbackPolicy(max_local_depth=1))
+    del record["mistake_retries"]
+    assert RollbackPolicy(**record) == RollbackPolicy(max_local_depth=1, mistake_retries=3)
+
+
 # ---------------------------------------------------------------- state snapshots
 
 
@@ -761,22 +874,29 @@ POLICIES = st.builds(
     max_global_resets=st.integers(0, 3),
     replay_budget_factor=st.sampled_from([0.1, 0.3, 0.5, 1.0, 2.0, 10.0]) | st.floats(0.1, 1000),
     transient_retries=st.integers(0, 3),
+    mistake_retries=st.integers(0, 3),
 )
 STEPS = st.integers(-1, 12)
 KEYS = st.sampled_from([None, "id", "sku", ""])
 ROOTS = st.none() | st.integers(-1, 13)
 OBSERVE = st.tuples(st.just("observe"), STEPS)
-FAIL = st.tuples(st.just("fail"), STEPS, KEYS, ROOTS, st.booleans())
+FAIL = st.tuples(st.just("fail"), STEPS, KEYS, ROOTS, st.booleans(), st.booleans())
 OPS = st.lists(OBSERVE | FAIL, max_size=40)
 
 
-def apply(ctl, op, *, transient=None):
+def apply(ctl, op, *, transient=None, mistake=None):
     """Apply one operation; returns the decision of a failure, None for an observation."""
     if op[0] == "observe":
         ctl.observe_step(op[1])
         return None
-    _, step, key, root, flag = op
-    return ctl.decide(step, key, root_at(root), transient=flag if transient is None else transient)
+    _, step, key, root, flag, wrong = op
+    return ctl.decide(
+        step,
+        key,
+        root_at(root),
+        transient=flag if transient is None else transient,
+        mistake=wrong if mistake is None else mistake,
+    )
 
 
 @given(st.data(), OPS)
@@ -788,6 +908,35 @@ def test_zero_transient_retries_is_the_reference(data, ops):
         assert apply(flagged, op, transient=True) == apply(plain, op, transient=False)
         assert flagged.state() == plain.state()
         assert flagged.state().transient_retries == ()
+
+
+@given(st.data(), OPS)
+def test_zero_mistake_retries_is_the_reference(data, ops):
+    """With mistake_retries=0, mistake=True decides exactly as mistake=False, always, and the
+    counters are the reference's (no streak)."""
+    policy = attrs.evolve(data.draw(POLICIES), mistake_retries=0)
+    flagged, plain = RollbackController(policy), RollbackController(policy)
+    for op in ops:
+        assert apply(flagged, op, mistake=True) == apply(plain, op, mistake=False)
+        assert flagged.state() == plain.state()
+        assert flagged.state().mistakes == ()
+
+
+@given(POLICIES, OPS)
+def test_a_resend_changes_no_counter_but_the_streak(policy, ops):
+    """A RESEND leaves retries, jumps, transient retries, replayed steps and resets as they
+    were: only the mistake streak moves (and the horizon, which observes the step)."""
+    ctl = RollbackController(policy)
+    for op in ops:
+        before = ctl.state()
+        decision = apply(ctl, op)
+        if decision is not None and decision.strategy is RESEND:
+            after = ctl.state()
+            assert attrs.evolve(after, mistakes=before.mistakes, horizon=before.horizon) == before
+            assert after.horizon == max(before.horizon, op[1], 1)
+            ((step, count),) = after.mistakes
+            assert (step, decision.target_step) == (max(op[1], 1), step)
+            assert 1 <= count <= policy.mistake_retries
 
 
 @given(POLICIES, OPS, OPS, st.booleans())
@@ -814,6 +963,7 @@ class NaiveController:
         self.retries = {}
         self.jumps = {}
         self.transient = {}
+        self.streak = (0, 0)  # (step, consecutive mistakes)
         self.replayed = 0
         self.global_resets = 0
         self.horizon = 0
@@ -824,10 +974,19 @@ class NaiveController:
 
     def observe(self, step):
         self.horizon = max(self.horizon, step)
+        if step != self.streak[0]:
+            self.streak = (0, 0)
 
-    def decide(self, k, key, root_cause, transient):
+    def decide(self, k, key, root_cause, transient, mistake=False):
         k = max(k, 1)
         self.observe(k)
+        if mistake and self.policy.mistake_retries > 0:
+            self.streak = (k, self.streak[1] + 1)
+            if self.streak[1] <= self.policy.mistake_retries:
+                return ("resend", k, 0, None)
+            transient = False
+        elif self.policy.mistake_retries > 0:
+            self.streak = (0, 0)
         used = self.transient.get(k, 0)
         if (
             transient
@@ -865,6 +1024,7 @@ class NaiveController:
         self.retries.clear()
         self.jumps.clear()
         self.transient.clear()
+        self.streak = (0, 0)
         self.replayed = 0
         return ("global_reset", 0, 0, reason)
 
@@ -893,13 +1053,19 @@ class ControllerMachine(RuleBasedStateMachine):
             ctl.observe_step(step)
         self.model.observe(step)
 
-    @rule(step=STEPS, key=KEYS, root=ROOTS, transient=st.booleans())
-    def fail(self, step, key, root, transient):
+    @rule(step=STEPS, key=KEYS, root=ROOTS, transient=st.booleans(), mistake=st.booleans())
+    def fail(self, step, key, root, transient, mistake):
         resets_before = self.ctl.global_resets
-        decision = self.ctl.decide(step, key, root_at(root), transient=transient)
+        flags = {"transient": transient, "mistake": mistake}
+        decision = self.ctl.decide(step, key, root_at(root), **flags)
         if self.restored is not None:
-            assert self.restored.decide(step, key, root_at(root), transient=transient) == decision
-        assert as_tuple(decision) == self.model.decide(step, key, root_at(root), transient)
+            assert self.restored.decide(step, key, root_at(root), **flags) == decision
+        assert as_tuple(decision) == self.model.decide(step, key, root_at(root), transient, mistake)
+        if decision.strategy is RESEND:
+            assert mistake
+            assert decision.target_step == max(step, 1)
+            assert self.ctl.state().mistakes[0][1] <= self.policy.mistake_retries
+            return
 
         k = max(step, 1)
         if decision.strategy is RESET:
@@ -958,6 +1124,7 @@ class ControllerMachine(RuleBasedStateMachine):
         assert dict(state.transient_retries) == self.model.transient
         assert state.replayed_steps == self.model.replayed
         assert state.horizon == self.model.horizon
+        assert state.mistakes == (() if self.model.streak[1] == 0 else (self.model.streak,))
         if self.restored is not None:
             assert self.restored.state() == state
 

@@ -24,6 +24,7 @@ PUBLIC_MODULES = {
 EXPECTED = {
     "agenttx": [
         "MAX_NESTING_DEPTH",
+        "PROMPT",
         "AgentTxError",
         "AttemptStatus",
         "CleanHint",
@@ -75,6 +76,7 @@ EXPECTED = {
         "Transaction",
         "TransactionNotFound",
         "TransactionView",
+        "TurnCall",
         "TxStatus",
         "UndoRecord",
         "WriteConflict",
@@ -82,6 +84,7 @@ EXPECTED = {
         "compensation",
         "lineage_from_openai",
         "lineage_from_steps",
+        "prompt",
         "resolve_references",
         "tool",
     ],
