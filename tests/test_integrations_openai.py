@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -278,7 +280,8 @@ def test_unknown_tool_is_a_result_and_the_step_is_resent():
     assert "refund_everything" in first["error"]
     assert first["next_step"] == 1
     assert second["ok"] is False
-    assert second["status"] == "not_run"
+    assert second["step"] == 0  # never sent: it claims no step number
+    assert second["error"].startswith("Not run: step 1 failed first")
     assert shop.calls == []
     assert tx.next_step_id == 1
 
@@ -327,7 +330,7 @@ def test_oversized_arguments_and_names_are_refused_as_results():
     )
     assert first["ok"] is False
     assert "unknown tool" in first["error"]
-    assert second["status"] == "not_run"
+    assert second["error"].startswith("Not run: step 1 was refused first")
     (big,) = one_turn(tx, call("lookup_customer", {"email": "a" * 2_000_000}))
     assert big["ok"] is False
     assert "exceed" in big["error"]
@@ -415,3 +418,22 @@ def test_import_agenttx_does_not_import_the_sdk():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.split() == ["False", "True"]
+
+
+def doc_examples() -> list[dict[str, Any]]:
+    """The JSON examples of docs/integrations.md#history-after-a-rewind, in order."""
+    text = (Path(__file__).parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
+    section = text.split("## History after a rewind", 1)[1].split("\n## ", 1)[0]
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
+
+
+def test_the_docs_show_what_reaches_the_model():
+    """The note, the failed result after truncation and the voided result are as documented."""
+    note, failed, voided = doc_examples()
+    truncated = json.loads(rewind_request("truncate")[-1]["content"])
+    assert truncated["note"] == note["note"]
+    assert {key: truncated[key] for key in failed} == failed
+    documented_order = [key for key in truncated if key in failed]
+    assert documented_order == list(failed)
+    void = chat_tool_messages({"messages": rewind_request("void")})
+    assert void[0]["content"] == voided

@@ -225,13 +225,18 @@ def _refused(call: ModelCall, step: int, error: str) -> Outcome:
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
 
-def _not_run(call: ModelCall, step: int) -> Outcome:
+def _not_run(call: ModelCall, first: int, step: int, *, refused: bool = False) -> Outcome:
+    """A call after the step `first` that failed (or was refused), as `call_turn` answers it."""
+    what = "was refused" if refused else "failed"
     payload: Payload = {
         "ok": False,
-        "status": "not_run",
-        "error": "Not run: an earlier call in this turn failed.",
+        "step": 0,  # it was never sent: it claims no step number
+        "error": (
+            f"Not run: step {first} {what} first; send this call again, as step {step} or "
+            "later, if it is still needed."
+        ),
         "next_step": step,
-        "instruction": f"Read the failed call's result, then send step {step}.",
+        "instruction": f"Read step {first}'s result, then send step {step}.",
     }
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
@@ -240,9 +245,10 @@ def _ended(call: ModelCall, tx: Transaction) -> Outcome:
     status = tx.status.value.lower().replace("_", " ")
     payload: Payload = {
         "ok": False,
-        "status": "not_run",
+        "step": 0,
         "error": f"Not run: the transaction has ended ({status}); no more tool calls run in it.",
-        "instruction": "Stop calling tools and tell the user what happened.",
+        "next_step": 0,
+        "instruction": "Send no more steps: the transaction has ended.",
     }
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
@@ -276,10 +282,12 @@ def _finish(
         return tuple(outcomes)
     if tx.status.terminal:
         return (*outcomes, *(_ended(call, tx) for call in rest))
-    clean = all(r.status is StepStatus.SUCCESS for r in results)
     step = tx.next_step_id
-    first = _refused(rest[0], step, refusal) if clean else _not_run(rest[0], step)
-    return (*outcomes, first, *(_not_run(call, step) for call in rest[1:]))
+    failed = next((r for r in results if r.status is not StepStatus.SUCCESS), None)
+    if failed is not None:  # the turn stopped before the refused call: it was not run either
+        return (*outcomes, *(_not_run(call, failed.step_id, step) for call in rest))
+    first = _refused(rest[0], step, refusal)
+    return (*outcomes, first, *(_not_run(c, step, step, refused=True) for c in rest[1:]))
 
 
 def run_turn(tx: Transaction, calls: Sequence[ModelCall]) -> tuple[Outcome, ...]:

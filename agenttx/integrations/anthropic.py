@@ -78,7 +78,7 @@ def _dump(item: object, where: str) -> Any:
         return dict(item)
     dump = getattr(item, "model_dump", None)
     if callable(dump):
-        return dump(mode="json", exclude_none=True)
+        return dump(mode="json", exclude_none=True, warnings=False)
     raise InvalidArgument(f"{where} is {describe(item)}, not a message or content block")
 
 

@@ -137,7 +137,7 @@ def _as_dict(item: object, where: str) -> Message:
         return dict(item)
     dump = getattr(item, "model_dump", None)
     if callable(dump):
-        dumped = dump(mode="json", exclude_none=True)
+        dumped = dump(mode="json", exclude_none=True, warnings=False)
         if isinstance(dumped, dict):
             return dumped
     raise InvalidArgument(f"{where} is {describe(item)}, not a message")
