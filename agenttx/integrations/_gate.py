@@ -19,8 +19,18 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, final
 
-from .._results import StepResult, StepStatus
-from ._common import ModelCall, Outcome, Rewrite, arun_turn, check_transaction, rewrite_for
+import attrs
+
+from .._turns import TurnCall, not_run
+from ._common import (
+    ModelCall,
+    Outcome,
+    Rewrite,
+    _not_run,
+    arun_turn,
+    check_transaction,
+    rewrite_for,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Hashable
@@ -46,13 +56,14 @@ class TurnGate:
     the transaction's order.
     """
 
-    __slots__ = ("_anchor", "_failed", "_locks", "_rewinds", "_steps", "_tx")
+    __slots__ = ("_anchor", "_failed", "_failure", "_locks", "_rewinds", "_steps", "_tx")
 
     def __init__(self, tx: Transaction) -> None:
         # Weak: `_GATES` keeps the gate as long as its transaction lives; whoever calls through
         # the gate (a tool, a toolset) holds the transaction itself and passes it to `call`.
         self._tx = weakref.ref(tx)
         self._failed: Hashable | None = None  # the turn that has failed, if any
+        self._failure: Outcome | None = None  # the outcome of its failed call
         self._anchor: object = None  # keeps alive what the failed turn's key names by id
         self._rewinds: list[Outcome] = []  # the outcomes that voided calls, in order
         self._steps: dict[str, int] = {}  # call id -> the step it ran as
@@ -114,24 +125,33 @@ class TurnGate:
             call_id=call_id or f"agenttx-{uuid.uuid4().hex}", name=name, arguments=arguments
         )
         async with lock:
-            if self._failed is not None and self._failed == turn:
-                step = tx.next_step_id
-                return StepResult(
-                    status=StepStatus.NOT_RUN,
-                    step_id=step,
-                    next_step_id=step,
-                    call_id=model_call.call_id,
-                ).for_model()
+            failure = self._failure
+            if failure is not None and self._failed == turn and not tx.status.terminal:
+                return self._not_run(tx, name, model_call, failure)
             (outcome,) = await arun_turn(tx, [model_call])
             result = outcome.result
             if outcome.is_error:
-                self._failed, self._anchor = turn, anchor
+                self._failed, self._failure, self._anchor = turn, outcome, anchor
             if result is not None:
                 if result.ok:
                     self._steps[outcome.call_id] = result.step_id
                 if result.voided_call_ids:
                     self._rewinds.append(outcome)
             return outcome.payload
+
+    @staticmethod
+    def _not_run(
+        tx: Transaction, name: str, call: ModelCall, failure: Outcome
+    ) -> dict[str, JSONValue]:
+        """The payload of a call after `failure` in its turn, as `call_turn` answers it."""
+        failed = failure.result
+        if failed is None:  # refused before it became a step (over a limit)
+            step = tx.next_step_id
+            first = failure.payload.get("step")
+            first = first if isinstance(first, int) else step
+            return _not_run(call, first, step, refused=True).payload
+        result = not_run(TurnCall(name, "{}"), failed)
+        return attrs.evolve(result, call_id=call.call_id).for_model()
 
 
 #: One gate per transaction, for as long as the transaction lives, so every tool and history

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 try:
     import agents
@@ -178,7 +178,7 @@ def _rewrite(items: list[TResponseInputItem], rewrite: Rewrite) -> list[TRespons
             rewritten.append(item)
         elif call_id in rewrite.replace:
             output = dumps(rewrite.replace[call_id])
-            rewritten.append({**item, "output": output})  # type: ignore[typeddict-item]
+            rewritten.append(cast("TResponseInputItem", {**item, "output": output}))
         elif call_id in rewrite.notes:
             rewritten.append(_noted(item, rewrite.notes[call_id]))
         else:
