@@ -199,8 +199,6 @@ def _rewrite(messages: list[ModelMessage], rewrite: Rewrite) -> list[ModelMessag
             rewritten.append(dataclasses.replace(message, parts=parts))
         elif isinstance(message, ModelResponse):
             rewritten.append(dataclasses.replace(message, parts=parts))
-        else:  # a message kind this version does not know: left as it is
-            rewritten.append(message)
     return rewritten
 
 
