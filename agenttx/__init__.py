@@ -6,7 +6,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
 
     layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores
-    layer 2: _graph _rollback _saga _tools _lineage
+    layer 2: _graph _rollback _saga _tools _lineage _constraints
     layer 3: _results _history _txlog _settings _timeline _prepare _observed _turns _transaction
     layer 4: _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
@@ -20,7 +20,8 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
                  calls, worker threads   _results    what transactions report
     _history     step attempts           _txlog      the durable log
     _settings    a transaction's settings            _timeline   live steps, truncated together
-    _prepare     a step's call, checked  _observed   what a transaction shows
+    _prepare     a step's call, checked  _constraints hints kept, transient ones dropped
+    _observed    what a transaction shows
     _turns       calls that number themselves            _transaction interactive transactions
     _prompt      the system prompt for agents
     _engine      many transactions, reaper           _recovery   crash recovery
@@ -74,6 +75,7 @@ from ._results import ContextEntry as ContextEntry
 from ._results import DispatchReport as DispatchReport
 from ._results import RecoveryReport as RecoveryReport
 from ._results import RollbackResult as RollbackResult
+from ._results import RootCause as RootCause
 from ._results import StepAttempt as StepAttempt
 from ._results import StepRecord as StepRecord
 from ._results import StepResult as StepResult
@@ -137,6 +139,7 @@ __all__ = [
     "RollbackPolicy",
     "RollbackResult",
     "RollbackStrategy",
+    "RootCause",
     "StagedEffect",
     "StateView",
     "StepAttempt",

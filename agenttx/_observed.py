@@ -258,6 +258,8 @@ class Observed:
     _status: TxStatus = attrs.field(init=False, default=TxStatus.ACTIVE)
     _timeline: Timeline = attrs.field(init=False, factory=Timeline)
     _constraints: list[str] = attrs.field(init=False, factory=list)
+    # The constraints added by transient failures, `(step, text)`: dropped when it succeeds.
+    _transient_hints: list[tuple[int, str]] = attrs.field(init=False, factory=list)
     # Timed-out calls whose worker was still running: their undos wait for them.
     _orphans: Orphans = attrs.field(init=False, factory=Orphans)
     # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.

@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
+from ._errors import InvalidArgument
 from ._rollback import RollbackStrategy
 
 if TYPE_CHECKING:
     from ._hints import CleanHint
     from ._json import JSONValue
     from ._rollback import RollbackDecision
+    from ._timeline import Voided
     from ._tools import StagedEffect
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "DispatchReport",
     "RecoveryReport",
     "RollbackResult",
+    "RootCause",
     "StepAttempt",
     "StepRecord",
     "StepResult",
@@ -114,6 +117,28 @@ class StepRecord:
     call_id: str | None = None
 
 
+def _check_root_step(_instance: object, _attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"RootCause step must be an int >= 1, got {value!r}")
+
+
+def _check_root_key(
+    _instance: object, _attribute: attrs.Attribute[str | None], value: str | None
+) -> None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"RootCause key must be a string or None, got {value!r}")
+
+
+@final
+@attrs.frozen
+class RootCause:
+    """The step a dependency jump rewound to: it produced `key`, the bad input of the failed
+    step (`RootCause(3, "customer_id")`). Validated (`InvalidArgument`)."""
+
+    step: int = attrs.field(validator=_check_root_step)
+    key: str | None = attrs.field(default=None, validator=_check_root_key)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class StepResult:
@@ -124,6 +149,9 @@ class StepResult:
     `strategy` and `rollback_to_step` say where the transaction rewound to, `next_step_id` is the
     step to send next (0 once aborted), `context_reset` tells the agent to drop what it
     remembers of the rewound steps, and `constraints` lists every hint so far.
+    `voided_steps` are the live steps the rewind (or abort) undid, in step order, and
+    `voided_call_ids` the call ids of those that had one; `root_cause` is set when the rewind
+    jumped to the step that produced the bad input. `for_model()` is what to send the model.
     """
 
     status: StepStatus
@@ -140,11 +168,82 @@ class StepResult:
     compensation_errors: tuple[str, ...] = ()
     rollback_latency_ms: float = 0.0
     call_id: str | None = None
+    voided_steps: tuple[int, ...] = ()
+    voided_call_ids: tuple[str, ...] = ()
+    root_cause: RootCause | None = None
 
     @property
     def ok(self) -> bool:
         """True when the step succeeded."""
         return self.status is StepStatus.SUCCESS
+
+    def for_model(self) -> dict[str, JSONValue]:
+        """The tool result to send the model (docs/protocol.md#what-the-model-receives).
+
+        Keys, in this order: `ok`, `step`, `output` (on success) or `error` (the hint text),
+        `next_step`, then `voided_steps`, `constraints` and `root_cause` (`{"step", "key"}`)
+        when they are not empty, and `instruction`, one sentence saying what to send next.
+        A new dict each call, JSON-serializable (the output is JSON already); deterministic.
+        """
+        payload: dict[str, JSONValue] = {"ok": self.ok, "step": self.step_id}
+        if self.ok:
+            payload["output"] = self.output
+        else:
+            payload["error"] = self.hint.text if self.hint is not None else self.error or ""
+        payload["next_step"] = self.next_step_id
+        if self.voided_steps:
+            payload["voided_steps"] = list(self.voided_steps)
+        if self.constraints:
+            payload["constraints"] = list(self.constraints)
+        if self.root_cause is not None:
+            payload["root_cause"] = {"step": self.root_cause.step, "key": self.root_cause.key}
+        payload["instruction"] = _instruction(self)
+        return payload
+
+
+def _undone(steps: tuple[int, ...]) -> str:
+    """What a rewind undid: live steps are consecutive, so a range says which."""
+    if len(steps) == 1:
+        return f"step {steps[0]} was undone and its output no longer exists"
+    return f"steps {steps[0]}-{steps[-1]} were undone and their outputs no longer exist"
+
+
+#: The instruction after a failure that needs no step range: by strategy, with `{step}`.
+_INSTRUCTIONS: Final = {
+    RollbackStrategy.RESEND: "Fix the call as the error says and send step {step} again.",
+    RollbackStrategy.RETRY: (
+        "The failure was temporary: send step {step} again with the same arguments."
+    ),
+    RollbackStrategy.GLOBAL_RESET: (
+        "Every step was undone: start again from step 1, keeping to the constraints."
+    ),
+    RollbackStrategy.ABORT: (
+        "The transaction was aborted and every step undone: send no more steps."
+    ),
+}
+
+
+def _instruction(result: StepResult) -> str:
+    """One sentence: what the model does next, after `result`."""
+    step, following, strategy = result.step_id, result.next_step_id, result.strategy
+    if result.ok:
+        return (
+            f"Continue with step {following}; pass on a value of this output as "
+            f"${{steps.{step}.<field>}}, never copied."
+        )
+    fixed = _INSTRUCTIONS.get(strategy)
+    if fixed is not None:
+        return fixed.format(step=step)
+    if not result.voided_steps:
+        return f"Send step {following} next, correcting the cause of the error."
+    undone = _undone(result.voided_steps)
+    root = result.root_cause
+    if strategy is RollbackStrategy.DEPENDENCY_JUMP and root is not None:
+        return (
+            f"Step {root.step} produced the bad value of {root.key!r}: {undone}; send step "
+            f"{following} again with a corrected value, then redo the rest."
+        )
+    return f"{undone.capitalize()}: send step {following} again, correcting the cause of the error."
 
 
 def failed_step(
@@ -158,10 +257,15 @@ def failed_step(
     compensation_errors: tuple[str, ...],
     started: float,
     call_id: str | None = None,
+    voided: Voided = ((), ()),
 ) -> StepResult:
-    """The result of a failed step, once the rewind (or abort) `decision` asked for is done."""
+    """The result of a failed step, once the rewind (or abort) `decision` asked for is done;
+    `voided` are the live steps it undid and their call ids (`Timeline.voided`)."""
     strategy = decision.strategy
     aborted = strategy is RollbackStrategy.ABORT
+    root = None
+    if strategy is RollbackStrategy.DEPENDENCY_JUMP:
+        root = RootCause(decision.target_step, decision.root_key)
     return StepResult(
         status=StepStatus.FAILED if aborted else StepStatus.ROLLBACK_TRIGGERED,
         step_id=step_id,
@@ -176,6 +280,9 @@ def failed_step(
         compensation_errors=compensation_errors,
         rollback_latency_ms=(time.perf_counter() - started) * 1000,
         call_id=call_id,
+        voided_steps=voided[0],
+        voided_call_ids=voided[1],
+        root_cause=root,
     )
 
 

@@ -9,7 +9,7 @@ The timeline does no I/O: the transaction decides when to call it and writes the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from ._graph import DependencyGraph
 from ._history import StepHistory
@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from ._tools import Outcome, StagedEffect
     from ._txlog import Restored
 
-__all__ = ["Pending", "Timeline"]
+__all__ = ["Pending", "Timeline", "Voided"]
+
+#: The live steps a rewind undoes, and the call ids of those that had one, in step order.
+Voided: TypeAlias = "tuple[tuple[int, ...], tuple[str, ...]]"
 
 
 class Pending(NamedTuple):
@@ -132,6 +135,17 @@ class Timeline:
         self._graph_upto = min(self._graph_upto, first - 1)
         self.pending = None
         self.next_step = first
+
+    def voided(self, target: int) -> Voided:
+        """The live steps a rewind to `target` would undo (all of them for 0), and their call
+        ids, in step order; nothing is changed."""
+        first = max(target, 1)
+        steps = self.steps
+        if first >= self.next_step or not steps:
+            return (), ()
+        ids = sorted(s for s in steps if s >= first)
+        call_ids = tuple(c for c in (steps[s].call_id for s in ids) if c is not None)
+        return tuple(ids), call_ids
 
     def clear(self) -> None:
         """Drop every step (an abort): no step runs next."""

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._constraints import add_hint, without_transient
 from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
-from ._hints import CleanHint, add_constraint, clean_error
+from ._hints import CleanHint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
 from ._prepare import (
@@ -41,7 +42,7 @@ from ._results import (
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
-from ._timeline import Pending
+from ._timeline import Pending, Voided
 from ._tools import (
     Call,
     Failure,
@@ -170,6 +171,7 @@ class Transaction(Turns, Observed):
     def _adopt(self, restored: Restored) -> CompensationReport:
         progress = restored.progress
         self._constraints = list(progress.constraints)
+        self._transient_hints = list(progress.transient)
         self._ledger.record(restored.undos)
         self._timeline.adopt(restored)
         with self._calls:
@@ -353,14 +355,21 @@ class Transaction(Turns, Observed):
             pending.dependencies,
             call_id,
         )
+        # A transient constraint of this step is dropped, in the write that records it.
+        dropped = None
+        if self._transient_hints:
+            dropped = without_transient(self._constraints, self._transient_hints, step_id)
         if self._log is not None:
             try:
-                self._log.step(step_id, step, outcome.effects)
+                progress = None if dropped is None else self._progress(*dropped)
+                self._log.step(step_id, step, outcome.effects, progress)
             except BaseException:  # not durable: the step did not happen
                 self._rewind(step_id)
                 raise
         with self._state_lock:
             self._timeline.append(step_id, step, outcome)
+            if dropped is not None:
+                self._constraints, self._transient_hints = dropped
         self._transition(TxStatus.ACTIVE)
         return StepResult(
             status=StepStatus.SUCCESS,
@@ -389,34 +398,48 @@ class Transaction(Turns, Observed):
         self._ledger.compensate(records, self._registry.compensations)
         return running
 
-    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
+    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint, Voided]:
+        """The controller's decision, the hint, and the live steps the decision will undo."""
         hint = clean_error(failure.message)
         if failure.key is not None and failure.key != hint.key:
             hint = attrs.evolve(hint, key=failure.key)
         transient = hint.category.transient if failure.transient is None else failure.transient
         with self._state_lock:
-            add_constraint(self._constraints, hint.text, self._settings.max_constraints)
+            add_hint(
+                self._constraints,
+                self._transient_hints,
+                hint.text,
+                self._settings.max_constraints,
+                transient_step=step_id if transient else None,
+            )
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
             step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
         )
-        return decision, hint
+        return decision, hint, self._timeline.voided(_rewind_target(decision)[0])
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
         call_id = self._timeline.call_id
-        decision, hint = self._decide(step_id, failure)
+        decision, hint, voided = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
         return self._failed(
-            step_id, decision, hint, failure, report=report, started=started, call_id=call_id
+            step_id,
+            decision,
+            hint,
+            failure,
+            report,
+            started=started,
+            call_id=call_id,
+            voided=voided,
         )
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
         with self._call():
             call_id = self._timeline.call_id
-            decision, hint = self._decide(step_id, failure)
+            decision, hint, voided = self._decide(step_id, failure)
             target, final = _rewind_target(decision)
             records = self._begin_rewind(target, final)
         started = time.perf_counter()
@@ -429,7 +452,14 @@ class Transaction(Turns, Observed):
         with self._call(), self._ending_if_interrupted():
             self._finish_rewind(target, final)
         return self._failed(
-            step_id, decision, hint, failure, report=report, started=started, call_id=call_id
+            step_id,
+            decision,
+            hint,
+            failure,
+            report,
+            started=started,
+            call_id=call_id,
+            voided=voided,
         )
 
     def _failed(
@@ -438,10 +468,11 @@ class Transaction(Turns, Observed):
         decision: RollbackDecision,
         hint: CleanHint,
         failure: Failure,
-        *,
         report: CompensationReport,
+        *,
         started: float,
         call_id: str | None,
+        voided: Voided,
     ) -> StepResult:
         return failed_step(
             step_id,
@@ -453,6 +484,7 @@ class Transaction(Turns, Observed):
             compensation_errors=report.failures,
             started=started,
             call_id=call_id,
+            voided=voided,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:
@@ -532,9 +564,24 @@ class Transaction(Turns, Observed):
 
     def _log_progress(self, rewinding: tuple[int, str | None] | None = None) -> None:
         if self._log is not None:
-            timeline, state = self._timeline, self._controller.state()
-            progress = (timeline.next_step, state, tuple(self._constraints), timeline.rewinds)
-            self._log.progress(Progress(*progress, rewinding=rewinding))
+            progress = self._progress(self._constraints, self._transient_hints, rewinding)
+            self._log.progress(progress)
+
+    def _progress(
+        self,
+        constraints: list[str],
+        transient: list[tuple[int, str]],
+        rewinding: tuple[int, str | None] | None = None,
+    ) -> Progress:
+        timeline, state = self._timeline, self._controller.state()
+        return Progress(
+            timeline.next_step,
+            state,
+            tuple(constraints),
+            timeline.rewinds,
+            rewinding=rewinding,
+            transient=tuple(transient),
+        )
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""

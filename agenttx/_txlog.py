@@ -79,6 +79,8 @@ class Progress(NamedTuple):
     runs, so that recovery finishes it (compensates what is left and truncates) instead of
     bringing back steps whose undos have run. It is `(target, None)` for a rewind that
     `target` runs after, and `(0, status)` for an abort that ends the transaction as `status`.
+    `transient` lists the constraints added by transient failures, as `(step, text)`: they
+    are dropped when that step succeeds (`_constraints`).
     """
 
     next_step: int
@@ -86,6 +88,7 @@ class Progress(NamedTuple):
     constraints: tuple[str, ...]
     rewinds: int
     rewinding: tuple[int, str | None] | None = None
+    transient: tuple[tuple[int, str], ...] = ()
 
 
 class Restored(NamedTuple):
@@ -201,8 +204,15 @@ class TxLog:
         """Delete an undo record whose compensation succeeded."""
         self._store.forget_undo(self._tx_id, record.step_id, record.seq)
 
-    def step(self, step_id: int, step: LiveStep, effects: Sequence[StagedEffect]) -> None:
-        """Write a successful step with its staged effects (and the unchanged progress)."""
+    def step(
+        self,
+        step_id: int,
+        step: LiveStep,
+        effects: Sequence[StagedEffect],
+        progress: Progress | None = None,
+    ) -> None:
+        """Write a successful step with its staged effects and, in the same write, the
+        progress: `progress` if given (a transient constraint dropped), else unchanged."""
         fields: list[JSONValue] = [
             step.tool_name,
             step.arguments,
@@ -222,7 +232,9 @@ class TxLog:
             )
             for e in effects
         ]
-        self._store.record_step(self._tx_id, step_id, text, rows, self._progress)
+        progress_text = self._progress if progress is None else _progress_text(progress)
+        self._store.record_step(self._tx_id, step_id, text, rows, progress_text)
+        self._progress = progress_text
 
     def progress(self, progress: Progress) -> None:
         """Write the progress after a rewind."""
@@ -335,6 +347,14 @@ def _call_id(rest: list[Any], step_id: int) -> str | None:
     return call_id
 
 
+def _marks(document: JSONValue) -> tuple[tuple[int, str], ...]:
+    """The transient constraint marks of a progress record (none before they existed)."""
+    marks = tuple((mark[0], mark[1]) for mark in cast("list[list[Any]]", document))
+    if not all(isinstance(step, int) and isinstance(text, str) for step, text in marks):
+        raise TypeError(f"malformed transient constraints: {document!r}")
+    return marks
+
+
 def _progress_text(progress: Progress) -> str:
     document: dict[str, JSONValue] = {
         "next_step": progress.next_step,
@@ -344,6 +364,8 @@ def _progress_text(progress: Progress) -> str:
     }
     if progress.rewinding is not None:
         document["rewinding"] = list(progress.rewinding)
+    if progress.transient:
+        document["transient"] = [list(mark) for mark in progress.transient]
     return canonical_dumps(document)
 
 
@@ -422,6 +444,7 @@ def read_image(image: TxImage) -> Restored:
             constraints=tuple(progress["constraints"]) if progress else (),
             rewinds=progress["rewinds"] if progress else 0,
             rewinding=_rewinding(progress.get("rewinding")) if progress else None,
+            transient=_marks(progress.get("transient", [])) if progress else (),
         )
         return Restored(
             tx_id=image.tx_id,

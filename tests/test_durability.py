@@ -734,3 +734,43 @@ def test_a_log_and_history_without_call_ids_still_load():
     for rest in ([3], ["a", "b"]):
         with pytest.raises(TypeError, match="malformed step record 4"):
             _call_id(rest, 4)
+
+
+def test_a_transient_constraint_is_dropped_durably(tmp_path):
+    """A transient failure's constraint survives a resume, is dropped when the retried step
+    succeeds after it, and a second resume agrees that it is gone."""
+    shop = Shop(tmp_path)
+    calls = {"left": 1}
+
+    @agenttx.tool(name="quote")
+    def quote(order: str) -> dict:
+        if calls["left"]:
+            calls["left"] -= 1
+            raise agenttx.ToolError("quote service unavailable", transient=True)
+        return {"price": 5}
+
+    shop.tools.append(quote)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "fail", {"order": "o1"})  # a lasting constraint
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    failed = tx.execute_step(2, "quote", {"order": "o1"})
+    assert failed.strategy is agenttx.RollbackStrategy.RETRY
+    assert len(failed.constraints) == 2
+    crash(engine)
+
+    engine = engine_on(tmp_path / "db", shop)
+    assert engine.recover("resume").resumed == (tx.id,)
+    resumed = engine.get(tx.id)
+    assert resumed.constraints == failed.constraints
+    retried = resumed.execute_step(2, "quote", {"order": "o1"})
+    assert retried.ok
+    assert retried.constraints == failed.constraints[:1]
+    crash(engine)
+
+    engine = engine_on(tmp_path / "db", shop)
+    assert engine.recover("resume").resumed == (tx.id,)
+    again = engine.get(tx.id)
+    assert again.constraints == failed.constraints[:1]
+    assert again.execute_step(3, "notify", {"to": "a@x.io"}).constraints == again.constraints

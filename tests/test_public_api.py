@@ -60,6 +60,7 @@ EXPECTED = {
         "RollbackPolicy",
         "RollbackResult",
         "RollbackStrategy",
+        "RootCause",
         "StagedEffect",
         "StateView",
         "StepAttempt",

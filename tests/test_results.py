@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 import agenttx
-from agenttx import StepStatus
+from agenttx import RollbackStrategy, RootCause, StepStatus
+
+RESEND = RollbackStrategy.RESEND
 
 
 def kv_tools() -> list:
@@ -109,3 +112,346 @@ def test_aexecute_step_takes_the_call_id_and_raw_context_by_keyword():
     duplicate = asyncio.run(tx.aexecute_step(2, "put", {"key": "b"}, call_id="c-1"))
     assert not duplicate.ok
     assert "duplicate call id" in (duplicate.error or "")
+
+
+# ---------------------------------------------------------------- mistakes
+
+
+def shop_tools(log: list[str]) -> list:
+    """A charge (refunded by its undo), a lookup that fails on a bad customer, a flaky call."""
+    flaky = {"left": 1}
+
+    @agenttx.compensation(name="refund")
+    def refund(payload) -> None:
+        log.append(f"refund {payload['order']}")
+
+    @agenttx.tool(name="charge")
+    def charge(ctx: agenttx.ToolContext, order: str) -> dict:
+        ctx.register_undo("refund", {"order": order})
+        log.append(f"charge {order}")
+        return {"order": order, "customer": "c-404"}
+
+    @agenttx.tool(name="ship")
+    def ship(customer: str) -> dict:
+        if customer != "c-1":
+            raise agenttx.ToolError(f"no such customer {customer}", key="customer")
+        return {"shipped": customer}
+
+    @agenttx.tool(name="quote")
+    def quote(order: str) -> dict:
+        if flaky["left"]:
+            flaky["left"] -= 1
+            raise agenttx.ToolError("quote service unavailable", transient=True)
+        return {"price": 5}
+
+    return [refund, charge, ship, quote]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "error"),
+    [
+        ("chrage", {"order": "o2"}, "unknown tool 'chrage'"),
+        ("charge", '{"order": ', "invalid arguments JSON"),
+    ],
+)
+def test_a_mistake_resends_the_step_and_keeps_the_work(tool, arguments, error):
+    """By default an unknown tool or malformed JSON at step 2 is a RESEND of step 2: step 1
+    stays live, nothing is compensated, the step number is reused, the attempt is in history."""
+    log: list[str] = []
+    tx = agenttx.Transaction(shop_tools(log))
+    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
+    result = tx.execute_step(2, tool, arguments, call_id="c2")
+    assert (result.status, result.strategy) == (StepStatus.ROLLBACK_TRIGGERED, RESEND)
+    assert (result.rollback_to_step, result.next_step_id, result.context_reset) == (2, 2, False)
+    assert (result.voided_steps, result.voided_call_ids, result.root_cause) == ((), (), None)
+    assert result.error is not None
+    assert error in result.error
+    assert log == ["charge o1"]
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [(1, "c1")]
+    assert [(a.step_id, a.status.value, a.call_id) for a in tx.history] == [
+        (1, "live", "c1"),
+        (2, "failed", "c2"),
+    ]
+    assert tx.execute_step(2, "charge", {"order": "o2"}, call_id="c2").ok
+    assert log == ["charge o1", "charge o2"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"), [("chrage", {"order": "o2"}), ("charge", '{"order": ')]
+)
+def test_mistake_retries_zero_is_the_reference_local_backtrack(tool, arguments):
+    """With RollbackPolicy(mistake_retries=0) a mistake at step 2 backtracks to step 1 and
+    refunds its charge, as the reference does."""
+    log: list[str] = []
+    policy = agenttx.RollbackPolicy(mistake_retries=0)
+    tx = agenttx.Transaction(shop_tools(log), policy=policy)
+    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
+    result = tx.execute_step(2, tool, arguments)
+    assert (result.strategy, result.next_step_id) == (RollbackStrategy.LOCAL_BACKTRACK, 1)
+    assert (result.voided_steps, result.voided_call_ids) == ((1,), ("c1",))
+    assert log == ["charge o1", "refund o1"]
+    assert tx.steps == ()
+
+
+def test_the_fourth_consecutive_mistake_is_decided_as_any_failure():
+    """Three mistakes in a row at one step are resent; the fourth backtracks (and refunds)."""
+    log: list[str] = []
+    tx = agenttx.Transaction(shop_tools(log))
+    tx.execute_step(1, "charge", {"order": "o1"})
+    strategies = [tx.execute_step(2, "nope", {}).strategy for _ in range(4)]
+    assert strategies == [RESEND, RESEND, RESEND, RollbackStrategy.LOCAL_BACKTRACK]
+    assert log == ["charge o1", "refund o1"]
+    assert tx.next_step_id == 1
+
+
+def test_a_duplicate_call_id_is_resent():
+    """A live step's call id sent again is a mistake: RESEND, the live step untouched."""
+    log: list[str] = []
+    tx = agenttx.Transaction(shop_tools(log))
+    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
+    result = tx.execute_step(2, "charge", {"order": "o2"}, call_id="c1")
+    assert (result.strategy, result.next_step_id, result.call_id) == (RESEND, 2, "c1")
+    assert log == ["charge o1"]
+    assert tx.execute_step(2, "charge", {"order": "o2"}, call_id="c2").ok
+
+
+def test_a_resend_is_asynchronous_too():
+    """aexecute_step resends a mistake the same way."""
+    log: list[str] = []
+    tx = agenttx.Transaction(shop_tools(log))
+
+    async def main() -> agenttx.StepResult:
+        await tx.aexecute_step(1, "charge", {"order": "o1"})
+        return await tx.aexecute_step(2, "nope", {})
+
+    result = asyncio.run(main())
+    assert (result.strategy, result.next_step_id, log) == (RESEND, 2, ["charge o1"])
+
+
+# ---------------------------------------------------------------- voided steps and root causes
+
+
+def test_a_dependency_jump_reports_the_voided_steps_and_the_root_cause():
+    """A failure traced to step 1 voids steps 1-2 with their call ids and names the root."""
+    log: list[str] = []
+    tx = agenttx.Transaction(shop_tools(log))
+    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
+    tx.execute_step(2, "quote", {"order": "o1"})  # fails transiently, then is retried
+    tx.execute_step(2, "quote", {"order": "o1"}, call_id="c2")
+    result = tx.execute_step(3, "ship", {"customer": "${steps.1.customer}"}, call_id="c3")
+    assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP
+    assert (result.voided_steps, result.voided_call_ids) == ((1, 2), ("c1", "c2"))
+    assert result.root_cause == RootCause(1, "customer")
+    assert result.call_id == "c3"
+    assert log == ["charge o1", "refund o1"]
+
+
+def test_a_local_backtrack_reports_the_voided_steps_without_a_root_cause():
+    """An untraceable failure backtracks one step: that step is voided, no root cause."""
+    log: list[str] = []
+    tx = agenttx.Transaction(shop_tools(log))
+    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
+    tx.execute_step(2, "charge", {"order": "o2"})
+    result = tx.execute_step(3, "ship", {"customer": "c-9"})
+    assert result.strategy is RollbackStrategy.LOCAL_BACKTRACK
+    assert (result.voided_steps, result.voided_call_ids, result.root_cause) == ((2,), (), None)
+
+
+def test_a_global_reset_and_an_abort_void_every_live_step():
+    """A global reset and an abort void every live step, with every call id."""
+    policy = agenttx.RollbackPolicy(max_local_depth=0, max_global_resets=1, mistake_retries=0)
+    tx = agenttx.Transaction(shop_tools([]), policy=policy)
+    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
+    tx.execute_step(2, "charge", {"order": "o2"}, call_id="c2")
+    reset = tx.execute_step(3, "nope", {})
+    assert reset.strategy is RollbackStrategy.GLOBAL_RESET
+    assert (reset.voided_steps, reset.voided_call_ids) == ((1, 2), ("c1", "c2"))
+    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
+    aborted = tx.execute_step(2, "nope", {})
+    assert aborted.strategy is RollbackStrategy.ABORT
+    assert (aborted.voided_steps, aborted.voided_call_ids) == ((1,), ("c1",))
+    assert aborted.next_step_id == 0
+
+
+def test_a_retry_voids_nothing():
+    """A transient failure retries the step itself: nothing is voided."""
+    tx = agenttx.Transaction(shop_tools([]))
+    tx.execute_step(1, "charge", {"order": "o1"})
+    result = tx.execute_step(2, "quote", {"order": "o1"})
+    assert (result.strategy, result.voided_steps, result.root_cause) == (
+        RollbackStrategy.RETRY,
+        (),
+        None,
+    )
+
+
+def test_root_cause_is_a_validated_record():
+    """RootCause(step, key) compares by value and refuses a step below 1 or a non-text key."""
+    assert RootCause(2, "id") == RootCause(step=2, key="id")
+    assert RootCause(2).key is None
+    for step, key in [(0, "id"), (True, "id"), ("2", "id"), (2, 3)]:
+        with pytest.raises(agenttx.InvalidArgument, match="RootCause"):
+            RootCause(step, key)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- transient constraints
+
+
+def test_a_transient_constraint_is_dropped_once_the_retry_succeeds():
+    """The hint of a transient failure is a constraint until the retry of that step succeeds;
+    a lasting hint stays."""
+    tx = agenttx.Transaction(shop_tools([]))
+    tx.execute_step(1, "charge", {"order": "o1"})
+    failed = tx.execute_step(2, "quote", {"order": "o1"})
+    assert failed.strategy is RollbackStrategy.RETRY
+    assert len(failed.constraints) == 1
+    assert "quote service unavailable" in failed.constraints[0]
+    retried = tx.execute_step(2, "quote", {"order": "o1"})
+    assert (retried.ok, retried.constraints, tx.constraints) == (True, (), ())
+    lasting = tx.execute_step(3, "ship", {"customer": "c-9"})
+    assert len(lasting.constraints) == 1
+    assert tx.execute_step(lasting.next_step_id, "charge", {"order": "o2"}).constraints == (
+        lasting.constraints
+    )
+
+
+def test_a_transient_hint_already_kept_as_lasting_stays():
+    """A transient failure whose hint text is already a constraint does not make it transient."""
+    tx = agenttx.Transaction(shop_tools([]), policy=agenttx.RollbackPolicy(transient_retries=0))
+    tx._constraints.append("x")
+    tx.execute_step(1, "charge", {"order": "o1"})
+    assert tx._transient_hints == []
+
+
+# ---------------------------------------------------------------- the payload for the model
+
+
+def payload_of(result: agenttx.StepResult) -> dict:
+    """The payload, checked to be deterministic, JSON, and in the documented key order."""
+    payload = result.for_model()
+    assert payload == result.for_model()
+    assert json.loads(json.dumps(payload)) == payload
+    order = ["ok", "step", "output", "error", "next_step", "voided_steps", "constraints"]
+    order += ["root_cause", "instruction"]
+    assert list(payload) == [key for key in order if key in payload]
+    return payload
+
+
+def test_the_payload_of_a_success():
+    """ok, step, output, next step and an instruction that teaches references."""
+    tx = agenttx.Transaction(shop_tools([]))
+    assert payload_of(tx.execute_step(1, "charge", {"order": "o1"})) == {
+        "ok": True,
+        "step": 1,
+        "output": {"order": "o1", "customer": "c-404"},
+        "next_step": 2,
+        "instruction": (
+            "Continue with step 2; pass on a value of this output as ${steps.1.<field>}, "
+            "never copied."
+        ),
+    }
+
+
+def test_the_payload_of_a_retry():
+    """A transient failure: the hint, the same step next, its constraint."""
+    tx = agenttx.Transaction(shop_tools([]))
+    payload = payload_of(tx.execute_step(1, "quote", {"order": "o1"}))
+    hint = payload["error"]
+    assert "quote service unavailable" in hint
+    assert payload == {
+        "ok": False,
+        "step": 1,
+        "error": hint,
+        "next_step": 1,
+        "constraints": [hint],
+        "instruction": ("The failure was temporary: send step 1 again with the same arguments."),
+    }
+
+
+def test_the_payload_of_a_resend_after_a_mistake():
+    """A mistake: the hint naming the tools, the same step next, no voided steps."""
+    tx = agenttx.Transaction(shop_tools([]))
+    tx.execute_step(1, "charge", {"order": "o1"})
+    hint = "Hint: Tool 'chrage' does not exist. Use one of: charge, quote, ship."
+    assert payload_of(tx.execute_step(2, "chrage", {})) == {
+        "ok": False,
+        "step": 2,
+        "error": hint,
+        "next_step": 2,
+        "constraints": [hint],
+        "instruction": "Fix the call as the error says and send step 2 again.",
+    }
+
+
+def test_the_payload_of_a_rewind_to_a_root_cause():
+    """A dependency jump: the voided steps, the root cause and what to send again."""
+    tx = agenttx.Transaction(shop_tools([]), policy=agenttx.RollbackPolicy(transient_retries=0))
+    tx.execute_step(1, "charge", {"order": "o1"})
+    tx.execute_step(2, "charge", {"order": "o2"})
+    payload = payload_of(tx.execute_step(3, "ship", {"customer": "${steps.1.customer}"}))
+    hint = payload["error"]
+    assert "c-404" in hint
+    assert payload == {
+        "ok": False,
+        "step": 3,
+        "error": hint,
+        "next_step": 1,
+        "voided_steps": [1, 2],
+        "constraints": [hint],
+        "root_cause": {"step": 1, "key": "customer"},
+        "instruction": (
+            "Step 1 produced the bad value of 'customer': steps 1-2 were undone and their "
+            "outputs no longer exist; send step 1 again with a corrected value, then redo "
+            "the rest."
+        ),
+    }
+
+
+def test_the_payload_of_a_local_backtrack_and_a_global_reset():
+    """A local backtrack names the step undone; a global reset says to start again."""
+    policy = agenttx.RollbackPolicy(max_local_depth=1, mistake_retries=0)
+    tx = agenttx.Transaction(shop_tools([]), policy=policy)
+    tx.execute_step(1, "charge", {"order": "o1"})
+    tx.execute_step(2, "charge", {"order": "o2"})
+    local = payload_of(tx.execute_step(3, "ship", {"customer": "c-9"}))
+    assert (local["voided_steps"], local["next_step"]) == ([2], 2)
+    assert local["instruction"] == (
+        "Step 2 was undone and its output no longer exists: send step 2 again, correcting the "
+        "cause of the error."
+    )
+    tx.execute_step(2, "charge", {"order": "o2"})
+    reset = payload_of(tx.execute_step(3, "ship", {"customer": "c-9"}))
+    assert (reset["voided_steps"], reset["next_step"]) == ([1, 2], 1)
+    assert reset["instruction"] == (
+        "Every step was undone: start again from step 1, keeping to the constraints."
+    )
+
+
+def test_the_payload_of_an_abort():
+    """An abort: every live step voided, next step 0, send nothing more."""
+    policy = agenttx.RollbackPolicy(max_local_depth=0, max_global_resets=0, mistake_retries=0)
+    tx = agenttx.Transaction(shop_tools([]), policy=policy)
+    tx.execute_step(1, "charge", {"order": "o1"})
+    payload = payload_of(tx.execute_step(2, "ship", {"customer": "c-9"}))
+    assert payload == {
+        "ok": False,
+        "step": 2,
+        "error": payload["error"],
+        "next_step": 0,
+        "voided_steps": [1],
+        "constraints": [payload["error"]],
+        "instruction": "The transaction was aborted and every step undone: send no more steps.",
+    }
+
+
+def test_the_payload_without_a_hint_falls_back_to_the_error():
+    """A failed result with no hint (built by hand) sends its error text, or an empty one."""
+    result = agenttx.StepResult(
+        status=StepStatus.ROLLBACK_TRIGGERED, step_id=3, next_step_id=3, error="boom"
+    )
+    assert result.for_model()["error"] == "boom"
+    bare = agenttx.StepResult(status=StepStatus.ROLLBACK_TRIGGERED, step_id=3, next_step_id=3)
+    assert bare.for_model()["error"] == ""
+    assert bare.for_model()["instruction"] == (
+        "Send step 3 next, correcting the cause of the error."
+    )

@@ -1,0 +1,154 @@
+"""The signature reader: parameters, annotations, defaults, docstrings and return types."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, NewType, TypedDict
+
+from agenttx._tools._signature import (
+    NO_DEFAULT,
+    UNRESOLVED,
+    parse_docstring,
+    read_signature,
+)
+
+if TYPE_CHECKING:
+    import agenttx
+
+UserId = NewType("UserId", int)
+
+
+class Order(TypedDict, total=False):
+    sku: str
+    qty: int
+
+
+def google(
+    ctx: agenttx.ToolContext, amount: int, card: str = "visa", *, note: str | None = None
+) -> UserId:
+    """Charge a card.
+
+    The longer text.
+
+    Args:
+        amount (int): Amount in cents,
+            never negative.
+        card: The card id.
+        note: Optional note.
+
+    Returns:
+        The user charged.
+    """
+    raise NotImplementedError
+
+
+def numpy_style(amount: int, card: str) -> Order:
+    """Charge a card.
+
+    Parameters
+    ----------
+    amount : int
+        Amount in cents.
+    card : str
+        The card id.
+
+    Returns
+    -------
+    Order
+        The order.
+    """
+    raise NotImplementedError
+
+
+def rest_style(amount: int, card: str) -> None:
+    """Charge a card.
+
+    :param int amount: Amount in cents.
+    :param card: The card id,
+        on two lines.
+    :returns: nothing.
+    """
+
+
+def test_google_docstring_gives_summary_arguments_and_return():
+    """Google `Args:`/`Returns:` sections give per-argument and return descriptions."""
+    signature = read_signature(google, skip_context=True)
+    assert [p.name for p in signature.parameters] == ["amount", "card", "note"]
+    amount, card, note = signature.parameters
+    assert amount.description == "Amount in cents, never negative."
+    assert card.description == "The card id."
+    assert signature.summary == "Charge a card."
+    assert signature.description == "Charge a card.\n\nThe longer text."
+    assert signature.returns.description == "The user charged."
+    assert signature.returns.semantic_name == "UserId"
+    assert amount.annotation is int
+    assert amount.required
+    assert amount.default is NO_DEFAULT
+    assert card.default == "visa"
+    assert not card.required
+    assert note.annotation == (str | None)
+
+
+def test_numpy_docstring_and_typed_dict_return():
+    """A NumPy `Parameters` section is read; a TypedDict return lists its fields."""
+    signature = read_signature(numpy_style, skip_context=False)
+    assert {p.name: p.description for p in signature.parameters} == {
+        "amount": "Amount in cents.",
+        "card": "The card id.",
+    }
+    assert signature.returns.description == "The order."
+    assert [(f.name, f.annotation, f.required) for f in signature.returns.fields] == [
+        ("sku", str, False),
+        ("qty", int, False),
+    ]
+
+
+def test_rest_docstring():
+    """reST `:param [type] name:` fields, continued on indented lines, are read."""
+    signature = read_signature(rest_style, skip_context=False)
+    assert {p.name: p.description for p in signature.parameters} == {
+        "amount": "Amount in cents.",
+        "card": "The card id, on two lines.",
+    }
+    assert signature.returns.description == "nothing."
+    assert signature.summary == "Charge a card."
+
+
+def test_unresolvable_forward_reference_is_unresolved_not_an_error():
+    """A string annotation naming nothing resolves to UNRESOLVED; the others still resolve."""
+
+    def fn(a: NoSuchType, b: int) -> int:  # type: ignore[name-defined]  # noqa: F821
+        return b
+
+    signature = read_signature(fn, skip_context=False)
+    assert [p.annotation for p in signature.parameters] == [UNRESOLVED, int]
+    assert signature.returns.annotation is int
+
+
+def test_annotated_metadata_is_kept_and_kwargs_noted():
+    """`Annotated` survives resolution; `**kwargs` marks extra keywords; `*args` is left out."""
+
+    def fn(
+        a: Annotated[int, "how many"], /, b: Annotated[str, "the name"], *args: int, **kw: str
+    ) -> None:
+        return None
+
+    signature = read_signature(fn, skip_context=False)
+    assert [p.name for p in signature.parameters] == ["b"]
+    assert signature.parameters[0].annotation == Annotated[str, "the name"]
+    assert signature.extra_keywords
+    assert signature.extra_annotation is str
+
+
+def test_no_docstring_and_builtin_without_signature():
+    """No docstring gives empty texts; a callable without a signature takes any keywords."""
+    signature = read_signature(lambda x: x, skip_context=False)
+    assert signature.summary == ""
+    assert signature.parameters[0].annotation is UNRESOLVED
+    assert read_signature(max, skip_context=False).extra_keywords
+
+
+def test_unknown_sections_stay_out_of_arguments():
+    """A `Raises:` section is not read as arguments, and plain text stays in the description."""
+    doc = parse_docstring("Do it.\n\nRaises:\n    ValueError: when bad.\n\nMore text.")
+    assert doc.arguments == {}
+    assert doc.description == "Do it.\n\nMore text."
