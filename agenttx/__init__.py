@@ -94,6 +94,7 @@ from ._tools import StateView as StateView
 from ._tools import Tool as Tool
 from ._tools import ToolContext as ToolContext
 from ._tools import ToolLike as ToolLike
+from ._tools import ToolSpec as ToolSpec
 from ._tools import UndoRecord as UndoRecord
 from ._tools import compensation as compensation
 from ._tools import tool as tool
@@ -153,6 +154,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolLike",
+    "ToolSpec",
     "Transaction",
     "TransactionNotFound",
     "TransactionView",

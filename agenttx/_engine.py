@@ -43,13 +43,13 @@ from .stores import MemoryStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
     from types import TracebackType
 
     from typing_extensions import Self
 
     from ._saga import Dispatcher
-    from ._tools import ToolLike
+    from ._tools import ToolsArgument, ToolSpec
     from .stores import OutboxEntry
 
 __all__ = ["Engine", "EngineConfig"]
@@ -163,7 +163,7 @@ class Engine:
     def __init__(
         self,
         *,
-        tools: Iterable[ToolLike] | Mapping[str, Callable[..., Any]] = (),
+        tools: ToolsArgument = (),
         store: Store | None = None,
         config: EngineConfig | None = None,
         dispatcher: Dispatcher | None = None,
@@ -196,6 +196,11 @@ class Engine:
     def config(self) -> EngineConfig:
         """The engine's settings."""
         return self._config
+
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The specs of the engine's tools, in registration order (what a model is told)."""
+        return self._registry.specs()
 
     @property
     def store(self) -> Store:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ._rollback import RollbackController, RollbackPolicy
     from ._saga import Dispatcher, SagaLedger
     from ._settings import Settings
-    from ._tools import ToolRegistry
+    from ._tools import ToolRegistry, ToolSpec
     from ._txlog import TxLog
     from .stores import Store
 
@@ -346,6 +346,11 @@ class Observed:
     def tools(self) -> tuple[str, ...]:
         """The registered tool names, sorted."""
         return self._registry.names()
+
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The specs of the registered tools, in registration order (what a model is told)."""
+        return self._registry.specs()
 
     def lineage(
         self,

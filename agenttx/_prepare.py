@@ -2,8 +2,10 @@
 
 `check_call` refuses protocol misuse (it raises; nothing has changed yet). `prepare_call` turns
 the agent's arguments into the `Call` the tool receives, or into the message of an agent-caused
-failure: malformed JSON, an unknown tool, a bad reference, or resolved arguments over the size
-limit (references can turn a small call into a huge one). `output_error` bounds what the tool
+failure: malformed JSON, an unknown tool (a tool may be named by its registered or its wire
+name), a bad reference, resolved arguments over the size limit (references can turn a small call
+into a huge one), or resolved arguments that do not fit the tool's spec (a mistake naming the
+argument: `docs/protocol.md#tool-specs`). `output_error` bounds what the tool
 returned. One rule for every store: what passes here is what any store can keep.
 """
 
@@ -121,11 +123,12 @@ def prepare_call(
                 problem = f"an integer has more than {MAX_INT_DIGITS} digits"
             mistake = Failure(f"invalid arguments JSON: {problem}", mistake=True)
             return mistake, Pending(step_id, tool_name, None, ())
-    tool = registry.tools.get(tool_name)
+    tool = registry.get(tool_name)
     if tool is None:
         names = ", ".join(registry.names())
         mistake = Failure(f"unknown tool '{tool_name}'; registered tools: {names}", mistake=True)
         return mistake, Pending(step_id, tool_name, parsed, ())
+    tool_name = tool.name  # a call by wire name records the registered name
     resolved, dependencies, error = resolve_value(
         parsed, outputs, step_id, max_bytes=MAX_PAYLOAD_BYTES
     )
@@ -139,6 +142,13 @@ def prepare_call(
             bound = checked_size_bound(resolved, what="arguments")
             if _too_big(resolved, bound):
                 return Failure(f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes"), pending
+    if tool.validator is not None:  # the spec's schema, before the tool runs
+        checked, violation = tool.validator.check(resolved)
+        if violation is not None:
+            return Failure(violation.message, key=violation.key, mistake=True), pending
+        if checked is not resolved:  # coerced (`3.0` -> `3`): the tool and the step get it
+            resolved = checked
+            pending = Pending(step_id, tool_name, resolved, dependencies)
     seq_base = generation << UNDO_SEQ_BITS
     context = None
     if tool.wants_context:

@@ -47,8 +47,8 @@ from ._tools import (
     Call,
     Failure,
     Outcome,
-    ToolLike,
     ToolRegistry,
+    ToolsArgument,
     arun_tool,
     closed,
     run_tool,
@@ -60,7 +60,7 @@ from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_store
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from collections.abc import Iterator, Mapping
     from types import TracebackType
 
     from typing_extensions import Self
@@ -88,7 +88,7 @@ class Transaction(Turns, Observed):
 
     def __init__(
         self,
-        tools: ToolRegistry | Iterable[ToolLike] | Mapping[str, Callable[..., Any]] = (),
+        tools: ToolsArgument = (),
         *,
         store: Store | None = None,
         policy: RollbackPolicy | None = None,

@@ -74,6 +74,7 @@ EXPECTED = {
         "ToolContext",
         "ToolError",
         "ToolLike",
+        "ToolSpec",
         "Transaction",
         "TransactionNotFound",
         "TransactionView",

@@ -221,14 +221,15 @@ def test_malformed_json_is_a_failed_step_with_the_malformed_json_hint():
 
 
 def test_missing_arguments_become_hints_with_the_key():
-    """A missing keyword argument becomes the python_missing_argument hint with its key."""
+    """A missing argument fails against the tool's spec, before the tool runs, keyed on it."""
     shop = Shop()
     tx = shop.transaction()
     result = tx.execute_step(1, "create_customer", {})
     assert result.hint is not None
     assert result.hint.key == "name"
+    assert result.error == "missing field `name`"
     assert result.hint.text == (
-        "Hint: create_customer() requires argument 'name'. Pass 'name' in the tool arguments."
+        "Hint: Required field 'name' is missing from the arguments. Provide 'name' explicitly."
     )
 
 

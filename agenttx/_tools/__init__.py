@@ -11,6 +11,11 @@ from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
 from ._calls import run_tool as run_tool
 from ._calls import still_running as still_running
+from ._schema import Validator as Validator
+from ._schema import Violation as Violation
+from ._spec import ToolSpec as ToolSpec
+from ._spec import check_arguments as check_arguments
+from ._spec import wire_name as wire_name
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
 from ._tool import Compensation as Compensation
 from ._tool import StagedEffect as StagedEffect
@@ -19,6 +24,7 @@ from ._tool import Tool as Tool
 from ._tool import ToolContext as ToolContext
 from ._tool import ToolLike as ToolLike
 from ._tool import ToolRegistry as ToolRegistry
+from ._tool import ToolsArgument as ToolsArgument
 from ._tool import UndoRecord as UndoRecord
 from ._tool import compensation as compensation
 from ._tool import derive_key as derive_key
@@ -44,10 +50,15 @@ __all__ = [
     "ToolContext",
     "ToolLike",
     "ToolRegistry",
+    "ToolSpec",
+    "ToolsArgument",
     "UndoRecord",
+    "Validator",
+    "Violation",
     "acall_with_deadline",
     "arun_tool",
     "call_with_deadline",
+    "check_arguments",
     "closed",
     "compensation",
     "derive_key",
@@ -56,4 +67,5 @@ __all__ = [
     "run_tool",
     "still_running",
     "tool",
+    "wire_name",
 ]

@@ -12,15 +12,28 @@ import inspect
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar, final, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Generic,
+    ParamSpec,
+    TypeAlias,
+    TypeVar,
+    cast,
+    final,
+    overload,
+)
 
 import attrs
 
 from .._errors import InvalidArgument
 from .._json import JSONValue, canonical_dumps, check_json
+from ._spec import ToolSpec, build_spec
 
 if TYPE_CHECKING:
     from ..stores import Store
+    from ._schema import Validator
 
 __all__ = [
     "Compensation",
@@ -30,6 +43,7 @@ __all__ = [
     "ToolContext",
     "ToolLike",
     "ToolRegistry",
+    "ToolsArgument",
     "UndoRecord",
     "compensation",
     "derive_key",
@@ -75,7 +89,21 @@ class Tool(Generic[P, R]):
     Calling a `Tool` calls the function directly, outside any transaction.
     """
 
-    __slots__ = ("__wrapped__", "compensate", "inline", "is_async", "name", "wants_context")
+    __slots__ = (
+        "__wrapped__",
+        "compensate",
+        "inline",
+        "is_async",
+        "name",
+        "spec",
+        "validator",
+        "wants_context",
+    )
+
+    spec: ToolSpec
+    """What a model is told about the tool (`ToolSpec`), built once at decoration."""
+    validator: Validator | None
+    """The compiled `spec.parameters` (None when any object fits): arguments are checked by it."""
 
     def __init__(
         self,
@@ -84,6 +112,8 @@ class Tool(Generic[P, R]):
         name: str | None = None,
         compensate: Compensation[Any, Any] | str | None = None,
         inline: bool = False,
+        description: str | None = None,
+        parameters: Mapping[str, JSONValue] | None = None,
     ) -> None:
         if not callable(fn):
             raise InvalidArgument(f"tool {name or fn!r} is not callable")
@@ -100,9 +130,32 @@ class Tool(Generic[P, R]):
         self.inline = inline
         self.is_async = inspect.iscoroutinefunction(fn)
         self.wants_context = _wants_context(fn)
+        self.spec, self.validator = build_spec(
+            fn,
+            name=self.name,
+            skip_context=self.wants_context,
+            description=description,
+            parameters=parameters,
+        )
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.__wrapped__(*args, **kwargs)
+
+    @property
+    def wire_name(self) -> str:
+        """The provider-safe name (`kv.put` -> `kv_put`); calls may use it or `name`."""
+        return self.spec.wire_name
+
+    def renamed(self, name: str) -> Tool[P, R]:
+        """This tool under another registered name, with the same settings and spec texts."""
+        return Tool(
+            self.__wrapped__,
+            name=name,
+            compensate=self.compensate,
+            inline=self.inline,
+            description=self.spec.description,
+            parameters=self.spec.parameters,
+        )
 
     @property
     def compensation_name(self) -> str | None:
@@ -152,6 +205,8 @@ def tool(
     name: str | None = None,
     compensate: Compensation[Any, Any] | str | None = None,
     inline: bool = False,
+    description: str | None = None,
+    parameters: Mapping[str, JSONValue] | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 def tool(
     fn: Callable[P, R] | None = None,
@@ -160,6 +215,8 @@ def tool(
     name: str | None = None,
     compensate: Compensation[Any, Any] | str | None = None,
     inline: bool = False,
+    description: str | None = None,
+    parameters: Mapping[str, JSONValue] | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Register a function as a tool: `@tool` or `@tool(name=..., compensate=..., inline=...)`.
 
@@ -171,13 +228,34 @@ def tool(
     thread instead, saving the thread handoff (tens of microseconds): for fast tools that
     never block, such as the built-in `kv.*` and `record.*`. An inline tool cannot be
     interrupted; if it returns after the deadline, the step still fails as timed out.
-    Raises `InvalidArgument` at decoration time for a non-callable or a bad name.
+
+    The tool's `spec` (`ToolSpec`) is built here: its `parameters` schema from the signature
+    and docstring, or `parameters=` (a JSON Schema object); its description from the docstring,
+    or `description=`. Arguments are validated against it before the tool runs
+    (`docs/protocol.md#tool-specs`).
+    Raises `InvalidArgument` at decoration time for a non-callable, a bad name (one whose wire
+    name would be empty or over 64 characters included), or a `parameters=` that is not a JSON
+    Schema object.
     """
     if fn is not None:
-        return Tool(fn, name=name, compensate=compensate, inline=inline)
+        return Tool(
+            fn,
+            name=name,
+            compensate=compensate,
+            inline=inline,
+            description=description,
+            parameters=parameters,
+        )
 
     def decorate(inner: Callable[P, R]) -> Tool[P, R]:
-        return Tool(inner, name=name, compensate=compensate, inline=inline)
+        return Tool(
+            inner,
+            name=name,
+            compensate=compensate,
+            inline=inline,
+            description=description,
+            parameters=parameters,
+        )
 
     return decorate
 
@@ -206,31 +284,41 @@ def compensation(
 #: What a tools list may hold: a decorated tool, a compensation, or a plain callable (a tool).
 ToolLike = Tool[Any, Any] | Compensation[Any, Any] | Callable[..., Any]
 
+#: What `Transaction(tools=...)` and `Engine(tools=...)` take: any iterable of `ToolLike`, or a
+#: mapping of names to them. Items are typed `object` because mypy infers `list[object]` for an
+#: unannotated mixed list (`[charge, refund, plain_fn]`: no common base but `object`); each item
+#: is checked at construction, and a non-callable raises `InvalidArgument` naming it.
+ToolsArgument: TypeAlias = (
+    "ToolRegistry | Iterable[ToolLike | object] | Mapping[str, ToolLike | object]"
+)
+
 
 @final
 class ToolRegistry:
     """The tools and compensations one transaction can use, validated as a whole."""
 
-    __slots__ = ("compensations", "tools")
+    __slots__ = ("compensations", "tools", "wire")
 
     def __init__(
         self,
-        tools: ToolRegistry | Iterable[ToolLike] | Mapping[str, Callable[..., Any]] = (),
+        tools: ToolsArgument = (),
     ) -> None:
         self.tools: dict[str, Tool[Any, Any]] = {}
         self.compensations: dict[str, Compensation[Any, Any]] = {}
+        #: Wire name -> tool, for calls that come back under the wire name.
+        self.wire: dict[str, Tool[Any, Any]] = {}
         if isinstance(tools, ToolRegistry):  # already validated: share its tables
-            self.tools, self.compensations = tools.tools, tools.compensations
+            self.tools, self.compensations, self.wire = tools.tools, tools.compensations, tools.wire
             return
         if isinstance(tools, Mapping):
-            items: list[ToolLike] = []
+            items: list[object] = []
             for key, fn in tools.items():
                 if isinstance(fn, Compensation):
                     items.append(fn if fn.name == key else Compensation(fn.__wrapped__, name=key))
                 elif isinstance(fn, Tool):
-                    items.append(Tool(fn.__wrapped__, name=key, compensate=fn.compensate))
-                else:
-                    items.append(Tool(fn, name=key))
+                    items.append(fn if fn.name == key else fn.renamed(key))
+                else:  # checked as callable by `Tool`
+                    items.append(Tool(cast("Callable[..., Any]", fn), name=key))
         elif _is_text_or_scalar(tools):
             raise InvalidArgument(
                 f"tools must be a list of tools or a mapping of names to callables, got {tools!r}"
@@ -247,14 +335,28 @@ class ToolRegistry:
                     "compensation; pass the compensation in the tools list"
                 )
 
-    def _add(self, item: ToolLike) -> None:
+    def _add(self, item: object) -> None:
         if isinstance(item, Compensation):
             self._add_compensation(item)
             return
-        registered = item if isinstance(item, Tool) else Tool(item)
+        if isinstance(item, Tool):
+            registered: Tool[Any, Any] = item
+        elif callable(item):
+            registered = Tool(item)
+        else:
+            raise InvalidArgument(
+                f"tools: {item!r:.100} is not a tool, a compensation or a callable"
+            )
         if registered.name in self.tools:
             raise InvalidArgument(f"tool `{registered.name}` is registered twice")
+        other = self.wire.get(registered.wire_name)
+        if other is not None:
+            raise InvalidArgument(
+                f"tools `{other.name}` and `{registered.name}` have the same wire name "
+                f"`{registered.wire_name}`; rename one"
+            )
         self.tools[registered.name] = registered
+        self.wire[registered.wire_name] = registered
         if isinstance(registered.compensate, Compensation):
             self._add_compensation(registered.compensate)
 
@@ -267,6 +369,15 @@ class ToolRegistry:
     def names(self) -> tuple[str, ...]:
         """The registered tool names, sorted."""
         return tuple(sorted(self.tools))
+
+    def get(self, name: str) -> Tool[Any, Any] | None:
+        """The tool registered under `name`, or whose wire name is `name`; else None."""
+        found = self.tools.get(name)
+        return found if found is not None else self.wire.get(name)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """Every tool's spec, in registration order."""
+        return tuple(registered.spec for registered in self.tools.values())
 
 
 # ---------------------------------------------------------------------- records

@@ -1,0 +1,135 @@
+"""Tool specs: what a model is told about a tool, built once at decoration.
+
+A `ToolSpec` holds a tool's registered `name`, its `wire_name` (the name sent to a model
+provider), its `description` and its `parameters` (a JSON Schema object). The schema comes from
+the signature and docstring (`_signature`, `_schema`) unless `@tool(parameters=...)` gives one;
+the description is the docstring's text before its sections unless `@tool(description=...)`.
+
+Wire names: OpenAI and Anthropic accept tool names matching `^[a-zA-Z0-9_-]{1,64}$`. The wire
+name of a tool is its registered name with every other character replaced by `_`
+(`kv.put` -> `kv_put`); a name whose wire name would be longer than 64 characters is refused at
+decoration, and two tools with one wire name are refused in one registry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from .._errors import InvalidArgument
+from ._schema import Validator, Violation, compile_schema, parameters_schema
+from ._signature import read_signature
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._json import JSONValue
+
+__all__ = ["MAX_WIRE_NAME", "ToolSpec", "build_spec", "check_arguments", "wire_name"]
+
+#: The longest name OpenAI and Anthropic accept for a tool.
+MAX_WIRE_NAME: Final = 64
+_NOT_WIRE: Final = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def wire_name(name: str) -> str:
+    """`name` with every character outside `[A-Za-z0-9_-]` replaced by `_` (`kv.put` -> `kv_put`).
+
+    Raises `InvalidArgument` when the result is empty or longer than 64 characters.
+    """
+    wire = _NOT_WIRE.sub("_", name)
+    if not 1 <= len(wire) <= MAX_WIRE_NAME:
+        raise InvalidArgument(
+            f"tool `{name}`: its wire name must be 1-{MAX_WIRE_NAME} characters of "
+            f"[A-Za-z0-9_-] (model providers refuse others), got {len(wire)}; use a shorter name"
+        )
+    return wire
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolSpec:
+    """What a model is told about a tool; `parameters` is a JSON Schema object.
+
+    `name` is the registered name (the one steps record), `wire_name` the provider-safe one;
+    a call may use either. Build one with `@tool`; `tool.spec` returns it.
+    """
+
+    __module__ = "agenttx"
+
+    name: str
+    wire_name: str
+    description: str
+    parameters: Mapping[str, JSONValue] = attrs.field(repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgument(f"ToolSpec name must be a non-empty string, got {self.name!r}")
+        if self.wire_name != wire_name(self.name):
+            raise InvalidArgument(
+                f"tool `{self.name}`: wire_name must be {wire_name(self.name)!r}, "
+                f"got {self.wire_name!r}"
+            )
+        if not isinstance(self.description, str):
+            raise InvalidArgument(f"tool `{self.name}`: description must be a string")
+        _check_object_schema(self.name, self.parameters)
+
+
+def _check_object_schema(name: str, parameters: object) -> None:
+    if not isinstance(parameters, Mapping) or parameters.get("type") != "object":
+        raise InvalidArgument(
+            f"tool `{name}`: parameters= must be a JSON Schema object with "
+            f'"type": "object", got {parameters!r:.200}'
+        )
+
+
+def build_spec(
+    fn: Callable[..., object],
+    *,
+    name: str,
+    skip_context: bool,
+    description: str | None,
+    parameters: Mapping[str, JSONValue] | None,
+) -> tuple[ToolSpec, Validator | None]:
+    """The spec of a tool and the validator of its arguments (None when anything goes).
+
+    Raises `InvalidArgument` naming the tool for a name that cannot be mapped, a description
+    that is not a string, or `parameters` that is not a JSON Schema object of JSON values.
+    """
+    wire = wire_name(name)
+    if description is not None and not isinstance(description, str):
+        raise InvalidArgument(
+            f"tool `{name}`: description= must be a string, got {type(description).__name__}"
+        )
+    if parameters is not None:
+        _check_object_schema(name, parameters)
+        validator = compile_schema(parameters, what=f"tool `{name}`: parameters=")
+        schema = validator.schema
+    else:
+        signature = read_signature(fn, skip_context=skip_context)
+        schema = parameters_schema(signature)
+        validator = compile_schema(schema, what=f"tool `{name}`: parameters")
+        if description is None:
+            description = signature.description
+    if description is None:
+        description = ""
+    spec = ToolSpec(name=name, wire_name=wire, description=description, parameters=schema)
+    return spec, (None if _accepts_any_object(schema) else validator)
+
+
+def _accepts_any_object(schema: Mapping[str, JSONValue]) -> bool:
+    """True for `{"type": "object"}` with nothing that constrains it (no validation needed)."""
+    constraining = set(schema) - {"type", "description", "title", "$schema"}
+    return constraining <= {"properties"} and not schema.get("properties")
+
+
+def check_arguments(
+    validator: Validator | None, arguments: JSONValue
+) -> tuple[JSONValue, Violation | None]:
+    """The arguments to pass (coerced) and None, or the arguments and why they do not fit."""
+    if validator is None:
+        return arguments, None
+    return validator.check(arguments)

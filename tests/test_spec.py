@@ -1,0 +1,155 @@
+"""Tool specs: built at decoration, wire names, overrides, the registry, and validation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+import agenttx
+from agenttx._tools import ToolRegistry, wire_name
+
+
+@agenttx.tool(name="payments.charge")
+def charge(amount: float, card: str, currency: Literal["EUR", "USD"] = "EUR") -> dict:
+    """Charge a card.
+
+    Args:
+        amount: In euros.
+        card: The card token.
+    """
+    return {"amount": amount, "card": card, "currency": currency}
+
+
+@agenttx.tool
+def count(ctx: agenttx.ToolContext, n: int) -> dict:
+    """Count to n."""
+    return {"n": n, "type": type(n).__name__}
+
+
+def test_spec_is_built_at_decoration():
+    """`tool.spec` holds the names, the docstring description and the derived schema."""
+    spec = charge.spec
+    assert isinstance(spec, agenttx.ToolSpec)
+    assert (spec.name, spec.wire_name, charge.wire_name) == (
+        "payments.charge",
+        "payments_charge",
+        "payments_charge",
+    )
+    assert spec.description == "Charge a card."
+    assert spec.parameters == {
+        "type": "object",
+        "properties": {
+            "amount": {"type": "number", "description": "In euros."},
+            "card": {"type": "string", "description": "The card token."},
+            "currency": {"type": "string", "enum": ["EUR", "USD"], "default": "EUR"},
+        },
+        "required": ["amount", "card"],
+        "additionalProperties": False,
+    }
+    assert count.spec.parameters["properties"] == {"n": {"type": "integer"}}  # ctx skipped
+
+
+@pytest.mark.parametrize(
+    ("name", "wire"),
+    [
+        ("kv.put", "kv_put"),
+        ("a-b_c9", "a-b_c9"),
+        ("café au lait", "caf__au_lait"),
+        ("x" * 64, "x" * 64),
+    ],
+)
+def test_wire_names(name, wire):
+    """Every character outside [A-Za-z0-9_-] becomes `_`."""
+    assert wire_name(name) == wire
+
+
+def test_names_that_cannot_be_mapped_are_refused_at_decoration():
+    """A name whose wire name is over 64 characters raises InvalidArgument naming the tool."""
+    with pytest.raises(agenttx.InvalidArgument, match=r"tool `x{65}`: its wire name must be 1-64"):
+        agenttx.tool(name="x" * 65)(lambda: None)
+
+
+def test_overrides_and_bad_parameters():
+    """`description=` and `parameters=` replace the derived ones; a non-object schema is refused."""
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+
+    @agenttx.tool(description="Search.", parameters=schema)
+    def search(**arguments: object) -> object:
+        return arguments
+
+    assert search.spec.description == "Search."
+    assert search.spec.parameters == schema
+    for bad in ({"type": "array"}, [1], {"properties": {}}, "object"):
+        with pytest.raises(agenttx.InvalidArgument, match="tool `f`: parameters= must be"):
+            agenttx.tool(name="f", parameters=bad)(lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="description= must be a string"):
+        agenttx.tool(name="f", description=3)(lambda: None)  # type: ignore[arg-type]
+
+
+def test_registry_get_specs_and_collisions():
+    """Lookups take either name; specs keep registration order; same wire names are refused."""
+    registry = ToolRegistry([count, charge])
+    assert registry.get("payments_charge") is charge
+    assert registry.get("payments.charge") is charge
+    assert registry.get("nope") is None
+    assert [spec.name for spec in registry.specs()] == ["count", "payments.charge"]
+
+    @agenttx.tool(name="payments_charge")
+    def other() -> None:
+        return None
+
+    with pytest.raises(agenttx.InvalidArgument, match="same wire name `payments_charge`"):
+        ToolRegistry([charge, other])
+
+
+def test_mapping_keeps_the_spec_and_settings():
+    """A tool registered under another name in a mapping keeps its description and inline flag."""
+    fast = agenttx.tool(name="fast", inline=True, description="Fast.")(lambda x: x)
+    registry = ToolRegistry({"renamed.fast": fast})
+    renamed = registry.get("renamed_fast")
+    assert renamed is not None
+    assert (renamed.name, renamed.inline, renamed.spec.description) == (
+        "renamed.fast",
+        True,
+        "Fast.",
+    )
+
+
+def test_transaction_and_engine_specs_and_wire_name_calls():
+    """`tx.tool_specs` lists the specs; a call by wire name runs and records the registered name."""
+    tx = agenttx.Transaction(tools=[charge, count])
+    assert tx.tool_specs == (charge.spec, count.spec)
+    assert agenttx.Engine(tools=[charge]).tool_specs == (charge.spec,)
+    result = tx.execute_step(1, "payments_charge", {"amount": 5, "card": "tok"})
+    assert result.ok
+    node = tx.graph.node(1)
+    assert node is not None
+    assert node.tool_name == "payments.charge"
+
+
+def test_violation_fails_the_step_before_the_tool_runs():
+    """A bad argument fails the step as a mistake naming it; the tool is not called."""
+    calls = []
+
+    @agenttx.tool
+    def book(seats: int) -> int:
+        calls.append(seats)
+        return seats
+
+    tx = agenttx.Transaction(tools=[book])
+    result = tx.execute_step(1, "book", {"seats": "two"})
+    assert not result.ok
+    assert calls == []
+    assert result.error == "invalid type: string for field `seats`, expected an integer"
+    assert result.hint is not None
+    assert result.hint.key == "seats"
+    assert result.hint.text == (
+        "Hint: Wrong argument type: got string for field `seats`, expected an integer."
+    )
+
+
+def test_coerced_arguments_reach_the_tool():
+    """`3.0` for an integer reaches the tool as the int 3."""
+    tx = agenttx.Transaction(tools=[count])
+    assert tx.execute_step(1, "count", {"n": 3.0}).output == {"n": 3, "type": "int"}
