@@ -192,7 +192,7 @@ def test_tool_definitions_carry_the_specs():
         return ModelResponse(parts=[TextPart("ok")])
 
     agent = Agent(FunctionModel(script), toolsets=[atx_pai.Toolset(tx)])
-    assert agent.run_sync("go").output == "ok"
+    assert asyncio.run(agent.run("go")).output == "ok"
     assert [p.tool_call_id for p in seen] == ["c1"]
     assert [record.tool_name for record in tx.steps] == ["orders.lookup"]
 
