@@ -115,3 +115,39 @@ def test_a_gate_needs_a_transaction():
     """Anything but a Transaction is InvalidArgument naming what was passed."""
     with pytest.raises(agenttx.InvalidArgument, match=r"where needs an agenttx\.Transaction"):
         gate_for([1, 2], "where")
+
+
+def test_a_refused_call_or_a_reused_call_id_bars_the_rest_of_the_turn():
+    """Oversized arguments are refused; a reused call id is a mistake; later calls do not run."""
+    shop = Shop()
+    tx = shop.transaction()
+    gate = gate_for(tx, "test")
+    huge = json.dumps({"email": "x" * 2_000_000})
+
+    async def turn(key: object, calls: list[tuple[str, object, str]]) -> list[Any]:
+        return [await gate.call(tx, key, name, args, call_id=cid) for name, args, cid in calls]
+
+    refused, after_refusal = asyncio.run(
+        turn(1, [("lookup_customer", huge, "c1"), ("lookup_customer", {"email": EMAIL}, "c2")])
+    )
+    assert refused["ok"] is False
+    assert "refused" in refused["error"]
+    assert after_refusal["step"] == 0
+    assert after_refusal["error"].startswith("Not run: step 1 was refused first")
+    first, reused, after_mistake = asyncio.run(
+        turn(
+            2,
+            [
+                ("lookup_customer", {"email": EMAIL}, "c3"),
+                ("charge", CHARGE, "c3"),
+                ("reserve", RESERVE, "c4"),
+            ],
+        )
+    )
+    assert first["ok"] is True
+    assert reused["ok"] is False
+    assert reused["step"] == 2
+    assert "c3" in reused["error"]
+    assert after_mistake["step"] == 0
+    assert "Not run: step 2 failed first" in after_mistake["error"]
+    assert shop.calls == ["lookup_customer"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from typing import Any
 
 import agents
@@ -305,3 +307,24 @@ def test_developer_misuse_raises_invalid_argument():
         atx_agents.run_config(tx, call_model_input_filter=lambda data: data.model_data)
     with pytest.raises(agenttx.InvalidArgument, match="strict must be"):
         atx_agents.function_tools(tx, strict="yes")  # type: ignore[arg-type]
+
+
+def test_the_sdk_is_imported_only_with_the_module_and_named_when_missing():
+    """`import agenttx` leaves agents alone; without it the module names the pip install."""
+    code = (
+        "import sys, agenttx; print('agents' in sys.modules);"
+        "import agenttx.integrations.openai_agents; print('agents' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"]
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "try:\n    import agenttx.integrations.openai_agents\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'agenttx[openai-agents]'" in done.stdout

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -284,3 +286,24 @@ def test_developer_misuse_raises_invalid_argument():
         atx_pai.history_processor(tx, history="drop")
     with pytest.raises(agenttx.InvalidArgument, match="strict must be"):
         atx_pai.Toolset(tx, strict="yes")  # type: ignore[arg-type]
+
+
+def test_the_sdk_is_imported_only_with_the_module_and_named_when_missing():
+    """`import agenttx` leaves pydantic_ai alone; without it the module names the pip install."""
+    code = (
+        "import sys, agenttx; print('pydantic_ai' in sys.modules);"
+        "import agenttx.integrations.pydantic_ai; print('pydantic_ai' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"]
+    code = (
+        "import sys; sys.modules['pydantic_ai'] = None\n"
+        "try:\n    import agenttx.integrations.pydantic_ai\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'agenttx[pydantic-ai]'" in done.stdout
