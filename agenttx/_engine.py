@@ -70,7 +70,8 @@ class EngineConfig:
     `idle_timeout=None` disables reaping. `from_env` reads the `AGENTTX_*` environment
     variables: `AGENTTX_STEP_TIMEOUT_MS`, `AGENTTX_TX_IDLE_TIMEOUT_SECS` (0 disables),
     `AGENTTX_COMPENSATION_RETRIES`, `AGENTTX_MAX_CONSTRAINTS`, `AGENTTX_MAX_LOCAL_DEPTH`,
-    `AGENTTX_MAX_GLOBAL_RESETS`, `AGENTTX_REPLAY_BUDGET_FACTOR` and `AGENTTX_ISOLATION`.
+    `AGENTTX_MAX_GLOBAL_RESETS`, `AGENTTX_REPLAY_BUDGET_FACTOR`, `AGENTTX_MISTAKE_RETRIES` and
+    `AGENTTX_ISOLATION`.
     """
 
     step_timeout: float = attrs.field(
@@ -133,6 +134,7 @@ class EngineConfig:
             replay_budget_factor=read(
                 "REPLAY_BUDGET_FACTOR", float, defaults.policy.replay_budget_factor
             ),
+            mistake_retries=read("MISTAKE_RETRIES", int, defaults.policy.mistake_retries),
         )
         return cls(
             step_timeout=read("STEP_TIMEOUT_MS", int, 30_000) / 1000,

@@ -71,7 +71,7 @@ def _resolve(future: Any) -> None:
 class Calls:
     """A transaction's turns: calls run one at a time, in arrival order (a FIFO ticket queue).
 
-    A thread enters with `with calls:`, a task with `async with calls.aturn():`; the turn is
+    A thread enters with `with calls:`, a task with `async with calls:`; the turn is
     held for the whole call, tool and compensations included, and handed directly to the
     oldest waiter when it ends, so a newcomer never overtakes a waiter. Entering again from the
     thread or task that holds the turn (a tool calling back into its transaction, or a call
@@ -153,11 +153,7 @@ class Calls:
         with self._mutex:
             self._pass_on()
 
-    def aturn(self) -> _AsyncTurn:
-        """The turn, for a task: `async with calls.aturn():` waits without blocking the loop."""
-        return _AsyncTurn(self)
-
-    async def _aenter(self) -> None:
+    async def __aenter__(self) -> None:
         import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
 
         me = threading.get_ident()
@@ -178,6 +174,9 @@ class Calls:
         except BaseException:
             self._leave_queue(waiter)
             raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
 
     def _would_block(self) -> InvalidTransactionState:
         error = InvalidTransactionState(tx_id=self._tx_id, status=TxStatus.EXECUTING.value)
@@ -215,21 +214,6 @@ class Calls:
                 continue
             return
         self._owner = self._task = None
-
-
-class _AsyncTurn:
-    """`async with calls.aturn():` (see `Calls`)."""
-
-    __slots__ = ("_calls",)
-
-    def __init__(self, calls: Calls) -> None:
-        self._calls = calls
-
-    async def __aenter__(self) -> None:
-        await self._calls._aenter()  # noqa: SLF001  (its own turn)
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._calls.__exit__()
 
 
 def _current_task() -> object:

@@ -7,20 +7,21 @@ copying values: a failure caused by a bad value then jumps back to the step that
 
 from __future__ import annotations
 
-import inspect
-import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ._engine import Engine
 from ._errors import InvalidArgument
 from ._observed import Observed
-from ._tools import Tool, ToolRegistry
+from ._tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from ._tools import ToolSpec
 
 __all__ = ["PROMPT", "prompt"]
 
 #: The static part of the system prompt: step numbering, references, rollbacks, resending.
-PROMPT: Final = """\
+PROMPT: Final[str] = """\
 You act through tools inside a transaction. Every tool call is a numbered step: 1, 2, 3, ...
 Each tool result says whether the step succeeded ("ok"), its output or an error, and "next_step", \
 the number of the step you send next.
@@ -44,50 +45,37 @@ send calls one after another, in order; a call after a failed one in the same tu
 and must be sent again.
 """
 
-_WIRE_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]")
-
 
 def prompt(tools_or_tx: object) -> str:
     """The system prompt for an agent using `tools_or_tx`: `PROMPT`, then one line per tool.
 
     `tools_or_tx` is a `Transaction`, an `Engine`, or the tools as a `Transaction` takes them
     (a list of tools and callables, or `{name: callable}`); each tool is listed by the name a
-    provider sees and the first line of its description, in registration order. Raises
-    `InvalidArgument` for anything else (naming it), as `Transaction` does.
+    provider sees (`ToolSpec.wire_name`) and the first line of its description, in registration
+    order. Raises `InvalidArgument` for anything else (naming it), as `Transaction` does.
     """
-    lines = [
-        f"- {name}: {summary}" if summary else f"- {name}" for name, summary in _tools(tools_or_tx)
-    ]
+    lines = [_line(spec) for spec in _tools(tools_or_tx)]
     if not lines:
         return PROMPT
     return f"{PROMPT}\nTools:\n" + "\n".join(lines) + "\n"
 
 
-def _tools(source: object) -> list[tuple[str, str]]:
-    """(wire name, one-line description) of each tool of `source`, in registration order.
-
-    The one place to switch to `ToolSpec` once tools carry specs (issue 12, item 1).
-    """
+def _tools(source: object) -> tuple[ToolSpec, ...]:
+    """The specs of the tools of `source`, in registration order."""
     if isinstance(source, (Observed, Engine)):
-        registry: ToolRegistry = source._registry  # noqa: SLF001  (until `tool_specs` lands)
-    elif isinstance(source, (ToolRegistry, Mapping)) or _is_tool_list(source):
-        registry = ToolRegistry(source)  # type: ignore[arg-type]  # the registry checks it
-    else:
-        raise InvalidArgument(
-            "prompt() takes a Transaction, an Engine, or a list of tools, "
-            f"got {type(source).__name__}"
-        )
-    return [(_wire_name(tool.name), _summary(tool)) for tool in registry.tools.values()]
+        return source.tool_specs
+    if isinstance(source, (ToolRegistry, Mapping)) or _is_tool_list(source):
+        return ToolRegistry(source).specs()  # type: ignore[arg-type]  # the registry checks it
+    raise InvalidArgument(
+        f"prompt() takes a Transaction, an Engine, or a list of tools, got {type(source).__name__}"
+    )
 
 
 def _is_tool_list(source: object) -> bool:
     return isinstance(source, Iterable) and not isinstance(source, (str, bytes))
 
 
-def _wire_name(name: str) -> str:
-    return _WIRE_UNSAFE.sub("_", name)
-
-
-def _summary(tool: Tool[Any, Any]) -> str:
-    doc = inspect.getdoc(tool.__wrapped__) or ""
-    return doc.strip().split("\n", 1)[0].strip() if doc.strip() else ""
+def _line(spec: ToolSpec) -> str:
+    """`- wire_name: the first line of the description` (or just the name)."""
+    summary = spec.description.strip().split("\n", 1)[0].strip()
+    return f"- {spec.wire_name}: {summary}" if summary else f"- {spec.wire_name}"

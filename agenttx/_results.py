@@ -185,7 +185,9 @@ class StepResult:
         when they are not empty, and `instruction`, one sentence saying what to send next.
         A new dict each call, JSON-serializable (the output is JSON already); deterministic.
         """
-        payload: dict[str, JSONValue] = {"ok": self.ok, "step": self.step_id}
+        # A call `call_turn` did not send claims no step: null, not the 0 of `step_id`.
+        step = None if self.status is StepStatus.NOT_RUN else self.step_id
+        payload: dict[str, JSONValue] = {"ok": self.ok, "step": step}
         if self.ok:
             payload["output"] = self.output
         else:
@@ -230,6 +232,11 @@ def _instruction(result: StepResult) -> str:
         return (
             f"Continue with step {following}; pass on a value of this output as "
             f"${{steps.{step}.<field>}}, never copied."
+        )
+    if result.status is StepStatus.NOT_RUN:
+        return (
+            "This call was not run because an earlier call of the turn failed: "
+            f"send it again as step {following} or later, if it is still needed."
         )
     fixed = _INSTRUCTIONS.get(strategy)
     if fixed is not None:

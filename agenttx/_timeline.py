@@ -46,6 +46,8 @@ class Timeline:
     only when it is needed (`graph()`): successful steps only record their dependencies, so a
     transaction that never fails never pays for it. `call_id` is the call id of the step being
     executed (None if it has none); `call_ids` maps the call id of each live step to it.
+    `dropped` is what the last truncation (a rewind or an abort) dropped: the live steps and
+    their call ids.
     """
 
     __slots__ = (
@@ -53,6 +55,7 @@ class Timeline:
         "_graph_upto",
         "call_id",
         "call_ids",
+        "dropped",
         "effects",
         "history",
         "next_step",
@@ -72,6 +75,7 @@ class Timeline:
         self.pending: Pending | None = None
         self.call_id: str | None = None
         self.call_ids: dict[str, int] = {}
+        self.dropped: Voided = ((), ())
         self.next_step = 1
         self.rewinds = 0
         self._graph = DependencyGraph()
@@ -124,7 +128,10 @@ class Timeline:
         """Drop the steps >= `target` with their effects and graph nodes; `target` runs next."""
         first = max(target, 1)
         self.effects = [effect for effect in self.effects if effect.step_id < first]
-        for step in [s for s in self.steps if s >= first]:
+        gone = sorted(s for s in self.steps if s >= first)
+        ids = (self.steps[s].call_id for s in gone)
+        self.dropped = (tuple(gone), tuple(c for c in ids if c is not None))
+        for step in gone:
             del self.steps[step]
             del self.outputs[step]
             self.sizes.pop(step, None)
@@ -135,17 +142,6 @@ class Timeline:
         self._graph_upto = min(self._graph_upto, first - 1)
         self.pending = None
         self.next_step = first
-
-    def voided(self, target: int) -> Voided:
-        """The live steps a rewind to `target` would undo (all of them for 0), and their call
-        ids, in step order; nothing is changed."""
-        first = max(target, 1)
-        steps = self.steps
-        if first >= self.next_step or not steps:
-            return (), ()
-        ids = sorted(s for s in steps if s >= first)
-        call_ids = tuple(c for c in (steps[s].call_id for s in ids) if c is not None)
-        return tuple(ids), call_ids
 
     def clear(self) -> None:
         """Drop every step (an abort): no step runs next."""

@@ -42,7 +42,7 @@ from ._results import (
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
 from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
-from ._timeline import Pending, Voided
+from ._timeline import Pending
 from ._tools import (
     Call,
     Failure,
@@ -256,7 +256,7 @@ class Transaction(Turns, Observed):
         A call made while another runs waits for its turn without blocking the loop (calls
         run one at a time, in arrival order), as with `execute_step`.
         """
-        async with self._calls.aturn():
+        async with self._calls:
             return await self._aexecute(step_id, tool_name, arguments, raw_context, call_id)
 
     async def _aexecute(
@@ -267,32 +267,28 @@ class Transaction(Turns, Observed):
         raw_context: str,
         call_id: str | None,
     ) -> StepResult:
-        with self._call():
-            self._ensure_active()
-            parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
-            check_call_id(call_id)
-            self._start(step_id)
+        # The whole call holds the turn (`aexecute_step`): no other call runs meanwhile.
+        self._ensure_active()
+        parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+        check_call_id(call_id)
+        self._start(step_id)
         prepared: Call | Failure | None = None
         try:
-            with self._call():
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
+            prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
-                with self._call():
-                    prepared = self._unless_orphans(prepared, timeout)
+                prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
             outcome = await arun_tool(prepared)
         except BaseException:
-            with self._call():
-                self._abandon(step_id, prepared)
+            self._abandon(step_id, prepared)
             raise
-        with self._call():
-            self._keep_registered(prepared, outcome)
-            error = output_error(prepared, outcome)
-            if error is None:
-                return self._succeed(prepared, outcome)
+        self._keep_registered(prepared, outcome)
+        error = output_error(prepared, outcome)
+        if error is None:
+            return self._succeed(prepared, outcome)
         return await self._afail(step_id, error)
 
     def _start(self, step_id: int) -> None:
@@ -398,8 +394,7 @@ class Transaction(Turns, Observed):
         self._ledger.compensate(records, self._registry.compensations)
         return running
 
-    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint, Voided]:
-        """The controller's decision, the hint, and the live steps the decision will undo."""
+    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
         hint = clean_error(failure.message)
         if failure.key is not None and failure.key != hint.key:
             hint = attrs.evolve(hint, key=failure.key)
@@ -410,57 +405,35 @@ class Transaction(Turns, Observed):
                 self._transient_hints,
                 hint.text,
                 self._settings.max_constraints,
-                transient_step=step_id if transient else None,
+                transient_step=step_id if transient and not failure.mistake else None,
             )
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
             step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
         )
-        return decision, hint, self._timeline.voided(_rewind_target(decision)[0])
+        return decision, hint
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
-        call_id = self._timeline.call_id
-        decision, hint, voided = self._decide(step_id, failure)
+        decision, hint = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = _rewind_target(decision)
         report = self._rewind(target, final=final)
-        return self._failed(
-            step_id,
-            decision,
-            hint,
-            failure,
-            report,
-            started=started,
-            call_id=call_id,
-            voided=voided,
-        )
+        return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
-        with self._call():
-            call_id = self._timeline.call_id
-            decision, hint, voided = self._decide(step_id, failure)
-            target, final = _rewind_target(decision)
-            records = self._begin_rewind(target, final)
+        decision, hint = self._decide(step_id, failure)
+        target, final = _rewind_target(decision)
+        records = self._begin_rewind(target, final)
         started = time.perf_counter()
         try:
             report = await self._ledger.acompensate(records, self._registry.compensations)
         except BaseException as exc:
-            with self._call():
-                self._fail_hard(run_compensations=isinstance(exc, Exception))
+            self._fail_hard(run_compensations=isinstance(exc, Exception))
             raise
-        with self._call(), self._ending_if_interrupted():
+        with self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(
-            step_id,
-            decision,
-            hint,
-            failure,
-            report,
-            started=started,
-            call_id=call_id,
-            voided=voided,
-        )
+        return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
     def _failed(
         self,
@@ -468,12 +441,12 @@ class Transaction(Turns, Observed):
         decision: RollbackDecision,
         hint: CleanHint,
         failure: Failure,
-        report: CompensationReport,
         *,
+        report: CompensationReport,
         started: float,
-        call_id: str | None,
-        voided: Voided,
     ) -> StepResult:
+        """The failed step's result, once its rewind is done (calls are serialized, so the
+        timeline still holds the step's call id and what the rewind dropped)."""
         return failed_step(
             step_id,
             decision=decision,
@@ -483,8 +456,8 @@ class Transaction(Turns, Observed):
             constraints=tuple(self._constraints),
             compensation_errors=report.failures,
             started=started,
-            call_id=call_id,
-            voided=voided,
+            call_id=self._timeline.call_id,
+            voided=self._timeline.dropped,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:

@@ -135,6 +135,11 @@ def not_run(call: TurnCall, failed: StepResult) -> StepResult:
     )
 
 
+#: What `call_turn` takes; `Iterable[object]` too, so that an unannotated mixed list (which mypy
+#: infers as `list[object]`) type-checks: every item is checked when the turn starts.
+_Calls = Iterable[TurnCall | tuple[Any, ...]] | Iterable[object]
+
+
 class _Host(Protocol):
     """What `Turns` needs of the transaction it is mixed into."""
 
@@ -227,7 +232,7 @@ class Turns:
         raw_context: str = "",
     ) -> StepResult:
         """`call` for async code: waits for its turn, and between attempts, without blocking."""
-        async with self._calls.aturn():
+        async with self._calls:
             step, attempt = self.next_step_id, 0
             while True:
                 result = await self.aexecute_step(
@@ -239,9 +244,7 @@ class Turns:
                 await asleep(RETRY_BACKOFF.delay(attempt))
                 step = result.next_step_id
 
-    def call_turn(
-        self: _Host, calls: Iterable[TurnCall | tuple[Any, ...]]
-    ) -> tuple[StepResult, ...]:
+    def call_turn(self: _Host, calls: _Calls) -> tuple[StepResult, ...]:
         """Run one model turn: `calls` in order, through `call`, stopping at the first failure.
 
         `calls` holds `(tool_name, arguments)` or `(tool_name, arguments, call_id)` tuples or
@@ -264,14 +267,12 @@ class Turns:
                     failed = result
         return tuple(results)
 
-    async def acall_turn(
-        self: _Host, calls: Iterable[TurnCall | tuple[Any, ...]]
-    ) -> tuple[StepResult, ...]:
+    async def acall_turn(self: _Host, calls: _Calls) -> tuple[StepResult, ...]:
         """`call_turn` for async code (through `acall`)."""
         checked = turn_calls(calls)
         results: list[StepResult] = []
         failed: StepResult | None = None
-        async with self._calls.aturn():
+        async with self._calls:
             for item in checked:
                 if failed is not None:
                     results.append(not_run(item, failed))

@@ -1021,6 +1021,50 @@ def test_messages_give_the_reference_hints(tools, ctx, case):
     assert (cleaned.text, cleaned.key) == (hint, key)
 
 
+@pytest.mark.parametrize("case", HINTS, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(HINTS)])
+def test_hints_through_a_transaction_are_the_reference_hints(root, case):
+    """Through a transaction (the spec's validator first), each case gives the same hint text."""
+    name, arguments, hint, _ = case
+    tx = agenttx.Transaction(tools=agenttx.builtins.tools(root))
+    result = tx.execute_step(1, name, arguments)
+    assert result.hint is not None
+    assert result.hint.text == hint
+
+
+@pytest.mark.parametrize("name", ["kv.put", "kv.get", "kv.delete"])
+def test_null_key_through_a_transaction_is_missing(root, name):
+    """A null required argument is reported missing, as the tools themselves say."""
+    tx = agenttx.Transaction(tools=agenttx.builtins.tools(root))
+    assert tx.execute_step(1, name, {"key": None}).error == "missing field `key`"
+
+
+def test_builtins_have_explicit_specs_and_wire_names(root):
+    """Each built-in has a description, an object schema of its arguments, and a wire name."""
+    specs = {
+        spec.name: spec
+        for spec in agenttx.Transaction(tools=agenttx.builtins.tools(root)).tool_specs
+    }
+    assert list(specs) == TOOL_NAMES
+    assert {spec.wire_name for spec in specs.values()} == {n.replace(".", "_") for n in TOOL_NAMES}
+    for spec in specs.values():
+        assert spec.description
+        assert spec.parameters["type"] == "object"
+        assert "additionalProperties" not in spec.parameters  # unknown arguments are ignored
+    assert specs["record.insert"].parameters["required"] == ["table", "id"]
+    assert set(specs["fs.write"].parameters["properties"]) == {"path", "contents"}
+    assert specs["effect.stage"].parameters["required"] == ["channel"]
+
+
+def test_builtins_answer_to_wire_names_and_ignore_nulls_for_optionals(root):
+    """`kv_put` reaches `kv.put`; a null optional argument is absent, as the tools treat it."""
+    tx = agenttx.Transaction(tools=agenttx.builtins.tools(root))
+    assert tx.execute_step(1, "kv_put", {"key": "a", "value": 1}).output == {"key": "a", "value": 1}
+    staged = tx.execute_step(2, "effect_stage", {"channel": "mail", "idempotency_key": None})
+    assert staged.ok
+    inserted = tx.execute_step(3, "record.insert", {"table": "t", "id": 1, "fields": None})
+    assert inserted.output == {"id": 1, "table": "t"}
+
+
 def test_duplicate_key_gives_the_unique_hint(tools, ctx):
     """The primary-key message cleans into the unique-violation hint keyed on `id`."""
     call(tools, ctx, "record.insert", table="users", id=101)

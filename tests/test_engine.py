@@ -79,12 +79,13 @@ def test_configuration_from_the_environment():
             "AGENTTX_MAX_LOCAL_DEPTH": "4",
             "AGENTTX_MAX_GLOBAL_RESETS": "2",
             "AGENTTX_REPLAY_BUDGET_FACTOR": "0.5",
+            "AGENTTX_MISTAKE_RETRIES": "0",
         }
     )
     assert (config.step_timeout, config.idle_timeout) == (2.5, 60.0)
     assert (config.compensation_retries, config.max_constraints) == (5, 8)
     assert config.policy == RollbackPolicy(
-        max_local_depth=4, max_global_resets=2, replay_budget_factor=0.5
+        max_local_depth=4, max_global_resets=2, replay_budget_factor=0.5, mistake_retries=0
     )
     assert EngineConfig.from_env({}) == EngineConfig()
     assert EngineConfig.from_env({"AGENTTX_TX_IDLE_TIMEOUT_SECS": "0"}).idle_timeout is None
@@ -97,6 +98,7 @@ def test_configuration_from_the_environment():
         ("AGENTTX_COMPENSATION_RETRIES", "0", "compensation_retries must be an integer > 0"),
         ("AGENTTX_MAX_CONSTRAINTS", "0", "max_constraints must be an integer > 0"),
         ("AGENTTX_MAX_LOCAL_DEPTH", "17", "max_local_depth must be <= 16"),
+        ("AGENTTX_MISTAKE_RETRIES", "17", "mistake_retries must be <= 16"),
         (
             "AGENTTX_REPLAY_BUDGET_FACTOR",
             "nan",

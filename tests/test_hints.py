@@ -31,7 +31,7 @@ C = HintCategory
 
 # ------------------------------------------------------------------------------ naive oracle
 #
-# The 31 rules' defining patterns, as written (alternatives joined by `|`, the `$` that ends
+# The 33 rules' defining patterns, as written (alternatives joined by `|`, the `$` that ends
 # type_mismatch written `\Z`), searched naively with `re`. `clean_error` must agree with
 # this oracle on every input; the oracle is quadratic on hostile input, so it only sees short texts.
 
@@ -64,6 +64,8 @@ REFERENCE_PATTERNS = {
     "invalid_integer": r"invalid literal for int\(\) with base \d+: '(?P<value>[^']*)'"
     r'|NumberFormatException: For input string: "(?P<value2>[^"]*)"',
     "type_mismatch": r"invalid type: (?P<found>[^,\n]+), expected (?P<expected>[^\n]+?)(?: at line \d+ column \d+)?\Z",  # noqa: E501
+    "invalid_value": r"invalid value: (?P<found>[^\n]{1,120}?) for field `(?P<key>[^`\n]+)`, expected (?P<expected>[^\n]+)",  # noqa: E501
+    "unknown_field": r"unknown field `(?P<key>[^`\n]+)`, (?:expected (?P<expected>[^\n]+)|there are no fields)",  # noqa: E501
     "path_escape": r"path '(?P<path>[^']*)' escapes the sandbox",
     "file_not_found": r"No such file or directory(?: \(os error 2\))?(?:: '(?P<path>[^']+)')?"
     r"|ENOENT: no such file or directory, \w+ '(?P<path2>[^']+)'|FileNotFoundException: (?P<path3>\S+)",  # noqa: E501
@@ -94,6 +96,8 @@ KEYED_RULES = {
     "python_missing_argument",
     "null_attribute",
     "java_npe",
+    "invalid_value",
+    "unknown_field",
 }
 
 FRAME_PREFIXES = (
@@ -166,7 +170,7 @@ def reference_clean(raw: str) -> CleanHint:
 
 
 def test_rule_table_is_the_reference_table():
-    """The rules are the documented 31, in their priority order, with their categories."""
+    """The rules are the documented 33, in their priority order, with their categories."""
     assert [rule.name for rule in _RULES] == list(REFERENCE_PATTERNS)
     assert {rule.name for rule in _RULES if rule.key_groups} == KEYED_RULES
 
@@ -542,6 +546,34 @@ EXAMPLES = [
         None,
     ),
     (
+        'invalid value: string "x" for field `color`, expected one of "red", "green"',
+        'Hint: Invalid value for \'color\': got string "x", expected one of "red", "green".',
+        C.INVALID_VALUE,
+        "invalid_value",
+        "color",
+    ),
+    (
+        "invalid value: number 1.5 for field `items[2].qty`, expected an integer",
+        "Hint: Invalid value for 'items[2].qty': got number 1.5, expected an integer.",
+        C.INVALID_VALUE,
+        "invalid_value",
+        "items[2].qty",
+    ),
+    (
+        "unknown field `note`, expected one of `amount`, `card`",
+        "Hint: Unknown argument 'note'. Remove it; expected one of `amount`, `card`.",
+        C.INVALID_VALUE,
+        "unknown_field",
+        "note",
+    ),
+    (
+        "unknown field `note`, there are no fields",
+        "Hint: Unknown argument 'note'. Remove it: this tool takes no arguments.",
+        C.INVALID_VALUE,
+        "unknown_field",
+        "note",
+    ),
+    (
         "path '../etc/passwd' escapes the sandbox",
         "Hint: Path '../etc/passwd' is outside the sandbox. Use a relative path without '..'.",
         C.PERMISSION_DENIED,
@@ -749,7 +781,7 @@ def test_rule_example(raw, text, category, rule, key):
 
 
 def test_every_rule_and_alternative_has_an_example():
-    """The example table exercises all 31 rules and every alternative of each."""
+    """The example table exercises all 33 rules and every alternative of each."""
     seen: set[tuple[str, int]] = set()
     for raw, *_ in EXAMPLES:
         text = _bounded(raw)
@@ -1441,6 +1473,10 @@ HOSTILE = {
     "invalid type: repeated": "invalid type: " * 4_680,
     "invalid type: a, expected repeated": "invalid type: a, expecte" * 2_700,
     "Duplicate entry ' repeated": "Duplicate entry '" * 3_850,
+    "invalid value: repeated": "invalid value: " * 4_360 + " for field `a`, expected",
+    "invalid value: for field repeated": "invalid value: x for field `a" * 2_340,
+    "unknown field repeated": "unknown field `a`, " * 3_440,
+    "unknown field then a long key": "unknown field `" + "a" * 65_000,
     "unresolved reference repeated": "unresolved reference ${steps.1" * 2_180 + "}",
     "quotes": "'" * 65_536,
     "double quotes": '"' * 65_536,

@@ -316,11 +316,23 @@ def test_a_transient_constraint_is_dropped_once_the_retry_succeeds():
 
 
 def test_a_transient_hint_already_kept_as_lasting_stays():
-    """A transient failure whose hint text is already a constraint does not make it transient."""
-    tx = agenttx.Transaction(shop_tools([]), policy=agenttx.RollbackPolicy(transient_retries=0))
-    tx._constraints.append("x")
-    tx.execute_step(1, "charge", {"order": "o1"})
-    assert tx._transient_hints == []
+    """A transient failure whose hint text is already a lasting constraint leaves it lasting:
+    the retry succeeding does not drop it."""
+    outcomes = [False, True]  # lasting, then transient, then success
+
+    @agenttx.tool(name="flaky")
+    def flaky() -> dict:
+        if outcomes:
+            raise agenttx.ToolError("service unavailable", transient=outcomes.pop(0))
+        return {}
+
+    tx = agenttx.Transaction([flaky])
+    lasting = tx.execute_step(1, "flaky", {})
+    assert lasting.strategy is RollbackStrategy.LOCAL_BACKTRACK
+    retry = tx.execute_step(1, "flaky", {})
+    assert retry.strategy is RollbackStrategy.RETRY
+    assert retry.constraints == lasting.constraints
+    assert tx.execute_step(1, "flaky", {}).constraints == lasting.constraints
 
 
 # ---------------------------------------------------------------- the payload for the model
@@ -455,3 +467,19 @@ def test_the_payload_without_a_hint_falls_back_to_the_error():
     assert bare.for_model()["instruction"] == (
         "Send step 3 next, correcting the cause of the error."
     )
+
+
+def test_a_mistake_never_leaves_a_transient_constraint():
+    """A mistake whose hint reads as transient is still a lasting constraint (it is no
+    failure of the service, and its resend succeeding does not make it untrue)."""
+    from agenttx._tools import Failure  # noqa: PLC0415
+
+    tx = agenttx.Transaction(shop_tools([]))
+    tx.execute_step(1, "charge", {"order": "o1"})
+    with tx._call():  # drive the failure path with a hand-made mistake
+        tx._start(2)
+        tx._prepare(2, "quote", ({"order": "o1"}, 0), "", None)
+        result = tx._fail(2, Failure("upstream timed out", mistake=True))
+    assert result.strategy is RESEND
+    assert tx.execute_step(2, "charge", {"order": "o2"}).constraints == result.constraints
+    assert result.constraints != ()

@@ -275,3 +275,15 @@ def test_unknown_keywords_are_ignored_and_bad_schemas_refused():
         compile_schema([1])  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="JSON values"):
         compile_schema({"type": object()})  # type: ignore[dict-item]
+
+
+def test_a_hostile_annotation_maps_to_any_value():
+    """An annotation object that raises when compared gives `{}`, not a failed decoration."""
+
+    class Weird:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("no")
+
+    assert schema_for(Weird()) == {}

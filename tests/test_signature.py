@@ -152,3 +152,30 @@ def test_unknown_sections_stay_out_of_arguments():
     doc = parse_docstring("Do it.\n\nRaises:\n    ValueError: when bad.\n\nMore text.")
     assert doc.arguments == {}
     assert doc.description == "Do it.\n\nMore text."
+
+
+def test_callable_objects_partials_and_bound_methods():
+    """A callable object reads its `__call__` (doc included); partials and methods their rest."""
+    import functools  # noqa: PLC0415
+
+    class Counter:
+        def __call__(self, n: int) -> int:
+            """Count.
+
+            Args:
+                n: How many.
+            """
+            return n
+
+    signature = read_signature(Counter(), skip_context=False)
+    assert signature.summary == "Count."
+    assert [(p.name, p.annotation, p.description) for p in signature.parameters] == [
+        ("n", int, "How many.")
+    ]
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert [
+        p.name for p in read_signature(functools.partial(add, 1), skip_context=False).parameters
+    ] == ["b"]

@@ -153,3 +153,62 @@ def test_coerced_arguments_reach_the_tool():
     """`3.0` for an integer reaches the tool as the int 3."""
     tx = agenttx.Transaction(tools=[count])
     assert tx.execute_step(1, "count", {"n": 3.0}).output == {"n": 3, "type": "int"}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "hint", "key"),
+    [
+        (
+            {"amount": 1, "card": "t", "note": "x"},
+            (
+                "Hint: Unknown argument 'note'. "
+                "Remove it; expected one of `amount`, `card`, `currency`."
+            ),
+            "note",
+        ),
+        (
+            {"amount": 1, "card": "t", "currency": "GBP"},
+            'Hint: Invalid value for \'currency\': got string "GBP", expected one of "EUR", "USD".',
+            "currency",
+        ),
+        (
+            {"card": "t"},
+            (
+                "Hint: Required field 'amount' is missing from the arguments. "
+                "Provide 'amount' explicitly."
+            ),
+            "amount",
+        ),
+    ],
+)
+def test_violations_give_one_line_hints_naming_the_argument(arguments, hint, key):
+    """Unknown, invalid and missing arguments each give a hint naming the argument (its key)."""
+    tx = agenttx.Transaction(tools=[charge])
+    result = tx.execute_step(1, "payments.charge", arguments)
+    assert result.hint is not None
+    assert (result.hint.text, result.hint.key) == (hint, key)
+
+
+def test_a_violation_resends_the_step_and_compensates_nothing():
+    """A schema violation after a compensable step is a mistake: RESEND, no refund, same step."""
+    refunds = []
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: dict) -> None:
+        refunds.append(payload)
+
+    @agenttx.tool(name="pay", compensate=refund)
+    def pay(amount: int) -> dict:
+        return {"paid": amount}
+
+    tx = agenttx.Transaction(tools=[pay, refund])
+    assert tx.execute_step(1, "pay", {"amount": 5}).ok
+    result = tx.execute_step(2, "pay", {"amount": "five"})
+    assert result.strategy is agenttx.RollbackStrategy.RESEND
+    assert (result.next_step_id, refunds) == (2, [])
+    payload = result.for_model()
+    assert payload["ok"] is False
+    assert payload["error"] == (
+        "Hint: Wrong argument type: got string for field `amount`, expected an integer."
+    )
+    assert tx.execute_step(2, "pay", {"amount": 6}).ok

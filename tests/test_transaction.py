@@ -211,6 +211,7 @@ def test_malformed_json_is_a_failed_step_with_the_malformed_json_hint():
     tx = shop.transaction()
     result = tx.execute_step(1, "create_customer", '{"name": ')
     assert result.status is StepStatus.ROLLBACK_TRIGGERED
+    assert result.strategy is RollbackStrategy.RESEND  # a mistake: step 1 is sent again
     assert result.hint is not None
     assert result.hint.text == (
         "Hint: Malformed JSON. Emit a single valid JSON object with double-quoted keys."
@@ -723,6 +724,16 @@ TransactionMachine.TestCase.settings = settings(max_examples=40, stateful_step_c
 test_transaction_machine = TransactionMachine.TestCase
 
 
+class ReferenceMistakeMachine(TransactionMachine):
+    """The same guarantees when mistakes are decided as any failure (mistake_retries=0)."""
+
+    policy = agenttx.RollbackPolicy(mistake_retries=0)
+
+
+ReferenceMistakeMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=40)
+test_reference_mistake_machine = ReferenceMistakeMachine.TestCase
+
+
 def test_builtins_foreign_key_failure_reverts_kv_file_and_email(tmp_path):
     """With built-ins: step 4's FK failure jumps to step 1 and reverts kv, file and email."""
 
@@ -852,6 +863,7 @@ def test_async_failures_before_the_tool_and_interrupts():
     async def main():
         tx = agenttx.Transaction(tools=[stop])
         unknown = await tx.aexecute_step(1, "nope", {})
+        assert unknown.strategy is RollbackStrategy.RESEND
         assert unknown.hint is not None
         assert unknown.hint.category is agenttx.HintCategory.UNKNOWN_TOOL
         with pytest.raises(KeyboardInterrupt):

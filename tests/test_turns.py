@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 import threading
 import time
 
@@ -177,6 +179,15 @@ def test_call_turn_runs_in_order_and_stops_at_the_first_failure():
     assert "step 2 failed first" in not_run.hint.text
     assert not_run.error is not None
     assert not_run.error.startswith("Not run: step 2 failed first")
+    payload = not_run.for_model()
+    assert payload["ok"] is False
+    assert payload["step"] is None
+    assert payload["error"] == not_run.hint.text
+    assert payload["next_step"] == tx.next_step_id
+    assert payload["instruction"] == (
+        "This call was not run because an earlier call of the turn failed: "
+        f"send it again as step {tx.next_step_id} or later, if it is still needed."
+    )
 
 
 def test_call_turn_after_an_abort_says_the_transaction_aborted():
@@ -582,3 +593,64 @@ def test_a_sync_call_from_a_sibling_task_is_refused_instead_of_deadlocking_the_l
 
     asyncio.run(main())
     assert tx.next_step_id == 2
+
+
+def test_threads_and_tasks_on_several_loops_share_one_transaction():
+    """Threads calling and tasks on two event loops calling, all at once: every call succeeds,
+    the step ids are 1..total with none repeated, and each caller's own calls stay in order."""
+    tx = agenttx.Transaction(tools=_async_gate_tools())
+    per_caller, lock = 15, threading.Lock()
+    seen: dict[str, list[int]] = {}
+
+    def record(caller: str, result: agenttx.StepResult) -> None:
+        assert result.ok, result
+        with lock:
+            seen.setdefault(caller, []).append(result.step_id)
+
+    def thread_caller(name: str) -> None:
+        for n in range(per_caller):
+            record(name, tx.call("aecho", {"n": n}))
+
+    def loop_caller(name: str) -> None:
+        async def one(task: str) -> None:
+            for n in range(per_caller):
+                record(task, await tx.acall("aecho", {"n": n}))
+
+        async def main() -> None:
+            await asyncio.gather(one(f"{name}-a"), one(f"{name}-b"))
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=thread_caller, args=(f"t{i}",)) for i in range(3)]
+    threads += [threading.Thread(target=loop_caller, args=(f"loop{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    total = per_caller * (3 + 2 * 2)
+    assert sorted(step for steps in seen.values() for step in steps) == list(range(1, total + 1))
+    assert all(steps == sorted(steps) for steps in seen.values())
+    assert not tx._calls.busy
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs pthread_kill")
+def test_a_thread_interrupted_while_queued_leaves_the_queue():
+    """A KeyboardInterrupt in a waiting thread takes it out of the queue; the turn still works."""
+    gate, entered, tools = _gate_tools()
+    tx = agenttx.Transaction(tools=tools)
+    holder = threading.Thread(target=tx.call, args=("hold", {}))
+    holder.start()
+    assert entered.wait(10)
+
+    def interrupt_once_queued() -> None:
+        _wait_until(lambda: _queued(tx) == 1)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+
+    threading.Thread(target=interrupt_once_queued).start()
+    with pytest.raises(KeyboardInterrupt):
+        tx.call("echo", {"n": 1})  # the main thread waits here until interrupted
+    assert _queued(tx) == 0
+    gate.set()
+    holder.join(10)
+    assert tx.call("echo", {"n": 2}).step_id == 2
+    assert not tx._calls.busy

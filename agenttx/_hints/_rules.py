@@ -1,4 +1,4 @@
-"""The 31 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
+"""The 33 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
 
 Each rule has a name, a category, its alternatives (patterns built with `_scan`), the groups
 that name its key, and a template. `_hints.clean_error` applies them.
@@ -193,6 +193,15 @@ def _permission_denied(g: Groups) -> str:
     if path is None:
         return "Hint: Permission denied. Use a resource the agent is allowed to modify."
     return f"Hint: Permission denied for '{path}'. Use a path inside the writable sandbox."
+
+
+def _unknown_field(g: Groups) -> str:
+    expected = _pick(g, ("expected",))
+    if expected is None:
+        return (
+            f"Hint: Unknown argument '{_get(g, 'key')}'. Remove it: this tool takes no arguments."
+        )
+    return f"Hint: Unknown argument '{_get(g, 'key')}'. Remove it; expected {expected}."
 
 
 def _fixed(text: str) -> Callable[[Groups], str]:
@@ -539,6 +548,39 @@ _RULES: Final[tuple[_Rule, ...]] = (
             f"Hint: Wrong argument type: got {_get(g, 'found')}, expected {_get(g, 'expected')}."
         ),
     ),
+    # --- arguments that do not fit a tool's spec (`docs/protocol.md#argument-validation`).
+    # Linear as searched: {found} is at most 120 characters, and {key} stops at a backtick,
+    # which every occurrence of the leading literal holds.
+    _Rule(
+        "invalid_value",
+        _C.INVALID_VALUE,
+        (
+            _alt(
+                r"invalid value: (?P<found>[^\n]{1,120}?) for field `(?P<key>[^`\n]+)`, "
+                r"expected (?P<expected>[^\n]+)",
+                " for field `",
+                "invalid value: ",
+            ),
+        ),
+        ("key",),
+        lambda g: (
+            f"Hint: Invalid value for '{_get(g, 'key')}': got {_get(g, 'found')}, "
+            f"expected {_get(g, 'expected')}."
+        ),
+    ),
+    _Rule(
+        "unknown_field",
+        _C.INVALID_VALUE,
+        (
+            _alt(
+                r"unknown field `(?P<key>[^`\n]+)`, "
+                r"(?:expected (?P<expected>[^\n]+)|there are no fields)",
+                "unknown field `",
+            ),
+        ),
+        ("key",),
+        _unknown_field,
+    ),
     # --- filesystem
     _Rule(
         "path_escape",
@@ -585,7 +627,7 @@ _RULES: Final[tuple[_Rule, ...]] = (
         (),
         _permission_denied,
     ),
-    # --- network and HTTP. Rules 24 and 29-31 are case-insensitive: they run on the folded text
+    # --- network and HTTP. Rules 26 and 31-33 are case-insensitive: they run on the folded text
     # (see `_Scan.folded`), split into one pattern per leading literal with `\b` behind it.
     _Rule(
         "rate_limited",

@@ -61,8 +61,14 @@ _NONE_TYPE: Final = type(None)
 
 
 def schema_for(annotation: object) -> dict[str, JSONValue]:
-    """The JSON Schema of values of `annotation`; `{}` (anything) for what it cannot map."""
-    return _schema(annotation, ())
+    """The JSON Schema of values of `annotation`; `{}` (anything) for what it cannot map.
+
+    Never raises: an annotation object that fails when compared or inspected maps to `{}`.
+    """
+    try:
+        return _schema(annotation, ())
+    except Exception:  # noqa: BLE001  (a hostile annotation object: any value)
+        return {}
 
 
 def parameters_schema(signature: Signature) -> dict[str, JSONValue]:
@@ -75,7 +81,7 @@ def parameters_schema(signature: Signature) -> dict[str, JSONValue]:
     properties: dict[str, JSONValue] = {}
     required: list[JSONValue] = []
     for parameter in signature.parameters:
-        schema = _schema(parameter.annotation, ())
+        schema = schema_for(parameter.annotation)
         if parameter.description and "description" not in schema:
             schema = {**schema, "description": parameter.description}
         if not parameter.required:
@@ -90,7 +96,7 @@ def parameters_schema(signature: Signature) -> dict[str, JSONValue]:
         result["required"] = required
     if signature.extra_keywords:
         if signature.extra_annotation is not UNRESOLVED:
-            result["additionalProperties"] = _schema(signature.extra_annotation, ())
+            result["additionalProperties"] = schema_for(signature.extra_annotation)
     else:
         result["additionalProperties"] = False
     return result
@@ -368,15 +374,18 @@ class _Compiler:
         kinds = schema.get("type")
         if isinstance(kinds, str):
             kinds = [kinds]
-        if isinstance(kinds, list) and all(isinstance(k, str) for k in kinds):
+        has_object = any(k in schema for k in ("properties", "required", "additionalProperties"))
+        # `{"type": "object", "properties": ...}`: the object check refuses a non-object itself
+        fused = has_object and kinds == ["object"]
+        if isinstance(kinds, list) and all(isinstance(k, str) for k in kinds) and not fused:
             checks.append(_type_check(tuple(k for k in kinds if isinstance(k, str))))
         if "const" in schema:
             checks.append(_enum_check([schema["const"]]))
         values = schema.get("enum")
         if isinstance(values, list):
             checks.append(_enum_check(values))
-        if any(k in schema for k in ("properties", "required", "additionalProperties")):
-            checks.append(self._object(schema))
+        if has_object:
+            checks.append(self._object(schema, must_be_object=fused))
         if any(k in schema for k in ("items", "prefixItems", "minItems", "maxItems")):
             checks.append(self._array(schema))
         bounds = _number_check(schema)
@@ -415,7 +424,7 @@ class _Compiler:
 
         return follow
 
-    def _object(self, schema: dict[str, JSONValue]) -> _Check:
+    def _object(self, schema: dict[str, JSONValue], *, must_be_object: bool) -> _Check:
         raw = schema.get("properties")
         properties = (
             {name: self.compile(sub) for name, sub in raw.items()} if isinstance(raw, dict) else {}
@@ -428,19 +437,33 @@ class _Compiler:
         known = ", ".join(f"`{name}`" for name in properties)
         unknown_text = f"expected one of {known}" if known else "there are no fields"
         required_set = frozenset(required)
+        # Properties whose schema is one plain type: a value of exactly that Python type passes
+        # without a call (the common case of a flat signature).
+        fast: dict[str, type] = {}
+        for name, sub in raw.items() if isinstance(raw, dict) else ():
+            kind = sub.get("type") if isinstance(sub, dict) else None
+            if isinstance(sub, dict) and isinstance(kind, str) and set(sub) <= _ANNOTATIONS:
+                exact = _EXACT.get(kind)
+                if exact is not None:
+                    fast[name] = exact
 
         def check(value: Any, depth: int, budget: list[int]) -> _Result:  # noqa: PLR0911
             if type(value) is not dict:
+                if must_be_object:
+                    return _Bad("type", json_kind(value), "an object")
                 return None  # `type` says whether it must be an object
             if depth > MAX_SCHEMA_DEPTH:
                 return _Bad("limit")
-            for name in required:
-                if name not in value:
-                    bad = _Bad("missing")
-                    bad.segments.append(name)
-                    return bad
+            if not required_set <= value.keys():
+                for name in required:
+                    if name not in value:
+                        bad = _Bad("missing")
+                        bad.segments.append(name)
+                        return bad
             fixes: dict[str, object] | None = None
             for key, item in value.items():
+                if type(item) is fast.get(key):
+                    continue
                 sub = properties.get(key)
                 if sub is None:
                     if refused:
@@ -568,7 +591,36 @@ def _expected(kinds: Sequence[str]) -> str:
     return " or ".join(words)
 
 
+#: Keywords that do not constrain a value.
+_ANNOTATIONS: Final = frozenset(
+    {"type", "description", "title", "default", "examples", "x-semantic-type", "$comment"}
+)
+_EXACT: Final[Mapping[str, type]] = {
+    "string": str,
+    "boolean": bool,
+    "integer": int,
+    "array": list,
+    "object": dict,
+    "null": _NONE_TYPE,
+}
+
+
 def _type_check(kinds: tuple[str, ...]) -> _Check:
+    """The check of `type`; one type gets a fast path for a value of exactly its Python type."""
+    general = _general_type_check(kinds)
+    exact = _EXACT.get(kinds[0]) if len(kinds) == 1 else None
+    if exact is None:
+        return general
+
+    def check(value: Any, depth: int, budget: list[int]) -> _Result:
+        if type(value) is exact:
+            return None
+        return general(value, depth, budget)
+
+    return check
+
+
+def _general_type_check(kinds: tuple[str, ...]) -> _Check:
     allowed = frozenset(kinds)
     expected = _expected(kinds)
     integer = "integer" in allowed and "number" not in allowed

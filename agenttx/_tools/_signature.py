@@ -129,7 +129,10 @@ def read_signature(fn: Callable[..., object], *, skip_context: bool) -> Signatur
     out. A callable without a readable signature (some builtins) declares `**kwargs` only.
     Never raises for a callable; never calls it.
     """
-    doc = parse_docstring(inspect.getdoc(fn) or "")
+    text = inspect.getdoc(fn)
+    if text is None and not inspect.isroutine(fn):  # a callable object: its `__call__`'s doc
+        text = inspect.getdoc(type(fn).__call__)
+    doc = parse_docstring(text or "")
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .._tools import ToolContext, tool
 from ._args import identifier, optional_str, required_str
+from ._specs import DESCRIPTIONS, PARAMETERS
 
 if TYPE_CHECKING:
     from .._json import JSONValue
@@ -13,7 +14,12 @@ if TYPE_CHECKING:
 __all__ = ["effect_stage"]
 
 
-@tool(name="effect.stage", inline=True)
+@tool(
+    name="effect.stage",
+    description=DESCRIPTIONS["effect.stage"],
+    parameters=PARAMETERS["effect.stage"],
+    inline=True,
+)
 def effect_stage(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Stage `payload` (any JSON value, default null) on `channel` (an identifier).
 

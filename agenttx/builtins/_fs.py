@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Final
 from .._errors import InvalidArgument, ToolError
 from .._tools import Compensation, Tool, ToolContext, compensation, tool
 from ._args import text_arg
+from ._specs import DESCRIPTIONS, PARAMETERS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -436,7 +437,11 @@ def fs_tools(
     """
     sandbox = Sandbox(fs_root)
 
-    @tool(name="fs.write")
+    @tool(
+        name="fs.write",
+        description=DESCRIPTIONS["fs.write"],
+        parameters=PARAMETERS["fs.write"],
+    )
     def fs_write(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
         """Write `contents` (a string, stored as UTF-8) to `path`; output `{"path", "bytes"}`.
 
@@ -450,7 +455,11 @@ def fs_tools(
         sandbox.write(ctx, rel, data)
         return {"path": rel, "bytes": len(data)}
 
-    @tool(name="fs.read")
+    @tool(
+        name="fs.read",
+        description=DESCRIPTIONS["fs.read"],
+        parameters=PARAMETERS["fs.read"],
+    )
     def fs_read(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:  # noqa: ARG001
         """Read the file at `path`; output `{"path", "contents"}`.
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from .._errors import ToolError
 from .._tools import Tool, ToolContext, tool
 from ._args import required_str
+from ._specs import DESCRIPTIONS, PARAMETERS
 
 if TYPE_CHECKING:
     from .._json import JSONValue
@@ -18,7 +19,12 @@ def _state_key(key: str) -> str:
     return f"kv/{key}"
 
 
-@tool(name="kv.put", inline=True)
+@tool(
+    name="kv.put",
+    description=DESCRIPTIONS["kv.put"],
+    parameters=PARAMETERS["kv.put"],
+    inline=True,
+)
 def kv_put(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Write `value` (any JSON value, default null) under `key`; output `{"key", "value"}`.
 
@@ -30,7 +36,12 @@ def kv_put(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     return {"key": key, "value": value}
 
 
-@tool(name="kv.get", inline=True)
+@tool(
+    name="kv.get",
+    description=DESCRIPTIONS["kv.get"],
+    parameters=PARAMETERS["kv.get"],
+    inline=True,
+)
 def kv_get(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Read `key`; output `{"key", "value"}`.
 
@@ -44,7 +55,12 @@ def kv_get(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     return {"key": key, "value": ctx.state.get(state_key)}
 
 
-@tool(name="kv.delete", inline=True)
+@tool(
+    name="kv.delete",
+    description=DESCRIPTIONS["kv.delete"],
+    parameters=PARAMETERS["kv.delete"],
+    inline=True,
+)
 def kv_delete(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Delete `key`; output `{"key", "deleted": bool}`.
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .._errors import ToolError
 from .._tools import Tool, ToolContext, tool
 from ._args import id_text, identifier, json_type, required_str, value_text
+from ._specs import DESCRIPTIONS, PARAMETERS
 
 if TYPE_CHECKING:
     from .._json import JSONValue
@@ -23,7 +24,12 @@ def _state_key(table: str, row_id: str) -> str:
     return f"records/{table}/{row_id}"
 
 
-@tool(name="record.insert", inline=True)
+@tool(
+    name="record.insert",
+    description=DESCRIPTIONS["record.insert"],
+    parameters=PARAMETERS["record.insert"],
+    inline=True,
+)
 def record_insert(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """Insert a row into `table` with primary key `id`; output the row plus `"table"`.
 
@@ -80,7 +86,12 @@ def record_insert(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     return {**row, "table": table}
 
 
-@tool(name="record.get", inline=True)
+@tool(
+    name="record.get",
+    description=DESCRIPTIONS["record.get"],
+    parameters=PARAMETERS["record.get"],
+    inline=True,
+)
 def record_get(ctx: ToolContext, /, **arguments: JSONValue) -> JSONValue:
     """The row stored under `table` (identifier) and `id` (string or number), as inserted.
 

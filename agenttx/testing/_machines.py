@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from .._errors import ToolError
-from .._results import StepStatus, TxStatus
+from .._results import StepResult, StepStatus, TxStatus
+from .._rollback import RollbackStrategy
 from .._tools import StagedEffect, ToolContext, compensation, tool
 from .._transaction import Transaction
 from ..stores import MemoryStore
@@ -40,7 +41,9 @@ class TransactionMachine(RuleBasedStateMachine):
     * every undo of a rewound or aborted call ran exactly once, and none of a live or
       committed call ever ran;
     * effects are dispatched only by a commit, exactly those of the committed steps, in order;
-    * `next_step_id`, the live steps and the dependency graph agree with the model.
+    * `next_step_id`, the live steps and the dependency graph agree with the model;
+    * a failed step's `voided_steps` are exactly the live steps its rewind dropped, and a
+      mistake (an unknown tool, malformed JSON) that is resent drops none.
 
     Subclass it to check your own configuration, overriding `make_store` (for example to
     check a store of your own) or `policy`, and run it with `TransactionMachine.TestCase`.
@@ -124,13 +127,32 @@ class TransactionMachine(RuleBasedStateMachine):
         )
         self.ran.add(uid)
         self.dropped.add(uid)
+        self._rewound(result, step_id)
+
+    @precondition(lambda self: self.tx.status is TxStatus.ACTIVE)
+    @rule(malformed_json=st.booleans())
+    def step_is_a_mistake(self, malformed_json: bool) -> None:
+        """An unknown tool or malformed JSON: no tool runs; it is resent, or rewinds."""
+        step_id = self.tx.next_step_id
+        if malformed_json:
+            result = self.tx.execute_step(step_id, "probe", '{"uid": ')
+        else:
+            result = self.tx.execute_step(step_id, "no_such_probe", {})
+        if result.strategy is RollbackStrategy.RESEND:
+            assert (result.next_step_id, result.voided_steps) == (step_id, ()), result
+        self._rewound(result, step_id)
+
+    def _rewound(self, result: StepResult, step_id: int) -> None:
+        """The model follows the rewind (or abort) of failed step `step_id`."""
         assert result.status is not StepStatus.SUCCESS
         if result.status is StepStatus.FAILED:
             assert self.tx.status is TxStatus.FAILED
-            self._drop_from(1)
+            first = 1
         else:
             assert 1 <= result.next_step_id <= step_id, result
-            self._drop_from(result.next_step_id)
+            first = result.next_step_id
+        assert result.voided_steps == tuple(range(first, step_id)), result
+        self._drop_from(first)
 
     @precondition(lambda self: self.tx.status is TxStatus.ACTIVE and self.tx.next_step_id > 1)
     @rule(data=st.data())

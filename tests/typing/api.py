@@ -5,6 +5,8 @@ Nothing here runs; each `assert_type` fails type checking if a public signature 
 
 from __future__ import annotations
 
+from collections.abc import Mapping  # noqa: F401  (named in an assert_type string)
+
 from typing_extensions import assert_type
 
 import agenttx
@@ -63,3 +65,43 @@ assert_type(tx.execute_step(1, "add", {"x": 1}), agenttx.StepResult)
 assert_type(tx.commit(), agenttx.CommitResult)
 assert_type(tx.rollback(), agenttx.RollbackResult)
 assert_type(tx.status, agenttx.TxStatus)
+
+
+# A mixed tools list, unannotated (mypy infers `list[object]`), is accepted as it is.
+def plain(x: int) -> int:
+    return x
+
+
+mixed = [add, unscale, plain]
+agenttx.Transaction(tools=mixed)
+agenttx.Engine(tools=mixed)
+agenttx.Transaction(tools={"add": add, "plain": plain})
+named = {"add": add, "unscale": unscale, "plain": plain}
+agenttx.Engine(tools=named)
+
+# Specs: one per tool, in registration order, on tools, transactions and engines.
+assert_type(add.spec, agenttx.ToolSpec)
+assert_type(add.wire_name, str)
+assert_type(add.spec.parameters, "Mapping[str, agenttx.JSONValue]")
+assert_type(tx.tool_specs, "tuple[agenttx.ToolSpec, ...]")
+assert_type(agenttx.Engine(tools=mixed).tool_specs, "tuple[agenttx.ToolSpec, ...]")
+
+
+@agenttx.tool(description="Search.", parameters={"type": "object", "properties": {}})
+def search(**arguments: object) -> object:
+    return arguments
+
+
+# Calls that number themselves: results, and an unannotated mixed turn.
+assert_type(tx.call("add", {"x": 1}, call_id="c1"), agenttx.StepResult)
+turn = [("add", {"x": 1}), ("add", '{"x": 2}', "c2"), agenttx.TurnCall("add", {"x": 3})]
+assert_type(tx.call_turn(turn), "tuple[agenttx.StepResult, ...]")
+
+
+async def use_acall() -> None:
+    assert_type(await tx.acall("add", {"x": 1}), agenttx.StepResult)
+    assert_type(await tx.acall_turn(turn), "tuple[agenttx.StepResult, ...]")
+
+
+assert_type(agenttx.prompt(tx), str)
+assert_type(agenttx.PROMPT, str)
