@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import json
 import subprocess
@@ -206,8 +207,8 @@ def test_every_tool_use_gets_a_result_even_when_not_run():
     assert [r["tool_use_id"] for r in results] == ["a", "b", "c"]
     assert all(r["is_error"] for r in results)
     assert "refund_everything" in results[0]["content"]["error"]
-    assert [r["content"]["step"] for r in results[1:]] == [0, 0]
-    assert all(r["content"]["error"].startswith("Not run") for r in results[1:])
+    assert [r["content"]["step"] for r in results[1:]] == [None, None]
+    assert all("Not run" in r["content"]["error"] for r in results[1:])
     assert shop.calls == []
 
 
@@ -282,3 +283,18 @@ def test_final_text_turn_runs_nothing():
     messages = atx_anthropic.ToolRunner(tx).handle(PROMPT, reply)
     assert messages[-1] == {"role": "assistant", "content": [{"type": "text", "text": "All done."}]}
     assert tx.next_step_id == 1
+
+
+def test_the_callers_messages_are_never_changed():
+    """handle() builds new messages: the history passed in stays as it was after a truncation."""
+    shop = Shop()
+    model = ScriptedModel(order_script()[:2])
+    runner = atx_anthropic.ToolRunner(shop.transaction())
+    client = model.anthropic()
+    first = client.messages.create(model=MODEL, max_tokens=10, messages=PROMPT)
+    before = runner.handle(PROMPT, first)
+    frozen = copy.deepcopy(before)
+    second = client.messages.create(model=MODEL, max_tokens=10, messages=before)
+    after = runner.handle(before, second)
+    assert before == frozen
+    assert roles(after) == ["user", "assistant", "user"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 import subprocess
@@ -280,8 +281,8 @@ def test_unknown_tool_is_a_result_and_the_step_is_resent():
     assert "refund_everything" in first["error"]
     assert first["next_step"] == 1
     assert second["ok"] is False
-    assert second["step"] == 0  # never sent: it claims no step number
-    assert second["error"].startswith("Not run: step 1 failed first")
+    assert second["step"] is None  # never sent: it claims no step number
+    assert "Not run: step 1 failed first" in second["error"]
     assert shop.calls == []
     assert tx.next_step_id == 1
 
@@ -330,7 +331,7 @@ def test_oversized_arguments_and_names_are_refused_as_results():
     )
     assert first["ok"] is False
     assert "unknown tool" in first["error"]
-    assert second["error"].startswith("Not run: step 1 was refused first")
+    assert "Not run: step 1 was refused first" in second["error"]
     (big,) = one_turn(tx, call("lookup_customer", {"email": "a" * 2_000_000}))
     assert big["ok"] is False
     assert "exceed" in big["error"]
@@ -437,3 +438,48 @@ def test_the_docs_show_what_reaches_the_model():
     assert documented_order == list(failed)
     void = chat_tool_messages({"messages": rewind_request("void")})
     assert void[0]["content"] == voided
+
+
+@pytest.mark.parametrize("history", ["truncate", "void"])
+def test_the_callers_messages_are_never_changed(history):
+    """handle() returns new lists and dicts: the history passed in stays as it was."""
+    shop = Shop()
+    model = ScriptedModel(order_script()[:2])
+    runner = atx_openai.ToolRunner(shop.transaction(), history=history)
+    client = model.openai()
+    first = client.chat.completions.create(model=MODEL, messages=PROMPT)
+    before = runner.handle(PROMPT, first.choices[0].message)
+    frozen = copy.deepcopy(before)
+    second = client.chat.completions.create(model=MODEL, messages=before)
+    after = runner.handle(before, second.choices[0].message)
+    assert before == frozen
+    assert after != before
+
+
+def test_a_mistake_after_good_work_undoes_nothing():
+    """An unknown tool at step 3 is resent as step 3: the charge at step 2 is not refunded."""
+    shop = Shop()
+    tx = shop.transaction()
+    lookup, charged, mistake = one_turn(
+        tx,
+        call("lookup_customer", {"email": EMAIL}),
+        call("charge", {"customer_id": CUSTOMER, "amount": 42}),
+        call("reserve_stock", {"sku": "SKU-1"}),
+    )
+    assert (lookup["ok"], charged["ok"], mistake["ok"]) == (True, True, False)
+    assert mistake["step"] == 3
+    assert mistake["next_step"] == 3
+    assert "voided_steps" not in mistake
+    assert shop.refunds == []
+    assert shop.live_charges == ["ch-1"]
+
+
+def test_schema_violations_name_the_argument():
+    """An argument of the wrong type is a failed result naming it; the tool never runs."""
+    shop = Shop()
+    tx = shop.transaction()
+    (result,) = one_turn(tx, call("charge", {"customer_id": "c-1", "amount": "lots"}))
+    assert result["ok"] is False
+    assert "amount" in result["error"]
+    assert result["next_step"] == 1
+    assert shop.charges == []

@@ -218,7 +218,7 @@ def _refused(call: ModelCall, step: int, error: str) -> Outcome:
     payload: Payload = {
         "ok": False,
         "step": step,
-        "error": f"Step {step} was refused: {error}.",
+        "error": f"Hint: Step {step} was refused: {error}.",
         "next_step": step,
         "instruction": f"Fix the call and send step {step} again.",
     }
@@ -230,13 +230,16 @@ def _not_run(call: ModelCall, first: int, step: int, *, refused: bool = False) -
     what = "was refused" if refused else "failed"
     payload: Payload = {
         "ok": False,
-        "step": 0,  # it was never sent: it claims no step number
+        "step": None,  # never sent: it claims no step (as a NOT_RUN result's for_model())
         "error": (
-            f"Not run: step {first} {what} first; send this call again, as step {step} or "
+            f"Hint: Not run: step {first} {what} first; send this call again, as step {step} or "
             "later, if it is still needed."
         ),
         "next_step": step,
-        "instruction": f"Read step {first}'s result, then send step {step}.",
+        "instruction": (
+            "This call was not run because an earlier call of the turn failed: "
+            f"send it again as step {step} or later, if it is still needed."
+        ),
     }
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
@@ -245,8 +248,10 @@ def _ended(call: ModelCall, tx: Transaction) -> Outcome:
     status = tx.status.value.lower().replace("_", " ")
     payload: Payload = {
         "ok": False,
-        "step": 0,
-        "error": f"Not run: the transaction has ended ({status}); no more tool calls run in it.",
+        "step": None,
+        "error": (
+            f"Hint: Not run: the transaction has ended ({status}); no more tool calls run in it."
+        ),
         "next_step": 0,
         "instruction": "Send no more steps: the transaction has ended.",
     }
@@ -338,6 +343,7 @@ def voided_payload(step: int | None) -> Payload:
     if step is not None:
         payload["step"] = step
     payload["voided"] = True
+    # Not a hint (no "Hint: " prefix): it describes a result, not a failure to fix.
     payload["error"] = (
         f"Voided by rollback: {what} was undone (and compensated); its output no longer holds."
     )

@@ -22,7 +22,7 @@ messages of the same role the rewrite makes adjacent.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, TypeGuard, final
 
 try:
     import anthropic as _anthropic
@@ -82,7 +82,19 @@ def _dump(item: object, where: str) -> Any:
     raise InvalidArgument(f"{where} is {describe(item)}, not a message or content block")
 
 
+def _plain(item: object) -> TypeGuard[Message]:
+    """True for a message already in request form (a dict of role and content, blocks dicts)."""
+    if type(item) is not dict or not item.keys() <= {"role", "content"}:
+        return False
+    content = item.get("content")
+    return isinstance(content, str) or (
+        isinstance(content, list) and all(type(block) is dict for block in content)
+    )
+
+
 def _message(item: object, where: str) -> Message:
+    if _plain(item):
+        return item  # shared with the caller, never changed: rewrites build new dicts
     found = _dump(item, where)
     if not isinstance(found, dict):  # pragma: no cover  (model_dump returns a dict)
         raise InvalidArgument(f"{where} is {describe(item)}, not a message")
@@ -238,7 +250,10 @@ class ToolRunner:
             raise InvalidArgument(
                 f"ToolRunner.handle: messages must be a list of messages, got {describe(messages)}"
             )
-        history = [_message(m, f"ToolRunner.handle: messages[{i}]") for i, m in enumerate(messages)]
+        history = [
+            m if _plain(m) else _message(m, f"ToolRunner.handle: messages[{i}]")
+            for i, m in enumerate(messages)
+        ]
         assistant = _assistant(message)
         return history, assistant, _calls(assistant)
 

@@ -132,7 +132,9 @@ class _Runner:
 
 
 def _as_dict(item: object, where: str) -> Message:
-    """A message or item as a plain dict: dicts are copied, SDK models dumped."""
+    """A message or item as a plain dict: a dict as it is (never changed), SDK models dumped."""
+    if type(item) is dict:
+        return item  # shared with the caller's list: the runners build new dicts, never edit
     if isinstance(item, Mapping):
         return dict(item)
     dump = getattr(item, "model_dump", None)
@@ -148,7 +150,13 @@ def _as_list(messages: object, where: str) -> list[Message]:
         raise InvalidArgument(
             f"{where}: messages must be a list of messages, got {describe(messages)}"
         )
-    return [_as_dict(m, f"{where}: messages[{i}]") for i, m in enumerate(messages)]
+    found = list(messages)
+    if set(map(type, found)) <= {dict}:  # the usual case, checked at C speed: nothing to convert
+        return found
+    return [
+        m if type(m) is dict else _as_dict(m, f"{where}: messages[{i}]")
+        for i, m in enumerate(found)
+    ]
 
 
 # ---------------------------------------------------------------------- chat completions
