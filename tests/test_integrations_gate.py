@@ -132,8 +132,8 @@ def test_a_refused_call_or_a_reused_call_id_bars_the_rest_of_the_turn():
     )
     assert refused["ok"] is False
     assert "refused" in refused["error"]
-    assert after_refusal["step"] == 0
-    assert after_refusal["error"].startswith("Not run: step 1 was refused first")
+    assert after_refusal["step"] is None  # never sent: it claims no step
+    assert "Not run: step 1 was refused first" in after_refusal["error"]
     first, reused, after_mistake = asyncio.run(
         turn(
             2,
@@ -148,6 +148,6 @@ def test_a_refused_call_or_a_reused_call_id_bars_the_rest_of_the_turn():
     assert reused["ok"] is False
     assert reused["step"] == 2
     assert "c3" in reused["error"]
-    assert after_mistake["step"] == 0
+    assert after_mistake["step"] is None
     assert "Not run: step 2 failed first" in after_mistake["error"]
     assert shop.calls == ["lookup_customer"]

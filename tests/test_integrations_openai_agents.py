@@ -140,6 +140,8 @@ def test_what_reaches_the_model_schemas_results_and_history(history):
     outputs = _tool_outputs(after)
     not_run = outputs["c4"]
     assert not_run["ok"] is False
+    assert not_run["step"] is None  # never sent (the turn barrier)
+    assert "Not run: step 3 failed first" in not_run["error"]
     assert "c3" in outputs
     if history == "truncate":
         assert not {"c1", "c2"} & set(outputs)

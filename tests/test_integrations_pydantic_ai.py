@@ -143,7 +143,9 @@ def test_what_reaches_the_model_schemas_results_and_history(history):
     assert first["output"]["id"] == "c-old"
     after = model.requests[2]
     outputs = _tool_outputs(after)
-    assert outputs["c4"]["ok"] is False  # not run
+    assert outputs["c4"]["ok"] is False
+    assert outputs["c4"]["step"] is None  # never sent (the turn barrier)
+    assert "Not run: step 3 failed first" in outputs["c4"]["error"]
     assert outputs["c3"]["voided_steps"] == [1, 2]
     if history == "truncate":
         assert not {"c1", "c2"} & set(outputs)
