@@ -130,6 +130,7 @@ def test_what_reaches_the_model_schemas_results_and_history(history):
         spec = specs[tool["function"]["name"]]
         assert tool["function"]["parameters"] == spec.parameters
         assert tool["function"]["description"] == spec.description
+        assert tool["function"]["strict"] is True  # every argument required: strict as it is
     # each result is the step's `for_model()` payload, as JSON text
     first = _tool_outputs(model.requests[1])["c1"]
     assert first["ok"] is True
