@@ -14,7 +14,6 @@ from ._calls import still_running as still_running
 from ._schema import Validator as Validator
 from ._schema import Violation as Violation
 from ._spec import ToolSpec as ToolSpec
-from ._spec import check_arguments as check_arguments
 from ._spec import wire_name as wire_name
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
 from ._tool import Compensation as Compensation
@@ -58,7 +57,6 @@ __all__ = [
     "acall_with_deadline",
     "arun_tool",
     "call_with_deadline",
-    "check_arguments",
     "closed",
     "compensation",
     "derive_key",
