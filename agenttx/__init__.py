@@ -7,8 +7,8 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores
     layer 2: _graph _rollback _saga _tools _lineage _constraints
-    layer 3: _results _history _txlog _settings _timeline _prepare _observed _transaction
-    layer 4: _engine _recovery builtins testing integrations _demo _cli __main__
+    layer 3: _results _history _txlog _settings _timeline _prepare _observed _turns _transaction
+    layer 4: _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
     _limits      input limits            _validators settings validators
@@ -22,7 +22,8 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _settings    a transaction's settings            _timeline   live steps, truncated together
     _prepare     a step's call, checked  _constraints hints kept, transient ones dropped
     _observed    what a transaction shows
-    _transaction interactive transactions
+    _turns       calls that number themselves            _transaction interactive transactions
+    _prompt      the system prompt for agents
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers
     integrations/ agent SDKs and frameworks (optional extras, imported on their own)
@@ -46,6 +47,7 @@ from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
 from ._errors import StepOutOfOrder as StepOutOfOrder
 from ._errors import StorageError as StorageError
 from ._errors import ToolError as ToolError
+from ._errors import ToolOutputError as ToolOutputError
 from ._errors import TransactionNotFound as TransactionNotFound
 from ._errors import WriteConflict as WriteConflict
 from ._graph import DependencyGraph as DependencyGraph
@@ -63,6 +65,8 @@ from ._lineage import LineageNode as LineageNode
 from ._lineage import LineageRecorder as LineageRecorder
 from ._lineage import lineage_from_openai as lineage_from_openai
 from ._lineage import lineage_from_steps as lineage_from_steps
+from ._prompt import PROMPT as PROMPT
+from ._prompt import prompt as prompt
 from ._refs import Dependency as Dependency
 from ._refs import Resolution as Resolution
 from ._refs import resolve_references as resolve_references
@@ -94,12 +98,15 @@ from ._tools import ToolLike as ToolLike
 from ._tools import ToolSpec as ToolSpec
 from ._tools import UndoRecord as UndoRecord
 from ._tools import compensation as compensation
+from ._tools import to_json_value as to_json_value
 from ._tools import tool as tool
 from ._transaction import Transaction as Transaction
+from ._turns import TurnCall as TurnCall
 from ._version import __version__ as __version__
 
 __all__ = [
     "MAX_NESTING_DEPTH",
+    "PROMPT",
     "AgentTxError",
     "AttemptStatus",
     "CleanHint",
@@ -149,10 +156,12 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolLike",
+    "ToolOutputError",
     "ToolSpec",
     "Transaction",
     "TransactionNotFound",
     "TransactionView",
+    "TurnCall",
     "TxStatus",
     "UndoRecord",
     "WriteConflict",
@@ -160,7 +169,9 @@ __all__ = [
     "compensation",
     "lineage_from_openai",
     "lineage_from_steps",
+    "prompt",
     "resolve_references",
+    "to_json_value",
     "tool",
 ]
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import TextIO
 
-    from ._lineage import LineageGraph
+    from ._lineage import LineageGraph, LineageNode
     from .stores import EndedTransaction, TxImage
 
 __all__ = ["main"]
@@ -220,7 +220,8 @@ def _parser() -> argparse.ArgumentParser:
         help="derive tool-to-tool lineage from an OpenAI chat transcript",
         description="Read a JSON list of chat messages (OpenAI format: assistant messages with "
         "tool_calls, tool messages with tool_call_id) and print which tool call consumed a "
-        "value another produced.",
+        "value another produced. In a transcript driven by agenttx, ${steps.N...} references "
+        "are links too, and the calls a rewind voided are listed apart, without links.",
     )
     lineage.add_argument("transcript", metavar="TRANSCRIPT.json")
     lineage.add_argument("--format", choices=("text", *FORMATS), default="text")
@@ -325,13 +326,39 @@ def _run_lineage(args: argparse.Namespace) -> None:
         evidence=args.evidence,
     )
     if args.format == "text":
-        names = {node.index: f"{node.tool_name} ({node.call_id})" for node in graph.nodes}
-        _say(f"{len(graph.nodes)} tool calls, {len(graph.edges)} links")
-        for edge in graph.edges:
-            value = canonical_dumps(edge.value)
-            _say(f"  {names[edge.source.index]} -> {names[edge.target.index]}  {value}")
+        for line in _lineage_text(graph):
+            _say(line)
         return
     _say_block(_render(graph, args.format), json_text=args.format == "json")
+
+
+def _lineage_text(graph: LineageGraph) -> list[str]:
+    """The text of `lineage`: a count line, one line per link, one per voided call.
+
+    A value link ends with the value as JSON; a reference ends with the reference as written
+    and the keys it links (`${steps.1.id}  id -> customer_id`).
+    """
+
+    def name(node: LineageNode) -> str:
+        step = "" if node.step is None else f", step {node.step}"
+        return f"{node.tool_name} ({node.call_id}{step})"
+
+    references = sum(1 for edge in graph.edges if edge.explicit)
+    voided = [node for node in graph.nodes if node.voided]
+    head = f"{len(graph.nodes)} tool calls, {len(graph.edges)} links"
+    if references:
+        head += f" ({references} by reference)"
+    if voided:
+        head += f", {len(voided)} voided by a rewind"
+    lines = [head]
+    for edge in graph.edges:
+        if edge.explicit:
+            what = f"{edge.value}  {edge.source_key} -> {edge.target_key}"
+        else:
+            what = canonical_dumps(edge.value)
+        lines.append(f"  {name(edge.source)} -> {name(edge.target)}  {what}")
+    lines.extend(f"  voided: {name(node)}" for node in voided)
+    return lines
 
 
 # ---------------------------------------------------------------------- reading the store

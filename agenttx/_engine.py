@@ -26,8 +26,8 @@ from ._recovery import recover
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import deliver_outbox
-from ._settings import DEFAULT_STEP_TIMEOUT, Settings, float_seconds
-from ._tools import ToolRegistry
+from ._settings import DEFAULT_STEP_TIMEOUT, Settings, check_serializer, float_seconds
+from ._tools import ToolRegistry, to_json_value
 from ._transaction import Transaction
 from ._validators import (
     instance_of,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._saga import Dispatcher
-    from ._tools import ToolsArgument, ToolSpec
+    from ._tools import OutputSerializer, ToolsArgument, ToolSpec
     from .stores import OutboxEntry
 
 __all__ = ["Engine", "EngineConfig"]
@@ -98,6 +98,11 @@ class EngineConfig:
     keep_ended_for: float | None = attrs.field(
         default=3600.0, validator=optional(non_negative_number)
     )
+    #: Converts a tool output that is not JSON (docs/protocol.md#outputs); not read from the
+    #: environment.
+    output_serializer: OutputSerializer = attrs.field(
+        default=to_json_value, validator=check_serializer
+    )
 
     @property
     def settings(self) -> Settings:
@@ -110,6 +115,7 @@ class EngineConfig:
             dispatch_timeout=self.dispatch_timeout,
             isolation=self.isolation,
             policy=self.policy,
+            output_serializer=self.output_serializer,
         )
 
     @classmethod
@@ -291,6 +297,7 @@ class Engine:
             compensation_timeout=self._config.compensation_timeout,
             dispatch_timeout=self._config.dispatch_timeout,
             isolation=self._config.isolation if isolation is None else isolation,
+            output_serializer=self._config.output_serializer,
         )
         with self._lock:
             self._hold(tx)
@@ -352,7 +359,12 @@ class Engine:
             self._sweep(time.monotonic())
             live = {tx_id for tx_id, (_, tx) in self._live.items() if not tx.status.terminal}
         report, resumed = recover(
-            self._store, self._registry, mode=mode, dispatcher=self._dispatcher, live=live
+            self._store,
+            self._registry,
+            mode=mode,
+            dispatcher=self._dispatcher,
+            live=live,
+            output_serializer=self._config.output_serializer,
         )
         with self._lock:
             for tx in resumed:

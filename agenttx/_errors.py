@@ -15,7 +15,8 @@ Every error agenttx raises derives from `AgentTxError` and carries a stable stri
     ├── WriteConflict                     write_conflict           (.key)
     │   └── ReadConflict                  read_conflict            (.key)
     ├── StorageError                      storage_error
-    └── ToolError                         tool_error               (.message)
+    ├── ToolError                         tool_error               (.message, .key, .transient)
+    └── ToolOutputError (TypeError)       invalid_tool_output      (.tool, .step_id, .path)
 
 Agent-caused failures (a tool raising, an unknown tool, a reference to a missing key) are not
 raised: they come back as failed steps with a Clean Hint. These exceptions are for misuse of the
@@ -39,6 +40,7 @@ __all__ = [
     "StepOutOfOrder",
     "StorageError",
     "ToolError",
+    "ToolOutputError",
     "TransactionNotFound",
     "WriteConflict",
 ]
@@ -190,3 +192,41 @@ class ToolError(AgentTxError):
         self.key = key  # the offending input: drives the root-cause search
         self.transient = transient  # True: retry the same step; None: the cleaner decides
         super().__init__(message)
+
+
+class ToolOutputError(AgentTxError, TypeError):
+    """A tool returned a value that is not JSON, even after the output serializer converted it.
+
+    A developer error, raised to the caller of `execute_step` (never shown to the model): the
+    tool did its work, so the step is undone (its undo records and its `compensate=` run), not
+    kept, and the transaction stays ACTIVE at the same step (docs/protocol.md#outputs).
+    `tool` and `step_id` name the call, `path` locates the offending part of the output
+    (`$.when`), `problem` says what it is; `compensation_errors` lists the undos that failed.
+    """
+
+    code: ClassVar[str] = "invalid_tool_output"
+
+    def __init__(
+        self,
+        *,
+        tool: str,
+        step_id: int,
+        path: str,
+        problem: str,
+        compensation_errors: tuple[str, ...] = (),
+    ) -> None:
+        self.tool = tool
+        self.step_id = step_id
+        self.path = path
+        self.problem = problem
+        self.compensation_errors = compensation_errors
+        undone = (
+            "the step was undone"
+            if not compensation_errors
+            else f"undoing the step left {len(compensation_errors)} failed compensation(s)"
+        )
+        super().__init__(
+            f"the output of tool '{tool}' at step {step_id} is not a JSON value at {path}: "
+            f"{problem}; {undone} and step {step_id} is next again. Return JSON values, or "
+            "set output_serializer= to convert this type"
+        )

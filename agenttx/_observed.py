@@ -8,15 +8,17 @@ user code.
 
 from __future__ import annotations
 
+import collections
 import json
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from ._errors import IllegalTransition, InvalidTransactionState
-from ._lineage import lineage_from_steps
+from ._lineage import LineageStep, lineage_from_steps
 from ._results import (
     TRANSITIONS,
     ContextEntry,
@@ -43,25 +45,186 @@ if TYPE_CHECKING:
 __all__ = ["Calls", "Observed"]
 
 
-class Calls:
-    """A transaction's call lock, stamping the start and end of each call (for the idle reaper).
+class _Waiter:
+    """A call waiting for its turn: a thread blocked on `grant`, or a task awaiting `future`."""
 
-    A class rather than a generator context manager: it runs twice on every step.
+    __slots__ = ("future", "grant", "granted", "loop", "task", "thread")
+
+    def __init__(self, thread: int, task: object, loop: Any, future: Any) -> None:
+        self.thread = thread
+        self.task = task
+        self.loop = loop
+        self.future = future
+        self.granted = False
+        self.grant: threading.Lock | None = None
+        if future is None:
+            self.grant = threading.Lock()
+            self.grant.acquire()
+
+
+def _resolve(future: Any) -> None:
+    """Wake an awaiting task (on its loop); a cancelled future has already been handled."""
+    if not future.done():
+        future.set_result(None)
+
+
+class Calls:
+    """A transaction's turns: calls run one at a time, in arrival order (a FIFO ticket queue).
+
+    A thread enters with `with calls:`, a task with `async with calls:`; the turn is
+    held for the whole call, tool and compensations included, and handed directly to the
+    oldest waiter when it ends, so a newcomer never overtakes a waiter. Entering again from the
+    thread or task that holds the turn (a tool calling back into its transaction, or a call
+    made of calls) passes straight through: the status check then says what is wrong. A thread
+    that would block the event loop running the task that holds the turn (a sync call from a
+    sibling task) raises `InvalidTransactionState` rather than deadlock. A waiter interrupted
+    or cancelled while queued leaves the queue; if the turn reached it meanwhile, it passes it
+    on. `last` stamps the start and the end of each call (for the idle reaper).
+
+    A class rather than a lock with a generator: it runs on every step. A free turn costs one
+    mutex round to take and one to give back; a re-entry by the holder takes no mutex.
     """
 
-    __slots__ = ("last", "lock")
+    __slots__ = ("_depth", "_mutex", "_owner", "_task", "_tx_id", "_waiters", "last")
 
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
+    def __init__(self, tx_id: str = "") -> None:
+        self._tx_id = tx_id
+        self._mutex = threading.Lock()
+        self._owner: int | None = None  # the thread holding the turn
+        self._task: object = None  # the task holding it, when it is held by a task
+        self._depth = 0  # re-entries by the holder
+        self._waiters: collections.deque[_Waiter] = collections.deque()
         self.last = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        """True while a call holds the turn."""
+        return self._owner is not None
+
+    def try_enter(self) -> bool:
+        """Take the turn if it is free and nobody waits, else return False at once."""
+        with self._mutex:
+            if self._owner is not None:
+                return False
+            self._owner = threading.get_ident()
+            return True
 
     def __enter__(self) -> None:
+        me = threading.get_ident()
+        # Only the holder sets `_owner` to itself or away from itself, and only the holder
+        # touches `_depth`: a re-entry needs no mutex.
+        if self._owner == me and (self._task is None or self._task is _current_task()):
+            self._depth += 1
+            return
         self.last = time.monotonic()
-        self.lock.acquire()
+        with self._mutex:
+            owner = self._owner
+            if owner is None:
+                self._owner = me
+                return
+            if owner == me:  # a task on this thread's loop holds it: waiting would deadlock
+                raise self._would_block()
+            waiter = _Waiter(me, None, None, None)
+            self._waiters.append(waiter)
+        grant = waiter.grant
+        assert grant is not None
+        try:
+            grant.acquire()
+        except BaseException:
+            self._leave_queue(waiter)
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        self.lock.release()
+        if self._depth:
+            self._depth -= 1
+            return
+        with self._mutex:
+            if self._waiters:
+                self._pass_on()
+            else:
+                self._owner = self._task = None
         self.last = time.monotonic()
+
+    def leave(self) -> None:
+        """End the turn without counting it as activity (the idle reaper's `try_enter`)."""
+        if self._depth:
+            self._depth -= 1
+            return
+        with self._mutex:
+            self._pass_on()
+
+    async def __aenter__(self) -> None:
+        import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
+        me = threading.get_ident()
+        task = asyncio.current_task()
+        if self._owner == me and (self._task is None or self._task is task):
+            self._depth += 1  # the holder itself (or a loop nested in its sync call)
+            return
+        self.last = time.monotonic()
+        with self._mutex:
+            if self._owner is None:
+                self._owner, self._task = me, task
+                return
+            loop = asyncio.get_running_loop()
+            waiter = _Waiter(me, task, loop, loop.create_future())
+            self._waiters.append(waiter)
+        try:
+            await waiter.future
+        except BaseException:
+            self._leave_queue(waiter)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
+
+    def _would_block(self) -> InvalidTransactionState:
+        error = InvalidTransactionState(tx_id=self._tx_id, status=TxStatus.EXECUTING.value)
+        message = (
+            f"transaction `{self._tx_id}` is running an async call on this thread's event loop: "
+            "a sync call would block the loop it waits for; await the async method instead"
+        )
+        error.args = (message,)
+        return error
+
+    def _leave_queue(self, waiter: _Waiter) -> None:
+        """A waiter interrupted or cancelled: out of the queue, or pass on the turn it got."""
+        with self._mutex:
+            if waiter.granted:
+                self._depth = 0
+                self._pass_on()
+            else:
+                self._waiters.remove(waiter)
+
+    def _pass_on(self) -> None:
+        """Hand the turn to the oldest waiter that can take it, or free it (under `_mutex`)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.granted = True
+            # The task first: a thread that reads `_owner` unlocked must never see its own id
+            # next to a task that is not the holder's.
+            self._task = waiter.task
+            self._owner = waiter.thread
+            if waiter.grant is not None:
+                waiter.grant.release()
+                return
+            try:
+                waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
+            except RuntimeError:  # its loop has closed: nobody will take it
+                continue
+            return
+        self._owner = self._task = None
+
+
+def _current_task() -> object:
+    """The running task, or None outside a running event loop."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 @attrs.define(init=False, eq=False, repr=False)
@@ -85,7 +248,9 @@ class Observed:
     _orphans: Orphans = attrs.field(init=False, factory=Orphans)
     # The durable log, on a `DurableStore`: records, undos, steps and progress survive a crash.
     _log: TxLog | None = attrs.field(init=False, default=None)
-    _calls: Calls = attrs.field(init=False, factory=Calls)
+    _calls: Calls = attrs.field(
+        init=False, default=attrs.Factory(lambda self: Calls(self._id), takes_self=True)
+    )
     _state_lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
 
     @property
@@ -179,13 +344,20 @@ class Observed:
         max_depth: int = 6,
         evidence: bool = False,
     ) -> LineageGraph:
-        """The value-provenance lineage of the live steps (see `LineageRecorder`).
+        """The lineage of the live steps (see `LineageRecorder` and `lineage_from_steps`).
 
         Each step is an iteration of its own, so a step links to any earlier step whose output
-        held a value it received, whether through a reference or copied by the agent.
+        held a value it received, whether through a reference or copied by the agent. Each
+        `${steps.N.path}` reference a step made is also an explicit edge, with the keys its
+        edge in `graph` has: every explicit edge of `graph` is an explicit edge here.
         """
+        with self._state_lock:
+            steps = [
+                LineageStep(k, s.tool_name, s.arguments, s.output, s.dependencies)
+                for k, s in self._timeline.steps.items()
+            ]
         return lineage_from_steps(
-            self.steps,
+            steps,
             min_value_length=min_value_length,
             match_numbers=match_numbers,
             max_depth=max_depth,
@@ -283,7 +455,7 @@ class Observed:
         self._status = target  # one store: observers never see half of it
 
     def _call(self) -> Calls:
-        """Around a call: serialize it, and count its start and its end as activity."""
+        """Around a call: wait for its turn (FIFO), and count its start and end as activity."""
         return self._calls
 
     def _ensure_active(self) -> None:

@@ -28,6 +28,7 @@ from ._errors import AgentTxError, InvalidArgument, TransactionNotFound
 from ._results import RecoveryReport, TxStatus
 from ._saga import SagaLedger
 from ._settings import Settings
+from ._tools import to_json_value
 from ._transaction import Transaction
 from ._txlog import end_keeping_undos, read_image, recovered_history
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Container
 
     from ._saga import Dispatcher
-    from ._tools import ToolRegistry, UndoRecord
+    from ._tools import OutputSerializer, ToolRegistry, UndoRecord
     from ._txlog import Restored
     from .stores import DurableStore
 
@@ -60,6 +61,7 @@ def recover(
     mode: Literal["abort", "resume"],
     dispatcher: Dispatcher | None,
     live: Container[str],
+    output_serializer: OutputSerializer = to_json_value,
 ) -> tuple[RecoveryReport, list[Transaction]]:
     """Recover every open transaction of `store` not in `live` and not owned by a live process.
 
@@ -67,7 +69,7 @@ def recover(
     finished, so that one has ended; the report's `resumed` lists only those still active). A
     transaction another recoverer claims first, or whose owner is alive, is in `skipped`; one
     that ended meanwhile is left out. Raises only for a bad `mode`, or a failure to list the
-    open transactions.
+    open transactions. Resumed transactions convert outputs with `output_serializer`.
     """
     if mode not in ("abort", "resume"):
         raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
@@ -76,7 +78,15 @@ def recover(
         if tx_id in live:
             continue
         try:
-            _recover_one(store, tx_id, registry, mode=mode, dispatcher=dispatcher, tally=tally)
+            _recover_one(
+                store,
+                tx_id,
+                registry,
+                mode=mode,
+                dispatcher=dispatcher,
+                tally=tally,
+                output_serializer=output_serializer,
+            )
         except AgentTxError as exc:
             tally.failures.append(f"{tx_id}: {exc}")
     return (
@@ -99,6 +109,7 @@ def _recover_one(
     mode: Literal["abort", "resume"],
     dispatcher: Dispatcher | None,
     tally: _Tally,
+    output_serializer: OutputSerializer,
 ) -> None:
     """Claim and recover one transaction, adding to `tally`; `AgentTxError` escapes for the
     caller to report (what was done before it is counted)."""
@@ -121,7 +132,11 @@ def _recover_one(
     tally.taken += 1
     if mode == "resume" and restored.ended is None:
         tx, report = Transaction._resume(  # noqa: SLF001  (recovery builds transactions)
-            restored, registry=registry, store=store, dispatcher=dispatcher
+            restored,
+            registry=registry,
+            store=store,
+            dispatcher=dispatcher,
+            output_serializer=output_serializer,
         )
         tally.run += report.succeeded
         tally.failures.extend(f"{tx_id}: {line}" for line in report.failures)

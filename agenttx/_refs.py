@@ -16,6 +16,7 @@ so a tool output containing `${steps.1.secret}` passes through as text.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
@@ -24,12 +25,13 @@ from ._errors import InvalidArgument, JSONValueError, ReferenceSyntaxError
 from ._json import JSONValue, canonical_dumps, check_json
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator
 
 __all__ = [
     "Dependency",
     "Reference",
     "Resolution",
+    "named_dependencies",
     "parse_template",
     "resolve_references",
     "resolve_value",
@@ -282,6 +284,59 @@ def resolve_value(
     return resolved, tuple(state.dependencies), None
 
 
+def named_dependencies(value: object) -> tuple[tuple[Reference, Dependency], ...]:
+    """Every `${steps.N.path}` in the string values of `value`, with the dependency it names.
+
+    The dependency is the one resolution would record if the reference resolved (its keys
+    follow `docs/protocol.md#recorded-dependencies`), found without reading any output: for
+    code that has the arguments an agent wrote but not, or not all, the outputs they name.
+    Order is resolution's traversal order: object fields in sorted key order, then references
+    left to right; duplicates are kept. Unlike resolution it never stops early, and it skips
+    what resolution would refuse to read: references to a step past 2**32 - 1, object keys
+    that are not strings. Mappings, lists and tuples are walked, iteratively and each container
+    once, so a deep, shared or self-containing value costs one visit per container; anything
+    else that is not a string is a leaf. Never raises.
+    """
+    found: list[tuple[Reference, Dependency]] = []
+    seen: set[int] = set()
+    # The same text in the same field names the same dependencies: read it once.
+    named: dict[tuple[str, str], tuple[tuple[Reference, Dependency], ...]] = {}
+    stack: list[tuple[object, str]] = [(value, "")]
+    while stack:
+        item, field = stack.pop()
+        if isinstance(item, str):
+            if "${" in item:
+                key = (item, field)
+                if key not in named:
+                    named[key] = tuple(_named_in(item, field))
+                found.extend(named[key])
+            continue
+        children: Iterator[tuple[object, str]]
+        if isinstance(item, Mapping):
+            keys = sorted(key for key in item if isinstance(key, str))
+            children = ((item[key], key) for key in reversed(keys))
+        elif isinstance(item, (list, tuple)):
+            children = ((child, field) for child in reversed(item))
+        else:
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        stack.extend(children)
+    return tuple(found)
+
+
+def _named_in(text: str, field: str) -> Iterator[tuple[Reference, Dependency]]:
+    for piece in _tokenize(text, "steps"):
+        if isinstance(piece, str):
+            continue
+        reference = _reference(piece, "steps")
+        step = reference.step
+        if step is None or step > _MAX_STEP_ID:
+            continue
+        yield reference, _dependency(step, list(reference.path), field)
+
+
 class _State:
     """One resolution: what it reads, what it found, and what references may still insert."""
 
@@ -408,11 +463,14 @@ def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
             raise _Unresolved(
                 f"unresolved reference {text}: key '{segment}' not present in output of step {step}"
             )
-    source_key = next((s for s in reversed(path) if not _is_index(s)), field)
-    state.dependencies.append(
-        Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
-    )
+    state.dependencies.append(_dependency(step, path, field))
     return value
+
+
+def _dependency(step: int, path: list[str], field: str) -> Dependency:
+    """The dependency a resolved reference records (`docs/protocol.md#recorded-dependencies`)."""
+    source_key = next((s for s in reversed(path) if not _is_index(s)), field)
+    return Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
 
 
 def _index(value: JSONValue, segment: str) -> tuple[bool, JSONValue]:

@@ -80,6 +80,7 @@ class StepStatus(enum.Enum):
     SUCCESS = "SUCCESS"
     ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
     FAILED = "FAILED"  # the transaction aborted
+    NOT_RUN = "NOT_RUN"  # a call of a turn not sent, because an earlier call failed (call_turn)
 
 
 class AttemptStatus(enum.Enum):
@@ -184,7 +185,9 @@ class StepResult:
         when they are not empty, and `instruction`, one sentence saying what to send next.
         A new dict each call, JSON-serializable (the output is JSON already); deterministic.
         """
-        payload: dict[str, JSONValue] = {"ok": self.ok, "step": self.step_id}
+        # A call `call_turn` did not send claims no step: null, not the 0 of `step_id`.
+        step = None if self.status is StepStatus.NOT_RUN else self.step_id
+        payload: dict[str, JSONValue] = {"ok": self.ok, "step": step}
         if self.ok:
             payload["output"] = self.output
         else:
@@ -230,6 +233,11 @@ def _instruction(result: StepResult) -> str:
             f"Continue with step {following}; pass on a value of this output as "
             f"${{steps.{step}.<field>}}, never copied."
         )
+    if result.status is StepStatus.NOT_RUN:
+        return (
+            "This call was not run because an earlier call of the turn failed: "
+            f"send it again as step {following} or later, if it is still needed."
+        )
     fixed = _INSTRUCTIONS.get(strategy)
     if fixed is not None:
         return fixed.format(step=step)
@@ -238,9 +246,10 @@ def _instruction(result: StepResult) -> str:
     undone = _undone(result.voided_steps)
     root = result.root_cause
     if strategy is RollbackStrategy.DEPENDENCY_JUMP and root is not None:
+        value = "a bad value" if root.key is None else f"the bad value of {root.key!r}"
         return (
-            f"Step {root.step} produced the bad value of {root.key!r}: {undone}; send step "
-            f"{following} again with a corrected value, then redo the rest."
+            f"Step {root.step} produced {value}: {undone}; send step {following} again with a "
+            "corrected value, then redo the rest."
         )
     return f"{undone.capitalize()}: send step {following} again, correcting the cause of the error."
 
@@ -259,7 +268,7 @@ def failed_step(
     voided: Voided = ((), ()),
 ) -> StepResult:
     """The result of a failed step, once the rewind (or abort) `decision` asked for is done;
-    `voided` are the live steps it undid and their call ids (`Timeline.voided`)."""
+    `voided` are the live steps it undid and their call ids (`Timeline.dropped`)."""
     strategy = decision.strategy
     aborted = strategy is RollbackStrategy.ABORT
     root = None

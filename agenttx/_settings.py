@@ -14,12 +14,14 @@ import attrs
 from ._errors import InvalidArgument
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._rollback import RollbackPolicy
+from ._tools import to_json_value
 from ._validators import instance_of, one_of, positive_int, positive_number
 
 if TYPE_CHECKING:
     from ._json import JSONValue
+    from ._tools import OutputSerializer
 
-__all__ = ["DEFAULT_STEP_TIMEOUT", "Settings", "float_seconds"]
+__all__ = ["DEFAULT_STEP_TIMEOUT", "Settings", "check_serializer", "float_seconds"]
 
 DEFAULT_STEP_TIMEOUT: Final = 30.0
 
@@ -29,16 +31,25 @@ def float_seconds(value: object) -> object:
     return float(value) if type(value) is int else value
 
 
+def check_serializer(_: object, __: object, value: object) -> None:
+    """An output serializer is a callable taking the output (`to_json_value` by default)."""
+    if not callable(value):
+        raise InvalidArgument(f"output_serializer must be a callable, got {type(value).__name__}")
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Settings:
-    """How one transaction runs: its time limit, caps, isolation and rollback policy.
+    """How one transaction runs: its time limit, caps, isolation, rollback policy and outputs.
 
     `step_timeout` (seconds > 0) bounds each tool call; `max_constraints` (> 0) caps the hints
     kept; `compensation_retries` (> 0) is the attempts per compensation, each bounded by
     `compensation_timeout` seconds; `dispatch_timeout` bounds each delivery of a staged effect;
     `isolation` is one of `ISOLATION_LEVELS` (docs/protocol.md#isolation-levels); `policy`
-    drives the rollback controller. Raises `InvalidArgument` naming the setting.
+    drives the rollback controller; `output_serializer` converts a tool output that is not JSON
+    (docs/protocol.md#outputs). Raises `InvalidArgument` naming the setting. The serializer is
+    code, not data: the durable record does not keep it, and a resumed transaction gets the
+    one its engine passes.
     """
 
     step_timeout: float = attrs.field(
@@ -58,9 +69,13 @@ class Settings:
     policy: RollbackPolicy = attrs.field(
         factory=RollbackPolicy, validator=instance_of(RollbackPolicy)
     )
+    output_serializer: OutputSerializer = attrs.field(
+        default=to_json_value, validator=check_serializer
+    )
 
     def to_record(self) -> dict[str, JSONValue]:
-        """The settings other than the policy, as the durable record keeps them."""
+        """The settings other than the policy and the serializer, as the durable record keeps
+        them."""
         return {
             "isolation": self.isolation,
             "step_timeout": self.step_timeout,
@@ -71,10 +86,15 @@ class Settings:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, JSONValue], policy: RollbackPolicy) -> Settings:
+    def from_record(
+        cls,
+        record: dict[str, JSONValue],
+        policy: RollbackPolicy,
+        output_serializer: OutputSerializer = to_json_value,
+    ) -> Settings:
         """Read back what `to_record` wrote; raises `InvalidArgument` if it is malformed."""
         fields: dict[str, Any] = dict(record)
         unknown = set(fields) - {field.name for field in attrs.fields(cls)}
-        if unknown or "policy" in fields:
+        if unknown or "policy" in fields or "output_serializer" in fields:
             raise InvalidArgument(f"unknown settings in the durable record: {sorted(unknown)}")
-        return cls(policy=policy, **fields)
+        return cls(policy=policy, output_serializer=output_serializer, **fields)

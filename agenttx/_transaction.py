@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._constraints import add_hint, without_transient
-from ._errors import FailedPrecondition, InvalidArgument, WriteConflict
+from ._errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    JSONValueError,
+    ToolOutputError,
+    WriteConflict,
+)
 from ._hints import CleanHint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
@@ -53,7 +59,9 @@ from ._tools import (
     closed,
     run_tool,
     still_running,
+    to_json_value,
 )
+from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_store
@@ -64,21 +72,25 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
+    from ._tools import OutputSerializer
+
 
 __all__ = ["Transaction"]
 
 
 @attrs.define(init=False, eq=False, repr=False)
-class Transaction(Observed):
+class Transaction(Turns, Observed):
     """One agent run's tool calls, executed as numbered steps that can be rolled back.
 
     `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
     `store`: where state lives (default: a private `MemoryStore`); share one store between
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
-    `isolation`: see docs/protocol.md#isolation-levels. Calls are serialized by a lock, so a
-    transaction may be shared between threads; a call made while another is running waits for
-    it. Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
+    `isolation`: see docs/protocol.md#isolation-levels. `output_serializer` converts a tool
+    output that is not JSON (default `to_json_value`, docs/protocol.md#outputs). Calls are
+    serialized, so a transaction may be shared between threads and tasks: a call made while
+    another is running waits for its turn, and turns come in arrival order (FIFO).
+    Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
     they take a lock held only for bookkeeping. Transactions compare by identity. `with
     Transaction(...) as tx:` commits when the block ends normally and aborts (compensating)
     when it raises, then re-raises.
@@ -98,6 +110,7 @@ class Transaction(Observed):
         compensation_timeout: float = DEFAULT_STEP_TIMEOUT,
         dispatch_timeout: float = DEFAULT_STEP_TIMEOUT,
         isolation: Isolation = DEFAULT_ISOLATION,
+        output_serializer: OutputSerializer = to_json_value,
         tx_id: str | None = None,
     ) -> None:
         check_agent_id(agent_id)
@@ -111,6 +124,7 @@ class Transaction(Observed):
             dispatch_timeout=dispatch_timeout,
             isolation=isolation,
             policy=RollbackPolicy() if policy is None else policy,
+            output_serializer=output_serializer,
         )
         store = MemoryStore() if store is None else store
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
@@ -144,6 +158,7 @@ class Transaction(Observed):
         registry: ToolRegistry,
         store: DurableStore,
         dispatcher: Dispatcher | None,
+        output_serializer: OutputSerializer = to_json_value,
     ) -> tuple[Transaction, CompensationReport]:
         """The transaction `restored` from its durable log, ready for its next step.
 
@@ -156,7 +171,7 @@ class Transaction(Observed):
         tx = cls.__new__(cls)
         tx._setup(  # noqa: SLF001  (its own class)
             TxLog(store, restored.tx_id, record=restored.record, progress=progress),
-            Settings.from_record(restored.settings, restored.policy),
+            Settings.from_record(restored.settings, restored.policy, output_serializer),
             registry=registry,
             store=store,
             agent_id=restored.agent_id,
@@ -172,7 +187,7 @@ class Transaction(Observed):
         self._transient_hints = list(progress.transient)
         self._ledger.record(restored.undos)
         self._timeline.adopt(restored)
-        with self._calls.lock:
+        with self._calls:
             if progress.rewinding is not None:  # finish it: never bring compensated steps back
                 target, final = progress.rewinding
                 return self._rewind(target, final=None if final is None else TxStatus(final))
@@ -188,7 +203,7 @@ class Transaction(Observed):
         transaction in the middle of a call is skipped, never waited for: this is what an idle
         reaper calls from its own thread.
         """
-        if not self._calls.lock.acquire(blocking=False):
+        if not self._calls.try_enter():
             return False
         try:
             idle = time.monotonic() - self._calls.last
@@ -197,7 +212,7 @@ class Transaction(Observed):
             self._abort(TxStatus.ROLLED_BACK)
             return True
         finally:
-            self._calls.lock.release()
+            self._calls.leave()
 
     def execute_step(
         self,
@@ -215,6 +230,11 @@ class Transaction(Observed):
         Everything the agent got wrong comes back as a failed `StepResult`. Misuse raises, and
         changes nothing: `StepOutOfOrder` unless `step_id == next_step_id`,
         `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
+        A call made while another runs (from another thread) waits for its turn: calls run one
+        at a time, in arrival order; `step_id` is checked when its turn comes.
+        A tool output that is not JSON, even after `output_serializer`, raises `ToolOutputError`
+        once the step is undone: the transaction is ACTIVE at the same step
+        (docs/protocol.md#outputs).
         """
         with self._call():
             self._ensure_active()
@@ -228,11 +248,13 @@ class Transaction(Observed):
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
                     return self._fail(step_id, prepared)
-                outcome = run_tool(prepared)
+                outcome = run_tool(prepared, self._settings.output_serializer)
             except BaseException:
                 self._abandon(step_id, prepared)
                 raise
             self._keep_registered(prepared, outcome)
+            if outcome.refused is not None:
+                raise self._refuse(prepared, outcome.refused)
             error = output_error(prepared, outcome)
             if error is None:
                 return self._succeed(prepared, outcome)
@@ -249,35 +271,44 @@ class Transaction(Observed):
     ) -> StepResult:
         """`execute_step` for async code: async tools and compensations run on the caller's loop.
 
-        While the tool runs the transaction is EXECUTING, so another call made meanwhile raises
-        `InvalidTransactionState` instead of waiting.
+        A call made while another runs waits for its turn without blocking the loop (calls
+        run one at a time, in arrival order), as with `execute_step`.
         """
-        with self._call():
-            self._ensure_active()
-            parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
-            check_call_id(call_id)
-            self._start(step_id)
+        async with self._calls:
+            return await self._aexecute(step_id, tool_name, arguments, raw_context, call_id)
+
+    async def _aexecute(
+        self,
+        step_id: int,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+        raw_context: str,
+        call_id: str | None,
+    ) -> StepResult:
+        # The whole call holds the turn (`aexecute_step`): no other call runs meanwhile.
+        self._ensure_active()
+        parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+        check_call_id(call_id)
+        self._start(step_id)
         prepared: Call | Failure | None = None
         try:
-            with self._call():
-                prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
+            prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
-                with self._call():
-                    prepared = self._unless_orphans(prepared, timeout)
+                prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
-            outcome = await arun_tool(prepared)
+            outcome = await arun_tool(prepared, self._settings.output_serializer)
         except BaseException:
-            with self._call():
-                self._abandon(step_id, prepared)
+            self._abandon(step_id, prepared)
             raise
-        with self._call():
-            self._keep_registered(prepared, outcome)
-            error = output_error(prepared, outcome)
-            if error is None:
-                return self._succeed(prepared, outcome)
+        self._keep_registered(prepared, outcome)
+        if outcome.refused is not None:
+            raise self._refuse(prepared, outcome.refused)
+        error = output_error(prepared, outcome)
+        if error is None:
+            return self._succeed(prepared, outcome)
         return await self._afail(step_id, error)
 
     def _start(self, step_id: int) -> None:
@@ -365,6 +396,26 @@ class Transaction(Observed):
             call_id=call_id,
         )
 
+    def _refuse(self, call: Call, refused: JSONValueError) -> ToolOutputError:
+        """Undo a step whose output is not JSON; the error to raise to the developer.
+
+        The tool ran, so its effect may have happened: its undo records (and its `compensate=`,
+        recorded with output null) are compensated by the one rewind path, which logs the
+        rewind first, so recovery finishes it after a crash. The step is never logged as done;
+        the transaction is ACTIVE at the same step. The model is not told: this is a bug in the
+        tool or the serializer, not in the agent's arguments.
+        """
+        report = self._rewind(call.step_id)
+        error = ToolOutputError(
+            tool=call.tool.name,
+            step_id=call.step_id,
+            path=refused.path,
+            problem=refused.problem,
+            compensation_errors=report.failures,
+        )
+        error.__cause__ = refused.__cause__ if refused.__cause__ is not None else refused
+        return error
+
     def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
         """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
         if isinstance(prepared, Call):
@@ -411,18 +462,16 @@ class Transaction(Observed):
         return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
-        with self._call():
-            decision, hint = self._decide(step_id, failure)
-            target, final = _rewind_target(decision)
-            records = self._begin_rewind(target, final)
+        decision, hint = self._decide(step_id, failure)
+        target, final = _rewind_target(decision)
+        records = self._begin_rewind(target, final)
         started = time.perf_counter()
         try:
             report = await self._ledger.acompensate(records, self._registry.compensations)
         except BaseException as exc:
-            with self._call():
-                self._fail_hard(run_compensations=isinstance(exc, Exception))
+            self._fail_hard(run_compensations=isinstance(exc, Exception))
             raise
-        with self._call(), self._ending_if_interrupted():
+        with self._ending_if_interrupted():
             self._finish_rewind(target, final)
         return self._failed(step_id, decision, hint, failure, report=report, started=started)
 

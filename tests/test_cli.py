@@ -149,6 +149,39 @@ def test_lineage_of_a_transcript(tmp_path):
     assert mermaid.stdout.startswith("flowchart")
 
 
+def test_lineage_of_a_transcript_driven_by_agenttx(tmp_path):
+    """With step payloads and `${steps.N...}` references, `lineage` prints each reference with
+    its keys, counts them in the first line, and lists the calls a rewind voided; a key that
+    holds a control character is escaped like any other printed text."""
+
+    def call(call_id: str, arguments: dict[str, str]) -> dict[str, object]:
+        function = {"name": "t", "arguments": json.dumps(arguments)}
+        return {"id": call_id, "type": "function", "function": function}
+
+    def result(call_id: str, payload: dict[str, object]) -> dict[str, object]:
+        return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(payload)}
+
+    transcript = [
+        {"role": "assistant", "tool_calls": [call("a", {})]},
+        result("a", {"ok": True, "step": 1, "output": {"id": "x-1"}, "next_step": 2}),
+        {"role": "assistant", "tool_calls": [call("b", {"v": "${steps.1.id}"})]},
+        result("b", {"ok": False, "step": 2, "error": "no", "next_step": 1, "voided_steps": [1]}),
+        {"role": "assistant", "tool_calls": [call("c", {})]},
+        result("c", {"ok": True, "step": 1, "output": {"id": "x-2"}, "next_step": 2}),
+        {"role": "assistant", "tool_calls": [call("d", {"odd\u001bkey": "${steps.1.id}"})]},
+        result("d", {"ok": True, "step": 2, "output": None, "next_step": 3}),
+    ]
+    path = tmp_path / "transcript.json"
+    path.write_text(json.dumps(transcript))
+    done = agenttx_cli("lineage", str(path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "4 tool calls, 1 links (1 by reference), 1 voided by a rewind",
+        "  t (c, step 1) -> t (d, step 2)  ${steps.1.id}  id -> odd\\x1bkey",
+        "  voided: t (a, step 1)",
+    ]
+
+
 def test_helpful_errors(tmp_path, database):
     """A missing file, a file that is not a store, and an unknown transaction: one line, exit 2."""
     db, _ = database

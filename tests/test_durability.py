@@ -774,3 +774,25 @@ def test_a_transient_constraint_is_dropped_durably(tmp_path):
     again = engine.get(tx.id)
     assert again.constraints == failed.constraints[:1]
     assert again.execute_step(3, "notify", {"to": "a@x.io"}).constraints == again.constraints
+
+
+def test_the_mistake_streak_survives_a_resume(tmp_path):
+    """Two resends before a crash and one after use up the default three: the fourth
+    consecutive mistake at the step backtracks, refunding the step before it."""
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    resend = agenttx.RollbackStrategy.RESEND
+    assert [tx.execute_step(2, "nope", {}).strategy for _ in range(2)] == [resend, resend]
+    crash(engine)
+
+    engine = engine_on(tmp_path / "db", shop)
+    assert engine.recover("resume").resumed == (tx.id,)
+    resumed = engine.get(tx.id)
+    assert resumed.execute_step(2, "nope", {}).strategy is resend
+    assert shop.lines() == ["charge o1"]
+    fourth = resumed.execute_step(2, "nope", {})
+    assert fourth.strategy is agenttx.RollbackStrategy.LOCAL_BACKTRACK
+    assert fourth.voided_steps == (1,)
+    assert shop.lines() == ["charge o1", "refund o1"]

@@ -21,6 +21,7 @@ CODES = {
     "ReadConflict": "read_conflict",
     "StorageError": "storage_error",
     "ToolError": "tool_error",
+    "ToolOutputError": "invalid_tool_output",
 }
 
 

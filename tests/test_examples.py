@@ -60,3 +60,27 @@ def test_readme_example_runs(index):
         [sys.executable, "-c", block], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", ["openai_chat.py", "anthropic_messages.py"])
+def test_provider_example_rewinds_refunds_and_emails_once(name):
+    """The provider examples charge twice, refund the first charge, and email once, after commit."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert [line.strip() for line in lines if "[payments]" in line] == [
+        "[payments] charge ch-c-old: 42p",
+        "[payments] refund ch-c-old",
+        "[payments] charge ch-c-1: 42p",
+    ]
+    emails = [i for i, line in enumerate(lines) if "[email]" in line]
+    assert len(emails) == 1
+    last_turn = next(i for i, line in enumerate(lines) if line.startswith("model: Order o-1"))
+    assert emails[0] > last_turn  # sent by the commit, after the loop ended
+    assert '"root_cause": {"step": 1, "key": "customer_id"}' in done.stdout
+    assert lines[-1] == "transaction committed"

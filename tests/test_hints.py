@@ -139,9 +139,22 @@ def reference_salient_line(text: str) -> str | None:
                 break
     if chosen is None:
         chosen = next((line for line in lines if not reference_is_frame(line)), None)
+    if chosen is None and len(lines) == 1:  # one line alone is a message, not a trace
+        chosen = lines[0]
     if chosen is None:
         return None
     return QUALIFIED_EXCEPTION.sub(r"\1", chosen, count=1)
+
+
+REFERENCE_STATUS_LINE = re.compile(
+    r"(?<!\w)(?P<status>"
+    + "|".join(
+        rf"{status}(?= (?ai:{re.escape(phrase)})(?!\w))"
+        for status, phrases in _hints._REASON_PHRASES.items()
+        for phrase in phrases
+    )
+    + r")|Error code: (?P<code>[45]\d\d)\b"
+)
 
 
 def reference_clean(raw: str) -> CleanHint:
@@ -159,6 +172,9 @@ def reference_clean(raw: str) -> CleanHint:
             return CleanHint(
                 text=_one_line(rule.render(groups)), category=rule.category, rule=rule.name, key=key
             )
+    status = REFERENCE_STATUS_LINE.search(text)
+    if status is not None:
+        return reference_clean(f"HTTP {status.group('status') or status.group('code')}")
     line = reference_salient_line(text)
     return CleanHint(
         text=_one_line(
@@ -1327,6 +1343,8 @@ TOKENS = [
     "a", "b", "x", "_", "$", ".", ",", ":", "'", '"', "`", "(", ")", "=",
     "\u0130", "\u0131", "\u017f", "\u212a", "é", "\U0001f600", " ", "  ", "\t", "\n", "\n\n",
     "\r", "\x0b", "\x1c", "\u2028", "\xa0",
+    "503 Service Unavailable", " service unavailable", "500 ", "Bad Gateway", "404 Not Found",
+    "Not Found", "I'm a teapot", "Error code: ", "Error code: 529", "Server error '",
 ]  # fmt: skip
 token_texts = st.lists(st.sampled_from(TOKENS), max_size=12).map("".join)
 any_text = st.one_of(token_texts, st.text(), st.text(alphabet=st.characters(codec="utf-8")))
@@ -1502,6 +1520,11 @@ HOSTILE = {
     "exception lines": "aError\n" * 9_362,
     "exception lines at both ends": "XError: top\n" + "x\n" * 32_000 + "Error",
     "dotted qualifiers then ..": "a." * 32_000 + "..XError",
+    "statuses without a phrase": "500 " * 16_384,
+    "statuses with a near phrase": "503 Service Unavailabl" * 2_978,
+    "Error code repeated": "Error code: 5" * 5_041,
+    "fives": "5" * 65_536,
+    "statuses with another status phrase": "500 not found " * 4_681,
 }
 
 
@@ -1544,3 +1567,80 @@ def test_exception_name_search_on_long_tokens(line):
     reference = _hints._EXCEPTION_LINE_AT.match(line)
     expected = -1 if reference is None else reference.start("name")
     assert _hints._exception_name_at(line, 0, len(line)) == expected
+
+
+# ------------------------------------------------------------------------------ HTTP status lines
+
+
+HTTPX_503 = (
+    "httpx.HTTPStatusError: Server error '503 Service Unavailable' for url 'https://x/y'\n"
+    "For more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/503"
+)
+SERVER = (C.HTTP_SERVER_ERROR, "http_server_error")
+CLIENT = (C.HTTP_CLIENT_ERROR, "http_client_error")
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "kind"),
+    [
+        ("503 Service Unavailable", SERVER_HINT.format(503), SERVER),
+        ("500 Internal Server Error", SERVER_HINT.format(500), SERVER),
+        ("502 bad gateway", SERVER_HINT.format(502), SERVER),
+        (HTTPX_503, SERVER_HINT.format(503), SERVER),
+        ("openai.InternalServerError: Error code: 529 - {}", SERVER_HINT.format(529), SERVER),
+        ("404 Not Found", NOT_FOUND_HINT, (C.HTTP_CLIENT_ERROR, "http_not_found")),
+        ("401 Unauthorized", AUTH_HINT.format(401), (C.AUTHENTICATION, "http_auth")),
+        ("422 Unprocessable Entity", CLIENT_HINT.format(422), CLIENT),
+        ("Error code: 400 - {'message': 'bad'}", CLIENT_HINT.format(400), CLIENT),
+        ("429 Too Many Requests", RATE_HINT, (C.RATE_LIMITED, "rate_limited")),
+        ("504 Gateway Timeout", TIMEOUT_HINT, (C.TIMEOUT, "timeout")),  # rule 29 matches first
+    ],
+)
+def test_a_status_line_reads_as_an_http_status(raw, text, kind):
+    """A status code with its reason phrase, or `Error code: N`, gets the HTTP rule's hint."""
+    category, rule = kind
+    assert clean_error(raw) == CleanHint(text=text, category=category, rule=rule)
+    assert clean_error(raw) == reference_clean(raw)
+
+
+def test_the_503_tool_error_is_transient():
+    """`ToolError("503 Service Unavailable")` is recognised as a transient server error."""
+    assert clean_error("503 Service Unavailable").category.transient
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        ("503 Service Unavailability", "503 Service Unavailability"),  # not the phrase
+        ("3 items failed", "3 items failed"),
+        ("42", "42"),
+        ("12: the second attempt failed", "12: the second attempt failed"),
+        ("at least one item is out of stock", "at least one item is out of stock"),
+        ("  ...and then it broke  ", "...and then it broke"),
+        ("\n\n7 retries exhausted\n", "7 retries exhausted"),
+        ("600 Unknown Status", "600 Unknown Status"),
+        ("Error code: 302 - moved", "Error code: 302 - moved"),
+        ("x503 Service Unavailable", "x503 Service Unavailable"),  # not a whole word
+    ],
+)
+def test_a_message_of_one_line_is_quoted_even_if_it_looks_like_a_frame(raw, line):
+    """A single line is a message, not a trace: its text is kept, never `unknown error`."""
+    hint = clean_error(raw)
+    assert hint == CleanHint(text=fallback(line), category=C.UNKNOWN)
+    assert hint == reference_clean(raw)
+
+
+def test_a_status_line_never_changes_a_rule_hint():
+    """Status lines are read only where no rule matches: a rule anywhere in the text wins."""
+    raw = '503 Service Unavailable\nKey (user_id)=(7) is not present in table "users"'
+    assert clean_error(raw).rule == "pg_foreign_key"
+    assert clean_error("HTTP 404 after 503 Service Unavailable").rule == "http_not_found"
+
+
+def test_the_reason_phrases_cover_the_standard_library_table():
+    """Every 4xx and 5xx phrase of http.HTTPStatus is recognised for its status."""
+    import http  # noqa: PLC0415
+
+    for status in http.HTTPStatus:
+        if 400 <= status.value <= 599:
+            assert status.phrase.lower() in _hints._REASON_PHRASES[str(status.value)], status

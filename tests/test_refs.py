@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 import agenttx
 from agenttx import Dependency, JSONValueError, ReferenceSyntaxError, resolve_references
 from agenttx._json import JSONValue, canonical_dumps, check_json
-from agenttx._refs import Reference, parse_template, resolve_value
+from agenttx._refs import Reference, named_dependencies, parse_template, resolve_value
 from agenttx._refs import _is_index as is_index
 from agenttx._refs import _size_at_least as size_at_least
-from agenttx.testing import json_scalars, json_values
+from agenttx.testing import json_scalars, json_values, step_sequences
 
 # The outputs most tests resolve against: step 1 and step 2 completed, step 3 is running.
 OUTPUTS: dict[int, JSONValue] = {
@@ -1151,3 +1151,57 @@ def test_size_at_least_is_a_lower_bound_of_the_json_size(value):
 def test_size_at_least_of_integers_is_at_most_their_length(value):
     """An integer counts at most its own digits and sign."""
     assert 1 <= size_at_least(value, 10**9) <= len(str(value))
+
+
+# ---------------------------------------------------------------- named dependencies
+
+
+def test_deep_shared_and_self_containing_arguments_are_walked_once():
+    """Arguments given as Python objects: a 50,000-deep nesting, a list shared 1,000 times and a
+    dict inside itself cost one visit per container and never raise RecursionError."""
+    deep: object = "${steps.1.id}"
+    for _ in range(50_000):
+        deep = {"k": [deep]}
+    shared = ["${steps.1.id}"]
+    looped: dict[str, object] = {"x": "${steps.1.id}"}
+    looped["self"] = looped
+    found = named_dependencies({"deep": deep, "shared": [shared] * 1000, "looped": looped})
+    assert [dependency.target_key for _, dependency in found] == ["k", "x", "shared"]
+
+
+def test_named_dependencies_follow_resolution():
+    """The dependencies named without outputs are those resolution records when it succeeds,
+    in the same order (sorted fields, references left to right)."""
+    arguments = {
+        "z": "${steps.2.items.0}",
+        "a": ["${steps.1}", {"b": "at ${steps.1.user.id} and ${steps.2.items.1.sku}"}],
+        "raw": "$${steps.1.id}",
+    }
+    outputs = {1: {"user": {"id": 7}}, 2: {"items": ["x", {"sku": "s"}]}}
+    resolution = resolve_references(arguments, outputs, current_step=3)
+    assert resolution.ok
+    found = named_dependencies(arguments)
+    assert tuple(dependency for _, dependency in found) == resolution.dependencies
+    assert [reference.text for reference, _ in found] == [
+        "${steps.1}",
+        "${steps.1.user.id}",
+        "${steps.2.items.1.sku}",
+        "${steps.2.items.0}",
+    ]
+
+
+@given(step_sequences(max_steps=6))
+def test_named_dependencies_are_resolutions_whenever_it_succeeds(steps):
+    """Over random reference chains: when a step's references resolve, the dependencies named
+    without the outputs are exactly those resolution recorded, in order; when they do not,
+    resolution's are a prefix of them, up to the failing one."""
+    outputs: dict[int, JSONValue] = {}
+    for step in steps:
+        resolution = resolve_references(step.arguments, outputs, current_step=step.step_id)
+        named = tuple(dependency for _, dependency in named_dependencies(step.arguments))
+        if resolution.ok:
+            assert named == resolution.dependencies
+            outputs[step.step_id] = step.output
+        else:
+            found = resolution.dependencies
+            assert [d.from_step for d in found] == [d.from_step for d in named[: len(found)]]

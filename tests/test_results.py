@@ -6,6 +6,8 @@ import asyncio
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import agenttx
 from agenttx import RollbackStrategy, RootCause, StepStatus
@@ -483,3 +485,81 @@ def test_a_mistake_never_leaves_a_transient_constraint():
     assert result.strategy is RESEND
     assert tx.execute_step(2, "charge", {"order": "o2"}).constraints == result.constraints
     assert result.constraints != ()
+
+
+def test_an_async_rewind_reports_voided_steps_and_drops_transient_constraints():
+    """aexecute_step fills voided_steps, voided_call_ids and root_cause, and drops a transient
+    constraint on the retry's success, as execute_step does."""
+    log: list[str] = []
+    tx = agenttx.Transaction(shop_tools(log))
+
+    async def main() -> tuple[agenttx.StepResult, agenttx.StepResult]:
+        await tx.aexecute_step(1, "charge", {"order": "o1"}, call_id="c1")
+        await tx.aexecute_step(2, "quote", {"order": "o1"}, call_id="q1")  # transient
+        retried = await tx.aexecute_step(2, "quote", {"order": "o1"}, call_id="q2")
+        failed = await tx.aexecute_step(3, "ship", {"customer": "${steps.1.customer}"})
+        return retried, failed
+
+    retried, failed = asyncio.run(main())
+    assert (retried.ok, retried.constraints) == (True, ())
+    assert (failed.voided_steps, failed.voided_call_ids) == ((1, 2), ("c1", "q2"))
+    assert failed.root_cause == RootCause(1, "customer")
+    assert log == ["charge o1", "refund o1"]
+
+
+STRATEGIES = st.sampled_from(list(RollbackStrategy))
+TEXT = st.text(max_size=20)
+
+
+@given(
+    ok=st.booleans(),
+    strategy=STRATEGIES,
+    step=st.integers(1, 50),
+    following=st.integers(0, 51),
+    voided=st.integers(0, 5),
+    constraints=st.lists(TEXT, max_size=3),
+    key=st.none() | TEXT,
+    output=st.none() | st.integers() | st.dictionaries(TEXT, st.integers(), max_size=3),
+)
+def test_every_payload_is_json_in_the_documented_order(  # noqa: PLR0917  (hypothesis)
+    ok, strategy, step, following, voided, constraints, key, output
+):
+    """Whatever the result, the payload is JSON with the documented keys in order, a
+    one-sentence instruction, and no empty optional key."""
+    result = agenttx.StepResult(
+        status=StepStatus.SUCCESS if ok else StepStatus.ROLLBACK_TRIGGERED,
+        step_id=step,
+        next_step_id=following,
+        output=output if ok else None,
+        error=None if ok else "boom",
+        strategy=RollbackStrategy.NONE if ok else strategy,
+        constraints=tuple(constraints),
+        voided_steps=tuple(range(1, voided + 1)),
+        root_cause=RootCause(1, key) if strategy is RollbackStrategy.DEPENDENCY_JUMP else None,
+    )
+    payload = payload_of(result)
+    assert payload["ok"] is ok
+    assert ("output" in payload, "error" in payload) == (ok, not ok)
+    assert all(payload[k] for k in ("voided_steps", "constraints") if k in payload)
+    instruction = payload["instruction"]
+    assert isinstance(instruction, str)
+    assert instruction.endswith(".")
+    assert instruction[0].isupper()
+
+
+def test_a_root_cause_without_a_key_reads_as_a_bad_value():
+    """A jump result built with a keyless root cause still gives a sentence without 'None'."""
+    result = agenttx.StepResult(
+        status=StepStatus.ROLLBACK_TRIGGERED,
+        step_id=3,
+        next_step_id=1,
+        strategy=RollbackStrategy.DEPENDENCY_JUMP,
+        voided_steps=(1, 2),
+        root_cause=RootCause(1),
+    )
+    payload = result.for_model()
+    assert payload["root_cause"] == {"step": 1, "key": None}
+    assert payload["instruction"] == (
+        "Step 1 produced a bad value: steps 1-2 were undone and their outputs no longer exist; "
+        "send step 1 again with a corrected value, then redo the rest."
+    )

@@ -581,18 +581,17 @@ def test_non_object_arguments_fail_the_step_with_a_type_hint():
     )
 
 
-def test_non_json_output_fails_the_step():
-    """A tool returning a set fails its step with a message naming the tool."""
+def test_non_json_output_raises_to_the_developer():
+    """A tool returning what no serializer converts raises ToolOutputError naming the tool."""
 
     @agenttx.tool
     def odd() -> object:
-        return {1, 2}
+        return {"x": object()}
 
     tx = agenttx.Transaction(tools=[odd])
-    result = tx.execute_step(1, "odd", {})
-    assert not result.ok
-    assert result.error is not None
-    assert "the output of tool 'odd'" in result.error
+    with pytest.raises(agenttx.ToolOutputError, match="the output of tool 'odd' at step 1"):
+        tx.execute_step(1, "odd", {})
+    assert tx.next_step_id == 1
 
 
 def test_ended_transactions_refuse_calls_but_stay_viewable():
@@ -1139,11 +1138,11 @@ def test_a_declared_compensation_runs_even_when_the_output_is_refused():
 
     @agenttx.tool(name="charge", compensate=refund)
     def charge(amount: int) -> object:
-        return {1, 2}
+        return {"receipt": object()}
 
     tx = agenttx.Transaction(tools=[charge])
-    result = tx.execute_step(1, "charge", {"amount": 5})
-    assert not result.ok
+    with pytest.raises(agenttx.ToolOutputError):
+        tx.execute_step(1, "charge", {"amount": 5})
     assert seen == [{"arguments": {"amount": 5}, "output": None}]
 
 
@@ -1170,3 +1169,78 @@ def test_stage_effect_refuses_a_non_string_key():
     result = agenttx.Transaction(tools=[send]).execute_step(1, "send", {})
     assert result.error is not None
     assert "idempotency_key must be a string" in result.error
+
+
+class Blocked:
+    """Step 1 creates a customer (refunded on undo), step 2 looks up a price, step 3 charges
+    the customer by reference and fails with `ToolError(key=...)` when told to."""
+
+    def __init__(self, key: str | None) -> None:
+        self.undone: list[str] = []
+
+        @agenttx.compensation(name="delete_customer")
+        def delete_customer(payload) -> None:
+            self.undone.append(payload["output"]["customer_id"])
+
+        @agenttx.tool(compensate=delete_customer)
+        def create_customer(name: str) -> dict:
+            return {"customer_id": f"c-{name}"}
+
+        @agenttx.tool
+        def price(sku: str) -> dict:
+            return {"sku": sku, "amount": 5}
+
+        @agenttx.tool
+        def charge(customer_id: str, amount: int) -> dict:
+            raise agenttx.ToolError(f"customer {customer_id} is blocked", key=key)
+
+        self.tools = [delete_customer, create_customer, price, charge]
+
+    def run(self) -> tuple[agenttx.Transaction, agenttx.StepResult]:
+        tx = agenttx.Transaction(tools=self.tools)
+        tx.execute_step(1, "create_customer", {"name": "ada"})
+        tx.execute_step(2, "price", {"sku": "a-1"})
+        arguments = {"customer_id": "${steps.1.customer_id}", "amount": "${steps.2.amount}"}
+        return tx, tx.execute_step(3, "charge", arguments)
+
+
+def test_a_tool_error_key_jumps_to_the_step_that_produced_it():
+    """ToolError(key="customer_id") at step 3 whose customer_id came from step 1 by reference
+    jumps to step 1, compensating it, though the message names no key."""
+    blocked = Blocked("customer_id")
+    tx, result = blocked.run()
+    assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP
+    assert (result.rollback_to_step, result.next_step_id) == (1, 1)
+    assert result.hint is not None
+    assert result.hint.key == "customer_id"
+    assert blocked.undone == ["c-ada"]
+    assert tx.next_step_id == 1
+
+
+def test_a_tool_error_without_a_key_backtracks_locally():
+    """The same failure without a key cannot find its root cause: a local backtrack to step 2."""
+    blocked = Blocked(None)
+    _, result = blocked.run()
+    assert result.strategy is RollbackStrategy.LOCAL_BACKTRACK
+    assert result.rollback_to_step == 2
+    assert blocked.undone == []
+
+
+def test_a_tool_error_key_replaces_the_key_the_cleaner_finds():
+    """A message naming one key and `key=` naming another: `key=` drives the search."""
+
+    @agenttx.tool
+    def make() -> dict:
+        return {"a": 1, "b": 2}
+
+    @agenttx.tool
+    def use(a: int, b: int) -> dict:
+        raise agenttx.ToolError("KeyError: 'a'", key="b")
+
+    tx = agenttx.Transaction(tools=[make, use])
+    tx.execute_step(1, "make", {})
+    result = tx.execute_step(2, "use", {"a": 1, "b": "${steps.1.b}"})
+    assert result.hint is not None
+    assert result.hint.key == "b"
+    assert result.hint.rule == "python_key_error"
+    assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP

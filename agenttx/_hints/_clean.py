@@ -2,7 +2,8 @@
 
 `clean_error` carries out `docs/protocol.md#clean-hints`. It bounds the input to 64 KiB, finds the
 first of 33 ordered rules that matches anywhere in it and renders that rule's template; when no
-rule matches, it quotes the most telling line of the trace. The result is a `CleanHint` whose text
+rule matches, it reads an HTTP status line (`503 Service Unavailable`) as the HTTP rules would,
+or else quotes the most telling line of the trace. The result is a `CleanHint` whose text
 starts with `Hint: `, is one line and has at most 240 characters. Rules that name the offending key
 (a column, a field, a missing output key) put it in `CleanHint.key`, which lets the rollback
 controller jump back to the step that produced it.
@@ -161,6 +162,9 @@ def clean_error(text: str) -> CleanHint:
                 rule=rule.name,
                 key=None if key is None else _first_column(key) or None,
             )
+    status = _status_line(scan.text)
+    if status is not None:  # read as if it followed `HTTP`: an HTTP rule matches that
+        return clean_error(f"HTTP {status}")
     line = _salient_line(scan)
     if line is None:
         line = "unknown error"
@@ -170,6 +174,89 @@ def clean_error(text: str) -> CleanHint:
         ),
         category=HintCategory.UNKNOWN,
     )
+
+
+# ---------------------------------------------------------------- HTTP status lines
+#
+# Text no rule matched may still report an HTTP status without one of the HTTP rules' prefixes:
+# a status line (`503 Service Unavailable`, also inside httpx's `Server error '503
+# Service Unavailable' for url ...`) or the SDKs' `Error code: 503 - {...}`. A 4xx or 5xx status
+# given so is read as if it followed `HTTP` (`docs/protocol.md#http-status-lines`). Only text
+# that would otherwise get the fallback hint is looked at, so no rule's hint changes.
+
+#: The reason phrases of RFC 9110 (and their older names), by 4xx and 5xx status.
+_REASON_PHRASES: Final = {
+    "400": ("bad request",),
+    "401": ("unauthorized",),
+    "402": ("payment required",),
+    "403": ("forbidden",),
+    "404": ("not found",),
+    "405": ("method not allowed",),
+    "406": ("not acceptable",),
+    "407": ("proxy authentication required",),
+    "408": ("request timeout",),
+    "409": ("conflict",),
+    "410": ("gone",),
+    "411": ("length required",),
+    "412": ("precondition failed",),
+    "413": ("content too large", "payload too large", "request entity too large"),
+    "414": ("uri too long", "request-uri too long"),
+    "415": ("unsupported media type",),
+    "416": ("range not satisfiable", "requested range not satisfiable"),
+    "417": ("expectation failed",),
+    "418": ("i'm a teapot",),
+    "421": ("misdirected request",),
+    "422": ("unprocessable content", "unprocessable entity"),
+    "423": ("locked",),
+    "424": ("failed dependency",),
+    "425": ("too early",),
+    "426": ("upgrade required",),
+    "428": ("precondition required",),
+    "429": ("too many requests",),
+    "431": ("request header fields too large",),
+    "451": ("unavailable for legal reasons",),
+    "500": ("internal server error",),
+    "501": ("not implemented",),
+    "502": ("bad gateway",),
+    "503": ("service unavailable",),
+    "504": ("gateway timeout",),
+    "505": ("http version not supported",),
+    "506": ("variant also negotiates",),
+    "507": ("insufficient storage",),
+    "508": ("loop detected",),
+    "510": ("not extended",),
+    "511": ("network authentication required",),
+}
+
+
+def _status_line_pattern() -> re.Pattern[str]:
+    """One pattern for every status line: `4` or `5` (so that `re` skips to those digits at C
+    speed), a look-behind making it start a word, then the rest of each status and its phrases
+    (in ASCII case-insensitively), not followed by a word character. Each position costs a
+    bounded number of literal comparisons: linear in the text."""
+    branches = []
+    for first in "45":
+        tails = "|".join(
+            f"{status[1:]} {re.escape(phrase)}"
+            for status, phrases in _REASON_PHRASES.items()
+            if status[0] == first
+            for phrase in phrases
+        )
+        branches.append(rf"{first}(?<!\w{first})(?ai:{tails})")
+    return re.compile(rf"(?:{'|'.join(branches)})(?!\w)")
+
+
+_STATUS_LINE: Final = _status_line_pattern()
+_ERROR_CODE: Final = re.compile(r"Error code: ([45]\d\d)\b")
+
+
+def _status_line(text: str) -> str | None:
+    """The leftmost 4xx or 5xx status given by a status line or `Error code: `, or None."""
+    line = _STATUS_LINE.search(text)
+    code = _ERROR_CODE.search(text) if "Error code: " in text else None
+    if code is not None and (line is None or code.start() < line.start()):
+        return code.group(1)
+    return None if line is None else line.group()[:3]
 
 
 def _bounded(raw: str) -> str:
@@ -359,9 +446,12 @@ def _salient_line(scan: _Scan) -> str | None:
     if line is None:
         leading = _LEADING_FRAMES.match(text)  # matches at least the empty string
         start = len(text) if leading is None else leading.end()
-        if start == len(text):
-            return None
-        line = _line_from(text, start).rstrip()
+        if start < len(text):
+            line = _line_from(text, start).rstrip()
+        else:  # every line is a frame, or blank; one line alone is a message, not a trace
+            line = text.strip()
+            if not line or "\n" in line:
+                return None
     return _strip_qualifiers(line)
 
 

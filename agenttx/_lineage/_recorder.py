@@ -133,6 +133,13 @@ def _check_optional_flag(
         raise InvalidArgument(f"{attribute.name} must be a bool or None, got {value!r}")
 
 
+def _check_optional_step(
+    _instance: object, attribute: attrs.Attribute[int | None], value: object
+) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidArgument(f"{attribute.name} must be an int or None, got {value!r}")
+
+
 def _check_iteration(
     _instance: object, attribute: attrs.Attribute[Iteration], value: object
 ) -> None:
@@ -182,12 +189,18 @@ class LineageNode:
     `index` is the call's position in `LineageGraph.nodes` (arrival order, from 0): calls may
     share a `call_id`, so the index is the node's identity in exports. `iteration` is the
     recorder's iteration when the call started.
+
+    The recorder leaves `step` None and `voided` False; the adapters that know what agenttx
+    did set them (docs/lineage.md#references-and-rewinds): `step` is the step number the call
+    was sent as, `voided` says a later rewind undid it, so it is not part of the final lineage.
     """
 
     index: int = attrs.field(validator=_check_count)
     call_id: str = attrs.field(validator=_check_call_id)
     tool_name: str = attrs.field(validator=_check_str)
     iteration: Iteration = attrs.field(validator=_check_iteration)
+    step: int | None = attrs.field(default=None, validator=_check_optional_step)
+    voided: bool = attrs.field(default=False, validator=_check_flag)
 
 
 @final
@@ -201,6 +214,13 @@ class LineageEdge:
     (`$`, `$.fcid`, `$.hosts[0]`; the first occurrence in walk order), `confidence` is within
     [0, 1], `reasons` explains it (see docs/lineage.md) and `source_failed` says whether the
     producing `on_tool_end` was marked `error=True`.
+
+    An explicit edge (`explicit=True`) is not a matched value but a `${steps.N.path}` reference
+    the target's arguments held to the step the source was
+    (docs/lineage.md#references-and-rewinds): `value` is the reference text, `source_key` and
+    `target_key` are the keys the dependency graph gives the same reference (the last named
+    segment of the path, and the argument that received it), and the evidence fields stay None.
+    Value edges leave `source_key` and `target_key` None.
     """
 
     source: LineageNode = attrs.field(validator=_check_node)
@@ -211,6 +231,13 @@ class LineageEdge:
     confidence: float | None = attrs.field(default=None, validator=_check_confidence)
     reasons: tuple[str, ...] = attrs.field(default=(), validator=_check_reasons)
     source_failed: bool | None = attrs.field(default=None, validator=_check_optional_flag)
+    explicit: bool = attrs.field(default=False, validator=_check_flag)
+    source_key: str | None = attrs.field(default=None, validator=_check_optional_str)
+    target_key: str | None = attrs.field(default=None, validator=_check_optional_str)
+
+    def __attrs_post_init__(self) -> None:
+        if self.explicit and (self.source_key is None or self.target_key is None):
+            raise InvalidArgument("an explicit edge needs a source_key and a target_key")
 
 
 def _check_nodes(
@@ -247,8 +274,10 @@ class LineageGraph:
 
     `nodes` are in `on_tool_start` order, every accepted call included (calls without edges and
     calls with a repeated id too). `edges` are in consumer order, and within one consumer in the
-    order its argument values were walked. Edge endpoints are entries of `nodes` (checked on
-    construction). `evidence` says which mode recorded it. The exports are deterministic.
+    order its argument values were walked; an adapter that adds explicit edges puts a consumer's
+    explicit edges first, in the order of its references. Edge endpoints are entries of `nodes`
+    (checked on construction). `evidence` says which mode recorded it. The exports are
+    deterministic.
     """
 
     nodes: tuple[LineageNode, ...] = attrs.field(default=(), validator=_check_nodes)
@@ -259,11 +288,14 @@ class LineageGraph:
         """The graph in Graphviz DOT, calls of one iteration ranked together.
 
         Edges are labelled with the value (at most `LABEL_WIDTH` characters) and, in evidence
-        mode, the paths and the confidence; edges from failed calls are dashed.
+        mode, the paths and the confidence; edges from failed calls are dashed. Explicit edges
+        are bold and labelled with the reference and its keys; voided calls are dashed boxes.
         """
         lines = ["digraph lineage {", "  rankdir=LR;", "  node [shape=box];"]
         lines.extend(
-            f"  n{node.index} [label={dot_quote(_node_label(node))}];" for node in self.nodes
+            f"  n{node.index} [label={dot_quote(_node_label(node))}"
+            f"{', style=dashed' if node.voided else ''}];"
+            for node in self.nodes
         )
         for group in _iteration_groups(self.nodes):
             if len(group) > 1:
@@ -272,16 +304,21 @@ class LineageGraph:
         for edge in self.edges:
             label = dot_quote("\n".join(_edge_label_parts(edge)))
             style = ", style=dashed" if edge.source_failed else ""
+            if edge.explicit:
+                style = ", style=bold"
             lines.append(f"  n{edge.source.index} -> n{edge.target.index} [label={label}{style}];")
         lines.append("}")
         return "\n".join(lines) + "\n"
 
     def to_mermaid(self) -> str:
-        """The graph as a Mermaid flowchart, labelled as `to_dot`; failed sources are dotted."""
+        """The graph as a Mermaid flowchart, labelled as `to_dot`.
+
+        Edges from failed sources are dotted, explicit edges thick.
+        """
         lines = ["flowchart LR"]
         lines.extend(f"  n{node.index}[{mermaid_quote(_node_label(node))}]" for node in self.nodes)
         for edge in self.edges:
-            arrow = "-.->" if edge.source_failed else "-->"
+            arrow = "==>" if edge.explicit else "-.->" if edge.source_failed else "-->"
             label = mermaid_quote(", ".join(_edge_label_parts(edge)))
             lines.append(f"  n{edge.source.index} {arrow}|{label}| n{edge.target.index}")
         return "\n".join(lines) + "\n"
@@ -291,10 +328,13 @@ class LineageGraph:
 
         `{"evidence": bool, "nodes": [...], "edges": [...]}`; edges refer to nodes by `index`.
         A non-finite iteration is written as JS writes it (`"NaN"`), so the text is strict JSON.
-        Evidence fields appear only in evidence mode.
+        Evidence fields appear only in evidence mode; a node's `step` only when it is known and
+        `voided` only when true; an edge's `explicit`, `source_key` and `target_key` only on an
+        explicit edge. So a graph of values alone exports as it did before those fields existed.
         """
-        nodes = [
-            {
+        nodes: list[dict[str, object]] = []
+        for node in self.nodes:
+            described: dict[str, object] = {
                 "index": node.index,
                 "call_id": node.call_id,
                 "tool_name": node.tool_name,
@@ -302,8 +342,11 @@ class LineageGraph:
                 if math.isfinite(node.iteration)
                 else _js_number_text(node.iteration),
             }
-            for node in self.nodes
-        ]
+            if node.step is not None:
+                described["step"] = node.step
+            if node.voided:
+                described["voided"] = True
+            nodes.append(described)
         edges: list[dict[str, object]] = []
         for edge in self.edges:
             entry: dict[str, object] = {
@@ -311,6 +354,8 @@ class LineageGraph:
                 "target": edge.target.index,
                 "value": edge.value,
             }
+            if edge.explicit:
+                entry.update(explicit=True, source_key=edge.source_key, target_key=edge.target_key)
             if self.evidence:
                 entry.update(
                     source_path=edge.source_path,
@@ -326,7 +371,9 @@ class LineageGraph:
 
 def _node_label(node: LineageNode) -> str:
     iteration = _js_number_text(node.iteration)
-    return f"{node.call_id}: {node.tool_name} (iteration {iteration})"
+    step = "" if node.step is None else f"step {node.step}, "
+    voided = ", voided" if node.voided else ""
+    return f"{node.call_id}: {node.tool_name} ({step}iteration {iteration}{voided})"
 
 
 def _iteration_groups(nodes: tuple[LineageNode, ...]) -> list[list[LineageNode]]:
@@ -339,6 +386,8 @@ def _iteration_groups(nodes: tuple[LineageNode, ...]) -> list[list[LineageNode]]
 
 def _edge_label_parts(edge: LineageEdge) -> list[str]:
     parts = [_truncate(edge.value)]
+    if edge.explicit:
+        parts.append(f"{edge.source_key} -> {edge.target_key}")
     if edge.source_path is not None and edge.target_path is not None:
         parts.append(f"{edge.source_path} -> {edge.target_path}")
     if edge.confidence is not None:

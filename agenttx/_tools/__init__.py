@@ -11,6 +11,8 @@ from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
 from ._calls import run_tool as run_tool
 from ._calls import still_running as still_running
+from ._outputs import OutputSerializer as OutputSerializer
+from ._outputs import to_json_value as to_json_value
 from ._schema import Validator as Validator
 from ._schema import Violation as Violation
 from ._spec import ToolSpec as ToolSpec
@@ -28,6 +30,8 @@ from ._tool import UndoRecord as UndoRecord
 from ._tool import compensation as compensation
 from ._tool import derive_key as derive_key
 from ._tool import tool as tool
+from ._transient import is_transient_status as is_transient_status
+from ._transient import transient_verdict as transient_verdict
 from ._workers import DeadlineExceeded as DeadlineExceeded
 from ._workers import acall_with_deadline as acall_with_deadline
 from ._workers import call_with_deadline as call_with_deadline
@@ -43,6 +47,7 @@ __all__ = [
     "Orphan",
     "Orphans",
     "Outcome",
+    "OutputSerializer",
     "StagedEffect",
     "StateView",
     "Tool",
@@ -61,9 +66,12 @@ __all__ = [
     "compensation",
     "derive_key",
     "is_awaitable",
+    "is_transient_status",
     "resolve_awaitable",
     "run_tool",
     "still_running",
+    "to_json_value",
     "tool",
+    "transient_verdict",
     "wire_name",
 ]

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._errors import JSONValueError, ToolError
 from .._json import JSONValue, check_json, check_json_sized, json_kind
+from ._outputs import OutputSerializer, to_json_value
 from ._tool import StagedEffect, Tool, ToolContext, UndoRecord
+from ._transient import transient_verdict
 from ._workers import (
     DeadlineExceeded,
     Running,
@@ -95,13 +97,18 @@ class Outcome(NamedTuple):
     running: Running | None = None
     #: An upper bound of the output's canonical JSON size in bytes (`checked_size_bound`).
     size: int = 0
+    #: Why the tool's output is not JSON even after the output serializer: a developer error
+    #: (`ToolOutputError`), never a failed step. Its `__cause__` is what the serializer raised.
+    refused: JSONValueError | None = None
 
 
-def run_tool(call: Call) -> Outcome:
+def run_tool(call: Call, serializer: OutputSerializer = to_json_value) -> Outcome:
     """Run the tool: on a worker thread under the deadline, unless it is inline.
 
     An async tool runs on the worker too, in an event loop of its own, so that one that blocks
-    (a `time.sleep` inside `async def`) still fails the step at its deadline.
+    (a `time.sleep` inside `async def`) still fails the step at its deadline. `serializer`
+    converts an output that is not JSON (docs/protocol.md#outputs); it is not called for one
+    that is.
     """
     try:
         output = _call(call)
@@ -109,10 +116,10 @@ def run_tool(call: Call) -> Outcome:
         return _failed(call, _timed_out(call), running=late.running)
     except Exception as exc:  # noqa: BLE001  (a tool's failure is the agent's data)
         return _failed(call, exc)
-    return _succeeded(call, output)
+    return _succeeded(call, output, serializer)
 
 
-async def arun_tool(call: Call) -> Outcome:
+async def arun_tool(call: Call, serializer: OutputSerializer = to_json_value) -> Outcome:
     """`run_tool` for `aexecute_step`: the event loop keeps running while a sync tool does.
 
     An async tool runs in the caller's task. If it blocks the event loop past its deadline
@@ -125,7 +132,7 @@ async def arun_tool(call: Call) -> Outcome:
         return _failed(call, _timed_out(call), running=late.running)
     except Exception as exc:  # noqa: BLE001
         return _failed(call, exc)
-    return _succeeded(call, output)
+    return _succeeded(call, output, serializer)
 
 
 def _call(call: Call) -> object:
@@ -217,31 +224,35 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
 def _failed(call: Call, exc: Exception, *, running: Running | None = None) -> Outcome:
     undos, effects = closed(call.context)
     if isinstance(exc, ToolError):
-        failure = Failure(exc.message, key=exc.key, transient=exc.transient)
+        transient = exc.transient
+        if transient is None and exc.__cause__ is not None:  # `raise ToolError(...) from exc`
+            transient = transient_verdict(exc.__cause__)
+        failure = Failure(exc.message, key=exc.key, transient=transient)
     else:
         import traceback  # noqa: PLC0415  (a failure's path: not at `import agenttx`)
 
-        failure = Failure("".join(traceback.format_exception_only(type(exc), exc)).strip())
+        message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        failure = Failure(message, transient=transient_verdict(exc))
     return Outcome(error=failure, undos=undos, effects=effects, running=running)
 
 
-def _succeeded(call: Call, output: object) -> Outcome:
+def _succeeded(call: Call, output: object, serializer: OutputSerializer) -> Outcome:
     undos, effects = closed(call.context)
     checked: JSONValue = None
     size = 0
-    error: Failure | None = None
+    refused: JSONValueError | None = None
     try:
         checked, size = check_json_sized(output)
-    except JSONValueError as exc:
-        error = Failure(
-            str(
-                JSONValueError(
-                    path=exc.path,
-                    problem=exc.problem,
-                    what=f"the output of tool '{call.tool.name}'",
-                )
+    except JSONValueError:  # the rare path: convert, then check again
+        try:
+            checked, size = check_json_sized(serializer(output))
+        except JSONValueError as exc:
+            refused = exc
+        except Exception as exc:  # noqa: BLE001  (the developer's serializer: reported to them)
+            refused = JSONValueError(
+                path="$", problem=f"the output serializer raised {type(exc).__name__}: {exc}"
             )
-        )
+            refused.__cause__ = exc
     compensation = call.tool.compensation_name
     if compensation is not None:
         # The tool returned, so its effect happened: undo it on a rewind even if its output
@@ -250,7 +261,7 @@ def _succeeded(call: Call, output: object) -> Outcome:
         if call.log_undo is not None:
             call.log_undo(declared)  # after the effect: all a declared undo can do
         undos = (*undos, declared)
-    return Outcome(output=checked, error=error, undos=undos, effects=effects, size=size)
+    return Outcome(output=checked, undos=undos, effects=effects, size=size, refused=refused)
 
 
 def _declared_undo(call: Call, kind: str, seq: int, output: JSONValue) -> UndoRecord:
@@ -302,7 +313,10 @@ class Orphan(NamedTuple):
         try:
             checked = check_json(output)
         except JSONValueError:
-            checked = None
+            try:  # the default conversion: the transaction's serializer is not at hand here
+                checked = check_json(to_json_value(output))
+            except Exception:  # noqa: BLE001  (only the payload's output is lost)
+                checked = None
         declared = _declared_undo(
             self.call, compensation, self.call.seq_base + len(self.undos), checked
         )

@@ -90,3 +90,18 @@ assert_type(agenttx.Engine(tools=mixed).tool_specs, "tuple[agenttx.ToolSpec, ...
 @agenttx.tool(description="Search.", parameters={"type": "object", "properties": {}})
 def search(**arguments: object) -> object:
     return arguments
+
+
+# Calls that number themselves: results, and an unannotated mixed turn.
+assert_type(tx.call("add", {"x": 1}, call_id="c1"), agenttx.StepResult)
+turn = [("add", {"x": 1}), ("add", '{"x": 2}', "c2"), agenttx.TurnCall("add", {"x": 3})]
+assert_type(tx.call_turn(turn), "tuple[agenttx.StepResult, ...]")
+
+
+async def use_acall() -> None:
+    assert_type(await tx.acall("add", {"x": 1}), agenttx.StepResult)
+    assert_type(await tx.acall_turn(turn), "tuple[agenttx.StepResult, ...]")
+
+
+assert_type(agenttx.prompt(tx), str)
+assert_type(agenttx.PROMPT, str)

@@ -1,0 +1,146 @@
+"""agenttx.integrations._common: specs from what a developer passes, a turn, the history rewrite."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+
+import agenttx
+from _shop import EMAIL, TOOL_NAMES, Shop, bad_calls
+from agenttx.integrations import _common
+
+
+def names(specs: tuple[agenttx.ToolSpec, ...]) -> list[str]:
+    return [s.wire_name for s in specs]
+
+
+def test_specs_from_every_accepted_form():
+    """A transaction, an engine, one tool, a list and a mapping give the same specs."""
+    shop = Shop()
+    tx = shop.transaction()
+    engine = agenttx.Engine(tools=shop.tools)
+    assert names(_common.resolve_specs(tx, "t")) == list(TOOL_NAMES)
+    assert names(_common.resolve_specs(engine, "t")) == list(TOOL_NAMES)
+    assert names(_common.resolve_specs(shop.tools, "t")) == list(TOOL_NAMES)
+    assert names(_common.resolve_specs(iter(shop.tools), "t")) == list(TOOL_NAMES)
+    assert names(_common.resolve_specs(shop.tools[0], "t")) == ["lookup_customer"]
+    assert names(_common.resolve_specs(agenttx._tools.ToolRegistry(shop.tools), "t")) == list(
+        TOOL_NAMES
+    )
+    mapping = {"find": shop.tools[0]}
+    assert names(_common.resolve_specs(mapping, "t")) == ["find"]
+
+
+def test_plain_functions_are_tools_as_in_a_transaction():
+    """A plain function (or a partial) in the list is registered as a tool, as Transaction does."""
+
+    def ping(host: str) -> str:
+        """Ping a host."""
+        return host
+
+    specs = _common.resolve_specs([ping, functools.partial(ping)], "t")
+    assert names(specs)[0] == "ping"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("lookup_customer", "got str"),
+        (42, "got int"),
+        ([None], "item 0 of the tools list is NoneType"),
+        ([agenttx.Tool], "item 0 of the tools list is type"),
+        ({"x": "not callable"}, r"tools\['x'\] is str"),
+    ],
+)
+def test_non_tools_are_refused_by_name(value, message):
+    """Anything but tools raises InvalidArgument naming the item and what it is."""
+    with pytest.raises(agenttx.InvalidArgument, match=message):
+        _common.resolve_specs(value, "tools()")
+
+
+def test_history_and_transaction_checks():
+    """A bad history value or a non-transaction is refused, naming it."""
+    assert _common.check_history("void") == "void"
+    with pytest.raises(agenttx.InvalidArgument, match="'rewind'"):
+        _common.check_history("rewind")
+    with pytest.raises(agenttx.InvalidArgument, match=r"Runner needs an agenttx\.Transaction"):
+        _common.check_transaction(object(), "Runner")
+
+
+def test_describe_is_short():
+    """An offender is named by its type and a repr cut to 60 characters."""
+    text = _common.describe("x" * 500)
+    assert text.startswith("str 'xxx")
+    assert len(text) < 80
+
+
+def model_calls(calls):
+    return [
+        _common.ModelCall(call_id=f"c{i}", name=name, arguments=arguments)
+        for i, (name, arguments) in enumerate(calls, 1)
+    ]
+
+
+def test_a_turn_gives_one_outcome_per_call_in_order():
+    """The bad workflow in one turn: two successes, the failure, a call not run."""
+    shop = Shop()
+    tx = shop.transaction()
+    outcomes = _common.run_turn(tx, model_calls(bad_calls()))
+    assert [o.call_id for o in outcomes] == ["c1", "c2", "c3", "c4"]
+    assert [o.is_error for o in outcomes] == [False, False, True, True]
+    assert outcomes[2].result is not None
+    assert outcomes[2].result.voided_call_ids == ("c1", "c2")
+    assert outcomes[3].result is not None
+    assert outcomes[3].result.status is agenttx.StepStatus.NOT_RUN
+    assert shop.refunds == ["ch-1"]
+
+
+def test_async_turn_matches_the_sync_one():
+    """arun_turn runs the same turn through acall_turn."""
+    tx = Shop().transaction()
+    calls = model_calls([("lookup_customer", {"email": EMAIL})])
+    (outcome,) = asyncio.run(_common.arun_turn(tx, calls))
+    assert outcome.payload["ok"] is True
+    assert _common.run_turn(tx, []) == ()
+
+
+def test_unencodable_arguments_are_refused_not_raised():
+    """Arguments that are not JSON (a set, NaN) refuse the step; nothing runs."""
+    tx = Shop().transaction()
+    (outcome,) = _common.run_turn(tx, model_calls([("lookup_customer", {1, 2})]))
+    assert outcome.is_error
+    assert "not JSON" in str(outcome.payload["error"])
+    bad_id = _common.ModelCall(call_id="", name="lookup_customer", arguments="{}")
+    (outcome,) = _common.run_turn(tx, [bad_id])
+    assert "call id" in str(outcome.payload["error"])
+    assert tx.next_step_id == 1
+
+
+def test_rewrite_policies():
+    """truncate drops and notes, void replaces, keep does nothing; a failed call stays."""
+    tx = Shop().transaction()
+    outcomes = _common.run_turn(tx, model_calls(bad_calls()))
+    steps = {"c1": 1, "c2": 2}
+    truncate = _common.rewrite_for("truncate", outcomes, steps)
+    assert truncate.drop == frozenset({"c1", "c2"})
+    assert set(truncate.notes) == {"c3"}
+    void = _common.rewrite_for("void", outcomes, steps)
+    assert void.replace == {"c1": _common.voided_payload(1), "c2": _common.voided_payload(2)}
+    assert _common.rewrite_for("keep", outcomes, steps).empty
+    assert _common.voided_payload(None)["error"].startswith("Voided by rollback: this step")
+
+
+def test_hostile_arguments_are_refused_not_raised():
+    """Arguments nested past what JSON can encode, or a hostile name, refuse the step."""
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    tx = Shop().transaction()
+    (outcome,) = _common.run_turn(tx, model_calls([("lookup_customer", {"email": deep})]))
+    assert outcome.is_error
+    assert "not JSON" in str(outcome.payload["error"])
+    (outcome,) = _common.run_turn(tx, model_calls([(None, "{}")]))
+    assert "unknown tool None" in str(outcome.payload["error"])
+    assert tx.next_step_id == 1

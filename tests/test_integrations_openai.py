@@ -1,0 +1,485 @@
+"""agenttx.integrations.openai against the real OpenAI SDK, offline (a scripted model)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import agenttx
+from _scripted import (
+    CUSTOMER,
+    ScriptedModel,
+    call,
+    chat_tool_messages,
+    order_script,
+    responses_outputs,
+    say,
+    turn,
+)
+from _shop import EMAIL, TOOL_NAMES, Shop
+from agenttx.integrations import openai as atx_openai
+
+if TYPE_CHECKING:
+    import openai
+
+MODEL = "scripted-model"
+PROMPT = [{"role": "user", "content": "Order 2 x SKU-1 for ada@example.com, 42 pence."}]
+
+
+def chat_loop(client: openai.OpenAI, runner: atx_openai.ToolRunner) -> list[dict[str, Any]]:
+    """The loop a user writes (the one in examples/openai_chat.py)."""
+    messages: list[Any] = list(PROMPT)
+    while True:
+        reply = client.chat.completions.create(model=MODEL, messages=messages, tools=runner.tools)
+        if not reply.choices[0].message.tool_calls:
+            break
+        messages = runner.handle(messages, reply.choices[0].message)
+    return messages
+
+
+def assert_order_committed_once(shop: Shop, tx: agenttx.Transaction) -> None:
+    assert shop.refunds == ["ch-1"]  # the charge made for the closed account was refunded
+    assert shop.live_charges == ["ch-2"]
+    assert shop.delivered == []  # nothing goes out before the commit
+    result = tx.commit()
+    assert result.effects_dispatched == 1
+    assert [e.payload for e in shop.delivered] == [
+        {"to": EMAIL, "customer_id": "c-1", "subject": "Order o-1"}
+    ]
+
+
+# ---------------------------------------------------------------------- tools=
+
+
+def test_tools_offers_each_tool_with_its_spec():
+    """tools() gives one chat-completions function per tool (no compensation), from its spec."""
+    shop = Shop()
+    offered = atx_openai.tools(shop.tools)
+    assert [t["function"]["name"] for t in offered] == list(TOOL_NAMES)
+    specs = {s.wire_name: s for s in shop.transaction().tool_specs}
+    for entry in offered:
+        assert entry["type"] == "function"
+        spec = specs[entry["function"]["name"]]
+        assert entry["function"]["parameters"] == spec.parameters
+        assert entry["function"]["description"] == spec.description
+    assert offered == atx_openai.tools(shop.transaction())
+
+
+def test_responses_tools_are_flat_and_not_strict():
+    """tools(api="responses") puts name and parameters at the top level, strict off."""
+    shop = Shop()
+    offered = atx_openai.tools(shop.transaction(), api="responses")
+    assert [t["name"] for t in offered] == list(TOOL_NAMES)
+    assert all(t["type"] == "function" and t["strict"] is False for t in offered)
+    assert atx_openai.ResponsesToolRunner(shop.transaction()).tools == offered
+
+
+def test_dotted_names_go_out_as_wire_names_and_come_back():
+    """A tool registered as `orders.lookup` is offered as `orders_lookup` and runs by that name."""
+
+    @agenttx.tool(name="orders.lookup")
+    def lookup(order_id: str) -> dict[str, str]:
+        """Look an order up."""
+        return {"order_id": order_id}
+
+    tx = agenttx.Transaction(tools=[lookup])
+    runner = atx_openai.ToolRunner(tx)
+    assert runner.tools[0]["function"]["name"] == "orders_lookup"
+    model = ScriptedModel([call("orders_lookup", {"order_id": "o-9"}), say("ok")])
+    messages = chat_loop(model.openai(), runner)
+    (result,) = chat_tool_messages({"messages": messages})
+    assert result["content"]["ok"] is True
+    assert result["content"]["output"] == {"order_id": "o-9"}
+    assert model.requests[0]["tools"] == runner.tools
+
+
+# ---------------------------------------------------------------------- the order workflow
+
+
+def test_order_workflow_chat_completions():
+    """Bad lookup -> reserve fails on customer_id -> jump to step 1, refund -> replay -> commit."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(order_script())
+    messages = chat_loop(model.openai(), atx_openai.ToolRunner(tx))
+    assert model.remaining == 0
+    assert shop.calls == [
+        "lookup_customer",
+        "charge",
+        "reserve",
+        "lookup_customer",
+        "charge",
+        "reserve",
+        "send_confirmation",
+    ]
+    failed = chat_tool_messages(model.requests[2])[-1]
+    assert failed["tool_call_id"] == "call_reserve_1"
+    assert failed["content"]["ok"] is False
+    assert failed["content"]["next_step"] == 1
+    assert failed["content"]["root_cause"] == {"step": 1, "key": "customer_id"}
+    final = chat_tool_messages({"messages": messages})
+    assert [m["content"]["ok"] for m in final] == [False, True, True, True, True]
+    assert [m["content"]["step"] for m in final[1:]] == [1, 2, 3, 4]
+    assert_order_committed_once(shop, tx)
+
+
+def test_order_workflow_async_client():
+    """The same workflow with openai.AsyncOpenAI and `await runner.ahandle(...)`."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(order_script())
+    runner = atx_openai.ToolRunner(tx)
+
+    async def loop() -> list[dict[str, Any]]:
+        client = model.async_openai()
+        messages: list[Any] = list(PROMPT)
+        while True:
+            reply = await client.chat.completions.create(
+                model=MODEL, messages=messages, tools=runner.tools
+            )
+            if not reply.choices[0].message.tool_calls:
+                return messages
+            messages = await runner.ahandle(messages, reply.choices[0].message)
+
+    asyncio.run(loop())
+    assert model.remaining == 0
+    assert_order_committed_once(shop, tx)
+
+
+def test_order_workflow_responses_api():
+    """The same workflow through the Responses API: function_call / function_call_output items."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(order_script())
+    client = model.openai()
+    runner = atx_openai.ResponsesToolRunner(tx)
+    items: Any = PROMPT[0]["content"]
+    while True:
+        response = client.responses.create(model=MODEL, input=items, tools=runner.tools)
+        if not any(item.type == "function_call" for item in response.output):
+            break
+        items = runner.handle(items, response)
+    assert model.remaining == 0
+    outputs = responses_outputs(model.requests[2])
+    assert [o["call_id"] for o in outputs] == ["call_reserve_1"]  # truncated: 1 and 2 dropped
+    assert outputs[0]["output"]["root_cause"] == {"step": 1, "key": "customer_id"}
+    assert "note" in outputs[0]["output"]
+    assert_order_committed_once(shop, tx)
+
+
+# ---------------------------------------------------------------------- what reached the model
+
+
+def rewind_request(history: str) -> list[dict[str, Any]]:
+    """The messages the model receives right after the rewind, under a history policy."""
+    shop = Shop()
+    model = ScriptedModel(order_script()[:3])
+    runner = atx_openai.ToolRunner(shop.transaction(), history=history)  # type: ignore[arg-type]
+    client = model.openai()
+    messages: list[Any] = list(PROMPT)
+    for _ in range(2):
+        reply = client.chat.completions.create(model=MODEL, messages=messages, tools=runner.tools)
+        messages = runner.handle(messages, reply.choices[0].message)
+    client.chat.completions.create(model=MODEL, messages=messages, tools=runner.tools)
+    return model.last["messages"]
+
+
+def calls_and_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(role, call id) for each tool call and each tool result, in order."""
+    found = []
+    for m in messages:
+        found.extend(("assistant", c["id"]) for c in m.get("tool_calls", ()))
+        if m["role"] == "tool":
+            found.append(("tool", m["tool_call_id"]))
+    return found
+
+
+def test_truncate_drops_the_voided_calls_and_notes_it():
+    """history="truncate": lookup and charge are gone; the failed reserve's result has a note."""
+    messages = rewind_request("truncate")
+    assert calls_and_results(messages) == [
+        ("assistant", "call_reserve_1"),
+        ("tool", "call_reserve_1"),
+    ]
+    assert messages[0] == PROMPT[0]
+    result = json.loads(messages[-1]["content"])
+    assert result["voided_steps"] == [1, 2]
+    assert result["note"] == (
+        "The rollback undid steps 1 and 2 (2 tool calls); their calls and results were "
+        "removed from this conversation."
+    )
+    assert list(result)[-1] == "note"
+
+
+def test_void_overwrites_the_voided_results():
+    """history="void": every call stays, the voided results say "voided by rollback"."""
+    messages = rewind_request("void")
+    assert calls_and_results(messages) == [
+        ("assistant", "call_lookup_old"),
+        ("tool", "call_lookup_old"),
+        ("assistant", "call_charge_1"),
+        ("assistant", "call_reserve_1"),
+        ("tool", "call_charge_1"),
+        ("tool", "call_reserve_1"),
+    ]
+    tools = chat_tool_messages({"messages": messages})
+    for result, step in zip(tools[:2], (1, 2), strict=True):
+        assert result["content"] == atx_openai_voided(step)
+    assert "note" not in tools[2]["content"]
+    assert tools[2]["content"]["voided_steps"] == [1, 2]
+
+
+def atx_openai_voided(step: int) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "step": step,
+        "voided": True,
+        "error": (
+            f"Voided by rollback: step {step} was undone (and compensated); "
+            "its output no longer holds."
+        ),
+        "instruction": "Do not use this result; follow the latest tool result.",
+    }
+
+
+def test_keep_leaves_the_history_as_it_was():
+    """history="keep": the voided results stay as sent; the failure's payload lists them."""
+    messages = rewind_request("keep")
+    tools = chat_tool_messages({"messages": messages})
+    assert [t["content"]["ok"] for t in tools] == [True, True, False]
+    assert tools[0]["content"]["output"]["id"] == "c-old"
+    assert tools[2]["content"]["voided_steps"] == [1, 2]
+
+
+# ---------------------------------------------------------------------- bad input from the model
+
+
+def one_turn(tx: agenttx.Transaction, *calls: Any) -> list[dict[str, Any]]:
+    """Play one scripted turn of `calls` through a runner; return the tool results, parsed."""
+    model = ScriptedModel([turn(*calls)])
+    reply = model.openai().chat.completions.create(model=MODEL, messages=PROMPT)
+    messages = atx_openai.ToolRunner(tx).handle(PROMPT, reply.choices[0].message)
+    return [m["content"] for m in chat_tool_messages({"messages": messages})]
+
+
+def test_unknown_tool_is_a_result_and_the_step_is_resent():
+    """An unknown tool name becomes a failed result for step 1; nothing after it runs."""
+    shop = Shop()
+    tx = shop.transaction()
+    first, second = one_turn(
+        tx, call("refund_everything", {}), call("lookup_customer", {"email": EMAIL})
+    )
+    assert first["ok"] is False
+    assert "refund_everything" in first["error"]
+    assert first["next_step"] == 1
+    assert second["ok"] is False
+    assert second["step"] is None  # never sent: it claims no step number
+    assert "Not run: step 1 failed first" in second["error"]
+    assert shop.calls == []
+    assert tx.next_step_id == 1
+
+
+def test_malformed_arguments_are_a_result():
+    """Arguments that are not JSON come back as a failed result naming the problem."""
+    tx = Shop().transaction()
+    (result,) = one_turn(tx, call("lookup_customer", '{"email": "ada@'))
+    assert result["ok"] is False
+    assert result["next_step"] == 1
+    assert "json" in result["error"].lower()
+
+
+def test_duplicate_call_id_is_a_result_not_a_renumbering():
+    """A call id already used by a live step fails that call; the step numbers do not move."""
+    shop = Shop()
+    tx = shop.transaction()
+    first, second = one_turn(
+        tx,
+        call("lookup_customer", {"email": EMAIL}, "dup"),
+        call("charge", {"customer_id": CUSTOMER, "amount": 1}, "dup"),
+    )
+    assert first["ok"] is True
+    assert first["step"] == 1
+    assert second["ok"] is False
+    assert second["next_step"] == 2
+    assert shop.charges == []
+
+
+def test_calls_after_the_end_are_told_so():
+    """After commit, a turn's calls each get a result saying the transaction has ended."""
+    shop = Shop()
+    tx = shop.transaction()
+    tx.commit()
+    (result,) = one_turn(tx, call("lookup_customer", {"email": EMAIL}))
+    assert result["ok"] is False
+    assert "ended (committed)" in result["error"]
+    assert shop.calls == []
+
+
+def test_oversized_arguments_and_names_are_refused_as_results():
+    """A tool name or arguments over the limits are refused as the step, never a traceback."""
+    tx = Shop().transaction()
+    first, second = one_turn(
+        tx, call("x" * 500, {}), call("lookup_customer", {"email": "a" * 2_000_000})
+    )
+    assert first["ok"] is False
+    assert "unknown tool" in first["error"]
+    assert "Not run: step 1 was refused first" in second["error"]
+    (big,) = one_turn(tx, call("lookup_customer", {"email": "a" * 2_000_000}))
+    assert big["ok"] is False
+    assert "exceed" in big["error"]
+
+
+def test_an_assistant_message_already_appended_is_not_appended_twice():
+    """handle() accepts a history that already ends with the assistant message."""
+    tx = Shop().transaction()
+    model = ScriptedModel([call("lookup_customer", {"email": EMAIL})])
+    reply = model.openai().chat.completions.create(model=MODEL, messages=PROMPT)
+    message = reply.choices[0].message
+    messages = atx_openai.ToolRunner(tx).handle([*PROMPT, message], message)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+
+
+def test_a_reply_without_tool_calls_runs_nothing():
+    """An assistant message with only text is appended; no step runs."""
+    tx = Shop().transaction()
+    messages = atx_openai.ToolRunner(tx).handle(PROMPT, {"role": "assistant", "content": "hi"})
+    assert messages == [*PROMPT, {"role": "assistant", "content": "hi"}]
+    assert tx.next_step_id == 1
+
+
+# ---------------------------------------------------------------- bad input from the developer
+
+
+def test_a_non_tool_in_the_tools_list_is_named():
+    """tools() refuses a list item that is not a tool, naming its position and type."""
+    shop = Shop()
+    spec = {"type": "function", "function": {"name": "x"}}
+    with pytest.raises(agenttx.InvalidArgument, match=r"item 1 of the tools list is dict"):
+        atx_openai.tools([shop.tools[0], spec])
+    with pytest.raises(agenttx.InvalidArgument, match="got str"):
+        atx_openai.tools("lookup_customer")
+    with pytest.raises(agenttx.InvalidArgument, match="api must be"):
+        atx_openai.tools(shop.tools, api="assistants")  # type: ignore[arg-type]
+
+
+def test_wrong_sdk_objects_are_refused_with_what_to_pass():
+    """A ChatCompletion, a Choice, a client, or a user message is refused with what to pass."""
+    tx = Shop().transaction()
+    runner = atx_openai.ToolRunner(tx)
+    model = ScriptedModel([say("a"), say("b")])
+    client = model.openai()
+    completion = client.chat.completions.create(model=MODEL, messages=PROMPT)
+    with pytest.raises(agenttx.InvalidArgument, match=r"completion\.choices\[0\]\.message"):
+        runner.handle(PROMPT, completion)
+    with pytest.raises(agenttx.InvalidArgument, match=r"choice\.message"):
+        runner.handle(PROMPT, completion.choices[0])
+    with pytest.raises(agenttx.InvalidArgument, match=r"openai\.OpenAI"):
+        runner.handle(PROMPT, client)
+    with pytest.raises(agenttx.InvalidArgument, match="role 'user'"):
+        runner.handle(PROMPT, PROMPT[0])
+    with pytest.raises(agenttx.InvalidArgument, match="not a ChatCompletion"):
+        atx_openai.ResponsesToolRunner(tx).handle("hi", completion)
+    with pytest.raises(agenttx.InvalidArgument, match=r"needs an agenttx\.Transaction"):
+        atx_openai.ToolRunner(client)  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="history must be one of"):
+        atx_openai.ToolRunner(tx, history="drop")  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="messages must be a list"):
+        runner.handle("hello", {"role": "assistant", "content": "x"})
+    assert tx.next_step_id == 1
+
+
+def test_missing_sdk_names_the_extra_to_install():
+    """Without the openai package, importing the integration says which extra to install."""
+    code = (
+        "import sys; sys.modules['openai'] = None\n"
+        "try:\n    import agenttx.integrations.openai\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'agenttx[openai]'" in done.stdout
+
+
+def test_import_agenttx_does_not_import_the_sdk():
+    """`import agenttx` loads no SDK; the integration module loads its own."""
+    code = (
+        "import sys, agenttx; print('openai' in sys.modules);"
+        "import agenttx.integrations.openai; print('openai' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"]
+
+
+def doc_examples() -> list[dict[str, Any]]:
+    """The JSON examples of docs/integrations.md#history-after-a-rewind, in order."""
+    text = (Path(__file__).parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
+    section = text.split("## History after a rewind", 1)[1].split("\n## ", 1)[0]
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
+
+
+def test_the_docs_show_what_reaches_the_model():
+    """The note, the failed result after truncation and the voided result are as documented."""
+    note, failed, voided = doc_examples()
+    truncated = json.loads(rewind_request("truncate")[-1]["content"])
+    assert truncated["note"] == note["note"]
+    assert {key: truncated[key] for key in failed} == failed
+    documented_order = [key for key in truncated if key in failed]
+    assert documented_order == list(failed)
+    void = chat_tool_messages({"messages": rewind_request("void")})
+    assert void[0]["content"] == voided
+
+
+@pytest.mark.parametrize("history", ["truncate", "void"])
+def test_the_callers_messages_are_never_changed(history):
+    """handle() returns new lists and dicts: the history passed in stays as it was."""
+    shop = Shop()
+    model = ScriptedModel(order_script()[:2])
+    runner = atx_openai.ToolRunner(shop.transaction(), history=history)
+    client = model.openai()
+    first = client.chat.completions.create(model=MODEL, messages=PROMPT)
+    before = runner.handle(PROMPT, first.choices[0].message)
+    frozen = copy.deepcopy(before)
+    second = client.chat.completions.create(model=MODEL, messages=before)
+    after = runner.handle(before, second.choices[0].message)
+    assert before == frozen
+    assert after != before
+
+
+def test_a_mistake_after_good_work_undoes_nothing():
+    """An unknown tool at step 3 is resent as step 3: the charge at step 2 is not refunded."""
+    shop = Shop()
+    tx = shop.transaction()
+    lookup, charged, mistake = one_turn(
+        tx,
+        call("lookup_customer", {"email": EMAIL}),
+        call("charge", {"customer_id": CUSTOMER, "amount": 42}),
+        call("reserve_stock", {"sku": "SKU-1"}),
+    )
+    assert (lookup["ok"], charged["ok"], mistake["ok"]) == (True, True, False)
+    assert mistake["step"] == 3
+    assert mistake["next_step"] == 3
+    assert "voided_steps" not in mistake
+    assert shop.refunds == []
+    assert shop.live_charges == ["ch-1"]
+
+
+def test_schema_violations_name_the_argument():
+    """An argument of the wrong type is a failed result naming it; the tool never runs."""
+    shop = Shop()
+    tx = shop.transaction()
+    (result,) = one_turn(tx, call("charge", {"customer_id": "c-1", "amount": "lots"}))
+    assert result["ok"] is False
+    assert "amount" in result["error"]
+    assert result["next_step"] == 1
+    assert shop.charges == []
