@@ -142,13 +142,12 @@ def prepare_call(
             bound = checked_size_bound(resolved, what="arguments")
             if _too_big(resolved, bound):
                 return Failure(f"resolved arguments exceed {MAX_PAYLOAD_BYTES} bytes"), pending
-    if tool.validator is not None:  # the spec's schema, before the tool runs
-        checked, violation = tool.validator.check(resolved)
-        if violation is not None:
-            return Failure(violation.message, key=violation.key, mistake=True), pending
-        if checked is not resolved:  # coerced (`3.0` -> `3`): the tool and the step get it
-            resolved = checked
-            pending = Pending(step_id, tool_name, resolved, dependencies)
+    checked, violation = tool.validator.check(resolved)  # the spec, before the tool runs
+    if violation is not None:
+        return Failure(violation.message, key=violation.key, mistake=True), pending
+    if checked is not resolved:  # coerced (`3.0` -> `3`): the tool and the step get it
+        resolved = checked
+        pending = Pending(step_id, tool_name, resolved, dependencies)
     seq_base = generation << UNDO_SEQ_BITS
     context = None
     if tool.wants_context:

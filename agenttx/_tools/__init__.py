@@ -16,7 +16,6 @@ from ._outputs import to_json_value as to_json_value
 from ._schema import Validator as Validator
 from ._schema import Violation as Violation
 from ._spec import ToolSpec as ToolSpec
-from ._spec import check_arguments as check_arguments
 from ._spec import wire_name as wire_name
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
 from ._tool import Compensation as Compensation
@@ -63,7 +62,6 @@ __all__ = [
     "acall_with_deadline",
     "arun_tool",
     "call_with_deadline",
-    "check_arguments",
     "closed",
     "compensation",
     "derive_key",

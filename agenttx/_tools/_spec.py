@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 
 from .._errors import InvalidArgument
-from ._schema import Validator, Violation, compile_schema, parameters_schema
+from ._schema import Validator, compile_schema, parameters_schema
 from ._signature import read_signature
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from .._json import JSONValue
 
-__all__ = ["MAX_WIRE_NAME", "ToolSpec", "build_spec", "check_arguments", "wire_name"]
+__all__ = ["MAX_WIRE_NAME", "ToolSpec", "build_spec", "wire_name"]
 
 #: The longest name OpenAI and Anthropic accept for a tool.
 MAX_WIRE_NAME: Final = 64
@@ -93,7 +93,7 @@ def build_spec(
     skip_context: bool,
     description: str | None,
     parameters: Mapping[str, JSONValue] | None,
-) -> tuple[ToolSpec, Validator | None]:
+) -> tuple[ToolSpec, Validator]:
     """The spec of a tool and the validator of its arguments.
 
     Raises `InvalidArgument` naming the tool for a name that cannot be mapped, a description
@@ -118,12 +118,3 @@ def build_spec(
         description = ""
     spec = ToolSpec(name=name, wire_name=wire, description=description, parameters=schema)
     return spec, validator
-
-
-def check_arguments(
-    validator: Validator | None, arguments: JSONValue
-) -> tuple[JSONValue, Violation | None]:
-    """The arguments to pass (coerced) and None, or the arguments and why they do not fit."""
-    if validator is None:
-        return arguments, None
-    return validator.check(arguments)

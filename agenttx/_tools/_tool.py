@@ -102,8 +102,8 @@ class Tool(Generic[P, R]):
 
     spec: ToolSpec
     """What a model is told about the tool (`ToolSpec`), built once at decoration."""
-    validator: Validator | None
-    """The compiled `spec.parameters` (None when any object fits): arguments are checked by it."""
+    validator: Validator
+    """The compiled `spec.parameters`: each step's resolved arguments are checked by it."""
 
     def __init__(
         self,
