@@ -125,7 +125,7 @@ def run_config(
 def _function_tool(
     tx: Transaction, gate: TurnGate, spec: ToolSpec, strict: bool | None
 ) -> agents.FunctionTool:
-    parameters = dict(spec.parameters)
+    parameters = copy.deepcopy(dict(spec.parameters))  # the SDK's copy: the spec stays as it is
     is_strict = _is_strict(parameters)
     if strict and not is_strict:
         raise InvalidArgument(

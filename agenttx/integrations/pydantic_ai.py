@@ -22,6 +22,7 @@ it undid). See docs/integrations.md.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -109,7 +110,7 @@ class Toolset(AbstractToolset[Any]):
             ToolDefinition(
                 name=spec.wire_name,
                 description=spec.description,
-                parameters_json_schema=dict(spec.parameters),
+                parameters_json_schema=copy.deepcopy(dict(spec.parameters)),
                 strict=strict,
                 sequential=True,
             )
