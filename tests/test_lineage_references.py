@@ -850,3 +850,34 @@ def test_dependency_objects_are_the_graphs():
         ]
     )
     assert [described(e) for e in graph.edges] == [("1", "2", "${steps.1}", "id", "user")]
+
+
+@pytest.mark.parametrize("history", ["truncate", "void", "keep"])
+def test_transcripts_of_the_openai_integration_agree_with_the_graph(history):
+    """The order workflow run by `agenttx.integrations.openai.ToolRunner` under each history
+    policy: the live calls' explicit edges are tx.graph's, and the calls the rewind undid are
+    voided where the history still holds them."""
+    atx_openai = pytest.importorskip("agenttx.integrations.openai")
+    scripted = pytest.importorskip("_scripted")
+    shop = pytest.importorskip("_shop").Shop()
+    tx = shop.transaction()
+    model = scripted.ScriptedModel(scripted.order_script())
+    client = model.openai()
+    runner = atx_openai.ToolRunner(tx, history=history)
+    messages: list[Any] = [{"role": "user", "content": "Order 2 x SKU-1 for ada@example.com."}]
+    while True:
+        reply = client.chat.completions.create(model="m", messages=messages, tools=runner.tools)
+        if not reply.choices[0].message.tool_calls:
+            break
+        messages = runner.handle(messages, reply.choices[0].message)
+    dumped = [m.model_dump() if hasattr(m, "model_dump") else m for m in messages]
+    graph = agenttx.lineage_from_openai(json.loads(json.dumps(dumped)))
+    expected = {
+        (e.source, e.target, e.source_key, e.target_key)
+        for e in tx.graph.edges()
+        if e.kind is EdgeKind.EXPLICIT
+    }
+    assert expected
+    assert by_step(graph.edges) == expected  # the failed reserve named a voided lookup only
+    voided = [n.call_id for n in graph.nodes if n.voided]
+    assert voided == ([] if history == "truncate" else ["call_lookup_old", "call_charge_1"])

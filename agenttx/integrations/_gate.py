@@ -1,0 +1,171 @@
+"""One model turn at a time, for frameworks that run each tool call of a turn as its own task.
+
+The OpenAI Agents SDK and pydantic-ai hand every tool call of a model turn to its own asyncio
+task, started in the model's order. `TurnGate` puts those calls back together as a turn: they
+run one at a time, in arrival order, each as a one-call turn through `_common.arun_turn` (so
+the model-side problems become tool results exactly as for the other integrations), and once
+one call of a turn has failed the later calls of that turn are not run (the "turn barrier"):
+each gets the payload of a `StepStatus.NOT_RUN` result. A later call of a failed turn was
+written by the model for the steps before the failure; after a rewind (or a resend of the
+failed step) running it would give it another step's number. The gate also remembers the
+calls whose results asked for a history rewrite, so the framework's history hook can apply
+`_common.rewrite_for` before the next model request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import weakref
+from typing import TYPE_CHECKING, final
+
+import attrs
+
+from .._turns import TurnCall, not_run
+from ._common import (
+    ModelCall,
+    Outcome,
+    Rewrite,
+    _not_run,
+    arun_turn,
+    check_transaction,
+    rewrite_for,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable
+
+    from .._json import JSONValue
+    from .._transaction import Transaction
+    from ._common import History
+
+__all__ = ["TurnGate", "gate_for"]
+
+
+@final
+class TurnGate:
+    """The calls of one transaction, one at a time and a model turn at a time.
+
+    Contract: `call` runs each call as the next step of the transaction, in the order the calls
+    reach the gate (FIFO per event loop: `asyncio.Lock` wakes its waiters in order). `turn`
+    identifies the model turn the call belongs to: once a call of a turn has failed, every
+    later call with the same `turn` gets a not-run payload without touching the transaction.
+    What the model got wrong, or a call after the transaction ended, is a payload, never an
+    exception (`_common.arun_turn`). Calls from two event loops running at once on one
+    transaction are serialized by the transaction itself, but the barrier then sees them in
+    the transaction's order.
+    """
+
+    __slots__ = ("_anchor", "_failed", "_failure", "_locks", "_rewinds", "_steps", "_tx")
+
+    def __init__(self, tx: Transaction) -> None:
+        # Weak: `_GATES` keeps the gate as long as its transaction lives; whoever calls through
+        # the gate (a tool, a toolset) holds the transaction itself and passes it to `call`.
+        self._tx = weakref.ref(tx)
+        self._failed: Hashable | None = None  # the turn that has failed, if any
+        self._failure: Outcome | None = None  # the outcome of its failed call
+        self._anchor: object = None  # keeps alive what the failed turn's key names by id
+        self._rewinds: list[Outcome] = []  # the outcomes that voided calls, in order
+        self._steps: dict[str, int] = {}  # call id -> the step it ran as
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @property
+    def transaction(self) -> Transaction:
+        """The transaction the calls run on."""
+        tx = self._tx()
+        assert tx is not None, "a gate outlived its transaction"  # its users hold it
+        return tx
+
+    @property
+    def voided_call_ids(self) -> frozenset[str]:
+        """Every call id a rewind has voided so far (their steps were undone)."""
+        return frozenset(
+            call_id
+            for outcome in self._rewinds
+            if outcome.result is not None
+            for call_id in outcome.result.voided_call_ids
+        )
+
+    def rewrite(self, history: History) -> Rewrite:
+        """The history rewrite every rewind so far asks for under `history`, merged."""
+        drop: set[str] = set()
+        replace: dict[str, dict[str, JSONValue]] = {}
+        notes: dict[str, str] = {}
+        for outcome in self._rewinds:
+            one = rewrite_for(history, [outcome], self._steps)
+            drop |= one.drop
+            replace.update(one.replace)
+            notes.update(one.notes)
+        return Rewrite(drop=frozenset(drop), replace=replace, notes=notes)
+
+    async def call(
+        self,
+        tx: Transaction,
+        turn: Hashable,
+        name: str,
+        arguments: object,
+        *,
+        call_id: str | None,
+        anchor: object = None,
+    ) -> dict[str, JSONValue]:
+        """Run one call of model turn `turn` on `tx` and return the payload for the model.
+
+        `tx` is the gate's transaction: the caller passes it (and so keeps it alive).
+        `arguments` is what the model sent (JSON text or a decoded value). `anchor` is kept
+        alive while `turn` is the failed turn: pass the object whose `id()` is part of `turn`,
+        so that id cannot name another turn meanwhile. A missing `call_id` gets a fresh one.
+        """
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        model_call = ModelCall(
+            call_id=call_id or f"agenttx-{uuid.uuid4().hex}", name=name, arguments=arguments
+        )
+        async with lock:
+            failure = self._failure
+            if failure is not None and self._failed == turn and not tx.status.terminal:
+                return self._not_run(tx, name, model_call, failure)
+            (outcome,) = await arun_turn(tx, [model_call])
+            result = outcome.result
+            if outcome.is_error:
+                self._failed, self._failure, self._anchor = turn, outcome, anchor
+            if result is not None:
+                if result.ok:
+                    self._steps[outcome.call_id] = result.step_id
+                if result.voided_call_ids:
+                    self._rewinds.append(outcome)
+            return outcome.payload
+
+    @staticmethod
+    def _not_run(
+        tx: Transaction, name: str, call: ModelCall, failure: Outcome
+    ) -> dict[str, JSONValue]:
+        """The payload of a call after `failure` in its turn, as `call_turn` answers it."""
+        failed = failure.result
+        if failed is None:  # refused before it became a step (over a limit)
+            step = tx.next_step_id
+            first = failure.payload.get("step")
+            first = first if isinstance(first, int) else step
+            return _not_run(call, first, step, refused=True).payload
+        result = not_run(TurnCall(name, "{}"), failed)
+        return attrs.evolve(result, call_id=call.call_id).for_model()
+
+
+#: One gate per transaction, for as long as the transaction lives, so every tool and history
+#: hook of one transaction shares it (the gate refers to its transaction weakly: no cycle).
+_GATES: weakref.WeakKeyDictionary[Transaction, TurnGate] = weakref.WeakKeyDictionary()
+
+
+def gate_for(tx: object, where: str) -> TurnGate:
+    """The transaction's gate (made on first use); `InvalidArgument` if `tx` is not one.
+
+    Whoever calls through the gate holds the transaction and passes it to `TurnGate.call`.
+    """
+    checked = check_transaction(tx, where)
+    gate = _GATES.get(checked)
+    if gate is None:
+        gate = _GATES[checked] = TurnGate(checked)
+    return gate

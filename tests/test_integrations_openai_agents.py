@@ -1,0 +1,333 @@
+"""agenttx.integrations.openai_agents: agenttx tools in the OpenAI Agents SDK, driven offline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from typing import Any
+
+import agents
+import pytest
+from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner
+
+import agenttx
+from _scripted import ScriptedModel, call, say, turn
+from _shop import EMAIL, OLD_EMAIL, ORDER, TOOL_NAMES, Shop
+from agenttx.integrations import openai_agents as atx_agents
+from agenttx.integrations._common import voided_payload
+
+agents.set_tracing_disabled(True)
+
+REF = "${steps.1.id}"
+
+
+def _charge(call_id: str) -> Any:
+    return call("charge", {"customer_id": REF, "amount": ORDER["amount"]}, call_id)
+
+
+def _reserve(call_id: str) -> Any:
+    arguments = {"customer_id": REF, "sku": ORDER["sku"], "quantity": ORDER["quantity"]}
+    return call("reserve", arguments, call_id)
+
+
+def _confirm(call_id: str) -> Any:
+    arguments = {"customer_id": REF, "email": "${steps.1.email}", "order_id": ORDER["order_id"]}
+    return call("send_confirmation", arguments, call_id)
+
+
+def _workflow() -> list[Any]:
+    """The order workflow: the old email first (step 3 fails, root cause step 1), then the fix."""
+    return [
+        call("lookup_customer", {"email": OLD_EMAIL}, "c1"),
+        turn(_charge("c2"), _reserve("c3"), _confirm("c4")),
+        call("lookup_customer", {"email": EMAIL}, "c5"),
+        turn(_charge("c6"), _reserve("c7"), _confirm("c8")),
+        say("Order placed."),
+    ]
+
+
+def _agent(tx: agenttx.Transaction, model: ScriptedModel, *, responses: bool = False) -> Agent:
+    client = model.async_openai()
+    llm: Any = (
+        OpenAIResponsesModel(model="scripted-model", openai_client=client)
+        if responses
+        else OpenAIChatCompletionsModel(model="scripted-model", openai_client=client)
+    )
+    return Agent(
+        name="shop", instructions="Place the order.", tools=atx_agents.function_tools(tx), model=llm
+    )
+
+
+def _run(agent: Agent, config: agents.RunConfig) -> Any:
+    return asyncio.run(Runner.run(agent, "Order 2 of SKU-1 for Ada.", run_config=config))
+
+
+def _tool_outputs(body: dict[str, Any]) -> dict[str, Any]:
+    """call id -> the tool result a chat-completions request carries (JSON parsed if it is)."""
+    found: dict[str, Any] = {}
+    for message in body["messages"]:
+        if message.get("role") == "tool":
+            try:
+                found[message["tool_call_id"]] = json.loads(message["content"])
+            except ValueError:
+                found[message["tool_call_id"]] = message["content"]
+    return found
+
+
+def _tool_call_ids(body: dict[str, Any]) -> list[str]:
+    """The call ids of the assistant tool calls a chat-completions request replays."""
+    return [
+        tool_call["id"]
+        for message in body["messages"]
+        for tool_call in message.get("tool_calls") or ()
+    ]
+
+
+def test_order_workflow_rewinds_compensates_replays_and_commits():
+    """Bad data from step 1 fails step 3: rewind to 1, refund, replay, commit, one email."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(_workflow())
+    result = _run(_agent(tx, model), atx_agents.run_config(tx))
+    assert result.final_output == "Order placed."
+    failure = _tool_outputs(model.requests[2])["c3"]
+    assert failure["ok"] is False
+    assert failure["root_cause"] == {"step": 1, "key": "customer_id"}
+    assert failure["voided_steps"] == [1, 2]
+    assert failure["next_step"] == 1
+    assert shop.refunds == ["ch-1"]  # the first charge, compensated by the rewind
+    # the turn barrier: the confirmation of the failed turn never ran
+    assert shop.calls == [
+        "lookup_customer",
+        "charge",
+        "reserve",
+        "lookup_customer",
+        "charge",
+        "reserve",
+        "send_confirmation",
+    ]
+    assert shop.delivered == []  # staged, not sent before the commit
+    commit = tx.commit()
+    assert commit.steps_committed == 4
+    assert [effect.payload["to"] for effect in shop.delivered] == [EMAIL]
+    assert shop.live_charges == ["ch-2"]
+    assert [record.call_id for record in tx.steps] == ["c5", "c6", "c7", "c8"]
+
+
+@pytest.mark.parametrize("history", ["truncate", "void", "keep"])
+def test_what_reaches_the_model_schemas_results_and_history(history):
+    """The model gets wire names, the specs' schemas, the payloads, the documented history."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(_workflow())
+    _run(_agent(tx, model), atx_agents.run_config(tx, history=history))
+    specs = {spec.wire_name: spec for spec in tx.tool_specs}
+    offered = model.requests[0]["tools"]
+    assert [tool["function"]["name"] for tool in offered] == list(TOOL_NAMES)
+    for tool in offered:
+        spec = specs[tool["function"]["name"]]
+        assert tool["function"]["parameters"] == spec.parameters
+        assert tool["function"]["description"] == spec.description
+        assert tool["function"]["strict"] is True  # every argument required: strict as it is
+    # each result is the step's `for_model()` payload, as JSON text
+    first = _tool_outputs(model.requests[1])["c1"]
+    assert first["ok"] is True
+    assert first["step"] == 1
+    assert first["output"]["id"] == "c-old"
+    assert first["next_step"] == 2
+    after = model.requests[2]  # the request right after the rewind
+    outputs = _tool_outputs(after)
+    not_run = outputs["c4"]
+    assert not_run["ok"] is False
+    assert not_run["step"] is None  # never sent (the turn barrier)
+    assert "Not run: step 3 failed first" in not_run["error"]
+    assert "c3" in outputs
+    if history == "truncate":
+        assert not {"c1", "c2"} & set(outputs)
+        assert not {"c1", "c2"} & set(_tool_call_ids(after))
+        assert outputs["c3"]["note"] == (
+            "The rollback undid steps 1 and 2 (2 tool calls); "
+            "their calls and results were removed from this conversation."
+        )
+    elif history == "void":
+        assert outputs["c1"] == voided_payload(1)
+        assert outputs["c2"] == voided_payload(2)
+        assert outputs["c1"]["voided"] is True
+        assert {"c1", "c2"} <= set(_tool_call_ids(after))
+        assert "note" not in outputs["c3"]
+    else:
+        assert outputs["c1"] == first
+        assert outputs["c2"]["ok"] is True
+        assert "note" not in outputs["c3"]
+    final = _tool_outputs(model.requests[-1])
+    assert [final[c]["step"] for c in ("c5", "c6", "c7", "c8")] == [1, 2, 3, 4]
+
+
+def test_responses_model_gets_the_same_tools_and_payloads():
+    """Through the Responses API the tools and the function_call_output payloads are the same."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(_workflow())
+    result = _run(_agent(tx, model, responses=True), atx_agents.run_config(tx))
+    assert result.final_output == "Order placed."
+    assert [tool["name"] for tool in model.requests[0]["tools"]] == list(TOOL_NAMES)
+    after = model.requests[2]["input"]
+    call_ids = {item.get("call_id") for item in after if isinstance(item, dict)}
+    assert not {"c1", "c2"} & call_ids  # truncated
+    outputs = {
+        item["call_id"]: json.loads(item["output"])
+        for item in after
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+    assert outputs["c3"]["root_cause"] == {"step": 1, "key": "customer_id"}
+    tx.commit()
+    assert len(shop.delivered) == 1
+
+
+def test_wire_names_and_strict_schemas():
+    """A dotted tool name is offered by its wire name; strict only when the schema already is."""
+
+    @agenttx.tool(name="orders.lookup")
+    def lookup(order_id: str) -> dict[str, str]:
+        """Look an order up."""
+        return {"order_id": order_id}
+
+    @agenttx.tool
+    def search(text: str, limit: int = 10) -> list[str]:
+        """Search orders."""
+        return [text] * min(limit, 1)
+
+    tx = agenttx.Transaction(tools=[lookup, search])
+    by_name = {tool.name: tool for tool in atx_agents.function_tools(tx)}
+    assert set(by_name) == {"orders_lookup", "search"}
+    assert by_name["orders_lookup"].strict_json_schema is True
+    assert by_name["search"].strict_json_schema is False  # `limit` is optional
+    assert by_name["search"].params_json_schema == search.spec.parameters
+    assert not any(t.strict_json_schema for t in atx_agents.function_tools(tx, strict=False))
+    with pytest.raises(agenttx.InvalidArgument, match="tool `search`"):
+        atx_agents.function_tools(tx, strict=True)
+    model = ScriptedModel([call("orders_lookup", {"order_id": "o-9"}, "c1"), say("ok")])
+    agent = Agent(
+        name="a",
+        tools=atx_agents.function_tools(tx),
+        model=OpenAIChatCompletionsModel(model="m", openai_client=model.async_openai()),
+    )
+    _run(agent, atx_agents.run_config(tx))
+    assert _tool_outputs(model.requests[1])["c1"]["output"] == {"order_id": "o-9"}
+    assert tx.steps[0].tool_name == "orders.lookup"
+
+
+def test_model_mistakes_come_back_as_tool_results():
+    """An unknown tool or malformed arguments give the model a result; nothing runs, no raise."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(
+        [
+            turn(call("lookup_customers", {"email": EMAIL}, "c1")),
+            turn(call("lookup_customer", '{"email": ', "c2")),
+            turn(call("lookup_customer", {"email": EMAIL, "extra": 1}, "c3")),
+            say("gave up"),
+        ]
+    )
+    result = _run(_agent(tx, model), atx_agents.run_config(tx))
+    assert result.final_output == "gave up"
+    unknown = _tool_outputs(model.requests[1])["c1"]
+    assert "lookup_customers" in unknown  # the SDK's own "not found" result
+    malformed = _tool_outputs(model.requests[2])["c2"]
+    assert malformed["ok"] is False
+    assert "JSON" in malformed["error"]
+    assert malformed["next_step"] == 1  # the same step, sent again
+    unexpected = _tool_outputs(model.requests[3])["c3"]
+    assert unexpected["ok"] is False
+    assert "extra" in unexpected["error"]
+    assert shop.calls == []
+    assert tx.next_step_id == 1
+
+
+def test_a_call_after_the_transaction_ended_is_a_tool_result():
+    """A call on an ended transaction tells the model so, instead of raising out of the run."""
+    shop = Shop()
+    tx = shop.transaction()
+    tx.rollback()
+    model = ScriptedModel([call("lookup_customer", {"email": EMAIL}, "c1"), say("stopped")])
+    result = _run(_agent(tx, model), atx_agents.run_config(tx))
+    assert result.final_output == "stopped"
+    payload = _tool_outputs(model.requests[1])["c1"]
+    assert payload["ok"] is False
+    assert "the transaction has ended" in payload["error"]
+    assert shop.calls == []
+
+
+def test_concurrent_calls_of_a_turn_run_in_order_with_the_barrier():
+    """Without run_config the SDK starts a turn's calls together: still steps in call order."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(
+        [
+            turn(
+                call("lookup_customer", {"email": OLD_EMAIL}, "c1"),
+                _charge("c2"),
+                _reserve("c3"),
+                _confirm("c4"),
+            ),
+            say("stopped"),
+        ]
+    )
+    _run(_agent(tx, model), agents.RunConfig())
+    outputs = _tool_outputs(model.requests[1])
+    assert [outputs[c]["step"] for c in ("c1", "c2", "c3")] == [1, 2, 3]
+    assert outputs["c3"]["ok"] is False
+    assert outputs["c4"]["ok"] is False  # not run: its turn had failed
+    assert shop.calls == ["lookup_customer", "charge", "reserve"]
+
+
+def test_two_runs_on_two_event_loops_share_one_transaction():
+    """Two runs, each on its own event loop, on one transaction: steps continue, no error."""
+    shop = Shop()
+    tx = shop.transaction()
+    first = ScriptedModel([call("lookup_customer", {"email": EMAIL}, "c1"), say("found")])
+    second = ScriptedModel([_charge("c2"), say("charged")])
+    config = atx_agents.run_config(tx)
+    for model, answer in ((first, "found"), (second, "charged")):
+        assert _run(_agent(tx, model), config).final_output == answer
+    assert [record.tool_name for record in tx.steps] == ["lookup_customer", "charge"]
+    assert _tool_outputs(second.requests[1])["c2"]["step"] == 2
+
+
+def test_developer_misuse_raises_invalid_argument():
+    """Not a transaction, an unknown history mode, a clashing RunConfig option: InvalidArgument."""
+    shop = Shop()
+    tx = shop.transaction()
+    with pytest.raises(agenttx.InvalidArgument, match=r"needs an agenttx\.Transaction.*list"):
+        atx_agents.function_tools(shop.tools)  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="input_filter needs"):
+        atx_agents.input_filter(object())  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="history must be one of"):
+        atx_agents.input_filter(tx, history="drop")
+    with pytest.raises(agenttx.InvalidArgument, match="call_model_input_filter"):
+        atx_agents.run_config(tx, call_model_input_filter=lambda data: data.model_data)
+    with pytest.raises(agenttx.InvalidArgument, match="strict must be"):
+        atx_agents.function_tools(tx, strict="yes")  # type: ignore[arg-type]
+
+
+def test_the_sdk_is_imported_only_with_the_module_and_named_when_missing():
+    """`import agenttx` leaves agents alone; without it the module names the pip install."""
+    code = (
+        "import sys, agenttx; print('agents' in sys.modules);"
+        "import agenttx.integrations.openai_agents; print('agents' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"]
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "try:\n    import agenttx.integrations.openai_agents\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'agenttx[openai-agents]'" in done.stdout
