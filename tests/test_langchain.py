@@ -25,11 +25,14 @@ from langchain_core.tools import tool as lc_tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, Field, field_validator
 
 import agenttx
 from _shop import EMAIL, OLD_EMAIL, ORDER, Shop
 from agenttx.integrations.langchain import TransactionalToolNode, from_langchain, tool_schemas
+from agenttx.integrations.mcp import tools_from_mcp
 
 CUSTOMER = "${steps.1.id}"
 
@@ -523,3 +526,31 @@ def test_any_other_exception_fails_the_step_as_python_formats_it():
     result = tx.call("lookup", {"key": "zz"})
     assert result.status is not agenttx.StepStatus.SUCCESS
     assert "zz" in result.for_model()["error"]
+
+
+def test_mcp_tools_run_in_an_async_langgraph_graph():
+    """Tools from an MCP session run as steps of an async graph, on the session's loop."""
+    server = MCPServer("math")
+
+    @server.tool(name="math.double")
+    def double(x: int) -> int:
+        """Double x."""
+        return 2 * x
+
+    model = ScriptedChatModel(
+        turns=[turn(("math_double", {"x": 21}, "m1")), AIMessage("42")], name="async"
+    )
+
+    async def main() -> dict[str, Any]:
+        async with Client(server) as client:
+            tx = agenttx.Transaction(tools=await tools_from_mcp(client))
+            app = graph(model, TransactionalToolNode(tx))
+            final = await app.ainvoke({"messages": [HumanMessage("double 21")]})
+            tx.commit()
+            return final
+
+    final = asyncio.run(main())
+    (answer,) = [m for m in final["messages"] if isinstance(m, ToolMessage)]
+    assert (answer.tool_call_id, answer.name, answer.status) == ("m1", "math_double", "success")
+    assert payload(answer)["output"] == {"result": 42}
+    assert model.bound[0][0]["function"]["name"] == "math_double"

@@ -448,3 +448,26 @@ def test_a_call_after_the_session_closed_fails_the_step_saying_so():
     result = kept["tx"].call("charge", {"customer_id": "c-1", "amount": 5})
     assert result.status is not agenttx.StepStatus.SUCCESS
     assert "event loop stopped" in result.for_model()["error"]
+
+
+def test_a_provider_gets_the_mcp_tools_under_their_wire_names():
+    """What a model is offered for MCP tools (here the chat-completions `tools=` list and the
+    system prompt) carries each tool's wire name, description and inputSchema."""
+    from agenttx.integrations import openai as atx_openai  # noqa: PLC0415
+
+    seen: dict[str, Any] = {}
+
+    async def test(client: Client, shop: ShopServer) -> None:
+        listed = (await client.list_tools()).tools
+        tx = agenttx.Transaction(tools=await tools_from_mcp(client))
+        seen["listed"], seen["offered"] = listed, atx_openai.tools(tx)
+        seen["prompt"] = agenttx.prompt(tx)
+
+    run(test)
+    offered = {entry["function"]["name"]: entry["function"] for entry in seen["offered"]}
+    assert list(offered) == ["customers_lookup", "charge", "refund", "reserve", "ship"]
+    for item in seen["listed"]:
+        function = offered[item.name.replace(".", "_")]
+        assert function["description"] == item.description
+        assert function["parameters"] == item.input_schema
+    assert "customers_lookup" in seen["prompt"]
