@@ -1530,13 +1530,16 @@ HOSTILE = {
 
 @pytest.mark.parametrize("raw", list(HOSTILE.values()), ids=list(HOSTILE))
 def test_hostile_input_is_cleaned_in_linear_time(raw):
-    """64 KiB built to make backtracking patterns explode is cleaned in milliseconds."""
-    clean_error(raw)  # warm up
+    """64 KiB built to make backtracking patterns explode is cleaned without exploding.
+
+    The bound is a hang guard (catastrophic backtracking on such input takes minutes), not a
+    speed target: `bench/hints.py` measures the speed, in milliseconds.
+    """
     start = time.perf_counter()
     hint = clean_error(raw)
     elapsed = time.perf_counter() - start
     assert hint.text.startswith("Hint: ")
-    assert elapsed < 0.1, f"{elapsed * 1000:.1f} ms"
+    assert elapsed < 10, f"{elapsed:.1f} s"
 
 
 @given(
