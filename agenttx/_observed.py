@@ -81,15 +81,23 @@ class Calls:
     or cancelled while queued leaves the queue; if the turn reached it meanwhile, it passes it
     on. `last` stamps the start and the end of each call (for the idle reaper).
 
-    A class rather than a lock with a generator: it runs on every step. A free turn costs one
-    mutex round to take and one to give back; a re-entry by the holder takes no mutex.
+    A class rather than a lock with a generator: it runs on every step. `_turn` is a lock held
+    for as long as anyone holds the turn, hand-overs included, so a free turn costs what a
+    plain lock does: one non-blocking acquire to take it and one release to give it back. The
+    queue and its `_mutex` come in only when someone waits. A re-entry takes no lock.
+
+    Why no waiter is stranded: a waiter queues (under `_mutex`) and then tries the turn; a
+    holder frees the turn and then looks at the queue. So either the waiter gets the turn
+    itself, or the holder sees it and wakes it, or another call took the turn in between,
+    and that call will look at the queue when it ends.
     """
 
-    __slots__ = ("_depth", "_mutex", "_owner", "_task", "_tx_id", "_waiters", "last")
+    __slots__ = ("_depth", "_mutex", "_owner", "_task", "_turn", "_tx_id", "_waiters", "last")
 
     def __init__(self, tx_id: str = "") -> None:
         self._tx_id = tx_id
-        self._mutex = threading.Lock()
+        self._turn = threading.Lock()  # held while a call holds the turn
+        self._mutex = threading.Lock()  # guards the queue
         self._owner: int | None = None  # the thread holding the turn
         self._task: object = None  # the task holding it, when it is held by a task
         self._depth = 0  # re-entries by the holder
@@ -99,33 +107,31 @@ class Calls:
     @property
     def busy(self) -> bool:
         """True while a call holds the turn."""
-        return self._owner is not None
+        return self._turn.locked()
 
     def try_enter(self) -> bool:
         """Take the turn if it is free and nobody waits, else return False at once."""
-        with self._mutex:
-            if self._owner is not None:
-                return False
-            self._owner = threading.get_ident()
-            return True
+        if self._waiters or not self._turn.acquire(False):
+            return False
+        self._owner = threading.get_ident()
+        return True
 
     def __enter__(self) -> None:
         me = threading.get_ident()
         # Only the holder sets `_owner` to itself or away from itself, and only the holder
-        # touches `_depth`: a re-entry needs no mutex.
+        # touches `_depth`: a re-entry needs no lock.
         if self._owner == me and (self._task is None or self._task is _current_task()):
             self._depth += 1
             return
         self.last = time.monotonic()
+        if not self._waiters and self._turn.acquire(False):  # free, and nobody to overtake
+            self._owner = me
+            return
         with self._mutex:
-            owner = self._owner
-            if owner is None:
-                self._owner = me
-                return
-            if owner == me:  # a task on this thread's loop holds it: waiting would deadlock
+            if self._owner == me:  # a task on this thread's loop holds it: waiting would deadlock
                 raise self._would_block()
             waiter = _Waiter(me, None, None, None)
-            self._waiters.append(waiter)
+            self._queue(waiter)
         grant = waiter.grant
         assert grant is not None
         try:
@@ -138,11 +144,14 @@ class Calls:
         if self._depth:
             self._depth -= 1
             return
-        with self._mutex:
-            if self._waiters:
+        if self._waiters:
+            with self._mutex:
                 self._pass_on()
-            else:
-                self._owner = self._task = None
+        else:
+            self._owner = self._task = None
+            self._turn.release()
+            if self._waiters:  # one queued as the turn was freed
+                self._wake()
         self.last = time.monotonic()
 
     def leave(self) -> None:
@@ -162,13 +171,14 @@ class Calls:
             self._depth += 1  # the holder itself (or a loop nested in its sync call)
             return
         self.last = time.monotonic()
+        if not self._waiters and self._turn.acquire(False):
+            self._task = task  # the task first: see `_pass_on`
+            self._owner = me
+            return
         with self._mutex:
-            if self._owner is None:
-                self._owner, self._task = me, task
-                return
             loop = asyncio.get_running_loop()
             waiter = _Waiter(me, task, loop, loop.create_future())
-            self._waiters.append(waiter)
+            self._queue(waiter)
         try:
             await waiter.future
         except BaseException:
@@ -187,6 +197,20 @@ class Calls:
         error.args = (message,)
         return error
 
+    def _queue(self, waiter: _Waiter) -> None:
+        """Queue `waiter`, then take the turn for the oldest waiter if it is free (under
+        `_mutex`): it may have been freed since the caller found it taken."""
+        self._waiters.append(waiter)
+        if self._turn.acquire(False):
+            self._pass_on()
+
+    def _wake(self) -> None:
+        """Give a waiter the turn just freed, unless another call has taken it (that call
+        hands it on when it ends)."""
+        with self._mutex:
+            if self._waiters and self._turn.acquire(False):
+                self._pass_on()
+
     def _leave_queue(self, waiter: _Waiter) -> None:
         """A waiter interrupted or cancelled: out of the queue, or pass on the turn it got."""
         with self._mutex:
@@ -197,7 +221,8 @@ class Calls:
                 self._waiters.remove(waiter)
 
     def _pass_on(self) -> None:
-        """Hand the turn to the oldest waiter that can take it, or free it (under `_mutex`)."""
+        """Hand the turn (held) to the oldest waiter that can take it, or free it (under
+        `_mutex`)."""
         while self._waiters:
             waiter = self._waiters.popleft()
             waiter.granted = True
@@ -214,6 +239,7 @@ class Calls:
                 continue
             return
         self._owner = self._task = None
+        self._turn.release()
 
 
 def _current_task() -> object:
