@@ -6,6 +6,8 @@ import enum
 from typing import Annotated, Any, Literal, NewType, Optional, TypedDict, Union
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agenttx._errors import InvalidArgument
 from agenttx._tools import _schema
@@ -287,3 +289,60 @@ def test_a_hostile_annotation_maps_to_any_value():
             raise RuntimeError("no")
 
     assert schema_for(Weird()) == {}
+
+
+_FLAT_SCHEMA = {
+    "type": "object",
+    "description": "a flat tool",
+    "properties": {
+        "a": {"type": "string", "description": "text"},
+        "b": {"type": "integer", "default": 1},
+        "c": {"type": "boolean"},
+        "d": {"type": "null"},
+        "e": {"type": "array"},
+    },
+    "required": ["a", "c"],
+    "additionalProperties": False,
+}
+_FLAT_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+@given(
+    arguments=st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e", "x"]), _FLAT_VALUES),
+    extra=st.sampled_from([False, True, {"type": "integer"}]),
+)
+def test_the_flat_fast_path_answers_as_the_full_check(arguments, extra):
+    """A flat schema's fast path passes only what the full check passes unchanged."""
+    schema = {**_FLAT_SCHEMA, "additionalProperties": extra}
+    validator, slow = compile_schema(schema), compile_schema(schema)
+    assert validator._flat is not None
+    slow._flat = None  # the full check only
+    checked, violation = validator.check(arguments)
+    expected, expected_violation = slow.check(arguments)
+    assert (checked, violation) == (expected, expected_violation)
+    assert (checked is arguments) == (expected is arguments)  # coerced: a new object
+
+
+def test_only_a_flat_schema_takes_the_fast_path():
+    """A property with more than one plain type, or a constraint at the root, turns it off."""
+    assert compile_schema(_FLAT_SCHEMA)._flat == {
+        "a": str,
+        "b": int,
+        "c": bool,
+        "d": type(None),
+        "e": list,
+    }
+    assert compile_schema({**_FLAT_SCHEMA, "minProperties": 1})._flat is None
+    assert compile_schema({"type": "object", "properties": {"n": {"type": "number"}}})._flat is None
+    bounded = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}
+    assert compile_schema(bounded)._flat is None
+    assert compile_schema({"type": "array"})._flat is None
+    assert compile_schema({"type": "object", "required": "a"})._flat is None

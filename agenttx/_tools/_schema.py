@@ -288,14 +288,27 @@ class Validator:
     Thread-safe and reentrant: it holds no state between calls.
     """
 
-    __slots__ = ("_check", "schema")
+    __slots__ = ("_check", "_flat", "_required", "schema")
 
     def __init__(self, check: _Check, schema: Mapping[str, JSONValue]) -> None:
         self._check = check
         self.schema = schema
+        flat = _flat_types(schema)
+        self._flat: dict[str, type] | None = None if flat is None else flat[0]
+        self._required: frozenset[str] = frozenset() if flat is None else flat[1]
 
     def check(self, arguments: JSONValue) -> tuple[JSONValue, Violation | None]:
         """The arguments after coercion (the same object when none applied), or a violation."""
+        flat = self._flat
+        if flat is not None and type(arguments) is dict and self._required <= arguments.keys():
+            # The fast path of a flat schema (every call of a typical tool, on every step):
+            # each argument is a property of exactly its one plain type, so the full check
+            # would pass it unchanged. Anything else takes the full check below.
+            for key, item in arguments.items():
+                if type(item) is not flat.get(key):
+                    break
+            else:
+                return arguments, None
         try:
             result = self._check(arguments, 0, [MAX_BRANCHES])
         except RecursionError:  # the caller's stack was already deep
@@ -604,6 +617,47 @@ _EXACT: Final[Mapping[str, type]] = {
     "object": dict,
     "null": _NONE_TYPE,
 }
+
+
+#: The keywords a flat schema (`_flat_types`) may have at its root.
+_FLAT_ROOT: Final = _ANNOTATIONS | {
+    "properties",
+    "required",
+    "additionalProperties",
+    "$schema",
+    "$id",
+    "$defs",
+    "definitions",
+}
+
+
+def _flat_types(schema: Mapping[str, JSONValue]) -> tuple[dict[str, type], frozenset[str]] | None:
+    """The Python type of each property and the required names of a flat schema: an object
+    whose properties each take one plain type (`{"type": "integer"}`, annotations aside) and
+    nothing else constrained at its root. None for any other schema.
+
+    An argument object whose every field is one of those properties, of exactly that type,
+    with every required field present, passes the full check unchanged (`Validator.check`).
+    """
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if (
+        schema.get("type") != "object"
+        or not set(schema) <= _FLAT_ROOT
+        or not isinstance(properties, dict)
+        or not isinstance(required, list)
+    ):
+        return None
+    types: dict[str, type] = {}
+    for name, sub in properties.items():
+        kind = sub.get("type") if isinstance(sub, dict) else None
+        if not isinstance(sub, dict) or not isinstance(kind, str) or not set(sub) <= _ANNOTATIONS:
+            return None
+        exact = _EXACT.get(kind)
+        if exact is None:
+            return None
+        types[name] = exact
+    return types, frozenset(name for name in required if isinstance(name, str))
 
 
 def _type_check(kinds: tuple[str, ...]) -> _Check:
