@@ -117,6 +117,12 @@ class Calls:
         return True
 
     def __enter__(self) -> None:
+        # The common case first: the turn is free and nobody waits (so nobody is overtaken).
+        # Then this thread cannot be holding it already: no re-entry to look for.
+        if not self._waiters and self._turn.acquire(False):
+            self._owner = threading.get_ident()
+            self.last = time.monotonic()
+            return
         me = threading.get_ident()
         # Only the holder sets `_owner` to itself or away from itself, and only the holder
         # touches `_depth`: a re-entry needs no lock.
@@ -124,9 +130,6 @@ class Calls:
             self._depth += 1
             return
         self.last = time.monotonic()
-        if not self._waiters and self._turn.acquire(False):  # free, and nobody to overtake
-            self._owner = me
-            return
         with self._mutex:
             if self._owner == me:  # a task on this thread's loop holds it: waiting would deadlock
                 raise self._would_block()
