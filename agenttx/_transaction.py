@@ -236,10 +236,11 @@ class Transaction(Turns, Observed):
         once the step is undone: the transaction is ACTIVE at the same step
         (docs/protocol.md#outputs).
         """
-        with self._call():
+        with self._calls:  # the turn, FIFO (as `_call()` gives, one call less a step)
             self._ensure_active()
             parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
-            check_call_id(call_id)
+            if call_id is not None:  # most calls have none: no call to check it
+                check_call_id(call_id)
             self._start(step_id)
             prepared: Call | Failure | None = None
             try:
@@ -288,7 +289,8 @@ class Transaction(Turns, Observed):
         # The whole call holds the turn (`aexecute_step`): no other call runs meanwhile.
         self._ensure_active()
         parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
-        check_call_id(call_id)
+        if call_id is not None:  # most calls have none: no call to check it
+            check_call_id(call_id)
         self._start(step_id)
         prepared: Call | Failure | None = None
         try:

@@ -300,7 +300,7 @@ class Validator:
     def check(self, arguments: JSONValue) -> tuple[JSONValue, Violation | None]:
         """The arguments after coercion (the same object when none applied), or a violation."""
         flat = self._flat
-        if flat is not None and type(arguments) is dict and self._required <= arguments.keys():
+        if flat is not None and type(arguments) is dict and arguments.keys() >= self._required:
             # The fast path of a flat schema (every call of a typical tool, on every step):
             # each argument is a property of exactly its one plain type, so the full check
             # would pass it unchanged. Anything else takes the full check below.
