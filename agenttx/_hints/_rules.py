@@ -1,4 +1,4 @@
-"""The 33 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
+"""The 34 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
 
 Each rule has a name, a category, its alternatives (patterns built with `_scan`), the groups
 that name its key, and a template. `_hints.clean_error` applies them.
@@ -581,6 +581,26 @@ _RULES: Final[tuple[_Rule, ...]] = (
         ("key",),
         _unknown_field,
     ),
+    # A call id sent again (`_prepare.duplicate_call_id`). Linear as searched: the call id, which
+    # may hold any character, is at most 256 characters, so each occurrence of the leading
+    # literal is followed for at most 256 characters. It is not in the hint, so that a long one
+    # never cuts off what to do; the model knows which call it sent.
+    _Rule(
+        "duplicate_call_id",
+        _C.INVALID_VALUE,
+        (
+            _alt(
+                r"duplicate call id: '(?s:.{1,256}?)' is the call id of step (?P<step>\d+)",
+                "duplicate call id: '",
+                "' is the call id of step ",
+            ),
+        ),
+        (),
+        lambda g: (
+            f"Hint: This call id was already used by step {_get(g, 'step')}, which still stands. "
+            "Send the call again with a call id of its own."
+        ),
+    ),
     # --- filesystem
     _Rule(
         "path_escape",
@@ -627,7 +647,7 @@ _RULES: Final[tuple[_Rule, ...]] = (
         (),
         _permission_denied,
     ),
-    # --- network and HTTP. Rules 26 and 31-33 are case-insensitive: they run on the folded text
+    # --- network and HTTP. Rules 27 and 32-34 are case-insensitive: they run on the folded text
     # (see `_Scan.folded`), split into one pattern per leading literal with `\b` behind it.
     _Rule(
         "rate_limited",
