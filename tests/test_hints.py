@@ -66,7 +66,7 @@ REFERENCE_PATTERNS = {
     "type_mismatch": r"invalid type: (?P<found>[^,\n]+), expected (?P<expected>[^\n]+?)(?: at line \d+ column \d+)?\Z",  # noqa: E501
     "invalid_value": r"invalid value: (?P<found>[^\n]{1,120}?) for field `(?P<key>[^`\n]+)`, expected (?P<expected>[^\n]+)",  # noqa: E501
     "unknown_field": r"unknown field `(?P<key>[^`\n]+)`, (?:expected (?P<expected>[^\n]+)|there are no fields)",  # noqa: E501
-    "duplicate_call_id": r"duplicate call id: '(?s:.{1,256}?)' is the call id of step (?P<step>\d+)",  # noqa: E501
+    "duplicate_call_id": r"duplicate call id: '(?P<call_id>(?s:.{1,256}?))' is the call id of step (?P<step>\d+)",  # noqa: E501
     "path_escape": r"path '(?P<path>[^']*)' escapes the sandbox",
     "file_not_found": r"No such file or directory(?: \(os error 2\))?(?:: '(?P<path>[^']+)')?"
     r"|ENOENT: no such file or directory, \w+ '(?P<path2>[^']+)'|FileNotFoundException: (?P<path3>\S+)",  # noqa: E501
@@ -236,7 +236,7 @@ CONNECTION_HINT = (
     "Hint: Dependency is unreachable. Verify the host/port or use an available service."
 )
 DUPLICATE_CALL_ID_HINT = (
-    "Hint: This call id was already used by step {}, which still stands. "
+    "Hint: Call id '{}' was already used by step {}, which still stands. "
     "Send the call again with a call id of its own."
 )
 JSON_HINT = "Hint: Malformed JSON. Emit a single valid JSON object with double-quoted keys."
@@ -599,7 +599,7 @@ EXAMPLES = [
             "duplicate call id: 'c-1' is the call id of step 3, which still stands; "
             "send this call again with a call id of its own"
         ),
-        DUPLICATE_CALL_ID_HINT.format(3),
+        DUPLICATE_CALL_ID_HINT.format("c-1", 3),
         C.INVALID_VALUE,
         "duplicate_call_id",
         None,
@@ -607,7 +607,15 @@ EXAMPLES = [
     (
         # the call id may hold any character: quotes, the message's own words, a line break
         "duplicate call id: 'it' is the call id of step\nx' is the call id of step 9, 'ok'",
-        DUPLICATE_CALL_ID_HINT.format(9),
+        DUPLICATE_CALL_ID_HINT.format("it' is the call id of step x", 9),
+        C.INVALID_VALUE,
+        "duplicate_call_id",
+        None,
+    ),
+    (
+        # a call id longer than 64 characters is shortened, so what to do is never cut off
+        f"duplicate call id: '{'a' * 256}' is the call id of step 12345, which still stands",
+        DUPLICATE_CALL_ID_HINT.format("a" * 61 + "...", 12345),
         C.INVALID_VALUE,
         "duplicate_call_id",
         None,

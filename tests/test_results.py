@@ -71,7 +71,7 @@ def test_a_call_id_of_a_live_step_fails_the_step_as_a_mistake():
     assert "duplicate call id: 'c-1' is the call id of step 1" in result.error
     assert result.hint == agenttx.CleanHint(
         text=(
-            "Hint: This call id was already used by step 1, which still stands. "
+            "Hint: Call id 'c-1' was already used by step 1, which still stands. "
             "Send the call again with a call id of its own."
         ),
         category=agenttx.HintCategory.INVALID_VALUE,

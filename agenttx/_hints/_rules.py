@@ -204,6 +204,20 @@ def _unknown_field(g: Groups) -> str:
     return f"Hint: Unknown argument '{_get(g, 'key')}'. Remove it; expected {expected}."
 
 
+#: The longest call id a hint quotes whole: a longer one would push what to do past 240 characters.
+_MAX_QUOTED_CALL_ID: Final = 64
+
+
+def _duplicate_call_id(g: Groups) -> str:
+    call_id = _get(g, "call_id")
+    if len(call_id) > _MAX_QUOTED_CALL_ID:
+        call_id = call_id[: _MAX_QUOTED_CALL_ID - 3] + "..."
+    return (
+        f"Hint: Call id '{call_id}' was already used by step {_get(g, 'step')}, which still "
+        "stands. Send the call again with a call id of its own."
+    )
+
+
 def _fixed(text: str) -> Callable[[Groups], str]:
     return lambda _g: text
 
@@ -583,23 +597,20 @@ _RULES: Final[tuple[_Rule, ...]] = (
     ),
     # A call id sent again (`_prepare.duplicate_call_id`). Linear as searched: the call id, which
     # may hold any character, is at most 256 characters, so each occurrence of the leading
-    # literal is followed for at most 256 characters. It is not in the hint, so that a long one
-    # never cuts off what to do; the model knows which call it sent.
+    # literal is followed for at most 256 characters.
     _Rule(
         "duplicate_call_id",
         _C.INVALID_VALUE,
         (
             _alt(
-                r"duplicate call id: '(?s:.{1,256}?)' is the call id of step (?P<step>\d+)",
+                r"duplicate call id: '(?P<call_id>(?s:.{1,256}?))' "
+                r"is the call id of step (?P<step>\d+)",
                 "duplicate call id: '",
                 "' is the call id of step ",
             ),
         ),
         (),
-        lambda g: (
-            f"Hint: This call id was already used by step {_get(g, 'step')}, which still stands. "
-            "Send the call again with a call id of its own."
-        ),
+        _duplicate_call_id,
     ),
     # --- filesystem
     _Rule(
