@@ -125,7 +125,7 @@ def prepare_call(
             return mistake, Pending(step_id, tool_name, None, ())
     tool = registry.get(tool_name)
     if tool is None:
-        names = ", ".join(registry.names())
+        names = ", ".join(registry.wire_names())  # the names the model was given
         mistake = Failure(f"unknown tool '{tool_name}'; registered tools: {names}", mistake=True)
         return mistake, Pending(step_id, tool_name, parsed, ())
     tool_name = tool.name  # a call by wire name records the registered name
