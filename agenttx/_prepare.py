@@ -1,6 +1,8 @@
 """A step's call before its tool runs: checked, parsed, resolved and bounded.
 
-`check_call` refuses protocol misuse (it raises; nothing has changed yet). `prepare_call` turns
+`check_call` refuses protocol misuse (it raises; nothing has changed yet); its part
+`check_tool_call`, with `check_call_id`, also checks each call of a turn before the first one
+runs (`_turns.TurnCall`). `prepare_call` turns
 the agent's arguments into the `Call` the tool receives, or into the message of an agent-caused
 failure: malformed JSON, an unknown tool (a tool may be named by its registered or its wire
 name), a bad reference, resolved arguments over the size limit (references can turn a small call
@@ -42,6 +44,7 @@ __all__ = [
     "check_agent_id",
     "check_call",
     "check_call_id",
+    "check_tool_call",
     "duplicate_call_id",
     "output_error",
     "prepare_call",
@@ -69,12 +72,19 @@ def check_call(
         raise InvalidArgument(f"step_id must be an integer, got {type(step_id).__name__}")
     if step_id != next_step:
         raise StepOutOfOrder(expected=next_step, got=step_id)
-    if not isinstance(tool_name, str) or not 1 <= len(tool_name) <= MAX_TOOL_NAME:
-        raise InvalidArgument(f"tool_name must be 1-{MAX_TOOL_NAME} characters")
     if not isinstance(raw_context, str):
         raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
     if over_limit(raw_context):
         raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
+    return check_tool_call(tool_name, arguments)
+
+
+def check_tool_call(tool_name: object, arguments: object) -> Arguments:
+    """Raise `InvalidArgument` unless `tool_name` is a string of 1-128 characters and
+    `arguments` are JSON text or a mapping within the input limits (`JSONValueError` for a
+    mapping that is no JSON value); return the arguments to parse."""
+    if not isinstance(tool_name, str) or not 1 <= len(tool_name) <= MAX_TOOL_NAME:
+        raise InvalidArgument(f"tool_name must be 1-{MAX_TOOL_NAME} characters")
     if isinstance(arguments, str):
         if over_limit(arguments):
             raise InvalidArgument(f"arguments_json exceeds {MAX_PAYLOAD_BYTES} bytes")
@@ -125,7 +135,7 @@ def prepare_call(
             return mistake, Pending(step_id, tool_name, None, ())
     tool = registry.get(tool_name)
     if tool is None:
-        names = ", ".join(registry.names())
+        names = ", ".join(registry.wire_names())  # the names the model was given
         mistake = Failure(f"unknown tool '{tool_name}'; registered tools: {names}", mistake=True)
         return mistake, Pending(step_id, tool_name, parsed, ())
     tool_name = tool.name  # a call by wire name records the registered name

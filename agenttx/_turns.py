@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
 
-from ._errors import InvalidArgument
+from ._errors import InvalidArgument, JSONValueError
 from ._hints import CleanHint, HintCategory
-from ._prepare import check_call_id
+from ._prepare import check_call_id, check_tool_call
 from ._results import StepResult, StepStatus
 from ._rollback import RollbackStrategy
 from ._saga import Backoff
@@ -43,20 +43,6 @@ async def asleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def _check_name(_: object, __: object, value: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(
-            f"a turn call's tool name must be a non-empty string, got {value!r:.80}"
-        )
-
-
-def _check_arguments(_: object, __: object, value: Mapping[str, Any] | str) -> None:
-    if not isinstance(value, (str, Mapping)):
-        raise InvalidArgument(
-            f"a turn call's arguments must be a mapping or JSON text, got {type(value).__name__}"
-        )
-
-
 def _check_call_id(_: object, __: object, value: str | None) -> None:
     check_call_id(value)
 
@@ -68,12 +54,20 @@ class TurnCall:
 
     `name` is the tool's registered or wire name, `arguments` a mapping or the JSON text the
     model sent, `call_id` the provider's id for the call (echoed in its result). Checked on
-    construction (`InvalidArgument`).
+    construction as `execute_step` checks a call before anything changes, so that `execute_step`
+    never refuses it (`InvalidArgument`): a name of 1-128 characters; arguments that are JSON
+    text of at most 1 MiB, or a mapping that is a JSON value (`JSONValueError`) of at most
+    1 MiB of canonical JSON; a call id that is None or 1-256 characters of valid text.
     """
 
-    name: str = attrs.field(validator=_check_name)
-    arguments: Mapping[str, Any] | str = attrs.field(validator=_check_arguments)
+    name: str
+    arguments: Mapping[str, Any] | str
     call_id: str | None = attrs.field(default=None, kw_only=True, validator=_check_call_id)
+
+    def __attrs_post_init__(self) -> None:
+        # The checks `execute_step` makes before anything changes: a turn that it would refuse
+        # partway raises before its first call runs.
+        check_tool_call(self.name, self.arguments)
 
 
 TurnCall.__module__ = "agenttx"
@@ -101,6 +95,9 @@ def turn_calls(calls: object) -> tuple[TurnCall, ...]:
                 checked.append(TurnCall(item[0], item[1]))
             else:
                 checked.append(TurnCall(item[0], item[1], call_id=item[2]))
+        except JSONValueError as exc:
+            what = f"the arguments of calls[{index}]"
+            raise JSONValueError(path=exc.path, problem=exc.problem, what=what) from None
         except InvalidArgument as exc:
             raise InvalidArgument(f"calls[{index}]: {exc}") from None
     return tuple(checked)
@@ -248,10 +245,14 @@ class Turns:
         """Run one model turn: `calls` in order, through `call`, stopping at the first failure.
 
         `calls` holds `(tool_name, arguments)` or `(tool_name, arguments, call_id)` tuples or
-        `TurnCall`s; all are checked before any runs (`InvalidArgument` names the bad item).
-        Returns one result per call, in order: the calls after the first that failed are not
-        sent and get a `StepStatus.NOT_RUN` result (see `not_run`). The turn is held from the
-        first call to the last: no other call runs in between.
+        `TurnCall`s. All are checked before any runs, against every limit `execute_step` would
+        refuse a call for (`InvalidArgument` names the bad item; see `TurnCall`), so a turn
+        either raises before anything ran or returns one result per call, in order: the calls
+        after the first that failed are not sent and get a `StepStatus.NOT_RUN` result (see
+        `not_run`). Still raised from the call where it happens: `InvalidTransactionState` if
+        the transaction has ended, and what a step raises to the developer whatever the
+        arguments (`ToolOutputError`, a store's error). The turn is held from the first call to
+        the last: no other call runs in between.
         """
         checked = turn_calls(calls)
         results: list[StepResult] = []

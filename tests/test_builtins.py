@@ -131,6 +131,7 @@ def test_tools_register_as_one_transaction_toolset(root):
     """The list passes registry validation and gives the documented sorted tool names."""
     registry = ToolRegistry(agenttx.builtins.tools(root))
     assert list(registry.names()) == sorted(TOOL_NAMES)
+    assert list(registry.wire_names()) == sorted(name.replace(".", "_") for name in TOOL_NAMES)
     assert list(registry.compensations) == ["fs.restore_file"]
     assert all(registry.tools[name].wants_context for name in TOOL_NAMES)
 

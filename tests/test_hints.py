@@ -31,7 +31,7 @@ C = HintCategory
 
 # ------------------------------------------------------------------------------ naive oracle
 #
-# The 33 rules' defining patterns, as written (alternatives joined by `|`, the `$` that ends
+# The 34 rules' defining patterns, as written (alternatives joined by `|`, the `$` that ends
 # type_mismatch written `\Z`), searched naively with `re`. `clean_error` must agree with
 # this oracle on every input; the oracle is quadratic on hostile input, so it only sees short texts.
 
@@ -66,6 +66,7 @@ REFERENCE_PATTERNS = {
     "type_mismatch": r"invalid type: (?P<found>[^,\n]+), expected (?P<expected>[^\n]+?)(?: at line \d+ column \d+)?\Z",  # noqa: E501
     "invalid_value": r"invalid value: (?P<found>[^\n]{1,120}?) for field `(?P<key>[^`\n]+)`, expected (?P<expected>[^\n]+)",  # noqa: E501
     "unknown_field": r"unknown field `(?P<key>[^`\n]+)`, (?:expected (?P<expected>[^\n]+)|there are no fields)",  # noqa: E501
+    "duplicate_call_id": r"duplicate call id: '(?P<call_id>(?s:.{1,256}?))' is the call id of step (?P<step>\d+)",  # noqa: E501
     "path_escape": r"path '(?P<path>[^']*)' escapes the sandbox",
     "file_not_found": r"No such file or directory(?: \(os error 2\))?(?:: '(?P<path>[^']+)')?"
     r"|ENOENT: no such file or directory, \w+ '(?P<path2>[^']+)'|FileNotFoundException: (?P<path3>\S+)",  # noqa: E501
@@ -186,7 +187,7 @@ def reference_clean(raw: str) -> CleanHint:
 
 
 def test_rule_table_is_the_reference_table():
-    """The rules are the documented 33, in their priority order, with their categories."""
+    """The rules are the documented 34, in their priority order, with their categories."""
     assert [rule.name for rule in _RULES] == list(REFERENCE_PATTERNS)
     assert {rule.name for rule in _RULES if rule.key_groups} == KEYED_RULES
 
@@ -233,6 +234,10 @@ TIMEOUT_HINT = (
 )
 CONNECTION_HINT = (
     "Hint: Dependency is unreachable. Verify the host/port or use an available service."
+)
+DUPLICATE_CALL_ID_HINT = (
+    "Hint: Call id '{}' was already used by step {}, which still stands. "
+    "Send the call again with a call id of its own."
 )
 JSON_HINT = "Hint: Malformed JSON. Emit a single valid JSON object with double-quoted keys."
 
@@ -590,6 +595,32 @@ EXAMPLES = [
         "note",
     ),
     (
+        (
+            "duplicate call id: 'c-1' is the call id of step 3, which still stands; "
+            "send this call again with a call id of its own"
+        ),
+        DUPLICATE_CALL_ID_HINT.format("c-1", 3),
+        C.INVALID_VALUE,
+        "duplicate_call_id",
+        None,
+    ),
+    (
+        # the call id may hold any character: quotes, the message's own words, a line break
+        "duplicate call id: 'it' is the call id of step\nx' is the call id of step 9, 'ok'",
+        DUPLICATE_CALL_ID_HINT.format("it' is the call id of step x", 9),
+        C.INVALID_VALUE,
+        "duplicate_call_id",
+        None,
+    ),
+    (
+        # a call id longer than 64 characters is shortened, so what to do is never cut off
+        f"duplicate call id: '{'a' * 256}' is the call id of step 12345, which still stands",
+        DUPLICATE_CALL_ID_HINT.format("a" * 61 + "...", 12345),
+        C.INVALID_VALUE,
+        "duplicate_call_id",
+        None,
+    ),
+    (
         "path '../etc/passwd' escapes the sandbox",
         "Hint: Path '../etc/passwd' is outside the sandbox. Use a relative path without '..'.",
         C.PERMISSION_DENIED,
@@ -757,7 +788,7 @@ EXAMPLES = [
 ]
 
 
-# Rules 25-28 after each form of the HTTP prefix
+# Rules 28-31 after each form of the HTTP prefix
 # `\b(?:HTTP(?:/\d(?:\.\d)?)?|[Ss]tatus(?: [Cc]ode)?:?|returned)\s*`.
 HTTP_PREFIX_FORMS = [
     "HTTP {}",
@@ -797,7 +828,7 @@ def test_rule_example(raw, text, category, rule, key):
 
 
 def test_every_rule_and_alternative_has_an_example():
-    """The example table exercises all 33 rules and every alternative of each."""
+    """The example table exercises all 34 rules and every alternative of each."""
     seen: set[tuple[str, int]] = set()
     for raw, *_ in EXAMPLES:
         text = _bounded(raw)
@@ -820,7 +851,7 @@ def test_rule_example_agrees_with_the_reference_patterns(raw, text, category, ru
     [
         "XHTTP 404",  # no word boundary before the prefix
         "HTTP 4041",  # no word boundary after the status
-        "http 404",  # the prefix is case-sensitive outside rule 24
+        "http 404",  # the prefix is case-sensitive outside rule 27 (rate_limited)
         "returned 404x",
         "STATUS 404",
         "HTTP/1.x 404",
@@ -1328,7 +1359,8 @@ TOKENS = [
     "'NoneType' object has no attribute '", "Cannot read properties of undefined (reading '",
     "java.lang.NullPointerException", ': Cannot invoke "', '" because "', '" is null',
     "invalid literal for int() with base 10: '", 'NumberFormatException: For input string: "',
-    "invalid type: ", ", expected ", " at line 1 column 2", "path '", "' escapes the sandbox",
+    "invalid type: ", ", expected ", " at line 1 column 2", "duplicate call id: '",
+    "' is the call id of step ", "path '", "' escapes the sandbox",
     "No such file or directory", " (os error 2)", "ENOENT: no such file or directory, open '",
     "FileNotFoundException: ", "Permission denied", "EACCES: permission denied, open '",
     "Too Many Requests", "rate limited", "RATE-LIMIT", "http", "HTTP", "HTTP/1.1 ", "status",
@@ -1495,6 +1527,11 @@ HOSTILE = {
     "invalid value: for field repeated": "invalid value: x for field `a" * 2_340,
     "unknown field repeated": "unknown field `a`, " * 3_440,
     "unknown field then a long key": "unknown field `" + "a" * 65_000,
+    "duplicate call id repeated": "duplicate call id: '" * 3_276,
+    "duplicate call id then quotes": "duplicate call id: '" + "' is the call id of step " * 2_600,
+    "duplicate call ids without a step": "duplicate call id: 'x' is the call id of step x" * 1_390,
+    "duplicate call id then near ends": ("duplicate call id: '" + "' is the call id of step x" * 9)
+    * 260,
     "unresolved reference repeated": "unresolved reference ${steps.1" * 2_180 + "}",
     "quotes": "'" * 65_536,
     "double quotes": '"' * 65_536,
@@ -1596,7 +1633,7 @@ CLIENT = (C.HTTP_CLIENT_ERROR, "http_client_error")
         ("422 Unprocessable Entity", CLIENT_HINT.format(422), CLIENT),
         ("Error code: 400 - {'message': 'bad'}", CLIENT_HINT.format(400), CLIENT),
         ("429 Too Many Requests", RATE_HINT, (C.RATE_LIMITED, "rate_limited")),
-        ("504 Gateway Timeout", TIMEOUT_HINT, (C.TIMEOUT, "timeout")),  # rule 29 matches first
+        ("504 Gateway Timeout", TIMEOUT_HINT, (C.TIMEOUT, "timeout")),  # rule 32 matches first
     ],
 )
 def test_a_status_line_reads_as_an_http_status(raw, text, kind):

@@ -80,6 +80,20 @@ def test_tools_use_input_schema():
     assert offered == atx_anthropic.tools(shop.tools)
 
 
+def test_a_changed_tools_list_changes_nothing_else():
+    """Each `runner.tools` and `tools()` is a new deep copy: changing an `input_schema` in one
+    leaves the next one and the specs as they were."""
+    tx = Shop().transaction()
+    runner = atx_anthropic.ToolRunner(tx)
+    before = atx_anthropic.tools(tx)
+    for offered in (runner.tools, atx_anthropic.tools(tx)):
+        for entry in offered:
+            entry["input_schema"]["properties"].clear()
+            entry["name"] = "changed"
+    assert runner.tools == before == atx_anthropic.tools(tx)
+    assert all(spec.parameters["properties"] for spec in tx.tool_specs)
+
+
 def test_order_workflow_messages():
     """Bad lookup -> reserve fails on customer_id -> jump to step 1, refund -> replay -> commit."""
     shop = Shop()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import re
+from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -144,3 +148,121 @@ def test_hostile_arguments_are_refused_not_raised():
     (outcome,) = _common.run_turn(tx, model_calls([(None, "{}")]))
     assert "unknown tool None" in str(outcome.payload["error"])
     assert tx.next_step_id == 1
+
+
+# ---------------------------------------------------------------- the documented mistakes table
+
+CHARGE_ARGS: Final = {"customer_id": "c-1", "amount": 42}
+
+
+def documented_mistakes() -> dict[str, tuple[str, str]]:
+    """docs/integrations.md's table of what the model gets wrong: row -> (result, transaction)."""
+    text = (Path(__file__).parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
+    table = text.split("| The model sent |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.strip("|").split(" | ") for line in table.splitlines()[2:]]
+    return {sent.strip(): (says.strip(), tx.strip()) for sent, says, tx in rows}
+
+
+def _after_a_charge(*calls: tuple[object, object, str]) -> tuple[Shop, list[_common.Payload]]:
+    """Step 1 charges; then one turn of `calls` (name, arguments, call id)."""
+    shop = Shop()
+    tx = shop.transaction()
+    assert tx.call("charge", CHARGE_ARGS, call_id="c1").ok
+    turn = [_common.ModelCall(call_id=cid, name=n, arguments=a) for n, a, cid in calls]
+    return shop, [outcome.payload for outcome in _common.run_turn(tx, turn)]
+
+
+def _unknown_tool() -> list[_common.Payload]:
+    shop, (payload,) = _after_a_charge(("refund_all", {}, "c2"))
+    assert payload["error"] == (
+        "Hint: Tool 'refund_all' does not exist. "
+        "Use one of: charge, lookup_customer, reserve, send_confirmation."
+    )
+    assert (payload["step"], payload["next_step"]) == (2, 2)  # the same step again
+    assert "send step 2 again" in str(payload["instruction"])
+    assert (shop.calls, shop.refunds) == (["charge"], [])  # nothing runs, nothing is undone
+    return [payload]
+
+
+def _bad_arguments() -> list[_common.Payload]:
+    shop, (malformed,) = _after_a_charge(("charge", '{"amount": ', "c2"))
+    assert "Malformed JSON" in str(malformed["error"])
+    shop2, (wrong,) = _after_a_charge(("charge", {"customer_id": "c-1", "amount": "x"}, "c2"))
+    assert "`amount`, expected an integer" in str(wrong["error"])
+    for payload in (malformed, wrong):
+        assert (payload["step"], payload["next_step"]) == (2, 2)
+    assert (shop.calls, shop.refunds, shop2.calls, shop2.refunds) == (
+        ["charge"],
+        [],
+        ["charge"],
+        [],
+    )
+    return [malformed, wrong]
+
+
+def _reused_call_id() -> list[_common.Payload]:
+    shop, (payload,) = _after_a_charge(("charge", CHARGE_ARGS, "c1"))
+    assert payload["error"] == (
+        "Hint: Call id 'c1' was already used by step 1, which still stands. "
+        "Send the call again with a call id of its own."
+    )
+    assert shop.calls == ["charge"]
+    return [payload]
+
+
+def _refused() -> list[_common.Payload]:
+    shop, (long_name,) = _after_a_charge(("x" * 129, {}, "c2"))
+    shop2, (huge,) = _after_a_charge(("charge", {"customer_id": "c" * 2_000_000}, "c2"))
+    for payload in (long_name, huge):
+        assert str(payload["error"]).startswith("Hint: Step 2 was refused: ")
+    assert (shop.calls, shop2.calls) == (["charge"], ["charge"])
+    return [long_name, huge]
+
+
+def _after_the_end() -> list[_common.Payload]:
+    shop = Shop()
+    tx = shop.transaction()
+    tx.commit()
+    (payload,) = (o.payload for o in _common.run_turn(tx, model_calls([("charge", CHARGE_ARGS)])))
+    assert "the transaction has ended" in str(payload["error"])
+    assert shop.calls == []
+    return [payload]
+
+
+def _after_a_failed_call() -> list[_common.Payload]:
+    shop, (failed, after) = _after_a_charge(("nope", {}, "c2"), ("charge", CHARGE_ARGS, "c3"))
+    assert failed["ok"] is False
+    assert "step 2 failed first" in str(after["error"])
+    assert shop.calls == ["charge"]
+    return [after]
+
+
+MISTAKE_SCENARIOS: Final = {
+    "an unknown tool name": _unknown_tool,
+    "arguments that are not JSON, or break the tool's schema": _bad_arguments,
+    "a call id already used by a live step": _reused_call_id,
+    "a tool name over 128 characters, arguments over the size limit": _refused,
+    "a call after the transaction ended": _after_the_end,
+    "a call after a failed call in the same turn": _after_a_failed_call,
+}
+
+
+def test_every_row_of_the_mistakes_table_has_a_scenario():
+    """Each row of docs/integrations.md's table of model mistakes is checked below."""
+    assert set(documented_mistakes()) == set(MISTAKE_SCENARIOS)
+
+
+@pytest.mark.parametrize("row", list(MISTAKE_SCENARIOS))
+def test_the_mistakes_table_says_what_reaches_the_model(row):
+    """Each row's payloads are failed results; every `"key": value` and phrase the row quotes
+    in backticks is in them (a key's value, or a phrase of the error)."""
+    says, _ = documented_mistakes()[row]
+    for payload in MISTAKE_SCENARIOS[row]():
+        assert payload["ok"] is False
+        assert json.loads(_common.dumps(payload)) == payload
+        for quoted in re.findall(r"`([^`]+)`", says):
+            pair = re.fullmatch(r'"(\w+)": (.+)', quoted)
+            if pair is not None:
+                assert payload[pair.group(1)] == json.loads(pair.group(2)), quoted
+            else:
+                assert quoted in str(payload["error"]), quoted

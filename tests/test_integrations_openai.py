@@ -73,6 +73,24 @@ def test_tools_offers_each_tool_with_its_spec():
     assert offered == atx_openai.tools(shop.transaction())
 
 
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_changed_tools_list_changes_nothing_else(api):
+    """Each `runner.tools` and `tools()` is a new deep copy: changing one, down to a schema,
+    leaves the next one, the specs and the argument checks as they were."""
+    shop = Shop()
+    tx = shop.transaction()
+    runner = (atx_openai.ToolRunner if api == "chat" else atx_openai.ResponsesToolRunner)(tx)
+    before = atx_openai.tools(tx, api=api)
+    for offered in (runner.tools, atx_openai.tools(tx, api=api)):
+        for entry in offered:
+            schema = entry["function"]["parameters"] if api == "chat" else entry["parameters"]
+            schema["properties"].clear()
+            schema["required"] = ["nothing"]
+            entry["type"] = "changed"
+    assert runner.tools == before == atx_openai.tools(tx, api=api)
+    assert all(spec.parameters["properties"] for spec in tx.tool_specs)
+
+
 def test_responses_tools_are_flat_and_not_strict():
     """tools(api="responses") puts name and parameters at the top level, strict off."""
     shop = Shop()

@@ -69,7 +69,15 @@ def test_a_call_id_of_a_live_step_fails_the_step_as_a_mistake():
     assert result.call_id == "c-1"
     assert result.error is not None
     assert "duplicate call id: 'c-1' is the call id of step 1" in result.error
-    assert "new call id" in result.hint.text or "call id of its own" in result.hint.text
+    assert result.hint == agenttx.CleanHint(
+        text=(
+            "Hint: Call id 'c-1' was already used by step 1, which still stands. "
+            "Send the call again with a call id of its own."
+        ),
+        category=agenttx.HintCategory.INVALID_VALUE,
+        rule="duplicate_call_id",
+    )
+    assert result.for_model()["error"] == result.hint.text
 
 
 def test_a_call_id_freed_by_a_rewind_can_be_sent_again():

@@ -8,6 +8,7 @@ import pytest
 
 import agenttx
 from agenttx._tools import ToolRegistry, wire_name
+from agenttx.integrations import _common
 
 
 @agenttx.tool(name="payments.charge")
@@ -85,6 +86,50 @@ def test_overrides_and_bad_parameters():
             agenttx.tool(name="f", parameters=bad)(lambda: None)  # type: ignore[arg-type]
     with pytest.raises(agenttx.InvalidArgument, match="description= must be a string"):
         agenttx.tool(name="f", description=3)(lambda: None)  # type: ignore[arg-type]
+
+
+def test_parameters_are_a_new_copy_on_each_access():
+    """Changing what `spec.parameters` returned (or the schema a spec was built from) changes
+    neither the spec, nor what integrations send, nor how the tool's arguments are checked."""
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+
+    @agenttx.tool(name="search", parameters=schema)
+    def search(**arguments: object) -> object:
+        return arguments
+
+    schema["properties"]["q"]["type"] = "integer"  # the caller's own dict, after decoration
+    taken = search.spec.parameters
+    assert taken == search.spec.parameters
+    assert taken is not search.spec.parameters
+    taken["properties"]["q"]["type"] = "integer"
+    taken["required"].append("extra")
+    taken["additionalProperties"] = True
+    assert search.spec.parameters == {
+        "type": "object",
+        "properties": {"q": {"type": "string"}},
+        "required": ["q"],
+    }
+    sent = _common.specs_json([search.spec])
+    assert sent[0]["parameters"] == search.spec.parameters
+    assert sent[0]["parameters"] is not _common.specs_json([search.spec])[0]["parameters"]
+    tx = agenttx.Transaction([search])
+    assert not tx.execute_step(1, "search", {"q": 3}).ok  # still checked as a string
+    assert tx.execute_step(1, "search", {"q": "x"}).ok
+
+
+def test_a_spec_built_directly_keeps_a_checked_copy():
+    """`ToolSpec(parameters=...)` copies the schema (a change to the dict given is not seen) and
+    refuses a schema that is not made of JSON values."""
+    schema: dict[str, object] = {"type": "object", "properties": {}}
+    spec = agenttx.ToolSpec(name="t", wire_name="t", description="", parameters=schema)  # type: ignore[arg-type]
+    schema["properties"] = {"x": {}}
+    assert spec.parameters == {"type": "object", "properties": {}}
+    assert spec == agenttx.ToolSpec(
+        name="t", wire_name="t", description="", parameters={"type": "object", "properties": {}}
+    )
+    for bad in ({"type": "object", "default": {1, 2}}, {"type": "object", "x": float("nan")}):
+        with pytest.raises(agenttx.InvalidArgument, match="tool `t`: parameters"):
+            agenttx.ToolSpec(name="t", wire_name="t", description="", parameters=bad)  # type: ignore[arg-type]
 
 
 def test_registry_get_specs_and_collisions():

@@ -260,6 +260,21 @@ def test_unknown_tools_list_the_registered_ones():
     )
 
 
+def test_unknown_tools_list_the_wire_names_the_model_was_given(tmp_path):
+    """An unknown tool's message and hint list the wire names (`kv_put`), which the model was
+    given and may call, not the registered names (`kv.put`); both still call the tool."""
+    tx = agenttx.Transaction(builtins.tools(tmp_path))
+    wire = sorted(spec.wire_name for spec in tx.tool_specs)
+    assert "kv_put" in wire
+    assert all("." not in name for name in wire)
+    result = tx.execute_step(1, "kv.set", {})
+    assert result.error == f"unknown tool 'kv.set'; registered tools: {', '.join(wire)}"
+    assert result.hint is not None
+    assert result.hint.text == f"Hint: Tool 'kv.set' does not exist. Use one of: {', '.join(wire)}."
+    assert tx.execute_step(1, "kv_put", {"key": "a", "value": 1}).ok
+    assert tx.execute_step(2, "kv.put", {"key": "b", "value": 2}).ok
+
+
 # ---------------------------------------------------------------- transient failures
 
 

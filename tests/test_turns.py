@@ -225,8 +225,25 @@ def test_call_turn_accepts_turn_calls_and_tuples():
     [
         ([("echo", {"n": 1}), ("echo",)], r"calls\[1\] must be a \(tool_name"),
         ([("echo", {"n": 1}), ["echo", {}]], r"calls\[1\] must be .* got list"),
-        ([("echo", {"n": 1}), (3, {})], r"calls\[1\]: .*tool name"),
+        ([("echo", {"n": 1}), (3, {})], r"calls\[1\]: tool_name must be 1-128 characters"),
+        ([("echo", {"n": 1}), ("", {})], r"calls\[1\]: tool_name must be 1-128"),
+        ([("echo", {"n": 1}), ("e" * 129, {})], r"calls\[1\]: tool_name must be 1-128"),
         ([("echo", 5)], r"calls\[0\]: .*arguments must be a mapping or JSON text"),
+        # every limit execute_step refuses a call for, checked before the first call runs
+        (
+            [("echo", {"n": 1}), ("echo", '{"n": "' + "x" * 1_048_576 + '"}')],
+            r"calls\[1\]: arguments_json exceeds 1048576 bytes",
+        ),
+        (
+            [("echo", {"n": 1}), ("echo", {"n": "x" * 1_048_576})],
+            r"calls\[1\]: arguments exceed 1048576 bytes",
+        ),
+        (
+            [("echo", {"n": 1}), ("echo", {"n": float("nan")})],
+            r"not a JSON value in the arguments of calls\[1\] at \$\.n",
+        ),
+        ([("echo", {"n": 1}), ("echo", {"n": 1}, "c" * 257)], r"calls\[1\]: call_id must be"),
+        ([("echo", {"n": 1}), ("echo", {"n": 1}, "\ud800")], r"calls\[1\]: call_id must be"),
         ([("echo", {}, "")], r"calls\[0\]: call_id must be 1-256 characters"),
         ([("echo", {}, 7)], r"calls\[0\]: call_id"),
         ("echo", "calls must be an iterable"),
@@ -247,13 +264,38 @@ def test_call_turn_refuses_bad_items_before_running_any(calls, message):
 
 
 def test_turn_call_checks_its_fields():
-    """TurnCall is a frozen record checked on construction."""
+    """TurnCall is a frozen record checked on construction, as execute_step checks a call."""
     call = agenttx.TurnCall("echo", {"n": 1}, call_id="c1")
     assert (call.name, call.arguments, call.call_id) == ("echo", {"n": 1}, "c1")
     with pytest.raises(agenttx.InvalidArgument):
         agenttx.TurnCall("", {})
+    with pytest.raises(agenttx.InvalidArgument, match="arguments exceed 1048576 bytes"):
+        agenttx.TurnCall("echo", {"n": "x" * 1_048_576})
+    with pytest.raises(agenttx.JSONValueError):
+        agenttx.TurnCall("echo", {"n": {1, 2}})
     with pytest.raises(AttributeError):
         call.name = "other"  # type: ignore[misc]
+
+
+def test_a_turn_raises_before_anything_ran_or_answers_every_call():
+    """A refused call raises before the turn's first call runs (nothing lost); once the checks
+    pass, every call gets a result, duplicate call ids and unknown tools included."""
+    log: list[str] = []
+    tx = agenttx.Transaction(tools=_echo_tools(log))
+    assert tx.call("echo", {"n": 0}, call_id="c0").ok
+    huge = {"n": "x" * 1_048_576}
+    for turn in (tx.call_turn, lambda calls: asyncio.run(tx.acall_turn(calls))):
+        with pytest.raises(agenttx.InvalidArgument, match=r"calls\[2\]"):
+            turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c2"), ("echo", huge, "c3")])
+        assert (log, tx.next_step_id, len(tx.history)) == (["echo 0"], 2, 1)
+    results = tx.call_turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c0"), ("nope", {}, "c3")])
+    assert [r.status for r in results] == [
+        StepStatus.SUCCESS,
+        StepStatus.ROLLBACK_TRIGGERED,
+        StepStatus.NOT_RUN,
+    ]
+    assert [r.call_id for r in results] == ["c1", "c0", "c3"]
+    assert log == ["echo 0", "echo 1"]
 
 
 def test_acall_turn_stops_at_the_first_failure():

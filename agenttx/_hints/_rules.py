@@ -1,4 +1,4 @@
-"""The 33 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
+"""The 34 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
 
 Each rule has a name, a category, its alternatives (patterns built with `_scan`), the groups
 that name its key, and a template. `_hints.clean_error` applies them.
@@ -202,6 +202,20 @@ def _unknown_field(g: Groups) -> str:
             f"Hint: Unknown argument '{_get(g, 'key')}'. Remove it: this tool takes no arguments."
         )
     return f"Hint: Unknown argument '{_get(g, 'key')}'. Remove it; expected {expected}."
+
+
+#: The longest call id a hint quotes whole: a longer one would push what to do past 240 characters.
+_MAX_QUOTED_CALL_ID: Final = 64
+
+
+def _duplicate_call_id(g: Groups) -> str:
+    call_id = _get(g, "call_id")
+    if len(call_id) > _MAX_QUOTED_CALL_ID:
+        call_id = call_id[: _MAX_QUOTED_CALL_ID - 3] + "..."
+    return (
+        f"Hint: Call id '{call_id}' was already used by step {_get(g, 'step')}, which still "
+        "stands. Send the call again with a call id of its own."
+    )
 
 
 def _fixed(text: str) -> Callable[[Groups], str]:
@@ -581,6 +595,23 @@ _RULES: Final[tuple[_Rule, ...]] = (
         ("key",),
         _unknown_field,
     ),
+    # A call id sent again (`_prepare.duplicate_call_id`). Linear as searched: the call id, which
+    # may hold any character, is at most 256 characters, so each occurrence of the leading
+    # literal is followed for at most 256 characters.
+    _Rule(
+        "duplicate_call_id",
+        _C.INVALID_VALUE,
+        (
+            _alt(
+                r"duplicate call id: '(?P<call_id>(?s:.{1,256}?))' "
+                r"is the call id of step (?P<step>\d+)",
+                "duplicate call id: '",
+                "' is the call id of step ",
+            ),
+        ),
+        (),
+        _duplicate_call_id,
+    ),
     # --- filesystem
     _Rule(
         "path_escape",
@@ -627,7 +658,7 @@ _RULES: Final[tuple[_Rule, ...]] = (
         (),
         _permission_denied,
     ),
-    # --- network and HTTP. Rules 26 and 31-33 are case-insensitive: they run on the folded text
+    # --- network and HTTP. Rules 27 and 32-34 are case-insensitive: they run on the folded text
     # (see `_Scan.folded`), split into one pattern per leading literal with `\b` behind it.
     _Rule(
         "rate_limited",

@@ -126,7 +126,7 @@ class _Scan:
         return self._reversed
 
     def statuses(self, form: str) -> frozenset[str]:
-        """The statuses that follow HTTP prefix form `form` anywhere in the text (rules 27-30)."""
+        """The statuses that follow HTTP prefix form `form` anywhere in the text (rules 28-31)."""
         if self._statuses is None:
             self._statuses = {}
         found = self._statuses.get(form)
@@ -273,7 +273,7 @@ def _run_to_stop_locator(prefix: str, stop: str, min_run: int, suffix: str) -> L
     return locate
 
 
-# ---------------------------------------------------------------- locators of rules 1-33
+# ---------------------------------------------------------------- locators of rules 1-34
 #
 # A plain search is linear for a pattern that begins with a literal and whose unbounded runs
 # each end the pattern or stop at a character of that literal, as in
@@ -389,7 +389,7 @@ def _locate_type_mismatch(scan: _Scan) -> int:
     )
 
 
-# Rules 27-30 share the prefix `\b(?:HTTP(?:/\d(?:\.\d)?)?|[Ss]tatus(?: [Cc]ode)?:?|returned)\s*`,
+# Rules 28-31 share the prefix `\b(?:HTTP(?:/\d(?:\.\d)?)?|[Ss]tatus(?: [Cc]ode)?:?|returned)\s*`,
 # split here into one pattern per leading literal (no two can match at one position). After a
 # given occurrence of a prefix form, a status can begin at one place only (its optional parts and
 # the blanks cannot both be followed by a digit), so the set of 3-character statuses found after
@@ -414,7 +414,7 @@ _HTTP_STATUS: Final = {
 
 
 def _http_status(status: str, digits: str, accepts: Callable[[str], bool]) -> tuple[_Pattern, ...]:
-    """Rule 27-30's patterns: `digits` are characters every accepted status contains."""
+    """Rules 28-31's patterns: `digits` are characters every accepted status contains."""
 
     def gate_for(form: str) -> Gate:
         def gate(scan: _Scan) -> bool:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, cast, final
 
 import attrs
 
 from .._errors import InvalidArgument
+from .._json import check_json
 from ._schema import Validator, compile_schema, parameters_schema
 from ._signature import read_signature
 
@@ -56,6 +57,12 @@ class ToolSpec:
 
     `name` is the registered name (the one steps record), `wire_name` the provider-safe one;
     a call may use either. Build one with `@tool`; `tool.spec` returns it.
+
+    The spec keeps its own copy of the `parameters` it is given, and `parameters` returns a new
+    copy on each access: a caller that changes what it got changes nothing else (not what other
+    integrations send, not the tool's compiled validator). Raises `InvalidArgument` for a name,
+    wire name or description of the wrong form, and for `parameters` that are not a JSON Schema
+    object made of JSON values.
     """
 
     __module__ = "agenttx"
@@ -63,7 +70,7 @@ class ToolSpec:
     name: str
     wire_name: str
     description: str
-    parameters: Mapping[str, JSONValue] = attrs.field(repr=False)
+    _parameters: Mapping[str, JSONValue] = attrs.field(alias="parameters", repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -75,7 +82,26 @@ class ToolSpec:
             )
         if not isinstance(self.description, str):
             raise InvalidArgument(f"tool `{self.name}`: description must be a string")
-        _check_object_schema(self.name, self.parameters)
+        given: object = self._parameters
+        _check_object_schema(self.name, given)
+        checked = check_json(
+            dict(cast("Mapping[str, object]", given)), what=f"tool `{self.name}`: parameters"
+        )
+        object.__setattr__(self, "_parameters", _copied(checked))  # its own: no caller holds it
+
+    @property
+    def parameters(self) -> dict[str, JSONValue]:
+        """The JSON Schema object of the arguments: a new deep copy on each access."""
+        return cast("dict[str, JSONValue]", _copied(cast("JSONValue", self._parameters)))
+
+
+def _copied(value: JSONValue) -> JSONValue:
+    """A deep copy of a JSON value (checked, so at most `MAX_NESTING_DEPTH` deep)."""
+    if type(value) is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_copied(item) for item in value]
+    return value
 
 
 def _check_object_schema(name: str, parameters: object) -> None:

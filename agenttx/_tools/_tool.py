@@ -370,6 +370,10 @@ class ToolRegistry:
         """The registered tool names, sorted."""
         return tuple(sorted(self.tools))
 
+    def wire_names(self) -> tuple[str, ...]:
+        """The tools' wire names, sorted: the names a model is given (`ToolSpec.wire_name`)."""
+        return tuple(sorted(self.wire))
+
     def get(self, name: str) -> Tool[Any, Any] | None:
         """The tool registered under `name`, or whose wire name is `name`; else None."""
         found = self.tools.get(name)

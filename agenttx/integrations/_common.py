@@ -434,7 +434,8 @@ def with_note(payload: Payload, note: str | None) -> Payload:
 
 
 def specs_json(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
-    """Each spec as `{"name": wire_name, "description", "parameters"}`."""
+    """Each spec as `{"name": wire_name, "description", "parameters"}`: new objects on each
+    call, down to the schema (`ToolSpec.parameters` is a copy), so a caller may change them."""
     return [
         {"name": s.wire_name, "description": s.description, "parameters": s.parameters}
         for s in specs

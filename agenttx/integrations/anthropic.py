@@ -209,7 +209,6 @@ class ToolRunner:
     def __init__(self, tx: Transaction, *, history: History = "truncate") -> None:
         self._tx = check_transaction(tx, "ToolRunner")
         self._history = check_history(history)
-        self._tools = tools(tx)
         self._steps: dict[str, int] = {}  # call id -> the step it was sent as
 
     @property
@@ -224,8 +223,8 @@ class ToolRunner:
 
     @property
     def tools(self) -> list[Message]:
-        """The `tools=` list to send with every request (a fresh copy each time)."""
-        return [dict(t) for t in self._tools]
+        """The `tools=` list to send with every request (a new deep copy each time)."""
+        return tools(self._tx)  # each spec.parameters is a new copy
 
     def handle(self, messages: Iterable[object], message: object) -> list[Message]:
         """Run the message's tool calls; return the history with the message and the results.

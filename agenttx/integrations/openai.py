@@ -106,7 +106,6 @@ class _Runner:
         where = type(self).__name__
         self._tx = check_transaction(tx, where)
         self._history = check_history(history)
-        self._tools = tools(tx, api=self._api)
         self._steps: dict[str, int] = {}  # call id -> the step it was sent as
 
     @property
@@ -121,8 +120,8 @@ class _Runner:
 
     @property
     def tools(self) -> list[Message]:
-        """The `tools=` list to send with every request (a fresh copy each time)."""
-        return [dict(t) for t in self._tools]
+        """The `tools=` list to send with every request (a new deep copy each time)."""
+        return tools(self._tx, api=self._api)  # each spec.parameters is a new copy
 
     def _rewrite(self, outcomes: Sequence[Outcome]) -> Rewrite:
         for outcome in outcomes:

@@ -20,7 +20,6 @@ that filter and the settings this module relies on. See docs/integrations.md.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import TYPE_CHECKING, Any, cast
 
@@ -125,8 +124,8 @@ def run_config(
 def _function_tool(
     tx: Transaction, gate: TurnGate, spec: ToolSpec, strict: bool | None
 ) -> agents.FunctionTool:
-    parameters = copy.deepcopy(dict(spec.parameters))  # the SDK's copy: the spec stays as it is
-    is_strict = _is_strict(parameters)
+    parameters = spec.parameters  # a copy of its own (each access is one): the SDK may change it
+    is_strict = _is_strict(spec)
     if strict and not is_strict:
         raise InvalidArgument(
             f"tool `{spec.name}`: its parameters schema is not strict as it is (strict mode "
@@ -157,10 +156,10 @@ def _function_tool(
     )
 
 
-def _is_strict(schema: dict[str, Any]) -> bool:
-    """True when the SDK's strict conversion leaves `schema` as it is (it already is strict)."""
-    try:
-        return ensure_strict_json_schema(copy.deepcopy(schema)) == schema
+def _is_strict(spec: ToolSpec) -> bool:
+    """True when the SDK's strict conversion leaves the spec's schema as it is (it is strict)."""
+    try:  # the conversion changes the copy it is given: each `spec.parameters` is a new one
+        return ensure_strict_json_schema(spec.parameters) == spec.parameters
     except (UserError, TypeError, ValueError):
         return False
 

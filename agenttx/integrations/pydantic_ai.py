@@ -22,7 +22,6 @@ it undid). See docs/integrations.md.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -110,7 +109,7 @@ class Toolset(AbstractToolset[Any]):
             ToolDefinition(
                 name=spec.wire_name,
                 description=spec.description,
-                parameters_json_schema=copy.deepcopy(dict(spec.parameters)),
+                parameters_json_schema=spec.parameters,  # a copy of its own
                 strict=strict,
                 sequential=True,
             )

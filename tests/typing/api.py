@@ -5,8 +5,6 @@ Nothing here runs; each `assert_type` fails type checking if a public signature 
 
 from __future__ import annotations
 
-from collections.abc import Mapping  # noqa: F401  (named in an assert_type string)
-
 from typing_extensions import assert_type
 
 import agenttx
@@ -82,7 +80,7 @@ agenttx.Engine(tools=named)
 # Specs: one per tool, in registration order, on tools, transactions and engines.
 assert_type(add.spec, agenttx.ToolSpec)
 assert_type(add.wire_name, str)
-assert_type(add.spec.parameters, "Mapping[str, agenttx.JSONValue]")
+assert_type(add.spec.parameters, "dict[str, agenttx.JSONValue]")  # a copy of its own
 assert_type(tx.tool_specs, "tuple[agenttx.ToolSpec, ...]")
 assert_type(agenttx.Engine(tools=mixed).tool_specs, "tuple[agenttx.ToolSpec, ...]")
 
