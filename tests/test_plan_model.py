@@ -16,7 +16,7 @@ import _orders
 import agenttx
 from _orders import INITIAL, TOOLS
 from agenttx import InvalidArgument, Node, Plan, PlanValidationError
-from agenttx._plans import UnresolvedInput, resolve_inputs
+from agenttx._plans import UnresolvedInput, resolve_inputs, resolve_resource
 
 ROOT = Path(__file__).parent.parent
 
@@ -481,3 +481,28 @@ def test_literal_inputs_resolve_to_themselves(inputs):
         for key, value in inputs.items()
     }
     assert resolve_inputs(Node("n", tool="t", inputs=clean), {}, {}) == clean
+
+
+def test_exclusive_resources_resolve_from_initial_values():
+    """`order:${initial.order_id}` names one resource per order; no resource gives None."""
+    reserve = _orders.plan().node("reserve")
+    assert resolve_resource(reserve, VALUES) == "order:o-1"
+    assert resolve_resource(reserve, {**VALUES, "order_id": 7}) == "order:7"
+    assert resolve_resource(Node("n", tool="t", exclusive_resource="global"), {}) == "global"
+    assert resolve_resource(Node("n", tool="t"), VALUES) is None
+    with pytest.raises(UnresolvedInput, match="exclusive resource of node `reserve`"):
+        resolve_resource(reserve, {})
+
+
+def test_initial_values_are_checked_against_the_declaration():
+    """Unknown keys, missing keys and non-JSON values are refused before a run."""
+    plan = _orders.plan()
+    assert plan.check_initial(VALUES) == VALUES
+    with pytest.raises(InvalidArgument, match="does not declare: colour"):
+        plan.check_initial({**VALUES, "colour": "red"})
+    with pytest.raises(InvalidArgument, match="lack declared key"):
+        plan.check_initial({"sku": "S"})
+    with pytest.raises(agenttx.JSONValueError, match="initial values"):
+        plan.check_initial({**VALUES, "quantity": float("nan")})
+    with pytest.raises(InvalidArgument, match="must be a mapping"):
+        plan.check_initial([("sku", "S")])

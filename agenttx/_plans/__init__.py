@@ -10,6 +10,7 @@ from ._model import PlanProblem as PlanProblem
 from ._model import PlanProblemCode as PlanProblemCode
 from ._model import UnresolvedInput as UnresolvedInput
 from ._model import resolve_inputs as resolve_inputs
+from ._model import resolve_resource as resolve_resource
 from ._validate import find_cycles as find_cycles
 from ._validate import validate_plan as validate_plan
 
@@ -23,5 +24,6 @@ __all__ = [
     "UnresolvedInput",
     "find_cycles",
     "resolve_inputs",
+    "resolve_resource",
     "validate_plan",
 ]
