@@ -28,13 +28,15 @@ from __future__ import annotations
 import collections.abc
 import difflib
 import enum
+import functools
 import types
 import typing
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._errors import InvalidArgument, ReferenceSyntaxError
 from .._refs import Reference, parse_template
-from .._tools import UNRESOLVED, ToolRegistry, newtype_name, read_signature, typed_dict_fields
+from .._tools import UNRESOLVED, ToolRegistry, newtype_name, read_signature
+from .._tools import typed_dict_fields as _read_typed_dict_fields
 from ._model import InputRef, Node, Plan, PlanProblem, PlanProblemCode
 
 if TYPE_CHECKING:
@@ -413,6 +415,21 @@ _ARRAYS: Final = (list, tuple, set, frozenset, collections.abc.Sequence, collect
 _OBJECTS: Final = (dict, collections.abc.Mapping)
 
 
+@functools.lru_cache(maxsize=1024)
+def _cached_fields(annotation: Any) -> tuple[Any, ...] | None:
+    return _read_typed_dict_fields(annotation)
+
+
+def typed_dict_fields(annotation: Any) -> tuple[Any, ...] | None:
+    """The keys of a TypedDict (read once per class: validation asks for them per reference)."""
+    if not isinstance(annotation, type):
+        return None
+    try:
+        return _cached_fields(annotation)
+    except TypeError:  # an unhashable class object: read it every time
+        return _read_typed_dict_fields(annotation)
+
+
 def _kind(annotation: Any) -> str | None:  # noqa: PLR0911  (one answer per kind of type)
     """The JSON kind of a (plain, non-union) type, or None when unknown."""
     annotation = _base(_plain(annotation))
@@ -509,6 +526,8 @@ def _item(annotation: Any) -> Any:
 def _field(annotation: Any, segment: str) -> tuple[str, Any]:  # noqa: PLR0911  (one answer per kind of type)
     """Walk one path segment into a type: `("ok", type)`, `("missing", type)` (the type that
     lacks it) or `("not-index", type)` (a list walked with a name)."""
+    if annotation is _UNKNOWN or annotation is dict:  # the common unannotated output
+        return "ok", _UNKNOWN
     annotation = _plain(annotation)
     members = _union_members(annotation)
     if members is not None:
