@@ -14,6 +14,7 @@ import _orders
 import agenttx
 from _orders import INITIAL, TOOLS
 from agenttx import Node, Plan, PlanProblem, PlanProblemCode, PlanValidationError
+from agenttx.testing import plans
 
 Code = PlanProblemCode
 
@@ -702,6 +703,35 @@ def test_a_back_edge_gives_exactly_one_real_cycle(dag, kinds, data):
     with pytest.raises(PlanValidationError) as caught:
         plan.topological_order()
     assert caught.value.problems == problems
+
+
+@given(plans())
+def test_random_plans_from_the_testing_strategy_validate_clean(plan):
+    """`agenttx.testing.plans()` draws acyclic plans that validate clean and order fully."""
+    assert plan.validate([relay]) == ()
+    assert sorted(plan.topological_order()) == sorted(plan.node_ids)
+
+
+@given(plans(cycle=True, max_nodes=8))
+def test_random_plans_with_a_cycle_report_one_real_ring(plan):
+    """`plans(cycle=True)` draws plans with one ring; validation reports exactly that ring."""
+    (problem,) = plan.validate([relay])
+    assert problem.code is Code.CYCLE
+    path = problem.subject.split(" -> ")
+    assert path[0] == path[-1]
+    assert len(path) >= 3
+    for producer, consumer in itertools.pairwise(path):
+        assert producer in plan.prerequisites(consumer)
+
+
+def test_the_plans_strategy_refuses_impossible_sizes():
+    """Sizes that cannot make a plan (or a ring) are refused up front."""
+    with pytest.raises(agenttx.InvalidArgument, match="min_nodes"):
+        plans(min_nodes=3, max_nodes=2)
+    with pytest.raises(agenttx.InvalidArgument, match="at least 2 with cycle=True"):
+        plans(max_nodes=1, cycle=True)
+    with pytest.raises(agenttx.InvalidArgument, match="integers"):
+        plans(max_nodes="3")  # type: ignore[arg-type]
 
 
 def _reachable(start: int, successors: dict[int, set[int]]) -> set[int]:
