@@ -164,7 +164,7 @@ def test_duplicate_node():
     plan = Plan(nodes=[*_orders.nodes(), _orders.nodes()[1]], initial=INITIAL)
     problem = only(plan)
     assert (problem.code, problem.subject) == (Code.DUPLICATE_NODE, "stock_check")
-    assert "nodes 1 and 4" in problem.message
+    assert "nodes[1] and nodes[4] both have the id `stock_check`" in problem.message
 
 
 def test_missing_input_for_a_required_parameter():
@@ -874,3 +874,17 @@ def test_very_deep_newtypes_are_unknown_not_an_error():
         nodes=[Node("s", tool="deep_out"), Node("c", tool="take", inputs={"count": "${s.x}"})]
     )
     assert plan.validate([deep_out, take]) == ()
+
+
+def test_missing_output_messages_name_where_the_field_is_missing():
+    """Top-level fields name the producer and its tool; nested ones name the parent path."""
+    top = only(_orders.plan(stock_check={"inputs": {"sku": "${customer_lookup.emial}"}}))
+    assert top.message == (
+        "node `stock_check` uses ${customer_lookup.emial}, but the output of `customer_lookup` "
+        "(tool `lookup_customer`) has no field `emial`."
+    )
+    nested = only(_two("profile", "${p.address.postcod}"), NESTED)
+    assert nested.message == (
+        "node `c` uses ${p.address.postcod}, but `p.address` has no field `postcod` "
+        "(did you mean `postcode`?)."
+    )

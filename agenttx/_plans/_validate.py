@@ -109,7 +109,7 @@ class _Checker:
             self._add(
                 Code.DUPLICATE_NODE,
                 node_id,
-                f"nodes {first} and {position} both have the id `{node_id}`; "
+                f"nodes[{first}] and nodes[{position}] both have the id `{node_id}`; "
                 "give each node its own id.",
             )
         info = self._info(node.tool)
@@ -243,11 +243,15 @@ class _Checker:
             status, current = _field(current, segment)
             where = ".".join((namespace, *ref.path[: depth + 1]))
             if status == "missing":
+                owner = (
+                    f"the output of `{namespace}` (tool `{producer.tool}`)"
+                    if depth == 0
+                    else f"`{'.'.join((namespace, *ref.path[:depth]))}`"
+                )
                 self._add(
                     Code.MISSING_OUTPUT,
                     where,
-                    f"node `{node.id}` uses {ref.text}, but the output of `{namespace}` "
-                    f"(tool `{producer.tool}`) has no field `{segment}` there"
+                    f"node `{node.id}` uses {ref.text}, but {owner} has no field `{segment}`"
                     f"{_did_you_mean(segment, _field_names(current))}.",
                 )
                 return None
