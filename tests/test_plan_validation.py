@@ -888,3 +888,9 @@ def test_missing_output_messages_name_where_the_field_is_missing():
         "node `c` uses ${p.address.postcod}, but `p.address` has no field `postcod` "
         "(did you mean `postcode`?)."
     )
+
+
+def test_a_name_repeated_in_after_is_reported_once():
+    """However often `after` repeats a node, that is one DUPLICATE_EDGE."""
+    problem = only(_orders.plan(confirm={"after": ["reserve"] * 1000}))
+    assert problem.message == "node `confirm` lists `reserve` in after 1000 times; list it once."

@@ -25,6 +25,7 @@ reported per strongly connected group of nodes: the first the search meets, as a
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import difflib
 import enum
@@ -289,15 +290,14 @@ class _Checker:
                     f"inputs `{first}` and `{ref.param}` of node `{node.id}` both map "
                     f"{ref.text}; map it once.",
                 )
-        listed: set[str] = set()
-        for other in node.after:
-            if other in listed:
+        counts = collections.Counter(node.after)
+        for other, count in counts.items():
+            if count > 1:
                 self._add(
                     Code.DUPLICATE_EDGE,
                     f"{node.id}.after",
-                    f"node `{node.id}` lists `{other}` in after more than once.",
+                    f"node `{node.id}` lists `{other}` in after {count} times; list it once.",
                 )
-            listed.add(other)
 
     def _after(self, node: Node) -> None:
         for other in dict.fromkeys(node.after):
