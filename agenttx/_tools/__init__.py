@@ -15,6 +15,11 @@ from ._outputs import OutputSerializer as OutputSerializer
 from ._outputs import to_json_value as to_json_value
 from ._schema import Validator as Validator
 from ._schema import Violation as Violation
+from ._signature import UNRESOLVED as UNRESOLVED
+from ._signature import Signature as Signature
+from ._signature import newtype_name as newtype_name
+from ._signature import read_signature as read_signature
+from ._signature import typed_dict_fields as typed_dict_fields
 from ._spec import ToolSpec as ToolSpec
 from ._spec import wire_name as wire_name
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
@@ -40,6 +45,7 @@ from ._workers import resolve_awaitable as resolve_awaitable
 
 __all__ = [
     "MAX_TOOL_NAME",
+    "UNRESOLVED",
     "Call",
     "Compensation",
     "DeadlineExceeded",
@@ -48,6 +54,7 @@ __all__ = [
     "Orphans",
     "Outcome",
     "OutputSerializer",
+    "Signature",
     "StagedEffect",
     "StateView",
     "Tool",
@@ -67,11 +74,14 @@ __all__ = [
     "derive_key",
     "is_awaitable",
     "is_transient_status",
+    "newtype_name",
+    "read_signature",
     "resolve_awaitable",
     "run_tool",
     "still_running",
     "to_json_value",
     "tool",
     "transient_verdict",
+    "typed_dict_fields",
     "wire_name",
 ]
