@@ -17,6 +17,7 @@ from ._schema import Validator as Validator
 from ._schema import Violation as Violation
 from ._spec import ToolSpec as ToolSpec
 from ._spec import wire_name as wire_name
+from ._tool import COST_CATEGORIES as COST_CATEGORIES
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
 from ._tool import Compensation as Compensation
 from ._tool import StagedEffect as StagedEffect
@@ -27,6 +28,7 @@ from ._tool import ToolLike as ToolLike
 from ._tool import ToolRegistry as ToolRegistry
 from ._tool import ToolsArgument as ToolsArgument
 from ._tool import UndoRecord as UndoRecord
+from ._tool import check_cost as check_cost
 from ._tool import compensation as compensation
 from ._tool import derive_key as derive_key
 from ._tool import tool as tool
@@ -39,6 +41,7 @@ from ._workers import is_awaitable as is_awaitable
 from ._workers import resolve_awaitable as resolve_awaitable
 
 __all__ = [
+    "COST_CATEGORIES",
     "MAX_TOOL_NAME",
     "Call",
     "Compensation",
@@ -62,6 +65,7 @@ __all__ = [
     "acall_with_deadline",
     "arun_tool",
     "call_with_deadline",
+    "check_cost",
     "closed",
     "compensation",
     "derive_key",
