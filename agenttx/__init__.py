@@ -8,6 +8,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     layer 1: _refs _hints _render stores
     layer 2: _graph _rollback _saga _tools _lineage _constraints
     layer 3: _results _history _txlog _settings _timeline _prepare _observed _turns _transaction
+    layer 3: _plans
     layer 4: _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves

@@ -1,0 +1,1 @@
+"""Plans: a whole plan of tool calls, validated, then run as a DAG."""
