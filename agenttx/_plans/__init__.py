@@ -1,4 +1,4 @@
-"""Plans: a DAG of tool calls, validated, scheduled and run concurrently, with metrics."""
+"""Plans: a whole plan of tool calls, validated, then run as a DAG."""
 
 from __future__ import annotations
 
