@@ -15,6 +15,9 @@ from ._outputs import OutputSerializer as OutputSerializer
 from ._outputs import to_json_value as to_json_value
 from ._schema import Validator as Validator
 from ._schema import Violation as Violation
+from ._schema import compile_schema as compile_schema
+from ._schema import schema_for as schema_for
+from ._signature import read_signature as read_signature
 from ._spec import ToolSpec as ToolSpec
 from ._spec import wire_name as wire_name
 from ._tool import COST_CATEGORIES as COST_CATEGORIES
@@ -68,11 +71,14 @@ __all__ = [
     "check_cost",
     "closed",
     "compensation",
+    "compile_schema",
     "derive_key",
     "is_awaitable",
     "is_transient_status",
+    "read_signature",
     "resolve_awaitable",
     "run_tool",
+    "schema_for",
     "still_running",
     "to_json_value",
     "tool",
