@@ -17,7 +17,11 @@ from ._schema import Validator as Validator
 from ._schema import Violation as Violation
 from ._schema import compile_schema as compile_schema
 from ._schema import schema_for as schema_for
+from ._signature import UNRESOLVED as UNRESOLVED
+from ._signature import Signature as Signature
+from ._signature import newtype_name as newtype_name
 from ._signature import read_signature as read_signature
+from ._signature import typed_dict_fields as typed_dict_fields
 from ._spec import ToolSpec as ToolSpec
 from ._spec import wire_name as wire_name
 from ._tool import COST_CATEGORIES as COST_CATEGORIES
@@ -46,6 +50,7 @@ from ._workers import resolve_awaitable as resolve_awaitable
 __all__ = [
     "COST_CATEGORIES",
     "MAX_TOOL_NAME",
+    "UNRESOLVED",
     "Call",
     "Compensation",
     "DeadlineExceeded",
@@ -54,6 +59,7 @@ __all__ = [
     "Orphans",
     "Outcome",
     "OutputSerializer",
+    "Signature",
     "StagedEffect",
     "StateView",
     "Tool",
@@ -75,6 +81,7 @@ __all__ = [
     "derive_key",
     "is_awaitable",
     "is_transient_status",
+    "newtype_name",
     "read_signature",
     "resolve_awaitable",
     "run_tool",
@@ -83,5 +90,6 @@ __all__ = [
     "to_json_value",
     "tool",
     "transient_verdict",
+    "typed_dict_fields",
     "wire_name",
 ]
