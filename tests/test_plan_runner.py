@@ -869,3 +869,72 @@ def test_plan_run_wait_times_out_and_validates_its_argument():
     release.set()
     assert run.wait(10).status is PlanStatus.SUCCEEDED
     assert run.id in repr(run)
+
+
+def test_a_node_failing_at_dispatch_releases_a_fallback_dependant():
+    """An input that cannot resolve fails its node at dispatch; a fallback dependant still runs."""
+
+    @agenttx.tool
+    def produce() -> dict:
+        return {}
+
+    @agenttx.tool
+    def needs(x: int) -> dict[str, int]:
+        return {"x": x}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("p", tool="produce"),
+            agenttx.Node("a", tool="needs", inputs={"x": "${p.x}"}, retries=2),
+            agenttx.Node("b", tool="needs", inputs={"x": "${a.x}"}, fallback={"x": -1}),
+        ]
+    )
+    result = agenttx.run_plan(plan, tools=[produce, needs], initial={}, backoff=NO_WAIT)
+    assert result.nodes["a"].state is NodeState.FAILED
+    assert result.nodes["a"].attempts == 1
+    assert result.nodes["a"].error.key == "x"
+    assert result.nodes["b"].output == {"x": -1}
+
+
+def test_undos_of_interrupted_calls_run_only_once_the_call_is_over():
+    """On cancel, an unwound async tool's undo runs; a sync tool still running keeps its undo."""
+    entered = threading.Barrier(3)
+    release = threading.Event()
+    undone: list[str] = []
+
+    @agenttx.compensation
+    def undo(payload):
+        undone.append(payload)
+
+    @agenttx.tool
+    async def async_side(ctx: agenttx.ToolContext) -> dict[str, int]:
+        ctx.register_undo("undo", "async")
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        await asyncio.Event().wait()
+        return {"never": 1}
+
+    @agenttx.tool
+    def sync_side(ctx: agenttx.ToolContext) -> dict[str, int]:
+        ctx.register_undo("undo", "sync")
+        entered.wait(10)
+        release.wait(10)
+        return {"late": 1}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("a", tool="async_side", timeout=60),
+            agenttx.Node("s", tool="sync_side", timeout=60),
+        ]
+    )
+    run = agenttx.start_plan(plan, tools=[async_side, sync_side, undo], initial={})
+    entered.wait(10)
+    run.cancel("stop")
+    try:
+        result = run.wait(10)
+    finally:
+        release.set()
+    assert undone == ["async"]
+    outcomes = {c.node_id: c for c in result.compensations}
+    assert outcomes["a"].status is agenttx.CompensationStatus.COMPLETED
+    assert outcomes["s"].status is agenttx.CompensationStatus.FAILED
+    assert "still running" in (outcomes["s"].error or "")
