@@ -803,7 +803,7 @@ def test_costs_over_many_runs_give_cost_per_completed_workflow():
     ("changes", "match"),
     [
         ({"initial": {**ORDER_INITIAL, "coupon": "X"}}, "does not declare: coupon"),
-        ({"initial": {"sku": "SKU-1"}}, "lacks value"),
+        ({"initial": {"sku": "SKU-1"}}, "lack declared key"),
         ({"initial": {**ORDER_INITIAL, "sku": {1, 2}}}, "initial"),
         ({"initial": ["sku"]}, "mapping"),
         ({"max_concurrency": 0}, "max_concurrency"),

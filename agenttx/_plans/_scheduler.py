@@ -697,11 +697,9 @@ class Scheduler:
         while stack:
             source = stack.pop()
             for dependant in source.dependants:
-                if dependant.state is not NodeState.PENDING:
-                    continue  # already skipped through another prerequisite
                 if source.id in dependant.optional:
                     self._resolve(dependant, ready)
-                else:
+                elif dependant.state is NodeState.PENDING:  # not skipped through another one yet
                     self._end(dependant, NodeState.SKIPPED)
                     skipped.append(dependant.id)
                     stack.append(dependant)
