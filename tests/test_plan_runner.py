@@ -938,3 +938,37 @@ def test_undos_of_interrupted_calls_run_only_once_the_call_is_over():
     assert outcomes["a"].status is agenttx.CompensationStatus.COMPLETED
     assert outcomes["s"].status is agenttx.CompensationStatus.FAILED
     assert "still running" in (outcomes["s"].error or "")
+
+
+def test_rate_limits_queue_starts_and_retries_wait_for_their_backoff():
+    """A tool's rate limit holds starts back (the audit says so); retries wait, then succeed."""
+    failures = {"left": 1}
+
+    @agenttx.tool
+    def limited(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    @agenttx.tool
+    def flaky_once() -> dict[str, int]:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise TimeoutError("upstream timed out")
+        return {"ok": 1}
+
+    nodes = [agenttx.Node(f"n{i}", tool="limited", inputs={"n": i}) for i in range(3)]
+    nodes.append(agenttx.Node("flaky", tool="flaky_once", retries=1))
+    result = agenttx.run_plan(
+        agenttx.Plan(nodes=nodes),
+        tools=[limited, flaky_once],
+        initial={},
+        rate_limits={"limited": agenttx.RateLimit(per_second=1000.0, burst=1)},
+        backoff=Backoff(base=0.001, max_wait=0.001),
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    waited = [
+        event.data["checks"]["waited_for"]
+        for event in result.audit
+        if event.kind is agenttx.PlanEventKind.DISPATCHED
+    ]
+    assert ["rate:limited"] in waited
+    assert result.nodes["flaky"].attempts == 2
