@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import NewType, TypedDict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agenttx
 from agenttx import NodeState, PlanStatus
@@ -972,3 +974,64 @@ def test_rate_limits_queue_starts_and_retries_wait_for_their_backoff():
     ]
     assert ["rate:limited"] in waited
     assert result.nodes["flaky"].attempts == 2
+
+
+@st.composite
+def _random_dags(draw):
+    """Up to 8 nodes, each after a random subset of earlier ones, some failing."""
+    size = draw(st.integers(min_value=1, max_value=8))
+    nodes = []
+    for index in range(size):
+        after = draw(st.sets(st.integers(min_value=0, max_value=index - 1))) if index else set()
+        nodes.append((sorted(after), draw(st.booleans())))
+    limit = draw(st.integers(min_value=1, max_value=4))
+    return nodes, limit
+
+
+@given(_random_dags())
+@settings(max_examples=40)
+def test_random_dags_respect_prerequisites_limits_and_skips(drawn):
+    """Every node ends once; none starts before its prerequisites ended well; limits hold."""
+    shape, limit = drawn
+    events: list[tuple[str, str]] = []
+    intervals = Intervals()
+
+    @agenttx.tool
+    async def work(name: str, fail: bool) -> dict[str, str]:
+        intervals.enter()
+        events.append(("start", name))
+        await asyncio.sleep(0)
+        events.append(("end", name))
+        intervals.leave()
+        if fail:
+            raise ValueError(f"{name} failed")
+        return {"name": name}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node(
+                f"n{i}",
+                tool="work",
+                inputs={"name": f"n{i}", "fail": fail},
+                after=[f"n{j}" for j in after],
+            )
+            for i, (after, fail) in enumerate(shape)
+        ]
+    )
+    result = agenttx.run_plan(plan, tools=[work], initial={}, max_concurrency=limit)
+    assert intervals.most.get("all", 0) <= limit
+    position = {event: i for i, event in enumerate(events)}
+    expected: dict[str, NodeState] = {}
+    for i, (after, fail) in enumerate(shape):
+        name = f"n{i}"
+        state = result.nodes[name].state
+        if any(expected[f"n{j}"] is not NodeState.SUCCEEDED for j in after):
+            expected[name] = NodeState.SKIPPED
+            assert ("start", name) not in position
+        else:
+            expected[name] = NodeState.FAILED if fail else NodeState.SUCCEEDED
+            for j in after:
+                assert position[("end", f"n{j}")] < position[("start", name)]
+        assert state is expected[name]
+    all_ok = all(state is NodeState.SUCCEEDED for state in expected.values())
+    assert result.succeeded is all_ok
