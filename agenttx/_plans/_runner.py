@@ -50,6 +50,7 @@ from .._tools import (
     compile_schema,
     derive_key,
     read_signature,
+    run_tool,
     schema_for,
 )
 from .._turns import RETRY_BACKOFF
@@ -506,9 +507,11 @@ class _Run:
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
                 if scheduler.state(start.node) is not NodeState.RUNNING:
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
-                update = self._dispatch(start, queue, running)
-                if update is not None:  # it failed at once: apply what that ended or released
-                    await self._apply(update, running)
+                ended = self._dispatch(start, queue, running)
+                if isinstance(ended, _Finished):  # an inline tool, run in place
+                    await self._receive(ended, running)
+                elif ended is not None:  # it failed at once: apply what that ended or released
+                    await self._apply(ended, running)
             if starts:
                 continue  # the starts may have released or ended nodes: look again
             if not scheduler.is_active():
@@ -541,9 +544,9 @@ class _Run:
         start: Start,
         queue: asyncio.Queue[_Finished | _Crashed | None],
         running: dict[str, _Attempt],
-    ) -> Update | None:
-        """Re-check a start, then run its attempt as a task; or fail it at once and return
-        the scheduler's update."""
+    ) -> Update | _Finished | None:
+        """Re-check a start, then run its attempt as a task (None); or run an inline sync
+        tool in place (its `_Finished`); or fail it at once (the scheduler's update)."""
         import asyncio  # noqa: PLC0415
 
         node = self._plan.node(start.node)
@@ -629,6 +632,12 @@ class _Run:
             seq_base=start.number << _SEQ_BITS,
         )
         running[start.attempt] = attempt
+        if tool.inline and not tool.is_async:
+            # An inline sync tool runs on the loop's thread in any case, and cannot be
+            # interrupted: call it here, without a task (`run_tool` still checks its deadline).
+            outcome = run_tool(call)
+            attempt.finished_at = time.monotonic()
+            return _Finished(attempt, outcome)
         attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
         return None
 
