@@ -779,7 +779,7 @@ def test_cancelling_the_awaiting_task_cancels_the_run_and_compensates():
 def test_costs_over_many_runs_give_cost_per_completed_workflow():
     """Total spend of all runs, failed ones included, divided by the completed ones."""
 
-    @agenttx.tool
+    @agenttx.tool(inline=True)
     def paid(ctx: agenttx.ToolContext, fail: bool) -> dict[str, int]:
         ctx.add_cost("0.30", category="model")
         if fail:
@@ -1010,18 +1010,26 @@ def test_random_dags_respect_prerequisites_limits_and_skips(drawn):
             raise ValueError(f"{name} failed")
         return {"name": name}
 
+    @agenttx.tool(inline=True)
+    def work_inline(name: str, fail: bool) -> dict[str, str]:
+        events.append(("start", name))
+        events.append(("end", name))
+        if fail:
+            raise ValueError(f"{name} failed")
+        return {"name": name}
+
     plan = agenttx.Plan(
         nodes=[
             agenttx.Node(
                 f"n{i}",
-                tool="work",
+                tool="work" if i % 2 else "work_inline",
                 inputs={"name": f"n{i}", "fail": fail},
                 after=[f"n{j}" for j in after],
             )
             for i, (after, fail) in enumerate(shape)
         ]
     )
-    result = agenttx.run_plan(plan, tools=[work], initial={}, max_concurrency=limit)
+    result = agenttx.run_plan(plan, tools=[work, work_inline], initial={}, max_concurrency=limit)
     assert intervals.most.get("all", 0) <= limit
     position = {event: i for i, event in enumerate(events)}
     expected: dict[str, NodeState] = {}
