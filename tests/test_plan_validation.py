@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
-from typing import Any, NewType, Optional, TypedDict
+from typing import Annotated, Any, Literal, NewType, Optional, TypedDict
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,7 @@ import _orders
 import agenttx
 from _orders import INITIAL, TOOLS
 from agenttx import Node, Plan, PlanProblem, PlanProblemCode, PlanValidationError
+from agenttx.testing import plans
 
 Code = PlanProblemCode
 
@@ -162,7 +164,7 @@ def test_duplicate_node():
     plan = Plan(nodes=[*_orders.nodes(), _orders.nodes()[1]], initial=INITIAL)
     problem = only(plan)
     assert (problem.code, problem.subject) == (Code.DUPLICATE_NODE, "stock_check")
-    assert "nodes 1 and 4" in problem.message
+    assert "nodes[1] and nodes[4] both have the id `stock_check`" in problem.message
 
 
 def test_missing_input_for_a_required_parameter():
@@ -703,6 +705,35 @@ def test_a_back_edge_gives_exactly_one_real_cycle(dag, kinds, data):
     assert caught.value.problems == problems
 
 
+@given(plans())
+def test_random_plans_from_the_testing_strategy_validate_clean(plan):
+    """`agenttx.testing.plans()` draws acyclic plans that validate clean and order fully."""
+    assert plan.validate([relay]) == ()
+    assert sorted(plan.topological_order()) == sorted(plan.node_ids)
+
+
+@given(plans(cycle=True, max_nodes=8))
+def test_random_plans_with_a_cycle_report_one_real_ring(plan):
+    """`plans(cycle=True)` draws plans with one ring; validation reports exactly that ring."""
+    (problem,) = plan.validate([relay])
+    assert problem.code is Code.CYCLE
+    path = problem.subject.split(" -> ")
+    assert path[0] == path[-1]
+    assert len(path) >= 3
+    for producer, consumer in itertools.pairwise(path):
+        assert producer in plan.prerequisites(consumer)
+
+
+def test_the_plans_strategy_refuses_impossible_sizes():
+    """Sizes that cannot make a plan (or a ring) are refused up front."""
+    with pytest.raises(agenttx.InvalidArgument, match="min_nodes"):
+        plans(min_nodes=3, max_nodes=2)
+    with pytest.raises(agenttx.InvalidArgument, match="at least 2 with cycle=True"):
+        plans(max_nodes=1, cycle=True)
+    with pytest.raises(agenttx.InvalidArgument, match="integers"):
+        plans(max_nodes="3")  # type: ignore[arg-type]
+
+
 def _reachable(start: int, successors: dict[int, set[int]]) -> set[int]:
     seen = {start}
     stack = [start]
@@ -712,3 +743,154 @@ def _reachable(start: int, successors: dict[int, set[int]]) -> set[int]:
                 seen.add(nxt)
                 stack.append(nxt)
     return seen
+
+
+# ---------------------------------------------------------------------- more shapes of types
+
+
+class Colour(enum.Enum):
+    """An enum: its JSON kind is not inferred."""
+
+    RED = "red"
+
+
+class Small(TypedDict):
+    """A TypedDict parameter type."""
+
+    name: str
+
+
+class Wide(TypedDict, total=False):
+    """A TypedDict with an optional key."""
+
+    name: str
+    extra: int
+
+
+class Other(TypedDict):
+    """A TypedDict without `name`."""
+
+    title: str
+
+
+class Shapes(TypedDict):
+    """Every shape a path or a type comparison can meet."""
+
+    other: Other
+    small: Small
+    wide: Wide
+    nameless: dict[str, int]
+    ids: dict[str, _orders.CustomerId]
+    pair: tuple[str, int]
+    many: tuple[int, ...]
+    maybe_small: Optional[Small]  # noqa: UP045
+    either: Small | Wide
+    kind: Literal["a", "b"]
+    colour: Colour
+    tagged: Annotated[_orders.CustomerId, "a tag"]
+    nothing: None
+    thing: Colour | None
+
+
+@agenttx.tool
+def shapes() -> Shapes:
+    """Produce every shape."""
+    raise NotImplementedError
+
+
+@agenttx.tool
+def take(  # noqa: PLR0917
+    small: Small | None = None,
+    text: str = "",
+    count: int = 0,
+    warehouses: dict[str, _orders.WarehouseId] | None = None,
+    colour: Colour = Colour.RED,
+    warehouse: _orders.WarehouseId | None = None,
+) -> None:
+    """Take some shapes."""
+
+
+@pytest.mark.parametrize(
+    ("reference", "param", "expected"),
+    [
+        ("${s.small}", "small", []),
+        ("${s.wide}", "small", []),  # `name` is declared, if not required: not a contradiction
+        ("${s.other}", "small", [("TYPE_MISMATCH", "c.small")]),  # no `name` at all
+        ("${s.small.name}", "text", []),
+        ("${s.nameless.anything}", "count", []),  # dict[str, int]: any key, int values
+        ("${s.nameless.anything}", "text", [("TYPE_MISMATCH", "c.text")]),
+        ("${s.ids}", "warehouses", [("TYPE_MISMATCH", "c.warehouses")]),
+        ("${s.pair.1}", "count", []),
+        ("${s.pair.0}", "count", [("TYPE_MISMATCH", "c.count")]),
+        ("${s.pair.2}", "count", [("MISSING_OUTPUT", "s.pair.2")]),
+        (
+            "${s.pair.99999999999999999999}",
+            "count",
+            [("MISSING_OUTPUT", "s.pair.99999999999999999999")],
+        ),
+        ("${s.many.7}", "count", []),
+        ("${s.many.x}", "count", [("MALFORMED_PATH", "s.many.x")]),
+        ("${s.maybe_small.name}", "text", []),  # Optional[X] is walked as X
+        ("${s.maybe_small.nope}", "text", [("MISSING_OUTPUT", "s.maybe_small.nope")]),
+        ("${s.either.anything}", "text", []),  # a union of two shapes: unknown
+        ("${s.kind}", "text", []),
+        ("${s.kind}", "count", [("TYPE_MISMATCH", "c.count")]),
+        ("${s.colour}", "colour", []),
+        ("${s.colour}", "count", []),  # an enum's values are not inferred: unknown
+        ("${s.tagged}", "warehouse", [("TYPE_MISMATCH", "c.warehouse")]),
+        ("${s.nothing}", "text", [("TYPE_MISMATCH", "c.text")]),
+        ("${s.thing}", "text", []),
+        ("${s.small.name.more}", "text", [("MISSING_OUTPUT", "s.small.name.more")]),
+    ],
+)
+def test_paths_and_types_of_every_shape(reference, param, expected):
+    """Walking paths into TypedDicts, dicts, tuples, unions and literals, and comparing them."""
+    plan = Plan(nodes=[Node("s", tool="shapes"), Node("c", tool="take", inputs={param: reference})])
+    assert problems_of(plan, [shapes, take]) == expected
+
+
+def test_a_null_literal_is_named_in_the_message():
+    """A `None` literal for a `str` parameter reads naturally in the message."""
+    problem = only(Plan(nodes=[Node("c", tool="take", inputs={"text": None})]), [take])
+    assert (
+        problem.message == "input `text` of node `c` takes a `str`, but the literal None is None."
+    )
+
+
+Deep = NewType("Deep", str)
+for _level in range(10):
+    Deep = NewType(f"Deep{_level}", Deep)  # type: ignore[misc]
+
+
+@agenttx.tool
+def deep_out() -> dict[str, Deep]:  # type: ignore[valid-type]
+    """Return a value of a NewType ten layers deep."""
+    raise NotImplementedError
+
+
+def test_very_deep_newtypes_are_unknown_not_an_error():
+    """Types nested past the comparison depth are unknown: no problem, no recursion error."""
+    plan = Plan(
+        nodes=[Node("s", tool="deep_out"), Node("c", tool="take", inputs={"count": "${s.x}"})]
+    )
+    assert plan.validate([deep_out, take]) == ()
+
+
+def test_missing_output_messages_name_where_the_field_is_missing():
+    """Top-level fields name the producer and its tool; nested ones name the parent path."""
+    top = only(_orders.plan(stock_check={"inputs": {"sku": "${customer_lookup.emial}"}}))
+    assert top.message == (
+        "node `stock_check` uses ${customer_lookup.emial}, but the output of `customer_lookup` "
+        "(tool `lookup_customer`) has no field `emial`."
+    )
+    nested = only(_two("profile", "${p.address.postcod}"), NESTED)
+    assert nested.message == (
+        "node `c` uses ${p.address.postcod}, but `p.address` has no field `postcod` "
+        "(did you mean `postcode`?)."
+    )
+
+
+def test_a_name_repeated_in_after_is_reported_once():
+    """However often `after` repeats a node, that is one DUPLICATE_EDGE."""
+    problem = only(_orders.plan(confirm={"after": ["reserve"] * 1000}))
+    assert problem.message == "node `confirm` lists `reserve` in after 1000 times; list it once."

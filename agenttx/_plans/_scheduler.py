@@ -267,6 +267,7 @@ class Update:
     interrupted: tuple[Start, ...] = ()
 
 
+_APPLIED: Final = Update(delivery=Delivery.APPLIED)
 _DUPLICATE: Final = Update(delivery=Delivery.DUPLICATE)
 _STALE: Final = Update(delivery=Delivery.STALE)
 
@@ -392,7 +393,8 @@ class Scheduler:
             if task.id in self._entries:
                 raise InvalidArgument(f"duplicate node id {task.id!r}")
             entry = _Entry(task)
-            entry.demands = self._demands(task, resources, exclusive)
+            if task.resources or task.exclusive is not None or task.tool in self._rated:
+                entry.demands = self._demands(task, resources, exclusive)
             self._entries[task.id] = entry
         for task in listed:
             entry = self._entries[task.id]
@@ -511,13 +513,15 @@ class Scheduler:
         retries = self._retries
         while retries and retries[0][0] <= now:
             self._ready.append(heapq.heappop(retries)[2])
-        for gate in list(self._dirty):
-            if self._drain(gate, now, started):
-                del self._dirty[gate]
-        for gate in list(self._waiting_rates):
-            self._drain(gate, now, started)
-            if not gate.queue:  # a rate limit's line waits for time, not for a release
-                del self._waiting_rates[gate]
+        if self._dirty:
+            for gate in list(self._dirty):
+                if self._drain(gate, now, started):
+                    del self._dirty[gate]
+        if self._waiting_rates:
+            for gate in list(self._waiting_rates):
+                self._drain(gate, now, started)
+                if not gate.queue:  # a rate limit's line waits for time, not for a release
+                    del self._waiting_rates[gate]
         ready = self._ready
         while ready and self._running < self._max:
             self._try_start(ready.popleft(), now, None, started)
@@ -608,7 +612,7 @@ class Scheduler:
         ready: list[str] = []
         for dependant in entry.dependants:
             self._resolve(dependant, ready)
-        return Update(delivery=Delivery.APPLIED, ready=tuple(ready))
+        return Update(delivery=Delivery.APPLIED, ready=tuple(ready)) if ready else _APPLIED
 
     def failed(
         self, node: str, attempt: str, *, retry_at: float | None = None, timed_out: bool = False
@@ -635,7 +639,7 @@ class Scheduler:
             entry.state = NodeState.READY
             self._seq += 1
             heapq.heappush(self._retries, (retry_at, self._seq, entry))
-            return Update(delivery=Delivery.APPLIED)
+            return _APPLIED
         self._end(entry, NodeState.TIMED_OUT if timed_out else NodeState.FAILED)
         if self._on_failure == "cancel_all":
             return self._cancel_all(f"node {node!r} failed")
