@@ -1046,3 +1046,36 @@ def test_random_dags_respect_prerequisites_limits_and_skips(drawn):
         assert state is expected[name]
     all_ok = all(state is NodeState.SUCCEEDED for state in expected.values())
     assert result.succeeded is all_ok
+
+
+def test_a_nodes_compensation_replaces_its_tools_and_gets_arguments_and_output():
+    """Node(compensate=...) runs instead of the tool's, with the node's arguments and output."""
+    calls: list[tuple[str, object]] = []
+
+    @agenttx.compensation
+    def tool_undo(payload):
+        calls.append(("tool", payload))
+
+    @agenttx.compensation
+    def node_undo(payload):
+        calls.append(("node", payload))
+
+    @agenttx.tool(compensate=tool_undo)
+    def reserve(sku: str) -> dict[str, str]:
+        return {"reservation_id": f"r-{sku}"}
+
+    @agenttx.tool
+    def fail(reservation_id: str) -> dict[str, str]:
+        raise ValueError("declined")
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("reserve", tool="reserve", inputs={"sku": "A"}, compensate="node_undo"),
+            agenttx.Node(
+                "pay", tool="fail", inputs={"reservation_id": "${reserve.reservation_id}"}
+            ),
+        ]
+    )
+    result = agenttx.run_plan(plan, tools=[reserve, fail, tool_undo, node_undo], initial={})
+    assert calls == [("node", {"arguments": {"sku": "A"}, "output": {"reservation_id": "r-A"}})]
+    assert [c.kind for c in result.compensations] == ["node_undo"]

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
-    from .._tools import Outcome, ToolsArgument
+    from .._tools import Outcome, Tool, ToolsArgument
     from ..stores import Store
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
@@ -240,6 +240,7 @@ class PlanExecution:
             on_failure=on_failure,
         )
         self._registry = registry
+        self._tools = _node_tools(plan, registry)
         self._compensations: dict[str, Compensation[Any, Any]] = dict(registry.compensations)
         for node in plan.nodes:
             if isinstance(node.compensate, Compensation):
@@ -434,8 +435,7 @@ class PlanExecution:
         record = self._nodes[start.node]
         now = time.monotonic()
         eligible = record.eligible_at if record.eligible_at is not None else now
-        tool = self._registry.get(node.tool)
-        assert tool is not None
+        tool = self._tools[start.node]
         context = ToolContext(
             tx_id=self.id,
             step_id=record.index + 1,
@@ -586,8 +586,7 @@ class PlanExecution:
         undos = list(outcome.undos)
         kind = node.compensation_name
         if kind is not None:
-            tool = self._registry.get(node.tool)
-            declared = None if tool is None else tool.compensation_name
+            declared = self._tools[node_id].compensation_name
             if declared is not None and undos and undos[-1].kind == declared:
                 undos.pop()  # the node's compensation replaces the tool's
             undos.append(_node_undo(attempt, kind, record.index + 1, len(undos), outcome))
@@ -700,9 +699,8 @@ class PlanExecution:
             # What an interrupted attempt registered may have half happened. An async tool
             # that has unwound is over; a sync one goes on on its worker thread, and undoing
             # while its effect may still land would undo nothing: kept, not run.
-            tool = self._registry.get(self._nodes[attempt.start.node].tool)
-            over = tool is not None and (tool.is_async or tool.inline)
-            over = over and (attempt.task is None or attempt.task.done())
+            tool = self._tools[attempt.start.node]
+            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
             self._keep_undos(attempt.start.node, undos, over=over)
 
     def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
@@ -843,6 +841,17 @@ class PlanExecution:
                 )
             )
         return timings
+
+
+def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]:
+    """Each node's tool; a validated plan names only registered tools."""
+    tools: dict[str, Tool[Any, Any]] = {}
+    for node in plan.nodes:
+        found = registry.get(node.tool)
+        if found is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
+            raise InvalidArgument(f"node `{node.id}`: tool `{node.tool}` is not registered")
+        tools[node.id] = found
+    return tools
 
 
 def _node_undo(

@@ -187,7 +187,8 @@ class PlanRun:
             raise TimeoutError(f"plan run `{self.id}` has not ended after {timeout} s")
         if self._error is not None:
             raise self._error
-        assert self._result is not None
+        if self._result is None:  # pragma: no cover  (the thread sets one or the other)
+            raise FailedPrecondition(f"plan run `{self.id}` ended without a result")
         return self._result
 
     def __repr__(self) -> str:
