@@ -1079,3 +1079,34 @@ def test_a_nodes_compensation_replaces_its_tools_and_gets_arguments_and_output()
     result = agenttx.run_plan(plan, tools=[reserve, fail, tool_undo, node_undo], initial={})
     assert calls == [("node", {"arguments": {"sku": "A"}, "output": {"reservation_id": "r-A"}})]
     assert [c.kind for c in result.compensations] == ["node_undo"]
+
+
+def test_a_run_id_open_in_the_store_is_refused_and_left_alone():
+    """A run id that is another transaction's open id is refused; that transaction is kept."""
+    store = MemoryStore()
+    store.begin("busy")
+    store.put("busy", "k", "1")
+    tools, calls, _ = _order_shop()
+    with pytest.raises(agenttx.InvalidArgument, match="already open"):
+        agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, store=store, run_id="busy")
+    with pytest.raises(agenttx.InvalidArgument, match="must be a Store"):
+        agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, store=object())
+    assert calls == []
+    assert store.is_open("busy")
+    assert store.get("busy", "k") == "1"
+
+
+def test_a_failing_commit_fails_the_plan_and_compensates():
+    """A store error at commit makes the run FAILED with the error; completed work is undone."""
+
+    class BrokenCommit(MemoryStore):
+        def commit(self, tx_id: str) -> int:
+            raise agenttx.StorageError("disk full")
+
+    tools, _, released = _order_shop()
+    store = BrokenCommit()
+    result = agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, store=store)
+    assert result.status is PlanStatus.FAILED
+    assert "disk full" in (result.error or "")
+    assert released == ["r-1"]
+    assert not store.is_open(result.run_id)

@@ -12,15 +12,17 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._errors import InvalidArgument
 from .._tools import Failure, compile_schema, read_signature, schema_for
+from ..stores import MemoryStore
 from ._scheduler import RateLimit
 
 if TYPE_CHECKING:
     from .._json import JSONValue
     from .._tools import Tool, Validator
+    from ..stores import Store
     from ._model import Plan
 
 __all__ = [
@@ -29,12 +31,30 @@ __all__ = [
     "check_limit",
     "check_rate_limits",
     "check_run_id",
+    "check_store",
     "optional_prerequisites",
     "output_check",
 ]
 
 #: What a run id may be: it is also the id of the run's store transaction.
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def check_store(store: object, run_id: str) -> Store:
+    """`store`, or a new private `MemoryStore` for None; `InvalidArgument` for what is not a
+    store, or a store in which `run_id` is already an open transaction (another run's)."""
+    if store is None:
+        return MemoryStore()
+    if not all(
+        callable(getattr(store, name, None)) for name in ("begin", "commit", "discard", "is_open")
+    ):
+        raise InvalidArgument(f"store must be a Store, got {store!r:.80}")
+    checked = cast("Store", store)
+    if checked.is_open(run_id):
+        raise InvalidArgument(
+            f"run_id {run_id!r} is a transaction already open in the store; use another"
+        )
+    return checked
 
 
 def check_run_id(run_id: object) -> str:

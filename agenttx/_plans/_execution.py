@@ -49,13 +49,13 @@ from .._tools import (
     run_tool,
 )
 from .._turns import RETRY_BACKOFF
-from ..stores import MemoryStore
 from ._checks import (
     OutputCheck,
     check_capacities,
     check_limit,
     check_rate_limits,
     check_run_id,
+    check_store,
     optional_prerequisites,
     output_check,
 )
@@ -214,13 +214,7 @@ class PlanExecution:
         if run_id is None:
             run_id = uuid.uuid4().hex
         self.id = check_run_id(run_id)
-        if store is None:
-            store = MemoryStore()
-        elif not all(
-            callable(getattr(store, name, None)) for name in ("begin", "commit", "discard")
-        ):
-            raise InvalidArgument(f"store must be a Store, got {store!r:.80}")
-        self._store: Store = store  # type: ignore[assignment]
+        self._store = check_store(store, self.id)
         self._optional = {node.id: optional_prerequisites(plan, node.id) for node in plan.nodes}
         self._scheduler = Scheduler(
             [
@@ -267,6 +261,7 @@ class PlanExecution:
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
+        self._begun = False  # whether the run's store transaction was opened (by this run)
         self._wake: Callable[[], None] | None = None
         self._serialized = _SerializedStore(self._store)
         self._event(
@@ -357,6 +352,7 @@ class PlanExecution:
         running: dict[str, _Attempt] = {}
         try:
             self._store.begin(self.id)
+            self._begun = True
             await self._drive(queue, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
@@ -750,6 +746,10 @@ class PlanExecution:
                 error = f"write conflict on state key {exc.key!r}: another commit changed it"
                 status = PlanStatus.FAILED
                 self._event(PlanEventKind.FAILED, data={"error": error})
+            except Exception as exc:  # noqa: BLE001  (a store failure: nothing was published)
+                error = f"the commit failed: {type(exc).__name__}: {exc}"
+                status = PlanStatus.FAILED
+                self._event(PlanEventKind.FAILED, data={"error": error[:1000]})
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
                 delivered, dispatch_errors = await asyncio.to_thread(
@@ -761,7 +761,9 @@ class PlanExecution:
                 )
         compensations: tuple[CompensationOutcome, ...] = ()
         if status is not PlanStatus.SUCCEEDED:
-            self._store.discard(self.id)
+            if self._begun:  # never another's transaction of the same id
+                with contextlib.suppress(Exception):  # a store failure: already not published
+                    self._store.discard(self.id)
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
             compensations = await self._compensate_completed()
         with self._lock:
