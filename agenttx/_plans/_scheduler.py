@@ -483,11 +483,14 @@ class Scheduler:
 
         That is a retry's `retry_at` or a rate-limited tool's next token; None when nothing
         waits for time (the next start then waits for a result, or nothing is left). A node
-        held back by concurrency or a resource waits for a result, not for time.
+        held back by concurrency or a resource waits for a result, not for time. Right after
+        `get_ready(now)`, the answer is None or later than `now`, so a loop that sleeps until
+        it (or the next result) never spins.
         """
         if self._cancel_reason is not None:
             return None
-        times = [gate.due() for gate in self._waiting_rates]
+        # A bucket holding a token has nodes waiting for a free slot, not for time.
+        times = [gate.due() for gate in self._waiting_rates if gate.tokens + _EPSILON < 1]
         if self._retries:
             times.append(self._retries[0][0])
         return min(times, default=None)
