@@ -1,0 +1,417 @@
+"""Plans: makespan against the critical path, side by side with LangGraph, and scheduling overhead.
+
+Run from the repository root::
+
+    pip install -e '.[bench]'      # LangGraph, for the comparison
+    python bench/plans.py          # the full run
+    python bench/plans.py --quick  # a smoke run (used by tests/test_bench.py)
+
+Makespan / critical path. Each workload is a DAG of sleeping async tools: the seed's order
+workflow (`customer_lookup` 30 ms and `stock_check` 20 ms together, `reserve` 40 ms after both,
+holding the exclusive resource `order:{order_id}`, `confirm` 10 ms after `reserve`) and random
+50-node DAGs (seeds 0, 1, ...; each node waits for 0-3 earlier nodes and sleeps 10-50 ms).
+agenttx runs each as a `Plan` with `arun_plan` (the order workflow with typed tools and
+`${...}` references; a random DAG's first prerequisite is a reference, the others `after`);
+LangGraph runs the same DAG as a `StateGraph` of the same sleeping async nodes (fan-out from
+START, waiting edges for fan-in, superstep execution, no checkpointer). Each tool records its
+own start and end; the critical path is the longest path of those measured durations through
+the DAG, and the makespan is the wall time of the whole call (validation included), so the
+ratio charges each framework for everything it adds to the tools' own time. One untimed warm-up
+run each, then the median ratio over the runs. Both frameworks run in the same process, one
+after the other, on the same DAGs.
+
+Scheduling overhead. A 10,000-node plan of one inline no-op tool (`inline=True`: it runs on the
+event loop, so tool time is nil): node i takes its input from a reference to one of the 64
+nodes before it, some nodes also wait for another (`after`), the first ones read
+`${initial.seed}`. The figure is the wall time of `arun_plan` (validation included) divided by
+the nodes, the median over runs. Flatness: the tool records when each node is called; the time
+the last 1,000 nodes took over the time the first 1,000 took (median over runs).
+
+Targets (issue 13, section 5): makespan / critical path at most 1.02 on both workloads;
+overhead at most 30 us a node in memory; last 1,000 / first 1,000 at most 1.25. The durable
+target (at most 150 us a node on SQLite) is not measured: durable plans are not built yet.
+`--quick` checks correctness (every node succeeds, each LangGraph node runs once) on smaller
+runs; missed timings are reported, not turned into a failing exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from typing import TYPE_CHECKING, Any, NewType
+
+from typing_extensions import TypedDict
+
+import agenttx
+from _dags import (
+    DagNode,
+    Measured,
+    langgraph_available,
+    order_dag,
+    random_dag,
+    run_langgraph,
+)
+from _report import Row, report
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+RATIO_TARGET = 1.02
+OVERHEAD_TARGET_US = 30.0
+FLAT_TARGET = 1.25
+DURABLE_TARGET_US = 150.0
+OVERHEAD_WINDOW = 64
+
+CustomerId = NewType("CustomerId", str)
+WarehouseId = NewType("WarehouseId", str)
+
+
+class Customer(TypedDict):
+    """What `lookup_customer` returns."""
+
+    customer_id: CustomerId
+
+
+class Stock(TypedDict):
+    """What `check_stock` returns."""
+
+    warehouse_id: WarehouseId
+    available: int
+
+
+class Reservation(TypedDict):
+    """What `reserve_stock` returns."""
+
+    reservation_id: str
+
+
+class Sent(TypedDict):
+    """What `send_confirmation` returns."""
+
+    message_id: str
+
+
+class Token(TypedDict):
+    """What the random DAGs' tool returns: the next node's input."""
+
+    token: str
+
+
+class Value(TypedDict):
+    """What the overhead plan's tool returns."""
+
+    value: int
+
+
+def runner_available() -> bool:
+    """True once the plan runner is built (`agenttx.arun_plan`)."""
+    return hasattr(agenttx, "arun_plan")
+
+
+# --- makespan / critical path ----------------------------------------------------------------
+
+
+def order_tools(spans: dict[str, tuple[float, float]]) -> list[Any]:
+    """The order workflow's four tools, sleeping the order DAG's durations, recording spans."""
+    seconds = {node.id: node.seconds for node in order_dag()}
+
+    async def sleep(node: str) -> None:
+        started = time.perf_counter()
+        await asyncio.sleep(seconds[node])
+        spans[node] = (started, time.perf_counter())
+
+    @agenttx.tool
+    async def lookup_customer(email: str) -> Customer:
+        """Find the customer by email."""
+        await sleep("customer_lookup")
+        return {"customer_id": CustomerId(f"c-{len(email)}")}
+
+    @agenttx.tool
+    async def check_stock(sku: str) -> Stock:
+        """Find a warehouse holding the SKU."""
+        await sleep("stock_check")
+        return {"warehouse_id": WarehouseId(f"w-{sku}"), "available": 5}
+
+    @agenttx.tool
+    async def reserve_stock(
+        customer_id: CustomerId, warehouse_id: WarehouseId, quantity: int
+    ) -> Reservation:
+        """Reserve the stock for the customer."""
+        await sleep("reserve")
+        return {"reservation_id": f"r-{customer_id}-{warehouse_id}-{quantity}"}
+
+    @agenttx.tool
+    async def send_confirmation(order_id: str, reservation_id: str) -> Sent:
+        """Email the confirmation."""
+        await sleep("confirm")
+        return {"message_id": f"m-{order_id}-{reservation_id}"}
+
+    return [lookup_customer, check_stock, reserve_stock, send_confirmation]
+
+
+def order_plan() -> Any:
+    """The order workflow as a plan (the seed's, as in DESIGN.md)."""
+    return agenttx.Plan(
+        nodes=[
+            agenttx.Node(
+                "customer_lookup",
+                tool="lookup_customer",
+                inputs={"email": "${initial.customer_email}"},
+            ),
+            agenttx.Node("stock_check", tool="check_stock", inputs={"sku": "${initial.sku}"}),
+            agenttx.Node(
+                "reserve",
+                tool="reserve_stock",
+                inputs={
+                    "customer_id": "${customer_lookup.customer_id}",
+                    "warehouse_id": "${stock_check.warehouse_id}",
+                    "quantity": "${initial.quantity}",
+                },
+                exclusive_resource="order:${initial.order_id}",
+            ),
+            agenttx.Node(
+                "confirm",
+                tool="send_confirmation",
+                inputs={"order_id": "${initial.order_id}"},
+                after=["reserve"],
+            ),
+        ],
+        initial=["customer_email", "sku", "quantity", "order_id", "currency"],
+    )
+
+
+ORDER_INITIAL = {
+    "customer_email": "ada@example.com",
+    "sku": "SKU-1",
+    "quantity": 2,
+    "order_id": "o-1",
+    "currency": "GBP",
+}
+
+
+def work_tool(nodes: Sequence[DagNode], spans: dict[str, tuple[float, float]]) -> Any:
+    """The random DAGs' one tool: sleeps the node's duration, records its span."""
+    seconds = {node.id: node.seconds for node in nodes}
+
+    @agenttx.tool
+    async def work(node: str, token: str = "") -> Token:  # noqa: ARG001
+        """Sleep as long as the node says; return a token for the next node."""
+        started = time.perf_counter()
+        await asyncio.sleep(seconds[node])
+        spans[node] = (started, time.perf_counter())
+        return {"token": node}
+
+    return work
+
+
+def dag_plan(nodes: Sequence[DagNode]) -> Any:
+    """A DAG as a plan of `work` nodes: the first prerequisite a reference, the rest `after`."""
+    plan_nodes = []
+    for node in nodes:
+        inputs: dict[str, Any] = {"node": node.id}
+        if node.prerequisites:
+            inputs["token"] = f"${{{node.prerequisites[0]}.token}}"
+        plan_nodes.append(
+            agenttx.Node(node.id, tool="work", inputs=inputs, after=list(node.prerequisites[1:]))
+        )
+    return agenttx.Plan(nodes=plan_nodes, initial=[])
+
+
+async def run_agenttx(nodes: Sequence[DagNode], *, order: bool) -> tuple[Measured, Any]:
+    """Run the workload once with `arun_plan`; check every node succeeded."""
+    spans: dict[str, tuple[float, float]] = {}
+    if order:
+        plan, tools, initial = order_plan(), order_tools(spans), ORDER_INITIAL
+    else:
+        plan, tools, initial = dag_plan(nodes), [work_tool(nodes, spans)], {}
+    started = time.perf_counter()
+    result = await agenttx.arun_plan(plan, tools=tools, initial=initial, max_concurrency=len(nodes))
+    measured = Measured(wall_s=time.perf_counter() - started, spans=spans)
+    _check_succeeded(result, len(nodes))
+    if set(spans) != {node.id for node in nodes}:
+        raise SystemExit(f"agenttx ran {sorted(spans)}, not every node")
+    return measured, result
+
+
+def _check_succeeded(result: Any, count: int) -> None:
+    states = {node_id: node.state for node_id, node in result.nodes.items()}
+    if len(states) != count or any(s is not agenttx.NodeState.SUCCEEDED for s in states.values()):
+        bad = {k: v for k, v in states.items() if v is not agenttx.NodeState.SUCCEEDED}
+        raise SystemExit(f"agenttx plan did not succeed: {bad or states}")
+
+
+async def ratios(
+    workloads: Sequence[tuple[str, Sequence[DagNode]]], runs: int, *, peer: bool
+) -> dict[str, list[float]]:
+    """Makespan / critical path of every run, by framework (`agenttx`, `langgraph`).
+
+    Each workload runs once untimed per framework first (imports, caches), then `runs` times.
+    """
+    found: dict[str, list[float]] = {"agenttx": [], "langgraph": [], "agenttx_own": []}
+    for name, nodes in workloads:
+        order = name == "order"
+        if runner_available():
+            await run_agenttx(nodes, order=order)
+            for _ in range(runs):
+                measured, result = await run_agenttx(nodes, order=order)
+                found["agenttx"].append(measured.ratio(nodes))
+                metrics = result.metrics
+                found["agenttx_own"].append(metrics.makespan_s / metrics.critical_path_s)
+        if peer:
+            await run_langgraph(nodes)
+            for _ in range(runs):
+                found["langgraph"].append((await run_langgraph(nodes)).ratio(nodes))
+    return found
+
+
+def ratio_rows(label: str, found: dict[str, list[float]], detail: str) -> list[Row]:
+    """The table rows of one workload's ratios."""
+    rows: list[Row] = []
+    if found["agenttx"]:
+        ours = statistics.median(found["agenttx"])
+        own = statistics.median(found["agenttx_own"])
+        rows.append(
+            Row(
+                name=f"{label}: makespan / critical path",
+                measured=f"{ours:.3f}",
+                target=f"<= {RATIO_TARGET:g}",
+                ratio=ours / RATIO_TARGET,
+                detail=f"{detail}; max {max(found['agenttx']):.3f};"
+                f" by result.metrics (makespan_s / critical_path_s): {own:.3f}",
+            )
+        )
+    if found["langgraph"]:
+        theirs = statistics.median(found["langgraph"])
+        rows.append(
+            Row(
+                name=f"{label}: LangGraph (peer)",
+                measured=f"{theirs:.3f}",
+                target="-",
+                ratio=0.0,
+                peer=True,
+                detail=f"{detail}; the same DAG as a StateGraph, superstep execution;"
+                f" min {min(found['langgraph']):.3f}, max {max(found['langgraph']):.3f}",
+            )
+        )
+    return rows
+
+
+# --- scheduling overhead ---------------------------------------------------------------------
+
+
+def overhead_plan(n: int, seed: int) -> Any:
+    """An `n`-node plan of the inline tool `step`, shaped by `random_dag(window=64)`."""
+    nodes = []
+    for node in random_dag(n, seed, max_prerequisites=2, window=OVERHEAD_WINDOW):
+        if node.prerequisites:
+            first, *rest = node.prerequisites
+            inputs = {"x": f"${{{first}.value}}"}
+        else:
+            inputs, rest = {"x": "${initial.seed}"}, []
+        nodes.append(agenttx.Node(node.id, tool="step", inputs=inputs, after=rest))
+    return agenttx.Plan(nodes=nodes, initial=["seed"])
+
+
+async def time_overhead(n: int, block: int, runs: int) -> tuple[float, float, float]:
+    """Median us per node of `arun_plan`, median last/first `block` ratio, us in validation."""
+    calls: list[int] = []
+
+    @agenttx.tool(inline=True)
+    def step(x: int) -> Value:
+        """Do nothing but note the time."""
+        calls.append(time.perf_counter_ns())
+        return {"value": x}
+
+    per_node: list[float] = []
+    flat: list[float] = []
+    validating: list[float] = []
+    for run in range(runs + 1):  # the first run warms up, untimed
+        plan = overhead_plan(n, seed=run)
+        started = time.perf_counter_ns()
+        problems = plan.validate([step])
+        validating.append((time.perf_counter_ns() - started) / n / 1000)
+        if problems:
+            raise SystemExit(f"overhead plan is invalid: {problems[:3]}")
+        calls.clear()
+        started = time.perf_counter_ns()
+        result = await agenttx.arun_plan(
+            plan, tools=[step], initial={"seed": 1}, max_concurrency=64
+        )
+        elapsed = time.perf_counter_ns() - started
+        _check_succeeded(result, n)
+        if len(calls) != n:
+            raise SystemExit(f"the tool ran {len(calls)} times for {n} nodes")
+        if run:
+            per_node.append(elapsed / n / 1000)
+            flat.append((calls[-1] - calls[-block]) / (calls[block - 1] - calls[0]))
+    return statistics.median(per_node), statistics.median(flat), statistics.median(validating[1:])
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def main() -> int:
+    """Run the benchmark, print the table, return 1 if a target is missed on a full run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    args = parser.parse_args()
+    order_runs, seeds, dag_runs = (3, 2, 1) if args.quick else (20, 10, 3)
+    nodes_n, block, overhead_runs = (2_000, 200, 1) if args.quick else (10_000, 1_000, 5)
+
+    peer = langgraph_available()
+    notes: list[str] = []
+    if not peer:
+        notes.append("LangGraph is not installed (pip install -e '.[bench]'): no peer figures")
+    if not runner_available():
+        notes.append("agenttx: not measured: the plan runner (agenttx.arun_plan) is not built")
+
+    rows: list[Row] = []
+    order = asyncio.run(ratios([("order", order_dag())], order_runs, peer=peer))
+    rows += ratio_rows("order DAG", order, f"median of {order_runs} runs, 4 nodes")
+    dags = [(f"seed {seed}", random_dag(50, seed)) for seed in range(seeds)]
+    random_found = asyncio.run(ratios(dags, dag_runs, peer=peer))
+    rows += ratio_rows(
+        "random 50-node DAGs",
+        random_found,
+        f"median of {seeds} seeds x {dag_runs} runs, 10-50 ms sleeps",
+    )
+    if runner_available():
+        us, flat, validating = asyncio.run(time_overhead(nodes_n, block, overhead_runs))
+        rows.append(
+            Row(
+                name=f"overhead per node, {nodes_n:,} nodes",
+                measured=f"{us:.1f} us",
+                target=f"<= {OVERHEAD_TARGET_US:g} us",
+                ratio=us / OVERHEAD_TARGET_US,
+                detail=f"arun_plan wall time / nodes, inline no-op tool, median of"
+                f" {overhead_runs} runs; of which validation {validating:.1f} us",
+            )
+        )
+        rows.append(
+            Row(
+                name=f"last / first {block:,} nodes",
+                measured=f"{flat:.2f}",
+                target=f"<= {FLAT_TARGET:g}",
+                ratio=flat / FLAT_TARGET,
+                detail="time between the tool's calls, median of runs",
+            )
+        )
+    notes.append(
+        f"durable overhead per node (SQLite, target <= {DURABLE_TARGET_US:g} us):"
+        " not measured: durable plans not built"
+    )
+    if not rows:
+        rows.append(_peer_only_placeholder())
+    return report(rows, quick=args.quick, notes=notes)
+
+
+def _peer_only_placeholder() -> Row:
+    """A row saying nothing was measured (LangGraph missing and the runner not built)."""
+    return Row(name="nothing measured", measured="-", target="-", ratio=0.0, peer=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
