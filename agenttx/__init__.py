@@ -2,12 +2,13 @@
 
 Layer map: a module imports only from its own layer or below, and from a private package
 only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`).
-`tests/test_layers.py` checks every import against this table.
+`tests/test_layers.py` checks every import against this table (a layer may take several lines).
 
     layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores
     layer 2: _graph _rollback _saga _tools _lineage _constraints
     layer 3: _results _history _txlog _settings _timeline _prepare _observed _turns _transaction
+    layer 3: _plans
     layer 4: _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
@@ -24,6 +25,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _observed    what a transaction shows
     _turns       calls that number themselves            _transaction interactive transactions
     _prompt      the system prompt for agents
+    _plans/      plans: model, validation, scheduler, runner, metrics
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers
     integrations/ agent SDKs and frameworks (optional extras, imported on their own)
@@ -42,6 +44,7 @@ from ._errors import IllegalTransition as IllegalTransition
 from ._errors import InvalidArgument as InvalidArgument
 from ._errors import InvalidTransactionState as InvalidTransactionState
 from ._errors import JSONValueError as JSONValueError
+from ._errors import PlanValidationError as PlanValidationError
 from ._errors import ReadConflict as ReadConflict
 from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
 from ._errors import StepOutOfOrder as StepOutOfOrder
@@ -65,6 +68,10 @@ from ._lineage import LineageNode as LineageNode
 from ._lineage import LineageRecorder as LineageRecorder
 from ._lineage import lineage_from_openai as lineage_from_openai
 from ._lineage import lineage_from_steps as lineage_from_steps
+from ._plans import Node as Node
+from ._plans import Plan as Plan
+from ._plans import PlanProblem as PlanProblem
+from ._plans import PlanProblemCode as PlanProblemCode
 from ._prompt import PROMPT as PROMPT
 from ._prompt import prompt as prompt
 from ._refs import Dependency as Dependency
@@ -134,6 +141,11 @@ __all__ = [
     "LineageGraph",
     "LineageNode",
     "LineageRecorder",
+    "Node",
+    "Plan",
+    "PlanProblem",
+    "PlanProblemCode",
+    "PlanValidationError",
     "ReadConflict",
     "RecoveryReport",
     "ReferenceSyntaxError",
