@@ -144,10 +144,10 @@ def order_tools(spans: dict[str, tuple[float, float]]) -> list[Any]:
         return {"reservation_id": f"r-{customer_id}-{warehouse_id}-{quantity}"}
 
     @agenttx.tool
-    async def send_confirmation(order_id: str, reservation_id: str) -> Sent:
-        """Email the confirmation."""
+    async def send_confirmation(order_id: str, email: str) -> Sent:
+        """Email the confirmation (after the reservation: a business-order edge, no value)."""
         await sleep("confirm")
-        return {"message_id": f"m-{order_id}-{reservation_id}"}
+        return {"message_id": f"m-{order_id}-{email}"}
 
     return [lookup_customer, check_stock, reserve_stock, send_confirmation]
 
@@ -175,7 +175,7 @@ def order_plan() -> Any:
             agenttx.Node(
                 "confirm",
                 tool="send_confirmation",
-                inputs={"order_id": "${initial.order_id}"},
+                inputs={"order_id": "${initial.order_id}", "email": "${initial.customer_email}"},
                 after=["reserve"],
             ),
         ],
