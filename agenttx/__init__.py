@@ -68,10 +68,26 @@ from ._lineage import LineageNode as LineageNode
 from ._lineage import LineageRecorder as LineageRecorder
 from ._lineage import lineage_from_openai as lineage_from_openai
 from ._lineage import lineage_from_steps as lineage_from_steps
+from ._plans import CompensationOutcome as CompensationOutcome
+from ._plans import CompensationStatus as CompensationStatus
+from ._plans import CostBreakdown as CostBreakdown
 from ._plans import Node as Node
+from ._plans import NodeResult as NodeResult
+from ._plans import NodeState as NodeState
 from ._plans import Plan as Plan
+from ._plans import PlanEvent as PlanEvent
+from ._plans import PlanEventKind as PlanEventKind
+from ._plans import PlanMetrics as PlanMetrics
 from ._plans import PlanProblem as PlanProblem
 from ._plans import PlanProblemCode as PlanProblemCode
+from ._plans import PlanResult as PlanResult
+from ._plans import PlanRun as PlanRun
+from ._plans import PlanStatus as PlanStatus
+from ._plans import RateLimit as RateLimit
+from ._plans import arun_plan as arun_plan
+from ._plans import cost_per_completed_workflow as cost_per_completed_workflow
+from ._plans import run_plan as run_plan
+from ._plans import start_plan as start_plan
 from ._prompt import PROMPT as PROMPT
 from ._prompt import prompt as prompt
 from ._refs import Dependency as Dependency
@@ -119,8 +135,11 @@ __all__ = [
     "CleanHint",
     "CommitResult",
     "Compensation",
+    "CompensationOutcome",
     "CompensationReport",
+    "CompensationStatus",
     "ContextEntry",
+    "CostBreakdown",
     "Dependency",
     "DependencyGraph",
     "DispatchReport",
@@ -142,10 +161,19 @@ __all__ = [
     "LineageNode",
     "LineageRecorder",
     "Node",
+    "NodeResult",
+    "NodeState",
     "Plan",
+    "PlanEvent",
+    "PlanEventKind",
+    "PlanMetrics",
     "PlanProblem",
     "PlanProblemCode",
+    "PlanResult",
+    "PlanRun",
+    "PlanStatus",
     "PlanValidationError",
+    "RateLimit",
     "ReadConflict",
     "RecoveryReport",
     "ReferenceSyntaxError",
@@ -177,12 +205,16 @@ __all__ = [
     "TxStatus",
     "UndoRecord",
     "WriteConflict",
+    "arun_plan",
     "clean_error",
     "compensation",
+    "cost_per_completed_workflow",
     "lineage_from_openai",
     "lineage_from_steps",
     "prompt",
     "resolve_references",
+    "run_plan",
+    "start_plan",
     "to_json_value",
     "tool",
 ]
