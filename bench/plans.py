@@ -41,9 +41,8 @@ import asyncio
 import statistics
 import sys
 import time
-from typing import TYPE_CHECKING, Any, NewType
+from typing import TYPE_CHECKING, Any, NewType, TypedDict
 
-from typing_extensions import TypedDict
 
 import agenttx
 from _dags import (
