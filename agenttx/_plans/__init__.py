@@ -12,6 +12,7 @@ from ._model import PlanProblem as PlanProblem
 from ._model import PlanProblemCode as PlanProblemCode
 from ._model import UnresolvedInput as UnresolvedInput
 from ._model import resolve_inputs as resolve_inputs
+from ._model import resolve_resource as resolve_resource
 from ._results import CompensationOutcome as CompensationOutcome
 from ._results import CompensationStatus as CompensationStatus
 from ._results import NodeResult as NodeResult
@@ -53,6 +54,7 @@ __all__ = [
     "cost_per_completed_workflow",
     "find_cycles",
     "resolve_inputs",
+    "resolve_resource",
     "run_plan",
     "start_plan",
     "validate_plan",

@@ -22,7 +22,7 @@ import hashlib
 import math
 import types
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 import attrs
 
@@ -49,6 +49,7 @@ __all__ = [
     "PlanProblemCode",
     "UnresolvedInput",
     "resolve_inputs",
+    "resolve_resource",
 ]
 
 #: The longest node id, initial key or resource name accepted.
@@ -160,6 +161,8 @@ def _names(node: str, field: str, value: object) -> tuple[str, ...]:
 
 
 def _mapping(node: str, field: str, value: object) -> dict[str, Any]:
+    if type(value) is dict and not value:
+        return {}
     if not isinstance(value, Mapping):
         raise _fail(node, field, f"must be a mapping, got {value!r:.80}")
     for key in value:
@@ -169,6 +172,10 @@ def _mapping(node: str, field: str, value: object) -> dict[str, Any]:
 
 def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
     """A list as a tuple; anything else is left for `__attrs_post_init__` to refuse by name."""
+    if type(value) is tuple:
+        return value
+    if type(value) is list:
+        return tuple(value)
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         return value  # type: ignore[return-value]
     return tuple(value)
@@ -232,8 +239,8 @@ class Node:
             )
         _check_name(node, "tool", self.tool)
         inputs = _mapping(node, "inputs", self.inputs)
-        checked = check_json(inputs, what=f"inputs of node `{node}`")
-        assert isinstance(checked, dict)
+        # A mapping with string keys checks as an object.
+        checked = cast("dict[str, JSONValue]", check_json(inputs, what=f"inputs of node `{node}`"))
         set_(self, "inputs", types.MappingProxyType(checked))
         set_(self, "after", _names(node, "after", self.after))
         resource = self.exclusive_resource
@@ -268,9 +275,11 @@ class Node:
                     node, "optional and fallback", f"name input {name!r}, which it does not map"
                 )
         set_(self, "optional", optional)
-        fallback_checked = check_json(fallback, what=f"fallback of node `{node}`")
-        assert isinstance(fallback_checked, dict)
-        set_(self, "fallback", types.MappingProxyType(fallback_checked))
+        if fallback:
+            fallback = cast(
+                "dict[str, Any]", check_json(fallback, what=f"fallback of node `{node}`")
+            )
+        set_(self, "fallback", types.MappingProxyType(fallback))
         refs: list[InputRef] = []
         malformed: list[tuple[str, str]] = []
         for param, value in checked.items():
@@ -313,6 +322,10 @@ def _collect(
     param: str, value: JSONValue, refs: list[InputRef], malformed: list[tuple[str, str]]
 ) -> None:
     """Append the references of one input (nested lists and objects included) to `refs`."""
+    if isinstance(value, str):
+        if "${" in value:
+            _collect_text(param, value, top=True, refs=refs, malformed=malformed)
+        return
     stack: list[tuple[JSONValue, bool]] = [(value, True)]
     while stack:
         item, top = stack.pop()
@@ -322,20 +335,25 @@ def _collect(
         if isinstance(item, list):
             stack.extend((child, False) for child in reversed(item))
             continue
-        if not isinstance(item, str) or "${" not in item:
-            continue
-        try:
-            pieces = parse_template(item, mode="plan")
-        except ReferenceSyntaxError as exc:
-            malformed.append((param, exc.problem))
-            continue
-        whole = top and len(pieces) == 1
-        interpolated = len(pieces) > 1
-        refs.extend(
-            _input_ref(param, piece, whole=whole, interpolated=interpolated)
-            for piece in pieces
-            if isinstance(piece, Reference)
-        )
+        if isinstance(item, str) and "${" in item:
+            _collect_text(param, item, top=top, refs=refs, malformed=malformed)
+
+
+def _collect_text(
+    param: str, text: str, *, top: bool, refs: list[InputRef], malformed: list[tuple[str, str]]
+) -> None:
+    try:
+        pieces = parse_template(text, mode="plan")
+    except ReferenceSyntaxError as exc:
+        malformed.append((param, exc.problem))
+        return
+    whole = top and len(pieces) == 1
+    interpolated = len(pieces) > 1
+    refs.extend(
+        _input_ref(param, piece, whole=whole, interpolated=interpolated)
+        for piece in pieces
+        if isinstance(piece, Reference)
+    )
 
 
 def _input_ref(param: str, reference: Reference, *, whole: bool, interpolated: bool) -> InputRef:
@@ -503,6 +521,26 @@ class Plan:
         if problems:
             raise PlanValidationError(problems)
 
+    def check_initial(self, values: object) -> dict[str, JSONValue]:
+        """The initial values of a run, checked against `initial`: a checked JSON copy.
+
+        Raises `InvalidArgument` when `values` is not a mapping, lacks a declared key or has
+        one `initial` does not declare (naming them), and `JSONValueError` when a value is not
+        JSON.
+        """
+        if not isinstance(values, Mapping):
+            raise InvalidArgument(f"initial values must be a mapping, got {values!r:.80}")
+        declared = set(self.initial)
+        unknown = sorted(str(key) for key in values if key not in declared)
+        if unknown:
+            raise InvalidArgument(
+                f"initial values have key(s) the plan does not declare: {', '.join(unknown)}"
+            )
+        missing = [key for key in self.initial if key not in values]
+        if missing:
+            raise InvalidArgument(f"initial values lack declared key(s): {', '.join(missing)}")
+        return cast("dict[str, JSONValue]", check_json(dict(values), what="initial values"))
+
     def to_json(self) -> dict[str, JSONValue]:
         """The plan's canonical JSON form; `Plan.from_json` reads it back."""
         return {
@@ -625,6 +663,25 @@ def resolve_inputs(
             )
         arguments[param] = resolved
     return arguments
+
+
+def resolve_resource(node: Node, initial: Mapping[str, JSONValue]) -> str | None:
+    """The name of the exclusive resource `node` holds, its `${initial.key}`s filled in.
+
+    None when the node holds none. Raises `UnresolvedInput` (param `exclusive_resource`) if a
+    reference cannot be resolved, which `Plan.validate` and `Plan.check_initial` rule out.
+    """
+    resource = node.exclusive_resource
+    if resource is None or "${" not in resource:
+        return resource
+    namespaces = {"initial": initial if isinstance(initial, dict) else dict(initial)}
+    resolved, error = resolve_plan_value(resource, namespaces)
+    if error is not None:
+        raise UnresolvedInput(
+            param="exclusive_resource",
+            message=f"exclusive resource of node `{node.id}`: {error}",
+        )
+    return resolved if isinstance(resolved, str) else canonical_dumps(resolved)
 
 
 class _Namespaces(Mapping[str, JSONValue]):
