@@ -412,12 +412,15 @@ class _Run:
             for index, node in enumerate(plan.nodes)
         }
         self._outputs: dict[str, JSONValue] = {}
+        #: Undos of calls that may still be running on a worker: reported, never run.
+        self._stranded: list[tuple[str, UndoRecord]] = []
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
         self._audit: list[PlanEvent] = []
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
+        self._closing = False  # set once the run's outcome is decided: no more cancellations
         self._wake: Callable[[], None] | None = None
         self._serialized = _SerializedStore(self._store)
         self._event(
@@ -436,10 +439,8 @@ class _Run:
         if not isinstance(reason, str):
             raise InvalidArgument(f"reason must be a string, got {reason!r:.80}")
         with self._lock:
-            if self._status.is_terminal:
-                raise FailedPrecondition(
-                    f"plan run `{self.id}` has ended ({self._status.value}): it cannot be cancelled"
-                )
+            if self._closing:
+                raise FailedPrecondition(f"plan run `{self.id}` has ended: it cannot be cancelled")
             if self._cancel_reason is not None:
                 raise FailedPrecondition(f"plan run `{self.id}` is already cancelled")
             self._cancel_reason = reason
@@ -500,9 +501,9 @@ class _Run:
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
                 self._nodes[node_id].eligible_at = self._started
-        self._store.begin(self.id)
         running: dict[str, _Attempt] = {}
         try:
+            self._store.begin(self.id)
             await self._drive(queue, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
@@ -513,7 +514,7 @@ class _Run:
                     self._event_locked(
                         PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
                     )
-            await self._cancel(self._scheduler.cancel(self._cancel_reason or ""), running)
+            await self._apply(self._scheduler.cancel(self._cancel_reason or ""), running)
             await self._finish()
             raise
         return await self._finish()
@@ -527,21 +528,30 @@ class _Run:
         while scheduler.is_active():
             reason = self._cancelling()
             if reason is not None:
-                await self._cancel(scheduler.cancel(reason), running)
+                await self._apply(scheduler.cancel(reason), running)
                 break
-            for start in scheduler.get_ready(time.monotonic()):
+            starts = scheduler.get_ready(time.monotonic())
+            for start in starts:
                 if self._cancelling() is not None:
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
-                self._dispatch(start, queue, running)
-            if not scheduler.is_active() or self._cancelling() is not None:
-                continue
+                if scheduler.state(start.node) is not NodeState.RUNNING:
+                    continue  # ended meanwhile (cancel_all after an earlier start's failure)
+                update = self._dispatch(start, queue, running)
+                if update is not None:  # it failed at once: apply what that ended or released
+                    await self._apply(update, running)
+            if starts:
+                continue  # the starts may have released or ended nodes: look again
+            if not scheduler.is_active():
+                break
             wakeup = scheduler.next_wakeup()
             if not running and wakeup is None:
-                if scheduler.get_ready(time.monotonic()):  # pragma: no cover  (defensive)
-                    raise AssertionError("the scheduler started nodes it did not report")
-                # Nothing runs and nothing waits for time: nothing can ever start.
-                self._cancel_reason = "no node can start: the limits leave no room"
-                self._event(PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason})
+                # Nothing runs, nothing is due later and nothing could start: a stall the
+                # scheduler's checks should make impossible; end the run rather than hang.
+                with self._lock:
+                    self._cancel_reason = "no node can start: the limits leave no room"
+                    self._event_locked(
+                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                    )
                 continue
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
             try:
@@ -561,8 +571,9 @@ class _Run:
         start: Start,
         queue: asyncio.Queue[_Finished | _Crashed | None],
         running: dict[str, _Attempt],
-    ) -> None:
-        """Re-check a start, then run its attempt as a task (or fail it at once)."""
+    ) -> Update | None:
+        """Re-check a start, then run its attempt as a task; or fail it at once and return
+        the scheduler's update."""
         import asyncio  # noqa: PLC0415
 
         node = self._plan.node(start.node)
@@ -635,8 +646,7 @@ class _Run:
         if failure is not None:
             closed(context)
             attempt.finished_at = time.monotonic()
-            self._fail(attempt, failure, retry=False)
-            return
+            return self._fail(attempt, failure, retry=False)
         attempt.arguments = arguments
         call = Call(
             step_id=record.index + 1,
@@ -650,6 +660,7 @@ class _Run:
         )
         running[start.attempt] = attempt
         attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
+        return None
 
     async def _run_attempt(
         self, attempt: _Attempt, call: Call, queue: asyncio.Queue[_Finished | _Crashed | None]
@@ -685,14 +696,20 @@ class _Run:
             if failure is not None:
                 failure = failure._replace(mistake=True)  # a broken contract: never retried
         if failure is not None:
-            update = self._fail(attempt, failure, retry=True, undos=outcome.undos)
+            update = self._fail(
+                attempt,
+                failure,
+                retry=True,
+                undos=outcome.undos,
+                still_running=outcome.running is not None,
+            )
         else:
             update = self._scheduler.done(attempt.start.node, attempt.start.attempt)
             if update.delivery is Delivery.APPLIED:
                 self._succeed(attempt, outcome)
             else:
                 self._refused(attempt, update)
-        await self._cancel(update, running)
+        await self._apply(update, running)
 
     def _check_output(self, tool: str, output: JSONValue) -> Failure | None:
         if tool not in self._checks:
@@ -734,6 +751,7 @@ class _Run:
         *,
         retry: bool,
         undos: tuple[UndoRecord, ...] = (),
+        still_running: bool = False,
     ) -> Update:
         node_id = attempt.start.node
         node = self._plan.node(node_id)
@@ -756,7 +774,7 @@ class _Run:
         now = time.monotonic()
         # What a failed attempt registered before failing may have half happened: kept, and
         # compensated with the node's others if the plan fails.
-        record.undos.extend((now, undo) for undo in undos)
+        self._keep_undos(node_id, undos, over=not still_running)
         data: dict[str, JSONValue] = {
             "number": number,
             "hint": hint.text,
@@ -786,7 +804,7 @@ class _Run:
             data={"delivery": update.delivery.value},
         )
 
-    async def _cancel(self, update: Update, running: dict[str, _Attempt]) -> None:
+    async def _apply(self, update: Update, running: dict[str, _Attempt]) -> None:
         """Apply what an update ended: record readiness, skips and cancellations; stop the
         interrupted attempts (async tools cancelled, sync ones fenced: their late result is
         refused by attempt id)."""
@@ -798,12 +816,14 @@ class _Run:
         for node_id in update.skipped:
             self._event(PlanEventKind.SKIPPED, node=node_id)
         tasks: list[asyncio.Task[None]] = []
+        stopped: list[tuple[_Attempt, tuple[UndoRecord, ...]]] = []
         for start in update.interrupted:
             attempt = running.pop(start.attempt, None)
             if attempt is None:
                 continue
-            closed(attempt.context)
+            undos, _ = closed(attempt.context)
             attempt.finished_at = now
+            stopped.append((attempt, undos))
             if attempt.task is not None and not attempt.task.done():
                 attempt.task.cancel()
                 tasks.append(attempt.task)
@@ -816,6 +836,22 @@ class _Run:
             )
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+        for attempt, undos in stopped:
+            # What an interrupted attempt registered may have half happened. An async tool
+            # that has unwound is over; a sync one goes on on its worker thread, and undoing
+            # while its effect may still land would undo nothing: kept, not run.
+            tool = self._registry.get(self._nodes[attempt.start.node].tool)
+            over = tool is not None and (tool.is_async or tool.inline)
+            over = over and (attempt.task is None or attempt.task.done())
+            self._keep_undos(attempt.start.node, undos, over=over)
+
+    def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
+        """Keep undos for compensation; those of a call that may still run, as stranded."""
+        if over:
+            now = time.monotonic()
+            self._nodes[node_id].undos.extend((now, undo) for undo in undos)
+        else:
+            self._stranded.extend((node_id, undo) for undo in undos)
 
     # -- the end --------------------------------------------------------------------------
 
@@ -844,7 +880,7 @@ class _Run:
         finished = time.monotonic()
         with self._lock:
             status = self._plan_status()
-            self._status = status  # no cancellation is accepted from here on
+            self._closing = True
         error: str | None = None
         committed = 0
         delivered = 0
@@ -891,7 +927,11 @@ class _Run:
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
-        """Undo completed work, newest completion first, through a Saga ledger."""
+        """Undo completed work, newest completion first, through a Saga ledger.
+
+        Undos of calls that may still be running (a sync tool interrupted or timed out on its
+        worker) are not run: each is reported FAILED, kept for manual intervention.
+        """
         entries = sorted(
             (
                 (at, node_id, undo)
@@ -901,8 +941,6 @@ class _Run:
             key=lambda entry: (entry[0], entry[2].seq),
             reverse=True,
         )
-        if not entries:
-            return ()
         owners = {id(undo): node_id for _, node_id, undo in entries}
         records = [undo for _, _, undo in entries]
         for undo in records:
@@ -911,38 +949,57 @@ class _Run:
                 node=owners[id(undo)],
                 data={"kind": undo.kind, "description": undo.description},
             )
-        if not self._compensate:
-            return tuple(
-                CompensationOutcome(
-                    node_id=owners[id(undo)],
-                    kind=undo.kind,
-                    description=undo.description,
-                    status=CompensationStatus.REQUESTED,
-                    error="not run: compensate_on='never'",
-                )
-                for undo in records
-            )
-        ledger = SagaLedger()
-        try:
-            await ledger.acompensate(records, self._compensations)
-        finally:
-            failed = {id(undo): error for undo, error in ledger.failed}
+        failed: dict[int, str] = {}
+        if self._compensate and records:
+            ledger = SagaLedger()
+            try:
+                await ledger.acompensate(records, self._compensations)
+            finally:
+                failed = {id(undo): error for undo, error in ledger.failed}
         outcomes: list[CompensationOutcome] = []
         for undo in records:
             error = failed.get(id(undo))
+            if not self._compensate:
+                status, error = CompensationStatus.REQUESTED, "not run: compensate_on='never'"
+            elif error is not None:
+                status = CompensationStatus.FAILED
+            else:
+                status = CompensationStatus.COMPLETED
             outcomes.append(
                 CompensationOutcome(
                     node_id=owners[id(undo)],
                     kind=undo.kind,
                     description=undo.description,
-                    status=CompensationStatus.FAILED if error else CompensationStatus.COMPLETED,
+                    status=status,
                     error=error,
                 )
             )
+            if status is not CompensationStatus.REQUESTED:
+                self._event(
+                    PlanEventKind.COMPENSATED
+                    if error is None
+                    else PlanEventKind.COMPENSATION_FAILED,
+                    node=owners[id(undo)],
+                    data={"kind": undo.kind, **({"error": error} if error else {})},
+                )
+        for node_id, undo in self._stranded:
+            reason = (
+                "not run: its tool was still running on a worker thread when the node ended; "
+                "undo it by hand once the call has finished"
+            )
+            outcomes.append(
+                CompensationOutcome(
+                    node_id=node_id,
+                    kind=undo.kind,
+                    description=undo.description,
+                    status=CompensationStatus.FAILED,
+                    error=reason,
+                )
+            )
             self._event(
-                PlanEventKind.COMPENSATION_FAILED if error else PlanEventKind.COMPENSATED,
-                node=owners[id(undo)],
-                data={"kind": undo.kind, **({"error": error} if error else {})},
+                PlanEventKind.COMPENSATION_FAILED,
+                node=node_id,
+                data={"kind": undo.kind, "error": reason},
             )
         return tuple(outcomes)
 
