@@ -43,7 +43,6 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, NewType, TypedDict
 
-
 import agenttx
 from _dags import (
     DagNode,
