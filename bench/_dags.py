@@ -1,7 +1,7 @@
 """The DAG workloads of bench/plans.py and their LangGraph peer (imported as `_dags`).
 
 A workload is a tuple of `DagNode`s in topological order: an id, how long its tool sleeps, and
-the ids it waits for. `order_dag()` is the seed's order workflow; `random_dag(n, seed)` draws a
+the ids it waits for. `order_dag()` is the order workflow; `random_dag(n, seed)` draws a
 reproducible DAG; `critical_path(nodes, durations)` is the longest path through it weighted by
 measured durations; `run_langgraph(nodes)` runs the same DAG as a LangGraph `StateGraph` of
 sleeping async nodes (fan-out and fan-in, superstep execution) and reports what it measured.
@@ -46,7 +46,7 @@ class Measured:
 
 
 def order_dag() -> tuple[DagNode, ...]:
-    """The seed's order workflow: lookup and stock check together, then reserve, then confirm."""
+    """The order workflow: lookup and stock check together, then reserve, then confirm."""
     return (
         DagNode("customer_lookup", 0.030),
         DagNode("stock_check", 0.020),

@@ -6,7 +6,7 @@ Run from the repository root::
     python bench/plans.py          # the full run
     python bench/plans.py --quick  # a smoke run (used by tests/test_bench.py)
 
-Makespan / critical path. Each workload is a DAG of sleeping async tools: the seed's order
+Makespan / critical path. Each workload is a DAG of sleeping async tools: the order
 workflow (`customer_lookup` 30 ms and `stock_check` 20 ms together, `reserve` 40 ms after both,
 holding the exclusive resource `order:{order_id}`, `confirm` 10 ms after `reserve`) and random
 50-node DAGs (seeds 0, 1, ...; each node waits for 0-3 earlier nodes and sleeps 10-50 ms).
@@ -151,7 +151,7 @@ def order_tools(spans: dict[str, tuple[float, float]]) -> list[Any]:
 
 
 def order_plan() -> Any:
-    """The order workflow as a plan (the seed's, as in DESIGN.md)."""
+    """The order workflow as a plan: typed tools, references, an exclusive resource, `after`."""
     return agenttx.Plan(
         nodes=[
             agenttx.Node(
