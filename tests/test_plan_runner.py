@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import NewType, TypedDict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agenttx
 from agenttx import NodeState, PlanStatus
@@ -803,7 +805,7 @@ def test_costs_over_many_runs_give_cost_per_completed_workflow():
     ("changes", "match"),
     [
         ({"initial": {**ORDER_INITIAL, "coupon": "X"}}, "does not declare: coupon"),
-        ({"initial": {"sku": "SKU-1"}}, "lacks value"),
+        ({"initial": {"sku": "SKU-1"}}, "lack declared key"),
         ({"initial": {**ORDER_INITIAL, "sku": {1, 2}}}, "initial"),
         ({"initial": ["sku"]}, "mapping"),
         ({"max_concurrency": 0}, "max_concurrency"),
@@ -938,3 +940,98 @@ def test_undos_of_interrupted_calls_run_only_once_the_call_is_over():
     assert outcomes["a"].status is agenttx.CompensationStatus.COMPLETED
     assert outcomes["s"].status is agenttx.CompensationStatus.FAILED
     assert "still running" in (outcomes["s"].error or "")
+
+
+def test_rate_limits_queue_starts_and_retries_wait_for_their_backoff():
+    """A tool's rate limit holds starts back (the audit says so); retries wait, then succeed."""
+    failures = {"left": 1}
+
+    @agenttx.tool
+    def limited(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    @agenttx.tool
+    def flaky_once() -> dict[str, int]:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise TimeoutError("upstream timed out")
+        return {"ok": 1}
+
+    nodes = [agenttx.Node(f"n{i}", tool="limited", inputs={"n": i}) for i in range(3)]
+    nodes.append(agenttx.Node("flaky", tool="flaky_once", retries=1))
+    result = agenttx.run_plan(
+        agenttx.Plan(nodes=nodes),
+        tools=[limited, flaky_once],
+        initial={},
+        rate_limits={"limited": agenttx.RateLimit(per_second=1000.0, burst=1)},
+        backoff=Backoff(base=0.001, max_wait=0.001),
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    waited = [
+        event.data["checks"]["waited_for"]
+        for event in result.audit
+        if event.kind is agenttx.PlanEventKind.DISPATCHED
+    ]
+    assert ["rate:limited"] in waited
+    assert result.nodes["flaky"].attempts == 2
+
+
+@st.composite
+def _random_dags(draw):
+    """Up to 8 nodes, each after a random subset of earlier ones, some failing."""
+    size = draw(st.integers(min_value=1, max_value=8))
+    nodes = []
+    for index in range(size):
+        after = draw(st.sets(st.integers(min_value=0, max_value=index - 1))) if index else set()
+        nodes.append((sorted(after), draw(st.booleans())))
+    limit = draw(st.integers(min_value=1, max_value=4))
+    return nodes, limit
+
+
+@given(_random_dags())
+@settings(max_examples=40)
+def test_random_dags_respect_prerequisites_limits_and_skips(drawn):
+    """Every node ends once; none starts before its prerequisites ended well; limits hold."""
+    shape, limit = drawn
+    events: list[tuple[str, str]] = []
+    intervals = Intervals()
+
+    @agenttx.tool
+    async def work(name: str, fail: bool) -> dict[str, str]:
+        intervals.enter()
+        events.append(("start", name))
+        await asyncio.sleep(0)
+        events.append(("end", name))
+        intervals.leave()
+        if fail:
+            raise ValueError(f"{name} failed")
+        return {"name": name}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node(
+                f"n{i}",
+                tool="work",
+                inputs={"name": f"n{i}", "fail": fail},
+                after=[f"n{j}" for j in after],
+            )
+            for i, (after, fail) in enumerate(shape)
+        ]
+    )
+    result = agenttx.run_plan(plan, tools=[work], initial={}, max_concurrency=limit)
+    assert intervals.most.get("all", 0) <= limit
+    position = {event: i for i, event in enumerate(events)}
+    expected: dict[str, NodeState] = {}
+    for i, (after, fail) in enumerate(shape):
+        name = f"n{i}"
+        state = result.nodes[name].state
+        if any(expected[f"n{j}"] is not NodeState.SUCCEEDED for j in after):
+            expected[name] = NodeState.SKIPPED
+            assert ("start", name) not in position
+        else:
+            expected[name] = NodeState.FAILED if fail else NodeState.SUCCEEDED
+            for j in after:
+                assert position[("end", f"n{j}")] < position[("start", name)]
+        assert state is expected[name]
+    all_ok = all(state is NodeState.SUCCEEDED for state in expected.values())
+    assert result.succeeded is all_ok

@@ -37,7 +37,6 @@ import attrs
 
 from .._errors import FailedPrecondition, InvalidArgument, PlanValidationError, WriteConflict
 from .._hints import clean_error
-from .._json import check_json
 from .._saga import Backoff, SagaLedger, dispatch_effects
 from .._tools import (
     Call,
@@ -56,7 +55,7 @@ from .._tools import (
 from .._turns import RETRY_BACKOFF
 from ..stores import MemoryStore
 from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
-from ._model import Plan, UnresolvedInput, resolve_inputs
+from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._results import (
     CompensationOutcome,
     CompensationStatus,
@@ -116,27 +115,6 @@ def _check_limit(name: str, value: object, *, minimum: int) -> int:
     return value
 
 
-def _check_initial(plan: Plan, initial: object) -> dict[str, JSONValue]:
-    """The initial values, checked: exactly the plan's declared keys, each a JSON value."""
-    if not isinstance(initial, Mapping):
-        raise InvalidArgument(
-            f"initial must be a mapping of the plan's initial keys, got {initial!r:.80}"
-        )
-    checked = check_json(dict(initial), what="initial")
-    assert isinstance(checked, dict)
-    declared = set(plan.initial)
-    unknown = sorted(set(checked) - declared)
-    if unknown:
-        raise InvalidArgument(
-            f"initial has key(s) the plan does not declare: {', '.join(unknown)} "
-            f"(declared: {', '.join(plan.initial) or 'none'})"
-        )
-    missing = [key for key in plan.initial if key not in checked]
-    if missing:
-        raise InvalidArgument(f"initial lacks value(s) for: {', '.join(missing)}")
-    return checked
-
-
 def _check_capacities(resources: object) -> dict[str, int]:
     if resources is None:
         return {}
@@ -175,21 +153,6 @@ def _check_rate_limits(rate_limits: object) -> dict[str, RateLimit]:
                 f"RateLimit, got {limit!r:.80}"
             )
     return limits
-
-
-def _exclusive_key(node_id: str, template: str | None, initial: dict[str, JSONValue]) -> str | None:
-    """A node's exclusive resource with its `${initial.x}` references resolved."""
-    if template is None:
-        return None
-    from .._refs import resolve_plan_value  # noqa: PLC0415  (layer 1, only needed here)
-
-    resolved, error = resolve_plan_value(template, {"initial": initial})
-    if error is not None or not isinstance(resolved, str) or not resolved:
-        raise InvalidArgument(
-            f"node `{node_id}`: exclusive_resource {template!r} does not resolve to a name: "
-            f"{error or repr(resolved)}"
-        )
-    return resolved
 
 
 def _optional_prerequisites(plan: Plan, node_id: str) -> frozenset[str]:
@@ -360,7 +323,7 @@ class _Run:
         if problems:
             raise PlanValidationError(problems)
         self._plan = plan
-        self._initial = _check_initial(plan, initial)
+        self._initial = plan.check_initial(initial)
         if run_id is None:
             run_id = uuid.uuid4().hex
         if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
@@ -384,7 +347,7 @@ class _Run:
                     prerequisites=plan.prerequisites(node.id),
                     optional=self._optional[node.id],
                     resources=node.resources,
-                    exclusive=_exclusive_key(node.id, node.exclusive_resource, self._initial),
+                    exclusive=self._exclusive(node),
                     tool=node.tool,
                 )
                 for node in plan.nodes
@@ -478,6 +441,13 @@ class _Run:
                 data=data or {},
             )
         )
+
+    def _exclusive(self, node: Node) -> str | None:
+        """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
+        try:
+            return resolve_resource(node, self._initial)
+        except UnresolvedInput as exc:
+            raise InvalidArgument(exc.message) from None
 
     def _cancelling(self) -> str | None:
         """The reason of a cancellation requested (by any thread), or None."""
