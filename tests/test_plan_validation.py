@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
-from typing import Any, NewType, Optional, TypedDict
+from typing import Annotated, Any, Literal, NewType, Optional, TypedDict
 
 import pytest
 from hypothesis import given
@@ -712,3 +713,134 @@ def _reachable(start: int, successors: dict[int, set[int]]) -> set[int]:
                 seen.add(nxt)
                 stack.append(nxt)
     return seen
+
+
+# ---------------------------------------------------------------------- more shapes of types
+
+
+class Colour(enum.Enum):
+    """An enum: its JSON kind is not inferred."""
+
+    RED = "red"
+
+
+class Small(TypedDict):
+    """A TypedDict parameter type."""
+
+    name: str
+
+
+class Wide(TypedDict, total=False):
+    """A TypedDict with an optional key."""
+
+    name: str
+    extra: int
+
+
+class Other(TypedDict):
+    """A TypedDict without `name`."""
+
+    title: str
+
+
+class Shapes(TypedDict):
+    """Every shape a path or a type comparison can meet."""
+
+    other: Other
+    small: Small
+    wide: Wide
+    nameless: dict[str, int]
+    ids: dict[str, _orders.CustomerId]
+    pair: tuple[str, int]
+    many: tuple[int, ...]
+    maybe_small: Optional[Small]  # noqa: UP045
+    either: Small | Wide
+    kind: Literal["a", "b"]
+    colour: Colour
+    tagged: Annotated[_orders.CustomerId, "a tag"]
+    nothing: None
+    thing: Colour | None
+
+
+@agenttx.tool
+def shapes() -> Shapes:
+    """Produce every shape."""
+    raise NotImplementedError
+
+
+@agenttx.tool
+def take(  # noqa: PLR0917
+    small: Small | None = None,
+    text: str = "",
+    count: int = 0,
+    warehouses: dict[str, _orders.WarehouseId] | None = None,
+    colour: Colour = Colour.RED,
+    warehouse: _orders.WarehouseId | None = None,
+) -> None:
+    """Take some shapes."""
+
+
+@pytest.mark.parametrize(
+    ("reference", "param", "expected"),
+    [
+        ("${s.small}", "small", []),
+        ("${s.wide}", "small", []),  # `name` is declared, if not required: not a contradiction
+        ("${s.other}", "small", [("TYPE_MISMATCH", "c.small")]),  # no `name` at all
+        ("${s.small.name}", "text", []),
+        ("${s.nameless.anything}", "count", []),  # dict[str, int]: any key, int values
+        ("${s.nameless.anything}", "text", [("TYPE_MISMATCH", "c.text")]),
+        ("${s.ids}", "warehouses", [("TYPE_MISMATCH", "c.warehouses")]),
+        ("${s.pair.1}", "count", []),
+        ("${s.pair.0}", "count", [("TYPE_MISMATCH", "c.count")]),
+        ("${s.pair.2}", "count", [("MISSING_OUTPUT", "s.pair.2")]),
+        (
+            "${s.pair.99999999999999999999}",
+            "count",
+            [("MISSING_OUTPUT", "s.pair.99999999999999999999")],
+        ),
+        ("${s.many.7}", "count", []),
+        ("${s.many.x}", "count", [("MALFORMED_PATH", "s.many.x")]),
+        ("${s.maybe_small.name}", "text", []),  # Optional[X] is walked as X
+        ("${s.maybe_small.nope}", "text", [("MISSING_OUTPUT", "s.maybe_small.nope")]),
+        ("${s.either.anything}", "text", []),  # a union of two shapes: unknown
+        ("${s.kind}", "text", []),
+        ("${s.kind}", "count", [("TYPE_MISMATCH", "c.count")]),
+        ("${s.colour}", "colour", []),
+        ("${s.colour}", "count", []),  # an enum's values are not inferred: unknown
+        ("${s.tagged}", "warehouse", [("TYPE_MISMATCH", "c.warehouse")]),
+        ("${s.nothing}", "text", [("TYPE_MISMATCH", "c.text")]),
+        ("${s.thing}", "text", []),
+        ("${s.small.name.more}", "text", [("MISSING_OUTPUT", "s.small.name.more")]),
+    ],
+)
+def test_paths_and_types_of_every_shape(reference, param, expected):
+    """Walking paths into TypedDicts, dicts, tuples, unions and literals, and comparing them."""
+    plan = Plan(nodes=[Node("s", tool="shapes"), Node("c", tool="take", inputs={param: reference})])
+    assert problems_of(plan, [shapes, take]) == expected
+
+
+def test_a_null_literal_is_named_in_the_message():
+    """A `None` literal for a `str` parameter reads naturally in the message."""
+    problem = only(Plan(nodes=[Node("c", tool="take", inputs={"text": None})]), [take])
+    assert (
+        problem.message == "input `text` of node `c` takes a `str`, but the literal None is None."
+    )
+
+
+Deep = NewType("Deep", str)
+for _level in range(10):
+    Deep = NewType(f"Deep{_level}", Deep)  # type: ignore[misc]
+
+
+@agenttx.tool
+def deep_out() -> dict[str, Deep]:  # type: ignore[valid-type]
+    """Return a value of a NewType ten layers deep."""
+    raise NotImplementedError
+
+
+def test_very_deep_newtypes_are_unknown_not_an_error():
+    """Types nested past the comparison depth are unknown: no problem, no recursion error."""
+    plan = Plan(
+        nodes=[Node("s", tool="deep_out"), Node("c", tool="take", inputs={"count": "${s.x}"})]
+    )
+    assert plan.validate([deep_out, take]) == ()
