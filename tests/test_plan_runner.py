@@ -200,6 +200,9 @@ def test_audit_records_dispatch_checks_in_order_and_exports_json_lines():
     assert checks["cancelled"] is False
     assert lines[0]["zone"] == "UTC"
     assert kinds.index(("committed", None)) < kinds.index(("effects_dispatched", None))
+    assert repr(result) == (
+        f"<agenttx.PlanResult {result.run_id!r} SUCCEEDED nodes=4 events={len(lines)}>"
+    )
 
 
 def test_async_tools_run_concurrently_in_the_loop():

@@ -161,7 +161,7 @@ def _frozen_nodes(value: Mapping[str, NodeResult]) -> Mapping[str, NodeResult]:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class PlanResult:
     """The end of a plan run.
 
@@ -186,6 +186,14 @@ class PlanResult:
     effects_dispatched: int = 0
     dispatch_errors: tuple[str, ...] = ()
     audit: tuple[PlanEvent, ...] = ()
+
+    def __repr__(self) -> str:
+        # A summary: the whole result may hold thousands of nodes and events, and asyncio
+        # formats the repr of a finished main task's result when `asyncio.run` returns.
+        return (
+            f"<agenttx.PlanResult {self.run_id!r} {self.status.value} nodes={len(self.nodes)} "
+            f"events={len(self.audit)}>"
+        )
 
     @property
     def succeeded(self) -> bool:
