@@ -506,3 +506,25 @@ def test_initial_values_are_checked_against_the_declaration():
         plan.check_initial({**VALUES, "quantity": float("nan")})
     with pytest.raises(InvalidArgument, match="must be a mapping"):
         plan.check_initial([("sku", "S")])
+
+
+def test_a_fallback_also_replaces_a_missing_key():
+    """A fallback stands in when the producer succeeded but its output lacks the field."""
+    node = Node("n", tool="t", inputs={"a": "${stock_check.nope}"}, fallback={"a": 0})
+    assert resolve_inputs(node, VALUES, OUTPUTS) == {"a": 0}
+
+
+def test_plans_hash_by_version_and_take_any_iterable():
+    """Equal plans hash alike; nodes, after and initial may come from any iterable."""
+    one = Plan(nodes=(n for n in _orders.nodes()), initial=iter(INITIAL))
+    two = _orders.plan()
+    assert one == two
+    assert len({one, two}) == 1
+    assert Node("a", tool="t", after=(x for x in ["b"])).after == ("b",)
+
+
+def test_node_repr_reads_like_the_call():
+    """A node's repr shows plain mappings, as it was written."""
+    node = Node("a", tool="t", inputs={"x": 1}, resources={"r": 2})
+    assert repr(node).startswith("Node(id='a', tool='t', inputs={'x': 1}, after=()")
+    assert "resources={'r': 2}" in repr(node)

@@ -25,16 +25,19 @@ reported per strongly connected group of nodes: the first the search meets, as a
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import difflib
 import enum
+import functools
 import types
 import typing
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._errors import InvalidArgument, ReferenceSyntaxError
 from .._refs import Reference, parse_template
-from .._tools import UNRESOLVED, ToolRegistry, newtype_name, read_signature, typed_dict_fields
+from .._tools import UNRESOLVED, ToolRegistry, newtype_name, read_signature
+from .._tools import typed_dict_fields as _read_typed_dict_fields
 from ._model import InputRef, Node, Plan, PlanProblem, PlanProblemCode
 
 if TYPE_CHECKING:
@@ -107,7 +110,7 @@ class _Checker:
             self._add(
                 Code.DUPLICATE_NODE,
                 node_id,
-                f"nodes {first} and {position} both have the id `{node_id}`; "
+                f"nodes[{first}] and nodes[{position}] both have the id `{node_id}`; "
                 "give each node its own id.",
             )
         info = self._info(node.tool)
@@ -241,11 +244,15 @@ class _Checker:
             status, current = _field(current, segment)
             where = ".".join((namespace, *ref.path[: depth + 1]))
             if status == "missing":
+                owner = (
+                    f"the output of `{namespace}` (tool `{producer.tool}`)"
+                    if depth == 0
+                    else f"`{'.'.join((namespace, *ref.path[:depth]))}`"
+                )
                 self._add(
                     Code.MISSING_OUTPUT,
                     where,
-                    f"node `{node.id}` uses {ref.text}, but the output of `{namespace}` "
-                    f"(tool `{producer.tool}`) has no field `{segment}` there"
+                    f"node `{node.id}` uses {ref.text}, but {owner} has no field `{segment}`"
                     f"{_did_you_mean(segment, _field_names(current))}.",
                 )
                 return None
@@ -283,15 +290,14 @@ class _Checker:
                     f"inputs `{first}` and `{ref.param}` of node `{node.id}` both map "
                     f"{ref.text}; map it once.",
                 )
-        listed: set[str] = set()
-        for other in node.after:
-            if other in listed:
+        counts = collections.Counter(node.after)
+        for other, count in counts.items():
+            if count > 1:
                 self._add(
                     Code.DUPLICATE_EDGE,
                     f"{node.id}.after",
-                    f"node `{node.id}` lists `{other}` in after more than once.",
+                    f"node `{node.id}` lists `{other}` in after {count} times; list it once.",
                 )
-            listed.add(other)
 
     def _after(self, node: Node) -> None:
         for other in dict.fromkeys(node.after):
@@ -413,6 +419,21 @@ _ARRAYS: Final = (list, tuple, set, frozenset, collections.abc.Sequence, collect
 _OBJECTS: Final = (dict, collections.abc.Mapping)
 
 
+@functools.lru_cache(maxsize=1024)
+def _cached_fields(annotation: Any) -> tuple[Any, ...] | None:
+    return _read_typed_dict_fields(annotation)
+
+
+def typed_dict_fields(annotation: Any) -> tuple[Any, ...] | None:
+    """The keys of a TypedDict (read once per class: validation asks for them per reference)."""
+    if not isinstance(annotation, type):
+        return None
+    try:
+        return _cached_fields(annotation)
+    except TypeError:  # an unhashable class object: read it every time
+        return _read_typed_dict_fields(annotation)
+
+
 def _kind(annotation: Any) -> str | None:  # noqa: PLR0911  (one answer per kind of type)
     """The JSON kind of a (plain, non-union) type, or None when unknown."""
     annotation = _base(_plain(annotation))
@@ -509,6 +530,8 @@ def _item(annotation: Any) -> Any:
 def _field(annotation: Any, segment: str) -> tuple[str, Any]:  # noqa: PLR0911  (one answer per kind of type)
     """Walk one path segment into a type: `("ok", type)`, `("missing", type)` (the type that
     lacks it) or `("not-index", type)` (a list walked with a name)."""
+    if annotation is _UNKNOWN or annotation is dict:  # the common unannotated output
+        return "ok", _UNKNOWN
     annotation = _plain(annotation)
     members = _union_members(annotation)
     if members is not None:
