@@ -267,6 +267,7 @@ class Update:
     interrupted: tuple[Start, ...] = ()
 
 
+_APPLIED: Final = Update(delivery=Delivery.APPLIED)
 _DUPLICATE: Final = Update(delivery=Delivery.DUPLICATE)
 _STALE: Final = Update(delivery=Delivery.STALE)
 
@@ -392,7 +393,8 @@ class Scheduler:
             if task.id in self._entries:
                 raise InvalidArgument(f"duplicate node id {task.id!r}")
             entry = _Entry(task)
-            entry.demands = self._demands(task, resources, exclusive)
+            if task.resources or task.exclusive is not None or task.tool in self._rated:
+                entry.demands = self._demands(task, resources, exclusive)
             self._entries[task.id] = entry
         for task in listed:
             entry = self._entries[task.id]
@@ -481,11 +483,14 @@ class Scheduler:
 
         That is a retry's `retry_at` or a rate-limited tool's next token; None when nothing
         waits for time (the next start then waits for a result, or nothing is left). A node
-        held back by concurrency or a resource waits for a result, not for time.
+        held back by concurrency or a resource waits for a result, not for time. Right after
+        `get_ready(now)`, the answer is None or later than `now`, so a loop that sleeps until
+        it (or the next result) never spins.
         """
         if self._cancel_reason is not None:
             return None
-        times = [gate.due() for gate in self._waiting_rates]
+        # A bucket holding a token has nodes waiting for a free slot, not for time.
+        times = [gate.due() for gate in self._waiting_rates if gate.tokens + _EPSILON < 1]
         if self._retries:
             times.append(self._retries[0][0])
         return min(times, default=None)
@@ -511,13 +516,15 @@ class Scheduler:
         retries = self._retries
         while retries and retries[0][0] <= now:
             self._ready.append(heapq.heappop(retries)[2])
-        for gate in list(self._dirty):
-            if self._drain(gate, now, started):
-                del self._dirty[gate]
-        for gate in list(self._waiting_rates):
-            self._drain(gate, now, started)
-            if not gate.queue:  # a rate limit's line waits for time, not for a release
-                del self._waiting_rates[gate]
+        if self._dirty:
+            for gate in list(self._dirty):
+                if self._drain(gate, now, started):
+                    del self._dirty[gate]
+        if self._waiting_rates:
+            for gate in list(self._waiting_rates):
+                self._drain(gate, now, started)
+                if not gate.queue:  # a rate limit's line waits for time, not for a release
+                    del self._waiting_rates[gate]
         ready = self._ready
         while ready and self._running < self._max:
             self._try_start(ready.popleft(), now, None, started)
@@ -608,7 +615,7 @@ class Scheduler:
         ready: list[str] = []
         for dependant in entry.dependants:
             self._resolve(dependant, ready)
-        return Update(delivery=Delivery.APPLIED, ready=tuple(ready))
+        return Update(delivery=Delivery.APPLIED, ready=tuple(ready)) if ready else _APPLIED
 
     def failed(
         self, node: str, attempt: str, *, retry_at: float | None = None, timed_out: bool = False
@@ -635,7 +642,7 @@ class Scheduler:
             entry.state = NodeState.READY
             self._seq += 1
             heapq.heappush(self._retries, (retry_at, self._seq, entry))
-            return Update(delivery=Delivery.APPLIED)
+            return _APPLIED
         self._end(entry, NodeState.TIMED_OUT if timed_out else NodeState.FAILED)
         if self._on_failure == "cancel_all":
             return self._cancel_all(f"node {node!r} failed")
