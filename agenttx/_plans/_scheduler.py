@@ -41,12 +41,17 @@ The contract, per node:
 - `cancel(reason)` stops new starts and makes every unfinished node CANCELLED; the running
   attempts it ends are returned (`Update.interrupted`) so the runner can stop them, and their
   late results are refused as STALE.
-- Every node ends in exactly one of SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SKIPPED.
+- Every node ends in exactly one of SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SKIPPED, and a
+  terminal state never changes. `NodeState` lives here so the scheduler and the runner share
+  one enum.
+- `next_wakeup()` is when time alone could start something (a retry's `retry_at`, a tool's
+  next token); right after `get_ready(now)` it is None or later than `now`, so a loop that
+  waits for it or for the next result never spins.
 
 Cost: building is O(nodes + edges) (it also refuses unknown prerequisites and cycles); each
-result costs O(1) plus its dependants; `get_ready` costs O(1) per node it starts or holds back,
-plus the rate-limited tools that have waiting nodes. Nothing scans all nodes per event, except
-`cancel` and a `cancel_all` failure, which end the run (once).
+result costs O(1) plus its dependants; `get_ready` costs O(1) per node it starts or queues on
+a limit, plus the rate-limited tools that have waiting nodes. Nothing scans all nodes per
+event, except `cancel` and a `cancel_all` failure, which end the run (once).
 
 Not thread-safe: one caller (the runner's loop) owns a scheduler. Inputs being valid, deadlines
 and approvals are the runner's checks; it reports a node it will not run as failed.
