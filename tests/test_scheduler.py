@@ -477,6 +477,14 @@ def test_cancel_drops_pending_retries():
             ],
             "cycle: a -> b -> c -> a",
         ),
+        (
+            [
+                Task(id="a", prerequisites={"z"}),
+                Task(id="y", prerequisites={"z"}),
+                Task(id="z", prerequisites={"y"}),
+            ],
+            r"cycle: z -> y -> z$",
+        ),
         ([Task(id="a", resources={"db": 1})], "resource 'db', which has no capacity"),
         ([Task(id="a", resources={"api": 3})], "holds 3 of resource 'api', beyond its capacity 2"),
         (["a"], "must be Task records"),

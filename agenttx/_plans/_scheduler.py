@@ -743,27 +743,28 @@ def _rate_gates(rate_limits: Mapping[str, RateLimit]) -> dict[str, _Gate]:
 
 def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
     """Raise `InvalidArgument` naming a cycle's path if the prerequisites have one (Kahn)."""
-    counts = {entry.id: entry.count for entry in entries.values()}
-    queue = [node for node, count in counts.items() if count == 0]
+    counts = {entry: entry.count for entry in entries.values()}  # keyed by identity: cheap
+    queue = [entry for entry, count in counts.items() if count == 0]
     seen = 0
     while queue:
-        node = queue.pop()
         seen += 1
-        for dependant in entries[node].dependants:
-            counts[dependant.id] -= 1
-            if counts[dependant.id] == 0:
-                queue.append(dependant.id)
+        for dependant in queue.pop().dependants:
+            left = counts[dependant] - 1
+            counts[dependant] = left
+            if left == 0:
+                queue.append(dependant)
     if seen == len(entries):
         return
     # Every node left has a prerequisite left: walk back through them until one repeats.
     prerequisites = {task.id: task.prerequisites for task in tasks}
-    node = next(n for n, count in counts.items() if count > 0)
+    stuck = {entry.id for entry, count in counts.items() if count > 0}
+    node = min(stuck)
     path: list[str] = []
     where: dict[str, int] = {}
     while node not in where:
         where[node] = len(path)
         path.append(node)
-        node = min(p for p in prerequisites[node] if counts[p] > 0)
+        node = min(p for p in prerequisites[node] if p in stuck)
     cycle = [*path[where[node] :], node]
     cycle.reverse()  # prerequisite first, as the plan reads
     raise InvalidArgument(f"the prerequisites form a cycle: {' -> '.join(cycle)}")
