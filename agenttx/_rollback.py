@@ -389,6 +389,11 @@ class RollbackController:
         streak. Idempotent.
         """
         _check_int("step", step)
+        self._observe(step)
+
+    def _observe(self, step: int) -> None:
+        """`observe_step` without the type check, for a step id already checked (the
+        transaction's, by `check_call`): it runs on every step."""
         self._horizon = max(self._horizon, step)
         if self._mistakes and step != self._mistake_step:
             self._mistakes = 0

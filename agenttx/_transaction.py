@@ -316,7 +316,7 @@ class Transaction(Turns, Observed):
     def _start(self, step_id: int) -> None:
         self._store.snapshot(self._id, step_id)  # first: if the store fails, nothing changed
         self._transition(TxStatus.EXECUTING)
-        self._controller.observe_step(step_id)
+        self._controller._observe(step_id)  # noqa: SLF001  (checked by check_call)
 
     def _prepare(
         self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str, call_id: str | None
