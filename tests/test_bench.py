@@ -21,7 +21,7 @@ HEADER = re.compile(r"^benchmark +measured +target +ratio +result$", re.MULTILIN
 
 def test_there_are_benchmarks():
     """The bench folder is found and holds the scripts the issues ask for."""
-    assert {p.name for p in SCRIPTS} >= {"graph.py", "store.py", "transaction.py"}
+    assert {p.name for p in SCRIPTS} >= {"graph.py", "plans.py", "store.py", "transaction.py"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

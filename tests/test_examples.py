@@ -42,6 +42,41 @@ def test_references_example_output():
     assert "refused: not a JSON value in arguments at $.ids" in done.stdout
 
 
+def test_order_plan_example_output():
+    """The plan example shows both validation failures, a retried transient failure with one
+    idempotency key, the metrics and cost, and a failed run whose reservation is released."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "order_plan.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = done.stdout
+    assert (
+        "TYPE_MISMATCH reserve.customer_id: input `customer_id` of node `reserve` takes a "
+        "`CustomerId`, but ${stock_check.warehouse_id} is a `WarehouseId`." in out
+    )
+    assert "CYCLE customer_lookup -> reserve -> customer_lookup:" in out
+    assert out.count("no tool ran") == 2
+    assert "stock_check: SUCCEEDED, 2 attempt(s)" in out
+    assert "stock_check attempt 1 retried: Hint: Upstream service failed (HTTP 503)." in out
+    assert re.search(
+        r"check_stock ran 2 times, idempotency key\(s\): \['[0-9a-f]+'\]$", out, re.MULTILINE
+    )
+    assert re.search(r"makespan \d+ ms, critical path \d+ ms \(.* -> reserve -> confirm\)", out)
+    assert "cost: 0.0131 GBP (model 0.0021, tool 0.0005, infrastructure 0.01, retry 0.0005)" in out
+    lines = out.splitlines()
+    failed = lines.index("an order whose confirmation is refused:")
+    assert lines[failed + 1 : failed + 4] == [
+        "  [warehouse] reserved res-c-bob-wh-leeds-sku-42-2",
+        "  [warehouse] released res-c-bob-wh-leeds-sku-42-2",
+        "  status: FAILED",
+    ]
+    assert "  compensation release_reservation of reserve: COMPLETED" in lines
+    assert lines[-1] == "cost per completed workflow over both runs: 0.0257 GBP"
+
+
 def _readme_blocks() -> list[str]:
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     return re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)

@@ -6,6 +6,7 @@ import enum
 from typing import Annotated, Any, Literal, NewType, Optional, TypedDict, Union
 
 import pytest
+import typing_extensions
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +24,11 @@ class Color(enum.Enum):
 
 
 class Line(TypedDict):
+    sku: Sku
+    qty: int
+
+
+class ExtLine(typing_extensions.TypedDict):
     sku: Sku
     qty: int
 
@@ -80,6 +86,12 @@ class Line(TypedDict):
 def test_annotation_schemas(annotation, schema):
     """Each supported annotation maps to the documented schema; unknown ones accept anything."""
     assert schema_for(annotation) == schema
+
+
+def test_typing_extensions_typed_dict_schema_is_the_typing_one():
+    """A `typing_extensions.TypedDict` gets the same object schema as a `typing.TypedDict`."""
+    assert schema_for(ExtLine) == schema_for(Line)
+    assert schema_for(ExtLine)["required"] == ["sku", "qty"]
 
 
 def test_parameters_schema_has_defaults_descriptions_and_required():

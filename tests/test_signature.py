@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, NewType, TypedDict
 
+import typing_extensions
+
 from agenttx._tools._signature import (
     NO_DEFAULT,
     UNRESOLVED,
@@ -20,6 +22,15 @@ UserId = NewType("UserId", int)
 class Order(TypedDict, total=False):
     sku: str
     qty: int
+
+
+class Stock(typing_extensions.TypedDict):
+    warehouse_id: str
+    available: int
+
+
+def check_stock(sku: str) -> Stock:
+    return {"warehouse_id": sku}
 
 
 def google(
@@ -99,6 +110,15 @@ def test_numpy_docstring_and_typed_dict_return():
     assert [(f.name, f.annotation, f.required) for f in signature.returns.fields] == [
         ("sku", str, False),
         ("qty", int, False),
+    ]
+
+
+def test_typing_extensions_typed_dict_return_lists_its_fields():
+    """A `typing_extensions.TypedDict` return gives its fields as `typing.TypedDict` does."""
+    fields = read_signature(check_stock, skip_context=False).returns.fields
+    assert [(f.name, f.annotation, f.required) for f in fields] == [
+        ("warehouse_id", str, True),
+        ("available", int, True),
     ]
 
 

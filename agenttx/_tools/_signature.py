@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 import typing
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -202,8 +203,19 @@ def _type_hints(fn: Callable[..., object], signature: inspect.Signature) -> dict
 
 
 def typed_dict_fields(annotation: object) -> tuple[Field, ...] | None:
-    """The keys of a TypedDict class, in declaration order; None for anything else."""
-    if not (isinstance(annotation, type) and typing.is_typeddict(annotation)):
+    """The keys of a TypedDict class, in declaration order; None for anything else.
+
+    A `typing_extensions.TypedDict` counts too (on Python < 3.13 it is a class of its own that
+    `typing.is_typeddict` does not recognise); typing_extensions is asked only if the caller's
+    code has already imported it.
+    """
+    if not isinstance(annotation, type):
+        return None
+    extensions = sys.modules.get("typing_extensions")
+    if not (
+        typing.is_typeddict(annotation)
+        or (extensions is not None and extensions.is_typeddict(annotation))
+    ):
         return None
     try:
         hints = typing.get_type_hints(annotation, include_extras=True)
