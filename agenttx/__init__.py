@@ -2,12 +2,13 @@
 
 Layer map: a module imports only from its own layer or below, and from a private package
 only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`).
-`tests/test_layers.py` checks every import against this table.
+`tests/test_layers.py` checks every import against this table (a layer may take several lines).
 
     layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores
     layer 2: _graph _rollback _saga _tools _lineage _constraints
     layer 3: _results _history _txlog _settings _timeline _prepare _observed _turns _transaction
+    layer 3: _plans
     layer 4: _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
@@ -24,6 +25,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _observed    what a transaction shows
     _turns       calls that number themselves            _transaction interactive transactions
     _prompt      the system prompt for agents
+    _plans/      plans: model, validation, scheduler, runner, metrics
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers
     integrations/ agent SDKs and frameworks (optional extras, imported on their own)
@@ -42,6 +44,7 @@ from ._errors import IllegalTransition as IllegalTransition
 from ._errors import InvalidArgument as InvalidArgument
 from ._errors import InvalidTransactionState as InvalidTransactionState
 from ._errors import JSONValueError as JSONValueError
+from ._errors import PlanValidationError as PlanValidationError
 from ._errors import ReadConflict as ReadConflict
 from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
 from ._errors import StepOutOfOrder as StepOutOfOrder
@@ -65,6 +68,26 @@ from ._lineage import LineageNode as LineageNode
 from ._lineage import LineageRecorder as LineageRecorder
 from ._lineage import lineage_from_openai as lineage_from_openai
 from ._lineage import lineage_from_steps as lineage_from_steps
+from ._plans import CompensationOutcome as CompensationOutcome
+from ._plans import CompensationStatus as CompensationStatus
+from ._plans import CostBreakdown as CostBreakdown
+from ._plans import Node as Node
+from ._plans import NodeResult as NodeResult
+from ._plans import NodeState as NodeState
+from ._plans import Plan as Plan
+from ._plans import PlanEvent as PlanEvent
+from ._plans import PlanEventKind as PlanEventKind
+from ._plans import PlanMetrics as PlanMetrics
+from ._plans import PlanProblem as PlanProblem
+from ._plans import PlanProblemCode as PlanProblemCode
+from ._plans import PlanResult as PlanResult
+from ._plans import PlanRun as PlanRun
+from ._plans import PlanStatus as PlanStatus
+from ._plans import RateLimit as RateLimit
+from ._plans import arun_plan as arun_plan
+from ._plans import cost_per_completed_workflow as cost_per_completed_workflow
+from ._plans import run_plan as run_plan
+from ._plans import start_plan as start_plan
 from ._prompt import PROMPT as PROMPT
 from ._prompt import prompt as prompt
 from ._refs import Dependency as Dependency
@@ -112,8 +135,11 @@ __all__ = [
     "CleanHint",
     "CommitResult",
     "Compensation",
+    "CompensationOutcome",
     "CompensationReport",
+    "CompensationStatus",
     "ContextEntry",
+    "CostBreakdown",
     "Dependency",
     "DependencyGraph",
     "DispatchReport",
@@ -134,6 +160,20 @@ __all__ = [
     "LineageGraph",
     "LineageNode",
     "LineageRecorder",
+    "Node",
+    "NodeResult",
+    "NodeState",
+    "Plan",
+    "PlanEvent",
+    "PlanEventKind",
+    "PlanMetrics",
+    "PlanProblem",
+    "PlanProblemCode",
+    "PlanResult",
+    "PlanRun",
+    "PlanStatus",
+    "PlanValidationError",
+    "RateLimit",
     "ReadConflict",
     "RecoveryReport",
     "ReferenceSyntaxError",
@@ -165,12 +205,16 @@ __all__ = [
     "TxStatus",
     "UndoRecord",
     "WriteConflict",
+    "arun_plan",
     "clean_error",
     "compensation",
+    "cost_per_completed_workflow",
     "lineage_from_openai",
     "lineage_from_steps",
     "prompt",
     "resolve_references",
+    "run_plan",
+    "start_plan",
     "to_json_value",
     "tool",
 ]

@@ -11,7 +11,8 @@ Every error agenttx raises derives from `AgentTxError` and carries a stable stri
     ├── TransactionNotFound (LookupError) transaction_not_found    (.tx_id)
     ├── InvalidArgument (ValueError)      invalid_argument
     │   ├── JSONValueError                invalid_json_value       (.path, .problem)
-    │   └── ReferenceSyntaxError          malformed_reference      (.text, .position, .problem)
+    │   ├── ReferenceSyntaxError          malformed_reference      (.text, .position, .problem)
+    │   └── PlanValidationError           invalid_plan             (.problems)
     ├── WriteConflict                     write_conflict           (.key)
     │   └── ReadConflict                  read_conflict            (.key)
     ├── StorageError                      storage_error
@@ -26,7 +27,7 @@ re-raised as one of these with the original attached as `__cause__`.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "AgentTxError",
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidTransactionState",
     "JSONValueError",
+    "PlanValidationError",
     "ReadConflict",
     "ReferenceSyntaxError",
     "StepOutOfOrder",
@@ -140,6 +142,29 @@ class ReferenceSyntaxError(InvalidArgument):
         self.position = position
         self.problem = problem
         super().__init__(f"malformed reference at position {position} of {text!r}: {problem}")
+
+
+class PlanValidationError(InvalidArgument):
+    """A plan failed validation; `problems` holds every `PlanProblem` found, in report order.
+
+    Raised before any tool of the plan runs. The message lists the first problems; read
+    `problems` for all of them.
+    """
+
+    code: ClassVar[str] = "invalid_plan"
+
+    #: How many problems the message spells out; `problems` always holds all of them.
+    SHOWN: ClassVar[int] = 5
+
+    def __init__(self, problems: tuple[Any, ...]) -> None:
+        self.problems = tuple(problems)
+        shown = "; ".join(str(problem) for problem in self.problems[: self.SHOWN])
+        more = len(self.problems) - self.SHOWN
+        tail = f"; and {more} more" if more > 0 else ""
+        count = len(self.problems)
+        super().__init__(
+            f"the plan is invalid ({count} problem{'s' if count != 1 else ''}): {shown}{tail}"
+        )
 
 
 class WriteConflict(AgentTxError):

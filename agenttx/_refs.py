@@ -31,8 +31,11 @@ __all__ = [
     "Dependency",
     "Reference",
     "Resolution",
+    "is_path_segment",
+    "is_plan_namespace",
     "named_dependencies",
     "parse_template",
+    "resolve_plan_value",
     "resolve_references",
     "resolve_value",
 ]
@@ -46,6 +49,7 @@ _PLAN_TOKEN: Final = re.compile(
     rf"(?P<escape>\$\$\{{)|\$\{{(?P<ns>[A-Za-z_][A-Za-z0-9_\-]*)(?P<path>(?:\.{_SEGMENT})*)\}}"
 )
 _OPEN: Final = re.compile(r"\$\{")
+_NAMESPACE_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 _SEGMENT_RE: Final = re.compile(_SEGMENT)
 #: Step ids in references stop at 2**32 - 1: a larger id never names a step, whatever `outputs`
 #: holds (`docs/protocol.md#resolution-errors`).
@@ -210,7 +214,7 @@ def _reject_malformed(text: str, start: int, end: int) -> None:
         head, _, _ = body.partition(".")
         if not body:
             problem = "empty reference `${}`"
-        elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", head):
+        elif not _NAMESPACE_RE.fullmatch(head):
             problem = f"`{head}` is not a namespace: use `initial` or a node id"
         else:
             # Some segment is bad, or the token regex would have matched here.
@@ -497,4 +501,94 @@ def _copy(value: JSONValue) -> JSONValue:
         return {key: _copy(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_copy(item) for item in value]
+    return value
+
+
+# ---------------------------------------------------------------------- plans
+
+
+def is_plan_namespace(name: str) -> bool:
+    """Whether `name` can open a plan reference (`${name.path}`): what a plan node id must be."""
+    return _NAMESPACE_RE.fullmatch(name) is not None
+
+
+def is_path_segment(text: str) -> bool:
+    """Whether `text` is one segment of a reference path (letters, digits, `_`, `-`)."""
+    return _SEGMENT_RE.fullmatch(text) is not None
+
+
+def resolve_plan_value(
+    value: JSONValue, namespaces: Mapping[str, JSONValue]
+) -> tuple[JSONValue, str | None]:
+    """Resolve every `${initial.x}` and `${node_id.path}` in the strings of a checked JSON value.
+
+    `namespaces` maps `initial` to the initial inputs and each node id with a result to its
+    output. Plan mode is strict: a malformed reference, a reference to a namespace `namespaces`
+    lacks, a missing key, and a list or object written into a longer string are errors, returned
+    as `(value, message)` with `value` unresolved; never raised. On success: `(resolved, None)`.
+    A string that is exactly one reference becomes the value itself (a copy, with its JSON type);
+    scalars inside longer strings are written as compact JSON (strings verbatim); `$${` writes a
+    literal `${`. Object keys are never scanned, and a substituted value is never re-scanned.
+    """
+    try:
+        return _resolve_plan(value, namespaces), None
+    except _Unresolved as failure:
+        return value, failure.message
+
+
+def _resolve_plan(value: JSONValue, namespaces: Mapping[str, JSONValue]) -> JSONValue:
+    if isinstance(value, str):
+        return _resolve_plan_string(value, namespaces) if "${" in value else value
+    if isinstance(value, list):
+        return [_resolve_plan(item, namespaces) for item in value]
+    if isinstance(value, dict):
+        return {key: _resolve_plan(item, namespaces) for key, item in value.items()}
+    return value
+
+
+def _resolve_plan_string(text: str, namespaces: Mapping[str, JSONValue]) -> JSONValue:
+    try:
+        pieces = _tokenize(text, "plan")
+        references = [
+            piece if isinstance(piece, str) else (piece, _reference(piece, "plan"))
+            for piece in pieces
+        ]
+    except ReferenceSyntaxError as exc:
+        raise _Unresolved(str(exc)) from None
+    if len(references) == 1:
+        only = references[0]
+        return only if isinstance(only, str) else _copy(_plan_lookup(only[1], namespaces))
+    parts: list[str] = []
+    for piece in references:
+        if isinstance(piece, str):
+            parts.append(piece)
+            continue
+        match, reference = piece
+        found = _plan_lookup(reference, namespaces)
+        if isinstance(found, (dict, list)):
+            kind = "an object" if isinstance(found, dict) else "a list"
+            raise _Unresolved(
+                f"reference {reference.text} is {kind}, which cannot be written into text; "
+                "map it to an input of its own"
+            )
+        parts.append(found if isinstance(found, str) else _interpolated(match, found))
+    return "".join(parts)
+
+
+def _plan_lookup(reference: Reference, namespaces: Mapping[str, JSONValue]) -> JSONValue:
+    namespace = reference.namespace
+    where = "the initial inputs" if namespace == "initial" else f"the output of node {namespace}"
+    if namespace not in namespaces:
+        if namespace == "initial":
+            raise _Unresolved(f"reference {reference.text}: the plan has no initial inputs")
+        raise _Unresolved(
+            f"reference {reference.text} points to node {namespace}, which has no output"
+        )
+    value = namespaces[namespace]
+    for segment in reference.path:
+        found, value = _index(value, segment)
+        if not found:
+            raise _Unresolved(
+                f"unresolved reference {reference.text}: key '{segment}' not present in {where}"
+            )
     return value

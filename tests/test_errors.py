@@ -17,6 +17,7 @@ CODES = {
     "InvalidArgument": "invalid_argument",
     "JSONValueError": "invalid_json_value",
     "ReferenceSyntaxError": "malformed_reference",
+    "PlanValidationError": "invalid_plan",
     "WriteConflict": "write_conflict",
     "ReadConflict": "read_conflict",
     "StorageError": "storage_error",

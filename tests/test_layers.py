@@ -119,3 +119,10 @@ def test_checker_catches_an_upward_import(tmp_path, monkeypatch):
     assert any("reaches into _saga._ledger" in p for p in problems)
     assert any("imports private ['_Link']" in p for p in problems)
     assert any("_refs.py:1: imports rustworkx" in p for p in problems)
+
+
+def test_plans_package_is_layer_three():
+    """The plans package sits beside the transaction, in layer 3 (its lines may continue)."""
+    layers = _layers()
+    assert layers["_plans"] == 3
+    assert layers["_transaction"] == 3

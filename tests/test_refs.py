@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 import agenttx
 from agenttx import Dependency, JSONValueError, ReferenceSyntaxError, resolve_references
 from agenttx._json import JSONValue, canonical_dumps, check_json
-from agenttx._refs import Reference, named_dependencies, parse_template, resolve_value
+from agenttx._refs import (
+    Reference,
+    is_path_segment,
+    is_plan_namespace,
+    named_dependencies,
+    parse_template,
+    resolve_plan_value,
+    resolve_value,
+)
 from agenttx._refs import _is_index as is_index
 from agenttx._refs import _size_at_least as size_at_least
 from agenttx.testing import json_scalars, json_values, step_sequences
@@ -1205,3 +1213,40 @@ def test_named_dependencies_are_resolutions_whenever_it_succeeds(steps):
         else:
             found = resolution.dependencies
             assert [d.from_step for d in found] == [d.from_step for d in named[: len(found)]]
+
+
+# ---------------------------------------------------------------------- plan namespaces
+
+
+def test_plan_values_resolve_against_named_namespaces():
+    """`resolve_plan_value` reads `initial` and node outputs by name, in strings at any depth."""
+    namespaces = {"initial": {"sku": "S", "n": 2}, "stock": {"items": [{"id": "w-1"}]}}
+    value = {"a": "${stock.items.0.id}", "b": ["x${initial.n}", "$${initial.sku}"], "c": 1}
+    assert resolve_plan_value(value, namespaces) == (
+        {"a": "w-1", "b": ["x2", "${initial.sku}"], "c": 1},
+        None,
+    )
+
+
+def test_plan_values_are_strict():
+    """In plan mode a malformed reference or a list written into text is an error, not text."""
+    namespaces = {"initial": {"ids": [1, 2]}}
+    assert resolve_plan_value("${initial.ids", namespaces)[1] is not None
+    value, error = resolve_plan_value("ids: ${initial.ids}", namespaces)
+    assert value == "ids: ${initial.ids}"
+    assert error == (
+        "reference ${initial.ids} is a list, which cannot be written into text; "
+        "map it to an input of its own"
+    )
+    assert resolve_plan_value("${initial.ids}", namespaces) == ([1, 2], None)
+
+
+def test_plan_namespaces_and_segments():
+    """Node ids must open a reference; initial keys must be one path segment."""
+    assert is_plan_namespace("stock_check")
+    assert is_plan_namespace("a-b")
+    assert not is_plan_namespace("9a")
+    assert not is_plan_namespace("a.b")
+    assert is_path_segment("0")
+    assert not is_path_segment("a.b")
+    assert not is_path_segment("")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 import agenttx
@@ -184,6 +186,48 @@ def test_a_closed_context_refuses_writes():
         ctx.register_undo(lambda: None)
     with pytest.raises(agenttx.InvalidArgument, match="has ended"):
         ctx.stage_effect("email", {})
+
+
+def test_add_cost_keeps_exact_decimals_by_category():
+    """add_cost takes a Decimal, an int or a decimal string, and keeps them in report order."""
+    ctx = _context()
+    ctx.add_cost(Decimal("0.002"), category="model")
+    ctx.add_cost("0.10")
+    ctx.add_cost(3, category="infrastructure")
+    assert ctx.costs == (
+        ("model", Decimal("0.002")),
+        ("tool", Decimal("0.10")),
+        ("infrastructure", Decimal(3)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("amount", "category", "match"),
+    [
+        (0.1, "tool", "float"),
+        (Decimal(-1), "tool", ">= 0"),
+        (Decimal("NaN"), "tool", "finite"),
+        ("Infinity", "tool", "finite"),
+        ("ten pence", "tool", "not a decimal number"),
+        (True, "tool", "must be a Decimal"),
+        (None, "tool", "must be a Decimal"),
+        (1, "tokens", "category must be one of"),
+    ],
+)
+def test_add_cost_refuses_floats_negatives_and_unknown_categories(amount, category, match):
+    """Floats, negative or non-finite amounts and unknown categories raise InvalidArgument."""
+    ctx = _context()
+    with pytest.raises(agenttx.InvalidArgument, match=match):
+        ctx.add_cost(amount, category=category)
+    assert ctx.costs == ()
+
+
+def test_add_cost_is_fenced_like_every_context_call():
+    """A closed context refuses add_cost: a late call cannot add spending to its step."""
+    ctx = _context()
+    ctx._close()
+    with pytest.raises(agenttx.InvalidArgument, match="has ended"):
+        ctx.add_cost(1)
 
 
 def test_derive_key_is_stable_and_sensitive():

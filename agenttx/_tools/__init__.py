@@ -15,8 +15,16 @@ from ._outputs import OutputSerializer as OutputSerializer
 from ._outputs import to_json_value as to_json_value
 from ._schema import Validator as Validator
 from ._schema import Violation as Violation
+from ._schema import compile_schema as compile_schema
+from ._schema import schema_for as schema_for
+from ._signature import UNRESOLVED as UNRESOLVED
+from ._signature import Signature as Signature
+from ._signature import newtype_name as newtype_name
+from ._signature import read_signature as read_signature
+from ._signature import typed_dict_fields as typed_dict_fields
 from ._spec import ToolSpec as ToolSpec
 from ._spec import wire_name as wire_name
+from ._tool import COST_CATEGORIES as COST_CATEGORIES
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
 from ._tool import Compensation as Compensation
 from ._tool import StagedEffect as StagedEffect
@@ -27,6 +35,7 @@ from ._tool import ToolLike as ToolLike
 from ._tool import ToolRegistry as ToolRegistry
 from ._tool import ToolsArgument as ToolsArgument
 from ._tool import UndoRecord as UndoRecord
+from ._tool import check_cost as check_cost
 from ._tool import compensation as compensation
 from ._tool import derive_key as derive_key
 from ._tool import tool as tool
@@ -39,7 +48,9 @@ from ._workers import is_awaitable as is_awaitable
 from ._workers import resolve_awaitable as resolve_awaitable
 
 __all__ = [
+    "COST_CATEGORIES",
     "MAX_TOOL_NAME",
+    "UNRESOLVED",
     "Call",
     "Compensation",
     "DeadlineExceeded",
@@ -48,6 +59,7 @@ __all__ = [
     "Orphans",
     "Outcome",
     "OutputSerializer",
+    "Signature",
     "StagedEffect",
     "StateView",
     "Tool",
@@ -62,16 +74,22 @@ __all__ = [
     "acall_with_deadline",
     "arun_tool",
     "call_with_deadline",
+    "check_cost",
     "closed",
     "compensation",
+    "compile_schema",
     "derive_key",
     "is_awaitable",
     "is_transient_status",
+    "newtype_name",
+    "read_signature",
     "resolve_awaitable",
     "run_tool",
+    "schema_for",
     "still_running",
     "to_json_value",
     "tool",
     "transient_verdict",
+    "typed_dict_fields",
     "wire_name",
 ]

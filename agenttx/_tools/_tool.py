@@ -12,6 +12,7 @@ import inspect
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal, InvalidOperation
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ._schema import Validator
 
 __all__ = [
+    "COST_CATEGORIES",
     "Compensation",
     "StagedEffect",
     "StateView",
@@ -45,6 +47,7 @@ __all__ = [
     "ToolRegistry",
     "ToolsArgument",
     "UndoRecord",
+    "check_cost",
     "compensation",
     "derive_key",
     "tool",
@@ -423,6 +426,47 @@ def derive_key(*parts: JSONValue) -> str:
     return hashlib.blake2b(canonical_dumps(list(parts)).encode(), digest_size=16).hexdigest()
 
 
+# ---------------------------------------------------------------------- costs
+
+#: What a cost may be reported as (`ToolContext.add_cost`): model calls and tokens, tool
+#: charges, infrastructure, and retry overhead.
+COST_CATEGORIES: Final = ("model", "tool", "infrastructure", "retry")
+
+
+def check_cost(amount: object, category: object) -> tuple[str, Decimal]:
+    """`(category, amount)` of a reported cost, checked: see `ToolContext.add_cost`.
+
+    Raises `InvalidArgument` for a float (binary fractions are inexact: pass a `Decimal` or a
+    string), a bool, a string that is not a decimal number, a negative, NaN or infinite amount,
+    or a category not in `COST_CATEGORIES`.
+    """
+    if category not in COST_CATEGORIES:
+        raise InvalidArgument(
+            f"add_cost: category must be one of {', '.join(COST_CATEGORIES)}, got {category!r}"
+        )
+    if isinstance(amount, float):
+        raise InvalidArgument(
+            f"add_cost: amount {amount!r} is a float, which is inexact; pass a Decimal or a "
+            "string such as '0.002'"
+        )
+    if isinstance(amount, Decimal):
+        value = amount
+    elif isinstance(amount, int) and not isinstance(amount, bool):
+        value = Decimal(amount)
+    elif isinstance(amount, str) and len(amount) <= 64:
+        try:
+            value = Decimal(amount.strip())
+        except InvalidOperation:
+            raise InvalidArgument(f"add_cost: amount {amount!r} is not a decimal number") from None
+    else:
+        raise InvalidArgument(
+            f"add_cost: amount must be a Decimal, an int or a decimal string, got {amount!r:.80}"
+        )
+    if not value.is_finite() or value < 0:
+        raise InvalidArgument(f"add_cost: amount must be finite and >= 0, got {amount!r:.80}")
+    return str(category), value
+
+
 # ---------------------------------------------------------------------- context
 
 _ABSENT: Final = object()
@@ -511,11 +555,14 @@ class ToolContext:
       until commit; returns its idempotency key;
     * `idempotency_key`: stable for this logical call (transaction, step, tool, arguments),
       and new when the step runs again after its effects were compensated;
-    * `deadline`: the `time.monotonic()` by which the tool should return.
+    * `deadline`: the `time.monotonic()` by which the tool should return;
+    * `add_cost(amount, category="tool")`: report spending in GBP (read by plan runs'
+      metrics; a `Transaction` keeps it on the context and does not report it).
     """
 
     __slots__ = (
         "_compensations",
+        "_costs",
         "_effects",
         "_fence",
         "_key",
@@ -551,6 +598,7 @@ class ToolContext:
         self._compensations = compensations
         self._undos: list[UndoRecord] = []
         self._effects: list[StagedEffect] = []
+        self._costs: list[tuple[str, Decimal]] = []
         self._fence = _Fence(step_id)
         self._log_undo = log_undo  # writes the record durably, before the effect it undoes
 
@@ -636,6 +684,24 @@ class ToolContext:
         with self._fence:
             self._effects.append(effect)
         return key
+
+    def add_cost(self, amount: Decimal | str | int, category: str = "tool") -> None:
+        """Report spending of this call: `amount` in GBP, under `category`.
+
+        `amount` is a `Decimal`, an `int` or a decimal string (`"0.002"`), finite and >= 0; a
+        float is refused, since binary fractions are inexact. `category` is one of
+        `COST_CATEGORIES` (`model`, `tool`, `infrastructure`, `retry`). Raises `InvalidArgument`
+        for anything else, and once the call has ended (like every context call). A plan run
+        sums the costs of every attempt, failed ones included, into `PlanMetrics.cost`.
+        """
+        entry = check_cost(amount, category)
+        with self._fence:
+            self._costs.append(entry)
+
+    @property
+    def costs(self) -> tuple[tuple[str, Decimal], ...]:
+        """The costs reported so far, as `(category, amount)` in the order reported."""
+        return tuple(self._costs)
 
     def _close(self) -> tuple[tuple[UndoRecord, ...], tuple[StagedEffect, ...]]:
         """Fence the context and hand over what the tool registered (transaction use only).

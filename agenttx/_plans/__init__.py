@@ -1,0 +1,61 @@
+"""Plans: a DAG of tool calls, validated before it runs, then run concurrently, with metrics."""
+
+from __future__ import annotations
+
+from ._metrics import CostBreakdown as CostBreakdown
+from ._metrics import PlanMetrics as PlanMetrics
+from ._model import MAX_NODE_ID as MAX_NODE_ID
+from ._model import InputRef as InputRef
+from ._model import Node as Node
+from ._model import Plan as Plan
+from ._model import PlanProblem as PlanProblem
+from ._model import PlanProblemCode as PlanProblemCode
+from ._model import UnresolvedInput as UnresolvedInput
+from ._model import resolve_inputs as resolve_inputs
+from ._model import resolve_resource as resolve_resource
+from ._results import CompensationOutcome as CompensationOutcome
+from ._results import CompensationStatus as CompensationStatus
+from ._results import NodeResult as NodeResult
+from ._results import PlanEvent as PlanEvent
+from ._results import PlanEventKind as PlanEventKind
+from ._results import PlanResult as PlanResult
+from ._results import PlanStatus as PlanStatus
+from ._results import cost_per_completed_workflow as cost_per_completed_workflow
+from ._runner import PlanRun as PlanRun
+from ._runner import arun_plan as arun_plan
+from ._runner import run_plan as run_plan
+from ._runner import start_plan as start_plan
+from ._scheduler import NodeState as NodeState
+from ._scheduler import RateLimit as RateLimit
+from ._validate import find_cycles as find_cycles
+from ._validate import validate_plan as validate_plan
+
+__all__ = [
+    "MAX_NODE_ID",
+    "CompensationOutcome",
+    "CompensationStatus",
+    "CostBreakdown",
+    "InputRef",
+    "Node",
+    "NodeResult",
+    "NodeState",
+    "Plan",
+    "PlanEvent",
+    "PlanEventKind",
+    "PlanMetrics",
+    "PlanProblem",
+    "PlanProblemCode",
+    "PlanResult",
+    "PlanRun",
+    "PlanStatus",
+    "RateLimit",
+    "UnresolvedInput",
+    "arun_plan",
+    "cost_per_completed_workflow",
+    "find_cycles",
+    "resolve_inputs",
+    "resolve_resource",
+    "run_plan",
+    "start_plan",
+    "validate_plan",
+]

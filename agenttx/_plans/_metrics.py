@@ -1,0 +1,374 @@
+"""What a plan run measured: makespan, critical path, parallelism, waits, latency and cost.
+
+Pure functions of timings: `plan_metrics(timings, started_at=..., finished_at=...)` reads one
+`NodeTiming` per node (its tool, its prerequisites, and each attempt's times and reported costs,
+all in `time.monotonic()` seconds) and returns `PlanMetrics`. Nothing here runs a tool or reads
+a clock, so tests drive it with synthetic timings.
+
+Definitions (also in `docs/plans.md#metrics-and-cost`):
+
+* a node's *duration* is from its first attempt's start to its last attempt's end (retries and
+  their backoff included); a node that never started lasts 0;
+* `makespan_s`: from the run's start to its end;
+* `critical_path_s`: the longest path through the plan's graph (value and `after` edges) where
+  each node weighs its duration; `critical_path` lists its nodes, first to last;
+* `parallelism`: the time-weighted mean number of attempts running at once over the makespan,
+  which equals the sum of every attempt's running time divided by the makespan (backoff waits
+  are not running time);
+* queue waits: a node's *prerequisite wait* is from the run's start until its prerequisites were
+  all done (its first attempt became eligible); its *capacity wait* is, summed over its
+  attempts, the time from becoming eligible (prerequisites done, or the backoff over) to
+  starting: time spent queued for concurrency, resources, exclusive holds or rate limits;
+* latency percentiles are nearest-rank (`p` percent of the values are at most it): per node over
+  its attempts' running times, per tool over its attempts, and for the run over node durations;
+* cost: every attempt's reported costs, failed and cancelled ones included; what an attempt that
+  was followed by another attempt of the same node reported counts as `retry` overhead, whatever
+  category it was reported under.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+
+from .._errors import InvalidArgument
+from .._tools import COST_CATEGORIES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "CURRENCY",
+    "AttemptTiming",
+    "CostBreakdown",
+    "NodeMetrics",
+    "NodeTiming",
+    "PlanMetrics",
+    "ToolMetrics",
+    "percentile",
+    "plan_metrics",
+]
+
+#: The currency of every cost: pounds sterling.
+CURRENCY: Final = "GBP"
+_ZERO: Final = Decimal(0)
+
+
+def _check_amount(_: object, attribute: attrs.Attribute[Decimal], value: object) -> None:
+    if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+        raise InvalidArgument(f"{attribute.name} must be a finite Decimal >= 0, got {value!r}")
+
+
+def _amount() -> Decimal:
+    return _ZERO
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CostBreakdown:
+    """Spending in GBP by category, as `Decimal`s: never floats, never rounded.
+
+    `model` (model calls and tokens), `tool` (tool charges), `infrastructure`, `retry` (retry
+    overhead); `total` is their sum. Breakdowns add up with `+`. Each field must be a finite,
+    non-negative `Decimal` (`InvalidArgument` names it).
+    """
+
+    model: Decimal = attrs.field(factory=_amount, validator=_check_amount)
+    tool: Decimal = attrs.field(factory=_amount, validator=_check_amount)
+    infrastructure: Decimal = attrs.field(factory=_amount, validator=_check_amount)
+    retry: Decimal = attrs.field(factory=_amount, validator=_check_amount)
+
+    @property
+    def currency(self) -> str:
+        """The ISO 4217 code of every amount: `GBP`."""
+        return CURRENCY
+
+    @property
+    def total(self) -> Decimal:
+        """The sum of every category."""
+        return self.model + self.tool + self.infrastructure + self.retry
+
+    def __add__(self, other: object) -> CostBreakdown:
+        if not isinstance(other, CostBreakdown):
+            return NotImplemented
+        return CostBreakdown(
+            model=self.model + other.model,
+            tool=self.tool + other.tool,
+            infrastructure=self.infrastructure + other.infrastructure,
+            retry=self.retry + other.retry,
+        )
+
+    @classmethod
+    def of(cls, entries: Iterable[tuple[str, Decimal]]) -> CostBreakdown:
+        """The breakdown of `(category, amount)` entries (categories of `COST_CATEGORIES`)."""
+        sums = dict.fromkeys(COST_CATEGORIES, _ZERO)
+        for category, amount in entries:
+            if category not in sums:
+                raise InvalidArgument(f"unknown cost category {category!r}")
+            sums[category] += amount
+        return cls(**sums)
+
+
+def _check_time(_: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidArgument(f"{attribute.name} must be a finite number, got {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class AttemptTiming:
+    """One attempt of a node: when it could start, started and ended, and what it reported.
+
+    `eligible_at <= started_at <= finished_at` (monotonic seconds); `costs` are `(category,
+    amount)` pairs as `ToolContext.add_cost` checked them.
+    """
+
+    eligible_at: float = attrs.field(validator=_check_time)
+    started_at: float = attrs.field(validator=_check_time)
+    finished_at: float = attrs.field(validator=_check_time)
+    costs: tuple[tuple[str, Decimal], ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if not self.eligible_at <= self.started_at <= self.finished_at:
+            raise InvalidArgument(
+                "an attempt must become eligible, start and finish in that order, got "
+                f"{self.eligible_at!r}, {self.started_at!r}, {self.finished_at!r}"
+            )
+
+    @property
+    def running_s(self) -> float:
+        """How long the attempt ran."""
+        return self.finished_at - self.started_at
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeTiming:
+    """A node's tool, its prerequisites (node ids) and its attempts, oldest first.
+
+    `eligible_at` is when its prerequisites were all done, for a node that never started (a
+    skipped or cancelled node has no attempts); None when they never were.
+    """
+
+    node_id: str
+    tool: str
+    prerequisites: frozenset[str] = frozenset()
+    attempts: tuple[AttemptTiming, ...] = ()
+    eligible_at: float | None = None
+
+    @property
+    def started_at(self) -> float | None:
+        """When its first attempt started, or None."""
+        return self.attempts[0].started_at if self.attempts else None
+
+    @property
+    def duration_s(self) -> float:
+        """From its first attempt's start to its last one's end; 0 if it never started."""
+        if not self.attempts:
+            return 0.0
+        return self.attempts[-1].finished_at - self.attempts[0].started_at
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeMetrics:
+    """One node's figures: see the module docstring for each definition."""
+
+    duration_s: float
+    attempts: int
+    retries: int
+    prerequisite_wait_s: float
+    capacity_wait_s: float
+    latency_p50_s: float
+    latency_p95_s: float
+    cost: CostBreakdown
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolMetrics:
+    """One tool's figures over every attempt of every node that uses it."""
+
+    calls: int
+    retries: int
+    latency_p50_s: float
+    latency_p95_s: float
+    cost: CostBreakdown
+
+
+def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PlanMetrics:
+    """What a plan run measured; every time in seconds, every cost in GBP.
+
+    `critical_path_ratio` is `makespan_s / critical_path_s` (1.0 is a run that lost no time to
+    scheduling; None when the critical path lasted 0). `queue_wait_s` is `prerequisite_wait_s +
+    capacity_wait_s`, summed over nodes. `nodes` and `tools` give per-node and per-tool figures.
+    See `docs/plans.md#metrics-and-cost` for each definition.
+    """
+
+    makespan_s: float
+    critical_path_s: float
+    critical_path: tuple[str, ...]
+    critical_path_ratio: float | None
+    parallelism: float
+    queue_wait_s: float
+    prerequisite_wait_s: float
+    capacity_wait_s: float
+    latency_p50_s: float
+    latency_p95_s: float
+    retries: int
+    cost: CostBreakdown
+    nodes: Mapping[str, NodeMetrics] = attrs.field(factory=dict, converter=_read_only)
+    tools: Mapping[str, ToolMetrics] = attrs.field(factory=dict, converter=_read_only)
+
+
+def percentile(values: Iterable[float], p: float) -> float:
+    """The nearest-rank `p`-th percentile (0 < p <= 100) of `values`; 0.0 for none.
+
+    The smallest value such that at least `p` percent of the values are at most it.
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    if not 0 < p <= 100:
+        raise InvalidArgument(f"p must be in (0, 100], got {p!r}")
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def plan_metrics(
+    timings: Iterable[NodeTiming], *, started_at: float, finished_at: float
+) -> PlanMetrics:
+    """The metrics of a run that started and ended at these monotonic times.
+
+    Prerequisites that name no node of `timings` are ignored. Raises `InvalidArgument` if the
+    run ends before it starts, or if the prerequisites form a cycle.
+    """
+    if not started_at <= finished_at:
+        raise InvalidArgument(
+            f"a run must end after it starts, got {started_at!r} .. {finished_at!r}"
+        )
+    nodes = {timing.node_id: timing for timing in timings}
+    makespan = finished_at - started_at
+    per_node: dict[str, NodeMetrics] = {}
+    by_tool: dict[str, list[AttemptTiming]] = {}
+    tool_retries: dict[str, int] = {}
+    tool_costs: dict[str, list[tuple[str, Decimal]]] = {}
+    costs: list[tuple[str, Decimal]] = []
+    busy = 0.0
+    for node_id, timing in nodes.items():
+        node_costs = _attempt_costs(timing.attempts)
+        costs.extend(node_costs)
+        tool_costs.setdefault(timing.tool, []).extend(node_costs)
+        busy += sum(attempt.running_s for attempt in timing.attempts)
+        by_tool.setdefault(timing.tool, []).extend(timing.attempts)
+        retries = max(0, len(timing.attempts) - 1)
+        tool_retries[timing.tool] = tool_retries.get(timing.tool, 0) + retries
+        running = [attempt.running_s for attempt in timing.attempts]
+        eligible = timing.attempts[0].eligible_at if timing.attempts else timing.eligible_at
+        per_node[node_id] = NodeMetrics(
+            duration_s=timing.duration_s,
+            attempts=len(timing.attempts),
+            retries=retries,
+            prerequisite_wait_s=0.0 if eligible is None else max(0.0, eligible - started_at),
+            capacity_wait_s=sum(a.started_at - a.eligible_at for a in timing.attempts),
+            latency_p50_s=percentile(running, 50),
+            latency_p95_s=percentile(running, 95),
+            cost=CostBreakdown.of(node_costs),
+        )
+    tools = {
+        name: ToolMetrics(
+            calls=len(attempts),
+            retries=tool_retries[name],
+            latency_p50_s=percentile((a.running_s for a in attempts), 50),
+            latency_p95_s=percentile((a.running_s for a in attempts), 95),
+            cost=CostBreakdown.of(tool_costs[name]),
+        )
+        for name, attempts in by_tool.items()
+    }
+    critical_s, path = critical_path(nodes)
+    durations = [timing.duration_s for timing in nodes.values() if timing.attempts]
+    prerequisite_wait = sum(node.prerequisite_wait_s for node in per_node.values())
+    capacity_wait = sum(node.capacity_wait_s for node in per_node.values())
+    return PlanMetrics(
+        makespan_s=makespan,
+        critical_path_s=critical_s,
+        critical_path=path,
+        critical_path_ratio=makespan / critical_s if critical_s > 0 else None,
+        parallelism=busy / makespan if makespan > 0 else 0.0,
+        queue_wait_s=prerequisite_wait + capacity_wait,
+        prerequisite_wait_s=prerequisite_wait,
+        capacity_wait_s=capacity_wait,
+        latency_p50_s=percentile(durations, 50),
+        latency_p95_s=percentile(durations, 95),
+        retries=sum(node.retries for node in per_node.values()),
+        cost=CostBreakdown.of(costs),
+        nodes=per_node,
+        tools=tools,
+    )
+
+
+def _attempt_costs(attempts: tuple[AttemptTiming, ...]) -> list[tuple[str, Decimal]]:
+    """Every attempt's costs; those of an attempt that another followed count as `retry`."""
+    entries: list[tuple[str, Decimal]] = []
+    last = len(attempts) - 1
+    for index, attempt in enumerate(attempts):
+        if index < last:
+            entries.extend(("retry", amount) for _, amount in attempt.costs)
+        else:
+            entries.extend(attempt.costs)
+    return entries
+
+
+def critical_path(nodes: Mapping[str, NodeTiming]) -> tuple[float, tuple[str, ...]]:
+    """The longest path by node duration through the prerequisite graph, and its nodes.
+
+    Kahn's algorithm, O(nodes + edges), no recursion (a 10,000-node chain is fine); ties go to
+    the end node reached first. Raises `InvalidArgument` for a cycle.
+    """
+    dependants: dict[str, list[str]] = {node_id: [] for node_id in nodes}
+    waiting: dict[str, int] = {}
+    for node_id, timing in nodes.items():
+        known = [p for p in timing.prerequisites if p in nodes]
+        waiting[node_id] = len(known)
+        for prerequisite in known:
+            dependants[prerequisite].append(node_id)
+    ready = [node_id for node_id, count in waiting.items() if count == 0]
+    best: dict[str, float] = {}
+    came_from: dict[str, str | None] = {}
+    for node_id in ready:
+        best[node_id] = nodes[node_id].duration_s
+        came_from[node_id] = None
+    seen = 0
+    while ready:
+        node_id = ready.pop()
+        seen += 1
+        for dependant in dependants[node_id]:
+            candidate = best[node_id] + nodes[dependant].duration_s
+            if dependant not in best or candidate > best[dependant]:
+                best[dependant] = candidate
+                came_from[dependant] = node_id
+            waiting[dependant] -= 1
+            if waiting[dependant] == 0:
+                ready.append(dependant)
+    if seen != len(nodes):
+        raise InvalidArgument("the prerequisites of the timed nodes form a cycle")
+    if not best:
+        return 0.0, ()
+    end = max(best, key=lambda node_id: best[node_id])
+    path: list[str] = []
+    cursor: str | None = end
+    while cursor is not None:
+        path.append(cursor)
+        cursor = came_from[cursor]
+    path.reverse()
+    return best[end], tuple(path)

@@ -1,0 +1,240 @@
+"""What a plan run reports: each node's result, the audit record, compensations and metrics.
+
+Everything here is a frozen record: `PlanResult` (the run), `NodeResult` (one node),
+`CompensationOutcome` (one undo of a completed node), and `PlanEvent` (one audit entry). The
+audit is append-only while the run goes on and exported as JSON lines by
+`PlanResult.audit_jsonl()`. Timestamps are timezone-aware UTC datetimes; durations and metrics
+come from the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from decimal import Decimal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+
+from .._errors import InvalidArgument
+from ._metrics import CostBreakdown, PlanMetrics
+from ._scheduler import NodeState
+
+if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Iterable, Mapping
+
+    from .._hints import CleanHint
+    from .._json import JSONValue
+
+__all__ = [
+    "CompensationOutcome",
+    "CompensationStatus",
+    "NodeResult",
+    "PlanEvent",
+    "PlanEventKind",
+    "PlanResult",
+    "PlanStatus",
+    "cost_per_completed_workflow",
+]
+
+
+class PlanStatus(enum.Enum):
+    """Where a plan run is: RUNNING, then one of SUCCEEDED, FAILED, CANCELLED."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"  # every node that counts succeeded; state committed, effects sent
+    FAILED = "FAILED"  # a node failed (or the commit conflicted); nothing published
+    CANCELLED = "CANCELLED"  # `PlanRun.cancel` or the awaiting task was cancelled
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the run has ended."""
+        return self is not PlanStatus.RUNNING
+
+
+class CompensationStatus(enum.Enum):
+    """How one compensation went: REQUESTED, then COMPLETED or FAILED (kept)."""
+
+    REQUESTED = "REQUESTED"  # not run (compensate_on="never", or the run was interrupted)
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"  # every attempt failed: kept for manual intervention
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompensationOutcome:
+    """One undo of a node: which compensation (`kind`), its status, and the last error."""
+
+    node_id: str
+    kind: str
+    description: str
+    status: CompensationStatus
+    error: str | None = None
+
+
+class PlanEventKind(enum.Enum):
+    """What an audit entry records."""
+
+    VALIDATED = "validated"
+    DISPATCHED = "dispatched"
+    RETRIED = "retried"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    LATE_RESULT_REFUSED = "late_result_refused"
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    COMMITTED = "committed"
+    DISCARDED = "discarded"
+    EFFECTS_DISPATCHED = "effects_dispatched"
+    COMPENSATION_REQUESTED = "compensation_requested"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    FINISHED = "finished"
+
+
+def _frozen_data(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PlanEvent:
+    """One entry of a run's audit record: `seq` (0, 1, 2, ...), `kind`, when, and details.
+
+    `node` and `attempt` name the node and attempt id concerned, if any; `data` holds JSON
+    values only (the checks made before a dispatch, a hint, a reason, a count).
+    """
+
+    seq: int
+    kind: PlanEventKind
+    at: dt.datetime
+    node: str | None = None
+    attempt: str | None = None
+    data: Mapping[str, JSONValue] = attrs.field(factory=dict, converter=_frozen_data)
+
+    def to_json(self) -> dict[str, JSONValue]:
+        """The entry as a JSON object (`at` in ISO 8601 with its UTC offset and zone name)."""
+        entry: dict[str, JSONValue] = {
+            "seq": self.seq,
+            "kind": self.kind.value,
+            "at": self.at.isoformat(),
+            "zone": self.at.tzname(),
+        }
+        if self.node is not None:
+            entry["node"] = self.node
+        if self.attempt is not None:
+            entry["attempt"] = self.attempt
+        entry.update(self.data)
+        return entry
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NodeResult:
+    """How one node ended.
+
+    `state` is terminal (SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SKIPPED). `output` is the
+    tool's output for a SUCCEEDED node (else None); `error` the Clean Hint of its last failure.
+    `attempts` counts the attempts started, `attempt_ids` names them; every attempt shares
+    `idempotency_key`. `started_at` / `finished_at` are UTC datetimes of its first start and its
+    end (None if it never started). `cost` is what its attempts reported.
+    """
+
+    node_id: str
+    tool: str
+    state: NodeState
+    output: JSONValue = None
+    error: CleanHint | None = None
+    attempts: int = 0
+    attempt_ids: tuple[str, ...] = ()
+    idempotency_key: str = ""
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    cost: CostBreakdown = attrs.field(factory=CostBreakdown)
+
+
+def _frozen_nodes(value: Mapping[str, NodeResult]) -> Mapping[str, NodeResult]:
+    return MappingProxyType(dict(value))
+
+
+@final
+@attrs.frozen(kw_only=True, repr=False)
+class PlanResult:
+    """The end of a plan run.
+
+    `status` is SUCCEEDED, FAILED or CANCELLED; `nodes[node_id]` each node's `NodeResult`, in
+    plan order; `metrics` the run's `PlanMetrics`; `compensations` each undo run (or requested)
+    for completed nodes, newest completion first; `cancel_reason` why it was cancelled;
+    `error` what ended a failed run that no node explains (a commit conflict); `committed_keys`
+    the state keys the commit published; `effects_dispatched` / `dispatch_errors` what delivery
+    of the staged effects did (delivery errors never undo the commit); `audit` the append-only
+    record of the run.
+    """
+
+    run_id: str
+    plan_version: str
+    status: PlanStatus
+    nodes: Mapping[str, NodeResult] = attrs.field(converter=_frozen_nodes)
+    metrics: PlanMetrics
+    compensations: tuple[CompensationOutcome, ...] = ()
+    cancel_reason: str | None = None
+    error: str | None = None
+    committed_keys: int = 0
+    effects_dispatched: int = 0
+    dispatch_errors: tuple[str, ...] = ()
+    audit: tuple[PlanEvent, ...] = ()
+
+    def __repr__(self) -> str:
+        # A summary: the whole result may hold thousands of nodes and events, and asyncio
+        # formats the repr of a finished main task's result when `asyncio.run` returns.
+        return (
+            f"<agenttx.PlanResult {self.run_id!r} {self.status.value} nodes={len(self.nodes)} "
+            f"events={len(self.audit)}>"
+        )
+
+    @property
+    def succeeded(self) -> bool:
+        """True for a run that ended SUCCEEDED."""
+        return self.status is PlanStatus.SUCCEEDED
+
+    def outputs(self) -> dict[str, JSONValue]:
+        """The output of every SUCCEEDED node, by node id."""
+        return {
+            node_id: result.output
+            for node_id, result in self.nodes.items()
+            if result.state is NodeState.SUCCEEDED
+        }
+
+    def audit_jsonl(self) -> str:
+        """The audit record as JSON lines: one object per event, in order, each line ending
+        with a newline."""
+        return "".join(
+            json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
+            for event in self.audit
+        )
+
+
+def cost_per_completed_workflow(results: Iterable[PlanResult]) -> Decimal:
+    """Total spend of every run (failed and cancelled ones included) per SUCCEEDED run, in GBP.
+
+    Exact `Decimal` division, not rounded. Raises `InvalidArgument` when no run succeeded
+    (the cost per completed workflow is then undefined), or when an item is not a `PlanResult`.
+    """
+    total = Decimal(0)
+    completed = 0
+    runs = 0
+    for result in results:
+        if not isinstance(result, PlanResult):
+            raise InvalidArgument(f"expected PlanResult objects, got {result!r:.80}")
+        runs += 1
+        total += result.metrics.cost.total
+        completed += result.status is PlanStatus.SUCCEEDED
+    if not completed:
+        raise InvalidArgument(
+            f"no completed run among {runs}: the cost per completed workflow is undefined "
+            f"(total spend {total} GBP)"
+        )
+    return total / completed

@@ -1,0 +1,1235 @@
+"""Running a plan: validated first, then every ready node at once, within the limits.
+
+`arun_plan` checks everything before anything runs (the plan against the tools, the initial
+values, the limits) and then drives the sans-I/O `Scheduler` from one asyncio loop: each start
+the scheduler hands out is re-checked (prerequisites recorded, run not cancelled, inputs that
+resolve and fit the tool's spec) and becomes an asyncio task that runs the tool through the one
+call path of `agenttx._tools` (`arun_tool`: deadlines, worker threads for sync tools, the
+context fenced when the call ends). Results go back to the scheduler keyed by attempt id, so a
+late or repeated result is refused. Failures are cleaned into hints; a transient one is retried
+with the library's one jittered `Backoff`, with the same idempotency key, up to `Node.retries`.
+
+State: the run is ONE store transaction (id = the run id). Tools' `ctx.state` calls are
+serialized through a lock (the store's journal is linear) and nodes of one plan see each other's
+writes as they happen. A failed attempt's writes are not rewound (no journal restore per node:
+concurrent nodes interleave in one overlay); what a node must undo it registers with
+`ctx.register_undo` or a compensation. The overlay commits when the plan succeeds, and staged
+effects are delivered after that commit; a failed or cancelled plan discards it and publishes
+nothing. Completed nodes are then compensated, newest completion first, through a `SagaLedger`.
+
+`run_plan` runs `arun_plan` on a new event loop for sync callers; `start_plan` runs it on a
+background thread and returns a `PlanRun` to steer it. See `docs/plans.md#running-a-plan`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import re
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
+
+import attrs
+
+from .._errors import FailedPrecondition, InvalidArgument, PlanValidationError, WriteConflict
+from .._hints import clean_error
+from .._saga import Backoff, SagaLedger, dispatch_effects
+from .._tools import (
+    Call,
+    Compensation,
+    Failure,
+    ToolContext,
+    ToolRegistry,
+    UndoRecord,
+    arun_tool,
+    closed,
+    compile_schema,
+    derive_key,
+    read_signature,
+    schema_for,
+)
+from .._turns import RETRY_BACKOFF
+from ..stores import MemoryStore
+from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
+from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
+from ._results import (
+    CompensationOutcome,
+    CompensationStatus,
+    NodeResult,
+    PlanEvent,
+    PlanEventKind,
+    PlanResult,
+    PlanStatus,
+)
+from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, Update
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
+
+    from .._hints import CleanHint
+    from .._json import JSONValue
+    from .._saga import Dispatcher
+    from .._tools import Outcome, Tool, ToolsArgument, Validator
+    from ..stores import Store
+
+__all__ = [
+    "CANCEL_GRACE",
+    "DEFAULT_NODE_TIMEOUT",
+    "CompensateOn",
+    "FailurePolicy",
+    "PlanRun",
+    "arun_plan",
+    "run_plan",
+    "start_plan",
+]
+
+#: Each attempt's deadline, in seconds, for a node without `timeout=`.
+DEFAULT_NODE_TIMEOUT: Final = 30.0
+#: How long a cancellation waits for cancelled async tools to unwind, in seconds.
+CANCEL_GRACE: Final = 5.0
+#: Undo records of attempt n of a node are numbered from `n << _SEQ_BITS`: never shared.
+_SEQ_BITS: Final = 20
+
+FailurePolicy = Literal["skip_dependants", "cancel_all"]
+CompensateOn = Literal["failure", "never"]
+_COMPENSATE_ON: Final = ("failure", "never")
+#: What a run id may be: it is also the id of the run's store transaction.
+_RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+# ---------------------------------------------------------------------- checks before the run
+
+
+def _check_limit(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidArgument(f"{name} must be an integer >= {minimum}, got {value!r:.80}")
+    return value
+
+
+def _check_capacities(resources: object) -> dict[str, int]:
+    if resources is None:
+        return {}
+    if not isinstance(resources, Mapping):
+        raise InvalidArgument(
+            f"resources must be a mapping of names to capacities, got {resources!r:.80}"
+        )
+    return {
+        str(name): _check_limit(f"capacity of resource {name!r}", capacity, minimum=0)
+        for name, capacity in resources.items()
+    }
+
+
+def _check_rate_limits(rate_limits: object) -> dict[str, RateLimit]:
+    """`{tool: RateLimit}`, or `{tool: starts per second}` (a bucket of one)."""
+    if rate_limits is None:
+        return {}
+    if not isinstance(rate_limits, Mapping):
+        raise InvalidArgument(
+            f"rate_limits must be a mapping of tool names, got {rate_limits!r:.80}"
+        )
+    limits: dict[str, RateLimit] = {}
+    for tool, limit in rate_limits.items():
+        if isinstance(limit, RateLimit):
+            limits[str(tool)] = limit
+        elif (
+            isinstance(limit, (int, float))
+            and not isinstance(limit, bool)
+            and math.isfinite(limit)
+            and limit > 0
+        ):
+            limits[str(tool)] = RateLimit(per_second=float(limit))
+        else:
+            raise InvalidArgument(
+                f"rate limit of tool {tool!r} must be a number of starts per second > 0 or a "
+                f"RateLimit, got {limit!r:.80}"
+            )
+    return limits
+
+
+def _optional_prerequisites(plan: Plan, node_id: str) -> frozenset[str]:
+    """The prerequisites whose failure still releases the node: those it references only in
+    inputs it lists as optional or gives a fallback for, and does not list in `after`."""
+    node = plan.node(node_id)
+    tolerant = set(node.optional) | set(node.fallback)
+    if not tolerant:
+        return frozenset()
+    needed: dict[str, bool] = {}
+    for ref in node.input_refs:
+        if ref.namespace == "initial":
+            continue
+        needed[ref.namespace] = needed.get(ref.namespace, True) and ref.param in tolerant
+    return frozenset(name for name, ok in needed.items() if ok and name not in node.after)
+
+
+# ---------------------------------------------------------------------- outputs
+
+
+@final
+class _OutputCheck:
+    """A tool's declared return type (TypedDict fields), compiled once per run."""
+
+    __slots__ = ("fields", "type_name")
+
+    def __init__(self, type_name: str, fields: tuple[tuple[str, bool, Validator], ...]) -> None:
+        self.type_name = type_name
+        self.fields = fields
+
+    def failure(self, tool: str, output: JSONValue) -> Failure | None:
+        """Why `output` does not fit the declared type, naming the field; None if it does."""
+        where = f"output of tool '{tool}' does not match its return type {self.type_name}"
+        if not isinstance(output, dict):
+            return Failure(f"{where}: expected an object, got {type(output).__name__}")
+        for name, required, validator in self.fields:
+            if name not in output:
+                if required:
+                    return Failure(f"{where}: field `{name}` is missing", key=name)
+                continue
+            _, violation = validator.check(output[name])
+            if violation is not None:
+                return Failure(f"{where}: field `{name}`: {violation.message}", key=name)
+        return None
+
+
+def _output_check(tool: Tool[Any, Any]) -> _OutputCheck | None:
+    signature = read_signature(tool.__wrapped__, skip_context=tool.wants_context)
+    fields = signature.returns.fields
+    if not fields:
+        return None
+    annotation = signature.returns.annotation
+    type_name = getattr(annotation, "__name__", "its TypedDict")
+    compiled = tuple(
+        (field.name, field.required, compile_schema(schema_for(field.annotation)))
+        for field in fields
+    )
+    return _OutputCheck(str(type_name), compiled)
+
+
+# ---------------------------------------------------------------------- the store
+
+
+@final
+class _SerializedStore:
+    """The run's store, with one transaction's calls serialized: tools on several threads
+    share one overlay, and the `Store` protocol asks the owner to serialize them."""
+
+    __slots__ = ("_lock", "_store")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+
+    def get(self, tx_id: str, key: str) -> str | None:
+        with self._lock:
+            return self._store.get(tx_id, key)
+
+    def put(self, tx_id: str, key: str, value: str) -> None:
+        with self._lock:
+            self._store.put(tx_id, key, value)
+
+    def delete(self, tx_id: str, key: str) -> None:
+        with self._lock:
+            self._store.delete(tx_id, key)
+
+
+# ---------------------------------------------------------------------- one run
+
+
+@attrs.define(kw_only=True, eq=False)
+class _Attempt:
+    """One attempt's bookkeeping (mutable until it ends)."""
+
+    start: Start
+    eligible_at: float
+    started_at: float
+    context: ToolContext
+    wall_start: dt.datetime
+    arguments: JSONValue = None
+    finished_at: float | None = None
+    task: asyncio.Task[None] | None = None
+
+
+@attrs.define(kw_only=True, eq=False)
+class _NodeRecord:
+    """What the run keeps per node."""
+
+    index: int
+    tool: str
+    key: str
+    attempts: list[_Attempt] = attrs.field(factory=list)
+    eligible_at: float | None = None
+    output: JSONValue = None
+    error: CleanHint | None = None
+    undos: list[tuple[float, UndoRecord]] = attrs.field(factory=list)
+    finished_wall: dt.datetime | None = None
+
+
+@attrs.frozen
+class _Finished:
+    attempt: _Attempt
+    outcome: Outcome
+
+
+@attrs.frozen
+class _Crashed:
+    attempt: _Attempt
+    error: BaseException
+
+
+class _Run:
+    """One plan run: checked on construction, executed once by `execute`."""
+
+    def __init__(
+        self,
+        plan: object,
+        *,
+        tools: ToolsArgument,
+        initial: object,
+        max_concurrency: object,
+        resources: object,
+        on_failure: object,
+        store: object,
+        rate_limits: object,
+        run_id: object,
+        dispatcher: Dispatcher | None,
+        compensate_on: object,
+        backoff: object,
+    ) -> None:
+        if not isinstance(plan, Plan):
+            raise InvalidArgument(f"plan must be a Plan, got {plan!r:.80}")
+        self._max = _check_limit("max_concurrency", max_concurrency, minimum=1)
+        if on_failure not in ("skip_dependants", "cancel_all"):
+            raise InvalidArgument(
+                f"on_failure must be 'skip_dependants' or 'cancel_all', got {on_failure!r:.80}"
+            )
+        if compensate_on not in _COMPENSATE_ON:
+            raise InvalidArgument(
+                f"compensate_on must be 'failure' or 'never', got {compensate_on!r:.80}"
+            )
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise InvalidArgument(f"backoff must be a Backoff, got {backoff!r:.80}")
+        capacities = _check_capacities(resources)
+        limits = _check_rate_limits(rate_limits)
+        registry = ToolRegistry(tools)
+        problems = plan.validate(registry)
+        if problems:
+            raise PlanValidationError(problems)
+        self._plan = plan
+        self._initial = plan.check_initial(initial)
+        if run_id is None:
+            run_id = uuid.uuid4().hex
+        if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+            raise InvalidArgument(
+                "run_id must be 1-128 characters of letters, digits, `_` and `-`, "
+                f"got {run_id!r:.80}"
+            )
+        self.id = run_id
+        if store is None:
+            store = MemoryStore()
+        elif not all(
+            callable(getattr(store, name, None)) for name in ("begin", "commit", "discard")
+        ):
+            raise InvalidArgument(f"store must be a Store, got {store!r:.80}")
+        self._store: Store = store  # type: ignore[assignment]
+        self._optional = {node.id: _optional_prerequisites(plan, node.id) for node in plan.nodes}
+        self._scheduler = Scheduler(
+            [
+                Task(
+                    id=node.id,
+                    prerequisites=plan.prerequisites(node.id),
+                    optional=self._optional[node.id],
+                    resources=node.resources,
+                    exclusive=self._exclusive(node),
+                    tool=node.tool,
+                )
+                for node in plan.nodes
+            ],
+            max_concurrency=self._max,
+            capacities=capacities,
+            rate_limits=limits,
+            on_failure=on_failure,
+        )
+        self._registry = registry
+        self._compensations: dict[str, Compensation[Any, Any]] = dict(registry.compensations)
+        for node in plan.nodes:
+            if isinstance(node.compensate, Compensation):
+                self._compensations.setdefault(node.compensate.name, node.compensate)
+        self._dispatcher = dispatcher
+        self._compensate = compensate_on == "failure"
+        self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
+        self._checks: dict[str, _OutputCheck | None] = {}
+        self._nodes = {
+            node.id: _NodeRecord(
+                index=index,
+                tool=node.tool,
+                key=derive_key(run_id, plan.version, node.id, node.tool),
+            )
+            for index, node in enumerate(plan.nodes)
+        }
+        self._outputs: dict[str, JSONValue] = {}
+        #: Undos of calls that may still be running on a worker: reported, never run.
+        self._stranded: list[tuple[str, UndoRecord]] = []
+        self._effects: list[Any] = []
+        self._completions: list[str] = []
+        self._lock = threading.Lock()
+        self._audit: list[PlanEvent] = []
+        self._cancel_reason: str | None = None
+        self._status = PlanStatus.RUNNING
+        self._closing = False  # set once the run's outcome is decided: no more cancellations
+        self._wake: Callable[[], None] | None = None
+        self._serialized = _SerializedStore(self._store)
+        self._event(
+            PlanEventKind.VALIDATED,
+            data={"plan_version": plan.version, "nodes": len(plan.nodes), "problems": 0},
+        )
+
+    # -- steering (any thread) ----------------------------------------------------------
+
+    @property
+    def status(self) -> PlanStatus:
+        return self._status
+
+    def request_cancel(self, reason: str) -> None:
+        """Record the cancellation, then wake the loop, which stops dispatching and cancels."""
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason must be a string, got {reason!r:.80}")
+        with self._lock:
+            if self._closing:
+                raise FailedPrecondition(f"plan run `{self.id}` has ended: it cannot be cancelled")
+            if self._cancel_reason is not None:
+                raise FailedPrecondition(f"plan run `{self.id}` is already cancelled")
+            self._cancel_reason = reason
+            self._event_locked(PlanEventKind.CANCEL_REQUESTED, data={"reason": reason})
+        wake = self._wake
+        if wake is not None:
+            wake()
+
+    def _event(
+        self,
+        kind: PlanEventKind,
+        *,
+        node: str | None = None,
+        attempt: str | None = None,
+        data: Mapping[str, JSONValue] | None = None,
+    ) -> None:
+        with self._lock:
+            self._event_locked(kind, node=node, attempt=attempt, data=data)
+
+    def _event_locked(
+        self,
+        kind: PlanEventKind,
+        *,
+        node: str | None = None,
+        attempt: str | None = None,
+        data: Mapping[str, JSONValue] | None = None,
+    ) -> None:
+        self._audit.append(
+            PlanEvent(
+                seq=len(self._audit),
+                kind=kind,
+                at=_now(),
+                node=node,
+                attempt=attempt,
+                data=data or {},
+            )
+        )
+
+    def _exclusive(self, node: Node) -> str | None:
+        """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
+        try:
+            return resolve_resource(node, self._initial)
+        except UnresolvedInput as exc:
+            raise InvalidArgument(exc.message) from None
+
+    def _cancelling(self) -> str | None:
+        """The reason of a cancellation requested (by any thread), or None."""
+        return self._cancel_reason
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def execute(self) -> PlanResult:
+        """Run the plan to its end; see the module docstring. Call once."""
+        import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[_Finished | _Crashed | None] = asyncio.Queue()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        self._wake = wake
+        self._started = time.monotonic()
+        for node_id in self._nodes:
+            if self._scheduler.state(node_id) is NodeState.READY:
+                self._nodes[node_id].eligible_at = self._started
+        running: dict[str, _Attempt] = {}
+        try:
+            self._store.begin(self.id)
+            await self._drive(queue, running)
+        except BaseException as exc:
+            # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
+            # (compensations included), then re-raise.
+            with self._lock:
+                if self._cancel_reason is None:
+                    self._cancel_reason = f"interrupted by {type(exc).__name__}"
+                    self._event_locked(
+                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                    )
+            await self._apply(self._scheduler.cancel(self._cancel_reason or ""), running)
+            await self._finish()
+            raise
+        return await self._finish()
+
+    async def _drive(
+        self, queue: asyncio.Queue[_Finished | _Crashed | None], running: dict[str, _Attempt]
+    ) -> None:
+        import asyncio  # noqa: PLC0415
+
+        scheduler = self._scheduler
+        while scheduler.is_active():
+            reason = self._cancelling()
+            if reason is not None:
+                await self._apply(scheduler.cancel(reason), running)
+                break
+            starts = scheduler.get_ready(time.monotonic())
+            for start in starts:
+                if self._cancelling() is not None:
+                    break  # it stays RUNNING in the scheduler; the cancellation ends it
+                if scheduler.state(start.node) is not NodeState.RUNNING:
+                    continue  # ended meanwhile (cancel_all after an earlier start's failure)
+                update = self._dispatch(start, queue, running)
+                if update is not None:  # it failed at once: apply what that ended or released
+                    await self._apply(update, running)
+            if starts:
+                continue  # the starts may have released or ended nodes: look again
+            if not scheduler.is_active():
+                break
+            wakeup = scheduler.next_wakeup()
+            if not running and wakeup is None:
+                # Nothing runs, nothing is due later and nothing could start: a stall the
+                # scheduler's checks should make impossible; end the run rather than hang.
+                with self._lock:
+                    self._cancel_reason = "no node can start: the limits leave no room"
+                    self._event_locked(
+                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                    )
+                continue
+            timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
+            try:
+                message = await asyncio.wait_for(queue.get(), timeout)
+            except asyncio.TimeoutError:
+                continue
+            while True:
+                if message is not None:
+                    await self._receive(message, running)
+                try:
+                    message = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+
+    def _dispatch(
+        self,
+        start: Start,
+        queue: asyncio.Queue[_Finished | _Crashed | None],
+        running: dict[str, _Attempt],
+    ) -> Update | None:
+        """Re-check a start, then run its attempt as a task; or fail it at once and return
+        the scheduler's update."""
+        import asyncio  # noqa: PLC0415
+
+        node = self._plan.node(start.node)
+        record = self._nodes[start.node]
+        now = time.monotonic()
+        eligible = record.eligible_at if record.eligible_at is not None else now
+        tool = self._registry.get(node.tool)
+        assert tool is not None
+        context = ToolContext(
+            tx_id=self.id,
+            step_id=record.index + 1,
+            idempotency_key=record.key,
+            deadline=now + (node.timeout or DEFAULT_NODE_TIMEOUT),
+            store=cast("Store", self._serialized),  # get, put and delete are all it calls
+            compensations=self._compensations,
+            seq_base=start.number << _SEQ_BITS,
+        )
+        attempt = _Attempt(
+            start=start,
+            eligible_at=min(eligible, now),
+            started_at=now,
+            context=context,
+            wall_start=_now(),
+        )
+        record.attempts.append(attempt)
+        prerequisites = sorted(self._plan.prerequisites(start.node))
+        unmet = [
+            name
+            for name in prerequisites
+            if self._scheduler.state(name) is not NodeState.SUCCEEDED
+            and name not in self._optional[start.node]
+        ]
+        failure: Failure | None = None
+        arguments: JSONValue = None
+        if unmet:  # pragma: no cover  (the scheduler never starts such a node)
+            failure = Failure(f"node `{start.node}` started before {', '.join(unmet)} succeeded")
+        else:
+            try:
+                resolved = resolve_inputs(node, self._initial, self._outputs)
+            except UnresolvedInput as exc:
+                failure = Failure(exc.message, key=exc.param, mistake=True)
+            else:
+                arguments, violation = tool.validator.check(resolved)
+                if violation is not None:
+                    failure = Failure(
+                        f"node `{start.node}` input does not fit tool '{tool.name}': "
+                        f"{violation.message}",
+                        key=violation.key,
+                        mistake=True,
+                    )
+        self._event(
+            PlanEventKind.DISPATCHED,
+            node=start.node,
+            attempt=start.attempt,
+            data={
+                "number": start.number,
+                "tool": node.tool,
+                "idempotency_key": record.key,
+                "checks": {
+                    "prerequisites": cast("list[JSONValue]", prerequisites),
+                    "inputs": "refused" if failure is not None else "valid",
+                    "running": self._scheduler.running_count,
+                    "max_concurrency": self._max,
+                    "waited_for": list(start.waited),
+                    "cancelled": False,
+                    "timeout_s": node.timeout or DEFAULT_NODE_TIMEOUT,
+                },
+            },
+        )
+        if failure is not None:
+            closed(context)
+            attempt.finished_at = time.monotonic()
+            return self._fail(attempt, failure, retry=False)
+        attempt.arguments = arguments
+        call = Call(
+            step_id=record.index + 1,
+            tool=tool,
+            arguments=arguments,
+            raw_context="",
+            context=context,
+            timeout=node.timeout or DEFAULT_NODE_TIMEOUT,
+            log_undo=None,
+            seq_base=start.number << _SEQ_BITS,
+        )
+        running[start.attempt] = attempt
+        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
+        return None
+
+    async def _run_attempt(
+        self, attempt: _Attempt, call: Call, queue: asyncio.Queue[_Finished | _Crashed | None]
+    ) -> None:
+        """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
+        import asyncio  # noqa: PLC0415
+
+        try:
+            outcome = await arun_tool(call)
+        except asyncio.CancelledError:
+            closed(attempt.context)
+            raise
+        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
+            closed(attempt.context)
+            queue.put_nowait(_Crashed(attempt, exc))
+            return
+        attempt.finished_at = time.monotonic()
+        queue.put_nowait(_Finished(attempt, outcome))
+
+    async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
+        attempt = message.attempt
+        running.pop(attempt.start.attempt, None)
+        if isinstance(message, _Crashed):
+            raise message.error
+        outcome = message.outcome
+        record = self._nodes[attempt.start.node]
+        tool = record.tool
+        failure = outcome.error
+        if failure is None and outcome.refused is not None:
+            failure = Failure(f"output of tool '{tool}' is not JSON: {outcome.refused}")
+        if failure is None:
+            failure = self._check_output(tool, outcome.output)
+            if failure is not None:
+                failure = failure._replace(mistake=True)  # a broken contract: never retried
+        if failure is not None:
+            update = self._fail(
+                attempt,
+                failure,
+                retry=True,
+                undos=outcome.undos,
+                still_running=outcome.running is not None,
+            )
+        else:
+            update = self._scheduler.done(attempt.start.node, attempt.start.attempt)
+            if update.delivery is Delivery.APPLIED:
+                self._succeed(attempt, outcome)
+            else:
+                self._refused(attempt, update)
+        await self._apply(update, running)
+
+    def _check_output(self, tool: str, output: JSONValue) -> Failure | None:
+        if tool not in self._checks:
+            found = self._registry.get(tool)
+            self._checks[tool] = None if found is None else _output_check(found)
+        check = self._checks[tool]
+        return None if check is None else check.failure(tool, output)
+
+    def _succeed(self, attempt: _Attempt, outcome: Outcome) -> None:
+        node_id = attempt.start.node
+        node = self._plan.node(node_id)
+        record = self._nodes[node_id]
+        now = time.monotonic()
+        undos = list(outcome.undos)
+        kind = node.compensation_name
+        if kind is not None:
+            tool = self._registry.get(node.tool)
+            declared = None if tool is None else tool.compensation_name
+            if declared is not None and undos and undos[-1].kind == declared:
+                undos.pop()  # the node's compensation replaces the tool's
+            undos.append(_node_undo(attempt, kind, record.index + 1, len(undos), outcome))
+        record.undos.extend((now, undo) for undo in undos)
+        record.output = outcome.output
+        record.finished_wall = _now()
+        self._outputs[node_id] = outcome.output
+        self._effects.extend(outcome.effects)
+        self._completions.append(node_id)
+        self._event(
+            PlanEventKind.COMPLETED,
+            node=node_id,
+            attempt=attempt.start.attempt,
+            data={"number": attempt.start.number, "effects_staged": len(outcome.effects)},
+        )
+
+    def _fail(
+        self,
+        attempt: _Attempt,
+        failure: Failure,
+        *,
+        retry: bool,
+        undos: tuple[UndoRecord, ...] = (),
+        still_running: bool = False,
+    ) -> Update:
+        node_id = attempt.start.node
+        node = self._plan.node(node_id)
+        record = self._nodes[node_id]
+        hint = clean_error(failure.message)
+        if failure.key is not None and failure.key != hint.key:
+            hint = attrs.evolve(hint, key=failure.key)
+        transient = hint.category.transient if failure.transient is None else failure.transient
+        timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
+        retry_at: float | None = None
+        number = attempt.start.number
+        if retry and transient and not failure.mistake and number <= node.retries:
+            retry_at = time.monotonic() + self._backoff.delay(number)
+        update = self._scheduler.failed(
+            node_id, attempt.start.attempt, retry_at=retry_at, timed_out=timed_out
+        )
+        if update.delivery is not Delivery.APPLIED:
+            self._refused(attempt, update)
+            return update
+        now = time.monotonic()
+        # What a failed attempt registered before failing may have half happened: kept, and
+        # compensated with the node's others if the plan fails.
+        self._keep_undos(node_id, undos, over=not still_running)
+        data: dict[str, JSONValue] = {
+            "number": number,
+            "hint": hint.text,
+            "category": hint.category.value,
+            "transient": transient,
+        }
+        if retry_at is not None:
+            record.eligible_at = retry_at
+            data["retry_in_s"] = max(0.0, retry_at - now)
+            self._event(
+                PlanEventKind.RETRIED, node=node_id, attempt=attempt.start.attempt, data=data
+            )
+        else:
+            record.error = hint
+            record.finished_wall = _now()
+            data["timed_out"] = timed_out
+            self._event(
+                PlanEventKind.FAILED, node=node_id, attempt=attempt.start.attempt, data=data
+            )
+        return update
+
+    def _refused(self, attempt: _Attempt, update: Update) -> None:
+        self._event(
+            PlanEventKind.LATE_RESULT_REFUSED,
+            node=attempt.start.node,
+            attempt=attempt.start.attempt,
+            data={"delivery": update.delivery.value},
+        )
+
+    async def _apply(self, update: Update, running: dict[str, _Attempt]) -> None:
+        """Apply what an update ended: record readiness, skips and cancellations; stop the
+        interrupted attempts (async tools cancelled, sync ones fenced: their late result is
+        refused by attempt id)."""
+        import asyncio  # noqa: PLC0415
+
+        now = time.monotonic()
+        for node_id in update.ready:
+            self._nodes[node_id].eligible_at = now
+        for node_id in update.skipped:
+            self._event(PlanEventKind.SKIPPED, node=node_id)
+        tasks: list[asyncio.Task[None]] = []
+        stopped: list[tuple[_Attempt, tuple[UndoRecord, ...]]] = []
+        for start in update.interrupted:
+            attempt = running.pop(start.attempt, None)
+            if attempt is None:
+                continue
+            undos, _ = closed(attempt.context)
+            attempt.finished_at = now
+            stopped.append((attempt, undos))
+            if attempt.task is not None and not attempt.task.done():
+                attempt.task.cancel()
+                tasks.append(attempt.task)
+        for node_id in update.cancelled:
+            self._nodes[node_id].finished_wall = _now()
+            self._event(
+                PlanEventKind.CANCELLED,
+                node=node_id,
+                data={"reason": self._scheduler.cancel_reason},
+            )
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+        for attempt, undos in stopped:
+            # What an interrupted attempt registered may have half happened. An async tool
+            # that has unwound is over; a sync one goes on on its worker thread, and undoing
+            # while its effect may still land would undo nothing: kept, not run.
+            tool = self._registry.get(self._nodes[attempt.start.node].tool)
+            over = tool is not None and (tool.is_async or tool.inline)
+            over = over and (attempt.task is None or attempt.task.done())
+            self._keep_undos(attempt.start.node, undos, over=over)
+
+    def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
+        """Keep undos for compensation; those of a call that may still run, as stranded."""
+        if over:
+            now = time.monotonic()
+            self._nodes[node_id].undos.extend((now, undo) for undo in undos)
+        else:
+            self._stranded.extend((node_id, undo) for undo in undos)
+
+    # -- the end --------------------------------------------------------------------------
+
+    def _plan_status(self) -> PlanStatus:
+        if self._cancel_reason is not None:
+            return PlanStatus.CANCELLED
+        for node_id in self._nodes:
+            state = self._scheduler.state(node_id)
+            if state is NodeState.SUCCEEDED:
+                continue
+            if state is NodeState.CANCELLED or not self._absorbed(node_id):
+                return PlanStatus.FAILED
+        return PlanStatus.SUCCEEDED
+
+    def _absorbed(self, node_id: str) -> bool:
+        """A node that did not succeed but that every dependant takes as optional."""
+        dependants = self._plan.dependants(node_id)
+        return bool(dependants) and all(
+            node_id in self._optional[other] and self._scheduler.state(other) is NodeState.SUCCEEDED
+            for other in dependants
+        )
+
+    async def _finish(self) -> PlanResult:
+        import asyncio  # noqa: PLC0415
+
+        finished = time.monotonic()
+        with self._lock:
+            status = self._plan_status()
+            self._closing = True
+        error: str | None = None
+        committed = 0
+        delivered = 0
+        dispatch_errors: tuple[str, ...] = ()
+        if status is PlanStatus.SUCCEEDED:
+            try:
+                committed = self._store.commit(self.id)
+            except WriteConflict as exc:
+                error = f"write conflict on state key {exc.key!r}: another commit changed it"
+                status = PlanStatus.FAILED
+                self._event(PlanEventKind.FAILED, data={"error": error})
+            else:
+                self._event(PlanEventKind.COMMITTED, data={"keys": committed})
+                delivered, dispatch_errors = await asyncio.to_thread(
+                    dispatch_effects, tuple(self._effects), self._dispatcher
+                )
+                self._event(
+                    PlanEventKind.EFFECTS_DISPATCHED,
+                    data={"delivered": delivered, "errors": list(dispatch_errors)},
+                )
+        compensations: tuple[CompensationOutcome, ...] = ()
+        if status is not PlanStatus.SUCCEEDED:
+            self._store.discard(self.id)
+            self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
+            compensations = await self._compensate_completed()
+        with self._lock:
+            self._status = status
+            self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+        return PlanResult(
+            run_id=self.id,
+            plan_version=self._plan.version,
+            status=status,
+            nodes={node_id: self._node_result(node_id) for node_id in self._nodes},
+            metrics=plan_metrics(
+                self._timings(finished), started_at=self._started, finished_at=finished
+            ),
+            compensations=compensations,
+            cancel_reason=self._cancel_reason,
+            error=error,
+            committed_keys=committed,
+            effects_dispatched=delivered,
+            dispatch_errors=dispatch_errors,
+            audit=tuple(self._audit),
+        )
+
+    async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
+        """Undo completed work, newest completion first, through a Saga ledger.
+
+        Undos of calls that may still be running (a sync tool interrupted or timed out on its
+        worker) are not run: each is reported FAILED, kept for manual intervention.
+        """
+        entries = sorted(
+            (
+                (at, node_id, undo)
+                for node_id, record in self._nodes.items()
+                for at, undo in record.undos
+            ),
+            key=lambda entry: (entry[0], entry[2].seq),
+            reverse=True,
+        )
+        owners = {id(undo): node_id for _, node_id, undo in entries}
+        records = [undo for _, _, undo in entries]
+        for undo in records:
+            self._event(
+                PlanEventKind.COMPENSATION_REQUESTED,
+                node=owners[id(undo)],
+                data={"kind": undo.kind, "description": undo.description},
+            )
+        failed: dict[int, str] = {}
+        if self._compensate and records:
+            ledger = SagaLedger()
+            try:
+                await ledger.acompensate(records, self._compensations)
+            finally:
+                failed = {id(undo): error for undo, error in ledger.failed}
+        outcomes: list[CompensationOutcome] = []
+        for undo in records:
+            error = failed.get(id(undo))
+            if not self._compensate:
+                status, error = CompensationStatus.REQUESTED, "not run: compensate_on='never'"
+            elif error is not None:
+                status = CompensationStatus.FAILED
+            else:
+                status = CompensationStatus.COMPLETED
+            outcomes.append(
+                CompensationOutcome(
+                    node_id=owners[id(undo)],
+                    kind=undo.kind,
+                    description=undo.description,
+                    status=status,
+                    error=error,
+                )
+            )
+            if status is not CompensationStatus.REQUESTED:
+                self._event(
+                    PlanEventKind.COMPENSATED
+                    if error is None
+                    else PlanEventKind.COMPENSATION_FAILED,
+                    node=owners[id(undo)],
+                    data={"kind": undo.kind, **({"error": error} if error else {})},
+                )
+        for node_id, undo in self._stranded:
+            reason = (
+                "not run: its tool was still running on a worker thread when the node ended; "
+                "undo it by hand once the call has finished"
+            )
+            outcomes.append(
+                CompensationOutcome(
+                    node_id=node_id,
+                    kind=undo.kind,
+                    description=undo.description,
+                    status=CompensationStatus.FAILED,
+                    error=reason,
+                )
+            )
+            self._event(
+                PlanEventKind.COMPENSATION_FAILED,
+                node=node_id,
+                data={"kind": undo.kind, "error": reason},
+            )
+        return tuple(outcomes)
+
+    def _node_result(self, node_id: str) -> NodeResult:
+        record = self._nodes[node_id]
+        state = self._scheduler.state(node_id)
+        costs = [entry for attempt in record.attempts for entry in attempt.context.costs]
+        return NodeResult(
+            node_id=node_id,
+            tool=record.tool,
+            state=state,
+            output=record.output if state is NodeState.SUCCEEDED else None,
+            error=record.error,
+            attempts=len(record.attempts),
+            attempt_ids=tuple(attempt.start.attempt for attempt in record.attempts),
+            idempotency_key=record.key,
+            started_at=record.attempts[0].wall_start if record.attempts else None,
+            finished_at=record.finished_wall,
+            cost=CostBreakdown.of(costs) if costs else CostBreakdown(),
+        )
+
+    def _timings(self, finished: float) -> list[NodeTiming]:
+        timings: list[NodeTiming] = []
+        for node_id, record in self._nodes.items():
+            attempts = tuple(
+                AttemptTiming(
+                    eligible_at=min(attempt.eligible_at, attempt.started_at),
+                    started_at=attempt.started_at,
+                    finished_at=max(
+                        attempt.started_at,
+                        attempt.finished_at if attempt.finished_at is not None else finished,
+                    ),
+                    costs=attempt.context.costs,
+                )
+                for attempt in record.attempts
+            )
+            timings.append(
+                NodeTiming(
+                    node_id=node_id,
+                    tool=record.tool,
+                    prerequisites=self._plan.prerequisites(node_id),
+                    attempts=attempts,
+                    eligible_at=record.eligible_at,
+                )
+            )
+        return timings
+
+
+def _node_undo(
+    attempt: _Attempt, kind: str, step_id: int, offset: int, outcome: Outcome
+) -> UndoRecord:
+    """The undo a node's `compensate=` declares: called with its arguments and output."""
+    return UndoRecord(
+        step_id=step_id,
+        seq=(attempt.start.number << _SEQ_BITS) + offset,
+        kind=kind,
+        payload={"arguments": attempt.arguments, "output": outcome.output},
+        description=f"{kind} for node {attempt.start.node}",
+    )
+
+
+# ---------------------------------------------------------------------- public API
+
+
+async def arun_plan(
+    plan: Plan,
+    *,
+    tools: ToolsArgument,
+    initial: Mapping[str, JSONValue],
+    max_concurrency: int = 8,
+    resources: Mapping[str, int] | None = None,
+    on_failure: FailurePolicy = "skip_dependants",
+    store: Store | None = None,
+    rate_limits: Mapping[str, RateLimit | float] | None = None,
+    run_id: str | None = None,
+    dispatcher: Dispatcher | None = None,
+    compensate_on: CompensateOn = "failure",
+    backoff: Backoff | None = None,
+) -> PlanResult:
+    """Run `plan` with `tools` and `initial` values; return its `PlanResult`.
+
+    Before anything runs, raises `PlanValidationError` (with `.problems`) for an invalid plan
+    and `InvalidArgument` for initial values that are unknown, missing or not JSON, a
+    `max_concurrency` below 1, a negative capacity, a bad rate limit, failure policy or run id.
+    `resources` gives each named resource's capacity; `rate_limits` maps a tool to starts per
+    second (or a `RateLimit`). `on_failure`: `"skip_dependants"` (skip what depends on a failed
+    node, finish the rest) or `"cancel_all"`. `store` (default: a private `MemoryStore`) holds
+    the run's one transaction; `dispatcher` delivers staged effects after the commit.
+    `compensate_on`: `"failure"` (default) compensates completed nodes when the run fails or is
+    cancelled, `"never"` only reports them as requested. `backoff` (default: the library's
+    retry backoff, jittered) spaces retries. Cancelling the awaiting task cancels the run: it
+    compensates, then the cancellation propagates. See `docs/plans.md#running-a-plan`.
+    """
+    run = _Run(
+        plan,
+        tools=tools,
+        initial=initial,
+        max_concurrency=max_concurrency,
+        resources=resources,
+        on_failure=on_failure,
+        store=store,
+        rate_limits=rate_limits,
+        run_id=run_id,
+        dispatcher=dispatcher,
+        compensate_on=compensate_on,
+        backoff=backoff,
+    )
+    return await run.execute()
+
+
+def run_plan(
+    plan: Plan,
+    *,
+    tools: ToolsArgument,
+    initial: Mapping[str, JSONValue],
+    max_concurrency: int = 8,
+    resources: Mapping[str, int] | None = None,
+    on_failure: FailurePolicy = "skip_dependants",
+    store: Store | None = None,
+    rate_limits: Mapping[str, RateLimit | float] | None = None,
+    run_id: str | None = None,
+    dispatcher: Dispatcher | None = None,
+    compensate_on: CompensateOn = "failure",
+    backoff: Backoff | None = None,
+) -> PlanResult:
+    """`arun_plan` for sync callers: runs it on a new event loop and returns its result.
+
+    Raises `FailedPrecondition` when called from a thread whose event loop is running (await
+    `arun_plan` there instead), and whatever `arun_plan` raises.
+    """
+    import asyncio  # noqa: PLC0415
+
+    _refuse_running_loop("run_plan", "await agenttx.arun_plan(...)")
+    run = _Run(
+        plan,
+        tools=tools,
+        initial=initial,
+        max_concurrency=max_concurrency,
+        resources=resources,
+        on_failure=on_failure,
+        store=store,
+        rate_limits=rate_limits,
+        run_id=run_id,
+        dispatcher=dispatcher,
+        compensate_on=compensate_on,
+        backoff=backoff,
+    )
+    return asyncio.run(run.execute())
+
+
+def _refuse_running_loop(name: str, instead: str) -> None:
+    import asyncio  # noqa: PLC0415
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise FailedPrecondition(
+        f"{name} cannot run inside a running event loop (it would block it); use {instead}"
+    )
+
+
+@final
+class PlanRun:
+    """A plan run going on in a background thread (`start_plan`): `id`, `status`, `cancel`,
+    `wait`.
+
+    Thread-safe. `cancel(reason)` records the cancellation in the audit before dispatching
+    stops; `wait(timeout)` returns the `PlanResult`, or raises `TimeoutError` if the run has not
+    ended in time (it goes on), or re-raises what ended the run abnormally.
+    """
+
+    __slots__ = ("_done", "_error", "_result", "_run", "_thread")
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self._done = threading.Event()
+        self._result: PlanResult | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._main, name=f"agenttx-plan-{run.id}", daemon=True
+        )
+
+    def _main(self) -> None:
+        import asyncio  # noqa: PLC0415
+
+        try:
+            self._result = asyncio.run(self._run.execute())
+        except BaseException as exc:  # noqa: BLE001  (handed to `wait`)
+            self._error = exc
+        finally:
+            self._done.set()
+
+    @property
+    def id(self) -> str:
+        """The run id (also the id of its store transaction)."""
+        return self._run.id
+
+    @property
+    def status(self) -> PlanStatus:
+        """RUNNING until the run ends, then SUCCEEDED, FAILED or CANCELLED."""
+        return self._run.status
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Cancel the run: recorded first, then no new dispatch; running async tools are
+        cancelled and sync ones fenced; every unfinished node ends CANCELLED, and completed
+        nodes are compensated (unless `compensate_on="never"`).
+
+        Raises `FailedPrecondition` once the run has ended or was already cancelled.
+        """
+        self._run.request_cancel(reason)
+
+    def wait(self, timeout: float | None = None) -> PlanResult:
+        """The run's result, once it has ended; see the class docstring."""
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+        ):
+            raise InvalidArgument(f"timeout must be None or a number >= 0, got {timeout!r:.80}")
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"plan run `{self.id}` has not ended after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def __repr__(self) -> str:
+        return f"<agenttx.PlanRun {self.id!r} {self.status.value}>"
+
+
+def start_plan(
+    plan: Plan,
+    *,
+    tools: ToolsArgument,
+    initial: Mapping[str, JSONValue],
+    max_concurrency: int = 8,
+    resources: Mapping[str, int] | None = None,
+    on_failure: FailurePolicy = "skip_dependants",
+    store: Store | None = None,
+    rate_limits: Mapping[str, RateLimit | float] | None = None,
+    run_id: str | None = None,
+    dispatcher: Dispatcher | None = None,
+    compensate_on: CompensateOn = "failure",
+    backoff: Backoff | None = None,
+) -> PlanRun:
+    """Check the plan and its inputs here (raising as `arun_plan` does), then run it on a
+    background thread with its own event loop; return the `PlanRun` that steers it."""
+    run = _Run(
+        plan,
+        tools=tools,
+        initial=initial,
+        max_concurrency=max_concurrency,
+        resources=resources,
+        on_failure=on_failure,
+        store=store,
+        rate_limits=rate_limits,
+        run_id=run_id,
+        dispatcher=dispatcher,
+        compensate_on=compensate_on,
+        backoff=backoff,
+    )
+    handle = PlanRun(run)
+    handle._thread.start()  # noqa: SLF001
+    return handle

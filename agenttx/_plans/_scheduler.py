@@ -1,0 +1,762 @@
+"""The plan scheduler: a pure ready-set scheduler with resource limits and exactly-once results.
+
+It has the shape of `graphlib.TopologicalSorter` (build, `get_ready`, `done`, `is_active`) and
+does no I/O: no clocks (the caller passes `now`, a `time.monotonic()` reading), no threads, no
+tools. The runner drives it; tests drive it without running anything::
+
+    sched = Scheduler(
+        [
+            Task(id="lookup"),
+            Task(id="stock"),
+            Task(id="reserve", prerequisites={"lookup", "stock"}, exclusive="order:7"),
+            Task(id="confirm", prerequisites={"reserve"}),
+        ],
+        max_concurrency=8,
+    )
+    while sched.is_active():
+        for start in sched.get_ready(now=time.monotonic()):
+            ...  # dispatch start.node; keep start.attempt
+        ...  # on each result: sched.done(node, attempt) or sched.failed(node, attempt, ...)
+
+The contract, per node:
+
+- Its unresolved count starts at the number of distinct prerequisite nodes (`Task.prerequisites`
+  is a set) and drops by one when a prerequisite's success is applied, or when a prerequisite
+  listed in `Task.optional` ends FAILED, TIMED_OUT or SKIPPED (the node then runs with its
+  fallback). At zero the node is READY.
+- `get_ready(now)` starts READY nodes (state RUNNING, each with a fresh attempt id) while the
+  limits allow: at most `max_concurrency` running, a named resource's tokens (`capacities`) never
+  over-committed, one holder per exclusive key, and at most a token bucket's worth of starts per
+  rate-limited tool (`rate_limits`, refilled by `now`). A node the limits hold back stays queued
+  (READY), first come first served per limit, and starts on a later call; it is never dropped.
+- `done(node, attempt)` and `failed(node, attempt, ...)` are applied exactly once, keyed by
+  (node, attempt id): a second delivery of an applied result is `Delivery.DUPLICATE`; a result of
+  an attempt that is not the node's running one (superseded by a retry, cancelled, never issued)
+  is `Delivery.STALE`. Neither changes anything. An unknown node id is misuse and raises.
+- A final failure makes the node FAILED (or TIMED_OUT); with `on_failure="skip_dependants"`
+  (the default) its dependants are SKIPPED, transitively (a node that lists the failed or skipped
+  prerequisite in `optional` is released instead), and independent work goes on; with
+  `"cancel_all"` every unfinished node is CANCELLED. A failure with `retry_at` makes the node
+  READY again, startable with a new attempt once `now >= retry_at`.
+- `cancel(reason)` stops new starts and makes every unfinished node CANCELLED; the running
+  attempts it ends are returned (`Update.interrupted`) so the runner can stop them, and their
+  late results are refused as STALE.
+- Every node ends in exactly one of SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SKIPPED.
+
+Cost: building is O(nodes + edges) (it also refuses unknown prerequisites and cycles); each
+result costs O(1) plus its dependants; `get_ready` costs O(1) per node it starts or holds back,
+plus the rate-limited tools that have waiting nodes. Nothing scans all nodes per event, except
+`cancel` and a `cancel_all` failure, which end the run (once).
+
+Not thread-safe: one caller (the runner's loop) owns a scheduler. Inputs being valid, deadlines
+and approvals are the runner's checks; it reports a node it will not run as failed.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Final, Literal, final
+
+import attrs
+
+from .._errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "Delivery",
+    "NodeState",
+    "RateLimit",
+    "Scheduler",
+    "Start",
+    "Task",
+    "Update",
+]
+
+#: The failure policies `Scheduler(on_failure=...)` accepts.
+FailurePolicy = Literal["skip_dependants", "cancel_all"]
+_POLICIES: Final = ("skip_dependants", "cancel_all")
+#: Rate-limit tokens are floats; this slack keeps a token that is due "now" from being missed
+#: by a rounding error (the caller would otherwise wake, find 0.9999999 tokens, and sleep again).
+_EPSILON: Final = 1e-9
+
+
+class NodeState(enum.Enum):
+    """Where a node of a plan run is; the last five are terminal (a node ends in exactly one)."""
+
+    PENDING = "PENDING"  # some prerequisite is unresolved
+    READY = "READY"  # prerequisites resolved; queued for a start (limits, or a retry's time)
+    RUNNING = "RUNNING"  # an attempt was started and its result is awaited
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"  # a (non-optional) prerequisite failed, timed out or was skipped
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for SUCCEEDED, FAILED, TIMED_OUT, CANCELLED and SKIPPED."""
+        return self in _TERMINAL
+
+
+_TERMINAL: Final = frozenset(
+    {
+        NodeState.SUCCEEDED,
+        NodeState.FAILED,
+        NodeState.TIMED_OUT,
+        NodeState.CANCELLED,
+        NodeState.SKIPPED,
+    }
+)
+#: The ends of a prerequisite that release a dependant listing it in `Task.optional`.
+_RELEASES_OPTIONAL: Final = frozenset({NodeState.FAILED, NodeState.TIMED_OUT, NodeState.SKIPPED})
+
+
+class Delivery(enum.Enum):
+    """What `done`, `failed` and `cancel` made of what they were given."""
+
+    APPLIED = "APPLIED"  # the result (or cancellation) changed the run
+    DUPLICATE = "DUPLICATE"  # this attempt's result was applied already (or the run was cancelled)
+    STALE = "STALE"  # not the node's running attempt: superseded, cancelled or never issued
+
+
+def _node_ids(value: Iterable[str]) -> frozenset[str]:
+    if isinstance(value, str):
+        raise InvalidArgument(f"expected a collection of node ids, got the string {value!r}")
+    return frozenset(value)
+
+
+def _check_id(_: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+def _check_ids(instance: Task, attribute: attrs.Attribute[frozenset[str]], value: object) -> None:
+    assert isinstance(value, frozenset)
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise InvalidArgument(
+                f"task {instance.id!r}: {attribute.name} must hold non-empty node ids, got {item!r}"
+            )
+
+
+def _check_optional(instance: Task, _: object, value: frozenset[str]) -> None:
+    extra = value - instance.prerequisites
+    if extra:
+        raise InvalidArgument(
+            f"task {instance.id!r}: optional names {sorted(extra)!r}, which are not among its"
+            f" prerequisites"
+        )
+
+
+def _resources(value: Mapping[str, int]) -> Mapping[str, int]:
+    return dict(value)
+
+
+def _check_resources(instance: Task, _: object, value: Mapping[str, int]) -> None:
+    for name, amount in value.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"task {instance.id!r}: resource names must be non-empty strings")
+        if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+            raise InvalidArgument(
+                f"task {instance.id!r}: resource {name!r} must be held in an integer > 0 of"
+                f" tokens, got {amount!r}"
+            )
+
+
+def _check_exclusive(instance: Task, _: object, value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise InvalidArgument(
+            f"task {instance.id!r}: exclusive must be None or a non-empty key, got {value!r}"
+        )
+
+
+def _check_tool(instance: Task, _: object, value: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"task {instance.id!r}: tool must be a string, got {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Task:
+    """What the scheduler knows of one node of a plan.
+
+    `prerequisites` are the nodes whose success it waits for (value dependencies and business
+    order alike; the set makes several edges to one node count once). `optional` is the subset
+    whose failure, timeout or skip still releases it. `resources` maps a resource name to the
+    tokens it holds while running (each name needs a capacity in `Scheduler(capacities=...)`);
+    `exclusive` is a key (already resolved, e.g. `order:7`) that no two running nodes share;
+    `tool` names the tool, for per-tool rate limits.
+    """
+
+    id: str = attrs.field(validator=_check_id)
+    prerequisites: frozenset[str] = attrs.field(
+        default=frozenset(), converter=_node_ids, validator=_check_ids
+    )
+    optional: frozenset[str] = attrs.field(
+        default=frozenset(), converter=_node_ids, validator=[_check_ids, _check_optional]
+    )
+    resources: Mapping[str, int] = attrs.field(
+        factory=dict, converter=_resources, validator=_check_resources, hash=False
+    )
+    exclusive: str | None = attrs.field(default=None, validator=_check_exclusive)
+    tool: str = attrs.field(default="", validator=_check_tool)
+
+
+def _check_rate(_: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidArgument(f"{attribute.name} must be a finite number > 0, got {value!r}")
+
+
+def _check_burst(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidArgument(f"{attribute.name} must be an integer > 0, got {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RateLimit:
+    """A token bucket for one tool: `per_second` starts on average, at most `burst` at once.
+
+    The bucket starts full when the tool is first asked for; each start takes one token.
+    """
+
+    per_second: float = attrs.field(validator=_check_rate)
+    burst: int = attrs.field(default=1, validator=_check_burst)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Start:
+    """One start handed out by `Scheduler.get_ready`: run `node` as attempt `attempt`.
+
+    `attempt` is unique within the scheduler (`"<node>#<number>"`); `number` counts the node's
+    attempts from 1. `waited` names the limits that held the node back before this start
+    (`"resource:<name>"`, `"exclusive:<key>"`, `"rate:<tool>"`), in the order it met them.
+    """
+
+    node: str
+    attempt: str
+    number: int
+    waited: tuple[str, ...] = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Update:
+    """What one `done`, `failed` or `cancel` call changed.
+
+    `ready`: nodes whose unresolved count reached zero (start them with `get_ready`).
+    `skipped` / `cancelled`: nodes that became SKIPPED / CANCELLED, in the order they did.
+    `interrupted`: the running attempts this call cancelled; stop them, their results are STALE.
+    """
+
+    delivery: Delivery
+    ready: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    cancelled: tuple[str, ...] = ()
+    interrupted: tuple[Start, ...] = ()
+
+
+_DUPLICATE: Final = Update(delivery=Delivery.DUPLICATE)
+_STALE: Final = Update(delivery=Delivery.STALE)
+
+
+class _Gate:
+    """A limit with a waiting line: a resource's tokens, an exclusive key, a tool's bucket."""
+
+    __slots__ = ("capacity", "label", "last", "queue", "rate", "tokens")
+
+    def __init__(self, label: str, capacity: float, rate: float = 0.0) -> None:
+        self.label = label
+        self.capacity = capacity
+        self.tokens = capacity
+        self.rate = rate  # > 0 for a rate limit: tokens come back with time, not on release
+        self.last: float | None = None  # the `now` of the last refill (rate limits)
+        self.queue: deque[_Entry] = deque()
+
+    def refill(self, now: float) -> None:
+        """Add the tokens earned since the last refill (rate limits only; `now` never rewinds)."""
+        if self.last is None:
+            self.last = now
+        elif now > self.last:
+            self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+            self.last = now
+
+    def due(self) -> float:
+        """When the next whole token is earned (rate limits only)."""
+        assert self.last is not None
+        return self.last + max(0.0, 1.0 - self.tokens) / self.rate
+
+
+class _Entry:
+    """The scheduler's mutable record of one node."""
+
+    __slots__ = (
+        "applied",
+        "attempts",
+        "count",
+        "demands",
+        "dependants",
+        "id",
+        "optional",
+        "state",
+        "waited",
+    )
+
+    def __init__(self, task: Task) -> None:
+        self.id = task.id
+        self.optional = task.optional
+        self.state = NodeState.PENDING
+        self.count = len(task.prerequisites)
+        self.dependants: list[_Entry] = []
+        self.attempts: list[str] = []  # attempt ids issued, oldest first
+        self.applied = 0  # how many of them had their result applied
+        self.demands: tuple[tuple[_Gate, float], ...] = ()
+        self.waited: list[str] | None = None
+
+
+@final
+class Scheduler:
+    """A pure ready-set scheduler over `tasks`: see the module docstring for the contract.
+
+    Raises `InvalidArgument` for a duplicate node id, a prerequisite that is not a node, a node
+    that is its own prerequisite, a cycle, a `max_concurrency` that is not an integer > 0, a
+    capacity that is not an integer >= 0, a resource with no capacity or asked for beyond it,
+    and an unknown `on_failure`.
+    """
+
+    __slots__ = (
+        "_cancel_reason",
+        "_dirty",
+        "_entries",
+        "_finished",
+        "_max",
+        "_on_failure",
+        "_rated",
+        "_ready",
+        "_retries",
+        "_running",
+        "_seq",
+        "_waiting_rates",
+    )
+
+    def __init__(
+        self,
+        tasks: Iterable[Task],
+        *,
+        max_concurrency: int,
+        capacities: Mapping[str, int] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
+        on_failure: FailurePolicy = "skip_dependants",
+    ) -> None:
+        if (
+            not isinstance(max_concurrency, int)
+            or isinstance(max_concurrency, bool)
+            or max_concurrency <= 0
+        ):
+            raise InvalidArgument(
+                f"max_concurrency must be an integer > 0, got {max_concurrency!r}"
+            )
+        if on_failure not in _POLICIES:
+            raise InvalidArgument(
+                f"on_failure must be 'skip_dependants' or 'cancel_all', got {on_failure!r}"
+            )
+        self._max = max_concurrency
+        self._on_failure = on_failure
+        self._cancel_reason: str | None = None
+        self._running = 0
+        self._finished = 0
+        self._seq = 0
+        self._ready: deque[_Entry] = deque()
+        self._retries: list[tuple[float, int, _Entry]] = []
+        self._dirty: dict[_Gate, None] = {}  # resource gates released while nodes wait on them
+        self._waiting_rates: dict[_Gate, None] = {}  # rate gates with waiting nodes
+        resources = _resource_gates(capacities or {})
+        self._rated = _rate_gates(rate_limits or {})
+        exclusive: dict[str, _Gate] = {}
+        self._entries: dict[str, _Entry] = {}
+        listed = list(tasks)
+        for task in listed:
+            if not isinstance(task, Task):
+                raise InvalidArgument(f"tasks must be Task records, got {task!r}")
+            if task.id in self._entries:
+                raise InvalidArgument(f"duplicate node id {task.id!r}")
+            entry = _Entry(task)
+            entry.demands = self._demands(task, resources, exclusive)
+            self._entries[task.id] = entry
+        for task in listed:
+            entry = self._entries[task.id]
+            for prerequisite in task.prerequisites:
+                if prerequisite == task.id:
+                    raise InvalidArgument(f"node {task.id!r} lists itself as a prerequisite")
+                source = self._entries.get(prerequisite)
+                if source is None:
+                    raise InvalidArgument(
+                        f"node {task.id!r} waits for {prerequisite!r}, which is not a node"
+                    )
+                source.dependants.append(entry)
+        _refuse_cycles(listed, self._entries)
+        for entry in self._entries.values():
+            if entry.count == 0:
+                entry.state = NodeState.READY
+                self._ready.append(entry)
+
+    def _demands(
+        self, task: Task, resources: dict[str, _Gate], exclusive: dict[str, _Gate]
+    ) -> tuple[tuple[_Gate, float], ...]:
+        demands: list[tuple[_Gate, float]] = []
+        for name, amount in task.resources.items():
+            gate = resources.get(name)
+            if gate is None:
+                raise InvalidArgument(
+                    f"node {task.id!r} holds resource {name!r}, which has no capacity"
+                    f" (give it one in capacities)"
+                )
+            if amount > gate.capacity:
+                raise InvalidArgument(
+                    f"node {task.id!r} holds {amount} of resource {name!r}, beyond its capacity"
+                    f" {gate.capacity:g}: it could never start"
+                )
+            demands.append((gate, amount))
+        if task.exclusive is not None:
+            gate = exclusive.get(task.exclusive)
+            if gate is None:
+                gate = exclusive[task.exclusive] = _Gate(f"exclusive:{task.exclusive}", 1)
+            demands.append((gate, 1))
+        rated = self._rated.get(task.tool)
+        if rated is not None:
+            demands.append((rated, 1))
+        return tuple(demands)
+
+    # -- what the runner reads ------------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node id, in the order the tasks were given."""
+        return tuple(self._entries)
+
+    @property
+    def on_failure(self) -> FailurePolicy:
+        """The failure policy chosen at construction."""
+        return self._on_failure
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """The reason given to `cancel`, or None while the run is not cancelled."""
+        return self._cancel_reason
+
+    @property
+    def running_count(self) -> int:
+        """How many attempts are running (started, result not yet applied)."""
+        return self._running
+
+    def state(self, node: str) -> NodeState:
+        """The node's state; raises `InvalidArgument` for an unknown node."""
+        return self._entry(node).state
+
+    def unresolved(self, node: str) -> int:
+        """How many of the node's distinct prerequisites are unresolved."""
+        return self._entry(node).count
+
+    def attempts(self, node: str) -> tuple[str, ...]:
+        """The attempt ids issued for the node, oldest first."""
+        return tuple(self._entry(node).attempts)
+
+    def is_active(self) -> bool:
+        """True while some node has not reached a terminal state (as `graphlib`'s)."""
+        return self._finished < len(self._entries)
+
+    def next_wakeup(self) -> float | None:
+        """The earliest `now` at which `get_ready` could start a node that time holds back.
+
+        That is a retry's `retry_at` or a rate-limited tool's next token; None when nothing
+        waits for time (the next start then waits for a result, or nothing is left). A node
+        held back by concurrency or a resource waits for a result, not for time.
+        """
+        if self._cancel_reason is not None:
+            return None
+        times = [gate.due() for gate in self._waiting_rates]
+        if self._retries:
+            times.append(self._retries[0][0])
+        return min(times, default=None)
+
+    def _entry(self, node: str) -> _Entry:
+        entry = self._entries.get(node)
+        if entry is None:
+            raise InvalidArgument(f"unknown node {node!r}")
+        return entry
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def get_ready(self, now: float) -> tuple[Start, ...]:
+        """Start every READY node the limits allow at `now`; each is RUNNING on return.
+
+        Nodes held back by a limit that has room again go first, then the READY nodes not yet
+        tried (retries that are due among them), in the order they became startable. Returns ()
+        once cancelled. `now` must not go backwards between calls.
+        """
+        if self._cancel_reason is not None:
+            return ()
+        started: list[Start] = []
+        retries = self._retries
+        while retries and retries[0][0] <= now:
+            self._ready.append(heapq.heappop(retries)[2])
+        for gate in list(self._dirty):
+            if self._drain(gate, now, started):
+                del self._dirty[gate]
+        for gate in list(self._waiting_rates):
+            self._drain(gate, now, started)
+            if not gate.queue:  # a rate limit's line waits for time, not for a release
+                del self._waiting_rates[gate]
+        ready = self._ready
+        while ready and self._running < self._max:
+            self._try_start(ready.popleft(), now, None, started)
+        return tuple(started)
+
+    def _drain(self, gate: _Gate, now: float, started: list[Start]) -> bool:
+        """Start the nodes waiting on `gate` while it has room; True once it has none to give."""
+        queue = gate.queue
+        if gate.rate:
+            gate.refill(now)
+        while queue:
+            if self._running >= self._max:
+                return False
+            head = queue[0]
+            if gate.tokens + _EPSILON < _demand(head, gate):
+                return True
+            queue.popleft()
+            self._try_start(head, now, gate, started)
+        return True
+
+    def _try_start(
+        self, entry: _Entry, now: float, via: _Gate | None, started: list[Start]
+    ) -> None:
+        """Start `entry`, or queue it on the first limit that holds it back.
+
+        A node joins the back of a limit's line when others already wait there (first come,
+        first served), except on `via`, the line it was just taken from.
+        """
+        for gate, amount in entry.demands:
+            if gate.rate:
+                gate.refill(now)
+            if (gate.queue and gate is not via) or gate.tokens + _EPSILON < amount:
+                gate.queue.append(entry)
+                if gate.rate:
+                    self._waiting_rates[gate] = None
+                if entry.waited is None:
+                    entry.waited = []
+                entry.waited.append(gate.label)
+                return
+        for gate, amount in entry.demands:
+            gate.tokens -= amount
+        number = len(entry.attempts) + 1
+        attempt = f"{entry.id}#{number}"
+        entry.attempts.append(attempt)
+        entry.state = NodeState.RUNNING
+        self._running += 1
+        waited = entry.waited
+        entry.waited = None
+        started.append(
+            Start(node=entry.id, attempt=attempt, number=number, waited=tuple(waited or ()))
+        )
+
+    def _release(self, entry: _Entry) -> None:
+        """Give back what a running node held and free its concurrency slot."""
+        self._running -= 1
+        for gate, amount in entry.demands:
+            if not gate.rate:
+                gate.tokens += amount
+                if gate.queue:
+                    self._dirty[gate] = None
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _claim(self, node: str, attempt: str) -> _Entry | Update:
+        """The entry if `attempt` is its running attempt, else the refusal to return."""
+        entry = self._entry(node)
+        if entry.state is NodeState.RUNNING and entry.attempts[-1] == attempt:
+            return entry
+        try:
+            index = entry.attempts.index(attempt)
+        except ValueError:
+            return _STALE
+        return _DUPLICATE if index < entry.applied else _STALE
+
+    def done(self, node: str, attempt: str) -> Update:
+        """Apply the success of `attempt` of `node`: SUCCEEDED, its dependants' counts drop.
+
+        Applied once: a repeat is DUPLICATE, another attempt's result STALE, both changing
+        nothing. Raises `InvalidArgument` for an unknown node.
+        """
+        claimed = self._claim(node, attempt)
+        if isinstance(claimed, Update):
+            return claimed
+        entry = claimed
+        entry.applied = len(entry.attempts)
+        self._release(entry)
+        self._end(entry, NodeState.SUCCEEDED)
+        ready: list[str] = []
+        for dependant in entry.dependants:
+            self._resolve(dependant, ready)
+        return Update(delivery=Delivery.APPLIED, ready=tuple(ready))
+
+    def failed(
+        self, node: str, attempt: str, *, retry_at: float | None = None, timed_out: bool = False
+    ) -> Update:
+        """Apply the failure of `attempt` of `node`.
+
+        With `retry_at` the node is READY again and starts (a new attempt) once `now >=
+        retry_at`; the runner decides whether a failure is retried. Without, the node ends
+        FAILED (TIMED_OUT if `timed_out`) and the failure policy runs. Applied once, like `done`.
+        """
+        if retry_at is not None and (
+            not isinstance(retry_at, (int, float))
+            or isinstance(retry_at, bool)
+            or not math.isfinite(retry_at)
+        ):
+            raise InvalidArgument(f"retry_at must be a finite time or None, got {retry_at!r}")
+        claimed = self._claim(node, attempt)
+        if isinstance(claimed, Update):
+            return claimed
+        entry = claimed
+        entry.applied = len(entry.attempts)
+        self._release(entry)
+        if retry_at is not None:
+            entry.state = NodeState.READY
+            self._seq += 1
+            heapq.heappush(self._retries, (retry_at, self._seq, entry))
+            return Update(delivery=Delivery.APPLIED)
+        self._end(entry, NodeState.TIMED_OUT if timed_out else NodeState.FAILED)
+        if self._on_failure == "cancel_all":
+            return self._cancel_all(f"node {node!r} failed")
+        ready: list[str] = []
+        skipped: list[str] = []
+        self._propagate(entry, ready, skipped)
+        return Update(delivery=Delivery.APPLIED, ready=tuple(ready), skipped=tuple(skipped))
+
+    def cancel(self, reason: str) -> Update:
+        """Cancel the run: no more starts; every unfinished node becomes CANCELLED.
+
+        Returns the nodes cancelled and the running attempts to stop (`interrupted`); their
+        results will be STALE. A second call changes nothing and is DUPLICATE.
+        """
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason must be a string, got {reason!r}")
+        if self._cancel_reason is not None:
+            return _DUPLICATE
+        return self._cancel_all(reason)
+
+    def _cancel_all(self, reason: str) -> Update:
+        self._cancel_reason = reason
+        cancelled: list[str] = []
+        interrupted: list[Start] = []
+        for entry in self._entries.values():
+            state = entry.state
+            if state in _TERMINAL:
+                continue
+            if state is NodeState.RUNNING:
+                self._release(entry)
+                interrupted.append(
+                    Start(node=entry.id, attempt=entry.attempts[-1], number=len(entry.attempts))
+                )
+            self._end(entry, NodeState.CANCELLED)
+            cancelled.append(entry.id)
+        self._ready.clear()
+        self._retries.clear()
+        self._dirty.clear()
+        self._waiting_rates.clear()
+        return Update(
+            delivery=Delivery.APPLIED, cancelled=tuple(cancelled), interrupted=tuple(interrupted)
+        )
+
+    def _end(self, entry: _Entry, state: NodeState) -> None:
+        entry.state = state
+        self._finished += 1
+
+    def _resolve(self, entry: _Entry, ready: list[str]) -> None:
+        """One prerequisite of `entry` is resolved: count down, READY at zero."""
+        entry.count -= 1
+        if entry.count == 0 and entry.state is NodeState.PENDING:
+            entry.state = NodeState.READY
+            self._ready.append(entry)
+            ready.append(entry.id)
+
+    def _propagate(self, failed: _Entry, ready: list[str], skipped: list[str]) -> None:
+        """Skip what waits on `failed` (transitively); release what lists it as optional."""
+        stack = [failed]
+        while stack:
+            source = stack.pop()
+            for dependant in source.dependants:
+                if source.id in dependant.optional:
+                    self._resolve(dependant, ready)
+                elif dependant.state is NodeState.PENDING:  # not skipped through another one yet
+                    self._end(dependant, NodeState.SKIPPED)
+                    skipped.append(dependant.id)
+                    stack.append(dependant)
+
+
+def _demand(entry: _Entry, gate: _Gate) -> float:
+    for candidate, amount in entry.demands:
+        if candidate is gate:
+            return amount
+    raise AssertionError(gate.label)  # pragma: no cover - a node waits only on its own limits
+
+
+def _resource_gates(capacities: Mapping[str, int]) -> dict[str, _Gate]:
+    gates: dict[str, _Gate] = {}
+    for name, capacity in capacities.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"resource names must be non-empty strings, got {name!r}")
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+            raise InvalidArgument(
+                f"capacity of resource {name!r} must be an integer >= 0, got {capacity!r}"
+            )
+        gates[name] = _Gate(f"resource:{name}", capacity)
+    return gates
+
+
+def _rate_gates(rate_limits: Mapping[str, RateLimit]) -> dict[str, _Gate]:
+    gates: dict[str, _Gate] = {}
+    for tool, limit in rate_limits.items():
+        if not isinstance(limit, RateLimit):
+            raise InvalidArgument(f"rate limit of tool {tool!r} must be a RateLimit, got {limit!r}")
+        gates[tool] = _Gate(f"rate:{tool}", limit.burst, limit.per_second)
+    return gates
+
+
+def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
+    """Raise `InvalidArgument` naming a cycle's path if the prerequisites have one (Kahn)."""
+    counts = {entry.id: entry.count for entry in entries.values()}
+    queue = [node for node, count in counts.items() if count == 0]
+    seen = 0
+    while queue:
+        node = queue.pop()
+        seen += 1
+        for dependant in entries[node].dependants:
+            counts[dependant.id] -= 1
+            if counts[dependant.id] == 0:
+                queue.append(dependant.id)
+    if seen == len(entries):
+        return
+    # Every node left has a prerequisite left: walk back through them until one repeats.
+    prerequisites = {task.id: task.prerequisites for task in tasks}
+    node = next(n for n, count in counts.items() if count > 0)
+    path: list[str] = []
+    where: dict[str, int] = {}
+    while node not in where:
+        where[node] = len(path)
+        path.append(node)
+        node = min(p for p in prerequisites[node] if counts[p] > 0)
+    cycle = [*path[where[node] :], node]
+    cycle.reverse()  # prerequisite first, as the plan reads
+    raise InvalidArgument(f"the prerequisites form a cycle: {' -> '.join(cycle)}")
