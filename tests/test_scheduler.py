@@ -207,6 +207,21 @@ def test_a_node_waiting_on_one_limit_checks_the_others_again():
     assert (start.node, start.waited) == ("x", ("exclusive:k", "rate:t"))
 
 
+def test_a_rate_limited_node_held_by_concurrency_waits_for_a_result_not_for_time():
+    """A token in the bucket but no free slot: next_wakeup() is None, so the runner never spins."""
+    sched = Scheduler(
+        [Task(id="a", tool="t"), Task(id="b", tool="t"), Task(id="c")],
+        max_concurrency=2,
+        rate_limits={"t": RateLimit(per_second=1.0)},
+    )
+    assert nodes(sched.get_ready(0)) == ["a", "c"]  # b waits for t's next token
+    assert sched.next_wakeup() == pytest.approx(1.0)
+    assert sched.get_ready(1.5) == ()  # the token is there, but both slots are taken
+    assert sched.next_wakeup() is None
+    sched.done("c", "c#1")
+    assert nodes(sched.get_ready(1.5)) == ["b"]
+
+
 def test_capacity_waits_resume_when_concurrency_frees_up():
     """A limit released while every slot is busy is drained on a later call, not forgotten."""
     sched = Scheduler(
@@ -462,6 +477,14 @@ def test_cancel_drops_pending_retries():
             ],
             "cycle: a -> b -> c -> a",
         ),
+        (
+            [
+                Task(id="a", prerequisites={"z"}),
+                Task(id="y", prerequisites={"z"}),
+                Task(id="z", prerequisites={"y"}),
+            ],
+            r"cycle: z -> y -> z$",
+        ),
         ([Task(id="a", resources={"db": 1})], "resource 'db', which has no capacity"),
         ([Task(id="a", resources={"api": 3})], "holds 3 of resource 'api', beyond its capacity 2"),
         (["a"], "must be Task records"),
@@ -617,6 +640,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.issued = []  # (node, attempt) of every start
         self.terminal = {}  # node -> the terminal state it reached
         self.rate_starts = []  # times of t1's starts
+        self.retry_at = {}  # node -> the retry_at of its last failure
 
     def snapshot(self):
         return (
@@ -651,6 +675,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert self.resolved(start.node) == set(self.tasks[start.node].prerequisites)
             assert start.attempt not in {a for _, a in self.issued}
             assert start.number == len(self.sched.attempts(start.node))
+            assert self.now >= self.retry_at.get(start.node, -math.inf)  # no retry too early
             self.running[start.node] = start.attempt
             self.issued.append((start.node, start.attempt))
             if self.tasks[start.node].tool == "t1":
@@ -658,8 +683,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         if self.sched.cancel_reason is not None:
             assert starts == ()
         # Liveness: an active run always has something running or a time to wake up at.
+        wake = self.sched.next_wakeup()
         if self.sched.is_active():
-            assert self.running or self.sched.next_wakeup() is not None
+            assert self.running or wake is not None
+        assert wake is None or wake > self.now  # a loop that sleeps until then never spins
 
     def refused(self, update, before):
         assert update.delivery in {Delivery.DUPLICATE, Delivery.STALE}
@@ -697,6 +724,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         state = self.sched.state(node)
         if retry_at is not None:
             assert state is NodeState.READY
+            self.retry_at[node] = retry_at
             return
         assert state is (NodeState.TIMED_OUT if timed_out else NodeState.FAILED)
         if self.plan["on_failure"] == "cancel_all":
@@ -726,9 +754,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         before = self.snapshot()
         self.refused(self.sched.done(node, f"{node}#999"), before)
 
-    @rule(now=st.integers(0, 4))
-    def cancel(self, now):
-        if now:  # one time in five: a cancelled run has little left to test
+    @rule(roll=st.integers(0, 4))
+    def cancel(self, roll):
+        if roll:  # one time in five: a cancelled run has little left to test
             return
         was_cancelled = self.sched.cancel_reason is not None
         unfinished = {n for n in self.sched.nodes if not self.sched.state(n).is_terminal}

@@ -41,12 +41,17 @@ The contract, per node:
 - `cancel(reason)` stops new starts and makes every unfinished node CANCELLED; the running
   attempts it ends are returned (`Update.interrupted`) so the runner can stop them, and their
   late results are refused as STALE.
-- Every node ends in exactly one of SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SKIPPED.
+- Every node ends in exactly one of SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SKIPPED, and a
+  terminal state never changes. `NodeState` lives here so the scheduler and the runner share
+  one enum.
+- `next_wakeup()` is when time alone could start something (a retry's `retry_at`, a tool's
+  next token); right after `get_ready(now)` it is None or later than `now`, so a loop that
+  waits for it or for the next result never spins.
 
 Cost: building is O(nodes + edges) (it also refuses unknown prerequisites and cycles); each
-result costs O(1) plus its dependants; `get_ready` costs O(1) per node it starts or holds back,
-plus the rate-limited tools that have waiting nodes. Nothing scans all nodes per event, except
-`cancel` and a `cancel_all` failure, which end the run (once).
+result costs O(1) plus its dependants; `get_ready` costs O(1) per node it starts or queues on
+a limit, plus the rate-limited tools that have waiting nodes. Nothing scans all nodes per
+event, except `cancel` and a `cancel_all` failure, which end the run (once).
 
 Not thread-safe: one caller (the runner's loop) owns a scheduler. Inputs being valid, deadlines
 and approvals are the runner's checks; it reports a node it will not run as failed.
@@ -267,6 +272,7 @@ class Update:
     interrupted: tuple[Start, ...] = ()
 
 
+_APPLIED: Final = Update(delivery=Delivery.APPLIED)
 _DUPLICATE: Final = Update(delivery=Delivery.DUPLICATE)
 _STALE: Final = Update(delivery=Delivery.STALE)
 
@@ -392,7 +398,8 @@ class Scheduler:
             if task.id in self._entries:
                 raise InvalidArgument(f"duplicate node id {task.id!r}")
             entry = _Entry(task)
-            entry.demands = self._demands(task, resources, exclusive)
+            if task.resources or task.exclusive is not None or task.tool in self._rated:
+                entry.demands = self._demands(task, resources, exclusive)
             self._entries[task.id] = entry
         for task in listed:
             entry = self._entries[task.id]
@@ -481,11 +488,14 @@ class Scheduler:
 
         That is a retry's `retry_at` or a rate-limited tool's next token; None when nothing
         waits for time (the next start then waits for a result, or nothing is left). A node
-        held back by concurrency or a resource waits for a result, not for time.
+        held back by concurrency or a resource waits for a result, not for time. Right after
+        `get_ready(now)`, the answer is None or later than `now`, so a loop that sleeps until
+        it (or the next result) never spins.
         """
         if self._cancel_reason is not None:
             return None
-        times = [gate.due() for gate in self._waiting_rates]
+        # A bucket holding a token has nodes waiting for a free slot, not for time.
+        times = [gate.due() for gate in self._waiting_rates if gate.tokens + _EPSILON < 1]
         if self._retries:
             times.append(self._retries[0][0])
         return min(times, default=None)
@@ -511,13 +521,15 @@ class Scheduler:
         retries = self._retries
         while retries and retries[0][0] <= now:
             self._ready.append(heapq.heappop(retries)[2])
-        for gate in list(self._dirty):
-            if self._drain(gate, now, started):
-                del self._dirty[gate]
-        for gate in list(self._waiting_rates):
-            self._drain(gate, now, started)
-            if not gate.queue:  # a rate limit's line waits for time, not for a release
-                del self._waiting_rates[gate]
+        if self._dirty:
+            for gate in list(self._dirty):
+                if self._drain(gate, now, started):
+                    del self._dirty[gate]
+        if self._waiting_rates:
+            for gate in list(self._waiting_rates):
+                self._drain(gate, now, started)
+                if not gate.queue:  # a rate limit's line waits for time, not for a release
+                    del self._waiting_rates[gate]
         ready = self._ready
         while ready and self._running < self._max:
             self._try_start(ready.popleft(), now, None, started)
@@ -608,7 +620,7 @@ class Scheduler:
         ready: list[str] = []
         for dependant in entry.dependants:
             self._resolve(dependant, ready)
-        return Update(delivery=Delivery.APPLIED, ready=tuple(ready))
+        return Update(delivery=Delivery.APPLIED, ready=tuple(ready)) if ready else _APPLIED
 
     def failed(
         self, node: str, attempt: str, *, retry_at: float | None = None, timed_out: bool = False
@@ -635,7 +647,7 @@ class Scheduler:
             entry.state = NodeState.READY
             self._seq += 1
             heapq.heappush(self._retries, (retry_at, self._seq, entry))
-            return Update(delivery=Delivery.APPLIED)
+            return _APPLIED
         self._end(entry, NodeState.TIMED_OUT if timed_out else NodeState.FAILED)
         if self._on_failure == "cancel_all":
             return self._cancel_all(f"node {node!r} failed")
@@ -736,27 +748,28 @@ def _rate_gates(rate_limits: Mapping[str, RateLimit]) -> dict[str, _Gate]:
 
 def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
     """Raise `InvalidArgument` naming a cycle's path if the prerequisites have one (Kahn)."""
-    counts = {entry.id: entry.count for entry in entries.values()}
-    queue = [node for node, count in counts.items() if count == 0]
+    counts = {entry: entry.count for entry in entries.values()}  # keyed by identity: cheap
+    queue = [entry for entry, count in counts.items() if count == 0]
     seen = 0
     while queue:
-        node = queue.pop()
         seen += 1
-        for dependant in entries[node].dependants:
-            counts[dependant.id] -= 1
-            if counts[dependant.id] == 0:
-                queue.append(dependant.id)
+        for dependant in queue.pop().dependants:
+            left = counts[dependant] - 1
+            counts[dependant] = left
+            if left == 0:
+                queue.append(dependant)
     if seen == len(entries):
         return
     # Every node left has a prerequisite left: walk back through them until one repeats.
     prerequisites = {task.id: task.prerequisites for task in tasks}
-    node = next(n for n, count in counts.items() if count > 0)
+    stuck = {entry.id for entry, count in counts.items() if count > 0}
+    node = min(stuck)
     path: list[str] = []
     where: dict[str, int] = {}
     while node not in where:
         where[node] = len(path)
         path.append(node)
-        node = min(p for p in prerequisites[node] if counts[p] > 0)
+        node = min(p for p in prerequisites[node] if p in stuck)
     cycle = [*path[where[node] :], node]
     cycle.reverse()  # prerequisite first, as the plan reads
     raise InvalidArgument(f"the prerequisites form a cycle: {' -> '.join(cycle)}")
