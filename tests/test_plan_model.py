@@ -521,3 +521,10 @@ def test_plans_hash_by_version_and_take_any_iterable():
     assert one == two
     assert len({one, two}) == 1
     assert Node("a", tool="t", after=(x for x in ["b"])).after == ("b",)
+
+
+def test_node_repr_reads_like_the_call():
+    """A node's repr shows plain mappings, as it was written."""
+    node = Node("a", tool="t", inputs={"x": 1}, resources={"r": 2})
+    assert repr(node).startswith("Node(id='a', tool='t', inputs={'x': 1}, after=()")
+    assert "resources={'r': 2}" in repr(node)

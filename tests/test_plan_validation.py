@@ -14,6 +14,7 @@ import _orders
 import agenttx
 from _orders import INITIAL, TOOLS
 from agenttx import Node, Plan, PlanProblem, PlanProblemCode, PlanValidationError
+from agenttx.testing import plans
 
 Code = PlanProblemCode
 
@@ -163,7 +164,7 @@ def test_duplicate_node():
     plan = Plan(nodes=[*_orders.nodes(), _orders.nodes()[1]], initial=INITIAL)
     problem = only(plan)
     assert (problem.code, problem.subject) == (Code.DUPLICATE_NODE, "stock_check")
-    assert "nodes 1 and 4" in problem.message
+    assert "nodes[1] and nodes[4] both have the id `stock_check`" in problem.message
 
 
 def test_missing_input_for_a_required_parameter():
@@ -704,6 +705,35 @@ def test_a_back_edge_gives_exactly_one_real_cycle(dag, kinds, data):
     assert caught.value.problems == problems
 
 
+@given(plans())
+def test_random_plans_from_the_testing_strategy_validate_clean(plan):
+    """`agenttx.testing.plans()` draws acyclic plans that validate clean and order fully."""
+    assert plan.validate([relay]) == ()
+    assert sorted(plan.topological_order()) == sorted(plan.node_ids)
+
+
+@given(plans(cycle=True, max_nodes=8))
+def test_random_plans_with_a_cycle_report_one_real_ring(plan):
+    """`plans(cycle=True)` draws plans with one ring; validation reports exactly that ring."""
+    (problem,) = plan.validate([relay])
+    assert problem.code is Code.CYCLE
+    path = problem.subject.split(" -> ")
+    assert path[0] == path[-1]
+    assert len(path) >= 3
+    for producer, consumer in itertools.pairwise(path):
+        assert producer in plan.prerequisites(consumer)
+
+
+def test_the_plans_strategy_refuses_impossible_sizes():
+    """Sizes that cannot make a plan (or a ring) are refused up front."""
+    with pytest.raises(agenttx.InvalidArgument, match="min_nodes"):
+        plans(min_nodes=3, max_nodes=2)
+    with pytest.raises(agenttx.InvalidArgument, match="at least 2 with cycle=True"):
+        plans(max_nodes=1, cycle=True)
+    with pytest.raises(agenttx.InvalidArgument, match="integers"):
+        plans(max_nodes="3")  # type: ignore[arg-type]
+
+
 def _reachable(start: int, successors: dict[int, set[int]]) -> set[int]:
     seen = {start}
     stack = [start]
@@ -844,3 +874,23 @@ def test_very_deep_newtypes_are_unknown_not_an_error():
         nodes=[Node("s", tool="deep_out"), Node("c", tool="take", inputs={"count": "${s.x}"})]
     )
     assert plan.validate([deep_out, take]) == ()
+
+
+def test_missing_output_messages_name_where_the_field_is_missing():
+    """Top-level fields name the producer and its tool; nested ones name the parent path."""
+    top = only(_orders.plan(stock_check={"inputs": {"sku": "${customer_lookup.emial}"}}))
+    assert top.message == (
+        "node `stock_check` uses ${customer_lookup.emial}, but the output of `customer_lookup` "
+        "(tool `lookup_customer`) has no field `emial`."
+    )
+    nested = only(_two("profile", "${p.address.postcod}"), NESTED)
+    assert nested.message == (
+        "node `c` uses ${p.address.postcod}, but `p.address` has no field `postcod` "
+        "(did you mean `postcode`?)."
+    )
+
+
+def test_a_name_repeated_in_after_is_reported_once():
+    """However often `after` repeats a node, that is one DUPLICATE_EDGE."""
+    problem = only(_orders.plan(confirm={"after": ["reserve"] * 1000}))
+    assert problem.message == "node `confirm` lists `reserve` in after 1000 times; list it once."

@@ -133,6 +133,7 @@ EXPECTED = {
         "check_store",
         "json_scalars",
         "json_values",
+        "plans",
         "step_sequences",
     ],
 }

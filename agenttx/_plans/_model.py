@@ -186,6 +186,10 @@ def _as_name(value: str | Tool[Any, Any]) -> str:
     return value.name if isinstance(value, Tool) else value
 
 
+def _mapping_repr(value: Mapping[str, Any]) -> str:
+    return repr(dict(value))
+
+
 @final
 @attrs.frozen(unsafe_hash=False)
 class Node:
@@ -211,15 +215,15 @@ class Node:
 
     id: str
     tool: str = attrs.field(kw_only=True, converter=_as_name)
-    inputs: Mapping[str, JSONValue] = attrs.field(kw_only=True, factory=dict)
+    inputs: Mapping[str, JSONValue] = attrs.field(kw_only=True, factory=dict, repr=_mapping_repr)
     after: tuple[str, ...] = attrs.field(kw_only=True, default=(), converter=_as_tuple)
     exclusive_resource: str | None = attrs.field(kw_only=True, default=None)
-    resources: Mapping[str, int] = attrs.field(kw_only=True, factory=dict)
+    resources: Mapping[str, int] = attrs.field(kw_only=True, factory=dict, repr=_mapping_repr)
     retries: int = attrs.field(kw_only=True, default=0)
     timeout: float | None = attrs.field(kw_only=True, default=None)
     compensate: str | Compensation[Any, Any] | None = attrs.field(kw_only=True, default=None)
     optional: tuple[str, ...] = attrs.field(kw_only=True, default=(), converter=_as_tuple)
-    fallback: Mapping[str, JSONValue] = attrs.field(kw_only=True, factory=dict)
+    fallback: Mapping[str, JSONValue] = attrs.field(kw_only=True, factory=dict, repr=_mapping_repr)
     _refs: tuple[InputRef, ...] = attrs.field(init=False, default=(), eq=False, repr=False)
     _malformed: tuple[tuple[str, str], ...] = attrs.field(
         init=False, default=(), eq=False, repr=False
@@ -380,7 +384,7 @@ class Plan:
     scheduling among equally ready nodes). Construction checks the fields' types and raises
     `InvalidArgument`; `validate(tools)` reports every other problem at once. A plan is
     immutable, so `version` and the dependency tables are computed once, on construction, in
-    time linear in the plan's size.
+    time linear in the plan's size, and one plan may be shared by threads and runs.
     """
 
     nodes: tuple[Node, ...] = attrs.field(converter=_as_tuple)

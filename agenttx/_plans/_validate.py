@@ -25,6 +25,7 @@ reported per strongly connected group of nodes: the first the search meets, as a
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import difflib
 import enum
@@ -109,7 +110,7 @@ class _Checker:
             self._add(
                 Code.DUPLICATE_NODE,
                 node_id,
-                f"nodes {first} and {position} both have the id `{node_id}`; "
+                f"nodes[{first}] and nodes[{position}] both have the id `{node_id}`; "
                 "give each node its own id.",
             )
         info = self._info(node.tool)
@@ -243,11 +244,15 @@ class _Checker:
             status, current = _field(current, segment)
             where = ".".join((namespace, *ref.path[: depth + 1]))
             if status == "missing":
+                owner = (
+                    f"the output of `{namespace}` (tool `{producer.tool}`)"
+                    if depth == 0
+                    else f"`{'.'.join((namespace, *ref.path[:depth]))}`"
+                )
                 self._add(
                     Code.MISSING_OUTPUT,
                     where,
-                    f"node `{node.id}` uses {ref.text}, but the output of `{namespace}` "
-                    f"(tool `{producer.tool}`) has no field `{segment}` there"
+                    f"node `{node.id}` uses {ref.text}, but {owner} has no field `{segment}`"
                     f"{_did_you_mean(segment, _field_names(current))}.",
                 )
                 return None
@@ -285,15 +290,14 @@ class _Checker:
                     f"inputs `{first}` and `{ref.param}` of node `{node.id}` both map "
                     f"{ref.text}; map it once.",
                 )
-        listed: set[str] = set()
-        for other in node.after:
-            if other in listed:
+        counts = collections.Counter(node.after)
+        for other, count in counts.items():
+            if count > 1:
                 self._add(
                     Code.DUPLICATE_EDGE,
                     f"{node.id}.after",
-                    f"node `{node.id}` lists `{other}` in after more than once.",
+                    f"node `{node.id}` lists `{other}` in after {count} times; list it once.",
                 )
-            listed.add(other)
 
     def _after(self, node: Node) -> None:
         for other in dict.fromkeys(node.after):

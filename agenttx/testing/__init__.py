@@ -10,6 +10,9 @@ tool graphs::
     @given(step_sequences())
     def test_graph(steps):
         check_graph_invariants(build_graph(steps))
+
+`plans()` draws random plans (acyclic, or with one injected cycle) for plan validation and
+scheduling tests.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the test
 
 from ._invariants import check_graph_invariants as check_graph_invariants
 from ._machines import TransactionMachine as TransactionMachine
+from ._plans import plans as plans
 from ._stores import check_store as check_store
 from ._strategies import StepSpec as StepSpec
 from ._strategies import build_graph as build_graph
@@ -38,6 +42,7 @@ __all__ = [
     "check_store",
     "json_scalars",
     "json_values",
+    "plans",
     "step_sequences",
 ]
 
