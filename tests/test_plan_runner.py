@@ -779,7 +779,7 @@ def test_cancelling_the_awaiting_task_cancels_the_run_and_compensates():
 def test_costs_over_many_runs_give_cost_per_completed_workflow():
     """Total spend of all runs, failed ones included, divided by the completed ones."""
 
-    @agenttx.tool
+    @agenttx.tool(inline=True)
     def paid(ctx: agenttx.ToolContext, fail: bool) -> dict[str, int]:
         ctx.add_cost("0.30", category="model")
         if fail:
@@ -1010,18 +1010,26 @@ def test_random_dags_respect_prerequisites_limits_and_skips(drawn):
             raise ValueError(f"{name} failed")
         return {"name": name}
 
+    @agenttx.tool(inline=True)
+    def work_inline(name: str, fail: bool) -> dict[str, str]:
+        events.append(("start", name))
+        events.append(("end", name))
+        if fail:
+            raise ValueError(f"{name} failed")
+        return {"name": name}
+
     plan = agenttx.Plan(
         nodes=[
             agenttx.Node(
                 f"n{i}",
-                tool="work",
+                tool="work" if i % 2 else "work_inline",
                 inputs={"name": f"n{i}", "fail": fail},
                 after=[f"n{j}" for j in after],
             )
             for i, (after, fail) in enumerate(shape)
         ]
     )
-    result = agenttx.run_plan(plan, tools=[work], initial={}, max_concurrency=limit)
+    result = agenttx.run_plan(plan, tools=[work, work_inline], initial={}, max_concurrency=limit)
     assert intervals.most.get("all", 0) <= limit
     position = {event: i for i, event in enumerate(events)}
     expected: dict[str, NodeState] = {}
@@ -1038,3 +1046,67 @@ def test_random_dags_respect_prerequisites_limits_and_skips(drawn):
         assert state is expected[name]
     all_ok = all(state is NodeState.SUCCEEDED for state in expected.values())
     assert result.succeeded is all_ok
+
+
+def test_a_nodes_compensation_replaces_its_tools_and_gets_arguments_and_output():
+    """Node(compensate=...) runs instead of the tool's, with the node's arguments and output."""
+    calls: list[tuple[str, object]] = []
+
+    @agenttx.compensation
+    def tool_undo(payload):
+        calls.append(("tool", payload))
+
+    @agenttx.compensation
+    def node_undo(payload):
+        calls.append(("node", payload))
+
+    @agenttx.tool(compensate=tool_undo)
+    def reserve(sku: str) -> dict[str, str]:
+        return {"reservation_id": f"r-{sku}"}
+
+    @agenttx.tool
+    def fail(reservation_id: str) -> dict[str, str]:
+        raise ValueError("declined")
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("reserve", tool="reserve", inputs={"sku": "A"}, compensate="node_undo"),
+            agenttx.Node(
+                "pay", tool="fail", inputs={"reservation_id": "${reserve.reservation_id}"}
+            ),
+        ]
+    )
+    result = agenttx.run_plan(plan, tools=[reserve, fail, tool_undo, node_undo], initial={})
+    assert calls == [("node", {"arguments": {"sku": "A"}, "output": {"reservation_id": "r-A"}})]
+    assert [c.kind for c in result.compensations] == ["node_undo"]
+
+
+def test_a_run_id_open_in_the_store_is_refused_and_left_alone():
+    """A run id that is another transaction's open id is refused; that transaction is kept."""
+    store = MemoryStore()
+    store.begin("busy")
+    store.put("busy", "k", "1")
+    tools, calls, _ = _order_shop()
+    with pytest.raises(agenttx.InvalidArgument, match="already open"):
+        agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, store=store, run_id="busy")
+    with pytest.raises(agenttx.InvalidArgument, match="must be a Store"):
+        agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, store=object())
+    assert calls == []
+    assert store.is_open("busy")
+    assert store.get("busy", "k") == "1"
+
+
+def test_a_failing_commit_fails_the_plan_and_compensates():
+    """A store error at commit makes the run FAILED with the error; completed work is undone."""
+
+    class BrokenCommit(MemoryStore):
+        def commit(self, tx_id: str) -> int:
+            raise agenttx.StorageError("disk full")
+
+    tools, _, released = _order_shop()
+    store = BrokenCommit()
+    result = agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, store=store)
+    assert result.status is PlanStatus.FAILED
+    assert "disk full" in (result.error or "")
+    assert released == ["r-1"]
+    assert not store.is_open(result.run_id)

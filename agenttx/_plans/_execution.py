@@ -1,0 +1,1070 @@
+"""One plan run: validated first, then every ready node at once, within the limits.
+
+`arun_plan` checks everything before anything runs (the plan against the tools, the initial
+values, the limits) and then drives the sans-I/O `Scheduler` from one asyncio loop: each start
+the scheduler hands out is re-checked (prerequisites recorded, run not cancelled, inputs that
+resolve and fit the tool's spec) and becomes an asyncio task that runs the tool through the one
+call path of `agenttx._tools` (`arun_tool`: deadlines, worker threads for sync tools, the
+context fenced when the call ends). Results go back to the scheduler keyed by attempt id, so a
+late or repeated result is refused. Failures are cleaned into hints; a transient one is retried
+with the library's one jittered `Backoff`, with the same idempotency key, up to `Node.retries`.
+
+State: the run is ONE store transaction (id = the run id). Tools' `ctx.state` calls are
+serialized through a lock (the store's journal is linear) and nodes of one plan see each other's
+writes as they happen. A failed attempt's writes are not rewound (no journal restore per node:
+concurrent nodes interleave in one overlay); what a node must undo it registers with
+`ctx.register_undo` or a compensation. The overlay commits when the plan succeeds, and staged
+effects are delivered after that commit; a failed or cancelled plan discards it and publishes
+nothing. Completed nodes are then compensated, newest completion first, through a `SagaLedger`.
+
+`PlanExecution` is the run: constructed (and so checked) in the caller's thread, executed once by
+`execute` on an event loop; `_runner` builds the public API on it. See
+`docs/plans.md#running-a-plan`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
+
+import attrs
+
+from .._errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PlanValidationError,
+    StorageError,
+    TransactionNotFound,
+    WriteConflict,
+)
+from .._hints import clean_error
+from .._saga import Backoff, dispatch_effects
+from .._tools import (
+    Call,
+    Compensation,
+    Failure,
+    ToolContext,
+    ToolRegistry,
+    UndoRecord,
+    arun_tool,
+    closed,
+    derive_key,
+    run_tool,
+)
+from .._turns import RETRY_BACKOFF
+from ._checks import (
+    OutputCheck,
+    check_capacities,
+    check_limit,
+    check_rate_limits,
+    check_run_id,
+    check_store,
+    optional_prerequisites,
+    output_check,
+)
+from ._compensate import compensate_nodes
+from ._journal import PlanJournal, StoredNode, is_plan_store
+from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
+from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
+from ._results import (
+    CompensationOutcome,
+    NodeResult,
+    PlanEvent,
+    PlanEventKind,
+    PlanResult,
+    PlanStatus,
+)
+from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, Update
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Mapping
+
+    from .._hints import CleanHint
+    from .._json import JSONValue
+    from .._saga import Dispatcher
+    from .._tools import Outcome, Tool, ToolsArgument
+    from ..stores import Store
+
+__all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
+
+#: Each attempt's deadline, in seconds, for a node without `timeout=`.
+DEFAULT_NODE_TIMEOUT: Final = 30.0
+#: How long a cancellation waits for cancelled async tools to unwind, in seconds.
+CANCEL_GRACE: Final = 5.0
+#: Undo records of attempt n of a node are numbered from `n << _SEQ_BITS`: never shared.
+_SEQ_BITS: Final = 20
+
+FailurePolicy = Literal["skip_dependants", "cancel_all"]
+CompensateOn = Literal["failure", "never"]
+_COMPENSATE_ON: Final = ("failure", "never")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+# ---------------------------------------------------------------------- the store
+
+
+#: How often, in seconds, a durable run waiting for results looks for a cancellation that
+#: another process recorded.
+CANCEL_POLL: Final = 0.1
+#: Stored states a resumed run takes as they are (the node is not run again).
+_ENDED_STORED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT"})
+
+
+@final
+class _SerializedStore:
+    """The run's store, with one transaction's calls serialized: tools on several threads
+    share one overlay, and the `Store` protocol asks the owner to serialize them."""
+
+    __slots__ = ("_lock", "_store")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+
+    def get(self, tx_id: str, key: str) -> str | None:
+        with self._lock:
+            return self._store.get(tx_id, key)
+
+    def put(self, tx_id: str, key: str, value: str) -> None:
+        with self._lock:
+            self._store.put(tx_id, key, value)
+
+    def delete(self, tx_id: str, key: str) -> None:
+        with self._lock:
+            self._store.delete(tx_id, key)
+
+
+# ---------------------------------------------------------------------- one run
+
+
+@attrs.define(kw_only=True, eq=False)
+class _Attempt:
+    """One attempt's bookkeeping (mutable until it ends)."""
+
+    start: Start
+    eligible_at: float
+    started_at: float
+    context: ToolContext
+    wall_start: dt.datetime
+    arguments: JSONValue = None
+    finished_at: float | None = None
+    task: asyncio.Task[None] | None = None
+
+
+@attrs.define(kw_only=True, eq=False)
+class _NodeRecord:
+    """What the run keeps per node."""
+
+    index: int
+    tool: str
+    key: str
+    attempts: list[_Attempt] = attrs.field(factory=list)
+    eligible_at: float | None = None
+    output: JSONValue = None
+    error: CleanHint | None = None
+    undos: list[tuple[float, UndoRecord]] = attrs.field(factory=list)
+    finished_wall: dt.datetime | None = None
+    started_wall: dt.datetime | None = None  # of a node restored from the durable record
+
+
+@attrs.frozen
+class _Finished:
+    attempt: _Attempt
+    outcome: Outcome
+
+
+@attrs.frozen
+class _Crashed:
+    attempt: _Attempt
+    error: BaseException
+
+
+class PlanExecution:
+    """One plan run: checked on construction, executed once by `execute`."""
+
+    def __init__(
+        self,
+        plan: object,
+        *,
+        tools: ToolsArgument,
+        initial: object,
+        max_concurrency: object,
+        resources: object,
+        on_failure: object,
+        store: object,
+        rate_limits: object,
+        run_id: object,
+        dispatcher: Dispatcher | None,
+        compensate_on: object,
+        backoff: object,
+        restored: dict[str, StoredNode] | None = None,
+    ) -> None:
+        if not isinstance(plan, Plan):
+            raise InvalidArgument(f"plan must be a Plan, got {plan!r:.80}")
+        self._max = check_limit("max_concurrency", max_concurrency, minimum=1)
+        if on_failure not in ("skip_dependants", "cancel_all"):
+            raise InvalidArgument(
+                f"on_failure must be 'skip_dependants' or 'cancel_all', got {on_failure!r:.80}"
+            )
+        if compensate_on not in _COMPENSATE_ON:
+            raise InvalidArgument(
+                f"compensate_on must be 'failure' or 'never', got {compensate_on!r:.80}"
+            )
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise InvalidArgument(f"backoff must be a Backoff, got {backoff!r:.80}")
+        capacities = check_capacities(resources)
+        limits = check_rate_limits(rate_limits)
+        registry = ToolRegistry(tools)
+        problems = plan.validate(registry)
+        if problems:
+            raise PlanValidationError(problems)
+        self._plan = plan
+        self._initial = plan.check_initial(initial)
+        if run_id is None:
+            run_id = uuid.uuid4().hex
+        self.id = check_run_id(run_id)
+        self._store = check_store(store, self.id)
+        self._optional = {node.id: optional_prerequisites(plan, node.id) for node in plan.nodes}
+        self._scheduler = Scheduler(
+            [
+                Task(
+                    id=node.id,
+                    prerequisites=plan.prerequisites(node.id),
+                    optional=self._optional[node.id],
+                    resources=node.resources,
+                    exclusive=self._exclusive(node),
+                    tool=node.tool,
+                )
+                for node in plan.nodes
+            ],
+            max_concurrency=self._max,
+            capacities=capacities,
+            rate_limits=limits,
+            on_failure=on_failure,
+        )
+        self._registry = registry
+        self._tools = _node_tools(plan, registry)
+        self._compensations: dict[str, Compensation[Any, Any]] = dict(registry.compensations)
+        for node in plan.nodes:
+            if isinstance(node.compensate, Compensation):
+                self._compensations.setdefault(node.compensate.name, node.compensate)
+        self._dispatcher = dispatcher
+        self._compensate = compensate_on == "failure"
+        self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
+        self._checks: dict[str, OutputCheck | None] = {}
+        self._nodes = {
+            node.id: _NodeRecord(
+                index=index,
+                tool=node.tool,
+                key=derive_key(self.id, plan.version, node.id, node.tool),
+            )
+            for index, node in enumerate(plan.nodes)
+        }
+        self._outputs: dict[str, JSONValue] = {}
+        #: Undos of calls that may still be running on a worker: reported, never run.
+        self._stranded: list[tuple[str, UndoRecord]] = []
+        self._effects: list[Any] = []
+        self._completions: list[str] = []
+        self._lock = threading.Lock()
+        self._audit: list[PlanEvent] = []
+        self._cancel_reason: str | None = None
+        self._status = PlanStatus.RUNNING
+        self._closing = False  # set once the run's outcome is decided: no more cancellations
+        self._begun = False  # whether the run's store transaction was opened (by this run)
+        self._wake: Callable[[], None] | None = None
+        self._init_durable(
+            restored, _settings_record(self._max, on_failure, compensate_on, capacities, limits)
+        )
+        self._event(
+            PlanEventKind.VALIDATED,
+            data={"plan_version": plan.version, "nodes": len(plan.nodes), "problems": 0},
+        )
+
+    def _init_durable(
+        self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
+    ) -> None:
+        self._serialized = _SerializedStore(self._store)
+        self._settings = settings
+        #: The durable record of the run, on a store that keeps plan runs (from `execute`).
+        self._journal: PlanJournal | None = None
+        self._lost = False  # the store lost the run (taken over): write and undo nothing
+        self.durable = is_plan_store(self._store)
+        self._restored: dict[str, StoredNode] = dict(restored or {})
+        self._resumed = restored is not None
+
+    # -- steering (any thread) ----------------------------------------------------------
+
+    @property
+    def status(self) -> PlanStatus:
+        return self._status
+
+    def request_cancel(self, reason: str) -> None:
+        """Record the cancellation, then wake the loop, which stops dispatching and cancels."""
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason must be a string, got {reason!r:.80}")
+        with self._lock:
+            if self._closing:
+                raise FailedPrecondition(f"plan run `{self.id}` has ended: it cannot be cancelled")
+            if self._cancel_reason is not None:
+                raise FailedPrecondition(f"plan run `{self.id}` is already cancelled")
+            self._cancel_reason = reason
+            self._event_locked(PlanEventKind.CANCEL_REQUESTED, data={"reason": reason})
+        wake = self._wake
+        if wake is not None:
+            wake()
+
+    def _event(
+        self,
+        kind: PlanEventKind,
+        *,
+        node: str | None = None,
+        attempt: str | None = None,
+        data: Mapping[str, JSONValue] | None = None,
+    ) -> None:
+        with self._lock:
+            self._event_locked(kind, node=node, attempt=attempt, data=data)
+
+    def _event_locked(
+        self,
+        kind: PlanEventKind,
+        *,
+        node: str | None = None,
+        attempt: str | None = None,
+        data: Mapping[str, JSONValue] | None = None,
+    ) -> None:
+        self._audit.append(
+            PlanEvent(
+                seq=len(self._audit),
+                kind=kind,
+                at=_now(),
+                node=node,
+                attempt=attempt,
+                data=data or {},
+            )
+        )
+
+    def _exclusive(self, node: Node) -> str | None:
+        """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
+        try:
+            return resolve_resource(node, self._initial)
+        except UnresolvedInput as exc:
+            raise InvalidArgument(exc.message) from None
+
+    def _cancelling(self) -> str | None:
+        """The reason of a cancellation requested (by any thread, or, on a durable run, by
+        any process through the store), or None."""
+        if self._cancel_reason is None and self._journal is not None:
+            reason = self._persist(self._journal.cancel_reason)
+            if isinstance(reason, str):
+                with self._lock:
+                    if self._cancel_reason is None and not self._closing:
+                        self._cancel_reason = reason
+                        self._event_locked(PlanEventKind.CANCEL_REQUESTED, data={"reason": reason})
+        return self._cancel_reason
+
+    # -- the durable record -------------------------------------------------------------
+
+    def _persist(self, write: Callable[..., object], *args: Any, **kwargs: Any) -> object:
+        """Run a journal write; if the store lost the run (taken over by a recoverer, or gone),
+        stop writing and cancel the run here: another runner holds it now."""
+        if self._journal is None:
+            return None
+        try:
+            return write(*args, **kwargs)
+        except (StorageError, TransactionNotFound) as exc:
+            self._journal = None
+            self._lost = True
+            with self._lock:
+                if self._cancel_reason is None and not self._closing:
+                    self._cancel_reason = f"the durable record of the run was lost: {exc}"
+                    self._event_locked(
+                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                    )
+            return None
+
+    def open_journal(self) -> None:
+        """Write the run's durable record (or take over the resumed one's), once; `start_plan`
+        does it in the caller's thread, so that the run is in the store when it returns."""
+        if self._journal is not None or self._lost:
+            return
+        scheduler = self._scheduler
+        if self._resumed:
+            journal = PlanJournal.resumed(self._store, self.id, self._restored)
+            # Claims of attempts that died with their process are released: those nodes are
+            # claimed again (same idempotency key) when the scheduler starts them.
+            journal.transitions(
+                (node_id, "READY", 0)
+                for node_id, node in self._restored.items()
+                if node.state == "RUNNING"
+            )
+            self._journal = journal
+            return
+        self._journal = PlanJournal.begin(
+            self._store,
+            self.id,
+            {
+                "plan": self._plan.to_json(),
+                "plan_version": self._plan.version,
+                "initial": self._initial,
+                "settings": self._settings,
+            },
+            (
+                (node_id, scheduler.state(node_id).value, scheduler.unresolved(node_id))
+                for node_id in self._nodes
+            ),
+        )
+
+    def _transitions(self, nodes: tuple[str, ...], state: str) -> list[tuple[str, str, int]]:
+        return [(node_id, state, self._scheduler.unresolved(node_id)) for node_id in nodes]
+
+    def _replay(self, start: Start, stored: StoredNode) -> Update:
+        """End a node of a resumed run as its durable record says, without running it."""
+        node_id = start.node
+        record = self._nodes[node_id]
+        started = stored.record.get("started_at")
+        finished = stored.record.get("finished_at")
+        record.started_wall = _wall(started)
+        record.finished_wall = _wall(finished)
+        if stored.state == "SUCCEEDED":
+            update = self._scheduler.done(node_id, start.attempt)
+            record.output = stored.output
+            self._outputs[node_id] = stored.output
+            self._completions.append(node_id)
+            self._event(
+                PlanEventKind.COMPLETED,
+                node=node_id,
+                attempt=stored.attempt,
+                data={"restored": True},
+            )
+            return update
+        update = self._scheduler.failed(
+            node_id, start.attempt, retry_at=None, timed_out=stored.state == "TIMED_OUT"
+        )
+        record.error = clean_error(stored.error or "failed before the crash")
+        self._event(
+            PlanEventKind.FAILED,
+            node=node_id,
+            attempt=stored.attempt,
+            data={"restored": True, "hint": record.error.text},
+        )
+        return update
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def execute(self) -> PlanResult:
+        """Run the plan to its end; see the module docstring. Call once."""
+        import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[_Finished | _Crashed | None] = asyncio.Queue()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        self._wake = wake
+        self._started = time.monotonic()
+        for node_id in self._nodes:
+            if self._scheduler.state(node_id) is NodeState.READY:
+                self._nodes[node_id].eligible_at = self._started
+        running: dict[str, _Attempt] = {}
+        if self.durable:
+            self.open_journal()
+            if self._resumed:
+                # The state transaction of the run that crashed is not resumed: begin anew.
+                self._store.discard(self.id)
+        try:
+            self._store.begin(self.id)
+            self._begun = True
+            await self._drive(queue, running)
+        except BaseException as exc:
+            # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
+            # (compensations included), then re-raise.
+            with self._lock:
+                if self._cancel_reason is None:
+                    self._cancel_reason = f"interrupted by {type(exc).__name__}"
+                    self._event_locked(
+                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                    )
+            await self._apply(self._scheduler.cancel(self._cancel_reason or ""), running)
+            await self._finish()
+            raise
+        return await self._finish()
+
+    async def _drive(
+        self, queue: asyncio.Queue[_Finished | _Crashed | None], running: dict[str, _Attempt]
+    ) -> None:
+        import asyncio  # noqa: PLC0415
+
+        scheduler = self._scheduler
+        while scheduler.is_active():
+            reason = self._cancelling()
+            if reason is not None:
+                await self._apply(scheduler.cancel(reason), running)
+                break
+            starts = scheduler.get_ready(time.monotonic())
+            for start in starts:
+                if self._cancelling() is not None:
+                    break  # it stays RUNNING in the scheduler; the cancellation ends it
+                if scheduler.state(start.node) is not NodeState.RUNNING:
+                    continue  # ended meanwhile (cancel_all after an earlier start's failure)
+                stored = self._restored.pop(start.node, None)
+                if stored is not None and stored.state in _ENDED_STORED:
+                    await self._apply(self._replay(start, stored), running)
+                    continue
+                ended = self._dispatch(start, queue, running)
+                if isinstance(ended, _Finished):  # an inline tool, run in place
+                    await self._receive(ended, running)
+                elif ended is not None:  # it failed at once: apply what that ended or released
+                    await self._apply(ended, running)
+            if starts:
+                continue  # the starts may have released or ended nodes: look again
+            if not scheduler.is_active():
+                break
+            wakeup = scheduler.next_wakeup()
+            if not running and wakeup is None:
+                # Nothing runs, nothing is due later and nothing could start: a stall the
+                # scheduler's checks should make impossible; end the run rather than hang.
+                with self._lock:
+                    self._cancel_reason = "no node can start: the limits leave no room"
+                    self._event_locked(
+                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                    )
+                continue
+            timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
+            if self._journal is not None:  # look for another process's cancellation
+                timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
+            try:
+                message = await asyncio.wait_for(queue.get(), timeout)
+            except asyncio.TimeoutError:
+                continue
+            while True:
+                if message is not None:
+                    await self._receive(message, running)
+                try:
+                    message = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+
+    def _dispatch(
+        self,
+        start: Start,
+        queue: asyncio.Queue[_Finished | _Crashed | None],
+        running: dict[str, _Attempt],
+    ) -> Update | _Finished | None:
+        """Re-check a start, then run its attempt as a task (None); or run an inline sync
+        tool in place (its `_Finished`); or fail it at once (the scheduler's update)."""
+        import asyncio  # noqa: PLC0415
+
+        node = self._plan.node(start.node)
+        record = self._nodes[start.node]
+        now = time.monotonic()
+        eligible = record.eligible_at if record.eligible_at is not None else now
+        tool = self._tools[start.node]
+        context = ToolContext(
+            tx_id=self.id,
+            step_id=record.index + 1,
+            idempotency_key=record.key,
+            deadline=now + (node.timeout or DEFAULT_NODE_TIMEOUT),
+            store=cast("Store", self._serialized),  # get, put and delete are all it calls
+            compensations=self._compensations,
+            seq_base=start.number << _SEQ_BITS,
+        )
+        attempt = _Attempt(
+            start=start,
+            eligible_at=min(eligible, now),
+            started_at=now,
+            context=context,
+            wall_start=_now(),
+        )
+        record.attempts.append(attempt)
+        prerequisites = sorted(self._plan.prerequisites(start.node))
+        unmet = [
+            name
+            for name in prerequisites
+            if self._scheduler.state(name) is not NodeState.SUCCEEDED
+            and name not in self._optional[start.node]
+        ]
+        failure: Failure | None = None
+        arguments: JSONValue = None
+        if unmet:  # pragma: no cover  (the scheduler never starts such a node)
+            failure = Failure(f"node `{start.node}` started before {', '.join(unmet)} succeeded")
+        else:
+            try:
+                resolved = resolve_inputs(node, self._initial, self._outputs)
+            except UnresolvedInput as exc:
+                failure = Failure(exc.message, key=exc.param, mistake=True)
+            else:
+                arguments, violation = tool.validator.check(resolved)
+                if violation is not None:
+                    failure = Failure(
+                        f"node `{start.node}` input does not fit tool '{tool.name}': "
+                        f"{violation.message}",
+                        key=violation.key,
+                        mistake=True,
+                    )
+        if self._journal is not None:
+            claimed = self._persist(
+                self._journal.claim, start.node, start.attempt, start.number, arguments
+            )
+            if claimed is False and failure is None:
+                failure = Failure(
+                    f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
+                    mistake=True,
+                )
+        self._event(
+            PlanEventKind.DISPATCHED,
+            node=start.node,
+            attempt=start.attempt,
+            data={
+                "number": start.number,
+                "tool": node.tool,
+                "idempotency_key": record.key,
+                "checks": {
+                    "prerequisites": cast("list[JSONValue]", prerequisites),
+                    "inputs": "refused" if failure is not None else "valid",
+                    "running": self._scheduler.running_count,
+                    "max_concurrency": self._max,
+                    "waited_for": list(start.waited),
+                    "cancelled": False,
+                    "timeout_s": node.timeout or DEFAULT_NODE_TIMEOUT,
+                },
+            },
+        )
+        if failure is not None:
+            closed(context)
+            attempt.finished_at = time.monotonic()
+            return self._fail(attempt, failure, retry=False)
+        attempt.arguments = arguments
+        call = Call(
+            step_id=record.index + 1,
+            tool=tool,
+            arguments=arguments,
+            raw_context="",
+            context=context,
+            timeout=node.timeout or DEFAULT_NODE_TIMEOUT,
+            log_undo=None,
+            seq_base=start.number << _SEQ_BITS,
+        )
+        running[start.attempt] = attempt
+        if tool.inline and not tool.is_async:
+            # An inline sync tool runs on the loop's thread in any case, and cannot be
+            # interrupted: call it here, without a task (`run_tool` still checks its deadline).
+            outcome = run_tool(call)
+            attempt.finished_at = time.monotonic()
+            return _Finished(attempt, outcome)
+        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
+        return None
+
+    async def _run_attempt(
+        self, attempt: _Attempt, call: Call, queue: asyncio.Queue[_Finished | _Crashed | None]
+    ) -> None:
+        """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
+        import asyncio  # noqa: PLC0415
+
+        try:
+            outcome = await arun_tool(call)
+        except asyncio.CancelledError:
+            closed(attempt.context)
+            raise
+        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
+            closed(attempt.context)
+            queue.put_nowait(_Crashed(attempt, exc))
+            return
+        attempt.finished_at = time.monotonic()
+        queue.put_nowait(_Finished(attempt, outcome))
+
+    async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
+        attempt = message.attempt
+        running.pop(attempt.start.attempt, None)
+        if isinstance(message, _Crashed):
+            raise message.error
+        outcome = message.outcome
+        record = self._nodes[attempt.start.node]
+        tool = record.tool
+        failure = outcome.error
+        if failure is None and outcome.refused is not None:
+            failure = Failure(f"output of tool '{tool}' is not JSON: {outcome.refused}")
+        if failure is None:
+            failure = self._check_output(tool, outcome.output)
+            if failure is not None:
+                failure = failure._replace(mistake=True)  # a broken contract: never retried
+        if failure is not None:
+            update = self._fail(
+                attempt,
+                failure,
+                retry=True,
+                undos=outcome.undos,
+                still_running=outcome.running is not None,
+            )
+        else:
+            update = self._scheduler.done(attempt.start.node, attempt.start.attempt)
+            if update.delivery is Delivery.APPLIED:
+                self._succeed(attempt, outcome)
+            else:
+                self._refused(attempt, update)
+        await self._apply(update, running)
+
+    def _check_output(self, tool: str, output: JSONValue) -> Failure | None:
+        if tool not in self._checks:
+            found = self._registry.get(tool)
+            self._checks[tool] = None if found is None else output_check(found)
+        check = self._checks[tool]
+        return None if check is None else check.failure(tool, output)
+
+    def _succeed(self, attempt: _Attempt, outcome: Outcome) -> None:
+        node_id = attempt.start.node
+        node = self._plan.node(node_id)
+        record = self._nodes[node_id]
+        now = time.monotonic()
+        undos = list(outcome.undos)
+        kind = node.compensation_name
+        if kind is not None:
+            declared = self._tools[node_id].compensation_name
+            if declared is not None and undos and undos[-1].kind == declared:
+                undos.pop()  # the node's compensation replaces the tool's
+            undos.append(_node_undo(attempt, kind, record.index + 1, len(undos), outcome))
+        record.undos.extend((now, undo) for undo in undos)
+        record.output = outcome.output
+        record.finished_wall = _now()
+        if self._journal is not None:
+            self._persist(
+                self._journal.end_attempt,
+                node_id,
+                attempt.start.attempt,
+                "SUCCEEDED",
+                output=outcome.output,
+            )
+        self._outputs[node_id] = outcome.output
+        self._effects.extend(outcome.effects)
+        self._completions.append(node_id)
+        self._event(
+            PlanEventKind.COMPLETED,
+            node=node_id,
+            attempt=attempt.start.attempt,
+            data={"number": attempt.start.number, "effects_staged": len(outcome.effects)},
+        )
+
+    def _fail(
+        self,
+        attempt: _Attempt,
+        failure: Failure,
+        *,
+        retry: bool,
+        undos: tuple[UndoRecord, ...] = (),
+        still_running: bool = False,
+    ) -> Update:
+        node_id = attempt.start.node
+        node = self._plan.node(node_id)
+        record = self._nodes[node_id]
+        hint = clean_error(failure.message)
+        if failure.key is not None and failure.key != hint.key:
+            hint = attrs.evolve(hint, key=failure.key)
+        transient = hint.category.transient if failure.transient is None else failure.transient
+        timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
+        retry_at: float | None = None
+        number = attempt.start.number
+        if retry and transient and not failure.mistake and number <= node.retries:
+            retry_at = time.monotonic() + self._backoff.delay(number)
+        update = self._scheduler.failed(
+            node_id, attempt.start.attempt, retry_at=retry_at, timed_out=timed_out
+        )
+        if update.delivery is not Delivery.APPLIED:
+            self._refused(attempt, update)
+            return update
+        now = time.monotonic()
+        # What a failed attempt registered before failing may have half happened: kept, and
+        # compensated with the node's others if the plan fails.
+        self._keep_undos(node_id, undos, over=not still_running)
+        data: dict[str, JSONValue] = {
+            "number": number,
+            "hint": hint.text,
+            "category": hint.category.value,
+            "transient": transient,
+        }
+        if self._journal is not None:
+            stored_state = (
+                "READY" if retry_at is not None else ("TIMED_OUT" if timed_out else "FAILED")
+            )
+            self._persist(
+                self._journal.end_attempt,
+                node_id,
+                attempt.start.attempt,
+                stored_state,
+                error=hint.text,
+            )
+        if retry_at is not None:
+            record.eligible_at = retry_at
+            data["retry_in_s"] = max(0.0, retry_at - now)
+            self._event(
+                PlanEventKind.RETRIED, node=node_id, attempt=attempt.start.attempt, data=data
+            )
+        else:
+            record.error = hint
+            record.finished_wall = _now()
+            data["timed_out"] = timed_out
+            self._event(
+                PlanEventKind.FAILED, node=node_id, attempt=attempt.start.attempt, data=data
+            )
+        return update
+
+    def _refused(self, attempt: _Attempt, update: Update) -> None:
+        self._event(
+            PlanEventKind.LATE_RESULT_REFUSED,
+            node=attempt.start.node,
+            attempt=attempt.start.attempt,
+            data={"delivery": update.delivery.value},
+        )
+
+    async def _apply(self, update: Update, running: dict[str, _Attempt]) -> None:
+        """Apply what an update ended: record readiness, skips and cancellations; stop the
+        interrupted attempts (async tools cancelled, sync ones fenced: their late result is
+        refused by attempt id)."""
+        import asyncio  # noqa: PLC0415
+
+        now = time.monotonic()
+        if self._journal is not None and (update.ready or update.skipped or update.cancelled):
+            self._persist(
+                self._journal.transitions,
+                [
+                    *self._transitions(update.ready, "READY"),
+                    *self._transitions(update.skipped, "SKIPPED"),
+                    *self._transitions(update.cancelled, "CANCELLED"),
+                ],
+            )
+        for node_id in update.ready:
+            self._nodes[node_id].eligible_at = now
+        for node_id in update.skipped:
+            self._event(PlanEventKind.SKIPPED, node=node_id)
+        tasks: list[asyncio.Task[None]] = []
+        stopped: list[tuple[_Attempt, tuple[UndoRecord, ...]]] = []
+        for start in update.interrupted:
+            attempt = running.pop(start.attempt, None)
+            if attempt is None:
+                continue
+            undos, _ = closed(attempt.context)
+            attempt.finished_at = now
+            stopped.append((attempt, undos))
+            if attempt.task is not None and not attempt.task.done():
+                attempt.task.cancel()
+                tasks.append(attempt.task)
+        for node_id in update.cancelled:
+            self._nodes[node_id].finished_wall = _now()
+            self._event(
+                PlanEventKind.CANCELLED,
+                node=node_id,
+                data={"reason": self._scheduler.cancel_reason},
+            )
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+        for attempt, undos in stopped:
+            # What an interrupted attempt registered may have half happened. An async tool
+            # that has unwound is over; a sync one goes on on its worker thread, and undoing
+            # while its effect may still land would undo nothing: kept, not run.
+            tool = self._tools[attempt.start.node]
+            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
+            self._keep_undos(attempt.start.node, undos, over=over)
+
+    def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
+        """Keep undos for compensation; those of a call that may still run, as stranded."""
+        if over:
+            now = time.monotonic()
+            self._nodes[node_id].undos.extend((now, undo) for undo in undos)
+        else:
+            self._stranded.extend((node_id, undo) for undo in undos)
+
+    # -- the end --------------------------------------------------------------------------
+
+    def _plan_status(self) -> PlanStatus:
+        if self._cancel_reason is not None:
+            return PlanStatus.CANCELLED
+        for node_id in self._nodes:
+            state = self._scheduler.state(node_id)
+            if state is NodeState.SUCCEEDED:
+                continue
+            if state is NodeState.CANCELLED or not self._absorbed(node_id):
+                return PlanStatus.FAILED
+        return PlanStatus.SUCCEEDED
+
+    def _absorbed(self, node_id: str) -> bool:
+        """A node that did not succeed but that every dependant takes as optional."""
+        dependants = self._plan.dependants(node_id)
+        return bool(dependants) and all(
+            node_id in self._optional[other] and self._scheduler.state(other) is NodeState.SUCCEEDED
+            for other in dependants
+        )
+
+    async def _finish(self) -> PlanResult:
+        import asyncio  # noqa: PLC0415
+
+        finished = time.monotonic()
+        with self._lock:
+            status = self._plan_status()
+            self._closing = True
+        error: str | None = None
+        committed = 0
+        delivered = 0
+        dispatch_errors: tuple[str, ...] = ()
+        if status is PlanStatus.SUCCEEDED:
+            try:
+                committed = self._store.commit(self.id)
+            except WriteConflict as exc:
+                error = f"write conflict on state key {exc.key!r}: another commit changed it"
+                status = PlanStatus.FAILED
+                self._event(PlanEventKind.FAILED, data={"error": error})
+            except Exception as exc:  # noqa: BLE001  (a store failure: nothing was published)
+                error = f"the commit failed: {type(exc).__name__}: {exc}"
+                status = PlanStatus.FAILED
+                self._event(PlanEventKind.FAILED, data={"error": error[:1000]})
+            else:
+                self._event(PlanEventKind.COMMITTED, data={"keys": committed})
+                delivered, dispatch_errors = await asyncio.to_thread(
+                    dispatch_effects, tuple(self._effects), self._dispatcher
+                )
+                self._event(
+                    PlanEventKind.EFFECTS_DISPATCHED,
+                    data={"delivered": delivered, "errors": list(dispatch_errors)},
+                )
+        compensations: tuple[CompensationOutcome, ...] = ()
+        if status is not PlanStatus.SUCCEEDED:
+            if self._begun:  # never another's transaction of the same id
+                with contextlib.suppress(Exception):  # a store failure: already not published
+                    self._store.discard(self.id)
+            self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
+            if not self._lost:  # a runner that lost the run leaves its nodes to the new one
+                compensations = await self._compensate_completed()
+        if self._journal is not None:
+            self._persist(self._journal.transitions, (), status=status.value)
+        with self._lock:
+            self._status = status
+            self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+        return PlanResult(
+            run_id=self.id,
+            plan_version=self._plan.version,
+            status=status,
+            nodes={node_id: self._node_result(node_id) for node_id in self._nodes},
+            metrics=plan_metrics(
+                self._timings(finished), started_at=self._started, finished_at=finished
+            ),
+            compensations=compensations,
+            cancel_reason=self._cancel_reason,
+            error=error,
+            committed_keys=committed,
+            effects_dispatched=delivered,
+            dispatch_errors=dispatch_errors,
+            audit=tuple(self._audit),
+        )
+
+    async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
+        """Undo completed work, newest completion first (see `compensate_nodes`)."""
+        return await compensate_nodes(
+            [
+                (at, node_id, undo)
+                for node_id, record in self._nodes.items()
+                for at, undo in record.undos
+            ],
+            self._stranded,
+            self._compensations,
+            run=self._compensate,
+            record=self._event,
+        )
+
+    def _node_result(self, node_id: str) -> NodeResult:
+        record = self._nodes[node_id]
+        state = self._scheduler.state(node_id)
+        costs = [entry for attempt in record.attempts for entry in attempt.context.costs]
+        return NodeResult(
+            node_id=node_id,
+            tool=record.tool,
+            state=state,
+            output=record.output if state is NodeState.SUCCEEDED else None,
+            error=record.error,
+            attempts=len(record.attempts),
+            attempt_ids=tuple(attempt.start.attempt for attempt in record.attempts),
+            idempotency_key=record.key,
+            started_at=record.attempts[0].wall_start if record.attempts else record.started_wall,
+            finished_at=record.finished_wall,
+            cost=CostBreakdown.of(costs) if costs else CostBreakdown(),
+        )
+
+    def _timings(self, finished: float) -> list[NodeTiming]:
+        timings: list[NodeTiming] = []
+        for node_id, record in self._nodes.items():
+            attempts = tuple(
+                AttemptTiming(
+                    eligible_at=min(attempt.eligible_at, attempt.started_at),
+                    started_at=attempt.started_at,
+                    finished_at=max(
+                        attempt.started_at,
+                        attempt.finished_at if attempt.finished_at is not None else finished,
+                    ),
+                    costs=attempt.context.costs,
+                )
+                for attempt in record.attempts
+            )
+            timings.append(
+                NodeTiming(
+                    node_id=node_id,
+                    tool=record.tool,
+                    prerequisites=self._plan.prerequisites(node_id),
+                    attempts=attempts,
+                    eligible_at=record.eligible_at,
+                )
+            )
+        return timings
+
+
+def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]:
+    """Each node's tool; a validated plan names only registered tools."""
+    tools: dict[str, Tool[Any, Any]] = {}
+    for node in plan.nodes:
+        found = registry.get(node.tool)
+        if found is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
+            raise InvalidArgument(f"node `{node.id}`: tool `{node.tool}` is not registered")
+        tools[node.id] = found
+    return tools
+
+
+def _settings_record(
+    max_concurrency: int,
+    on_failure: str,
+    compensate_on: str,
+    capacities: dict[str, int],
+    limits: dict[str, RateLimit],
+) -> dict[str, JSONValue]:
+    """A run's settings as its durable record keeps them, for `resume_plan`."""
+    return {
+        "max_concurrency": max_concurrency,
+        "on_failure": on_failure,
+        "compensate_on": compensate_on,
+        "resources": cast("JSONValue", capacities),
+        "rate_limits": {tool: [limit.per_second, limit.burst] for tool, limit in limits.items()},
+    }
+
+
+def _wall(at: object) -> dt.datetime | None:
+    """A stored time (seconds since the epoch) as a UTC datetime."""
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        return dt.datetime.fromtimestamp(at, dt.timezone.utc)
+    return None
+
+
+def _node_undo(
+    attempt: _Attempt, kind: str, step_id: int, offset: int, outcome: Outcome
+) -> UndoRecord:
+    """The undo a node's `compensate=` declares: called with its arguments and output."""
+    return UndoRecord(
+        step_id=step_id,
+        seq=(attempt.start.number << _SEQ_BITS) + offset,
+        kind=kind,
+        payload={"arguments": attempt.arguments, "output": outcome.output},
+        description=f"{kind} for node {attempt.start.node}",
+    )
