@@ -1,4 +1,4 @@
-"""The command line: `agenttx demo | inspect | graph | lineage` (also `python -m agenttx`).
+"""The command line: `agenttx demo | inspect | graph | plans | lineage` (also `python -m agenttx`).
 
 Every command reads; none changes a store: `inspect` and `graph` open the SQLite file
 read-only and look at transactions without taking them over, so they are safe to run beside a
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
+import functools
 import json
 import math
 import os
@@ -42,6 +44,8 @@ from ._graph import DependencyGraph
 from ._history import StepHistory
 from ._json import canonical_dumps
 from ._lineage import lineage_from_openai
+from ._plans import Plan, StoredNode, read_run
+from ._render import DrawnEdge, DrawnNode, render_graph
 from ._results import AttemptStatus, TxStatus
 from ._txlog import Ended, Restored, add_live_steps, read_history, read_image
 from ._version import __version__
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
 
     from ._lineage import LineageGraph, LineageNode
     from .stores import EndedTransaction, TxImage
+    from .stores._plans import PlanImage
 
 __all__ = ["main"]
 
@@ -215,6 +220,22 @@ def _parser() -> argparse.ArgumentParser:
     _add_wait(graph)
     graph.set_defaults(run=_run_graph)
 
+    plans = commands.add_parser(
+        "plans",
+        help="list the plan runs of a SQLite store, or show one run's nodes live",
+        description="Without RUN: each plan run (id, status, nodes by state, last change). "
+        "With RUN: the run's status, plan version, cancellation, and each node's state, "
+        "unresolved prerequisites, attempts, retries, first start, end and error, as the "
+        "store has them now; or, with --format dot or mermaid, the plan's graph with each "
+        "node's state. Times are UK dates, with the time zone (Europe/London) named. "
+        "Read-only.",
+    )
+    plans.add_argument("db", metavar="DB", help="the SQLite file")
+    plans.add_argument("run_id", metavar="RUN", nargs="?", help="a plan run id")
+    plans.add_argument("--format", choices=("text", "dot", "mermaid"), default="text")
+    _add_wait(plans)
+    plans.set_defaults(run=_run_plans)
+
     lineage = commands.add_parser(
         "lineage",
         help="derive tool-to-tool lineage from an OpenAI chat transcript",
@@ -301,6 +322,33 @@ def _run_graph(args: argparse.Namespace) -> None:
     except Exception as exc:  # noqa: BLE001 - stored rows decoded, yet not a graph
         raise _unreadable(args.tx, exc) from None
     _say_block(text, json_text=args.format == "json")
+
+
+def _run_plans(args: argparse.Namespace) -> None:
+    store = _open(args.db, args.wait)
+    try:
+        if args.run_id is None:
+            if args.format != "text":
+                raise _Failure("--format dot or mermaid needs a RUN")
+            lines = _plan_list(store, args.wait)
+        else:
+            try:
+                image = _patiently(args.wait, lambda: store.read_plan(args.run_id))
+            except TransactionNotFound:
+                raise _Failure(f"no plan run `{args.run_id}` in {args.db}") from None
+            except InvalidArgument as exc:
+                raise _Failure(str(exc)) from None
+            try:
+                lines = _plan_shown(image, args.format)
+            except (AgentTxError, ValueError, KeyError, TypeError) as exc:
+                raise _unreadable(args.run_id, exc) from None
+    finally:
+        store.close()
+    if args.run_id is not None and args.format != "text":
+        _say_block("\n".join(lines), json_text=False)
+        return
+    for line in lines:
+        _say(line)
 
 
 def _run_lineage(args: argparse.Namespace) -> None:
@@ -692,6 +740,92 @@ def _steps_and_edges(restored: Restored) -> list[str]:
         for edge in edges
     )
     return lines
+
+
+def uk_time(at: object) -> str:
+    """A stored time (seconds since the epoch) as a UK date with its zone named, e.g.
+    "1 Dec 2026 21:40:05 GMT" (or BST in summer); "-" if there is none."""
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+        return "-"
+    try:
+        from zoneinfo import ZoneInfo  # noqa: PLC0415  (only this command needs it)
+
+        zone: dt.tzinfo = ZoneInfo("Europe/London")
+    except (ImportError, LookupError, OSError):  # no time zone database: say UTC
+        zone = dt.timezone.utc
+    try:
+        moment = dt.datetime.fromtimestamp(at, zone)
+    except (OverflowError, OSError, ValueError):
+        return "-"
+    return f"{moment.day} {moment:%b %Y %H:%M:%S} {moment.tzname()}"
+
+
+def _plan_list(store: SQLiteStore, wait: float) -> list[str]:
+    """The lines of `plans DB`: each run, the last changed first."""
+    runs = _patiently(wait, store.plan_runs)
+    if not runs:
+        return ["no plan runs"]
+    lines = [f"{'RUN':<34} {'STATUS':<10} {'NODES':<40} UPDATED"]
+    for run_id, status, updated_at in runs:
+        try:
+            image = _patiently(wait, functools.partial(store.read_plan, run_id))
+        except TransactionNotFound:
+            continue
+        counts: dict[str, int] = {}
+        for node in image.nodes:
+            counts[node.state] = counts.get(node.state, 0) + 1
+        nodes = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        lines.append(
+            f"{_cut(run_id, 34):<34} {status:<10} {_cut(nodes, 40):<40} {uk_time(updated_at)}"
+        )
+    return lines
+
+
+def _plan_shown(image: PlanImage, fmt: str) -> list[str]:
+    """The lines of `plans DB RUN`: the run and each node, or its graph in `fmt`."""
+    record, nodes = read_run(image)
+    plan_json = record.get("plan")
+    if fmt != "text":
+        plan = Plan.from_json(plan_json)
+        ids = {node.id: f"n{index}" for index, node in enumerate(plan.nodes)}
+        drawn = [
+            DrawnNode(ids[node.id], f"{node.id}: {node.tool}", _drawn_state(nodes, node.id))
+            for node in plan.nodes
+        ]
+        edges = [
+            DrawnEdge(ids[before], ids[node.id], "after" if before in node.after else "value")
+            for node in plan.nodes
+            for before in sorted(plan.prerequisites(node.id))
+        ]
+        return render_graph(drawn, edges, fmt).rstrip("\n").split("\n")
+    lines = [
+        f"plan run {image.run_id}: {image.status}",
+        f"  plan version {record.get('plan_version', '?')}",
+        f"  started {uk_time(image.created_at)}, last change {uk_time(image.updated_at)}",
+    ]
+    if image.cancel is not None:
+        lines.append(f"  cancelled: {image.cancel}")
+    lines.append(
+        f"  {'NODE':<24} {'STATE':<10} {'WAITS':>5} {'TRIES':>5} {'RETRIES':>7}  "
+        f"{'STARTED':<24} FINISHED"
+    )
+    order = [node["id"] for node in plan_json["nodes"]] if isinstance(plan_json, dict) else []
+    for node_id in order or sorted(nodes):
+        stored = nodes[node_id]
+        fields = stored.record
+        lines.append(
+            f"  {_cut(node_id, 24):<24} {stored.state:<10} {fields.get('unresolved', 0):>5} "
+            f"{fields.get('number', 0):>5} {fields.get('retries', 0):>7}  "
+            f"{uk_time(fields.get('started_at')):<24} {uk_time(fields.get('finished_at'))}"
+        )
+        if stored.error:
+            lines.append(f"      error: {_cut(str(stored.error))}")
+    return lines
+
+
+def _drawn_state(nodes: dict[str, StoredNode], node_id: str) -> str:
+    stored = nodes.get(node_id)
+    return "pending" if stored is None else stored.state.lower()
 
 
 def _render(graph: DependencyGraph | LineageGraph, fmt: str) -> str:

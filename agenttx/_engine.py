@@ -10,6 +10,7 @@ engine's.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -22,7 +23,8 @@ import attrs
 
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
-from ._recovery import recover
+from ._plans import PlanRun, run_plan, start_plan
+from ._recovery import recover, recover_plans
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import deliver_outbox
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
+    from ._json import JSONValue
+    from ._plans import Plan, PlanResult
     from ._saga import Dispatcher
     from ._tools import OutputSerializer, ToolsArgument, ToolSpec
     from .stores import OutboxEntry
@@ -199,6 +203,8 @@ class Engine:
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._closed = False
+        # The plan runs started or resumed here, by run id.
+        self._plans: dict[str, PlanRun] = {}
 
     @property
     def config(self) -> EngineConfig:
@@ -369,7 +375,98 @@ class Engine:
         with self._lock:
             for tx in resumed:
                 self._hold(tx)
-        return report
+            held = {run_id for run_id, run in self._plans.items() if not run.done}
+        plans, skipped, failures = recover_plans(
+            self._store, self._registry, dispatcher=self._dispatcher, live=held
+        )
+        with self._lock:
+            for run in plans:
+                self._plans[run.id] = run
+        if not (plans or skipped or failures):
+            return report
+        return attrs.evolve(
+            report,
+            failures=(*report.failures, *failures),
+            skipped=(*report.skipped, *skipped),
+            plans_resumed=tuple(run.id for run in plans),
+        )
+
+    # ------------------------------------------------------------------ plan runs
+
+    def run_plan(
+        self, plan: Plan, *, initial: Mapping[str, JSONValue], **options: Any
+    ) -> PlanResult:
+        """`agenttx.run_plan` with the engine's tools, store and dispatcher: on a durable
+        store the run is recorded durably, transition by transition, and `recover` resumes
+        it after a crash. `options` are `run_plan`'s other keywords."""
+        return run_plan(
+            plan,
+            tools=self._registry,
+            initial=initial,
+            store=self._store,
+            dispatcher=self._dispatcher,
+            **options,
+        )
+
+    def start_plan(
+        self, plan: Plan, *, initial: Mapping[str, JSONValue], **options: Any
+    ) -> PlanRun:
+        """`agenttx.start_plan` with the engine's tools, store and dispatcher; the engine holds
+        the run for `get_plan` and `cancel_plan`."""
+        run = start_plan(
+            plan,
+            tools=self._registry,
+            initial=initial,
+            store=self._store,
+            dispatcher=self._dispatcher,
+            **options,
+        )
+        with self._lock:
+            self._plans = {k: v for k, v in self._plans.items() if not v.done}
+            self._plans[run.id] = run
+        return run
+
+    def get_plan(self, run_id: str) -> PlanRun:
+        """The plan run `run_id` started (`start_plan`) or resumed (`recover`) by this engine.
+
+        Raises `TransactionNotFound` if the engine holds no such run (another process's runs
+        are in the store: `agenttx plans DB RUN` shows them).
+        """
+        with self._lock:
+            run = self._plans.get(run_id)
+        if run is None:
+            raise TransactionNotFound(tx_id=run_id)
+        return run
+
+    def cancel_plan(self, run_id: str, reason: str = "cancelled") -> None:
+        """Cancel plan run `run_id`, whichever thread or process runs it.
+
+        On a durable store the cancellation is recorded first, and the runner (here or in
+        another process) reads it before its next dispatch; a run held here is woken at once.
+        Raises `FailedPrecondition` if the run has ended or was cancelled already, and
+        `TransactionNotFound` if neither the store nor this engine knows it.
+        """
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason must be a string, got {reason!r:.80}")
+        with self._lock:
+            run = self._plans.get(run_id)
+        cancel = getattr(self._store, "cancel_plan", None)
+        if cancel is not None and is_durable(self._store):
+            try:
+                recorded = cancel(run_id, reason)
+            except TransactionNotFound:
+                if run is None:
+                    raise
+                recorded = True  # not durable yet (it has not started): cancel it here
+            if not recorded:
+                raise FailedPrecondition(f"plan run `{run_id}` has ended or was cancelled already")
+            if run is not None:
+                with contextlib.suppress(FailedPrecondition):  # it may have read it already
+                    run.cancel(reason)
+            return
+        if run is None:
+            raise TransactionNotFound(tx_id=run_id)
+        run.cancel(reason)
 
     def pending_effects(self, limit: int = 1000) -> tuple[OutboxEntry, ...]:
         """Committed effects not yet delivered, oldest first (empty unless the store is durable).

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
 from ._errors import AgentTxError, InvalidArgument, TransactionNotFound
+from ._plans import is_plan_store, resume_plan
 from ._results import RecoveryReport, TxStatus
 from ._saga import SagaLedger
 from ._settings import Settings
@@ -35,12 +36,13 @@ from ._txlog import end_keeping_undos, read_image, recovered_history
 if TYPE_CHECKING:
     from collections.abc import Container
 
+    from ._plans import PlanRun
     from ._saga import Dispatcher
     from ._tools import OutputSerializer, ToolRegistry, UndoRecord
     from ._txlog import Restored
     from .stores import DurableStore
 
-__all__ = ["owner_alive", "recover"]
+__all__ = ["owner_alive", "recover", "recover_plans"]
 
 
 @attrs.define
@@ -176,6 +178,40 @@ def _abort(
         end_keeping_undos(store, tx_id, restored.record, status, history)
     else:
         store.discard(tx_id, history=history)
+
+
+def recover_plans(
+    store: DurableStore,
+    registry: ToolRegistry,
+    *,
+    dispatcher: Dispatcher | None,
+    live: Container[str],
+) -> tuple[list[PlanRun], list[str], list[str]]:
+    """Resume every RUNNING plan run of `store` not in `live` whose owner is not a live
+    process: each is claimed (a compare-and-set on its owner, so one recoverer takes it) and
+    resumed on a background thread (`resume_plan`). Returns the resumed runs, the ids skipped
+    (alive, or claimed by another recoverer) and a line per run that could not be resumed."""
+    resumed: list[PlanRun] = []
+    skipped: list[str] = []
+    failures: list[str] = []
+    if not is_plan_store(store):
+        return resumed, skipped, failures
+    plans = cast("Any", store)
+    for run_id, owner in plans.running_plans():
+        if run_id in live:
+            continue
+        if owner_alive(owner):
+            skipped.append(run_id)
+            continue
+        try:
+            image = plans.claim_plan(run_id, owner)
+            if image is None:
+                skipped.append(run_id)
+                continue
+            resumed.append(resume_plan(store, image, tools=registry, dispatcher=dispatcher))
+        except AgentTxError as exc:
+            failures.append(f"plan run {run_id}: {exc}")
+    return resumed, skipped, failures
 
 
 def owner_alive(owner: str | None) -> bool:

@@ -32,11 +32,19 @@ class DrawnEdge(NamedTuple):
     dashed: bool = False
 
 
-#: Fill colours of the statuses a transaction marks its steps with.
+#: Fill colours of the statuses a transaction marks its steps with, and of plan node states.
 STATUS_COLOURS: Final = {
     "failed": "#f8d7da",
     "rewound": "#e2e3e5",
     "compensated": "#fff3cd",
+    # ... and the states of a plan run's nodes
+    "succeeded": "#d4edda",
+    "running": "#cce5ff",
+    "ready": "#e8f4fd",
+    "pending": "#ffffff",
+    "timed_out": "#f8d7da",
+    "cancelled": "#e2e3e5",
+    "skipped": "#e2e3e5",
 }
 
 

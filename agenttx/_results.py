@@ -347,7 +347,8 @@ class RecoveryReport:
     compensation that failed (kept for the next recovery) and per transaction that could not be
     read. `resumed` lists the ids of the transactions resumed, ready for `Engine.get`.
     `skipped` lists those left alone because a live process owns them or another recoverer
-    claimed them first.
+    claimed them first (plan runs too). `plans_resumed` lists the plan runs resumed, running
+    on background threads: steer them with `Engine.get_plan` and `Engine.cancel_plan`.
     """
 
     transactions: int = 0
@@ -355,6 +356,7 @@ class RecoveryReport:
     failures: tuple[str, ...] = ()
     resumed: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
+    plans_resumed: tuple[str, ...] = ()
 
 
 @final

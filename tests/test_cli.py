@@ -208,7 +208,7 @@ def test_helpful_errors(tmp_path, database):
     assert not (tmp_path / "nope.db").exists()  # inspecting never creates a file
 
 
-@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "lineage"])
+@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "plans", "lineage"])
 def test_every_command_has_help(command):
     """`agenttx COMMAND --help` describes the command and exits 0."""
     done = agenttx_cli(command, "--help")
@@ -1004,3 +1004,97 @@ def test_a_transaction_ended_on_the_store_directly_is_listed_without_history(tmp
         status, out, err = run_main(capsys, command, str(db), "bare")
         assert (status, out) == (2, "")
         assert "ended without recording anything" in one_line(err)
+
+
+# ---------------------------------------------------------------- plans
+
+
+@agenttx.tool
+def _add(a: int, b: int) -> dict[str, int]:
+    return {"sum": a + b}
+
+
+@agenttx.tool
+def _fails() -> dict[str, int]:
+    raise ValueError("the warehouse id is unknown")
+
+
+def _plan_db(path: Path) -> None:
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("x", tool="_add", inputs={"a": 1, "b": 2}),
+            agenttx.Node("y", tool="_add", inputs={"a": "${x.sum}", "b": 1}),
+            agenttx.Node("bad", tool="_fails"),
+            agenttx.Node("after_bad", tool="_add", inputs={"a": 1, "b": 1}, after=("bad",)),
+        ]
+    )
+    with SQLiteStore(path) as store:
+        engine = Engine(tools=[_add, _fails], store=store)
+        engine.run_plan(plan.__class__(nodes=plan.nodes[:2]), initial={}, run_id="good")
+        engine.run_plan(plan, initial={}, run_id="mixed")
+
+
+def test_plans_lists_runs_and_shows_one_with_uk_times(tmp_path, capsys):
+    """`plans DB` lists each run with its nodes by state; `plans DB RUN` shows each node's
+    state and counts, with times as UK dates naming the zone."""
+    path = tmp_path / "plans.db"
+    _plan_db(path)
+    status, out, _ = run_main(capsys, "plans", str(path))
+    assert status == 0
+    assert re.search(r"good\s+SUCCEEDED\s+2 SUCCEEDED", out)
+    assert re.search(r"mixed\s+FAILED\s+1 FAILED, 1 SKIPPED, 2 SUCCEEDED", out)
+    status, out, _ = run_main(capsys, "plans", str(path), "mixed")
+    assert status == 0
+    assert "plan run mixed: FAILED" in out
+    assert re.search(
+        r"\n  y\s+SUCCEEDED\s+0\s+1\s+0\s+\d{1,2} [A-Z][a-z]{2} \d{4} [\d:]{8} (GMT|BST)", out
+    )
+    assert re.search(r"\n  after_bad\s+SKIPPED\s+1\s+0\s+0\s+-", out)
+    assert "error: " in out
+    assert "warehouse id is unknown" in out
+
+
+def test_plans_exports_a_run_as_dot_and_mermaid_with_states(tmp_path, capsys):
+    """`--format dot|mermaid` draws the plan's graph through the renderer, states filled."""
+    path = tmp_path / "plans.db"
+    _plan_db(path)
+    status, out, _ = run_main(capsys, "plans", str(path), "mixed", "--format", "mermaid")
+    assert status == 0
+    assert out.startswith("flowchart LR\n")
+    assert '["bad: _fails (failed)"]:::failed' in out
+    assert '["after_bad: _add (skipped)"]:::skipped' in out
+    assert 'n0 -->|"value"| n1' in out
+    assert '-->|"after"|' in out
+    status, out, _ = run_main(capsys, "plans", str(path), "mixed", "--format", "dot")
+    assert status == 0
+    assert out.startswith("digraph agenttx {")
+    assert 'label="x: _add (succeeded)", style=filled, fillcolor="#d4edda"' in out
+
+
+def test_plans_refuses_what_it_cannot_show(tmp_path, capsys):
+    """An unknown run, a bad id, a graph without a run and a missing file: one line, status 2."""
+    path = tmp_path / "plans.db"
+    _plan_db(path)
+    for arguments, message in [
+        (("plans", str(path), "nope"), "no plan run `nope`"),
+        (("plans", str(path), "bad id!"), "invalid transaction id"),
+        (("plans", str(path), "--format", "dot"), "needs a RUN"),
+        (("plans", str(tmp_path / "missing.db")), "no such file"),
+    ]:
+        status, out, err = run_main(capsys, *arguments)
+        assert status == 2, (arguments, out, err)
+        assert message in one_line(err)
+    empty = tmp_path / "empty.db"
+    SQLiteStore(empty).close()
+    assert run_main(capsys, "plans", str(empty))[:2] == (0, "no plan runs\n")
+
+
+def test_uk_time_names_the_zone_in_winter_and_summer():
+    """Times are Europe/London dates: GMT in winter, BST in summer; "-" for none."""
+    from agenttx._cli import uk_time  # noqa: PLC0415
+
+    assert uk_time(1796161205.0) == "1 Dec 2026 21:40:05 GMT"
+    assert uk_time(1782938405.0) == "1 Jul 2026 21:40:05 BST"
+    assert uk_time(None) == "-"
+    assert uk_time(float("nan")) == "-"
+    assert uk_time(True) == "-"

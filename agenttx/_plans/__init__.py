@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ._journal import StoredNode as StoredNode
+from ._journal import is_plan_store as is_plan_store
+from ._journal import read_run as read_run
 from ._metrics import CostBreakdown as CostBreakdown
 from ._metrics import PlanMetrics as PlanMetrics
 from ._model import MAX_NODE_ID as MAX_NODE_ID
@@ -23,6 +26,7 @@ from ._results import PlanStatus as PlanStatus
 from ._results import cost_per_completed_workflow as cost_per_completed_workflow
 from ._runner import PlanRun as PlanRun
 from ._runner import arun_plan as arun_plan
+from ._runner import resume_plan as resume_plan
 from ._runner import run_plan as run_plan
 from ._runner import start_plan as start_plan
 from ._scheduler import NodeState as NodeState
@@ -49,12 +53,16 @@ __all__ = [
     "PlanRun",
     "PlanStatus",
     "RateLimit",
+    "StoredNode",
     "UnresolvedInput",
     "arun_plan",
     "cost_per_completed_workflow",
     "find_cycles",
+    "is_plan_store",
+    "read_run",
     "resolve_inputs",
     "resolve_resource",
+    "resume_plan",
     "run_plan",
     "start_plan",
     "validate_plan",

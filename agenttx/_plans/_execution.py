@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
-from .._errors import FailedPrecondition, InvalidArgument, PlanValidationError, WriteConflict
+from .._errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PlanValidationError,
+    StorageError,
+    TransactionNotFound,
+    WriteConflict,
+)
 from .._hints import clean_error
 from .._saga import Backoff, dispatch_effects
 from .._tools import (
@@ -60,6 +67,7 @@ from ._checks import (
     output_check,
 )
 from ._compensate import compensate_nodes
+from ._journal import PlanJournal, StoredNode, is_plan_store
 from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._results import (
@@ -70,7 +78,7 @@ from ._results import (
     PlanResult,
     PlanStatus,
 )
-from ._scheduler import Delivery, NodeState, Scheduler, Start, Task, Update
+from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, Update
 
 if TYPE_CHECKING:
     import asyncio
@@ -101,6 +109,13 @@ def _now() -> dt.datetime:
 
 
 # ---------------------------------------------------------------------- the store
+
+
+#: How often, in seconds, a durable run waiting for results looks for a cancellation that
+#: another process recorded.
+CANCEL_POLL: Final = 0.1
+#: Stored states a resumed run takes as they are (the node is not run again).
+_ENDED_STORED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT"})
 
 
 @final
@@ -157,6 +172,7 @@ class _NodeRecord:
     error: CleanHint | None = None
     undos: list[tuple[float, UndoRecord]] = attrs.field(factory=list)
     finished_wall: dt.datetime | None = None
+    started_wall: dt.datetime | None = None  # of a node restored from the durable record
 
 
 @attrs.frozen
@@ -189,6 +205,7 @@ class PlanExecution:
         dispatcher: Dispatcher | None,
         compensate_on: object,
         backoff: object,
+        restored: dict[str, StoredNode] | None = None,
     ) -> None:
         if not isinstance(plan, Plan):
             raise InvalidArgument(f"plan must be a Plan, got {plan!r:.80}")
@@ -263,11 +280,25 @@ class PlanExecution:
         self._closing = False  # set once the run's outcome is decided: no more cancellations
         self._begun = False  # whether the run's store transaction was opened (by this run)
         self._wake: Callable[[], None] | None = None
-        self._serialized = _SerializedStore(self._store)
+        self._init_durable(
+            restored, _settings_record(self._max, on_failure, compensate_on, capacities, limits)
+        )
         self._event(
             PlanEventKind.VALIDATED,
             data={"plan_version": plan.version, "nodes": len(plan.nodes), "problems": 0},
         )
+
+    def _init_durable(
+        self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
+    ) -> None:
+        self._serialized = _SerializedStore(self._store)
+        self._settings = settings
+        #: The durable record of the run, on a store that keeps plan runs (from `execute`).
+        self._journal: PlanJournal | None = None
+        self._lost = False  # the store lost the run (taken over): write and undo nothing
+        self.durable = is_plan_store(self._store)
+        self._restored: dict[str, StoredNode] = dict(restored or {})
+        self._resumed = restored is not None
 
     # -- steering (any thread) ----------------------------------------------------------
 
@@ -328,8 +359,103 @@ class PlanExecution:
             raise InvalidArgument(exc.message) from None
 
     def _cancelling(self) -> str | None:
-        """The reason of a cancellation requested (by any thread), or None."""
+        """The reason of a cancellation requested (by any thread, or, on a durable run, by
+        any process through the store), or None."""
+        if self._cancel_reason is None and self._journal is not None:
+            reason = self._persist(self._journal.cancel_reason)
+            if isinstance(reason, str):
+                with self._lock:
+                    if self._cancel_reason is None and not self._closing:
+                        self._cancel_reason = reason
+                        self._event_locked(PlanEventKind.CANCEL_REQUESTED, data={"reason": reason})
         return self._cancel_reason
+
+    # -- the durable record -------------------------------------------------------------
+
+    def _persist(self, write: Callable[..., object], *args: Any, **kwargs: Any) -> object:
+        """Run a journal write; if the store lost the run (taken over by a recoverer, or gone),
+        stop writing and cancel the run here: another runner holds it now."""
+        if self._journal is None:
+            return None
+        try:
+            return write(*args, **kwargs)
+        except (StorageError, TransactionNotFound) as exc:
+            self._journal = None
+            self._lost = True
+            with self._lock:
+                if self._cancel_reason is None and not self._closing:
+                    self._cancel_reason = f"the durable record of the run was lost: {exc}"
+                    self._event_locked(
+                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                    )
+            return None
+
+    def open_journal(self) -> None:
+        """Write the run's durable record (or take over the resumed one's), once; `start_plan`
+        does it in the caller's thread, so that the run is in the store when it returns."""
+        if self._journal is not None or self._lost:
+            return
+        scheduler = self._scheduler
+        if self._resumed:
+            journal = PlanJournal.resumed(self._store, self.id, self._restored)
+            # Claims of attempts that died with their process are released: those nodes are
+            # claimed again (same idempotency key) when the scheduler starts them.
+            journal.transitions(
+                (node_id, "READY", 0)
+                for node_id, node in self._restored.items()
+                if node.state == "RUNNING"
+            )
+            self._journal = journal
+            return
+        self._journal = PlanJournal.begin(
+            self._store,
+            self.id,
+            {
+                "plan": self._plan.to_json(),
+                "plan_version": self._plan.version,
+                "initial": self._initial,
+                "settings": self._settings,
+            },
+            (
+                (node_id, scheduler.state(node_id).value, scheduler.unresolved(node_id))
+                for node_id in self._nodes
+            ),
+        )
+
+    def _transitions(self, nodes: tuple[str, ...], state: str) -> list[tuple[str, str, int]]:
+        return [(node_id, state, self._scheduler.unresolved(node_id)) for node_id in nodes]
+
+    def _replay(self, start: Start, stored: StoredNode) -> Update:
+        """End a node of a resumed run as its durable record says, without running it."""
+        node_id = start.node
+        record = self._nodes[node_id]
+        started = stored.record.get("started_at")
+        finished = stored.record.get("finished_at")
+        record.started_wall = _wall(started)
+        record.finished_wall = _wall(finished)
+        if stored.state == "SUCCEEDED":
+            update = self._scheduler.done(node_id, start.attempt)
+            record.output = stored.output
+            self._outputs[node_id] = stored.output
+            self._completions.append(node_id)
+            self._event(
+                PlanEventKind.COMPLETED,
+                node=node_id,
+                attempt=stored.attempt,
+                data={"restored": True},
+            )
+            return update
+        update = self._scheduler.failed(
+            node_id, start.attempt, retry_at=None, timed_out=stored.state == "TIMED_OUT"
+        )
+        record.error = clean_error(stored.error or "failed before the crash")
+        self._event(
+            PlanEventKind.FAILED,
+            node=node_id,
+            attempt=stored.attempt,
+            data={"restored": True, "hint": record.error.text},
+        )
+        return update
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -350,6 +476,11 @@ class PlanExecution:
             if self._scheduler.state(node_id) is NodeState.READY:
                 self._nodes[node_id].eligible_at = self._started
         running: dict[str, _Attempt] = {}
+        if self.durable:
+            self.open_journal()
+            if self._resumed:
+                # The state transaction of the run that crashed is not resumed: begin anew.
+                self._store.discard(self.id)
         try:
             self._store.begin(self.id)
             self._begun = True
@@ -385,6 +516,10 @@ class PlanExecution:
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
                 if scheduler.state(start.node) is not NodeState.RUNNING:
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
+                stored = self._restored.pop(start.node, None)
+                if stored is not None and stored.state in _ENDED_STORED:
+                    await self._apply(self._replay(start, stored), running)
+                    continue
                 ended = self._dispatch(start, queue, running)
                 if isinstance(ended, _Finished):  # an inline tool, run in place
                     await self._receive(ended, running)
@@ -405,6 +540,8 @@ class PlanExecution:
                     )
                 continue
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
+            if self._journal is not None:  # look for another process's cancellation
+                timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
             try:
                 message = await asyncio.wait_for(queue.get(), timeout)
             except asyncio.TimeoutError:
@@ -474,6 +611,15 @@ class PlanExecution:
                         key=violation.key,
                         mistake=True,
                     )
+        if self._journal is not None:
+            claimed = self._persist(
+                self._journal.claim, start.node, start.attempt, start.number, arguments
+            )
+            if claimed is False and failure is None:
+                failure = Failure(
+                    f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
+                    mistake=True,
+                )
         self._event(
             PlanEventKind.DISPATCHED,
             node=start.node,
@@ -589,6 +735,14 @@ class PlanExecution:
         record.undos.extend((now, undo) for undo in undos)
         record.output = outcome.output
         record.finished_wall = _now()
+        if self._journal is not None:
+            self._persist(
+                self._journal.end_attempt,
+                node_id,
+                attempt.start.attempt,
+                "SUCCEEDED",
+                output=outcome.output,
+            )
         self._outputs[node_id] = outcome.output
         self._effects.extend(outcome.effects)
         self._completions.append(node_id)
@@ -636,6 +790,17 @@ class PlanExecution:
             "category": hint.category.value,
             "transient": transient,
         }
+        if self._journal is not None:
+            stored_state = (
+                "READY" if retry_at is not None else ("TIMED_OUT" if timed_out else "FAILED")
+            )
+            self._persist(
+                self._journal.end_attempt,
+                node_id,
+                attempt.start.attempt,
+                stored_state,
+                error=hint.text,
+            )
         if retry_at is not None:
             record.eligible_at = retry_at
             data["retry_in_s"] = max(0.0, retry_at - now)
@@ -666,6 +831,15 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         now = time.monotonic()
+        if self._journal is not None and (update.ready or update.skipped or update.cancelled):
+            self._persist(
+                self._journal.transitions,
+                [
+                    *self._transitions(update.ready, "READY"),
+                    *self._transitions(update.skipped, "SKIPPED"),
+                    *self._transitions(update.cancelled, "CANCELLED"),
+                ],
+            )
         for node_id in update.ready:
             self._nodes[node_id].eligible_at = now
         for node_id in update.skipped:
@@ -765,7 +939,10 @@ class PlanExecution:
                 with contextlib.suppress(Exception):  # a store failure: already not published
                     self._store.discard(self.id)
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
-            compensations = await self._compensate_completed()
+            if not self._lost:  # a runner that lost the run leaves its nodes to the new one
+                compensations = await self._compensate_completed()
+        if self._journal is not None:
+            self._persist(self._journal.transitions, (), status=status.value)
         with self._lock:
             self._status = status
             self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
@@ -813,7 +990,7 @@ class PlanExecution:
             attempts=len(record.attempts),
             attempt_ids=tuple(attempt.start.attempt for attempt in record.attempts),
             idempotency_key=record.key,
-            started_at=record.attempts[0].wall_start if record.attempts else None,
+            started_at=record.attempts[0].wall_start if record.attempts else record.started_wall,
             finished_at=record.finished_wall,
             cost=CostBreakdown.of(costs) if costs else CostBreakdown(),
         )
@@ -854,6 +1031,30 @@ def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]
             raise InvalidArgument(f"node `{node.id}`: tool `{node.tool}` is not registered")
         tools[node.id] = found
     return tools
+
+
+def _settings_record(
+    max_concurrency: int,
+    on_failure: str,
+    compensate_on: str,
+    capacities: dict[str, int],
+    limits: dict[str, RateLimit],
+) -> dict[str, JSONValue]:
+    """A run's settings as its durable record keeps them, for `resume_plan`."""
+    return {
+        "max_concurrency": max_concurrency,
+        "on_failure": on_failure,
+        "compensate_on": compensate_on,
+        "resources": cast("JSONValue", capacities),
+        "rate_limits": {tool: [limit.per_second, limit.burst] for tool, limit in limits.items()},
+    }
+
+
+def _wall(at: object) -> dt.datetime | None:
+    """A stored time (seconds since the epoch) as a UTC datetime."""
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        return dt.datetime.fromtimestamp(at, dt.timezone.utc)
+    return None
 
 
 def _node_undo(

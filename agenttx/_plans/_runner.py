@@ -11,8 +11,11 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, final
 
-from .._errors import FailedPrecondition, InvalidArgument
+from .._errors import FailedPrecondition, InvalidArgument, StorageError
 from ._execution import PlanExecution
+from ._journal import read_run
+from ._model import Plan
+from ._scheduler import RateLimit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,12 +24,11 @@ if TYPE_CHECKING:
     from .._saga import Backoff, Dispatcher
     from .._tools import ToolsArgument
     from ..stores import Store
+    from ..stores._plans import PlanImage
     from ._execution import CompensateOn, FailurePolicy
-    from ._model import Plan
     from ._results import PlanResult, PlanStatus
-    from ._scheduler import RateLimit
 
-__all__ = ["PlanRun", "arun_plan", "run_plan", "start_plan"]
+__all__ = ["PlanRun", "arun_plan", "resume_plan", "run_plan", "start_plan"]
 
 
 async def arun_plan(
@@ -164,6 +166,11 @@ class PlanRun:
         return self._run.id
 
     @property
+    def done(self) -> bool:
+        """Whether the run has ended (its `wait` returns at once)."""
+        return self._done.is_set()
+
+    @property
     def status(self) -> PlanStatus:
         """RUNNING until the run ends, then SUCCEEDED, FAILED or CANCELLED."""
         return self._run.status
@@ -226,6 +233,53 @@ def start_plan(
         compensate_on=compensate_on,
         backoff=backoff,
     )
+    if run.durable:
+        run.open_journal()
+    handle = PlanRun(run)
+    handle._thread.start()  # noqa: SLF001
+    return handle
+
+
+def resume_plan(
+    store: Store,
+    image: PlanImage,
+    *,
+    tools: ToolsArgument,
+    dispatcher: Dispatcher | None = None,
+    backoff: Backoff | None = None,
+) -> PlanRun:
+    """Resume a plan run that recovery took over (`image`, from `claim_plan`) on a background
+    thread; return its `PlanRun`. Completed nodes are not run again (their stored outputs feed
+    their dependants), failed ones stay failed, and a node that was claimed but not completed
+    runs again with the same idempotency key. Raises `StorageError` for an unreadable record,
+    and as `start_plan` does (the tools may no longer fit the plan)."""
+    record, nodes = read_run(image)
+    try:
+        plan = Plan.from_json(record["plan"])
+        settings = record["settings"]
+        initial = record["initial"]
+        rate_limits = {
+            tool: RateLimit(per_second=rate, burst=burst)
+            for tool, (rate, burst) in settings["rate_limits"].items()
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StorageError(f"plan run `{image.run_id}`: unreadable durable record: {exc}") from exc
+    run = PlanExecution(
+        plan,
+        tools=tools,
+        initial=initial,
+        max_concurrency=settings["max_concurrency"],
+        resources=settings["resources"],
+        on_failure=settings["on_failure"],
+        store=store,
+        rate_limits=rate_limits,
+        run_id=image.run_id,
+        dispatcher=dispatcher,
+        compensate_on=settings["compensate_on"],
+        backoff=backoff,
+        restored=nodes,
+    )
+    run.open_journal()
     handle = PlanRun(run)
     handle._thread.start()  # noqa: SLF001
     return handle

@@ -43,6 +43,7 @@ from .._errors import (
     TransactionNotFound,
 )
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
+from . import _plans as plan_tables
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
         TxImage,
         UndoRow,
     )
+    from ._plans import PlanExpect, PlanImage, PlanNodeRow
 
 __all__ = ["SQLiteStore"]
 
@@ -922,6 +924,105 @@ class SQLiteStore:
             self._check_not_closed()
             with self._file.reading(f"read the history of transaction `{tx_id}`") as cur:
                 return read_ended(cur, tx_id, path=self._path)
+
+    # ------------------------------------------------------------ plan runs
+
+    def begin_plan(self, run_id: str, record: str, nodes: Sequence[PlanNodeRow]) -> None:
+        """Write plan run `run_id` (its `record`, RUNNING, owned by this store) with its
+        `nodes`, in one durable write. `InvalidArgument` if the file has that run already."""
+        check_tx_id(run_id)
+        check_value(record)
+        self._check_writable()
+        with self._lock:
+            self._check_not_closed()
+            with self._file.writing(f"begin plan run `{run_id}`") as cur:
+                plan_tables.begin_plan(
+                    cur, run_id, record, nodes, owner=self._owner, now=time.time()
+                )
+
+    def write_plan(
+        self,
+        run_id: str,
+        rows: Sequence[PlanNodeRow],
+        *,
+        status: str | None = None,
+        expect: PlanExpect | None = None,
+    ) -> bool:
+        """Write node `rows` (and the run's `status`) in one durable write, if this store
+        holds the run and `expect` (a compare-and-set on one node) holds; False if it does not
+        (nothing written). `StorageError` if another store took the run over."""
+        self._check_writable()
+        with self._lock:
+            self._check_not_closed()
+            with self._file.writing(f"write plan run `{run_id}`") as cur:
+                return plan_tables.write_plan(
+                    cur,
+                    run_id,
+                    rows,
+                    owner=self._owner,
+                    now=time.time(),
+                    status=status,
+                    expect=expect,
+                )
+
+    def cancel_plan(self, run_id: str, reason: str) -> bool:
+        """Record that run `run_id` is cancelled, for whichever process runs it (it reads it
+        before its next dispatch). False if the run has ended or was cancelled already;
+        `TransactionNotFound` if the file has no such run."""
+        check_tx_id(run_id)
+        check_value(reason)
+        self._check_writable()
+        with self._lock:
+            self._check_not_closed()
+            with self._file.writing(f"cancel plan run `{run_id}`") as cur:
+                return plan_tables.cancel_plan(cur, run_id, reason)
+
+    def plan_cancel_reason(self, run_id: str) -> str | None:
+        """The cancellation recorded for run `run_id`, or None (one indexed read)."""
+        with self._lock:
+            self._check_not_closed()
+            try:
+                return plan_tables.read_cancel(self._cur, run_id)
+            except sqlite3.Error as exc:
+                raise self._file.failure(f"read plan run `{run_id}`", exc) from exc
+
+    def read_plan(self, run_id: str) -> PlanImage:
+        """Plan run `run_id` as stored, read in one read transaction; `TransactionNotFound`
+        if the file has no such run. Works on a read-only store."""
+        check_tx_id(run_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read plan run `{run_id}`") as cur:
+                return plan_tables.read_plan(cur, run_id)
+
+    def plan_runs(self, limit: int = 100) -> tuple[tuple[str, str, float], ...]:
+        """Up to `limit` plan runs as `(run_id, status, updated_at)`, the last updated first."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the plan runs") as cur:
+                return plan_tables.list_plans(cur, limit)
+
+    def running_plans(self) -> tuple[tuple[str, str | None], ...]:
+        """The RUNNING plan runs in the file, any process's, as `(run_id, owner)`, by id."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the running plan runs") as cur:
+                return plan_tables.running_plans(cur)
+
+    def claim_plan(self, run_id: str, owner: str | None) -> PlanImage | None:
+        """Take RUNNING run `run_id` over if its owner is still `owner` and is not a store
+        open in this process (a compare-and-set, for recovery): its image, or None."""
+        check_tx_id(run_id)
+        self._check_writable()
+        if owner in _OPEN_HERE:
+            return None
+        with self._lock:
+            self._check_not_closed()
+            with self._file.writing(f"claim plan run `{run_id}`") as cur:
+                if not plan_tables.claim_plan(cur, run_id, owner, self._owner):
+                    return None
+                return plan_tables.read_plan(cur, run_id)
 
     # ------------------------------------------------------------ the outbox
 

@@ -1,6 +1,6 @@
 """The file behind `SQLiteStore`: its layout and migrations, and the connection that runs on it.
 
-**Layout** (schema version 3; `PRAGMA application_id` marks the file as an agenttx store and
+**Layout** (schema version 4; `PRAGMA application_id` marks the file as an agenttx store and
 `PRAGMA user_version` holds the schema version, which `MIGRATIONS` brings up to date):
 
 ======== ===================================================================================
@@ -21,6 +21,8 @@ ended    the ended transactions kept as history, in the order they ended (`seq`)
          would cost every commit a page at a random place (about 3% of the throughput), and
          the reads (`agenttx inspect`) scan from the newest row. An id can appear more than
          once (a transaction begun with the id of an ended one): its newest row is its history
+plan_runs one row per plan run: `record`, `status`, `owner`, `cancel` (see `_plans`)
+plan_nodes `(run_id, node_id) -> (state, attempt, record)`: each node of a plan run
 ======== ===================================================================================
 
 A transaction's `log` is the sequence of its calls that change durable state, as events:
@@ -50,6 +52,7 @@ import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
+from ._plans import PLAN_TABLES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -151,6 +154,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             "steps TEXT NOT NULL, ended_at REAL NOT NULL)"
         ),
     ),
+    # 3 -> 4: plan runs and their nodes (`_plans`).
+    PLAN_TABLES,
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -1,0 +1,244 @@
+"""What a durable store keeps of a plan run, and the SQL that keeps it in `SQLiteStore`'s file.
+
+A plan run is one row of `plan_runs` (its record, status, owner and any cancellation) and one
+row per node in `plan_nodes` (its state, the attempt that holds it, and its record: JSON text
+the plan layer writes and reads, opaque here). They live in the store's one file, beside the
+transactions' `log` (schema version 4): a transition is one SQLite write transaction, so a run
+never shows a node's new state without the rest of that transition. Writes are fenced by owner
+(a runner that lost its run to a recoverer changes nothing), and a write can carry a
+compare-and-set on one node (`expect`): a claim succeeds only if the node is still in the
+states given with the attempt given, so only one claim of a node succeeds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+
+from .._errors import InvalidArgument, StorageError, TransactionNotFound
+from ._protocol import check_value
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Sequence
+
+__all__ = [
+    "PLAN_TABLES",
+    "PlanExpect",
+    "PlanImage",
+    "PlanNodeRow",
+    "begin_plan",
+    "cancel_plan",
+    "claim_plan",
+    "list_plans",
+    "read_cancel",
+    "read_plan",
+    "running_plans",
+    "write_plan",
+]
+
+#: The migration that adds the plan tables (schema version 3 -> 4).
+PLAN_TABLES: Final = (
+    (
+        "CREATE TABLE plan_runs (run_id TEXT NOT NULL PRIMARY KEY, record TEXT NOT NULL, "
+        "status TEXT NOT NULL, owner TEXT, cancel TEXT, created_at REAL NOT NULL, "
+        "updated_at REAL NOT NULL) WITHOUT ROWID"
+    ),
+    (
+        "CREATE TABLE plan_nodes (run_id TEXT NOT NULL, node_id TEXT NOT NULL, "
+        "state TEXT NOT NULL, attempt TEXT, record TEXT NOT NULL, "
+        "PRIMARY KEY (run_id, node_id)) WITHOUT ROWID"
+    ),
+)
+
+_RUNNING: Final = "RUNNING"
+
+
+def _text(_instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{attribute.name} must be text, not {type(value).__name__}")
+    check_value(value)
+
+
+def _optional_text(
+    _instance: object, attribute: attrs.Attribute[str | None], value: object
+) -> None:
+    if value is not None:
+        _text(_instance, attribute, value)  # type: ignore[arg-type]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PlanNodeRow:
+    """One node of a plan run as stored: its state's name, the attempt id that holds it (or
+    None) and its record (JSON text, opaque to the store)."""
+
+    node_id: str = attrs.field(validator=_text)
+    state: str = attrs.field(validator=_text)
+    attempt: str | None = attrs.field(validator=_optional_text)
+    record: str = attrs.field(validator=_text)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PlanExpect:
+    """A compare-and-set on one node: the write happens only if the node's state is one of
+    `states` and its attempt is `attempt` (None: no attempt yet)."""
+
+    node_id: str
+    states: tuple[str, ...]
+    attempt: str | None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PlanImage:
+    """A plan run as stored: its record, status, owner, cancellation reason (or None), times
+    (seconds since the epoch) and nodes (in the order `begin_plan` gave them)."""
+
+    run_id: str
+    record: str
+    status: str
+    owner: str | None
+    cancel: str | None
+    created_at: float
+    updated_at: float
+    nodes: tuple[PlanNodeRow, ...]
+
+
+def begin_plan(
+    cur: sqlite3.Cursor,
+    run_id: str,
+    record: str,
+    nodes: Sequence[PlanNodeRow],
+    *,
+    owner: str,
+    now: float,
+) -> None:
+    """Insert run `run_id` with its nodes; `InvalidArgument` if the file has that run."""
+    if cur.execute("SELECT 1 FROM plan_runs WHERE run_id = ?", (run_id,)).fetchall():
+        raise InvalidArgument(f"plan run `{run_id}` exists in the store already")
+    cur.execute(
+        "INSERT INTO plan_runs (run_id, record, status, owner, cancel, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, NULL, ?, ?)",
+        (run_id, record, _RUNNING, owner, now, now),
+    )
+    cur.executemany(
+        "INSERT INTO plan_nodes (run_id, node_id, state, attempt, record) VALUES (?, ?, ?, ?, ?)",
+        [(run_id, row.node_id, row.state, row.attempt, row.record) for row in nodes],
+    )
+
+
+def write_plan(
+    cur: sqlite3.Cursor,
+    run_id: str,
+    rows: Sequence[PlanNodeRow],
+    *,
+    owner: str,
+    now: float,
+    status: str | None = None,
+    expect: PlanExpect | None = None,
+) -> bool:
+    """Write `rows` (and the run's `status`, if given) if `owner` holds the run and `expect`
+    holds; False if `expect` does not (nothing written). `StorageError` if another owner has
+    taken the run over, `TransactionNotFound` if it is not in the file."""
+    found = cur.execute("SELECT owner FROM plan_runs WHERE run_id = ?", (run_id,)).fetchall()
+    if not found:
+        raise TransactionNotFound(tx_id=run_id)
+    if found[0][0] != owner:
+        raise StorageError(f"plan run `{run_id}` was taken over by another store")
+    if expect is not None:
+        node = cur.execute(
+            "SELECT state, attempt FROM plan_nodes WHERE run_id = ? AND node_id = ?",
+            (run_id, expect.node_id),
+        ).fetchall()
+        if not node or node[0][0] not in expect.states or node[0][1] != expect.attempt:
+            return False
+    cur.executemany(
+        "UPDATE plan_nodes SET state = ?, attempt = ?, record = ? WHERE run_id = ? AND node_id = ?",
+        [(row.state, row.attempt, row.record, run_id, row.node_id) for row in rows],
+    )
+    if status is None:
+        cur.execute("UPDATE plan_runs SET updated_at = ? WHERE run_id = ?", (now, run_id))
+    else:
+        cur.execute(
+            "UPDATE plan_runs SET status = ?, updated_at = ? WHERE run_id = ?",
+            (status, now, run_id),
+        )
+    return True
+
+
+def cancel_plan(cur: sqlite3.Cursor, run_id: str, reason: str) -> bool:
+    """Record the cancellation of a running run that has none; False if it has ended or was
+    cancelled already; `TransactionNotFound` if the file has no such run."""
+    changed: int = cur.execute(
+        "UPDATE plan_runs SET cancel = ? WHERE run_id = ? AND status = ? AND cancel IS NULL",
+        (reason, run_id, _RUNNING),
+    ).rowcount
+    if changed:
+        return True
+    if not cur.execute("SELECT 1 FROM plan_runs WHERE run_id = ?", (run_id,)).fetchall():
+        raise TransactionNotFound(tx_id=run_id)
+    return False
+
+
+def read_cancel(cur: sqlite3.Cursor, run_id: str) -> str | None:
+    """The cancellation reason recorded for the run, or None."""
+    rows = cur.execute("SELECT cancel FROM plan_runs WHERE run_id = ?", (run_id,)).fetchall()
+    return rows[0][0] if rows else None
+
+
+def read_plan(cur: sqlite3.Cursor, run_id: str) -> PlanImage:
+    """The run as stored (run it in a read transaction); `TransactionNotFound` if absent."""
+    runs = cur.execute(
+        "SELECT record, status, owner, cancel, created_at, updated_at FROM plan_runs "
+        "WHERE run_id = ?",
+        (run_id,),
+    ).fetchall()
+    if not runs:
+        raise TransactionNotFound(tx_id=run_id)
+    record, status, owner, cancel, created_at, updated_at = runs[0]
+    nodes = cur.execute(
+        "SELECT node_id, state, attempt, record FROM plan_nodes WHERE run_id = ?",
+        (run_id,),
+    ).fetchall()
+    return PlanImage(
+        run_id=run_id,
+        record=record,
+        status=status,
+        owner=owner,
+        cancel=cancel,
+        created_at=created_at,
+        updated_at=updated_at,
+        nodes=tuple(
+            PlanNodeRow(node_id=node_id, state=state, attempt=attempt, record=text)
+            for node_id, state, attempt, text in nodes
+        ),
+    )
+
+
+def list_plans(cur: sqlite3.Cursor, limit: int) -> tuple[tuple[str, str, float], ...]:
+    """Up to `limit` runs as `(run_id, status, updated_at)`, the last updated first."""
+    rows = cur.execute(
+        "SELECT run_id, status, updated_at FROM plan_runs ORDER BY updated_at DESC, run_id LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return tuple((run_id, status, updated_at) for run_id, status, updated_at in rows)
+
+
+def claim_plan(cur: sqlite3.Cursor, run_id: str, was: str | None, owner: str) -> bool:
+    """Make `owner` the run's owner if it is still `was` and the run is RUNNING."""
+    changed: int = cur.execute(
+        "UPDATE plan_runs SET owner = ? WHERE run_id = ? AND owner IS ? AND status = ?",
+        (owner, run_id, was, _RUNNING),
+    ).rowcount
+    return changed == 1
+
+
+def running_plans(cur: sqlite3.Cursor) -> tuple[tuple[str, str | None], ...]:
+    """The RUNNING runs as `(run_id, owner)`, by id."""
+    rows = cur.execute(
+        "SELECT run_id, owner FROM plan_runs WHERE status = ? ORDER BY run_id", (_RUNNING,)
+    ).fetchall()
+    return tuple((run_id, owner) for run_id, owner in rows)

@@ -1,0 +1,398 @@
+"""Durable plan runs on SQLiteStore: transitions recorded, claims, recovery, cancellation."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+import agenttx
+from agenttx import NodeState, PlanStatus
+from agenttx._plans import read_run
+from agenttx._plans._journal import PlanJournal
+from agenttx._saga import Backoff
+from agenttx._tools import derive_key
+from agenttx.stores import SQLiteStore
+from agenttx.stores import _sqlite_file as file_module
+
+NO_WAIT = Backoff(base=0, max_wait=0)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _diamond() -> agenttx.Plan:
+    return agenttx.Plan(
+        nodes=[
+            agenttx.Node("a", tool="add", inputs={"a": "${initial.n}", "b": 1}),
+            agenttx.Node("b", tool="add", inputs={"a": "${initial.n}", "b": 2}),
+            agenttx.Node("c", tool="add", inputs={"a": "${a.sum}", "b": "${b.sum}"}),
+        ],
+        initial=["n"],
+    )
+
+
+@agenttx.tool
+def add(a: int, b: int) -> dict[str, int]:
+    return {"sum": a + b}
+
+
+@pytest.fixture
+def store(tmp_path):
+    with SQLiteStore(tmp_path / "plans.db") as opened:
+        yield opened
+
+
+def _nodes(store: SQLiteStore, run_id: str) -> dict[str, dict]:
+    image = store.read_plan(run_id)
+    return {node.node_id: {"state": node.state, **json.loads(node.record)} for node in image.nodes}
+
+
+def test_every_transition_of_a_run_is_recorded(store):
+    """Each node's state, inputs, output, attempt, timestamps and history are in the file."""
+    engine = agenttx.Engine(tools=[add], store=store)
+    result = engine.run_plan(_diamond(), initial={"n": 1}, run_id="r1")
+    assert result.status is PlanStatus.SUCCEEDED
+    image = store.read_plan("r1")
+    assert image.status == "SUCCEEDED"
+    assert image.cancel is None
+    nodes = _nodes(store, "r1")
+    assert {k: v["state"] for k, v in nodes.items()} == dict.fromkeys("abc", "SUCCEEDED")
+    c = nodes["c"]
+    assert c["inputs"] == {"a": 2, "b": 3}
+    assert c["output"] == {"sum": 5}
+    assert c["attempt"] == "c#1"
+    assert c["unresolved"] == 0
+    assert [step[0] for step in c["history"]] == ["PENDING", "READY", "RUNNING", "SUCCEEDED"]
+    assert c["started_at"] <= c["finished_at"]
+    record, _ = read_run(image)
+    assert record["plan_version"] == _diamond().version
+    assert record["initial"] == {"n": 1}
+    assert agenttx.Plan.from_json(record["plan"]).version == _diamond().version
+
+
+def test_a_dependant_starts_only_after_its_prerequisites_are_recorded(store, tmp_path):
+    """When a node's tool runs, the file already says its prerequisites SUCCEEDED."""
+    seen: list[str] = []
+
+    @agenttx.tool
+    def look(sum: int) -> dict[str, int]:  # noqa: A002
+        with sqlite3.connect(tmp_path / "plans.db") as conn:
+            (state,) = conn.execute(
+                "SELECT state FROM plan_nodes WHERE run_id = 'r' AND node_id = 'a'"
+            ).fetchone()
+        seen.append(state)
+        return {"sum": sum}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("a", tool="add", inputs={"a": 1, "b": 1}),
+            agenttx.Node("d", tool="look", inputs={"sum": "${a.sum}"}),
+        ]
+    )
+    result = agenttx.run_plan(plan, tools=[add, look], initial={}, store=store, run_id="r")
+    assert result.status is PlanStatus.SUCCEEDED
+    assert seen == ["SUCCEEDED"]
+
+
+def test_retries_and_failures_are_recorded_with_their_hint(store):
+    """A retried node shows each attempt; a failed one its error; its dependants SKIPPED."""
+    calls: list[str] = []
+
+    @agenttx.tool
+    def flaky(ctx: agenttx.ToolContext) -> dict[str, int]:
+        calls.append(ctx.idempotency_key)
+        if len(calls) == 1:
+            raise ConnectionError("connection refused")
+        return {"n": 1}
+
+    @agenttx.tool
+    def broken() -> dict[str, int]:
+        raise ValueError("the warehouse id is unknown")
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("f", tool="flaky", retries=1),
+            agenttx.Node("x", tool="broken"),
+            agenttx.Node("after_x", tool="add", inputs={"a": 1, "b": 1}, after=("x",)),
+        ]
+    )
+    result = agenttx.run_plan(
+        plan, tools=[flaky, broken, add], initial={}, store=store, run_id="r", backoff=NO_WAIT
+    )
+    assert result.status is PlanStatus.FAILED
+    nodes = _nodes(store, "r")
+    assert nodes["f"]["state"] == "SUCCEEDED"
+    assert nodes["f"]["retries"] == 1
+    assert [h[0] for h in nodes["f"]["history"]] == [
+        "READY", "RUNNING", "READY", "RUNNING", "SUCCEEDED"
+    ]  # fmt: skip
+    assert calls == [derive_key("r", plan.version, "f", "flaky")] * 2
+    assert nodes["x"]["state"] == "FAILED"
+    assert "warehouse id is unknown" in nodes["x"]["error"]
+    assert nodes["after_x"]["state"] == "SKIPPED"
+    assert store.read_plan("r").status == "FAILED"
+
+
+def test_only_one_claim_of_a_node_succeeds(store):
+    """Two runners holding the same run: the second claim of a node is refused."""
+    agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="done")
+    journal = PlanJournal.begin(store, "r", {"plan": None}, [("a", "READY", 0)])
+    twin = PlanJournal.resumed(store, "r", read_run(store.read_plan("r"))[1])
+    assert journal.claim("a", "a#1", 1, {"x": 1})
+    assert not twin.claim("a", "a#9", 1, {"x": 1})
+    assert store.read_plan("r").nodes[0].attempt == "a#1"
+    assert not twin.end_attempt("a", "a#9", "SUCCEEDED", output={})  # not its attempt
+    assert journal.end_attempt("a", "a#1", "SUCCEEDED", output={"ok": 1})
+    assert not journal.claim("a", "a#2", 2, None)  # a completed node is never claimed again
+
+
+def test_a_store_that_lost_the_run_writes_nothing(tmp_path):
+    """Once recovery claims a run, the old owner's writes raise StorageError."""
+    path = tmp_path / "plans.db"
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        journal = PlanJournal.begin(first, "r", {"plan": None}, [("a", "READY", 0)])
+        owner = first.read_plan("r").owner
+        assert second.claim_plan("r", owner) is None  # a store open in this process
+        first.close()
+        assert second.claim_plan("r", owner) is not None
+        with pytest.raises(agenttx.StorageError):
+            journal.claim("a", "a#1", 1, None)
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    import agenttx
+    from agenttx.stores import SQLiteStore
+
+    root = Path(sys.argv[1])
+
+    def count(name):
+        with (root / "calls.log").open("a") as log:
+            log.write(name + "\\n")
+
+    @agenttx.tool
+    def step(ctx: agenttx.ToolContext, name: str, crash: bool) -> dict[str, str]:
+        count(f"{name} {ctx.idempotency_key}")
+        if crash and not (root / "crashed").exists():
+            (root / "crashed").touch()
+            os._exit(9)  # the process dies after the effect, before the result is recorded
+        return {"name": name}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("a", tool="step", inputs={"name": "a", "crash": False}),
+            agenttx.Node("b", tool="step", inputs={"name": "b", "crash": False}, after=("a",)),
+            agenttx.Node("c", tool="step", inputs={"name": "${b.name}", "crash": True}),
+            agenttx.Node("d", tool="step", inputs={"name": "d", "crash": False}, after=("c",)),
+        ]
+    )
+    engine = agenttx.Engine(tools=[step], store=SQLiteStore(root / "plans.db"))
+    if sys.argv[2] == "run":
+        engine.run_plan(plan, initial={}, run_id="crashy", max_concurrency=1)
+    else:
+        report = engine.recover()
+        print(json.dumps(list(report.plans_resumed)))
+        result = engine.get_plan("crashy").wait(30)
+        print(json.dumps({k: [v.state.value, v.output] for k, v in result.nodes.items()}))
+    """
+)
+
+
+def test_recovery_resumes_a_killed_run_without_running_completed_nodes_again(tmp_path):
+    """After the process dies inside a tool, recovery resumes the run: the completed nodes are
+    not run again, the interrupted one runs again with the same idempotency key, and its
+    dependants follow; nothing stays claimed."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {"PYTHONPATH": str(ROOT)}
+    died = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "run"], env=env, check=False, timeout=60
+    )
+    assert died.returncode == 9
+    with SQLiteStore(tmp_path / "plans.db", readonly=True) as view:
+        image = view.read_plan("crashy")
+    assert image.status == "RUNNING"
+    assert {n.node_id: n.state for n in image.nodes}["c"] == "RUNNING"  # claimed, never ended
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "recover"],
+        env=env,
+        check=False,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    resumed, nodes = (json.loads(line) for line in done.stdout.splitlines())
+    assert resumed == ["crashy"]
+    assert nodes == {
+        "a": ["SUCCEEDED", {"name": "a"}],
+        "b": ["SUCCEEDED", {"name": "b"}],
+        "c": ["SUCCEEDED", {"name": "b"}],
+        "d": ["SUCCEEDED", {"name": "d"}],
+    }
+    calls = (tmp_path / "calls.log").read_text().split("\n")[:-1]
+    names = [line.split()[0] for line in calls]
+    assert names == ["a", "b", "b", "b", "d"]  # c ran twice (its inputs say "b"), a and b once
+    assert calls[2].split()[1] == calls[3].split()[1]  # the same idempotency key
+    with SQLiteStore(tmp_path / "plans.db") as after:
+        image = after.read_plan("crashy")
+        assert image.status == "SUCCEEDED"
+        assert all(n.state == "SUCCEEDED" for n in image.nodes)
+        assert after.open_transactions() == ()
+        assert agenttx.Engine(tools=[], store=after).recover() == agenttx.RecoveryReport()
+
+
+def test_cancel_plan_from_another_thread_is_recorded_then_seen(store):
+    """`Engine.cancel_plan` records the cancellation durably; the runner stops dispatching."""
+    release = threading.Event()
+    started = threading.Event()
+
+    @agenttx.tool
+    def wait() -> dict[str, int]:
+        started.set()
+        release.wait(10)
+        return {"n": 1}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("w", tool="wait"),
+            agenttx.Node("after", tool="add", inputs={"a": 1, "b": 1}, after=("w",)),
+        ]
+    )
+    engine = agenttx.Engine(tools=[wait, add], store=store)
+    run = engine.start_plan(plan, initial={}, run_id="r")
+    assert engine.get_plan("r") is run
+    assert started.wait(10)
+    engine.cancel_plan("r", "the customer changed their mind")
+    release.set()
+    result = run.wait(10)
+    assert result.status is PlanStatus.CANCELLED
+    assert result.nodes["after"].state is NodeState.CANCELLED
+    image = store.read_plan("r")
+    assert image.cancel == "the customer changed their mind"
+    assert image.status == "CANCELLED"
+    with pytest.raises(agenttx.FailedPrecondition, match="ended or was cancelled"):
+        engine.cancel_plan("r")
+
+
+def test_a_cancellation_from_another_store_is_seen_before_the_next_dispatch(tmp_path):
+    """Another process (here, another store on the file) cancels; the runner reads it."""
+    path = tmp_path / "plans.db"
+    release = threading.Event()
+
+    @agenttx.tool
+    def wait() -> dict[str, int]:
+        release.wait(10)
+        return {"n": 1}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("w", tool="wait"),
+            agenttx.Node("after", tool="add", inputs={"a": 1, "b": 1}, after=("w",)),
+        ]
+    )
+    with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        run = agenttx.start_plan(plan, tools=[wait, add], initial={}, store=store, run_id="r")
+        for _ in range(100):
+            if any(n.state == "RUNNING" for n in other.read_plan("r").nodes):
+                break
+            release.wait(0.05)
+        assert other.cancel_plan("r", "stop")
+        release.set()
+        result = run.wait(10)
+    assert result.status is PlanStatus.CANCELLED
+    assert result.cancel_reason == "stop"
+    assert result.nodes["after"].state is NodeState.CANCELLED
+
+
+def test_unknown_plan_runs_are_refused_with_typed_errors(store):
+    """get_plan and cancel_plan of a run nobody knows raise TransactionNotFound."""
+    engine = agenttx.Engine(tools=[add], store=store)
+    with pytest.raises(agenttx.TransactionNotFound):
+        engine.get_plan("nope")
+    with pytest.raises(agenttx.TransactionNotFound):
+        engine.cancel_plan("nope")
+    with pytest.raises(agenttx.TransactionNotFound):
+        store.read_plan("nope")
+    engine.run_plan(_diamond(), initial={"n": 1}, run_id="r")
+    with pytest.raises(agenttx.InvalidArgument, match="exists in the store already"):
+        engine.run_plan(_diamond(), initial={"n": 1}, run_id="r")
+
+
+def test_a_version_3_file_gains_the_plan_tables(tmp_path):
+    """Opening a store of schema version 3 migrates it to 4, keeping what it had."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for statements in file_module.MIGRATIONS[:3]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {file_module.APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 3")
+        conn.execute("INSERT INTO committed VALUES ('k', 1, '\"v\"')")
+    with SQLiteStore(path) as store:
+        assert store.read_committed("k") == '"v"'
+        assert store.plan_runs() == ()
+        agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="r")
+        assert store.plan_runs()[0][:2] == ("r", "SUCCEEDED")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+
+
+def test_a_memory_store_run_keeps_no_durable_record():
+    """On a store without plan tables, runs work as before (nothing to recover)."""
+    result = agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1})
+    assert result.status is PlanStatus.SUCCEEDED
+    assert agenttx.Engine(tools=[add]).recover() == agenttx.RecoveryReport()
+
+
+def test_a_runner_that_lost_its_run_cancels_and_compensates_nothing(tmp_path):
+    """When the store refuses the run's writes (taken over, or gone), the runner cancels its
+    copy of the run and leaves completed nodes alone: they belong to whoever holds the run."""
+    undone: list[str] = []
+    release = threading.Event()
+    started = threading.Event()
+
+    @agenttx.compensation
+    def undo(payload):
+        undone.append(payload["output"]["name"])
+
+    @agenttx.tool(compensate=undo)
+    def step(name: str) -> dict[str, str]:
+        return {"name": name}
+
+    @agenttx.tool
+    def wait(prior: str) -> dict[str, str]:
+        started.set()
+        release.wait(10)
+        return {"name": prior}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("a", tool="step", inputs={"name": "a"}),
+            agenttx.Node("w", tool="wait", inputs={"prior": "${a.name}"}),
+            agenttx.Node("z", tool="step", inputs={"name": "${w.name}"}),
+        ]
+    )
+    path = tmp_path / "plans.db"
+    with SQLiteStore(path) as store:
+        run = agenttx.start_plan(
+            plan, tools=[undo, step, wait], initial={}, store=store, run_id="r"
+        )
+        assert started.wait(10)
+        with sqlite3.connect(path) as conn:  # a recoverer on another host takes the run over
+            conn.execute("UPDATE plan_runs SET owner = '{\"pid\": 1}' WHERE run_id = 'r'")
+        release.set()
+        result = run.wait(10)
+        assert result.status is PlanStatus.CANCELLED
+        assert "taken over by another store" in (result.cancel_reason or "")
+        assert undone == []
+        assert result.compensations == ()
+        stored = {n.node_id: n.state for n in store.read_plan("r").nodes}
+    assert stored == {"a": "SUCCEEDED", "w": "RUNNING", "z": "PENDING"}  # as it was taken
