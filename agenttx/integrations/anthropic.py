@@ -36,13 +36,11 @@ from ._common import (
     ModelCall,
     Outcome,
     Rewrite,
+    Runner,
     arun_turn,
-    check_history,
-    check_transaction,
     describe,
     dumps,
     resolve_specs,
-    rewrite_for,
     run_turn,
     with_note,
 )
@@ -50,8 +48,7 @@ from ._common import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from .._transaction import Transaction
-    from ._common import History, ToolsOrTx
+    from ._common import ToolsOrTx
 
 __all__ = ["ToolRunner", "tools"]
 
@@ -198,28 +195,13 @@ def _rewrite(messages: list[Message], rewrite: Rewrite) -> list[Message]:
 
 
 @final
-class ToolRunner:
+class ToolRunner(Runner):
     """Runs the `tool_use` blocks of Messages API turns in a transaction.
 
     `tools` is the `tools=` list; `handle(messages, message)` returns the messages to send next
     (a new list; the one given is not changed). Not thread-safe: one runner serves one
     conversation (the transaction itself serializes concurrent calls).
     """
-
-    def __init__(self, tx: Transaction, *, history: History = "truncate") -> None:
-        self._tx = check_transaction(tx, "ToolRunner")
-        self._history = check_history(history)
-        self._steps: dict[str, int] = {}  # call id -> the step it was sent as
-
-    @property
-    def tx(self) -> Transaction:
-        """The transaction the tool calls run in."""
-        return self._tx
-
-    @property
-    def history(self) -> History:
-        """How the history is rewritten after a rewind: `"truncate"`, `"void"` or `"keep"`."""
-        return self._history
 
     @property
     def tools(self) -> list[Message]:
@@ -267,10 +249,7 @@ class ToolRunner:
             and last.get("role") == "assistant"
         ):
             history.append(assistant)
-        for outcome in outcomes:
-            if outcome.result is not None and outcome.result.ok:  # only live steps are voided
-                self._steps[outcome.call_id] = outcome.result.step_id
-        rewrite = rewrite_for(self._history, outcomes, self._steps)
+        rewrite = self._rewrite(outcomes)
         if outcomes:
             history.append(
                 {

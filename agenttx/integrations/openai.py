@@ -34,13 +34,11 @@ from ._common import (
     ModelCall,
     Outcome,
     Rewrite,
+    Runner,
     arun_turn,
-    check_history,
-    check_transaction,
     describe,
     dumps,
     resolve_specs,
-    rewrite_for,
     run_turn,
     with_note,
 )
@@ -51,8 +49,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessage
     from openai.types.responses import Response
 
-    from .._transaction import Transaction
-    from ._common import History, ToolsOrTx
+    from ._common import ToolsOrTx
 
 __all__ = ["ResponsesToolRunner", "ToolRunner", "tools"]
 
@@ -97,37 +94,15 @@ def tools(tools_or_tx: ToolsOrTx, *, api: Literal["chat", "responses"] = "chat")
 # ---------------------------------------------------------------------- shared runner state
 
 
-class _Runner:
-    """What both runners hold: the transaction, the policy, and the steps of the calls sent."""
+class _Runner(Runner):
+    """A runner of either OpenAI API: `tools` for the API it serves."""
 
     _api: Literal["chat", "responses"]
-
-    def __init__(self, tx: Transaction, *, history: History = "truncate") -> None:
-        where = type(self).__name__
-        self._tx = check_transaction(tx, where)
-        self._history = check_history(history)
-        self._steps: dict[str, int] = {}  # call id -> the step it was sent as
-
-    @property
-    def tx(self) -> Transaction:
-        """The transaction the tool calls run in."""
-        return self._tx
-
-    @property
-    def history(self) -> History:
-        """How the history is rewritten after a rewind: `"truncate"`, `"void"` or `"keep"`."""
-        return self._history
 
     @property
     def tools(self) -> list[Message]:
         """The `tools=` list to send with every request (a new deep copy each time)."""
         return tools(self._tx, api=self._api)  # each spec.parameters is a new copy
-
-    def _rewrite(self, outcomes: Sequence[Outcome]) -> Rewrite:
-        for outcome in outcomes:
-            if outcome.result is not None and outcome.result.ok:  # only live steps are voided
-                self._steps[outcome.call_id] = outcome.result.step_id
-        return rewrite_for(self._history, outcomes, self._steps)
 
 
 def _as_dict(item: object, where: str) -> Message:
