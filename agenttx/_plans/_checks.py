@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._errors import InvalidArgument
-from .._tools import Failure, compile_schema, read_signature, schema_for
+from .._tools import Failure, compile_schema, schema_for
 from ..stores import MemoryStore
 from ._scheduler import RateLimit
 
@@ -154,7 +154,7 @@ class OutputCheck:
 
 
 def output_check(tool: Tool[Any, Any]) -> OutputCheck | None:
-    signature = read_signature(tool.__wrapped__, skip_context=tool.wants_context)
+    signature = tool.signature
     fields = signature.returns.fields
     if not fields:
         return None

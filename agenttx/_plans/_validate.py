@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._errors import InvalidArgument, ReferenceSyntaxError
 from .._refs import Reference, parse_template
-from .._tools import UNRESOLVED, ToolRegistry, newtype_name, read_signature
+from .._tools import UNRESOLVED, ToolRegistry, newtype_name
 from .._tools import typed_dict_fields as _read_typed_dict_fields
 from ._model import InputRef, Node, Plan, PlanProblem, PlanProblemCode
 
@@ -68,7 +68,7 @@ class _ToolInfo:
     __slots__ = ("accepts_any", "annotations", "name", "properties", "required", "returns")
 
     def __init__(self, tool: Tool[Any, Any]) -> None:
-        signature = read_signature(tool.__wrapped__, skip_context=tool.wants_context)
+        signature = tool.signature
         schema = tool.spec.parameters
         properties = schema.get("properties")
         required = schema.get("required")

@@ -30,6 +30,7 @@ import attrs
 
 from .._errors import InvalidArgument
 from .._json import JSONValue, canonical_dumps, check_json
+from ._signature import Signature, read_signature
 from ._spec import ToolSpec, build_spec
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class Tool(Generic[P, R]):
 
     __slots__ = (
         "__wrapped__",
+        "_signature",
         "compensate",
         "inline",
         "is_async",
@@ -133,6 +135,7 @@ class Tool(Generic[P, R]):
         self.inline = inline
         self.is_async = inspect.iscoroutinefunction(fn)
         self.wants_context = _wants_context(fn)
+        self._signature: Signature | None = None
         self.spec, self.validator = build_spec(
             fn,
             name=self.name,
@@ -143,6 +146,14 @@ class Tool(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.__wrapped__(*args, **kwargs)
+
+    @property
+    def signature(self) -> Signature:
+        """The function's parameters and return type (`read_signature`), read once, on first use:
+        plan validation and output checks read it for every run."""
+        if self._signature is None:
+            self._signature = read_signature(self.__wrapped__, skip_context=self.wants_context)
+        return self._signature
 
     @property
     def wire_name(self) -> str:
