@@ -42,7 +42,10 @@ from .._errors import (
     WriteConflict,
 )
 from .._hints import clean_error
-from .._saga import Backoff, dispatch_effects
+from .._limits import DEFAULT_ISOLATION
+from .._rollback import RollbackPolicy
+from .._saga import Backoff, deliver_outbox, dispatch_effects
+from .._settings import Settings
 from .._tools import (
     Call,
     Compensation,
@@ -56,6 +59,8 @@ from .._tools import (
     run_tool,
 )
 from .._turns import RETRY_BACKOFF
+from .._txlog import LiveStep, TxLog, history_text, read_image
+from ..stores._durable import is_durable
 from ._checks import (
     OutputCheck,
     check_capacities,
@@ -72,6 +77,7 @@ from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._results import (
     CompensationOutcome,
+    CompensationStatus,
     NodeResult,
     PlanEvent,
     PlanEventKind,
@@ -82,13 +88,13 @@ from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, 
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
     from .._tools import Outcome, Tool, ToolsArgument
-    from ..stores import Store
+    from ..stores import DurableStore, EffectRow, Store, UndoRow
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
@@ -98,6 +104,9 @@ DEFAULT_NODE_TIMEOUT: Final = 30.0
 CANCEL_GRACE: Final = 5.0
 #: Undo records of attempt n of a node are numbered from `n << _SEQ_BITS`: never shared.
 _SEQ_BITS: Final = 20
+#: The compensation order of undo records a resumed run restored: before any of its own
+#: (whose times are `time.monotonic()` readings, never negative), in node order.
+_RESTORED_AT: Final = -1e9
 
 FailurePolicy = Literal["skip_dependants", "cancel_all"]
 CompensateOn = Literal["failure", "never"]
@@ -141,6 +150,34 @@ class _SerializedStore:
         with self._lock:
             self._store.delete(tx_id, key)
 
+    # The durable log's calls (`TxLog`), on a durable store only.
+
+    def record_undo(self, tx_id: str, undo: UndoRow) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).record_undo(tx_id, undo)
+
+    def forget_undo(self, tx_id: str, step_id: int, seq: int) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).forget_undo(tx_id, step_id, seq)
+
+    def record_step(
+        self, tx_id: str, step_id: int, step: str, effects: Sequence[EffectRow], progress: str
+    ) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).record_step(tx_id, step_id, step, effects, progress)
+
+    def flush(self, tx_id: str) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).flush(tx_id)
+
+    def record_transaction(self, tx_id: str, record: str) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).record_transaction(tx_id, record)
+
+    def discard_state(self, tx_id: str, *, history: str | None = None) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).discard_state(tx_id, history=history)
+
 
 # ---------------------------------------------------------------------- one run
 
@@ -173,6 +210,7 @@ class _NodeRecord:
     undos: list[tuple[float, UndoRecord]] = attrs.field(factory=list)
     finished_wall: dt.datetime | None = None
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
+    retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
 
 
 #: An event held until the transition it reports is durable: kind, time, node, attempt, data.
@@ -248,6 +286,7 @@ class PlanExecution:
                     resources=node.resources,
                     exclusive=self._exclusive(node),
                     tool=node.tool,
+                    attempts=_attempts_made(restored, node.id),
                 )
                 for node in plan.nodes
             ],
@@ -271,6 +310,7 @@ class PlanExecution:
                 index=index,
                 tool=node.tool,
                 key=derive_key(self.id, plan.version, node.id, node.tool),
+                retried=_retried(restored, node.id),
             )
             for index, node in enumerate(plan.nodes)
         }
@@ -305,6 +345,10 @@ class PlanExecution:
         self.durable = is_plan_store(self._store)
         self._restored: dict[str, StoredNode] = dict(restored or {})
         self._resumed = restored is not None
+        #: The durable log of the run's state transaction (undo records, staged effects), on a
+        #: durable store that keeps plan runs; `_log_undo` writes an undo record ahead.
+        self._txlog: TxLog | None = None
+        self._log_undo: Callable[[UndoRecord], object] | None = None
         #: The nodes of the current round whose claim did not hold (another runner has them).
         self._unclaimed: frozenset[str] = frozenset()
         #: Events whose transitions are buffered in the journal, emitted once it is written.
@@ -508,6 +552,56 @@ class PlanExecution:
         )
         return update
 
+    def _open_state(self) -> None:
+        """Open the run's state transaction (id: the run id). On a durable store that keeps
+        plan runs it has a durable log: a resumed run claims the dead runner's, keeping its
+        durable state writes, staged effects and undo records (which go back to their nodes),
+        or begins a new one if it has ended or never began."""
+        store = self._store
+        if not (self.durable and is_durable(store)):
+            store.begin(self.id)
+            self._begun = True
+            return
+        if self._resumed:
+            try:
+                image = store.claim(self.id, store.owner(self.id))
+            except TransactionNotFound:
+                image = None  # never begun, or ended (committed or discarded) before the crash
+            else:
+                if image is None:
+                    raise StorageError(
+                        f"the state transaction of plan run `{self.id}` is held by a live store"
+                    )
+            if image is not None:
+                restored = read_image(image)
+                self._begun = True
+                self._txlog = TxLog(
+                    cast("DurableStore", self._serialized), self.id, record=restored.record
+                )
+                self._log_undo = self._txlog.undo
+                self._restore_undos(restored.undos)
+                return
+        TxLog.begin(
+            store,
+            self.id,
+            isolation=DEFAULT_ISOLATION,
+            agent_id=f"plan run {self.id}",
+            policy=RollbackPolicy(),
+            settings=Settings().to_record(),
+        )
+        self._begun = True
+        self._txlog = TxLog(cast("DurableStore", self._serialized), self.id)
+        self._log_undo = self._txlog.undo
+
+    def _restore_undos(self, undos: tuple[UndoRecord, ...]) -> None:
+        """Give the undo records of the dead runner back to their nodes, to be compensated if
+        the resumed run fails (they count as older than any of this run's)."""
+        nodes = self._plan.nodes
+        for undo in undos:
+            if 1 <= undo.step_id <= len(nodes):
+                node_id = nodes[undo.step_id - 1].id
+                self._nodes[node_id].undos.append((_RESTORED_AT + undo.step_id, undo))
+
     # -- the loop -------------------------------------------------------------------------
 
     async def execute(self) -> PlanResult:
@@ -529,12 +623,8 @@ class PlanExecution:
         running: dict[str, _Attempt] = {}
         if self.durable:
             self.open_journal()
-            if self._resumed:
-                # The state transaction of the run that crashed is not resumed: begin anew.
-                self._store.discard(self.id)
         try:
-            self._store.begin(self.id)
-            self._begun = True
+            self._open_state()
             await self._drive(queue, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
@@ -630,6 +720,7 @@ class PlanExecution:
             deadline=now + (node.timeout or DEFAULT_NODE_TIMEOUT),
             store=cast("Store", self._serialized),  # get, put and delete are all it calls
             compensations=self._compensations,
+            log_undo=self._log_undo,
             seq_base=start.number << _SEQ_BITS,
         )
         attempt = _Attempt(
@@ -701,7 +792,7 @@ class PlanExecution:
             raw_context="",
             context=context,
             timeout=node.timeout or DEFAULT_NODE_TIMEOUT,
-            log_undo=None,
+            log_undo=self._log_undo,
             seq_base=start.number << _SEQ_BITS,
         )
         running[start.attempt] = attempt
@@ -785,6 +876,8 @@ class PlanExecution:
         record.undos.extend((now, undo) for undo in undos)
         record.output = outcome.output
         record.finished_wall = _now()
+        if self._txlog is not None:
+            self._persist(self._write_state, attempt, outcome, kind, undos)
         if self._journal is not None:
             self._persist(
                 self._journal.end_attempt,
@@ -823,7 +916,9 @@ class PlanExecution:
         timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
         retry_at: float | None = None
         number = attempt.start.number
-        if retry and transient and not failure.mistake and number <= node.retries:
+        # The budget counts the failures retried before a crash too (a resumed run's).
+        failures = record.retried + len(record.attempts)
+        if retry and transient and not failure.mistake and failures <= node.retries:
             retry_at = time.monotonic() + self._backoff.delay(number)
         update = self._scheduler.failed(
             node_id, attempt.start.attempt, retry_at=retry_at, timed_out=timed_out
@@ -979,21 +1074,19 @@ class PlanExecution:
                 self._event(PlanEventKind.FAILED, data={"error": error[:1000]})
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
-                delivered, dispatch_errors = await asyncio.to_thread(
-                    dispatch_effects, tuple(self._effects), self._dispatcher
-                )
+                delivered, dispatch_errors = await asyncio.to_thread(self._deliver)
                 self._event(
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
                 )
         compensations: tuple[CompensationOutcome, ...] = ()
         if status is not PlanStatus.SUCCEEDED:
-            if self._begun:  # never another's transaction of the same id
-                with contextlib.suppress(Exception):  # a store failure: already not published
-                    self._store.discard(self.id)
-            self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
             if not self._lost:  # a runner that lost the run leaves its nodes to the new one
                 compensations = await self._compensate_completed()
+            if self._begun:  # never another's transaction of the same id
+                with contextlib.suppress(Exception):  # a store failure: already not published
+                    self._end_state(status, compensations)
+            self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
         if self._journal is not None:
             self._persist(self._journal.transitions, (), status=status.value)
         self._flush()
@@ -1018,7 +1111,9 @@ class PlanExecution:
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
-        """Undo completed work, newest completion first (see `compensate_nodes`)."""
+        """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
+        log, each undo record is forgotten once its compensation succeeded."""
+        txlog = self._txlog
         return await compensate_nodes(
             [
                 (at, node_id, undo)
@@ -1029,7 +1124,55 @@ class PlanExecution:
             self._compensations,
             run=self._compensate,
             record=self._event,
+            on_compensated=None if txlog is None else txlog.forget,
         )
+
+    def _end_state(
+        self, status: PlanStatus, compensations: tuple[CompensationOutcome, ...]
+    ) -> None:
+        """End the state transaction of a run that did not succeed: discarded (its staged
+        effects with it: nothing is published), or, on a durable log whose undo records were
+        not all compensated (failed, or `compensate_on="never"`), ended keeping them, so
+        that recovery retries them."""
+        txlog = self._txlog
+        left = any(c.status is not CompensationStatus.COMPLETED for c in compensations)
+        if txlog is not None and left and not self._lost:
+            txlog.end(status.value, history_text(status.value, [], (), ()), keep_undos=True)
+        else:
+            self._store.discard(self.id)
+
+    def _deliver(self) -> tuple[int, tuple[str, ...]]:
+        """Deliver the committed effects: on a durable log, from the outbox the commit put
+        them in (those a crashed runner committed included); else directly."""
+        if self._txlog is None:
+            return dispatch_effects(tuple(self._effects), self._dispatcher)
+        if self._dispatcher is None:
+            return 0, ()  # they wait in the outbox for `Engine.dispatch_pending`
+        return deliver_outbox(cast("DurableStore", self._store), self._dispatcher, tx_id=self.id)
+
+    def _write_state(
+        self, attempt: _Attempt, outcome: Outcome, kind: str | None, undos: list[UndoRecord]
+    ) -> None:
+        """Before a node's completion is recorded: its node's `compensate=` undo (in the place
+        of its tool's), then its state writes and staged effects in one atomic write."""
+        txlog = self._txlog
+        assert txlog is not None
+        if kind is not None and undos:
+            txlog.undo(undos[-1])
+        if outcome.effects:
+            txlog.step(
+                self._nodes[attempt.start.node].index + 1,
+                LiveStep(
+                    tool_name=self._nodes[attempt.start.node].tool,
+                    arguments=attempt.arguments,
+                    output=outcome.output,
+                    raw_context="",
+                    dependencies=(),
+                ),
+                outcome.effects,
+            )
+        else:
+            self._serialized.flush(self.id)
 
     def _node_result(self, node_id: str) -> NodeResult:
         record = self._nodes[node_id]
@@ -1121,4 +1264,20 @@ def _node_undo(
         kind=kind,
         payload={"arguments": attempt.arguments, "output": outcome.output},
         description=f"{kind} for node {attempt.start.node}",
+    )
+
+
+def _attempts_made(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:
+    """How many attempts a resumed run's node had before the crash (its recorded number)."""
+    stored = None if restored is None else restored.get(node_id)
+    number = None if stored is None else stored.record.get("number")
+    return number if isinstance(number, int) and not isinstance(number, bool) and number > 0 else 0
+
+
+def _retried(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:
+    """How many of a resumed run's node's attempts failed and were retried before the crash."""
+    stored = None if restored is None else restored.get(node_id)
+    retries = None if stored is None else stored.record.get("retries")
+    return (
+        retries if isinstance(retries, int) and not isinstance(retries, bool) and retries > 0 else 0
     )
