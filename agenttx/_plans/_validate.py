@@ -83,16 +83,36 @@ class _ToolInfo:
 
 
 class _Checker:
-    __slots__ = ("_ids", "_infos", "_initial", "_plan", "_registry", "_seen", "problems")
+    __slots__ = (
+        "_ids",
+        "_infos",
+        "_initial",
+        "_mismatches",
+        "_plan",
+        "_registry",
+        "_seen",
+        "problems",
+    )
 
     def __init__(self, plan: Plan, registry: ToolRegistry) -> None:
         self._plan = plan
         self._registry = registry
         self._initial = frozenset(plan.initial)
         self._infos: dict[str, _ToolInfo | None] = {}
+        self._mismatches: dict[tuple[Any, Any], bool] = {}
         self._seen: dict[str, int] = {}
         self._ids = sorted(set(plan.node_ids))
         self.problems: list[PlanProblem] = []
+
+    def _mismatch(self, source: Any, target: Any) -> bool:
+        """`_mismatch`, answered once per pair of types: a plan of thousands of nodes uses few."""
+        try:
+            return self._mismatches[source, target]
+        except KeyError:
+            found = self._mismatches[source, target] = _mismatch(source, target, 0)
+            return found
+        except TypeError:  # an unhashable annotation
+            return _mismatch(source, target, 0)
 
     def _add(self, code: PlanProblemCode, subject: str, message: str) -> None:
         self.problems.append(PlanProblem(code=code, subject=subject, message=message))
@@ -268,7 +288,7 @@ class _Checker:
         return current
 
     def _compare(self, subject: str, what: str, source: Any, target: Any) -> None:
-        if _mismatch(source, target, 0):
+        if self._mismatch(source, target):
             node_id, _, param = subject.partition(".")
             self._add(
                 Code.TYPE_MISMATCH,
