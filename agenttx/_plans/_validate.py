@@ -152,8 +152,8 @@ class _Checker:
         refs_by_param: dict[str, list[InputRef]] = {}
         for ref in node.input_refs:
             refs_by_param.setdefault(ref.param, []).append(ref)
-        malformed = dict(node._malformed)  # noqa: SLF001  (one unit: the plans package)
-        for param in sorted(node.inputs):
+        malformed = dict(node._malformed) if node._malformed else {}  # noqa: SLF001  (one unit: the plans package)
+        for param in sorted(node.inputs) if len(node.inputs) > 1 else node.inputs:
             self._input(node, info, param, refs_by_param.get(param, []), malformed.get(param))
         if info is not None:
             for param in info.required:
@@ -262,6 +262,8 @@ class _Checker:
         current = _UNKNOWN if info is None else info.returns
         for depth, segment in enumerate(ref.path):
             status, current = _field(current, segment)
+            if status == "ok":
+                continue
             where = ".".join((namespace, *ref.path[: depth + 1]))
             if status == "missing":
                 owner = (
@@ -310,6 +312,8 @@ class _Checker:
                     f"inputs `{first}` and `{ref.param}` of node `{node.id}` both map "
                     f"{ref.text}; map it once.",
                 )
+        if len(set(node.after)) == len(node.after):
+            return
         counts = collections.Counter(node.after)
         for other, count in counts.items():
             if count > 1:
