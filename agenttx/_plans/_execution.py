@@ -940,9 +940,10 @@ class PlanExecution:
                 self._event(PlanEventKind.FAILED, data={"error": error[:1000]})
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
-                delivered, dispatch_errors = await asyncio.to_thread(
-                    dispatch_effects, tuple(self._effects), self._dispatcher
-                )
+                if self._effects and self._dispatcher is not None:  # it may block: off the loop
+                    delivered, dispatch_errors = await asyncio.to_thread(
+                        dispatch_effects, tuple(self._effects), self._dispatcher
+                    )
                 self._event(
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
