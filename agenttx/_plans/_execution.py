@@ -189,6 +189,12 @@ class _NodeRecord:
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
 
 
+#: An event held until the transition it reports is durable: kind, time, node, attempt, data.
+_HeldEvent = tuple[
+    PlanEventKind, dt.datetime, "str | None", "str | None", "Mapping[str, JSONValue] | None"
+]
+
+
 @attrs.frozen
 class _Finished:
     attempt: _Attempt
@@ -310,6 +316,10 @@ class PlanExecution:
         self.durable = is_plan_store(self._store)
         self._restored: dict[str, StoredNode] = dict(restored or {})
         self._resumed = restored is not None
+        #: The nodes of the current round whose claim did not hold (another runner has them).
+        self._unclaimed: frozenset[str] = frozenset()
+        #: Events whose transitions are buffered in the journal, emitted once it is written.
+        self._held: list[_HeldEvent] = []
 
     # -- steering (any thread) ----------------------------------------------------------
 
@@ -351,6 +361,11 @@ class PlanExecution:
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
     ) -> None:
+        journal = self._journal
+        if self._held or (journal is not None and journal.pending):
+            # Its transition is buffered: the event waits until it is durable (`_flush`).
+            self._held.append((kind, _now(), node, attempt, data))
+            return
         self._audit.append(
             PlanEvent(
                 seq=len(self._audit),
@@ -401,6 +416,41 @@ class PlanExecution:
                     )
             return None
 
+    def _claim(self, starts: tuple[Start, ...]) -> None:
+        """Claim the round's `starts` (those a resumed run does not replay) with what the
+        journal has buffered, in one durable write, before any of their tools runs."""
+        assert self._journal is not None
+        restored = self._restored
+        claims = [
+            (start.node, start.attempt, start.number)
+            for start in starts
+            if start.node not in restored or restored[start.node].state not in _ENDED_STORED
+        ]
+        if claims:
+            refused = self._persist(self._journal.claim_all, claims)
+            self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write the journal's buffered transitions, then emit the events held for them."""
+        journal = self._journal
+        if journal is not None and journal.pending:
+            self._persist(journal.flush)
+        if self._held:
+            with self._lock:
+                held, self._held = self._held, []
+                for kind, at, node, attempt, data in held:
+                    self._audit.append(
+                        PlanEvent(
+                            seq=len(self._audit),
+                            kind=kind,
+                            at=at,
+                            node=node,
+                            attempt=attempt,
+                            data=data or {},
+                        )
+                    )
+
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
         does it in the caller's thread, so that the run is in the store when it returns."""
@@ -416,6 +466,7 @@ class PlanExecution:
                 for node_id, node in self._restored.items()
                 if node.state == "RUNNING"
             )
+            journal.flush()
             self._journal = journal
             return
         self._journal = PlanJournal.begin(
@@ -522,8 +573,10 @@ class PlanExecution:
                 await self._apply(scheduler.cancel(reason), running)
                 break
             starts = scheduler.get_ready(time.monotonic())
+            if starts and self._journal is not None:
+                self._claim(starts)
             for start in starts:
-                if self._cancelling() is not None:
+                if self._cancel_reason is not None:  # requested by a thread meanwhile
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
                 if scheduler.state(start.node) is not NodeState.RUNNING:
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
@@ -550,6 +603,7 @@ class PlanExecution:
                         PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
                     )
                 continue
+            self._flush()  # what the round recorded is durable before the run waits
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
             if self._journal is not None:  # look for another process's cancellation
                 timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
@@ -622,15 +676,11 @@ class PlanExecution:
                         key=violation.key,
                         mistake=True,
                     )
-        if self._journal is not None:
-            claimed = self._persist(
-                self._journal.claim, start.node, start.attempt, start.number, arguments
+        if start.node in self._unclaimed and failure is None:  # its claim did not hold
+            failure = Failure(
+                f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
+                mistake=True,
             )
-            if claimed is False and failure is None:
-                failure = Failure(
-                    f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
-                    mistake=True,
-                )
         self._event(
             PlanEventKind.DISPATCHED,
             node=start.node,
@@ -754,6 +804,7 @@ class PlanExecution:
                 node_id,
                 attempt.start.attempt,
                 "SUCCEEDED",
+                inputs=attempt.arguments,
                 output=outcome.output,
             )
         self._outputs[node_id] = outcome.output
@@ -812,6 +863,7 @@ class PlanExecution:
                 node_id,
                 attempt.start.attempt,
                 stored_state,
+                inputs=attempt.arguments,
                 error=hint.text,
             )
         if retry_at is not None:
@@ -920,6 +972,7 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         finished = time.monotonic()
+        self._flush()  # every node's end is durable before the state commits
         with self._lock:
             status = self._plan_status()
             self._closing = True
@@ -958,6 +1011,7 @@ class PlanExecution:
                 compensations = await self._compensate_completed()
         if self._journal is not None:
             self._persist(self._journal.transitions, (), status=status.value)
+        self._flush()
         with self._lock:
             self._status = status
             self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
