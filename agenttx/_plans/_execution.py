@@ -55,7 +55,7 @@ from .._tools import (
     UndoRecord,
     arun_tool,
     closed,
-    derive_key,
+    key_deriver,
     run_tool,
 )
 from .._turns import RETRY_BACKOFF
@@ -89,6 +89,7 @@ from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, 
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Mapping, Sequence
+    from decimal import Decimal
 
     from .._hints import CleanHint
     from .._json import JSONValue
@@ -189,11 +190,24 @@ class _Attempt:
     start: Start
     eligible_at: float
     started_at: float
-    context: ToolContext
+    context: ToolContext | None  # None once the attempt has ended (see `release`)
     wall_start: dt.datetime
     arguments: JSONValue = None
     finished_at: float | None = None
     task: asyncio.Task[None] | None = None
+    ended_costs: tuple[tuple[str, Decimal], ...] = ()
+
+    @property
+    def costs(self) -> tuple[tuple[str, Decimal], ...]:
+        """What the attempt reported (so far, if it still runs)."""
+        return self.ended_costs if self.context is None else self.context.costs
+
+    def release(self) -> None:
+        """Keep what the ended attempt reported and let its (closed) context go: a run of
+        thousands of nodes keeps no contexts alive."""
+        if self.context is not None:
+            self.ended_costs = self.context.costs
+            self.context = None
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -305,11 +319,12 @@ class PlanExecution:
         self._compensate = compensate_on == "failure"
         self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
         self._checks: dict[str, OutputCheck | None] = {}
+        node_key = key_deriver(self.id, plan.version)
         self._nodes = {
             node.id: _NodeRecord(
                 index=index,
                 tool=node.tool,
-                key=derive_key(self.id, plan.version, node.id, node.tool),
+                key=node_key(node.id, node.tool),
                 retried=_retried(restored, node.id),
             )
             for index, node in enumerate(plan.nodes)
@@ -782,6 +797,7 @@ class PlanExecution:
         )
         if failure is not None:
             closed(context)
+            attempt.release()
             attempt.finished_at = time.monotonic()
             return self._fail(attempt, failure, retry=False)
         attempt.arguments = arguments
@@ -828,6 +844,7 @@ class PlanExecution:
         running.pop(attempt.start.attempt, None)
         if isinstance(message, _Crashed):
             raise message.error
+        attempt.release()  # its tool has returned: the context is closed
         outcome = message.outcome
         record = self._nodes[attempt.start.node]
         tool = record.tool
@@ -998,6 +1015,7 @@ class PlanExecution:
             if attempt is None:
                 continue
             undos, _ = closed(attempt.context)
+            attempt.release()
             attempt.finished_at = now
             stopped.append((attempt, undos))
             if attempt.task is not None and not attempt.task.done():
@@ -1074,7 +1092,10 @@ class PlanExecution:
                 self._event(PlanEventKind.FAILED, data={"error": error[:1000]})
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
-                delivered, dispatch_errors = await asyncio.to_thread(self._deliver)
+                # A resumed run delivers what the crashed one committed to the outbox too.
+                pending = self._effects or (self._txlog is not None and self._resumed)
+                if pending and self._dispatcher is not None:  # it may block: off the loop
+                    delivered, dispatch_errors = await asyncio.to_thread(self._deliver)
                 self._event(
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
@@ -1177,7 +1198,7 @@ class PlanExecution:
     def _node_result(self, node_id: str) -> NodeResult:
         record = self._nodes[node_id]
         state = self._scheduler.state(node_id)
-        costs = [entry for attempt in record.attempts for entry in attempt.context.costs]
+        costs = [entry for attempt in record.attempts for entry in attempt.costs]
         return NodeResult(
             node_id=node_id,
             tool=record.tool,
@@ -1189,7 +1210,7 @@ class PlanExecution:
             idempotency_key=record.key,
             started_at=record.attempts[0].wall_start if record.attempts else record.started_wall,
             finished_at=record.finished_wall,
-            cost=CostBreakdown.of(costs) if costs else CostBreakdown(),
+            cost=CostBreakdown.of(costs),
         )
 
     def _timings(self, finished: float) -> list[NodeTiming]:
@@ -1203,7 +1224,7 @@ class PlanExecution:
                         attempt.started_at,
                         attempt.finished_at if attempt.finished_at is not None else finished,
                     ),
-                    costs=attempt.context.costs,
+                    costs=attempt.costs,
                 )
                 for attempt in record.attempts
             )

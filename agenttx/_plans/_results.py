@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from .._errors import InvalidArgument
-from ._metrics import CostBreakdown, PlanMetrics
+from ._metrics import NO_COST, CostBreakdown, PlanMetrics
 from ._scheduler import NodeState
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class NodeResult:
     idempotency_key: str = ""
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
-    cost: CostBreakdown = attrs.field(factory=CostBreakdown)
+    cost: CostBreakdown = NO_COST
 
 
 def _frozen_nodes(value: Mapping[str, NodeResult]) -> Mapping[str, NodeResult]:
