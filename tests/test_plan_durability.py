@@ -630,3 +630,43 @@ def test_effects_committed_before_a_crash_are_delivered_on_recovery(tmp_path):
     assert sorted(line.split()[0] for line in _lines(tmp_path / "sent.log")) == ["a", "b", "c"]
     assert out["outbox"] == 0
     assert out["committed"] == {"k/a": '"a"', "k/b": '"b"', "k/c": '"c"'}
+
+
+def test_undo_records_whose_compensation_failed_are_kept_for_recovery(store):
+    """A failed run whose compensation fails keeps its undo records in the store (the run's
+    transaction ends keeping them); `Engine.recover` retries them later, then forgets them."""
+    broken = [True]
+    undone: list[str] = []
+
+    @agenttx.compensation
+    def unreserve(payload):
+        if broken[0]:
+            raise ConnectionError("the warehouse is down")
+        undone.append(payload["output"]["id"])
+
+    @agenttx.tool(compensate=unreserve)
+    def reserve() -> dict[str, str]:
+        return {"id": "r-1"}
+
+    @agenttx.tool
+    def refuse(id: str) -> dict[str, str]:  # noqa: A002
+        raise ValueError("refused")
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("reserve", tool="reserve"),
+            agenttx.Node("confirm", tool="refuse", inputs={"id": "${reserve.id}"}),
+        ]
+    )
+    engine = agenttx.Engine(tools=[reserve, refuse, unreserve], store=store)
+    result = engine.run_plan(plan, initial={}, run_id="r")
+    assert result.status is PlanStatus.FAILED
+    assert [c.status.value for c in result.compensations] == ["FAILED"]
+    assert store.open_transactions() == ("r",)
+    assert len(store.peek("r").undos) == 1
+    assert store.read_plan("r").status == "FAILED"
+    broken[0] = False
+    report = engine.recover()
+    assert report.compensations_run == 1
+    assert undone == ["r-1"]
+    assert store.open_transactions() == ()

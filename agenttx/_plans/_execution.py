@@ -17,6 +17,13 @@ concurrent nodes interleave in one overlay); what a node must undo it registers 
 effects are delivered after that commit; a failed or cancelled plan discards it and publishes
 nothing. Completed nodes are then compensated, newest completion first, through a `SagaLedger`.
 
+Durable runs (a store that keeps plan runs): every transition goes through the `PlanJournal`,
+buffered and written at the barriers (before a round's tools start, with their claims; before
+the loop waits; before the end), and each audit event is held until its transition is written.
+The state transaction has a durable log (`TxLog`): undo records are written ahead, a node's
+writes and staged effects are written before its completion, the commit moves the effects to
+the outbox, and recovery resumes the transaction with the run (see docs/plans.md).
+
 `PlanExecution` is the run: constructed (and so checked) in the caller's thread, executed once by
 `execute` on an event loop; `_runner` builds the public API on it. See
 `docs/plans.md#running-a-plan`.
@@ -42,7 +49,7 @@ from .._errors import (
     WriteConflict,
 )
 from .._hints import clean_error
-from .._limits import DEFAULT_ISOLATION
+from .._limits import DEFAULT_ISOLATION, Isolation
 from .._rollback import RollbackPolicy
 from .._saga import Backoff, deliver_outbox, dispatch_effects
 from .._settings import Settings
@@ -152,6 +159,10 @@ class _SerializedStore:
             self._store.delete(tx_id, key)
 
     # The durable log's calls (`TxLog`), on a durable store only.
+
+    def begin(self, tx_id: str, *, isolation: Isolation, record: str) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).begin(tx_id, isolation=isolation, record=record)
 
     def record_undo(self, tx_id: str, undo: UndoRow) -> None:
         with self._lock:
@@ -596,8 +607,8 @@ class PlanExecution:
                 self._log_undo = self._txlog.undo
                 self._restore_undos(restored.undos)
                 return
-        TxLog.begin(
-            store,
+        self._txlog = TxLog.begin(
+            cast("DurableStore", self._serialized),
             self.id,
             isolation=DEFAULT_ISOLATION,
             agent_id=f"plan run {self.id}",
@@ -605,7 +616,6 @@ class PlanExecution:
             settings=Settings().to_record(),
         )
         self._begun = True
-        self._txlog = TxLog(cast("DurableStore", self._serialized), self.id)
         self._log_undo = self._txlog.undo
 
     def _restore_undos(self, undos: tuple[UndoRecord, ...]) -> None:
