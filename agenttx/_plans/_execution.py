@@ -24,6 +24,7 @@ nothing. Completed nodes are then compensated, newest completion first, through 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import threading
@@ -204,6 +205,52 @@ class _Finished:
 class _Crashed:
     attempt: _Attempt
     error: BaseException
+
+
+@final
+class _Inbox:
+    """Where a run's attempts post their results, and other threads wake the run's loop.
+
+    One future per wait, resolved by the first post: a result reaches the loop one turn after
+    its tool returned (an `asyncio.Queue` read under `wait_for` costs a task and more turns).
+    """
+
+    __slots__ = ("_loop", "_messages", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._messages: collections.deque[_Finished | _Crashed] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def post(self, message: _Finished | _Crashed | None) -> None:
+        """Keep `message` (None only wakes the loop); from the loop's thread."""
+        if message is not None:
+            self._messages.append(message)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def wake(self) -> None:
+        """Wake the loop from any thread (a cancellation was requested)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
+            self._loop.call_soon_threadsafe(self.post, None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Return once a message or a wake-up is posted, or after `timeout` seconds."""
+        if self._messages:
+            return
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self.post, None)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def take(self) -> _Finished | _Crashed | None:
+        """The oldest message not taken, or None."""
+        return self._messages.popleft() if self._messages else None
 
 
 class PlanExecution:
@@ -512,14 +559,8 @@ class PlanExecution:
         """Run the plan to its end; see the module docstring. Call once."""
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[_Finished | _Crashed | None] = asyncio.Queue()
-
-        def wake() -> None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
-                loop.call_soon_threadsafe(queue.put_nowait, None)
-
-        self._wake = wake
+        inbox = _Inbox(asyncio.get_running_loop())
+        self._wake = inbox.wake
         self._started = time.monotonic()
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
@@ -533,7 +574,7 @@ class PlanExecution:
         try:
             self._store.begin(self.id)
             self._begun = True
-            await self._drive(queue, running)
+            await self._drive(inbox, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
             # (compensations included), then re-raise.
@@ -548,11 +589,7 @@ class PlanExecution:
             raise
         return await self._finish()
 
-    async def _drive(
-        self, queue: asyncio.Queue[_Finished | _Crashed | None], running: dict[str, _Attempt]
-    ) -> None:
-        import asyncio  # noqa: PLC0415
-
+    async def _drive(self, inbox: _Inbox, running: dict[str, _Attempt]) -> None:
         scheduler = self._scheduler
         while scheduler.is_active():
             reason = self._cancelling()
@@ -571,7 +608,7 @@ class PlanExecution:
                 if stored is not None and stored.state in _ENDED_STORED:
                     await self._apply(self._replay(start, stored), running)
                     continue
-                ended = self._dispatch(start, queue, running)
+                ended = self._dispatch(start, inbox, running)
                 if isinstance(ended, _Finished):  # an inline tool, run in place
                     await self._receive(ended, running)
                 elif ended is not None:  # it failed at once: apply what that ended or released
@@ -594,22 +631,14 @@ class PlanExecution:
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
             if self._journal is not None:  # look for another process's cancellation
                 timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
-            try:
-                message = await asyncio.wait_for(queue.get(), timeout)
-            except asyncio.TimeoutError:
-                continue
-            while True:
-                if message is not None:
-                    await self._receive(message, running)
-                try:
-                    message = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            await inbox.wait(timeout)
+            while (message := inbox.take()) is not None:
+                await self._receive(message, running)
 
     def _dispatch(
         self,
         start: Start,
-        queue: asyncio.Queue[_Finished | _Crashed | None],
+        inbox: _Inbox,
         running: dict[str, _Attempt],
     ) -> Update | _Finished | None:
         """Re-check a start, then run its attempt as a task (None); or run an inline sync
@@ -710,12 +739,10 @@ class PlanExecution:
             outcome = run_tool(call)
             attempt.finished_at = time.monotonic()
             return _Finished(attempt, outcome)
-        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
+        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
         return None
 
-    async def _run_attempt(
-        self, attempt: _Attempt, call: Call, queue: asyncio.Queue[_Finished | _Crashed | None]
-    ) -> None:
+    async def _run_attempt(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
         """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
         import asyncio  # noqa: PLC0415
 
@@ -726,10 +753,10 @@ class PlanExecution:
             raise
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
-            queue.put_nowait(_Crashed(attempt, exc))
+            inbox.post(_Crashed(attempt, exc))
             return
         attempt.finished_at = time.monotonic()
-        queue.put_nowait(_Finished(attempt, outcome))
+        inbox.post(_Finished(attempt, outcome))
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
