@@ -454,7 +454,7 @@ def test_events_are_emitted_after_the_transitions_they_report_are_durable(store,
     write = SQLiteStore.write_plan
 
     def checked(self, run_id, changes, **kwargs):
-        reported = {e.node for e in run._audit if e.kind is agenttx.PlanEventKind.COMPLETED}
+        reported = {e.node for e in run._audit.events() if e.kind is agenttx.EventKind.COMPLETED}
         early.extend(c.node_id for c in changes if c.state == "SUCCEEDED" and c.node_id in reported)
         return write(self, run_id, changes, **kwargs)
 
@@ -475,7 +475,7 @@ def test_events_are_emitted_after_the_transitions_they_report_are_durable(store,
     )
     result = asyncio.run(run.execute())
     assert result.status is PlanStatus.SUCCEEDED
-    completed = [e.node for e in result.audit if e.kind is agenttx.PlanEventKind.COMPLETED]
+    completed = [e.node for e in result.audit if e.kind is agenttx.EventKind.COMPLETED]
     assert sorted(completed) == ["a", "b", "c"]
     assert early == []
 

@@ -31,6 +31,7 @@ the outbox, and recovery resumes the transaction with the run (see docs/plans.md
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import threading
@@ -48,6 +49,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
+from .._events import EventSink
 from .._hints import clean_error
 from .._limits import DEFAULT_ISOLATION, Isolation
 from .._rollback import RollbackPolicy
@@ -80,13 +82,12 @@ from ._checks import (
 )
 from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
-from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
+from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._results import (
     CompensationOutcome,
     CompensationStatus,
     NodeResult,
-    PlanEvent,
     PlanEventKind,
     PlanResult,
     PlanStatus,
@@ -95,9 +96,10 @@ from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, 
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from decimal import Decimal
 
+    from .._events import HookLike
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
@@ -238,10 +240,8 @@ class _NodeRecord:
     retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
 
 
-#: An event held until the transition it reports is durable: kind, time, node, attempt, data.
-_HeldEvent = tuple[
-    PlanEventKind, dt.datetime, "str | None", "str | None", "Mapping[str, JSONValue] | None"
-]
+#: An event held until the transition it reports is durable: kind, node, attempt, data.
+_HeldEvent = tuple[PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | None"]
 
 
 @attrs.frozen
@@ -254,6 +254,52 @@ class _Finished:
 class _Crashed:
     attempt: _Attempt
     error: BaseException
+
+
+@final
+class _Inbox:
+    """Where a run's attempts post their results, and other threads wake the run's loop.
+
+    One future per wait, resolved by the first post: a result reaches the loop one turn after
+    its tool returned (an `asyncio.Queue` read under `wait_for` costs a task and more turns).
+    """
+
+    __slots__ = ("_loop", "_messages", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._messages: collections.deque[_Finished | _Crashed] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def post(self, message: _Finished | _Crashed | None) -> None:
+        """Keep `message` (None only wakes the loop); from the loop's thread."""
+        if message is not None:
+            self._messages.append(message)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def wake(self) -> None:
+        """Wake the loop from any thread (a cancellation was requested)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
+            self._loop.call_soon_threadsafe(self.post, None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Return once a message or a wake-up is posted, or after `timeout` seconds."""
+        if self._messages:
+            return
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self.post, None)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def take(self) -> _Finished | _Crashed | None:
+        """The oldest message not taken, or None."""
+        return self._messages.popleft() if self._messages else None
 
 
 class PlanExecution:
@@ -275,6 +321,7 @@ class PlanExecution:
         compensate_on: object,
         backoff: object,
         restored: dict[str, StoredNode] | None = None,
+        hooks: Iterable[HookLike] | None = None,
     ) -> None:
         if not isinstance(plan, Plan):
             raise InvalidArgument(f"plan must be a Plan, got {plan!r:.80}")
@@ -346,7 +393,7 @@ class PlanExecution:
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
-        self._audit: list[PlanEvent] = []
+        self._audit = EventSink("plan", self.id, hooks)
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -397,6 +444,7 @@ class PlanExecution:
                 raise FailedPrecondition(f"plan run `{self.id}` is already cancelled")
             self._cancel_reason = reason
             self._event_locked(PlanEventKind.CANCEL_REQUESTED, data={"reason": reason})
+        self._audit.deliver()
         wake = self._wake
         if wake is not None:
             wake()
@@ -411,6 +459,7 @@ class PlanExecution:
     ) -> None:
         with self._lock:
             self._event_locked(kind, node=node, attempt=attempt, data=data)
+        self._audit.deliver()
 
     def _event_locked(
         self,
@@ -423,18 +472,11 @@ class PlanExecution:
         journal = self._journal
         if self._held or (journal is not None and journal.pending):
             # Its transition is buffered: the event waits until it is durable (`_flush`).
-            self._held.append((kind, _now(), node, attempt, data))
+            self._held.append((kind, node, attempt, data))
             return
-        self._audit.append(
-            PlanEvent(
-                seq=len(self._audit),
-                kind=kind,
-                at=_now(),
-                node=node,
-                attempt=attempt,
-                data=data or {},
-            )
-        )
+        # Recorded under the run's lock (the order of the audit is the order of decisions);
+        # hooks are called by `_event` or the caller after the lock is released.
+        self._audit.record(kind, node=node, attempt=attempt, data=data)
 
     def _exclusive(self, node: Node) -> str | None:
         """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
@@ -498,17 +540,9 @@ class PlanExecution:
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
-                for kind, at, node, attempt, data in held:
-                    self._audit.append(
-                        PlanEvent(
-                            seq=len(self._audit),
-                            kind=kind,
-                            at=at,
-                            node=node,
-                            attempt=attempt,
-                            data=data or {},
-                        )
-                    )
+                for kind, node, attempt, data in held:
+                    self._audit.record(kind, node=node, attempt=attempt, data=data)
+            self._audit.deliver()
 
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
@@ -633,14 +667,8 @@ class PlanExecution:
         """Run the plan to its end; see the module docstring. Call once."""
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[_Finished | _Crashed | None] = asyncio.Queue()
-
-        def wake() -> None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
-                loop.call_soon_threadsafe(queue.put_nowait, None)
-
-        self._wake = wake
+        inbox = _Inbox(asyncio.get_running_loop())
+        self._wake = inbox.wake
         self._started = time.monotonic()
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
@@ -650,7 +678,7 @@ class PlanExecution:
             self.open_journal()
         try:
             self._open_state()
-            await self._drive(queue, running)
+            await self._drive(inbox, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
             # (compensations included), then re-raise.
@@ -665,11 +693,7 @@ class PlanExecution:
             raise
         return await self._finish()
 
-    async def _drive(
-        self, queue: asyncio.Queue[_Finished | _Crashed | None], running: dict[str, _Attempt]
-    ) -> None:
-        import asyncio  # noqa: PLC0415
-
+    async def _drive(self, inbox: _Inbox, running: dict[str, _Attempt]) -> None:
         scheduler = self._scheduler
         while scheduler.is_active():
             reason = self._cancelling()
@@ -688,7 +712,7 @@ class PlanExecution:
                 if stored is not None and stored.state in _ENDED_STORED:
                     await self._apply(self._replay(start, stored), running)
                     continue
-                ended = self._dispatch(start, queue, running)
+                ended = self._dispatch(start, inbox, running)
                 if isinstance(ended, _Finished):  # an inline tool, run in place
                     await self._receive(ended, running)
                 elif ended is not None:  # it failed at once: apply what that ended or released
@@ -711,22 +735,14 @@ class PlanExecution:
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
             if self._journal is not None:  # look for another process's cancellation
                 timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
-            try:
-                message = await asyncio.wait_for(queue.get(), timeout)
-            except asyncio.TimeoutError:
-                continue
-            while True:
-                if message is not None:
-                    await self._receive(message, running)
-                try:
-                    message = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            await inbox.wait(timeout)
+            while (message := inbox.take()) is not None:
+                await self._receive(message, running)
 
     def _dispatch(
         self,
         start: Start,
-        queue: asyncio.Queue[_Finished | _Crashed | None],
+        inbox: _Inbox,
         running: dict[str, _Attempt],
     ) -> Update | _Finished | None:
         """Re-check a start, then run its attempt as a task (None); or run an inline sync
@@ -828,12 +844,10 @@ class PlanExecution:
             outcome = run_tool(call)
             attempt.finished_at = time.monotonic()
             return _Finished(attempt, outcome)
-        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
+        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
         return None
 
-    async def _run_attempt(
-        self, attempt: _Attempt, call: Call, queue: asyncio.Queue[_Finished | _Crashed | None]
-    ) -> None:
+    async def _run_attempt(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
         """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
         import asyncio  # noqa: PLC0415
 
@@ -844,10 +858,10 @@ class PlanExecution:
             raise
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
-            queue.put_nowait(_Crashed(attempt, exc))
+            inbox.post(_Crashed(attempt, exc))
             return
         attempt.finished_at = time.monotonic()
-        queue.put_nowait(_Finished(attempt, outcome))
+        inbox.post(_Finished(attempt, outcome))
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
@@ -1124,11 +1138,12 @@ class PlanExecution:
         with self._lock:
             self._status = status
             self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+        self._audit.deliver()
         return PlanResult(
             run_id=self.id,
             plan_version=self._plan.version,
             status=status,
-            nodes={node_id: self._node_result(node_id) for node_id in self._nodes},
+            nodes=self._node_results(),
             metrics=plan_metrics(
                 self._timings(finished), started_at=self._started, finished_at=finished
             ),
@@ -1138,7 +1153,7 @@ class PlanExecution:
             committed_keys=committed,
             effects_dispatched=delivered,
             dispatch_errors=dispatch_errors,
-            audit=tuple(self._audit),
+            audit=self._audit.events(),
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
@@ -1205,23 +1220,31 @@ class PlanExecution:
         else:
             self._serialized.flush(self.id)
 
-    def _node_result(self, node_id: str) -> NodeResult:
-        record = self._nodes[node_id]
-        state = self._scheduler.state(node_id)
-        costs = [entry for attempt in record.attempts for entry in attempt.costs]
-        return NodeResult(
-            node_id=node_id,
-            tool=record.tool,
-            state=state,
-            output=record.output if state is NodeState.SUCCEEDED else None,
-            error=record.error,
-            attempts=len(record.attempts),
-            attempt_ids=tuple(attempt.start.attempt for attempt in record.attempts),
-            idempotency_key=record.key,
-            started_at=record.attempts[0].wall_start if record.attempts else record.started_wall,
-            finished_at=record.finished_wall,
-            cost=CostBreakdown.of(costs),
-        )
+    def _node_results(self) -> LazyMap[NodeResult]:
+        """Each node's result, built when first read (from the records and final states only:
+        a kept result does not keep the run's store, tools or tasks alive)."""
+        records = self._nodes
+        scheduler = self._scheduler
+
+        def build(node_id: str) -> NodeResult:
+            record = records[node_id]
+            state = scheduler.state(node_id)
+            attempts = record.attempts
+            return NodeResult(
+                node_id=node_id,
+                tool=record.tool,
+                state=state,
+                output=record.output if state is NodeState.SUCCEEDED else None,
+                error=record.error,
+                attempts=len(attempts),
+                attempt_ids=tuple(attempt.start.attempt for attempt in attempts),
+                idempotency_key=record.key,
+                started_at=attempts[0].wall_start if attempts else record.started_wall,
+                finished_at=record.finished_wall,
+                cost=CostBreakdown.of(entry for attempt in attempts for entry in attempt.costs),
+            )
+
+        return LazyMap(records, build)
 
     def _timings(self, finished: float) -> list[NodeTiming]:
         timings: list[NodeTiming] = []
