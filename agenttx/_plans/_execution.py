@@ -1177,11 +1177,11 @@ class PlanExecution:
         self, status: PlanStatus, compensations: tuple[CompensationOutcome, ...]
     ) -> None:
         """End the state transaction of a run that did not succeed: discarded (its staged
-        effects with it: nothing is published), or, on a durable log whose undo records were
-        not all compensated (failed, or `compensate_on="never"`), ended keeping them, so
-        that recovery retries them."""
+        effects with it: nothing is published), or, on a durable log with compensations that
+        failed, ended keeping their undo records, so that recovery retries them. (With
+        `compensate_on="never"` nothing is to be compensated: the records are dropped.)"""
         txlog = self._txlog
-        left = any(c.status is not CompensationStatus.COMPLETED for c in compensations)
+        left = any(c.status is CompensationStatus.FAILED for c in compensations)
         if txlog is not None and left and not self._lost:
             txlog.end(status.value, history_text(status.value, [], (), ()), keep_undos=True)
         else:
