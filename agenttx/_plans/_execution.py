@@ -527,9 +527,8 @@ class PlanExecution:
             for start in starts
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
-        if claims:
-            refused = self._persist(self._journal.claim_all, claims)
-            self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
+        refused = self._persist(self._journal.claim_all, claims) if claims else None
+        self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
         self._flush()
 
     def _flush(self) -> None:

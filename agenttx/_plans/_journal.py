@@ -210,6 +210,8 @@ class PlanJournal:
             changes.append(_change(node_id, "RUNNING", attempt, change, expect))
             claimed.append((node_id, change))
         self._pending = []
+        if not changes:
+            return frozenset()
         made = self._store.write_plan(self._run_id, changes)
         refused = set()
         for (node_id, change), ok in zip(claimed, made[count:], strict=True):
