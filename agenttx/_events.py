@@ -404,6 +404,19 @@ class EventSink:
         """
         return self._events(0, [*self._raw, (kind, at, None, None, None, None, data)])
 
+    def upcoming(
+        self,
+        items: Iterable[
+            tuple[EventKind, float, str | None, str | None, Mapping[str, JSONValue] | None]
+        ],
+    ) -> tuple[Event, ...]:
+        """The events that recording `items` (`(kind, at, node, attempt, data)`, in order)
+        next would give, without recording them (for a write that must hold them)."""
+        raw: list[_Raw] = [
+            (kind, at, None, node, attempt, None, data) for kind, at, node, attempt, data in items
+        ]
+        return self._events(len(self._raw), raw)
+
     def __len__(self) -> int:
         return len(self._raw)
 

@@ -332,7 +332,7 @@ def test_unknown_plan_runs_are_refused_with_typed_errors(store):
 
 
 def test_a_version_3_file_gains_the_plan_tables(tmp_path):
-    """Opening a store of schema version 3 migrates it to 4, keeping what it had."""
+    """Opening a store of schema version 3 migrates it to the latest, keeping what it had."""
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
         for statements in file_module.MIGRATIONS[:3]:
@@ -347,7 +347,7 @@ def test_a_version_3_file_gains_the_plan_tables(tmp_path):
         agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="r")
         assert store.plan_runs()[0][:2] == ("r", "SUCCEEDED")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == file_module.SCHEMA_VERSION
 
 
 def test_a_memory_store_run_keeps_no_durable_record():

@@ -41,8 +41,9 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import EventSink
+from .._events import Event, EventSink
 from .._hints import clean_error
+from .._json import canonical_dumps
 from .._saga import Backoff, dispatch_effects
 from .._tools import (
     Call,
@@ -293,7 +294,11 @@ class PlanExecution:
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
-        self._audit = EventSink("plan", self.id, hooks)
+        # A resumed run numbers its events after those its durable record holds.
+        stored = getattr(self._store, "plan_audit", None) if restored is not None else None
+        self._audit = EventSink(
+            "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
+        )
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -364,15 +369,16 @@ class PlanExecution:
         node: str | None = None,
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
+        at: float | None = None,
     ) -> None:
         journal = self._journal
         if self._held or (journal is not None and journal.pending):
             # Its transition is buffered: the event waits until it is durable (`_flush`).
-            self._held.append((kind, time.time(), node, attempt, data))
+            self._held.append((kind, time.time() if at is None else at, node, attempt, data))
             return
         # Recorded under the run's lock (the order of the audit is the order of decisions);
         # hooks are called by `_event` or the caller after the lock is released.
-        self._audit.record(kind, node=node, attempt=attempt, data=data)
+        self._audit.record(kind, node=node, attempt=attempt, data=data, at=at)
 
     def _exclusive(self, node: Node) -> str | None:
         """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
@@ -429,16 +435,28 @@ class PlanExecution:
         self._flush()
 
     def _flush(self) -> None:
-        """Write the journal's buffered transitions, then emit the events held for them."""
+        """Write the journal's buffered transitions (with the audit events recorded since the
+        last write), then emit the events held for them."""
         journal = self._journal
         if journal is not None and journal.pending:
-            self._persist(journal.flush)
+            self._persist(journal.flush, None, self._audit_rows())
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
                 for kind, at, node, attempt, data in held:
                     self._audit.record(kind, node=node, attempt=attempt, data=data, at=at)
             self._audit.deliver()
+
+    def audit(self) -> tuple[Event, ...]:
+        """The run's audit events so far, in `seq` order."""
+        return self._audit.events()
+
+    def _audit_rows(self) -> list[tuple[int, str]]:
+        """The audit events not yet written, as `(seq, JSON text)` rows."""
+        return [
+            (event.seq, canonical_dumps(event.to_json()))
+            for event in self._audit.take_unpersisted()
+        ]
 
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
@@ -998,12 +1016,22 @@ class PlanExecution:
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
             if not self._lost:  # a runner that lost the run leaves its nodes to the new one
                 compensations = await self._compensate_completed()
+        ended = time.time()
+        finished_data: dict[str, JSONValue] = {"status": status.value}
         if self._journal is not None:
-            self._persist(self._journal.transitions, (), status=status.value)
+            # The last write holds every event not yet written: those held for it, and the
+            # `finished` event recorded just after it.
+            with self._lock:
+                last = self._audit.upcoming(
+                    [*self._held, (PlanEventKind.FINISHED, ended, None, None, finished_data)]
+                )
+                rows = self._audit_rows()
+            rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
+            self._persist(self._journal.flush, status.value, rows)
         self._flush()
         with self._lock:
             self._status = status
-            self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+            self._event_locked(PlanEventKind.FINISHED, data=finished_data, at=ended)
         self._audit.deliver()
         return PlanResult(
             run_id=self.id,

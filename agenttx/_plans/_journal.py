@@ -32,7 +32,7 @@ from .._json import JSONValue, canonical_dumps
 from ..stores._plans import PlanChange, PlanExpect, PlanNodeRow
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     from ..stores._plans import PlanImage
 
@@ -258,15 +258,23 @@ class PlanJournal:
         if status is not None:
             self.flush(status)
 
-    def flush(self, status: str | None = None) -> bool:
-        """Write what is buffered (and the run's `status`, if given) in one durable write;
-        False if a compare-and-set among the changes did not hold (another runner holds
-        that node; the rest was written)."""
-        if not self._pending and status is None:
+    def flush(self, status: str | None = None, events: Sequence[tuple[int, str]] = ()) -> bool:
+        """Write what is buffered (and the run's `status`, if given, and audit `events`,
+        `(seq, JSON text)`) in one durable write; False if a compare-and-set among the changes
+        did not hold (another runner holds that node; the rest was written)."""
+        if not self._pending and status is None and not events:
             return True
         changes, self._pending = self._pending, []
-        made = self._store.write_plan(self._run_id, changes, status=status)
+        if events:
+            made = self._store.write_plan(self._run_id, changes, status=status, events=events)
+        else:
+            made = self._store.write_plan(self._run_id, changes, status=status)
         return all(made)
+
+    def stored_events(self) -> int:
+        """How many audit events the store holds for the run (a resumed run numbers on)."""
+        read = getattr(self._store, "plan_audit", None)
+        return len(read(self._run_id)) if read is not None else 0
 
     def cancel_reason(self) -> str | None:
         """The cancellation another thread or process recorded for the run, or None."""
