@@ -211,7 +211,7 @@ def _abort(
     history = (
         None
         if restored.ended
-        else recovered_history(restored, status, report.failures, events.events())
+        else recovered_history(restored, status, report.failures, events.entries())
     )
     if report.failures:  # the record and the failed undos stay, for next time
         end_keeping_undos(store, tx_id, restored.record, status, history)

@@ -252,6 +252,12 @@ def test_recovery_resumes_a_killed_run_without_running_completed_nodes_again(tmp
         assert all(n.state == "SUCCEEDED" for n in image.nodes)
         assert after.open_transactions() == ()
         assert agenttx.Engine(tools=[], store=after).recover() == agenttx.RecoveryReport()
+        # The audit trail holds both runners' events, numbered on without a gap or a clash.
+        events = [agenttx.Event.from_json(json.loads(text)) for text in after.plan_audit("crashy")]
+        assert [event.seq for event in events] == list(range(len(events)))
+        kinds = [event.kind for event in events]
+        assert kinds.count(agenttx.EventKind.VALIDATED) == 2  # the first runner, the resumed one
+        assert kinds[-1] is agenttx.EventKind.FINISHED
 
 
 def test_cancel_plan_from_another_thread_is_recorded_then_seen(store):

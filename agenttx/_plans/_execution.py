@@ -430,7 +430,7 @@ class PlanExecution:
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
         if claims:
-            refused = self._persist(self._journal.claim_all, claims)
+            refused = self._persist(self._journal.claim_all, claims, self._audit_rows())
             self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
         self._flush()
 
@@ -453,10 +453,7 @@ class PlanExecution:
 
     def _audit_rows(self) -> list[tuple[int, str]]:
         """The audit events not yet written, as `(seq, JSON text)` rows."""
-        return [
-            (event.seq, canonical_dumps(event.to_json()))
-            for event in self._audit.take_unpersisted()
-        ]
+        return self._audit.take_unpersisted_rows()
 
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
