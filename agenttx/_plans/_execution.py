@@ -24,6 +24,7 @@ nothing. Completed nodes are then compensated, newest completion first, through 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import threading
@@ -70,7 +71,7 @@ from ._checks import (
 )
 from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
-from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
+from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._results import (
     CompensationOutcome,
@@ -191,10 +192,8 @@ class _NodeRecord:
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
 
 
-#: An event held until the transition it reports is durable: kind, time, node, attempt, data.
-_HeldEvent = tuple[
-    PlanEventKind, float, "str | None", "str | None", "Mapping[str, JSONValue] | None"
-]
+#: An event held until the transition it reports is durable: kind, node, attempt, data.
+_HeldEvent = tuple[PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | None"]
 
 
 @attrs.frozen
@@ -207,6 +206,52 @@ class _Finished:
 class _Crashed:
     attempt: _Attempt
     error: BaseException
+
+
+@final
+class _Inbox:
+    """Where a run's attempts post their results, and other threads wake the run's loop.
+
+    One future per wait, resolved by the first post: a result reaches the loop one turn after
+    its tool returned (an `asyncio.Queue` read under `wait_for` costs a task and more turns).
+    """
+
+    __slots__ = ("_loop", "_messages", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._messages: collections.deque[_Finished | _Crashed] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def post(self, message: _Finished | _Crashed | None) -> None:
+        """Keep `message` (None only wakes the loop); from the loop's thread."""
+        if message is not None:
+            self._messages.append(message)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def wake(self) -> None:
+        """Wake the loop from any thread (a cancellation was requested)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
+            self._loop.call_soon_threadsafe(self.post, None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Return once a message or a wake-up is posted, or after `timeout` seconds."""
+        if self._messages:
+            return
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self.post, None)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def take(self) -> _Finished | _Crashed | None:
+        """The oldest message not taken, or None."""
+        return self._messages.popleft() if self._messages else None
 
 
 class PlanExecution:
@@ -374,7 +419,7 @@ class PlanExecution:
         journal = self._journal
         if self._held or (journal is not None and journal.pending):
             # Its transition is buffered: the event waits until it is durable (`_flush`).
-            self._held.append((kind, time.time() if at is None else at, node, attempt, data))
+            self._held.append((kind, node, attempt, data))
             return
         # Recorded under the run's lock (the order of the audit is the order of decisions);
         # hooks are called by `_event` or the caller after the lock is released.
@@ -443,8 +488,8 @@ class PlanExecution:
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
-                for kind, at, node, attempt, data in held:
-                    self._audit.record(kind, node=node, attempt=attempt, data=data, at=at)
+                for kind, node, attempt, data in held:
+                    self._audit.record(kind, node=node, attempt=attempt, data=data)
             self._audit.deliver()
 
     def audit(self) -> tuple[Event, ...]:
@@ -529,14 +574,8 @@ class PlanExecution:
         """Run the plan to its end; see the module docstring. Call once."""
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[_Finished | _Crashed | None] = asyncio.Queue()
-
-        def wake() -> None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
-                loop.call_soon_threadsafe(queue.put_nowait, None)
-
-        self._wake = wake
+        inbox = _Inbox(asyncio.get_running_loop())
+        self._wake = inbox.wake
         self._started = time.monotonic()
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
@@ -550,7 +589,7 @@ class PlanExecution:
         try:
             self._store.begin(self.id)
             self._begun = True
-            await self._drive(queue, running)
+            await self._drive(inbox, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
             # (compensations included), then re-raise.
@@ -565,11 +604,7 @@ class PlanExecution:
             raise
         return await self._finish()
 
-    async def _drive(
-        self, queue: asyncio.Queue[_Finished | _Crashed | None], running: dict[str, _Attempt]
-    ) -> None:
-        import asyncio  # noqa: PLC0415
-
+    async def _drive(self, inbox: _Inbox, running: dict[str, _Attempt]) -> None:
         scheduler = self._scheduler
         while scheduler.is_active():
             reason = self._cancelling()
@@ -588,7 +623,7 @@ class PlanExecution:
                 if stored is not None and stored.state in _ENDED_STORED:
                     await self._apply(self._replay(start, stored), running)
                     continue
-                ended = self._dispatch(start, queue, running)
+                ended = self._dispatch(start, inbox, running)
                 if isinstance(ended, _Finished):  # an inline tool, run in place
                     await self._receive(ended, running)
                 elif ended is not None:  # it failed at once: apply what that ended or released
@@ -611,22 +646,14 @@ class PlanExecution:
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
             if self._journal is not None:  # look for another process's cancellation
                 timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
-            try:
-                message = await asyncio.wait_for(queue.get(), timeout)
-            except asyncio.TimeoutError:
-                continue
-            while True:
-                if message is not None:
-                    await self._receive(message, running)
-                try:
-                    message = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            await inbox.wait(timeout)
+            while (message := inbox.take()) is not None:
+                await self._receive(message, running)
 
     def _dispatch(
         self,
         start: Start,
-        queue: asyncio.Queue[_Finished | _Crashed | None],
+        inbox: _Inbox,
         running: dict[str, _Attempt],
     ) -> Update | _Finished | None:
         """Re-check a start, then run its attempt as a task (None); or run an inline sync
@@ -727,12 +754,10 @@ class PlanExecution:
             outcome = run_tool(call)
             attempt.finished_at = time.monotonic()
             return _Finished(attempt, outcome)
-        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
+        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
         return None
 
-    async def _run_attempt(
-        self, attempt: _Attempt, call: Call, queue: asyncio.Queue[_Finished | _Crashed | None]
-    ) -> None:
+    async def _run_attempt(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
         """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
         import asyncio  # noqa: PLC0415
 
@@ -743,10 +768,10 @@ class PlanExecution:
             raise
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
-            queue.put_nowait(_Crashed(attempt, exc))
+            inbox.post(_Crashed(attempt, exc))
             return
         attempt.finished_at = time.monotonic()
-        queue.put_nowait(_Finished(attempt, outcome))
+        inbox.post(_Finished(attempt, outcome))
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
@@ -972,6 +997,31 @@ class PlanExecution:
             for other in dependants
         )
 
+    def _end(self, status: PlanStatus) -> None:
+        """Write the run's final status with every audit event not yet written (those held
+        for that write, and the `finished` event, recorded once it is durable), then set it."""
+        ended = time.time()
+        finished_data: dict[str, JSONValue] = {"status": status.value}
+        if self._journal is None:
+            self._flush()
+            with self._lock:
+                self._status = status
+                self._event_locked(PlanEventKind.FINISHED, data=finished_data, at=ended)
+            return
+        with self._lock:
+            held = [*self._held, (PlanEventKind.FINISHED, None, None, finished_data)]
+            self._held = []
+            last = self._audit.upcoming(
+                (kind, ended, node, attempt, data) for kind, node, attempt, data in held
+            )
+            rows = self._audit_rows()
+        rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
+        self._persist(self._journal.flush, status.value, rows)
+        with self._lock:
+            self._status = status
+            for kind, node, attempt, data in held:
+                self._audit.record(kind, node=node, attempt=attempt, data=data, at=ended)
+
     async def _finish(self) -> PlanResult:
         import asyncio  # noqa: PLC0415
 
@@ -1013,28 +1063,13 @@ class PlanExecution:
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
             if not self._lost:  # a runner that lost the run leaves its nodes to the new one
                 compensations = await self._compensate_completed()
-        ended = time.time()
-        finished_data: dict[str, JSONValue] = {"status": status.value}
-        if self._journal is not None:
-            # The last write holds every event not yet written: those held for it, and the
-            # `finished` event recorded just after it.
-            with self._lock:
-                last = self._audit.upcoming(
-                    [*self._held, (PlanEventKind.FINISHED, ended, None, None, finished_data)]
-                )
-                rows = self._audit_rows()
-            rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
-            self._persist(self._journal.flush, status.value, rows)
-        self._flush()
-        with self._lock:
-            self._status = status
-            self._event_locked(PlanEventKind.FINISHED, data=finished_data, at=ended)
+        self._end(status)
         self._audit.deliver()
         return PlanResult(
             run_id=self.id,
             plan_version=self._plan.version,
             status=status,
-            nodes={node_id: self._node_result(node_id) for node_id in self._nodes},
+            nodes=self._node_results(),
             metrics=plan_metrics(
                 self._timings(finished), started_at=self._started, finished_at=finished
             ),
@@ -1061,23 +1096,31 @@ class PlanExecution:
             record=self._event,
         )
 
-    def _node_result(self, node_id: str) -> NodeResult:
-        record = self._nodes[node_id]
-        state = self._scheduler.state(node_id)
-        costs = [entry for attempt in record.attempts for entry in attempt.costs]
-        return NodeResult(
-            node_id=node_id,
-            tool=record.tool,
-            state=state,
-            output=record.output if state is NodeState.SUCCEEDED else None,
-            error=record.error,
-            attempts=len(record.attempts),
-            attempt_ids=tuple(attempt.start.attempt for attempt in record.attempts),
-            idempotency_key=record.key,
-            started_at=record.attempts[0].wall_start if record.attempts else record.started_wall,
-            finished_at=record.finished_wall,
-            cost=CostBreakdown.of(costs),
-        )
+    def _node_results(self) -> LazyMap[NodeResult]:
+        """Each node's result, built when first read (from the records and final states only:
+        a kept result does not keep the run's store, tools or tasks alive)."""
+        records = self._nodes
+        scheduler = self._scheduler
+
+        def build(node_id: str) -> NodeResult:
+            record = records[node_id]
+            state = scheduler.state(node_id)
+            attempts = record.attempts
+            return NodeResult(
+                node_id=node_id,
+                tool=record.tool,
+                state=state,
+                output=record.output if state is NodeState.SUCCEEDED else None,
+                error=record.error,
+                attempts=len(attempts),
+                attempt_ids=tuple(attempt.start.attempt for attempt in attempts),
+                idempotency_key=record.key,
+                started_at=attempts[0].wall_start if attempts else record.started_wall,
+                finished_at=record.finished_wall,
+                cost=CostBreakdown.of(entry for attempt in attempts for entry in attempt.costs),
+            )
+
+        return LazyMap(records, build)
 
     def _timings(self, finished: float) -> list[NodeTiming]:
         timings: list[NodeTiming] = []
