@@ -5,10 +5,10 @@
 successful step with its staged effects; and the progress (next step, controller counters,
 constraints) after every rewind; and, in the write that ends it (commit, abort, or the end
 that keeps failed undos for recovery), its history (`history_text`: the final status, every
-step attempt with what became of it, the constraints and the compensation failures), which a
-store that keeps ended transactions keeps with them. Everything is JSON text. `read_image`
-turns what `DurableStore.load` returns back into Python objects for `Engine.recover`, and
-`read_history` the history of an ended one for `agenttx inspect`.
+step attempt with what became of it, the constraints, the compensation failures and the
+audit events), which a store that keeps ended transactions keeps with them. Everything is
+JSON text. `read_image` turns what `DurableStore.load` returns back into Python objects for
+`Engine.recover`, and `read_history` the history of an ended one for `agenttx inspect`.
 """
 
 from __future__ import annotations
