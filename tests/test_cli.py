@@ -208,7 +208,7 @@ def test_helpful_errors(tmp_path, database):
     assert not (tmp_path / "nope.db").exists()  # inspecting never creates a file
 
 
-@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "plans", "lineage"])
+@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "plans", "audit", "lineage"])
 def test_every_command_has_help(command):
     """`agenttx COMMAND --help` describes the command and exits 0."""
     done = agenttx_cli(command, "--help")
