@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
+from ._audit import merge_scopes, stored_audit, write_jsonl
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
+from ._events import hook_callables
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._plans import PlanRun, run_plan, start_plan
 from ._recovery import recover, recover_plans
@@ -45,11 +47,13 @@ from .stores import MemoryStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
+    from typing import TextIO
 
     from typing_extensions import Self
 
+    from ._events import Event, HookLike
     from ._json import JSONValue
     from ._plans import Plan, PlanResult
     from ._saga import Dispatcher
@@ -179,6 +183,7 @@ class Engine:
         store: Store | None = None,
         config: EngineConfig | None = None,
         dispatcher: Dispatcher | None = None,
+        hooks: Iterable[HookLike] | None = None,
     ) -> None:
         self._config = EngineConfig() if config is None else config
         if not isinstance(self._config, EngineConfig):
@@ -192,6 +197,8 @@ class Engine:
         self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
         self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
+        hook_callables(hooks)  # checked here, so that a bad hook fails at construction
+        self._hooks: tuple[HookLike, ...] = () if hooks is None else tuple(hooks)
         # The order transactions were begun (or recovered) in, for `transactions()`.
         self._sequence = itertools.count()
         # Transactions not yet seen ended; some may have ended since the engine last looked.
@@ -304,6 +311,7 @@ class Engine:
             dispatch_timeout=self._config.dispatch_timeout,
             isolation=self._config.isolation if isolation is None else isolation,
             output_serializer=self._config.output_serializer,
+            hooks=self._hooks,
         )
         with self._lock:
             self._hold(tx)
@@ -371,13 +379,14 @@ class Engine:
             dispatcher=self._dispatcher,
             live=live,
             output_serializer=self._config.output_serializer,
+            hooks=self._hooks,
         )
         with self._lock:
             for tx in resumed:
                 self._hold(tx)
             held = {run_id for run_id, run in self._plans.items() if not run.done}
         plans, skipped, failures = recover_plans(
-            self._store, self._registry, dispatcher=self._dispatcher, live=held
+            self._store, self._registry, dispatcher=self._dispatcher, live=held, hooks=self._hooks
         )
         with self._lock:
             for run in plans:
@@ -405,7 +414,7 @@ class Engine:
             initial=initial,
             store=self._store,
             dispatcher=self._dispatcher,
-            **options,
+            **self._with_hooks(options),
         )
 
     def start_plan(
@@ -419,12 +428,68 @@ class Engine:
             initial=initial,
             store=self._store,
             dispatcher=self._dispatcher,
-            **options,
+            **self._with_hooks(options),
         )
         with self._lock:
             self._plans = {k: v for k, v in self._plans.items() if not v.done}
             self._plans[run.id] = run
         return run
+
+    def _with_hooks(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` with the engine's hooks before any the call gives."""
+        if not self._hooks:
+            return options
+        more = options.get("hooks")
+        return {**options, "hooks": (*self._hooks, *hook_callables(more))}
+
+    # ------------------------------------------------------------------ audit
+
+    def audit(self, tx_or_run_id: str | None = None) -> tuple[Event, ...]:
+        """The audit trail of one transaction or plan run, or (None) of everything at hand.
+
+        With an id: the events of a transaction or plan run this engine holds (live or kept
+        ended), else those its durable store keeps (ended transactions within the store's
+        retention; plan runs). Raises `TransactionNotFound` if there are none. With None: the
+        events the store keeps of its recent ended transactions and plan runs, and those of
+        the transactions and runs this engine holds; each scope in `seq` order, scopes by
+        their first event. See docs/audit.md.
+        """
+        if tx_or_run_id is not None:
+            if not isinstance(tx_or_run_id, str):
+                raise InvalidArgument(
+                    f"tx_or_run_id must be a string or None, got {type(tx_or_run_id).__name__}"
+                )
+            try:
+                return self.get(tx_or_run_id).audit()
+            except TransactionNotFound:
+                pass
+            with self._lock:
+                run = self._plans.get(tx_or_run_id)
+            if run is not None:
+                return run.audit()
+            return stored_audit(self._store, tx_or_run_id)
+        held: list[Event] = [event for tx in self.transactions() for event in tx.audit()]
+        with self._lock:
+            runs = list(self._plans.values())
+        held.extend(event for run in runs for event in run.audit())
+        seen = {(event.scope, event.scope_id) for event in held}
+        stored = [
+            event
+            for event in stored_audit(self._store)
+            if (event.scope, event.scope_id) not in seen
+        ]
+        return merge_scopes([*stored, *held])
+
+    def export_audit(
+        self, file: str | os.PathLike[str] | TextIO, tx_or_run_id: str | None = None
+    ) -> int:
+        """Write `audit(tx_or_run_id)` as JSON lines to `file` (a path, replaced, or an open
+        text file); return how many events were written."""
+        events = self.audit(tx_or_run_id)
+        if isinstance(file, (str, os.PathLike)):
+            with open(file, "w", encoding="utf-8") as out:  # noqa: PTH123
+                return write_jsonl(events, out)
+        return write_jsonl(events, file)
 
     def get_plan(self, run_id: str) -> PlanRun:
         """The plan run `run_id` started (`start_plan`) or resumed (`recover`) by this engine.

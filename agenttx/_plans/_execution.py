@@ -49,8 +49,9 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import EventSink
+from .._events import Event, EventSink
 from .._hints import clean_error
+from .._json import canonical_dumps
 from .._limits import DEFAULT_ISOLATION, Isolation
 from .._rollback import RollbackPolicy
 from .._saga import Backoff, deliver_outbox, dispatch_effects
@@ -393,7 +394,11 @@ class PlanExecution:
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
-        self._audit = EventSink("plan", self.id, hooks)
+        # A resumed run numbers its events after those its durable record holds.
+        stored = getattr(self._store, "plan_audit", None) if restored is not None else None
+        self._audit = EventSink(
+            "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
+        )
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -468,6 +473,7 @@ class PlanExecution:
         node: str | None = None,
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
+        at: float | None = None,
     ) -> None:
         journal = self._journal
         if self._held or (journal is not None and journal.pending):
@@ -476,7 +482,7 @@ class PlanExecution:
             return
         # Recorded under the run's lock (the order of the audit is the order of decisions);
         # hooks are called by `_event` or the caller after the lock is released.
-        self._audit.record(kind, node=node, attempt=attempt, data=data)
+        self._audit.record(kind, node=node, attempt=attempt, data=data, at=at)
 
     def _exclusive(self, node: Node) -> str | None:
         """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
@@ -528,21 +534,30 @@ class PlanExecution:
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
         if claims:
-            refused = self._persist(self._journal.claim_all, claims)
+            refused = self._persist(self._journal.claim_all, claims, self._audit_rows())
             self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
         self._flush()
 
     def _flush(self) -> None:
-        """Write the journal's buffered transitions, then emit the events held for them."""
+        """Write the journal's buffered transitions (with the audit events recorded since the
+        last write), then emit the events held for them."""
         journal = self._journal
         if journal is not None and journal.pending:
-            self._persist(journal.flush)
+            self._persist(journal.flush, None, self._audit_rows())
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
                 for kind, node, attempt, data in held:
                     self._audit.record(kind, node=node, attempt=attempt, data=data)
             self._audit.deliver()
+
+    def audit(self) -> tuple[Event, ...]:
+        """The run's audit events so far, in `seq` order."""
+        return self._audit.events()
+
+    def _audit_rows(self) -> list[tuple[int, str]]:
+        """The audit events not yet written, as `(seq, JSON text)` rows."""
+        return self._audit.take_unpersisted_rows()
 
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
@@ -1091,6 +1106,31 @@ class PlanExecution:
             for other in dependants
         )
 
+    def _end(self, status: PlanStatus) -> None:
+        """Write the run's final status with every audit event not yet written (those held
+        for that write, and the `finished` event, recorded once it is durable), then set it."""
+        ended = time.time()
+        finished_data: dict[str, JSONValue] = {"status": status.value}
+        if self._journal is None:
+            self._flush()
+            with self._lock:
+                self._status = status
+                self._event_locked(PlanEventKind.FINISHED, data=finished_data, at=ended)
+            return
+        with self._lock:
+            held = [*self._held, (PlanEventKind.FINISHED, None, None, finished_data)]
+            self._held = []
+            last = self._audit.upcoming(
+                (kind, ended, node, attempt, data) for kind, node, attempt, data in held
+            )
+            rows = self._audit_rows()
+        rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
+        self._persist(self._journal.flush, status.value, rows)
+        with self._lock:
+            self._status = status
+            for kind, node, attempt, data in held:
+                self._audit.record(kind, node=node, attempt=attempt, data=data, at=ended)
+
     async def _finish(self) -> PlanResult:
         import asyncio  # noqa: PLC0415
 
@@ -1132,12 +1172,7 @@ class PlanExecution:
                 with contextlib.suppress(Exception):  # a store failure: already not published
                     self._end_state(status, compensations)
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
-        if self._journal is not None:
-            self._persist(self._journal.transitions, (), status=status.value)
-        self._flush()
-        with self._lock:
-            self._status = status
-            self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+        self._end(status)
         self._audit.deliver()
         return PlanResult(
             run_id=self.id,

@@ -20,7 +20,7 @@ from ._scheduler import RateLimit
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from .._events import HookLike
+    from .._events import Event, HookLike
     from .._json import JSONValue
     from .._saga import Backoff, Dispatcher
     from .._tools import ToolsArgument
@@ -190,6 +190,10 @@ class PlanRun:
         Raises `FailedPrecondition` once the run has ended or was already cancelled.
         """
         self._run.request_cancel(reason)
+
+    def audit(self) -> tuple[Event, ...]:
+        """The run's audit events so far (all of them once it has ended), in `seq` order."""
+        return self._run.audit()
 
     def wait(self, timeout: float | None = None) -> PlanResult:
         """The run's result, once it has ended; see the class docstring."""
