@@ -342,7 +342,7 @@ def test_a_version_3_file_gains_the_plan_tables(tmp_path):
         agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="r")
         assert store.plan_runs()[0][:2] == ("r", "SUCCEEDED")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == file_module.SCHEMA_VERSION
 
 
 def test_a_memory_store_run_keeps_no_durable_record():
