@@ -23,6 +23,7 @@ import attrs
 
 from ._approvals import requests_for
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
+from ._events import hook_callables
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._plans import PlanRun, run_plan, start_plan
 from ._recovery import recover, recover_plans
@@ -46,12 +47,13 @@ from .stores import MemoryStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
 
     from typing_extensions import Self
 
     from ._approvals import Approval, ApprovalRequest, Review
+    from ._events import HookLike
     from ._json import JSONValue
     from ._plans import Plan, PlanResult
     from ._saga import Dispatcher
@@ -181,6 +183,7 @@ class Engine:
         store: Store | None = None,
         config: EngineConfig | None = None,
         dispatcher: Dispatcher | None = None,
+        hooks: Iterable[HookLike] | None = None,
     ) -> None:
         self._config = EngineConfig() if config is None else config
         if not isinstance(self._config, EngineConfig):
@@ -194,6 +197,8 @@ class Engine:
         self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
         self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
+        hook_callables(hooks)  # checked here, so that a bad hook fails at construction
+        self._hooks: tuple[HookLike, ...] = () if hooks is None else tuple(hooks)
         # The order transactions were begun (or recovered) in, for `transactions()`.
         self._sequence = itertools.count()
         # Transactions not yet seen ended; some may have ended since the engine last looked.
@@ -306,6 +311,7 @@ class Engine:
             dispatch_timeout=self._config.dispatch_timeout,
             isolation=self._config.isolation if isolation is None else isolation,
             output_serializer=self._config.output_serializer,
+            hooks=self._hooks,
         )
         with self._lock:
             self._hold(tx)
@@ -373,13 +379,14 @@ class Engine:
             dispatcher=self._dispatcher,
             live=live,
             output_serializer=self._config.output_serializer,
+            hooks=self._hooks,
         )
         with self._lock:
             for tx in resumed:
                 self._hold(tx)
             held = {run_id for run_id, run in self._plans.items() if not run.done}
         plans, skipped, failures = recover_plans(
-            self._store, self._registry, dispatcher=self._dispatcher, live=held
+            self._store, self._registry, dispatcher=self._dispatcher, live=held, hooks=self._hooks
         )
         with self._lock:
             for run in plans:
@@ -407,7 +414,7 @@ class Engine:
             initial=initial,
             store=self._store,
             dispatcher=self._dispatcher,
-            **options,
+            **self._with_hooks(options),
         )
 
     def start_plan(
@@ -421,12 +428,19 @@ class Engine:
             initial=initial,
             store=self._store,
             dispatcher=self._dispatcher,
-            **options,
+            **self._with_hooks(options),
         )
         with self._lock:
             self._plans = {k: v for k, v in self._plans.items() if not v.done}
             self._plans[run.id] = run
         return run
+
+    def _with_hooks(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` with the engine's hooks before any the call gives."""
+        if not self._hooks:
+            return options
+        more = options.get("hooks")
+        return {**options, "hooks": (*self._hooks, *hook_callables(more))}
 
     def get_plan(self, run_id: str) -> PlanRun:
         """The plan run `run_id` started (`start_plan`) or resumed (`recover`) by this engine.

@@ -30,6 +30,7 @@ from ._approvals import (
     run_check,
 )
 from ._errors import InvalidArgument
+from ._events import EventKind
 from ._json import checked_size_bound
 from ._results import StepResult, StepStatus, TxStatus
 from ._tools import Call, Failure, Outcome, derive_key, run_tool, with_key
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ._approvals import Approval, ApprovalRequest, Review
+    from ._events import EventSink
     from ._json import JSONValue
     from ._saga import SagaLedger
     from ._settings import Settings
@@ -68,6 +70,7 @@ class _Host(Protocol):
     _constraints: list[str]
     _state_lock: threading.RLock
     _guard: RequestRow | None
+    _events: EventSink
 
     def _book(self) -> Requests: ...
     def _note(
@@ -78,6 +81,7 @@ class _Host(Protocol):
         data: Mapping[str, JSONValue] | None = None,
     ) -> None: ...
     def _transition(self, target: TxStatus) -> None: ...
+    def _dispatched(self, call: Call) -> None: ...
     def _succeed(self, call: Call, outcome: Outcome) -> StepResult: ...
     def _fail(self, step_id: int, failure: Failure) -> StepResult: ...
     def _settle(self, call: Call, outcome: Outcome) -> StepResult: ...
@@ -199,8 +203,8 @@ class Guarded:
         actor: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
     ) -> None:
-        """Record an audit event (`_events.EventKind[kind]`) on the transaction's sink."""
-        del kind, step, actor, data  # the audit trail is wired in with `_events`
+        """Record an audit event (`EventKind[kind]`) on the transaction's sink."""
+        self._events.emit(EventKind[kind], step=step, actor=actor, data=data)
 
     def _validate_edit(self: _Host, tool: str, arguments: JSONValue) -> JSONValue:
         """Edited arguments as the tool will get them; `InvalidArgument` if they do not fit."""
@@ -221,6 +225,7 @@ class Guarded:
             return gated
         if isinstance(gated, Failure):
             return self._fail(call.step_id, gated)
+        self._dispatched(gated)
         outcome = run_tool(gated, self._settings.output_serializer)
         return self._settle_guarded(gated, outcome, retried=False)
 
@@ -272,9 +277,10 @@ class Guarded:
                 key = self._key_of(call)
                 if not book.consume(row, step=step, key=key):
                     continue  # consumed or changed meanwhile: look again
-                self._note("APPROVAL_CONSUMED", step, None, {"request": row.id})
-                self._guard = book.get(row.id)
                 approval = approval_of(row.id, decision_of(row))
+                consumed: dict[str, JSONValue] = {"request": row.id, "edited": approval.edited}
+                self._note("APPROVAL_CONSUMED", step, approval.actor, consumed)
+                self._guard = book.get(row.id)
                 return with_key(call, key, approval.arguments if approval.edited else None)
             request = book.request(
                 scope="transaction",
@@ -376,6 +382,7 @@ class Guarded:
             if guard is not None:
                 self._guard = guard
             retry = with_key(call, key)
+            self._dispatched(retry)
             return self._settle_guarded(
                 retry, run_tool(retry, self._settings.output_serializer), retried=True
             )
@@ -404,6 +411,7 @@ class Guarded:
             output = decision.get("output")
             return self._succeed(call, Outcome(output=output, size=checked_size_bound(output)))
         retry = with_key(call, review.idempotency_key)
+        self._dispatched(retry)
         return self._settle_guarded(
             retry, run_tool(retry, self._settings.output_serializer), retried=True
         )

@@ -19,6 +19,7 @@ import attrs
 
 from ._approvals import requests_for
 from ._errors import IllegalTransition, InvalidTransactionState
+from ._events import Event, EventKind, EventSink
 from ._lineage import LineageStep, lineage_from_steps
 from ._results import (
     TRANSITIONS,
@@ -284,6 +285,8 @@ class Observed:
         init=False, default=attrs.Factory(lambda self: Calls(self._id), takes_self=True)
     )
     _state_lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    # The audit trail (set by `Transaction._setup`, with the hooks).
+    _events: EventSink = attrs.field(init=False)
     # The approval requests and reviews of the store (made on first use: most tools need none).
     _requests: Requests | None = attrs.field(init=False, default=None)
     # The approval the running call consumed: finished with the call's outcome.
@@ -466,22 +469,37 @@ class Observed:
                 ),
             )
 
-    def _history_text(self, final: TxStatus) -> str:
-        """The history a durable store keeps when the transaction ends as `final`."""
+    def audit(self) -> tuple[Event, ...]:
+        """The transaction's audit trail so far: every event in `seq` order (see docs/audit.md).
+
+        Works during a step and after the transaction has ended; thread-safe.
+        """
+        return self._events.events()
+
+    def _history_text(self, final: TxStatus, audit: tuple[Event, ...] | None = None) -> str:
+        """The history a durable store keeps when the transaction ends as `final`, with the
+        audit trail (`audit`, or the events recorded so far)."""
+        events = self._events.events() if audit is None else audit
         with self._state_lock:
             return history_text(
                 final.value,
                 self._timeline.history.rows(),
                 self._constraints,
                 (f"{record.description}: {error}" for record, error in self._ledger.failed),
+                events,
             )
 
-    def _commit_store(self) -> None:
-        """Commit the store's side; a durable log keeps the history in the same commit."""
+    def _commit_store(self, data: dict[str, JSONValue]) -> float:
+        """Commit the store's side; a durable log keeps the history in the same commit, with
+        the audit trail ending in the `committed` event (`data`), which the caller records once
+        the commit succeeded, at the time returned."""
+        at = time.time()
         if self._log is None:
             self._store.commit(self._id)
         else:
-            self._log.commit(self._history_text(TxStatus.COMMITTED))
+            audit = self._events.preview(EventKind.COMMITTED, at=at, data=data)
+            self._log.commit(self._history_text(TxStatus.COMMITTED, audit))
+        return at
 
     def __repr__(self) -> str:
         # Never arguments or outputs: they may hold secrets.

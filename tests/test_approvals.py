@@ -557,3 +557,23 @@ def test_requests_reject_a_duplicate_id():
     row = book.get(request.id)
     with pytest.raises(agenttx.InvalidArgument, match="exists"):
         book._table.add_request(row)
+
+
+def test_approvals_and_reviews_are_in_the_audit_trail(store, release):
+    """Requested, approved (with the actor), consumed, unknown, review requested, reviewed."""
+    card = Card()
+    seen: list[agenttx.Event] = []
+    tool = _slow_charge(card, release, needs_approval=True)
+    tx = agenttx.Transaction(tools=[tool], store=store, step_timeout=0.2, hooks=[seen.append])
+    request = tx.call("charge", ARGS).approval
+    tx.approve(request.id, actor="alice", expires_in=60)
+    review = tx.call("charge", ARGS).review
+    tx.resolve_review(review.id, outcome="done", output={"charge_id": "c"}, actor="ops")
+    assert tx.call("charge", ARGS).ok
+    kinds = [event.kind.name for event in tx.audit()]
+    assert kinds[:4] == ["APPROVAL_REQUESTED", "APPROVED", "APPROVAL_CONSUMED", "STEP_DISPATCHED"]
+    assert kinds[4:] == ["OUTCOME_UNKNOWN", "REVIEW_REQUESTED", "REVIEWED", "STEP_COMPLETED"]
+    actors = {event.kind.name: event.actor for event in tx.audit()}
+    assert actors["APPROVED"] == actors["APPROVAL_CONSUMED"] == "alice"
+    assert actors["REVIEWED"] == "ops"
+    assert [event.kind for event in seen] == [event.kind for event in tx.audit()]

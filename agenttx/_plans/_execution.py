@@ -41,6 +41,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
+from .._events import EventSink
 from .._hints import clean_error
 from .._saga import Backoff, dispatch_effects
 from .._tools import (
@@ -73,7 +74,6 @@ from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resourc
 from ._results import (
     CompensationOutcome,
     NodeResult,
-    PlanEvent,
     PlanEventKind,
     PlanResult,
     PlanStatus,
@@ -82,8 +82,9 @@ from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, 
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
+    from .._events import HookLike
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
@@ -206,6 +207,7 @@ class PlanExecution:
         compensate_on: object,
         backoff: object,
         restored: dict[str, StoredNode] | None = None,
+        hooks: Iterable[HookLike] | None = None,
     ) -> None:
         if not isinstance(plan, Plan):
             raise InvalidArgument(f"plan must be a Plan, got {plan!r:.80}")
@@ -274,7 +276,7 @@ class PlanExecution:
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
-        self._audit: list[PlanEvent] = []
+        self._audit = EventSink("plan", self.id, hooks)
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -317,6 +319,7 @@ class PlanExecution:
                 raise FailedPrecondition(f"plan run `{self.id}` is already cancelled")
             self._cancel_reason = reason
             self._event_locked(PlanEventKind.CANCEL_REQUESTED, data={"reason": reason})
+        self._audit.deliver()
         wake = self._wake
         if wake is not None:
             wake()
@@ -331,6 +334,7 @@ class PlanExecution:
     ) -> None:
         with self._lock:
             self._event_locked(kind, node=node, attempt=attempt, data=data)
+        self._audit.deliver()
 
     def _event_locked(
         self,
@@ -340,16 +344,9 @@ class PlanExecution:
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
     ) -> None:
-        self._audit.append(
-            PlanEvent(
-                seq=len(self._audit),
-                kind=kind,
-                at=_now(),
-                node=node,
-                attempt=attempt,
-                data=data or {},
-            )
-        )
+        # Recorded under the run's lock (the order of the audit is the order of decisions);
+        # hooks are called by `_event` or the caller after the lock is released.
+        self._audit.record(kind, node=node, attempt=attempt, data=data)
 
     def _exclusive(self, node: Node) -> str | None:
         """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
@@ -946,6 +943,7 @@ class PlanExecution:
         with self._lock:
             self._status = status
             self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+        self._audit.deliver()
         return PlanResult(
             run_id=self.id,
             plan_version=self._plan.version,
@@ -960,7 +958,7 @@ class PlanExecution:
             committed_keys=committed,
             effects_dispatched=delivered,
             dispatch_errors=dispatch_errors,
-            audit=tuple(self._audit),
+            audit=self._audit.events(),
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
