@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -577,3 +583,77 @@ def test_approvals_and_reviews_are_in_the_audit_trail(store, release):
     assert actors["APPROVED"] == actors["APPROVAL_CONSUMED"] == "alice"
     assert actors["REVIEWED"] == "ops"
     assert [event.kind for event in seen] == [event.kind for event in tx.audit()]
+
+
+# ------------------------------------------------------------ SIGKILL: exactly once
+
+WORKER = Path(__file__).resolve().parent / "_approval_worker.py"
+
+
+def _worker(phase: str, db: Path, root: Path, *flags: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(WORKER.parent.parent)}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), phase, str(db), str(root), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> dict:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _killed_while_charging(tmp_path: Path, *flags: str) -> tuple[Path, dict]:
+    """Ask, approve from this process, run in a worker killed once the charge happened."""
+    db = tmp_path / "crash.db"
+    asked = _finish(_worker("ask", db, tmp_path, *flags))
+    with SQLiteStore(db) as store:
+        (pending,) = agenttx.Engine(store=store).pending_approvals()
+        assert pending.id == asked["request"]
+        agenttx.Engine(store=store).approve(asked["request"], actor="alice")
+    running = _worker("run", db, tmp_path, *flags)
+    charges = tmp_path / "charges.log"
+    deadline = time.monotonic() + 60
+    while not (charges.exists() and charges.read_text().strip()):
+        assert running.poll() is None, running.communicate()
+        assert time.monotonic() < deadline, "the worker never charged"
+        time.sleep(0.02)
+    running.send_signal(signal.SIGKILL)
+    running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL
+    return db, asked
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_an_approved_call_runs_exactly_once_across_a_sigkill_and_resume(tmp_path):
+    """Killed after the approved charge happened: the resumed call is checked, not re-run."""
+    db, _ = _killed_while_charging(tmp_path)
+    resumed = _finish(_worker("resume", db, tmp_path))
+    assert resumed["status"] == "SUCCESS"
+    assert resumed["output"]["checked"] is True  # the status check's output, not a new charge
+    assert resumed["committed"] == 1
+    lines = (tmp_path / "charges.log").read_text().splitlines()
+    assert len(lines) == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_killed_approved_call_without_a_check_goes_to_review_then_on(tmp_path):
+    """Without a check the resumed call waits for review; resolved done, it goes on, once."""
+    db, asked = _killed_while_charging(tmp_path, "--no-check")
+    waiting = _finish(_worker("resume", db, tmp_path, "--no-check"))
+    assert waiting["status"] == "NEEDS_REVIEW"
+    assert any("outcome was never recorded" in error for error in waiting["errors"])
+    with SQLiteStore(db) as store:
+        engine = agenttx.Engine(store=store)
+        (review,) = engine.pending_reviews()
+        assert review.id == waiting["review"]
+        assert review.scope_id == asked["tx"]
+        engine.resolve_review(review.id, outcome="done", output={"charge_id": "x"}, actor="ops")
+    resumed = _finish(_worker("resume", db, tmp_path, "--no-check"))
+    assert resumed["status"] == "SUCCESS"
+    assert resumed["output"] == {"charge_id": "x"}
+    assert len((tmp_path / "charges.log").read_text().splitlines()) == 1
