@@ -18,7 +18,7 @@ import attrs
 
 from .._errors import InvalidArgument
 from .._events import Event, EventKind, audit_jsonl
-from ._metrics import CostBreakdown, PlanMetrics
+from ._metrics import NO_COST, CostBreakdown, PlanMetrics
 from ._scheduler import NodeState
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class NodeResult:
     idempotency_key: str = ""
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
-    cost: CostBreakdown = attrs.field(factory=CostBreakdown)
+    cost: CostBreakdown = NO_COST
 
 
 def _frozen_nodes(value: Mapping[str, NodeResult]) -> Mapping[str, NodeResult]:
