@@ -102,6 +102,7 @@ class _Host(Protocol):
     def _reviewed(self, call: Call, row: RequestRow) -> StepResult: ...
     def _key_of(self, call: Call) -> str: ...
     def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue: ...
+    def _step_of(self, request_id: str) -> int | None: ...
 
 
 class Guarded:
@@ -145,7 +146,7 @@ class Guarded:
         }
         if approval.expires_at is not None:
             data["expires_at"] = approval.expires_at.isoformat()
-        self._note("APPROVED", None, actor, data)
+        self._note("APPROVED", self._step_of(request_id), actor, data)
         return approval
 
     def reject(self: _Host, request_id: str, *, actor: str, reason: str) -> None:
@@ -156,7 +157,8 @@ class Guarded:
         empty reason.
         """
         self._book().reject(request_id, actor=actor, reason=reason, scope_id=self._id)
-        self._note("REJECTED", None, actor, {"request": request_id, "reason": reason})
+        data: dict[str, JSONValue] = {"request": request_id, "reason": reason}
+        self._note("REJECTED", self._step_of(request_id), actor, data)
 
     def resolve_review(
         self: _Host,
@@ -176,7 +178,8 @@ class Guarded:
         self._book().resolve_review(
             review_id, outcome=outcome, output=output, actor=actor, scope_id=self._id
         )
-        self._note("REVIEWED", None, actor, {"review": review_id, "outcome": outcome})
+        data: dict[str, JSONValue] = {"review": review_id, "outcome": outcome}
+        self._note("REVIEWED", self._step_of(review_id), actor, data)
 
     def pending_approvals(self: _Host) -> tuple[ApprovalRequest, ...]:
         """This transaction's approval requests waiting for a decision, oldest first."""
@@ -205,6 +208,12 @@ class Guarded:
     ) -> None:
         """Record an audit event (`EventKind[kind]`) on the transaction's sink."""
         self._events.emit(EventKind[kind], step=step, actor=actor, data=data)
+
+    def _step_of(self: _Host, request_id: str) -> int | None:
+        """The step a request or review of this transaction is about (for its event)."""
+        row = self._book().get(request_id, self._id)
+        step = None if row is None else review_of(row).step
+        return step if isinstance(step, int) else None
 
     def _validate_edit(self: _Host, tool: str, arguments: JSONValue) -> JSONValue:
         """Edited arguments as the tool will get them; `InvalidArgument` if they do not fit."""
