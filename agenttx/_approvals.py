@@ -511,13 +511,17 @@ class Requests:
             is not None
         )
 
-    def consume(self, row: RequestRow, *, step: int | None, key: str) -> bool:
+    def consume(
+        self, row: RequestRow, *, step: int | None, key: str, node: str | None = None
+    ) -> bool:
         """Consume the approval of `row` for the call about to start (the compare-and-set that
-        makes it run once): record the step and the idempotency key. False if it was consumed
-        (or changed) meanwhile."""
+        makes it run once): record the step (or node) and the idempotency key. False if it was
+        consumed (or changed) meanwhile."""
         decision = _loads(row.decision)
         now = time.time()
         decision.update({"consumed_at": now, "consumed_step": step, "idempotency_key": key})
+        if node is not None:
+            decision["consumed_node"] = node
         return (
             self._table.set_request_state(
                 row.id, ("approved",), "consumed", decision=canonical_dumps(decision), now=now
@@ -690,9 +694,16 @@ Action = Literal[
 
 
 def gate_action(
-    rows: Sequence[RequestRow], digest: str, step: int, *, needs: bool
+    rows: Sequence[RequestRow],
+    digest: str,
+    step: int | None,
+    *,
+    needs: bool,
+    node: str | None = None,
+    plan_version: str | None = None,
 ) -> tuple[Action, RequestRow | None]:
-    """What a guarded call of `digest` at `step` does, given its scope's requests (oldest first).
+    """What a guarded call of `digest` at `step` (or plan `node`) does, given its scope's
+    requests (oldest first); for a node, requests of another `plan_version` do not count.
 
     First, an unsettled outcome of this very call at this step: a pending review (`review`),
     a resolved one not yet taken (`resolved`), or an approval consumed here whose call never
@@ -708,13 +719,18 @@ def gate_action(
             decision = _loads(row.decision)
             if decision.get("digest") != digest:
                 continue
+        record = _loads(row.record)
+        if record.get("node") != node or (
+            node is not None and record.get("plan_version") != plan_version
+        ):
+            continue
         if row.kind == REVIEW:
-            if row.state in ("pending", "resolved") and _loads(row.record).get("step") == step:
+            if row.state in ("pending", "resolved") and record.get("step") == step:
                 return ("review" if row.state == "pending" else "resolved"), row
             continue
         if row.state == "consumed":
             decision = _loads(row.decision) if decision is None else decision
-            if decision.get("consumed_step") == step:
+            if decision.get("consumed_step") == step and decision.get("consumed_node") == node:
                 return "unknown", row
         if newest is None:
             newest = row

@@ -524,14 +524,17 @@ class Engine:
         _check_limit(limit)
         return requests_for(self._store).pending_reviews(limit)
 
-    def _holder(self, request_id: str) -> Transaction | None:
-        """The live transaction of this engine that a request belongs to, if any."""
+    def _holder(self, request_id: str) -> Transaction | PlanRun | None:
+        """The live transaction or plan run of this engine that a request belongs to."""
         row = requests_for(self._store).get(request_id)
         if row is None:
             return None
         with self._lock:
             held = self._live.get(row.scope_id)
-        return None if held is None else held[1]
+            run = self._plans.get(row.scope_id)
+        if held is not None:
+            return held[1]
+        return run if run is not None and not run.done else None
 
     def approve(
         self,
