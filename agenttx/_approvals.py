@@ -47,6 +47,7 @@ from ._errors import (
 from ._json import JSONValue, canonical_dumps, check_json
 from ._tools import DeadlineExceeded, call_with_deadline
 from .stores._approvals import MemoryRequests, RequestRow, RequestStore
+from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,6 +72,7 @@ __all__ = [
     "requests_for",
     "review_of",
     "run_check",
+    "scopes_alive",
 ]
 
 APPROVAL: Final = "approval"
@@ -310,8 +312,16 @@ def requests_for(store: Store) -> Requests:
     return Requests(table)
 
 
-#: Emits one audit event: (kind name, step, node, actor, data).
-Emit = Callable[[str, "int | None", "str | None", "str | None", "dict[str, JSONValue]"], None]
+def scopes_alive(store: Store) -> Callable[[str], bool]:
+    """Whether a transaction or plan run is still open in `store`, for filtering listings: on
+    a durable store, any process's (read once, now); else, this store's."""
+    if is_durable(store):
+        alive = set(store.open_transactions())
+        running = getattr(store, "running_plans", None)
+        if callable(running):
+            alive.update(run_id for run_id, _ in running())
+        return alive.__contains__
+    return store.is_open
 
 
 @final
@@ -343,14 +353,21 @@ class Requests:
             return None
         return row
 
-    def pending_approvals(self, limit: int = 1000) -> tuple[ApprovalRequest, ...]:
-        """The requests waiting for a decision, oldest first."""
+    def pending_approvals(
+        self, limit: int = 1000, alive: Callable[[str], bool] | None = None
+    ) -> tuple[ApprovalRequest, ...]:
+        """The requests waiting for a decision, oldest first; only those of the transactions
+        and plan runs `alive` accepts, if given (one that ended without withdrawing its
+        requests, in a process that died, is left out)."""
         rows = self._table.list_requests(APPROVAL, "pending", limit)
-        return tuple(request_of(row) for row in rows)
+        return tuple(request_of(row) for row in rows if alive is None or alive(row.scope_id))
 
-    def pending_reviews(self, limit: int = 1000) -> tuple[Review, ...]:
-        """The reviews waiting for a person, oldest first."""
-        return tuple(review_of(row) for row in self._table.list_requests(REVIEW, "pending", limit))
+    def pending_reviews(
+        self, limit: int = 1000, alive: Callable[[str], bool] | None = None
+    ) -> tuple[Review, ...]:
+        """The reviews waiting for a person, oldest first (`alive` as for `pending_approvals`)."""
+        rows = self._table.list_requests(REVIEW, "pending", limit)
+        return tuple(review_of(row) for row in rows if alive is None or alive(row.scope_id))
 
     # ------------------------------------------------------------ approvals
 
@@ -491,6 +508,11 @@ class Requests:
             raise ApprovalConsumed(request_id=row.id)
         if row.state == "expired":
             raise ApprovalExpired(request_id=row.id, expired_at=decision.get("expires_at"))
+        if row.state == "withdrawn":
+            raise ApprovalError(
+                f"approval request `{row.id}` was withdrawn: {decision.get('withdrawn')}",
+                request_id=row.id,
+            )
         if row.state == "approved":
             expires_at = decision.get("expires_at")
             if expires_at is not None and expires_at <= time.time():
@@ -536,6 +558,20 @@ class Requests:
         self._table.set_request_state(
             row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
         )
+
+    def withdraw(self, scope_id: str, why: str) -> int:
+        """Withdraw the pending requests and reviews of a transaction or plan run that has
+        ended (`why`): they can no longer be decided. Returns how many."""
+        withdrawn = 0
+        for row in self._table.requests_of(scope_id):
+            if row.state != "pending":
+                continue
+            decision = canonical_dumps({"withdrawn": why})
+            changed = self._table.set_request_state(
+                row.id, ("pending",), "withdrawn", decision=decision, now=time.time()
+            )
+            withdrawn += changed is not None
+        return withdrawn
 
     # ------------------------------------------------------------ reviews
 

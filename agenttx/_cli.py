@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, NoReturn, TypeVar
 
 from . import _demo
-from ._approvals import ApprovalRequest, Review, requests_for
+from ._approvals import ApprovalRequest, Review, requests_for, scopes_alive
 from ._errors import AgentTxError, InvalidArgument, StorageError, TransactionNotFound
 from ._graph import DependencyGraph
 from ._history import StepHistory
@@ -927,8 +927,9 @@ def _run_approvals(args: argparse.Namespace) -> None:
     store = _open(args.db, args.wait)
     try:
         book = requests_for(store)
-        requests = _patiently(args.wait, book.pending_approvals)
-        reviews = _patiently(args.wait, book.pending_reviews)
+        alive = _patiently(args.wait, lambda: scopes_alive(store))
+        requests = _patiently(args.wait, lambda: book.pending_approvals(alive=alive))
+        reviews = _patiently(args.wait, lambda: book.pending_reviews(alive=alive))
     except AgentTxError as exc:
         raise _Failure(str(exc)) from None
     finally:

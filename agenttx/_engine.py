@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
-from ._approvals import requests_for
+from ._approvals import requests_for, scopes_alive
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
 from ._events import hook_callables
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
@@ -517,12 +517,12 @@ class Engine:
         """The approval requests on the engine's store waiting for a decision, oldest first:
         those of every process, on a durable store (docs/approvals.md)."""
         _check_limit(limit)
-        return requests_for(self._store).pending_approvals(limit)
+        return requests_for(self._store).pending_approvals(limit, scopes_alive(self._store))
 
     def pending_reviews(self, limit: int = 1000) -> tuple[Review, ...]:
         """The reviews on the engine's store waiting for a person, oldest first."""
         _check_limit(limit)
-        return requests_for(self._store).pending_reviews(limit)
+        return requests_for(self._store).pending_reviews(limit, scopes_alive(self._store))
 
     def _holder(self, request_id: str) -> Transaction | PlanRun | None:
         """The live transaction or plan run of this engine that a request belongs to."""

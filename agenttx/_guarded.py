@@ -13,12 +13,12 @@ waits: the transaction stays on that step.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ._approvals import (
     CheckResult,
-    Requests,
     approval_expired,
     approval_of,
     call_digest,
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Mapping
 
-    from ._approvals import Approval, ApprovalRequest, Review
+    from ._approvals import Approval, ApprovalRequest, Requests, Review
     from ._events import EventSink
     from ._json import JSONValue
     from ._saga import SagaLedger
@@ -70,6 +70,7 @@ class _Host(Protocol):
     _constraints: list[str]
     _state_lock: threading.RLock
     _guard: RequestRow | None
+    _requests: Requests | None
     _events: EventSink
 
     def _book(self) -> Requests: ...
@@ -103,6 +104,7 @@ class _Host(Protocol):
     def _key_of(self, call: Call) -> str: ...
     def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue: ...
     def _step_of(self, request_id: str) -> int | None: ...
+    def _withdraw(self, final: TxStatus) -> None: ...
 
 
 class Guarded:
@@ -208,6 +210,13 @@ class Guarded:
     ) -> None:
         """Record an audit event (`EventKind[kind]`) on the transaction's sink."""
         self._events.emit(EventKind[kind], step=step, actor=actor, data=data)
+
+    def _withdraw(self: _Host, final: TxStatus) -> None:
+        """The transaction ended: its requests still pending can no longer be decided."""
+        if self._requests is None:  # it never asked: nothing to withdraw, no store read
+            return
+        with contextlib.suppress(Exception):  # the end is what matters; a listing filters them
+            self._requests.withdraw(self._id, f"the transaction ended {final.value}")
 
     def _step_of(self: _Host, request_id: str) -> int | None:
         """The step a request or review of this transaction is about (for its event)."""

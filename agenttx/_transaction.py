@@ -659,6 +659,7 @@ class Transaction(Turns, Guarded, Observed):
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""
+        self._withdraw(final)
         if self._log is None:
             self._store.discard(self._id)
         else:
@@ -732,6 +733,7 @@ class Transaction(Turns, Guarded, Observed):
                 self._timeline.effects.clear()
                 steps = len(self._timeline.steps)
             self._transition(TxStatus.COMMITTED)
+            self._withdraw(TxStatus.COMMITTED)
             self._events.emit(EventKind.COMMITTED, data=committed, at=at)
         dispatched, failures = deliver_committed(
             effects,

@@ -657,3 +657,32 @@ def test_a_killed_approved_call_without_a_check_goes_to_review_then_on(tmp_path)
     assert resumed["status"] == "SUCCESS"
     assert resumed["output"] == {"charge_id": "x"}
     assert len((tmp_path / "charges.log").read_text().splitlines()) == 1
+
+
+def test_ending_a_transaction_withdraws_its_pending_requests(store):
+    """Commit (or abort) withdraws what still waits: not listed, and cannot be approved."""
+    tx = _tx(store, _charge_tool(Card(), needs_approval=True))
+    request = tx.call("charge", ARGS).approval
+    engine = agenttx.Engine(store=store)
+    assert [r.id for r in engine.pending_approvals()] == [request.id]
+    tx.commit()
+    assert engine.pending_approvals() == ()
+    with pytest.raises(agenttx.ApprovalError, match="withdrawn"):
+        engine.approve(request.id, actor="alice")
+    aborted = _tx(store, _charge_tool(Card(), needs_approval=True))
+    aborted.call("charge", ARGS)
+    aborted.rollback()
+    assert engine.pending_approvals() == ()
+
+
+def test_listings_leave_out_requests_of_transactions_that_are_gone(tmp_path):
+    """A request of a transaction no longer open in the file (ended elsewhere) is not listed."""
+    tool = _charge_tool(Card(), needs_approval=True)
+    with SQLiteStore(tmp_path / "gone.db") as store:
+        tx = agenttx.Engine(tools=[tool], store=store).begin()
+        request = tx.call("charge", ARGS).approval
+        engine = agenttx.Engine(store=store)
+        assert [r.id for r in engine.pending_approvals()] == [request.id]
+        store.discard(tx.id)  # as a recovery in another process would end it
+        assert engine.pending_approvals() == ()
+        assert [r.id for r in requests_for(store).pending_approvals()] == [request.id]

@@ -1076,6 +1076,7 @@ class PlanExecution:
         with self._lock:
             status = self._plan_status()
             self._closing = True
+        self._people.withdraw(f"plan run `{self.id}` ended")
         error: str | None = None
         committed = 0
         delivered = 0

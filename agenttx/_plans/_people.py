@@ -12,6 +12,7 @@ with the reason in its hint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -164,6 +165,14 @@ class NodeGate:
             )
             self._note("APPROVAL_REQUESTED", node, None, {"request": request.id})
             return self._wait(node, request.id, NodeState.WAITING_APPROVAL)
+
+    def withdraw(self, why: str) -> None:
+        """The run has ended: its requests still pending can no longer be decided (nothing to
+        do, and no store read, for a run that never asked)."""
+        self.states.clear()
+        if self._book is not None:
+            with contextlib.suppress(Exception):  # the run's end is what matters
+                self._book.withdraw(self._run_id, why)
 
     def _wait(self, node: str, row_id: str, state: NodeState) -> Waiting:
         self.states[node] = state
