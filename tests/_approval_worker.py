@@ -56,6 +56,9 @@ def main() -> None:
 
     store = SQLiteStore(db)
     engine = agenttx.Engine(tools=[charge], store=store)
+    if phase.startswith("plan-"):
+        _plan_phase(phase, engine)
+        return
     if phase == "ask":
         tx = engine.begin(agent_id="crash")
         result = tx.call("charge", ARGS)
@@ -72,6 +75,40 @@ def main() -> None:
         out["committed"] = tx.commit().steps_committed
     print(json.dumps(out), flush=True)
     store.close()
+
+
+PLAN = agenttx.Plan(
+    nodes=[
+        agenttx.Node(
+            "charge",
+            tool="charge",
+            inputs={"amount": "${initial.amount}", "card": "${initial.card}"},
+        )
+    ],
+    initial=["amount", "card"],
+)
+
+
+def _plan_phase(phase: str, engine: agenttx.Engine) -> None:
+    """`plan-ask`: start a run whose node waits for approval, print the request and vanish;
+    `plan-run` and `plan-resume`: recover the run and print how it ended."""
+    if phase == "plan-ask":
+        run = engine.start_plan(PLAN, initial=ARGS, run_id="run-1")
+        while not run.pending_approvals():
+            time.sleep(0.01)
+        (request,) = run.pending_approvals()
+        print(json.dumps({"run": run.id, "request": request.id}), flush=True)
+        os._exit(0)  # the run stays RUNNING in the file, as after a crash
+    report = engine.recover("resume")
+    result = engine.get_plan("run-1").wait(60)
+    node = result.nodes["charge"]
+    out = {
+        "resumed": list(report.plans_resumed),
+        "status": result.status.value,
+        "state": node.state.value,
+        "output": node.output,
+    }
+    print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

@@ -686,3 +686,30 @@ def test_listings_leave_out_requests_of_transactions_that_are_gone(tmp_path):
         store.discard(tx.id)  # as a recovery in another process would end it
         assert engine.pending_approvals() == ()
         assert [r.id for r in requests_for(store).pending_approvals()] == [request.id]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_an_approved_plan_node_runs_exactly_once_across_a_sigkill_and_resume(tmp_path):
+    """A plan node approved after its process died, killed while charging, resumed: the
+    status check settles it; one charge."""
+    db = tmp_path / "plan.db"
+    asked = _finish(_worker("plan-ask", db, tmp_path))
+    with SQLiteStore(db) as store:
+        engine = agenttx.Engine(store=store)
+        (pending,) = engine.pending_approvals()
+        assert (pending.id, pending.node, pending.scope) == (asked["request"], "charge", "plan")
+        engine.approve(pending.id, actor="alice")
+    running = _worker("plan-run", db, tmp_path)
+    charges = tmp_path / "charges.log"
+    deadline = time.monotonic() + 60
+    while not (charges.exists() and charges.read_text().strip()):
+        assert running.poll() is None, running.communicate()
+        assert time.monotonic() < deadline, "the worker never charged"
+        time.sleep(0.02)
+    running.send_signal(signal.SIGKILL)
+    running.communicate(timeout=60)
+    resumed = _finish(_worker("plan-resume", db, tmp_path))
+    assert resumed["resumed"] == ["run-1"]
+    assert (resumed["status"], resumed["state"]) == ("SUCCEEDED", "SUCCEEDED")
+    assert resumed["output"]["checked"] is True
+    assert len(charges.read_text().splitlines()) == 1
