@@ -11,7 +11,6 @@ with the reason in its hint.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import TYPE_CHECKING, Final, NamedTuple
@@ -217,6 +216,8 @@ class NodeGate:
 
     async def decided(self, waiting: Waiting) -> None:
         """Return once request or review `waiting.row_id` is no longer pending."""
+        import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
+
         delay = 0.01
         while True:
             row = self.book.get(waiting.row_id)
