@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
+from ._approvals import requests_for, scopes_alive
 from ._audit import merge_scopes, stored_audit, write_jsonl
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
 from ._events import hook_callables
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
+    from ._approvals import Approval, ApprovalRequest, Review
     from ._events import Event, HookLike
     from ._json import JSONValue
     from ._plans import Plan, PlanResult
@@ -559,6 +561,92 @@ class Engine:
             self._store, self._dispatcher, limit=limit, timeout=self._config.dispatch_timeout
         )
         return DispatchReport(delivered=delivered, failures=failures)
+
+    # ------------------------------------------------------------------ approvals and reviews
+
+    def pending_approvals(self, limit: int = 1000) -> tuple[ApprovalRequest, ...]:
+        """The approval requests on the engine's store waiting for a decision, oldest first:
+        those of every process, on a durable store (docs/approvals.md)."""
+        _check_limit(limit)
+        return requests_for(self._store).pending_approvals(limit, scopes_alive(self._store))
+
+    def pending_reviews(self, limit: int = 1000) -> tuple[Review, ...]:
+        """The reviews on the engine's store waiting for a person, oldest first."""
+        _check_limit(limit)
+        return requests_for(self._store).pending_reviews(limit, scopes_alive(self._store))
+
+    def _holder(self, request_id: str) -> Transaction | PlanRun | None:
+        """The live transaction or plan run of this engine that a request belongs to."""
+        row = requests_for(self._store).get(request_id)
+        if row is None:
+            return None
+        with self._lock:
+            held = self._live.get(row.scope_id)
+            run = self._plans.get(row.scope_id)
+        if held is not None:
+            return held[1]
+        return run if run is not None and not run.done else None
+
+    def approve(
+        self,
+        request_id: str,
+        *,
+        actor: str,
+        expires_in: float | None = None,
+        note: str = "",
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Approval:
+        """Approve request `request_id`, found by id on the engine's store (any process's).
+
+        As `Transaction.approve`; edited `arguments` are checked against the engine's tool.
+        The transaction that asked goes on when its agent sends the call again, here or in the
+        process that resumes it.
+        """
+        tx = self._holder(request_id)
+        if tx is not None:
+            return tx.approve(
+                request_id, actor=actor, expires_in=expires_in, note=note, arguments=arguments
+            )
+        return requests_for(self._store).approve(
+            request_id,
+            actor=actor,
+            expires_in=expires_in,
+            note=note,
+            arguments=arguments,
+            validate=self._validate_edit,
+        )
+
+    def reject(self, request_id: str, *, actor: str, reason: str) -> None:
+        """Reject request `request_id`, found by id on the engine's store (`Transaction.reject`)."""
+        tx = self._holder(request_id)
+        if tx is not None:
+            tx.reject(request_id, actor=actor, reason=reason)
+            return
+        requests_for(self._store).reject(request_id, actor=actor, reason=reason)
+
+    def resolve_review(
+        self, review_id: str, *, outcome: str, output: JSONValue = None, actor: str
+    ) -> None:
+        """Resolve review `review_id`, found by id on the engine's store
+        (`Transaction.resolve_review`)."""
+        tx = self._holder(review_id)
+        if tx is not None:
+            tx.resolve_review(review_id, outcome=outcome, output=output, actor=actor)
+            return
+        requests_for(self._store).resolve_review(
+            review_id, outcome=outcome, output=output, actor=actor
+        )
+
+    def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue:
+        found = self._registry.get(tool)
+        if found is None:
+            return arguments
+        checked, violation = found.validator.check(arguments)
+        if violation is not None:
+            raise InvalidArgument(
+                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
+            )
+        return checked
 
     # ------------------------------------------------------------------ reaping
 

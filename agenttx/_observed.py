@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from ._approvals import requests_for
 from ._errors import IllegalTransition, InvalidTransactionState
 from ._events import Event, EventKind, EventSink
 from ._lineage import LineageStep, lineage_from_steps
@@ -33,6 +34,7 @@ from ._tools import Orphans
 from ._txlog import history_text
 
 if TYPE_CHECKING:
+    from ._approvals import Requests
     from ._graph import DependencyGraph
     from ._json import JSONValue
     from ._lineage import LineageGraph
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from ._tools import ToolRegistry, ToolSpec
     from ._txlog import TxLog
     from .stores import Store
+    from .stores._approvals import RequestRow
 
 __all__ = ["Calls", "Observed"]
 
@@ -284,6 +287,17 @@ class Observed:
     _state_lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
     # The audit trail (set by `Transaction._setup`, with the hooks).
     _events: EventSink = attrs.field(init=False)
+    # The approval requests and reviews of the store (made on first use: most tools need none).
+    _requests: Requests | None = attrs.field(init=False, default=None)
+    # The approval the running call consumed: finished with the call's outcome.
+    _guard: RequestRow | None = attrs.field(init=False, default=None)
+
+    def _book(self) -> Requests:
+        """The store's approval requests and reviews (looked up on first use)."""
+        book = self._requests
+        if book is None:
+            book = self._requests = requests_for(self._store)
+        return book
 
     @property
     def id(self) -> str:

@@ -26,6 +26,7 @@ from ._errors import (
     WriteConflict,
 )
 from ._events import EventKind, EventSink
+from ._guarded import Guarded
 from ._hints import CleanHint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
@@ -82,7 +83,7 @@ __all__ = ["Transaction"]
 
 
 @attrs.define(init=False, eq=False, repr=False)
-class Transaction(Turns, Observed):
+class Transaction(Turns, Guarded, Observed):
     """One agent run's tool calls, executed as numbered steps that can be rolled back.
 
     `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
@@ -261,18 +262,24 @@ class Transaction(Turns, Observed):
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
                     return self._fail(step_id, prepared)
+                if prepared.tool.guarded:
+                    return self._run_guarded(prepared)
                 self._dispatched(prepared)
                 outcome = run_tool(prepared, self._settings.output_serializer)
             except BaseException:
                 self._abandon(step_id, prepared)
                 raise
-            self._keep_registered(prepared, outcome)
-            if outcome.refused is not None:
-                raise self._refuse(prepared, outcome.refused)
-            error = output_error(prepared, outcome)
-            if error is None:
-                return self._succeed(prepared, outcome)
-            return self._fail(step_id, error)
+            return self._settle(prepared, outcome)
+
+    def _settle(self, call: Call, outcome: Outcome) -> StepResult:
+        """The step's result once its tool has run (sync): kept, refused, succeeded or failed."""
+        self._keep_registered(call, outcome)
+        if outcome.refused is not None:
+            raise self._refuse(call, outcome.refused)
+        error = output_error(call, outcome)
+        if error is None:
+            return self._succeed(call, outcome)
+        return self._fail(call.step_id, error)
 
     async def aexecute_step(
         self,
@@ -314,6 +321,8 @@ class Transaction(Turns, Observed):
                 prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
+            if prepared.tool.guarded:  # store and check calls block: rare, and short
+                return self._run_guarded(prepared)
             self._dispatched(prepared)
             outcome = await arun_tool(prepared, self._settings.output_serializer)
         except BaseException:
@@ -650,6 +659,7 @@ class Transaction(Turns, Observed):
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""
+        self._withdraw(final)
         if self._log is None:
             self._store.discard(self._id)
         else:
@@ -723,6 +733,7 @@ class Transaction(Turns, Observed):
                 self._timeline.effects.clear()
                 steps = len(self._timeline.steps)
             self._transition(TxStatus.COMMITTED)
+            self._withdraw(TxStatus.COMMITTED)
             self._events.emit(EventKind.COMMITTED, data=committed, at=at)
         dispatched, failures = deliver_committed(
             effects,

@@ -1142,3 +1142,70 @@ def test_audit_of_an_unknown_or_open_transaction_is_a_one_line_error(database):
         assert done.stderr.count("\n") == 1
         assert "no audit trail" in done.stderr
     assert agenttx_cli("audit", str(db), "--limit", "0").returncode == 2
+
+
+@pytest.fixture
+def asking(tmp_path) -> tuple[Path, str, str]:
+    """A store with one transaction waiting for the approval of a charge, and one review."""
+
+    @agenttx.tool(name="charge", needs_approval=True)
+    def charge(amount: int) -> dict:
+        return {"amount": amount}
+
+    @agenttx.tool(name="slow", on_unknown="review")
+    def slow(n: int) -> dict:
+        import time  # noqa: PLC0415
+
+        time.sleep(0.3)
+        return {"n": n}
+
+    with SQLiteStore(tmp_path / "ask.db") as store:
+        tx = agenttx.Engine(tools=[charge, slow], store=store).begin(agent_id="payer")
+        request = tx.call("charge", {"amount": 4200}).approval.id
+        other = agenttx.Engine(
+            tools=[charge, slow], store=store, config=EngineConfig(step_timeout=0.05)
+        )
+        review = other.begin().call("slow", {"n": 1}).review.id
+    return tmp_path / "ask.db", request, review
+
+
+def test_approvals_lists_pending_requests_and_reviews(asking):
+    """`approvals DB` lists each pending request and review with where it waits."""
+    db, request, review = asking
+    done = agenttx_cli("approvals", str(db))
+    assert done.returncode == 0, done.stderr
+    assert "1 approval request(s) pending:" in done.stdout
+    assert request in done.stdout
+    assert '{"amount":4200}' in done.stdout
+    assert "step 1 of transaction" in done.stdout
+    assert "1 review(s) pending:" in done.stdout
+    assert review in done.stdout
+    assert "timed out" in done.stdout
+
+
+def test_approve_reject_and_review_decide_from_the_terminal(asking, capsys):
+    """`approve`, `reject` and `review` write the decision; a second decision is refused."""
+    from agenttx._cli import main  # noqa: PLC0415
+
+    db, request, review = asking
+    assert main(["approve", str(db), request, "--actor", "alice", "--expires-in", "60"]) == 0
+    assert f"approved {request} by alice, until" in capsys.readouterr().out
+    assert main(["approve", str(db), request, "--actor", "alice"]) == 2
+    assert "approved already" in capsys.readouterr().err
+    assert main(["reject", str(db), request, "--actor", "bob", "--reason", "no"]) == 2
+    assert main(["reject", str(db), "apr-none", "--actor", "bob", "--reason", "no"]) == 2
+    assert "approval_not_found" in capsys.readouterr().err
+    assert main(["approve", str(db), "apr-x", "--actor", " "]) == 2
+    assert (
+        main(["review", str(db), review, "--outcome", "done", "--output", "{", "--actor", "o"]) == 2
+    )
+    assert "not JSON" in capsys.readouterr().err
+    args = ["review", str(db), review, "--outcome", "done", "--output", '{"n": 1}', "--actor", "o"]
+    assert main(args) == 0
+    assert f"review {review} resolved done by o" in capsys.readouterr().out
+    assert main(args) == 2
+    assert main(["approvals", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "0 approval request(s) pending" in out
+    assert "0 review(s) pending" in out
+    assert main(["approve", str(db.parent / "missing.db"), request, "--actor", "a"]) == 2

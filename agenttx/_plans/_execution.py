@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
+from .._approvals import request_of
 from .._errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -49,7 +50,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import Event, EventSink
+from .._events import Event, EventKind, EventSink
 from .._hints import clean_error
 from .._json import canonical_dumps
 from .._limits import DEFAULT_ISOLATION, Isolation
@@ -60,6 +61,7 @@ from .._tools import (
     Call,
     Compensation,
     Failure,
+    Outcome,
     ToolContext,
     ToolRegistry,
     UndoRecord,
@@ -85,6 +87,7 @@ from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
 from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
+from ._people import NodeGate, Waiting
 from ._results import (
     CompensationOutcome,
     CompensationStatus,
@@ -104,7 +107,7 @@ if TYPE_CHECKING:
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
-    from .._tools import Outcome, Tool, ToolsArgument
+    from .._tools import Tool, ToolsArgument
     from ..stores import DurableStore, EffectRow, Store, UndoRow
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
@@ -399,6 +402,7 @@ class PlanExecution:
         self._audit = EventSink(
             "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
         )
+        self._people = NodeGate(self.id, plan.version, self._store, self._note_person)
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -853,6 +857,9 @@ class PlanExecution:
             seq_base=start.number << _SEQ_BITS,
         )
         running[start.attempt] = attempt
+        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
+            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
+            return None
         if tool.inline and not tool.is_async:
             # An inline sync tool runs on the loop's thread in any case, and cannot be
             # interrupted: call it here, without a task (`run_tool` still checks its deadline).
@@ -877,6 +884,85 @@ class PlanExecution:
             return
         attempt.finished_at = time.monotonic()
         inbox.post(_Finished(attempt, outcome))
+
+    async def _run_guarded(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
+        """A node whose tool may need a person (`_people`): wait for the approval or review
+        while independent nodes go on, then run the call (or take the decided output)."""
+        import asyncio  # noqa: PLC0415
+
+        node = attempt.start.node
+        try:
+            gated = self._people.gate(node, call)
+            while isinstance(gated, Waiting):
+                await self._people.decided(gated)
+                gated = self._people.gate(node, call)
+            if isinstance(gated, Call):
+                closed(attempt.context)  # the gate made the call a context of its own
+                attempt.context = gated.context
+                outcome = await arun_tool(gated)
+                if outcome.error is not None and outcome.running is None:
+                    self._people.failed(node)  # a retry asks again
+            elif isinstance(gated, Failure):
+                outcome = Outcome(error=gated)
+            else:
+                outcome = gated
+        except asyncio.CancelledError:
+            self._people.states.pop(node, None)
+            closed(attempt.context)
+            raise
+        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
+            closed(attempt.context)
+            inbox.post(_Crashed(attempt, exc))
+            return
+        attempt.finished_at = time.monotonic()
+        inbox.post(_Finished(attempt, outcome))
+
+    def _note_person(
+        self, kind: str, node: str, actor: str | None, data: Mapping[str, JSONValue]
+    ) -> None:
+        """Record an approval or review event of a node (`_people`), with its actor."""
+        with self._lock:
+            self._audit.record(EventKind[kind], node=node, actor=actor, data=data)
+        self._audit.deliver()
+
+    @property
+    def people(self) -> NodeGate:
+        """The run's approvals and reviews."""
+        return self._people
+
+    def validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue:
+        """An approver's edited arguments as the tool will get them (`InvalidArgument` if they
+        do not fit its spec)."""
+        found = self._registry.get(tool)
+        if found is None:
+            return arguments
+        checked, violation = found.validator.check(arguments)
+        if violation is not None:
+            raise InvalidArgument(
+                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
+            )
+        return checked
+
+    def note_decision(
+        self, kind: str, request_id: str, actor: str, data: Mapping[str, JSONValue]
+    ) -> None:
+        """Record a person's decision on one of the run's requests (from any thread)."""
+        row = self._people.book.get(request_id, self.id)
+        node = None if row is None else request_of(row).node
+        with self._lock:
+            self._audit.record(
+                EventKind[kind], node=node, actor=actor, data={"request": request_id, **data}
+            )
+        self._audit.deliver()
+
+    def node_states(self) -> dict[str, NodeState]:
+        """Every node's state now; a started node waiting for a person shows
+        WAITING_APPROVAL or NEEDS_REVIEW. Safe from any thread (a snapshot)."""
+        waiting = dict(self._people.states)
+        return {
+            node_id: waiting.get(node_id) or self._scheduler.state(node_id)
+            for node_id in self._nodes
+        }
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
@@ -1139,6 +1225,7 @@ class PlanExecution:
         with self._lock:
             status = self._plan_status()
             self._closing = True
+        self._people.withdraw(f"plan run `{self.id}` ended")
         error: str | None = None
         committed = 0
         delivered = 0
