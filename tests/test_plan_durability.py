@@ -252,6 +252,12 @@ def test_recovery_resumes_a_killed_run_without_running_completed_nodes_again(tmp
         assert all(n.state == "SUCCEEDED" for n in image.nodes)
         assert after.open_transactions() == ()
         assert agenttx.Engine(tools=[], store=after).recover() == agenttx.RecoveryReport()
+        # The audit trail holds both runners' events, numbered on without a gap or a clash.
+        events = [agenttx.Event.from_json(json.loads(text)) for text in after.plan_audit("crashy")]
+        assert [event.seq for event in events] == list(range(len(events)))
+        kinds = [event.kind for event in events]
+        assert kinds.count(agenttx.EventKind.VALIDATED) == 2  # the first runner, the resumed one
+        assert kinds[-1] is agenttx.EventKind.FINISHED
 
 
 def test_cancel_plan_from_another_thread_is_recorded_then_seen(store):
@@ -332,7 +338,7 @@ def test_unknown_plan_runs_are_refused_with_typed_errors(store):
 
 
 def test_a_version_3_file_gains_the_plan_tables(tmp_path):
-    """Opening a store of schema version 3 migrates it to 4, keeping what it had."""
+    """Opening a store of schema version 3 migrates it to the latest, keeping what it had."""
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
         for statements in file_module.MIGRATIONS[:3]:
@@ -347,7 +353,7 @@ def test_a_version_3_file_gains_the_plan_tables(tmp_path):
         agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="r")
         assert store.plan_runs()[0][:2] == ("r", "SUCCEEDED")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == file_module.SCHEMA_VERSION
 
 
 def test_a_memory_store_run_keeps_no_durable_record():

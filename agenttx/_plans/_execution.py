@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
+from .._approvals import request_of
 from .._errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -49,8 +50,9 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import EventSink
+from .._events import Event, EventKind, EventSink
 from .._hints import clean_error
+from .._json import canonical_dumps
 from .._limits import DEFAULT_ISOLATION, Isolation
 from .._rollback import RollbackPolicy
 from .._saga import Backoff, deliver_outbox, dispatch_effects
@@ -59,6 +61,7 @@ from .._tools import (
     Call,
     Compensation,
     Failure,
+    Outcome,
     ToolContext,
     ToolRegistry,
     UndoRecord,
@@ -84,6 +87,7 @@ from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
 from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
+from ._people import NodeGate, Waiting
 from ._results import (
     CompensationOutcome,
     CompensationStatus,
@@ -103,7 +107,7 @@ if TYPE_CHECKING:
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
-    from .._tools import Outcome, Tool, ToolsArgument
+    from .._tools import Tool, ToolsArgument
     from ..stores import DurableStore, EffectRow, Store, UndoRow
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
@@ -393,7 +397,12 @@ class PlanExecution:
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
-        self._audit = EventSink("plan", self.id, hooks)
+        # A resumed run numbers its events after those its durable record holds.
+        stored = getattr(self._store, "plan_audit", None) if restored is not None else None
+        self._audit = EventSink(
+            "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
+        )
+        self._people = NodeGate(self.id, plan.version, self._store, self._note_person)
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -468,6 +477,7 @@ class PlanExecution:
         node: str | None = None,
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
+        at: float | None = None,
     ) -> None:
         journal = self._journal
         if self._held or (journal is not None and journal.pending):
@@ -476,7 +486,7 @@ class PlanExecution:
             return
         # Recorded under the run's lock (the order of the audit is the order of decisions);
         # hooks are called by `_event` or the caller after the lock is released.
-        self._audit.record(kind, node=node, attempt=attempt, data=data)
+        self._audit.record(kind, node=node, attempt=attempt, data=data, at=at)
 
     def _exclusive(self, node: Node) -> str | None:
         """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
@@ -527,21 +537,32 @@ class PlanExecution:
             for start in starts
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
-        refused = self._persist(self._journal.claim_all, claims) if claims else None
+        refused = (
+            self._persist(self._journal.claim_all, claims, self._audit_rows()) if claims else None
+        )
         self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
         self._flush()
 
     def _flush(self) -> None:
-        """Write the journal's buffered transitions, then emit the events held for them."""
+        """Write the journal's buffered transitions (with the audit events recorded since the
+        last write), then emit the events held for them."""
         journal = self._journal
         if journal is not None and journal.pending:
-            self._persist(journal.flush)
+            self._persist(journal.flush, None, self._audit_rows())
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
                 for kind, node, attempt, data in held:
                     self._audit.record(kind, node=node, attempt=attempt, data=data)
             self._audit.deliver()
+
+    def audit(self) -> tuple[Event, ...]:
+        """The run's audit events so far, in `seq` order."""
+        return self._audit.events()
+
+    def _audit_rows(self) -> list[tuple[int, str]]:
+        """The audit events not yet written, as `(seq, JSON text)` rows."""
+        return self._audit.take_unpersisted_rows()
 
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
@@ -837,6 +858,9 @@ class PlanExecution:
             seq_base=start.number << _SEQ_BITS,
         )
         running[start.attempt] = attempt
+        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
+            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
+            return None
         if tool.inline and not tool.is_async:
             # An inline sync tool runs on the loop's thread in any case, and cannot be
             # interrupted: call it here, without a task (`run_tool` still checks its deadline).
@@ -861,6 +885,85 @@ class PlanExecution:
             return
         attempt.finished_at = time.monotonic()
         inbox.post(_Finished(attempt, outcome))
+
+    async def _run_guarded(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
+        """A node whose tool may need a person (`_people`): wait for the approval or review
+        while independent nodes go on, then run the call (or take the decided output)."""
+        import asyncio  # noqa: PLC0415
+
+        node = attempt.start.node
+        try:
+            gated = self._people.gate(node, call)
+            while isinstance(gated, Waiting):
+                await self._people.decided(gated)
+                gated = self._people.gate(node, call)
+            if isinstance(gated, Call):
+                closed(attempt.context)  # the gate made the call a context of its own
+                attempt.context = gated.context
+                outcome = await arun_tool(gated)
+                if outcome.error is not None and outcome.running is None:
+                    self._people.failed(node)  # a retry asks again
+            elif isinstance(gated, Failure):
+                outcome = Outcome(error=gated)
+            else:
+                outcome = gated
+        except asyncio.CancelledError:
+            self._people.states.pop(node, None)
+            closed(attempt.context)
+            raise
+        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
+            closed(attempt.context)
+            inbox.post(_Crashed(attempt, exc))
+            return
+        attempt.finished_at = time.monotonic()
+        inbox.post(_Finished(attempt, outcome))
+
+    def _note_person(
+        self, kind: str, node: str, actor: str | None, data: Mapping[str, JSONValue]
+    ) -> None:
+        """Record an approval or review event of a node (`_people`), with its actor."""
+        with self._lock:
+            self._audit.record(EventKind[kind], node=node, actor=actor, data=data)
+        self._audit.deliver()
+
+    @property
+    def people(self) -> NodeGate:
+        """The run's approvals and reviews."""
+        return self._people
+
+    def validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue:
+        """An approver's edited arguments as the tool will get them (`InvalidArgument` if they
+        do not fit its spec)."""
+        found = self._registry.get(tool)
+        if found is None:
+            return arguments
+        checked, violation = found.validator.check(arguments)
+        if violation is not None:
+            raise InvalidArgument(
+                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
+            )
+        return checked
+
+    def note_decision(
+        self, kind: str, request_id: str, actor: str, data: Mapping[str, JSONValue]
+    ) -> None:
+        """Record a person's decision on one of the run's requests (from any thread)."""
+        row = self._people.book.get(request_id, self.id)
+        node = None if row is None else request_of(row).node
+        with self._lock:
+            self._audit.record(
+                EventKind[kind], node=node, actor=actor, data={"request": request_id, **data}
+            )
+        self._audit.deliver()
+
+    def node_states(self) -> dict[str, NodeState]:
+        """Every node's state now; a started node waiting for a person shows
+        WAITING_APPROVAL or NEEDS_REVIEW. Safe from any thread (a snapshot)."""
+        waiting = dict(self._people.states)
+        return {
+            node_id: waiting.get(node_id) or self._scheduler.state(node_id)
+            for node_id in self._nodes
+        }
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
@@ -1090,6 +1193,31 @@ class PlanExecution:
             for other in dependants
         )
 
+    def _end(self, status: PlanStatus) -> None:
+        """Write the run's final status with every audit event not yet written (those held
+        for that write, and the `finished` event, recorded once it is durable), then set it."""
+        ended = time.time()
+        finished_data: dict[str, JSONValue] = {"status": status.value}
+        if self._journal is None:
+            self._flush()
+            with self._lock:
+                self._status = status
+                self._event_locked(PlanEventKind.FINISHED, data=finished_data, at=ended)
+            return
+        with self._lock:
+            held = [*self._held, (PlanEventKind.FINISHED, None, None, finished_data)]
+            self._held = []
+            last = self._audit.upcoming(
+                (kind, ended, node, attempt, data) for kind, node, attempt, data in held
+            )
+            rows = self._audit_rows()
+        rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
+        self._persist(self._journal.flush, status.value, rows)
+        with self._lock:
+            self._status = status
+            for kind, node, attempt, data in held:
+                self._audit.record(kind, node=node, attempt=attempt, data=data, at=ended)
+
     async def _finish(self) -> PlanResult:
         import asyncio  # noqa: PLC0415
 
@@ -1098,6 +1226,7 @@ class PlanExecution:
         with self._lock:
             status = self._plan_status()
             self._closing = True
+        self._people.withdraw(f"plan run `{self.id}` ended")
         error: str | None = None
         committed = 0
         delivered = 0
@@ -1131,12 +1260,7 @@ class PlanExecution:
                 with contextlib.suppress(Exception):  # a store failure: already not published
                     self._end_state(status, compensations)
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
-        if self._journal is not None:
-            self._persist(self._journal.transitions, (), status=status.value)
-        self._flush()
-        with self._lock:
-            self._status = status
-            self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+        self._end(status)
         self._audit.deliver()
         return PlanResult(
             run_id=self.id,

@@ -91,7 +91,8 @@ _EPSILON: Final = 1e-9
 
 
 class NodeState(enum.Enum):
-    """Where a node of a plan run is; the last five are terminal (a node ends in exactly one)."""
+    """Where a node of a plan run is; SUCCEEDED, FAILED, TIMED_OUT, CANCELLED and SKIPPED are
+    terminal (a node ends in exactly one)."""
 
     PENDING = "PENDING"  # some prerequisite is unresolved
     READY = "READY"  # prerequisites resolved; queued for a start (limits, or a retry's time)
@@ -101,6 +102,10 @@ class NodeState(enum.Enum):
     TIMED_OUT = "TIMED_OUT"
     CANCELLED = "CANCELLED"
     SKIPPED = "SKIPPED"  # a (non-optional) prerequisite failed, timed out or was skipped
+    # Not scheduler states: the runner shows these while a started node waits for a person
+    # (it holds its attempt, RUNNING to the scheduler). See `PlanRun.node_states`.
+    WAITING_APPROVAL = "WAITING_APPROVAL"  # its call waits for a person's approval
+    NEEDS_REVIEW = "NEEDS_REVIEW"  # its outcome is unknown: a person says whether it happened
 
     @property
     def is_terminal(self) -> bool:
