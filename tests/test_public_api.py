@@ -120,6 +120,7 @@ EXPECTED = {
         "EndedTransaction",
         "MemoryStore",
         "OutboxEntry",
+        "PostgresStore",
         "SQLiteStore",
         "Store",
         "TxImage",
