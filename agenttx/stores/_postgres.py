@@ -224,11 +224,14 @@ class PostgresStore:
 
     def close(self) -> None:
         """Stop renewing leases and close the connections; idempotent. Buffered writes not yet
-        written are dropped; the transactions stay in the database, and their leases run out."""
+        written are dropped; the transactions and plan runs held stay in the database, their
+        leases ended (best effort, one statement each), so that recovery may take them at once.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._expire_leases()
             self._txs.clear()
             self._epochs.clear()
             self._plans.clear()
@@ -1111,6 +1114,19 @@ class PostgresStore:
     def _let_go(self, tx_id: str) -> None:
         self._txs.pop(tx_id, None)
         self._epochs.pop(tx_id, None)
+
+    def _expire_leases(self) -> None:
+        """End the leases of what this store holds (at `close`); errors are ignored: the
+        leases then run out by themselves."""
+        sql = self._sql
+        try:
+            cur = self._link.cursor("end the leases")
+            if self._epochs:
+                cur.execute(sql.renew_txs, (0.0, list(self._epochs), list(self._epochs.values())))
+            if self._plans:
+                cur.execute(sql.renew_plans, (0.0, list(self._plans), list(self._plans.values())))
+        except (StorageError, self._link.psycopg.Error):
+            pass
 
     def _held(self) -> tuple[list[str], list[int], list[str], list[int]]:
         """What to renew: the transactions and plan runs held, with their epochs."""
