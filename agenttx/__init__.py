@@ -5,7 +5,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
 `tests/test_layers.py` checks every import against this table (a layer may take several lines).
 
     layer 0: _errors _json _limits _validators _version
-    layer 1: _refs _hints _render stores
+    layer 1: _refs _hints _render stores _events
     layer 2: _graph _rollback _saga _tools _lineage _constraints
     layer 3: _results _history _txlog _settings _timeline _prepare _observed _turns _transaction
     layer 3: _plans
@@ -15,6 +15,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _limits      input limits            _validators settings validators
     _version     the version string      _refs       `${steps.N.path}` references
     _hints/      Clean Hints             _render     DOT and Mermaid drawing
+    _events      audit events and hooks
     stores/      state stores            _graph      dependency graph (the only rustworkx user)
     _rollback    rollback controller     _saga/      undo ledger, staged effects, dispatch
     _tools/      decorator, context,     _lineage/   value-provenance lineage
@@ -53,6 +54,10 @@ from ._errors import ToolError as ToolError
 from ._errors import ToolOutputError as ToolOutputError
 from ._errors import TransactionNotFound as TransactionNotFound
 from ._errors import WriteConflict as WriteConflict
+from ._events import Event as Event
+from ._events import EventHook as EventHook
+from ._events import EventKind as EventKind
+from ._events import audit_jsonl as audit_jsonl
 from ._graph import DependencyGraph as DependencyGraph
 from ._graph import Edge as Edge
 from ._graph import EdgeKind as EdgeKind
@@ -75,8 +80,6 @@ from ._plans import Node as Node
 from ._plans import NodeResult as NodeResult
 from ._plans import NodeState as NodeState
 from ._plans import Plan as Plan
-from ._plans import PlanEvent as PlanEvent
-from ._plans import PlanEventKind as PlanEventKind
 from ._plans import PlanMetrics as PlanMetrics
 from ._plans import PlanProblem as PlanProblem
 from ._plans import PlanProblemCode as PlanProblemCode
@@ -148,6 +151,9 @@ __all__ = [
     "EffectDispatcher",
     "Engine",
     "EngineConfig",
+    "Event",
+    "EventHook",
+    "EventKind",
     "FailedPrecondition",
     "HintCategory",
     "IllegalTransition",
@@ -164,8 +170,6 @@ __all__ = [
     "NodeResult",
     "NodeState",
     "Plan",
-    "PlanEvent",
-    "PlanEventKind",
     "PlanMetrics",
     "PlanProblem",
     "PlanProblemCode",
@@ -206,6 +210,7 @@ __all__ = [
     "UndoRecord",
     "WriteConflict",
     "arun_plan",
+    "audit_jsonl",
     "clean_error",
     "compensation",
     "cost_per_completed_workflow",

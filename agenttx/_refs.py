@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
 
 import attrs
 
@@ -25,12 +25,14 @@ from ._errors import InvalidArgument, JSONValueError, ReferenceSyntaxError
 from ._json import JSONValue, canonical_dumps, check_json
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 __all__ = [
     "Dependency",
+    "PlanValue",
     "Reference",
     "Resolution",
+    "compile_plan_value",
     "is_path_segment",
     "is_plan_namespace",
     "named_dependencies",
@@ -529,50 +531,96 @@ def resolve_plan_value(
     A string that is exactly one reference becomes the value itself (a copy, with its JSON type);
     scalars inside longer strings are written as compact JSON (strings verbatim); `$${` writes a
     literal `${`. Object keys are never scanned, and a substituted value is never re-scanned.
+    The resolved value shares nothing mutable with `value` or `namespaces`.
     """
-    try:
-        return _resolve_plan(value, namespaces), None
-    except _Unresolved as failure:
-        return value, failure.message
+    return compile_plan_value(value).resolve(namespaces)
 
 
-def _resolve_plan(value: JSONValue, namespaces: Mapping[str, JSONValue]) -> JSONValue:
+@final
+class PlanValue:
+    """A checked JSON value with its references parsed once, to resolve many times.
+
+    `compile_plan_value(value).resolve(namespaces)` is `resolve_plan_value(value, namespaces)`;
+    a plan node compiles each input once and resolves it at each attempt. A malformed
+    reference is kept as its error, returned by every `resolve`.
+    """
+
+    __slots__ = ("_resolve", "_value")
+
+    def __init__(self, value: JSONValue, resolve: _Resolver) -> None:
+        self._value = value
+        self._resolve = resolve
+
+    def resolve(self, namespaces: Mapping[str, JSONValue]) -> tuple[JSONValue, str | None]:
+        """`(resolved, None)`, or `(value, message)` when a reference cannot be resolved."""
+        try:
+            return self._resolve(namespaces), None
+        except _Unresolved as failure:
+            return self._value, failure.message
+
+
+def compile_plan_value(value: JSONValue) -> PlanValue:
+    """Parse the references in `value`'s strings once (see `resolve_plan_value`)."""
+    return PlanValue(value, _compile_plan(value))
+
+
+_Resolver: TypeAlias = "Callable[[Mapping[str, JSONValue]], JSONValue]"
+
+
+def _constant(value: JSONValue) -> _Resolver:
+    return lambda _: value  # a scalar: containers are compiled item by item
+
+
+def _compile_plan(value: JSONValue) -> _Resolver:
     if isinstance(value, str):
-        return _resolve_plan_string(value, namespaces) if "${" in value else value
+        return _compile_plan_string(value) if "${" in value else _constant(value)
     if isinstance(value, list):
-        return [_resolve_plan(item, namespaces) for item in value]
+        items = [_compile_plan(item) for item in value]
+        return lambda namespaces: [item(namespaces) for item in items]
     if isinstance(value, dict):
-        return {key: _resolve_plan(item, namespaces) for key, item in value.items()}
-    return value
+        fields = [(key, _compile_plan(item)) for key, item in value.items()]
+        return lambda namespaces: {key: item(namespaces) for key, item in fields}
+    return _constant(value)
 
 
-def _resolve_plan_string(text: str, namespaces: Mapping[str, JSONValue]) -> JSONValue:
+def _compile_plan_string(text: str) -> _Resolver:
     try:
-        pieces = _tokenize(text, "plan")
         references = [
             piece if isinstance(piece, str) else (piece, _reference(piece, "plan"))
-            for piece in pieces
+            for piece in _tokenize(text, "plan")
         ]
     except ReferenceSyntaxError as exc:
-        raise _Unresolved(str(exc)) from None
+        message = str(exc)
+
+        def malformed(_: Mapping[str, JSONValue]) -> JSONValue:
+            raise _Unresolved(message)
+
+        return malformed
     if len(references) == 1:
         only = references[0]
-        return only if isinstance(only, str) else _copy(_plan_lookup(only[1], namespaces))
-    parts: list[str] = []
-    for piece in references:
-        if isinstance(piece, str):
-            parts.append(piece)
-            continue
-        match, reference = piece
-        found = _plan_lookup(reference, namespaces)
-        if isinstance(found, (dict, list)):
-            kind = "an object" if isinstance(found, dict) else "a list"
-            raise _Unresolved(
-                f"reference {reference.text} is {kind}, which cannot be written into text; "
-                "map it to an input of its own"
-            )
-        parts.append(found if isinstance(found, str) else _interpolated(match, found))
-    return "".join(parts)
+        if isinstance(only, str):
+            return _constant(only)
+        reference = only[1]
+        return lambda namespaces: _copy(_plan_lookup(reference, namespaces))
+
+    def interpolate(namespaces: Mapping[str, JSONValue]) -> JSONValue:
+        parts: list[str] = []
+        for piece in references:
+            if isinstance(piece, str):
+                parts.append(piece)
+                continue
+            match, reference = piece
+            found = _plan_lookup(reference, namespaces)
+            if isinstance(found, (dict, list)):
+                kind = "an object" if isinstance(found, dict) else "a list"
+                raise _Unresolved(
+                    f"reference {reference.text} is {kind}, which cannot be written into text; "
+                    "map it to an input of its own"
+                )
+            parts.append(found if isinstance(found, str) else _interpolated(match, found))
+        return "".join(parts)
+
+    return interpolate
 
 
 def _plan_lookup(reference: Reference, namespaces: Mapping[str, JSONValue]) -> JSONValue:

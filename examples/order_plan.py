@@ -188,7 +188,7 @@ def main() -> None:
     done = agenttx.run_plan(plan, tools=TOOLS, initial=order("o-1", "ada@example.com"))
     show_run(done)
     for event in done.audit:
-        if event.kind is agenttx.PlanEventKind.RETRIED:
+        if event.kind is agenttx.EventKind.RETRIED:
             print(f"  {event.node} attempt {event.data['number']} retried: {event.data['hint']}")
     keys = sorted(set(stock_calls))
     print(f"  check_stock ran {len(stock_calls)} times, idempotency key(s): {keys}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
@@ -15,7 +16,8 @@ import pytest
 import agenttx
 from agenttx import NodeState, PlanStatus
 from agenttx._plans import read_run
-from agenttx._plans._journal import PlanJournal
+from agenttx._plans._execution import PlanExecution
+from agenttx._plans._journal import PlanJournal, fold
 from agenttx._saga import Backoff
 from agenttx._tools import derive_key
 from agenttx.stores import SQLiteStore
@@ -49,7 +51,7 @@ def store(durable_backend):
 
 def _nodes(store: SQLiteStore, run_id: str) -> dict[str, dict]:
     image = store.read_plan(run_id)
-    return {node.node_id: {"state": node.state, **json.loads(node.record)} for node in image.nodes}
+    return {node.node_id: {"state": node.state, **fold(node.record)} for node in image.nodes}
 
 
 def test_every_transition_of_a_run_is_recorded(store):
@@ -141,12 +143,15 @@ def test_only_one_claim_of_a_node_succeeds(store):
     agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="done")
     journal = PlanJournal.begin(store, "r", {"plan": None}, [("a", "READY", 0)])
     twin = PlanJournal.resumed(store, "r", read_run(store.read_plan("r"))[1])
-    assert journal.claim("a", "a#1", 1, {"x": 1})
-    assert not twin.claim("a", "a#9", 1, {"x": 1})
+    assert journal.claim("a", "a#1", 1)
+    assert not twin.claim("a", "a#9", 1)
     assert store.read_plan("r").nodes[0].attempt == "a#1"
-    assert not twin.end_attempt("a", "a#9", "SUCCEEDED", output={})  # not its attempt
-    assert journal.end_attempt("a", "a#1", "SUCCEEDED", output={"ok": 1})
-    assert not journal.claim("a", "a#2", 2, None)  # a completed node is never claimed again
+    twin.end_attempt("a", "a#9", "SUCCEEDED", output={})
+    assert not twin.flush()  # not its attempt: nothing written
+    journal.end_attempt("a", "a#1", "SUCCEEDED", output={"ok": 1})
+    assert journal.flush()
+    assert not journal.claim("a", "a#2", 2)  # a completed node is never claimed again
+    assert read_run(store.read_plan("r"))[1]["a"].output == {"ok": 1}
 
 
 def test_a_store_that_lost_the_run_writes_nothing(tmp_path):
@@ -159,7 +164,7 @@ def test_a_store_that_lost_the_run_writes_nothing(tmp_path):
         first.close()
         assert second.claim_plan("r", owner) is not None
         with pytest.raises(agenttx.StorageError):
-            journal.claim("a", "a#1", 1, None)
+            journal.claim("a", "a#1", 1)
 
 
 WORKER = textwrap.dedent(
@@ -394,3 +399,80 @@ def test_a_runner_that_lost_its_run_cancels_and_compensates_nothing(tmp_path):
         assert result.compensations == ()
         stored = {n.node_id: n.state for n in store.read_plan("r").nodes}
     assert stored == {"a": "SUCCEEDED", "w": "RUNNING", "z": "PENDING"}  # as it was taken
+
+
+def _wide(n: int) -> agenttx.Plan:
+    """`n` independent nodes, each with one dependant."""
+    nodes = []
+    for i in range(n):
+        nodes.append(agenttx.Node(f"a{i}", tool="add", inputs={"a": i, "b": 1}))
+        nodes.append(agenttx.Node(f"b{i}", tool="add", inputs={"a": f"${{a{i}.sum}}", "b": 1}))
+    return agenttx.Plan(nodes=nodes)
+
+
+def test_a_round_of_transitions_is_one_write(store, monkeypatch):
+    """Completions, the release of dependants and the next round's claims go in one write
+    each round, not three writes a node; every node is still recorded."""
+    writes: list[int] = []
+    write = SQLiteStore.write_plan
+
+    def counted(self, run_id, changes, **kwargs):
+        writes.append(len(changes))
+        return write(self, run_id, changes, **kwargs)
+
+    monkeypatch.setattr(SQLiteStore, "write_plan", counted)
+    inline = agenttx.tool(add.__wrapped__, name="add", inline=True)
+    result = agenttx.run_plan(
+        _wide(20), tools=[inline], initial={}, store=store, run_id="r", max_concurrency=64
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    assert len(writes) <= 4  # claims of a*, then b* claims with a* ends, then the end
+    nodes = _nodes(store, "r")
+    assert all(node["state"] == "SUCCEEDED" for node in nodes.values())
+    assert nodes["b7"]["inputs"] == {"a": 8, "b": 1}
+    assert [h[0] for h in nodes["b7"]["history"]] == ["PENDING", "READY", "RUNNING", "SUCCEEDED"]
+
+
+def test_a_transition_appends_a_line_to_the_node_record(store):
+    """A node's record is its first line plus one line per transition, folded on reading; a
+    record of the first format (one JSON text) reads the same."""
+    agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="r")
+    row = next(node for node in store.read_plan("r").nodes if node.node_id == "c")
+    lines = row.record.split("\n")
+    assert len(lines) == 4  # begun PENDING; READY; RUNNING; SUCCEEDED
+    assert json.loads(lines[-1])["h"][0] == "SUCCEEDED"
+    folded = fold(row.record)
+    assert fold(json.dumps(folded)) == folded
+    assert folded["output"] == {"sum": 5}
+
+
+def test_events_are_emitted_after_the_transitions_they_report_are_durable(store, monkeypatch):
+    """No audit event reports a node's completion before the write that records it."""
+    early: list[str] = []
+    write = SQLiteStore.write_plan
+
+    def checked(self, run_id, changes, **kwargs):
+        reported = {e.node for e in run._audit.events() if e.kind is agenttx.EventKind.COMPLETED}
+        early.extend(c.node_id for c in changes if c.state == "SUCCEEDED" and c.node_id in reported)
+        return write(self, run_id, changes, **kwargs)
+
+    monkeypatch.setattr(SQLiteStore, "write_plan", checked)
+    run = PlanExecution(
+        _diamond(),
+        tools=[add],
+        initial={"n": 1},
+        max_concurrency=8,
+        resources=None,
+        on_failure="skip_dependants",
+        store=store,
+        rate_limits=None,
+        run_id="r",
+        dispatcher=None,
+        compensate_on="failure",
+        backoff=None,
+    )
+    result = asyncio.run(run.execute())
+    assert result.status is PlanStatus.SUCCEEDED
+    completed = [e.node for e in result.audit if e.kind is agenttx.EventKind.COMPLETED]
+    assert sorted(completed) == ["a", "b", "c"]
+    assert early == []

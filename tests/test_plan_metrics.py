@@ -56,6 +56,22 @@ def test_parallelism_is_busy_time_over_makespan():
     assert metrics.parallelism == pytest.approx((2 + 3 + 1 + 1) / 6)
 
 
+def test_per_node_figures_are_read_only_and_add_up_to_the_run_figures():
+    """`metrics.nodes` is a read-only mapping in plan order; each node's figures, built when
+    read, are the same object on a second read and sum to the run's waits and retries."""
+    metrics = plan_metrics(_order_timings(), started_at=0, finished_at=6)
+    nodes = metrics.nodes
+    assert list(nodes) == ["customer_lookup", "stock_check", "reserve", "confirm"]
+    assert len(nodes) == 4
+    assert nodes["reserve"] is nodes["reserve"]
+    assert sum(node.prerequisite_wait_s for node in nodes.values()) == metrics.prerequisite_wait_s
+    assert sum(node.capacity_wait_s for node in nodes.values()) == metrics.capacity_wait_s
+    assert sum(node.retries for node in nodes.values()) == metrics.retries
+    assert "missing" not in nodes
+    with pytest.raises(TypeError):
+        nodes["reserve"] = nodes["confirm"]  # type: ignore[index]
+
+
 def test_queue_waits_split_into_prerequisite_and_capacity_waits():
     """Prerequisite wait ends when a node becomes eligible; capacity wait ends when it starts."""
     metrics = plan_metrics(_order_timings(), started_at=0, finished_at=6)

@@ -188,13 +188,16 @@ def test_audit_records_dispatch_checks_in_order_and_exports_json_lines():
     lines = [json.loads(line) for line in result.audit_jsonl().splitlines()]
     assert [line["seq"] for line in lines] == list(range(len(lines)))
     assert lines[0]["kind"] == "validated"
-    assert lines[0]["plan_version"] == ORDER_PLAN.version
-    assert lines[-1] == {**lines[-1], "kind": "finished", "status": "SUCCEEDED"}
+    assert lines[0]["data"]["plan_version"] == ORDER_PLAN.version
+    assert {line["scope"] for line in lines} == {"plan"}
+    assert {line["scope_id"] for line in lines} == {result.run_id}
+    assert lines[-1]["kind"] == "finished"
+    assert lines[-1]["data"] == {"status": "SUCCEEDED"}
     kinds = [(line["kind"], line.get("node")) for line in lines]
     reserve = kinds.index(("dispatched", "reserve"))
     assert kinds.index(("completed", "customer_lookup")) < reserve
     assert kinds.index(("completed", "stock_check")) < reserve
-    checks = lines[reserve]["checks"]
+    checks = lines[reserve]["data"]["checks"]
     assert checks["prerequisites"] == ["customer_lookup", "stock_check"]
     assert checks["inputs"] == "valid"
     assert checks["cancelled"] is False
@@ -271,7 +274,7 @@ def test_exclusive_resource_is_held_by_one_node_at_a_time():
     waited = [
         event.data["checks"]["waited_for"]
         for event in result.audit
-        if event.kind is agenttx.PlanEventKind.DISPATCHED
+        if event.kind is agenttx.EventKind.DISPATCHED
     ]
     assert ["exclusive:order:7"] in waited
 
@@ -321,7 +324,7 @@ def test_transient_failures_retry_with_one_idempotency_key():
     assert result.metrics.retries == 2
     assert result.metrics.cost.retry == Decimal("0.02")
     assert result.metrics.cost.tool == Decimal("0.01")
-    retried = [e for e in result.audit if e.kind is agenttx.PlanEventKind.RETRIED]
+    retried = [e for e in result.audit if e.kind is agenttx.EventKind.RETRIED]
     assert len(retried) == 2
 
 
@@ -537,8 +540,8 @@ def test_cancel_while_running_fences_sync_tools_and_cancels_descendants():
     assert result.nodes["slow"].state is NodeState.CANCELLED
     assert result.nodes["after"].state is NodeState.CANCELLED
     kinds = [event.kind for event in result.audit]
-    assert kinds.index(agenttx.PlanEventKind.CANCEL_REQUESTED) < kinds.index(
-        agenttx.PlanEventKind.CANCELLED
+    assert kinds.index(agenttx.EventKind.CANCEL_REQUESTED) < kinds.index(
+        agenttx.EventKind.CANCELLED
     )
     with pytest.raises(agenttx.FailedPrecondition, match="has ended"):
         run.cancel("again")
@@ -973,7 +976,7 @@ def test_rate_limits_queue_starts_and_retries_wait_for_their_backoff():
     waited = [
         event.data["checks"]["waited_for"]
         for event in result.audit
-        if event.kind is agenttx.PlanEventKind.DISPATCHED
+        if event.kind is agenttx.EventKind.DISPATCHED
     ]
     assert ["rate:limited"] in waited
     assert result.nodes["flaky"].attempts == 2

@@ -5,9 +5,18 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import agenttx
-from agenttx._tools import Compensation, Tool, ToolContext, ToolRegistry, derive_key
+from agenttx._tools import (
+    Compensation,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    derive_key,
+    key_deriver,
+)
 from agenttx.stores import MemoryStore
 
 
@@ -235,3 +244,16 @@ def test_derive_key_is_stable_and_sensitive():
     assert derive_key("t", 1, {"a": 1, "b": 2}) == derive_key("t", 1, {"b": 2, "a": 1})
     assert derive_key("t", 1, 1) != derive_key("t", 1, "1")
     assert len(derive_key("t")) == 32
+
+
+_JSON_PARTS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=8,
+)
+
+
+@given(shared=st.lists(_JSON_PARTS, max_size=3), rest=st.lists(_JSON_PARTS, max_size=3))
+def test_key_deriver_gives_the_keys_derive_key_gives(shared, rest):
+    """A deriver for shared first parts gives exactly `derive_key` of all the parts."""
+    assert key_deriver(*shared)(*rest) == derive_key(*shared, *rest)

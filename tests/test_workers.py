@@ -353,3 +353,58 @@ def test_async_races_with_the_call_returning(late_worker):
 
     asyncio.run(main())
     assert _workers._idle == [late_worker]
+
+
+# --- the watchdog ----------------------------------------------------------------------------
+
+
+def test_alarms_fire_once_in_due_order_on_one_thread():
+    """Alarms run when due, earliest first, each once, all on the one watchdog thread."""
+    fired: list[tuple[str, int]] = []
+    done = threading.Event()
+
+    def note(name: str) -> None:
+        fired.append((name, threading.get_ident()))
+        if len(fired) == 3:
+            done.set()
+
+    _workers.alarm_after(0.06, note, "late")
+    _workers.alarm_after(0.02, note, "early")
+    alarm = _workers.alarm_after(0.04, note, "middle")
+    assert done.wait(5.0)
+    assert [name for name, _ in fired] == ["early", "middle", "late"]
+    assert len({thread for _, thread in fired}) == 1
+    assert fired[0][1] != threading.get_ident()
+    alarm.fire()  # an alarm that has run does not run again
+    assert len(fired) == 3
+
+
+def test_a_cancelled_alarm_never_runs_and_cancelled_ones_are_compacted():
+    """Cancelling keeps the callback from running; a flood of cancelled alarms does not keep
+    the heap growing, and live alarms survive the compaction."""
+    fired: list[int] = []
+    done = threading.Event()
+    for index in range(3000):
+        _workers.alarm_after(60.0, fired.append, index).cancel()
+    _workers.alarm_after(0.01, done.set)
+    assert done.wait(5.0)
+    assert fired == []
+    assert len(_workers._watchdog._heap) < 2100
+
+
+def test_a_forked_child_gets_a_watchdog_of_its_own():
+    """After a fork, alarms still fire in the child (the parent's thread is not there)."""
+    _workers.alarm_after(0.0, lambda: None)  # the parent's watchdog thread is running
+    code = (
+        "import os, sys, threading\n"
+        "from agenttx._tools import _workers\n"
+        "_workers.alarm_after(0.0, lambda: None)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    done = threading.Event()\n"
+        "    _workers.alarm_after(0.01, done.set)\n"
+        "    os._exit(0 if done.wait(5.0) else 1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

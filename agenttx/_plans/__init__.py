@@ -19,8 +19,6 @@ from ._model import resolve_resource as resolve_resource
 from ._results import CompensationOutcome as CompensationOutcome
 from ._results import CompensationStatus as CompensationStatus
 from ._results import NodeResult as NodeResult
-from ._results import PlanEvent as PlanEvent
-from ._results import PlanEventKind as PlanEventKind
 from ._results import PlanResult as PlanResult
 from ._results import PlanStatus as PlanStatus
 from ._results import cost_per_completed_workflow as cost_per_completed_workflow
@@ -44,8 +42,6 @@ __all__ = [
     "NodeResult",
     "NodeState",
     "Plan",
-    "PlanEvent",
-    "PlanEventKind",
     "PlanMetrics",
     "PlanProblem",
     "PlanProblemCode",

@@ -24,6 +24,7 @@ nothing. Completed nodes are then compensated, newest completion first, through 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import threading
@@ -41,6 +42,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
+from .._events import EventSink
 from .._hints import clean_error
 from .._saga import Backoff, dispatch_effects
 from .._tools import (
@@ -52,7 +54,7 @@ from .._tools import (
     UndoRecord,
     arun_tool,
     closed,
-    derive_key,
+    key_deriver,
     run_tool,
 )
 from .._turns import RETRY_BACKOFF
@@ -73,7 +75,6 @@ from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resourc
 from ._results import (
     CompensationOutcome,
     NodeResult,
-    PlanEvent,
     PlanEventKind,
     PlanResult,
     PlanStatus,
@@ -82,8 +83,10 @@ from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, 
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
+    from decimal import Decimal
 
+    from .._events import HookLike
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
@@ -152,11 +155,24 @@ class _Attempt:
     start: Start
     eligible_at: float
     started_at: float
-    context: ToolContext
+    context: ToolContext | None  # None once the attempt has ended (see `release`)
     wall_start: dt.datetime
     arguments: JSONValue = None
     finished_at: float | None = None
     task: asyncio.Task[None] | None = None
+    ended_costs: tuple[tuple[str, Decimal], ...] = ()
+
+    @property
+    def costs(self) -> tuple[tuple[str, Decimal], ...]:
+        """What the attempt reported (so far, if it still runs)."""
+        return self.ended_costs if self.context is None else self.context.costs
+
+    def release(self) -> None:
+        """Keep what the ended attempt reported and let its (closed) context go: a run of
+        thousands of nodes keeps no contexts alive."""
+        if self.context is not None:
+            self.ended_costs = self.context.costs
+            self.context = None
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -175,6 +191,10 @@ class _NodeRecord:
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
 
 
+#: An event held until the transition it reports is durable: kind, node, attempt, data.
+_HeldEvent = tuple[PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | None"]
+
+
 @attrs.frozen
 class _Finished:
     attempt: _Attempt
@@ -185,6 +205,52 @@ class _Finished:
 class _Crashed:
     attempt: _Attempt
     error: BaseException
+
+
+@final
+class _Inbox:
+    """Where a run's attempts post their results, and other threads wake the run's loop.
+
+    One future per wait, resolved by the first post: a result reaches the loop one turn after
+    its tool returned (an `asyncio.Queue` read under `wait_for` costs a task and more turns).
+    """
+
+    __slots__ = ("_loop", "_messages", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._messages: collections.deque[_Finished | _Crashed] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def post(self, message: _Finished | _Crashed | None) -> None:
+        """Keep `message` (None only wakes the loop); from the loop's thread."""
+        if message is not None:
+            self._messages.append(message)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def wake(self) -> None:
+        """Wake the loop from any thread (a cancellation was requested)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
+            self._loop.call_soon_threadsafe(self.post, None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Return once a message or a wake-up is posted, or after `timeout` seconds."""
+        if self._messages:
+            return
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self.post, None)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def take(self) -> _Finished | _Crashed | None:
+        """The oldest message not taken, or None."""
+        return self._messages.popleft() if self._messages else None
 
 
 class PlanExecution:
@@ -206,6 +272,7 @@ class PlanExecution:
         compensate_on: object,
         backoff: object,
         restored: dict[str, StoredNode] | None = None,
+        hooks: Iterable[HookLike] | None = None,
     ) -> None:
         if not isinstance(plan, Plan):
             raise InvalidArgument(f"plan must be a Plan, got {plan!r:.80}")
@@ -260,12 +327,9 @@ class PlanExecution:
         self._compensate = compensate_on == "failure"
         self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
         self._checks: dict[str, OutputCheck | None] = {}
+        node_key = key_deriver(self.id, plan.version)
         self._nodes = {
-            node.id: _NodeRecord(
-                index=index,
-                tool=node.tool,
-                key=derive_key(self.id, plan.version, node.id, node.tool),
-            )
+            node.id: _NodeRecord(index=index, tool=node.tool, key=node_key(node.id, node.tool))
             for index, node in enumerate(plan.nodes)
         }
         self._outputs: dict[str, JSONValue] = {}
@@ -274,7 +338,7 @@ class PlanExecution:
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
-        self._audit: list[PlanEvent] = []
+        self._audit = EventSink("plan", self.id, hooks)
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -299,6 +363,10 @@ class PlanExecution:
         self.durable = is_plan_store(self._store)
         self._restored: dict[str, StoredNode] = dict(restored or {})
         self._resumed = restored is not None
+        #: The nodes of the current round whose claim did not hold (another runner has them).
+        self._unclaimed: frozenset[str] = frozenset()
+        #: Events whose transitions are buffered in the journal, emitted once it is written.
+        self._held: list[_HeldEvent] = []
 
     # -- steering (any thread) ----------------------------------------------------------
 
@@ -317,6 +385,7 @@ class PlanExecution:
                 raise FailedPrecondition(f"plan run `{self.id}` is already cancelled")
             self._cancel_reason = reason
             self._event_locked(PlanEventKind.CANCEL_REQUESTED, data={"reason": reason})
+        self._audit.deliver()
         wake = self._wake
         if wake is not None:
             wake()
@@ -331,6 +400,7 @@ class PlanExecution:
     ) -> None:
         with self._lock:
             self._event_locked(kind, node=node, attempt=attempt, data=data)
+        self._audit.deliver()
 
     def _event_locked(
         self,
@@ -340,16 +410,14 @@ class PlanExecution:
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
     ) -> None:
-        self._audit.append(
-            PlanEvent(
-                seq=len(self._audit),
-                kind=kind,
-                at=_now(),
-                node=node,
-                attempt=attempt,
-                data=data or {},
-            )
-        )
+        journal = self._journal
+        if self._held or (journal is not None and journal.pending):
+            # Its transition is buffered: the event waits until it is durable (`_flush`).
+            self._held.append((kind, node, attempt, data))
+            return
+        # Recorded under the run's lock (the order of the audit is the order of decisions);
+        # hooks are called by `_event` or the caller after the lock is released.
+        self._audit.record(kind, node=node, attempt=attempt, data=data)
 
     def _exclusive(self, node: Node) -> str | None:
         """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
@@ -390,6 +458,33 @@ class PlanExecution:
                     )
             return None
 
+    def _claim(self, starts: tuple[Start, ...]) -> None:
+        """Claim the round's `starts` (those a resumed run does not replay) with what the
+        journal has buffered, in one durable write, before any of their tools runs."""
+        assert self._journal is not None
+        restored = self._restored
+        claims = [
+            (start.node, start.attempt, start.number)
+            for start in starts
+            if start.node not in restored or restored[start.node].state not in _ENDED_STORED
+        ]
+        if claims:
+            refused = self._persist(self._journal.claim_all, claims)
+            self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write the journal's buffered transitions, then emit the events held for them."""
+        journal = self._journal
+        if journal is not None and journal.pending:
+            self._persist(journal.flush)
+        if self._held:
+            with self._lock:
+                held, self._held = self._held, []
+                for kind, node, attempt, data in held:
+                    self._audit.record(kind, node=node, attempt=attempt, data=data)
+            self._audit.deliver()
+
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
         does it in the caller's thread, so that the run is in the store when it returns."""
@@ -405,6 +500,7 @@ class PlanExecution:
                 for node_id, node in self._restored.items()
                 if node.state == "RUNNING"
             )
+            journal.flush()
             self._journal = journal
             return
         self._journal = PlanJournal.begin(
@@ -463,14 +559,8 @@ class PlanExecution:
         """Run the plan to its end; see the module docstring. Call once."""
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[_Finished | _Crashed | None] = asyncio.Queue()
-
-        def wake() -> None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
-                loop.call_soon_threadsafe(queue.put_nowait, None)
-
-        self._wake = wake
+        inbox = _Inbox(asyncio.get_running_loop())
+        self._wake = inbox.wake
         self._started = time.monotonic()
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
@@ -484,7 +574,7 @@ class PlanExecution:
         try:
             self._store.begin(self.id)
             self._begun = True
-            await self._drive(queue, running)
+            await self._drive(inbox, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
             # (compensations included), then re-raise.
@@ -499,11 +589,7 @@ class PlanExecution:
             raise
         return await self._finish()
 
-    async def _drive(
-        self, queue: asyncio.Queue[_Finished | _Crashed | None], running: dict[str, _Attempt]
-    ) -> None:
-        import asyncio  # noqa: PLC0415
-
+    async def _drive(self, inbox: _Inbox, running: dict[str, _Attempt]) -> None:
         scheduler = self._scheduler
         while scheduler.is_active():
             reason = self._cancelling()
@@ -511,8 +597,10 @@ class PlanExecution:
                 await self._apply(scheduler.cancel(reason), running)
                 break
             starts = scheduler.get_ready(time.monotonic())
+            if starts and self._journal is not None:
+                self._claim(starts)
             for start in starts:
-                if self._cancelling() is not None:
+                if self._cancel_reason is not None:  # requested by a thread meanwhile
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
                 if scheduler.state(start.node) is not NodeState.RUNNING:
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
@@ -520,7 +608,7 @@ class PlanExecution:
                 if stored is not None and stored.state in _ENDED_STORED:
                     await self._apply(self._replay(start, stored), running)
                     continue
-                ended = self._dispatch(start, queue, running)
+                ended = self._dispatch(start, inbox, running)
                 if isinstance(ended, _Finished):  # an inline tool, run in place
                     await self._receive(ended, running)
                 elif ended is not None:  # it failed at once: apply what that ended or released
@@ -539,25 +627,18 @@ class PlanExecution:
                         PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
                     )
                 continue
+            self._flush()  # what the round recorded is durable before the run waits
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
             if self._journal is not None:  # look for another process's cancellation
                 timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
-            try:
-                message = await asyncio.wait_for(queue.get(), timeout)
-            except asyncio.TimeoutError:
-                continue
-            while True:
-                if message is not None:
-                    await self._receive(message, running)
-                try:
-                    message = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            await inbox.wait(timeout)
+            while (message := inbox.take()) is not None:
+                await self._receive(message, running)
 
     def _dispatch(
         self,
         start: Start,
-        queue: asyncio.Queue[_Finished | _Crashed | None],
+        inbox: _Inbox,
         running: dict[str, _Attempt],
     ) -> Update | _Finished | None:
         """Re-check a start, then run its attempt as a task (None); or run an inline sync
@@ -611,15 +692,11 @@ class PlanExecution:
                         key=violation.key,
                         mistake=True,
                     )
-        if self._journal is not None:
-            claimed = self._persist(
-                self._journal.claim, start.node, start.attempt, start.number, arguments
+        if start.node in self._unclaimed and failure is None:  # its claim did not hold
+            failure = Failure(
+                f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
+                mistake=True,
             )
-            if claimed is False and failure is None:
-                failure = Failure(
-                    f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
-                    mistake=True,
-                )
         self._event(
             PlanEventKind.DISPATCHED,
             node=start.node,
@@ -641,6 +718,7 @@ class PlanExecution:
         )
         if failure is not None:
             closed(context)
+            attempt.release()
             attempt.finished_at = time.monotonic()
             return self._fail(attempt, failure, retry=False)
         attempt.arguments = arguments
@@ -661,12 +739,10 @@ class PlanExecution:
             outcome = run_tool(call)
             attempt.finished_at = time.monotonic()
             return _Finished(attempt, outcome)
-        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, queue))
+        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
         return None
 
-    async def _run_attempt(
-        self, attempt: _Attempt, call: Call, queue: asyncio.Queue[_Finished | _Crashed | None]
-    ) -> None:
+    async def _run_attempt(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
         """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
         import asyncio  # noqa: PLC0415
 
@@ -677,16 +753,17 @@ class PlanExecution:
             raise
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
-            queue.put_nowait(_Crashed(attempt, exc))
+            inbox.post(_Crashed(attempt, exc))
             return
         attempt.finished_at = time.monotonic()
-        queue.put_nowait(_Finished(attempt, outcome))
+        inbox.post(_Finished(attempt, outcome))
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
         running.pop(attempt.start.attempt, None)
         if isinstance(message, _Crashed):
             raise message.error
+        attempt.release()  # its tool has returned: the context is closed
         outcome = message.outcome
         record = self._nodes[attempt.start.node]
         tool = record.tool
@@ -741,6 +818,7 @@ class PlanExecution:
                 node_id,
                 attempt.start.attempt,
                 "SUCCEEDED",
+                inputs=attempt.arguments,
                 output=outcome.output,
             )
         self._outputs[node_id] = outcome.output
@@ -799,6 +877,7 @@ class PlanExecution:
                 node_id,
                 attempt.start.attempt,
                 stored_state,
+                inputs=attempt.arguments,
                 error=hint.text,
             )
         if retry_at is not None:
@@ -851,6 +930,7 @@ class PlanExecution:
             if attempt is None:
                 continue
             undos, _ = closed(attempt.context)
+            attempt.release()
             attempt.finished_at = now
             stopped.append((attempt, undos))
             if attempt.task is not None and not attempt.task.done():
@@ -906,6 +986,7 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         finished = time.monotonic()
+        self._flush()  # every node's end is durable before the state commits
         with self._lock:
             status = self._plan_status()
             self._closing = True
@@ -926,9 +1007,10 @@ class PlanExecution:
                 self._event(PlanEventKind.FAILED, data={"error": error[:1000]})
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
-                delivered, dispatch_errors = await asyncio.to_thread(
-                    dispatch_effects, tuple(self._effects), self._dispatcher
-                )
+                if self._effects and self._dispatcher is not None:  # it may block: off the loop
+                    delivered, dispatch_errors = await asyncio.to_thread(
+                        dispatch_effects, tuple(self._effects), self._dispatcher
+                    )
                 self._event(
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
@@ -943,9 +1025,11 @@ class PlanExecution:
                 compensations = await self._compensate_completed()
         if self._journal is not None:
             self._persist(self._journal.transitions, (), status=status.value)
+        self._flush()
         with self._lock:
             self._status = status
             self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+        self._audit.deliver()
         return PlanResult(
             run_id=self.id,
             plan_version=self._plan.version,
@@ -960,7 +1044,7 @@ class PlanExecution:
             committed_keys=committed,
             effects_dispatched=delivered,
             dispatch_errors=dispatch_errors,
-            audit=tuple(self._audit),
+            audit=self._audit.events(),
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
@@ -980,7 +1064,7 @@ class PlanExecution:
     def _node_result(self, node_id: str) -> NodeResult:
         record = self._nodes[node_id]
         state = self._scheduler.state(node_id)
-        costs = [entry for attempt in record.attempts for entry in attempt.context.costs]
+        costs = [entry for attempt in record.attempts for entry in attempt.costs]
         return NodeResult(
             node_id=node_id,
             tool=record.tool,
@@ -992,7 +1076,7 @@ class PlanExecution:
             idempotency_key=record.key,
             started_at=record.attempts[0].wall_start if record.attempts else record.started_wall,
             finished_at=record.finished_wall,
-            cost=CostBreakdown.of(costs) if costs else CostBreakdown(),
+            cost=CostBreakdown.of(costs),
         )
 
     def _timings(self, finished: float) -> list[NodeTiming]:
@@ -1006,7 +1090,7 @@ class PlanExecution:
                         attempt.started_at,
                         attempt.finished_at if attempt.finished_at is not None else finished,
                     ),
-                    costs=attempt.context.costs,
+                    costs=attempt.costs,
                 )
                 for attempt in record.attempts
             )

@@ -2,13 +2,22 @@
 
 On a store that keeps plan runs (`SQLiteStore`: `begin_plan`, `write_plan`, ...), `PlanJournal`
 writes the run's record (the plan's JSON form, the initial values, the run's settings) when the
-run starts, and then each node's record at each transition, in one durable write per
-transition: its state, unresolved prerequisite count, resolved inputs, output, attempt id and
-number, error (the hint's text), retries, first start and end (seconds since the epoch), and its
-history (`[state, at, attempt]` per transition). A claim is a compare-and-set: the node must
-still be PENDING or READY with the attempt this journal last wrote for it, so of two runners
-that both believe they hold a node, one claim succeeds. A completion or failure is a
-compare-and-set on the attempt that holds the node. `StoredNode` reads a node back for
+run starts, and then each node's transitions: its state, unresolved prerequisite count,
+resolved inputs, output, attempt id and number, error (the hint's text), retries, first start
+and end (seconds since the epoch), and its history (`[state, at, attempt]` per transition).
+
+A node's record is JSON lines: the first line is the whole record as the run began, and each
+transition appends one line with the fields it changed (its history entry under `"h"`), so a
+transition costs the same however long the node's history is. `read_run` folds them back.
+
+Transitions are buffered and written together, in one SQLite write transaction, at the next
+barrier the runner sets: before any tool starts (with the claims of the round of nodes it
+dispatches), before the runner waits for results, and before the run ends. So a node's
+completion, the release of its dependants and the claims of the next nodes are one write, and
+no tool starts before the transitions it depends on are durable. A claim is a compare-and-set:
+the node must still be PENDING or READY with the attempt this journal last wrote for it, so of
+two runners that both believe they hold a node, one claim succeeds. A completion or failure is
+a compare-and-set on the attempt that holds the node. `StoredNode` reads a node back for
 `Engine.recover`.
 """
 
@@ -20,17 +29,18 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 
 from .._errors import StorageError
 from .._json import JSONValue, canonical_dumps
-from ..stores._plans import PlanExpect, PlanNodeRow
+from ..stores._plans import PlanChange, PlanExpect, PlanNodeRow
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from ..stores._plans import PlanImage
 
-__all__ = ["FORMAT", "PlanJournal", "StoredNode", "is_plan_store", "read_run"]
+__all__ = ["FORMAT", "PlanJournal", "StoredNode", "fold", "is_plan_store", "read_run"]
 
-#: The version of the records below.
-FORMAT: Final = 1
+#: The version of the records below: 2 writes node records as JSON lines (1: one JSON text).
+FORMAT: Final = 2
+_FORMATS: Final = (1, 2)
 _CLAIMABLE: Final = ("PENDING", "READY")
 _RUNNING: Final = ("RUNNING",)
 _ENDED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"})
@@ -52,13 +62,31 @@ class StoredNode(NamedTuple):
     record: dict[str, Any]
 
 
+def fold(text: str) -> dict[str, Any]:
+    """A node's record from its stored lines: the first, updated by each transition's line
+    (whose `"h"` entry is appended to the history). `ValueError` (or `TypeError`,
+    `AttributeError`, `KeyError`) if malformed."""
+    first, *lines = text.split("\n")
+    node = json.loads(first)
+    history = node["history"]
+    for line in lines:
+        change = json.loads(line)
+        step = change.pop("h", None)
+        node.update(change)
+        if step is not None:
+            history.append(step)
+    if not isinstance(node, dict):
+        raise TypeError("a node record must be an object")
+    return cast("dict[str, Any]", node)
+
+
 def read_run(image: PlanImage) -> tuple[dict[str, Any], dict[str, StoredNode]]:
     """The run's record and its nodes, decoded; `StorageError` if malformed."""
     try:
         record = json.loads(image.record)
         nodes: dict[str, StoredNode] = {}
         for row in image.nodes:
-            node = json.loads(row.record)
+            node = fold(row.record)
             nodes[row.node_id] = StoredNode(
                 state=row.state,
                 attempt=row.attempt,
@@ -66,9 +94,9 @@ def read_run(image: PlanImage) -> tuple[dict[str, Any], dict[str, StoredNode]]:
                 error=node.get("error"),
                 record=node,
             )
-    except (ValueError, TypeError, AttributeError) as exc:
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise StorageError(f"plan run `{image.run_id}`: unreadable durable record: {exc}") from exc
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
+    if not isinstance(record, dict) or record.get("format") not in _FORMATS:
         raise StorageError(f"plan run `{image.run_id}`: unknown record format")
     return record, nodes
 
@@ -76,14 +104,19 @@ def read_run(image: PlanImage) -> tuple[dict[str, Any], dict[str, StoredNode]]:
 @final
 class PlanJournal:
     """Writes one plan run's durable records; see the module docstring. Called from the run's
-    event loop only (a cancellation from elsewhere goes through the store's `cancel_plan`)."""
+    event loop only (a cancellation from elsewhere goes through the store's `cancel_plan`).
 
-    __slots__ = ("_nodes", "_run_id", "_store")
+    `end_attempt` and `transitions` buffer their changes (the journal's view, `state`, sees them
+    at once); `flush`, `claim` and `claim_all` write everything buffered, in order, in one
+    durable write. A store error (the run taken over, the file gone) propagates from those."""
+
+    __slots__ = ("_nodes", "_pending", "_run_id", "_store")
 
     def __init__(self, store: Any, run_id: str, nodes: dict[str, dict[str, Any]]) -> None:
         self._store = store
         self._run_id = run_id
         self._nodes = nodes
+        self._pending: list[PlanChange] = []
 
     @classmethod
     def begin(
@@ -111,39 +144,80 @@ class PlanJournal:
                 "history": [[state, now, None]],
             }
             nodes[node_id] = node
-            rows.append(_row(node_id, state, node))
+            rows.append(
+                PlanNodeRow(
+                    node_id=node_id,
+                    state=state,
+                    attempt=None,
+                    record=canonical_dumps(cast("JSONValue", node)),
+                )
+            )
         store.begin_plan(run_id, canonical_dumps({"format": FORMAT, **record}), rows)
         return cls(store, run_id, nodes)
 
     @classmethod
     def resumed(cls, store: Any, run_id: str, stored: Mapping[str, StoredNode]) -> PlanJournal:
         """The journal of a run taken over by recovery, from its stored nodes."""
-        return cls(store, run_id, {node_id: dict(node.record) for node_id, node in stored.items()})
+        return cls(
+            store,
+            run_id,
+            {
+                node_id: {**node.record, "history": list(node.record["history"])}
+                for node_id, node in stored.items()
+            },
+        )
+
+    @property
+    def pending(self) -> bool:
+        """Whether changes are buffered, waiting for the next write."""
+        return bool(self._pending)
 
     def state(self, node_id: str) -> str:
-        """The node's state as last written."""
+        """The node's state as last recorded (buffered changes included)."""
         return str(self._nodes[node_id]["history"][-1][0])
 
-    def claim(self, node_id: str, attempt: str, number: int, inputs: JSONValue) -> bool:
-        """Claim the node for `attempt` (compare-and-set); False if it is not claimable."""
-        node = self._nodes[node_id]
-        expect = PlanExpect(node_id=node_id, states=_CLAIMABLE, attempt=node["attempt"])
+    def number(self, node_id: str) -> int:
+        """How many attempts the node has had (claims recorded)."""
+        return int(self._nodes[node_id]["number"])
+
+    def retries(self, node_id: str) -> int:
+        """How many of the node's attempts failed and were retried."""
+        return int(self._nodes[node_id]["retries"])
+
+    def claim(self, node_id: str, attempt: str, number: int) -> bool:
+        """Claim the node for `attempt` (compare-and-set), writing what is buffered with it;
+        False if the node is not claimable."""
+        return node_id not in self.claim_all(((node_id, attempt, number),))
+
+    def claim_all(self, claims: Iterable[tuple[str, str, int]]) -> frozenset[str]:
+        """Claim each node for its attempt (`(node_id, attempt, number)`, compare-and-sets),
+        writing what is buffered first, all in one durable write; the nodes not claimable."""
         now = time.time()
-        changed = {
-            **node,
-            "attempt": attempt,
-            "number": number,
-            "inputs": inputs,
-            "unresolved": 0,
-            "started_at": node["started_at"] or now,
-            "history": [*node["history"], ["RUNNING", now, attempt]],
-        }
-        if not self._store.write_plan(
-            self._run_id, [_row(node_id, "RUNNING", changed)], expect=expect
-        ):
-            return False
-        self._nodes[node_id] = changed
-        return True
+        claimed: list[tuple[str, dict[str, Any]]] = []
+        changes = self._pending
+        count = len(changes)
+        for node_id, attempt, number in claims:
+            node = self._nodes[node_id]
+            change: dict[str, Any] = {
+                "attempt": attempt,
+                "number": number,
+                "unresolved": 0,
+                "h": ["RUNNING", now, attempt],
+            }
+            if node["started_at"] is None:
+                change["started_at"] = now
+            expect = PlanExpect(node_id=node_id, states=_CLAIMABLE, attempt=node["attempt"])
+            changes.append(_change(node_id, "RUNNING", attempt, change, expect))
+            claimed.append((node_id, change))
+        self._pending = []
+        made = self._store.write_plan(self._run_id, changes)
+        refused = set()
+        for (node_id, change), ok in zip(claimed, made[count:], strict=True):
+            if ok:
+                _apply(self._nodes[node_id], change)
+            else:
+                refused.add(node_id)
+        return frozenset(refused)
 
     def end_attempt(
         self,
@@ -151,82 +225,87 @@ class PlanJournal:
         attempt: str,
         state: str,
         *,
+        inputs: JSONValue = None,
         output: JSONValue = None,
         error: str | None = None,
         released: Iterable[tuple[str, str, int]] = (),
-    ) -> bool:
-        """Record how `attempt` ended (`state`: SUCCEEDED, FAILED, TIMED_OUT, or READY for a
-        retry) with the nodes it `released` (`(node_id, state, unresolved)`), in one write;
-        False if another attempt holds the node."""
+    ) -> None:
+        """Buffer how `attempt` ended (`state`: SUCCEEDED, FAILED, TIMED_OUT, or READY for a
+        retry), its resolved `inputs`, with the nodes it `released` (`(node_id, state,
+        unresolved)`); the write is a compare-and-set on the attempt holding the node."""
         node = self._nodes[node_id]
         now = time.time()
-        changed = {
-            **node,
+        change: dict[str, Any] = {
+            "inputs": inputs,
             "output": output,
             "error": error,
-            "retries": node["retries"] + (state == "READY"),
             "finished_at": None if state == "READY" else now,
-            "history": [*node["history"], [state, now, attempt]],
+            "h": [state, now, attempt],
         }
-        rows = [_row(node_id, state, changed)]
-        others = self._changes(released, now)
-        rows += [_row(other, other_state, fields) for other, other_state, fields in others]
+        if state == "READY":
+            change["retries"] = node["retries"] + 1
         expect = PlanExpect(node_id=node_id, states=_RUNNING, attempt=attempt)
-        if not self._store.write_plan(self._run_id, rows, expect=expect):
-            return False
-        self._nodes[node_id] = changed
-        for other, _, fields in others:
-            self._nodes[other] = fields
-        return True
+        self._pending.append(_change(node_id, state, node["attempt"], change, expect))
+        _apply(node, change)
+        self._buffer(released, now)
 
     def transitions(
         self, changes: Iterable[tuple[str, str, int]], status: str | None = None
     ) -> None:
-        """Record other nodes' transitions (`(node_id, state, unresolved)`: released,
-        skipped, cancelled), and the run's `status` if given, in one write."""
-        now = time.time()
-        others = self._changes(changes, now)
-        if not others and status is None:
-            return
-        rows = [_row(other, state, fields) for other, state, fields in others]
-        self._store.write_plan(self._run_id, rows, status=status)
-        for other, _, fields in others:
-            self._nodes[other] = fields
+        """Buffer other nodes' transitions (`(node_id, state, unresolved)`: released,
+        skipped, cancelled); with the run's `status`, write them and it at once."""
+        self._buffer(changes, time.time())
+        if status is not None:
+            self.flush(status)
+
+    def flush(self, status: str | None = None) -> bool:
+        """Write what is buffered (and the run's `status`, if given) in one durable write;
+        False if a compare-and-set among the changes did not hold (another runner holds
+        that node; the rest was written)."""
+        if not self._pending and status is None:
+            return True
+        changes, self._pending = self._pending, []
+        made = self._store.write_plan(self._run_id, changes, status=status)
+        return all(made)
 
     def cancel_reason(self) -> str | None:
         """The cancellation another thread or process recorded for the run, or None."""
         reason: str | None = self._store.plan_cancel_reason(self._run_id)
         return reason
 
-    def _changes(
-        self, changes: Iterable[tuple[str, str, int]], now: float
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        out = []
+    def _buffer(self, changes: Iterable[tuple[str, str, int]], now: float) -> None:
         for node_id, state, unresolved in changes:
             node = self._nodes[node_id]
             last = node["history"][-1][0]
             if last in _ENDED or (last == state and node["unresolved"] == unresolved):
                 continue  # an ended node stays ended (a resumed run replays it)
-            ended = state in ("SKIPPED", "CANCELLED")
-            out.append(
-                (
-                    node_id,
-                    state,
-                    {
-                        **node,
-                        "unresolved": unresolved,
-                        "finished_at": now if ended else node["finished_at"],
-                        "history": [*node["history"], [state, now, None]],
-                    },
-                )
-            )
-        return out
+            change: dict[str, Any] = {"unresolved": unresolved, "h": [state, now, None]}
+            if state in ("SKIPPED", "CANCELLED"):
+                change["finished_at"] = now
+            self._pending.append(_change(node_id, state, node["attempt"], change, None))
+            _apply(node, change)
 
 
-def _row(node_id: str, state: str, node: Mapping[str, Any]) -> PlanNodeRow:
-    return PlanNodeRow(
+def _change(
+    node_id: str,
+    state: str,
+    attempt: str | None,
+    change: Mapping[str, Any],
+    expect: PlanExpect | None,
+) -> PlanChange:
+    return PlanChange(
         node_id=node_id,
         state=state,
-        attempt=node["attempt"],
-        record=canonical_dumps(cast("JSONValue", dict(node))),
+        attempt=attempt,
+        append="\n" + canonical_dumps(cast("JSONValue", dict(change))),
+        expect=expect,
     )
+
+
+def _apply(node: dict[str, Any], change: Mapping[str, Any]) -> None:
+    """Fold one transition's `change` into the node's record, as `fold` does."""
+    for field, value in change.items():
+        if field == "h":
+            node["history"].append(value)
+        else:
+            node[field] = value

@@ -29,6 +29,7 @@ Definitions (also in `docs/plans.md#metrics-and-cost`):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from decimal import Decimal
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, final
@@ -39,16 +40,18 @@ from .._errors import InvalidArgument
 from .._tools import COST_CATEGORIES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator
 
 __all__ = [
     "CURRENCY",
+    "NO_COST",
     "AttemptTiming",
     "CostBreakdown",
     "NodeMetrics",
     "NodeTiming",
     "PlanMetrics",
     "ToolMetrics",
+    "node_metrics",
     "percentile",
     "plan_metrics",
 ]
@@ -106,11 +109,17 @@ class CostBreakdown:
     def of(cls, entries: Iterable[tuple[str, Decimal]]) -> CostBreakdown:
         """The breakdown of `(category, amount)` entries (categories of `COST_CATEGORIES`)."""
         sums = dict.fromkeys(COST_CATEGORIES, _ZERO)
+        found = False
         for category, amount in entries:
             if category not in sums:
                 raise InvalidArgument(f"unknown cost category {category!r}")
             sums[category] += amount
-        return cls(**sums)
+            found = True
+        return cls(**sums) if found else NO_COST
+
+
+#: The breakdown of no spending (shared: breakdowns are immutable).
+NO_COST: Final = CostBreakdown()
 
 
 def _check_time(_: object, attribute: attrs.Attribute[float], value: object) -> None:
@@ -201,6 +210,8 @@ class ToolMetrics:
 
 
 def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(value, _NodeMetricsMap):  # read-only already, and built as it is read
+        return value
     return MappingProxyType(dict(value))
 
 
@@ -259,46 +270,41 @@ def plan_metrics(
         )
     nodes = {timing.node_id: timing for timing in timings}
     makespan = finished_at - started_at
-    per_node: dict[str, NodeMetrics] = {}
     by_tool: dict[str, list[AttemptTiming]] = {}
     tool_retries: dict[str, int] = {}
     tool_costs: dict[str, list[tuple[str, Decimal]]] = {}
     costs: list[tuple[str, Decimal]] = []
-    busy = 0.0
-    for node_id, timing in nodes.items():
-        node_costs = _attempt_costs(timing.attempts)
-        costs.extend(node_costs)
-        tool_costs.setdefault(timing.tool, []).extend(node_costs)
-        busy += sum(attempt.running_s for attempt in timing.attempts)
-        by_tool.setdefault(timing.tool, []).extend(timing.attempts)
-        retries = max(0, len(timing.attempts) - 1)
-        tool_retries[timing.tool] = tool_retries.get(timing.tool, 0) + retries
-        running = [attempt.running_s for attempt in timing.attempts]
-        eligible = timing.attempts[0].eligible_at if timing.attempts else timing.eligible_at
-        per_node[node_id] = NodeMetrics(
-            duration_s=timing.duration_s,
-            attempts=len(timing.attempts),
-            retries=retries,
-            prerequisite_wait_s=0.0 if eligible is None else max(0.0, eligible - started_at),
-            capacity_wait_s=sum(a.started_at - a.eligible_at for a in timing.attempts),
-            latency_p50_s=percentile(running, 50),
-            latency_p95_s=percentile(running, 95),
-            cost=CostBreakdown.of(node_costs),
-        )
+    durations: list[float] = []
+    busy = prerequisite_wait = capacity_wait = 0.0
+    retries = 0
+    for timing in nodes.values():
+        attempts = timing.attempts
+        tool = timing.tool
+        node_retries = max(0, len(attempts) - 1)
+        retries += node_retries
+        tool_retries[tool] = tool_retries.get(tool, 0) + node_retries
+        by_tool.setdefault(tool, []).extend(attempts)
+        prerequisite_wait += _prerequisite_wait(timing, started_at)
+        if attempts:
+            durations.append(timing.duration_s)
+            for attempt in attempts:
+                busy += attempt.finished_at - attempt.started_at
+                capacity_wait += attempt.started_at - attempt.eligible_at
+            if any(attempt.costs for attempt in attempts):
+                node_costs = _attempt_costs(attempts)
+                costs.extend(node_costs)
+                tool_costs.setdefault(tool, []).extend(node_costs)
     tools = {
         name: ToolMetrics(
             calls=len(attempts),
             retries=tool_retries[name],
             latency_p50_s=percentile((a.running_s for a in attempts), 50),
             latency_p95_s=percentile((a.running_s for a in attempts), 95),
-            cost=CostBreakdown.of(tool_costs[name]),
+            cost=CostBreakdown.of(tool_costs.get(name, ())),
         )
         for name, attempts in by_tool.items()
     }
     critical_s, path = critical_path(nodes)
-    durations = [timing.duration_s for timing in nodes.values() if timing.attempts]
-    prerequisite_wait = sum(node.prerequisite_wait_s for node in per_node.values())
-    capacity_wait = sum(node.capacity_wait_s for node in per_node.values())
     return PlanMetrics(
         makespan_s=makespan,
         critical_path_s=critical_s,
@@ -310,11 +316,62 @@ def plan_metrics(
         capacity_wait_s=capacity_wait,
         latency_p50_s=percentile(durations, 50),
         latency_p95_s=percentile(durations, 95),
-        retries=sum(node.retries for node in per_node.values()),
+        retries=retries,
         cost=CostBreakdown.of(costs),
-        nodes=per_node,
+        nodes=_NodeMetricsMap(nodes, started_at),
         tools=tools,
     )
+
+
+def _prerequisite_wait(timing: NodeTiming, started_at: float) -> float:
+    eligible = timing.attempts[0].eligible_at if timing.attempts else timing.eligible_at
+    return 0.0 if eligible is None else max(0.0, eligible - started_at)
+
+
+def node_metrics(timing: NodeTiming, started_at: float) -> NodeMetrics:
+    """One node's figures, in a run that started at `started_at`."""
+    running = [attempt.running_s for attempt in timing.attempts]
+    return NodeMetrics(
+        duration_s=timing.duration_s,
+        attempts=len(timing.attempts),
+        retries=max(0, len(timing.attempts) - 1),
+        prerequisite_wait_s=_prerequisite_wait(timing, started_at),
+        capacity_wait_s=sum(a.started_at - a.eligible_at for a in timing.attempts),
+        latency_p50_s=percentile(running, 50),
+        latency_p95_s=percentile(running, 95),
+        cost=CostBreakdown.of(_attempt_costs(timing.attempts)),
+    )
+
+
+@final
+class _NodeMetricsMap(Mapping[str, NodeMetrics]):
+    """`PlanMetrics.nodes`: read-only, each node's figures worked out when first read.
+
+    A run of thousands of nodes whose caller reads only the run's figures never builds them.
+    """
+
+    __slots__ = ("_built", "_started_at", "_timings")
+
+    def __init__(self, timings: dict[str, NodeTiming], started_at: float) -> None:
+        self._timings = timings
+        self._started_at = started_at
+        self._built: dict[str, NodeMetrics] = {}
+
+    def __getitem__(self, node_id: str) -> NodeMetrics:
+        built = self._built.get(node_id)
+        if built is None:
+            built = node_metrics(self._timings[node_id], self._started_at)
+            self._built[node_id] = built
+        return built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._timings)
+
+    def __len__(self) -> int:
+        return len(self._timings)
+
+    def __repr__(self) -> str:
+        return f"<node metrics of {len(self._timings)} nodes>"
 
 
 def _attempt_costs(attempts: tuple[AttemptTiming, ...]) -> list[tuple[str, Decimal]]:

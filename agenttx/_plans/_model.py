@@ -29,7 +29,9 @@ import attrs
 from .._errors import InvalidArgument, PlanValidationError, ReferenceSyntaxError
 from .._json import JSONValue, canonical_dumps, check_json
 from .._refs import (
+    PlanValue,
     Reference,
+    compile_plan_value,
     is_path_segment,
     is_plan_namespace,
     parse_template,
@@ -228,6 +230,9 @@ class Node:
     _malformed: tuple[tuple[str, str], ...] = attrs.field(
         init=False, default=(), eq=False, repr=False
     )
+    _compiled: dict[str, PlanValue] | None = attrs.field(
+        init=False, default=None, eq=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         set_ = object.__setattr__
@@ -298,6 +303,14 @@ class Node:
     def input_refs(self) -> tuple[InputRef, ...]:
         """Every well-formed reference in `inputs`, input by input, left to right."""
         return self._refs
+
+    def compiled_input(self, param: str) -> PlanValue:
+        """Input `param` with its references parsed, once per node (for `resolve_inputs`)."""
+        compiled = self._compiled
+        if compiled is None:
+            compiled = {name: compile_plan_value(value) for name, value in self.inputs.items()}
+            object.__setattr__(self, "_compiled", compiled)
+        return compiled[param]
 
     @property
     def compensation_name(self) -> str | None:
@@ -642,7 +655,7 @@ def resolve_inputs(
     a missing key in an output, a producer without output, a list or object written into text.
     """
     arguments: dict[str, JSONValue] = {}
-    missing = set()
+    missing: set[str] = set()
     if node.optional or node.fallback:
         missing = {
             ref.param
@@ -650,14 +663,14 @@ def resolve_inputs(
             if ref.namespace != "initial" and ref.namespace not in outputs
         }
     namespaces = _Namespaces(initial if isinstance(initial, dict) else dict(initial), outputs)
-    for param, value in node.inputs.items():
+    for param in node.inputs:
         if param in missing:
             if param in node.fallback:
                 arguments[param] = node.fallback[param]
                 continue
             if param in node.optional:
                 continue
-        resolved, error = resolve_plan_value(value, namespaces)
+        resolved, error = node.compiled_input(param).resolve(namespaces)
         if error is not None:
             if param in node.fallback:
                 arguments[param] = node.fallback[param]

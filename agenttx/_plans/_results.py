@@ -1,8 +1,8 @@
 """What a plan run reports: each node's result, the audit record, compensations and metrics.
 
 Everything here is a frozen record: `PlanResult` (the run), `NodeResult` (one node),
-`CompensationOutcome` (one undo of a completed node), and `PlanEvent` (one audit entry). The
-audit is append-only while the run goes on and exported as JSON lines by
+`CompensationOutcome` (one undo of a completed node); the audit entries are `agenttx.Event`s
+(scope "plan"). The audit is append-only while the run goes on and exported as JSON lines by
 `PlanResult.audit_jsonl()`. Timestamps are timezone-aware UTC datetimes; durations and metrics
 come from the monotonic clock.
 """
@@ -10,15 +10,15 @@ come from the monotonic clock.
 from __future__ import annotations
 
 import enum
-import json
 from decimal import Decimal
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, final
 
 import attrs
 
 from .._errors import InvalidArgument
-from ._metrics import CostBreakdown, PlanMetrics
+from .._events import Event, EventKind, audit_jsonl
+from ._metrics import NO_COST, CostBreakdown, PlanMetrics
 from ._scheduler import NodeState
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ __all__ = [
     "CompensationOutcome",
     "CompensationStatus",
     "NodeResult",
-    "PlanEvent",
     "PlanEventKind",
     "PlanResult",
     "PlanStatus",
@@ -74,61 +73,8 @@ class CompensationOutcome:
     error: str | None = None
 
 
-class PlanEventKind(enum.Enum):
-    """What an audit entry records."""
-
-    VALIDATED = "validated"
-    DISPATCHED = "dispatched"
-    RETRIED = "retried"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    LATE_RESULT_REFUSED = "late_result_refused"
-    CANCEL_REQUESTED = "cancel_requested"
-    CANCELLED = "cancelled"
-    COMMITTED = "committed"
-    DISCARDED = "discarded"
-    EFFECTS_DISPATCHED = "effects_dispatched"
-    COMPENSATION_REQUESTED = "compensation_requested"
-    COMPENSATED = "compensated"
-    COMPENSATION_FAILED = "compensation_failed"
-    FINISHED = "finished"
-
-
-def _frozen_data(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(value))
-
-
-@final
-@attrs.frozen(kw_only=True)
-class PlanEvent:
-    """One entry of a run's audit record: `seq` (0, 1, 2, ...), `kind`, when, and details.
-
-    `node` and `attempt` name the node and attempt id concerned, if any; `data` holds JSON
-    values only (the checks made before a dispatch, a hint, a reason, a count).
-    """
-
-    seq: int
-    kind: PlanEventKind
-    at: dt.datetime
-    node: str | None = None
-    attempt: str | None = None
-    data: Mapping[str, JSONValue] = attrs.field(factory=dict, converter=_frozen_data)
-
-    def to_json(self) -> dict[str, JSONValue]:
-        """The entry as a JSON object (`at` in ISO 8601 with its UTC offset and zone name)."""
-        entry: dict[str, JSONValue] = {
-            "seq": self.seq,
-            "kind": self.kind.value,
-            "at": self.at.isoformat(),
-            "zone": self.at.tzname(),
-        }
-        if self.node is not None:
-            entry["node"] = self.node
-        if self.attempt is not None:
-            entry["attempt"] = self.attempt
-        entry.update(self.data)
-        return entry
+#: The plan modules' name for the event kinds (plan runs record `EventKind` members).
+PlanEventKind = EventKind
 
 
 @final
@@ -153,7 +99,7 @@ class NodeResult:
     idempotency_key: str = ""
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
-    cost: CostBreakdown = attrs.field(factory=CostBreakdown)
+    cost: CostBreakdown = NO_COST
 
 
 def _frozen_nodes(value: Mapping[str, NodeResult]) -> Mapping[str, NodeResult]:
@@ -185,7 +131,7 @@ class PlanResult:
     committed_keys: int = 0
     effects_dispatched: int = 0
     dispatch_errors: tuple[str, ...] = ()
-    audit: tuple[PlanEvent, ...] = ()
+    audit: tuple[Event, ...] = ()
 
     def __repr__(self) -> str:
         # A summary: the whole result may hold thousands of nodes and events, and asyncio
@@ -211,10 +157,7 @@ class PlanResult:
     def audit_jsonl(self) -> str:
         """The audit record as JSON lines: one object per event, in order, each line ending
         with a newline."""
-        return "".join(
-            json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
-            for event in self.audit
-        )
+        return audit_jsonl(self.audit)
 
 
 def cost_per_completed_workflow(results: Iterable[PlanResult]) -> Decimal:

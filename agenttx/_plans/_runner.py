@@ -18,8 +18,9 @@ from ._model import Plan
 from ._scheduler import RateLimit
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
+    from .._events import HookLike
     from .._json import JSONValue
     from .._saga import Backoff, Dispatcher
     from .._tools import ToolsArgument
@@ -45,6 +46,7 @@ async def arun_plan(
     dispatcher: Dispatcher | None = None,
     compensate_on: CompensateOn = "failure",
     backoff: Backoff | None = None,
+    hooks: Iterable[HookLike] | None = None,
 ) -> PlanResult:
     """Run `plan` with `tools` and `initial` values; return its `PlanResult`.
 
@@ -57,8 +59,10 @@ async def arun_plan(
     the run's one transaction; `dispatcher` delivers staged effects after the commit.
     `compensate_on`: `"failure"` (default) compensates completed nodes when the run fails or is
     cancelled, `"never"` only reports them as requested. `backoff` (default: the library's
-    retry backoff, jittered) spaces retries. Cancelling the awaiting task cancels the run: it
-    compensates, then the cancellation propagates. See `docs/plans.md#running-a-plan`.
+    retry backoff, jittered) spaces retries. `hooks` (`EventHook`s, or callables taking an
+    `Event`) receive each audit event as it is recorded (see `docs/audit.md`). Cancelling the
+    awaiting task cancels the run: it compensates, then the cancellation propagates.
+    See `docs/plans.md#running-a-plan`.
     """
     run = PlanExecution(
         plan,
@@ -73,6 +77,7 @@ async def arun_plan(
         dispatcher=dispatcher,
         compensate_on=compensate_on,
         backoff=backoff,
+        hooks=hooks,
     )
     return await run.execute()
 
@@ -91,6 +96,7 @@ def run_plan(
     dispatcher: Dispatcher | None = None,
     compensate_on: CompensateOn = "failure",
     backoff: Backoff | None = None,
+    hooks: Iterable[HookLike] | None = None,
 ) -> PlanResult:
     """`arun_plan` for sync callers: runs it on a new event loop and returns its result.
 
@@ -113,6 +119,7 @@ def run_plan(
         dispatcher=dispatcher,
         compensate_on=compensate_on,
         backoff=backoff,
+        hooks=hooks,
     )
     return asyncio.run(run.execute())
 
@@ -216,6 +223,7 @@ def start_plan(
     dispatcher: Dispatcher | None = None,
     compensate_on: CompensateOn = "failure",
     backoff: Backoff | None = None,
+    hooks: Iterable[HookLike] | None = None,
 ) -> PlanRun:
     """Check the plan and its inputs here (raising as `arun_plan` does), then run it on a
     background thread with its own event loop; return the `PlanRun` that steers it."""
@@ -232,6 +240,7 @@ def start_plan(
         dispatcher=dispatcher,
         compensate_on=compensate_on,
         backoff=backoff,
+        hooks=hooks,
     )
     if run.durable:
         run.open_journal()
@@ -247,6 +256,7 @@ def resume_plan(
     tools: ToolsArgument,
     dispatcher: Dispatcher | None = None,
     backoff: Backoff | None = None,
+    hooks: Iterable[HookLike] | None = None,
 ) -> PlanRun:
     """Resume a plan run that recovery took over (`image`, from `claim_plan`) on a background
     thread; return its `PlanRun`. Completed nodes are not run again (their stored outputs feed
@@ -278,6 +288,7 @@ def resume_plan(
         compensate_on=settings["compensate_on"],
         backoff=backoff,
         restored=nodes,
+        hooks=hooks,
     )
     run.open_journal()
     handle = PlanRun(run)

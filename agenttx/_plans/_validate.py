@@ -83,16 +83,36 @@ class _ToolInfo:
 
 
 class _Checker:
-    __slots__ = ("_ids", "_infos", "_initial", "_plan", "_registry", "_seen", "problems")
+    __slots__ = (
+        "_ids",
+        "_infos",
+        "_initial",
+        "_mismatches",
+        "_plan",
+        "_registry",
+        "_seen",
+        "problems",
+    )
 
     def __init__(self, plan: Plan, registry: ToolRegistry) -> None:
         self._plan = plan
         self._registry = registry
         self._initial = frozenset(plan.initial)
         self._infos: dict[str, _ToolInfo | None] = {}
+        self._mismatches: dict[tuple[Any, Any], bool] = {}
         self._seen: dict[str, int] = {}
         self._ids = sorted(set(plan.node_ids))
         self.problems: list[PlanProblem] = []
+
+    def _mismatch(self, source: Any, target: Any) -> bool:
+        """`_mismatch`, answered once per pair of types: a plan of thousands of nodes uses few."""
+        try:
+            return self._mismatches[source, target]
+        except KeyError:
+            found = self._mismatches[source, target] = _mismatch(source, target, 0)
+            return found
+        except TypeError:  # an unhashable annotation
+            return _mismatch(source, target, 0)
 
     def _add(self, code: PlanProblemCode, subject: str, message: str) -> None:
         self.problems.append(PlanProblem(code=code, subject=subject, message=message))
@@ -132,8 +152,8 @@ class _Checker:
         refs_by_param: dict[str, list[InputRef]] = {}
         for ref in node.input_refs:
             refs_by_param.setdefault(ref.param, []).append(ref)
-        malformed = dict(node._malformed)  # noqa: SLF001  (one unit: the plans package)
-        for param in sorted(node.inputs):
+        malformed = dict(node._malformed) if node._malformed else {}  # noqa: SLF001  (one unit: the plans package)
+        for param in sorted(node.inputs) if len(node.inputs) > 1 else node.inputs:
             self._input(node, info, param, refs_by_param.get(param, []), malformed.get(param))
         if info is not None:
             for param in info.required:
@@ -242,6 +262,8 @@ class _Checker:
         current = _UNKNOWN if info is None else info.returns
         for depth, segment in enumerate(ref.path):
             status, current = _field(current, segment)
+            if status == "ok":
+                continue
             where = ".".join((namespace, *ref.path[: depth + 1]))
             if status == "missing":
                 owner = (
@@ -268,7 +290,7 @@ class _Checker:
         return current
 
     def _compare(self, subject: str, what: str, source: Any, target: Any) -> None:
-        if _mismatch(source, target, 0):
+        if self._mismatch(source, target):
             node_id, _, param = subject.partition(".")
             self._add(
                 Code.TYPE_MISMATCH,
@@ -290,6 +312,8 @@ class _Checker:
                     f"inputs `{first}` and `{ref.param}` of node `{node.id}` both map "
                     f"{ref.text}; map it once.",
                 )
+        if len(set(node.after)) == len(node.after):
+            return
         counts = collections.Counter(node.after)
         for other, count in counts.items():
             if count > 1:

@@ -38,6 +38,7 @@ from ._tool import UndoRecord as UndoRecord
 from ._tool import check_cost as check_cost
 from ._tool import compensation as compensation
 from ._tool import derive_key as derive_key
+from ._tool import key_deriver as key_deriver
 from ._tool import tool as tool
 from ._transient import is_transient_status as is_transient_status
 from ._transient import transient_verdict as transient_verdict
@@ -81,6 +82,7 @@ __all__ = [
     "derive_key",
     "is_awaitable",
     "is_transient_status",
+    "key_deriver",
     "newtype_name",
     "read_signature",
     "resolve_awaitable",

@@ -11,7 +11,6 @@ registers afterwards can land.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -25,6 +24,7 @@ from ._workers import (
     DeadlineExceeded,
     Running,
     acall_with_deadline,
+    alarm_after,
     call_with_deadline,
     is_awaitable,
     resolve_awaitable,
@@ -189,12 +189,9 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
     """
     import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
 
-    # Two fences: one on the loop, ordered before the cancellation at the same deadline, and a
-    # timer thread for a tool that blocks the loop.
-    fence = threading.Timer(call.timeout, closed, (call.context,))
-    fence.daemon = True
-    if call.context is not None:
-        fence.start()
+    # Two fences: one on the loop, ordered before the cancellation at the same deadline, and
+    # the watchdog thread's, for a tool that blocks the loop.
+    fence = alarm_after(call.timeout, closed, call.context) if call.context is not None else None
     on_loop = asyncio.get_running_loop().call_later(call.timeout, closed, call.context)
     started = time.monotonic()
     try:
@@ -217,7 +214,8 @@ async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
         _check_in_time(call, started)  # it swallowed the cancellation, or blocked the loop
         return output
     finally:
-        fence.cancel()
+        if fence is not None:
+            fence.cancel()
         on_loop.cancel()
 
 

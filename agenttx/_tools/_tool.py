@@ -51,6 +51,7 @@ __all__ = [
     "check_cost",
     "compensation",
     "derive_key",
+    "key_deriver",
     "tool",
 ]
 
@@ -435,6 +436,27 @@ def derive_key(*parts: JSONValue) -> str:
     import hashlib  # noqa: PLC0415  (loads OpenSSL: not at `import agenttx`)
 
     return hashlib.blake2b(canonical_dumps(list(parts)).encode(), digest_size=16).hexdigest()
+
+
+def key_deriver(*shared: JSONValue) -> Callable[..., str]:
+    """`derive_key` for many keys that share their first parts, hashing those once:
+    `key_deriver(a, b)(c, d) == derive_key(a, b, c, d)`."""
+    import hashlib  # noqa: PLC0415
+
+    if not shared:
+        return derive_key
+    # The canonical JSON of the whole list is the shared parts' list without its `]`, then
+    # `,` and the rest's list without its `[`.
+    base = hashlib.blake2b(canonical_dumps(list(shared))[:-1].encode(), digest_size=16)
+
+    def derive(*parts: JSONValue) -> str:
+        if not parts:
+            return derive_key(*shared)
+        hasher = base.copy()
+        hasher.update(("," + canonical_dumps(list(parts))[1:]).encode())
+        return hasher.hexdigest()
+
+    return derive
 
 
 # ---------------------------------------------------------------------- costs

@@ -21,9 +21,12 @@ whether its wait took the `done` lock.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import inspect
+import itertools
 import os
 import threading
+import time
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, TypeVar, cast
 
@@ -33,9 +36,11 @@ if TYPE_CHECKING:
     from contextvars import Context
 
 __all__ = [
+    "Alarm",
     "DeadlineExceeded",
     "Running",
     "acall_with_deadline",
+    "alarm_after",
     "call_with_deadline",
     "is_awaitable",
     "resolve_awaitable",
@@ -282,8 +287,98 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-# A forked child has none of its parent's threads: its pool starts empty.
-os.register_at_fork(after_in_child=_idle.clear)
+# --- the watchdog: one thread for every timed fence ------------------------------------------
+
+
+class Alarm:
+    """A callback due at a monotonic time, run by the watchdog thread unless cancelled first."""
+
+    __slots__ = ("_args", "_fn", "cancelled")
+
+    def __init__(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
+        self._fn = fn
+        self._args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Keep the callback from running (a no-op once it has run)."""
+        self.cancelled = True
+
+    def fire(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self._fn(*self._args)
+
+
+class _Watchdog:
+    """One daemon thread that runs alarms when they are due, earliest first.
+
+    It replaces a `threading.Timer` per call: starting a thread waits for it to run, which on a
+    loaded machine costs milliseconds between an async tool's calls. Scheduling is a heap push
+    under a lock; cancelling marks the alarm, which is dropped when it comes due (or when
+    cancelled alarms outnumber live ones, so the heap stays small under a high call rate). A
+    callback that raises is dropped: alarms fence contexts, which never raise.
+    """
+
+    _COMPACT_AT: Final = 1024
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, Alarm]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, delay: float, fn: Callable[..., object], *args: object) -> Alarm:
+        alarm = Alarm(fn, args)
+        entry = (time.monotonic() + delay, next(self._order), alarm)
+        with self._ready:
+            heap = self._heap
+            if len(heap) >= self._COMPACT_AT and len(heap) & (len(heap) - 1) == 0:
+                heap[:] = [item for item in heap if not item[2].cancelled]
+                heapq.heapify(heap)
+            heapq.heappush(heap, entry)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="agenttx-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif heap[0] is entry:
+                self._ready.notify()
+        return alarm
+
+    def _loop(self) -> None:
+        heap = self._heap
+        while True:
+            with self._ready:
+                while not heap or heap[0][0] > time.monotonic():
+                    self._ready.wait(heap[0][0] - time.monotonic() if heap else None)
+                _, _, alarm = heapq.heappop(heap)
+            with contextlib.suppress(Exception):
+                alarm.fire()
+
+    def forked(self) -> None:
+        """In a forked child: no thread runs the heap; start afresh."""
+        self._ready = threading.Condition(threading.Lock())
+        self._heap = []
+        self._thread = None
+
+
+_watchdog = _Watchdog()
+
+
+def alarm_after(delay: float, fn: Callable[..., object], *args: object) -> Alarm:
+    """Call `fn(*args)` on the watchdog thread `delay` seconds from now, unless the returned
+    `Alarm` is cancelled first. For short callbacks only: every alarm shares the one thread."""
+    return _watchdog.schedule(delay, fn, *args)
+
+
+def _forked() -> None:
+    _idle.clear()
+    _watchdog.forked()
+
+
+# A forked child has none of its parent's threads: its pool and its watchdog start empty.
+os.register_at_fork(after_in_child=_forked)
 
 
 _PLAIN: Final = frozenset({dict, list, str, int, float, bool})

@@ -1,13 +1,17 @@
 """What a durable store keeps of a plan run, and the SQL that keeps it in `SQLiteStore`'s file.
 
 A plan run is one row of `plan_runs` (its record, status, owner and any cancellation) and one
-row per node in `plan_nodes` (its state, the attempt that holds it, and its record: JSON text
-the plan layer writes and reads, opaque here). They live in the store's one file, beside the
-transactions' `log` (schema version 4): a transition is one SQLite write transaction, so a run
-never shows a node's new state without the rest of that transition. Writes are fenced by owner
-(a runner that lost its run to a recoverer changes nothing), and a write can carry a
-compare-and-set on one node (`expect`): a claim succeeds only if the node is still in the
-states given with the attempt given, so only one claim of a node succeeds.
+row per node in `plan_nodes` (its state, the attempt that holds it, and its record: text the
+plan layer writes and reads, opaque here). They live in the store's one file, beside the
+transactions' `log` (schema version 4). A write (`write_plan`) is one SQLite write transaction
+of any number of node changes, so a run never shows a node's new state without the rest of the
+transitions written with it. A change appends to the node's record (`record || ?`) rather than
+replacing it: the plan layer appends one line per transition, so the cost of a transition does
+not grow with the node's history. Writes are fenced by owner (a runner that lost its run to a
+recoverer changes nothing), and a change can carry a compare-and-set (`expect`): a claim
+succeeds only if the node is still in the states given with the attempt given, so only one
+claim of a node succeeds. The statements are constant texts, so SQLite's statement cache
+prepares each once per connection.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PLAN_TABLES",
+    "PlanChange",
     "PlanExpect",
     "PlanImage",
     "PlanNodeRow",
@@ -93,6 +98,21 @@ class PlanExpect:
 
 @final
 @attrs.frozen(kw_only=True)
+class PlanChange:
+    """One node's transition in a `write_plan`: its new `state` and `attempt`, and `append`,
+    text added to the end of its record (opaque to the store). With `expect` (a compare-and-set
+    on this node: `expect.node_id` must be `node_id`), the change is made only if the node's
+    state is one of `expect.states` with attempt `expect.attempt`."""
+
+    node_id: str = attrs.field(validator=_text)
+    state: str = attrs.field(validator=_text)
+    attempt: str | None = attrs.field(validator=_optional_text)
+    append: str = attrs.field(validator=_text)
+    expect: PlanExpect | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
 class PlanImage:
     """A plan run as stored: its record, status, owner, cancellation reason (or None), times
     (seconds since the epoch) and nodes (in the order `begin_plan` gave them)."""
@@ -130,43 +150,57 @@ def begin_plan(
     )
 
 
+_FENCE: Final = (
+    "UPDATE plan_runs SET updated_at = ?, status = coalesce(?, status) "
+    "WHERE run_id = ? AND owner = ?"
+)
+_CHANGE: Final = (
+    "UPDATE plan_nodes SET state = ?, attempt = ?, record = record || ? "
+    "WHERE run_id = ? AND node_id = ?"
+)
+_CHANGE_IF: Final = (
+    "UPDATE plan_nodes SET state = ?, attempt = ?, record = record || ? "
+    "WHERE run_id = ? AND node_id = ? AND attempt IS ? AND instr(?, '|' || state || '|') > 0"
+)
+
+
 def write_plan(
     cur: sqlite3.Cursor,
     run_id: str,
-    rows: Sequence[PlanNodeRow],
+    changes: Sequence[PlanChange],
     *,
     owner: str,
     now: float,
     status: str | None = None,
-    expect: PlanExpect | None = None,
-) -> bool:
-    """Write `rows` (and the run's `status`, if given) if `owner` holds the run and `expect`
-    holds; False if `expect` does not (nothing written). `StorageError` if another owner has
-    taken the run over, `TransactionNotFound` if it is not in the file."""
-    found = cur.execute("SELECT owner FROM plan_runs WHERE run_id = ?", (run_id,)).fetchall()
-    if not found:
-        raise TransactionNotFound(tx_id=run_id)
-    if found[0][0] != owner:
+) -> tuple[bool, ...]:
+    """Make `changes` in order (and set the run's `status`, if given) if `owner` holds the
+    run: for each change, whether it was made (False: its `expect` did not hold, and that
+    change alone was skipped). `StorageError` if another owner has taken the run over,
+    `TransactionNotFound` if it is not in the file; then nothing is written."""
+    if cur.execute(_FENCE, (now, status, run_id, owner)).rowcount != 1:
+        found = cur.execute("SELECT owner FROM plan_runs WHERE run_id = ?", (run_id,)).fetchall()
+        if not found:
+            raise TransactionNotFound(tx_id=run_id)
         raise StorageError(f"plan run `{run_id}` was taken over by another store")
-    if expect is not None:
-        node = cur.execute(
-            "SELECT state, attempt FROM plan_nodes WHERE run_id = ? AND node_id = ?",
-            (run_id, expect.node_id),
-        ).fetchall()
-        if not node or node[0][0] not in expect.states or node[0][1] != expect.attempt:
-            return False
-    cur.executemany(
-        "UPDATE plan_nodes SET state = ?, attempt = ?, record = ? WHERE run_id = ? AND node_id = ?",
-        [(row.state, row.attempt, row.record, run_id, row.node_id) for row in rows],
-    )
-    if status is None:
-        cur.execute("UPDATE plan_runs SET updated_at = ? WHERE run_id = ?", (now, run_id))
-    else:
-        cur.execute(
-            "UPDATE plan_runs SET status = ?, updated_at = ? WHERE run_id = ?",
-            (status, now, run_id),
-        )
-    return True
+    made: list[bool] = []
+    plain: list[tuple[str, str | None, str, str, str]] = []
+    for change in changes:
+        expect = change.expect
+        values = (change.state, change.attempt, change.append, run_id, change.node_id)
+        if expect is None:
+            plain.append(values)
+            made.append(True)
+            continue
+        if plain:  # in order: the changes before this one first
+            cur.executemany(_CHANGE, plain)
+            plain = []
+        if expect.node_id != change.node_id:
+            raise InvalidArgument(f"a change of node `{change.node_id}` expects another node")
+        states = "|" + "|".join(expect.states) + "|"
+        made.append(cur.execute(_CHANGE_IF, (*values, expect.attempt, states)).rowcount == 1)
+    if plain:
+        cur.executemany(_CHANGE, plain)
+    return tuple(made)
 
 
 def cancel_plan(cur: sqlite3.Cursor, run_id: str, reason: str) -> bool:

@@ -90,7 +90,7 @@ if TYPE_CHECKING:
         TxImage,
         UndoRow,
     )
-    from ._plans import PlanExpect, PlanImage, PlanNodeRow
+    from ._plans import PlanChange, PlanImage, PlanNodeRow
 
 __all__ = ["SQLiteStore"]
 
@@ -943,26 +943,20 @@ class SQLiteStore:
     def write_plan(
         self,
         run_id: str,
-        rows: Sequence[PlanNodeRow],
+        changes: Sequence[PlanChange],
         *,
         status: str | None = None,
-        expect: PlanExpect | None = None,
-    ) -> bool:
-        """Write node `rows` (and the run's `status`) in one durable write, if this store
-        holds the run and `expect` (a compare-and-set on one node) holds; False if it does not
-        (nothing written). `StorageError` if another store took the run over."""
+    ) -> tuple[bool, ...]:
+        """Make node `changes` in order (and set the run's `status`) in one durable write, if
+        this store holds the run: for each change, whether it was made (False: its `expect`,
+        a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
+        another store took the run over, `TransactionNotFound` if the file has no such run."""
         self._check_writable()
         with self._lock:
             self._check_not_closed()
             with self._file.writing(f"write plan run `{run_id}`") as cur:
                 return plan_tables.write_plan(
-                    cur,
-                    run_id,
-                    rows,
-                    owner=self._owner,
-                    now=time.time(),
-                    status=status,
-                    expect=expect,
+                    cur, run_id, changes, owner=self._owner, now=time.time(), status=status
                 )
 
     def cancel_plan(self, run_id: str, reason: str) -> bool:
