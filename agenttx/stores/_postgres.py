@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ._durable import DurableStore, EffectRow
-    from ._plans import PlanExpect
+    from ._plans import PlanChange
 
 __all__ = ["PostgresStore"]
 
@@ -894,53 +894,85 @@ class PostgresStore:
     def write_plan(
         self,
         run_id: str,
-        rows: Sequence[PlanNodeRow],
+        changes: Sequence[PlanChange],
         *,
         status: str | None = None,
-        expect: PlanExpect | None = None,
-    ) -> bool:
-        """Write node `rows` (and the run's `status`) in one transaction, fenced by the run's
-        epoch, if `expect` (a compare-and-set on one node, its row locked) holds; False if not.
-        `StorageError` if this store does not hold the run (its lease was lost)."""
-        rows = list(rows)
+    ) -> tuple[bool, ...]:
+        """Make node `changes` in order (and set the run's `status`) in one transaction,
+        fenced by the run's epoch: for each change, whether it was made (False: its `expect`,
+        a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
+        this store does not hold the run (its lease was lost), `TransactionNotFound` if there is
+        no such run; then nothing is written."""
+        changes = list(changes)
         sql = self._sql
         now = time.time()
         with self._lock:
             self._check_not_closed()
             with self._link.transaction(f"write plan run `{run_id}`") as cur:
-                cur.execute(sql.plan_fence, (run_id,))
-                found = cur.fetchone()
-                if found is None:
-                    raise TransactionNotFound(tx_id=run_id)
-                if found[0] != self._plans.get(run_id):
+                cur.execute(sql.plan_fence, (now, status, run_id, self._plans.get(run_id, 0)))
+                if cur.rowcount != 1:
+                    cur.execute(sql.select_plan_exists, (run_id,))
+                    if cur.fetchone() is None:
+                        raise TransactionNotFound(tx_id=run_id)
                     self._plans.pop(run_id, None)
                     raise StorageError(
                         f"plan run `{run_id}` was taken over by another store (lease lost): "
                         "this store no longer holds it"
                     )
-                if expect is not None:
-                    cur.execute(sql.select_node_for_update, (run_id, expect.node_id))
-                    node = cur.fetchone()
-                    if node is None or node[0] not in expect.states or node[1] != expect.attempt:
-                        return False
-                if rows:
-                    cur.execute(
-                        sql.update_nodes,
-                        (
-                            [r.node_id for r in rows],
-                            [r.state for r in rows],
-                            [r.attempt for r in rows],
-                            [r.record for r in rows],
-                            run_id,
-                        ),
-                    )
-                if status is None:
-                    cur.execute(sql.touch_plan, (now, run_id))
-                else:
-                    cur.execute(sql.set_plan_status, (status, now, run_id))
+                made = self._change_nodes(cur, run_id, changes)
             if status is not None and status != _RUNNING:
                 self._plans.pop(run_id, None)
-        return True
+        return made
+
+    def _change_nodes(
+        self, cur: psycopg.Cursor[Any], run_id: str, changes: list[PlanChange]
+    ) -> tuple[bool, ...]:
+        """Make `changes` in order: runs of unconditional changes of distinct nodes in one
+        statement, each compare-and-set in one of its own."""
+        sql = self._sql
+        made: list[bool] = []
+        batch: list[PlanChange] = []
+
+        def flush() -> None:
+            if batch:
+                cur.execute(
+                    sql.update_nodes,
+                    (
+                        [c.node_id for c in batch],
+                        [c.state for c in batch],
+                        [c.attempt for c in batch],
+                        [c.append for c in batch],
+                        run_id,
+                    ),
+                )
+                batch.clear()
+
+        for change in changes:
+            expect = change.expect
+            if expect is None:
+                if any(c.node_id == change.node_id for c in batch):
+                    flush()  # one statement updates a row once: keep a node's changes apart
+                batch.append(change)
+                made.append(True)
+                continue
+            flush()
+            if expect.node_id != change.node_id:
+                raise InvalidArgument(f"a change of node `{change.node_id}` expects another node")
+            cur.execute(
+                sql.update_node_if,
+                (
+                    change.state,
+                    change.attempt,
+                    change.append,
+                    run_id,
+                    change.node_id,
+                    expect.attempt,
+                    list(expect.states),
+                ),
+            )
+            made.append(cur.rowcount == 1)
+        flush()
+        return tuple(made)
 
     def cancel_plan(self, run_id: str, reason: str) -> bool:
         """Record that run `run_id` is cancelled, for whichever worker runs it. False if it

@@ -286,19 +286,22 @@ class Sql:
             "SELECT %s, n, o, st, a, r FROM unnest(%s::text[], %s::text[], %s::text[], "
             "%s::text[]) WITH ORDINALITY AS u(n, st, a, r, o)"
         )
-        self.plan_fence = f"SELECT epoch FROM {s}.plan_runs WHERE run_id = %s FOR KEY SHARE"
-        self.select_node_for_update = (
-            f"SELECT state, attempt FROM {s}.plan_nodes WHERE run_id = %s AND node_id = %s "
-            "FOR UPDATE"
+        #: The fence of a plan-run write: the run still at the writer's epoch (the row lock
+        #: this takes keeps a claim out until the write commits); also its status and time.
+        self.plan_fence = (
+            f"UPDATE {s}.plan_runs SET updated_at = %s, status = coalesce(%s, status) "
+            "WHERE run_id = %s AND epoch = %s"
         )
         self.update_nodes = (
-            f"UPDATE {s}.plan_nodes AS p SET state = u.st, attempt = u.a, record = u.r "
+            f"UPDATE {s}.plan_nodes AS p SET state = u.st, attempt = u.a, "
+            "record = p.record || u.r "
             "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS u(n, st, a, r) "
             "WHERE p.run_id = %s AND p.node_id = u.n"
         )
-        self.touch_plan = f"UPDATE {s}.plan_runs SET updated_at = %s WHERE run_id = %s"
-        self.set_plan_status = (
-            f"UPDATE {s}.plan_runs SET status = %s, updated_at = %s WHERE run_id = %s"
+        self.update_node_if = (
+            f"UPDATE {s}.plan_nodes SET state = %s, attempt = %s, record = record || %s "
+            "WHERE run_id = %s AND node_id = %s AND attempt IS NOT DISTINCT FROM %s "
+            "AND state = ANY(%s::text[])"
         )
         self.cancel_plan = (
             f"UPDATE {s}.plan_runs SET cancel = %s WHERE run_id = %s AND status = 'RUNNING' "
