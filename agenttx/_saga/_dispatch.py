@@ -189,7 +189,7 @@ def deliver_outbox(
         # A store shared by several dispatchers (`PostgresStore`) hands each its own entries.
         claim = getattr(store, "claim_effects", None)
         if callable(claim):
-            entries = claim(limit, tx_id=tx_id, now=clock(), hold=timeout + 30.0)
+            entries = claim(limit, tx_id=tx_id, now=clock())
         else:
             entries = store.pending_effects(limit, tx_id=tx_id)
     except Exception as exc:  # noqa: BLE001  (reported: the commit before this stands)

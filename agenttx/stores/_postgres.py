@@ -96,13 +96,13 @@ class PostgresStore:
 
     ``PostgresStore(dsn_or_pool, *, schema="agenttx", lease_seconds=30.0,
     statement_timeout=None, connect_timeout=10.0, migrate=True, keep_history=1000,
-    keep_history_for=7 * 24 * 3600.0)`` connects to the server named by a libpq DSN (text), or
-    takes connections from a `psycopg_pool.ConnectionPool` (two: one for the store's calls, one
-    for its lease renewal; given back at `close`). Needs the extra: ``pip install
-    'agenttx[postgres]'``. With `migrate` (the default) it creates the `schema` or applies the
-    missing migrations (see `migrate`); without, it requires the schema at this code's version.
-    A schema newer than this code knows raises `StorageError`. Close it with `close()`, or use it
-    as a context manager.
+    keep_history_for=7 * 24 * 3600.0, outbox_hold=60.0)`` connects to the server named by a
+    libpq DSN (text), or takes connections from a `psycopg_pool.ConnectionPool` (two: one for
+    the store's calls, one for its lease renewal; given back at `close`). Needs the extra: ``pip
+    install 'agenttx[postgres]'``. With `migrate` (the default) it creates the `schema` or
+    applies the missing migrations (see `migrate`); without, it requires the schema at this
+    code's version. A schema newer than this code knows raises `StorageError`. Close it with
+    `close()`, or use it as a context manager.
 
     **Behaviour** is `SQLiteStore`'s on every observable of the `Store` and `DurableStore`
     contracts: each transaction it holds has an in-process mirror, `put` and `delete` are
@@ -119,6 +119,12 @@ class PostgresStore:
     lost"). `load` takes over at once, whatever the lease. A worker paused for longer than its
     lease (a debugger, SIGSTOP, a long GC) may lose its transactions: choose the lease longer
     than such pauses, and shorter than the delay of recovery you accept.
+
+    **The outbox.** Dispatchers claim the entries they deliver (`claim_effects`, `FOR UPDATE
+    SKIP LOCKED`), for `outbox_hold` seconds: dispatchers running at once on several workers
+    deliver disjoint entries, each once. A dispatcher that dies holding a claim delays those
+    entries by up to `outbox_hold`; one slower than `outbox_hold` may see another deliver them
+    again (delivery is at least once, always with the idempotency key).
 
     **Errors.** A psycopg error becomes `StorageError` with it as `__cause__`; the PostgreSQL
     transaction is rolled back, so the call has no effect. A lost connection (server restart,
@@ -140,6 +146,7 @@ class PostgresStore:
         migrate: bool = True,
         keep_history: int | None = KEEP_HISTORY,
         keep_history_for: float | None = KEEP_HISTORY_FOR,
+        outbox_hold: float = OUTBOX_HOLD,
     ) -> None:
         if not isinstance(dsn_or_pool, str) and not callable(getattr(dsn_or_pool, "getconn", None)):
             raise InvalidArgument(
@@ -155,6 +162,8 @@ class PostgresStore:
         if keep_history is not None:
             check_int(keep_history, "keep_history", MAX_INT64)
         _number(keep_history_for, "keep_history_for", minimum=0, allow_none=True)
+        _number(outbox_hold, "outbox_hold", minimum=0.001)
+        self._outbox_hold = float(outbox_hold)
         self._schema = schema
         self._lease = float(lease_seconds)
         self._keep_history = keep_history
@@ -1084,15 +1093,18 @@ class PostgresStore:
         *,
         tx_id: str | None = None,
         now: float | None = None,
-        hold: float = OUTBOX_HOLD,
+        hold: float | None = None,
     ) -> tuple[OutboxEntry, ...]:
         """Claim up to `limit` due undelivered entries for this dispatcher, in order, for
         `hold` seconds, with `FOR UPDATE SKIP LOCKED`: dispatchers running at once get
         disjoint entries, and an entry claimed and not marked within `hold` is offered again.
-        `now` is the caller's clock (seconds since the epoch; default `time.time()`)."""
+        `now` is the caller's clock (seconds since the epoch; default `time.time()`); `hold`
+        defaults to the store's `outbox_hold`. `Engine.dispatch_pending` and the delivery after
+        a commit claim this way."""
         check_int(limit, "limit", MAX_INT64, minimum=1)
         if tx_id is not None:
             check_tx_id(tx_id)
+        hold = self._outbox_hold if hold is None else hold
         _number(hold, "hold", minimum=0)
         at = time.time() if now is None else float(now)
         sql = self._sql
