@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -375,3 +377,69 @@ def test_competing_dispatchers_claim_disjoint_entries(store: PostgresStore) -> N
         again = other.claim_effects(10, now=time.time() + 120)  # the claims ran out
         assert [e.payload for e in again] == ["3", "4", "5"]
     assert len(store.pending_effects()) == 3
+
+
+def _restart_server() -> None:
+    """Restart the test server at once (`pg_ctl -m immediate`: as if it crashed), as the
+    `postgres` user when run as root; skips unless `.ci/postgres` started it."""
+    data = os.environ.get("AGENTTX_PG_DATA")
+    if not data:
+        if os.environ.get("AGENTTX_REQUIRE_POSTGRES") == "1":
+            pytest.fail("AGENTTX_PG_DATA is not set: start the server with .ci/postgres")
+        pytest.skip("AGENTTX_PG_DATA is not set: the server was not started by .ci/postgres")
+    pg_ctl = str(Path(os.environ.get("AGENTTX_PG_BIN", "/usr/lib/postgresql/15/bin")) / "pg_ctl")
+    command = [pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "restart"]
+    command += ["-l", str(Path(data).parent / "server.log")]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+
+def test_a_server_restart_loses_nothing_acknowledged(store: PostgresStore) -> None:
+    """Commits run while the server restarts: calls during the restart raise StorageError,
+    the store reconnects, every commit that returned is there, and a transaction begun before
+    the restart commits after it."""
+    store.begin("long")
+    store.put("long", "long", '"before"')
+    store.record_step("long", 1, "[1]", [], "p")
+    acknowledged: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def commit_forever() -> None:
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            tx_id = f"r{n}"
+            try:
+                store.begin(tx_id)
+                store.put(tx_id, f"k{n}", str(n))
+                store.record_step(tx_id, 1, "[1]", [], "p")
+                store.commit(tx_id)
+            except StorageError as exc:
+                failures.append(str(exc))
+                time.sleep(0.05)
+                continue
+            acknowledged.append(f"k{n}")
+
+    worker = threading.Thread(target=commit_forever)
+    worker.start()
+    try:
+        time.sleep(0.5)
+        _restart_server()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        worker.join(30)
+    assert failures, "the restart went unnoticed"
+    assert len(acknowledged) > 5
+    with _other(store) as reader:
+        for key in acknowledged:
+            assert reader.read_committed(key) == key[1:], key
+    for _attempt in range(20):
+        try:
+            assert store.commit("long") == 1
+            break
+        except StorageError:
+            time.sleep(0.2)
+    assert store.read_committed("long") == '"before"'
