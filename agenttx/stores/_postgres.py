@@ -1,8 +1,9 @@
 """`PostgresStore`: the `DurableStore` protocol on a PostgreSQL server shared by many workers.
 
-The store is three modules: this one, the store, its leases and its durable writes;
-`_postgres_schema`, the tables, migrations and every SQL text; `_postgres_link`, the connection
-(reconnecting after a failure) and the errors. A transaction it holds has the same in-process
+The store is four modules: this one, the store, its transactions, leases and durable writes;
+`_postgres_runs`, the plan runs and the outbox (the rows workers share and claim);
+`_postgres_schema`, the tables, migrations and every SQL text; `_postgres_link`, the connections
+(reconnecting after a failure), the errors and the thread that renews the leases. A transaction it holds has the same in-process
 mirror as on `SQLiteStore` (`_sqlite_mirror.TxMirror`) and the same `log` of events, replayed by
 the same code, so the two stores cannot drift apart on the contract's rules.
 
@@ -21,7 +22,6 @@ transaction whose lease has expired, with `FOR UPDATE SKIP LOCKED`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import socket
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
-from ._durable import EndedTransaction, OutboxEntry, TxImage, UndoRow
-from ._plans import PlanImage, PlanNodeRow
-from ._postgres_link import Link, check_schema_name
+from ._durable import EndedTransaction, TxImage, UndoRow
+from ._postgres_link import Link, Renewer, check_schema_name
+from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
 from ._postgres_schema import EFFECT, PROGRESS, RESTORE, STEP, WRITE
 from ._protocol import (
     MAX_INT64,
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     import psycopg
 
     from ._durable import DurableStore, EffectRow
-    from ._plans import PlanChange
 
 __all__ = ["PostgresStore"]
 
@@ -66,9 +65,6 @@ _STALE_PROGRESS: Final = 32
 _PRUNE_EVERY: Final = 64
 KEEP_HISTORY: Final = 1000
 KEEP_HISTORY_FOR: Final = 7 * 24 * 3600.0
-#: How long a dispatcher's claim on an outbox entry lasts by default (seconds).
-OUTBOX_HOLD: Final = 60.0
-_RUNNING: Final = "RUNNING"
 
 
 def _b(text: str | None) -> bytes | None:
@@ -79,19 +75,8 @@ def _s(data: bytes | None) -> str | None:
     return None if data is None else bytes(data).decode()
 
 
-def _number(value: object, what: str, *, minimum: float, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not minimum <= value < math.inf
-    ):
-        raise InvalidArgument(f"{what} must be a finite number >= {minimum:g}, got {value!r}")
-
-
 @final
-class PostgresStore:
+class PostgresStore(SharedRows):
     """A `DurableStore` on a PostgreSQL server, for workers on many machines.
 
     ``PostgresStore(dsn_or_pool, *, schema="agenttx", lease_seconds=30.0,
@@ -154,15 +139,15 @@ class PostgresStore:
                 f"not {type(dsn_or_pool).__name__}"
             )
         schema = check_schema_name(schema)
-        _number(lease_seconds, "lease_seconds", minimum=0.1)
-        _number(statement_timeout, "statement_timeout", minimum=0.001, allow_none=True)
-        _number(connect_timeout, "connect_timeout", minimum=0.1)
+        check_number(lease_seconds, "lease_seconds", minimum=0.1)
+        check_number(statement_timeout, "statement_timeout", minimum=0.001, allow_none=True)
+        check_number(connect_timeout, "connect_timeout", minimum=0.1)
         if not isinstance(migrate, bool):
             raise InvalidArgument(f"migrate must be True or False, got {migrate!r}")
         if keep_history is not None:
             check_int(keep_history, "keep_history", MAX_INT64)
-        _number(keep_history_for, "keep_history_for", minimum=0, allow_none=True)
-        _number(outbox_hold, "outbox_hold", minimum=0.001)
+        check_number(keep_history_for, "keep_history_for", minimum=0, allow_none=True)
+        check_number(outbox_hold, "outbox_hold", minimum=0.001)
         self._outbox_hold = float(outbox_hold)
         self._schema = schema
         self._lease = float(lease_seconds)
@@ -187,7 +172,7 @@ class PostgresStore:
             statement_timeout=timeout,
         )
         self._sql = self._link.sql
-        self._renewer = _Renewer(
+        self._renewer = Renewer(
             weakref.ref(self),
             Link(
                 dsn_or_pool,
@@ -197,7 +182,7 @@ class PostgresStore:
             ),
             self._lease / 3,
         )
-        weakref.finalize(self, _Renewer.stop, self._renewer)
+        weakref.finalize(self, Renewer.stop, self._renewer)
         weakref.finalize(self, self._link.drop)
         try:
             if migrate:
@@ -314,7 +299,7 @@ class PostgresStore:
             overlay = tx.overlay
             with self._link.transaction(doing) as cur:
                 cur.execute(sql.next_commit)
-                version = _first(cur)[0]
+                version = first_row(cur)[0]
                 self._fence_locked(cur, tx_id)
                 keys = tx.checked_keys()
                 if keys:
@@ -748,7 +733,7 @@ class PostgresStore:
                         self._insert(cur, tx_id, pending, fenced=False)
                 image, tx = self._replay(cur, tx_id, row)
                 cur.execute(self._sql.take_tx, (self._owner, self._lease, tx_id))
-                epoch = _first(cur)[0]
+                epoch = first_row(cur)[0]
             self._hold(tx_id, tx, epoch)
         return image
 
@@ -772,7 +757,7 @@ class PostgresStore:
                     return None
                 image, tx = self._replay(cur, tx_id, row)
                 cur.execute(self._sql.take_tx, (self._owner, self._lease, tx_id))
-                epoch = _first(cur)[0]
+                epoch = first_row(cur)[0]
             self._hold(tx_id, tx, epoch)
         return image
 
@@ -870,283 +855,6 @@ class PostgresStore:
         )
         return ended, image
 
-    # ------------------------------------------------------------ plan runs
-
-    def begin_plan(self, run_id: str, record: str, nodes: Sequence[PlanNodeRow]) -> None:
-        """Write plan run `run_id` (RUNNING, held by this store under a lease) with its
-        `nodes`, in one transaction. `InvalidArgument` if the database has that run."""
-        check_tx_id(run_id)
-        check_value(record)
-        nodes = list(nodes)
-        sql = self._sql
-        now = time.time()
-        with self._lock:
-            self._check_not_closed()
-            with self._link.transaction(f"begin plan run `{run_id}`") as cur:
-                cur.execute(sql.insert_plan, (run_id, record, self._owner, self._lease, now, now))
-                row = cur.fetchone()
-                if row is None:
-                    raise InvalidArgument(f"plan run `{run_id}` exists in the store already")
-                cur.execute(
-                    sql.insert_nodes,
-                    (
-                        run_id,
-                        [n.node_id for n in nodes],
-                        [n.state for n in nodes],
-                        [n.attempt for n in nodes],
-                        [n.record for n in nodes],
-                    ),
-                )
-            self._plans[run_id] = row[0]
-        self._renewer.start()
-
-    def write_plan(
-        self,
-        run_id: str,
-        changes: Sequence[PlanChange],
-        *,
-        status: str | None = None,
-    ) -> tuple[bool, ...]:
-        """Make node `changes` in order (and set the run's `status`) in one transaction,
-        fenced by the run's epoch: for each change, whether it was made (False: its `expect`,
-        a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
-        this store does not hold the run (its lease was lost), `TransactionNotFound` if there is
-        no such run; then nothing is written."""
-        changes = list(changes)
-        sql = self._sql
-        now = time.time()
-        with self._lock:
-            self._check_not_closed()
-            with self._link.transaction(f"write plan run `{run_id}`") as cur:
-                cur.execute(sql.plan_fence, (now, status, run_id, self._plans.get(run_id, 0)))
-                if cur.rowcount != 1:
-                    cur.execute(sql.select_plan_exists, (run_id,))
-                    if cur.fetchone() is None:
-                        raise TransactionNotFound(tx_id=run_id)
-                    self._plans.pop(run_id, None)
-                    raise StorageError(
-                        f"plan run `{run_id}` was taken over by another store (lease lost): "
-                        "this store no longer holds it"
-                    )
-                made = self._change_nodes(cur, run_id, changes)
-            if status is not None and status != _RUNNING:
-                self._plans.pop(run_id, None)
-        return made
-
-    def _change_nodes(
-        self, cur: psycopg.Cursor[Any], run_id: str, changes: list[PlanChange]
-    ) -> tuple[bool, ...]:
-        """Make `changes` in order: runs of unconditional changes of distinct nodes in one
-        statement, each compare-and-set in one of its own."""
-        sql = self._sql
-        made: list[bool] = []
-        batch: list[PlanChange] = []
-
-        def flush() -> None:
-            if batch:
-                cur.execute(
-                    sql.update_nodes,
-                    (
-                        [c.node_id for c in batch],
-                        [c.state for c in batch],
-                        [c.attempt for c in batch],
-                        [c.append for c in batch],
-                        run_id,
-                    ),
-                )
-                batch.clear()
-
-        for change in changes:
-            expect = change.expect
-            if expect is None:
-                if any(c.node_id == change.node_id for c in batch):
-                    flush()  # one statement updates a row once: keep a node's changes apart
-                batch.append(change)
-                made.append(True)
-                continue
-            flush()
-            if expect.node_id != change.node_id:
-                raise InvalidArgument(f"a change of node `{change.node_id}` expects another node")
-            cur.execute(
-                sql.update_node_if,
-                (
-                    change.state,
-                    change.attempt,
-                    change.append,
-                    run_id,
-                    change.node_id,
-                    expect.attempt,
-                    list(expect.states),
-                ),
-            )
-            made.append(cur.rowcount == 1)
-        flush()
-        return tuple(made)
-
-    def cancel_plan(self, run_id: str, reason: str) -> bool:
-        """Record that run `run_id` is cancelled, for whichever worker runs it. False if it
-        has ended or was cancelled already; `TransactionNotFound` if there is no such run."""
-        check_tx_id(run_id)
-        check_value(reason)
-        with self._lock:
-            self._check_not_closed()
-            with self._link.transaction(f"cancel plan run `{run_id}`") as cur:
-                cur.execute(self._sql.cancel_plan, (reason, run_id))
-                if cur.rowcount:
-                    return True
-                cur.execute(self._sql.select_plan_exists, (run_id,))
-                if cur.fetchone() is None:
-                    raise TransactionNotFound(tx_id=run_id)
-                return False
-
-    def plan_cancel_reason(self, run_id: str) -> str | None:
-        """The cancellation recorded for run `run_id`, or None (one indexed read)."""
-        with self._lock:
-            self._check_not_closed()
-            row = self._one(f"read plan run `{run_id}`", self._sql.select_cancel, (run_id,))
-        return None if row is None else row[0]
-
-    def read_plan(self, run_id: str) -> PlanImage:
-        """Plan run `run_id` as stored, read in one snapshot; `TransactionNotFound` if absent."""
-        check_tx_id(run_id)
-        with self._lock:
-            self._check_not_closed()
-            with self._link.transaction(f"read plan run `{run_id}`", snapshot=True) as cur:
-                return self._read_plan(cur, run_id)
-
-    def _read_plan(self, cur: psycopg.Cursor[Any], run_id: str) -> PlanImage:
-        cur.execute(self._sql.select_plan, (run_id,))
-        run = cur.fetchone()
-        if run is None:
-            raise TransactionNotFound(tx_id=run_id)
-        record, status, owner, cancel, created_at, updated_at = run
-        cur.execute(self._sql.select_plan_nodes, (run_id,))
-        return PlanImage(
-            run_id=run_id,
-            record=record,
-            status=status,
-            owner=owner,
-            cancel=cancel,
-            created_at=created_at,
-            updated_at=updated_at,
-            nodes=tuple(
-                PlanNodeRow(node_id=node_id, state=state, attempt=attempt, record=text)
-                for node_id, state, attempt, text in cur.fetchall()
-            ),
-        )
-
-    def plan_runs(self, limit: int = 100) -> tuple[tuple[str, str, float], ...]:
-        """Up to `limit` plan runs as `(run_id, status, updated_at)`, the last updated first."""
-        check_int(limit, "limit", MAX_INT64, minimum=1)
-        with self._lock:
-            self._check_not_closed()
-            rows = self._all("list the plan runs", self._sql.list_plans, (limit,))
-        return tuple((run_id, status, updated_at) for run_id, status, updated_at in rows)
-
-    def running_plans(self) -> tuple[tuple[str, str | None], ...]:
-        """The RUNNING plan runs, any worker's, as `(run_id, owner)`, by id."""
-        with self._lock:
-            self._check_not_closed()
-            rows = self._all("list the running plan runs", self._sql.running_plans, ())
-        return tuple((run_id, owner) for run_id, owner in rows)
-
-    def claim_plan(self, run_id: str, owner: str | None) -> PlanImage | None:
-        """Take RUNNING run `run_id` over if its owner is still `owner` and its lease has
-        expired (a compare-and-set with `FOR UPDATE SKIP LOCKED`, for recovery): its image, or
-        None."""
-        check_tx_id(run_id)
-        with self._lock:
-            self._check_not_closed()
-            with self._link.transaction(f"claim plan run `{run_id}`") as cur:
-                cur.execute(self._sql.claim_plan, (self._owner, self._lease, run_id, owner))
-                row = cur.fetchone()
-                if row is None:
-                    return None
-                image = self._read_plan(cur, run_id)
-            self._plans[run_id] = row[0]
-        self._renewer.start()
-        return image
-
-    # ------------------------------------------------------------ the outbox
-
-    def pending_effects(
-        self, limit: int = 100, *, tx_id: str | None = None
-    ) -> tuple[OutboxEntry, ...]:
-        """Up to `limit` undelivered entries (of transaction `tx_id` only, if given), in commit
-        then staging order, those waiting for their `not_before` (or claimed) included."""
-        check_int(limit, "limit", MAX_INT64, minimum=1)
-        if tx_id is not None:
-            check_tx_id(tx_id)
-        sql = self._sql
-        with self._lock:
-            self._check_not_closed()
-            rows = self._all(
-                "read the outbox",
-                sql.select_pending if tx_id is None else sql.select_pending_of,
-                (limit,) if tx_id is None else (tx_id, limit),
-            )
-        return tuple(_entry(row) for row in rows)
-
-    def claim_effects(
-        self,
-        limit: int = 100,
-        *,
-        tx_id: str | None = None,
-        now: float | None = None,
-        hold: float | None = None,
-    ) -> tuple[OutboxEntry, ...]:
-        """Claim up to `limit` due undelivered entries for this dispatcher, in order, for
-        `hold` seconds, with `FOR UPDATE SKIP LOCKED`: dispatchers running at once get
-        disjoint entries, and an entry claimed and not marked within `hold` is offered again.
-        `now` is the caller's clock (seconds since the epoch; default `time.time()`); `hold`
-        defaults to the store's `outbox_hold`. `Engine.dispatch_pending` and the delivery after
-        a commit claim this way."""
-        check_int(limit, "limit", MAX_INT64, minimum=1)
-        if tx_id is not None:
-            check_tx_id(tx_id)
-        hold = self._outbox_hold if hold is None else hold
-        _number(hold, "hold", minimum=0)
-        at = time.time() if now is None else float(now)
-        sql = self._sql
-        with self._lock:
-            self._check_not_closed()
-            values: tuple[object, ...]
-            if tx_id is None:
-                statement, values = sql.claim_outbox, (self._owner, at + hold, at, at, limit)
-            else:
-                statement = sql.claim_outbox_of
-                values = (self._owner, at + hold, at, at, tx_id, limit)
-            rows = self._all("claim outbox entries", statement, values)
-        return tuple(sorted((_entry(row) for row in rows), key=lambda e: e.id))
-
-    def mark_delivered(self, entry_id: int) -> None:
-        """Mark an outbox entry delivered; idempotent. `InvalidArgument` if there is none."""
-        check_int(entry_id, "entry_id", MAX_INT64, minimum=1)
-        self._update_outbox(entry_id, self._sql.mark_delivered, ())
-
-    def mark_failed(self, entry_id: int, error: str, not_before: float) -> None:
-        """Count a failed delivery: keep `error`, hold it back until `not_before`, release the
-        claim. A no-op on a delivered entry; `InvalidArgument` if there is none."""
-        check_int(entry_id, "entry_id", MAX_INT64, minimum=1)
-        check_value(error)
-        if (
-            isinstance(not_before, bool)
-            or not isinstance(not_before, (int, float))
-            or not math.isfinite(not_before)
-        ):
-            raise InvalidArgument(f"not_before must be a finite number, got {not_before!r}")
-        self._update_outbox(entry_id, self._sql.mark_failed, (error, float(not_before)))
-
-    def _update_outbox(self, entry_id: int, sql: str, values: tuple[object, ...]) -> None:
-        with self._lock:
-            self._check_not_closed()
-            with self._link.transaction(f"update outbox entry {entry_id}") as cur:
-                cur.execute(sql, (*values, entry_id))
-                if cur.rowcount == 0:
-                    cur.execute(self._sql.select_outbox_entry, (entry_id,))
-                    if cur.fetchone() is None:
-                        raise InvalidArgument(f"there is no outbox entry {entry_id}")
-
     # ------------------------------------------------------------ leases
 
     def _hold(self, tx_id: str, tx: TxMirror, epoch: int) -> None:
@@ -1236,115 +944,6 @@ class PostgresStore:
         if self._closed:
             return StorageError(f"the PostgresStore for schema `{self._schema}` is closed")
         return TransactionNotFound(tx_id=tx_id)
-
-    def _check_not_closed(self) -> None:
-        if self._closed:
-            raise StorageError(f"the PostgresStore for schema `{self._schema}` is closed")
-
-    def _one(self, doing: str, sql: str, values: Sequence[object]) -> tuple[Any, ...] | None:
-        """One statement alone (its own transaction); its first row, or None."""
-        try:
-            cur = self._link.cursor(doing)
-            cur.execute(sql, values)
-            row: tuple[Any, ...] | None = cur.fetchone()
-        except self._link.psycopg.Error as exc:
-            raise self._link.failure(doing, exc) from exc
-        return row
-
-    def _all(self, doing: str, sql: str, values: Sequence[object]) -> list[tuple[Any, ...]]:
-        """One statement alone (its own transaction); all its rows."""
-        try:
-            cur = self._link.cursor(doing)
-            cur.execute(sql, values)
-            rows: list[tuple[Any, ...]] = cur.fetchall()
-        except self._link.psycopg.Error as exc:
-            raise self._link.failure(doing, exc) from exc
-        return rows
-
-
-def _first(cur: psycopg.Cursor[Any]) -> tuple[Any, ...]:
-    row: tuple[Any, ...] | None = cur.fetchone()
-    if row is None:  # pragma: no cover - the statements that call this always return a row
-        raise StorageError("the database returned no row where one was expected")
-    return row
-
-
-def _entry(row: tuple[Any, ...]) -> OutboxEntry:
-    return OutboxEntry(
-        id=row[0],
-        tx_id=row[1],
-        step_id=row[2],
-        channel=row[3],
-        payload=row[4],
-        idempotency_key=row[5],
-        attempts=row[6],
-        last_error=row[7],
-        not_before=row[8],
-    )
-
-
-class _Renewer:
-    """The thread that renews a store's leases every `interval` seconds, on its own
-    connection. It holds the store weakly, and ends when the store is closed or collected."""
-
-    def __init__(self, store: weakref.ref[PostgresStore], link: Link, interval: float) -> None:
-        self._store = store
-        self._link = link
-        self._interval = interval
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-
-    def start(self) -> None:
-        """Start the thread, once (the first time the store holds something)."""
-        if self._thread is not None or self._stopped.is_set():
-            return
-        with self._start_lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="agenttx-postgres-leases", daemon=True
-                )
-                self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread (it ends within one interval) and close its connection."""
-        self._stopped.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5.0)
-        self._link.drop()
-
-    def _run(self) -> None:
-        while not self._stopped.wait(self._interval):
-            store = self._store()
-            if store is None:
-                break
-            tx_ids, epochs, run_ids, run_epochs = store._held()  # noqa: SLF001
-            lease = store.lease_seconds
-            del store  # the thread must not keep the store alive
-            self.renew(tx_ids, epochs, run_ids, run_epochs, lease)
-        self._link.drop()
-
-    def renew(
-        self,
-        tx_ids: list[str],
-        epochs: list[int],
-        run_ids: list[str],
-        run_epochs: list[int],
-        lease: float,
-    ) -> None:
-        """Extend the leases of the transactions and runs still at their epochs. A failure is
-        retried at the next tick: a lease that runs out meanwhile may be taken over, and the
-        holder's next write finds out."""
-        sql = self._link.sql
-        try:
-            cur = self._link.cursor("renew the leases")
-            if tx_ids:
-                cur.execute(sql.renew_txs, (lease, tx_ids, epochs))
-            if run_ids:
-                cur.execute(sql.renew_plans, (lease, run_ids, run_epochs))
-        except Exception as exc:  # noqa: BLE001 - retried at the next tick
-            self._link.failure("renew the leases", exc)
 
 
 if TYPE_CHECKING:

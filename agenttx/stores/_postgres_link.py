@@ -1,4 +1,5 @@
-"""The connection behind `PostgresStore`: connecting, reconnecting, migrating, and errors.
+"""The connections behind `PostgresStore`: connecting, reconnecting, migrating, errors, and the
+thread that renews the store's leases on a connection of its own (`Renewer`).
 
 `Link` holds one psycopg connection (autocommit: every statement outside `transaction()` is its
 own PostgreSQL transaction), made from a DSN or taken from a `psycopg_pool.ConnectionPool`.
@@ -12,17 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError
 from ._postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION, Sql
 
 if TYPE_CHECKING:
+    import weakref
     from collections.abc import Iterator
 
     import psycopg
 
-__all__ = ["Link", "check_schema_name", "import_psycopg"]
+__all__ = ["Link", "Renewer", "check_schema_name", "import_psycopg"]
 
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _EXTRA_HINT: Final = "pip install 'agenttx[postgres]'"
@@ -209,3 +212,67 @@ class Link:
                 f"of agenttx knows ({SCHEMA_VERSION}): upgrade agenttx to use it"
             )
         return version
+
+
+class Renewer:
+    """The thread that renews a store's leases every `interval` seconds, on its own
+    connection. It holds the store weakly, and ends when the store is closed or collected."""
+
+    def __init__(self, store: weakref.ref[Any], link: Link, interval: float) -> None:
+        self._store = store
+        self._link = link
+        self._interval = interval
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the thread, once (the first time the store holds something)."""
+        if self._thread is not None or self._stopped.is_set():
+            return
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agenttx-postgres-leases", daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (it ends within one interval) and close its connection."""
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        self._link.drop()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            store = self._store()
+            if store is None:
+                break
+            tx_ids, epochs, run_ids, run_epochs = store._held()  # noqa: SLF001
+            lease = store.lease_seconds
+            del store  # the thread must not keep the store alive
+            self.renew(tx_ids, epochs, run_ids, run_epochs, lease)
+        self._link.drop()
+
+    def renew(
+        self,
+        tx_ids: list[str],
+        epochs: list[int],
+        run_ids: list[str],
+        run_epochs: list[int],
+        lease: float,
+    ) -> None:
+        """Extend the leases of the transactions and runs still at their epochs. A failure is
+        retried at the next tick: a lease that runs out meanwhile may be taken over, and the
+        holder's next write finds out."""
+        sql = self._link.sql
+        try:
+            cur = self._link.cursor("renew the leases")
+            if tx_ids:
+                cur.execute(sql.renew_txs, (lease, tx_ids, epochs))
+            if run_ids:
+                cur.execute(sql.renew_plans, (lease, run_ids, run_epochs))
+        except Exception as exc:  # noqa: BLE001 - retried at the next tick
+            self._link.failure("renew the leases", exc)
