@@ -443,3 +443,21 @@ def test_a_server_restart_loses_nothing_acknowledged(store: PostgresStore) -> No
         except StorageError:
             time.sleep(0.2)
     assert store.read_committed("long") == '"before"'
+
+
+def test_a_pool_lends_the_store_its_connections(pg_schema: tuple[str, str]) -> None:
+    """Given a psycopg_pool.ConnectionPool, the store takes two connections and gives them back
+    at close; transactions and leases work as with a DSN."""
+    from psycopg_pool import ConnectionPool  # noqa: PLC0415
+
+    dsn, schema = pg_schema
+    with ConnectionPool(dsn, min_size=2, max_size=4, open=True) as pool:
+        with PostgresStore(pool, schema=schema, lease_seconds=0.3) as store:
+            store.begin("t")
+            store.put("t", "k", "1")
+            time.sleep(0.5)  # renewed through the pool's second connection
+            with _other(store) as rival:
+                assert rival.claim("t", store.owner("t")) is None
+            assert store.commit("t") == 1
+            assert pool.get_stats()["pool_available"] <= 2
+        assert pool.get_stats()["pool_available"] >= 2
