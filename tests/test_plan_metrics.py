@@ -180,7 +180,11 @@ def test_cycles_and_disordered_times_are_refused():
     with pytest.raises(agenttx.InvalidArgument, match="cycle"):
         critical_path(looped)
     with pytest.raises(agenttx.InvalidArgument, match="in that order"):
-        _attempt(2, 1, 3)
+        plan_metrics(
+            [NodeTiming(node_id="a", tool="t", attempts=(_attempt(2, 1, 3),))],
+            started_at=0,
+            finished_at=3,
+        )
     with pytest.raises(agenttx.InvalidArgument, match="end after"):
         plan_metrics([], started_at=2, finished_at=1)
 

@@ -181,6 +181,22 @@ def test_order_workflow_runs_lookup_and_stock_together_and_commits():
     assert result.nodes["reserve"].cost.tool == Decimal("0.10")
 
 
+def test_node_results_are_a_read_only_mapping_in_plan_order_built_once():
+    """`result.nodes` lists every node in plan order, refuses writes and unknown ids, and
+    gives the same `NodeResult` on every read."""
+    tools, _, _ = _order_shop()
+    result = agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL)
+    assert list(result.nodes) == [node.id for node in ORDER_PLAN.nodes]
+    assert len(result.nodes) == len(ORDER_PLAN.nodes)
+    assert result.nodes["confirm"] is result.nodes["confirm"]
+    assert dict(result.nodes)["confirm"].state is NodeState.SUCCEEDED
+    with pytest.raises(KeyError):
+        result.nodes["nowhere"]
+    with pytest.raises(TypeError):
+        result.nodes["confirm"] = result.nodes["reserve"]  # type: ignore[index]
+    assert "nodes=4" in repr(result)
+
+
 def test_audit_records_dispatch_checks_in_order_and_exports_json_lines():
     """The audit is ordered; reserve's dispatch lists its prerequisites and follows both ends."""
     tools, _, _ = _order_shop()

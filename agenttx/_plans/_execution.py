@@ -70,7 +70,7 @@ from ._checks import (
 )
 from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
-from ._metrics import AttemptTiming, CostBreakdown, NodeTiming, plan_metrics
+from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._results import (
     CompensationOutcome,
@@ -1034,7 +1034,7 @@ class PlanExecution:
             run_id=self.id,
             plan_version=self._plan.version,
             status=status,
-            nodes={node_id: self._node_result(node_id) for node_id in self._nodes},
+            nodes=self._node_results(),
             metrics=plan_metrics(
                 self._timings(finished), started_at=self._started, finished_at=finished
             ),
@@ -1061,23 +1061,31 @@ class PlanExecution:
             record=self._event,
         )
 
-    def _node_result(self, node_id: str) -> NodeResult:
-        record = self._nodes[node_id]
-        state = self._scheduler.state(node_id)
-        costs = [entry for attempt in record.attempts for entry in attempt.costs]
-        return NodeResult(
-            node_id=node_id,
-            tool=record.tool,
-            state=state,
-            output=record.output if state is NodeState.SUCCEEDED else None,
-            error=record.error,
-            attempts=len(record.attempts),
-            attempt_ids=tuple(attempt.start.attempt for attempt in record.attempts),
-            idempotency_key=record.key,
-            started_at=record.attempts[0].wall_start if record.attempts else record.started_wall,
-            finished_at=record.finished_wall,
-            cost=CostBreakdown.of(costs),
-        )
+    def _node_results(self) -> LazyMap[NodeResult]:
+        """Each node's result, built when first read (from the records and final states only:
+        a kept result does not keep the run's store, tools or tasks alive)."""
+        records = self._nodes
+        scheduler = self._scheduler
+
+        def build(node_id: str) -> NodeResult:
+            record = records[node_id]
+            state = scheduler.state(node_id)
+            attempts = record.attempts
+            return NodeResult(
+                node_id=node_id,
+                tool=record.tool,
+                state=state,
+                output=record.output if state is NodeState.SUCCEEDED else None,
+                error=record.error,
+                attempts=len(attempts),
+                attempt_ids=tuple(attempt.start.attempt for attempt in attempts),
+                idempotency_key=record.key,
+                started_at=attempts[0].wall_start if attempts else record.started_wall,
+                finished_at=record.finished_wall,
+                cost=CostBreakdown.of(entry for attempt in attempts for entry in attempt.costs),
+            )
+
+        return LazyMap(records, build)
 
     def _timings(self, finished: float) -> list[NodeTiming]:
         timings: list[NodeTiming] = []

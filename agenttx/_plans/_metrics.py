@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping
 from decimal import Decimal
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, final
 
 import attrs
 
@@ -40,13 +40,14 @@ from .._errors import InvalidArgument
 from .._tools import COST_CATEGORIES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
 __all__ = [
     "CURRENCY",
     "NO_COST",
     "AttemptTiming",
     "CostBreakdown",
+    "LazyMap",
     "NodeMetrics",
     "NodeTiming",
     "PlanMetrics",
@@ -122,31 +123,19 @@ class CostBreakdown:
 NO_COST: Final = CostBreakdown()
 
 
-def _check_time(_: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidArgument(f"{attribute.name} must be a finite number, got {value!r}")
-
-
-@final
-@attrs.frozen(kw_only=True)
-class AttemptTiming:
+class AttemptTiming(NamedTuple):
     """One attempt of a node: when it could start, started and ended, and what it reported.
 
-    `eligible_at <= started_at <= finished_at` (monotonic seconds); `costs` are `(category,
-    amount)` pairs as `ToolContext.add_cost` checked them.
+    `eligible_at <= started_at <= finished_at` (monotonic seconds: the runner clamps them so);
+    `costs` are `(category, amount)` pairs as `ToolContext.add_cost` checked them. A tuple: a
+    run of thousands of nodes keeps one per attempt, and tuples of numbers cost the garbage
+    collector nothing.
     """
 
-    eligible_at: float = attrs.field(validator=_check_time)
-    started_at: float = attrs.field(validator=_check_time)
-    finished_at: float = attrs.field(validator=_check_time)
+    eligible_at: float
+    started_at: float
+    finished_at: float
     costs: tuple[tuple[str, Decimal], ...] = ()
-
-    def __attrs_post_init__(self) -> None:
-        if not self.eligible_at <= self.started_at <= self.finished_at:
-            raise InvalidArgument(
-                "an attempt must become eligible, start and finish in that order, got "
-                f"{self.eligible_at!r}, {self.started_at!r}, {self.finished_at!r}"
-            )
 
     @property
     def running_s(self) -> float:
@@ -154,9 +143,7 @@ class AttemptTiming:
         return self.finished_at - self.started_at
 
 
-@final
-@attrs.frozen(kw_only=True)
-class NodeTiming:
+class NodeTiming(NamedTuple):
     """A node's tool, its prerequisites (node ids) and its attempts, oldest first.
 
     `eligible_at` is when its prerequisites were all done, for a node that never started (a
@@ -210,7 +197,7 @@ class ToolMetrics:
 
 
 def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    if isinstance(value, _NodeMetricsMap):  # read-only already, and built as it is read
+    if isinstance(value, LazyMap):  # read-only already, and built as it is read
         return value
     return MappingProxyType(dict(value))
 
@@ -262,7 +249,8 @@ def plan_metrics(
     """The metrics of a run that started and ended at these monotonic times.
 
     Prerequisites that name no node of `timings` are ignored. Raises `InvalidArgument` if the
-    run ends before it starts, or if the prerequisites form a cycle.
+    run ends before it starts, if an attempt's times are out of order, or if the prerequisites
+    form a cycle.
     """
     if not started_at <= finished_at:
         raise InvalidArgument(
@@ -288,6 +276,12 @@ def plan_metrics(
         if attempts:
             durations.append(timing.duration_s)
             for attempt in attempts:
+                if not attempt.eligible_at <= attempt.started_at <= attempt.finished_at:
+                    raise InvalidArgument(
+                        f"an attempt of node {timing.node_id!r} must become eligible, start and "
+                        f"finish in that order, got {attempt.eligible_at!r}, "
+                        f"{attempt.started_at!r}, {attempt.finished_at!r}"
+                    )
                 busy += attempt.finished_at - attempt.started_at
                 capacity_wait += attempt.started_at - attempt.eligible_at
             if any(attempt.costs for attempt in attempts):
@@ -318,7 +312,7 @@ def plan_metrics(
         latency_p95_s=percentile(durations, 95),
         retries=retries,
         cost=CostBreakdown.of(costs),
-        nodes=_NodeMetricsMap(nodes, started_at),
+        nodes=LazyMap(nodes, lambda node_id: node_metrics(nodes[node_id], started_at)),
         tools=tools,
     )
 
@@ -343,35 +337,42 @@ def node_metrics(timing: NodeTiming, started_at: float) -> NodeMetrics:
     )
 
 
-@final
-class _NodeMetricsMap(Mapping[str, NodeMetrics]):
-    """`PlanMetrics.nodes`: read-only, each node's figures worked out when first read.
+V = TypeVar("V")
 
-    A run of thousands of nodes whose caller reads only the run's figures never builds them.
+
+@final
+class LazyMap(Mapping[str, V]):
+    """A read-only mapping whose values are built from their keys when first read, then kept.
+
+    For per-node figures and results of a run of thousands of nodes: a caller that reads a few
+    (or none) never pays for the rest. Iteration follows `keys`; `build(key)` is called at most
+    once per key.
     """
 
-    __slots__ = ("_built", "_started_at", "_timings")
+    __slots__ = ("_build", "_built", "_keys")
 
-    def __init__(self, timings: dict[str, NodeTiming], started_at: float) -> None:
-        self._timings = timings
-        self._started_at = started_at
-        self._built: dict[str, NodeMetrics] = {}
+    def __init__(self, keys: Mapping[str, object], build: Callable[[str], V]) -> None:
+        self._keys = keys
+        self._build = build
+        self._built: dict[str, V] = {}
 
-    def __getitem__(self, node_id: str) -> NodeMetrics:
-        built = self._built.get(node_id)
-        if built is None:
-            built = node_metrics(self._timings[node_id], self._started_at)
-            self._built[node_id] = built
+    def __getitem__(self, key: str) -> V:
+        try:
+            return self._built[key]
+        except KeyError:
+            if key not in self._keys:
+                raise
+        built = self._built[key] = self._build(key)
         return built
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._timings)
+        return iter(self._keys)
 
     def __len__(self) -> int:
-        return len(self._timings)
+        return len(self._keys)
 
     def __repr__(self) -> str:
-        return f"<node metrics of {len(self._timings)} nodes>"
+        return f"<read-only mapping of {len(self._keys)} entries, built as read>"
 
 
 def _attempt_costs(attempts: tuple[AttemptTiming, ...]) -> list[tuple[str, Decimal]]:

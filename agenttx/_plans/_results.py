@@ -18,7 +18,7 @@ import attrs
 
 from .._errors import InvalidArgument
 from .._events import Event, EventKind, audit_jsonl
-from ._metrics import NO_COST, CostBreakdown, PlanMetrics
+from ._metrics import NO_COST, CostBreakdown, LazyMap, PlanMetrics
 from ._scheduler import NodeState
 
 if TYPE_CHECKING:
@@ -103,6 +103,8 @@ class NodeResult:
 
 
 def _frozen_nodes(value: Mapping[str, NodeResult]) -> Mapping[str, NodeResult]:
+    if isinstance(value, LazyMap):  # read-only already: each result is built when read
+        return value
     return MappingProxyType(dict(value))
 
 
