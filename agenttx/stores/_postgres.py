@@ -3,9 +3,10 @@
 The store is four modules: this one, the store, its transactions, leases and durable writes;
 `_postgres_runs`, the plan runs and the outbox (the rows workers share and claim);
 `_postgres_schema`, the tables, migrations and every SQL text; `_postgres_link`, the connections
-(reconnecting after a failure), the errors and the thread that renews the leases. A transaction it holds has the same in-process
-mirror as on `SQLiteStore` (`_sqlite_mirror.TxMirror`) and the same `log` of events, replayed by
-the same code, so the two stores cannot drift apart on the contract's rules.
+(reconnecting after a failure), the errors and the thread that renews the leases. A transaction
+it holds has the same in-process mirror as on `SQLiteStore` (`_sqlite_mirror.TxMirror`) and the
+same `log` of events, replayed by the same code, so the two stores cannot drift apart on the
+contract's rules.
 
 **Leases and fencing.** Each open transaction (and RUNNING plan run) has an owner, an epoch and
 a lease expiry in its row. `begin`, `load`, `claim` (and `begin_plan`, `claim_plan`) give it a
