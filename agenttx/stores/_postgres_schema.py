@@ -193,7 +193,16 @@ class Sql:
             "%s::bigint[], %s::bigint[], %s::bytea[], %s::bytea[], %s::bytea[]) "
             "AS u(q, k, st, n, nm, b, e)"
         ).format(s=s)
-        self.insert_log_fenced = self.insert_log + " WHERE EXISTS (" + _FENCE.format(s=s) + ")"
+        # A write whose connection broke after the server committed it is sent again with the
+        # same events at the same seqs: the upsert makes that retry harmless.
+        upsert = (
+            " ON CONFLICT (tx_id, seq) DO UPDATE SET kind = excluded.kind, step = excluded.step, "
+            "num = excluded.num, name = excluded.name, body = excluded.body, extra = excluded.extra"
+        )
+        self.insert_log_fenced = (
+            self.insert_log + " WHERE EXISTS (" + _FENCE.format(s=s) + ")" + upsert
+        )
+        self.insert_log += " WHERE true" + upsert  # `WHERE`: else `ON` would read as a join's
         self.select_log = (
             f"SELECT seq, kind, step, num, name, body, extra FROM {s}.log "
             "WHERE tx_id = %s ORDER BY seq"
