@@ -299,38 +299,46 @@ class PostgresStore(SharedRows):
             tx = self._open(tx_id)
             overlay = tx.overlay
             with self._link.transaction(doing) as cur:
-                cur.execute(sql.next_commit)
-                version = first_row(cur)[0]
+                # Its own row first (locked against a takeover), and its end (history, rows
+                # deleted), sent at once: then the commit lock, held for three round trips.
                 self._fence_locked(cur, tx_id)
+                with cur.connection.pipeline():
+                    self._end(cur, tx_id, history, tx)
+                cur.execute(sql.next_commit)  # commits are serialized from here
+                version = first_row(cur)[0]
                 keys = tx.checked_keys()
                 if keys:
                     cur.execute(sql.select_versions, ([key.encode() for key in keys],))
                     current = {bytes(k).decode(): v for k, v in cur.fetchall()}
                     tx.validate(lambda key: current.get(key, 0))
-                puts = [(k.encode(), v.encode()) for k, (_, v) in overlay.items() if v is not None]
-                if puts:
-                    cur.execute(
-                        sql.upsert_committed,
-                        (version, [k for k, _ in puts], [v for _, v in puts]),
-                    )
-                deletes = [k.encode() for k, (_, v) in overlay.items() if v is None]
-                if deletes:
-                    cur.execute(sql.delete_committed, (deletes,))
-                if tx.effects:
-                    effects = tx.effects
-                    cur.execute(
-                        sql.insert_outbox,
-                        (
-                            tx_id,
-                            [e.step_id for e in effects],
-                            [e.channel for e in effects],
-                            [e.payload for e in effects],
-                            [e.idempotency_key for e in effects],
-                        ),
-                    )
-                self._end(cur, tx_id, history, tx)
+                with cur.connection.pipeline():
+                    self._publish(cur, tx_id, tx, version)
             self._let_go(tx_id)
         return len(overlay)
+
+    def _publish(self, cur: psycopg.Cursor[Any], tx_id: str, tx: TxMirror, version: int) -> None:
+        """Inside the commit: write the overlay as commit `version`, and the effects to the
+        outbox in staging order (no results: the caller may pipeline them)."""
+        sql = self._sql
+        overlay = tx.overlay
+        puts = [(k.encode(), v.encode()) for k, (_, v) in overlay.items() if v is not None]
+        if puts:
+            cur.execute(sql.upsert_committed, (version, [k for k, _ in puts], [v for _, v in puts]))
+        deletes = [k.encode() for k, (_, v) in overlay.items() if v is None]
+        if deletes:
+            cur.execute(sql.delete_committed, (deletes,))
+        effects = tx.effects
+        if effects:
+            cur.execute(
+                sql.insert_outbox,
+                (
+                    tx_id,
+                    [e.step_id for e in effects],
+                    [e.channel for e in effects],
+                    [e.payload for e in effects],
+                    [e.idempotency_key for e in effects],
+                ),
+            )
 
     def discard(self, tx_id: str, *, history: str | None = None) -> None:
         """End the transaction and delete its undo records, whichever store holds it, keeping
