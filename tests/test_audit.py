@@ -186,3 +186,23 @@ def test_a_memory_engine_audits_what_it_holds():
     tx.call("add", {"n": 1})
     assert engine.audit(tx.id) == tx.audit()
     assert engine.audit() == tx.audit()
+
+
+def test_retention_drops_the_audit_of_old_ended_plan_runs(tmp_path):
+    """keep_history bounds the plan runs' audit events as it does the transactions' history;
+    the runs themselves stay listed."""
+    engine = _engine(tmp_path / "db", [], keep_history=1)
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="add", inputs={"n": 1})])
+    old = engine.run_plan(plan, initial={})
+    new = engine.run_plan(plan, initial={})
+    assert engine.store.plan_audit(old.run_id)  # type: ignore[attr-defined]
+    _close(engine)
+
+    engine = _engine(tmp_path / "db", [], keep_history=1)  # prunes when it opens
+    store = engine.store
+    assert store.plan_audit(old.run_id) == ()  # type: ignore[attr-defined]
+    assert engine.audit(new.run_id) == new.audit
+    with pytest.raises(agenttx.TransactionNotFound):
+        engine.audit(old.run_id)
+    assert {run_id for run_id, _, _ in store.plan_runs()} == {old.run_id, new.run_id}  # type: ignore[attr-defined]
+    _close(engine)
