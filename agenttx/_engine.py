@@ -199,8 +199,8 @@ class Engine:
         self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
         self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
-        hook_callables(hooks)  # checked here, so that a bad hook fails at construction
-        self._hooks: tuple[HookLike, ...] = () if hooks is None else tuple(hooks)
+        # Checked here, so that a bad hook fails at construction; kept as the functions to call.
+        self._hooks: tuple[HookLike, ...] = hook_callables(hooks)
         # The order transactions were begun (or recovered) in, for `transactions()`.
         self._sequence = itertools.count()
         # Transactions not yet seen ended; some may have ended since the engine last looked.

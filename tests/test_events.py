@@ -376,6 +376,19 @@ def test_engine_hooks_reach_its_transactions_and_plans():
     assert seen[0].kind is agenttx.EventKind.STEP_DISPATCHED
 
 
+def test_engine_takes_hooks_once_from_any_iterable_and_refuses_bad_ones():
+    """A generator of hooks works (read once); a hook that cannot listen fails at once."""
+    seen: list[agenttx.Event] = []
+    engine = agenttx.Engine(tools=_shop([]), hooks=(hook for hook in [seen.append]))
+    engine.begin().call("reserve", {"sku": "s"})
+    assert [event.kind for event in seen] == [
+        agenttx.EventKind.STEP_DISPATCHED,
+        agenttx.EventKind.STEP_COMPLETED,
+    ]
+    with pytest.raises(agenttx.InvalidArgument, match="hook"):
+        agenttx.Engine(tools=_shop([]), hooks=["not a hook"])
+
+
 def test_plan_hooks_receive_the_run_audit():
     """run_plan(hooks=...) delivers exactly result.audit, in order."""
     seen: list[agenttx.Event] = []
