@@ -347,6 +347,8 @@ def _audit(document: object) -> tuple[Event, ...]:
     """The audit events a history holds (none in a history written before it kept them)."""
     if document is None:
         return ()
+    if isinstance(document, list):  # `Event.to_json` objects, as an earlier build wrote them
+        return tuple(Event.from_json(entry) for entry in document)
     if not isinstance(document, dict):
         raise TypeError("the audit is not an object")
     return from_compact("transaction", document)
