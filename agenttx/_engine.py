@@ -173,6 +173,10 @@ class Engine:
     stays bounded by the live transactions plus the ended ones kept, however long the engine
     runs.
 
+    `hooks` (`EventHook`s or callables) get the audit events of every transaction the engine
+    begins or recovers and of every plan it runs; `audit` and `export_audit` read the trail
+    back, from the store once it has ended (docs/audit.md).
+
     Thread-safe: every method may be called from any thread; each transaction serializes its
     own calls. `with Engine(...) as engine:` closes it (stopping the reaper thread) on the way
     out. Compared by identity; `repr` shows the store and the counts, never transaction data.
