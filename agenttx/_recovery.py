@@ -219,7 +219,7 @@ def _abort(
     history = (
         None
         if restored.ended
-        else recovered_history(restored, status, report.failures, events.entries())
+        else recovered_history(restored, status, report.failures, events.compact())
     )
     if report.failures:  # the record and the failed undos stay, for next time
         end_keeping_undos(store, tx_id, restored.record, status, history)
