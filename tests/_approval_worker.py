@@ -50,7 +50,7 @@ def main() -> None:
             log.write(json.dumps({**entry, "amount": amount, "card": card}) + "\n")
             log.flush()
             os.fsync(log.fileno())
-        if phase == "run":
+        if phase in ("run", "plan-run"):
             time.sleep(60)  # the parent kills the process here
         return entry
 

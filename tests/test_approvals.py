@@ -708,6 +708,7 @@ def test_an_approved_plan_node_runs_exactly_once_across_a_sigkill_and_resume(tmp
         time.sleep(0.02)
     running.send_signal(signal.SIGKILL)
     running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL  # killed while its tool ran, not ended
     resumed = _finish(_worker("plan-resume", db, tmp_path))
     assert resumed["resumed"] == ["run-1"]
     assert (resumed["status"], resumed["state"]) == ("SUCCEEDED", "SUCCEEDED")
