@@ -33,7 +33,7 @@ from ._errors import InvalidArgument
 from ._events import EventKind
 from ._json import checked_size_bound
 from ._results import StepResult, StepStatus, TxStatus
-from ._tools import Call, Failure, Outcome, derive_key, run_tool, with_key
+from ._tools import Call, Failure, Outcome, arun_tool, derive_key, run_tool, with_key
 
 if TYPE_CHECKING:
     import threading
@@ -105,6 +105,7 @@ class _Host(Protocol):
     def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue: ...
     def _step_of(self, request_id: str) -> int | None: ...
     def _withdraw(self, final: TxStatus) -> None: ...
+    def _waits_for_person(self) -> bool: ...
 
 
 class Guarded:
@@ -211,6 +212,19 @@ class Guarded:
         """Record an audit event (`EventKind[kind]`) on the transaction's sink."""
         self._events.emit(EventKind[kind], step=step, actor=actor, data=data)
 
+    def _waits_for_person(self: _Host) -> bool:
+        """Whether a call of this transaction waits for a person, or for the agent to send it
+        again after one decided (no store read for a transaction that never asked)."""
+        if self._requests is None:
+            return False
+        now = time.time()
+        for row in self._requests.of_scope(self._id):
+            if row.state in ("pending", "resolved"):
+                return True
+            if row.state == "approved" and not approval_expired(row, now):
+                return True
+        return False
+
     def _withdraw(self: _Host, final: TxStatus) -> None:
         """The transaction ended: its requests still pending can no longer be decided."""
         if self._requests is None:  # it never asked: nothing to withdraw, no store read
@@ -245,6 +259,18 @@ class Guarded:
             return self._fail(call.step_id, gated)
         self._dispatched(gated)
         outcome = run_tool(gated, self._settings.output_serializer)
+        return self._settle_guarded(gated, outcome, retried=False)
+
+    async def _arun_guarded(self: _Host, call: Call) -> StepResult:
+        """`_run_guarded` for `aexecute_step`: the tool runs as `arun_tool` runs it (an async
+        tool in the caller's task); the gate, a status check and the bookkeeping are sync."""
+        gated = self._gate(call)
+        if isinstance(gated, StepResult):
+            return gated
+        if isinstance(gated, Failure):
+            return self._fail(call.step_id, gated)
+        self._dispatched(gated)
+        outcome = await arun_tool(gated, self._settings.output_serializer)
         return self._settle_guarded(gated, outcome, retried=False)
 
     def _gate(self: _Host, call: Call) -> Call | Failure | StepResult:  # noqa: PLR0911 (one per action)

@@ -714,3 +714,48 @@ def test_an_approved_plan_node_runs_exactly_once_across_a_sigkill_and_resume(tmp
     assert (resumed["status"], resumed["state"]) == ("SUCCEEDED", "SUCCEEDED")
     assert resumed["output"]["checked"] is True
     assert len(charges.read_text().splitlines()) == 1
+
+
+def test_a_transaction_waiting_for_a_person_is_not_reaped_as_idle(store):
+    """abort_if_idle skips a transaction whose call waits for approval; once done, it is idle."""
+    tx = _tx(store, _charge_tool(Card(), needs_approval=True))
+    request = tx.call("charge", ARGS).approval
+    assert not tx.abort_if_idle(0.0)
+    tx.approve(request.id, actor="alice")
+    assert not tx.abort_if_idle(0.0)  # approved: the agent has yet to send it again
+    assert tx.call("charge", ARGS).ok
+    assert tx.abort_if_idle(0.0)
+    assert tx.status is agenttx.TxStatus.ROLLED_BACK
+
+
+def test_an_async_tool_waits_for_approval_and_runs_in_the_callers_task(store):
+    """An async tool needing approval runs on the caller's loop once approved."""
+    import asyncio  # noqa: PLC0415
+
+    seen: list[object] = []
+
+    @agenttx.tool(name="charge", needs_approval=True)
+    async def charge(amount: int, card_number: str) -> dict:
+        seen.append(asyncio.get_running_loop())
+        return {"amount": amount}
+
+    tx = _tx(store, charge)
+
+    async def main() -> None:
+        waiting = await tx.acall("charge", ARGS)
+        tx.approve(waiting.approval.id, actor="alice")
+        assert (await tx.acall("charge", ARGS)).output == {"amount": 500}
+        assert seen == [asyncio.get_running_loop()]
+
+    asyncio.run(main())
+
+
+def test_the_calls_of_a_turn_after_one_waiting_for_a_person_are_not_run(store):
+    """call_turn stops at a call waiting for approval; the rest are NOT_RUN, saying why."""
+    card = Card()
+    tx = _tx(store, _charge_tool(card, needs_approval=True))
+    first, second = tx.call_turn([("charge", ARGS, "c1"), ("charge", {**ARGS, "amount": 1}, "c2")])
+    assert first.status is StepStatus.NEEDS_APPROVAL
+    assert second.status is StepStatus.NOT_RUN
+    assert "waits for a person" in second.hint.text
+    assert card.charges == []
