@@ -759,3 +759,21 @@ def test_the_calls_of_a_turn_after_one_waiting_for_a_person_are_not_run(store):
     assert second.status is StepStatus.NOT_RUN
     assert "waits for a person" in second.hint.text
     assert card.charges == []
+
+
+def test_the_requests_of_ended_transactions_follow_the_history_retention(tmp_path):
+    """SQLite keeps decided requests of ended transactions for keep_history_for, then prunes
+    them; those of open transactions stay."""
+    tool = _charge_tool(Card(), needs_approval=True)
+    path = tmp_path / "retention.db"
+    with SQLiteStore(path) as store:
+        ended = _tx(store, tool)
+        gone = ended.call("charge", ARGS).approval
+        ended.commit()
+        still = agenttx.Engine(tools=[tool], store=store).begin()
+        kept = still.call("charge", ARGS).approval
+    time.sleep(0.05)
+    with SQLiteStore(path, keep_history_for=0.01) as store:
+        book = requests_for(store)
+        assert book.get(gone.id) is None
+        assert book.get(kept.id) is not None

@@ -255,6 +255,13 @@ _PRUNE_BEFORE: Final = (
     "(SELECT seq FROM ended WHERE ended_at >= ? ORDER BY seq LIMIT 1), "
     "(SELECT max(seq) + 1 FROM ended))"
 )
+#: The requests of transactions and plan runs that are no longer open, last changed before
+#: the cutoff (the retention's age: see `_approvals`).
+_PRUNE_REQUESTS: Final = (
+    "DELETE FROM requests WHERE updated_at < ? "
+    "AND scope_id NOT IN (SELECT tx_id FROM txs) "
+    "AND scope_id NOT IN (SELECT run_id FROM plan_runs WHERE status = 'RUNNING')"
+)
 _SELECT_TX_IDS: Final = "SELECT tx_id FROM txs ORDER BY tx_id"
 _SELECT_COMMITTED_FROM: Final = (
     "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?"
@@ -690,11 +697,13 @@ class StoreFile:
     def prune(self, keep: int | None, keep_for: float | None, now: float) -> None:
         """Inside a write transaction: delete the history of the ended transactions beyond the
         newest `keep`, and of those that ended before `now - keep_for` (`None`: no such
-        limit). `sqlite3.Error` escapes."""
+        limit), with the approval requests and reviews of ended ones last changed before then.
+        `sqlite3.Error` escapes."""
         if keep is not None:
             self.cur.execute(_PRUNE_BEYOND, (keep,))
         if keep_for is not None:
             self.cur.execute(_PRUNE_BEFORE, (now - keep_for,))
+            self.cur.execute(_PRUNE_REQUESTS, (now - keep_for,))
 
     def ended_transactions(self, limit: int) -> tuple[EndedTransaction, ...]:
         """Up to `limit` ended transactions kept as history, the last to end first."""
