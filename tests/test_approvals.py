@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import agenttx
 from agenttx import CheckResult, StepStatus
@@ -777,3 +780,80 @@ def test_the_requests_of_ended_transactions_follow_the_history_retention(tmp_pat
         book = requests_for(store)
         assert book.get(gone.id) is None
         assert book.get(kept.id) is not None
+
+
+# ------------------------------------------------------------ a state machine against a model
+
+
+class ApprovalMachine(RuleBasedStateMachine):
+    """Random sends, approvals and rejections against a model: nothing runs unapproved, and
+    each approval runs its call exactly once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[int] = []
+
+        @agenttx.tool(name="charge", needs_approval=True)
+        def charge(amount: int) -> dict:
+            self.runs.append(amount)
+            return {"amount": amount}
+
+        self.tx = agenttx.Transaction(tools=[charge])
+        self.requests: dict[int, list[list[str]]] = {}  # amount -> [[id, state], ...]
+        self.consumed = 0
+        self.ended = False
+
+    def _newest(self, amount: int) -> list[str] | None:
+        made = self.requests.get(amount)
+        return made[-1] if made else None
+
+    def _all(self, state: str) -> list[list[str]]:
+        return [entry for made in self.requests.values() for entry in made if entry[1] == state]
+
+    @precondition(lambda self: not self.ended)
+    @rule(amount=st.integers(1, 3))
+    def send(self, amount: int) -> None:
+        newest = self._newest(amount)
+        result = self.tx.call("charge", {"amount": amount})
+        if newest is None or newest[1] == "consumed":
+            assert result.status is StepStatus.NEEDS_APPROVAL
+            self.requests.setdefault(amount, []).append([result.approval.id, "pending"])
+        elif newest[1] == "pending":
+            assert result.status is StepStatus.NEEDS_APPROVAL
+            assert result.approval.id == newest[0]
+        elif newest[1] == "approved":
+            assert result.ok
+            assert result.output == {"amount": amount}
+            newest[1] = "consumed"
+            self.consumed += 1
+        else:  # rejected
+            assert not result.ok
+            assert "too much" in result.hint.text
+            self.ended = result.status is StepStatus.FAILED
+
+    @precondition(lambda self: any(e[1] == "pending" for m in self.requests.values() for e in m))
+    @rule(data=st.data(), reject=st.booleans())
+    def decide(self, data: st.DataObject, reject: bool) -> None:
+        entry = data.draw(st.sampled_from(self._all("pending")))
+        if reject:
+            self.tx.reject(entry[0], actor="bob", reason="too much")
+            entry[1] = "rejected"
+        else:
+            self.tx.approve(entry[0], actor="alice")
+            entry[1] = "approved"
+
+    @precondition(lambda self: any(e[1] != "pending" for m in self.requests.values() for e in m))
+    @rule(data=st.data())
+    def decide_again(self, data: st.DataObject) -> None:
+        decided = [e for m in self.requests.values() for e in m if e[1] != "pending"]
+        entry = data.draw(st.sampled_from(decided))
+        with pytest.raises(agenttx.ApprovalError):
+            self.tx.approve(entry[0], actor="carol")
+
+    @invariant()
+    def each_approval_ran_once_and_nothing_else_ran(self) -> None:
+        assert len(self.runs) == self.consumed
+
+
+TestApprovalMachine = ApprovalMachine.TestCase
+TestApprovalMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
