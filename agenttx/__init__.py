@@ -10,7 +10,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     layer 3: _approvals _results _history _txlog _settings _timeline _prepare _observed _turns
     layer 3: _guarded _transaction
     layer 3: _plans
-    layer 4: _engine _recovery _prompt builtins testing integrations _demo _cli __main__
+    layer 4: _audit _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
     _limits      input limits            _validators settings validators
@@ -29,6 +29,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _turns       calls that number themselves            _transaction interactive transactions
     _prompt      the system prompt for agents
     _plans/      plans: model, validation, scheduler, runner, metrics
+    _audit       the stored audit trail, read back
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers
     integrations/ agent SDKs and frameworks (optional extras, imported on their own)

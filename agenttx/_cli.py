@@ -1,5 +1,5 @@
-"""The command line: `agenttx demo | inspect | graph | plans | lineage | approvals | approve |
-reject | review` (also `python -m agenttx`).
+"""The command line: `agenttx demo | inspect | graph | plans | audit | lineage | approvals |
+approve | reject | review` (also `python -m agenttx`).
 
 Every command reads, except `approve`, `reject` and `review`, which decide one pending approval
 request or review, and write nothing else. `inspect` and `graph` open the SQLite file
@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING, Final, NamedTuple, NoReturn, TypeVar
 
 from . import _demo
 from ._approvals import ApprovalRequest, Review, requests_for, scopes_alive
+from ._audit import DEFAULT_LIMIT, stored_audit
 from ._errors import AgentTxError, InvalidArgument, StorageError, TransactionNotFound
+from ._events import audit_jsonl
 from ._graph import DependencyGraph
 from ._history import StepHistory
 from ._json import canonical_dumps
@@ -71,8 +73,10 @@ FORMATS: Final = ("dot", "mermaid", "json")
 WIDTH: Final = 96
 #: How long `inspect` and `graph` wait for a locked store by default, in seconds.
 WAIT: Final = 5.0
-#: How many ended transactions `inspect DB` lists, the last to end first.
+#: How many ended transactions (and plan runs) `inspect DB` lists, the last to end first.
 ENDED_SHOWN: Final = 20
+#: How many ended transactions and plan runs `audit DB` reads by default.
+AUDIT_LIMIT: Final = DEFAULT_LIMIT
 
 #: Exit statuses.
 EXIT_ERROR: Final = 1
@@ -239,6 +243,28 @@ def _parser() -> argparse.ArgumentParser:
     _add_wait(plans)
     plans.set_defaults(run=_run_plans)
 
+    audit = commands.add_parser(
+        "audit",
+        help="print the audit trail of a SQLite store, or of one transaction or plan run",
+        description="The audit events the store keeps, as JSON lines (one event object per "
+        "line: scope, scope_id, seq, kind, at, zone, step or node, attempt, actor, data): of "
+        "transaction or plan run TX, or, without TX, of the ended transactions and plan runs "
+        "the store keeps (the last --limit of each), each one's events in order. A "
+        "transaction's events are kept when it ends, within the store's retention; a plan "
+        "run's are written as it runs. Read-only.",
+    )
+    audit.add_argument("db", metavar="DB", help="the SQLite file")
+    audit.add_argument("tx", metavar="TX", nargs="?", help="a transaction or plan run id")
+    audit.add_argument(
+        "--limit",
+        type=_count,
+        default=AUDIT_LIMIT,
+        metavar="N",
+        help=f"without TX: how many ended transactions and plan runs (default: {AUDIT_LIMIT})",
+    )
+    _add_wait(audit)
+    audit.set_defaults(run=_run_audit)
+
     lineage = commands.add_parser(
         "lineage",
         help="derive tool-to-tool lineage from an OpenAI chat transcript",
@@ -353,6 +379,28 @@ def _run_plans(args: argparse.Namespace) -> None:
         return
     for line in lines:
         _say(line)
+
+
+def _run_audit(args: argparse.Namespace) -> None:
+    if args.limit < 1:
+        raise _Failure("--limit must be at least 1")
+    store = _open(args.db, args.wait)
+    try:
+        events = _patiently(args.wait, lambda: stored_audit(store, args.tx, limit=args.limit))
+    except TransactionNotFound:
+        raise _Failure(
+            f"no audit trail of `{args.tx}` in {args.db} (open, pruned by the retention, "
+            "or unknown)"
+        ) from None
+    except InvalidArgument as exc:
+        raise _Failure(str(exc)) from None
+    except StorageError as exc:
+        if _is_busy(exc):
+            raise
+        raise _unreadable(args.tx or args.db, exc) from None
+    finally:
+        store.close()
+    _say_block(audit_jsonl(events), json_text=True)
 
 
 def _run_lineage(args: argparse.Namespace) -> None:
@@ -609,6 +657,12 @@ def _list(store: SQLiteStore, wait: float) -> list[str]:
     lines.extend(reasons)
     lines.append(f"outbox: {pending} effect{'s' * (pending != 1)} waiting for delivery")
     lines.extend(_ended_list(store, wait))
+    runs = _plan_list(store, wait, limit=ENDED_SHOWN)
+    if runs == [_NO_RUNS]:
+        lines.append("plan runs: none")
+    else:
+        lines.append(f"plan runs: the last {len(runs) - 1}, the last changed first")
+        lines.extend(f"  {line}".rstrip() for line in runs)
     return lines
 
 
@@ -764,11 +818,14 @@ def uk_time(at: object) -> str:
     return f"{moment.day} {moment:%b %Y %H:%M:%S} {moment.tzname()}"
 
 
-def _plan_list(store: SQLiteStore, wait: float) -> list[str]:
-    """The lines of `plans DB`: each run, the last changed first."""
-    runs = _patiently(wait, store.plan_runs)
+_NO_RUNS: Final = "no plan runs"
+
+
+def _plan_list(store: SQLiteStore, wait: float, *, limit: int = 100) -> list[str]:
+    """The lines of `plans DB`: each run (the last `limit`), the last changed first."""
+    runs = _patiently(wait, lambda: store.plan_runs(limit))
     if not runs:
-        return ["no plan runs"]
+        return [_NO_RUNS]
     lines = [f"{'RUN':<34} {'STATUS':<10} {'NODES':<40} UPDATED"]
     for run_id, status, updated_at in runs:
         try:

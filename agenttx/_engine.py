@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 import attrs
 
 from ._approvals import requests_for, scopes_alive
+from ._audit import merge_scopes, stored_audit, write_jsonl
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
 from ._events import hook_callables
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
@@ -49,11 +50,12 @@ from .stores._durable import is_durable
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from types import TracebackType
+    from typing import TextIO
 
     from typing_extensions import Self
 
     from ._approvals import Approval, ApprovalRequest, Review
-    from ._events import HookLike
+    from ._events import Event, HookLike
     from ._json import JSONValue
     from ._plans import Plan, PlanResult
     from ._saga import Dispatcher
@@ -441,6 +443,55 @@ class Engine:
             return options
         more = options.get("hooks")
         return {**options, "hooks": (*self._hooks, *hook_callables(more))}
+
+    # ------------------------------------------------------------------ audit
+
+    def audit(self, tx_or_run_id: str | None = None) -> tuple[Event, ...]:
+        """The audit trail of one transaction or plan run, or (None) of everything at hand.
+
+        With an id: the events of a transaction or plan run this engine holds (live or kept
+        ended), else those its durable store keeps (ended transactions within the store's
+        retention; plan runs). Raises `TransactionNotFound` if there are none. With None: the
+        events the store keeps of its recent ended transactions and plan runs, and those of
+        the transactions and runs this engine holds; each scope in `seq` order, scopes by
+        their first event. See docs/audit.md.
+        """
+        if tx_or_run_id is not None:
+            if not isinstance(tx_or_run_id, str):
+                raise InvalidArgument(
+                    f"tx_or_run_id must be a string or None, got {type(tx_or_run_id).__name__}"
+                )
+            try:
+                return self.get(tx_or_run_id).audit()
+            except TransactionNotFound:
+                pass
+            with self._lock:
+                run = self._plans.get(tx_or_run_id)
+            if run is not None:
+                return run.audit()
+            return stored_audit(self._store, tx_or_run_id)
+        held: list[Event] = [event for tx in self.transactions() for event in tx.audit()]
+        with self._lock:
+            runs = list(self._plans.values())
+        held.extend(event for run in runs for event in run.audit())
+        seen = {(event.scope, event.scope_id) for event in held}
+        stored = [
+            event
+            for event in stored_audit(self._store)
+            if (event.scope, event.scope_id) not in seen
+        ]
+        return merge_scopes([*stored, *held])
+
+    def export_audit(
+        self, file: str | os.PathLike[str] | TextIO, tx_or_run_id: str | None = None
+    ) -> int:
+        """Write `audit(tx_or_run_id)` as JSON lines to `file` (a path, replaced, or an open
+        text file); return how many events were written."""
+        events = self.audit(tx_or_run_id)
+        if isinstance(file, (str, os.PathLike)):
+            with open(file, "w", encoding="utf-8") as out:  # noqa: PTH123
+                return write_jsonl(events, out)
+        return write_jsonl(events, file)
 
     def get_plan(self, run_id: str) -> PlanRun:
         """The plan run `run_id` started (`start_plan`) or resumed (`recover`) by this engine.

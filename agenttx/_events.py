@@ -231,6 +231,7 @@ _Raw = tuple[EventKind, float, int | None, str | None, str | None, str | None, A
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _now = time.time
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _materialise(scope: Scope, scope_id: str, seq: int, raw: _Raw) -> Event:
@@ -390,19 +391,18 @@ class EventSink:
         """Every event recorded so far, in `seq` order."""
         return self._events(0, self._raw[:])
 
-    def preview(
+    def upcoming(
         self,
-        kind: EventKind,
-        *,
-        at: float,
-        data: Mapping[str, JSONValue] | None = None,
+        items: Iterable[
+            tuple[EventKind, float, str | None, str | None, Mapping[str, JSONValue] | None]
+        ],
     ) -> tuple[Event, ...]:
-        """Every event so far, then the one `emit(kind, at=at, data=data)` would record next.
-
-        For a write that must hold an event that is recorded only once the write succeeded
-        (the commit's history holds its `committed` event).
-        """
-        return self._events(0, [*self._raw, (kind, at, None, None, None, None, data)])
+        """The events that recording `items` (`(kind, at, node, attempt, data)`, in order)
+        next would give, without recording them (for a write that must hold them)."""
+        raw: list[_Raw] = [
+            (kind, at, None, node, attempt, None, data) for kind, at, node, attempt, data in items
+        ]
+        return self._events(len(self._raw), raw)
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -414,6 +414,51 @@ class EventSink:
             raw = self._raw[first:]
             self._persisted = first + len(raw)
         return self._events(first, raw)
+
+    def take_unpersisted_rows(self) -> list[tuple[int, str]]:
+        """`take_unpersisted`, as `(seq, JSON text)` rows for a store: the text is what
+        `Event.to_json` gives, written compactly (cheaper than building the `Event`s)."""
+        with self._lock:
+            first = self._persisted
+            raw = self._raw[first:]
+            self._persisted = first + len(raw)
+        seq = self._start + first
+        return [
+            (seq + offset, _dumps(self._entry(seq + offset, item)))
+            for offset, item in enumerate(raw)
+        ]
+
+    def entries(
+        self, then: Iterable[tuple[EventKind, float, Mapping[str, JSONValue] | None]] = ()
+    ) -> list[dict[str, Any]]:
+        """Every event so far as its `Event.to_json` object (built without the `Event`s),
+        then the events `then` (`(kind, at, data)`) would give if recorded next."""
+        raw: list[_Raw] = [
+            *self._raw[:],
+            *((kind, at, None, None, None, None, data) for kind, at, data in then),
+        ]
+        return [self._entry(self._start + index, item) for index, item in enumerate(raw)]
+
+    def _entry(self, seq: int, raw: _Raw) -> dict[str, Any]:
+        kind, at, step, node, attempt, actor, data = raw
+        entry: dict[str, Any] = {
+            "scope": self.scope,
+            "scope_id": self.scope_id,
+            "seq": seq,
+            "kind": kind.value,
+            "at": dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(),
+            "zone": "UTC",
+        }
+        if step is not None:
+            entry["step"] = step
+        if node is not None:
+            entry["node"] = node
+        if attempt is not None:
+            entry["attempt"] = attempt
+        if actor is not None:
+            entry["actor"] = actor
+        entry["data"] = {} if data is None else dict(data)
+        return entry
 
     def return_unpersisted(self, count: int) -> None:
         """Hand the last `count` events taken back (their durable write failed)."""

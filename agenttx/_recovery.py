@@ -75,17 +75,25 @@ def recover(
 ) -> tuple[RecoveryReport, list[Transaction]]:
     """Recover every open transaction of `store` not in `live` and not owned by a live process.
 
-    Returns the report and, in resume mode, the rebuilt transactions (an interrupted abort is
-    finished, so that one has ended; the report's `resumed` lists only those still active). A
-    transaction another recoverer claims first, or whose owner is alive, is in `skipped`; one
-    that ended meanwhile is left out. Raises only for a bad `mode`, or a failure to list the
-    open transactions. Resumed transactions convert outputs with `output_serializer`.
+    The state transactions of RUNNING plan runs are left to `recover_plans`, which resumes
+    them with their runs. Returns the report and, in resume mode, the rebuilt transactions
+    (an interrupted abort is finished, so that one has ended; the report's `resumed` lists
+    only those still active). A transaction another recoverer claims first, or whose owner is
+    alive, is in `skipped`; one that ended meanwhile is left out. Raises only for a bad
+    `mode`, or a failure to list the open transactions. Resumed transactions convert outputs
+    with `output_serializer`.
     """
     if mode not in ("abort", "resume"):
         raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
     tally = _Tally()
+    # A running plan run's state transaction (its id is the run's) is resumed with the run.
+    plans = (
+        {run_id for run_id, _ in cast("Any", store).running_plans()}
+        if is_plan_store(store)
+        else set()
+    )
     for tx_id in store.open_transactions():
-        if tx_id in live:
+        if tx_id in live or tx_id in plans:
             continue
         try:
             _recover_one(
@@ -211,7 +219,7 @@ def _abort(
     history = (
         None
         if restored.ended
-        else recovered_history(restored, status, report.failures, events.events())
+        else recovered_history(restored, status, report.failures, events.entries())
     )
     if report.failures:  # the record and the failed undos stay, for next time
         end_keeping_undos(store, tx_id, restored.record, status, history)

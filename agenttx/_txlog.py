@@ -5,10 +5,10 @@
 successful step with its staged effects; and the progress (next step, controller counters,
 constraints) after every rewind; and, in the write that ends it (commit, abort, or the end
 that keeps failed undos for recovery), its history (`history_text`: the final status, every
-step attempt with what became of it, the constraints and the compensation failures), which a
-store that keeps ended transactions keeps with them. Everything is JSON text. `read_image`
-turns what `DurableStore.load` returns back into Python objects for `Engine.recover`, and
-`read_history` the history of an ended one for `agenttx inspect`.
+step attempt with what became of it, the constraints, the compensation failures and the
+audit events), which a store that keeps ended transactions keeps with them. Everything is
+JSON text. `read_image` turns what `DurableStore.load` returns back into Python objects for
+`Engine.recover`, and `read_history` the history of an ended one for `agenttx inspect`.
 """
 
 from __future__ import annotations
@@ -274,11 +274,11 @@ def history_text(
     attempts: list[JSONValue],
     constraints: Iterable[str],
     compensation_failures: Iterable[str],
-    audit: Iterable[Event] = (),
+    audit: Iterable[Mapping[str, Any]] = (),
 ) -> str:
     """The history of a transaction that ends as `status` (JSON text; see `read_history`);
     `attempts` are `[step_id, tool_name, status value]` (and the call id, if any), oldest
-    first; `audit` its audit events, in order (`Event.to_json` objects)."""
+    first; `audit` its audit events, in order, as `Event.to_json` objects."""
     return _encode_history(
         {
             "format": FORMAT,
@@ -286,13 +286,16 @@ def history_text(
             "attempts": attempts,
             "constraints": list(constraints),
             "compensation_failures": list(compensation_failures),
-            "audit": [event.to_json() for event in audit],
+            "audit": [dict(entry) for entry in audit],
         }
     )
 
 
 def recovered_history(
-    restored: Restored, status: str, failures: Sequence[str], audit: Iterable[Event] = ()
+    restored: Restored,
+    status: str,
+    failures: Sequence[str],
+    audit: Iterable[Mapping[str, Any]] = (),
 ) -> str:
     """The history of a transaction that recovery aborts: its live steps were undone (those
     with undo records compensated), and `failures` are the compensations that failed; `audit`

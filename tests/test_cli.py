@@ -208,7 +208,7 @@ def test_helpful_errors(tmp_path, database):
     assert not (tmp_path / "nope.db").exists()  # inspecting never creates a file
 
 
-@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "plans", "lineage"])
+@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "plans", "audit", "lineage"])
 def test_every_command_has_help(command):
     """`agenttx COMMAND --help` describes the command and exits 0."""
     done = agenttx_cli(command, "--help")
@@ -327,6 +327,7 @@ def ended_listing(out: str) -> list[list[str]]:
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("outbox: ")) + 1
     section = lines[start:]
+    section = section[: next(i for i, line in enumerate(section) if line.startswith("plan runs:"))]
     if section == ["ended: none kept as history"]:
         return []
     match = re.fullmatch(
@@ -1098,6 +1099,49 @@ def test_uk_time_names_the_zone_in_winter_and_summer():
     assert uk_time(None) == "-"
     assert uk_time(float("nan")) == "-"
     assert uk_time(True) == "-"
+
+
+def test_audit_prints_the_trail_of_an_ended_transaction_and_plan_run(tmp_path):
+    """`audit DB TX` prints an ended transaction's events as JSON lines; `audit DB` prints
+    every kept scope's, a plan run's included; `inspect DB` lists the plan run."""
+
+    @agenttx.tool(name="add")
+    def add(n: int) -> dict:
+        return {"n": n + 1}
+
+    path = tmp_path / "audit.db"
+    with SQLiteStore(path) as store:
+        engine = Engine(tools=[add], store=store, config=EngineConfig(idle_timeout=None))
+        tx = engine.begin(agent_id="auditor")
+        tx.call("add", {"n": 1})
+        tx.commit()
+        plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="add", inputs={"n": 1})])
+        run = engine.run_plan(plan, initial={})
+        engine.close()
+    done = agenttx_cli("audit", str(path), tx.id)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["kind"] for line in lines] == ["step_dispatched", "step_completed", "committed"]
+    assert {line["scope_id"] for line in lines} == {tx.id}
+    everything = agenttx_cli("audit", str(path))
+    assert everything.returncode == 0, everything.stderr
+    scopes = {json.loads(line)["scope_id"] for line in everything.stdout.splitlines()}
+    assert scopes == {tx.id, run.run_id}
+    listing = agenttx_cli("inspect", str(path))
+    assert listing.returncode == 0, listing.stderr
+    assert "plan runs: the last 1, the last changed first" in listing.stdout
+    assert run.run_id in listing.stdout
+
+
+def test_audit_of_an_unknown_or_open_transaction_is_a_one_line_error(database):
+    """An id with no stored trail (the open transaction's, or none) exits 2 with one line."""
+    db, tx_id = database
+    for missing in (tx_id, "nope"):
+        done = agenttx_cli("audit", str(db), missing)
+        assert done.returncode == 2
+        assert done.stderr.count("\n") == 1
+        assert "no audit trail" in done.stderr
+    assert agenttx_cli("audit", str(db), "--limit", "0").returncode == 2
 
 
 @pytest.fixture

@@ -199,6 +199,23 @@ def test_take_unpersisted_hands_out_each_event_once():
     assert sink.take_unpersisted() == ()
 
 
+def test_fast_entries_and_rows_match_to_json():
+    """The JSON a store gets without building Events is exactly Event.to_json."""
+    sink = EventSink("plan", "run", start_seq=5)
+    sink.emit(agenttx.EventKind.DISPATCHED, node="a", attempt="a#1", data={"tool": "t"})
+    sink.emit(agenttx.EventKind.APPROVED, step=3, actor="alice")
+    expected = [event.to_json() for event in sink.events()]
+    assert [e.seq for e in sink.events()] == [5, 6]
+    assert sink.entries() == expected
+    rows = sink.take_unpersisted_rows()
+    assert [(seq, json.loads(text)) for seq, text in rows] == [(5, expected[0]), (6, expected[1])]
+    assert sink.take_unpersisted_rows() == []
+    then = sink.entries([(agenttx.EventKind.FINISHED, 0.0, {"status": "SUCCEEDED"})])
+    assert then[-1]["seq"] == 7
+    assert then[-1]["at"] == "1970-01-01T00:00:00+00:00"
+    assert len(sink) == 2  # nothing recorded by looking ahead
+
+
 def test_hook_callables_refuses_what_cannot_listen():
     """A string, a non-iterable or an item without on_event that is not callable is refused."""
     assert hook_callables(None) == ()

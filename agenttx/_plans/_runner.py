@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from .._approvals import Approval, ApprovalRequest, Review
-    from .._events import HookLike
+    from .._events import Event, HookLike
     from .._json import JSONValue
     from .._saga import Backoff, Dispatcher
     from .._tools import ToolsArgument
@@ -192,6 +192,10 @@ class PlanRun:
         Raises `FailedPrecondition` once the run has ended or was already cancelled.
         """
         self._run.request_cancel(reason)
+
+    def audit(self) -> tuple[Event, ...]:
+        """The run's audit events so far (all of them once it has ended), in `seq` order."""
+        return self._run.audit()
 
     def node_states(self) -> dict[str, NodeState]:
         """Every node's state now: a started node waiting for a person shows

@@ -948,18 +948,36 @@ class SQLiteStore:
         changes: Sequence[PlanChange],
         *,
         status: str | None = None,
+        events: Sequence[tuple[int, str]] = (),
     ) -> tuple[bool, ...]:
         """Make node `changes` in order (and set the run's `status`) in one durable write, if
         this store holds the run: for each change, whether it was made (False: its `expect`,
         a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
-        another store took the run over, `TransactionNotFound` if the file has no such run."""
+        another store took the run over, `TransactionNotFound` if the file has no such run.
+        `events` are audit events of the run, `(seq, JSON text)`, stored in the same write
+        (replacing any of the same seq)."""
+        for seq, text in events:
+            check_int(seq, "seq", MAX_INT64)
+            check_value(text)
         self._check_writable()
         with self._lock:
             self._check_not_closed()
             with self._file.writing(f"write plan run `{run_id}`") as cur:
-                return plan_tables.write_plan(
+                made = plan_tables.write_plan(
                     cur, run_id, changes, owner=self._owner, now=time.time(), status=status
                 )
+                if events:
+                    plan_tables.write_audit(cur, run_id, events)
+                return made
+
+    def plan_audit(self, run_id: str) -> tuple[str, ...]:
+        """The audit events stored for plan run `run_id` (JSON texts, `Event.to_json`), in
+        seq order; empty if it has none (or no such run)."""
+        check_tx_id(run_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read the audit of plan run `{run_id}`") as cur:
+                return plan_tables.read_audit(cur, run_id)
 
     def cancel_plan(self, run_id: str, reason: str) -> bool:
         """Record that run `run_id` is cancelled, for whichever process runs it (it reads it
