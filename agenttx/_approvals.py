@@ -589,8 +589,10 @@ class Requests:
         attempts: int = 1,
         errors: Sequence[str] = (),
         timings: Mapping[str, float] | None = None,
+        plan_version: str | None = None,
     ) -> Review:
-        """Record a pending review of a call whose outcome is unknown, and return it."""
+        """Record a pending review of a call whose outcome is unknown, and return it (bound to
+        `plan_version` for a plan node)."""
         now = time.time()
         review = Review(
             id=f"rev-{uuid.uuid4().hex}",
@@ -613,7 +615,7 @@ class Requests:
                 scope_id=scope_id,
                 state="pending",
                 digest=digest,
-                record=canonical_dumps(review.to_json()),
+                record=canonical_dumps({**review.to_json(), "plan_version": plan_version}),
                 created_at=now,
                 updated_at=now,
             )
