@@ -173,6 +173,10 @@ class Engine:
     stays bounded by the live transactions plus the ended ones kept, however long the engine
     runs.
 
+    `hooks` (`EventHook`s or callables) get the audit events of every transaction the engine
+    begins or recovers and of every plan it runs; `audit` and `export_audit` read the trail
+    back, from the store once it has ended (docs/audit.md).
+
     Thread-safe: every method may be called from any thread; each transaction serializes its
     own calls. `with Engine(...) as engine:` closes it (stopping the reaper thread) on the way
     out. Compared by identity; `repr` shows the store and the counts, never transaction data.
@@ -199,8 +203,8 @@ class Engine:
         self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
         self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
-        hook_callables(hooks)  # checked here, so that a bad hook fails at construction
-        self._hooks: tuple[HookLike, ...] = () if hooks is None else tuple(hooks)
+        # Checked here, so that a bad hook fails at construction; kept as the functions to call.
+        self._hooks: tuple[HookLike, ...] = hook_callables(hooks)
         # The order transactions were begun (or recovered) in, for `transactions()`.
         self._sequence = itertools.count()
         # Transactions not yet seen ended; some may have ended since the engine last looked.

@@ -40,6 +40,7 @@ __all__ = [
     "HookLike",
     "Scope",
     "audit_jsonl",
+    "from_compact",
     "hook_callables",
 ]
 
@@ -166,6 +167,37 @@ class Event:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgument(f"not an audit event: {exc}") from None
+
+
+def from_compact(scope: Scope, document: Mapping[str, Any]) -> tuple[Event, ...]:
+    """The events `EventSink.compact` wrote; `InvalidArgument` if `document` is not that."""
+    try:
+        return tuple(_compact_events(scope, document))
+    except (KeyError, TypeError, ValueError, OverflowError, OSError) as exc:
+        raise InvalidArgument(f"not a compact audit trail: {exc}") from None
+
+
+def _compact_events(scope: Scope, document: Mapping[str, Any]) -> Iterable[Event]:
+    scope_id = document["scope_id"]
+    first = document["first"]
+    if not isinstance(scope_id, str) or isinstance(first, bool) or not isinstance(first, int):
+        raise TypeError("scope_id or first has the wrong type")
+    for offset, row in enumerate(document["events"]):
+        kind, at, step, node, attempt, actor, data = [*row, *(None,) * 7][:7]
+        if isinstance(at, bool) or not isinstance(at, (int, float)):
+            raise TypeError(f"a time is {type(at).__name__}")
+        yield Event(
+            kind=EventKind(kind),
+            at=dt.datetime.fromtimestamp(at, dt.timezone.utc),
+            scope=scope,
+            scope_id=scope_id,
+            seq=first + offset,
+            step=step,
+            node=node,
+            attempt=attempt,
+            actor=actor,
+            data=data or {},
+        )
 
 
 def audit_jsonl(events: Iterable[Event]) -> str:
@@ -428,16 +460,24 @@ class EventSink:
             for offset, item in enumerate(raw)
         ]
 
-    def entries(
+    def compact(
         self, then: Iterable[tuple[EventKind, float, Mapping[str, JSONValue] | None]] = ()
-    ) -> list[dict[str, Any]]:
-        """Every event so far as its `Event.to_json` object (built without the `Event`s),
-        then the events `then` (`(kind, at, data)`) would give if recorded next."""
+    ) -> dict[str, Any]:
+        """Every event so far, then the events `then` (`(kind, at, data)`) would give if
+        recorded next, in the compact form a transaction's history keeps (`from_compact`
+        reads it back): `{"scope_id", "first", "events": [[kind, at, step, node, attempt,
+        actor, data], ...]}`, each list cut after its last non-null item."""
+        rows: list[list[Any]] = []
         raw: list[_Raw] = [
             *self._raw[:],
             *((kind, at, None, None, None, None, data) for kind, at, data in then),
         ]
-        return [self._entry(self._start + index, item) for index, item in enumerate(raw)]
+        for kind, at, step, node, attempt, actor, data in raw:
+            row: list[Any] = [kind.value, at, step, node, attempt, actor, data]
+            while row[-1] is None:
+                row.pop()
+            rows.append(row)
+        return {"scope_id": self.scope_id, "first": self._start, "events": rows}
 
     def _entry(self, seq: int, raw: _Raw) -> dict[str, Any]:
         kind, at, step, node, attempt, actor, data = raw

@@ -476,12 +476,10 @@ class Observed:
         """
         return self._events.events()
 
-    def _history_text(
-        self, final: TxStatus, audit: list[dict[str, JSONValue]] | None = None
-    ) -> str:
+    def _history_text(self, final: TxStatus, audit: dict[str, Any] | None = None) -> str:
         """The history a durable store keeps when the transaction ends as `final`, with the
-        audit trail (`audit`, or the events recorded so far), as `Event.to_json` objects."""
-        events = self._events.entries() if audit is None else audit
+        audit trail (`audit`, or the events recorded so far), compact (`EventSink.compact`)."""
+        events = self._events.compact() if audit is None else audit
         with self._state_lock:
             return history_text(
                 final.value,
@@ -499,7 +497,7 @@ class Observed:
         if self._log is None:
             self._store.commit(self._id)
         else:
-            audit = self._events.entries([(EventKind.COMMITTED, at, data)])
+            audit = self._events.compact([(EventKind.COMMITTED, at, data)])
             self._log.commit(self._history_text(TxStatus.COMMITTED, audit))
         return at
 

@@ -135,7 +135,7 @@ def _recover_one(
     caller to report (what was done before it is counted)."""
     try:
         owner = store.owner(tx_id)
-        if owner_alive(owner):
+        if _alive(store, owner):
             tally.skipped.append(tx_id)
             return
         image = store.claim(tx_id, owner)
@@ -219,7 +219,7 @@ def _abort(
     history = (
         None
         if restored.ended
-        else recovered_history(restored, status, report.failures, events.entries())
+        else recovered_history(restored, status, report.failures, events.compact())
     )
     if report.failures:  # the record and the failed undos stay, for next time
         end_keeping_undos(store, tx_id, restored.record, status, history)
@@ -248,7 +248,7 @@ def recover_plans(
     for run_id, owner in plans.running_plans():
         if run_id in live:
             continue
-        if owner_alive(owner):
+        if _alive(store, owner):
             skipped.append(run_id)
             continue
         try:
@@ -262,6 +262,16 @@ def recover_plans(
         except AgentTxError as exc:
             failures.append(f"plan run {run_id}: {exc}")
     return resumed, skipped, failures
+
+
+def _alive(store: DurableStore, owner: str | None) -> bool:
+    """Whether recovery must leave `owner`'s transaction or plan run alone: the store says, if
+    it knows better than a process check on this host (`PostgresStore`: the lease decides, in
+    its `claim`), else `owner_alive`."""
+    check = getattr(store, "owner_alive", None)
+    if callable(check):
+        return bool(check(owner))
+    return owner_alive(owner)
 
 
 def owner_alive(owner: str | None) -> bool:

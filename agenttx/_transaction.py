@@ -91,9 +91,11 @@ class Transaction(Turns, Guarded, Observed):
     transactions that should see each other's commits and conflicts. `dispatcher`: delivers
     staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
     `isolation`: see docs/protocol.md#isolation-levels. `output_serializer` converts a tool
-    output that is not JSON (default `to_json_value`, docs/protocol.md#outputs). Calls are
-    serialized, so a transaction may be shared between threads and tasks: a call made while
-    another is running waits for its turn, and turns come in arrival order (FIFO).
+    output that is not JSON (default `to_json_value`, docs/protocol.md#outputs). `hooks`:
+    `EventHook`s or callables given each audit event as it is recorded; `audit()` returns
+    them all (docs/audit.md). Calls are serialized, so a transaction may be shared between
+    threads and tasks: a call made while another is running waits for its turn, and turns
+    come in arrival order (FIFO).
     Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
     they take a lock held only for bookkeeping. Transactions compare by identity. `with
     Transaction(...) as tx:` commits when the block ends normally and aborts (compensating)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 import attrs
 
 from ._errors import InvalidArgument, StorageError
-from ._events import Event
+from ._events import Event, from_compact
 from ._json import JSONValue, canonical_dumps, compact_encoder
 from ._refs import Dependency
 from ._results import AttemptStatus, StepAttempt
@@ -274,11 +274,11 @@ def history_text(
     attempts: list[JSONValue],
     constraints: Iterable[str],
     compensation_failures: Iterable[str],
-    audit: Iterable[Mapping[str, Any]] = (),
+    audit: Mapping[str, Any] | None = None,
 ) -> str:
     """The history of a transaction that ends as `status` (JSON text; see `read_history`);
     `attempts` are `[step_id, tool_name, status value]` (and the call id, if any), oldest
-    first; `audit` its audit events, in order, as `Event.to_json` objects."""
+    first; `audit` its audit events (`EventSink.compact`), if any."""
     return _encode_history(
         {
             "format": FORMAT,
@@ -286,7 +286,7 @@ def history_text(
             "attempts": attempts,
             "constraints": list(constraints),
             "compensation_failures": list(compensation_failures),
-            "audit": [dict(entry) for entry in audit],
+            "audit": None if audit is None else dict(audit),
         }
     )
 
@@ -295,7 +295,7 @@ def recovered_history(
     restored: Restored,
     status: str,
     failures: Sequence[str],
-    audit: Iterable[Mapping[str, Any]] = (),
+    audit: Mapping[str, Any] | None = None,
 ) -> str:
     """The history of a transaction that recovery aborts: its live steps were undone (those
     with undo records compensated), and `failures` are the compensations that failed; `audit`
@@ -328,7 +328,7 @@ def read_history(text: str | None) -> Ended | None:
             attempts=attempts,
             constraints=tuple(document["constraints"]),
             compensation_failures=tuple(document["compensation_failures"]),
-            audit=tuple(Event.from_json(entry) for entry in document.get("audit", ())),
+            audit=_audit(document.get("audit")),
         )
     except (ValueError, KeyError, TypeError, InvalidArgument) as exc:
         raise StorageError(f"unreadable history: {exc}") from exc
@@ -341,6 +341,17 @@ def read_history(text: str | None) -> Ended | None:
     ):
         raise StorageError("unreadable history: a field has the wrong type")
     return ended
+
+
+def _audit(document: object) -> tuple[Event, ...]:
+    """The audit events a history holds (none in a history written before it kept them)."""
+    if document is None:
+        return ()
+    if isinstance(document, list):  # `Event.to_json` objects, as an earlier build wrote them
+        return tuple(Event.from_json(entry) for entry in document)
+    if not isinstance(document, dict):
+        raise TypeError("the audit is not an object")
+    return from_compact("transaction", document)
 
 
 def _attempt(step_id: int, tool_name: str, status: str, call_id: str | None = None) -> StepAttempt:

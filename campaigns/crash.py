@@ -7,6 +7,11 @@ Run from the repository root::
     python campaigns/crash.py --trials 5           # a smoke run (tests/test_crash.py does this)
     python campaigns/crash.py --contend            # 4 processes x 250 transactions, one file
     python campaigns/crash.py --exclusive          # the campaign on SQLiteStore(exclusive=True)
+    python campaigns/crash.py --store postgres     # on PostgresStore (AGENTTX_POSTGRES_DSN)
+
+With `--store postgres` the workers share a new schema on the server named by
+AGENTTX_POSTGRES_DSN (or `--dsn`), with a lease of `LEASE` seconds: a killed worker's leases run
+out before the checker recovers, as they would for a worker on another machine.
 
 Each trial starts a worker process that runs random transactions on one SQLite file: `kv.put`
 writes, `fs.write` files, staged effects, charges undone by a compensation, failing steps
@@ -57,6 +62,8 @@ from agenttx.stores import SQLiteStore
 KEYS = [f"k{i}" for i in range(6)]
 FILES = [f"f{i}.txt" for i in range(3)]
 CONFIG = EngineConfig(idle_timeout=None, compensation_retries=1)
+#: The lease of the PostgreSQL workers (seconds): short, so that recovery need not wait long.
+LEASE = 0.3
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:
@@ -83,9 +90,13 @@ def _read(path: Path) -> list[dict[str, Any]]:
 class World:
     """The file, the sandbox and the logs of one campaign."""
 
-    def __init__(self, root: Path, *, exclusive: bool = False) -> None:
+    def __init__(
+        self, root: Path, *, exclusive: bool = False, dsn: str = "", schema: str = ""
+    ) -> None:
         self.root = root
         self.exclusive = exclusive
+        self.dsn = dsn  # PostgreSQL, if given, in `schema`
+        self.schema = schema
         self.db = root / "agenttx.db"
         self.sandbox = root / "sandbox"
         self.sandbox.mkdir(parents=True, exist_ok=True)
@@ -113,10 +124,34 @@ class World:
     def deliver(self, effect: agenttx.StagedEffect) -> None:
         _append(self.delivered, {"key": effect.idempotency_key, "payload": effect.payload})
 
+    def store(self) -> Any:
+        """A new store on the campaign's file, or its PostgreSQL schema."""
+        if self.dsn:
+            from agenttx.stores import PostgresStore  # noqa: PLC0415
+
+            return PostgresStore(
+                self.dsn, schema=self.schema, lease_seconds=LEASE, outbox_hold=LEASE
+            )
+        return SQLiteStore(self.db, exclusive=self.exclusive)
+
+    def options(self) -> list[str]:
+        """The command-line options that open the same store in a worker."""
+        if self.dsn:
+            return ["--store", "postgres", "--dsn", self.dsn, "--schema", self.schema]
+        return ["--exclusive"] if self.exclusive else []
+
+    def committed(self) -> list[tuple[str, int, str]]:
+        """Every committed `(key, version, value)`, read by a connection of its own."""
+        if self.dsn:
+            with self.store() as store:
+                return list(store.committed_keys("", 10**9))
+        with contextlib.closing(sqlite3.connect(self.db)) as conn:  # closed now, not at GC
+            return conn.execute("SELECT key, version, value FROM committed").fetchall()
+
     def engine(self) -> Engine:
         return Engine(
             tools=self.tools(),
-            store=SQLiteStore(self.db, exclusive=self.exclusive),
+            store=self.store(),
             config=CONFIG,
             dispatcher={"hook": self.deliver},
         )
@@ -226,13 +261,14 @@ def finish(tx: agenttx.Transaction, rng: random.Random) -> None:
 def check(world: World, mode: str, rng: random.Random) -> tuple[list[str], int]:
     """Recover, finish what was resumed, deliver, and check every property; return the
     problems found and the number of transactions resumed."""
+    if world.dsn:
+        time.sleep(LEASE * 1.5)  # the killed worker's leases run out
     engine = world.engine()
     problems: list[str] = []
     report = engine.recover(mode)  # type: ignore[arg-type]
     if report.failures:
         problems.append(f"recovery failures: {report.failures}")
-    store = engine.store
-    assert isinstance(store, SQLiteStore)
+    store: Any = engine.store
     for tx_id in report.resumed:
         tx = engine.get(tx_id)
         if tx.status is TxStatus.ACTIVE:
@@ -254,9 +290,7 @@ def check(world: World, mode: str, rng: random.Random) -> tuple[list[str], int]:
 def verify(world: World) -> list[str]:
     """Check the committed state, the files and the logs against each other."""
     problems: list[str] = []
-    with contextlib.closing(sqlite3.connect(world.db)) as conn:  # closed now, not at the next GC
-        rows = conn.execute("SELECT key, version, value FROM committed").fetchall()
-    committed = {key: (version, json.loads(value)) for key, version, value in rows}
+    committed = {key: (version, json.loads(value)) for key, version, value in world.committed()}
     markers = sorted(
         (version, value)
         for key, (version, value) in committed.items()
@@ -318,7 +352,6 @@ def campaign(world: World, trials: int, seed: int, max_delay: float, mode: str) 
     started = time.monotonic()
     failed = resumed = 0
     for trial in range(1, trials + 1):
-        exclusive = ["--exclusive"] if world.exclusive else []
         worker = subprocess.Popen(  # noqa: S603  (our own script)
             [
                 sys.executable,
@@ -326,7 +359,7 @@ def campaign(world: World, trials: int, seed: int, max_delay: float, mode: str) 
                 "--worker",
                 str(world.root),
                 str(rng.randrange(2**31)),
-                *exclusive,
+                *world.options(),
             ],
         )
         delay = rng.uniform(0.05, 0.05 + max_delay)
@@ -347,10 +380,7 @@ def campaign(world: World, trials: int, seed: int, max_delay: float, mode: str) 
         elif trial % 100 == 0:
             elapsed = time.monotonic() - started
             print(f"{trial} trials, {failed} failed, {elapsed:.0f} s", flush=True)
-    with contextlib.closing(sqlite3.connect(world.db)) as conn:
-        (markers,) = conn.execute(
-            "SELECT count(*) FROM committed WHERE key LIKE 'kv/marker/%'"
-        ).fetchone()
+    markers = sum(1 for row in world.committed() if row[0].startswith("kv/marker/"))
     print(
         f"{trials} trials, {failed} failed, in {time.monotonic() - started:.0f} s: "
         f"{markers} transactions committed, {len(_read(world.charges))} charges "
@@ -429,13 +459,22 @@ def main() -> int:
         default="abort",
         help="how the checker recovers what a killed worker left open",
     )
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--dsn", default=os.environ.get("AGENTTX_POSTGRES_DSN", ""))
+    parser.add_argument("--schema", help="the PostgreSQL schema (default: a new one)")
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--transactions", type=int, default=250)
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--contend-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    postgres = args.store == "postgres"
+    if postgres and not args.dsn:
+        parser.error("--store postgres needs --dsn or AGENTTX_POSTGRES_DSN")
+    dsn = args.dsn if postgres else ""
+    schema = args.schema or f"crash_{os.getpid()}_{int(time.time())}"
     if args.worker:
-        work(World(Path(args.worker[0]), exclusive=args.exclusive), int(args.worker[1]))
+        world = World(Path(args.worker[0]), exclusive=args.exclusive, dsn=dsn, schema=schema)
+        work(world, int(args.worker[1]))
         return 0
     if args.contend_worker:
         db, transactions, out = args.contend_worker
@@ -444,7 +483,7 @@ def main() -> int:
     root = Path(args.root or tempfile.mkdtemp(prefix="agenttx-crash-"))
     if args.contend:
         return contend(root, args.processes, args.transactions)
-    world = World(root, exclusive=args.exclusive)
+    world = World(root, exclusive=args.exclusive, dsn=dsn, schema=schema)
     return campaign(world, args.trials, args.seed, args.max_delay, args.mode)
 
 

@@ -1,11 +1,27 @@
-"""Shared test configuration: hypothesis profiles and the `slow` marker."""
+"""Shared test configuration: hypothesis profiles, the `slow` marker, and the durable stores.
+
+The PostgreSQL tests run on the server named by `AGENTTX_POSTGRES_DSN` (`.ci/postgres` starts
+one), each test in a schema of its own, dropped afterwards. Without the variable they skip,
+naming it; with `AGENTTX_REQUIRE_POSTGRES=1` (CI) they fail instead.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+#: The environment variables of the PostgreSQL tests.
+POSTGRES_DSN = "AGENTTX_POSTGRES_DSN"
+REQUIRE_POSTGRES = "AGENTTX_REQUIRE_POSTGRES"
 
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile(
@@ -22,3 +38,65 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def postgres_dsn() -> str:
+    """The DSN of the test server; skips the test (fails it, if required) when there is none."""
+    dsn = os.environ.get(POSTGRES_DSN, "")
+    if dsn:
+        return dsn
+    message = f"no PostgreSQL server: set {POSTGRES_DSN} to a DSN (see .ci/postgres)"
+    if os.environ.get(REQUIRE_POSTGRES) == "1":
+        pytest.fail(f"{message}; {REQUIRE_POSTGRES}=1 requires one")
+    pytest.skip(message)
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    """Drop a test schema and everything in it (best effort: the server may be gone)."""
+    import psycopg  # noqa: PLC0415
+
+    with contextlib.suppress(psycopg.Error), psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """`(dsn, schema)`: a new, empty schema on the test server, dropped after the test."""
+    dsn = postgres_dsn()
+    schema = f"t_{secrets.token_hex(6)}"
+    yield dsn, schema
+    drop_schema(dsn, schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """A function making durable stores that share one backend (one SQLite file, or one
+    PostgreSQL schema), for the tests that run on both; every store it made is closed after
+    the test. Keyword arguments go to the store (those the other backend lacks are dropped)."""
+    made: list[Any] = []
+    schema = ""
+    if request.param == "sqlite":
+        from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+        def make(**options: Any) -> Any:
+            options.pop("lease_seconds", None)
+            made.append(SQLiteStore(tmp_path / "store.db", **options))
+            return made[-1]
+
+    else:
+        from agenttx.stores import PostgresStore  # noqa: PLC0415
+
+        dsn = postgres_dsn()
+        schema = f"t_{secrets.token_hex(6)}"
+
+        def make(**options: Any) -> Any:
+            options.pop("exclusive", None)
+            made.append(PostgresStore(dsn, schema=schema, **options))
+            return made[-1]
+
+    make.backend = request.param  # type: ignore[attr-defined]
+    yield make
+    for store in made:
+        store.close()
+    if schema:
+        drop_schema(dsn, schema)

@@ -186,3 +186,45 @@ def test_a_memory_engine_audits_what_it_holds():
     tx.call("add", {"n": 1})
     assert engine.audit(tx.id) == tx.audit()
     assert engine.audit() == tx.audit()
+
+
+def test_retention_drops_the_audit_of_old_ended_plan_runs(tmp_path):
+    """keep_history bounds the plan runs' audit events as it does the transactions' history;
+    the runs themselves stay listed."""
+    engine = _engine(tmp_path / "db", [], keep_history=1)
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="add", inputs={"n": 1})])
+    old = engine.run_plan(plan, initial={})
+    new = engine.run_plan(plan, initial={})
+    assert engine.store.plan_audit(old.run_id)  # type: ignore[attr-defined]
+    _close(engine)
+
+    engine = _engine(tmp_path / "db", [], keep_history=1)  # prunes when it opens
+    store = engine.store
+    assert store.plan_audit(old.run_id) == ()  # type: ignore[attr-defined]
+    assert engine.audit(new.run_id) == new.audit
+    with pytest.raises(agenttx.TransactionNotFound):
+        engine.audit(old.run_id)
+    assert {run_id for run_id, _, _ in store.plan_runs()} == {old.run_id, new.run_id}  # type: ignore[attr-defined]
+    _close(engine)
+
+
+def test_a_history_reads_its_audit_back_and_refuses_a_broken_one():
+    """read_history gives back the events a history holds (compact or as objects); a
+    history without an audit has none; a malformed audit is a StorageError."""
+    from agenttx._events import EventSink  # noqa: PLC0415
+    from agenttx._txlog import history_text, read_history  # noqa: PLC0415
+
+    sink = EventSink("transaction", "tx-1")
+    sink.emit(agenttx.EventKind.STEP_DISPATCHED, step=1, data={"tool": "t"})
+    sink.emit(agenttx.EventKind.ABORTED, data={"status": "ROLLED_BACK"})
+    ended = read_history(history_text("ROLLED_BACK", [], [], [], sink.compact()))
+    assert ended is not None
+    assert ended.audit == sink.events()
+    document = json.loads(history_text("ROLLED_BACK", [], [], []))
+    assert read_history(json.dumps(document)).audit == ()  # type: ignore[union-attr]
+    document["audit"] = [event.to_json() for event in sink.events()]
+    assert read_history(json.dumps(document)).audit == sink.events()  # type: ignore[union-attr]
+    for broken in (5, {"scope_id": "tx-1"}, [{"kind": "nope"}]):
+        document["audit"] = broken
+        with pytest.raises(agenttx.StorageError, match="unreadable history"):
+            read_history(json.dumps(document))

@@ -1,7 +1,8 @@
 """The crash campaign, short: SIGKILLed workers, recovery, and the checks of campaigns/crash.py.
 
 The full campaigns (1,000 trials each) are run by hand:
-`python campaigns/crash.py --trials 1000 --mode abort` and `... --mode resume`.
+`python campaigns/crash.py --trials 1000 --mode abort` and `... --mode resume`, and with
+`--store postgres` on the server named by AGENTTX_POSTGRES_DSN (the slow test below).
 """
 
 from __future__ import annotations
@@ -74,3 +75,39 @@ def test_processes_sharing_one_file_lose_no_update(tmp_path):
     done = run("--contend", "--processes", "2", "--transactions", "30", "--root", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "60 committed" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["abort", "resume"])
+def test_a_short_crash_campaign_on_postgres_finds_nothing_lost(tmp_path, mode, pg_schema):
+    """The same kill-recover-check trials on PostgresStore: a killed worker's leases run out,
+    recovery takes its transactions, and every check passes."""
+    dsn, schema = pg_schema
+    done = run(
+        *("--trials", "4", "--max-delay", "0.8", "--root", str(tmp_path), "--mode", mode),
+        *("--store", "postgres", "--dsn", dsn, "--schema", schema),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 trials, 0 failed" in done.stdout
+    committed = int(done.stdout.split("failed, in")[1].split(":")[1].split()[0])
+    assert committed > 0, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["abort", "resume"])
+def test_the_full_crash_campaign_on_postgres(tmp_path, mode, pg_schema):
+    """1,000 SIGKILLed workers on PostgresStore, none losing anything (AGENTTX_SLOW=1)."""
+    dsn, schema = pg_schema
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            *("--trials", "1000", "--root", str(tmp_path), "--mode", mode),
+            *("--store", "postgres", "--dsn", dsn, "--schema", schema),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=7200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1000 trials, 0 failed" in done.stdout

@@ -7,7 +7,8 @@ import multiprocessing
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from agenttx import Engine, EngineConfig, TxStatus, builtins
 from agenttx.stores import MemoryStore, SQLiteStore
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable
 
 FAST = EngineConfig(idle_timeout=None, compensation_retries=1)
 
@@ -67,8 +68,11 @@ class Shop:
         return self.journal.read_text().splitlines() if self.journal.exists() else []
 
 
-def engine_on(path: Path, shop: Shop, *, exclusive: bool = False, **kwargs) -> Engine:
-    store = SQLiteStore(path, exclusive=exclusive)
+def engine_on(
+    path: Path | Callable[..., Any], shop: Shop, *, exclusive: bool = False, **kwargs
+) -> Engine:
+    """An engine on the SQLite file `path`, or on a new store of a `durable_backend`."""
+    store = SQLiteStore(path, exclusive=exclusive) if isinstance(path, Path) else path()
     return Engine(tools=shop.tools, store=store, config=FAST, **kwargs)
 
 
@@ -78,16 +82,16 @@ def crash(engine: Engine) -> None:
     engine.store.close()  # type: ignore[attr-defined]
 
 
-def test_abort_recovery_compensates_an_open_transaction_newest_first(tmp_path):
+def test_abort_recovery_compensates_an_open_transaction_newest_first(tmp_path, durable_backend):
     """A transaction left open by a crash is compensated newest first, then discarded."""
     shop = Shop(tmp_path)
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     tx = engine.begin(agent_id="a")
     tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
     tx.execute_step(2, "charge", {"order": "o2", "amount": 7})
     crash(engine)
 
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     report = engine.recover()
     assert (report.transactions, report.compensations_run, report.failures) == (1, 2, ())
     assert shop.lines() == ["charge o1", "charge o2", "refund o2", "refund o1"]
@@ -96,10 +100,10 @@ def test_abort_recovery_compensates_an_open_transaction_newest_first(tmp_path):
     assert engine.recover() == agenttx.RecoveryReport()  # nothing left to do
 
 
-def test_resume_continues_from_the_next_step(tmp_path):
+def test_resume_continues_from_the_next_step(tmp_path, durable_backend):
     """Resume rebuilds the steps, constraints, counters and graph; the agent goes on."""
     shop = Shop(tmp_path)
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     tx = engine.begin(agent_id="agent-7")
     tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
     failed = tx.execute_step(2, "fail", {"order": "${steps.1.order}"})
@@ -109,7 +113,7 @@ def test_resume_continues_from_the_next_step(tmp_path):
     before = tx.view()
     crash(engine)
 
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     report = engine.recover("resume")
     assert report.resumed == (tx.id,)
     resumed = engine.get(tx.id)
@@ -170,22 +174,22 @@ def test_a_step_interrupted_by_the_death_of_its_process(tmp_path, mode, exclusiv
     assert json.loads(engine.store.read_committed("orders/o2")) == {"amount": 9}
 
 
-def test_a_failing_compensation_is_kept_reported_and_retried(tmp_path):
+def test_a_failing_compensation_is_kept_reported_and_retried(tmp_path, durable_backend):
     """A compensation that fails in recovery stays in the store and runs at the next one."""
     shop = Shop(tmp_path, refund_fails=True)
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     tx = engine.begin()
     tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
     crash(engine)
 
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     first = engine.recover()
     assert first.compensations_run == 0
     assert first.failures == (f'{tx.id}: shop.refund({{"order":"o1"}}): payment provider down',)
     crash(engine)
 
     shop.refund_fails = False
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     second = engine.recover("resume")  # it ended: never resumed, only compensated
     assert (second.compensations_run, second.failures, second.resumed) == (1, (), ())
     assert shop.lines() == ["charge o1", "refund o1"]
@@ -212,10 +216,10 @@ def test_an_unregistered_kind_is_reported_not_dropped(tmp_path):
         )
 
 
-def test_an_abort_with_a_failed_compensation_keeps_it_for_recovery(tmp_path):
+def test_an_abort_with_a_failed_compensation_keeps_it_for_recovery(tmp_path, durable_backend):
     """A live abort whose compensation fails leaves it in the store for the next recovery."""
     shop = Shop(tmp_path, refund_fails=True)
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     tx = engine.begin()
     tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
     assert tx.rollback().compensation_errors
@@ -223,15 +227,15 @@ def test_an_abort_with_a_failed_compensation_keeps_it_for_recovery(tmp_path):
     assert engine.store.open_transactions() == (tx.id,)  # type: ignore[attr-defined]
     crash(engine)
     shop.refund_fails = False
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     assert engine.recover("resume").compensations_run == 1
     assert shop.lines() == ["charge o1", "refund o1"]
 
 
-def test_committed_effects_wait_in_the_outbox_until_delivered(tmp_path):
+def test_committed_effects_wait_in_the_outbox_until_delivered(tmp_path, durable_backend):
     """With no dispatcher, committed effects stay pending; dispatch_pending delivers them once."""
     shop = Shop(tmp_path)
-    engine = engine_on(tmp_path / "db", shop)
+    engine = engine_on(durable_backend, shop)
     tx = engine.begin()
     key = tx.execute_step(1, "notify", {"to": "ada@x.io"}).output["key"]
     uncommitted = engine.begin()
@@ -245,14 +249,14 @@ def test_committed_effects_wait_in_the_outbox_until_delivered(tmp_path):
     crash(engine)  # the delivery survives a crash
 
     sent: list[agenttx.StagedEffect] = []
-    engine = engine_on(tmp_path / "db", shop, dispatcher=sent.append)
+    engine = engine_on(durable_backend, shop, dispatcher=sent.append)
     assert engine.dispatch_pending() == agenttx.DispatchReport(delivered=1)
     assert [(e.payload, e.idempotency_key) for e in sent] == [({"to": "ada@x.io"}, key)]
     assert engine.pending_effects() == ()
     assert engine.dispatch_pending() == agenttx.DispatchReport()
 
 
-def test_a_failed_delivery_keeps_its_error_and_backs_off(tmp_path):
+def test_a_failed_delivery_keeps_its_error_and_backs_off(tmp_path, durable_backend):
     """A delivery failure is counted and kept; the entry waits, then is delivered later."""
     attempts = []
 
@@ -262,7 +266,7 @@ def test_a_failed_delivery_keeps_its_error_and_backs_off(tmp_path):
             raise ConnectionError("smtp down")
 
     shop = Shop(tmp_path)
-    engine = engine_on(tmp_path / "db", shop, dispatcher=flaky)
+    engine = engine_on(durable_backend, shop, dispatcher=flaky)
     tx = engine.begin()
     tx.execute_step(1, "notify", {"to": "ada@x.io"})
     result = tx.commit()

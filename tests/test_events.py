@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import agenttx
-from agenttx._events import EventSink, hook_callables
+from agenttx._events import EventSink, from_compact, hook_callables
 
 AT = dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc)
 
@@ -199,21 +199,28 @@ def test_take_unpersisted_hands_out_each_event_once():
     assert sink.take_unpersisted() == ()
 
 
-def test_fast_entries_and_rows_match_to_json():
-    """The JSON a store gets without building Events is exactly Event.to_json."""
-    sink = EventSink("plan", "run", start_seq=5)
-    sink.emit(agenttx.EventKind.DISPATCHED, node="a", attempt="a#1", data={"tool": "t"})
+def test_fast_rows_match_to_json_and_compact_reads_back():
+    """The JSON a store gets without building Events is exactly Event.to_json; the compact
+    form a history keeps reads back as the same events, plus the ones looked ahead."""
+    sink = EventSink("transaction", "tx", start_seq=5)
+    sink.emit(agenttx.EventKind.STEP_DISPATCHED, step=1, data={"tool": "t"})
     sink.emit(agenttx.EventKind.APPROVED, step=3, actor="alice")
-    expected = [event.to_json() for event in sink.events()]
-    assert [e.seq for e in sink.events()] == [5, 6]
-    assert sink.entries() == expected
+    events = sink.events()
+    assert [e.seq for e in events] == [5, 6]
     rows = sink.take_unpersisted_rows()
-    assert [(seq, json.loads(text)) for seq, text in rows] == [(5, expected[0]), (6, expected[1])]
+    assert [(seq, json.loads(text)) for seq, text in rows] == [
+        (5, events[0].to_json()),
+        (6, events[1].to_json()),
+    ]
     assert sink.take_unpersisted_rows() == []
-    then = sink.entries([(agenttx.EventKind.FINISHED, 0.0, {"status": "SUCCEEDED"})])
-    assert then[-1]["seq"] == 7
-    assert then[-1]["at"] == "1970-01-01T00:00:00+00:00"
+    document = json.loads(json.dumps(sink.compact([(agenttx.EventKind.COMMITTED, 0.0, None)])))
+    back = from_compact("transaction", document)
+    assert back[:2] == events
+    assert (back[2].seq, back[2].kind, back[2].at.year) == (7, agenttx.EventKind.COMMITTED, 1970)
     assert len(sink) == 2  # nothing recorded by looking ahead
+    for broken in ({}, {"scope_id": 1, "first": 0, "events": []}, {**document, "events": [["x"]]}):
+        with pytest.raises(agenttx.InvalidArgument, match="compact"):
+            from_compact("transaction", broken)
 
 
 def test_hook_callables_refuses_what_cannot_listen():
@@ -374,6 +381,19 @@ def test_engine_hooks_reach_its_transactions_and_plans():
     engine.run_plan(plan, initial={})
     assert {event.scope for event in seen} == {"transaction", "plan"}
     assert seen[0].kind is agenttx.EventKind.STEP_DISPATCHED
+
+
+def test_engine_takes_hooks_once_from_any_iterable_and_refuses_bad_ones():
+    """A generator of hooks works (read once); a hook that cannot listen fails at once."""
+    seen: list[agenttx.Event] = []
+    engine = agenttx.Engine(tools=_shop([]), hooks=(hook for hook in [seen.append]))
+    engine.begin().call("reserve", {"sku": "s"})
+    assert [event.kind for event in seen] == [
+        agenttx.EventKind.STEP_DISPATCHED,
+        agenttx.EventKind.STEP_COMPLETED,
+    ]
+    with pytest.raises(agenttx.InvalidArgument, match="hook"):
+        agenttx.Engine(tools=_shop([]), hooks=["not a hook"])
 
 
 def test_plan_hooks_receive_the_run_audit():

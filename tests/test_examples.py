@@ -144,3 +144,21 @@ def test_approvals_example_output():
     assert "committed 4 steps; the provider charged 4" in out
     assert "step 2 approval_consumed by alice@finance" in out
     assert "step 4 reviewed by bob@ops" in out
+
+
+def test_audit_trail_example_output():
+    """The audit example prints the events live (the failure, the refund, the rewind, the
+    commit) and the same trail read back from the file."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "audit_trail.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = done.stdout
+    live, stored = out.split("read back from", 1)
+    kinds = ["step_failed", "compensated", "step_rewound", "committed"]
+    assert all(kind in live for kind in kinds), out
+    assert all(kind in stored for kind in kinds), out
+    assert "11 events; `agenttx audit " in out

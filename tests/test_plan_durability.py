@@ -44,9 +44,9 @@ def add(a: int, b: int) -> dict[str, int]:
 
 
 @pytest.fixture
-def store(tmp_path):
-    with SQLiteStore(tmp_path / "plans.db") as opened:
-        yield opened
+def store(durable_backend):
+    """A durable store: SQLite, then PostgreSQL (the shared `durable_backend`)."""
+    return durable_backend()
 
 
 def _nodes(store: SQLiteStore, run_id: str) -> dict[str, dict]:
@@ -77,17 +77,15 @@ def test_every_transition_of_a_run_is_recorded(store):
     assert agenttx.Plan.from_json(record["plan"]).version == _diamond().version
 
 
-def test_a_dependant_starts_only_after_its_prerequisites_are_recorded(store, tmp_path):
+def test_a_dependant_starts_only_after_its_prerequisites_are_recorded(store, durable_backend):
     """When a node's tool runs, the file already says its prerequisites SUCCEEDED."""
     seen: list[str] = []
+    other = durable_backend()  # another store on the same file or schema
 
     @agenttx.tool
     def look(sum: int) -> dict[str, int]:  # noqa: A002
-        with sqlite3.connect(tmp_path / "plans.db") as conn:
-            (state,) = conn.execute(
-                "SELECT state FROM plan_nodes WHERE run_id = 'r' AND node_id = 'a'"
-            ).fetchone()
-        seen.append(state)
+        nodes = {node.node_id: node for node in other.read_plan("r").nodes}
+        seen.append(nodes["a"].state)
         return {"sum": sum}
 
     plan = agenttx.Plan(

@@ -132,6 +132,7 @@ EXPECTED = {
         "EndedTransaction",
         "MemoryStore",
         "OutboxEntry",
+        "PostgresStore",
         "SQLiteStore",
         "Store",
         "TxImage",

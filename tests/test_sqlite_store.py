@@ -168,13 +168,17 @@ class StoresAgree(RuleBasedStateMachine):
         self.directory = tempfile.mkdtemp(prefix="agenttx-stores-agree-")
         self.path = str(pathlib.Path(self.directory) / "store.db")
         self.memory = MemoryStore()
-        self.sqlite = SQLiteStore(self.path, exclusive=self.exclusive)
+        self.sqlite = self.open_store()
         self.raw = None if self.exclusive else sqlite3.connect(self.path, isolation_level=None)
         self.durable: dict[str, _Durable] = {}
         self.outbox: list[tuple[str, EffectRow]] = []
         #: The live steps each ended transaction left, as its history keeps them.
         self.ended: dict[str, tuple[tuple[int, str], ...]] = {}
         self.counter = itertools.count()
+
+    def open_store(self) -> Any:
+        """A new durable store on the machine's backend (`test_postgres_store` overrides it)."""
+        return SQLiteStore(self.path, exclusive=self.exclusive)
 
     @property
     def file(self) -> sqlite3.Connection:
@@ -263,7 +267,7 @@ class StoresAgree(RuleBasedStateMachine):
             self.sqlite.flush(tx)
         if self.exclusive:  # the lock goes with the store
             self.sqlite.close()
-        fresh = SQLiteStore(self.path, exclusive=self.exclusive)
+        fresh = self.open_store()
         assert fresh.open_transactions() == open_txs
         for tx in open_txs:
             image, model = fresh.load(tx), self.durable[tx]

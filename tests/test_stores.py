@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import secrets
 import sys
 import threading
 import time
@@ -19,8 +20,9 @@ from agenttx import (
     TransactionNotFound,
     WriteConflict,
 )
-from agenttx.stores import MemoryStore, SQLiteStore, Store
+from agenttx.stores import MemoryStore, PostgresStore, SQLiteStore, Store
 from agenttx.testing._stores import check_store
+from conftest import drop_schema, postgres_dsn
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -286,14 +288,20 @@ def test_aba_goes_undetected():
 # ---------------------------------------------------------------- the isolation levels
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """Each backend in turn: the isolation rules are the protocol's, so both must keep them."""
+    """Each backend in turn: the isolation rules are the protocol's, so all must keep them."""
     if request.param == "memory":
         yield MemoryStore()
-    else:
+    elif request.param == "sqlite":
         with SQLiteStore(tmp_path / "store.db") as store:
             yield store
+    else:
+        dsn = postgres_dsn()
+        schema = f"t_{secrets.token_hex(6)}"
+        with PostgresStore(dsn, schema=schema) as store:
+            yield store
+        drop_schema(dsn, schema)
 
 
 def _read_modify_write(store: Store, isolation: str | None) -> tuple[str, str]:

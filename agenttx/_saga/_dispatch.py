@@ -194,7 +194,12 @@ def deliver_outbox(
     """
     timeout = check_timeout("timeout", timeout)
     try:
-        entries = store.pending_effects(limit, tx_id=tx_id)
+        # A store shared by several dispatchers (`PostgresStore`) hands each its own entries.
+        claim = getattr(store, "claim_effects", None)
+        if callable(claim):
+            entries = claim(limit, tx_id=tx_id, now=clock())
+        else:
+            entries = store.pending_effects(limit, tx_id=tx_id)
     except Exception as exc:  # noqa: BLE001  (reported: the commit before this stands)
         return 0, (f"outbox: the pending effects could not be read: {describe(exc)}",)
     now = clock()

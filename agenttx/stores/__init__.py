@@ -17,8 +17,9 @@ Transactions that should see each other's commits, and conflict, share one store
 
 `SQLiteStore(path)` keeps the same state in a SQLite file, shared by threads and processes, and
 implements `DurableStore`: the records a transaction needs to survive a crash, and an outbox of
-committed effects. `agenttx.testing.check_store(factory)` checks any implementation against the
-contract.
+committed effects. `PostgresStore(dsn_or_pool)` (extra `agenttx[postgres]`) implements it on a
+PostgreSQL server shared by workers on many machines, with leases that fence every write.
+`agenttx.testing.check_store(factory)` checks any implementation against the contract.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ._memory import MemoryStore as MemoryStore
 from ._protocol import Store as Store
 
 if TYPE_CHECKING:
+    from ._postgres import PostgresStore as PostgresStore
     from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "EndedTransaction",
     "MemoryStore",
     "OutboxEntry",
+    "PostgresStore",
     "SQLiteStore",
     "Store",
     "TxImage",
@@ -50,7 +53,7 @@ __all__ = [
 ]
 
 for _name in __all__:
-    _obj = globals().get(_name)  # SQLiteStore is not loaded yet
+    _obj = globals().get(_name)  # SQLiteStore and PostgresStore are not loaded yet
     if isinstance(_obj, type):
         _obj.__module__ = __name__
 del _name, _obj
@@ -59,16 +62,24 @@ del _name, _obj
 if not TYPE_CHECKING:  # type checkers see the import at the top (this would hide typos)
 
     def __getattr__(name: str) -> object:
-        """Load `SQLiteStore` (and sqlite3) when first asked for, not at `import agenttx`."""
+        """Load `SQLiteStore` (and sqlite3) or `PostgresStore` when first asked for, not at
+        `import agenttx`. `PostgresStore` loads psycopg only when a store is made, so that a
+        missing extra raises `ImportError` naming it there."""
         if name == "SQLiteStore":
             from ._sqlite import SQLiteStore  # noqa: PLC0415
 
             SQLiteStore.__module__ = __name__
             globals()[name] = SQLiteStore  # later lookups find it without this function
             return SQLiteStore
+        if name == "PostgresStore":
+            from ._postgres import PostgresStore  # noqa: PLC0415
+
+            PostgresStore.__module__ = __name__
+            globals()[name] = PostgresStore
+            return PostgresStore
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    """The module's names, `SQLiteStore` included before it is loaded."""
+    """The module's names, `SQLiteStore` and `PostgresStore` included before they load."""
     return sorted({*globals(), *__all__})

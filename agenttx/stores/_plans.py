@@ -38,6 +38,7 @@ __all__ = [
     "cancel_plan",
     "claim_plan",
     "list_plans",
+    "prune_audit",
     "read_audit",
     "read_cancel",
     "read_plan",
@@ -221,6 +222,29 @@ def write_audit(cur: sqlite3.Cursor, run_id: str, events: Sequence[tuple[int, st
         "INSERT OR REPLACE INTO plan_audit (run_id, seq, event) VALUES (?, ?, ?)",
         [(run_id, seq, text) for seq, text in events],
     )
+
+
+#: The statuses of a plan run that has ended.
+_ENDED: Final = ("SUCCEEDED", "FAILED", "CANCELLED")
+_ENDED_RUNS: Final = "SELECT run_id FROM plan_runs WHERE status IN (?, ?, ?)"
+
+
+def prune_audit(cur: sqlite3.Cursor, keep: int | None, keep_for: float | None, now: float) -> None:
+    """Delete the audit events of the ended plan runs beyond the newest `keep` (by their last
+    change) and of those that ended before `now - keep_for` (`None`: no such limit), as the
+    store's retention does for ended transactions. The runs themselves stay."""
+    if keep is not None:
+        cur.execute(
+            f"DELETE FROM plan_audit WHERE run_id IN ({_ENDED_RUNS} "  # noqa: S608 - constants
+            "ORDER BY updated_at DESC, run_id DESC LIMIT -1 OFFSET ?)",
+            (*_ENDED, keep),
+        )
+    if keep_for is not None:
+        cur.execute(
+            f"DELETE FROM plan_audit WHERE run_id IN ({_ENDED_RUNS} "  # noqa: S608 - constants
+            "AND updated_at < ?)",
+            (*_ENDED, now - keep_for),
+        )
 
 
 def read_audit(cur: sqlite3.Cursor, run_id: str) -> tuple[str, ...]:

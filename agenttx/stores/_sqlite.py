@@ -154,7 +154,8 @@ class SQLiteStore:
     delay it. `None` lifts either limit, and 0 keeps none (an end then keeps nothing). The
     history beyond it is deleted when the store opens (unless read-only), and then once every
     64 ends, in the write that ends the last of them: so up to 63 more may be kept meanwhile,
-    and each store prunes by its own count.
+    and each store prunes by its own count. The same limits, applied to the ended plan runs
+    by their last change, prune the runs' audit events (`plan_audit`; the runs stay).
 
     **Read-only** (``readonly=True``), for inspecting a store, even one that other processes
     are using: the file is opened with SQLite's `mode=ro` and is never created, migrated or

@@ -56,7 +56,7 @@ import attrs
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import REQUEST_TABLES
 from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
-from ._plans import PLAN_AUDIT_TABLES, PLAN_TABLES
+from ._plans import PLAN_AUDIT_TABLES, PLAN_TABLES, prune_audit
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -699,13 +699,15 @@ class StoreFile:
     def prune(self, keep: int | None, keep_for: float | None, now: float) -> None:
         """Inside a write transaction: delete the history of the ended transactions beyond the
         newest `keep`, and of those that ended before `now - keep_for` (`None`: no such
-        limit), with the approval requests and reviews of ended ones last changed before then.
-        `sqlite3.Error` escapes."""
+        limit), and likewise the audit events of ended plan runs, and the approval requests
+        and reviews of ended transactions and runs last changed before then. `sqlite3.Error`
+        escapes."""
         if keep is not None:
             self.cur.execute(_PRUNE_BEYOND, (keep,))
         if keep_for is not None:
             self.cur.execute(_PRUNE_BEFORE, (now - keep_for,))
             self.cur.execute(_PRUNE_REQUESTS, (now - keep_for,))
+        prune_audit(self.cur, keep, keep_for, now)  # the ended plan runs' audit events too
 
     def ended_transactions(self, limit: int) -> tuple[EndedTransaction, ...]:
         """Up to `limit` ended transactions kept as history, the last to end first."""

@@ -1,0 +1,961 @@
+"""`PostgresStore`: the `DurableStore` protocol on a PostgreSQL server shared by many workers.
+
+The store is four modules: this one, the store, its transactions, leases and durable writes;
+`_postgres_runs`, the plan runs and the outbox (the rows workers share and claim);
+`_postgres_schema`, the tables, migrations and every SQL text; `_postgres_link`, the connections
+(reconnecting after a failure), the errors and the thread that renews the leases. A transaction
+it holds has the same in-process mirror as on `SQLiteStore` (`_sqlite_mirror.TxMirror`) and the
+same `log` of events, replayed by the same code, so the two stores cannot drift apart on the
+contract's rules.
+
+**Leases and fencing.** Each open transaction (and RUNNING plan run) has an owner, an epoch and
+a lease expiry in its row. `begin`, `load`, `claim` (and `begin_plan`, `claim_plan`) give it a
+new epoch from one sequence, so an epoch is never reused, not even by a later transaction of the
+same id. A background thread per store renews the leases of what the store holds, every third
+of the lease. Every write to a transaction's rows is conditioned on its epoch, read `FOR KEY
+SHARE` in the same statement or transaction: zero rows means the lease was lost (another worker
+took the transaction over), and the store raises `StorageError` and lets the transaction go;
+it never retries. A takeover locks the row `FOR UPDATE`, so it waits for a write in flight, and
+the write that comes after it sees the new epoch. Recovery takes over (`claim`) only a
+transaction whose lease has expired, with `FOR UPDATE SKIP LOCKED`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Final, final
+
+from .._errors import InvalidArgument, StorageError, TransactionNotFound
+from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
+from ._durable import EndedTransaction, TxImage, UndoRow
+from ._postgres_link import Link, Renewer, check_schema_name
+from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
+from ._postgres_schema import EFFECT, PROGRESS, RESTORE, STEP, WRITE
+from ._protocol import (
+    MAX_INT64,
+    MAX_STEP,
+    check_int,
+    check_key,
+    check_step,
+    check_tx_id,
+    check_value,
+    snapshot_not_found,
+)
+from ._sqlite_file import check_effects, check_undo
+from ._sqlite_mirror import Row, TxMirror, _read_steps, replay, steps_text
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import TracebackType
+
+    import psycopg
+
+    from ._durable import DurableStore, EffectRow
+
+__all__ = ["PostgresStore"]
+
+#: Replaced `PROGRESS` events are deleted once there are this many.
+_STALE_PROGRESS: Final = 32
+#: The history beyond the retention is pruned when the store opens, then every this many ends.
+_PRUNE_EVERY: Final = 64
+KEEP_HISTORY: Final = 1000
+KEEP_HISTORY_FOR: Final = 7 * 24 * 3600.0
+
+
+def _b(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
+def _s(data: bytes | None) -> str | None:
+    return None if data is None else bytes(data).decode()
+
+
+@final
+class PostgresStore(SharedRows):
+    """A `DurableStore` on a PostgreSQL server, for workers on many machines.
+
+    ``PostgresStore(dsn_or_pool, *, schema="agenttx", lease_seconds=30.0,
+    statement_timeout=None, connect_timeout=10.0, migrate=True, keep_history=1000,
+    keep_history_for=7 * 24 * 3600.0, outbox_hold=60.0)`` connects to the server named by a
+    libpq DSN (text), or takes connections from a `psycopg_pool.ConnectionPool` (two: one for
+    the store's calls, one for its lease renewal; given back at `close`). Needs the extra: ``pip
+    install 'agenttx[postgres]'``. With `migrate` (the default) it creates the `schema` or
+    applies the missing migrations (see `migrate`); without, it requires the schema at this
+    code's version. A schema newer than this code knows raises `StorageError`. Close it with
+    `close()`, or use it as a context manager.
+
+    **Behaviour** is `SQLiteStore`'s on every observable of the `Store` and `DurableStore`
+    contracts: each transaction it holds has an in-process mirror, `put` and `delete` are
+    buffered until the next durable write, and a step's durable write is one statement (one
+    round trip). Commit is one PostgreSQL transaction: it takes the commit counter's row lock
+    (so commits are serialized, first committer wins), checks the epoch, validates the versions
+    for the transaction's isolation level (`WriteConflict`, `ReadConflict`), publishes, moves
+    the effects to the outbox and keeps the history.
+
+    **Leases.** `lease_seconds` (default 30) is how long a worker keeps what it holds without
+    renewing; a thread of the store renews every third of it. Another worker's `claim` (recovery)
+    takes a transaction or plan run over only once its lease has expired, with a new epoch;
+    every later write of the previous holder changes nothing and raises `StorageError` ("lease
+    lost"). `load` takes over at once, whatever the lease. A worker paused for longer than its
+    lease (a debugger, SIGSTOP, a long GC) may lose its transactions: choose the lease longer
+    than such pauses, and shorter than the delay of recovery you accept.
+
+    **The outbox.** Dispatchers claim the entries they deliver (`claim_effects`, `FOR UPDATE
+    SKIP LOCKED`), for `outbox_hold` seconds: dispatchers running at once on several workers
+    deliver disjoint entries, each once. A dispatcher that dies holding a claim delays those
+    entries by up to `outbox_hold`; one slower than `outbox_hold` may see another deliver them
+    again (delivery is at least once, always with the idempotency key).
+
+    **Errors.** A psycopg error becomes `StorageError` with it as `__cause__`; the PostgreSQL
+    transaction is rolled back, so the call has no effect. A lost connection (server restart,
+    network) is dropped and the next call connects again. `statement_timeout` (seconds) bounds
+    every statement on the server.
+
+    **Threads.** One connection, guarded by one lock held for the whole of every call, like
+    `SQLiteStore`; run one store per process (or more, for more connections).
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: object,
+        *,
+        schema: str = "agenttx",
+        lease_seconds: float = 30.0,
+        statement_timeout: float | None = None,
+        connect_timeout: float = 10.0,
+        migrate: bool = True,
+        keep_history: int | None = KEEP_HISTORY,
+        keep_history_for: float | None = KEEP_HISTORY_FOR,
+        outbox_hold: float = OUTBOX_HOLD,
+    ) -> None:
+        if not isinstance(dsn_or_pool, str) and not callable(getattr(dsn_or_pool, "getconn", None)):
+            raise InvalidArgument(
+                "dsn_or_pool must be a libpq connection string or a psycopg_pool.ConnectionPool, "
+                f"not {type(dsn_or_pool).__name__}"
+            )
+        schema = check_schema_name(schema)
+        check_number(lease_seconds, "lease_seconds", minimum=0.1)
+        check_number(statement_timeout, "statement_timeout", minimum=0.001, allow_none=True)
+        check_number(connect_timeout, "connect_timeout", minimum=0.1)
+        if not isinstance(migrate, bool):
+            raise InvalidArgument(f"migrate must be True or False, got {migrate!r}")
+        if keep_history is not None:
+            check_int(keep_history, "keep_history", MAX_INT64)
+        check_number(keep_history_for, "keep_history_for", minimum=0, allow_none=True)
+        check_number(outbox_hold, "outbox_hold", minimum=0.001)
+        self._outbox_hold = float(outbox_hold)
+        self._schema = schema
+        self._lease = float(lease_seconds)
+        self._keep_history = keep_history
+        self._keep_history_for = None if keep_history_for is None else float(keep_history_for)
+        self._keeps_history = keep_history != 0 and keep_history_for != 0
+        self._ends = 0
+        self._lock = threading.Lock()
+        self._owner = json.dumps(
+            {"hostname": socket.gethostname(), "pid": os.getpid(), "token": secrets.token_hex(8)},
+            separators=(",", ":"),
+        )
+        self._closed = False
+        self._txs: dict[str, TxMirror] = {}
+        self._epochs: dict[str, int] = {}
+        self._plans: dict[str, int] = {}
+        timeout = None if statement_timeout is None else float(statement_timeout)
+        self._link = Link(
+            dsn_or_pool,
+            schema=schema,
+            connect_timeout=float(connect_timeout),
+            statement_timeout=timeout,
+        )
+        self._sql = self._link.sql
+        self._renewer = Renewer(
+            weakref.ref(self),
+            Link(
+                dsn_or_pool,
+                schema=schema,
+                connect_timeout=float(connect_timeout),
+                statement_timeout=timeout,
+            ),
+            self._lease / 3,
+        )
+        weakref.finalize(self, Renewer.stop, self._renewer)
+        weakref.finalize(self, self._link.drop)
+        try:
+            if migrate:
+                self._link.migrate()
+            else:
+                self._link.check_version()
+            self._prune(time.time())
+        except BaseException:
+            self._link.drop()
+            raise
+
+    # ------------------------------------------------------------ the store itself
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema that holds the store's tables."""
+        return self._schema
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a lease lasts without renewal, in seconds."""
+        return self._lease
+
+    def migrate(self) -> int:
+        """Create the schema, or apply the migrations it lacks, in order, each recorded in its
+        `migrations` table, in one PostgreSQL transaction under an advisory lock (so workers
+        starting together migrate once). Returns the schema version. Idempotent. `StorageError`
+        if the schema is newer than this code knows. A new store does this itself unless
+        opened with `migrate=False`."""
+        with self._lock:
+            self._check_not_closed()
+            return self._link.migrate()
+
+    def close(self) -> None:
+        """Stop renewing leases and close the connections; idempotent. Buffered writes not yet
+        written are dropped; the transactions and plan runs held stay in the database, their
+        leases ended (best effort, one statement each), so that recovery may take them at once.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._expire_leases()
+            self._txs.clear()
+            self._epochs.clear()
+            self._plans.clear()
+            self._link.drop()
+        self._renewer.stop()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._txs)} open transactions held here"
+        return f"<PostgresStore schema={self._schema!r}: {state}>"
+
+    def owner_alive(self, owner: str | None) -> bool:
+        """Whether recovery must leave alone a transaction or plan run of `owner`: never by
+        itself on this store, where the lease decides (`claim` takes over only an expired one,
+        whichever host holds it). Recovery calls this instead of its per-host process check."""
+        del owner
+        return False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def begin(
+        self,
+        tx_id: str,
+        *,
+        isolation: Isolation = DEFAULT_ISOLATION,
+        record: str = "null",
+    ) -> None:
+        """Open transaction `tx_id` (see `DurableStore.begin`): its row, with this store as
+        owner, a new epoch and a lease, in one statement. `InvalidArgument` if this store or
+        the database has it open."""
+        check_tx_id(tx_id)
+        check_isolation(isolation)
+        check_value(record)
+        doing = f"begin transaction `{tx_id}`"
+        with self._lock:
+            if tx_id in self._txs:
+                raise InvalidArgument(
+                    f"transaction `{tx_id}` is already open: commit or discard it first"
+                )
+            self._check_not_closed()
+            row = self._one(
+                doing, self._sql.insert_tx, (tx_id, record, self._owner, self._lease, isolation)
+            )
+            if row is None:
+                raise InvalidArgument(
+                    f"transaction `{tx_id}` is already open in another store on "
+                    f"{self._link.where} (or kept there for recovery): load and end it, or use "
+                    "another id"
+                )
+            self._hold(tx_id, TxMirror.begun(isolation), row[0])
+
+    def commit(self, tx_id: str, *, history: str | None = None) -> int:
+        """Validate and publish the overlay in one PostgreSQL transaction (see the class
+        docstring), move the effects to the outbox, end the transaction keeping its history."""
+        if history is not None:
+            check_value(history)
+        sql = self._sql
+        doing = f"commit transaction `{tx_id}`"
+        with self._lock:
+            tx = self._open(tx_id)
+            overlay = tx.overlay
+            with self._link.transaction(doing) as cur:
+                # Its own row first (locked against a takeover), and its end (history, rows
+                # deleted), sent at once: then the commit lock, held for three round trips.
+                self._fence_locked(cur, tx_id)
+                with cur.connection.pipeline():
+                    self._end(cur, tx_id, history, tx)
+                cur.execute(sql.next_commit)  # commits are serialized from here
+                version = first_row(cur)[0]
+                keys = tx.checked_keys()
+                if keys:
+                    cur.execute(sql.select_versions, ([key.encode() for key in keys],))
+                    current = {bytes(k).decode(): v for k, v in cur.fetchall()}
+                    tx.validate(lambda key: current.get(key, 0))
+                with cur.connection.pipeline():
+                    self._publish(cur, tx_id, tx, version)
+            self._let_go(tx_id)
+        return len(overlay)
+
+    def _publish(self, cur: psycopg.Cursor[Any], tx_id: str, tx: TxMirror, version: int) -> None:
+        """Inside the commit: write the overlay as commit `version`, and the effects to the
+        outbox in staging order (no results: the caller may pipeline them)."""
+        sql = self._sql
+        overlay = tx.overlay
+        puts = [(k.encode(), v.encode()) for k, (_, v) in overlay.items() if v is not None]
+        if puts:
+            cur.execute(sql.upsert_committed, (version, [k for k, _ in puts], [v for _, v in puts]))
+        deletes = [k.encode() for k, (_, v) in overlay.items() if v is None]
+        if deletes:
+            cur.execute(sql.delete_committed, (deletes,))
+        effects = tx.effects
+        if effects:
+            cur.execute(
+                sql.insert_outbox,
+                (
+                    tx_id,
+                    [e.step_id for e in effects],
+                    [e.channel for e in effects],
+                    [e.payload for e in effects],
+                    [e.idempotency_key for e in effects],
+                ),
+            )
+
+    def discard(self, tx_id: str, *, history: str | None = None) -> None:
+        """End the transaction and delete its undo records, whichever store holds it, keeping
+        it as history; a no-op if it is not open (see `DurableStore.discard`)."""
+        self._discard(tx_id, history, keep_record=False)
+
+    def discard_state(self, tx_id: str, *, history: str | None = None) -> None:
+        """End the transaction's state, keep its record and undo records for recovery, release
+        its lease (any recovery may claim it); a no-op if it is not open."""
+        self._discard(tx_id, history, keep_record=True)
+
+    def _discard(self, tx_id: str, history: str | None, *, keep_record: bool) -> None:
+        if history is not None:
+            check_value(history)
+        try:
+            check_tx_id(tx_id)
+        except InvalidArgument:
+            return
+        sql = self._sql
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"discard transaction `{tx_id}`") as cur:
+                cur.execute(sql.select_tx_for_update, (tx_id,))
+                row = cur.fetchone()
+                if row is None:
+                    self._let_go(tx_id)
+                    return
+                held = self._epochs.get(tx_id)
+                if held is not None and row[3] != held:
+                    self._let_go(tx_id)
+                    raise self._lost(tx_id, row[1])
+                if keep_record:
+                    cur.execute(sql.delete_log, (tx_id,))
+                    cur.execute(sql.release_tx, (history, tx_id))
+                else:
+                    self._end(cur, tx_id, history, self._txs.get(tx_id))
+            self._let_go(tx_id)
+
+    def _end(
+        self, cur: psycopg.Cursor[Any], tx_id: str, history: str | None, tx: TxMirror | None
+    ) -> None:
+        """Inside a transaction that holds the row: end `tx_id`, kept as history."""
+        sql = self._sql
+        now = time.time()
+        if self._keeps_history:
+            if tx is None:
+                try:
+                    tx = self._replay(cur, tx_id, None)[1]
+                except StorageError:  # a log that cannot be replayed must not stop its end
+                    tx = TxMirror()
+            cur.execute(sql.insert_ended, (history, steps_text(tx.steps).encode(), now, tx_id))
+        cur.execute(sql.delete_tx, (tx_id,))
+        cur.execute(sql.delete_log, (tx_id,))
+        cur.execute(sql.delete_undos, (tx_id,))
+        self._ends += 1
+        if self._ends >= _PRUNE_EVERY and self._keeps_history:
+            self._prune_in(cur, now)
+            self._ends = 0
+
+    def _prune(self, now: float) -> None:
+        with self._link.transaction("prune the history") as cur:
+            self._prune_in(cur, now)
+
+    def _prune_in(self, cur: psycopg.Cursor[Any], now: float) -> None:
+        if self._keep_history is not None:
+            cur.execute(self._sql.prune_beyond, (self._keep_history,))
+        if self._keep_history_for is not None:
+            cur.execute(self._sql.prune_before, (now - self._keep_history_for,))
+
+    def is_open(self, tx_id: str) -> bool:
+        """Whether this store holds the transaction: begun or loaded here, and not ended."""
+        with self._lock:
+            return tx_id in self._txs
+
+    # ------------------------------------------------------------ the overlay
+
+    def get(self, tx_id: str, key: str) -> str | None:
+        """The transaction's own write of `key`, else the committed value (`Store.get`)."""
+        check_key(key)
+        with self._lock:
+            tx = self._txs.get(tx_id)
+            if tx is None:
+                raise self._not_open(tx_id)
+            entry = tx.overlay.get(key)
+            if entry is not None:
+                return entry[1]
+            row = self._committed_row(key)
+            version = 0 if row is None else row[0]
+            if tx.read(key, version):
+                tx.dirty_reads.append((key, version))
+        return None if row is None else row[1]
+
+    def put(self, tx_id: str, key: str, value: str) -> None:
+        """Write `value` to the overlay, journaled and buffered until the next durable write."""
+        check_key(key)
+        check_value(value)
+        self._write(tx_id, key, value)
+
+    def delete(self, tx_id: str, key: str) -> None:
+        """Write a tombstone for `key` to the overlay, journaled and buffered."""
+        check_key(key)
+        self._write(tx_id, key, None)
+
+    def _write(self, tx_id: str, key: str, value: str | None) -> None:
+        with self._lock:
+            tx = self._txs.get(tx_id)
+            if tx is None:
+                raise self._not_open(tx_id)
+            base = tx.base(key)
+            if base is None:
+                row = self._committed_row(key)
+                base = 0 if row is None else row[0]
+            tx.write(key, (base, value))
+
+    def written_keys(self, tx_id: str) -> tuple[str, ...]:
+        """The keys in the overlay, tombstones included, sorted."""
+        with self._lock:
+            return tuple(sorted(self._open(tx_id).overlay))
+
+    def snapshot(self, tx_id: str, step: int) -> None:
+        """Record the journal position for `step`, in memory; written with the next durable
+        write."""
+        check_step(step)
+        with self._lock:
+            tx = self._txs.get(tx_id)
+            if tx is None:
+                raise self._not_open(tx_id)
+            position = len(tx.journal)
+            tx.take_snapshot(step, position)
+            tx.dirty_snapshots.pop(step, None)
+            tx.dirty_snapshots[step] = position
+
+    def restore(self, tx_id: str, step: int) -> int:
+        """Rewind to snapshot `step` and drop the later step records and effects, durably, in
+        one fenced PostgreSQL transaction."""
+        check_step(step)
+        with self._lock:
+            tx = self._open(tx_id)
+            position = tx.snapshots.get(step)
+            if position is None:
+                raise StorageError(snapshot_not_found(tx_id, step))
+            upto = min(position, len(tx.journal))
+            rows = tx.pending(tx_id, upto)
+            rows.append((tx_id, tx.next_seq + len(rows), RESTORE, step, None, None, None, None))
+            doing = f"restore snapshot {step} of transaction `{tx_id}`"
+            with self._link.transaction(doing) as cur:
+                self._fence(cur, tx_id)
+                if position < tx.flushed:
+                    cur.execute(
+                        self._sql.delete_log_writes_from, (tx_id, tx.seq_at(position), WRITE)
+                    )
+                self._insert(cur, tx_id, rows, fenced=False)
+            tx.persisted(len(rows), upto)
+            if position < tx.flushed:
+                tx.flushed = position
+                while tx.runs and tx.runs[-1][0] >= position:
+                    tx.runs.pop()
+            return tx.rewind(step, position)
+
+    # ------------------------------------------------------------ committed state
+
+    def read_committed(self, key: str) -> str | None:
+        """The committed value of `key`, or `None`."""
+        check_key(key)
+        with self._lock:
+            self._check_not_closed()
+            row = self._committed_row(key)
+        return None if row is None else row[1]
+
+    def committed_version(self, key: str) -> int:
+        """The number of the commit that last wrote `key`, or 0 if it is absent."""
+        check_key(key)
+        with self._lock:
+            self._check_not_closed()
+            row = self._committed_row(key)
+        return 0 if row is None else row[0]
+
+    def committed_keys(
+        self, prefix: str = "", limit: int = 1000
+    ) -> tuple[tuple[str, int, str], ...]:
+        """Up to `limit` committed `(key, version, value)` rows whose key starts with `prefix`,
+        sorted by code point."""
+        if not isinstance(prefix, str) or prefix:
+            check_key(prefix)
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        encoded = prefix.encode()
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all(
+                "read the committed state", self._sql.select_committed_from, (encoded, limit)
+            )
+        return tuple(
+            (bytes(k).decode(), v, bytes(value).decode())
+            for k, v, value in rows
+            if bytes(k).startswith(encoded)
+        )
+
+    def _committed_row(self, key: str) -> tuple[int, str] | None:
+        row = self._one("read the committed state", self._sql.select_committed, (key.encode(),))
+        return None if row is None else (row[0], bytes(row[1]).decode())
+
+    # ------------------------------------------------------------ durable records
+
+    def record_transaction(self, tx_id: str, record: str) -> None:
+        """Replace the transaction's record (JSON text), durably, with the buffered writes."""
+        check_value(record)
+        self._durable_write(
+            tx_id, "record transaction", (self._sql.update_record, (record, tx_id, None))
+        )
+
+    def record_step(
+        self,
+        tx_id: str,
+        step_id: int,
+        step: str,
+        effects: Sequence[EffectRow],
+        progress: str,
+    ) -> None:
+        """Durably and atomically: the buffered writes and snapshots, step `step_id`'s record,
+        its `effects` and the progress, as events appended in one fenced statement."""
+        check_int(step_id, "step_id", MAX_STEP)
+        check_value(step)
+        check_value(progress)
+        checked = [] if type(effects) in {tuple, list} and not effects else check_effects(effects)
+        with self._lock:
+            tx = self._txs.get(tx_id)
+            if tx is None:
+                raise self._not_open(tx_id)
+            upto = len(tx.journal)
+            dirty = tx.dirty_snapshots
+            folded = dirty[step_id] if len(dirty) == 1 and step_id in dirty else None
+            rows = tx.pending(tx_id, upto, snapshots=folded is None)
+            seq = tx.next_seq + len(rows)
+            changed = progress != tx.progress
+            rows.append(
+                (tx_id, seq, STEP, step_id, folded, None, step, progress if changed else None)
+            )
+            for effect in checked:
+                seq += 1
+                rows.append(
+                    (
+                        tx_id,
+                        seq,
+                        EFFECT,
+                        effect.step_id,
+                        None,
+                        effect.channel,
+                        effect.payload,
+                        effect.idempotency_key,
+                    )
+                )
+            self._write_rows(tx_id, tx, rows, upto, doing="record a step")
+            if changed:
+                tx.new_progress(progress, None)
+            tx.effects += checked
+            tx.steps[step_id] = step
+
+    def record_progress(self, tx_id: str, progress: str) -> None:
+        """Durably and atomically: the buffered writes and snapshots, and the new progress."""
+        check_value(progress)
+        self._durable_write(tx_id, "record progress", None, progress)
+
+    def record_undo(self, tx_id: str, undo: UndoRow) -> None:
+        """Store an undo record durably, with the buffered writes (replacing one in its place)."""
+        undo = check_undo(undo)
+        statement = (self._sql.insert_undo, (tx_id, undo.step_id, undo.seq, undo.record))
+        self._durable_write(tx_id, "record an undo", statement)
+
+    def forget_undo(self, tx_id: str, step_id: int, seq: int) -> None:
+        """Delete an undo record, with the buffered writes; idempotent."""
+        check_int(step_id, "step_id", MAX_STEP)
+        check_int(seq, "seq", MAX_INT64)
+        self._durable_write(tx_id, "forget an undo", (self._sql.delete_undo, (tx_id, step_id, seq)))
+
+    def flush(self, tx_id: str) -> None:
+        """Write the buffered writes, snapshots and reads durably; without them, no SQL runs."""
+        with self._lock:
+            tx = self._open(tx_id)
+            if tx.flushed == len(tx.journal) and not tx.dirty_snapshots and not tx.dirty_reads:
+                return
+        self._durable_write(tx_id, "flush", None)
+
+    def _durable_write(
+        self,
+        tx_id: str,
+        doing: str,
+        statement: tuple[str, tuple[object, ...]] | None,
+        progress: str | None = None,
+    ) -> None:
+        with self._lock:
+            tx = self._open(tx_id)
+            upto = len(tx.journal)
+            rows = tx.pending(tx_id, upto)
+            seq = tx.next_seq + len(rows)
+            if progress is not None:
+                rows.append((tx_id, seq, PROGRESS, None, None, None, progress, None))
+            self._write_rows(tx_id, tx, rows, upto, doing=doing, statement=statement)
+            if progress is not None:
+                tx.new_progress(progress, seq)
+
+    def _write_rows(
+        self,
+        tx_id: str,
+        tx: TxMirror,
+        rows: list[Row],
+        upto: int,
+        *,
+        doing: str,
+        statement: tuple[str, tuple[object, ...]] | None = None,
+    ) -> None:
+        """Append `rows` and run `statement`, fenced by the transaction's epoch: one statement
+        if there is nothing else to do, else one PostgreSQL transaction. Then account for them.
+        """
+        stale = tx.stale_progress if len(tx.stale_progress) >= _STALE_PROGRESS else None
+        doing = f"{doing} for transaction `{tx_id}`"
+        if statement is None and stale is None:
+            if rows:
+                try:
+                    cur = self._link.cursor(doing)
+                    inserted = self._insert(cur, tx_id, rows, fenced=True)
+                except self._link.psycopg.Error as exc:
+                    raise self._link.failure(doing, exc) from exc
+                if inserted != len(rows):
+                    self._fence_failed(tx_id, doing)
+        else:
+            with self._link.transaction(doing) as cur:
+                self._fence(cur, tx_id)
+                if rows:
+                    self._insert(cur, tx_id, rows, fenced=False)
+                if stale is not None:
+                    cur.execute(self._sql.delete_log_rows, (tx_id, stale))
+                if statement is not None:
+                    sql, values = statement
+                    if sql is self._sql.update_record:  # fenced by the row's epoch as well
+                        values = (*values[:2], self._epochs[tx_id])
+                    cur.execute(sql, values)
+            if stale is not None:
+                tx.stale_progress = []
+        tx.persisted(len(rows), upto)
+
+    def _insert(
+        self, cur: psycopg.Cursor[Any], tx_id: str, rows: Sequence[Row], *, fenced: bool
+    ) -> int:
+        """Append `rows` to the log in one statement (with the epoch fence if `fenced`);
+        the number of rows inserted. psycopg errors escape."""
+        values: list[Any] = [
+            tx_id,
+            [row[1] for row in rows],
+            [row[2] for row in rows],
+            [row[3] for row in rows],
+            [row[4] for row in rows],
+            [_b(row[5]) for row in rows],
+            [_b(row[6]) for row in rows],
+            [_b(row[7]) for row in rows],
+        ]
+        if fenced:
+            cur.execute(self._sql.insert_log_fenced, (*values, tx_id, self._epochs[tx_id]))
+        else:
+            cur.execute(self._sql.insert_log, values)
+        return cur.rowcount
+
+    # ------------------------------------------------------------ recovery
+
+    def open_transactions(self) -> tuple[str, ...]:
+        """The ids of every open transaction in the database, any worker's, sorted."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the open transactions", self._sql.select_tx_ids, ())
+        return tuple(row[0] for row in rows)
+
+    def owner(self, tx_id: str) -> str | None:
+        """The owner of transaction `tx_id` (JSON text: `hostname`, `pid`, `token`), without
+        taking it over. `TransactionNotFound` if the database has none."""
+        check_tx_id(tx_id)
+        with self._lock:
+            self._check_not_closed()
+            row = self._one(
+                f"read the owner of transaction `{tx_id}`", self._sql.select_owner, (tx_id,)
+            )
+        if row is None:
+            raise TransactionNotFound(tx_id=tx_id)
+        owner: str | None = row[0]
+        return owner
+
+    def load(self, tx_id: str) -> TxImage:
+        """Read transaction `tx_id` back and take it over at once, whatever its lease (see
+        `DurableStore.load`): a new epoch fences its previous holder."""
+        check_tx_id(tx_id)
+        doing = f"load transaction `{tx_id}`"
+        with self._lock:
+            self._check_not_closed()
+            held = self._txs.get(tx_id)
+            with self._link.transaction(doing) as cur:
+                cur.execute(self._sql.select_tx_for_update, (tx_id,))
+                row = cur.fetchone()
+                if row is None:
+                    raise TransactionNotFound(tx_id=tx_id)
+                if held is not None and row[3] == self._epochs.get(tx_id):
+                    pending = held.pending(tx_id, len(held.journal))
+                    if pending:
+                        self._insert(cur, tx_id, pending, fenced=False)
+                image, tx = self._replay(cur, tx_id, row)
+                cur.execute(self._sql.take_tx, (self._owner, self._lease, tx_id))
+                epoch = first_row(cur)[0]
+            self._hold(tx_id, tx, epoch)
+        return image
+
+    def claim(self, tx_id: str, owner: str | None) -> TxImage | None:
+        """Take transaction `tx_id` over for recovery if its owner is still `owner` and its
+        lease has expired (or it has none), atomically, skipping a row another worker holds
+        locked: the image, or `None`. `TransactionNotFound` if the database has none."""
+        check_tx_id(tx_id)
+        if owner is not None:
+            check_value(owner)
+        doing = f"claim transaction `{tx_id}`"
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(doing) as cur:
+                cur.execute(self._sql.claim_tx, (tx_id, owner))
+                row = cur.fetchone()
+                if row is None:
+                    cur.execute(self._sql.select_owner, (tx_id,))
+                    if cur.fetchone() is None:
+                        raise TransactionNotFound(tx_id=tx_id)
+                    return None
+                image, tx = self._replay(cur, tx_id, row)
+                cur.execute(self._sql.take_tx, (self._owner, self._lease, tx_id))
+                epoch = first_row(cur)[0]
+            self._hold(tx_id, tx, epoch)
+        return image
+
+    def peek(self, tx_id: str) -> TxImage:
+        """Transaction `tx_id` as the database holds it, taking nothing over, read in one
+        REPEATABLE READ transaction. `TransactionNotFound` if there is none."""
+        check_tx_id(tx_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"peek at transaction `{tx_id}`", snapshot=True) as cur:
+                cur.execute(self._sql.select_tx, (tx_id,))
+                row = cur.fetchone()
+                if row is None:
+                    raise TransactionNotFound(tx_id=tx_id)
+                return self._replay(cur, tx_id, row)[0]
+
+    def _replay(
+        self, cur: psycopg.Cursor[Any], tx_id: str, row: tuple[Any, ...] | None
+    ) -> tuple[TxImage, TxMirror]:
+        """The image and a new mirror of `tx_id` from its rows (`row`: its `txs` row, read
+        here if `None`). `TransactionNotFound` if there is none."""
+        sql = self._sql
+        if row is None:
+            cur.execute(sql.select_tx, (tx_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise TransactionNotFound(tx_id=tx_id)
+        record, owner, isolation = row[0], row[1], row[2]
+        cur.execute(sql.select_log, (tx_id,))
+        events = [
+            (seq, kind, step, num, _s(name), _s(body), _s(extra))
+            for seq, kind, step, num, name, body, extra in cur.fetchall()
+        ]
+        cur.execute(sql.select_undos, (tx_id,))
+        undos = cur.fetchall()
+        tx, steps, progress = replay(
+            tx_id,
+            events,  # type: ignore[arg-type]
+            isolation=isolation,
+            path=self._link.where,
+        )
+        image = TxImage(
+            tx_id=tx_id,
+            record=record,
+            progress=progress,
+            steps=tuple(sorted(steps.items())),
+            undos=tuple(UndoRow(step_id=s, seq=q, record=r) for s, q, r in undos),
+            effects=tuple(tx.effects),
+            owner=owner,
+            snapshots=tuple(sorted(tx.snapshots)),
+        )
+        return image, tx
+
+    # ------------------------------------------------------------ history
+
+    def ended_transactions(self, limit: int = 100) -> tuple[EndedTransaction, ...]:
+        """Up to `limit` ended transactions kept as history, the last to end first."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the ended transactions", self._sql.select_ended_list, (limit,))
+        return tuple(
+            EndedTransaction(tx_id=row[0], record=row[1], history=row[2], ended_at=row[3])
+            for row in rows
+        )
+
+    def peek_ended(self, tx_id: str) -> tuple[EndedTransaction, TxImage]:
+        """Ended transaction `tx_id` kept as history: its row and its image as it ended.
+        `TransactionNotFound` if none is kept."""
+        check_tx_id(tx_id)
+        with self._lock:
+            self._check_not_closed()
+            row = self._one(
+                f"read the history of transaction `{tx_id}`", self._sql.select_ended_tx, (tx_id,)
+            )
+        if row is None:
+            raise TransactionNotFound(tx_id=tx_id)
+        record, history, steps, ended_at = row
+        try:
+            image_steps = _read_steps(bytes(steps).decode())
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise StorageError(
+                f"the history of transaction `{tx_id}` is corrupt: its steps: {exc}"
+            ) from exc
+        ended = EndedTransaction(tx_id=tx_id, record=record, history=history, ended_at=ended_at)
+        image = TxImage(
+            tx_id=tx_id,
+            record=record,
+            progress=None,
+            steps=image_steps,
+            undos=(),
+            effects=(),
+            owner=None,
+            snapshots=(),
+        )
+        return ended, image
+
+    # ------------------------------------------------------------ leases
+
+    def _hold(self, tx_id: str, tx: TxMirror, epoch: int) -> None:
+        """Hold `tx_id` at `epoch` here; its lease is renewed from now on."""
+        self._txs[tx_id] = tx
+        self._epochs[tx_id] = epoch
+        self._renewer.start()
+
+    def _let_go(self, tx_id: str) -> None:
+        self._txs.pop(tx_id, None)
+        self._epochs.pop(tx_id, None)
+
+    def _expire_leases(self) -> None:
+        """End the leases of what this store holds (at `close`); errors are ignored: the
+        leases then run out by themselves."""
+        sql = self._sql
+        try:
+            cur = self._link.cursor("end the leases")
+            if self._epochs:
+                cur.execute(sql.renew_txs, (0.0, list(self._epochs), list(self._epochs.values())))
+            if self._plans:
+                cur.execute(sql.renew_plans, (0.0, list(self._plans), list(self._plans.values())))
+        except (StorageError, self._link.psycopg.Error):
+            pass
+
+    def _held(self) -> tuple[list[str], list[int], list[str], list[int]]:
+        """What to renew: the transactions and plan runs held, with their epochs."""
+        with self._lock:
+            if self._closed:
+                return [], [], [], []
+            return (
+                list(self._epochs),
+                list(self._epochs.values()),
+                list(self._plans),
+                list(self._plans.values()),
+            )
+
+    def _fence(self, cur: psycopg.Cursor[Any], tx_id: str) -> None:
+        """Inside a transaction: lock `tx_id`'s row against a takeover (`FOR KEY SHARE`) if
+        it still has this store's epoch; else let it go and raise (see `_fence_failed`)."""
+        cur.execute(self._sql.fence, (tx_id, self._epochs[tx_id]))
+        if cur.fetchone() is None:
+            self._fence_failed(tx_id, None, cur)
+
+    def _fence_locked(self, cur: psycopg.Cursor[Any], tx_id: str) -> None:
+        """`_fence` with the row locked `FOR UPDATE` (the commit deletes it)."""
+        cur.execute(self._sql.select_tx_for_update, (tx_id,))
+        row = cur.fetchone()
+        if row is None or row[3] != self._epochs[tx_id]:
+            self._let_go(tx_id)
+            if row is None:
+                raise TransactionNotFound(tx_id=tx_id)
+            raise self._lost(tx_id, row[1])
+
+    def _fence_failed(
+        self, tx_id: str, doing: str | None, cur: psycopg.Cursor[Any] | None = None
+    ) -> None:
+        """A fenced write changed nothing: raise `TransactionNotFound` if the transaction has
+        ended, else `StorageError` (lease lost); either way this store lets it go."""
+        try:
+            if cur is None:
+                cur = self._link.cursor(doing or "check the lease")
+            cur.execute(self._sql.select_epoch, (tx_id,))
+            row = cur.fetchone()
+        except self._link.psycopg.Error as exc:
+            raise self._link.failure(doing or "check the lease", exc) from exc
+        self._let_go(tx_id)
+        if row is None:
+            raise TransactionNotFound(tx_id=tx_id)
+        raise self._lost(tx_id, row[1])
+
+    def _lost(self, tx_id: str, owner: str | None) -> StorageError:
+        return StorageError(
+            f"lease lost: transaction `{tx_id}` was taken over by another store (owner "
+            f"{owner}): this store no longer holds it, and wrote nothing"
+        )
+
+    # ------------------------------------------------------------ helpers
+
+    def _open(self, tx_id: str) -> TxMirror:
+        tx = self._txs.get(tx_id)
+        if tx is None:
+            raise self._not_open(tx_id)
+        return tx
+
+    def _not_open(self, tx_id: str) -> Exception:
+        if self._closed:
+            return StorageError(f"the PostgresStore for schema `{self._schema}` is closed")
+        return TransactionNotFound(tx_id=tx_id)
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: PostgresStore) -> DurableStore:
+        return store  # mypy checks here that PostgresStore satisfies the protocol

@@ -1,0 +1,278 @@
+"""The connections behind `PostgresStore`: connecting, reconnecting, migrating, errors, and the
+thread that renews the store's leases on a connection of its own (`Renewer`).
+
+`Link` holds one psycopg connection (autocommit: every statement outside `transaction()` is its
+own PostgreSQL transaction), made from a DSN or taken from a `psycopg_pool.ConnectionPool`.
+Every psycopg error becomes a `StorageError` naming what the store was doing, with the error as
+`__cause__`; an error that leaves the connection unusable (the server restarted, the network
+dropped) also drops the connection, and the next call connects again. A statement timeout
+(`statement_timeout`) cancels the statement and its transaction: the call has no effect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+from .._errors import InvalidArgument, StorageError
+from ._postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION, Sql
+
+if TYPE_CHECKING:
+    import weakref
+    from collections.abc import Iterator
+
+    import psycopg
+
+__all__ = ["Link", "Renewer", "check_schema_name", "import_psycopg"]
+
+_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_EXTRA_HINT: Final = "pip install 'agenttx[postgres]'"
+
+
+def import_psycopg() -> Any:
+    """The `psycopg` module; `ImportError` naming the extra to install if it is missing."""
+    try:
+        import psycopg  # noqa: PLC0415  (the optional driver: never loaded by `import agenttx`)
+    except ImportError as exc:
+        raise ImportError(
+            f"PostgresStore needs psycopg 3 and psycopg-pool: {_EXTRA_HINT} ({exc})"
+        ) from exc
+    return psycopg
+
+
+def check_schema_name(schema: object) -> str:
+    """`schema`, if it is a lower-case SQL identifier (1-63 chars of `[a-z0-9_]`, not starting
+    with a digit); else `InvalidArgument`. Such a name needs no quoting and cannot inject SQL."""
+    if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
+        raise InvalidArgument(
+            f"schema must be 1-63 chars of [a-z0-9_], not starting with a digit, got {schema!r}"
+        )
+    if schema.startswith("pg_"):
+        raise InvalidArgument(f"schema {schema!r} is reserved by PostgreSQL (pg_...)")
+    return schema
+
+
+class Link:
+    """One connection of a store to its server, made again after it breaks.
+
+    The caller serializes all use (the store's lock). `conn()` returns a live connection;
+    `failure()` turns a psycopg error into `StorageError` and drops a broken connection.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: object,
+        *,
+        schema: str,
+        connect_timeout: float,
+        statement_timeout: float | None,
+    ) -> None:
+        self.psycopg = import_psycopg()
+        self.schema = schema
+        self.sql = Sql(schema)
+        self._source = dsn_or_pool
+        self._pooled = not isinstance(dsn_or_pool, str)
+        self._connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout
+        self._conn: psycopg.Connection[Any] | None = None
+        self._cur: psycopg.Cursor[Any] | None = None
+
+    @property
+    def where(self) -> str:
+        """The server and schema, for messages (never the password)."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            info = conn.info
+            return f"{info.host}:{info.port}/{info.dbname} schema {self.schema}"
+        return f"schema {self.schema}"
+
+    def cursor(self, doing: str) -> psycopg.Cursor[Any]:
+        """The cursor of a live connection, connecting first if there is none."""
+        cur = self._cur
+        if cur is not None and self._conn is not None and not self._conn.closed:
+            return cur
+        self.drop()
+        try:
+            conn = self._connect()
+        except self.psycopg.Error as exc:
+            raise StorageError(
+                f"could not {doing}: cannot connect to the PostgreSQL server: {exc}"
+            ) from exc
+        self._conn = conn
+        self._cur = conn.cursor()
+        return self._cur
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._pooled:
+            conn: psycopg.Connection[Any] = self._source.getconn(  # type: ignore[attr-defined]
+                timeout=self._connect_timeout
+            )
+            if conn.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()
+            conn.autocommit = True
+        else:
+            conn = self.psycopg.connect(
+                self._source,
+                autocommit=True,
+                connect_timeout=max(1, round(self._connect_timeout)),
+            )
+        if self._statement_timeout is not None:
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, false)",
+                (f"{round(self._statement_timeout * 1000)}ms",),
+            )
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self, doing: str, *, snapshot: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+        """Run the block in one PostgreSQL transaction (READ COMMITTED, or with `snapshot`,
+        REPEATABLE READ READ ONLY: one consistent view for several reads). If the block raises,
+        the transaction is rolled back and the exception goes on, a psycopg error as
+        `StorageError`."""
+        cur = self.cursor(doing)
+        conn = cur.connection
+        try:
+            with conn.transaction():
+                if snapshot:
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield cur
+        except self.psycopg.Error as exc:
+            raise self.failure(doing, exc) from exc
+
+    def failure(self, doing: str, exc: BaseException) -> StorageError:
+        """The `StorageError` for psycopg error `exc`, raised while trying to `doing`; drops
+        the connection if `exc` broke it."""
+        conn = self._conn
+        broken = conn is None or conn.closed or bool(getattr(conn, "broken", False))
+        if broken or isinstance(exc, self.psycopg.OperationalError):
+            self.drop()
+        kind = type(exc).__name__
+        if isinstance(exc, self.psycopg.errors.QueryCanceled):
+            return StorageError(f"could not {doing}: the statement timed out ({kind}: {exc})")
+        if broken:
+            return StorageError(
+                f"could not {doing}: the connection to the PostgreSQL server was lost "
+                f"(it reconnects on the next call): {kind}: {exc}"
+            )
+        return StorageError(f"could not {doing} in PostgreSQL ({self.where}): {kind}: {exc}")
+
+    def drop(self) -> None:
+        """Close the connection (or give it back to the pool), if any; never raises."""
+        conn, self._conn, self._cur = self._conn, None, None
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            if self._pooled:
+                self._source.putconn(conn)  # type: ignore[attr-defined]
+            else:
+                conn.close()
+
+    # ------------------------------------------------------------ the schema
+
+    def migrate(self) -> int:
+        """Create the schema or bring it up to date, in one transaction under an advisory lock
+        (several workers may start at once); return the schema version. `StorageError` if the
+        schema is newer than this code knows."""
+        doing = f"migrate the schema `{self.schema}`"
+        sql = self.sql
+        with self.transaction(doing) as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            cur.execute(sql.create_migrations)
+            version = self._version(cur)
+            for number in range(version, SCHEMA_VERSION):
+                description, statements = MIGRATIONS[number]
+                for statement in statements:
+                    cur.execute(statement.format(s=self.schema))
+                cur.execute(sql.insert_migration, (number + 1, description))
+        return SCHEMA_VERSION
+
+    def check_version(self) -> None:
+        """`StorageError` unless the schema is at this code's version (read-only check)."""
+        doing = f"read the schema version of `{self.schema}`"
+        with self.transaction(doing) as cur:
+            cur.execute("SELECT to_regclass(%s)", (f"{self.schema}.migrations",))
+            row = cur.fetchone()
+            version = 0 if row is None or row[0] is None else self._version(cur)
+        if version != SCHEMA_VERSION:
+            raise StorageError(
+                f"the schema `{self.schema}` is at version {version}, not {SCHEMA_VERSION}: "
+                "run PostgresStore.migrate() (or open it with migrate=True)"
+            )
+
+    def _version(self, cur: psycopg.Cursor[Any]) -> int:
+        cur.execute(self.sql.select_version)
+        row = cur.fetchone()
+        version = 0 if row is None or row[0] is None else int(row[0])
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"the schema `{self.schema}` has version {version}, newer than this version "
+                f"of agenttx knows ({SCHEMA_VERSION}): upgrade agenttx to use it"
+            )
+        return version
+
+
+class Renewer:
+    """The thread that renews a store's leases every `interval` seconds, on its own
+    connection. It holds the store weakly, and ends when the store is closed or collected."""
+
+    def __init__(self, store: weakref.ref[Any], link: Link, interval: float) -> None:
+        self._store = store
+        self._link = link
+        self._interval = interval
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the thread, once (the first time the store holds something)."""
+        if self._thread is not None or self._stopped.is_set():
+            return
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agenttx-postgres-leases", daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (it ends within one interval) and close its connection."""
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+        self._link.drop()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            store = self._store()
+            if store is None:
+                break
+            tx_ids, epochs, run_ids, run_epochs = store._held()  # noqa: SLF001
+            lease = store.lease_seconds
+            del store  # the thread must not keep the store alive
+            self.renew(tx_ids, epochs, run_ids, run_epochs, lease)
+        self._link.drop()
+
+    def renew(
+        self,
+        tx_ids: list[str],
+        epochs: list[int],
+        run_ids: list[str],
+        run_epochs: list[int],
+        lease: float,
+    ) -> None:
+        """Extend the leases of the transactions and runs still at their epochs. A failure is
+        retried at the next tick: a lease that runs out meanwhile may be taken over, and the
+        holder's next write finds out."""
+        sql = self._link.sql
+        try:
+            cur = self._link.cursor("renew the leases")
+            if tx_ids:
+                cur.execute(sql.renew_txs, (lease, tx_ids, epochs))
+            if run_ids:
+                cur.execute(sql.renew_plans, (lease, run_ids, run_epochs))
+        except Exception as exc:  # noqa: BLE001 - retried at the next tick
+            self._link.failure("renew the leases", exc)

@@ -1,0 +1,383 @@
+"""The plan runs and the outbox of `PostgresStore`: the rows every worker shares and claims.
+
+`SharedRows` is the part of the store that holds no transaction's mirror: plan runs (their own
+lease and epoch, renewed with the transactions', and a compare-and-set per node change) and the
+outbox (claims with `FOR UPDATE SKIP LOCKED`, so that dispatchers on several workers deliver
+disjoint entries). `PostgresStore` inherits it; the attributes it uses are the store's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from .._errors import InvalidArgument, StorageError, TransactionNotFound
+from ._durable import OutboxEntry
+from ._plans import PlanImage, PlanNodeRow
+from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Sequence
+
+    import psycopg
+
+    from ._plans import PlanChange
+    from ._postgres_link import Link, Renewer
+    from ._postgres_schema import Sql
+
+__all__ = ["OUTBOX_HOLD", "SharedRows", "check_number", "first_row"]
+
+#: How long a dispatcher's claim on an outbox entry lasts by default (seconds).
+OUTBOX_HOLD: Final = 60.0
+_RUNNING: Final = "RUNNING"
+
+
+def check_number(value: object, what: str, *, minimum: float, allow_none: bool = False) -> None:
+    """`InvalidArgument` unless `value` is a finite number >= `minimum` (or None, if allowed)."""
+    if value is None and allow_none:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not minimum <= value < math.inf
+    ):
+        raise InvalidArgument(f"{what} must be a finite number >= {minimum:g}, got {value!r}")
+
+
+class SharedRows:
+    """Plan runs and the outbox on the store's connection (see the module docstring)."""
+
+    _schema: str
+    _closed: bool
+    _lock: threading.Lock
+    _link: Link
+    _sql: Sql
+    _owner: str
+    _lease: float
+    _plans: dict[str, int]
+    _renewer: Renewer
+    _outbox_hold: float
+
+    # ------------------------------------------------------------ plan runs
+
+    def begin_plan(self, run_id: str, record: str, nodes: Sequence[PlanNodeRow]) -> None:
+        """Write plan run `run_id` (RUNNING, held by this store under a lease) with its
+        `nodes`, in one transaction. `InvalidArgument` if the database has that run."""
+        check_tx_id(run_id)
+        check_value(record)
+        nodes = list(nodes)
+        sql = self._sql
+        now = time.time()
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"begin plan run `{run_id}`") as cur:
+                cur.execute(sql.insert_plan, (run_id, record, self._owner, self._lease, now, now))
+                row = cur.fetchone()
+                if row is None:
+                    raise InvalidArgument(f"plan run `{run_id}` exists in the store already")
+                cur.execute(
+                    sql.insert_nodes,
+                    (
+                        run_id,
+                        [n.node_id for n in nodes],
+                        [n.state for n in nodes],
+                        [n.attempt for n in nodes],
+                        [n.record for n in nodes],
+                    ),
+                )
+            self._plans[run_id] = row[0]
+        self._renewer.start()
+
+    def write_plan(
+        self,
+        run_id: str,
+        changes: Sequence[PlanChange],
+        *,
+        status: str | None = None,
+    ) -> tuple[bool, ...]:
+        """Make node `changes` in order (and set the run's `status`) in one transaction,
+        fenced by the run's epoch: for each change, whether it was made (False: its `expect`,
+        a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
+        this store does not hold the run (its lease was lost), `TransactionNotFound` if there is
+        no such run; then nothing is written."""
+        changes = list(changes)
+        sql = self._sql
+        now = time.time()
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"write plan run `{run_id}`") as cur:
+                cur.execute(sql.plan_fence, (now, status, run_id, self._plans.get(run_id, 0)))
+                if cur.rowcount != 1:
+                    cur.execute(sql.select_plan_exists, (run_id,))
+                    if cur.fetchone() is None:
+                        raise TransactionNotFound(tx_id=run_id)
+                    self._plans.pop(run_id, None)
+                    raise StorageError(
+                        f"plan run `{run_id}` was taken over by another store (lease lost): "
+                        "this store no longer holds it"
+                    )
+                made = self._change_nodes(cur, run_id, changes)
+            if status is not None and status != _RUNNING:
+                self._plans.pop(run_id, None)
+        return made
+
+    def _change_nodes(
+        self, cur: psycopg.Cursor[Any], run_id: str, changes: list[PlanChange]
+    ) -> tuple[bool, ...]:
+        """Make `changes` in order: runs of unconditional changes of distinct nodes in one
+        statement, each compare-and-set in one of its own."""
+        sql = self._sql
+        made: list[bool] = []
+        batch: list[PlanChange] = []
+
+        def flush() -> None:
+            if batch:
+                cur.execute(
+                    sql.update_nodes,
+                    (
+                        [c.node_id for c in batch],
+                        [c.state for c in batch],
+                        [c.attempt for c in batch],
+                        [c.append for c in batch],
+                        run_id,
+                    ),
+                )
+                batch.clear()
+
+        for change in changes:
+            expect = change.expect
+            if expect is None:
+                if any(c.node_id == change.node_id for c in batch):
+                    flush()  # one statement updates a row once: keep a node's changes apart
+                batch.append(change)
+                made.append(True)
+                continue
+            flush()
+            if expect.node_id != change.node_id:
+                raise InvalidArgument(f"a change of node `{change.node_id}` expects another node")
+            cur.execute(
+                sql.update_node_if,
+                (
+                    change.state,
+                    change.attempt,
+                    change.append,
+                    run_id,
+                    change.node_id,
+                    expect.attempt,
+                    list(expect.states),
+                ),
+            )
+            made.append(cur.rowcount == 1)
+        flush()
+        return tuple(made)
+
+    def cancel_plan(self, run_id: str, reason: str) -> bool:
+        """Record that run `run_id` is cancelled, for whichever worker runs it. False if it
+        has ended or was cancelled already; `TransactionNotFound` if there is no such run."""
+        check_tx_id(run_id)
+        check_value(reason)
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"cancel plan run `{run_id}`") as cur:
+                cur.execute(self._sql.cancel_plan, (reason, run_id))
+                if cur.rowcount:
+                    return True
+                cur.execute(self._sql.select_plan_exists, (run_id,))
+                if cur.fetchone() is None:
+                    raise TransactionNotFound(tx_id=run_id)
+                return False
+
+    def plan_cancel_reason(self, run_id: str) -> str | None:
+        """The cancellation recorded for run `run_id`, or None (one indexed read)."""
+        with self._lock:
+            self._check_not_closed()
+            row = self._one(f"read plan run `{run_id}`", self._sql.select_cancel, (run_id,))
+        return None if row is None else row[0]
+
+    def read_plan(self, run_id: str) -> PlanImage:
+        """Plan run `run_id` as stored, read in one snapshot; `TransactionNotFound` if absent."""
+        check_tx_id(run_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"read plan run `{run_id}`", snapshot=True) as cur:
+                return self._read_plan(cur, run_id)
+
+    def _read_plan(self, cur: psycopg.Cursor[Any], run_id: str) -> PlanImage:
+        cur.execute(self._sql.select_plan, (run_id,))
+        run = cur.fetchone()
+        if run is None:
+            raise TransactionNotFound(tx_id=run_id)
+        record, status, owner, cancel, created_at, updated_at = run
+        cur.execute(self._sql.select_plan_nodes, (run_id,))
+        return PlanImage(
+            run_id=run_id,
+            record=record,
+            status=status,
+            owner=owner,
+            cancel=cancel,
+            created_at=created_at,
+            updated_at=updated_at,
+            nodes=tuple(
+                PlanNodeRow(node_id=node_id, state=state, attempt=attempt, record=text)
+                for node_id, state, attempt, text in cur.fetchall()
+            ),
+        )
+
+    def plan_runs(self, limit: int = 100) -> tuple[tuple[str, str, float], ...]:
+        """Up to `limit` plan runs as `(run_id, status, updated_at)`, the last updated first."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the plan runs", self._sql.list_plans, (limit,))
+        return tuple((run_id, status, updated_at) for run_id, status, updated_at in rows)
+
+    def running_plans(self) -> tuple[tuple[str, str | None], ...]:
+        """The RUNNING plan runs, any worker's, as `(run_id, owner)`, by id."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the running plan runs", self._sql.running_plans, ())
+        return tuple((run_id, owner) for run_id, owner in rows)
+
+    def claim_plan(self, run_id: str, owner: str | None) -> PlanImage | None:
+        """Take RUNNING run `run_id` over if its owner is still `owner` and its lease has
+        expired (a compare-and-set with `FOR UPDATE SKIP LOCKED`, for recovery): its image, or
+        None."""
+        check_tx_id(run_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"claim plan run `{run_id}`") as cur:
+                cur.execute(self._sql.claim_plan, (self._owner, self._lease, run_id, owner))
+                row = cur.fetchone()
+                if row is None:
+                    return None
+                image = self._read_plan(cur, run_id)
+            self._plans[run_id] = row[0]
+        self._renewer.start()
+        return image
+
+    # ------------------------------------------------------------ the outbox
+
+    def pending_effects(
+        self, limit: int = 100, *, tx_id: str | None = None
+    ) -> tuple[OutboxEntry, ...]:
+        """Up to `limit` undelivered entries (of transaction `tx_id` only, if given), in commit
+        then staging order, those waiting for their `not_before` (or claimed) included."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        if tx_id is not None:
+            check_tx_id(tx_id)
+        sql = self._sql
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all(
+                "read the outbox",
+                sql.select_pending if tx_id is None else sql.select_pending_of,
+                (limit,) if tx_id is None else (tx_id, limit),
+            )
+        return tuple(_entry(row) for row in rows)
+
+    def claim_effects(
+        self,
+        limit: int = 100,
+        *,
+        tx_id: str | None = None,
+        now: float | None = None,
+        hold: float | None = None,
+    ) -> tuple[OutboxEntry, ...]:
+        """Claim up to `limit` due undelivered entries for this dispatcher, in order, for
+        `hold` seconds, with `FOR UPDATE SKIP LOCKED`: dispatchers running at once get
+        disjoint entries, and an entry claimed and not marked within `hold` is offered again.
+        `now` is the caller's clock (seconds since the epoch; default `time.time()`); `hold`
+        defaults to the store's `outbox_hold`. `Engine.dispatch_pending` and the delivery after
+        a commit claim this way."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        if tx_id is not None:
+            check_tx_id(tx_id)
+        hold = self._outbox_hold if hold is None else hold
+        check_number(hold, "hold", minimum=0)
+        at = time.time() if now is None else float(now)
+        sql = self._sql
+        with self._lock:
+            self._check_not_closed()
+            values: tuple[object, ...]
+            if tx_id is None:
+                statement, values = sql.claim_outbox, (self._owner, at + hold, at, at, limit)
+            else:
+                statement = sql.claim_outbox_of
+                values = (self._owner, at + hold, at, at, tx_id, limit)
+            rows = self._all("claim outbox entries", statement, values)
+        return tuple(sorted((_entry(row) for row in rows), key=lambda e: e.id))
+
+    def mark_delivered(self, entry_id: int) -> None:
+        """Mark an outbox entry delivered; idempotent. `InvalidArgument` if there is none."""
+        check_int(entry_id, "entry_id", MAX_INT64, minimum=1)
+        self._update_outbox(entry_id, self._sql.mark_delivered, ())
+
+    def mark_failed(self, entry_id: int, error: str, not_before: float) -> None:
+        """Count a failed delivery: keep `error`, hold it back until `not_before`, release the
+        claim. A no-op on a delivered entry; `InvalidArgument` if there is none."""
+        check_int(entry_id, "entry_id", MAX_INT64, minimum=1)
+        check_value(error)
+        if (
+            isinstance(not_before, bool)
+            or not isinstance(not_before, (int, float))
+            or not math.isfinite(not_before)
+        ):
+            raise InvalidArgument(f"not_before must be a finite number, got {not_before!r}")
+        self._update_outbox(entry_id, self._sql.mark_failed, (error, float(not_before)))
+
+    def _update_outbox(self, entry_id: int, sql: str, values: tuple[object, ...]) -> None:
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"update outbox entry {entry_id}") as cur:
+                cur.execute(sql, (*values, entry_id))
+                if cur.rowcount == 0:
+                    cur.execute(self._sql.select_outbox_entry, (entry_id,))
+                    if cur.fetchone() is None:
+                        raise InvalidArgument(f"there is no outbox entry {entry_id}")
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise StorageError(f"the PostgresStore for schema `{self._schema}` is closed")
+
+    def _one(self, doing: str, sql: str, values: Sequence[object]) -> tuple[Any, ...] | None:
+        """One statement alone (its own transaction); its first row, or None."""
+        try:
+            cur = self._link.cursor(doing)
+            cur.execute(sql, values)
+            row: tuple[Any, ...] | None = cur.fetchone()
+        except self._link.psycopg.Error as exc:
+            raise self._link.failure(doing, exc) from exc
+        return row
+
+    def _all(self, doing: str, sql: str, values: Sequence[object]) -> list[tuple[Any, ...]]:
+        """One statement alone (its own transaction); all its rows."""
+        try:
+            cur = self._link.cursor(doing)
+            cur.execute(sql, values)
+            rows: list[tuple[Any, ...]] = cur.fetchall()
+        except self._link.psycopg.Error as exc:
+            raise self._link.failure(doing, exc) from exc
+        return rows
+
+
+def first_row(cur: psycopg.Cursor[Any]) -> tuple[Any, ...]:
+    row: tuple[Any, ...] | None = cur.fetchone()
+    if row is None:  # pragma: no cover - the statements that call this always return a row
+        raise StorageError("the database returned no row where one was expected")
+    return row
+
+
+def _entry(row: tuple[Any, ...]) -> OutboxEntry:
+    return OutboxEntry(
+        id=row[0],
+        tx_id=row[1],
+        step_id=row[2],
+        channel=row[3],
+        payload=row[4],
+        idempotency_key=row[5],
+        attempts=row[6],
+        last_error=row[7],
+        not_before=row[8],
+    )

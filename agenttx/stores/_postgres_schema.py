@@ -1,0 +1,343 @@
+"""The schema behind `PostgresStore`: its migrations, and every SQL text the store runs.
+
+**Layout** (in the store's own schema, `agenttx` by default; migration 1):
+
+=========== ================================================================================
+migrations  one row per migration applied: `version`, `description`, `applied_at`
+meta        one row: `commit_version`, the commit counter (its row lock serializes commits)
+committed   `key -> (version, value)`: the committed map; keys and values are `bytea` (UTF-8),
+            so that any text the contract admits fits, and keys sort by code point
+txs         one row per open transaction: `record`, `isolation`, `history` (as SQLite's), and
+            its lease: `owner` (JSON: hostname, pid, per-store token), `epoch` (from the
+            sequence `epochs`, new at every begin, load and claim) and `lease_until`
+log         the transaction's events, `(tx_id, seq)`, exactly as in the SQLite file (see
+            `_sqlite_file`); `name`, `body` and `extra` are `bytea`
+undos       `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
+outbox      committed effects, their delivery history and the dispatcher's claim on them
+ended       the ended transactions kept as history, in the order they ended
+plan_runs   one row per plan run, with a lease like `txs` (`owner`, `epoch`, `lease_until`)
+plan_nodes  `(run_id, node_id) -> (state, attempt, record)`
+=========== ================================================================================
+
+Every write to a transaction's rows carries its fence: the `txs` row must still have the
+writer's epoch, read under `FOR KEY SHARE` so that a takeover (which locks the row `FOR
+UPDATE`) waits for the write to end, and a write waits for a takeover to end and then sees the
+new epoch. `MIGRATIONS` are ordered; a store applies the missing ones in one transaction, under
+an advisory lock, and refuses a schema newer than it knows.
+"""
+
+# The schema name is checked by `check_schema_name` (an identifier of [a-z0-9_]), so building
+# the texts with it cannot inject SQL; the values all go as parameters.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Sql"]
+
+#: The schema migrations, in order, as (description, statements); `{s}` is the schema, quoted.
+#: Applying `MIGRATIONS[v]` takes the schema from version `v` to `v + 1`. Append; never edit
+#: a released migration.
+MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
+    (
+        "transactions, log, undo records, outbox, history, plan runs",
+        (
+            "CREATE SEQUENCE {s}.epochs",
+            (
+                "CREATE TABLE {s}.meta (id integer PRIMARY KEY CHECK (id = 0), "
+                "commit_version bigint NOT NULL)"
+            ),
+            "INSERT INTO {s}.meta (id, commit_version) VALUES (0, 0)",
+            (
+                "CREATE TABLE {s}.committed (key bytea PRIMARY KEY, version bigint NOT NULL, "
+                "value bytea NOT NULL)"
+            ),
+            (
+                "CREATE TABLE {s}.txs (tx_id text PRIMARY KEY, record text NOT NULL, "
+                "owner text, epoch bigint NOT NULL, lease_until timestamptz, "
+                "isolation text NOT NULL, history text)"
+            ),
+            (
+                "CREATE TABLE {s}.log (tx_id text NOT NULL, seq bigint NOT NULL, "
+                "kind smallint NOT NULL, step bigint, num bigint, name bytea, body bytea, "
+                "extra bytea, PRIMARY KEY (tx_id, seq))"
+            ),
+            (
+                "CREATE TABLE {s}.undos (tx_id text NOT NULL, step_id bigint NOT NULL, "
+                "seq bigint NOT NULL, record text NOT NULL, PRIMARY KEY (tx_id, step_id, seq))"
+            ),
+            (
+                "CREATE TABLE {s}.outbox (id bigserial PRIMARY KEY, tx_id text NOT NULL, "
+                "step_id bigint NOT NULL, channel text NOT NULL, payload text NOT NULL, "
+                "idempotency_key text NOT NULL, attempts integer NOT NULL DEFAULT 0, "
+                "last_error text, not_before double precision NOT NULL DEFAULT 0, "
+                "delivered boolean NOT NULL DEFAULT false, claimed_by text, "
+                "claimed_until double precision NOT NULL DEFAULT 0)"
+            ),
+            "CREATE INDEX outbox_pending ON {s}.outbox (id) WHERE NOT delivered",
+            (
+                "CREATE TABLE {s}.ended (seq bigserial PRIMARY KEY, tx_id text NOT NULL, "
+                "record text NOT NULL, isolation text NOT NULL, history text, "
+                "steps bytea NOT NULL, ended_at double precision NOT NULL)"
+            ),
+            (
+                "CREATE TABLE {s}.plan_runs (run_id text PRIMARY KEY, record text NOT NULL, "
+                "status text NOT NULL, owner text, epoch bigint NOT NULL, "
+                "lease_until timestamptz, cancel text, created_at double precision NOT NULL, "
+                "updated_at double precision NOT NULL)"
+            ),
+            (
+                "CREATE TABLE {s}.plan_nodes (run_id text NOT NULL, node_id text NOT NULL, "
+                "position integer NOT NULL, state text NOT NULL, attempt text, "
+                "record text NOT NULL, PRIMARY KEY (run_id, node_id))"
+            ),
+        ),
+    ),
+)
+#: The schema version this code writes: the number of migrations.
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+#: The `pg_advisory_xact_lock` key that serializes migrations ("AGTX").
+MIGRATION_LOCK: Final = 0x41475458
+
+# The kinds of `log` events, as in `_sqlite_file`.
+WRITE: Final = 1
+SNAPSHOT: Final = 2
+RESTORE: Final = 3
+STEP: Final = 4
+EFFECT: Final = 5
+PROGRESS: Final = 6
+READ: Final = 7
+
+#: The fence of a write to transaction (tx_id, epoch): its row, still at that epoch, locked
+#: against a takeover until the write commits.
+_FENCE: Final = "SELECT 1 FROM {s}.txs WHERE tx_id = %s AND epoch = %s FOR KEY SHARE"
+_LEASE: Final = "now() + make_interval(secs => %s)"
+
+
+class Sql:
+    """The store's SQL texts with the schema filled in (one instance per store)."""
+
+    def __init__(self, schema: str) -> None:  # noqa: PLR0915  (one assignment per statement)
+        s = schema
+        self.fence = _FENCE.format(s=s)
+        self.select_version = f"SELECT max(version) FROM {s}.migrations"
+        self.create_migrations = (
+            f"CREATE TABLE IF NOT EXISTS {s}.migrations (version integer PRIMARY KEY, "
+            "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        self.insert_migration = f"INSERT INTO {s}.migrations (version, description) VALUES (%s, %s)"
+        # ---------------------------------------------------------------- committed state
+        self.select_committed = f"SELECT version, value FROM {s}.committed WHERE key = %s"
+        self.select_versions = (
+            f"SELECT key, version FROM {s}.committed WHERE key = ANY(%s::bytea[])"
+        )
+        self.select_committed_from = (
+            f"SELECT key, version, value FROM {s}.committed WHERE key >= %s ORDER BY key LIMIT %s"
+        )
+        self.next_commit = (
+            f"UPDATE {s}.meta SET commit_version = commit_version + 1 RETURNING commit_version"
+        )
+        self.upsert_committed = (
+            f"INSERT INTO {s}.committed (key, version, value) "
+            "SELECT k, %s, v FROM unnest(%s::bytea[], %s::bytea[]) AS u(k, v) "
+            "ON CONFLICT (key) DO UPDATE SET version = excluded.version, value = excluded.value"
+        )
+        self.delete_committed = f"DELETE FROM {s}.committed WHERE key = ANY(%s::bytea[])"
+        # ---------------------------------------------------------------- transactions
+        self.insert_tx = (
+            "INSERT INTO {s}.txs (tx_id, record, owner, epoch, lease_until, isolation) "
+            "VALUES (%s, %s, %s, nextval('{s}.epochs'), " + _LEASE + ", %s) "
+            "ON CONFLICT (tx_id) DO NOTHING RETURNING epoch"
+        ).format(s=s)
+        self.select_tx = f"SELECT record, owner, isolation, epoch FROM {s}.txs WHERE tx_id = %s"
+        self.select_tx_for_update = self.select_tx + " FOR UPDATE"
+        self.select_tx_ids = f"SELECT tx_id FROM {s}.txs ORDER BY tx_id"
+        self.select_owner = f"SELECT owner FROM {s}.txs WHERE tx_id = %s"
+        self.select_epoch = f"SELECT epoch, owner FROM {s}.txs WHERE tx_id = %s"
+        self.take_tx = (
+            "UPDATE {s}.txs SET owner = %s, epoch = nextval('{s}.epochs'), "
+            "lease_until = " + _LEASE + " WHERE tx_id = %s RETURNING epoch"
+        ).format(s=s)
+        #: The claim: the row, if its owner is still the one given and its lease is over,
+        #: skipping it if another worker holds it locked (a write or a claim in progress).
+        self.claim_tx = (
+            f"SELECT record, owner, isolation, epoch FROM {s}.txs WHERE tx_id = %s "
+            "AND owner IS NOT DISTINCT FROM %s "
+            "AND (lease_until IS NULL OR lease_until < now()) FOR UPDATE SKIP LOCKED"
+        )
+        self.renew_txs = (
+            "UPDATE {s}.txs AS t SET lease_until = " + _LEASE + " "
+            "FROM unnest(%s::text[], %s::bigint[]) AS h(tx_id, epoch) "
+            "WHERE t.tx_id = h.tx_id AND t.epoch = h.epoch RETURNING t.tx_id"
+        ).format(s=s)
+        self.renew_plans = (
+            "UPDATE {s}.plan_runs AS r SET lease_until = " + _LEASE + " "
+            "FROM unnest(%s::text[], %s::bigint[]) AS h(run_id, epoch) "
+            "WHERE r.run_id = h.run_id AND r.epoch = h.epoch RETURNING r.run_id"
+        ).format(s=s)
+        self.update_record = f"UPDATE {s}.txs SET record = %s WHERE tx_id = %s AND epoch = %s"
+        self.release_tx = (
+            f"UPDATE {s}.txs SET owner = NULL, lease_until = NULL, "
+            f"epoch = nextval('{s}.epochs'), history = COALESCE(%s, history) WHERE tx_id = %s"
+        )
+        self.delete_tx = f"DELETE FROM {s}.txs WHERE tx_id = %s"
+        self.delete_log = f"DELETE FROM {s}.log WHERE tx_id = %s"
+        self.delete_undos = f"DELETE FROM {s}.undos WHERE tx_id = %s"
+        # ---------------------------------------------------------------- the log
+        columns = "tx_id, seq, kind, step, num, name, body, extra"
+        self.insert_log = (
+            "INSERT INTO {s}.log (" + columns + ") "
+            "SELECT %s, q, k, st, n, nm, b, e FROM unnest(%s::bigint[], %s::smallint[], "
+            "%s::bigint[], %s::bigint[], %s::bytea[], %s::bytea[], %s::bytea[]) "
+            "AS u(q, k, st, n, nm, b, e)"
+        ).format(s=s)
+        # A write whose connection broke after the server committed it is sent again with the
+        # same events at the same seqs: the upsert makes that retry harmless.
+        upsert = (
+            " ON CONFLICT (tx_id, seq) DO UPDATE SET kind = excluded.kind, step = excluded.step, "
+            "num = excluded.num, name = excluded.name, body = excluded.body, extra = excluded.extra"
+        )
+        self.insert_log_fenced = (
+            self.insert_log + " WHERE EXISTS (" + _FENCE.format(s=s) + ")" + upsert
+        )
+        self.insert_log += " WHERE true" + upsert  # `WHERE`: else `ON` would read as a join's
+        self.select_log = (
+            f"SELECT seq, kind, step, num, name, body, extra FROM {s}.log "
+            "WHERE tx_id = %s ORDER BY seq"
+        )
+        self.delete_log_rows = f"DELETE FROM {s}.log WHERE tx_id = %s AND seq = ANY(%s::bigint[])"
+        self.delete_log_writes_from = (
+            f"DELETE FROM {s}.log WHERE tx_id = %s AND seq >= %s AND kind = %s"
+        )
+        # ---------------------------------------------------------------- undo records
+        self.insert_undo = (
+            f"INSERT INTO {s}.undos (tx_id, step_id, seq, record) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (tx_id, step_id, seq) DO UPDATE SET record = excluded.record"
+        )
+        self.delete_undo = f"DELETE FROM {s}.undos WHERE tx_id = %s AND step_id = %s AND seq = %s"
+        self.select_undos = (
+            f"SELECT step_id, seq, record FROM {s}.undos WHERE tx_id = %s ORDER BY step_id, seq"
+        )
+        # ---------------------------------------------------------------- history
+        self.insert_ended = (
+            f"INSERT INTO {s}.ended (tx_id, record, isolation, history, steps, ended_at) "
+            "SELECT tx_id, record, isolation, COALESCE(%s, history), %s, %s "
+            f"FROM {s}.txs WHERE tx_id = %s"
+        )
+        self.select_ended = (
+            f"SELECT DISTINCT ON (tx_id) tx_id, record, history, ended_at, seq FROM {s}.ended "
+            "ORDER BY tx_id, seq DESC"
+        )
+        self.select_ended_list = (
+            "SELECT tx_id, record, history, ended_at FROM (" + self.select_ended + ") AS e "
+            "ORDER BY seq DESC LIMIT %s"
+        )
+        self.select_ended_tx = (
+            f"SELECT record, history, steps, ended_at FROM {s}.ended WHERE tx_id = %s "
+            "ORDER BY seq DESC LIMIT 1"
+        )
+        self.prune_beyond = (
+            f"DELETE FROM {s}.ended WHERE seq <= "
+            f"(SELECT seq FROM {s}.ended ORDER BY seq DESC LIMIT 1 OFFSET %s)"
+        )
+        self.prune_before = f"DELETE FROM {s}.ended WHERE ended_at < %s"
+        # ---------------------------------------------------------------- the outbox
+        outbox_columns = (
+            "id, tx_id, step_id, channel, payload, idempotency_key, attempts, last_error, "
+            "not_before"
+        )
+        self.insert_outbox = (
+            f"INSERT INTO {s}.outbox (tx_id, step_id, channel, payload, idempotency_key) "
+            "SELECT %s, st, c, p, k FROM unnest(%s::bigint[], %s::text[], %s::text[], "
+            "%s::text[]) WITH ORDINALITY AS u(st, c, p, k, o) ORDER BY o"
+        )
+        self.select_pending = (
+            "SELECT " + outbox_columns + " FROM {s}.outbox WHERE NOT delivered ORDER BY id LIMIT %s"
+        ).format(s=s)
+        self.select_pending_of = (
+            "SELECT " + outbox_columns + " FROM {s}.outbox WHERE NOT delivered AND tx_id = %s "
+            "ORDER BY id LIMIT %s"
+        ).format(s=s)
+        #: Claim up to %s due, unclaimed entries (of any transaction, or of one) for a
+        #: dispatcher, skipping those another dispatcher is claiming right now.
+        claimable = (
+            "SELECT id FROM {s}.outbox WHERE NOT delivered AND not_before <= %s "
+            "AND claimed_until <= %s{of} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED"
+        )
+        claim = (
+            "UPDATE {s}.outbox AS o SET claimed_by = %s, claimed_until = %s "
+            "FROM ("
+            + claimable
+            + ") AS c WHERE o.id = c.id RETURNING "
+            + ", ".join(f"o.{column}" for column in outbox_columns.split(", "))
+        )
+        self.claim_outbox = claim.format(s=s, of="")
+        self.claim_outbox_of = claim.format(s=s, of=" AND tx_id = %s")
+        self.mark_delivered = (
+            f"UPDATE {s}.outbox SET delivered = true, claimed_until = 0 WHERE id = %s"
+        )
+        self.mark_failed = (
+            f"UPDATE {s}.outbox SET attempts = attempts + 1, last_error = %s, not_before = %s, "
+            "claimed_until = 0 WHERE id = %s AND NOT delivered"
+        )
+        self.select_outbox_entry = f"SELECT 1 FROM {s}.outbox WHERE id = %s"
+        # ---------------------------------------------------------------- plan runs
+        self.insert_plan = (
+            "INSERT INTO {s}.plan_runs (run_id, record, status, owner, epoch, lease_until, "
+            "cancel, created_at, updated_at) VALUES (%s, %s, 'RUNNING', %s, "
+            "nextval('{s}.epochs'), " + _LEASE + ", NULL, %s, %s) "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING epoch"
+        ).format(s=s)
+        self.insert_nodes = (
+            f"INSERT INTO {s}.plan_nodes (run_id, node_id, position, state, attempt, record) "
+            "SELECT %s, n, o, st, a, r FROM unnest(%s::text[], %s::text[], %s::text[], "
+            "%s::text[]) WITH ORDINALITY AS u(n, st, a, r, o)"
+        )
+        #: The fence of a plan-run write: the run still at the writer's epoch (the row lock
+        #: this takes keeps a claim out until the write commits); also its status and time.
+        self.plan_fence = (
+            f"UPDATE {s}.plan_runs SET updated_at = %s, status = coalesce(%s, status) "
+            "WHERE run_id = %s AND epoch = %s"
+        )
+        self.update_nodes = (
+            f"UPDATE {s}.plan_nodes AS p SET state = u.st, attempt = u.a, "
+            "record = p.record || u.r "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS u(n, st, a, r) "
+            "WHERE p.run_id = %s AND p.node_id = u.n"
+        )
+        self.update_node_if = (
+            f"UPDATE {s}.plan_nodes SET state = %s, attempt = %s, record = record || %s "
+            "WHERE run_id = %s AND node_id = %s AND attempt IS NOT DISTINCT FROM %s "
+            "AND state = ANY(%s::text[])"
+        )
+        self.cancel_plan = (
+            f"UPDATE {s}.plan_runs SET cancel = %s WHERE run_id = %s AND status = 'RUNNING' "
+            "AND cancel IS NULL"
+        )
+        self.select_plan_exists = f"SELECT 1 FROM {s}.plan_runs WHERE run_id = %s"
+        self.select_cancel = f"SELECT cancel FROM {s}.plan_runs WHERE run_id = %s"
+        self.select_plan = (
+            f"SELECT record, status, owner, cancel, created_at, updated_at FROM {s}.plan_runs "
+            "WHERE run_id = %s"
+        )
+        self.select_plan_nodes = (
+            f"SELECT node_id, state, attempt, record FROM {s}.plan_nodes WHERE run_id = %s "
+            "ORDER BY position"
+        )
+        self.list_plans = (
+            f"SELECT run_id, status, updated_at FROM {s}.plan_runs "
+            "ORDER BY updated_at DESC, run_id LIMIT %s"
+        )
+        self.running_plans = (
+            f"SELECT run_id, owner FROM {s}.plan_runs WHERE status = 'RUNNING' ORDER BY run_id"
+        )
+        self.claim_plan = (
+            "UPDATE {s}.plan_runs SET owner = %s, epoch = nextval('{s}.epochs'), "
+            "lease_until = " + _LEASE + " WHERE run_id = ("
+            "SELECT run_id FROM {s}.plan_runs WHERE run_id = %s "
+            "AND owner IS NOT DISTINCT FROM %s AND status = 'RUNNING' "
+            "AND (lease_until IS NULL OR lease_until < now()) FOR UPDATE SKIP LOCKED) "
+            "RETURNING epoch"
+        ).format(s=s)

@@ -1,0 +1,463 @@
+"""PostgresStore: the store contract on a real server, migrations, leases and fencing, failures."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from agenttx import InvalidArgument, StorageError, TransactionNotFound, WriteConflict
+from agenttx.stores import EffectRow, PostgresStore, UndoRow
+from agenttx.testing import check_store
+from conftest import drop_schema, postgres_dsn
+from test_sqlite_store import StoresAgree
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+EFFECT = EffectRow(step_id=1, channel="email", payload='{"to":"a"}', idempotency_key="k1")
+
+
+@pytest.fixture
+def store(pg_schema: tuple[str, str]) -> Iterator[PostgresStore]:
+    dsn, schema = pg_schema
+    with PostgresStore(dsn, schema=schema) as opened:
+        yield opened
+
+
+def _other(store: PostgresStore, **options: Any) -> PostgresStore:
+    return PostgresStore(postgres_dsn(), schema=store.schema, **options)
+
+
+def _raw(sql: str, values: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        cur = conn.execute(sql, values)
+        return cur.fetchall() if cur.description else []
+
+
+# ---------------------------------------------------------------- without a server
+
+
+def test_import_agenttx_does_not_load_psycopg() -> None:
+    """`import agenttx` and `import agenttx.stores` load no driver; asking for the class loads
+    it (the module), and only making a store connects."""
+    code = (
+        "import sys, agenttx, agenttx.stores\n"
+        "assert 'psycopg' not in sys.modules, 'psycopg loaded'\n"
+        "assert 'PostgresStore' in dir(agenttx.stores)\n"
+        "agenttx.stores.PostgresStore\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without psycopg, making a store raises ImportError naming `agenttx[postgres]`."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(ImportError, match=r"pip install 'agenttx\[postgres\]'"):
+        PostgresStore("postgresql://nowhere/db")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"schema": "Bad-Name"}, "schema must be"),
+        ({"schema": "pg_catalog"}, "reserved"),
+        ({"schema": "1abc"}, "schema must be"),
+        ({"lease_seconds": 0}, "lease_seconds"),
+        ({"lease_seconds": float("inf")}, "lease_seconds"),
+        ({"statement_timeout": -1}, "statement_timeout"),
+        ({"migrate": "yes"}, "migrate"),
+    ],
+)
+def test_bad_options_are_refused_before_connecting(options: dict[str, Any], message: str) -> None:
+    """Options are checked first, with InvalidArgument naming the offender."""
+    with pytest.raises(InvalidArgument, match=message):
+        PostgresStore("postgresql://nowhere/db", **options)
+
+
+def test_a_dsn_or_pool_is_required() -> None:
+    """Anything but a DSN or a pool is refused by name."""
+    with pytest.raises(InvalidArgument, match="dsn_or_pool"):
+        PostgresStore(42)
+
+
+def test_an_unreachable_server_is_a_storage_error() -> None:
+    """A server that does not answer gives StorageError with the cause."""
+    with pytest.raises(StorageError, match="cannot connect") as caught:
+        PostgresStore("postgresql://postgres@127.0.0.1:1/nothing", connect_timeout=1)
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+
+
+# ---------------------------------------------------------------- the contract
+
+
+def test_check_store_passes(pg_schema: tuple[str, str]) -> None:
+    """PostgresStore passes the conformance suite, each example on an emptied schema."""
+    dsn, schema = pg_schema
+    tables = "committed, txs, log, undos, outbox, ended, plan_runs, plan_nodes"
+    made: list[PostgresStore] = []
+
+    def fresh() -> PostgresStore:
+        for old in made:
+            old.close()
+        _raw(
+            f"TRUNCATE {', '.join(f'{schema}.{t}' for t in tables.split(', '))}"
+            if made
+            else "SELECT 1"
+        )
+        if made:
+            _raw(f"UPDATE {schema}.meta SET commit_version = 0")
+        made.append(PostgresStore(dsn, schema=schema))
+        return made[-1]
+
+    check_store(fresh, max_examples=25)
+    for old in made:
+        old.close()
+
+
+class PostgresAgrees(StoresAgree):
+    """The differential machine of test_sqlite_store with a PostgresStore in SQLite's place."""
+
+    counter_of_schemas = itertools.count()
+
+    def open_store(self) -> Any:
+        if not hasattr(self, "schema"):
+            self.schema = f"t_agree_{next(self.counter_of_schemas)}_{id(self):x}"
+        return PostgresStore(postgres_dsn(), schema=self.schema)
+
+    def teardown(self) -> None:
+        super().teardown()
+        drop_schema(postgres_dsn(), self.schema)
+
+    def file_agrees(self) -> None:
+        """The SQLite file check does not apply; `reopen` checks the images instead."""
+
+
+def test_postgres_agrees_with_memory() -> None:
+    """Random interleavings of three transactions, reopens included, give identical results
+    on MemoryStore and PostgresStore."""
+    postgres_dsn()
+    run_state_machine_as_test(
+        PostgresAgrees, settings=settings(max_examples=15, stateful_step_count=25, deadline=None)
+    )
+
+
+def test_keys_and_values_keep_any_text(store: PostgresStore) -> None:
+    """NUL characters, non-ASCII text and long keys round-trip; keys sort by code point."""
+    values = {"a\x00b": "v\x00", "ключ": "é", "z" * 1024: '"x"', "\U0001f600": "😀"}
+    store.begin("t")
+    for key, value in values.items():
+        store.put("t", key, value)
+    store.commit("t")
+    for key, value in values.items():
+        assert store.read_committed(key) == value
+    keys = [row[0] for row in store.committed_keys()]
+    assert keys == sorted(values)
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def test_migrations_are_recorded_and_idempotent(store: PostgresStore) -> None:
+    """The schema records each migration once; migrate() again changes nothing."""
+    assert store.migrate() == 1
+    rows = _raw(f"SELECT version FROM {store.schema}.migrations ORDER BY version")
+    assert rows == [(1,)]
+
+
+def test_a_newer_schema_is_refused(store: PostgresStore) -> None:
+    """A schema migrated by a newer agenttx is refused with StorageError naming the versions."""
+    _raw(f"INSERT INTO {store.schema}.migrations (version, description) VALUES (99, 'future')")
+    with pytest.raises(StorageError, match="version 99, newer"):
+        _other(store)
+    with pytest.raises(StorageError, match="version 99, newer"):
+        store.migrate()
+
+
+def test_without_migrate_an_empty_schema_is_refused(pg_schema: tuple[str, str]) -> None:
+    """migrate=False requires the schema at this code's version."""
+    dsn, schema = pg_schema
+    with pytest.raises(StorageError, match=r"run PostgresStore\.migrate"):
+        PostgresStore(dsn, schema=schema, migrate=False)
+
+
+def test_workers_starting_together_migrate_once(pg_schema: tuple[str, str]) -> None:
+    """Stores opened at once on a new schema all work: the advisory lock serializes them."""
+    dsn, schema = pg_schema
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            PostgresStore(dsn, schema=schema).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(1,)]
+
+
+# ---------------------------------------------------------------- leases and fencing
+
+
+def test_a_takeover_fences_every_later_write(store: PostgresStore) -> None:
+    """Once another store loads the transaction, each durable write of the first raises
+    StorageError (lease lost) and writes nothing; the first lets the transaction go."""
+    store.begin("t", record='{"r":1}')
+    store.put("t", "k", '"mine"')
+    store.record_step("t", 1, "[1]", [], "p1")
+    with _other(store) as thief:
+        image = thief.load("t")
+        assert image.steps == ((1, "[1]"),)
+        before = _raw(f"SELECT count(*) FROM {store.schema}.log")
+        store.put("t", "k", '"stale"')
+        with pytest.raises(StorageError, match="lease lost"):
+            store.record_step("t", 2, "[2]", [EFFECT], "p2")
+        assert not store.is_open("t")
+        assert _raw(f"SELECT count(*) FROM {store.schema}.log") == before
+        with pytest.raises(TransactionNotFound):
+            store.commit("t")
+        assert thief.commit("t") == 1
+    assert store.read_committed("k") == '"mine"'
+
+
+@pytest.mark.parametrize("call", ["commit", "restore", "record_undo", "record_transaction"])
+def test_every_kind_of_write_checks_the_epoch(store: PostgresStore, call: str) -> None:
+    """Commit, restore and the multi-statement writes are fenced too."""
+    store.begin("t")
+    store.snapshot("t", 1)
+    store.put("t", "k", "1")
+    with _other(store) as thief:
+        thief.load("t")
+        calls = {
+            "commit": lambda: store.commit("t"),
+            "restore": lambda: store.restore("t", 1),
+            "record_undo": lambda: store.record_undo("t", UndoRow(step_id=1, seq=0, record="{}")),
+            "record_transaction": lambda: store.record_transaction("t", "{}"),
+        }
+        with pytest.raises(StorageError, match="lease lost"):
+            calls[call]()
+        assert thief.peek("t").undos == ()
+    assert store.read_committed("k") is None
+
+
+def test_an_epoch_is_never_reused(store: PostgresStore) -> None:
+    """A holder that lost a transaction cannot write to a later one of the same id."""
+    store.begin("t")
+    with _other(store) as second, _other(store) as third:
+        second.load("t")
+        second.commit("t")
+        third.begin("t")
+        store.put("t", "k", "1")
+        with pytest.raises(StorageError, match="lease lost"):
+            store.flush("t")
+        third.commit("t")
+    assert store.read_committed("k") is None
+
+
+def test_a_claim_waits_for_the_lease_to_expire(store: PostgresStore) -> None:
+    """Recovery takes over only an expired lease: a live holder renews it; a dead one's runs
+    out, then exactly one claim succeeds."""
+    with _other(store, lease_seconds=0.6) as holder:
+        holder.begin("t", record='{"r":1}')
+        owner = holder.owner("t")
+        time.sleep(1.0)  # renewed meanwhile
+        assert store.claim("t", owner) is None
+        holder._renewer.stop()  # the holder freezes: its lease runs out
+        time.sleep(0.8)
+        image = store.claim("t", owner)
+        assert image is not None
+        assert image.record == '{"r":1}'
+        assert store.claim("t", owner) is None  # the owner changed
+        with pytest.raises(StorageError, match="lease lost"):
+            holder.record_progress("t", '"late"')
+
+
+def test_discard_state_releases_the_lease_for_any_recovery(store: PostgresStore) -> None:
+    """A transaction whose state was discarded has no owner and no lease: a claim takes it."""
+    store.begin("t", record='{"r":1}')
+    store.record_undo("t", UndoRow(step_id=1, seq=0, record='{"u":1}'))
+    store.discard_state("t")
+    assert store.owner("t") is None
+    with _other(store) as recoverer:
+        image = recoverer.claim("t", None)
+        assert image is not None
+        assert [undo.record for undo in image.undos] == ['{"u":1}']
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_a_lost_connection_is_a_storage_error_then_reconnects(store: PostgresStore) -> None:
+    """A connection killed by the server gives StorageError with the cause, changes nothing,
+    and the next call connects again; the transaction goes on."""
+    store.begin("t")
+    store.put("t", "k", "1")
+    store.record_step("t", 1, "[1]", [], "p")
+    pid = store._link._conn.info.backend_pid  # type: ignore[union-attr]
+    assert _raw("SELECT pg_terminate_backend(%s)", (pid,)) == [(True,)]
+    with pytest.raises(StorageError, match="connection") as caught:
+        store.put("t", "j", "2")  # reads the committed version: the first call to notice
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+    store.put("t", "j", "2")  # reconnected
+    store.record_step("t", 2, "[2]", [], "p")
+    assert store.commit("t") == 2
+    assert store.read_committed("j") == "2"
+
+
+def test_a_statement_timeout_is_a_storage_error_with_no_effect(store: PostgresStore) -> None:
+    """A commit stuck behind a lock past the statement timeout raises StorageError, leaves the
+    transaction open and unchanged, and commits once the lock is gone."""
+    with _other(store, statement_timeout=0.2) as timed:
+        timed.begin("t")
+        timed.put("t", "k", "1")
+        with psycopg.connect(postgres_dsn()) as blocker:
+            blocker.execute(f"SELECT * FROM {store.schema}.meta FOR UPDATE")
+            with pytest.raises(StorageError, match="timed out"):
+                timed.commit("t")
+            blocker.rollback()
+        assert timed.is_open("t")
+        assert timed.commit("t") == 1
+    assert store.read_committed("k") == "1"
+
+
+def test_a_write_conflict_is_raised_across_stores(store: PostgresStore) -> None:
+    """First committer wins across workers."""
+    with _other(store) as other:
+        store.begin("a")
+        other.begin("b")
+        assert store.get("a", "n") is None
+        assert other.get("b", "n") is None
+        other.put("b", "n", "1")
+        other.commit("b")
+        store.put("a", "n", "2")
+        with pytest.raises(WriteConflict):
+            store.commit("a")
+    assert store.read_committed("n") == "1"
+
+
+# ---------------------------------------------------------------- the outbox
+
+
+def test_competing_dispatchers_claim_disjoint_entries(store: PostgresStore) -> None:
+    """Two dispatchers claiming at once get each entry once; a delivered one is gone, and an
+    entry whose claim ran out is offered again."""
+    store.begin("t")
+    effects = [
+        EffectRow(step_id=1, channel="c", payload=str(n), idempotency_key=f"k{n}") for n in range(6)
+    ]
+    store.record_step("t", 1, "[1]", effects, "p")
+    store.commit("t")
+    with _other(store) as other:
+        first = store.claim_effects(3)
+        second = other.claim_effects(10)
+        assert [e.payload for e in first] == ["0", "1", "2"]
+        assert [e.payload for e in second] == ["3", "4", "5"]
+        assert other.claim_effects(10) == ()
+        for entry in first:
+            store.mark_delivered(entry.id)
+        again = other.claim_effects(10, now=time.time() + 120)  # the claims ran out
+        assert [e.payload for e in again] == ["3", "4", "5"]
+    assert len(store.pending_effects()) == 3
+
+
+def _restart_server() -> None:
+    """Restart the test server at once (`pg_ctl -m immediate`: as if it crashed), as the
+    `postgres` user when run as root; skips unless `.ci/postgres` started it."""
+    data = os.environ.get("AGENTTX_PG_DATA")
+    if not data:
+        if os.environ.get("AGENTTX_REQUIRE_POSTGRES") == "1":
+            pytest.fail("AGENTTX_PG_DATA is not set: start the server with .ci/postgres")
+        pytest.skip("AGENTTX_PG_DATA is not set: the server was not started by .ci/postgres")
+    pg_ctl = str(Path(os.environ.get("AGENTTX_PG_BIN", "/usr/lib/postgresql/15/bin")) / "pg_ctl")
+    command = [pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "restart"]
+    command += ["-l", str(Path(data).parent / "server.log")]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+
+def test_a_server_restart_loses_nothing_acknowledged(store: PostgresStore) -> None:
+    """Commits run while the server restarts: calls during the restart raise StorageError,
+    the store reconnects, every commit that returned is there, and a transaction begun before
+    the restart commits after it."""
+    store.begin("long")
+    store.put("long", "long", '"before"')
+    store.record_step("long", 1, "[1]", [], "p")
+    acknowledged: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def commit_forever() -> None:
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            tx_id = f"r{n}"
+            try:
+                store.begin(tx_id)
+                store.put(tx_id, f"k{n}", str(n))
+                store.record_step(tx_id, 1, "[1]", [], "p")
+                store.commit(tx_id)
+            except StorageError as exc:
+                failures.append(str(exc))
+                time.sleep(0.05)
+                continue
+            acknowledged.append(f"k{n}")
+
+    worker = threading.Thread(target=commit_forever)
+    worker.start()
+    try:
+        time.sleep(0.5)
+        _restart_server()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        worker.join(30)
+    assert failures, "the restart went unnoticed"
+    assert len(acknowledged) > 5
+    with _other(store) as reader:
+        for key in acknowledged:
+            assert reader.read_committed(key) == key[1:], key
+    for _attempt in range(20):
+        try:
+            assert store.commit("long") == 1
+            break
+        except StorageError:
+            time.sleep(0.2)
+    assert store.read_committed("long") == '"before"'
+
+
+def test_a_pool_lends_the_store_its_connections(pg_schema: tuple[str, str]) -> None:
+    """Given a psycopg_pool.ConnectionPool, the store takes two connections and gives them back
+    at close; transactions and leases work as with a DSN."""
+    from psycopg_pool import ConnectionPool  # noqa: PLC0415
+
+    dsn, schema = pg_schema
+    with ConnectionPool(dsn, min_size=2, max_size=4, open=True) as pool:
+        with PostgresStore(pool, schema=schema, lease_seconds=0.3) as store:
+            store.begin("t")
+            store.put("t", "k", "1")
+            time.sleep(0.5)  # renewed through the pool's second connection
+            with _other(store) as rival:
+                assert rival.claim("t", store.owner("t")) is None
+            assert store.commit("t") == 1
+            assert pool.get_stats()["pool_available"] <= 2
+        assert pool.get_stats()["pool_available"] >= 2
