@@ -34,6 +34,7 @@ from ._events import EventKind
 from ._json import checked_size_bound
 from ._results import StepResult, StepStatus, TxStatus
 from ._tools import Call, Failure, Outcome, arun_tool, derive_key, run_tool, with_key
+from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     import threading
@@ -286,6 +287,17 @@ class Guarded:
                 book.of_scope(self._id), digest, step, needs=needs is not False
             )
             if action == "run":
+                if tool.on_unknown == "review" and is_durable(self._store):
+                    key = self._key_of(call)  # its start is durable before it runs
+                    started: RequestRow | None = book.started(
+                        scope_id=self._id,
+                        step=step,
+                        tool=tool.name,
+                        arguments=call.arguments,
+                        digest=digest,
+                        key=key,
+                    )
+                    self._guard = started
                 return call
             if action == "review":
                 assert row is not None

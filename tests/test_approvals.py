@@ -644,6 +644,27 @@ def test_an_approved_call_runs_exactly_once_across_a_sigkill_and_resume(tmp_path
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_checked_call_killed_while_running_is_checked_not_rerun(tmp_path):
+    """A call needing no approval, with a status check, killed while running: its start was
+    recorded, so the resumed transaction checks it instead of running it again."""
+    db = tmp_path / "direct.db"
+    running = _worker("begin-run", db, tmp_path, "--no-approval")
+    charges = tmp_path / "charges.log"
+    deadline = time.monotonic() + 60
+    while not (charges.exists() and charges.read_text().strip()):
+        assert running.poll() is None, running.communicate()
+        assert time.monotonic() < deadline, "the worker never charged"
+        time.sleep(0.02)
+    running.send_signal(signal.SIGKILL)
+    running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL
+    resumed = _finish(_worker("resume", db, tmp_path, "--no-approval"))
+    assert resumed["status"] == "SUCCESS"
+    assert resumed["output"]["checked"] is True
+    assert len(charges.read_text().splitlines()) == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 def test_a_killed_approved_call_without_a_check_goes_to_review_then_on(tmp_path):
     """Without a check the resumed call waits for review; resolved done, it goes on, once."""
     db, asked = _killed_while_charging(tmp_path, "--no-check")
