@@ -892,20 +892,29 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         node = attempt.start.node
+        people = self._people
+        unknown = call.tool.on_unknown == "review"
         try:
-            gated = self._people.gate(node, call)
-            while isinstance(gated, Waiting):
-                await self._people.decided(gated)
-                gated = self._people.gate(node, call)
-            if isinstance(gated, Call):
+            gated = people.gate(node, call)
+            while True:
+                while isinstance(gated, Waiting):
+                    await people.decided(gated)
+                    gated = people.gate(node, call)
+                if not isinstance(gated, Call):
+                    break
                 closed(attempt.context)  # the gate made the call a context of its own
                 attempt.context = gated.context
                 outcome = await arun_tool(gated)
+                if outcome.running is not None and unknown:  # it may have happened: ask
+                    unknown = False  # once: a second timeout fails the attempt
+                    gated = people.timed_out(node, gated, outcome)
+                    continue
                 if outcome.error is not None and outcome.running is None:
-                    self._people.failed(node)  # a retry asks again
-            elif isinstance(gated, Failure):
+                    people.failed(node)  # a retry asks again
+                break
+            if isinstance(gated, Failure):
                 outcome = Outcome(error=gated)
-            else:
+            elif isinstance(gated, Outcome):
                 outcome = gated
         except asyncio.CancelledError:
             self._people.states.pop(node, None)
