@@ -461,3 +461,23 @@ def test_a_pool_lends_the_store_its_connections(pg_schema: tuple[str, str]) -> N
             assert store.commit("t") == 1
             assert pool.get_stats()["pool_available"] <= 2
         assert pool.get_stats()["pool_available"] >= 2
+
+
+def test_a_call_blocked_on_the_server_does_not_stop_the_renewals(
+    store: PostgresStore,
+) -> None:
+    """While one commit waits for a lock past the lease, the store's other transactions keep
+    their leases: the renewal does not wait for the store's lock."""
+    with _other(store, lease_seconds=0.6) as holder, psycopg.connect(postgres_dsn()) as blocker:
+        holder.begin("a")
+        holder.put("a", "k", "1")
+        holder.begin("b")
+        owner = holder.owner("b")
+        blocker.execute(f"SELECT * FROM {store.schema}.meta FOR UPDATE")
+        committing = threading.Thread(target=holder.commit, args=("a",))
+        committing.start()
+        time.sleep(1.5)
+        assert store.claim("b", owner) is None  # still renewed
+        blocker.rollback()
+        committing.join(10)
+        assert store.read_committed("k") == "1"

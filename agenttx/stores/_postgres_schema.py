@@ -167,15 +167,23 @@ class Sql:
             "AND owner IS NOT DISTINCT FROM %s "
             "AND (lease_until IS NULL OR lease_until < now()) FOR UPDATE SKIP LOCKED"
         )
+        # Renewals skip the rows locked by a call in flight (a commit holds its row while it
+        # waits for the commit lock): the renewal must never wait, or every lease of the store
+        # would run out behind one blocked call. A skipped row is renewed at the next tick.
+        # `FOR NO KEY UPDATE` does not conflict with the `FOR KEY SHARE` of the writes.
         self.renew_txs = (
             "UPDATE {s}.txs AS t SET lease_until = " + _LEASE + " "
-            "FROM unnest(%s::text[], %s::bigint[]) AS h(tx_id, epoch) "
-            "WHERE t.tx_id = h.tx_id AND t.epoch = h.epoch RETURNING t.tx_id"
+            "WHERE t.tx_id IN (SELECT x.tx_id FROM {s}.txs AS x "
+            "JOIN unnest(%s::text[], %s::bigint[]) AS h(tx_id, epoch) "
+            "ON x.tx_id = h.tx_id AND x.epoch = h.epoch FOR NO KEY UPDATE OF x SKIP LOCKED) "
+            "RETURNING t.tx_id"
         ).format(s=s)
         self.renew_plans = (
             "UPDATE {s}.plan_runs AS r SET lease_until = " + _LEASE + " "
-            "FROM unnest(%s::text[], %s::bigint[]) AS h(run_id, epoch) "
-            "WHERE r.run_id = h.run_id AND r.epoch = h.epoch RETURNING r.run_id"
+            "WHERE r.run_id IN (SELECT x.run_id FROM {s}.plan_runs AS x "
+            "JOIN unnest(%s::text[], %s::bigint[]) AS h(run_id, epoch) "
+            "ON x.run_id = h.run_id AND x.epoch = h.epoch FOR NO KEY UPDATE OF x SKIP LOCKED) "
+            "RETURNING r.run_id"
         ).format(s=s)
         self.update_record = f"UPDATE {s}.txs SET record = %s WHERE tx_id = %s AND epoch = %s"
         self.release_tx = (
