@@ -7,9 +7,10 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores _events
     layer 2: _graph _rollback _saga _tools _lineage _constraints
-    layer 3: _results _history _txlog _settings _timeline _prepare _observed _turns _transaction
+    layer 3: _approvals _results _history _txlog _settings _timeline _prepare _observed _turns
+    layer 3: _guarded _transaction
     layer 3: _plans
-    layer 4: _engine _recovery _prompt builtins testing integrations _demo _cli __main__
+    layer 4: _audit _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
     _limits      input limits            _validators settings validators
@@ -23,10 +24,12 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _history     step attempts           _txlog      the durable log
     _settings    a transaction's settings            _timeline   live steps, truncated together
     _prepare     a step's call, checked  _constraints hints kept, transient ones dropped
-    _observed    what a transaction shows
+    _observed    what a transaction shows    _approvals  approvals, status checks, reviews
+    _guarded     a step that needs a person
     _turns       calls that number themselves            _transaction interactive transactions
     _prompt      the system prompt for agents
     _plans/      plans: model, validation, scheduler, runner, metrics
+    _audit       the stored audit trail, read back
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers
     integrations/ agent SDKs and frameworks (optional extras, imported on their own)
@@ -37,9 +40,18 @@ Everything public is re-exported here, from one import path each.
 
 from __future__ import annotations
 
+from ._approvals import Approval as Approval
+from ._approvals import ApprovalRequest as ApprovalRequest
+from ._approvals import CheckResult as CheckResult
+from ._approvals import Review as Review
 from ._engine import Engine as Engine
 from ._engine import EngineConfig as EngineConfig
 from ._errors import AgentTxError as AgentTxError
+from ._errors import ApprovalConsumed as ApprovalConsumed
+from ._errors import ApprovalError as ApprovalError
+from ._errors import ApprovalExpired as ApprovalExpired
+from ._errors import ApprovalNotFound as ApprovalNotFound
+from ._errors import ApprovalRejected as ApprovalRejected
 from ._errors import FailedPrecondition as FailedPrecondition
 from ._errors import IllegalTransition as IllegalTransition
 from ._errors import InvalidArgument as InvalidArgument
@@ -48,6 +60,7 @@ from ._errors import JSONValueError as JSONValueError
 from ._errors import PlanValidationError as PlanValidationError
 from ._errors import ReadConflict as ReadConflict
 from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
+from ._errors import ReviewNotFound as ReviewNotFound
 from ._errors import StepOutOfOrder as StepOutOfOrder
 from ._errors import StorageError as StorageError
 from ._errors import ToolError as ToolError
@@ -134,7 +147,15 @@ __all__ = [
     "MAX_NESTING_DEPTH",
     "PROMPT",
     "AgentTxError",
+    "Approval",
+    "ApprovalConsumed",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalNotFound",
+    "ApprovalRejected",
+    "ApprovalRequest",
     "AttemptStatus",
+    "CheckResult",
     "CleanHint",
     "CommitResult",
     "Compensation",
@@ -182,6 +203,8 @@ __all__ = [
     "RecoveryReport",
     "ReferenceSyntaxError",
     "Resolution",
+    "Review",
+    "ReviewNotFound",
     "RollbackDecision",
     "RollbackPolicy",
     "RollbackResult",

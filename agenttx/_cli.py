@@ -1,6 +1,8 @@
-"""The command line: `agenttx demo | inspect | graph | plans | lineage` (also `python -m agenttx`).
+"""The command line: `agenttx demo | inspect | graph | plans | audit | lineage | approvals |
+approve | reject | review` (also `python -m agenttx`).
 
-Every command reads; none changes a store: `inspect` and `graph` open the SQLite file
+Every command reads, except `approve`, `reject` and `review`, which decide one pending approval
+request or review, and write nothing else. `inspect` and `graph` open the SQLite file
 read-only and look at transactions without taking them over, so they are safe to run beside a
 live agent. They show the open transactions, and the ended ones the store keeps as history
 (within its retention: `SQLiteStore(keep_history=..., keep_history_for=...)`), with what
@@ -39,7 +41,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, NoReturn, TypeVar
 
 from . import _demo
+from ._approvals import ApprovalRequest, Review, requests_for, scopes_alive
+from ._audit import DEFAULT_LIMIT, stored_audit
 from ._errors import AgentTxError, InvalidArgument, StorageError, TransactionNotFound
+from ._events import audit_jsonl
 from ._graph import DependencyGraph
 from ._history import StepHistory
 from ._json import canonical_dumps
@@ -52,7 +57,7 @@ from ._version import __version__
 from .stores import SQLiteStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from typing import TextIO
 
     from ._lineage import LineageGraph, LineageNode
@@ -68,8 +73,10 @@ FORMATS: Final = ("dot", "mermaid", "json")
 WIDTH: Final = 96
 #: How long `inspect` and `graph` wait for a locked store by default, in seconds.
 WAIT: Final = 5.0
-#: How many ended transactions `inspect DB` lists, the last to end first.
+#: How many ended transactions (and plan runs) `inspect DB` lists, the last to end first.
 ENDED_SHOWN: Final = 20
+#: How many ended transactions and plan runs `audit DB` reads by default.
+AUDIT_LIMIT: Final = DEFAULT_LIMIT
 
 #: Exit statuses.
 EXIT_ERROR: Final = 1
@@ -236,6 +243,28 @@ def _parser() -> argparse.ArgumentParser:
     _add_wait(plans)
     plans.set_defaults(run=_run_plans)
 
+    audit = commands.add_parser(
+        "audit",
+        help="print the audit trail of a SQLite store, or of one transaction or plan run",
+        description="The audit events the store keeps, as JSON lines (one event object per "
+        "line: scope, scope_id, seq, kind, at, zone, step or node, attempt, actor, data): of "
+        "transaction or plan run TX, or, without TX, of the ended transactions and plan runs "
+        "the store keeps (the last --limit of each), each one's events in order. A "
+        "transaction's events are kept when it ends, within the store's retention; a plan "
+        "run's are written as it runs. Read-only.",
+    )
+    audit.add_argument("db", metavar="DB", help="the SQLite file")
+    audit.add_argument("tx", metavar="TX", nargs="?", help="a transaction or plan run id")
+    audit.add_argument(
+        "--limit",
+        type=_count,
+        default=AUDIT_LIMIT,
+        metavar="N",
+        help=f"without TX: how many ended transactions and plan runs (default: {AUDIT_LIMIT})",
+    )
+    _add_wait(audit)
+    audit.set_defaults(run=_run_audit)
+
     lineage = commands.add_parser(
         "lineage",
         help="derive tool-to-tool lineage from an OpenAI chat transcript",
@@ -256,6 +285,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     lineage.add_argument("--match-numbers", action="store_true")
     lineage.set_defaults(run=_run_lineage)
+    _add_approval_commands(commands)
     return parser
 
 
@@ -349,6 +379,28 @@ def _run_plans(args: argparse.Namespace) -> None:
         return
     for line in lines:
         _say(line)
+
+
+def _run_audit(args: argparse.Namespace) -> None:
+    if args.limit < 1:
+        raise _Failure("--limit must be at least 1")
+    store = _open(args.db, args.wait)
+    try:
+        events = _patiently(args.wait, lambda: stored_audit(store, args.tx, limit=args.limit))
+    except TransactionNotFound:
+        raise _Failure(
+            f"no audit trail of `{args.tx}` in {args.db} (open, pruned by the retention, "
+            "or unknown)"
+        ) from None
+    except InvalidArgument as exc:
+        raise _Failure(str(exc)) from None
+    except StorageError as exc:
+        if _is_busy(exc):
+            raise
+        raise _unreadable(args.tx or args.db, exc) from None
+    finally:
+        store.close()
+    _say_block(audit_jsonl(events), json_text=True)
 
 
 def _run_lineage(args: argparse.Namespace) -> None:
@@ -605,6 +657,12 @@ def _list(store: SQLiteStore, wait: float) -> list[str]:
     lines.extend(reasons)
     lines.append(f"outbox: {pending} effect{'s' * (pending != 1)} waiting for delivery")
     lines.extend(_ended_list(store, wait))
+    runs = _plan_list(store, wait, limit=ENDED_SHOWN)
+    if runs == [_NO_RUNS]:
+        lines.append("plan runs: none")
+    else:
+        lines.append(f"plan runs: the last {len(runs) - 1}, the last changed first")
+        lines.extend(f"  {line}".rstrip() for line in runs)
     return lines
 
 
@@ -760,11 +818,14 @@ def uk_time(at: object) -> str:
     return f"{moment.day} {moment:%b %Y %H:%M:%S} {moment.tzname()}"
 
 
-def _plan_list(store: SQLiteStore, wait: float) -> list[str]:
-    """The lines of `plans DB`: each run, the last changed first."""
-    runs = _patiently(wait, store.plan_runs)
+_NO_RUNS: Final = "no plan runs"
+
+
+def _plan_list(store: SQLiteStore, wait: float, *, limit: int = 100) -> list[str]:
+    """The lines of `plans DB`: each run (the last `limit`), the last changed first."""
+    runs = _patiently(wait, lambda: store.plan_runs(limit))
     if not runs:
-        return ["no plan runs"]
+        return [_NO_RUNS]
     lines = [f"{'RUN':<34} {'STATUS':<10} {'NODES':<40} UPDATED"]
     for run_id, status, updated_at in runs:
         try:
@@ -861,3 +922,142 @@ def _write(text: str, stream: TextIO) -> None:
     encoding = getattr(stream, "encoding", None) or "utf-8"
     stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
     stream.flush()
+
+
+# ---------------------------------------------------------------------- approvals and reviews
+
+
+def _add_approval_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    approvals = commands.add_parser(
+        "approvals",
+        help="list the approval requests and reviews waiting for a person",
+        description="Each pending approval request (id, transaction or plan run, step or node, "
+        "tool, arguments, when asked) and each pending review of a call whose outcome is "
+        "unknown (id, where, tool, idempotency key, and the evidence). Read-only.",
+    )
+    approvals.add_argument("db", metavar="DB", help="the SQLite file")
+    _add_wait(approvals)
+    approvals.set_defaults(run=_run_approvals)
+
+    approve = commands.add_parser(
+        "approve",
+        help="approve a pending request: its call then runs once",
+        description="Approve request REQUEST as NAME. The call runs once, when the agent sends "
+        "it again (in whichever process holds the transaction). Writes the decision.",
+    )
+    approve.add_argument("db", metavar="DB", help="the SQLite file")
+    approve.add_argument("request", metavar="REQUEST", help="an approval request id")
+    approve.add_argument("--actor", required=True, metavar="NAME", help="who approves")
+    approve.add_argument(
+        "--expires-in", type=_seconds, metavar="SECONDS", help="how long the approval lasts"
+    )
+    approve.add_argument("--note", default="", help="a note kept with the approval")
+    approve.set_defaults(run=_run_approve)
+
+    reject = commands.add_parser(
+        "reject",
+        help="reject a pending request: the agent is told why",
+        description="Reject request REQUEST as NAME for REASON: the step fails with a hint "
+        "carrying the reason when the agent sends the call again. Writes the decision.",
+    )
+    reject.add_argument("db", metavar="DB", help="the SQLite file")
+    reject.add_argument("request", metavar="REQUEST", help="an approval request id")
+    reject.add_argument("--actor", required=True, metavar="NAME", help="who rejects")
+    reject.add_argument("--reason", required=True, help="why (told to the agent)")
+    reject.set_defaults(run=_run_reject)
+
+    review = commands.add_parser(
+        "review",
+        help="resolve a pending review: did the call happen?",
+        description="Resolve review REVIEW as NAME: done (with the call's output, as JSON) or "
+        "not_done (the call runs again with the same idempotency key). Writes the decision.",
+    )
+    review.add_argument("db", metavar="DB", help="the SQLite file")
+    review.add_argument("review", metavar="REVIEW", help="a review id")
+    review.add_argument("--outcome", required=True, choices=("done", "not_done"))
+    review.add_argument("--output", default="null", metavar="JSON", help="the call's output")
+    review.add_argument("--actor", required=True, metavar="NAME", help="who decides")
+    review.set_defaults(run=_run_review)
+
+
+def _run_approvals(args: argparse.Namespace) -> None:
+    store = _open(args.db, args.wait)
+    try:
+        book = requests_for(store)
+        alive = _patiently(args.wait, lambda: scopes_alive(store))
+        requests = _patiently(args.wait, lambda: book.pending_approvals(alive=alive))
+        reviews = _patiently(args.wait, lambda: book.pending_reviews(alive=alive))
+    except AgentTxError as exc:
+        raise _Failure(str(exc)) from None
+    finally:
+        store.close()
+    for line in _approval_lines(requests, reviews):
+        _say(line)
+
+
+def _where(scope: str, scope_id: str, step: int | None, node: str | None) -> str:
+    place = f"step {step}" if step is not None else f"node {node}"
+    return f"{place} of {'plan run' if scope == 'plan' else 'transaction'} {scope_id}"
+
+
+def _approval_lines(requests: Sequence[ApprovalRequest], reviews: Sequence[Review]) -> list[str]:
+    """The lines of `approvals DB`: pending requests, then pending reviews, oldest first."""
+    lines = [f"{len(requests)} approval request(s) pending" + (":" if requests else "")]
+    for request in requests:
+        where = _where(request.scope, request.scope_id, request.step, request.node)
+        lines.append(f"  {request.id}  {request.tool}  {where}")
+        lines.append(f"    arguments {_cut(canonical_dumps(request.arguments))}")
+        lines.append(f"    asked {uk_time(request.requested_at.timestamp())}")
+    lines.append(f"{len(reviews)} review(s) pending" + (":" if reviews else ""))
+    for review in reviews:
+        where = _where(review.scope, review.scope_id, review.step, review.node)
+        lines.append(f"  {review.id}  {review.tool}  {where}")
+        lines.append(f"    arguments {_cut(canonical_dumps(review.arguments))}")
+        lines.append(f"    idempotency key {review.idempotency_key}")
+        lines.extend(f"    - {_cut(error)}" for error in review.errors)
+    return lines
+
+
+@contextlib.contextmanager
+def _writable(db: str) -> Iterator[SQLiteStore]:
+    if not Path(db).exists():
+        raise _Failure(f"no such file: {db}")
+    try:
+        store = SQLiteStore(db)
+    except AgentTxError as exc:
+        raise _Failure(str(exc)) from None
+    try:
+        yield store
+    except AgentTxError as exc:
+        raise _Failure(f"{exc} ({exc.code})") from None
+    finally:
+        store.close()
+
+
+def _run_approve(args: argparse.Namespace) -> None:
+    with _writable(args.db) as store:
+        approval = requests_for(store).approve(
+            args.request, actor=args.actor, expires_in=args.expires_in, note=args.note
+        )
+    until = (
+        "" if approval.expires_at is None else f", until {uk_time(approval.expires_at.timestamp())}"
+    )
+    _say(f"approved {approval.request_id} by {approval.actor}{until}")
+
+
+def _run_reject(args: argparse.Namespace) -> None:
+    with _writable(args.db) as store:
+        requests_for(store).reject(args.request, actor=args.actor, reason=args.reason)
+    _say(f"rejected {args.request} by {args.actor}: {args.reason}")
+
+
+def _run_review(args: argparse.Namespace) -> None:
+    try:
+        output = json.loads(args.output)
+    except ValueError as exc:
+        raise _Failure(f"--output is not JSON: {exc}") from None
+    with _writable(args.db) as store:
+        requests_for(store).resolve_review(
+            args.review, outcome=args.outcome, output=output, actor=args.actor
+        )
+    _say(f"review {args.review} resolved {args.outcome} by {args.actor}")

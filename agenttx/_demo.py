@@ -142,4 +142,5 @@ def run(out: Callable[[str], object] = print, *, directory: str | None = None) -
     out(f"  agenttx inspect {where}")
     out(f"  agenttx inspect {where} {which}")
     out(f"  agenttx graph {where} {which} --format mermaid")
+    out(f"  agenttx audit {where} {which}")
     return tx

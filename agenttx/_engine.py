@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
+from ._approvals import requests_for, scopes_alive
+from ._audit import merge_scopes, stored_audit, write_jsonl
 from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
+from ._events import hook_callables
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._plans import PlanRun, run_plan, start_plan
 from ._recovery import recover, recover_plans
@@ -45,11 +48,14 @@ from .stores import MemoryStore, Store
 from .stores._durable import is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
+    from typing import TextIO
 
     from typing_extensions import Self
 
+    from ._approvals import Approval, ApprovalRequest, Review
+    from ._events import Event, HookLike
     from ._json import JSONValue
     from ._plans import Plan, PlanResult
     from ._saga import Dispatcher
@@ -179,6 +185,7 @@ class Engine:
         store: Store | None = None,
         config: EngineConfig | None = None,
         dispatcher: Dispatcher | None = None,
+        hooks: Iterable[HookLike] | None = None,
     ) -> None:
         self._config = EngineConfig() if config is None else config
         if not isinstance(self._config, EngineConfig):
@@ -192,6 +199,8 @@ class Engine:
         self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
         self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
+        hook_callables(hooks)  # checked here, so that a bad hook fails at construction
+        self._hooks: tuple[HookLike, ...] = () if hooks is None else tuple(hooks)
         # The order transactions were begun (or recovered) in, for `transactions()`.
         self._sequence = itertools.count()
         # Transactions not yet seen ended; some may have ended since the engine last looked.
@@ -304,6 +313,7 @@ class Engine:
             dispatch_timeout=self._config.dispatch_timeout,
             isolation=self._config.isolation if isolation is None else isolation,
             output_serializer=self._config.output_serializer,
+            hooks=self._hooks,
         )
         with self._lock:
             self._hold(tx)
@@ -371,13 +381,14 @@ class Engine:
             dispatcher=self._dispatcher,
             live=live,
             output_serializer=self._config.output_serializer,
+            hooks=self._hooks,
         )
         with self._lock:
             for tx in resumed:
                 self._hold(tx)
             held = {run_id for run_id, run in self._plans.items() if not run.done}
         plans, skipped, failures = recover_plans(
-            self._store, self._registry, dispatcher=self._dispatcher, live=held
+            self._store, self._registry, dispatcher=self._dispatcher, live=held, hooks=self._hooks
         )
         with self._lock:
             for run in plans:
@@ -405,7 +416,7 @@ class Engine:
             initial=initial,
             store=self._store,
             dispatcher=self._dispatcher,
-            **options,
+            **self._with_hooks(options),
         )
 
     def start_plan(
@@ -419,12 +430,68 @@ class Engine:
             initial=initial,
             store=self._store,
             dispatcher=self._dispatcher,
-            **options,
+            **self._with_hooks(options),
         )
         with self._lock:
             self._plans = {k: v for k, v in self._plans.items() if not v.done}
             self._plans[run.id] = run
         return run
+
+    def _with_hooks(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` with the engine's hooks before any the call gives."""
+        if not self._hooks:
+            return options
+        more = options.get("hooks")
+        return {**options, "hooks": (*self._hooks, *hook_callables(more))}
+
+    # ------------------------------------------------------------------ audit
+
+    def audit(self, tx_or_run_id: str | None = None) -> tuple[Event, ...]:
+        """The audit trail of one transaction or plan run, or (None) of everything at hand.
+
+        With an id: the events of a transaction or plan run this engine holds (live or kept
+        ended), else those its durable store keeps (ended transactions within the store's
+        retention; plan runs). Raises `TransactionNotFound` if there are none. With None: the
+        events the store keeps of its recent ended transactions and plan runs, and those of
+        the transactions and runs this engine holds; each scope in `seq` order, scopes by
+        their first event. See docs/audit.md.
+        """
+        if tx_or_run_id is not None:
+            if not isinstance(tx_or_run_id, str):
+                raise InvalidArgument(
+                    f"tx_or_run_id must be a string or None, got {type(tx_or_run_id).__name__}"
+                )
+            try:
+                return self.get(tx_or_run_id).audit()
+            except TransactionNotFound:
+                pass
+            with self._lock:
+                run = self._plans.get(tx_or_run_id)
+            if run is not None:
+                return run.audit()
+            return stored_audit(self._store, tx_or_run_id)
+        held: list[Event] = [event for tx in self.transactions() for event in tx.audit()]
+        with self._lock:
+            runs = list(self._plans.values())
+        held.extend(event for run in runs for event in run.audit())
+        seen = {(event.scope, event.scope_id) for event in held}
+        stored = [
+            event
+            for event in stored_audit(self._store)
+            if (event.scope, event.scope_id) not in seen
+        ]
+        return merge_scopes([*stored, *held])
+
+    def export_audit(
+        self, file: str | os.PathLike[str] | TextIO, tx_or_run_id: str | None = None
+    ) -> int:
+        """Write `audit(tx_or_run_id)` as JSON lines to `file` (a path, replaced, or an open
+        text file); return how many events were written."""
+        events = self.audit(tx_or_run_id)
+        if isinstance(file, (str, os.PathLike)):
+            with open(file, "w", encoding="utf-8") as out:  # noqa: PTH123
+                return write_jsonl(events, out)
+        return write_jsonl(events, file)
 
     def get_plan(self, run_id: str) -> PlanRun:
         """The plan run `run_id` started (`start_plan`) or resumed (`recover`) by this engine.
@@ -494,6 +561,92 @@ class Engine:
             self._store, self._dispatcher, limit=limit, timeout=self._config.dispatch_timeout
         )
         return DispatchReport(delivered=delivered, failures=failures)
+
+    # ------------------------------------------------------------------ approvals and reviews
+
+    def pending_approvals(self, limit: int = 1000) -> tuple[ApprovalRequest, ...]:
+        """The approval requests on the engine's store waiting for a decision, oldest first:
+        those of every process, on a durable store (docs/approvals.md)."""
+        _check_limit(limit)
+        return requests_for(self._store).pending_approvals(limit, scopes_alive(self._store))
+
+    def pending_reviews(self, limit: int = 1000) -> tuple[Review, ...]:
+        """The reviews on the engine's store waiting for a person, oldest first."""
+        _check_limit(limit)
+        return requests_for(self._store).pending_reviews(limit, scopes_alive(self._store))
+
+    def _holder(self, request_id: str) -> Transaction | PlanRun | None:
+        """The live transaction or plan run of this engine that a request belongs to."""
+        row = requests_for(self._store).get(request_id)
+        if row is None:
+            return None
+        with self._lock:
+            held = self._live.get(row.scope_id)
+            run = self._plans.get(row.scope_id)
+        if held is not None:
+            return held[1]
+        return run if run is not None and not run.done else None
+
+    def approve(
+        self,
+        request_id: str,
+        *,
+        actor: str,
+        expires_in: float | None = None,
+        note: str = "",
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Approval:
+        """Approve request `request_id`, found by id on the engine's store (any process's).
+
+        As `Transaction.approve`; edited `arguments` are checked against the engine's tool.
+        The transaction that asked goes on when its agent sends the call again, here or in the
+        process that resumes it.
+        """
+        tx = self._holder(request_id)
+        if tx is not None:
+            return tx.approve(
+                request_id, actor=actor, expires_in=expires_in, note=note, arguments=arguments
+            )
+        return requests_for(self._store).approve(
+            request_id,
+            actor=actor,
+            expires_in=expires_in,
+            note=note,
+            arguments=arguments,
+            validate=self._validate_edit,
+        )
+
+    def reject(self, request_id: str, *, actor: str, reason: str) -> None:
+        """Reject request `request_id`, found by id on the engine's store (`Transaction.reject`)."""
+        tx = self._holder(request_id)
+        if tx is not None:
+            tx.reject(request_id, actor=actor, reason=reason)
+            return
+        requests_for(self._store).reject(request_id, actor=actor, reason=reason)
+
+    def resolve_review(
+        self, review_id: str, *, outcome: str, output: JSONValue = None, actor: str
+    ) -> None:
+        """Resolve review `review_id`, found by id on the engine's store
+        (`Transaction.resolve_review`)."""
+        tx = self._holder(review_id)
+        if tx is not None:
+            tx.resolve_review(review_id, outcome=outcome, output=output, actor=actor)
+            return
+        requests_for(self._store).resolve_review(
+            review_id, outcome=outcome, output=output, actor=actor
+        )
+
+    def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue:
+        found = self._registry.get(tool)
+        if found is None:
+            return arguments
+        checked, violation = found.validator.check(arguments)
+        if violation is not None:
+            raise InvalidArgument(
+                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
+            )
+        return checked
 
     # ------------------------------------------------------------------ reaping
 

@@ -17,7 +17,13 @@ Every error agenttx raises derives from `AgentTxError` and carries a stable stri
     │   └── ReadConflict                  read_conflict            (.key)
     ├── StorageError                      storage_error
     ├── ToolError                         tool_error               (.message, .key, .transient)
-    └── ToolOutputError (TypeError)       invalid_tool_output      (.tool, .step_id, .path)
+    ├── ToolOutputError (TypeError)       invalid_tool_output      (.tool, .step_id, .path)
+    └── ApprovalError                     approval_error           (.request_id)
+        ├── ApprovalNotFound (LookupError) approval_not_found
+        ├── ApprovalExpired               approval_expired         (.expired_at)
+        ├── ApprovalConsumed              approval_consumed
+        ├── ApprovalRejected              approval_rejected        (.actor, .reason)
+        └── ReviewNotFound (LookupError)  review_not_found
 
 Agent-caused failures (a tool raising, an unknown tool, a reference to a missing key) are not
 raised: they come back as failed steps with a Clean Hint. These exceptions are for misuse of the
@@ -31,6 +37,11 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AgentTxError",
+    "ApprovalConsumed",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalNotFound",
+    "ApprovalRejected",
     "FailedPrecondition",
     "IllegalTransition",
     "InvalidArgument",
@@ -39,6 +50,7 @@ __all__ = [
     "PlanValidationError",
     "ReadConflict",
     "ReferenceSyntaxError",
+    "ReviewNotFound",
     "StepOutOfOrder",
     "StorageError",
     "ToolError",
@@ -255,3 +267,77 @@ class ToolOutputError(AgentTxError, TypeError):
             f"{problem}; {undone} and step {step_id} is next again. Return JSON values, or "
             "set output_serializer= to convert this type"
         )
+
+
+class ApprovalError(AgentTxError):
+    """An approval or review cannot be decided or used as asked; `request_id` names it.
+
+    Raised by `approve`, `reject` and `resolve_review` (on a transaction or an engine) for a
+    request that is not pending; the subclasses say why. The base class itself is raised for a
+    request that was already approved (decide it once).
+    """
+
+    code: ClassVar[str] = "approval_error"
+
+    def __init__(self, message: str, *, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(message)
+
+
+class ApprovalNotFound(ApprovalError, LookupError):
+    """No approval request with this id is known (to this transaction, or to the store)."""
+
+    code: ClassVar[str] = "approval_not_found"
+
+    def __init__(self, *, request_id: str) -> None:
+        super().__init__(f"approval request `{request_id}` not found", request_id=request_id)
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval expired (at `expired_at`, a UNIX time) before the call it approves ran."""
+
+    code: ClassVar[str] = "approval_expired"
+
+    def __init__(self, *, request_id: str, expired_at: float | None = None) -> None:
+        self.expired_at = expired_at
+        super().__init__(
+            f"approval request `{request_id}` has expired: the call needs a new approval",
+            request_id=request_id,
+        )
+
+
+class ApprovalConsumed(ApprovalError):
+    """The approval was used already: the call it approved has started, once."""
+
+    code: ClassVar[str] = "approval_consumed"
+
+    def __init__(self, *, request_id: str) -> None:
+        super().__init__(
+            f"approval request `{request_id}` was consumed: the call it approved has started",
+            request_id=request_id,
+        )
+
+
+class ApprovalRejected(ApprovalError):
+    """The request was rejected by `actor` for `reason`; it cannot be approved any more."""
+
+    code: ClassVar[str] = "approval_rejected"
+
+    def __init__(self, *, request_id: str, actor: str = "", reason: str = "") -> None:
+        self.actor = actor
+        self.reason = reason
+        super().__init__(
+            f"approval request `{request_id}` was rejected by {actor or 'someone'}: {reason}",
+            request_id=request_id,
+        )
+
+
+class ReviewNotFound(ApprovalError, LookupError):
+    """No pending review with this id is known (never opened, or resolved already)."""
+
+    code: ClassVar[str] = "review_not_found"
+
+    def __init__(self, *, request_id: str, resolved: bool = False) -> None:
+        self.resolved = resolved
+        what = "was resolved already" if resolved else "not found"
+        super().__init__(f"review `{request_id}` {what}", request_id=request_id)

@@ -224,24 +224,18 @@ def hook_callables(hooks: Iterable[HookLike] | None) -> tuple[Callable[[Event], 
     return tuple(found)
 
 
-# A recorded event before it is materialised: (seq, kind, unix time, step, node, attempt,
-# actor, data). Building the tuple is what a step pays when nobody listens.
-_Raw = tuple[
-    int,
-    EventKind,
-    float,
-    int | None,
-    str | None,
-    str | None,
-    str | None,
-    Any,
-]
+# A recorded event before it is materialised: (kind, unix time, step, node, attempt, actor,
+# data); its seq is its place in the list. Appending this tuple is what a step pays when
+# nobody listens.
+_Raw = tuple[EventKind, float, int | None, str | None, str | None, str | None, Any]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_now = time.time
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def _materialise(scope: Scope, scope_id: str, raw: _Raw) -> Event:
-    seq, kind, at, step, node, attempt, actor, data = raw
+def _materialise(scope: Scope, scope_id: str, seq: int, raw: _Raw) -> Event:
+    kind, at, step, node, attempt, actor, data = raw
     return Event(
         kind=kind,
         at=dt.datetime.fromtimestamp(at, dt.timezone.utc),
@@ -259,8 +253,11 @@ def _materialise(scope: Scope, scope_id: str, raw: _Raw) -> Event:
 class EventSink:
     """Numbers, keeps and delivers the events of one transaction or plan run.
 
-    Thread-safe. `emit` never raises because of a hook. Events are kept in memory for the life
-    of the owner; `take_unpersisted()` hands the ones not yet written to a durable store (in
+    Thread-safe: an event's `seq` is its place in the order events were recorded, whichever
+    thread recorded them (appending to a list is atomic). `emit` never raises because of a
+    hook. The sink takes `data` over: the caller must not change the mapping afterwards (the
+    `Event` built from it holds a read-only copy). Events are kept in memory for the life of
+    the owner; `take_unpersisted()` hands the ones not yet written to a durable store (in
     `seq` order, each once) so that the owner writes them with its next durable write.
     """
 
@@ -314,14 +311,24 @@ class EventSink:
         attempt: str | None = None,
         actor: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
+        at: float | None = None,
     ) -> None:
         """Record one event (numbered next) and deliver it to the hooks, outside the lock.
 
-        `data` must hold JSON values; it is copied, so the caller may reuse its mapping.
-        Safe to call while the caller holds its own lock only if no hook listens; otherwise
-        call `emit` outside it, or `record` under it and `deliver` after releasing it.
+        `data` holds JSON values (the sink takes it over); `at` is the event's time in seconds
+        since the epoch (default: now). Safe to call while the caller holds its own lock only
+        if no hook listens; otherwise call `emit` outside it, or `record` under it and
+        `deliver` after releasing it.
         """
-        self.record(kind, step=step, node=node, attempt=attempt, actor=actor, data=data)
+        self._raw.append(
+            (kind, time.time() if at is None else at, step, node, attempt, actor, data)
+        )
+        if self._hooks:
+            self.deliver()
+
+    def step(self, kind: EventKind, step: int, data: Mapping[str, JSONValue] | None) -> None:
+        """`emit(kind, step=step, data=data)`, with less call overhead (once or twice a step)."""
+        self._raw.append((kind, _now(), step, None, None, None, data))
         if self._hooks:
             self.deliver()
 
@@ -334,23 +341,12 @@ class EventSink:
         attempt: str | None = None,
         actor: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
+        at: float | None = None,
     ) -> None:
         """Record one event without delivering it (the owner calls `deliver` later)."""
-        frozen = MappingProxyType(dict(data)) if data else None
-        with self._lock:
-            raw = self._raw
-            raw.append(
-                (
-                    self._start + len(raw),
-                    kind,
-                    time.time(),
-                    step,
-                    node,
-                    attempt,
-                    actor,
-                    frozen,
-                )
-            )
+        self._raw.append(
+            (kind, time.time() if at is None else at, step, node, attempt, actor, data)
+        )
 
     def deliver(self) -> None:
         """Call the hooks for every recorded event not yet delivered, in order.
@@ -367,14 +363,16 @@ class EventSink:
         try:
             while True:
                 with self._lock:
-                    batch = self._raw[self._delivered :]
-                    self._delivered = len(self._raw)
+                    first = self._delivered
+                    batch = self._raw[first:]
+                    self._delivered = first + len(batch)
                     hooks = self._hooks
                     if not batch:
                         self._delivering = False
                         return
-                for raw in batch:
-                    event = _materialise(self.scope, self.scope_id, raw)
+                seq = self._start + first
+                for offset, raw in enumerate(batch):
+                    event = _materialise(self.scope, self.scope_id, seq + offset, raw)
                     for hook in hooks:
                         _call(hook, event)
         except BaseException:
@@ -382,11 +380,29 @@ class EventSink:
                 self._delivering = False
             raise
 
+    def _events(self, first: int, raw: list[_Raw]) -> tuple[Event, ...]:
+        seq = self._start + first
+        return tuple(
+            _materialise(self.scope, self.scope_id, seq + offset, item)
+            for offset, item in enumerate(raw)
+        )
+
     def events(self) -> tuple[Event, ...]:
         """Every event recorded so far, in `seq` order."""
-        with self._lock:
-            raw = list(self._raw)
-        return tuple(_materialise(self.scope, self.scope_id, item) for item in raw)
+        return self._events(0, self._raw[:])
+
+    def upcoming(
+        self,
+        items: Iterable[
+            tuple[EventKind, float, str | None, str | None, Mapping[str, JSONValue] | None]
+        ],
+    ) -> tuple[Event, ...]:
+        """The events that recording `items` (`(kind, at, node, attempt, data)`, in order)
+        next would give, without recording them (for a write that must hold them)."""
+        raw: list[_Raw] = [
+            (kind, at, None, node, attempt, None, data) for kind, at, node, attempt, data in items
+        ]
+        return self._events(len(self._raw), raw)
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -394,9 +410,55 @@ class EventSink:
     def take_unpersisted(self) -> tuple[Event, ...]:
         """The events not yet handed out by this method, in order; each is handed out once."""
         with self._lock:
-            raw = self._raw[self._persisted :]
-            self._persisted = len(self._raw)
-        return tuple(_materialise(self.scope, self.scope_id, item) for item in raw)
+            first = self._persisted
+            raw = self._raw[first:]
+            self._persisted = first + len(raw)
+        return self._events(first, raw)
+
+    def take_unpersisted_rows(self) -> list[tuple[int, str]]:
+        """`take_unpersisted`, as `(seq, JSON text)` rows for a store: the text is what
+        `Event.to_json` gives, written compactly (cheaper than building the `Event`s)."""
+        with self._lock:
+            first = self._persisted
+            raw = self._raw[first:]
+            self._persisted = first + len(raw)
+        seq = self._start + first
+        return [
+            (seq + offset, _dumps(self._entry(seq + offset, item)))
+            for offset, item in enumerate(raw)
+        ]
+
+    def entries(
+        self, then: Iterable[tuple[EventKind, float, Mapping[str, JSONValue] | None]] = ()
+    ) -> list[dict[str, Any]]:
+        """Every event so far as its `Event.to_json` object (built without the `Event`s),
+        then the events `then` (`(kind, at, data)`) would give if recorded next."""
+        raw: list[_Raw] = [
+            *self._raw[:],
+            *((kind, at, None, None, None, None, data) for kind, at, data in then),
+        ]
+        return [self._entry(self._start + index, item) for index, item in enumerate(raw)]
+
+    def _entry(self, seq: int, raw: _Raw) -> dict[str, Any]:
+        kind, at, step, node, attempt, actor, data = raw
+        entry: dict[str, Any] = {
+            "scope": self.scope,
+            "scope_id": self.scope_id,
+            "seq": seq,
+            "kind": kind.value,
+            "at": dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(),
+            "zone": "UTC",
+        }
+        if step is not None:
+            entry["step"] = step
+        if node is not None:
+            entry["node"] = node
+        if attempt is not None:
+            entry["attempt"] = attempt
+        if actor is not None:
+            entry["actor"] = actor
+        entry["data"] = {} if data is None else dict(data)
+        return entry
 
     def return_unpersisted(self, count: int) -> None:
         """Hand the last `count` events taken back (their durable write failed)."""

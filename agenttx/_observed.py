@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from ._approvals import requests_for
 from ._errors import IllegalTransition, InvalidTransactionState
+from ._events import Event, EventKind, EventSink
 from ._lineage import LineageStep, lineage_from_steps
 from ._results import (
     TRANSITIONS,
@@ -32,6 +34,7 @@ from ._tools import Orphans
 from ._txlog import history_text
 
 if TYPE_CHECKING:
+    from ._approvals import Requests
     from ._graph import DependencyGraph
     from ._json import JSONValue
     from ._lineage import LineageGraph
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from ._tools import ToolRegistry, ToolSpec
     from ._txlog import TxLog
     from .stores import Store
+    from .stores._approvals import RequestRow
 
 __all__ = ["Calls", "Observed"]
 
@@ -281,6 +285,19 @@ class Observed:
         init=False, default=attrs.Factory(lambda self: Calls(self._id), takes_self=True)
     )
     _state_lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    # The audit trail (set by `Transaction._setup`, with the hooks).
+    _events: EventSink = attrs.field(init=False)
+    # The approval requests and reviews of the store (made on first use: most tools need none).
+    _requests: Requests | None = attrs.field(init=False, default=None)
+    # The approval the running call consumed: finished with the call's outcome.
+    _guard: RequestRow | None = attrs.field(init=False, default=None)
+
+    def _book(self) -> Requests:
+        """The store's approval requests and reviews (looked up on first use)."""
+        book = self._requests
+        if book is None:
+            book = self._requests = requests_for(self._store)
+        return book
 
     @property
     def id(self) -> str:
@@ -452,22 +469,39 @@ class Observed:
                 ),
             )
 
-    def _history_text(self, final: TxStatus) -> str:
-        """The history a durable store keeps when the transaction ends as `final`."""
+    def audit(self) -> tuple[Event, ...]:
+        """The transaction's audit trail so far: every event in `seq` order (see docs/audit.md).
+
+        Works during a step and after the transaction has ended; thread-safe.
+        """
+        return self._events.events()
+
+    def _history_text(
+        self, final: TxStatus, audit: list[dict[str, JSONValue]] | None = None
+    ) -> str:
+        """The history a durable store keeps when the transaction ends as `final`, with the
+        audit trail (`audit`, or the events recorded so far), as `Event.to_json` objects."""
+        events = self._events.entries() if audit is None else audit
         with self._state_lock:
             return history_text(
                 final.value,
                 self._timeline.history.rows(),
                 self._constraints,
                 (f"{record.description}: {error}" for record, error in self._ledger.failed),
+                events,
             )
 
-    def _commit_store(self) -> None:
-        """Commit the store's side; a durable log keeps the history in the same commit."""
+    def _commit_store(self, data: dict[str, JSONValue]) -> float:
+        """Commit the store's side; a durable log keeps the history in the same commit, with
+        the audit trail ending in the `committed` event (`data`), which the caller records once
+        the commit succeeded, at the time returned."""
+        at = time.time()
         if self._log is None:
             self._store.commit(self._id)
         else:
-            self._log.commit(self._history_text(TxStatus.COMMITTED))
+            audit = self._events.entries([(EventKind.COMMITTED, at, data)])
+            self._log.commit(self._history_text(TxStatus.COMMITTED, audit))
+        return at
 
     def __repr__(self) -> str:
         # Never arguments or outputs: they may hold secrets.

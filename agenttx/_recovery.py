@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import attrs
 
 from ._errors import AgentTxError, InvalidArgument, TransactionNotFound
+from ._events import EventKind, EventSink
 from ._plans import is_plan_store, resume_plan
 from ._results import RecoveryReport, TxStatus
 from ._saga import SagaLedger
@@ -34,8 +35,10 @@ from ._transaction import Transaction
 from ._txlog import end_keeping_undos, read_image, recovered_history
 
 if TYPE_CHECKING:
-    from collections.abc import Container
+    from collections.abc import Container, Iterable
 
+    from ._events import HookLike
+    from ._json import JSONValue
     from ._plans import PlanRun
     from ._saga import Dispatcher
     from ._tools import OutputSerializer, ToolRegistry, UndoRecord
@@ -56,6 +59,10 @@ class _Tally:
     skipped: list[str] = attrs.Factory(list)
 
 
+#: The actor named by the events of what recovery does.
+RECOVERY_ACTOR = "agenttx.recovery"
+
+
 def recover(
     store: DurableStore,
     registry: ToolRegistry,
@@ -64,20 +71,29 @@ def recover(
     dispatcher: Dispatcher | None,
     live: Container[str],
     output_serializer: OutputSerializer = to_json_value,
+    hooks: Iterable[HookLike] | None = None,
 ) -> tuple[RecoveryReport, list[Transaction]]:
     """Recover every open transaction of `store` not in `live` and not owned by a live process.
 
-    Returns the report and, in resume mode, the rebuilt transactions (an interrupted abort is
-    finished, so that one has ended; the report's `resumed` lists only those still active). A
-    transaction another recoverer claims first, or whose owner is alive, is in `skipped`; one
-    that ended meanwhile is left out. Raises only for a bad `mode`, or a failure to list the
-    open transactions. Resumed transactions convert outputs with `output_serializer`.
+    The state transactions of RUNNING plan runs are left to `recover_plans`, which resumes
+    them with their runs. Returns the report and, in resume mode, the rebuilt transactions
+    (an interrupted abort is finished, so that one has ended; the report's `resumed` lists
+    only those still active). A transaction another recoverer claims first, or whose owner is
+    alive, is in `skipped`; one that ended meanwhile is left out. Raises only for a bad
+    `mode`, or a failure to list the open transactions. Resumed transactions convert outputs
+    with `output_serializer`.
     """
     if mode not in ("abort", "resume"):
         raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
     tally = _Tally()
+    # A running plan run's state transaction (its id is the run's) is resumed with the run.
+    plans = (
+        {run_id for run_id, _ in cast("Any", store).running_plans()}
+        if is_plan_store(store)
+        else set()
+    )
     for tx_id in store.open_transactions():
-        if tx_id in live:
+        if tx_id in live or tx_id in plans:
             continue
         try:
             _recover_one(
@@ -88,6 +104,7 @@ def recover(
                 dispatcher=dispatcher,
                 tally=tally,
                 output_serializer=output_serializer,
+                hooks=hooks,
             )
         except AgentTxError as exc:
             tally.failures.append(f"{tx_id}: {exc}")
@@ -112,6 +129,7 @@ def _recover_one(
     dispatcher: Dispatcher | None,
     tally: _Tally,
     output_serializer: OutputSerializer,
+    hooks: Iterable[HookLike] | None = None,
 ) -> None:
     """Claim and recover one transaction, adding to `tally`; `AgentTxError` escapes for the
     caller to report (what was done before it is counted)."""
@@ -139,16 +157,23 @@ def _recover_one(
             store=store,
             dispatcher=dispatcher,
             output_serializer=output_serializer,
+            hooks=hooks,
         )
         tally.run += report.succeeded
         tally.failures.extend(f"{tx_id}: {line}" for line in report.failures)
         tally.resumed.append(tx)  # an interrupted abort was finished: it has ended
         return
-    _abort(store, tx_id, restored, registry, tally)
+    _abort(store, tx_id, restored, registry, tally, events=EventSink("transaction", tx_id, hooks))
 
 
 def _abort(
-    store: DurableStore, tx_id: str, restored: Restored, registry: ToolRegistry, tally: _Tally
+    store: DurableStore,
+    tx_id: str,
+    restored: Restored,
+    registry: ToolRegistry,
+    tally: _Tally,
+    *,
+    events: EventSink,
 ) -> None:
     """Compensate the transaction's undo records newest first, then discard it; keep the
     record and the failed undo records if any compensation failed."""
@@ -160,10 +185,20 @@ def _abort(
         store.forget_undo(tx_id, record.step_id, record.seq)
 
     settings = Settings.from_record(restored.settings, restored.policy)
+
+    def outcome(record: UndoRecord, error: str | None) -> None:
+        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
+        if error is not None:
+            data["error"] = error
+        kind = EventKind.COMPENSATED if error is None else EventKind.COMPENSATION_FAILED
+        events.emit(kind, step=record.step_id, actor=RECOVERY_ACTOR, data=data)
+
+    settings = Settings.from_record(restored.settings, restored.policy)
     ledger = SagaLedger(
         attempts=settings.compensation_retries,
         timeout=settings.compensation_timeout,
         on_compensated=forget,
+        on_outcome=outcome,
     )
     report = ledger.compensate(
         sorted(restored.undos, key=lambda r: (r.step_id, r.seq), reverse=True),
@@ -173,7 +208,19 @@ def _abort(
     status = restored.ended or "ROLLED_BACK"
     # A transaction that ended itself gave its history then (the store keeps it); one that
     # recovery aborts gets one here: its live steps were undone.
-    history = None if restored.ended else recovered_history(restored, status, report.failures)
+    # Its own events before the crash were not durable: the trail holds what recovery did.
+    if not restored.ended:
+        undone: list[JSONValue] = [*sorted(restored.steps)]
+        events.emit(
+            EventKind.ABORTED,
+            actor=RECOVERY_ACTOR,
+            data={"status": status, "steps_undone": undone, "by": "recovery"},
+        )
+    history = (
+        None
+        if restored.ended
+        else recovered_history(restored, status, report.failures, events.entries())
+    )
     if report.failures:  # the record and the failed undos stay, for next time
         end_keeping_undos(store, tx_id, restored.record, status, history)
     else:
@@ -186,6 +233,7 @@ def recover_plans(
     *,
     dispatcher: Dispatcher | None,
     live: Container[str],
+    hooks: Iterable[HookLike] | None = None,
 ) -> tuple[list[PlanRun], list[str], list[str]]:
     """Resume every RUNNING plan run of `store` not in `live` whose owner is not a live
     process: each is claimed (a compare-and-set on its owner, so one recoverer takes it) and
@@ -208,7 +256,9 @@ def recover_plans(
             if image is None:
                 skipped.append(run_id)
                 continue
-            resumed.append(resume_plan(store, image, tools=registry, dispatcher=dispatcher))
+            resumed.append(
+                resume_plan(store, image, tools=registry, dispatcher=dispatcher, hooks=hooks)
+            )
         except AgentTxError as exc:
             failures.append(f"plan run {run_id}: {exc}")
     return resumed, skipped, failures

@@ -16,6 +16,7 @@ from ._errors import InvalidArgument
 from ._rollback import RollbackStrategy
 
 if TYPE_CHECKING:
+    from ._approvals import ApprovalRequest, Review
     from ._hints import CleanHint
     from ._json import JSONValue
     from ._rollback import RollbackDecision
@@ -81,6 +82,8 @@ class StepStatus(enum.Enum):
     ROLLBACK_TRIGGERED = "ROLLBACK_TRIGGERED"
     FAILED = "FAILED"  # the transaction aborted
     NOT_RUN = "NOT_RUN"  # a call of a turn not sent, because an earlier call failed (call_turn)
+    NEEDS_APPROVAL = "NEEDS_APPROVAL"  # not run: waits for a person's approval (`approval`)
+    NEEDS_REVIEW = "NEEDS_REVIEW"  # its outcome is unknown: waits for a person (`review`)
 
 
 class AttemptStatus(enum.Enum):
@@ -152,6 +155,8 @@ class StepResult:
     `voided_steps` are the live steps the rewind (or abort) undid, in step order, and
     `voided_call_ids` the call ids of those that had one; `root_cause` is set when the rewind
     jumped to the step that produced the bad input. `for_model()` is what to send the model.
+    A call that waits for a person has status `NEEDS_APPROVAL` (with `approval`, the request)
+    or `NEEDS_REVIEW` (with `review`); nothing was rewound and `next_step_id` is the same step.
     """
 
     status: StepStatus
@@ -171,6 +176,8 @@ class StepResult:
     voided_steps: tuple[int, ...] = ()
     voided_call_ids: tuple[str, ...] = ()
     root_cause: RootCause | None = None
+    approval: ApprovalRequest | None = None
+    review: Review | None = None
 
     @property
     def ok(self) -> bool:
@@ -180,7 +187,9 @@ class StepResult:
     def for_model(self) -> dict[str, JSONValue]:
         """The tool result to send the model (docs/protocol.md#what-the-model-receives).
 
-        Keys, in this order: `ok`, `step`, `output` (on success) or `error` (the hint text),
+        Keys, in this order: `ok`, `step`, `output` (on success) or `error` (the hint text; for
+        a call waiting for a person, what it waits for, and then `awaiting`: "approval" or
+        "review"),
         `next_step`, then `voided_steps`, `constraints` and `root_cause` (`{"step", "key"}`)
         when they are not empty, and `instruction`, one sentence saying what to send next.
         A new dict each call, JSON-serializable (the output is JSON already); deterministic.
@@ -190,6 +199,16 @@ class StepResult:
         payload: dict[str, JSONValue] = {"ok": self.ok, "step": step}
         if self.ok:
             payload["output"] = self.output
+        elif self.approval is not None:
+            request = self.approval.id
+            payload["error"] = f"this call awaits a person's approval (request {request})"
+            payload["awaiting"] = "approval"
+        elif self.review is not None:
+            review = self.review.id
+            payload["error"] = (
+                f"the outcome of this call is unknown; a person reviews it ({review})"
+            )
+            payload["awaiting"] = "review"
         else:
             payload["error"] = self.hint.text if self.hint is not None else self.error or ""
         payload["next_step"] = self.next_step_id
@@ -225,6 +244,23 @@ _INSTRUCTIONS: Final = {
 }
 
 
+#: The instruction for a call that did not run, by status, with `{step}` (the next step).
+_WAITING: Final = {
+    StepStatus.NEEDS_APPROVAL: (
+        "A person must approve this exact call first: once approved, send step {step} again "
+        "with the same tool and arguments; it then runs once."
+    ),
+    StepStatus.NEEDS_REVIEW: (
+        "Do not repeat or change this call: once the review is resolved, send step {step} "
+        "again with the same tool and arguments to learn its outcome."
+    ),
+    StepStatus.NOT_RUN: (
+        "This call was not run because an earlier call of the turn failed: "
+        "send it again as step {step} or later, if it is still needed."
+    ),
+}
+
+
 def _instruction(result: StepResult) -> str:
     """One sentence: what the model does next, after `result`."""
     step, following, strategy = result.step_id, result.next_step_id, result.strategy
@@ -233,11 +269,9 @@ def _instruction(result: StepResult) -> str:
             f"Continue with step {following}; pass on a value of this output as "
             f"${{steps.{step}.<field>}}, never copied."
         )
-    if result.status is StepStatus.NOT_RUN:
-        return (
-            "This call was not run because an earlier call of the turn failed: "
-            f"send it again as step {following} or later, if it is still needed."
-        )
+    waiting = _WAITING.get(result.status)
+    if waiting is not None:
+        return waiting.format(step=following)
     fixed = _INSTRUCTIONS.get(strategy)
     if fixed is not None:
         return fixed.format(step=step)

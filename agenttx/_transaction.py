@@ -25,6 +25,8 @@ from ._errors import (
     ToolOutputError,
     WriteConflict,
 )
+from ._events import EventKind, EventSink
+from ._guarded import Guarded
 from ._hints import CleanHint, clean_error
 from ._limits import DEFAULT_ISOLATION, Isolation
 from ._observed import Observed
@@ -67,19 +69,21 @@ from .stores import DurableStore, MemoryStore, Store
 from .stores._durable import is_store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
     from types import TracebackType
 
     from typing_extensions import Self
 
-    from ._tools import OutputSerializer
+    from ._events import HookLike
+    from ._json import JSONValue
+    from ._tools import OutputSerializer, UndoRecord
 
 
 __all__ = ["Transaction"]
 
 
 @attrs.define(init=False, eq=False, repr=False)
-class Transaction(Turns, Observed):
+class Transaction(Turns, Guarded, Observed):
     """One agent run's tool calls, executed as numbered steps that can be rolled back.
 
     `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
@@ -112,6 +116,7 @@ class Transaction(Turns, Observed):
         isolation: Isolation = DEFAULT_ISOLATION,
         output_serializer: OutputSerializer = to_json_value,
         tx_id: str | None = None,
+        hooks: Iterable[HookLike] | None = None,
     ) -> None:
         check_agent_id(agent_id)
         if store is not None and not is_store(store):
@@ -129,10 +134,12 @@ class Transaction(Turns, Observed):
         store = MemoryStore() if store is None else store
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
         registry = ToolRegistry(tools)
+        events = EventSink("transaction", tx_id, hooks)  # checks the hooks before the store
         log = TxLog.open(store, tx_id, agent_id=agent_id, settings=settings)
         self._setup(
             log,
             settings,
+            events,
             registry=registry,
             store=store,
             agent_id=agent_id,
@@ -141,11 +148,15 @@ class Transaction(Turns, Observed):
             controller=RollbackController(settings.policy),
         )
 
-    def _setup(self, log: TxLog | None, settings: Settings, **fields: Any) -> None:
+    def _setup(
+        self, log: TxLog | None, settings: Settings, events: EventSink, **fields: Any
+    ) -> None:
         ledger = SagaLedger(
             attempts=settings.compensation_retries, timeout=settings.compensation_timeout
         )
         self.__attrs_init__(settings=settings, ledger=ledger, **fields)
+        self._events = events
+        ledger.on_outcome = self._compensation_event
         if log is not None:
             self._log = log
             ledger.on_compensated = log.forget
@@ -159,6 +170,7 @@ class Transaction(Turns, Observed):
         store: DurableStore,
         dispatcher: Dispatcher | None,
         output_serializer: OutputSerializer = to_json_value,
+        hooks: Iterable[HookLike] | None = None,
     ) -> tuple[Transaction, CompensationReport]:
         """The transaction `restored` from its durable log, ready for its next step.
 
@@ -172,6 +184,7 @@ class Transaction(Turns, Observed):
         tx._setup(  # noqa: SLF001  (its own class)
             TxLog(store, restored.tx_id, record=restored.record, progress=progress),
             Settings.from_record(restored.settings, restored.policy, output_serializer),
+            EventSink("transaction", restored.tx_id, hooks),
             registry=registry,
             store=store,
             agent_id=restored.agent_id,
@@ -249,17 +262,24 @@ class Transaction(Turns, Observed):
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
                     return self._fail(step_id, prepared)
+                if prepared.tool.guarded:
+                    return self._run_guarded(prepared)
+                self._dispatched(prepared)
                 outcome = run_tool(prepared, self._settings.output_serializer)
             except BaseException:
                 self._abandon(step_id, prepared)
                 raise
-            self._keep_registered(prepared, outcome)
-            if outcome.refused is not None:
-                raise self._refuse(prepared, outcome.refused)
-            error = output_error(prepared, outcome)
-            if error is None:
-                return self._succeed(prepared, outcome)
-            return self._fail(step_id, error)
+            return self._settle(prepared, outcome)
+
+    def _settle(self, call: Call, outcome: Outcome) -> StepResult:
+        """The step's result once its tool has run (sync): kept, refused, succeeded or failed."""
+        self._keep_registered(call, outcome)
+        if outcome.refused is not None:
+            raise self._refuse(call, outcome.refused)
+        error = output_error(call, outcome)
+        if error is None:
+            return self._succeed(call, outcome)
+        return self._fail(call.step_id, error)
 
     async def aexecute_step(
         self,
@@ -301,6 +321,9 @@ class Transaction(Turns, Observed):
                 prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
+            if prepared.tool.guarded:  # store and check calls block: rare, and short
+                return self._run_guarded(prepared)
+            self._dispatched(prepared)
             outcome = await arun_tool(prepared, self._settings.output_serializer)
         except BaseException:
             self._abandon(step_id, prepared)
@@ -347,6 +370,21 @@ class Transaction(Turns, Observed):
             return Failure(f"{type(exc).__name__}: {exc}")
         return prepared
 
+    def _dispatched(self, call: Call) -> None:
+        data: dict[str, JSONValue] = {"tool": call.tool.name}
+        call_id = self._timeline.call_id
+        if call_id is not None:
+            data["call_id"] = call_id
+        self._events.step(STEP_DISPATCHED, call.step_id, data)
+
+    def _compensation_event(self, record: UndoRecord, error: str | None) -> None:
+        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
+        if error is None:
+            self._events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
+        else:
+            data["error"] = error
+            self._events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
+
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
         """Keep what the tool registered, whether it succeeded or not (a rewind undoes it).
 
@@ -389,6 +427,7 @@ class Transaction(Turns, Observed):
             if dropped is not None:
                 self._constraints, self._transient_hints = dropped
         self._transition(TxStatus.ACTIVE)
+        self._events.step(STEP_COMPLETED, step_id, {"tool": call.tool.name})
         return StepResult(
             status=StepStatus.SUCCESS,
             step_id=step_id,
@@ -441,6 +480,7 @@ class Transaction(Turns, Observed):
         if failure.key is not None and failure.key != hint.key:
             hint = attrs.evolve(hint, key=failure.key)
         transient = hint.category.transient if failure.transient is None else failure.transient
+        pending = self._timeline.pending  # the failed call, before `failed()` forgets it
         with self._state_lock:
             add_hint(
                 self._constraints,
@@ -454,6 +494,17 @@ class Transaction(Turns, Observed):
         decision = self._controller.decide(
             step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
         )
+        # Recorded before the rewind it decides, so the audit reads in the order things happen.
+        strategy = decision.strategy
+        data: dict[str, JSONValue] = {
+            "hint": hint.text,
+            "category": hint.category.value,
+            "strategy": strategy.value,
+            "rollback_to_step": 0 if strategy is RollbackStrategy.ABORT else decision.target_step,
+        }
+        if pending is not None:
+            data["tool"] = pending.tool_name
+        self._events.emit(EventKind.STEP_FAILED, step=step_id, data=data)
         return decision, hint
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
@@ -531,15 +582,23 @@ class Transaction(Turns, Observed):
     def _finish_rewind(self, target: int, final: TxStatus | None) -> None:
         if final is not None:
             with self._state_lock:
+                dropped: list[JSONValue] = [*sorted(self._timeline.steps)]
                 self._timeline.clear()
+            self._events.emit(
+                EventKind.ABORTED, data={"status": final.value, "steps_undone": dropped}
+            )
             self._discard(final)
             self._transition(final)
             return
         self._store.restore(self._id, target)
         with self._state_lock:
+            undone: list[JSONValue] = [step for step in self._timeline.steps if step >= target]
             self._timeline.truncate(target)
         self._log_progress()
         self._transition(TxStatus.ACTIVE)
+        self._events.emit(
+            EventKind.STEP_REWOUND, step=target, data={"to_step": target, "steps_undone": undone}
+        )
 
     @contextlib.contextmanager
     def _ending_if_interrupted(self) -> Iterator[None]:
@@ -600,6 +659,7 @@ class Transaction(Turns, Observed):
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""
+        self._withdraw(final)
         if self._log is None:
             self._store.discard(self._id)
         else:
@@ -654,8 +714,13 @@ class Transaction(Turns, Observed):
                     "effect may still land; commit again later, or roll back"
                 )
             self._transition(TxStatus.COMMITTING)
+            with self._state_lock:
+                committed: dict[str, JSONValue] = {
+                    "steps": len(self._timeline.steps),
+                    "effects": len(self._timeline.effects),
+                }
             try:
-                self._commit_store()  # with its history, on a durable store
+                at = self._commit_store(committed)  # with its history, on a durable store
             except WriteConflict:
                 self._abort(TxStatus.FAILED)
                 raise
@@ -668,18 +733,28 @@ class Transaction(Turns, Observed):
                 self._timeline.effects.clear()
                 steps = len(self._timeline.steps)
             self._transition(TxStatus.COMMITTED)
+            self._withdraw(TxStatus.COMMITTED)
+            self._events.emit(EventKind.COMMITTED, data=committed, at=at)
         dispatched, failures = deliver_committed(
             effects,
             self._dispatcher,
             self._store,
             self._id,
             timeout=self._settings.dispatch_timeout,
+            on_delivered=self._delivered if effects else None,
         )
         return CommitResult(
             steps_committed=steps,
             effects_dispatched=dispatched,
             dispatch_errors=failures,
             effects=effects,
+        )
+
+    def _delivered(self, channel: str, idempotency_key: str, step_id: int) -> None:
+        self._events.emit(
+            EventKind.EFFECT_DELIVERED,
+            step=step_id,
+            data={"channel": channel, "idempotency_key": idempotency_key},
         )
 
     def __enter__(self) -> Self:
@@ -700,6 +775,8 @@ class Transaction(Turns, Observed):
 
 
 _STILL_RUNNING: Final = "not run: its tool was still running after its timeout"
+STEP_DISPATCHED: Final = EventKind.STEP_DISPATCHED
+STEP_COMPLETED: Final = EventKind.STEP_COMPLETED
 
 
 def _rewind_target(decision: RollbackDecision) -> tuple[int, TxStatus | None]:

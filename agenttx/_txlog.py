@@ -5,10 +5,10 @@
 successful step with its staged effects; and the progress (next step, controller counters,
 constraints) after every rewind; and, in the write that ends it (commit, abort, or the end
 that keeps failed undos for recovery), its history (`history_text`: the final status, every
-step attempt with what became of it, the constraints and the compensation failures), which a
-store that keeps ended transactions keeps with them. Everything is JSON text. `read_image`
-turns what `DurableStore.load` returns back into Python objects for `Engine.recover`, and
-`read_history` the history of an ended one for `agenttx inspect`.
+step attempt with what became of it, the constraints, the compensation failures and the
+audit events), which a store that keeps ended transactions keeps with them. Everything is
+JSON text. `read_image` turns what `DurableStore.load` returns back into Python objects for
+`Engine.recover`, and `read_history` the history of an ended one for `agenttx inspect`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 
 import attrs
 
-from ._errors import StorageError
+from ._errors import InvalidArgument, StorageError
+from ._events import Event
 from ._json import JSONValue, canonical_dumps, compact_encoder
 from ._refs import Dependency
 from ._results import AttemptStatus, StepAttempt
@@ -115,6 +116,7 @@ class Ended(NamedTuple):
     attempts: tuple[StepAttempt, ...]  # every step executed, oldest first
     constraints: tuple[str, ...]
     compensation_failures: tuple[str, ...]
+    audit: tuple[Event, ...] = ()  # its audit events, when the history kept them
 
 
 @final
@@ -272,10 +274,11 @@ def history_text(
     attempts: list[JSONValue],
     constraints: Iterable[str],
     compensation_failures: Iterable[str],
+    audit: Iterable[Mapping[str, Any]] = (),
 ) -> str:
     """The history of a transaction that ends as `status` (JSON text; see `read_history`);
     `attempts` are `[step_id, tool_name, status value]` (and the call id, if any), oldest
-    first."""
+    first; `audit` its audit events, in order, as `Event.to_json` objects."""
     return _encode_history(
         {
             "format": FORMAT,
@@ -283,13 +286,20 @@ def history_text(
             "attempts": attempts,
             "constraints": list(constraints),
             "compensation_failures": list(compensation_failures),
+            "audit": [dict(entry) for entry in audit],
         }
     )
 
 
-def recovered_history(restored: Restored, status: str, failures: Sequence[str]) -> str:
+def recovered_history(
+    restored: Restored,
+    status: str,
+    failures: Sequence[str],
+    audit: Iterable[Mapping[str, Any]] = (),
+) -> str:
     """The history of a transaction that recovery aborts: its live steps were undone (those
-    with undo records compensated), and `failures` are the compensations that failed."""
+    with undo records compensated), and `failures` are the compensations that failed; `audit`
+    the events of what recovery did."""
     undone = {undo.step_id for undo in restored.undos}
     attempts: list[JSONValue] = []
     for step_id, step in sorted(restored.steps.items()):
@@ -301,7 +311,7 @@ def recovered_history(restored: Restored, status: str, failures: Sequence[str]) 
         if step.call_id is not None:
             row.append(step.call_id)
         attempts.append(row)
-    return history_text(status, attempts, restored.progress.constraints, failures)
+    return history_text(status, attempts, restored.progress.constraints, failures, audit)
 
 
 def read_history(text: str | None) -> Ended | None:
@@ -318,8 +328,9 @@ def read_history(text: str | None) -> Ended | None:
             attempts=attempts,
             constraints=tuple(document["constraints"]),
             compensation_failures=tuple(document["compensation_failures"]),
+            audit=tuple(Event.from_json(entry) for entry in document.get("audit", ())),
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, InvalidArgument) as exc:
         raise StorageError(f"unreadable history: {exc}") from exc
     texts = (ended.status, *ended.constraints, *ended.compensation_failures)
     if not all(isinstance(t, str) for t in texts) or not all(

@@ -6,20 +6,33 @@ Run from the repository root::
     python campaigns/plan_crash.py --trials 3        # a smoke run (tests/test_plan_crash.py)
 
 Each trial starts a worker process that runs random plans (DAGs of 4-9 nodes, some of whose
-tools fail transiently once) on one SQLite file through `Engine.run_plan`. The worker kills
-itself with SIGKILL at a moment drawn for the trial: before a node's claim is written, after
-it (the dispatch), inside a tool after its effect and before its result is persisted, after a
-result is persisted, or after dependants are released; and the campaign kills it after a random
-delay if it is still alive. The checker then opens the file, calls `Engine.recover()`, waits for
-the plan runs it resumed, and checks:
+tools fail transiently once; in a quarter of the runs the last node fails for good) on one
+SQLite file through `Engine.run_plan`. Each tool applies an effect in a side table, writes its
+value to `ctx.state`, stages an effect for the engine's dispatcher, and declares a compensation.
+The worker kills itself with SIGKILL at a moment drawn for the trial: before a round of claims
+is written, after it (the dispatch), after buffered results and releases are written, inside a
+tool after its effect and before its result is persisted, after a node's state writes and
+staged effects are written, inside the delivery of a committed effect, or inside a
+compensation; and the campaign kills it after a random delay if it is still alive. The checker
+then opens the file, calls `Engine.recover()`, waits for the plan runs it resumed, delivers
+what is left in the outbox (`Engine.dispatch_pending`), and checks:
 
-* every run in the file completed, and each node's output equals the crash-free result (the
-  plans are pure functions of their inputs, computed here without running anything);
+* every run in the file completed as a crash-free run does: SUCCEEDED, or FAILED at its doomed
+  last node, and each node's output equals the crash-free result (the plans are pure functions
+  of their inputs, computed here without running anything);
 * no node's effect ran twice for one idempotency key: tools apply their effect in a side
   table keyed by the idempotency key, once (a retry with the same key finds it and applies
   nothing), and no node of a run ever has effects under two keys;
 * no dependant started before its prerequisites were recorded: each tool reads, when it
   starts, its prerequisites' durable state, which must be SUCCEEDED;
+* the run's state is kept across the crash: a SUCCEEDED run committed every node's value
+  (those written before the crash included), a FAILED one nothing;
+* completed nodes are compensated when the run fails, those completed before the crash
+  included: a FAILED run's completed nodes were all undone, a SUCCEEDED run's none;
+* retry budgets survive: no node was retried more than its `retries`, and no tool call went
+  without an attempt number of its own (calls per key <= the node's recorded attempts);
+* effects go out once through the outbox: every node of a SUCCEEDED run had its effect
+  delivered, under one idempotency key, none of a FAILED run, and the outbox is empty;
 * nothing stays claimed: no node RUNNING, no run RUNNING, no store transaction left open.
 
 The files carry over from trial to trial. The exit status is 1 if any check fails.
@@ -30,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import random
 import signal
@@ -45,13 +59,23 @@ from typing import Any
 import agenttx
 from agenttx import Engine, EngineConfig
 from agenttx._plans import read_run
+from agenttx._plans._execution import PlanExecution
 from agenttx._plans._journal import PlanJournal
 from agenttx._saga import Backoff
 from agenttx.stores import SQLiteStore
 
 CONFIG = EngineConfig(idle_timeout=None)
 NO_WAIT = Backoff(base=0, max_wait=0)
-POINTS = ("before_claim", "after_claim", "in_tool", "after_result", "after_release")
+POINTS = (
+    "before_claim",
+    "after_claim",
+    "after_flush",
+    "in_tool",
+    "after_state",
+    "in_delivery",
+    "in_compensation",
+)
+RETRIES = 2
 RUNS_PER_WORKER = 3
 
 
@@ -66,10 +90,16 @@ class World:
         self.ready = root / "ready"
 
 
+def doomed(run_id: str) -> bool:
+    """Whether the run's last node fails for good (a quarter of the runs)."""
+    return hashlib.sha256(f"doom:{run_id}".encode()).digest()[0] % 4 == 0
+
+
 def plan_of(run_id: str) -> tuple[agenttx.Plan, dict[str, list[str]]]:
     """The random plan of a run (a function of its id), and each node's prerequisites."""
     rng = random.Random(run_id)
     size = rng.randint(4, 9)
+    doom = doomed(run_id)
     deps: dict[str, list[str]] = {}
     nodes = []
     for i in range(size):
@@ -86,8 +116,10 @@ def plan_of(run_id: str) -> tuple[agenttx.Plan, dict[str, list[str]]]:
                     "seed": "${initial.seed}",
                     "deps": list(chosen),
                     "values": [f"${{{d}.value}}" for d in chosen],
+                    "doom": doom and i == size - 1,
+                    "run": run_id,
                 },
-                retries=2,
+                retries=RETRIES,
             )
         )
     return agenttx.Plan(nodes=nodes, initial=["seed"]), deps
@@ -99,12 +131,15 @@ def value_of(node: str, seed: int, values: list[int]) -> int:
     return int.from_bytes(digest[:4], "big") % 100_000 + sum(values) % 7
 
 
-def expected(run_id: str, seed: int) -> dict[str, int]:
-    """The crash-free outputs of a run."""
+def expected(run_id: str, seed: int) -> dict[str, int | None]:
+    """The crash-free outputs of a run (None for its doomed node)."""
     _, deps = plan_of(run_id)
-    out: dict[str, int] = {}
+    out: dict[str, int | None] = {}
+    last = list(deps)[-1]
     for node, before in deps.items():
-        out[node] = value_of(node, seed, [out[d] for d in before])
+        values = [out[d] for d in before]
+        failed = doomed(run_id) and node == last
+        out[node] = None if failed else value_of(node, seed, values)  # type: ignore[arg-type]
     return out
 
 
@@ -115,6 +150,11 @@ def _effects(world: World) -> sqlite3.Connection:
         "node TEXT NOT NULL, value INTEGER NOT NULL)"
     )
     conn.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT NOT NULL)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS delivered (key TEXT NOT NULL, run TEXT NOT NULL, "
+        "node TEXT NOT NULL)"
+    )
+    conn.execute("CREATE TABLE IF NOT EXISTS undone (run TEXT NOT NULL, node TEXT NOT NULL)")
     return conn
 
 
@@ -125,15 +165,32 @@ def _problem(world: World, text: str) -> None:
         os.fsync(log.fileno())
 
 
-def make_tool(world: World, crash: Any) -> Any:
-    """The campaign's one tool: checks its prerequisites are recorded, applies its effect once
-    per idempotency key, fails transiently on the first call of some keys."""
+def make_tools(world: World, crash: Any) -> list[Any]:
+    """The campaign's tool and its compensation: the tool checks its prerequisites are
+    recorded, applies its effect once per idempotency key, fails transiently on the first call
+    of some keys, writes its value to the run's state and stages an effect; a doomed node then
+    fails for good. The compensation notes what it undid."""
 
-    @agenttx.tool
-    def work(
-        ctx: agenttx.ToolContext, node: str, seed: int, deps: list[str], values: list[int]
+    @agenttx.compensation
+    def unwork(payload: Any) -> None:
+        arguments = payload["arguments"]
+        with contextlib.closing(_effects(world)) as conn:
+            conn.execute(
+                "INSERT INTO undone (run, node) VALUES (?, ?)",
+                (arguments["run"], arguments["node"]),
+            )
+        crash("in_compensation")
+
+    @agenttx.tool(compensate=unwork)
+    def work(  # noqa: PLR0917  (the plan's inputs)
+        ctx: agenttx.ToolContext,
+        node: str,
+        seed: int,
+        deps: list[str],
+        values: list[int],
+        doom: bool,
+        run: str,
     ) -> dict[str, int]:
-        run = ctx.tx_id
         if deps:
             with contextlib.closing(sqlite3.connect(world.db, timeout=30)) as plans:
                 marks = ", ".join("?" * len(deps))
@@ -166,9 +223,29 @@ def make_tool(world: World, crash: Any) -> Any:
                 )
             conn.execute("COMMIT")
         crash("in_tool")
+        if doom:
+            raise ValueError("the campaign's doomed node is refused for good")
+        ctx.state.put(f"v/{run}/{node}", str(value))
+        ctx.stage_effect("campaign", {"run": run, "node": node, "value": value})
         return {"value": value}
 
-    return work
+    return [work, unwork]
+
+
+def make_dispatcher(world: World, crash: Any) -> Any:
+    """The engine's dispatcher: notes each delivery (at least once, with its key)."""
+
+    def deliver(effect: agenttx.StagedEffect) -> None:
+        crash("in_delivery")
+        payload = effect.payload
+        assert isinstance(payload, dict)
+        with contextlib.closing(_effects(world)) as conn:
+            conn.execute(
+                "INSERT INTO delivered (key, run, node) VALUES (?, ?, ?)",
+                (effect.idempotency_key, payload["run"], payload["node"]),
+            )
+
+    return deliver
 
 
 def work(world: World, seed: int, trial: int) -> None:
@@ -186,32 +263,37 @@ def work(world: World, seed: int, trial: int) -> None:
             if countdown[0] == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    claim, end_attempt, transitions = (
-        PlanJournal.claim,
-        PlanJournal.end_attempt,
-        PlanJournal.transitions,
+    claim_all, flush, write_state = (
+        PlanJournal.claim_all,
+        PlanJournal.flush,
+        PlanExecution._write_state,  # noqa: SLF001
     )
 
-    def claim_hook(self: PlanJournal, *args: Any, **kwargs: Any) -> bool:
+    def claim_hook(self: PlanJournal, *args: Any, **kwargs: Any) -> frozenset[str]:
         crash("before_claim")
-        done = claim(self, *args, **kwargs)
+        refused = claim_all(self, *args, **kwargs)
         crash("after_claim")
+        return refused
+
+    def flush_hook(self: PlanJournal, *args: Any, **kwargs: Any) -> bool:
+        done = flush(self, *args, **kwargs)
+        crash("after_flush")
         return done
 
-    def end_hook(self: PlanJournal, *args: Any, **kwargs: Any) -> bool:
-        done = end_attempt(self, *args, **kwargs)
-        crash("after_result")
-        return done
+    def state_hook(self: PlanExecution, *args: Any, **kwargs: Any) -> None:
+        write_state(self, *args, **kwargs)
+        crash("after_state")
 
-    def transitions_hook(self: PlanJournal, *args: Any, **kwargs: Any) -> None:
-        transitions(self, *args, **kwargs)
-        crash("after_release")
-
-    PlanJournal.claim = claim_hook  # type: ignore[method-assign]
-    PlanJournal.end_attempt = end_hook  # type: ignore[method-assign]
-    PlanJournal.transitions = transitions_hook  # type: ignore[method-assign]
+    PlanJournal.claim_all = claim_hook  # type: ignore[method-assign]
+    PlanJournal.flush = flush_hook  # type: ignore[method-assign]
+    PlanExecution._write_state = state_hook  # type: ignore[method-assign]  # noqa: SLF001
     store = SQLiteStore(world.db)
-    engine = Engine(tools=[make_tool(world, crash)], store=store, config=CONFIG)
+    engine = Engine(
+        tools=make_tools(world, crash),
+        store=store,
+        config=CONFIG,
+        dispatcher=make_dispatcher(world, crash),
+    )
     world.ready.touch()
     for index in range(RUNS_PER_WORKER):
         run_id = f"t{trial}-{index}"
@@ -229,34 +311,48 @@ def work(world: World, seed: int, trial: int) -> None:
 def check(world: World) -> tuple[list[str], int, int]:
     """Recover, wait for the resumed runs, check; the problems, runs resumed, runs checked."""
     problems: list[str] = []
+    with contextlib.closing(_effects(world)) as conn:
+        applied = conn.execute("SELECT key, run, node FROM effects").fetchall()
     with SQLiteStore(world.db) as store:
-        engine = Engine(tools=[make_tool(world, lambda _at: None)], store=store, config=CONFIG)
+        engine = Engine(
+            tools=make_tools(world, lambda _at: None),
+            store=store,
+            config=CONFIG,
+            dispatcher=make_dispatcher(world, lambda _at: None),
+        )
         report = engine.recover()
         problems += [f"recovery: {line}" for line in report.failures]
         for run_id in report.plans_resumed:
             result = engine.get_plan(run_id).wait(120)
-            if result.status is not agenttx.PlanStatus.SUCCEEDED:
+            want_status = "FAILED" if doomed(run_id) else "SUCCEEDED"
+            if result.status.value != want_status:
                 problems.append(f"{run_id}: resumed run ended {result.status.value}")
         runs = store.plan_runs(limit=1_000_000)
+        with contextlib.closing(_effects(world)) as conn:
+            calls = dict(conn.execute("SELECT key, count(*) FROM calls GROUP BY key").fetchall())
+            undone = conn.execute("SELECT DISTINCT run, node FROM undone").fetchall()
+            delivered = conn.execute("SELECT DISTINCT run, node, key FROM delivered").fetchall()
+        numbers: dict[tuple[str, str], int] = {}
         for run_id, status, _ in runs:
             image = store.read_plan(run_id)
-            if status != "SUCCEEDED":
-                problems.append(f"{run_id}: {status} after recovery")
-                continue
-            trial, index = run_id[1:].split("-")
-            want = expected(run_id, int(trial) * 10 + int(index))
-            stored = read_run(image)[1]
-            got_values = {
-                node_id: node.output.get("value") if isinstance(node.output, dict) else None
-                for node_id, node in stored.items()
-            }
-            if got_values != want:
-                problems.append(f"{run_id}: outputs {got_values} != crash-free {want}")
-            claimed = [n.node_id for n in image.nodes if n.state == "RUNNING"]
-            if claimed:
-                problems.append(f"{run_id}: nodes still claimed: {claimed}")
+            problems += _check_run(
+                store,
+                run_id,
+                status=status,
+                image=image,
+                undone=undone,
+                delivered=delivered,
+                numbers=numbers,
+            )
+        for key, run, node in applied:
+            if calls.get(key, 0) > numbers.get((run, node), 0):
+                problems.append(
+                    f"{run}/{node}: {calls[key]} tool calls, {numbers.get((run, node))} attempts"
+                )
         if store.open_transactions():
             problems.append(f"transactions left open: {store.open_transactions()}")
+        if store.pending_effects():
+            problems.append(f"effects left in the outbox: {len(store.pending_effects())}")
     with contextlib.closing(_effects(world)) as conn:
         twice = conn.execute(
             "SELECT key, count(*) FROM effects GROUP BY key HAVING count(*) > 1"
@@ -271,6 +367,55 @@ def check(world: World) -> tuple[list[str], int, int]:
         problems += world.problems.read_text().splitlines()
         world.problems.unlink()
     return problems, len(report.plans_resumed), len(runs)
+
+
+def _check_run(
+    store: SQLiteStore,
+    run_id: str,
+    *,
+    status: str,
+    image: Any,
+    undone: list[tuple[str, str]],
+    delivered: list[tuple[str, str, str]],
+    numbers: dict[tuple[str, str], int],
+) -> list[str]:
+    """The problems of one run, against its crash-free result; notes each node's attempts."""
+    problems: list[str] = []
+    want_status = "FAILED" if doomed(run_id) else "SUCCEEDED"
+    if status != want_status:
+        return [f"{run_id}: {status} after recovery, a crash-free run ends {want_status}"]
+    trial, index = run_id[1:].split("-")
+    want = expected(run_id, int(trial) * 10 + int(index))
+    stored = read_run(image)[1]
+    got_values = {
+        node_id: node.output.get("value") if isinstance(node.output, dict) else None
+        for node_id, node in stored.items()
+    }
+    if got_values != want:
+        problems.append(f"{run_id}: outputs {got_values} != crash-free {want}")
+    claimed = [n.node_id for n in image.nodes if n.state == "RUNNING"]
+    if claimed:
+        problems.append(f"{run_id}: nodes still claimed: {claimed}")
+    for node_id, node in stored.items():
+        numbers[run_id, node_id] = int(node.record.get("number") or 0)
+        if int(node.record.get("retries") or 0) > RETRIES:
+            problems.append(f"{run_id}/{node_id}: retried {node.record['retries']} times")
+    succeeded = status == "SUCCEEDED"
+    committed = {node_id: store.read_committed(f"v/{run_id}/{node_id}") for node_id in stored}
+    want_state = {n: json.dumps(str(v)) if succeeded else None for n, v in want.items()}
+    if committed != want_state:
+        problems.append(f"{run_id}: committed state {committed} != {want_state}")
+    completed = {n for n, v in want.items() if v is not None}
+    undone_here = {node for run, node in undone if run == run_id}
+    if undone_here != (set() if succeeded else completed):
+        problems.append(f"{run_id}: {status}, compensated {sorted(undone_here)}")
+    sent = [(node, key) for run, node, key in delivered if run == run_id]
+    sent_nodes = {node for node, _ in sent}
+    if sent_nodes != (completed if succeeded else set()):
+        problems.append(f"{run_id}: {status}, effects delivered for {sorted(sent_nodes)}")
+    if len(sent) != len(sent_nodes):
+        problems.append(f"{run_id}: an effect delivered under two idempotency keys")
+    return problems
 
 
 def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:

@@ -208,7 +208,7 @@ def test_helpful_errors(tmp_path, database):
     assert not (tmp_path / "nope.db").exists()  # inspecting never creates a file
 
 
-@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "plans", "lineage"])
+@pytest.mark.parametrize("command", ["demo", "inspect", "graph", "plans", "audit", "lineage"])
 def test_every_command_has_help(command):
     """`agenttx COMMAND --help` describes the command and exits 0."""
     done = agenttx_cli(command, "--help")
@@ -327,6 +327,7 @@ def ended_listing(out: str) -> list[list[str]]:
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("outbox: ")) + 1
     section = lines[start:]
+    section = section[: next(i for i, line in enumerate(section) if line.startswith("plan runs:"))]
     if section == ["ended: none kept as history"]:
         return []
     match = re.fullmatch(
@@ -1098,3 +1099,113 @@ def test_uk_time_names_the_zone_in_winter_and_summer():
     assert uk_time(None) == "-"
     assert uk_time(float("nan")) == "-"
     assert uk_time(True) == "-"
+
+
+def test_audit_prints_the_trail_of_an_ended_transaction_and_plan_run(tmp_path):
+    """`audit DB TX` prints an ended transaction's events as JSON lines; `audit DB` prints
+    every kept scope's, a plan run's included; `inspect DB` lists the plan run."""
+
+    @agenttx.tool(name="add")
+    def add(n: int) -> dict:
+        return {"n": n + 1}
+
+    path = tmp_path / "audit.db"
+    with SQLiteStore(path) as store:
+        engine = Engine(tools=[add], store=store, config=EngineConfig(idle_timeout=None))
+        tx = engine.begin(agent_id="auditor")
+        tx.call("add", {"n": 1})
+        tx.commit()
+        plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="add", inputs={"n": 1})])
+        run = engine.run_plan(plan, initial={})
+        engine.close()
+    done = agenttx_cli("audit", str(path), tx.id)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["kind"] for line in lines] == ["step_dispatched", "step_completed", "committed"]
+    assert {line["scope_id"] for line in lines} == {tx.id}
+    everything = agenttx_cli("audit", str(path))
+    assert everything.returncode == 0, everything.stderr
+    scopes = {json.loads(line)["scope_id"] for line in everything.stdout.splitlines()}
+    assert scopes == {tx.id, run.run_id}
+    listing = agenttx_cli("inspect", str(path))
+    assert listing.returncode == 0, listing.stderr
+    assert "plan runs: the last 1, the last changed first" in listing.stdout
+    assert run.run_id in listing.stdout
+
+
+def test_audit_of_an_unknown_or_open_transaction_is_a_one_line_error(database):
+    """An id with no stored trail (the open transaction's, or none) exits 2 with one line."""
+    db, tx_id = database
+    for missing in (tx_id, "nope"):
+        done = agenttx_cli("audit", str(db), missing)
+        assert done.returncode == 2
+        assert done.stderr.count("\n") == 1
+        assert "no audit trail" in done.stderr
+    assert agenttx_cli("audit", str(db), "--limit", "0").returncode == 2
+
+
+@pytest.fixture
+def asking(tmp_path) -> tuple[Path, str, str]:
+    """A store with one transaction waiting for the approval of a charge, and one review."""
+
+    @agenttx.tool(name="charge", needs_approval=True)
+    def charge(amount: int) -> dict:
+        return {"amount": amount}
+
+    @agenttx.tool(name="slow", on_unknown="review")
+    def slow(n: int) -> dict:
+        import time  # noqa: PLC0415
+
+        time.sleep(0.3)
+        return {"n": n}
+
+    with SQLiteStore(tmp_path / "ask.db") as store:
+        tx = agenttx.Engine(tools=[charge, slow], store=store).begin(agent_id="payer")
+        request = tx.call("charge", {"amount": 4200}).approval.id
+        other = agenttx.Engine(
+            tools=[charge, slow], store=store, config=EngineConfig(step_timeout=0.05)
+        )
+        review = other.begin().call("slow", {"n": 1}).review.id
+    return tmp_path / "ask.db", request, review
+
+
+def test_approvals_lists_pending_requests_and_reviews(asking):
+    """`approvals DB` lists each pending request and review with where it waits."""
+    db, request, review = asking
+    done = agenttx_cli("approvals", str(db))
+    assert done.returncode == 0, done.stderr
+    assert "1 approval request(s) pending:" in done.stdout
+    assert request in done.stdout
+    assert '{"amount":4200}' in done.stdout
+    assert "step 1 of transaction" in done.stdout
+    assert "1 review(s) pending:" in done.stdout
+    assert review in done.stdout
+    assert "timed out" in done.stdout
+
+
+def test_approve_reject_and_review_decide_from_the_terminal(asking, capsys):
+    """`approve`, `reject` and `review` write the decision; a second decision is refused."""
+    from agenttx._cli import main  # noqa: PLC0415
+
+    db, request, review = asking
+    assert main(["approve", str(db), request, "--actor", "alice", "--expires-in", "60"]) == 0
+    assert f"approved {request} by alice, until" in capsys.readouterr().out
+    assert main(["approve", str(db), request, "--actor", "alice"]) == 2
+    assert "approved already" in capsys.readouterr().err
+    assert main(["reject", str(db), request, "--actor", "bob", "--reason", "no"]) == 2
+    assert main(["reject", str(db), "apr-none", "--actor", "bob", "--reason", "no"]) == 2
+    assert "approval_not_found" in capsys.readouterr().err
+    assert main(["approve", str(db), "apr-x", "--actor", " "]) == 2
+    assert (
+        main(["review", str(db), review, "--outcome", "done", "--output", "{", "--actor", "o"]) == 2
+    )
+    assert "not JSON" in capsys.readouterr().err
+    args = ["review", str(db), review, "--outcome", "done", "--output", '{"n": 1}', "--actor", "o"]
+    assert main(args) == 0
+    assert f"review {review} resolved done by o" in capsys.readouterr().out
+    assert main(args) == 2
+    assert main(["approvals", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "0 approval request(s) pending" in out
+    assert "0 review(s) pending" in out
+    assert main(["approve", str(db.parent / "missing.db"), request, "--actor", "a"]) == 2

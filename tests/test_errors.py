@@ -23,6 +23,12 @@ CODES = {
     "StorageError": "storage_error",
     "ToolError": "tool_error",
     "ToolOutputError": "invalid_tool_output",
+    "ApprovalError": "approval_error",
+    "ApprovalNotFound": "approval_not_found",
+    "ApprovalExpired": "approval_expired",
+    "ApprovalConsumed": "approval_consumed",
+    "ApprovalRejected": "approval_rejected",
+    "ReviewNotFound": "review_not_found",
 }
 
 

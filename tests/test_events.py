@@ -107,15 +107,6 @@ def test_sink_numbers_events_and_materialises_them_on_read():
     assert len(sink) == 2
 
 
-def test_sink_copies_the_data_it_is_given():
-    """Changing the caller's mapping after emit does not change the recorded event."""
-    sink = EventSink("transaction", "tx")
-    data = {"n": 1}
-    sink.emit(agenttx.EventKind.STEP_COMPLETED, step=1, data=data)
-    data["n"] = 2
-    assert sink.events()[0].data == {"n": 1}
-
-
 def test_hooks_receive_every_event_in_order():
     """An EventHook object and a plain callable both get each event once, in seq order."""
     seen: list[tuple[str, int]] = []
@@ -208,9 +199,192 @@ def test_take_unpersisted_hands_out_each_event_once():
     assert sink.take_unpersisted() == ()
 
 
+def test_fast_entries_and_rows_match_to_json():
+    """The JSON a store gets without building Events is exactly Event.to_json."""
+    sink = EventSink("plan", "run", start_seq=5)
+    sink.emit(agenttx.EventKind.DISPATCHED, node="a", attempt="a#1", data={"tool": "t"})
+    sink.emit(agenttx.EventKind.APPROVED, step=3, actor="alice")
+    expected = [event.to_json() for event in sink.events()]
+    assert [e.seq for e in sink.events()] == [5, 6]
+    assert sink.entries() == expected
+    rows = sink.take_unpersisted_rows()
+    assert [(seq, json.loads(text)) for seq, text in rows] == [(5, expected[0]), (6, expected[1])]
+    assert sink.take_unpersisted_rows() == []
+    then = sink.entries([(agenttx.EventKind.FINISHED, 0.0, {"status": "SUCCEEDED"})])
+    assert then[-1]["seq"] == 7
+    assert then[-1]["at"] == "1970-01-01T00:00:00+00:00"
+    assert len(sink) == 2  # nothing recorded by looking ahead
+
+
 def test_hook_callables_refuses_what_cannot_listen():
     """A string, a non-iterable or an item without on_event that is not callable is refused."""
     assert hook_callables(None) == ()
     for bad in ("hook", 3, [object()]):
         with pytest.raises(agenttx.InvalidArgument, match="hook"):
             hook_callables(bad)  # type: ignore[arg-type]
+
+
+# -- transactions ---------------------------------------------------------------------
+
+
+def _shop(log: list[str]) -> list[object]:
+    @agenttx.compensation(name="shop.release")
+    def release(payload: dict) -> None:
+        log.append(f"release {payload['output']['sku']}")
+
+    @agenttx.tool(name="reserve", compensate=release)
+    def reserve(sku: str) -> dict:
+        return {"sku": sku}
+
+    @agenttx.tool(name="notify")
+    def notify(ctx: agenttx.ToolContext, to: str) -> dict:
+        return {"key": ctx.stage_effect("email", {"to": to})}
+
+    @agenttx.tool(name="charge")
+    def charge(amount: int) -> dict:
+        raise agenttx.ToolError("card declined", key="amount", transient=False)
+
+    return [release, reserve, notify, charge]
+
+
+def _kinds(events: tuple[agenttx.Event, ...]) -> list[tuple[str, int | None]]:
+    return [(event.kind.value, event.step) for event in events]
+
+
+def test_transaction_audit_records_steps_commit_and_delivery_in_order():
+    """Dispatch, completion, commit and each delivered effect are events, numbered in order."""
+    sent: list[agenttx.StagedEffect] = []
+    tx = agenttx.Transaction(tools=_shop([]), dispatcher=sent.append)
+    tx.call("reserve", {"sku": "s-1"}, call_id="call_1")
+    tx.call("notify", {"to": "ada@example.com"})
+    tx.commit()
+    events = tx.audit()
+    assert _kinds(events) == [
+        ("step_dispatched", 1),
+        ("step_completed", 1),
+        ("step_dispatched", 2),
+        ("step_completed", 2),
+        ("committed", None),
+        ("effect_delivered", 2),
+    ]
+    assert [event.seq for event in events] == list(range(6))
+    assert {(event.scope, event.scope_id) for event in events} == {("transaction", tx.id)}
+    assert events[0].data == {"tool": "reserve", "call_id": "call_1"}
+    assert events[4].data == {"steps": 2, "effects": 1}
+    assert events[5].data == {"channel": "email", "idempotency_key": sent[0].idempotency_key}
+
+
+def test_a_failed_step_is_recorded_before_its_rewind_and_compensations():
+    """A failure's decision comes first, then each compensation, then the abort."""
+    log: list[str] = []
+    tx = agenttx.Transaction(
+        tools=_shop(log), policy=agenttx.RollbackPolicy(max_local_depth=0, max_global_resets=0)
+    )
+    tx.call("reserve", {"sku": "s-1"})
+    result = tx.call("charge", {"amount": 5})
+    assert result.strategy is agenttx.RollbackStrategy.ABORT
+    kinds = [event.kind.value for event in tx.audit()]
+    assert kinds[:2] == ["step_dispatched", "step_completed"]
+    failed = kinds.index("step_failed")
+    assert failed < kinds.index("compensated")
+    assert log == ["release s-1"]
+    failure = tx.audit()[failed]
+    assert failure.step == 2
+    assert failure.data["tool"] == "charge"
+    assert failure.data["strategy"] == result.strategy.value
+    assert "card declined" in str(failure.data["hint"])
+    assert failure.data["rollback_to_step"] == 0
+    last = tx.audit()[-1]
+    assert last.kind is agenttx.EventKind.ABORTED
+    assert last.data == {"status": "FAILED", "steps_undone": [1]}
+
+
+def test_rollback_to_a_step_and_abort_are_recorded():
+    """A manual rewind names the steps it undid; an abort names its final status."""
+    tx = agenttx.Transaction(tools=_shop([]))
+    tx.call("reserve", {"sku": "a"})
+    tx.call("reserve", {"sku": "b"})
+    tx.rollback(2)
+    rewound = tx.audit()[-1]
+    assert rewound.kind is agenttx.EventKind.STEP_REWOUND
+    assert rewound.data == {"to_step": 2, "steps_undone": [2]}
+    assert tx.audit()[-2].kind is agenttx.EventKind.COMPENSATED
+    tx.rollback()
+    aborted = tx.audit()[-1]
+    assert aborted.kind is agenttx.EventKind.ABORTED
+    assert aborted.data == {"status": "ROLLED_BACK", "steps_undone": [1]}
+
+
+def test_a_failing_compensation_is_recorded_with_its_error():
+    """A compensation that fails every attempt is a compensation_failed event with the error."""
+
+    @agenttx.compensation(name="broken.undo")
+    def undo(payload: dict) -> None:
+        raise RuntimeError("undo refused")
+
+    @agenttx.tool(name="make", compensate=undo)
+    def make() -> dict:
+        return {}
+
+    tx = agenttx.Transaction(tools=[undo, make], compensation_retries=1)
+    tx.call("make", {})
+    tx.rollback()
+    failed = [e for e in tx.audit() if e.kind is agenttx.EventKind.COMPENSATION_FAILED]
+    assert len(failed) == 1
+    assert failed[0].step == 1
+    assert "undo refused" in str(failed[0].data["error"])
+
+
+def test_transaction_hooks_see_every_event_and_a_raising_hook_breaks_nothing():
+    """Hooks get what tx.audit() holds, as it happens; a broken hook is only reported."""
+    seen: list[agenttx.Event] = []
+
+    def broken(event: agenttx.Event) -> None:
+        raise ValueError("oops")
+
+    tx = agenttx.Transaction(tools=_shop([]), hooks=[seen.append, broken])
+    with pytest.warns(RuntimeWarning, match="oops"):
+        result = tx.call("reserve", {"sku": "s"})
+    with pytest.warns(RuntimeWarning, match="oops"):
+        tx.commit()
+    assert result.status is agenttx.StepStatus.SUCCESS
+    assert tx.status is agenttx.TxStatus.COMMITTED
+    assert tuple(seen) == tx.audit()
+
+
+def test_transaction_refuses_bad_hooks_before_beginning():
+    """A hook that cannot listen is refused at construction, before the store is touched."""
+    store = agenttx.stores.MemoryStore()
+    with pytest.raises(agenttx.InvalidArgument, match="hook"):
+        agenttx.Transaction(tools=_shop([]), store=store, hooks=[42])
+
+
+def test_engine_hooks_reach_its_transactions_and_plans():
+    """Engine(hooks=...) is given to each transaction it begins and each plan it runs."""
+    seen: list[agenttx.Event] = []
+
+    @agenttx.tool
+    def one() -> dict:
+        return {"n": 1}
+
+    engine = agenttx.Engine(tools=[one], hooks=[seen.append])
+    tx = engine.begin()
+    tx.call("one", {})
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="one")])
+    engine.run_plan(plan, initial={})
+    assert {event.scope for event in seen} == {"transaction", "plan"}
+    assert seen[0].kind is agenttx.EventKind.STEP_DISPATCHED
+
+
+def test_plan_hooks_receive_the_run_audit():
+    """run_plan(hooks=...) delivers exactly result.audit, in order."""
+    seen: list[agenttx.Event] = []
+
+    @agenttx.tool
+    def one() -> dict:
+        return {"n": 1}
+
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="one"), agenttx.Node("b", tool="one")])
+    result = agenttx.run_plan(plan, tools=[one], initial={}, hooks=[seen.append])
+    assert tuple(seen) == result.audit
+    assert result.audit[-1].kind is agenttx.EventKind.FINISHED

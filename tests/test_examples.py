@@ -119,3 +119,28 @@ def test_provider_example_rewinds_refunds_and_emails_once(name):
     assert emails[0] > last_turn  # sent by the commit, after the loop ended
     assert '"root_cause": {"step": 1, "key": "customer_id"}' in done.stdout
     assert lines[-1] == "transaction committed"
+
+
+def test_approvals_example_output():
+    """The approvals example waits for approval, runs the approved charge once, settles a
+    timed-out charge by its status check, sends an unknown one to review, and charges four."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "approvals.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = done.stdout
+    assert "large charge: NEEDS_APPROVAL" in out
+    assert "approved by alice@finance, until" in out
+    assert "large charge, sent again: SUCCESS" in out
+    assert "the same call once more needs a new approval: NEEDS_APPROVAL" in out
+    assert "rejected by alice@finance: already charged once" in out
+    assert "timed-out charge, settled by the status check: SUCCESS" in out
+    assert "timed-out charge, check failing: NEEDS_REVIEW" in out
+    assert "ConnectionError: status endpoint unavailable" in out
+    assert "after the review: SUCCESS {'charge_id': 'manual'}" in out
+    assert "committed 4 steps; the provider charged 4" in out
+    assert "step 2 approval_consumed by alice@finance" in out
+    assert "step 4 reviewed by bob@ops" in out

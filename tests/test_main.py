@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def test_the_demo_file_can_be_inspected_after_it_ends(tmp_path):
         ["agenttx", "inspect"],
         ["agenttx", "inspect"],
         ["agenttx", "graph"],
+        ["agenttx", "audit"],
     ]
     assert commands[0][2] == str(tmp_path / "agenttx.db")
     outputs = []
@@ -63,7 +65,7 @@ def test_the_demo_file_can_be_inspected_after_it_ends(tmp_path):
         )
         assert shown.returncode == 0, shown.stderr
         outputs.append(shown.stdout)
-    listing, detail, graph = outputs
+    listing, detail, graph, audit = outputs
     tx_id = commands[1][3]
     assert listing.splitlines()[0].endswith(": 0 open transactions")
     assert [tx_id, "demo", "COMMITTED", "5"] in [line.split()[:4] for line in listing.splitlines()]
@@ -76,6 +78,12 @@ def test_the_demo_file_can_be_inspected_after_it_ends(tmp_path):
     assert "  step 1 -> step 5  id -> customer_id  (explicit)" in detail
     assert graph == (tmp_path / "graph.mmd").read_text(encoding="utf-8")
     assert ":::compensated" in graph
+    events = [json.loads(line) for line in audit.splitlines()]
+    assert [event["seq"] for event in events] == list(range(len(events)))
+    kinds = [event["kind"] for event in events]
+    assert kinds[-1] == "committed"
+    assert kinds.index("step_failed") < kinds.index("compensated") < kinds.index("step_rewound")
+    assert {event["scope_id"] for event in events} == {tx_id}
 
 
 def test_demo_returns_the_committed_transaction():

@@ -34,6 +34,25 @@ def test_a_short_plan_crash_campaign_finds_nothing_wrong(tmp_path):
     assert resumed > 0, done.stdout  # the kills left runs to resume
 
 
+def test_the_checker_is_not_blind_to_lost_state_compensations_or_effects(tmp_path):
+    """A run whose committed state, compensations or delivered effects differ from a
+    crash-free run's fails the next trial."""
+    done = run("--trials", "3", "--root", str(tmp_path), "--seed", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    import sqlite3  # noqa: PLC0415
+
+    with sqlite3.connect(tmp_path / "effects.db") as conn:  # t1-0 fails, t2-0 succeeds
+        conn.execute("DELETE FROM delivered")
+        conn.execute("DELETE FROM undone")
+    with sqlite3.connect(tmp_path / "plans.db") as conn:
+        conn.execute("DELETE FROM committed")
+    done = run("--trials", "1", "--root", str(tmp_path), "--seed", "4")
+    assert done.returncode == 1
+    assert "effects delivered for" in done.stdout
+    assert "compensated" in done.stdout
+    assert "committed state" in done.stdout
+
+
 def test_the_checker_is_not_blind_to_an_effect_applied_twice(tmp_path):
     """An effect recorded twice under one idempotency key fails the next trial."""
     done = run("--trials", "1", "--root", str(tmp_path))

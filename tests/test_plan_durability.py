@@ -250,6 +250,12 @@ def test_recovery_resumes_a_killed_run_without_running_completed_nodes_again(tmp
         assert all(n.state == "SUCCEEDED" for n in image.nodes)
         assert after.open_transactions() == ()
         assert agenttx.Engine(tools=[], store=after).recover() == agenttx.RecoveryReport()
+        # The audit trail holds both runners' events, numbered on without a gap or a clash.
+        events = [agenttx.Event.from_json(json.loads(text)) for text in after.plan_audit("crashy")]
+        assert [event.seq for event in events] == list(range(len(events)))
+        kinds = [event.kind for event in events]
+        assert kinds.count(agenttx.EventKind.VALIDATED) == 2  # the first runner, the resumed one
+        assert kinds[-1] is agenttx.EventKind.FINISHED
 
 
 def test_cancel_plan_from_another_thread_is_recorded_then_seen(store):
@@ -330,7 +336,7 @@ def test_unknown_plan_runs_are_refused_with_typed_errors(store):
 
 
 def test_a_version_3_file_gains_the_plan_tables(tmp_path):
-    """Opening a store of schema version 3 migrates it to 4, keeping what it had."""
+    """Opening a store of schema version 3 migrates it to the latest, keeping what it had."""
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
         for statements in file_module.MIGRATIONS[:3]:
@@ -345,7 +351,7 @@ def test_a_version_3_file_gains_the_plan_tables(tmp_path):
         agenttx.run_plan(_diamond(), tools=[add], initial={"n": 1}, store=store, run_id="r")
         assert store.plan_runs()[0][:2] == ("r", "SUCCEEDED")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == file_module.SCHEMA_VERSION
 
 
 def test_a_memory_store_run_keeps_no_durable_record():
@@ -476,3 +482,195 @@ def test_events_are_emitted_after_the_transitions_they_report_are_durable(store,
     completed = [e.node for e in result.audit if e.kind is agenttx.EventKind.COMPLETED]
     assert sorted(completed) == ["a", "b", "c"]
     assert early == []
+
+
+RESUME_WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    import agenttx
+    from agenttx._saga import Backoff
+    from agenttx.stores import SQLiteStore
+
+    root, scenario, phase = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+    def note(name, line):
+        with (root / name).open("a") as log:
+            log.write(line + "\\n")
+
+    def once(flag):
+        # True the first time only, across processes
+        if (root / flag).exists():
+            return False
+        (root / flag).touch()
+        return True
+
+    @agenttx.compensation
+    def undo(payload):
+        note("undone.log", payload["output"]["name"])
+
+    @agenttx.tool(compensate=undo)
+    def step(ctx: agenttx.ToolContext, name: str) -> dict[str, str]:
+        note("calls.log", f"{name} {ctx.idempotency_key}")
+        ctx.state.put(f"k/{name}", name)
+        ctx.stage_effect("mail", {"name": name})
+        if name == "b" and scenario in ("state", "compensate") and once("crashed"):
+            os._exit(9)  # dies after its writes and effect, before its result is recorded
+        if name == "b" and scenario == "compensate":
+            raise ValueError("b is refused for good")
+        return {"name": name}
+
+    @agenttx.tool
+    def flaky(ctx: agenttx.ToolContext) -> dict[str, str]:
+        note("calls.log", f"f {ctx.idempotency_key}")
+        calls = len((root / "calls.log").read_text().splitlines())
+        if calls == 3:
+            os._exit(9)  # the third attempt dies: two failures were retried before it
+        raise ConnectionError("connection refused")
+
+    def deliver(effect):
+        if scenario == "outbox" and once("crashed"):
+            os._exit(9)  # dies after the commit, before the first delivery
+        note("sent.log", f"{effect.payload['name']} {effect.idempotency_key}")
+
+    if scenario == "budget":
+        plan = agenttx.Plan(nodes=[agenttx.Node("f", tool="flaky", retries=2)])
+    else:
+        plan = agenttx.Plan(
+            nodes=[
+                agenttx.Node("a", tool="step", inputs={"name": "a"}),
+                agenttx.Node("b", tool="step", inputs={"name": "b"}, after=("a",)),
+                agenttx.Node("c", tool="step", inputs={"name": "c"}, after=("b",)),
+            ]
+        )
+    store = SQLiteStore(root / "plans.db")
+    engine = agenttx.Engine(tools=[step, flaky, undo], store=store, dispatcher=deliver)
+    nowait = Backoff(base=0, max_wait=0)
+    if phase == "run":
+        engine.run_plan(plan, initial={}, run_id="r", max_concurrency=1, backoff=nowait)
+        sys.exit(0)
+    report = engine.recover()
+    result = engine.get_plan("r").wait(30)
+    print(json.dumps({
+        "resumed": list(report.plans_resumed),
+        "status": result.status.value,
+        "nodes": {k: [v.state.value, list(v.attempt_ids)] for k, v in result.nodes.items()},
+        "committed": dict((k, v) for k, _, v in store.committed_keys("k/")),
+        "outbox": len(store.pending_effects()),
+        "open": list(store.open_transactions()),
+        "compensations": [[c.node_id, c.status.value] for c in result.compensations],
+    }))
+    """
+)
+
+
+def _crash_then_recover(tmp_path: Path, scenario: str) -> dict:
+    """Run the scenario's plan in a process that dies, then recover it in another."""
+    script = tmp_path / "worker.py"
+    script.write_text(RESUME_WORKER)
+    env = {"PYTHONPATH": str(ROOT)}
+    run = [sys.executable, str(script), str(tmp_path), scenario]
+    died = subprocess.run([*run, "run"], env=env, check=False, timeout=60)
+    assert died.returncode == 9
+    done = subprocess.run(
+        [*run, "recover"], env=env, check=False, timeout=60, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_state_writes_of_nodes_completed_before_a_crash_are_kept(tmp_path):
+    """The run's state transaction is resumed with the run: what completed nodes wrote before
+    the crash is committed with the rest, and each effect is delivered once."""
+    out = _crash_then_recover(tmp_path, "state")
+    assert out["resumed"] == ["r"]
+    assert out["status"] == "SUCCEEDED"
+    assert out["committed"] == {"k/a": '"a"', "k/b": '"b"', "k/c": '"c"'}
+    assert [line.split()[0] for line in _lines(tmp_path / "calls.log")] == ["a", "b", "b", "c"]
+    sent = _lines(tmp_path / "sent.log")
+    assert sorted(line.split()[0] for line in sent) == ["a", "b", "c"]  # b's dead attempt: none
+    assert out["outbox"] == 0
+    assert out["open"] == []
+
+
+def test_a_resumed_run_that_fails_compensates_nodes_completed_before_the_crash(tmp_path):
+    """Undo records are durable: `a` completed before the crash, the resumed run fails at `b`,
+    and `a` (and `b`'s dead attempt, whose effect may have happened) are compensated; nothing
+    is published."""
+    out = _crash_then_recover(tmp_path, "compensate")
+    assert out["status"] == "FAILED"
+    assert out["nodes"]["a"][0] == "SUCCEEDED"
+    assert out["nodes"]["b"][0] == "FAILED"
+    assert out["nodes"]["c"][0] == "SKIPPED"
+    assert ["a", "COMPLETED"] in out["compensations"]
+    assert "a" in _lines(tmp_path / "undone.log")
+    assert out["committed"] == {}
+    assert _lines(tmp_path / "sent.log") == []
+    assert out["outbox"] == 0
+    assert out["open"] == []  # every undo record compensated: the transaction is gone
+
+
+def test_a_resumed_node_gets_only_the_retries_it_has_left(tmp_path):
+    """Two transient failures were retried before the crash killed the third attempt: the
+    resumed node runs once more (attempt 4, same idempotency key) and is not retried again."""
+    out = _crash_then_recover(tmp_path, "budget")
+    assert out["status"] == "FAILED"
+    assert out["nodes"]["f"] == ["FAILED", ["f#4"]]
+    keys = [line.split()[1] for line in _lines(tmp_path / "calls.log")]
+    assert len(keys) == 4
+    assert len(set(keys)) == 1
+
+
+def test_effects_committed_before_a_crash_are_delivered_on_recovery(tmp_path):
+    """The commit put the effects in the outbox; the process died before delivering them; the
+    resumed run delivers them, once each, and runs no node again."""
+    out = _crash_then_recover(tmp_path, "outbox")
+    assert out["status"] == "SUCCEEDED"
+    assert [line.split()[0] for line in _lines(tmp_path / "calls.log")] == ["a", "b", "c"]
+    assert sorted(line.split()[0] for line in _lines(tmp_path / "sent.log")) == ["a", "b", "c"]
+    assert out["outbox"] == 0
+    assert out["committed"] == {"k/a": '"a"', "k/b": '"b"', "k/c": '"c"'}
+
+
+def test_undo_records_whose_compensation_failed_are_kept_for_recovery(store):
+    """A failed run whose compensation fails keeps its undo records in the store (the run's
+    transaction ends keeping them); `Engine.recover` retries them later, then forgets them."""
+    broken = [True]
+    undone: list[str] = []
+
+    @agenttx.compensation
+    def unreserve(payload):
+        if broken[0]:
+            raise ConnectionError("the warehouse is down")
+        undone.append(payload["output"]["id"])
+
+    @agenttx.tool(compensate=unreserve)
+    def reserve() -> dict[str, str]:
+        return {"id": "r-1"}
+
+    @agenttx.tool
+    def refuse(id: str) -> dict[str, str]:  # noqa: A002
+        raise ValueError("refused")
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("reserve", tool="reserve"),
+            agenttx.Node("confirm", tool="refuse", inputs={"id": "${reserve.id}"}),
+        ]
+    )
+    engine = agenttx.Engine(tools=[reserve, refuse, unreserve], store=store)
+    result = engine.run_plan(plan, initial={}, run_id="r")
+    assert result.status is PlanStatus.FAILED
+    assert [c.status.value for c in result.compensations] == ["FAILED"]
+    assert store.open_transactions() == ("r",)
+    assert len(store.peek("r").undos) == 1
+    assert store.read_plan("r").status == "FAILED"
+    broken[0] = False
+    report = engine.recover()
+    assert report.compensations_run == 1
+    assert undone == ["r-1"]
+    assert store.open_transactions() == ()

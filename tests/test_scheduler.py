@@ -94,6 +94,23 @@ def test_starts_carry_fresh_attempt_ids_numbered_from_one():
     assert sched.attempts("a") == ("a#1",)
 
 
+def test_a_resumed_node_numbers_its_attempts_after_those_it_had():
+    """`Task(attempts=n)`: the next attempt is n + 1, also after a retry and a cancellation;
+    a negative count is refused."""
+    sched = Scheduler([Task(id="a", attempts=3)], max_concurrency=1)
+    (start,) = sched.get_ready(0)
+    assert start == Start(node="a", attempt="a#4", number=4)
+    sched.failed("a", "a#4", retry_at=0)
+    (retry,) = sched.get_ready(0)
+    assert retry.number == 5
+    assert sched.done("a", "a#4").delivery is Delivery.DUPLICATE
+    assert sched.done("a", "a#2").delivery is Delivery.STALE  # a dead process's attempt
+    update = sched.cancel("stop")
+    assert update.interrupted == (Start(node="a", attempt="a#5", number=5),)
+    with pytest.raises(InvalidArgument, match="attempts must be an integer >= 0"):
+        Task(id="a", attempts=-1)
+
+
 def test_nodes_start_in_the_order_they_became_ready():
     """The ready queue is first in, first out."""
     sched = Scheduler(

@@ -27,6 +27,7 @@ async def compensate_nodes(
     *,
     run: bool,
     record: Callable[..., None],
+    on_compensated: Callable[[UndoRecord], object] | None = None,
 ) -> tuple[CompensationOutcome, ...]:
     """Run `undos` (`(recorded at, node id, record)`), newest first, through a Saga ledger.
 
@@ -35,6 +36,8 @@ async def compensate_nodes(
     are never run, since undoing before the effect lands would undo nothing, and each is
     reported FAILED, kept for manual intervention. `record(kind, node=..., data=...)` appends
     each step to the run's audit. A compensation's failure never stops the others.
+    `on_compensated(undo)` is called after each compensation that succeeded (the durable log
+    forgets its record).
     """
     entries = sorted(
         undos,
@@ -51,7 +54,7 @@ async def compensate_nodes(
         )
     failed: dict[int, str] = {}
     if run and records:
-        ledger = SagaLedger()
+        ledger = SagaLedger(on_compensated=on_compensated)
         try:
             await ledger.acompensate(records, compensations)
         finally:

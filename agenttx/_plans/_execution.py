@@ -17,6 +17,13 @@ concurrent nodes interleave in one overlay); what a node must undo it registers 
 effects are delivered after that commit; a failed or cancelled plan discards it and publishes
 nothing. Completed nodes are then compensated, newest completion first, through a `SagaLedger`.
 
+Durable runs (a store that keeps plan runs): every transition goes through the `PlanJournal`,
+buffered and written at the barriers (before a round's tools start, with their claims; before
+the loop waits; before the end), and each audit event is held until its transition is written.
+The state transaction has a durable log (`TxLog`): undo records are written ahead, a node's
+writes and staged effects are written before its completion, the commit moves the effects to
+the outbox, and recovery resumes the transaction with the run (see docs/plans.md).
+
 `PlanExecution` is the run: constructed (and so checked) in the caller's thread, executed once by
 `execute` on an event loop; `_runner` builds the public API on it. See
 `docs/plans.md#running-a-plan`.
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
 
 import attrs
 
+from .._approvals import request_of
 from .._errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -42,13 +50,18 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import EventSink
+from .._events import Event, EventKind, EventSink
 from .._hints import clean_error
-from .._saga import Backoff, dispatch_effects
+from .._json import canonical_dumps
+from .._limits import DEFAULT_ISOLATION, Isolation
+from .._rollback import RollbackPolicy
+from .._saga import Backoff, deliver_outbox, dispatch_effects
+from .._settings import Settings
 from .._tools import (
     Call,
     Compensation,
     Failure,
+    Outcome,
     ToolContext,
     ToolRegistry,
     UndoRecord,
@@ -58,6 +71,8 @@ from .._tools import (
     run_tool,
 )
 from .._turns import RETRY_BACKOFF
+from .._txlog import LiveStep, TxLog, history_text, read_image
+from ..stores._durable import is_durable
 from ._checks import (
     OutputCheck,
     check_capacities,
@@ -72,8 +87,10 @@ from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
 from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
+from ._people import NodeGate, Waiting
 from ._results import (
     CompensationOutcome,
+    CompensationStatus,
     NodeResult,
     PlanEventKind,
     PlanResult,
@@ -83,15 +100,15 @@ from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, 
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from decimal import Decimal
 
     from .._events import HookLike
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
-    from .._tools import Outcome, Tool, ToolsArgument
-    from ..stores import Store
+    from .._tools import Tool, ToolsArgument
+    from ..stores import DurableStore, EffectRow, Store, UndoRow
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
@@ -101,6 +118,9 @@ DEFAULT_NODE_TIMEOUT: Final = 30.0
 CANCEL_GRACE: Final = 5.0
 #: Undo records of attempt n of a node are numbered from `n << _SEQ_BITS`: never shared.
 _SEQ_BITS: Final = 20
+#: The compensation order of undo records a resumed run restored: before any of its own
+#: (whose times are `time.monotonic()` readings, never negative), in node order.
+_RESTORED_AT: Final = -1e9
 
 FailurePolicy = Literal["skip_dependants", "cancel_all"]
 CompensateOn = Literal["failure", "never"]
@@ -143,6 +163,38 @@ class _SerializedStore:
     def delete(self, tx_id: str, key: str) -> None:
         with self._lock:
             self._store.delete(tx_id, key)
+
+    # The durable log's calls (`TxLog`), on a durable store only.
+
+    def begin(self, tx_id: str, *, isolation: Isolation, record: str) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).begin(tx_id, isolation=isolation, record=record)
+
+    def record_undo(self, tx_id: str, undo: UndoRow) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).record_undo(tx_id, undo)
+
+    def forget_undo(self, tx_id: str, step_id: int, seq: int) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).forget_undo(tx_id, step_id, seq)
+
+    def record_step(
+        self, tx_id: str, step_id: int, step: str, effects: Sequence[EffectRow], progress: str
+    ) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).record_step(tx_id, step_id, step, effects, progress)
+
+    def flush(self, tx_id: str) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).flush(tx_id)
+
+    def record_transaction(self, tx_id: str, record: str) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).record_transaction(tx_id, record)
+
+    def discard_state(self, tx_id: str, *, history: str | None = None) -> None:
+        with self._lock:
+            cast("DurableStore", self._store).discard_state(tx_id, history=history)
 
 
 # ---------------------------------------------------------------------- one run
@@ -189,6 +241,7 @@ class _NodeRecord:
     undos: list[tuple[float, UndoRecord]] = attrs.field(factory=list)
     finished_wall: dt.datetime | None = None
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
+    retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
 
 
 #: An event held until the transition it reports is durable: kind, node, attempt, data.
@@ -309,6 +362,7 @@ class PlanExecution:
                     resources=node.resources,
                     exclusive=self._exclusive(node),
                     tool=node.tool,
+                    attempts=_attempts_made(restored, node.id),
                 )
                 for node in plan.nodes
             ],
@@ -329,7 +383,12 @@ class PlanExecution:
         self._checks: dict[str, OutputCheck | None] = {}
         node_key = key_deriver(self.id, plan.version)
         self._nodes = {
-            node.id: _NodeRecord(index=index, tool=node.tool, key=node_key(node.id, node.tool))
+            node.id: _NodeRecord(
+                index=index,
+                tool=node.tool,
+                key=node_key(node.id, node.tool),
+                retried=_retried(restored, node.id),
+            )
             for index, node in enumerate(plan.nodes)
         }
         self._outputs: dict[str, JSONValue] = {}
@@ -338,7 +397,12 @@ class PlanExecution:
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
-        self._audit = EventSink("plan", self.id, hooks)
+        # A resumed run numbers its events after those its durable record holds.
+        stored = getattr(self._store, "plan_audit", None) if restored is not None else None
+        self._audit = EventSink(
+            "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
+        )
+        self._people = NodeGate(self.id, plan.version, self._store, self._note_person)
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -363,6 +427,10 @@ class PlanExecution:
         self.durable = is_plan_store(self._store)
         self._restored: dict[str, StoredNode] = dict(restored or {})
         self._resumed = restored is not None
+        #: The durable log of the run's state transaction (undo records, staged effects), on a
+        #: durable store that keeps plan runs; `_log_undo` writes an undo record ahead.
+        self._txlog: TxLog | None = None
+        self._log_undo: Callable[[UndoRecord], object] | None = None
         #: The nodes of the current round whose claim did not hold (another runner has them).
         self._unclaimed: frozenset[str] = frozenset()
         #: Events whose transitions are buffered in the journal, emitted once it is written.
@@ -409,6 +477,7 @@ class PlanExecution:
         node: str | None = None,
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | None = None,
+        at: float | None = None,
     ) -> None:
         journal = self._journal
         if self._held or (journal is not None and journal.pending):
@@ -417,7 +486,7 @@ class PlanExecution:
             return
         # Recorded under the run's lock (the order of the audit is the order of decisions);
         # hooks are called by `_event` or the caller after the lock is released.
-        self._audit.record(kind, node=node, attempt=attempt, data=data)
+        self._audit.record(kind, node=node, attempt=attempt, data=data, at=at)
 
     def _exclusive(self, node: Node) -> str | None:
         """The node's exclusive resource, resolved; `InvalidArgument` if it cannot be."""
@@ -469,21 +538,30 @@ class PlanExecution:
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
         if claims:
-            refused = self._persist(self._journal.claim_all, claims)
+            refused = self._persist(self._journal.claim_all, claims, self._audit_rows())
             self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
         self._flush()
 
     def _flush(self) -> None:
-        """Write the journal's buffered transitions, then emit the events held for them."""
+        """Write the journal's buffered transitions (with the audit events recorded since the
+        last write), then emit the events held for them."""
         journal = self._journal
         if journal is not None and journal.pending:
-            self._persist(journal.flush)
+            self._persist(journal.flush, None, self._audit_rows())
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
                 for kind, node, attempt, data in held:
                     self._audit.record(kind, node=node, attempt=attempt, data=data)
             self._audit.deliver()
+
+    def audit(self) -> tuple[Event, ...]:
+        """The run's audit events so far, in `seq` order."""
+        return self._audit.events()
+
+    def _audit_rows(self) -> list[tuple[int, str]]:
+        """The audit events not yet written, as `(seq, JSON text)` rows."""
+        return self._audit.take_unpersisted_rows()
 
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
@@ -553,6 +631,55 @@ class PlanExecution:
         )
         return update
 
+    def _open_state(self) -> None:
+        """Open the run's state transaction (id: the run id). On a durable store that keeps
+        plan runs it has a durable log: a resumed run claims the dead runner's, keeping its
+        durable state writes, staged effects and undo records (which go back to their nodes),
+        or begins a new one if it has ended or never began."""
+        store = self._store
+        if not (self.durable and is_durable(store)):
+            store.begin(self.id)
+            self._begun = True
+            return
+        if self._resumed:
+            try:
+                image = store.claim(self.id, store.owner(self.id))
+            except TransactionNotFound:
+                image = None  # never begun, or ended (committed or discarded) before the crash
+            else:
+                if image is None:
+                    raise StorageError(
+                        f"the state transaction of plan run `{self.id}` is held by a live store"
+                    )
+            if image is not None:
+                restored = read_image(image)
+                self._begun = True
+                self._txlog = TxLog(
+                    cast("DurableStore", self._serialized), self.id, record=restored.record
+                )
+                self._log_undo = self._txlog.undo
+                self._restore_undos(restored.undos)
+                return
+        self._txlog = TxLog.begin(
+            cast("DurableStore", self._serialized),
+            self.id,
+            isolation=DEFAULT_ISOLATION,
+            agent_id=f"plan run {self.id}",
+            policy=RollbackPolicy(),
+            settings=Settings().to_record(),
+        )
+        self._begun = True
+        self._log_undo = self._txlog.undo
+
+    def _restore_undos(self, undos: tuple[UndoRecord, ...]) -> None:
+        """Give the undo records of the dead runner back to their nodes, to be compensated if
+        the resumed run fails (they count as older than any of this run's)."""
+        nodes = self._plan.nodes
+        for undo in undos:
+            if 1 <= undo.step_id <= len(nodes):
+                node_id = nodes[undo.step_id - 1].id
+                self._nodes[node_id].undos.append((_RESTORED_AT + undo.step_id, undo))
+
     # -- the loop -------------------------------------------------------------------------
 
     async def execute(self) -> PlanResult:
@@ -568,12 +695,8 @@ class PlanExecution:
         running: dict[str, _Attempt] = {}
         if self.durable:
             self.open_journal()
-            if self._resumed:
-                # The state transaction of the run that crashed is not resumed: begin anew.
-                self._store.discard(self.id)
         try:
-            self._store.begin(self.id)
-            self._begun = True
+            self._open_state()
             await self._drive(inbox, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
@@ -657,6 +780,7 @@ class PlanExecution:
             deadline=now + (node.timeout or DEFAULT_NODE_TIMEOUT),
             store=cast("Store", self._serialized),  # get, put and delete are all it calls
             compensations=self._compensations,
+            log_undo=self._log_undo,
             seq_base=start.number << _SEQ_BITS,
         )
         attempt = _Attempt(
@@ -729,10 +853,13 @@ class PlanExecution:
             raw_context="",
             context=context,
             timeout=node.timeout or DEFAULT_NODE_TIMEOUT,
-            log_undo=None,
+            log_undo=self._log_undo,
             seq_base=start.number << _SEQ_BITS,
         )
         running[start.attempt] = attempt
+        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
+            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
+            return None
         if tool.inline and not tool.is_async:
             # An inline sync tool runs on the loop's thread in any case, and cannot be
             # interrupted: call it here, without a task (`run_tool` still checks its deadline).
@@ -757,6 +884,85 @@ class PlanExecution:
             return
         attempt.finished_at = time.monotonic()
         inbox.post(_Finished(attempt, outcome))
+
+    async def _run_guarded(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
+        """A node whose tool may need a person (`_people`): wait for the approval or review
+        while independent nodes go on, then run the call (or take the decided output)."""
+        import asyncio  # noqa: PLC0415
+
+        node = attempt.start.node
+        try:
+            gated = self._people.gate(node, call)
+            while isinstance(gated, Waiting):
+                await self._people.decided(gated)
+                gated = self._people.gate(node, call)
+            if isinstance(gated, Call):
+                closed(attempt.context)  # the gate made the call a context of its own
+                attempt.context = gated.context
+                outcome = await arun_tool(gated)
+                if outcome.error is not None and outcome.running is None:
+                    self._people.failed(node)  # a retry asks again
+            elif isinstance(gated, Failure):
+                outcome = Outcome(error=gated)
+            else:
+                outcome = gated
+        except asyncio.CancelledError:
+            self._people.states.pop(node, None)
+            closed(attempt.context)
+            raise
+        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
+            closed(attempt.context)
+            inbox.post(_Crashed(attempt, exc))
+            return
+        attempt.finished_at = time.monotonic()
+        inbox.post(_Finished(attempt, outcome))
+
+    def _note_person(
+        self, kind: str, node: str, actor: str | None, data: Mapping[str, JSONValue]
+    ) -> None:
+        """Record an approval or review event of a node (`_people`), with its actor."""
+        with self._lock:
+            self._audit.record(EventKind[kind], node=node, actor=actor, data=data)
+        self._audit.deliver()
+
+    @property
+    def people(self) -> NodeGate:
+        """The run's approvals and reviews."""
+        return self._people
+
+    def validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue:
+        """An approver's edited arguments as the tool will get them (`InvalidArgument` if they
+        do not fit its spec)."""
+        found = self._registry.get(tool)
+        if found is None:
+            return arguments
+        checked, violation = found.validator.check(arguments)
+        if violation is not None:
+            raise InvalidArgument(
+                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
+            )
+        return checked
+
+    def note_decision(
+        self, kind: str, request_id: str, actor: str, data: Mapping[str, JSONValue]
+    ) -> None:
+        """Record a person's decision on one of the run's requests (from any thread)."""
+        row = self._people.book.get(request_id, self.id)
+        node = None if row is None else request_of(row).node
+        with self._lock:
+            self._audit.record(
+                EventKind[kind], node=node, actor=actor, data={"request": request_id, **data}
+            )
+        self._audit.deliver()
+
+    def node_states(self) -> dict[str, NodeState]:
+        """Every node's state now; a started node waiting for a person shows
+        WAITING_APPROVAL or NEEDS_REVIEW. Safe from any thread (a snapshot)."""
+        waiting = dict(self._people.states)
+        return {
+            node_id: waiting.get(node_id) or self._scheduler.state(node_id)
+            for node_id in self._nodes
+        }
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
@@ -812,6 +1018,8 @@ class PlanExecution:
         record.undos.extend((now, undo) for undo in undos)
         record.output = outcome.output
         record.finished_wall = _now()
+        if self._txlog is not None:
+            self._persist(self._write_state, attempt, outcome, kind, undos)
         if self._journal is not None:
             self._persist(
                 self._journal.end_attempt,
@@ -850,7 +1058,9 @@ class PlanExecution:
         timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
         retry_at: float | None = None
         number = attempt.start.number
-        if retry and transient and not failure.mistake and number <= node.retries:
+        # The budget counts the failures retried before a crash too (a resumed run's).
+        failures = record.retried + len(record.attempts)
+        if retry and transient and not failure.mistake and failures <= node.retries:
             retry_at = time.monotonic() + self._backoff.delay(number)
         update = self._scheduler.failed(
             node_id, attempt.start.attempt, retry_at=retry_at, timed_out=timed_out
@@ -982,6 +1192,31 @@ class PlanExecution:
             for other in dependants
         )
 
+    def _end(self, status: PlanStatus) -> None:
+        """Write the run's final status with every audit event not yet written (those held
+        for that write, and the `finished` event, recorded once it is durable), then set it."""
+        ended = time.time()
+        finished_data: dict[str, JSONValue] = {"status": status.value}
+        if self._journal is None:
+            self._flush()
+            with self._lock:
+                self._status = status
+                self._event_locked(PlanEventKind.FINISHED, data=finished_data, at=ended)
+            return
+        with self._lock:
+            held = [*self._held, (PlanEventKind.FINISHED, None, None, finished_data)]
+            self._held = []
+            last = self._audit.upcoming(
+                (kind, ended, node, attempt, data) for kind, node, attempt, data in held
+            )
+            rows = self._audit_rows()
+        rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
+        self._persist(self._journal.flush, status.value, rows)
+        with self._lock:
+            self._status = status
+            for kind, node, attempt, data in held:
+                self._audit.record(kind, node=node, attempt=attempt, data=data, at=ended)
+
     async def _finish(self) -> PlanResult:
         import asyncio  # noqa: PLC0415
 
@@ -990,6 +1225,7 @@ class PlanExecution:
         with self._lock:
             status = self._plan_status()
             self._closing = True
+        self._people.withdraw(f"plan run `{self.id}` ended")
         error: str | None = None
         committed = 0
         delivered = 0
@@ -1007,28 +1243,23 @@ class PlanExecution:
                 self._event(PlanEventKind.FAILED, data={"error": error[:1000]})
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
-                if self._effects and self._dispatcher is not None:  # it may block: off the loop
-                    delivered, dispatch_errors = await asyncio.to_thread(
-                        dispatch_effects, tuple(self._effects), self._dispatcher
-                    )
+                # A resumed run delivers what the crashed one committed to the outbox too.
+                pending = self._effects or (self._txlog is not None and self._resumed)
+                if pending and self._dispatcher is not None:  # it may block: off the loop
+                    delivered, dispatch_errors = await asyncio.to_thread(self._deliver)
                 self._event(
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
                 )
         compensations: tuple[CompensationOutcome, ...] = ()
         if status is not PlanStatus.SUCCEEDED:
-            if self._begun:  # never another's transaction of the same id
-                with contextlib.suppress(Exception):  # a store failure: already not published
-                    self._store.discard(self.id)
-            self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
             if not self._lost:  # a runner that lost the run leaves its nodes to the new one
                 compensations = await self._compensate_completed()
-        if self._journal is not None:
-            self._persist(self._journal.transitions, (), status=status.value)
-        self._flush()
-        with self._lock:
-            self._status = status
-            self._event_locked(PlanEventKind.FINISHED, data={"status": status.value})
+            if self._begun:  # never another's transaction of the same id
+                with contextlib.suppress(Exception):  # a store failure: already not published
+                    self._end_state(status, compensations)
+            self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
+        self._end(status)
         self._audit.deliver()
         return PlanResult(
             run_id=self.id,
@@ -1048,7 +1279,9 @@ class PlanExecution:
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
-        """Undo completed work, newest completion first (see `compensate_nodes`)."""
+        """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
+        log, each undo record is forgotten once its compensation succeeded."""
+        txlog = self._txlog
         return await compensate_nodes(
             [
                 (at, node_id, undo)
@@ -1059,7 +1292,55 @@ class PlanExecution:
             self._compensations,
             run=self._compensate,
             record=self._event,
+            on_compensated=None if txlog is None else txlog.forget,
         )
+
+    def _end_state(
+        self, status: PlanStatus, compensations: tuple[CompensationOutcome, ...]
+    ) -> None:
+        """End the state transaction of a run that did not succeed: discarded (its staged
+        effects with it: nothing is published), or, on a durable log whose undo records were
+        not all compensated (failed, or `compensate_on="never"`), ended keeping them, so
+        that recovery retries them."""
+        txlog = self._txlog
+        left = any(c.status is not CompensationStatus.COMPLETED for c in compensations)
+        if txlog is not None and left and not self._lost:
+            txlog.end(status.value, history_text(status.value, [], (), ()), keep_undos=True)
+        else:
+            self._store.discard(self.id)
+
+    def _deliver(self) -> tuple[int, tuple[str, ...]]:
+        """Deliver the committed effects: on a durable log, from the outbox the commit put
+        them in (those a crashed runner committed included); else directly."""
+        if self._txlog is None:
+            return dispatch_effects(tuple(self._effects), self._dispatcher)
+        if self._dispatcher is None:
+            return 0, ()  # they wait in the outbox for `Engine.dispatch_pending`
+        return deliver_outbox(cast("DurableStore", self._store), self._dispatcher, tx_id=self.id)
+
+    def _write_state(
+        self, attempt: _Attempt, outcome: Outcome, kind: str | None, undos: list[UndoRecord]
+    ) -> None:
+        """Before a node's completion is recorded: its node's `compensate=` undo (in the place
+        of its tool's), then its state writes and staged effects in one atomic write."""
+        txlog = self._txlog
+        assert txlog is not None
+        if kind is not None and undos:
+            txlog.undo(undos[-1])
+        if outcome.effects:
+            txlog.step(
+                self._nodes[attempt.start.node].index + 1,
+                LiveStep(
+                    tool_name=self._nodes[attempt.start.node].tool,
+                    arguments=attempt.arguments,
+                    output=outcome.output,
+                    raw_context="",
+                    dependencies=(),
+                ),
+                outcome.effects,
+            )
+        else:
+            self._serialized.flush(self.id)
 
     def _node_results(self) -> LazyMap[NodeResult]:
         """Each node's result, built when first read (from the records and final states only:
@@ -1159,4 +1440,20 @@ def _node_undo(
         kind=kind,
         payload={"arguments": attempt.arguments, "output": outcome.output},
         description=f"{kind} for node {attempt.start.node}",
+    )
+
+
+def _attempts_made(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:
+    """How many attempts a resumed run's node had before the crash (its recorded number)."""
+    stored = None if restored is None else restored.get(node_id)
+    number = None if stored is None else stored.record.get("number")
+    return number if isinstance(number, int) and not isinstance(number, bool) and number > 0 else 0
+
+
+def _retried(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:
+    """How many of a resumed run's node's attempts failed and were retried before the crash."""
+    stored = None if restored is None else restored.get(node_id)
+    retries = None if stored is None else stored.record.get("retries")
+    return (
+        retries if isinstance(retries, int) and not isinstance(retries, bool) and retries > 0 else 0
     )

@@ -32,7 +32,7 @@ from .._json import JSONValue, canonical_dumps
 from ..stores._plans import PlanChange, PlanExpect, PlanNodeRow
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     from ..stores._plans import PlanImage
 
@@ -110,13 +110,15 @@ class PlanJournal:
     at once); `flush`, `claim` and `claim_all` write everything buffered, in order, in one
     durable write. A store error (the run taken over, the file gone) propagates from those."""
 
-    __slots__ = ("_nodes", "_pending", "_run_id", "_store")
+    __slots__ = ("_audits", "_nodes", "_pending", "_run_id", "_store")
 
     def __init__(self, store: Any, run_id: str, nodes: dict[str, dict[str, Any]]) -> None:
         self._store = store
         self._run_id = run_id
         self._nodes = nodes
         self._pending: list[PlanChange] = []
+        #: Whether the store keeps plan audit events (`plan_audit`, `write_plan(events=)`).
+        self._audits = callable(getattr(store, "plan_audit", None))
 
     @classmethod
     def begin(
@@ -189,9 +191,12 @@ class PlanJournal:
         False if the node is not claimable."""
         return node_id not in self.claim_all(((node_id, attempt, number),))
 
-    def claim_all(self, claims: Iterable[tuple[str, str, int]]) -> frozenset[str]:
+    def claim_all(
+        self, claims: Iterable[tuple[str, str, int]], events: Sequence[tuple[int, str]] = ()
+    ) -> frozenset[str]:
         """Claim each node for its attempt (`(node_id, attempt, number)`, compare-and-sets),
-        writing what is buffered first, all in one durable write; the nodes not claimable."""
+        writing what is buffered first (and audit `events`, as `flush` does), all in one
+        durable write; the nodes not claimable."""
         now = time.time()
         claimed: list[tuple[str, dict[str, Any]]] = []
         changes = self._pending
@@ -210,7 +215,10 @@ class PlanJournal:
             changes.append(_change(node_id, "RUNNING", attempt, change, expect))
             claimed.append((node_id, change))
         self._pending = []
-        made = self._store.write_plan(self._run_id, changes)
+        if events and self._audits:
+            made = self._store.write_plan(self._run_id, changes, events=events)
+        else:
+            made = self._store.write_plan(self._run_id, changes)
         refused = set()
         for (node_id, change), ok in zip(claimed, made[count:], strict=True):
             if ok:
@@ -258,14 +266,19 @@ class PlanJournal:
         if status is not None:
             self.flush(status)
 
-    def flush(self, status: str | None = None) -> bool:
-        """Write what is buffered (and the run's `status`, if given) in one durable write;
-        False if a compare-and-set among the changes did not hold (another runner holds
-        that node; the rest was written)."""
-        if not self._pending and status is None:
+    def flush(self, status: str | None = None, events: Sequence[tuple[int, str]] = ()) -> bool:
+        """Write what is buffered (and the run's `status`, if given, and audit `events`,
+        `(seq, JSON text)`) in one durable write; False if a compare-and-set among the changes
+        did not hold (another runner holds that node; the rest was written)."""
+        if not self._audits:
+            events = ()  # a store that keeps no plan audit: the events stay in memory
+        if not self._pending and status is None and not events:
             return True
         changes, self._pending = self._pending, []
-        made = self._store.write_plan(self._run_id, changes, status=status)
+        if events:
+            made = self._store.write_plan(self._run_id, changes, status=status, events=events)
+        else:
+            made = self._store.write_plan(self._run_id, changes, status=status)
         return all(made)
 
     def cancel_reason(self) -> str | None:

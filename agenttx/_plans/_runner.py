@@ -9,7 +9,7 @@ thread with its own. See `docs/plans.md#running-a-plan`.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, final
 
 from .._errors import FailedPrecondition, InvalidArgument, StorageError
 from ._execution import PlanExecution
@@ -20,7 +20,8 @@ from ._scheduler import RateLimit
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from .._events import HookLike
+    from .._approvals import Approval, ApprovalRequest, Review
+    from .._events import Event, HookLike
     from .._json import JSONValue
     from .._saga import Backoff, Dispatcher
     from .._tools import ToolsArgument
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ..stores._plans import PlanImage
     from ._execution import CompensateOn, FailurePolicy
     from ._results import PlanResult, PlanStatus
+    from ._scheduler import NodeState
 
 __all__ = ["PlanRun", "arun_plan", "resume_plan", "run_plan", "start_plan"]
 
@@ -190,6 +192,64 @@ class PlanRun:
         Raises `FailedPrecondition` once the run has ended or was already cancelled.
         """
         self._run.request_cancel(reason)
+
+    def audit(self) -> tuple[Event, ...]:
+        """The run's audit events so far (all of them once it has ended), in `seq` order."""
+        return self._run.audit()
+
+    def node_states(self) -> dict[str, NodeState]:
+        """Every node's state now: a started node waiting for a person shows
+        `WAITING_APPROVAL` or `NEEDS_REVIEW` (docs/approvals.md#plan-nodes)."""
+        return self._run.node_states()
+
+    def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
+        """The run's approval requests waiting for a decision, oldest first."""
+        return self._run.people.pending_approvals()
+
+    def pending_reviews(self) -> tuple[Review, ...]:
+        """The run's reviews waiting for a person, oldest first."""
+        return self._run.people.pending_reviews()
+
+    def approve(
+        self,
+        request_id: str,
+        *,
+        actor: str,
+        expires_in: float | None = None,
+        note: str = "",
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Approval:
+        """Approve request `request_id` of this run, as `actor`: the node runs its call once.
+
+        As `Transaction.approve` (the same errors); `ApprovalNotFound` for a request of
+        another run. Safe from any thread while the run goes on.
+        """
+        approval = self._run.people.book.approve(
+            request_id,
+            actor=actor,
+            expires_in=expires_in,
+            note=note,
+            arguments=arguments,
+            scope_id=self.id,
+            validate=self._run.validate_edit,
+        )
+        self._run.note_decision("APPROVED", request_id, actor, {"edited": approval.edited})
+        return approval
+
+    def reject(self, request_id: str, *, actor: str, reason: str) -> None:
+        """Reject request `request_id` of this run: its node fails with the reason."""
+        self._run.people.book.reject(request_id, actor=actor, reason=reason, scope_id=self.id)
+        self._run.note_decision("REJECTED", request_id, actor, {"reason": reason})
+
+    def resolve_review(
+        self, review_id: str, *, outcome: str, output: JSONValue = None, actor: str
+    ) -> None:
+        """Resolve review `review_id` of this run: `done` ends the node with `output`,
+        `not_done` runs its call again with the same idempotency key."""
+        self._run.people.book.resolve_review(
+            review_id, outcome=outcome, output=output, actor=actor, scope_id=self.id
+        )
+        self._run.note_decision("REVIEWED", review_id, actor, {"outcome": outcome})
 
     def wait(self, timeout: float | None = None) -> PlanResult:
         """The run's result, once it has ended; see the class docstring."""

@@ -91,7 +91,8 @@ _EPSILON: Final = 1e-9
 
 
 class NodeState(enum.Enum):
-    """Where a node of a plan run is; the last five are terminal (a node ends in exactly one)."""
+    """Where a node of a plan run is; SUCCEEDED, FAILED, TIMED_OUT, CANCELLED and SKIPPED are
+    terminal (a node ends in exactly one)."""
 
     PENDING = "PENDING"  # some prerequisite is unresolved
     READY = "READY"  # prerequisites resolved; queued for a start (limits, or a retry's time)
@@ -101,6 +102,10 @@ class NodeState(enum.Enum):
     TIMED_OUT = "TIMED_OUT"
     CANCELLED = "CANCELLED"
     SKIPPED = "SKIPPED"  # a (non-optional) prerequisite failed, timed out or was skipped
+    # Not scheduler states: the runner shows these while a started node waits for a person
+    # (it holds its attempt, RUNNING to the scheduler). See `PlanRun.node_states`.
+    WAITING_APPROVAL = "WAITING_APPROVAL"  # its call waits for a person's approval
+    NEEDS_REVIEW = "NEEDS_REVIEW"  # its outcome is unknown: a person says whether it happened
 
     @property
     def is_terminal(self) -> bool:
@@ -180,6 +185,11 @@ def _check_exclusive(instance: Task, _: object, value: str | None) -> None:
         )
 
 
+def _check_attempts(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument(f"{attribute.name} must be an integer >= 0, got {value!r}")
+
+
 def _check_tool(instance: Task, _: object, value: str) -> None:
     if not isinstance(value, str):
         raise InvalidArgument(f"task {instance.id!r}: tool must be a string, got {value!r}")
@@ -195,7 +205,8 @@ class Task:
     whose failure, timeout or skip still releases it. `resources` maps a resource name to the
     tokens it holds while running (each name needs a capacity in `Scheduler(capacities=...)`);
     `exclusive` is a key (already resolved, e.g. `order:7`) that no two running nodes share;
-    `tool` names the tool, for per-tool rate limits.
+    `tool` names the tool, for per-tool rate limits. `attempts` counts the attempts the node had
+    before this scheduler (a resumed run's): its next attempt is numbered after them.
     """
 
     id: str = attrs.field(validator=_check_id)
@@ -210,6 +221,7 @@ class Task:
     )
     exclusive: str | None = attrs.field(default=None, validator=_check_exclusive)
     tool: str = attrs.field(default="", validator=_check_tool)
+    attempts: int = attrs.field(default=0, validator=_check_attempts)
 
 
 def _check_rate(_: object, attribute: attrs.Attribute[float], value: object) -> None:
@@ -313,6 +325,7 @@ class _Entry:
         "count",
         "demands",
         "dependants",
+        "first",
         "id",
         "optional",
         "state",
@@ -326,6 +339,7 @@ class _Entry:
         self.count = len(task.prerequisites)
         self.dependants: list[_Entry] = []
         self.attempts: list[str] = []  # attempt ids issued, oldest first
+        self.first = task.attempts  # attempts numbered before these (a resumed run's)
         self.applied = 0  # how many of them had their result applied
         self.demands: tuple[tuple[_Gate, float], ...] = ()
         self.waited: list[str] | None = None
@@ -571,7 +585,7 @@ class Scheduler:
                 return
         for gate, amount in entry.demands:
             gate.tokens -= amount
-        number = len(entry.attempts) + 1
+        number = entry.first + len(entry.attempts) + 1
         attempt = f"{entry.id}#{number}"
         entry.attempts.append(attempt)
         entry.state = NodeState.RUNNING
@@ -679,7 +693,11 @@ class Scheduler:
             if state is NodeState.RUNNING:
                 self._release(entry)
                 interrupted.append(
-                    Start(node=entry.id, attempt=entry.attempts[-1], number=len(entry.attempts))
+                    Start(
+                        node=entry.id,
+                        attempt=entry.attempts[-1],
+                        number=entry.first + len(entry.attempts),
+                    )
                 )
             self._end(entry, NodeState.CANCELLED)
             cancelled.append(entry.id)

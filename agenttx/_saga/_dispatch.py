@@ -106,11 +106,16 @@ class JsonlDispatcher:
 Dispatcher = EffectDispatcher | Callable[..., object] | Mapping[str, Callable[..., object]]
 
 
+#: Told of each effect delivered: `(channel, idempotency_key, step_id)`; it must not raise.
+OnDelivered = Callable[[str, str, int], object]
+
+
 def dispatch_effects(
     effects: Sequence[StagedEffect],
     dispatcher: Dispatcher | None,
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    on_delivered: OnDelivered | None = None,
 ) -> tuple[int, tuple[str, ...]]:
     """Deliver `effects` in order, each under a deadline of `timeout` seconds.
 
@@ -127,6 +132,8 @@ def dispatch_effects(
         error = _deliver(effect, dispatcher, timeout)
         if error is None:
             delivered += 1
+            if on_delivered is not None:
+                on_delivered(effect.channel, effect.idempotency_key, effect.step_id)
         else:
             failures.append(_failure_line(effect, error))
     return delivered, tuple(failures)
@@ -169,6 +176,7 @@ def deliver_outbox(
     clock: Callable[[], float] = time.time,
     timeout: float = DEFAULT_TIMEOUT,
     backoff: Backoff = OUTBOX_BACKOFF,
+    on_delivered: OnDelivered | None = None,
 ) -> tuple[int, tuple[str, ...]]:
     """Deliver the due outbox entries (of one transaction, or all) in commit and staging order.
 
@@ -205,6 +213,8 @@ def deliver_outbox(
         )
         if failure is None:
             delivered += 1
+            if on_delivered is not None:
+                on_delivered(entry.channel, entry.idempotency_key, entry.step_id)
         else:
             failures.append(failure)
     return delivered, tuple(failures)
@@ -248,6 +258,7 @@ def deliver_committed(
     tx_id: str,
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    on_delivered: OnDelivered | None = None,
 ) -> tuple[int, tuple[str, ...]]:
     """Deliver a transaction's effects once its commit is durable; never raises for a failure.
 
@@ -255,7 +266,9 @@ def deliver_committed(
     crash now loses none), or left for `Engine.dispatch_pending` when there is no dispatcher.
     """
     if not is_durable(store):
-        return dispatch_effects(effects, dispatcher, timeout=timeout)
+        return dispatch_effects(effects, dispatcher, timeout=timeout, on_delivered=on_delivered)
     if dispatcher is None or not effects:
         return 0, ()
-    return deliver_outbox(store, dispatcher, tx_id=tx_id, timeout=timeout)
+    return deliver_outbox(
+        store, dispatcher, tx_id=tx_id, timeout=timeout, on_delivered=on_delivered
+    )

@@ -78,6 +78,9 @@ class SagaLedger:
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, converter=_compensation_timeout)
     #: Called with each record whose compensation succeeded (a durable store forgets it).
     on_compensated: Callable[[UndoRecord], object] | None = None
+    #: Called with each record run and its error (None when it succeeded), after
+    #: `on_compensated`; for the audit trail. It must not raise.
+    on_outcome: Callable[[UndoRecord, str | None], object] | None = None
     _records: list[UndoRecord] = attrs.field(init=False, factory=list)
     _failed: list[tuple[UndoRecord, str]] = attrs.field(init=False, factory=list)
     # Attempts that may outlive their deadline, with their record; pruned when they end.
@@ -181,6 +184,8 @@ class SagaLedger:
             else:
                 self._failed.append((record, error))
                 failures.append(f"{record.description}: {error}")
+            if self.on_outcome is not None:
+                self.on_outcome(record, error)
         return CompensationReport(succeeded=succeeded, failures=tuple(failures))
 
     def _tries(self, record: UndoRecord, undo: Callable[[], object]) -> Work[str | None]:

@@ -11,6 +11,7 @@ from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
 from ._calls import run_tool as run_tool
 from ._calls import still_running as still_running
+from ._calls import with_key as with_key
 from ._outputs import OutputSerializer as OutputSerializer
 from ._outputs import to_json_value as to_json_value
 from ._schema import Validator as Validator
@@ -94,4 +95,5 @@ __all__ = [
     "transient_verdict",
     "typed_dict_fields",
     "wire_name",
+    "with_key",
 ]

@@ -43,6 +43,7 @@ __all__ = [
     "closed",
     "run_tool",
     "still_running",
+    "with_key",
 ]
 
 
@@ -59,6 +60,28 @@ class Call(NamedTuple):
     #: The first `seq` of this attempt's undo records: attempts of a step never share one, so a
     #: kept (failed) record is never overwritten by a later attempt's.
     seq_base: int = 0
+
+
+def with_key(call: Call, key: str, arguments: JSONValue = None) -> Call:
+    """The call again, with a fresh context whose idempotency key is `key` (a retry of a call
+    whose outcome was unknown keeps its key) and a new deadline; with `arguments` instead of
+    the call's when given (an approver's edit). A call without a context gets only those."""
+    if arguments is not None:
+        call = call._replace(arguments=arguments)
+    old = call.context
+    if old is None:
+        return call
+    context = ToolContext(
+        tx_id=old.tx_id,
+        step_id=old.step_id,
+        idempotency_key=key,
+        deadline=time.monotonic() + call.timeout,
+        store=old._store,  # noqa: SLF001  (this package's class)
+        compensations=old._compensations,  # noqa: SLF001
+        log_undo=old._log_undo,  # noqa: SLF001
+        seq_base=old._seq_base,  # noqa: SLF001
+    )
+    return call._replace(context=context)
 
 
 def closed(

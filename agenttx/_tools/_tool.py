@@ -18,6 +18,7 @@ from typing import (
     Any,
     Final,
     Generic,
+    Literal,
     ParamSpec,
     TypeAlias,
     TypeVar,
@@ -97,10 +98,14 @@ class Tool(Generic[P, R]):
     __slots__ = (
         "__wrapped__",
         "_signature",
+        "check",
         "compensate",
+        "guarded",
         "inline",
         "is_async",
         "name",
+        "needs_approval",
+        "on_unknown",
         "spec",
         "validator",
         "wants_context",
@@ -120,6 +125,9 @@ class Tool(Generic[P, R]):
         inline: bool = False,
         description: str | None = None,
         parameters: Mapping[str, JSONValue] | None = None,
+        needs_approval: bool | Callable[[Any], bool] = False,
+        check: Callable[[Any, str], Any] | None = None,
+        on_unknown: OnUnknown | None = None,
     ) -> None:
         if not callable(fn):
             raise InvalidArgument(f"tool {name or fn!r} is not callable")
@@ -134,6 +142,11 @@ class Tool(Generic[P, R]):
             raise InvalidArgument(f"tool `{self.name}`: inline= must be a bool, got {inline!r}")
         self.compensate = compensate
         self.inline = inline
+        self.needs_approval, self.check, self.on_unknown = _check_people(
+            self.name, needs_approval, check, on_unknown
+        )
+        #: Whether a call may need approval or review: one test per step for the others.
+        self.guarded = self.needs_approval is not False or self.on_unknown == "review"
         self.is_async = inspect.iscoroutinefunction(fn)
         self.wants_context = _wants_context(fn)
         self._signature: Signature | None = None
@@ -170,6 +183,9 @@ class Tool(Generic[P, R]):
             inline=self.inline,
             description=self.spec.description,
             parameters=self.spec.parameters,
+            needs_approval=self.needs_approval,
+            check=self.check,
+            on_unknown=self.on_unknown,
         )
 
     @property
@@ -181,6 +197,36 @@ class Tool(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<agenttx.Tool {self.name!r}>"
+
+
+#: What a tool does with a call whose outcome is unknown (`@tool(on_unknown=...)`).
+OnUnknown: TypeAlias = Literal["retry", "review"]
+
+
+def _check_people(
+    name: str, needs_approval: object, check: object, on_unknown: object
+) -> tuple[bool | Callable[[Any], bool], Callable[[Any, str], Any] | None, OnUnknown]:
+    """Validate `needs_approval=`, `check=` and `on_unknown=` of tool `name`."""
+    if not isinstance(needs_approval, bool) and not callable(needs_approval):
+        raise InvalidArgument(
+            f"tool `{name}`: needs_approval= must be a bool or a callable of the arguments, "
+            f"got {needs_approval!r}"
+        )
+    if check is not None and not callable(check):
+        raise InvalidArgument(
+            f"tool `{name}`: check= must be a callable (arguments, idempotency_key), got {check!r}"
+        )
+    if on_unknown is None:
+        on_unknown = "review" if check is not None or needs_approval is not False else "retry"
+    if on_unknown not in ("retry", "review"):
+        raise InvalidArgument(
+            f'tool `{name}`: on_unknown= must be "retry" or "review", got {on_unknown!r}'
+        )
+    return (
+        cast("bool | Callable[[Any], bool]", needs_approval),
+        cast("Callable[[Any, str], Any] | None", check),
+        on_unknown,
+    )
 
 
 def _is_text_or_scalar(value: object) -> bool:
@@ -222,6 +268,9 @@ def tool(
     inline: bool = False,
     description: str | None = None,
     parameters: Mapping[str, JSONValue] | None = None,
+    needs_approval: bool | Callable[[Any], bool] = False,
+    check: Callable[[Any, str], Any] | None = None,
+    on_unknown: OnUnknown | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 def tool(
     fn: Callable[P, R] | None = None,
@@ -232,6 +281,9 @@ def tool(
     inline: bool = False,
     description: str | None = None,
     parameters: Mapping[str, JSONValue] | None = None,
+    needs_approval: bool | Callable[[Any], bool] = False,
+    check: Callable[[Any, str], Any] | None = None,
+    on_unknown: OnUnknown | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Register a function as a tool: `@tool` or `@tool(name=..., compensate=..., inline=...)`.
 
@@ -248,29 +300,31 @@ def tool(
     and docstring, or `parameters=` (a JSON Schema object); its description from the docstring,
     or `description=`. Arguments are validated against it before the tool runs
     (`docs/protocol.md#tool-specs`).
+    `needs_approval=True` (or a callable deciding from the resolved arguments, e.g. above an
+    amount) holds each call until a person approves exactly that call (docs/approvals.md).
+    `check(arguments, idempotency_key) -> CheckResult` tells whether a call whose outcome is
+    unknown (it timed out while running, or the process died while it ran) happened.
+    `on_unknown="review"` (the default for a tool with either) sends such a call to a status
+    check and human review instead of a blind retry; `"retry"` is the plain behaviour.
     Raises `InvalidArgument` at decoration time for a non-callable, a bad name (one whose wire
     name would be empty or over 64 characters included), or a `parameters=` that is not a JSON
     Schema object.
     """
+    options: dict[str, Any] = {
+        "name": name,
+        "compensate": compensate,
+        "inline": inline,
+        "description": description,
+        "parameters": parameters,
+        "needs_approval": needs_approval,
+        "check": check,
+        "on_unknown": on_unknown,
+    }
     if fn is not None:
-        return Tool(
-            fn,
-            name=name,
-            compensate=compensate,
-            inline=inline,
-            description=description,
-            parameters=parameters,
-        )
+        return Tool(fn, **options)
 
     def decorate(inner: Callable[P, R]) -> Tool[P, R]:
-        return Tool(
-            inner,
-            name=name,
-            compensate=compensate,
-            inline=inline,
-            description=description,
-            parameters=parameters,
-        )
+        return Tool(inner, **options)
 
     return decorate
 

@@ -9,10 +9,14 @@ import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
+from ._approvals import MemoryRequests
 from ._overlay import Overlay
 from ._protocol import check_key, check_step, check_tx_id, check_value, snapshot_not_found
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._approvals import RequestRow
     from ._protocol import Store
 
 __all__ = ["MemoryStore"]
@@ -48,6 +52,7 @@ class MemoryStore:
     _committed: dict[str, tuple[int, str]] = attrs.field(init=False, factory=dict)
     _commit_version: int = attrs.field(init=False, default=0)
     _txs: dict[str, Overlay] = attrs.field(init=False, factory=dict)
+    _requests: MemoryRequests = attrs.field(init=False, factory=MemoryRequests)
 
     def __repr__(self) -> str:
         with self._lock:
@@ -170,6 +175,38 @@ class MemoryStore:
         with self._lock:
             current = self._committed.get(key)
         return 0 if current is None else current[0]
+
+    # ------------------------------------------------------------ approvals and reviews
+
+    def add_request(self, row: RequestRow) -> None:
+        """Keep approval request or review `row` (`RequestStore.add_request`)."""
+        self._requests.add_request(row)
+
+    def get_request(self, request_id: str) -> RequestRow | None:
+        """The request with this id, or None."""
+        return self._requests.get_request(request_id)
+
+    def requests_of(self, scope_id: str) -> tuple[RequestRow, ...]:
+        """The requests of one transaction or plan run, oldest first."""
+        return self._requests.requests_of(scope_id)
+
+    def set_request_state(
+        self,
+        request_id: str,
+        expect: Sequence[str],
+        state: str,
+        *,
+        decision: str | None,
+        now: float,
+    ) -> RequestRow | None:
+        """The compare-and-set of `RequestStore.set_request_state`."""
+        return self._requests.set_request_state(
+            request_id, expect, state, decision=decision, now=now
+        )
+
+    def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
+        """Up to `limit` requests of `kind` in `state`, oldest first."""
+        return self._requests.list_requests(kind, state, limit)
 
     # ------------------------------------------------------------ helpers
 

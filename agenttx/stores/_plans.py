@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "PLAN_AUDIT_TABLES",
     "PLAN_TABLES",
     "PlanChange",
     "PlanExpect",
@@ -37,9 +38,11 @@ __all__ = [
     "cancel_plan",
     "claim_plan",
     "list_plans",
+    "read_audit",
     "read_cancel",
     "read_plan",
     "running_plans",
+    "write_audit",
     "write_plan",
 ]
 
@@ -54,6 +57,15 @@ PLAN_TABLES: Final = (
         "CREATE TABLE plan_nodes (run_id TEXT NOT NULL, node_id TEXT NOT NULL, "
         "state TEXT NOT NULL, attempt TEXT, record TEXT NOT NULL, "
         "PRIMARY KEY (run_id, node_id)) WITHOUT ROWID"
+    ),
+)
+
+#: The migration that adds the audit events of plan runs (schema version 4 -> 5): a run's
+#: events, `(run_id, seq) -> event` (`Event.to_json` text), written with its transitions.
+PLAN_AUDIT_TABLES: Final = (
+    (
+        "CREATE TABLE plan_audit (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "event TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID"
     ),
 )
 
@@ -201,6 +213,22 @@ def write_plan(
     if plain:
         cur.executemany(_CHANGE, plain)
     return tuple(made)
+
+
+def write_audit(cur: sqlite3.Cursor, run_id: str, events: Sequence[tuple[int, str]]) -> None:
+    """Store audit `events` of run `run_id` as `(seq, event text)`, replacing the same seq."""
+    cur.executemany(
+        "INSERT OR REPLACE INTO plan_audit (run_id, seq, event) VALUES (?, ?, ?)",
+        [(run_id, seq, text) for seq, text in events],
+    )
+
+
+def read_audit(cur: sqlite3.Cursor, run_id: str) -> tuple[str, ...]:
+    """The audit events stored for run `run_id` (event texts), in seq order."""
+    rows = cur.execute(
+        "SELECT event FROM plan_audit WHERE run_id = ? ORDER BY seq", (run_id,)
+    ).fetchall()
+    return tuple(text for (text,) in rows)
 
 
 def cancel_plan(cur: sqlite3.Cursor, run_id: str, reason: str) -> bool:

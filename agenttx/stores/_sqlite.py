@@ -43,6 +43,7 @@ from .._errors import (
     TransactionNotFound,
 )
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
+from . import _approvals as request_tables
 from . import _plans as plan_tables
 from ._protocol import (
     MAX_INT64,
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import TracebackType
 
+    from ._approvals import RequestRow
     from ._durable import (
         DurableStore,
         EffectRow,
@@ -946,18 +948,36 @@ class SQLiteStore:
         changes: Sequence[PlanChange],
         *,
         status: str | None = None,
+        events: Sequence[tuple[int, str]] = (),
     ) -> tuple[bool, ...]:
         """Make node `changes` in order (and set the run's `status`) in one durable write, if
         this store holds the run: for each change, whether it was made (False: its `expect`,
         a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
-        another store took the run over, `TransactionNotFound` if the file has no such run."""
+        another store took the run over, `TransactionNotFound` if the file has no such run.
+        `events` are audit events of the run, `(seq, JSON text)`, stored in the same write
+        (replacing any of the same seq)."""
+        for seq, text in events:
+            check_int(seq, "seq", MAX_INT64)
+            check_value(text)
         self._check_writable()
         with self._lock:
             self._check_not_closed()
             with self._file.writing(f"write plan run `{run_id}`") as cur:
-                return plan_tables.write_plan(
+                made = plan_tables.write_plan(
                     cur, run_id, changes, owner=self._owner, now=time.time(), status=status
                 )
+                if events:
+                    plan_tables.write_audit(cur, run_id, events)
+                return made
+
+    def plan_audit(self, run_id: str) -> tuple[str, ...]:
+        """The audit events stored for plan run `run_id` (JSON texts, `Event.to_json`), in
+        seq order; empty if it has none (or no such run)."""
+        check_tx_id(run_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read the audit of plan run `{run_id}`") as cur:
+                return plan_tables.read_audit(cur, run_id)
 
     def cancel_plan(self, run_id: str, reason: str) -> bool:
         """Record that run `run_id` is cancelled, for whichever process runs it (it reads it
@@ -1017,6 +1037,61 @@ class SQLiteStore:
                 if not plan_tables.claim_plan(cur, run_id, owner, self._owner):
                     return None
                 return plan_tables.read_plan(cur, run_id)
+
+    # ------------------------------------------------------------ approvals and reviews
+
+    def add_request(self, row: RequestRow) -> None:
+        """Insert approval request or review `row`, durably (`RequestStore.add_request`)."""
+        request_tables.check_request_id(row.id)
+        check_value(row.record)
+        self._check_writable()
+        with self._lock:
+            self._check_not_closed()
+            with self._file.writing(f"record request `{row.id}`") as cur:
+                request_tables.add_request(cur, row)
+
+    def get_request(self, request_id: str) -> RequestRow | None:
+        """The request with this id, or None (`RequestStore.get_request`)."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read request `{request_id}`") as cur:
+                return request_tables.get_request(cur, request_id)
+
+    def requests_of(self, scope_id: str) -> tuple[RequestRow, ...]:
+        """The requests of one transaction or plan run (`RequestStore.requests_of`)."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read the requests of `{scope_id}`") as cur:
+                return request_tables.requests_of(cur, scope_id)
+
+    def set_request_state(
+        self,
+        request_id: str,
+        expect: Sequence[str],
+        state: str,
+        *,
+        decision: str | None,
+        now: float,
+    ) -> RequestRow | None:
+        """The durable compare-and-set of `RequestStore.set_request_state`: one `BEGIN
+        IMMEDIATE` write, so two processes racing for one request see one of them win."""
+        if decision is not None:
+            check_value(decision)
+        self._check_writable()
+        with self._lock:
+            self._check_not_closed()
+            with self._file.writing(f"decide request `{request_id}`") as cur:
+                return request_tables.set_request_state(
+                    cur, request_id, tuple(expect), state, decision=decision, now=now
+                )
+
+    def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
+        """Up to `limit` requests of `kind` in `state` (`RequestStore.list_requests`)."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the requests") as cur:
+                return request_tables.list_requests(cur, kind, state, limit)
 
     # ------------------------------------------------------------ the outbox
 

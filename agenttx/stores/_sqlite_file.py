@@ -1,6 +1,6 @@
 """The file behind `SQLiteStore`: its layout and migrations, and the connection that runs on it.
 
-**Layout** (schema version 4; `PRAGMA application_id` marks the file as an agenttx store and
+**Layout** (schema version 5; `PRAGMA application_id` marks the file as an agenttx store and
 `PRAGMA user_version` holds the schema version, which `MIGRATIONS` brings up to date):
 
 ======== ===================================================================================
@@ -23,6 +23,9 @@ ended    the ended transactions kept as history, in the order they ended (`seq`)
          once (a transaction begun with the id of an ended one): its newest row is its history
 plan_runs one row per plan run: `record`, `status`, `owner`, `cancel` (see `_plans`)
 plan_nodes `(run_id, node_id) -> (state, attempt, record)`: each node of a plan run
+plan_audit `(run_id, seq) -> event`: the audit events of a plan run (`Event.to_json` text)
+requests approval requests and reviews: `id -> (kind, scope_id, state, digest, record,
+         decision)` (see `_approvals`)
 ======== ===================================================================================
 
 A transaction's `log` is the sequence of its calls that change durable state, as events:
@@ -51,8 +54,9 @@ from typing import TYPE_CHECKING, Final, Literal, cast, final
 import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
+from ._approvals import REQUEST_TABLES
 from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
-from ._plans import PLAN_TABLES
+from ._plans import PLAN_AUDIT_TABLES, PLAN_TABLES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -156,6 +160,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # 3 -> 4: plan runs and their nodes (`_plans`).
     PLAN_TABLES,
+    # 4 -> 5: the audit events of plan runs (`_plans`); approval requests and reviews
+    # (`_approvals`).
+    (*PLAN_AUDIT_TABLES, *REQUEST_TABLES),
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
