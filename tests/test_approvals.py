@@ -19,14 +19,19 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import agenttx
 from agenttx import CheckResult, StepStatus
 from agenttx._approvals import Requests, call_digest, requests_for
-from agenttx.stores import MemoryStore, SQLiteStore
+from agenttx.stores import MemoryStore, PostgresStore, SQLiteStore
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request, tmp_path):
-    """Each test runs on a MemoryStore and on a SQLiteStore."""
+    """Each test runs on a MemoryStore, a SQLiteStore and a PostgresStore."""
     if request.param == "memory":
         yield MemoryStore()
+        return
+    if request.param == "postgres":
+        dsn, schema = request.getfixturevalue("pg_schema")
+        with PostgresStore(dsn, schema=schema) as postgres:
+            yield postgres
         return
     with SQLiteStore(tmp_path / "approvals.db") as sqlite:
         yield sqlite
