@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
+import runpy
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -514,7 +518,9 @@ RESUME_WORKER = textwrap.dedent(
         note("calls.log", f"{name} {ctx.idempotency_key}")
         ctx.state.put(f"k/{name}", name)
         ctx.stage_effect("mail", {"name": name})
-        if name == "b" and scenario in ("state", "compensate") and once("crashed"):
+        if name == "x":
+            raise ValueError("x is refused for good")
+        if name == "b" and scenario in ("state", "compensate", "failed") and once("crashed"):
             os._exit(9)  # dies after its writes and effect, before its result is recorded
         if name == "b" and scenario == "compensate":
             raise ValueError("b is refused for good")
@@ -536,8 +542,11 @@ RESUME_WORKER = textwrap.dedent(
     if scenario == "budget":
         plan = agenttx.Plan(nodes=[agenttx.Node("f", tool="flaky", retries=2)])
     else:
+        x = agenttx.Node("x", tool="step", inputs={"name": "x"})
+        first = [x] if scenario == "failed" else []
         plan = agenttx.Plan(
             nodes=[
+                *first,
                 agenttx.Node("a", tool="step", inputs={"name": "a"}),
                 agenttx.Node("b", tool="step", inputs={"name": "b"}, after=("a",)),
                 agenttx.Node("c", tool="step", inputs={"name": "c"}, after=("b",)),
@@ -559,24 +568,27 @@ RESUME_WORKER = textwrap.dedent(
         "outbox": len(store.pending_effects()),
         "open": list(store.open_transactions()),
         "compensations": [[c.node_id, c.status.value] for c in result.compensations],
+        "errors": {k: v.error.text for k, v in result.nodes.items() if v.error},
     }))
     """
 )
 
 
 def _crash_then_recover(tmp_path: Path, scenario: str) -> dict:
-    """Run the scenario's plan in a process that dies, then recover it in another."""
+    """Run the scenario's plan in a process that dies, then recover it in this one (so that
+    the resume is measured by coverage; the recover phase of the script never exits)."""
     script = tmp_path / "worker.py"
     script.write_text(RESUME_WORKER)
     env = {"PYTHONPATH": str(ROOT)}
     run = [sys.executable, str(script), str(tmp_path), scenario]
     died = subprocess.run([*run, "run"], env=env, check=False, timeout=60)
     assert died.returncode == 9
-    done = subprocess.run(
-        [*run, "recover"], env=env, check=False, timeout=60, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    out = io.StringIO()
+    argv = [str(script), str(tmp_path), scenario, "recover"]
+    with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+        done = runpy.run_path(str(script), run_name="__main__")
+    done["store"].close()
+    return json.loads(out.getvalue())
 
 
 def _lines(path: Path) -> list[str]:
@@ -612,6 +624,18 @@ def test_a_resumed_run_that_fails_compensates_nodes_completed_before_the_crash(t
     assert _lines(tmp_path / "sent.log") == []
     assert out["outbox"] == 0
     assert out["open"] == []  # every undo record compensated: the transaction is gone
+
+
+def test_a_node_that_failed_before_the_crash_stays_failed_with_its_error(tmp_path):
+    """`x` failed for good before the crash: the resumed run does not run it again, keeps its
+    error, and ends FAILED once the other nodes are done (compensating them)."""
+    out = _crash_then_recover(tmp_path, "failed")
+    assert out["resumed"] == ["r"]
+    assert out["status"] == "FAILED"
+    assert out["nodes"]["x"][0] == "FAILED"
+    assert "x is refused for good" in out["errors"]["x"]
+    calls = [line.split()[0] for line in _lines(tmp_path / "calls.log")]
+    assert calls == ["x", "a", "b", "b", "c"]  # x, before the crash, and only then
 
 
 def test_a_resumed_node_gets_only_the_retries_it_has_left(tmp_path):
