@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import runpy
 import sqlite3
 import subprocess
@@ -636,6 +637,74 @@ def test_a_node_that_failed_before_the_crash_stays_failed_with_its_error(tmp_pat
     assert "x is refused for good" in out["errors"]["x"]
     calls = [line.split()[0] for line in _lines(tmp_path / "calls.log")]
     assert calls == ["x", "a", "b", "b", "c"]  # x, before the crash, and only then
+
+
+def _died_running(tmp_path: Path) -> Path:
+    """A store holding RUNNING run `r` whose process died (the `budget` scenario's)."""
+    script = tmp_path / "worker.py"
+    script.write_text(RESUME_WORKER)
+    run = [sys.executable, str(script), str(tmp_path), "budget", "run"]
+    died = subprocess.run(run, env={"PYTHONPATH": str(ROOT)}, check=False, timeout=60)
+    assert died.returncode == 9
+    return tmp_path / "plans.db"
+
+
+def test_recovery_leaves_a_run_of_a_live_owner_alone(tmp_path):
+    """A RUNNING run whose owner record names a live process on this host is skipped."""
+    import socket  # noqa: PLC0415
+
+    db = _died_running(tmp_path)
+    owner = json.dumps({"pid": os.getppid(), "hostname": socket.gethostname(), "id": "x"})
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE plan_runs SET owner = ? WHERE run_id = 'r'", (owner,))
+    conn.close()
+    with SQLiteStore(db) as store:
+        report = agenttx.Engine(store=store).recover("resume")
+        assert report.plans_resumed == ()
+        assert "r" in report.skipped
+        assert [run_id for run_id, _ in store.running_plans()] == ["r"]
+
+
+def test_recovery_reports_a_run_whose_record_it_cannot_read(tmp_path):
+    """A run record without its settings is a failure naming the run; nothing runs."""
+    db = _died_running(tmp_path)
+    with sqlite3.connect(db) as conn:
+        (text,) = conn.execute("SELECT record FROM plan_runs WHERE run_id = 'r'").fetchone()
+        record = json.loads(text)
+        del record["settings"]
+        conn.execute("UPDATE plan_runs SET record = ? WHERE run_id = 'r'", (json.dumps(record),))
+    conn.close()
+    calls = len(_lines(tmp_path / "calls.log"))
+    with SQLiteStore(db) as store:
+        report = agenttx.Engine(store=store).recover("resume")
+        assert report.plans_resumed == ()
+        (failure,) = report.failures
+        assert failure.startswith("plan run r:")
+        assert "unreadable durable record" in failure
+    assert len(_lines(tmp_path / "calls.log")) == calls
+
+
+def test_recovery_leaves_a_run_of_a_store_open_in_this_process_alone(tmp_path):
+    """A second engine on the file does not take over a run the first one is running."""
+    release = threading.Event()
+
+    @agenttx.tool
+    def hold() -> dict[str, bool]:
+        release.wait(10)
+        return {"held": True}
+
+    db = tmp_path / "db"
+    with SQLiteStore(db) as one, SQLiteStore(db) as two:
+        run = agenttx.Engine(tools=[hold], store=one).start_plan(
+            agenttx.Plan(nodes=[agenttx.Node("h", tool="hold")]), initial={}
+        )
+        try:
+            report = agenttx.Engine(tools=[hold], store=two).recover("resume")
+            assert report.plans_resumed == ()
+            assert run.id in report.skipped
+        finally:
+            release.set()
+        assert run.wait(10).status is PlanStatus.SUCCEEDED
 
 
 def test_a_resumed_node_gets_only_the_retries_it_has_left(tmp_path):
