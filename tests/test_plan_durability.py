@@ -798,3 +798,85 @@ def test_compensate_on_never_drops_the_undo_records(store):
     assert store.open_transactions() == ()
     assert engine.recover().compensations_run == 0
     assert undone == []
+
+
+def _take_over(store: object, backend: str, run_id: str) -> None:
+    """What a recoverer elsewhere does to the run in the database: a new owner (SQLite) or
+    a new epoch (PostgreSQL), so that the runner's next write is refused."""
+    if backend == "sqlite":
+        with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
+            conn.execute("UPDATE plan_runs SET owner = '{\"pid\": 1}' WHERE run_id = ?", (run_id,))
+        conn.close()
+        return
+    import psycopg  # noqa: PLC0415
+
+    from conftest import postgres_dsn  # noqa: PLC0415
+
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {store.schema}.plan_runs SET epoch = epoch + 1 WHERE run_id = %s",  # type: ignore[attr-defined]
+            (run_id,),
+        )
+
+
+def test_a_run_left_by_a_closed_store_is_resumed_and_audited_by_another(durable_backend):
+    """A store closes with its run RUNNING and no node run: another store's engine resumes
+    it, runs each node once, and reads its audit trail and its listing back."""
+    calls: list[int] = []
+
+    @agenttx.tool
+    def add(a: int, b: int) -> dict[str, int]:
+        calls.append(a)
+        return {"sum": a + b}
+
+    one = durable_backend()
+    PlanExecution(
+        _diamond(),
+        tools=[add],
+        initial={"n": 1},
+        max_concurrency=8,
+        resources=None,
+        on_failure="skip_dependants",
+        store=one,
+        rate_limits=None,
+        run_id="r",
+        dispatcher=None,
+        compensate_on="failure",
+        backoff=None,
+    ).open_journal()
+    one.close()
+    two = durable_backend()
+    engine = agenttx.Engine(tools=[add], store=two)
+    report = engine.recover("resume")
+    assert report.plans_resumed == ("r",)
+    assert engine.recover("resume").plans_resumed == ()  # held by this engine now
+    result = engine.get_plan("r").wait(20)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert len(calls) == len(_diamond().nodes)
+    assert agenttx.Engine(store=two).audit("r") == result.audit  # read from the store
+    assert ("r", "SUCCEEDED") in [(run_id, status) for run_id, status, _ in two.plan_runs()]
+    assert two.running_plans() == ()
+
+
+def test_a_runner_whose_run_was_taken_over_writes_nothing_more(durable_backend):
+    """The run is taken over while a node runs: the runner's next write is refused, it
+    cancels its copy and the stored nodes stay as they were taken (both backends)."""
+    release = threading.Event()
+    started = threading.Event()
+
+    @agenttx.tool
+    def hold() -> dict[str, bool]:
+        started.set()
+        release.wait(10)
+        return {"held": True}
+
+    store = durable_backend()
+    plan = agenttx.Plan(nodes=[agenttx.Node("h", tool="hold")])
+    run = agenttx.start_plan(plan, tools=[hold], initial={}, store=store, run_id="r")
+    assert started.wait(10)
+    _take_over(store, durable_backend.backend, "r")
+    release.set()
+    result = run.wait(10)
+    assert result.status is PlanStatus.CANCELLED
+    assert "taken over by another store" in (result.cancel_reason or "")
+    assert {n.node_id: n.state for n in store.read_plan("r").nodes} == {"h": "RUNNING"}
