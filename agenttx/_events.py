@@ -38,6 +38,7 @@ __all__ = [
     "EventKind",
     "EventSink",
     "HookLike",
+    "RecordedEvents",
     "Scope",
     "audit_jsonl",
     "from_compact",
@@ -282,6 +283,42 @@ def _materialise(scope: Scope, scope_id: str, seq: int, raw: _Raw) -> Event:
     )
 
 
+@final
+class RecordedEvents:
+    """The events a sink had recorded at one moment (`EventSink.recorded`), built into `Event`s
+    when first called for, then kept (a plan result whose audit is never read never pays for
+    its thousands of `Event` objects).
+
+    Calling it returns the same tuple each time; `len()` counts the events without building
+    them. Thread-safe: two first calls at once may both build, and return equal tuples.
+    """
+
+    __slots__ = ("_built", "_count", "_raw", "_scope", "_scope_id", "_start")
+
+    def __init__(self, scope: Scope, scope_id: str, start: int, raw: list[_Raw]) -> None:
+        self._scope: Scope = scope
+        self._scope_id = scope_id
+        self._start = start
+        self._raw: list[_Raw] | None = raw
+        self._count = len(raw)
+        self._built: tuple[Event, ...] | None = None
+
+    def __call__(self) -> tuple[Event, ...]:
+        built = self._built
+        if built is None:
+            raw = self._raw or []
+            scope, scope_id, seq = self._scope, self._scope_id, self._start
+            built = tuple(
+                _materialise(scope, scope_id, seq + offset, item) for offset, item in enumerate(raw)
+            )
+            self._built = built
+            self._raw = None  # the tuples recorded can go: the events hold what they held
+        return built
+
+    def __len__(self) -> int:
+        return self._count
+
+
 class EventSink:
     """Numbers, keeps and delivers the events of one transaction or plan run.
 
@@ -422,6 +459,10 @@ class EventSink:
     def events(self) -> tuple[Event, ...]:
         """Every event recorded so far, in `seq` order."""
         return self._events(0, self._raw[:])
+
+    def recorded(self) -> RecordedEvents:
+        """`events()`, built when first called for (see `RecordedEvents`)."""
+        return RecordedEvents(self.scope, self.scope_id, self._start, self._raw[:])
 
     def upcoming(
         self,

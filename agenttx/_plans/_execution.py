@@ -127,10 +127,6 @@ CompensateOn = Literal["failure", "never"]
 _COMPENSATE_ON: Final = ("failure", "never")
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
 # ---------------------------------------------------------------------- the store
 
 
@@ -208,7 +204,6 @@ class _Attempt:
     eligible_at: float
     started_at: float
     context: ToolContext | None  # None once the attempt has ended (see `release`)
-    wall_start: dt.datetime
     arguments: JSONValue = None
     finished_at: float | None = None
     task: asyncio.Task[None] | None = None
@@ -238,8 +233,10 @@ class _NodeRecord:
     eligible_at: float | None = None
     output: JSONValue = None
     error: CleanHint | None = None
-    undos: list[tuple[float, UndoRecord]] = attrs.field(factory=list)
-    finished_wall: dt.datetime | None = None
+    # A tuple: most nodes register none, and the shared empty tuple costs no object a node.
+    undos: tuple[tuple[float, UndoRecord], ...] = ()
+    finished_at: float | None = None  # when it ended, by `time.monotonic()`
+    finished_wall: dt.datetime | None = None  # of a node restored from the durable record
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
     retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
 
@@ -678,7 +675,7 @@ class PlanExecution:
         for undo in undos:
             if 1 <= undo.step_id <= len(nodes):
                 node_id = nodes[undo.step_id - 1].id
-                self._nodes[node_id].undos.append((_RESTORED_AT + undo.step_id, undo))
+                self._nodes[node_id].undos += ((_RESTORED_AT + undo.step_id, undo),)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -689,6 +686,9 @@ class PlanExecution:
         inbox = _Inbox(asyncio.get_running_loop())
         self._wake = inbox.wake
         self._started = time.monotonic()
+        # Wall times are this offset plus a `time.monotonic()` reading: one clock read a
+        # transition, and the `datetime`s are built only when a node's result is read.
+        self._epoch = time.time() - self._started
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
                 self._nodes[node_id].eligible_at = self._started
@@ -788,7 +788,6 @@ class PlanExecution:
             eligible_at=min(eligible, now),
             started_at=now,
             context=context,
-            wall_start=_now(),
         )
         record.attempts.append(attempt)
         prerequisites = sorted(self._plan.prerequisites(start.node))
@@ -1015,9 +1014,10 @@ class PlanExecution:
             if declared is not None and undos and undos[-1].kind == declared:
                 undos.pop()  # the node's compensation replaces the tool's
             undos.append(_node_undo(attempt, kind, record.index + 1, len(undos), outcome))
-        record.undos.extend((now, undo) for undo in undos)
+        if undos:
+            record.undos += tuple((now, undo) for undo in undos)
         record.output = outcome.output
-        record.finished_wall = _now()
+        record.finished_at = now
         if self._txlog is not None:
             self._persist(self._write_state, attempt, outcome, kind, undos)
         if self._journal is not None:
@@ -1098,7 +1098,7 @@ class PlanExecution:
             )
         else:
             record.error = hint
-            record.finished_wall = _now()
+            record.finished_at = now
             data["timed_out"] = timed_out
             self._event(
                 PlanEventKind.FAILED, node=node_id, attempt=attempt.start.attempt, data=data
@@ -1147,7 +1147,7 @@ class PlanExecution:
                 attempt.task.cancel()
                 tasks.append(attempt.task)
         for node_id in update.cancelled:
-            self._nodes[node_id].finished_wall = _now()
+            self._nodes[node_id].finished_at = now
             self._event(
                 PlanEventKind.CANCELLED,
                 node=node_id,
@@ -1166,8 +1166,9 @@ class PlanExecution:
     def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
         """Keep undos for compensation; those of a call that may still run, as stranded."""
         if over:
-            now = time.monotonic()
-            self._nodes[node_id].undos.extend((now, undo) for undo in undos)
+            if undos:
+                now = time.monotonic()
+                self._nodes[node_id].undos += tuple((now, undo) for undo in undos)
         else:
             self._stranded.extend((node_id, undo) for undo in undos)
 
@@ -1275,7 +1276,7 @@ class PlanExecution:
             committed_keys=committed,
             effects_dispatched=delivered,
             dispatch_errors=dispatch_errors,
-            audit=self._audit.events(),
+            audit=self._audit.recorded(),
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
@@ -1347,11 +1348,16 @@ class PlanExecution:
         a kept result does not keep the run's store, tools or tasks alive)."""
         records = self._nodes
         scheduler = self._scheduler
+        epoch = self._epoch
+
+        def wall(at: float | None) -> dt.datetime | None:
+            return None if at is None else dt.datetime.fromtimestamp(at + epoch, dt.timezone.utc)
 
         def build(node_id: str) -> NodeResult:
             record = records[node_id]
             state = scheduler.state(node_id)
             attempts = record.attempts
+            finished = record.finished_wall
             return NodeResult(
                 node_id=node_id,
                 tool=record.tool,
@@ -1361,8 +1367,8 @@ class PlanExecution:
                 attempts=len(attempts),
                 attempt_ids=tuple(attempt.start.attempt for attempt in attempts),
                 idempotency_key=record.key,
-                started_at=attempts[0].wall_start if attempts else record.started_wall,
-                finished_at=record.finished_wall,
+                started_at=wall(attempts[0].started_at) if attempts else record.started_wall,
+                finished_at=finished if finished is not None else wall(record.finished_at),
                 cost=CostBreakdown.of(entry for attempt in attempts for entry in attempt.costs),
             )
 

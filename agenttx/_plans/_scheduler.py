@@ -321,12 +321,13 @@ class _Entry:
 
     __slots__ = (
         "applied",
-        "attempts",
         "count",
+        "current",
         "demands",
         "dependants",
         "first",
         "id",
+        "issued",
         "optional",
         "state",
         "waited",
@@ -338,11 +339,27 @@ class _Entry:
         self.state = NodeState.PENDING
         self.count = len(task.prerequisites)
         self.dependants: list[_Entry] = []
-        self.attempts: list[str] = []  # attempt ids issued, oldest first
+        # Attempt ids are `<id>#<number>`, numbered from `first + 1`: a count and the last id
+        # say which were issued (no list of ids a node).
+        self.issued = 0  # how many attempts were issued
+        self.current = ""  # the id of the last one issued
         self.first = task.attempts  # attempts numbered before these (a resumed run's)
         self.applied = 0  # how many of them had their result applied
         self.demands: tuple[tuple[_Gate, float], ...] = ()
         self.waited: list[str] | None = None
+
+    def index(self, attempt: object) -> int | None:
+        """Where `attempt` is among the attempts issued (0 for the first), or None."""
+        if not isinstance(attempt, str):
+            return None
+        prefix, sep, digits = attempt.rpartition("#")
+        if not sep or prefix != self.id or not (digits.isascii() and digits.isdigit()):
+            return None
+        number = int(digits)
+        index = number - self.first - 1
+        if str(number) != digits or not 0 <= index < self.issued:
+            return None
+        return index
 
 
 @final
@@ -491,7 +508,8 @@ class Scheduler:
 
     def attempts(self, node: str) -> tuple[str, ...]:
         """The attempt ids issued for the node, oldest first."""
-        return tuple(self._entry(node).attempts)
+        entry = self._entry(node)
+        return tuple(f"{entry.id}#{entry.first + i}" for i in range(1, entry.issued + 1))
 
     def is_active(self) -> bool:
         """True while some node has not reached a terminal state (as `graphlib`'s)."""
@@ -585,9 +603,9 @@ class Scheduler:
                 return
         for gate, amount in entry.demands:
             gate.tokens -= amount
-        number = entry.first + len(entry.attempts) + 1
-        attempt = f"{entry.id}#{number}"
-        entry.attempts.append(attempt)
+        entry.issued += 1
+        number = entry.first + entry.issued
+        attempt = entry.current = f"{entry.id}#{number}"
         entry.state = NodeState.RUNNING
         self._running += 1
         waited = entry.waited
@@ -610,11 +628,10 @@ class Scheduler:
     def _claim(self, node: str, attempt: str) -> _Entry | Update:
         """The entry if `attempt` is its running attempt, else the refusal to return."""
         entry = self._entry(node)
-        if entry.state is NodeState.RUNNING and entry.attempts[-1] == attempt:
+        if entry.state is NodeState.RUNNING and entry.current == attempt:
             return entry
-        try:
-            index = entry.attempts.index(attempt)
-        except ValueError:
+        index = entry.index(attempt)
+        if index is None:
             return _STALE
         return _DUPLICATE if index < entry.applied else _STALE
 
@@ -628,7 +645,7 @@ class Scheduler:
         if isinstance(claimed, Update):
             return claimed
         entry = claimed
-        entry.applied = len(entry.attempts)
+        entry.applied = entry.issued
         self._release(entry)
         self._end(entry, NodeState.SUCCEEDED)
         ready: list[str] = []
@@ -655,7 +672,7 @@ class Scheduler:
         if isinstance(claimed, Update):
             return claimed
         entry = claimed
-        entry.applied = len(entry.attempts)
+        entry.applied = entry.issued
         self._release(entry)
         if retry_at is not None:
             entry.state = NodeState.READY
@@ -695,8 +712,8 @@ class Scheduler:
                 interrupted.append(
                     Start(
                         node=entry.id,
-                        attempt=entry.attempts[-1],
-                        number=entry.first + len(entry.attempts),
+                        attempt=entry.current,
+                        number=entry.first + entry.issued,
                     )
                 )
             self._end(entry, NodeState.CANCELLED)
