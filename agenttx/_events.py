@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, final, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, cast, final, runtime_checkable
 
 import attrs
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._json import JSONValue
 
 __all__ = [
+    "DeferredData",
     "Event",
     "EventHook",
     "EventKind",
@@ -257,6 +258,19 @@ def hook_callables(hooks: Iterable[HookLike] | None) -> tuple[Callable[[Event], 
     return tuple(found)
 
 
+#: Event data given as `(build, *args)`: `build(*args)` gives the mapping when the event is
+#: built, written or delivered (each time: it must give equal mappings). A run of thousands of
+#: nodes then keeps one flat tuple an event until its audit is read, not nested containers.
+DeferredData = tuple[Any, ...]
+
+
+def _data(data: Mapping[str, Any] | DeferredData | None) -> Mapping[str, Any] | None:
+    """The mapping of recorded data (built from deferred data)."""
+    if type(data) is tuple:
+        return cast("Mapping[str, Any]", data[0](*data[1:]))
+    return cast("Mapping[str, Any] | None", data)
+
+
 # A recorded event before it is materialised: (kind, unix time, step, node, attempt, actor,
 # data); its seq is its place in the list. Appending this tuple is what a step pays when
 # nobody listens.
@@ -269,6 +283,7 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 def _materialise(scope: Scope, scope_id: str, seq: int, raw: _Raw) -> Event:
     kind, at, step, node, attempt, actor, data = raw
+    data = _data(data)
     return Event(
         kind=kind,
         at=dt.datetime.fromtimestamp(at, dt.timezone.utc),
@@ -409,10 +424,11 @@ class EventSink:
         node: str | None = None,
         attempt: str | None = None,
         actor: str | None = None,
-        data: Mapping[str, JSONValue] | None = None,
+        data: Mapping[str, JSONValue] | DeferredData | None = None,
         at: float | None = None,
     ) -> None:
-        """Record one event without delivering it (the owner calls `deliver` later)."""
+        """Record one event without delivering it (the owner calls `deliver` later); `data`
+        may be `DeferredData`."""
         self._raw.append(
             (kind, time.time() if at is None else at, step, node, attempt, actor, data)
         )
@@ -467,7 +483,13 @@ class EventSink:
     def upcoming(
         self,
         items: Iterable[
-            tuple[EventKind, float, str | None, str | None, Mapping[str, JSONValue] | None]
+            tuple[
+                EventKind,
+                float,
+                str | None,
+                str | None,
+                Mapping[str, JSONValue] | DeferredData | None,
+            ]
         ],
     ) -> tuple[Event, ...]:
         """The events that recording `items` (`(kind, at, node, attempt, data)`, in order)
@@ -514,7 +536,7 @@ class EventSink:
             *((kind, at, None, None, None, None, data) for kind, at, data in then),
         ]
         for kind, at, step, node, attempt, actor, data in raw:
-            row: list[Any] = [kind.value, at, step, node, attempt, actor, data]
+            row: list[Any] = [kind.value, at, step, node, attempt, actor, _data(data)]
             while row[-1] is None:
                 row.pop()
             rows.append(row)
@@ -522,6 +544,7 @@ class EventSink:
 
     def _entry(self, seq: int, raw: _Raw) -> dict[str, Any]:
         kind, at, step, node, attempt, actor, data = raw
+        data = _data(data)
         entry: dict[str, Any] = {
             "scope": self.scope,
             "scope_id": self.scope_id,

@@ -545,23 +545,51 @@ class PlanValue:
     reference is kept as its error, returned by every `resolve`.
     """
 
-    __slots__ = ("_resolve", "_value")
+    # The two commonest inputs take no closure (a plan of thousands of nodes keeps one of
+    # these an input for the run): a scalar (`_resolve` and `_reference` None) and a string
+    # that is exactly one reference (`_reference` set); anything else has a `_resolve`.
+    __slots__ = ("_reference", "_resolve", "_value")
 
-    def __init__(self, value: JSONValue, resolve: _Resolver) -> None:
+    def __init__(
+        self, value: JSONValue, resolve: _Resolver | None, reference: Reference | None = None
+    ) -> None:
         self._value = value
         self._resolve = resolve
+        self._reference = reference
 
     def resolve(self, namespaces: Mapping[str, JSONValue]) -> tuple[JSONValue, str | None]:
         """`(resolved, None)`, or `(value, message)` when a reference cannot be resolved."""
         try:
-            return self._resolve(namespaces), None
+            reference = self._reference
+            if reference is not None:
+                return _copy(_plan_lookup(reference, namespaces)), None
+            resolve = self._resolve
+            return (self._value if resolve is None else resolve(namespaces)), None
         except _Unresolved as failure:
             return self._value, failure.message
 
 
 def compile_plan_value(value: JSONValue) -> PlanValue:
     """Parse the references in `value`'s strings once (see `resolve_plan_value`)."""
-    return PlanValue(value, _compile_plan(value))
+    if isinstance(value, (dict, list)):
+        return PlanValue(value, _compile_plan(value))
+    if isinstance(value, str) and "${" in value:
+        only = _whole_reference(value)
+        if only is not None:
+            return PlanValue(value, None, only)
+        return PlanValue(value, _compile_plan_string(value))
+    return PlanValue(value, None)  # a scalar: itself
+
+
+def _whole_reference(text: str) -> Reference | None:
+    """The reference `text` is exactly (`"${node.path}"`), or None (text, several, malformed)."""
+    try:
+        pieces = _tokenize(text, "plan")
+        if len(pieces) != 1 or isinstance(pieces[0], str):
+            return None
+        return _reference(pieces[0], "plan")
+    except ReferenceSyntaxError:
+        return None  # compiled as the error it is, by `_compile_plan_string`
 
 
 _Resolver: TypeAlias = "Callable[[Mapping[str, JSONValue]], JSONValue]"

@@ -408,3 +408,30 @@ def test_plan_hooks_receive_the_run_audit():
     result = agenttx.run_plan(plan, tools=[one], initial={}, hooks=[seen.append])
     assert tuple(seen) == result.audit
     assert result.audit[-1].kind is agenttx.EventKind.FINISHED
+
+
+def _nested(number: int, names: tuple[str, ...]) -> dict[str, object]:
+    return {"number": number, "checks": {"names": list(names)}}
+
+
+def test_deferred_data_reads_the_same_everywhere():
+    """Data recorded as `(build, *args)` is built into the same mapping for the events, the
+    lazily built record, the durable rows, the compact form and the hooks."""
+    seen: list[agenttx.Event] = []
+    sink = EventSink("plan", "run-1", [seen.append])
+    sink.record(agenttx.EventKind.DISPATCHED, node="a", data=(_nested, 1, ("x", "y")))
+    sink.deliver()
+    expected = {"number": 1, "checks": {"names": ["x", "y"]}}
+    (event,) = sink.events()
+    assert event.data == expected
+    assert seen[0].data == expected
+    recorded = sink.recorded()
+    assert len(recorded) == 1
+    assert recorded() is recorded()
+    assert recorded()[0] == event
+    ((seq, text),) = sink.take_unpersisted_rows()
+    assert seq == 0
+    assert json.loads(text)["data"] == expected
+    compact = sink.compact()
+    assert compact["events"][0][-1] == expected
+    assert from_compact("plan", json.loads(json.dumps(compact)))[0].data == expected

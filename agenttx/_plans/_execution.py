@@ -50,7 +50,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import Event, EventKind, EventSink
+from .._events import DeferredData, Event, EventKind, EventSink
 from .._hints import clean_error
 from .._json import canonical_dumps
 from .._limits import DEFAULT_ISOLATION, Isolation
@@ -242,7 +242,9 @@ class _NodeRecord:
 
 
 #: An event held until the transition it reports is durable: kind, node, attempt, data.
-_HeldEvent = tuple[PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | None"]
+_HeldEvent = tuple[
+    PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | DeferredData | None"
+]
 
 
 @attrs.frozen
@@ -461,7 +463,7 @@ class PlanExecution:
         *,
         node: str | None = None,
         attempt: str | None = None,
-        data: Mapping[str, JSONValue] | None = None,
+        data: Mapping[str, JSONValue] | DeferredData | None = None,
     ) -> None:
         with self._lock:
             self._event_locked(kind, node=node, attempt=attempt, data=data)
@@ -473,7 +475,7 @@ class PlanExecution:
         *,
         node: str | None = None,
         attempt: str | None = None,
-        data: Mapping[str, JSONValue] | None = None,
+        data: Mapping[str, JSONValue] | DeferredData | None = None,
         at: float | None = None,
     ) -> None:
         journal = self._journal
@@ -768,39 +770,41 @@ class PlanExecution:
         tool in place (its `_Finished`); or fail it at once (the scheduler's update)."""
         import asyncio  # noqa: PLC0415
 
-        node = self._plan.node(start.node)
-        record = self._nodes[start.node]
+        node_id = start.node
+        node = self._plan.node(node_id)
+        record = self._nodes[node_id]
         now = time.monotonic()
         eligible = record.eligible_at if record.eligible_at is not None else now
-        tool = self._tools[start.node]
-        context = ToolContext(
-            tx_id=self.id,
-            step_id=record.index + 1,
-            idempotency_key=record.key,
-            deadline=now + (node.timeout or DEFAULT_NODE_TIMEOUT),
-            store=cast("Store", self._serialized),  # get, put and delete are all it calls
-            compensations=self._compensations,
-            log_undo=self._log_undo,
-            seq_base=start.number << _SEQ_BITS,
-        )
+        tool = self._tools[node_id]
+        timeout = node.timeout or DEFAULT_NODE_TIMEOUT
+        context = None
+        if tool.wants_context or tool.guarded:  # as a transaction's step: only if it is used
+            context = ToolContext(
+                tx_id=self.id,
+                step_id=record.index + 1,
+                idempotency_key=record.key,
+                deadline=now + timeout,
+                store=cast("Store", self._serialized),  # get, put and delete are all it calls
+                compensations=self._compensations,
+                log_undo=self._log_undo,
+                seq_base=start.number << _SEQ_BITS,
+            )
         attempt = _Attempt(
-            start=start,
-            eligible_at=min(eligible, now),
-            started_at=now,
-            context=context,
+            start=start, eligible_at=min(eligible, now), started_at=now, context=context
         )
         record.attempts.append(attempt)
-        prerequisites = sorted(self._plan.prerequisites(start.node))
+        prerequisites = tuple(sorted(self._plan.prerequisites(node_id)))
+        state = self._scheduler.state
+        optional = self._optional[node_id]
         unmet = [
             name
             for name in prerequisites
-            if self._scheduler.state(name) is not NodeState.SUCCEEDED
-            and name not in self._optional[start.node]
+            if state(name) is not NodeState.SUCCEEDED and name not in optional
         ]
         failure: Failure | None = None
         arguments: JSONValue = None
         if unmet:  # pragma: no cover  (the scheduler never starts such a node)
-            failure = Failure(f"node `{start.node}` started before {', '.join(unmet)} succeeded")
+            failure = Failure(f"node `{node_id}` started before {', '.join(unmet)} succeeded")
         else:
             try:
                 resolved = resolve_inputs(node, self._initial, self._outputs)
@@ -810,34 +814,32 @@ class PlanExecution:
                 arguments, violation = tool.validator.check(resolved)
                 if violation is not None:
                     failure = Failure(
-                        f"node `{start.node}` input does not fit tool '{tool.name}': "
+                        f"node `{node_id}` input does not fit tool '{tool.name}': "
                         f"{violation.message}",
                         key=violation.key,
                         mistake=True,
                     )
-        if start.node in self._unclaimed and failure is None:  # its claim did not hold
+        if node_id in self._unclaimed and failure is None:  # its claim did not hold
             failure = Failure(
-                f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
+                f"node `{node_id}` is claimed by another runner of plan run `{self.id}`",
                 mistake=True,
             )
         self._event(
             PlanEventKind.DISPATCHED,
-            node=start.node,
+            node=node_id,
             attempt=start.attempt,
-            data={
-                "number": start.number,
-                "tool": node.tool,
-                "idempotency_key": record.key,
-                "checks": {
-                    "prerequisites": cast("list[JSONValue]", prerequisites),
-                    "inputs": "refused" if failure is not None else "valid",
-                    "running": self._scheduler.running_count,
-                    "max_concurrency": self._max,
-                    "waited_for": list(start.waited),
-                    "cancelled": False,
-                    "timeout_s": node.timeout or DEFAULT_NODE_TIMEOUT,
-                },
-            },
+            data=(
+                _dispatched,
+                start.number,
+                node.tool,
+                record.key,
+                prerequisites,
+                failure is None,
+                self._scheduler.running_count,
+                self._max,
+                start.waited,
+                timeout,
+            ),
         )
         if failure is not None:
             closed(context)
@@ -851,7 +853,7 @@ class PlanExecution:
             arguments=arguments,
             raw_context="",
             context=context,
-            timeout=node.timeout or DEFAULT_NODE_TIMEOUT,
+            timeout=timeout,
             log_undo=self._log_undo,
             seq_base=start.number << _SEQ_BITS,
         )
@@ -1399,6 +1401,37 @@ class PlanExecution:
                 )
             )
         return timings
+
+
+def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
+    number: int,
+    tool: str,
+    key: str,
+    prerequisites: tuple[str, ...],
+    valid: bool,
+    running: int,
+    max_concurrency: int,
+    waited: tuple[str, ...],
+    timeout: float,
+) -> dict[str, JSONValue]:
+    """The data of a `dispatched` event: the attempt and the checks made before it started.
+
+    Recorded as `DeferredData` (a flat tuple of these arguments): the nested mapping is built
+    only when the event is read, written or delivered."""
+    return {
+        "number": number,
+        "tool": tool,
+        "idempotency_key": key,
+        "checks": {
+            "prerequisites": list(prerequisites),
+            "inputs": "valid" if valid else "refused",
+            "running": running,
+            "max_concurrency": max_concurrency,
+            "waited_for": list(waited),
+            "cancelled": False,
+            "timeout_s": timeout,
+        },
+    }
 
 
 def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]:
