@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, final
 
 import attrs
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Dependency",
+    "PlanReference",
     "PlanValue",
     "Reference",
     "Resolution",
@@ -37,6 +38,7 @@ __all__ = [
     "is_plan_namespace",
     "named_dependencies",
     "parse_template",
+    "resolve_plan_reference",
     "resolve_plan_value",
     "resolve_references",
     "resolve_value",
@@ -651,9 +653,37 @@ def _compile_plan_string(text: str) -> _Resolver:
     return interpolate
 
 
-def _plan_lookup(reference: Reference, namespaces: Mapping[str, JSONValue]) -> JSONValue:
+class PlanReference(Protocol):
+    """A parsed plan reference: a `Reference`, or a plan node's `InputRef` (what resolving it
+    reads)."""
+
+    @property
+    def text(self) -> str:
+        """The reference as written, `${...}` included."""
+
+    @property
+    def namespace(self) -> str:
+        """`initial` or a node id."""
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The fields after the namespace."""
+
+
+def resolve_plan_reference(
+    reference: PlanReference, namespaces: Mapping[str, JSONValue]
+) -> tuple[JSONValue, str | None]:
+    """`resolve_plan_value` of a string that is exactly `reference` (parsed already, so not
+    again): the value it names (a copy, with its JSON type) and None, or `(reference.text,
+    message)`."""
+    try:
+        return _copy(_plan_lookup(reference, namespaces)), None
+    except _Unresolved as failure:
+        return reference.text, failure.message
+
+
+def _plan_lookup(reference: PlanReference, namespaces: Mapping[str, JSONValue]) -> JSONValue:
     namespace = reference.namespace
-    where = "the initial inputs" if namespace == "initial" else f"the output of node {namespace}"
     if namespace not in namespaces:
         if namespace == "initial":
             raise _Unresolved(f"reference {reference.text}: the plan has no initial inputs")
@@ -664,6 +694,11 @@ def _plan_lookup(reference: Reference, namespaces: Mapping[str, JSONValue]) -> J
     for segment in reference.path:
         found, value = _index(value, segment)
         if not found:
+            where = (
+                "the initial inputs"
+                if namespace == "initial"
+                else f"the output of node {namespace}"
+            )
             raise _Unresolved(
                 f"unresolved reference {reference.text}: key '{segment}' not present in {where}"
             )

@@ -35,6 +35,7 @@ from .._refs import (
     is_path_segment,
     is_plan_namespace,
     parse_template,
+    resolve_plan_reference,
     resolve_plan_value,
 )
 from .._tools import Compensation, Tool
@@ -663,14 +664,24 @@ def resolve_inputs(
             if ref.namespace != "initial" and ref.namespace not in outputs
         }
     namespaces = _Namespaces(initial if isinstance(initial, dict) else dict(initial), outputs)
-    for param in node.inputs:
+    refs = node.input_refs
+    for param, value in node.inputs.items():
         if param in missing:
             if param in node.fallback:
                 arguments[param] = node.fallback[param]
                 continue
             if param in node.optional:
                 continue
-        resolved, error = node.compiled_input(param).resolve(namespaces)
+        if not isinstance(value, (dict, list)) and not (isinstance(value, str) and "${" in value):
+            arguments[param] = value  # a literal scalar: as it is
+            continue
+        # The commonest input, one whole reference, is read from the node's parsed references
+        # (no compiled copy kept a node); the rest is compiled once and kept.
+        whole = next((ref for ref in refs if ref.whole and ref.param == param), None)
+        if whole is not None:
+            resolved, error = resolve_plan_reference(whole, namespaces)
+        else:
+            resolved, error = node.compiled_input(param).resolve(namespaces)
         if error is not None:
             if param in node.fallback:
                 arguments[param] = node.fallback[param]
