@@ -42,6 +42,7 @@ __all__ = [
     "RecordedEvents",
     "Scope",
     "audit_jsonl",
+    "deferred_data",
     "from_compact",
     "hook_callables",
 ]
@@ -258,23 +259,35 @@ def hook_callables(hooks: Iterable[HookLike] | None) -> tuple[Callable[[Event], 
     return tuple(found)
 
 
-#: Event data given as `(build, *args)`: `build(*args)` gives the mapping when the event is
-#: built, written or delivered (each time: it must give equal mappings). A run of thousands of
-#: nodes then keeps one flat tuple an event until its audit is read, not nested containers.
+#: Event data given as `(name, *args)`, `name` from `deferred_data`: the builder registered
+#: under it gives the mapping from `args` when the event is built, written or delivered (each
+#: time: it must give equal mappings). A run of thousands of nodes then keeps one flat tuple
+#: of scalars an event until its audit is read, not nested containers.
 DeferredData = tuple[Any, ...]
+
+_BUILDERS: dict[str, Callable[..., Mapping[str, Any]]] = {}
+
+
+def deferred_data(name: str, build: Callable[..., Mapping[str, Any]]) -> str:
+    """Register `build` (at import) as the builder of `(name, *args)` data; return `name`."""
+    _BUILDERS[name] = build
+    return name
 
 
 def _data(data: Mapping[str, Any] | DeferredData | None) -> Mapping[str, Any] | None:
     """The mapping of recorded data (built from deferred data)."""
     if type(data) is tuple:
-        return cast("Mapping[str, Any]", data[0](*data[1:]))
+        return _BUILDERS[data[0]](*data[1:])
     return cast("Mapping[str, Any] | None", data)
 
 
-# A recorded event before it is materialised: (kind, unix time, step, node, attempt, actor,
-# data); its seq is its place in the list. Appending this tuple is what a step pays when
-# nobody listens.
-_Raw = tuple[EventKind, float, int | None, str | None, str | None, str | None, Any]
+# A recorded event before it is materialised: (kind's value, unix time, step, node, attempt,
+# actor, data); its seq is its place in the list. Appending this tuple is what a step pays when
+# nobody listens. It holds no object the garbage collector tracks when its data holds only
+# scalars (or is deferred with scalar arguments): the collector then stops tracking it, and a
+# run of thousands of events adds nothing to every later collection.
+_Raw = tuple[str, float, int | None, str | None, str | None, str | None, Any]
+_KINDS: dict[str, EventKind] = {kind.value: kind for kind in EventKind}
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _now = time.time
@@ -285,7 +298,7 @@ def _materialise(scope: Scope, scope_id: str, seq: int, raw: _Raw) -> Event:
     kind, at, step, node, attempt, actor, data = raw
     data = _data(data)
     return Event(
-        kind=kind,
+        kind=_KINDS[kind],
         at=dt.datetime.fromtimestamp(at, dt.timezone.utc),
         scope=scope,
         scope_id=scope_id,
@@ -405,14 +418,14 @@ class EventSink:
         `deliver` after releasing it.
         """
         self._raw.append(
-            (kind, time.time() if at is None else at, step, node, attempt, actor, data)
+            (kind.value, time.time() if at is None else at, step, node, attempt, actor, data)
         )
         if self._hooks:
             self.deliver()
 
     def step(self, kind: EventKind, step: int, data: Mapping[str, JSONValue] | None) -> None:
         """`emit(kind, step=step, data=data)`, with less call overhead (once or twice a step)."""
-        self._raw.append((kind, _now(), step, None, None, None, data))
+        self._raw.append((kind.value, _now(), step, None, None, None, data))
         if self._hooks:
             self.deliver()
 
@@ -430,7 +443,7 @@ class EventSink:
         """Record one event without delivering it (the owner calls `deliver` later); `data`
         may be `DeferredData`."""
         self._raw.append(
-            (kind, time.time() if at is None else at, step, node, attempt, actor, data)
+            (kind.value, time.time() if at is None else at, step, node, attempt, actor, data)
         )
 
     def deliver(self) -> None:
@@ -495,7 +508,8 @@ class EventSink:
         """The events that recording `items` (`(kind, at, node, attempt, data)`, in order)
         next would give, without recording them (for a write that must hold them)."""
         raw: list[_Raw] = [
-            (kind, at, None, node, attempt, None, data) for kind, at, node, attempt, data in items
+            (kind.value, at, None, node, attempt, None, data)
+            for kind, at, node, attempt, data in items
         ]
         return self._events(len(self._raw), raw)
 
@@ -533,10 +547,10 @@ class EventSink:
         rows: list[list[Any]] = []
         raw: list[_Raw] = [
             *self._raw[:],
-            *((kind, at, None, None, None, None, data) for kind, at, data in then),
+            *((kind.value, at, None, None, None, None, data) for kind, at, data in then),
         ]
         for kind, at, step, node, attempt, actor, data in raw:
-            row: list[Any] = [kind.value, at, step, node, attempt, actor, _data(data)]
+            row: list[Any] = [kind, at, step, node, attempt, actor, _data(data)]
             while row[-1] is None:
                 row.pop()
             rows.append(row)
@@ -549,7 +563,7 @@ class EventSink:
             "scope": self.scope,
             "scope_id": self.scope_id,
             "seq": seq,
-            "kind": kind.value,
+            "kind": kind,
             "at": dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(),
             "zone": "UTC",
         }

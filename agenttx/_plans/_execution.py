@@ -50,7 +50,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import DeferredData, Event, EventKind, EventSink
+from .._events import DeferredData, Event, EventKind, EventSink, deferred_data
 from .._hints import clean_error
 from .._json import canonical_dumps
 from .._limits import DEFAULT_ISOLATION, Isolation
@@ -829,7 +829,7 @@ class PlanExecution:
             node=node_id,
             attempt=start.attempt,
             data=(
-                _dispatched,
+                _DISPATCHED,
                 start.number,
                 node.tool,
                 record.key,
@@ -1038,7 +1038,7 @@ class PlanExecution:
             PlanEventKind.COMPLETED,
             node=node_id,
             attempt=attempt.start.attempt,
-            data={"number": attempt.start.number, "effects_staged": len(outcome.effects)},
+            data=(_COMPLETED, attempt.start.number, len(outcome.effects)),
         )
 
     def _fail(
@@ -1416,8 +1416,8 @@ def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tupl
 ) -> dict[str, JSONValue]:
     """The data of a `dispatched` event: the attempt and the checks made before it started.
 
-    Recorded as `DeferredData` (a flat tuple of these arguments): the nested mapping is built
-    only when the event is read, written or delivered."""
+    Recorded as `DeferredData` (`(_DISPATCHED, *these arguments)`, scalars and tuples of
+    text): the nested mapping is built only when the event is read, written or delivered."""
     return {
         "number": number,
         "tool": tool,
@@ -1432,6 +1432,15 @@ def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tupl
             "timeout_s": timeout,
         },
     }
+
+
+def _completed(number: int, effects_staged: int) -> dict[str, JSONValue]:
+    """The data of a `completed` event (recorded as `DeferredData`, as `_dispatched`'s)."""
+    return {"number": number, "effects_staged": effects_staged}
+
+
+_DISPATCHED: Final = deferred_data("plan.dispatched", _dispatched)
+_COMPLETED: Final = deferred_data("plan.completed", _completed)
 
 
 def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]:

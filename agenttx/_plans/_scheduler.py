@@ -63,14 +63,14 @@ import enum
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Final, Literal, final
+from typing import TYPE_CHECKING, Final, Literal, cast, final
 
 import attrs
 
 from .._errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "Delivery",
@@ -338,7 +338,9 @@ class _Entry:
         self.optional = task.optional
         self.state = NodeState.PENDING
         self.count = len(task.prerequisites)
-        self.dependants: list[_Entry] = []
+        # The ids of the nodes that wait for this one: a list while the scheduler is built,
+        # then a tuple of text (which the garbage collector stops tracking).
+        self.dependants: Sequence[str] = []
         # Attempt ids are `<id>#<number>`, numbered from `first + 1`: a count and the last id
         # say which were issued (no list of ids a node).
         self.issued = 0  # how many attempts were issued
@@ -442,9 +444,10 @@ class Scheduler:
                     raise InvalidArgument(
                         f"node {task.id!r} waits for {prerequisite!r}, which is not a node"
                     )
-                source.dependants.append(entry)
+                cast("list[str]", source.dependants).append(entry.id)
         _refuse_cycles(listed, self._entries)
         for entry in self._entries.values():
+            entry.dependants = tuple(entry.dependants)
             if entry.count == 0:
                 entry.state = NodeState.READY
                 self._ready.append(entry)
@@ -649,8 +652,9 @@ class Scheduler:
         self._release(entry)
         self._end(entry, NodeState.SUCCEEDED)
         ready: list[str] = []
+        entries = self._entries
         for dependant in entry.dependants:
-            self._resolve(dependant, ready)
+            self._resolve(entries[dependant], ready)
         return Update(delivery=Delivery.APPLIED, ready=tuple(ready)) if ready else _APPLIED
 
     def failed(
@@ -743,7 +747,8 @@ class Scheduler:
         stack = [failed]
         while stack:
             source = stack.pop()
-            for dependant in source.dependants:
+            for dependant_id in source.dependants:
+                dependant = self._entries[dependant_id]
                 if source.id in dependant.optional:
                     self._resolve(dependant, ready)
                 elif dependant.state is NodeState.PENDING:  # not skipped through another one yet
@@ -788,7 +793,8 @@ def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
     seen = 0
     while queue:
         seen += 1
-        for dependant in queue.pop().dependants:
+        for dependant_id in queue.pop().dependants:
+            dependant = entries[dependant_id]
             left = counts[dependant] - 1
             counts[dependant] = left
             if left == 0:
