@@ -208,6 +208,7 @@ class _Attempt:
     finished_at: float | None = None
     task: asyncio.Task[None] | None = None
     ended_costs: tuple[tuple[str, Decimal], ...] = ()
+    previous: _Attempt | None = None  # the node's attempt before this one
 
     @property
     def costs(self) -> tuple[tuple[str, Decimal], ...]:
@@ -229,7 +230,9 @@ class _NodeRecord:
     index: int
     tool: str
     key: str
-    attempts: list[_Attempt] = attrs.field(factory=list)
+    # The attempts as a chain from the last (no list a node: most nodes have one attempt).
+    last: _Attempt | None = None
+    tried: int = 0  # how many attempts were made
     eligible_at: float | None = None
     output: JSONValue = None
     error: CleanHint | None = None
@@ -239,6 +242,23 @@ class _NodeRecord:
     finished_wall: dt.datetime | None = None  # of a node restored from the durable record
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
     retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
+
+    @property
+    def attempts(self) -> list[_Attempt]:
+        """The node's attempts, oldest first."""
+        found: list[_Attempt] = []
+        attempt = self.last
+        while attempt is not None:
+            found.append(attempt)
+            attempt = attempt.previous
+        found.reverse()
+        return found
+
+    def add(self, attempt: _Attempt) -> None:
+        """Count `attempt` as the node's latest."""
+        attempt.previous = self.last
+        self.last = attempt
+        self.tried += 1
 
 
 #: An event held until the transition it reports is durable: kind, node, attempt, data.
@@ -792,7 +812,7 @@ class PlanExecution:
         attempt = _Attempt(
             start=start, eligible_at=min(eligible, now), started_at=now, context=context
         )
-        record.attempts.append(attempt)
+        record.add(attempt)
         prerequisites = tuple(sorted(self._plan.prerequisites(node_id)))
         state = self._scheduler.state
         optional = self._optional[node_id]
@@ -1061,7 +1081,7 @@ class PlanExecution:
         retry_at: float | None = None
         number = attempt.start.number
         # The budget counts the failures retried before a crash too (a resumed run's).
-        failures = record.retried + len(record.attempts)
+        failures = record.retried + record.tried
         if retry and transient and not failure.mistake and failures <= node.retries:
             retry_at = time.monotonic() + self._backoff.delay(number)
         update = self._scheduler.failed(
