@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPROVAL",
+    "CALL",
     "REVIEW",
     "Approval",
     "ApprovalRequest",
@@ -77,6 +78,7 @@ __all__ = [
 
 APPROVAL: Final = "approval"
 REVIEW: Final = "review"
+CALL: Final = "call"  # a started call that needed no approval (`Requests.started`)
 
 #: The longest actor name, note or reason accepted (characters).
 MAX_ACTOR: Final = 256
@@ -524,6 +526,40 @@ class Requests:
             )
         raise ApprovalError(f"approval request `{row.id}` is {row.state}", request_id=row.id)
 
+    def started(
+        self, *, scope_id: str, step: int, tool: str, arguments: JSONValue, digest: str, key: str
+    ) -> RequestRow:
+        """Record, durably before it runs, that a call needing no approval but whose outcome
+        matters (`on_unknown="review"`) starts: found again at its step after a crash, it is
+        checked, not run blindly. A row of kind `call`, consumed at once; `finish` ends it."""
+        now = time.time()
+        record: dict[str, JSONValue] = {
+            "scope": "transaction",
+            "scope_id": scope_id,
+            "step": step,
+            "node": None,
+            "tool": tool,
+            "arguments": arguments,
+        }
+        decision: dict[str, JSONValue] = {
+            "consumed_at": now,
+            "consumed_step": step,
+            "idempotency_key": key,
+        }
+        row = RequestRow(
+            id=f"call-{uuid.uuid4().hex}",
+            kind=CALL,
+            scope_id=scope_id,
+            state="consumed",
+            digest=digest,
+            record=canonical_dumps(record),
+            decision=canonical_dumps(decision),
+            created_at=now,
+            updated_at=now,
+        )
+        self._table.add_request(row)
+        return row
+
     def expire(self, row: RequestRow) -> bool:
         """Mark an approved request whose approval has expired; True if this call did it."""
         return (
@@ -589,8 +625,10 @@ class Requests:
         attempts: int = 1,
         errors: Sequence[str] = (),
         timings: Mapping[str, float] | None = None,
+        plan_version: str | None = None,
     ) -> Review:
-        """Record a pending review of a call whose outcome is unknown, and return it."""
+        """Record a pending review of a call whose outcome is unknown, and return it (bound to
+        `plan_version` for a plan node)."""
         now = time.time()
         review = Review(
             id=f"rev-{uuid.uuid4().hex}",
@@ -613,7 +651,7 @@ class Requests:
                 scope_id=scope_id,
                 state="pending",
                 digest=digest,
-                record=canonical_dumps(review.to_json()),
+                record=canonical_dumps({**review.to_json(), "plan_version": plan_version}),
                 created_at=now,
                 updated_at=now,
             )
@@ -768,7 +806,7 @@ def gate_action(
             decision = _loads(row.decision) if decision is None else decision
             if decision.get("consumed_step") == step and decision.get("consumed_node") == node:
                 return "unknown", row
-        if newest is None:
+        if newest is None and row.kind == APPROVAL:
             newest = row
     if not needs:
         return "run", None

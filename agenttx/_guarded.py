@@ -33,7 +33,8 @@ from ._errors import InvalidArgument
 from ._events import EventKind
 from ._json import checked_size_bound
 from ._results import StepResult, StepStatus, TxStatus
-from ._tools import Call, Failure, Outcome, derive_key, run_tool, with_key
+from ._tools import Call, Failure, Outcome, arun_tool, derive_key, run_tool, with_key
+from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     import threading
@@ -105,6 +106,7 @@ class _Host(Protocol):
     def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue: ...
     def _step_of(self, request_id: str) -> int | None: ...
     def _withdraw(self, final: TxStatus) -> None: ...
+    def _waits_for_person(self) -> bool: ...
 
 
 class Guarded:
@@ -211,6 +213,19 @@ class Guarded:
         """Record an audit event (`EventKind[kind]`) on the transaction's sink."""
         self._events.emit(EventKind[kind], step=step, actor=actor, data=data)
 
+    def _waits_for_person(self: _Host) -> bool:
+        """Whether a call of this transaction waits for a person, or for the agent to send it
+        again after one decided (no store read for a transaction that never asked)."""
+        if self._requests is None:
+            return False
+        now = time.time()
+        for row in self._requests.of_scope(self._id):
+            if row.state in ("pending", "resolved"):
+                return True
+            if row.state == "approved" and not approval_expired(row, now):
+                return True
+        return False
+
     def _withdraw(self: _Host, final: TxStatus) -> None:
         """The transaction ended: its requests still pending can no longer be decided."""
         if self._requests is None:  # it never asked: nothing to withdraw, no store read
@@ -247,6 +262,18 @@ class Guarded:
         outcome = run_tool(gated, self._settings.output_serializer)
         return self._settle_guarded(gated, outcome, retried=False)
 
+    async def _arun_guarded(self: _Host, call: Call) -> StepResult:
+        """`_run_guarded` for `aexecute_step`: the tool runs as `arun_tool` runs it (an async
+        tool in the caller's task); the gate, a status check and the bookkeeping are sync."""
+        gated = self._gate(call)
+        if isinstance(gated, StepResult):
+            return gated
+        if isinstance(gated, Failure):
+            return self._fail(call.step_id, gated)
+        self._dispatched(gated)
+        outcome = await arun_tool(gated, self._settings.output_serializer)
+        return self._settle_guarded(gated, outcome, retried=False)
+
     def _gate(self: _Host, call: Call) -> Call | Failure | StepResult:  # noqa: PLR0911 (one per action)
         """The call to run (its approval consumed), why it fails, or the result that waits."""
         tool, step = call.tool, call.step_id
@@ -260,6 +287,17 @@ class Guarded:
                 book.of_scope(self._id), digest, step, needs=needs is not False
             )
             if action == "run":
+                if tool.on_unknown == "review" and is_durable(self._store):
+                    key = self._key_of(call)  # its start is durable before it runs
+                    started: RequestRow | None = book.started(
+                        scope_id=self._id,
+                        step=step,
+                        tool=tool.name,
+                        arguments=call.arguments,
+                        digest=digest,
+                        key=key,
+                    )
+                    self._guard = started
                 return call
             if action == "review":
                 assert row is not None

@@ -216,13 +216,16 @@ class Transaction(Turns, Guarded, Observed):
 
         Idleness counts from the end of the last call. Returns whether it aborted. A
         transaction in the middle of a call is skipped, never waited for: this is what an idle
-        reaper calls from its own thread.
+        reaper calls from its own thread. One whose call waits for a person (an approval
+        request or a review not yet decided, or decided and not yet taken) is not idle.
         """
         if not self._calls.try_enter():
             return False
         try:
             idle = time.monotonic() - self._calls.last
             if self._status is not TxStatus.ACTIVE or idle < idle_timeout:
+                return False
+            if self._waits_for_person():  # not idle: a person has the next move
                 return False
             self._abort(TxStatus.ROLLED_BACK)
             return True
@@ -323,8 +326,8 @@ class Transaction(Turns, Guarded, Observed):
                 prepared = self._unless_orphans(prepared, timeout)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
-            if prepared.tool.guarded:  # store and check calls block: rare, and short
-                return self._run_guarded(prepared)
+            if prepared.tool.guarded:  # its store reads and status check block: short
+                return await self._arun_guarded(prepared)
             self._dispatched(prepared)
             outcome = await arun_tool(prepared, self._settings.output_serializer)
         except BaseException:

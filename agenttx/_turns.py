@@ -121,6 +121,11 @@ def not_run(call: TurnCall, failed: StepResult) -> StepResult:
     )
     if failed.status is StepStatus.FAILED:
         text = f"Hint: Not run: step {failed.step_id} failed first and the transaction aborted."
+    elif failed.status in (StepStatus.NEEDS_APPROVAL, StepStatus.NEEDS_REVIEW):
+        text = (
+            f"Hint: Not run: step {failed.step_id} waits for a person first; "
+            f"send this call again after it, if it is still needed."
+        )
     return StepResult(
         status=StepStatus.NOT_RUN,
         step_id=0,

@@ -7,7 +7,9 @@
 - `run`: resume the transaction and send the charge again (it was approved meanwhile): the tool
   appends the charge to `ROOT/charges.log`, then sleeps until the parent kills the process;
 - `resume`: resume the transaction after the kill, send the charge again and print the result
-  (and commit, if it succeeded) as JSON.
+  (and commit, if it succeeded) as JSON;
+- `begin-run` (with `--no-approval`): begin a transaction and send the charge, which needs no
+  approval, then hang in it until killed.
 
 The charge's status check reads `charges.log` by idempotency key; `--no-check` declares the tool
 without one (it goes to review).
@@ -41,8 +43,9 @@ def main() -> None:
         return agenttx.CheckResult.not_done()
 
     options = {"check": status} if with_check else {"on_unknown": "review"}
+    options["needs_approval"] = "--no-approval" not in sys.argv
 
-    @agenttx.tool(name="charge", needs_approval=True, **options)
+    @agenttx.tool(name="charge", **options)
     def charge(ctx: agenttx.ToolContext, amount: int, card: str) -> dict:
         """Charge a card, then (in phase `run`) hang until killed."""
         entry = {"key": ctx.idempotency_key, "charge_id": f"ch_{ctx.idempotency_key[:8]}"}
@@ -50,7 +53,7 @@ def main() -> None:
             log.write(json.dumps({**entry, "amount": amount, "card": card}) + "\n")
             log.flush()
             os.fsync(log.fileno())
-        if phase in ("run", "plan-run"):
+        if phase in ("run", "plan-run", "begin-run"):
             time.sleep(60)  # the parent kills the process here
         return entry
 
@@ -64,6 +67,9 @@ def main() -> None:
         result = tx.call("charge", ARGS)
         print(json.dumps({"tx": tx.id, "request": result.approval.id}), flush=True)
         return  # the transaction stays open in the file
+    if phase == "begin-run":  # a call needing no approval, killed while it runs
+        engine.begin(agent_id="crash").call("charge", ARGS)
+        return
     engine.recover("resume")
     (tx,) = engine.transactions()
     result = tx.call("charge", ARGS)

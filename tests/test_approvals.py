@@ -12,18 +12,26 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import agenttx
 from agenttx import CheckResult, StepStatus
 from agenttx._approvals import Requests, call_digest, requests_for
-from agenttx.stores import MemoryStore, SQLiteStore
+from agenttx.stores import MemoryStore, PostgresStore, SQLiteStore
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request, tmp_path):
-    """Each test runs on a MemoryStore and on a SQLiteStore."""
+    """Each test runs on a MemoryStore, a SQLiteStore and a PostgresStore."""
     if request.param == "memory":
         yield MemoryStore()
+        return
+    if request.param == "postgres":
+        dsn, schema = request.getfixturevalue("pg_schema")
+        with PostgresStore(dsn, schema=schema) as postgres:
+            yield postgres
         return
     with SQLiteStore(tmp_path / "approvals.db") as sqlite:
         yield sqlite
@@ -641,6 +649,27 @@ def test_an_approved_call_runs_exactly_once_across_a_sigkill_and_resume(tmp_path
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_checked_call_killed_while_running_is_checked_not_rerun(tmp_path):
+    """A call needing no approval, with a status check, killed while running: its start was
+    recorded, so the resumed transaction checks it instead of running it again."""
+    db = tmp_path / "direct.db"
+    running = _worker("begin-run", db, tmp_path, "--no-approval")
+    charges = tmp_path / "charges.log"
+    deadline = time.monotonic() + 60
+    while not (charges.exists() and charges.read_text().strip()):
+        assert running.poll() is None, running.communicate()
+        assert time.monotonic() < deadline, "the worker never charged"
+        time.sleep(0.02)
+    running.send_signal(signal.SIGKILL)
+    running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL
+    resumed = _finish(_worker("resume", db, tmp_path, "--no-approval"))
+    assert resumed["status"] == "SUCCESS"
+    assert resumed["output"]["checked"] is True
+    assert len(charges.read_text().splitlines()) == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 def test_a_killed_approved_call_without_a_check_goes_to_review_then_on(tmp_path):
     """Without a check the resumed call waits for review; resolved done, it goes on, once."""
     db, asked = _killed_while_charging(tmp_path, "--no-check")
@@ -708,8 +737,149 @@ def test_an_approved_plan_node_runs_exactly_once_across_a_sigkill_and_resume(tmp
         time.sleep(0.02)
     running.send_signal(signal.SIGKILL)
     running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL  # killed while its tool ran, not ended
     resumed = _finish(_worker("plan-resume", db, tmp_path))
     assert resumed["resumed"] == ["run-1"]
     assert (resumed["status"], resumed["state"]) == ("SUCCEEDED", "SUCCEEDED")
     assert resumed["output"]["checked"] is True
     assert len(charges.read_text().splitlines()) == 1
+
+
+def test_a_transaction_waiting_for_a_person_is_not_reaped_as_idle(store):
+    """abort_if_idle skips a transaction whose call waits for approval; once done, it is idle."""
+    tx = _tx(store, _charge_tool(Card(), needs_approval=True))
+    request = tx.call("charge", ARGS).approval
+    assert not tx.abort_if_idle(0.0)
+    tx.approve(request.id, actor="alice")
+    assert not tx.abort_if_idle(0.0)  # approved: the agent has yet to send it again
+    assert tx.call("charge", ARGS).ok
+    assert tx.abort_if_idle(0.0)
+    assert tx.status is agenttx.TxStatus.ROLLED_BACK
+
+
+def test_an_async_tool_waits_for_approval_and_runs_in_the_callers_task(store):
+    """An async tool needing approval runs on the caller's loop once approved."""
+    import asyncio  # noqa: PLC0415
+
+    seen: list[object] = []
+
+    @agenttx.tool(name="charge", needs_approval=True)
+    async def charge(amount: int, card_number: str) -> dict:
+        seen.append(asyncio.get_running_loop())
+        return {"amount": amount}
+
+    tx = _tx(store, charge)
+
+    async def main() -> None:
+        waiting = await tx.acall("charge", ARGS)
+        tx.approve(waiting.approval.id, actor="alice")
+        assert (await tx.acall("charge", ARGS)).output == {"amount": 500}
+        assert seen == [asyncio.get_running_loop()]
+
+    asyncio.run(main())
+
+
+def test_the_calls_of_a_turn_after_one_waiting_for_a_person_are_not_run(store):
+    """call_turn stops at a call waiting for approval; the rest are NOT_RUN, saying why."""
+    card = Card()
+    tx = _tx(store, _charge_tool(card, needs_approval=True))
+    first, second = tx.call_turn([("charge", ARGS, "c1"), ("charge", {**ARGS, "amount": 1}, "c2")])
+    assert first.status is StepStatus.NEEDS_APPROVAL
+    assert second.status is StepStatus.NOT_RUN
+    assert "waits for a person" in second.hint.text
+    assert card.charges == []
+
+
+def test_the_requests_of_ended_transactions_follow_the_history_retention(tmp_path):
+    """SQLite keeps decided requests of ended transactions for keep_history_for, then prunes
+    them; those of open transactions stay."""
+    tool = _charge_tool(Card(), needs_approval=True)
+    path = tmp_path / "retention.db"
+    with SQLiteStore(path) as store:
+        ended = _tx(store, tool)
+        gone = ended.call("charge", ARGS).approval
+        ended.commit()
+        still = agenttx.Engine(tools=[tool], store=store).begin()
+        kept = still.call("charge", ARGS).approval
+    time.sleep(0.05)
+    with SQLiteStore(path, keep_history_for=0.01) as store:
+        book = requests_for(store)
+        assert book.get(gone.id) is None
+        assert book.get(kept.id) is not None
+
+
+# ------------------------------------------------------------ a state machine against a model
+
+
+class ApprovalMachine(RuleBasedStateMachine):
+    """Random sends, approvals and rejections against a model: nothing runs unapproved, and
+    each approval runs its call exactly once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[int] = []
+
+        @agenttx.tool(name="charge", needs_approval=True)
+        def charge(amount: int) -> dict:
+            self.runs.append(amount)
+            return {"amount": amount}
+
+        self.tx = agenttx.Transaction(tools=[charge])
+        self.requests: dict[int, list[list[str]]] = {}  # amount -> [[id, state], ...]
+        self.consumed = 0
+        self.ended = False
+
+    def _newest(self, amount: int) -> list[str] | None:
+        made = self.requests.get(amount)
+        return made[-1] if made else None
+
+    def _all(self, state: str) -> list[list[str]]:
+        return [entry for made in self.requests.values() for entry in made if entry[1] == state]
+
+    @precondition(lambda self: not self.ended)
+    @rule(amount=st.integers(1, 3))
+    def send(self, amount: int) -> None:
+        newest = self._newest(amount)
+        result = self.tx.call("charge", {"amount": amount})
+        if newest is None or newest[1] == "consumed":
+            assert result.status is StepStatus.NEEDS_APPROVAL
+            self.requests.setdefault(amount, []).append([result.approval.id, "pending"])
+        elif newest[1] == "pending":
+            assert result.status is StepStatus.NEEDS_APPROVAL
+            assert result.approval.id == newest[0]
+        elif newest[1] == "approved":
+            assert result.ok
+            assert result.output == {"amount": amount}
+            newest[1] = "consumed"
+            self.consumed += 1
+        else:  # rejected
+            assert not result.ok
+            assert "too much" in result.hint.text
+            self.ended = result.status is StepStatus.FAILED
+
+    @precondition(lambda self: any(e[1] == "pending" for m in self.requests.values() for e in m))
+    @rule(data=st.data(), reject=st.booleans())
+    def decide(self, data: st.DataObject, reject: bool) -> None:
+        entry = data.draw(st.sampled_from(self._all("pending")))
+        if reject:
+            self.tx.reject(entry[0], actor="bob", reason="too much")
+            entry[1] = "rejected"
+        else:
+            self.tx.approve(entry[0], actor="alice")
+            entry[1] = "approved"
+
+    @precondition(lambda self: any(e[1] != "pending" for m in self.requests.values() for e in m))
+    @rule(data=st.data())
+    def decide_again(self, data: st.DataObject) -> None:
+        decided = [e for m in self.requests.values() for e in m if e[1] != "pending"]
+        entry = data.draw(st.sampled_from(decided))
+        with pytest.raises(agenttx.ApprovalError):
+            self.tx.approve(entry[0], actor="carol")
+
+    @invariant()
+    def each_approval_ran_once_and_nothing_else_ran(self) -> None:
+        assert len(self.runs) == self.consumed
+
+
+TestApprovalMachine = ApprovalMachine.TestCase
+TestApprovalMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)

@@ -674,3 +674,34 @@ def test_undo_records_whose_compensation_failed_are_kept_for_recovery(store):
     assert report.compensations_run == 1
     assert undone == ["r-1"]
     assert store.open_transactions() == ()
+
+
+def test_compensate_on_never_drops_the_undo_records(store):
+    """With `compensate_on="never"` a failed run reports its undos REQUESTED and leaves
+    nothing for recovery to run."""
+    undone: list[str] = []
+
+    @agenttx.compensation
+    def unreserve(payload):
+        undone.append(payload["output"]["id"])
+
+    @agenttx.tool(compensate=unreserve)
+    def reserve() -> dict[str, str]:
+        return {"id": "r-1"}
+
+    @agenttx.tool
+    def refuse(id: str) -> dict[str, str]:  # noqa: A002
+        raise ValueError("refused")
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("reserve", tool="reserve"),
+            agenttx.Node("confirm", tool="refuse", inputs={"id": "${reserve.id}"}),
+        ]
+    )
+    engine = agenttx.Engine(tools=[reserve, refuse, unreserve], store=store)
+    result = engine.run_plan(plan, initial={}, run_id="r", compensate_on="never")
+    assert [c.status.value for c in result.compensations] == ["REQUESTED"]
+    assert store.open_transactions() == ()
+    assert engine.recover().compensations_run == 0
+    assert undone == []

@@ -1,4 +1,5 @@
-"""Plan nodes that need a person: WAITING_APPROVAL while independent nodes go on, rejection."""
+"""Plan nodes that need a person: approval while independent nodes go on, status checks and
+review when a node's outcome is unknown."""
 
 from __future__ import annotations
 
@@ -166,3 +167,92 @@ def test_cancelling_a_run_ends_a_waiting_node_cancelled():
     assert result.status is PlanStatus.CANCELLED
     assert result.nodes["charge"].state is NodeState.CANCELLED
     assert all(name != "charge" for name, _ in ledger.calls)
+
+
+def _slow_charge(ledger: Ledger, release: threading.Event, **options):
+    @agenttx.tool(name="charge", **options)
+    def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
+        ledger.add("charge", ctx.idempotency_key)
+        release.wait(5)
+        return {"charge_id": "late"}
+
+    return charge
+
+
+def _one_node(timeout: float = 0.2) -> agenttx.Plan:
+    return agenttx.Plan(
+        nodes=[
+            agenttx.Node(
+                "charge",
+                tool="charge",
+                inputs={"customer_id": "${initial.customer}", "amount": "${initial.amount}"},
+                timeout=timeout,
+                retries=2,
+            )
+        ],
+        initial=["customer", "amount"],
+    )
+
+
+@pytest.fixture
+def release():
+    """Lets the slow tools of a test finish when it ends."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_a_timed_out_node_with_a_status_check_is_not_run_twice(release):
+    """The node's call times out while running; the check finds it: SUCCEEDED, one call."""
+    ledger = Ledger()
+
+    def check(arguments, key):
+        if ("charge", key) in ledger.calls:
+            return agenttx.CheckResult.done({"charge_id": "found"})
+        return agenttx.CheckResult.not_done()
+
+    tool = _slow_charge(ledger, release, check=check)
+    result = agenttx.run_plan(_one_node(), tools=[tool], initial={"customer": "c", "amount": 5})
+    assert result.status is PlanStatus.SUCCEEDED
+    assert result.nodes["charge"].output == {"charge_id": "found"}
+    assert len(ledger.calls) == 1
+    kinds = [event.kind.name for event in result.audit]
+    assert "OUTCOME_UNKNOWN" in kinds
+
+
+def test_a_timed_out_node_without_a_check_waits_for_review(release):
+    """No check: the node shows NEEDS_REVIEW; resolved done, it succeeds with that output."""
+    ledger = Ledger()
+    tool = _slow_charge(ledger, release, on_unknown="review")
+    run = agenttx.start_plan(_one_node(), tools=[tool], initial={"customer": "c", "amount": 5})
+    _until(lambda: run.node_states()["charge"] is NodeState.NEEDS_REVIEW)
+    (review,) = run.pending_reviews()
+    assert review.node == "charge"
+    assert review.idempotency_key == ledger.calls[0][1]
+    assert any("timed out" in error for error in review.errors)
+    run.resolve_review(review.id, outcome="done", output={"charge_id": "manual"}, actor="ops")
+    result = run.wait(10)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert result.nodes["charge"].output == {"charge_id": "manual"}
+    assert len(ledger.calls) == 1
+
+
+def test_a_node_review_resolved_not_done_runs_again_with_the_same_key(release):
+    """not_done: the node's call runs again with the same idempotency key."""
+    calls = []
+
+    @agenttx.tool(name="charge", on_unknown="review")
+    def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
+        calls.append(ctx.idempotency_key)
+        if len(calls) == 1:
+            release.wait(5)
+        return {"charge_id": "second"}
+
+    run = agenttx.start_plan(_one_node(), tools=[charge], initial={"customer": "c", "amount": 5})
+    _until(lambda: bool(run.pending_reviews()))
+    (review,) = run.pending_reviews()
+    run.resolve_review(review.id, outcome="not_done", actor="ops")
+    result = run.wait(10)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert result.nodes["charge"].output == {"charge_id": "second"}
+    assert calls == [review.idempotency_key] * 2

@@ -174,9 +174,9 @@ def test_keys_and_values_keep_any_text(store: PostgresStore) -> None:
 
 def test_migrations_are_recorded_and_idempotent(store: PostgresStore) -> None:
     """The schema records each migration once; migrate() again changes nothing."""
-    assert store.migrate() == 1
+    assert store.migrate() == 2
     rows = _raw(f"SELECT version FROM {store.schema}.migrations ORDER BY version")
-    assert rows == [(1,)]
+    assert rows == [(1,), (2,)]
 
 
 def test_a_newer_schema_is_refused(store: PostgresStore) -> None:
@@ -212,7 +212,7 @@ def test_workers_starting_together_migrate_once(pg_schema: tuple[str, str]) -> N
     for thread in threads:
         thread.join()
     assert errors == []
-    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(1,)]
+    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(2,)]
 
 
 # ---------------------------------------------------------------- leases and fencing
@@ -461,3 +461,69 @@ def test_a_pool_lends_the_store_its_connections(pg_schema: tuple[str, str]) -> N
             assert store.commit("t") == 1
             assert pool.get_stats()["pool_available"] <= 2
         assert pool.get_stats()["pool_available"] >= 2
+
+
+def test_a_call_blocked_on_the_server_does_not_stop_the_renewals(
+    store: PostgresStore,
+) -> None:
+    """While one commit waits for a lock past the lease, the store's other transactions keep
+    their leases: the renewal does not wait for the store's lock."""
+    with _other(store, lease_seconds=0.6) as holder, psycopg.connect(postgres_dsn()) as blocker:
+        holder.begin("a")
+        holder.put("a", "k", "1")
+        holder.begin("b")
+        owner = holder.owner("b")
+        blocker.execute(f"SELECT * FROM {store.schema}.meta FOR UPDATE")
+        committing = threading.Thread(target=holder.commit, args=("a",))
+        committing.start()
+        time.sleep(1.5)
+        assert store.claim("b", owner) is None  # still renewed
+        blocker.rollback()
+        committing.join(10)
+        assert store.read_committed("k") == "1"
+
+
+def test_an_older_schema_is_migrated_keeping_its_data(store: PostgresStore) -> None:
+    """A schema at version 1 (no approvals, no plan audit) gains them, and keeps its state."""
+    store.begin("t")
+    store.put("t", "k", "1")
+    store.commit("t")
+    _raw(f"DROP TABLE {store.schema}.requests, {store.schema}.plan_audit")
+    _raw(f"DELETE FROM {store.schema}.migrations WHERE version = 2")
+    with _other(store) as upgraded:
+        assert upgraded.read_committed("k") == "1"
+        assert upgraded.requests_of("t") == ()
+    assert _raw(f"SELECT version FROM {store.schema}.migrations ORDER BY version") == [(1,), (2,)]
+
+
+def test_two_workers_racing_for_one_approval_see_one_win(store: PostgresStore) -> None:
+    """A request's state changes by compare-and-set: of two stores consuming one approved
+    request at once, exactly one succeeds."""
+    from agenttx.stores._approvals import RequestRow  # noqa: PLC0415
+
+    row = RequestRow(
+        id="apr-1", kind="approval", scope_id="t", state="APPROVED", digest="d", record="{}"
+    )
+    store.add_request(row)
+    with pytest.raises(InvalidArgument, match="exists already"):
+        store.add_request(row)
+    with _other(store) as other:
+        results: list[object] = []
+        barrier = threading.Barrier(2)
+
+        def consume(on: PostgresStore) -> None:
+            barrier.wait()
+            results.append(
+                on.set_request_state("apr-1", ["APPROVED"], "CONSUMED", decision="{}", now=1.0)
+            )
+
+        threads = [threading.Thread(target=consume, args=(s,)) for s in (store, other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(result is None for result in results) == [False, True]
+    consumed = store.get_request("apr-1")
+    assert consumed is not None
+    assert consumed.state == "CONSUMED"
+    assert [r.id for r in store.list_requests("approval", "CONSUMED", 10)] == ["apr-1"]

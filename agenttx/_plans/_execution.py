@@ -556,9 +556,10 @@ class PlanExecution:
             for start in starts
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
-        if claims:
-            refused = self._persist(self._journal.claim_all, claims, self._audit_rows())
-            self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
+        refused = (
+            self._persist(self._journal.claim_all, claims, self._audit_rows()) if claims else None
+        )
+        self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
         self._flush()
 
     def _flush(self) -> None:
@@ -912,20 +913,29 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         node = attempt.start.node
+        people = self._people
+        unknown = call.tool.on_unknown == "review"
         try:
-            gated = self._people.gate(node, call)
-            while isinstance(gated, Waiting):
-                await self._people.decided(gated)
-                gated = self._people.gate(node, call)
-            if isinstance(gated, Call):
+            gated = people.gate(node, call)
+            while True:
+                while isinstance(gated, Waiting):
+                    await people.decided(gated)
+                    gated = people.gate(node, call)
+                if not isinstance(gated, Call):
+                    break
                 closed(attempt.context)  # the gate made the call a context of its own
                 attempt.context = gated.context
                 outcome = await arun_tool(gated)
+                if outcome.running is not None and unknown:  # it may have happened: ask
+                    unknown = False  # once: a second timeout fails the attempt
+                    gated = people.timed_out(node, gated, outcome)
+                    continue
                 if outcome.error is not None and outcome.running is None:
-                    self._people.failed(node)  # a retry asks again
-            elif isinstance(gated, Failure):
+                    people.failed(node)  # a retry asks again
+                break
+            if isinstance(gated, Failure):
                 outcome = Outcome(error=gated)
-            else:
+            elif isinstance(gated, Outcome):
                 outcome = gated
         except asyncio.CancelledError:
             self._people.states.pop(node, None)
@@ -1322,11 +1332,11 @@ class PlanExecution:
         self, status: PlanStatus, compensations: tuple[CompensationOutcome, ...]
     ) -> None:
         """End the state transaction of a run that did not succeed: discarded (its staged
-        effects with it: nothing is published), or, on a durable log whose undo records were
-        not all compensated (failed, or `compensate_on="never"`), ended keeping them, so
-        that recovery retries them."""
+        effects with it: nothing is published), or, on a durable log with compensations that
+        failed, ended keeping their undo records, so that recovery retries them. (With
+        `compensate_on="never"` nothing is to be compensated: the records are dropped.)"""
         txlog = self._txlog
-        left = any(c.status is not CompensationStatus.COMPLETED for c in compensations)
+        left = any(c.status is CompensationStatus.FAILED for c in compensations)
         if txlog is not None and left and not self._lost:
             txlog.end(status.value, history_text(status.value, [], (), ()), keep_undos=True)
         else:

@@ -215,6 +215,8 @@ class PlanJournal:
             changes.append(_change(node_id, "RUNNING", attempt, change, expect))
             claimed.append((node_id, change))
         self._pending = []
+        if not changes and not events:
+            return frozenset()
         if events and self._audits:
             made = self._store.write_plan(self._run_id, changes, events=events)
         else:

@@ -209,8 +209,46 @@ class NodeGate:
             idempotency_key=key,
             errors=errors,
             timings={"timeout_s": call.timeout},
+            plan_version=self._version,
         )
         self.book.finish(row, f"review {review.id}")
+        self._note("REVIEW_REQUESTED", node, None, {"review": review.id})
+        return self._wait(node, review.id, NodeState.NEEDS_REVIEW)
+
+    def timed_out(self, node: str, call: Call, outcome: Outcome) -> Outcome | Call | Waiting:
+        """The node's call timed out while its tool still ran: its outcome is unknown. The
+        tool's status check says done (the output), not done (the call again, same key), or
+        cannot tell, and then a person reviews it."""
+        key = call.context.idempotency_key if call.context is not None else ""
+        assert outcome.error is not None
+        errors = [outcome.error.message + " while the tool still ran"]
+        self._note("OUTCOME_UNKNOWN", node, None, {"tool": call.tool.name})
+        check = call.tool.check
+        if check is not None:
+            verdict, failure = run_check(check, call.arguments, key, call.timeout)
+            if failure is not None:
+                errors.append(failure)
+            elif verdict.status == "unknown":
+                errors.append(f"the status check cannot tell: {verdict.reason}".rstrip(": "))
+        else:
+            verdict = CheckResult.unknown()
+            errors.append("the tool has no status check")
+        if verdict.status == "done":
+            return _done(verdict.output)._replace(undos=outcome.undos)
+        if verdict.status == "not_done":
+            return with_key(call, key)
+        review = self.book.open_review(
+            scope="plan",
+            scope_id=self._run_id,
+            node=node,
+            tool=call.tool.name,
+            arguments=call.arguments,
+            digest=call_digest(call.tool.name, call.arguments),
+            idempotency_key=key,
+            errors=errors,
+            timings={"timeout_s": call.timeout},
+            plan_version=self._version,
+        )
         self._note("REVIEW_REQUESTED", node, None, {"review": review.id})
         return self._wait(node, review.id, NodeState.NEEDS_REVIEW)
 

@@ -890,16 +890,15 @@ class PostgresStore(SharedRows):
             pass
 
     def _held(self) -> tuple[list[str], list[int], list[str], list[int]]:
-        """What to renew: the transactions and plan runs held, with their epochs."""
-        with self._lock:
-            if self._closed:
-                return [], [], [], []
-            return (
-                list(self._epochs),
-                list(self._epochs.values()),
-                list(self._plans),
-                list(self._plans.values()),
-            )
+        """What to renew: the transactions and plan runs held, with their epochs.
+
+        Without the store's lock, on purpose: a call blocked on the server (a commit waiting
+        for a lock) must not stop the renewal of everything else this store holds. Copying a
+        dict is atomic in CPython, so each copy is one consistent state."""
+        if self._closed:
+            return [], [], [], []
+        epochs, plans = dict(self._epochs), dict(self._plans)
+        return list(epochs), list(epochs.values()), list(plans), list(plans.values())
 
     def _fence(self, cur: psycopg.Cursor[Any], tx_id: str) -> None:
         """Inside a transaction: lock `tx_id`'s row against a takeover (`FOR KEY SHARE`) if

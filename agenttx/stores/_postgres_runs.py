@@ -1,9 +1,11 @@
-"""The plan runs and the outbox of `PostgresStore`: the rows every worker shares and claims.
+"""Plan runs, approvals and the outbox of `PostgresStore`: the rows every worker shares.
 
 `SharedRows` is the part of the store that holds no transaction's mirror: plan runs (their own
 lease and epoch, renewed with the transactions', and a compare-and-set per node change) and the
 outbox (claims with `FOR UPDATE SKIP LOCKED`, so that dispatchers on several workers deliver
-disjoint entries). `PostgresStore` inherits it; the attributes it uses are the store's.
+disjoint entries), and approval requests and reviews (each state change one conditional update,
+so two workers racing to decide or consume a request see one of them win). `PostgresStore`
+inherits it; the attributes it uses are the store's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
+from ._approvals import RequestRow, check_request_id
 from ._durable import OutboxEntry
 from ._plans import PlanImage, PlanNodeRow
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
@@ -96,13 +99,19 @@ class SharedRows:
         changes: Sequence[PlanChange],
         *,
         status: str | None = None,
+        events: Sequence[tuple[int, str]] = (),
     ) -> tuple[bool, ...]:
         """Make node `changes` in order (and set the run's `status`) in one transaction,
         fenced by the run's epoch: for each change, whether it was made (False: its `expect`,
         a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
         this store does not hold the run (its lease was lost), `TransactionNotFound` if there is
-        no such run; then nothing is written."""
+        no such run; then nothing is written. `events` are audit events of the run, `(seq, JSON
+        text)`, stored in the same transaction (replacing any of the same seq)."""
         changes = list(changes)
+        events = list(events)
+        for seq, text in events:
+            check_int(seq, "seq", MAX_INT64)
+            check_value(text)
         sql = self._sql
         now = time.time()
         with self._lock:
@@ -119,6 +128,11 @@ class SharedRows:
                         "this store no longer holds it"
                     )
                 made = self._change_nodes(cur, run_id, changes)
+                if events:
+                    cur.execute(
+                        sql.upsert_audit,
+                        (run_id, [seq for seq, _ in events], [text for _, text in events]),
+                    )
             if status is not None and status != _RUNNING:
                 self._plans.pop(run_id, None)
         return made
@@ -172,6 +186,85 @@ class SharedRows:
             made.append(cur.rowcount == 1)
         flush()
         return tuple(made)
+
+    def plan_audit(self, run_id: str) -> tuple[str, ...]:
+        """The audit events stored for plan run `run_id` (JSON texts), in seq order; empty if
+        it has none (or there is no such run)."""
+        check_tx_id(run_id)
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all(
+                f"read the audit of plan run `{run_id}`", self._sql.select_audit, (run_id,)
+            )
+        return tuple(row[0] for row in rows)
+
+    # ------------------------------------------------------------ approvals and reviews
+
+    def add_request(self, row: RequestRow) -> None:
+        """Insert approval request or review `row`, durably; `InvalidArgument` if its id
+        exists already (`RequestStore.add_request`)."""
+        check_request_id(row.id)
+        check_value(row.record)
+        values = (
+            row.id,
+            row.kind,
+            row.scope_id,
+            row.state,
+            row.digest,
+            row.record,
+            row.decision,
+            row.created_at,
+            row.updated_at,
+        )
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction(f"record request `{row.id}`") as cur:
+                cur.execute(self._sql.insert_request, values)
+                if cur.rowcount != 1:
+                    raise InvalidArgument(f"request `{row.id}` exists already")
+
+    def get_request(self, request_id: str) -> RequestRow | None:
+        """The request with this id, or None (`RequestStore.get_request`)."""
+        with self._lock:
+            self._check_not_closed()
+            row = self._one(f"read request `{request_id}`", self._sql.select_request, (request_id,))
+        return None if row is None else _request(row)
+
+    def requests_of(self, scope_id: str) -> tuple[RequestRow, ...]:
+        """The requests of one transaction or plan run, oldest first."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all(
+                f"read the requests of `{scope_id}`", self._sql.select_requests_of, (scope_id,)
+            )
+        return tuple(_request(row) for row in rows)
+
+    def set_request_state(
+        self,
+        request_id: str,
+        expect: Sequence[str],
+        state: str,
+        *,
+        decision: str | None,
+        now: float,
+    ) -> RequestRow | None:
+        """The compare-and-set of `RequestStore.set_request_state`: one conditional update,
+        so of several workers racing to approve, reject or consume one request, one wins."""
+        if decision is not None:
+            check_value(decision)
+        values = (state, decision, now, request_id, list(expect))
+        with self._lock:
+            self._check_not_closed()
+            row = self._one(f"decide request `{request_id}`", self._sql.set_request_state, values)
+        return None if row is None else _request(row)
+
+    def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
+        """Up to `limit` requests of `kind` in `state`, oldest first (any scope)."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the requests", self._sql.list_requests, (kind, state, limit))
+        return tuple(_request(row) for row in rows)
 
     def cancel_plan(self, run_id: str, reason: str) -> bool:
         """Record that run `run_id` is cancelled, for whichever worker runs it. False if it
@@ -380,4 +473,19 @@ def _entry(row: tuple[Any, ...]) -> OutboxEntry:
         attempts=row[6],
         last_error=row[7],
         not_before=row[8],
+    )
+
+
+def _request(row: tuple[Any, ...]) -> RequestRow:
+    id_, kind, scope_id, state, digest, record, decision, created, updated = row
+    return RequestRow(
+        id=id_,
+        kind=kind,
+        scope_id=scope_id,
+        state=state,
+        digest=digest,
+        record=record,
+        decision=decision,
+        created_at=float(created),
+        updated_at=float(updated),
     )

@@ -1,6 +1,6 @@
 """The schema behind `PostgresStore`: its migrations, and every SQL text the store runs.
 
-**Layout** (in the store's own schema, `agenttx` by default; migration 1):
+**Layout** (in the store's own schema, `agenttx` by default; migrations 1 and 2):
 
 =========== ================================================================================
 migrations  one row per migration applied: `version`, `description`, `applied_at`
@@ -17,6 +17,8 @@ outbox      committed effects, their delivery history and the dispatcher's claim
 ended       the ended transactions kept as history, in the order they ended
 plan_runs   one row per plan run, with a lease like `txs` (`owner`, `epoch`, `lease_until`)
 plan_nodes  `(run_id, node_id) -> (state, attempt, record)`
+plan_audit  `(run_id, seq) -> event`: the audit events of a plan run (migration 2)
+requests    approval requests and reviews, each state change a compare-and-set (migration 2)
 =========== ================================================================================
 
 Every write to a transaction's rows carries its fence: the `txs` row must still have the
@@ -94,6 +96,23 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             ),
         ),
     ),
+    (
+        "approval requests and reviews; the audit events of plan runs",
+        (
+            (
+                "CREATE TABLE {s}.requests (id text PRIMARY KEY, kind text NOT NULL, "
+                "scope_id text NOT NULL, state text NOT NULL, digest text NOT NULL, "
+                "record text NOT NULL, decision text, created_at double precision NOT NULL, "
+                "updated_at double precision NOT NULL)"
+            ),
+            "CREATE INDEX requests_scope ON {s}.requests (scope_id)",
+            "CREATE INDEX requests_state ON {s}.requests (kind, state)",
+            (
+                "CREATE TABLE {s}.plan_audit (run_id text NOT NULL, seq bigint NOT NULL, "
+                "event text NOT NULL, PRIMARY KEY (run_id, seq))"
+            ),
+        ),
+    ),
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -167,15 +186,23 @@ class Sql:
             "AND owner IS NOT DISTINCT FROM %s "
             "AND (lease_until IS NULL OR lease_until < now()) FOR UPDATE SKIP LOCKED"
         )
+        # Renewals skip the rows locked by a call in flight (a commit holds its row while it
+        # waits for the commit lock): the renewal must never wait, or every lease of the store
+        # would run out behind one blocked call. A skipped row is renewed at the next tick.
+        # `FOR NO KEY UPDATE` does not conflict with the `FOR KEY SHARE` of the writes.
         self.renew_txs = (
             "UPDATE {s}.txs AS t SET lease_until = " + _LEASE + " "
-            "FROM unnest(%s::text[], %s::bigint[]) AS h(tx_id, epoch) "
-            "WHERE t.tx_id = h.tx_id AND t.epoch = h.epoch RETURNING t.tx_id"
+            "WHERE t.tx_id IN (SELECT x.tx_id FROM {s}.txs AS x "
+            "JOIN unnest(%s::text[], %s::bigint[]) AS h(tx_id, epoch) "
+            "ON x.tx_id = h.tx_id AND x.epoch = h.epoch FOR NO KEY UPDATE OF x SKIP LOCKED) "
+            "RETURNING t.tx_id"
         ).format(s=s)
         self.renew_plans = (
             "UPDATE {s}.plan_runs AS r SET lease_until = " + _LEASE + " "
-            "FROM unnest(%s::text[], %s::bigint[]) AS h(run_id, epoch) "
-            "WHERE r.run_id = h.run_id AND r.epoch = h.epoch RETURNING r.run_id"
+            "WHERE r.run_id IN (SELECT x.run_id FROM {s}.plan_runs AS x "
+            "JOIN unnest(%s::text[], %s::bigint[]) AS h(run_id, epoch) "
+            "ON x.run_id = h.run_id AND x.epoch = h.epoch FOR NO KEY UPDATE OF x SKIP LOCKED) "
+            "RETURNING r.run_id"
         ).format(s=s)
         self.update_record = f"UPDATE {s}.txs SET record = %s WHERE tx_id = %s AND epoch = %s"
         self.release_tx = (
@@ -283,6 +310,35 @@ class Sql:
             "claimed_until = 0 WHERE id = %s AND NOT delivered"
         )
         self.select_outbox_entry = f"SELECT 1 FROM {s}.outbox WHERE id = %s"
+        # ---------------------------------------------------------------- requests
+        request_columns = (
+            "id, kind, scope_id, state, digest, record, decision, created_at, updated_at"
+        )
+        self.insert_request = (
+            f"INSERT INTO {s}.requests ({request_columns}) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
+        )
+        self.select_request = f"SELECT {request_columns} FROM {s}.requests WHERE id = %s"
+        self.select_requests_of = (
+            f"SELECT {request_columns} FROM {s}.requests WHERE scope_id = %s "
+            "ORDER BY created_at, id"
+        )
+        #: The compare-and-set of a request's state: one conditional update, so of two
+        #: workers racing to decide or consume a request exactly one changes it.
+        self.set_request_state = (
+            f"UPDATE {s}.requests SET state = %s, decision = %s, updated_at = %s "
+            f"WHERE id = %s AND state = ANY(%s::text[]) RETURNING {request_columns}"
+        )
+        self.list_requests = (
+            f"SELECT {request_columns} FROM {s}.requests WHERE kind = %s AND state = %s "
+            "ORDER BY created_at, id LIMIT %s"
+        )
+        self.upsert_audit = (
+            f"INSERT INTO {s}.plan_audit (run_id, seq, event) "
+            "SELECT %s, q, e FROM unnest(%s::bigint[], %s::text[]) AS u(q, e) WHERE true "
+            "ON CONFLICT (run_id, seq) DO UPDATE SET event = excluded.event"
+        )
+        self.select_audit = f"SELECT event FROM {s}.plan_audit WHERE run_id = %s ORDER BY seq"
         # ---------------------------------------------------------------- plan runs
         self.insert_plan = (
             "INSERT INTO {s}.plan_runs (run_id, record, status, owner, epoch, lease_until, "

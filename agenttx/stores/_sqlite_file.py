@@ -257,6 +257,13 @@ _PRUNE_BEFORE: Final = (
     "(SELECT seq FROM ended WHERE ended_at >= ? ORDER BY seq LIMIT 1), "
     "(SELECT max(seq) + 1 FROM ended))"
 )
+#: The requests of transactions and plan runs that are no longer open, last changed before
+#: the cutoff (the retention's age: see `_approvals`).
+_PRUNE_REQUESTS: Final = (
+    "DELETE FROM requests WHERE updated_at < ? "
+    "AND scope_id NOT IN (SELECT tx_id FROM txs) "
+    "AND scope_id NOT IN (SELECT run_id FROM plan_runs WHERE status = 'RUNNING')"
+)
 _SELECT_TX_IDS: Final = "SELECT tx_id FROM txs ORDER BY tx_id"
 _SELECT_COMMITTED_FROM: Final = (
     "SELECT key, version, value FROM committed WHERE key >= ? ORDER BY key LIMIT ?"
@@ -692,11 +699,14 @@ class StoreFile:
     def prune(self, keep: int | None, keep_for: float | None, now: float) -> None:
         """Inside a write transaction: delete the history of the ended transactions beyond the
         newest `keep`, and of those that ended before `now - keep_for` (`None`: no such
-        limit), and likewise the audit events of ended plan runs. `sqlite3.Error` escapes."""
+        limit), and likewise the audit events of ended plan runs, and the approval requests
+        and reviews of ended transactions and runs last changed before then. `sqlite3.Error`
+        escapes."""
         if keep is not None:
             self.cur.execute(_PRUNE_BEYOND, (keep,))
         if keep_for is not None:
             self.cur.execute(_PRUNE_BEFORE, (now - keep_for,))
+            self.cur.execute(_PRUNE_REQUESTS, (now - keep_for,))
         prune_audit(self.cur, keep, keep_for, now)  # the ended plan runs' audit events too
 
     def ended_transactions(self, limit: int) -> tuple[EndedTransaction, ...]:
