@@ -1408,26 +1408,26 @@ class PlanExecution:
 
     def _timings(self, finished: float) -> list[NodeTiming]:
         timings: list[NodeTiming] = []
+        prerequisites = self._plan.prerequisites
         for node_id, record in self._nodes.items():
-            attempts = tuple(
-                AttemptTiming(
-                    eligible_at=min(attempt.eligible_at, attempt.started_at),
-                    started_at=attempt.started_at,
-                    finished_at=max(
-                        attempt.started_at,
-                        attempt.finished_at if attempt.finished_at is not None else finished,
+            attempts: tuple[AttemptTiming, ...] = ()
+            attempt = record.last
+            while attempt is not None:  # newest first: each is put before the later ones
+                started = attempt.started_at
+                ended = attempt.finished_at
+                attempts = (
+                    AttemptTiming(
+                        min(attempt.eligible_at, started),
+                        started,
+                        max(started, ended if ended is not None else finished),
+                        attempt.costs,
                     ),
-                    costs=attempt.costs,
+                    *attempts,
                 )
-                for attempt in record.attempts
-            )
+                attempt = attempt.previous
             timings.append(
                 NodeTiming(
-                    node_id=node_id,
-                    tool=record.tool,
-                    prerequisites=self._plan.prerequisites(node_id),
-                    attempts=attempts,
-                    eligible_at=record.eligible_at,
+                    node_id, record.tool, prerequisites(node_id), attempts, record.eligible_at
                 )
             )
         return timings
