@@ -140,59 +140,23 @@ def _node_ids(value: Iterable[str]) -> frozenset[str]:
     return frozenset(value)
 
 
-def _check_id(_: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{attribute.name} must be a non-empty string, got {value!r}")
-
-
-def _check_ids(instance: Task, attribute: attrs.Attribute[frozenset[str]], value: object) -> None:
-    assert isinstance(value, frozenset)
+def _check_ids(task_id: str, name: str, value: frozenset[str]) -> None:
     for item in value:
         if not isinstance(item, str) or not item:
             raise InvalidArgument(
-                f"task {instance.id!r}: {attribute.name} must hold non-empty node ids, got {item!r}"
+                f"task {task_id!r}: {name} must hold non-empty node ids, got {item!r}"
             )
 
 
-def _check_optional(instance: Task, _: object, value: frozenset[str]) -> None:
-    extra = value - instance.prerequisites
-    if extra:
-        raise InvalidArgument(
-            f"task {instance.id!r}: optional names {sorted(extra)!r}, which are not among its"
-            f" prerequisites"
-        )
-
-
-def _resources(value: Mapping[str, int]) -> Mapping[str, int]:
-    return dict(value)
-
-
-def _check_resources(instance: Task, _: object, value: Mapping[str, int]) -> None:
+def _check_resources(task_id: str, value: Mapping[str, int]) -> None:
     for name, amount in value.items():
         if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"task {instance.id!r}: resource names must be non-empty strings")
+            raise InvalidArgument(f"task {task_id!r}: resource names must be non-empty strings")
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
             raise InvalidArgument(
-                f"task {instance.id!r}: resource {name!r} must be held in an integer > 0 of"
+                f"task {task_id!r}: resource {name!r} must be held in an integer > 0 of"
                 f" tokens, got {amount!r}"
             )
-
-
-def _check_exclusive(instance: Task, _: object, value: str | None) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise InvalidArgument(
-            f"task {instance.id!r}: exclusive must be None or a non-empty key, got {value!r}"
-        )
-
-
-def _check_attempts(_: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgument(f"{attribute.name} must be an integer >= 0, got {value!r}")
-
-
-def _check_tool(instance: Task, _: object, value: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidArgument(f"task {instance.id!r}: tool must be a string, got {value!r}")
 
 
 @final
@@ -207,21 +171,56 @@ class Task:
     `exclusive` is a key (already resolved, e.g. `order:7`) that no two running nodes share;
     `tool` names the tool, for per-tool rate limits. `attempts` counts the attempts the node had
     before this scheduler (a resumed run's): its next attempt is numbered after them.
+
+    Raises `InvalidArgument` naming the task and the field for a value of the wrong kind.
     """
 
-    id: str = attrs.field(validator=_check_id)
-    prerequisites: frozenset[str] = attrs.field(
-        default=frozenset(), converter=_node_ids, validator=_check_ids
-    )
-    optional: frozenset[str] = attrs.field(
-        default=frozenset(), converter=_node_ids, validator=[_check_ids, _check_optional]
-    )
-    resources: Mapping[str, int] = attrs.field(
-        factory=dict, converter=_resources, validator=_check_resources, hash=False
-    )
-    exclusive: str | None = attrs.field(default=None, validator=_check_exclusive)
-    tool: str = attrs.field(default="", validator=_check_tool)
-    attempts: int = attrs.field(default=0, validator=_check_attempts)
+    id: str
+    prerequisites: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+    resources: Mapping[str, int] = attrs.field(factory=dict, hash=False)
+    exclusive: str | None = None
+    tool: str = ""
+    attempts: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        # One method rather than a validator a field: a plan of thousands of nodes builds one
+        # task a node before it runs, and the checks are the same.
+        set_ = object.__setattr__
+        prerequisites = self.prerequisites
+        if type(prerequisites) is not frozenset:
+            prerequisites = _node_ids(prerequisites)
+            set_(self, "prerequisites", prerequisites)
+        optional = self.optional
+        if type(optional) is not frozenset:
+            optional = _node_ids(optional)
+            set_(self, "optional", optional)
+        resources = dict(self.resources)
+        set_(self, "resources", resources)
+        task_id = self.id
+        if not isinstance(task_id, str) or not task_id:
+            raise InvalidArgument(f"id must be a non-empty string, got {task_id!r}")
+        _check_ids(task_id, "prerequisites", prerequisites)
+        if optional:
+            _check_ids(task_id, "optional", optional)
+            extra = optional - prerequisites
+            if extra:
+                raise InvalidArgument(
+                    f"task {task_id!r}: optional names {sorted(extra)!r}, which are not among"
+                    f" its prerequisites"
+                )
+        if resources:
+            _check_resources(task_id, resources)
+        exclusive = self.exclusive
+        if exclusive is not None and (not isinstance(exclusive, str) or not exclusive):
+            raise InvalidArgument(
+                f"task {task_id!r}: exclusive must be None or a non-empty key, got {exclusive!r}"
+            )
+        if not isinstance(self.tool, str):
+            raise InvalidArgument(f"task {task_id!r}: tool must be a string, got {self.tool!r}")
+        attempts = self.attempts
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
+            raise InvalidArgument(f"attempts must be an integer >= 0, got {attempts!r}")
 
 
 def _check_rate(_: object, attribute: attrs.Attribute[float], value: object) -> None:
