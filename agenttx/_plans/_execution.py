@@ -85,7 +85,14 @@ from ._checks import (
 )
 from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
-from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
+from ._metrics import (
+    AttemptTiming,
+    CostBreakdown,
+    LazyMap,
+    NodeTiming,
+    PlanMetrics,
+    plan_metrics,
+)
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._people import NodeGate, Waiting
 from ._results import (
@@ -1299,9 +1306,7 @@ class PlanExecution:
             plan_version=self._plan.version,
             status=status,
             nodes=self._node_results(),
-            metrics=plan_metrics(
-                self._timings(finished), started_at=self._started, finished_at=finished
-            ),
+            metrics=self._metrics(finished),
             compensations=compensations,
             cancel_reason=self._cancel_reason,
             error=error,
@@ -1406,31 +1411,43 @@ class PlanExecution:
 
         return LazyMap(records, build)
 
-    def _timings(self, finished: float) -> list[NodeTiming]:
-        timings: list[NodeTiming] = []
+    def _metrics(self, finished: float) -> PlanMetrics:
+        """The run's metrics; a node's timing is built again when its figures are read (so
+        neither is kept a node: only the records, which the node results read too)."""
+        records = self._nodes
         prerequisites = self._plan.prerequisites
-        for node_id, record in self._nodes.items():
-            attempts: tuple[AttemptTiming, ...] = ()
-            attempt = record.last
-            while attempt is not None:  # newest first: each is put before the later ones
-                started = attempt.started_at
-                ended = attempt.finished_at
-                attempts = (
-                    AttemptTiming(
-                        min(attempt.eligible_at, started),
-                        started,
-                        max(started, ended if ended is not None else finished),
-                        attempt.costs,
-                    ),
-                    *attempts,
-                )
-                attempt = attempt.previous
-            timings.append(
-                NodeTiming(
-                    node_id, record.tool, prerequisites(node_id), attempts, record.eligible_at
-                )
-            )
-        return timings
+
+        def timing_of(node_id: str) -> NodeTiming:
+            return _timing(node_id, records[node_id], prerequisites(node_id), finished)
+
+        return plan_metrics(
+            (timing_of(node_id) for node_id in records),
+            started_at=self._started,
+            finished_at=finished,
+            timing_of=timing_of,
+        )
+
+
+def _timing(
+    node_id: str, record: _NodeRecord, prerequisites: frozenset[str], finished: float
+) -> NodeTiming:
+    """A node's timing for the metrics; an attempt still running at the end ends `finished`."""
+    attempts: tuple[AttemptTiming, ...] = ()
+    attempt = record.last
+    while attempt is not None:  # newest first: each is put before the later ones
+        started = attempt.started_at
+        ended = attempt.finished_at
+        attempts = (
+            AttemptTiming(
+                min(attempt.eligible_at, started),
+                started,
+                max(started, ended if ended is not None else finished),
+                attempt.costs,
+            ),
+            *attempts,
+        )
+        attempt = attempt.previous
+    return NodeTiming(node_id, record.tool, prerequisites, attempts, record.eligible_at)
 
 
 def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
