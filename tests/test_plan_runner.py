@@ -9,6 +9,7 @@ import time
 from decimal import Decimal
 from typing import NewType, TypedDict
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -223,6 +224,22 @@ def test_audit_records_dispatch_checks_in_order_and_exports_json_lines():
     assert repr(result) == (
         f"<agenttx.PlanResult {result.run_id!r} SUCCEEDED nodes=4 events={len(lines)}>"
     )
+
+
+def test_audit_is_built_when_read_and_then_kept():
+    """A result's audit is built on first read: the same tuple at every read, equal to the run's."""
+    tools, _, _ = _order_shop()
+    result = agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL)
+    count = int(repr(result).rsplit("events=", 1)[1].rstrip(">"))  # counted, not built
+    first = result.audit
+    assert isinstance(first, tuple)
+    assert len(first) == count
+    assert result.audit is first
+    assert [event.seq for event in first] == list(range(count))
+    assert first[-1].kind is agenttx.EventKind.FINISHED
+    same = attrs.evolve(result, audit=first)
+    assert same == result
+    assert attrs.evolve(result, audit=first[:-1]) != result
 
 
 def test_async_tools_run_concurrently_in_the_loop():
