@@ -515,3 +515,61 @@ def test_a_resumed_node_waits_for_the_review_opened_before_the_crash(tmp_path):
     assert result.nodes["charge"].output == {"charge_id": "again"}
     assert ledger.calls == [("charge", key)]
     engine.store.close()  # type: ignore[attr-defined]
+
+
+def test_an_edited_approval_runs_the_edited_call_and_a_bad_edit_is_refused():
+    """Edited arguments that do not fit the tool are refused (the request stays pending);
+    fitting ones are what the node's call runs with, recorded as edited."""
+    ledger = Ledger()
+    run = agenttx.start_plan(_plan(), tools=_tools(ledger), initial=INITIAL)
+    _until(lambda: bool(run.pending_approvals()))
+    (request,) = run.pending_approvals()
+    with pytest.raises(agenttx.InvalidArgument, match="do not fit tool `charge`"):
+        run.approve(request.id, actor="alice", arguments={"customer_id": "c-1", "amount": "x"})
+    assert [r.id for r in run.pending_approvals()] == [request.id]
+    approval = run.approve(
+        request.id, actor="alice", arguments={"customer_id": "c-1", "amount": 99}
+    )
+    assert approval.edited
+    result = run.wait(10)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert ("charge", 99) in ledger.calls
+    assert ("charge", 4200) not in ledger.calls
+    consumed = [e for e in result.audit if e.kind.name == "APPROVAL_CONSUMED"]
+    assert [e.data["edited"] for e in consumed] == [True]
+
+
+def test_an_interrupt_in_an_approved_call_ends_the_run_and_wait_raises_it():
+    """KeyboardInterrupt from a tool that needed approval: the run ends CANCELLED, the
+    completed node is compensated, and `wait` re-raises the interrupt."""
+    undone: list[str] = []
+
+    @agenttx.compensation(name="forget")
+    def forget(payload: dict) -> None:
+        undone.append(payload["output"]["customer_id"])
+
+    @agenttx.tool(compensate=forget)
+    def lookup(email: str) -> dict:
+        return {"customer_id": "c-" + email}
+
+    @agenttx.tool(needs_approval=True)
+    def charge(customer_id: str, amount: int) -> dict:
+        raise KeyboardInterrupt
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("lookup", tool="lookup", inputs={"email": "ada"}),
+            agenttx.Node(
+                "charge",
+                tool="charge",
+                inputs={"customer_id": "${lookup.customer_id}", "amount": 1},
+            ),
+        ]
+    )
+    run = agenttx.start_plan(plan, tools=[lookup, charge, forget], initial={})
+    _until(lambda: bool(run.pending_approvals()))
+    run.approve(run.pending_approvals()[0].id, actor="alice")
+    with pytest.raises(KeyboardInterrupt):
+        run.wait(10)
+    assert run.status is PlanStatus.CANCELLED
+    assert undone == ["c-ada"]

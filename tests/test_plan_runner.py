@@ -1241,3 +1241,18 @@ def test_an_output_is_checked_against_its_typed_dict_field_by_field(output, stat
             assert "expected an object" in node.error.text
         else:  # the type-mismatch hint rule rewrites it (and calls it an argument)
             assert "got string, expected an integer" in node.error.text
+
+
+def test_an_interrupt_in_an_async_tool_ends_the_run_and_wait_raises_it():
+    """KeyboardInterrupt from an async tool ends a started run CANCELLED; wait re-raises it."""
+
+    @agenttx.tool
+    async def interrupted() -> dict[str, int]:
+        raise KeyboardInterrupt
+
+    run = agenttx.start_plan(
+        agenttx.Plan(nodes=[agenttx.Node("i", tool="interrupted")]), tools=[interrupted], initial={}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run.wait(10)
+    assert run.status is PlanStatus.CANCELLED
