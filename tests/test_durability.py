@@ -379,6 +379,17 @@ def test_an_owner_of_another_user_counts_as_alive(monkeypatch):
     assert owner_alive(json.dumps({"pid": 424242, "hostname": socket.gethostname()}))
 
 
+def test_recovery_itself_refuses_an_unknown_mode(tmp_path):
+    """The recovery function checks its mode too, before it lists anything."""
+    from agenttx._recovery import recover  # noqa: PLC0415
+
+    with (
+        SQLiteStore(tmp_path / "db") as store,
+        pytest.raises(agenttx.InvalidArgument, match="mode"),
+    ):
+        recover(store, None, mode="later", dispatcher=None, live=())  # type: ignore[arg-type]
+
+
 def test_recover_refuses_an_unknown_mode(tmp_path):
     """A mode other than abort or resume is refused, durable store or not."""
     engine = Engine(store=SQLiteStore(tmp_path / "db"), config=FAST)

@@ -533,6 +533,35 @@ def test_optional_input_with_a_fallback_runs_and_the_plan_succeeds():
     assert result.status is PlanStatus.SUCCEEDED
 
 
+def test_a_fallback_releases_a_dependant_that_also_reads_the_initial_values():
+    """References to the initial values do not count as prerequisites: the node with a
+    fallback for its one producer's output still runs when that producer fails."""
+
+    @agenttx.tool
+    def discount() -> dict[str, int]:
+        raise ValueError("pricing service says no")
+
+    @agenttx.tool
+    def price(base: int, off: int) -> dict[str, int]:
+        return {"total": base - off}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("discount", tool="discount"),
+            agenttx.Node(
+                "price",
+                tool="price",
+                inputs={"base": "${initial.base}", "off": "${discount.amount}"},
+                fallback={"off": 5},
+            ),
+        ],
+        initial=["base"],
+    )
+    result = agenttx.run_plan(plan, tools=[discount, price], initial={"base": 70})
+    assert result.nodes["price"].output == {"total": 65}
+    assert result.status is PlanStatus.SUCCEEDED
+
+
 def test_cancel_while_running_fences_sync_tools_and_cancels_descendants():
     """cancel() is recorded first; the running sync tool's late writes are refused."""
     entered = threading.Event()
