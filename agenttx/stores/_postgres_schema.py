@@ -1,6 +1,6 @@
 """The schema behind `PostgresStore`: its migrations, and every SQL text the store runs.
 
-**Layout** (in the store's own schema, `agenttx` by default; migrations 1 and 2):
+**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 3):
 
 =========== ================================================================================
 migrations  one row per migration applied: `version`, `description`, `applied_at`
@@ -19,6 +19,8 @@ plan_runs   one row per plan run, with a lease like `txs` (`owner`, `epoch`, `le
 plan_nodes  `(run_id, node_id) -> (state, attempt, record)`
 plan_audit  `(run_id, seq) -> event`: the audit events of a plan run (migration 2)
 requests    approval requests and reviews, each state change a compare-and-set (migration 2)
+plan_holds  `resource -> (run_id, node_id, attempt, acquired_at)`: the exclusive resource a
+            running plan node holds, one holder per resource by the primary key (migration 3)
 =========== ================================================================================
 
 Every write to a transaction's rows carries its fence: the `txs` row must still have the
@@ -111,6 +113,17 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
                 "CREATE TABLE {s}.plan_audit (run_id text NOT NULL, seq bigint NOT NULL, "
                 "event text NOT NULL, PRIMARY KEY (run_id, seq))"
             ),
+        ),
+    ),
+    (
+        "the holds of plan nodes' exclusive resources, across runs",
+        (
+            (
+                "CREATE TABLE {s}.plan_holds (resource text PRIMARY KEY, run_id text NOT NULL, "
+                "node_id text NOT NULL, attempt text NOT NULL, "
+                "acquired_at double precision NOT NULL)"
+            ),
+            "CREATE INDEX plan_holds_run ON {s}.plan_holds (run_id, node_id)",
         ),
     ),
 )
@@ -367,6 +380,22 @@ class Sql:
             f"UPDATE {s}.plan_nodes SET state = %s, attempt = %s, record = record || %s "
             "WHERE run_id = %s AND node_id = %s AND attempt IS NOT DISTINCT FROM %s "
             "AND state = ANY(%s::text[])"
+        )
+        #: Take a resource: a new row, or the row this node held already; the primary key
+        #: is the guard (a concurrent insert of the same resource waits for the other's end).
+        self.hold = (
+            f"INSERT INTO {s}.plan_holds AS h (resource, run_id, node_id, attempt, acquired_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (resource) DO UPDATE SET "
+            "attempt = excluded.attempt, acquired_at = excluded.acquired_at "
+            "WHERE h.run_id = excluded.run_id AND h.node_id = excluded.node_id"
+        )
+        self.unhold = f"DELETE FROM {s}.plan_holds WHERE run_id = %s AND node_id = %s"
+        self.unhold_attempt = (
+            f"DELETE FROM {s}.plan_holds WHERE run_id = %s AND node_id = %s AND attempt = %s"
+        )
+        self.unhold_run = f"DELETE FROM {s}.plan_holds WHERE run_id = %s"
+        self.select_holds = (
+            f"SELECT resource, run_id, node_id, attempt FROM {s}.plan_holds ORDER BY resource"
         )
         self.cancel_plan = (
             f"UPDATE {s}.plan_runs SET cancel = %s WHERE run_id = %s AND status = 'RUNNING' "
