@@ -866,3 +866,78 @@ def test_a_crashed_runs_holds_are_freed_when_recovery_takes_it_over(durable_back
     assert other.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
     assert other.held == frozenset()
     assert live.plan_holds() == (("order:7", "r2", "pay", "pay#1"),)
+
+
+# -- resource capacities counted across runs -----------------------------------------------
+
+
+def test_a_capacity_of_one_is_never_exceeded_across_two_runs(durable_backend):
+    """Two runs with `payments_api: 1`, on two stores in two threads, never pay at once."""
+    spans: list[tuple[float, float]] = []
+    guard = threading.Lock()
+
+    @agenttx.tool
+    def pay(n: int) -> dict[str, int]:
+        began = time.monotonic()
+        time.sleep(0.05)
+        with guard:
+            spans.append((began, time.monotonic()))
+        return {"n": n}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node(name, tool="pay", inputs={"n": 1}, resources={"payments_api": 1})
+            for name in ("p1", "p2")
+        ]
+    )
+    stores = [durable_backend(), durable_backend()]
+    results: dict[str, agenttx.PlanResult] = {}
+
+    def run(index: int) -> None:
+        results[f"r{index}"] = agenttx.run_plan(
+            plan,
+            tools=[pay],
+            initial={},
+            store=stores[index],
+            run_id=f"r{index}",
+            resources={"payments_api": 1},
+            backoff=Backoff(base=0.01, max_wait=0.05),
+        )
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert [results[run_id].status for run_id in sorted(results)] == [PlanStatus.SUCCEEDED] * 2
+    assert len(spans) == 4
+    assert _overlaps(spans) == []
+    assert stores[0].plan_units() == ()
+    waited = [
+        event.data["checks"]["waited_for"]
+        for result in results.values()
+        for event in result.audit
+        if event.kind is agenttx.EventKind.DISPATCHED
+    ]
+    assert any("shared:payments_api" in labels for labels in waited)
+
+
+def test_units_are_counted_over_every_run_and_freed_at_the_end(store):
+    """A claim past the capacity counted over all runs is held; the units go at the end."""
+    first = PlanJournal.begin(store, "r1", {}, [("a", "READY", 0), ("b", "READY", 0)])
+    units = {"a": (("api", 1, 2),), "b": (("api", 1, 2),)}
+    assert first.claim_all([("a", "a#1", 1)], units=units) == frozenset()
+    second = PlanJournal.begin(store, "r2", {}, [("a", "READY", 0)])
+    assert second.claim_all([("a", "a#1", 1)], units={"a": (("api", 1, 2),)}) == frozenset()
+    assert second.held == frozenset()
+    assert first.claim_all([("b", "b#1", 1)], units=units) == frozenset()
+    assert first.held == frozenset({"b"})  # 2 of 2 units are taken by r1.a and r2.a
+    assert _nodes(store, "r1")["b"]["state"] == "READY"
+    assert store.plan_units() == (("api", "r1", "a", 1), ("api", "r2", "a", 1))
+    second.end_attempt("a", "a#1", "SUCCEEDED", output={})
+    assert second.flush()
+    assert store.plan_units() == (("api", "r1", "a", 1),)
+    assert first.claim_all([("b", "b#1", 1)], units=units) == frozenset()
+    assert first.held == frozenset()
+    first.flush("CANCELLED")
+    assert store.plan_units() == ()

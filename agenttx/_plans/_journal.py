@@ -22,8 +22,10 @@ a compare-and-set on the attempt that holds the node. `StoredNode` reads a node 
 
 A claim can carry the node's exclusive resource (`claim_all(holds=)`): the store takes it in
 the same write, and refuses the claim (nothing of it written) while another run's node holds
-it; those nodes are `held` after the write, for the runner to try again later. The end of the
-attempt (or the node's cancellation) releases the resource in the write that records it.
+it; those nodes are `held` after the write, for the runner to try again later. A claim can
+carry units of resource capacities too (`claim_all(units=)`), counted over every run on the
+store: a claim past a capacity is `held` the same way. The end of the attempt (or the node's
+cancellation) releases what it holds in the write that records it.
 """
 
 from __future__ import annotations
@@ -124,8 +126,8 @@ class PlanJournal:
         self._pending: list[PlanChange] = []
         #: Whether the store keeps plan audit events (`plan_audit`, `write_plan(events=)`).
         self._audits = callable(getattr(store, "plan_audit", None))
-        #: The exclusive resource each node holds now (claimed with it, not yet ended).
-        self._holding: dict[str, str] = {}
+        #: The nodes that hold a resource or units now (claimed with them, not yet ended).
+        self._holding: set[str] = set()
         #: The nodes the last `claim_all` did not claim because their resource was held.
         self.held: frozenset[str] = frozenset()
 
@@ -205,12 +207,15 @@ class PlanJournal:
         claims: Iterable[tuple[str, str, int]],
         events: Sequence[tuple[int, str]] = (),
         holds: Mapping[str, str] | None = None,
+        units: Mapping[str, tuple[tuple[str, int, int], ...]] | None = None,
     ) -> frozenset[str]:
         """Claim each node for its attempt (`(node_id, attempt, number)`, compare-and-sets),
         writing what is buffered first (and audit `events`, as `flush` does), all in one
         durable write; the nodes not claimable. A node in `holds` takes that exclusive
-        resource with its claim; one whose resource another run holds is not claimed, and
-        is in `held` (not in the result) after the write."""
+        resource with its claim, and a node in `units` those `(resource, units, capacity)`;
+        one whose resource another run holds, or whose units would exceed a capacity counted
+        over every run, is not claimed, and is in `held` (not in the result) after the
+        write."""
         now = time.time()
         claimed: list[tuple[str, dict[str, Any]]] = []
         changes = self._pending
@@ -230,7 +235,10 @@ class PlanJournal:
                 change["started_at"] = now
             expect = PlanExpect(node_id=node_id, states=_CLAIMABLE, attempt=node["attempt"])
             hold = holds.get(node_id) if holds else None
-            changes.append(_change(node_id, "RUNNING", attempt, change, expect, hold=hold))
+            taken = units.get(node_id, ()) if units else ()
+            changes.append(
+                _change(node_id, "RUNNING", attempt, change, expect, hold=hold, units=taken)
+            )
             claimed.append((node_id, change))
         self._pending = []
         if not changes and not events:
@@ -244,8 +252,8 @@ class PlanJournal:
         for (node_id, change), ok in zip(claimed, made[count:], strict=True):
             if ok:
                 _apply(self._nodes[node_id], change)
-                if holds and node_id in holds:
-                    self._holding[node_id] = holds[node_id]
+                if (holds and node_id in holds) or (units and units.get(node_id)):
+                    self._holding.add(node_id)
             elif ok is None:
                 held.add(node_id)
             else:
@@ -280,7 +288,8 @@ class PlanJournal:
         if state == "READY":
             change["retries"] = node["retries"] + 1
         expect = PlanExpect(node_id=node_id, states=_RUNNING, attempt=attempt)
-        release = self._holding.pop(node_id, None) is not None
+        release = node_id in self._holding
+        self._holding.discard(node_id)
         self._pending.append(
             _change(node_id, state, node["attempt"], change, expect, release=release)
         )
@@ -325,7 +334,8 @@ class PlanJournal:
             change: dict[str, Any] = {"unresolved": unresolved, "h": [state, now, None]}
             if state in ("SKIPPED", "CANCELLED"):
                 change["finished_at"] = now
-            release = self._holding.pop(node_id, None) is not None
+            release = node_id in self._holding
+            self._holding.discard(node_id)
             self._pending.append(
                 _change(node_id, state, node["attempt"], change, None, release=release)
             )
@@ -340,6 +350,7 @@ def _change(
     expect: PlanExpect | None,
     *,
     hold: str | None = None,
+    units: tuple[tuple[str, int, int], ...] = (),
     release: bool = False,
 ) -> PlanChange:
     return PlanChange(
@@ -349,6 +360,7 @@ def _change(
         append="\n" + canonical_dumps(cast("JSONValue", dict(change))),
         expect=expect,
         hold=hold,
+        units=units,
         release=release,
     )
 

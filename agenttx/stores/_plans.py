@@ -19,6 +19,12 @@ write, and is refused (its result None, nothing of it written) when another run'
 the resource; the file's write lock makes the check and the insert one step. A change with
 `release` deletes the node's hold, the run's end deletes all of its holds, and a recoverer's
 takeover (`claim_plan`) frees the dead runner's.
+
+A resource's capacity (`resources={"payments_api": 1}`) is counted across runs the same way:
+a claim that carries `units` (`(resource, units, capacity)`) adds rows to `plan_units`
+(schema version 7) only if the units every other node of any run holds, plus its own, stay
+within the capacity; otherwise it is refused like a held claim. Its units are freed with its
+hold.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ __all__ = [
     "PLAN_AUDIT_TABLES",
     "PLAN_HOLD_TABLES",
     "PLAN_TABLES",
+    "PLAN_UNIT_TABLES",
     "PlanChange",
     "PlanExpect",
     "PlanImage",
@@ -47,6 +54,7 @@ __all__ = [
     "claim_plan",
     "list_plans",
     "plan_holds",
+    "plan_units",
     "prune_audit",
     "read_audit",
     "read_cancel",
@@ -87,6 +95,17 @@ PLAN_HOLD_TABLES: Final = (
         "node_id TEXT NOT NULL, attempt TEXT NOT NULL, acquired_at REAL NOT NULL) WITHOUT ROWID"
     ),
     "CREATE INDEX plan_holds_run ON plan_holds (run_id, node_id)",
+)
+
+#: The migration that adds the units of resource capacities held (schema version 6 -> 7):
+#: `(resource, run_id, node_id) -> (attempt, units, acquired_at)`, summed per resource.
+PLAN_UNIT_TABLES: Final = (
+    (
+        "CREATE TABLE plan_units (resource TEXT NOT NULL, run_id TEXT NOT NULL, "
+        "node_id TEXT NOT NULL, attempt TEXT NOT NULL, units INTEGER NOT NULL, "
+        "acquired_at REAL NOT NULL, PRIMARY KEY (resource, run_id, node_id)) WITHOUT ROWID"
+    ),
+    "CREATE INDEX plan_units_run ON plan_units (run_id, node_id)",
 )
 
 _RUNNING: Final = "RUNNING"
@@ -137,8 +156,10 @@ class PlanChange:
     state is one of `expect.states` with attempt `expect.attempt`.
 
     `hold` (a claim's: with `expect` and `attempt`) is an exclusive resource the node takes
-    with the change: the change is made only if no other run's node holds it. `release` frees
-    the resource the node holds (its attempt ended), once the change is made."""
+    with the change: the change is made only if no other run's node holds it. `units` (a
+    claim's too) are `(resource, units, capacity)`: the change is made only if, for each, the
+    units held by every other node of any run plus these stay within the capacity. `release`
+    frees what the node holds (its attempt ended), once the change is made."""
 
     node_id: str = attrs.field(validator=_text)
     state: str = attrs.field(validator=_text)
@@ -146,6 +167,7 @@ class PlanChange:
     append: str = attrs.field(validator=_text)
     expect: PlanExpect | None = None
     hold: str | None = attrs.field(default=None, validator=_optional_text)
+    units: tuple[tuple[str, int, int], ...] = ()
     release: bool = False
 
 
@@ -210,6 +232,37 @@ _HOLD: Final = (
 _UNHOLD: Final = "DELETE FROM plan_holds WHERE run_id = ? AND node_id = ?"
 _UNHOLD_ATTEMPT: Final = "DELETE FROM plan_holds WHERE run_id = ? AND node_id = ? AND attempt = ?"
 _UNHOLD_RUN: Final = "DELETE FROM plan_holds WHERE run_id = ?"
+_USED: Final = (
+    "SELECT coalesce(sum(units), 0) FROM plan_units WHERE resource = ? "
+    "AND NOT (run_id = ? AND node_id = ?)"
+)
+_TAKE_UNITS: Final = (
+    "INSERT OR REPLACE INTO plan_units (resource, run_id, node_id, attempt, units, acquired_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UNUNITS: Final = "DELETE FROM plan_units WHERE run_id = ? AND node_id = ?"
+_UNUNITS_RUN: Final = "DELETE FROM plan_units WHERE run_id = ?"
+
+
+def _take_units(cur: sqlite3.Cursor, run_id: str, change: PlanChange, now: float) -> bool:
+    """Take the claim's units if every capacity has room for them (under the write lock)."""
+    for resource, units, capacity in change.units:
+        (used,) = cur.execute(_USED, (resource, run_id, change.node_id)).fetchone()
+        if used + units > capacity:
+            return False
+    cur.executemany(
+        _TAKE_UNITS,
+        [
+            (resource, run_id, change.node_id, change.attempt, units, now)
+            for resource, units, _ in change.units
+        ],
+    )
+    return True
+
+
+def _release(cur: sqlite3.Cursor, run_id: str, node_id: str) -> None:
+    cur.execute(_UNHOLD, (run_id, node_id))
+    cur.execute(_UNUNITS, (run_id, node_id))
 
 
 def write_plan(
@@ -245,7 +298,7 @@ def write_plan(
             plain = []
         if expect is None:
             cur.execute(_CHANGE, values)
-            cur.execute(_UNHOLD, (run_id, change.node_id))
+            _release(cur, run_id, change.node_id)
             made.append(True)
             continue
         if expect.node_id != change.node_id:
@@ -258,18 +311,33 @@ def write_plan(
             if cur.execute(_HOLD, taken).rowcount != 1:
                 made.append(None)
                 continue
+        if change.units and not _take_units(cur, run_id, change, now):
+            if hold is not None:
+                cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
+            made.append(None)
+            continue
         states = "|" + "|".join(expect.states) + "|"
         ok = cur.execute(_CHANGE_IF, (*values, expect.attempt, states)).rowcount == 1
-        if not ok and hold is not None:
+        if not ok and (hold is not None or change.units):
             cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
+            cur.execute(_UNUNITS, (run_id, change.node_id))
         elif ok and change.release:
-            cur.execute(_UNHOLD, (run_id, change.node_id))
+            _release(cur, run_id, change.node_id)
         made.append(ok)
     if plain:
         cur.executemany(_CHANGE, plain)
     if status is not None and status != _RUNNING:
         cur.execute(_UNHOLD_RUN, (run_id,))
+        cur.execute(_UNUNITS_RUN, (run_id,))
     return tuple(made)
+
+
+def plan_units(cur: sqlite3.Cursor) -> tuple[tuple[str, str, str, int], ...]:
+    """The units of resource capacities held, as `(resource, run_id, node_id, units)`."""
+    rows = cur.execute(
+        "SELECT resource, run_id, node_id, units FROM plan_units ORDER BY resource, run_id, node_id"
+    ).fetchall()
+    return tuple((resource, run, node, units) for resource, run, node, units in rows)
 
 
 def plan_holds(cur: sqlite3.Cursor) -> tuple[tuple[str, str, str, str], ...]:
@@ -386,6 +454,7 @@ def claim_plan(cur: sqlite3.Cursor, run_id: str, was: str | None, owner: str) ->
     ).rowcount
     if changed == 1:
         cur.execute(_UNHOLD_RUN, (run_id,))
+        cur.execute(_UNUNITS_RUN, (run_id,))
     return changed == 1
 
 

@@ -18,6 +18,7 @@ from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
 from ._durable import OutboxEntry
 from ._plans import PlanImage, PlanNodeRow
+from ._postgres_schema import UNITS_LOCK
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ class SharedRows:
                 made = self._change_nodes(cur, run_id, changes, now)
                 if status is not None and status != _RUNNING:
                     cur.execute(sql.unhold_run, (run_id,))
+                    cur.execute(sql.ununits_run, (run_id,))
                 if events:
                     cur.execute(
                         sql.upsert_audit,
@@ -149,6 +151,8 @@ class SharedRows:
         sql = self._sql
         made: list[bool | None] = []
         batch: list[PlanChange] = []
+        if any(change.units for change in changes):  # before any hold: no lock-order cycle
+            cur.execute(sql.lock_units, (UNITS_LOCK, self._schema))
 
         def flush() -> None:
             if batch:
@@ -174,6 +178,7 @@ class SharedRows:
                 if change.release:
                     flush()
                     cur.execute(sql.unhold, (run_id, change.node_id))
+                    cur.execute(sql.ununits, (run_id, change.node_id))
                 continue
             flush()
             if expect.node_id != change.node_id:
@@ -186,6 +191,11 @@ class SharedRows:
                 if cur.rowcount != 1:
                     made.append(None)
                     continue
+            if change.units and not self._take_units(cur, run_id, change, now):
+                if hold is not None:
+                    cur.execute(sql.unhold_attempt, (run_id, change.node_id, change.attempt))
+                made.append(None)
+                continue
             cur.execute(
                 sql.update_node_if,
                 (
@@ -199,13 +209,45 @@ class SharedRows:
                 ),
             )
             ok = cur.rowcount == 1
-            if not ok and hold is not None:
+            if not ok and (hold is not None or change.units):
                 cur.execute(sql.unhold_attempt, (run_id, change.node_id, change.attempt))
+                cur.execute(sql.ununits, (run_id, change.node_id))
             elif ok and change.release:
                 cur.execute(sql.unhold, (run_id, change.node_id))
+                cur.execute(sql.ununits, (run_id, change.node_id))
             made.append(ok)
         flush()
         return tuple(made)
+
+    def _take_units(
+        self, cur: psycopg.Cursor[Any], run_id: str, change: PlanChange, now: float
+    ) -> bool:
+        """Take the claim's units if every capacity has room (under the units lock)."""
+        sql = self._sql
+        for resource, units, capacity in change.units:
+            cur.execute(sql.used_units, (resource, run_id, change.node_id))
+            if int(first_row(cur)[0]) + units > capacity:
+                return False
+        cur.execute(
+            sql.take_units,
+            (
+                run_id,
+                change.node_id,
+                change.attempt,
+                now,
+                [resource for resource, _, _ in change.units],
+                [units for _, units, _ in change.units],
+            ),
+        )
+        return True
+
+    def plan_units(self) -> tuple[tuple[str, str, str, int], ...]:
+        """The units of resource capacities held by plan nodes of any run, any worker's, as
+        `(resource, run_id, node_id, units)`."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the plan units", self._sql.select_units, ())
+        return tuple((resource, run, node, int(units)) for resource, run, node, units in rows)
 
     def plan_holds(self) -> tuple[tuple[str, str, str, str], ...]:
         """The exclusive resources held by plan nodes of any run, any worker's, as
@@ -375,6 +417,7 @@ class SharedRows:
                 if row is None:
                     return None
                 cur.execute(self._sql.unhold_run, (run_id,))  # the dead runner's holds
+                cur.execute(self._sql.ununits_run, (run_id,))
                 image = self._read_plan(cur, run_id)
             self._plans[run_id] = row[0]
         self._renewer.start()

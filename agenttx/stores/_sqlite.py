@@ -980,6 +980,14 @@ class SQLiteStore:
             with self._file.reading("list the plan holds") as cur:
                 return plan_tables.plan_holds(cur)
 
+    def plan_units(self) -> tuple[tuple[str, str, str, int], ...]:
+        """The units of resource capacities held by plan nodes of any run in the file, as
+        `(resource, run_id, node_id, units)`."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the plan units") as cur:
+                return plan_tables.plan_units(cur)
+
     def plan_audit(self, run_id: str) -> tuple[str, ...]:
         """The audit events stored for plan run `run_id` (JSON texts, `Event.to_json`), in
         seq order; empty if it has none (or no such run)."""
