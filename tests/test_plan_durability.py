@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import json
 import os
 import runpy
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -880,3 +882,237 @@ def test_a_runner_whose_run_was_taken_over_writes_nothing_more(durable_backend):
     assert result.status is PlanStatus.CANCELLED
     assert "taken over by another store" in (result.cancel_reason or "")
     assert {n.node_id: n.state for n in store.read_plan("r").nodes} == {"h": "RUNNING"}
+
+
+# -- exclusive resources held across runs --------------------------------------------------
+
+
+def _held_plan(order: int = 7) -> agenttx.Plan:
+    return agenttx.Plan(
+        nodes=[
+            agenttx.Node(
+                "pay",
+                tool="hold_order",
+                inputs={"order_id": "${initial.order_id}"},
+                exclusive_resource="order:${initial.order_id}",
+            ),
+            agenttx.Node(
+                "ship",
+                tool="hold_order",
+                inputs={"order_id": "${pay.order_id}"},
+                exclusive_resource="order:${initial.order_id}",
+            ),
+        ],
+        initial=["order_id"],
+    )
+
+
+def _overlaps(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    ordered = sorted(spans)
+    return [b for a, b in itertools.pairwise(ordered) if b[0] < a[1]]
+
+
+def test_two_runs_sharing_an_exclusive_resource_never_overlap(durable_backend):
+    """Two runs on two stores of one backend, in two threads, never hold `order:7` at once."""
+    spans: list[tuple[float, float]] = []
+    guard = threading.Lock()
+
+    @agenttx.tool
+    def hold_order(order_id: int) -> dict[str, int]:
+        began = time.monotonic()
+        time.sleep(0.05)
+        with guard:
+            spans.append((began, time.monotonic()))
+        return {"order_id": order_id}
+
+    stores = [durable_backend(), durable_backend()]
+    results: dict[str, agenttx.PlanResult] = {}
+
+    def run(index: int) -> None:
+        results[f"r{index}"] = agenttx.run_plan(
+            _held_plan(),
+            tools=[hold_order],
+            initial={"order_id": 7},
+            store=stores[index],
+            run_id=f"r{index}",
+            backoff=Backoff(base=0.01, max_wait=0.05),
+        )
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert {run_id: r.status for run_id, r in results.items()} == {
+        "r0": PlanStatus.SUCCEEDED,
+        "r1": PlanStatus.SUCCEEDED,
+    }
+    assert len(spans) == 4
+    assert _overlaps(spans) == []
+    assert stores[0].plan_holds() == ()
+    waited = [
+        event.data["checks"]["waited_for"]
+        for run_id in results
+        for event in results[run_id].audit
+        if event.kind is agenttx.EventKind.DISPATCHED
+    ]
+    assert ["hold:order:7"] in waited  # the run that came second waited for the hold
+
+
+def test_another_orders_resource_is_not_held_back(store):
+    """A run holding `order:7` does not hold back a node of another order."""
+    journal = PlanJournal.begin(store, "r1", {}, [("pay", "READY", 0)])
+    assert journal.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
+    other = PlanJournal.begin(store, "r2", {}, [("pay", "READY", 0)])
+    assert other.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:8"}) == frozenset()
+    assert other.held == frozenset()
+    assert [hold[:2] for hold in store.plan_holds()] == [("order:7", "r1"), ("order:8", "r2")]
+
+
+def test_a_held_claim_is_refused_whole_and_succeeds_once_released(store):
+    """A claim whose resource another run holds writes nothing; after the end it succeeds."""
+    first = PlanJournal.begin(store, "r1", {}, [("pay", "READY", 0)])
+    assert first.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
+    second = PlanJournal.begin(store, "r2", {}, [("pay", "READY", 0), ("log", "READY", 0)])
+    claims = [("pay", "pay#1", 1), ("log", "log#1", 1)]
+    assert second.claim_all(claims, holds={"pay": "order:7"}) == frozenset()
+    assert second.held == frozenset({"pay"})
+    nodes = _nodes(store, "r2")
+    assert (nodes["pay"]["state"], nodes["pay"]["attempt"]) == ("READY", None)
+    assert nodes["log"]["state"] == "RUNNING"  # the rest of the write was made
+    assert second.state("pay") == "READY"
+    assert store.plan_holds() == (("order:7", "r1", "pay", "pay#1"),)
+    first.end_attempt("pay", "pay#1", "SUCCEEDED", output={"ok": True})
+    assert first.flush()
+    assert store.plan_holds() == ()
+    assert second.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
+    assert second.held == frozenset()
+    assert store.plan_holds() == (("order:7", "r2", "pay", "pay#1"),)
+
+
+def test_a_retry_keeps_its_hold_and_the_runs_end_frees_it(store):
+    """A retried attempt releases and retakes its resource; the run's end frees every hold."""
+    journal = PlanJournal.begin(store, "r1", {}, [("pay", "READY", 0)])
+    assert journal.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
+    journal.end_attempt("pay", "pay#1", "READY", error="timeout")
+    assert journal.claim_all([("pay", "pay#2", 2)], holds={"pay": "order:7"}) == frozenset()
+    assert store.plan_holds() == (("order:7", "r1", "pay", "pay#2"),)
+    journal.flush("FAILED")
+    assert store.plan_holds() == ()
+
+
+@pytest.mark.parametrize("ending", ["failure", "cancellation"])
+def test_holds_are_released_when_a_run_fails_or_is_cancelled(store, ending):
+    """A node that fails, or a run cancelled while the node runs, leaves no hold behind."""
+    seen: list[tuple[tuple[str, str, str, str], ...]] = []
+
+    @agenttx.tool
+    def hold_order(order_id: int) -> dict[str, int]:
+        seen.append(store.plan_holds())
+        if ending == "failure":
+            raise ValueError("the order is closed")
+        store.cancel_plan("r", "stop")
+        time.sleep(0.3)
+        return {"order_id": order_id}
+
+    result = agenttx.run_plan(
+        _held_plan(), tools=[hold_order], initial={"order_id": 7}, store=store, run_id="r"
+    )
+    expected = PlanStatus.FAILED if ending == "failure" else PlanStatus.CANCELLED
+    assert result.status is expected
+    assert seen == [(("order:7", "r", "pay", "pay#1"),)]  # held while the tool ran
+    assert store.plan_holds() == ()
+
+
+def test_a_crashed_runs_holds_are_freed_when_recovery_takes_it_over(durable_backend):
+    """A dead runner's hold blocks other runs until a recoverer takes its run over."""
+    dead = durable_backend(lease_seconds=0.2)
+    journal = PlanJournal.begin(dead, "r1", {}, [("pay", "READY", 0)])
+    assert journal.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
+    owner = dead.read_plan("r1").owner
+    dead.close()  # the runner dies holding order:7
+    live = durable_backend(lease_seconds=0.2)
+    other = PlanJournal.begin(live, "r2", {}, [("pay", "READY", 0)])
+    assert other.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
+    assert other.held == frozenset({"pay"})
+    time.sleep(0.3)  # past the dead runner's lease (PostgreSQL)
+    assert live.claim_plan("r1", owner) is not None
+    assert live.plan_holds() == ()
+    assert other.claim_all([("pay", "pay#1", 1)], holds={"pay": "order:7"}) == frozenset()
+    assert other.held == frozenset()
+    assert live.plan_holds() == (("order:7", "r2", "pay", "pay#1"),)
+
+
+# -- resource capacities counted across runs -----------------------------------------------
+
+
+def test_a_capacity_of_one_is_never_exceeded_across_two_runs(durable_backend):
+    """Two runs with `payments_api: 1`, on two stores in two threads, never pay at once."""
+    spans: list[tuple[float, float]] = []
+    guard = threading.Lock()
+
+    @agenttx.tool
+    def pay(n: int) -> dict[str, int]:
+        began = time.monotonic()
+        time.sleep(0.05)
+        with guard:
+            spans.append((began, time.monotonic()))
+        return {"n": n}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node(name, tool="pay", inputs={"n": 1}, resources={"payments_api": 1})
+            for name in ("p1", "p2")
+        ]
+    )
+    stores = [durable_backend(), durable_backend()]
+    results: dict[str, agenttx.PlanResult] = {}
+
+    def run(index: int) -> None:
+        results[f"r{index}"] = agenttx.run_plan(
+            plan,
+            tools=[pay],
+            initial={},
+            store=stores[index],
+            run_id=f"r{index}",
+            resources={"payments_api": 1},
+            backoff=Backoff(base=0.01, max_wait=0.05),
+        )
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert [results[run_id].status for run_id in sorted(results)] == [PlanStatus.SUCCEEDED] * 2
+    assert len(spans) == 4
+    assert _overlaps(spans) == []
+    assert stores[0].plan_units() == ()
+    waited = [
+        event.data["checks"]["waited_for"]
+        for result in results.values()
+        for event in result.audit
+        if event.kind is agenttx.EventKind.DISPATCHED
+    ]
+    assert any("shared:payments_api" in labels for labels in waited)
+
+
+def test_units_are_counted_over_every_run_and_freed_at_the_end(store):
+    """A claim past the capacity counted over all runs is held; the units go at the end."""
+    first = PlanJournal.begin(store, "r1", {}, [("a", "READY", 0), ("b", "READY", 0)])
+    units = {"a": (("api", 1, 2),), "b": (("api", 1, 2),)}
+    assert first.claim_all([("a", "a#1", 1)], units=units) == frozenset()
+    second = PlanJournal.begin(store, "r2", {}, [("a", "READY", 0)])
+    assert second.claim_all([("a", "a#1", 1)], units={"a": (("api", 1, 2),)}) == frozenset()
+    assert second.held == frozenset()
+    assert first.claim_all([("b", "b#1", 1)], units=units) == frozenset()
+    assert first.held == frozenset({"b"})  # 2 of 2 units are taken by r1.a and r2.a
+    assert _nodes(store, "r1")["b"]["state"] == "READY"
+    assert store.plan_units() == (("api", "r1", "a", 1), ("api", "r2", "a", 1))
+    second.end_attempt("a", "a#1", "SUCCEEDED", output={})
+    assert second.flush()
+    assert store.plan_units() == (("api", "r1", "a", 1),)
+    assert first.claim_all([("b", "b#1", 1)], units=units) == frozenset()
+    assert first.held == frozenset()
+    first.flush("CANCELLED")
+    assert store.plan_units() == ()

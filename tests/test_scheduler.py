@@ -346,6 +346,28 @@ def test_a_retry_gives_back_its_tokens_while_it_waits():
     assert nodes(sched.get_ready(1.0)) == ["a"]
 
 
+def test_a_postponed_start_is_queued_again_with_the_same_attempt_and_its_wait_named():
+    """postpone: READY again, its slot and key given back, restarted at retry_at as the same
+    attempt, whose Start names the outside limit once; a stale start changes nothing."""
+    sched = Scheduler([Task(id="a", exclusive="k"), Task(id="b", exclusive="k")], max_concurrency=1)
+    (start,) = sched.get_ready(0)
+    assert sched.postpone(start, 1.0, "hold:k")
+    assert sched.state("a") is NodeState.READY
+    assert sched.running_count == 0
+    assert sched.next_wakeup() == 1.0
+    (other,) = sched.get_ready(0.5)  # b takes the slot and the key meanwhile
+    assert other.node == "b"
+    sched.done("b", "b#1")
+    (again,) = sched.get_ready(1.0)
+    assert (again.attempt, again.number, again.waited) == ("a#1", 1, ("hold:k",))
+    assert sched.postpone(again, 2.0, "hold:k")
+    (third,) = sched.get_ready(2.0)
+    assert third.waited == ("hold:k",)
+    assert sched.done("a", "a#1").delivery is Delivery.APPLIED
+    assert not sched.postpone(third, 4.0, "hold:k")  # no longer running: nothing changes
+    assert sched.state("a") is NodeState.SUCCEEDED
+
+
 def test_retry_at_must_be_a_finite_time():
     """A NaN, infinite or non-number retry_at is refused before anything changes."""
     sched = Scheduler([Task(id="a")], max_concurrency=1)

@@ -142,6 +142,8 @@ _COMPENSATE_ON: Final = ("failure", "never")
 CANCEL_POLL: Final = 0.1
 #: Stored states a resumed run takes as they are (the node is not run again).
 _ENDED_STORED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT"})
+#: The backoff step a node waiting for another run's exclusive resource stops growing at.
+_HOLD_WAITS: Final = 3
 
 
 @final
@@ -379,6 +381,12 @@ class PlanExecution:
         self.id = check_run_id(run_id)
         self._store = check_store(store, self.id)
         self._optional = {node.id: optional_prerequisites(plan, node.id) for node in plan.nodes}
+        #: Each node's exclusive resource, resolved, and its units of resource capacities,
+        #: `(resource, units, capacity)`: both held across runs on a durable store.
+        self._holds, self._units = (
+            {node.id: self._exclusive(node) for node in plan.nodes},
+            _node_units(plan, capacities),
+        )
         self._scheduler = Scheduler(
             [
                 Task(
@@ -386,7 +394,7 @@ class PlanExecution:
                     prerequisites=plan.prerequisites(node.id),
                     optional=self._optional[node.id],
                     resources=node.resources,
-                    exclusive=self._exclusive(node),
+                    exclusive=self._holds[node.id],
                     tool=node.tool,
                     attempts=_attempts_made(restored, node.id),
                 )
@@ -459,6 +467,8 @@ class PlanExecution:
         self._log_undo: Callable[[UndoRecord], object] | None = None
         #: The nodes of the current round whose claim did not hold (another runner has them).
         self._unclaimed: frozenset[str] = frozenset()
+        #: How many times each node found its exclusive resource held by another run.
+        self._hold_waits: dict[str, int] = {}
         #: Events whose transitions are buffered in the journal, emitted once it is written.
         self._held: list[_HeldEvent] = []
 
@@ -563,11 +573,40 @@ class PlanExecution:
             for start in starts
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
+        holds = {start.node: hold for start in starts if (hold := self._holds[start.node])}
+        units = {start.node: taken for start in starts if (taken := self._units[start.node])}
         refused = (
-            self._persist(self._journal.claim_all, claims, self._audit_rows()) if claims else None
+            self._persist(
+                self._journal.claim_all,
+                claims,
+                self._audit_rows(),
+                holds or None,
+                units or None,
+            )
+            if claims
+            else None
         )
         self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
+        if (holds or units) and self._journal is not None and self._journal.held:
+            self._wait_for_holds(starts, self._journal.held)
         self._flush()
+
+    def _wait_for_holds(self, starts: tuple[Start, ...], held: frozenset[str]) -> None:
+        """Put back the `starts` whose exclusive resource another run holds (or whose units
+        would exceed a capacity counted over every run): they stay queued (never started) and
+        are claimed again after a backoff."""
+        now = time.monotonic()
+        for start in starts:
+            if start.node in held:
+                waits = self._hold_waits[start.node] = self._hold_waits.get(start.node, 0) + 1
+                retry_at = now + self._backoff.delay(min(waits, _HOLD_WAITS))
+                hold = self._holds[start.node]
+                label = (
+                    f"hold:{hold}"
+                    if hold is not None
+                    else "shared:" + "+".join(name for name, _, _ in self._units[start.node])
+                )
+                self._scheduler.postpone(start, retry_at, label)
 
     def _flush(self) -> None:
         """Write the journal's buffered transitions (with the audit events recorded since the
@@ -1499,6 +1538,20 @@ def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]
             raise InvalidArgument(f"node `{node.id}`: tool `{node.tool}` is not registered")
         tools[node.id] = found
     return tools
+
+
+def _node_units(
+    plan: Plan, capacities: Mapping[str, int]
+) -> dict[str, tuple[tuple[str, int, int], ...]]:
+    """Each node's units of resource capacities, `(resource, units, capacity)`, by name."""
+    return {
+        node.id: tuple(
+            (name, units, capacities[name])
+            for name, units in sorted(node.resources.items())
+            if units > 0 and name in capacities
+        )
+        for node in plan.nodes
+    }
 
 
 def _settings_record(

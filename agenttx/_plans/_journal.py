@@ -19,6 +19,13 @@ the node must still be PENDING or READY with the attempt this journal last wrote
 two runners that both believe they hold a node, one claim succeeds. A completion or failure is
 a compare-and-set on the attempt that holds the node. `StoredNode` reads a node back for
 `Engine.recover`.
+
+A claim can carry the node's exclusive resource (`claim_all(holds=)`): the store takes it in
+the same write, and refuses the claim (nothing of it written) while another run's node holds
+it; those nodes are `held` after the write, for the runner to try again later. A claim can
+carry units of resource capacities too (`claim_all(units=)`), counted over every run on the
+store: a claim past a capacity is `held` the same way. The end of the attempt (or the node's
+cancellation) releases what it holds in the write that records it.
 """
 
 from __future__ import annotations
@@ -110,7 +117,7 @@ class PlanJournal:
     at once); `flush`, `claim` and `claim_all` write everything buffered, in order, in one
     durable write. A store error (the run taken over, the file gone) propagates from those."""
 
-    __slots__ = ("_audits", "_nodes", "_pending", "_run_id", "_store")
+    __slots__ = ("_audits", "_holding", "_nodes", "_pending", "_run_id", "_store", "held")
 
     def __init__(self, store: Any, run_id: str, nodes: dict[str, dict[str, Any]]) -> None:
         self._store = store
@@ -119,6 +126,10 @@ class PlanJournal:
         self._pending: list[PlanChange] = []
         #: Whether the store keeps plan audit events (`plan_audit`, `write_plan(events=)`).
         self._audits = callable(getattr(store, "plan_audit", None))
+        #: The nodes that hold a resource or units now (claimed with them, not yet ended).
+        self._holding: set[str] = set()
+        #: The nodes the last `claim_all` did not claim because their resource was held.
+        self.held: frozenset[str] = frozenset()
 
     @classmethod
     def begin(
@@ -189,18 +200,29 @@ class PlanJournal:
     def claim(self, node_id: str, attempt: str, number: int) -> bool:
         """Claim the node for `attempt` (compare-and-set), writing what is buffered with it;
         False if the node is not claimable."""
-        return node_id not in self.claim_all(((node_id, attempt, number),))
+        return node_id not in self.claim_all(((node_id, attempt, number),)) and not self.held
 
     def claim_all(
-        self, claims: Iterable[tuple[str, str, int]], events: Sequence[tuple[int, str]] = ()
+        self,
+        claims: Iterable[tuple[str, str, int]],
+        events: Sequence[tuple[int, str]] = (),
+        holds: Mapping[str, str] | None = None,
+        units: Mapping[str, tuple[tuple[str, int, int], ...]] | None = None,
     ) -> frozenset[str]:
         """Claim each node for its attempt (`(node_id, attempt, number)`, compare-and-sets),
         writing what is buffered first (and audit `events`, as `flush` does), all in one
-        durable write; the nodes not claimable."""
+        durable write; the nodes not claimable. A node in `holds` takes that exclusive
+        resource with its claim, and a node in `units` those `(resource, units, capacity)`;
+        one whose resource another run holds, or whose units would exceed a capacity counted
+        over every run, is not claimed, and is in `held` (not in the result) after the
+        write."""
         now = time.time()
         claimed: list[tuple[str, dict[str, Any]]] = []
         changes = self._pending
         count = len(changes)
+        self.held = frozenset()
+        if holds:  # take resources in one order, so two runs' writes cannot deadlock
+            claims = sorted(claims, key=lambda claim: holds.get(claim[0], ""))
         for node_id, attempt, number in claims:
             node = self._nodes[node_id]
             change: dict[str, Any] = {
@@ -212,7 +234,11 @@ class PlanJournal:
             if node["started_at"] is None:
                 change["started_at"] = now
             expect = PlanExpect(node_id=node_id, states=_CLAIMABLE, attempt=node["attempt"])
-            changes.append(_change(node_id, "RUNNING", attempt, change, expect))
+            hold = holds.get(node_id) if holds else None
+            taken = units.get(node_id, ()) if units else ()
+            changes.append(
+                _change(node_id, "RUNNING", attempt, change, expect, hold=hold, units=taken)
+            )
             claimed.append((node_id, change))
         self._pending = []
         if not changes and not events:
@@ -222,11 +248,18 @@ class PlanJournal:
         else:
             made = self._store.write_plan(self._run_id, changes)
         refused = set()
+        held = set()
         for (node_id, change), ok in zip(claimed, made[count:], strict=True):
             if ok:
                 _apply(self._nodes[node_id], change)
+                if (holds and node_id in holds) or (units and units.get(node_id)):
+                    self._holding.add(node_id)
+            elif ok is None:
+                held.add(node_id)
             else:
                 refused.add(node_id)
+        if held:
+            self.held = frozenset(held)
         return frozenset(refused)
 
     def end_attempt(
@@ -255,7 +288,11 @@ class PlanJournal:
         if state == "READY":
             change["retries"] = node["retries"] + 1
         expect = PlanExpect(node_id=node_id, states=_RUNNING, attempt=attempt)
-        self._pending.append(_change(node_id, state, node["attempt"], change, expect))
+        release = node_id in self._holding
+        self._holding.discard(node_id)
+        self._pending.append(
+            _change(node_id, state, node["attempt"], change, expect, release=release)
+        )
         _apply(node, change)
         self._buffer(released, now)
 
@@ -297,7 +334,11 @@ class PlanJournal:
             change: dict[str, Any] = {"unresolved": unresolved, "h": [state, now, None]}
             if state in ("SKIPPED", "CANCELLED"):
                 change["finished_at"] = now
-            self._pending.append(_change(node_id, state, node["attempt"], change, None))
+            release = node_id in self._holding
+            self._holding.discard(node_id)
+            self._pending.append(
+                _change(node_id, state, node["attempt"], change, None, release=release)
+            )
             _apply(node, change)
 
 
@@ -307,6 +348,10 @@ def _change(
     attempt: str | None,
     change: Mapping[str, Any],
     expect: PlanExpect | None,
+    *,
+    hold: str | None = None,
+    units: tuple[tuple[str, int, int], ...] = (),
+    release: bool = False,
 ) -> PlanChange:
     return PlanChange(
         node_id=node_id,
@@ -314,6 +359,9 @@ def _change(
         attempt=attempt,
         append="\n" + canonical_dumps(cast("JSONValue", dict(change))),
         expect=expect,
+        hold=hold,
+        units=units,
+        release=release,
     )
 
 

@@ -690,6 +690,24 @@ class Scheduler:
         self._propagate(entry, ready, skipped)
         return Update(delivery=Delivery.APPLIED, ready=tuple(ready), skipped=tuple(skipped))
 
+    def postpone(self, start: Start, retry_at: float, label: str) -> bool:
+        """Take back `start`, which did not begin (a limit outside this scheduler, `label`,
+        e.g. `"hold:order:7"`, held it back): the node is READY again, starts once `now >=
+        retry_at` with the same attempt number, and its next `Start` names `label` (once) among the
+        limits it waited for. False (nothing changed) if `start` is not the node's running
+        attempt."""
+        entry = self._entry(start.node)
+        if entry.state is not NodeState.RUNNING or entry.current != start.attempt:
+            return False
+        entry.issued -= 1  # not issued after all: the next start takes the same number
+        entry.current = f"{entry.id}#{entry.first + entry.issued}" if entry.issued else ""
+        self._release(entry)
+        entry.state = NodeState.READY
+        entry.waited = [*start.waited] if label in start.waited else [*start.waited, label]
+        self._seq += 1
+        heapq.heappush(self._retries, (retry_at, self._seq, entry))
+        return True
+
     def cancel(self, reason: str) -> Update:
         """Cancel the run: no more starts; every unfinished node becomes CANCELLED.
 

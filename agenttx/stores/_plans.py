@@ -12,6 +12,19 @@ recoverer changes nothing), and a change can carry a compare-and-set (`expect`):
 succeeds only if the node is still in the states given with the attempt given, so only one
 claim of a node succeeds. The statements are constant texts, so SQLite's statement cache
 prepares each once per connection.
+
+A node's exclusive resource (`order:7`) is held across runs through a row of `plan_holds`
+(schema version 6), keyed by the resource: a claim that carries `hold` inserts it in the same
+write, and is refused (its result None, nothing of it written) when another run's node holds
+the resource; the file's write lock makes the check and the insert one step. A change with
+`release` deletes the node's hold, the run's end deletes all of its holds, and a recoverer's
+takeover (`claim_plan`) frees the dead runner's.
+
+A resource's capacity (`resources={"payments_api": 1}`) is counted across runs the same way:
+a claim that carries `units` (`(resource, units, capacity)`) adds rows to `plan_units`
+(schema version 7) only if the units every other node of any run holds, plus its own, stay
+within the capacity; otherwise it is refused like a held claim. Its units are freed with its
+hold.
 """
 
 from __future__ import annotations
@@ -29,7 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PLAN_AUDIT_TABLES",
+    "PLAN_HOLD_TABLES",
     "PLAN_TABLES",
+    "PLAN_UNIT_TABLES",
     "PlanChange",
     "PlanExpect",
     "PlanImage",
@@ -38,6 +53,8 @@ __all__ = [
     "cancel_plan",
     "claim_plan",
     "list_plans",
+    "plan_holds",
+    "plan_units",
     "prune_audit",
     "read_audit",
     "read_cancel",
@@ -68,6 +85,27 @@ PLAN_AUDIT_TABLES: Final = (
         "CREATE TABLE plan_audit (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
         "event TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID"
     ),
+)
+
+#: The migration that adds the holds of exclusive resources (schema version 5 -> 6):
+#: `resource -> (run_id, node_id, attempt, acquired_at)`, one holder per resource.
+PLAN_HOLD_TABLES: Final = (
+    (
+        "CREATE TABLE plan_holds (resource TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL, "
+        "node_id TEXT NOT NULL, attempt TEXT NOT NULL, acquired_at REAL NOT NULL) WITHOUT ROWID"
+    ),
+    "CREATE INDEX plan_holds_run ON plan_holds (run_id, node_id)",
+)
+
+#: The migration that adds the units of resource capacities held (schema version 6 -> 7):
+#: `(resource, run_id, node_id) -> (attempt, units, acquired_at)`, summed per resource.
+PLAN_UNIT_TABLES: Final = (
+    (
+        "CREATE TABLE plan_units (resource TEXT NOT NULL, run_id TEXT NOT NULL, "
+        "node_id TEXT NOT NULL, attempt TEXT NOT NULL, units INTEGER NOT NULL, "
+        "acquired_at REAL NOT NULL, PRIMARY KEY (resource, run_id, node_id)) WITHOUT ROWID"
+    ),
+    "CREATE INDEX plan_units_run ON plan_units (run_id, node_id)",
 )
 
 _RUNNING: Final = "RUNNING"
@@ -115,13 +153,22 @@ class PlanChange:
     """One node's transition in a `write_plan`: its new `state` and `attempt`, and `append`,
     text added to the end of its record (opaque to the store). With `expect` (a compare-and-set
     on this node: `expect.node_id` must be `node_id`), the change is made only if the node's
-    state is one of `expect.states` with attempt `expect.attempt`."""
+    state is one of `expect.states` with attempt `expect.attempt`.
+
+    `hold` (a claim's: with `expect` and `attempt`) is an exclusive resource the node takes
+    with the change: the change is made only if no other run's node holds it. `units` (a
+    claim's too) are `(resource, units, capacity)`: the change is made only if, for each, the
+    units held by every other node of any run plus these stay within the capacity. `release`
+    frees what the node holds (its attempt ended), once the change is made."""
 
     node_id: str = attrs.field(validator=_text)
     state: str = attrs.field(validator=_text)
     attempt: str | None = attrs.field(validator=_optional_text)
     append: str = attrs.field(validator=_text)
     expect: PlanExpect | None = None
+    hold: str | None = attrs.field(default=None, validator=_optional_text)
+    units: tuple[tuple[str, int, int], ...] = ()
+    release: bool = False
 
 
 @final
@@ -175,6 +222,47 @@ _CHANGE_IF: Final = (
     "UPDATE plan_nodes SET state = ?, attempt = ?, record = record || ? "
     "WHERE run_id = ? AND node_id = ? AND attempt IS ? AND instr(?, '|' || state || '|') > 0"
 )
+#: Take a resource: a new row, or the row this node held already (a retry, a resumed run).
+_HOLD: Final = (
+    "INSERT INTO plan_holds (resource, run_id, node_id, attempt, acquired_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (resource) DO UPDATE SET attempt = excluded.attempt, "
+    "acquired_at = excluded.acquired_at "
+    "WHERE plan_holds.run_id = excluded.run_id AND plan_holds.node_id = excluded.node_id"
+)
+_UNHOLD: Final = "DELETE FROM plan_holds WHERE run_id = ? AND node_id = ?"
+_UNHOLD_ATTEMPT: Final = "DELETE FROM plan_holds WHERE run_id = ? AND node_id = ? AND attempt = ?"
+_UNHOLD_RUN: Final = "DELETE FROM plan_holds WHERE run_id = ?"
+_USED: Final = (
+    "SELECT coalesce(sum(units), 0) FROM plan_units WHERE resource = ? "
+    "AND NOT (run_id = ? AND node_id = ?)"
+)
+_TAKE_UNITS: Final = (
+    "INSERT OR REPLACE INTO plan_units (resource, run_id, node_id, attempt, units, acquired_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UNUNITS: Final = "DELETE FROM plan_units WHERE run_id = ? AND node_id = ?"
+_UNUNITS_RUN: Final = "DELETE FROM plan_units WHERE run_id = ?"
+
+
+def _take_units(cur: sqlite3.Cursor, run_id: str, change: PlanChange, now: float) -> bool:
+    """Take the claim's units if every capacity has room for them (under the write lock)."""
+    for resource, units, capacity in change.units:
+        (used,) = cur.execute(_USED, (resource, run_id, change.node_id)).fetchone()
+        if used + units > capacity:
+            return False
+    cur.executemany(
+        _TAKE_UNITS,
+        [
+            (resource, run_id, change.node_id, change.attempt, units, now)
+            for resource, units, _ in change.units
+        ],
+    )
+    return True
+
+
+def _release(cur: sqlite3.Cursor, run_id: str, node_id: str) -> None:
+    cur.execute(_UNHOLD, (run_id, node_id))
+    cur.execute(_UNUNITS, (run_id, node_id))
 
 
 def write_plan(
@@ -185,35 +273,79 @@ def write_plan(
     owner: str,
     now: float,
     status: str | None = None,
-) -> tuple[bool, ...]:
+) -> tuple[bool | None, ...]:
     """Make `changes` in order (and set the run's `status`, if given) if `owner` holds the
-    run: for each change, whether it was made (False: its `expect` did not hold, and that
-    change alone was skipped). `StorageError` if another owner has taken the run over,
+    run: for each change, whether it was made (False: its `expect` did not hold; None: its
+    `hold` is another run's; that change alone was skipped). An ended `status` frees the
+    run's holds. `StorageError` if another owner has taken the run over,
     `TransactionNotFound` if it is not in the file; then nothing is written."""
     if cur.execute(_FENCE, (now, status, run_id, owner)).rowcount != 1:
         found = cur.execute("SELECT owner FROM plan_runs WHERE run_id = ?", (run_id,)).fetchall()
         if not found:
             raise TransactionNotFound(tx_id=run_id)
         raise StorageError(f"plan run `{run_id}` was taken over by another store")
-    made: list[bool] = []
+    made: list[bool | None] = []
     plain: list[tuple[str, str | None, str, str, str]] = []
     for change in changes:
         expect = change.expect
         values = (change.state, change.attempt, change.append, run_id, change.node_id)
-        if expect is None:
+        if expect is None and not change.release:
             plain.append(values)
             made.append(True)
             continue
         if plain:  # in order: the changes before this one first
             cur.executemany(_CHANGE, plain)
             plain = []
+        if expect is None:
+            cur.execute(_CHANGE, values)
+            _release(cur, run_id, change.node_id)
+            made.append(True)
+            continue
         if expect.node_id != change.node_id:
             raise InvalidArgument(f"a change of node `{change.node_id}` expects another node")
+        hold = change.hold
+        if hold is not None:
+            if change.attempt is None:
+                raise InvalidArgument(f"a hold of node `{change.node_id}` needs its attempt")
+            taken = (hold, run_id, change.node_id, change.attempt, now)
+            if cur.execute(_HOLD, taken).rowcount != 1:
+                made.append(None)
+                continue
+        if change.units and not _take_units(cur, run_id, change, now):
+            if hold is not None:
+                cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
+            made.append(None)
+            continue
         states = "|" + "|".join(expect.states) + "|"
-        made.append(cur.execute(_CHANGE_IF, (*values, expect.attempt, states)).rowcount == 1)
+        ok = cur.execute(_CHANGE_IF, (*values, expect.attempt, states)).rowcount == 1
+        if not ok and (hold is not None or change.units):
+            cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
+            cur.execute(_UNUNITS, (run_id, change.node_id))
+        elif ok and change.release:
+            _release(cur, run_id, change.node_id)
+        made.append(ok)
     if plain:
         cur.executemany(_CHANGE, plain)
+    if status is not None and status != _RUNNING:
+        cur.execute(_UNHOLD_RUN, (run_id,))
+        cur.execute(_UNUNITS_RUN, (run_id,))
     return tuple(made)
+
+
+def plan_units(cur: sqlite3.Cursor) -> tuple[tuple[str, str, str, int], ...]:
+    """The units of resource capacities held, as `(resource, run_id, node_id, units)`."""
+    rows = cur.execute(
+        "SELECT resource, run_id, node_id, units FROM plan_units ORDER BY resource, run_id, node_id"
+    ).fetchall()
+    return tuple((resource, run, node, units) for resource, run, node, units in rows)
+
+
+def plan_holds(cur: sqlite3.Cursor) -> tuple[tuple[str, str, str, str], ...]:
+    """The exclusive resources held, as `(resource, run_id, node_id, attempt)`, by resource."""
+    rows = cur.execute(
+        "SELECT resource, run_id, node_id, attempt FROM plan_holds ORDER BY resource"
+    ).fetchall()
+    return tuple((resource, run, node, attempt) for resource, run, node, attempt in rows)
 
 
 def write_audit(cur: sqlite3.Cursor, run_id: str, events: Sequence[tuple[int, str]]) -> None:
@@ -314,11 +446,15 @@ def list_plans(cur: sqlite3.Cursor, limit: int) -> tuple[tuple[str, str, float],
 
 
 def claim_plan(cur: sqlite3.Cursor, run_id: str, was: str | None, owner: str) -> bool:
-    """Make `owner` the run's owner if it is still `was` and the run is RUNNING."""
+    """Make `owner` the run's owner if it is still `was` and the run is RUNNING; the dead
+    owner's holds are freed with it (the new owner claims its nodes, and their holds, again)."""
     changed: int = cur.execute(
         "UPDATE plan_runs SET owner = ? WHERE run_id = ? AND owner IS ? AND status = ?",
         (owner, run_id, was, _RUNNING),
     ).rowcount
+    if changed == 1:
+        cur.execute(_UNHOLD_RUN, (run_id,))
+        cur.execute(_UNUNITS_RUN, (run_id,))
     return changed == 1
 
 

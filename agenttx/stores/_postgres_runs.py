@@ -18,6 +18,7 @@ from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
 from ._durable import OutboxEntry
 from ._plans import PlanImage, PlanNodeRow
+from ._postgres_schema import UNITS_LOCK
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 
 if TYPE_CHECKING:
@@ -100,10 +101,12 @@ class SharedRows:
         *,
         status: str | None = None,
         events: Sequence[tuple[int, str]] = (),
-    ) -> tuple[bool, ...]:
+    ) -> tuple[bool | None, ...]:
         """Make node `changes` in order (and set the run's `status`) in one transaction,
         fenced by the run's epoch: for each change, whether it was made (False: its `expect`,
-        a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
+        a compare-and-set, did not hold; None: the exclusive resource it would `hold` is
+        another run's (the primary key of `plan_holds` decides); that change alone was
+        skipped). An ended `status` frees the run's holds. `StorageError` if
         this store does not hold the run (its lease was lost), `TransactionNotFound` if there is
         no such run; then nothing is written. `events` are audit events of the run, `(seq, JSON
         text)`, stored in the same transaction (replacing any of the same seq)."""
@@ -127,7 +130,10 @@ class SharedRows:
                         f"plan run `{run_id}` was taken over by another store (lease lost): "
                         "this store no longer holds it"
                     )
-                made = self._change_nodes(cur, run_id, changes)
+                made = self._change_nodes(cur, run_id, changes, now)
+                if status is not None and status != _RUNNING:
+                    cur.execute(sql.unhold_run, (run_id,))
+                    cur.execute(sql.ununits_run, (run_id,))
                 if events:
                     cur.execute(
                         sql.upsert_audit,
@@ -138,13 +144,15 @@ class SharedRows:
         return made
 
     def _change_nodes(
-        self, cur: psycopg.Cursor[Any], run_id: str, changes: list[PlanChange]
-    ) -> tuple[bool, ...]:
+        self, cur: psycopg.Cursor[Any], run_id: str, changes: list[PlanChange], now: float
+    ) -> tuple[bool | None, ...]:
         """Make `changes` in order: runs of unconditional changes of distinct nodes in one
-        statement, each compare-and-set in one of its own."""
+        statement, each compare-and-set (and each hold or release) in one of its own."""
         sql = self._sql
-        made: list[bool] = []
+        made: list[bool | None] = []
         batch: list[PlanChange] = []
+        if any(change.units for change in changes):  # before any hold: no lock-order cycle
+            cur.execute(sql.lock_units, (UNITS_LOCK, self._schema))
 
         def flush() -> None:
             if batch:
@@ -167,10 +175,27 @@ class SharedRows:
                     flush()  # one statement updates a row once: keep a node's changes apart
                 batch.append(change)
                 made.append(True)
+                if change.release:
+                    flush()
+                    cur.execute(sql.unhold, (run_id, change.node_id))
+                    cur.execute(sql.ununits, (run_id, change.node_id))
                 continue
             flush()
             if expect.node_id != change.node_id:
                 raise InvalidArgument(f"a change of node `{change.node_id}` expects another node")
+            hold = change.hold
+            if hold is not None:
+                if change.attempt is None:
+                    raise InvalidArgument(f"a hold of node `{change.node_id}` needs its attempt")
+                cur.execute(sql.hold, (hold, run_id, change.node_id, change.attempt, now))
+                if cur.rowcount != 1:
+                    made.append(None)
+                    continue
+            if change.units and not self._take_units(cur, run_id, change, now):
+                if hold is not None:
+                    cur.execute(sql.unhold_attempt, (run_id, change.node_id, change.attempt))
+                made.append(None)
+                continue
             cur.execute(
                 sql.update_node_if,
                 (
@@ -183,9 +208,54 @@ class SharedRows:
                     list(expect.states),
                 ),
             )
-            made.append(cur.rowcount == 1)
+            ok = cur.rowcount == 1
+            if not ok and (hold is not None or change.units):
+                cur.execute(sql.unhold_attempt, (run_id, change.node_id, change.attempt))
+                cur.execute(sql.ununits, (run_id, change.node_id))
+            elif ok and change.release:
+                cur.execute(sql.unhold, (run_id, change.node_id))
+                cur.execute(sql.ununits, (run_id, change.node_id))
+            made.append(ok)
         flush()
         return tuple(made)
+
+    def _take_units(
+        self, cur: psycopg.Cursor[Any], run_id: str, change: PlanChange, now: float
+    ) -> bool:
+        """Take the claim's units if every capacity has room (under the units lock)."""
+        sql = self._sql
+        for resource, units, capacity in change.units:
+            cur.execute(sql.used_units, (resource, run_id, change.node_id))
+            if int(first_row(cur)[0]) + units > capacity:
+                return False
+        cur.execute(
+            sql.take_units,
+            (
+                run_id,
+                change.node_id,
+                change.attempt,
+                now,
+                [resource for resource, _, _ in change.units],
+                [units for _, units, _ in change.units],
+            ),
+        )
+        return True
+
+    def plan_units(self) -> tuple[tuple[str, str, str, int], ...]:
+        """The units of resource capacities held by plan nodes of any run, any worker's, as
+        `(resource, run_id, node_id, units)`."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the plan units", self._sql.select_units, ())
+        return tuple((resource, run, node, int(units)) for resource, run, node, units in rows)
+
+    def plan_holds(self) -> tuple[tuple[str, str, str, str], ...]:
+        """The exclusive resources held by plan nodes of any run, any worker's, as
+        `(resource, run_id, node_id, attempt)`, by resource."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the plan holds", self._sql.select_holds, ())
+        return tuple((resource, run, node, attempt) for resource, run, node, attempt in rows)
 
     def plan_audit(self, run_id: str) -> tuple[str, ...]:
         """The audit events stored for plan run `run_id` (JSON texts), in seq order; empty if
@@ -336,7 +406,8 @@ class SharedRows:
     def claim_plan(self, run_id: str, owner: str | None) -> PlanImage | None:
         """Take RUNNING run `run_id` over if its owner is still `owner` and its lease has
         expired (a compare-and-set with `FOR UPDATE SKIP LOCKED`, for recovery): its image, or
-        None."""
+        None. The dead runner's holds of exclusive resources are freed in the same
+        transaction (the new runner claims its nodes, and their holds, again)."""
         check_tx_id(run_id)
         with self._lock:
             self._check_not_closed()
@@ -345,6 +416,8 @@ class SharedRows:
                 row = cur.fetchone()
                 if row is None:
                     return None
+                cur.execute(self._sql.unhold_run, (run_id,))  # the dead runner's holds
+                cur.execute(self._sql.ununits_run, (run_id,))
                 image = self._read_plan(cur, run_id)
             self._plans[run_id] = row[0]
         self._renewer.start()

@@ -1,6 +1,6 @@
 """The schema behind `PostgresStore`: its migrations, and every SQL text the store runs.
 
-**Layout** (in the store's own schema, `agenttx` by default; migrations 1 and 2):
+**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 4):
 
 =========== ================================================================================
 migrations  one row per migration applied: `version`, `description`, `applied_at`
@@ -19,6 +19,11 @@ plan_runs   one row per plan run, with a lease like `txs` (`owner`, `epoch`, `le
 plan_nodes  `(run_id, node_id) -> (state, attempt, record)`
 plan_audit  `(run_id, seq) -> event`: the audit events of a plan run (migration 2)
 requests    approval requests and reviews, each state change a compare-and-set (migration 2)
+plan_holds  `resource -> (run_id, node_id, attempt, acquired_at)`: the exclusive resource a
+            running plan node holds, one holder per resource by the primary key (migration 3)
+plan_units  `(resource, run_id, node_id) -> (attempt, units, acquired_at)`: the units of a
+            resource's capacity running plan nodes hold, summed under an advisory lock
+            (migration 4)
 =========== ================================================================================
 
 Every write to a transaction's rows carries its fence: the `txs` row must still have the
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Sql"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UNITS_LOCK", "Sql"]
 
 #: The schema migrations, in order, as (description, statements); `{s}` is the schema, quoted.
 #: Applying `MIGRATIONS[v]` takes the schema from version `v` to `v + 1`. Append; never edit
@@ -113,7 +118,33 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             ),
         ),
     ),
+    (
+        "the holds of plan nodes' exclusive resources, across runs",
+        (
+            (
+                "CREATE TABLE {s}.plan_holds (resource text PRIMARY KEY, run_id text NOT NULL, "
+                "node_id text NOT NULL, attempt text NOT NULL, "
+                "acquired_at double precision NOT NULL)"
+            ),
+            "CREATE INDEX plan_holds_run ON {s}.plan_holds (run_id, node_id)",
+        ),
+    ),
+    (
+        "the units of plan resources' capacities held, counted across runs",
+        (
+            (
+                "CREATE TABLE {s}.plan_units (resource text NOT NULL, run_id text NOT NULL, "
+                "node_id text NOT NULL, attempt text NOT NULL, units bigint NOT NULL, "
+                "acquired_at double precision NOT NULL, "
+                "PRIMARY KEY (resource, run_id, node_id))"
+            ),
+            "CREATE INDEX plan_units_run ON {s}.plan_units (run_id, node_id)",
+        ),
+    ),
 )
+
+#: The advisory lock (with the schema's hash) under which claims count capacities' units.
+UNITS_LOCK: Final = 0x41475455
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -367,6 +398,41 @@ class Sql:
             f"UPDATE {s}.plan_nodes SET state = %s, attempt = %s, record = record || %s "
             "WHERE run_id = %s AND node_id = %s AND attempt IS NOT DISTINCT FROM %s "
             "AND state = ANY(%s::text[])"
+        )
+        #: Take a resource: a new row, or the row this node held already; the primary key
+        #: is the guard (a concurrent insert of the same resource waits for the other's end).
+        self.hold = (
+            f"INSERT INTO {s}.plan_holds AS h (resource, run_id, node_id, attempt, acquired_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (resource) DO UPDATE SET "
+            "attempt = excluded.attempt, acquired_at = excluded.acquired_at "
+            "WHERE h.run_id = excluded.run_id AND h.node_id = excluded.node_id"
+        )
+        self.unhold = f"DELETE FROM {s}.plan_holds WHERE run_id = %s AND node_id = %s"
+        self.unhold_attempt = (
+            f"DELETE FROM {s}.plan_holds WHERE run_id = %s AND node_id = %s AND attempt = %s"
+        )
+        self.unhold_run = f"DELETE FROM {s}.plan_holds WHERE run_id = %s"
+        self.select_holds = (
+            f"SELECT resource, run_id, node_id, attempt FROM {s}.plan_holds ORDER BY resource"
+        )
+        #: Serialize the claims that count units (one lock per schema, held to commit).
+        self.lock_units = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+        self.used_units = (
+            f"SELECT coalesce(sum(units), 0) FROM {s}.plan_units WHERE resource = %s "
+            "AND NOT (run_id = %s AND node_id = %s)"
+        )
+        self.take_units = (
+            f"INSERT INTO {s}.plan_units (resource, run_id, node_id, attempt, units, "
+            "acquired_at) SELECT u.r, %s, %s, %s, u.n, %s "
+            "FROM unnest(%s::text[], %s::bigint[]) AS u(r, n) "
+            "ON CONFLICT (resource, run_id, node_id) DO UPDATE SET attempt = excluded.attempt, "
+            "units = excluded.units, acquired_at = excluded.acquired_at"
+        )
+        self.ununits = f"DELETE FROM {s}.plan_units WHERE run_id = %s AND node_id = %s"
+        self.ununits_run = f"DELETE FROM {s}.plan_units WHERE run_id = %s"
+        self.select_units = (
+            f"SELECT resource, run_id, node_id, units FROM {s}.plan_units "
+            "ORDER BY resource, run_id, node_id"
         )
         self.cancel_plan = (
             f"UPDATE {s}.plan_runs SET cancel = %s WHERE run_id = %s AND status = 'RUNNING' "

@@ -950,10 +950,11 @@ class SQLiteStore:
         *,
         status: str | None = None,
         events: Sequence[tuple[int, str]] = (),
-    ) -> tuple[bool, ...]:
+    ) -> tuple[bool | None, ...]:
         """Make node `changes` in order (and set the run's `status`) in one durable write, if
         this store holds the run: for each change, whether it was made (False: its `expect`,
-        a compare-and-set, did not hold, and that change alone was skipped). `StorageError` if
+        a compare-and-set, did not hold; None: the exclusive resource it would `hold` is
+        another run's; that change alone was skipped). `StorageError` if
         another store took the run over, `TransactionNotFound` if the file has no such run.
         `events` are audit events of the run, `(seq, JSON text)`, stored in the same write
         (replacing any of the same seq)."""
@@ -970,6 +971,22 @@ class SQLiteStore:
                 if events:
                     plan_tables.write_audit(cur, run_id, events)
                 return made
+
+    def plan_holds(self) -> tuple[tuple[str, str, str, str], ...]:
+        """The exclusive resources held by plan nodes of any run in the file, as `(resource,
+        run_id, node_id, attempt)`, by resource."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the plan holds") as cur:
+                return plan_tables.plan_holds(cur)
+
+    def plan_units(self) -> tuple[tuple[str, str, str, int], ...]:
+        """The units of resource capacities held by plan nodes of any run in the file, as
+        `(resource, run_id, node_id, units)`."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the plan units") as cur:
+                return plan_tables.plan_units(cur)
 
     def plan_audit(self, run_id: str) -> tuple[str, ...]:
         """The audit events stored for plan run `run_id` (JSON texts, `Event.to_json`), in

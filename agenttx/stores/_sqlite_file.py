@@ -56,7 +56,13 @@ import attrs
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import REQUEST_TABLES
 from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
-from ._plans import PLAN_AUDIT_TABLES, PLAN_TABLES, prune_audit
+from ._plans import (
+    PLAN_AUDIT_TABLES,
+    PLAN_HOLD_TABLES,
+    PLAN_TABLES,
+    PLAN_UNIT_TABLES,
+    prune_audit,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -163,6 +169,10 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 4 -> 5: the audit events of plan runs (`_plans`); approval requests and reviews
     # (`_approvals`).
     (*PLAN_AUDIT_TABLES, *REQUEST_TABLES),
+    # 5 -> 6: the holds of plan nodes' exclusive resources, across runs (`_plans`).
+    PLAN_HOLD_TABLES,
+    # 6 -> 7: the units of plan resources' capacities held, counted across runs (`_plans`).
+    PLAN_UNIT_TABLES,
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
