@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, final, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, cast, final, runtime_checkable
 
 import attrs
 
@@ -33,13 +33,16 @@ if TYPE_CHECKING:
     from ._json import JSONValue
 
 __all__ = [
+    "DeferredData",
     "Event",
     "EventHook",
     "EventKind",
     "EventSink",
     "HookLike",
+    "RecordedEvents",
     "Scope",
     "audit_jsonl",
+    "deferred_data",
     "from_compact",
     "hook_callables",
 ]
@@ -256,10 +259,35 @@ def hook_callables(hooks: Iterable[HookLike] | None) -> tuple[Callable[[Event], 
     return tuple(found)
 
 
-# A recorded event before it is materialised: (kind, unix time, step, node, attempt, actor,
-# data); its seq is its place in the list. Appending this tuple is what a step pays when
-# nobody listens.
-_Raw = tuple[EventKind, float, int | None, str | None, str | None, str | None, Any]
+#: Event data given as `(name, *args)`, `name` from `deferred_data`: the builder registered
+#: under it gives the mapping from `args` when the event is built, written or delivered (each
+#: time: it must give equal mappings). A run of thousands of nodes then keeps one flat tuple
+#: of scalars an event until its audit is read, not nested containers.
+DeferredData = tuple[Any, ...]
+
+_BUILDERS: dict[str, Callable[..., Mapping[str, Any]]] = {}
+
+
+def deferred_data(name: str, build: Callable[..., Mapping[str, Any]]) -> str:
+    """Register `build` (at import) as the builder of `(name, *args)` data; return `name`."""
+    _BUILDERS[name] = build
+    return name
+
+
+def _data(data: Mapping[str, Any] | DeferredData | None) -> Mapping[str, Any] | None:
+    """The mapping of recorded data (built from deferred data)."""
+    if type(data) is tuple:
+        return _BUILDERS[data[0]](*data[1:])
+    return cast("Mapping[str, Any] | None", data)
+
+
+# A recorded event before it is materialised: (kind's value, unix time, step, node, attempt,
+# actor, data); its seq is its place in the list. Appending this tuple is what a step pays when
+# nobody listens. It holds no object the garbage collector tracks when its data holds only
+# scalars (or is deferred with scalar arguments): the collector then stops tracking it, and a
+# run of thousands of events adds nothing to every later collection.
+_Raw = tuple[str, float, int | None, str | None, str | None, str | None, Any]
+_KINDS: dict[str, EventKind] = {kind.value: kind for kind in EventKind}
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _now = time.time
@@ -268,8 +296,9 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 def _materialise(scope: Scope, scope_id: str, seq: int, raw: _Raw) -> Event:
     kind, at, step, node, attempt, actor, data = raw
+    data = _data(data)
     return Event(
-        kind=kind,
+        kind=_KINDS[kind],
         at=dt.datetime.fromtimestamp(at, dt.timezone.utc),
         scope=scope,
         scope_id=scope_id,
@@ -280,6 +309,42 @@ def _materialise(scope: Scope, scope_id: str, seq: int, raw: _Raw) -> Event:
         actor=actor,
         data=data if data is not None else _EMPTY,
     )
+
+
+@final
+class RecordedEvents:
+    """The events a sink had recorded at one moment (`EventSink.recorded`), built into `Event`s
+    when first called for, then kept (a plan result whose audit is never read never pays for
+    its thousands of `Event` objects).
+
+    Calling it returns the same tuple each time; `len()` counts the events without building
+    them. Thread-safe: two first calls at once may both build, and return equal tuples.
+    """
+
+    __slots__ = ("_built", "_count", "_raw", "_scope", "_scope_id", "_start")
+
+    def __init__(self, scope: Scope, scope_id: str, start: int, raw: list[_Raw]) -> None:
+        self._scope: Scope = scope
+        self._scope_id = scope_id
+        self._start = start
+        self._raw: list[_Raw] | None = raw
+        self._count = len(raw)
+        self._built: tuple[Event, ...] | None = None
+
+    def __call__(self) -> tuple[Event, ...]:
+        built = self._built
+        if built is None:
+            raw = self._raw or []
+            scope, scope_id, seq = self._scope, self._scope_id, self._start
+            built = tuple(
+                _materialise(scope, scope_id, seq + offset, item) for offset, item in enumerate(raw)
+            )
+            self._built = built
+            self._raw = None  # the tuples recorded can go: the events hold what they held
+        return built
+
+    def __len__(self) -> int:
+        return self._count
 
 
 class EventSink:
@@ -353,14 +418,14 @@ class EventSink:
         `deliver` after releasing it.
         """
         self._raw.append(
-            (kind, time.time() if at is None else at, step, node, attempt, actor, data)
+            (kind.value, time.time() if at is None else at, step, node, attempt, actor, data)
         )
         if self._hooks:
             self.deliver()
 
     def step(self, kind: EventKind, step: int, data: Mapping[str, JSONValue] | None) -> None:
         """`emit(kind, step=step, data=data)`, with less call overhead (once or twice a step)."""
-        self._raw.append((kind, _now(), step, None, None, None, data))
+        self._raw.append((kind.value, _now(), step, None, None, None, data))
         if self._hooks:
             self.deliver()
 
@@ -372,12 +437,13 @@ class EventSink:
         node: str | None = None,
         attempt: str | None = None,
         actor: str | None = None,
-        data: Mapping[str, JSONValue] | None = None,
+        data: Mapping[str, JSONValue] | DeferredData | None = None,
         at: float | None = None,
     ) -> None:
-        """Record one event without delivering it (the owner calls `deliver` later)."""
+        """Record one event without delivering it (the owner calls `deliver` later); `data`
+        may be `DeferredData`."""
         self._raw.append(
-            (kind, time.time() if at is None else at, step, node, attempt, actor, data)
+            (kind.value, time.time() if at is None else at, step, node, attempt, actor, data)
         )
 
     def deliver(self) -> None:
@@ -423,16 +489,27 @@ class EventSink:
         """Every event recorded so far, in `seq` order."""
         return self._events(0, self._raw[:])
 
+    def recorded(self) -> RecordedEvents:
+        """`events()`, built when first called for (see `RecordedEvents`)."""
+        return RecordedEvents(self.scope, self.scope_id, self._start, self._raw[:])
+
     def upcoming(
         self,
         items: Iterable[
-            tuple[EventKind, float, str | None, str | None, Mapping[str, JSONValue] | None]
+            tuple[
+                EventKind,
+                float,
+                str | None,
+                str | None,
+                Mapping[str, JSONValue] | DeferredData | None,
+            ]
         ],
     ) -> tuple[Event, ...]:
         """The events that recording `items` (`(kind, at, node, attempt, data)`, in order)
         next would give, without recording them (for a write that must hold them)."""
         raw: list[_Raw] = [
-            (kind, at, None, node, attempt, None, data) for kind, at, node, attempt, data in items
+            (kind.value, at, None, node, attempt, None, data)
+            for kind, at, node, attempt, data in items
         ]
         return self._events(len(self._raw), raw)
 
@@ -470,10 +547,10 @@ class EventSink:
         rows: list[list[Any]] = []
         raw: list[_Raw] = [
             *self._raw[:],
-            *((kind, at, None, None, None, None, data) for kind, at, data in then),
+            *((kind.value, at, None, None, None, None, data) for kind, at, data in then),
         ]
         for kind, at, step, node, attempt, actor, data in raw:
-            row: list[Any] = [kind.value, at, step, node, attempt, actor, data]
+            row: list[Any] = [kind, at, step, node, attempt, actor, _data(data)]
             while row[-1] is None:
                 row.pop()
             rows.append(row)
@@ -481,11 +558,12 @@ class EventSink:
 
     def _entry(self, seq: int, raw: _Raw) -> dict[str, Any]:
         kind, at, step, node, attempt, actor, data = raw
+        data = _data(data)
         entry: dict[str, Any] = {
             "scope": self.scope,
             "scope_id": self.scope_id,
             "seq": seq,
-            "kind": kind.value,
+            "kind": kind,
             "at": dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(),
             "zone": "UTC",
         }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, final
 
 import attrs
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Dependency",
+    "PlanReference",
     "PlanValue",
     "Reference",
     "Resolution",
@@ -37,6 +38,7 @@ __all__ = [
     "is_plan_namespace",
     "named_dependencies",
     "parse_template",
+    "resolve_plan_reference",
     "resolve_plan_value",
     "resolve_references",
     "resolve_value",
@@ -545,23 +547,51 @@ class PlanValue:
     reference is kept as its error, returned by every `resolve`.
     """
 
-    __slots__ = ("_resolve", "_value")
+    # The two commonest inputs take no closure (a plan of thousands of nodes keeps one of
+    # these an input for the run): a scalar (`_resolve` and `_reference` None) and a string
+    # that is exactly one reference (`_reference` set); anything else has a `_resolve`.
+    __slots__ = ("_reference", "_resolve", "_value")
 
-    def __init__(self, value: JSONValue, resolve: _Resolver) -> None:
+    def __init__(
+        self, value: JSONValue, resolve: _Resolver | None, reference: Reference | None = None
+    ) -> None:
         self._value = value
         self._resolve = resolve
+        self._reference = reference
 
     def resolve(self, namespaces: Mapping[str, JSONValue]) -> tuple[JSONValue, str | None]:
         """`(resolved, None)`, or `(value, message)` when a reference cannot be resolved."""
         try:
-            return self._resolve(namespaces), None
+            reference = self._reference
+            if reference is not None:
+                return _copy(_plan_lookup(reference, namespaces)), None
+            resolve = self._resolve
+            return (self._value if resolve is None else resolve(namespaces)), None
         except _Unresolved as failure:
             return self._value, failure.message
 
 
 def compile_plan_value(value: JSONValue) -> PlanValue:
     """Parse the references in `value`'s strings once (see `resolve_plan_value`)."""
-    return PlanValue(value, _compile_plan(value))
+    if isinstance(value, (dict, list)):
+        return PlanValue(value, _compile_plan(value))
+    if isinstance(value, str) and "${" in value:
+        only = _whole_reference(value)
+        if only is not None:
+            return PlanValue(value, None, only)
+        return PlanValue(value, _compile_plan_string(value))
+    return PlanValue(value, None)  # a scalar: itself
+
+
+def _whole_reference(text: str) -> Reference | None:
+    """The reference `text` is exactly (`"${node.path}"`), or None (text, several, malformed)."""
+    try:
+        pieces = _tokenize(text, "plan")
+        if len(pieces) != 1 or isinstance(pieces[0], str):
+            return None
+        return _reference(pieces[0], "plan")
+    except ReferenceSyntaxError:
+        return None  # compiled as the error it is, by `_compile_plan_string`
 
 
 _Resolver: TypeAlias = "Callable[[Mapping[str, JSONValue]], JSONValue]"
@@ -623,9 +653,37 @@ def _compile_plan_string(text: str) -> _Resolver:
     return interpolate
 
 
-def _plan_lookup(reference: Reference, namespaces: Mapping[str, JSONValue]) -> JSONValue:
+class PlanReference(Protocol):
+    """A parsed plan reference: a `Reference`, or a plan node's `InputRef` (what resolving it
+    reads)."""
+
+    @property
+    def text(self) -> str:
+        """The reference as written, `${...}` included."""
+
+    @property
+    def namespace(self) -> str:
+        """`initial` or a node id."""
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The fields after the namespace."""
+
+
+def resolve_plan_reference(
+    reference: PlanReference, namespaces: Mapping[str, JSONValue]
+) -> tuple[JSONValue, str | None]:
+    """`resolve_plan_value` of a string that is exactly `reference` (parsed already, so not
+    again): the value it names (a copy, with its JSON type) and None, or `(reference.text,
+    message)`."""
+    try:
+        return _copy(_plan_lookup(reference, namespaces)), None
+    except _Unresolved as failure:
+        return reference.text, failure.message
+
+
+def _plan_lookup(reference: PlanReference, namespaces: Mapping[str, JSONValue]) -> JSONValue:
     namespace = reference.namespace
-    where = "the initial inputs" if namespace == "initial" else f"the output of node {namespace}"
     if namespace not in namespaces:
         if namespace == "initial":
             raise _Unresolved(f"reference {reference.text}: the plan has no initial inputs")
@@ -636,6 +694,11 @@ def _plan_lookup(reference: Reference, namespaces: Mapping[str, JSONValue]) -> J
     for segment in reference.path:
         found, value = _index(value, segment)
         if not found:
+            where = (
+                "the initial inputs"
+                if namespace == "initial"
+                else f"the output of node {namespace}"
+            )
             raise _Unresolved(
                 f"unresolved reference {reference.text}: key '{segment}' not present in {where}"
             )

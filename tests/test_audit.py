@@ -228,3 +228,86 @@ def test_a_history_reads_its_audit_back_and_refuses_a_broken_one():
         document["audit"] = broken
         with pytest.raises(agenttx.StorageError, match="unreadable history"):
             read_history(json.dumps(document))
+
+
+def test_the_whole_store_audit_reads_the_kept_plan_runs_too(tmp_path):
+    """audit() of a fresh engine gives each stored plan run's events, in seq order, beside
+    the ended transactions'."""
+    engine = _engine(tmp_path / "db", [])
+    tx = engine.begin()
+    tx.call("charge", {"order": "o1"})
+    tx.commit()
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="add", inputs={"n": 1})])
+    result = engine.run_plan(plan, initial={})
+    _close(engine)
+
+    engine = _engine(tmp_path / "db", [])
+    events = engine.audit()
+    assert tuple(e for e in events if e.scope_id == result.run_id) == result.audit
+    assert tuple(e for e in events if e.scope_id == tx.id) == tx.audit()
+    _close(engine)
+
+
+def test_stored_audit_reads_only_what_a_store_offers():
+    """A store without histories or plan runs keeps no trail: an id is not found, the whole
+    store's is empty; a plan store that refuses the id is not found either; a non-string id is
+    refused."""
+    from agenttx._audit import stored_audit  # noqa: PLC0415
+
+    class Bare:
+        """A store with neither `peek_ended` nor `plan_audit`."""
+
+    class Refusing:
+        def plan_audit(self, run_id: str) -> tuple[str, ...]:
+            raise agenttx.InvalidArgument(f"bad id {run_id!r}")
+
+    for store in (Bare(), Refusing()):
+        with pytest.raises(agenttx.TransactionNotFound):
+            stored_audit(store, "r-1")  # type: ignore[arg-type]
+    assert stored_audit(Bare()) == ()  # type: ignore[arg-type]
+    with pytest.raises(agenttx.InvalidArgument, match="must be a string"):
+        stored_audit(Bare(), 7)  # type: ignore[arg-type]
+
+
+def test_a_broken_plan_audit_event_is_a_storage_error(tmp_path):
+    """A stored plan event that is not an event's JSON raises StorageError naming the run."""
+    import sqlite3  # noqa: PLC0415
+
+    engine = _engine(tmp_path / "db", [])
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="add", inputs={"n": 1})])
+    result = engine.run_plan(plan, initial={})
+    _close(engine)
+    with sqlite3.connect(tmp_path / "db") as db:
+        db.execute(
+            "UPDATE plan_audit SET event = '{\"kind\": 5}' WHERE run_id = ?", (result.run_id,)
+        )
+    db.close()
+
+    engine = _engine(tmp_path / "db", [])
+    with pytest.raises(agenttx.StorageError, match=result.run_id):
+        engine.audit(result.run_id)
+    _close(engine)
+
+
+def test_an_ended_transaction_without_a_history_adds_no_events(tmp_path):
+    """The whole store's audit skips an ended row whose history is gone."""
+    from agenttx._audit import stored_audit  # noqa: PLC0415
+
+    engine = _engine(tmp_path / "db", [])
+    tx = engine.begin()
+    tx.call("charge", {"order": "o1"})
+    tx.commit()
+    rows = engine.store.ended_transactions(10)  # type: ignore[attr-defined]
+    _close(engine)
+
+    class NoHistory:
+        def ended_transactions(self, limit: int) -> tuple[object, ...]:
+            return tuple(
+                row.__class__(
+                    tx_id=row.tx_id, record=row.record, history=None, ended_at=row.ended_at
+                )
+                for row in rows
+            )
+
+    assert rows
+    assert stored_audit(NoHistory()) == ()  # type: ignore[arg-type]

@@ -363,6 +363,20 @@ def test_owner_alive_reads_the_owner_record():
     dead.start()
     dead.join()
     assert not owner_alive(json.dumps({"pid": dead.pid, "hostname": host}))
+    assert not owner_alive(json.dumps({"pid": "12", "hostname": host}))  # not a pid
+
+
+def test_an_owner_of_another_user_counts_as_alive(monkeypatch):
+    """A process that exists but may not be signalled (another user's) is a live owner."""
+    import socket  # noqa: PLC0415
+
+    from agenttx._recovery import owner_alive  # noqa: PLC0415
+
+    def refuse(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", refuse)
+    assert owner_alive(json.dumps({"pid": 424242, "hostname": socket.gethostname()}))
 
 
 def test_recover_refuses_an_unknown_mode(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import logging
 import threading
@@ -10,7 +11,7 @@ import threading
 import pytest
 
 import agenttx
-from agenttx._events import EventSink, from_compact, hook_callables
+from agenttx._events import EventSink, deferred_data, from_compact, hook_callables
 
 AT = dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc)
 
@@ -408,3 +409,48 @@ def test_plan_hooks_receive_the_run_audit():
     result = agenttx.run_plan(plan, tools=[one], initial={}, hooks=[seen.append])
     assert tuple(seen) == result.audit
     assert result.audit[-1].kind is agenttx.EventKind.FINISHED
+
+
+def _nested(number: int, names: tuple[str, ...]) -> dict[str, object]:
+    return {"number": number, "checks": {"names": list(names)}}
+
+
+_NESTED = deferred_data("test.nested", _nested)
+
+
+def test_deferred_data_reads_the_same_everywhere():
+    """Data recorded as `(build, *args)` is built into the same mapping for the events, the
+    lazily built record, the durable rows, the compact form and the hooks."""
+    seen: list[agenttx.Event] = []
+    sink = EventSink("plan", "run-1", [seen.append])
+    sink.record(agenttx.EventKind.DISPATCHED, node="a", data=(_NESTED, 1, ("x", "y")))
+    sink.deliver()
+    expected = {"number": 1, "checks": {"names": ["x", "y"]}}
+    (event,) = sink.events()
+    assert event.data == expected
+    assert seen[0].data == expected
+    recorded = sink.recorded()
+    assert len(recorded) == 1
+    assert recorded() is recorded()
+    assert recorded()[0] == event
+    ((seq, text),) = sink.take_unpersisted_rows()
+    assert seq == 0
+    assert json.loads(text)["data"] == expected
+    compact = sink.compact()
+    assert compact["events"][0][-1] == expected
+    assert from_compact("plan", json.loads(json.dumps(compact)))[0].data == expected
+
+
+def test_recorded_events_of_scalars_leave_the_garbage_collector():
+    """An event without data, or with deferred data of scalars and tuples of them, is kept in a
+    form the garbage collector stops tracking once it has looked at it."""
+    sink = EventSink("plan", "run-1")
+    sink.record(agenttx.EventKind.SKIPPED, node="b")
+    sink.record(agenttx.EventKind.DISPATCHED, node="a", data=(_NESTED, 1, ("x", "y")))
+    gc.collect()
+    gc.collect()  # the outer tuple may be looked at before the tuple it holds
+    assert not any(gc.is_tracked(raw) for raw in sink._raw)
+    assert [event.kind for event in sink.events()] == [
+        agenttx.EventKind.SKIPPED,
+        agenttx.EventKind.DISPATCHED,
+    ]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import itertools
 import json
+import os
+import runpy
 import sqlite3
 import subprocess
 import sys
@@ -12,6 +16,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -516,7 +521,9 @@ RESUME_WORKER = textwrap.dedent(
         note("calls.log", f"{name} {ctx.idempotency_key}")
         ctx.state.put(f"k/{name}", name)
         ctx.stage_effect("mail", {"name": name})
-        if name == "b" and scenario in ("state", "compensate") and once("crashed"):
+        if name == "x":
+            raise ValueError("x is refused for good")
+        if name == "b" and scenario in ("state", "compensate", "failed") and once("crashed"):
             os._exit(9)  # dies after its writes and effect, before its result is recorded
         if name == "b" and scenario == "compensate":
             raise ValueError("b is refused for good")
@@ -538,8 +545,11 @@ RESUME_WORKER = textwrap.dedent(
     if scenario == "budget":
         plan = agenttx.Plan(nodes=[agenttx.Node("f", tool="flaky", retries=2)])
     else:
+        x = agenttx.Node("x", tool="step", inputs={"name": "x"})
+        first = [x] if scenario == "failed" else []
         plan = agenttx.Plan(
             nodes=[
+                *first,
                 agenttx.Node("a", tool="step", inputs={"name": "a"}),
                 agenttx.Node("b", tool="step", inputs={"name": "b"}, after=("a",)),
                 agenttx.Node("c", tool="step", inputs={"name": "c"}, after=("b",)),
@@ -561,24 +571,27 @@ RESUME_WORKER = textwrap.dedent(
         "outbox": len(store.pending_effects()),
         "open": list(store.open_transactions()),
         "compensations": [[c.node_id, c.status.value] for c in result.compensations],
+        "errors": {k: v.error.text for k, v in result.nodes.items() if v.error},
     }))
     """
 )
 
 
 def _crash_then_recover(tmp_path: Path, scenario: str) -> dict:
-    """Run the scenario's plan in a process that dies, then recover it in another."""
+    """Run the scenario's plan in a process that dies, then recover it in this one (so that
+    the resume is measured by coverage; the recover phase of the script never exits)."""
     script = tmp_path / "worker.py"
     script.write_text(RESUME_WORKER)
     env = {"PYTHONPATH": str(ROOT)}
     run = [sys.executable, str(script), str(tmp_path), scenario]
     died = subprocess.run([*run, "run"], env=env, check=False, timeout=60)
     assert died.returncode == 9
-    done = subprocess.run(
-        [*run, "recover"], env=env, check=False, timeout=60, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    out = io.StringIO()
+    argv = [str(script), str(tmp_path), scenario, "recover"]
+    with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+        done = runpy.run_path(str(script), run_name="__main__")
+    done["store"].close()
+    return json.loads(out.getvalue())
 
 
 def _lines(path: Path) -> list[str]:
@@ -614,6 +627,86 @@ def test_a_resumed_run_that_fails_compensates_nodes_completed_before_the_crash(t
     assert _lines(tmp_path / "sent.log") == []
     assert out["outbox"] == 0
     assert out["open"] == []  # every undo record compensated: the transaction is gone
+
+
+def test_a_node_that_failed_before_the_crash_stays_failed_with_its_error(tmp_path):
+    """`x` failed for good before the crash: the resumed run does not run it again, keeps its
+    error, and ends FAILED once the other nodes are done (compensating them)."""
+    out = _crash_then_recover(tmp_path, "failed")
+    assert out["resumed"] == ["r"]
+    assert out["status"] == "FAILED"
+    assert out["nodes"]["x"][0] == "FAILED"
+    assert "x is refused for good" in out["errors"]["x"]
+    calls = [line.split()[0] for line in _lines(tmp_path / "calls.log")]
+    assert calls == ["x", "a", "b", "b", "c"]  # x, before the crash, and only then
+
+
+def _died_running(tmp_path: Path) -> Path:
+    """A store holding RUNNING run `r` whose process died (the `budget` scenario's)."""
+    script = tmp_path / "worker.py"
+    script.write_text(RESUME_WORKER)
+    run = [sys.executable, str(script), str(tmp_path), "budget", "run"]
+    died = subprocess.run(run, env={"PYTHONPATH": str(ROOT)}, check=False, timeout=60)
+    assert died.returncode == 9
+    return tmp_path / "plans.db"
+
+
+def test_recovery_leaves_a_run_of_a_live_owner_alone(tmp_path):
+    """A RUNNING run whose owner record names a live process on this host is skipped."""
+    import socket  # noqa: PLC0415
+
+    db = _died_running(tmp_path)
+    owner = json.dumps({"pid": os.getppid(), "hostname": socket.gethostname(), "id": "x"})
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE plan_runs SET owner = ? WHERE run_id = 'r'", (owner,))
+    conn.close()
+    with SQLiteStore(db) as store:
+        report = agenttx.Engine(store=store).recover("resume")
+        assert report.plans_resumed == ()
+        assert "r" in report.skipped
+        assert [run_id for run_id, _ in store.running_plans()] == ["r"]
+
+
+def test_recovery_reports_a_run_whose_record_it_cannot_read(tmp_path):
+    """A run record without its settings is a failure naming the run; nothing runs."""
+    db = _died_running(tmp_path)
+    with sqlite3.connect(db) as conn:
+        (text,) = conn.execute("SELECT record FROM plan_runs WHERE run_id = 'r'").fetchone()
+        record = json.loads(text)
+        del record["settings"]
+        conn.execute("UPDATE plan_runs SET record = ? WHERE run_id = 'r'", (json.dumps(record),))
+    conn.close()
+    calls = len(_lines(tmp_path / "calls.log"))
+    with SQLiteStore(db) as store:
+        report = agenttx.Engine(store=store).recover("resume")
+        assert report.plans_resumed == ()
+        (failure,) = report.failures
+        assert failure.startswith("plan run r:")
+        assert "unreadable durable record" in failure
+    assert len(_lines(tmp_path / "calls.log")) == calls
+
+
+def test_recovery_leaves_a_run_of_a_store_open_in_this_process_alone(tmp_path):
+    """A second engine on the file does not take over a run the first one is running."""
+    release = threading.Event()
+
+    @agenttx.tool
+    def hold() -> dict[str, bool]:
+        release.wait(10)
+        return {"held": True}
+
+    db = tmp_path / "db"
+    with SQLiteStore(db) as one, SQLiteStore(db) as two:
+        run = agenttx.Engine(tools=[hold], store=one).start_plan(
+            agenttx.Plan(nodes=[agenttx.Node("h", tool="hold")]), initial={}
+        )
+        try:
+            report = agenttx.Engine(tools=[hold], store=two).recover("resume")
+            assert report.plans_resumed == ()
+            assert run.id in report.skipped
+        finally:
+            release.set()
+        assert run.wait(10).status is PlanStatus.SUCCEEDED
 
 
 def test_a_resumed_node_gets_only_the_retries_it_has_left(tmp_path):
@@ -707,6 +800,88 @@ def test_compensate_on_never_drops_the_undo_records(store):
     assert store.open_transactions() == ()
     assert engine.recover().compensations_run == 0
     assert undone == []
+
+
+def _take_over(store: object, backend: str, run_id: str) -> None:
+    """What a recoverer elsewhere does to the run in the database: a new owner (SQLite) or
+    a new epoch (PostgreSQL), so that the runner's next write is refused."""
+    if backend == "sqlite":
+        with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
+            conn.execute("UPDATE plan_runs SET owner = '{\"pid\": 1}' WHERE run_id = ?", (run_id,))
+        conn.close()
+        return
+    import psycopg  # noqa: PLC0415
+
+    from conftest import postgres_dsn  # noqa: PLC0415
+
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {store.schema}.plan_runs SET epoch = epoch + 1 WHERE run_id = %s",  # type: ignore[attr-defined]
+            (run_id,),
+        )
+
+
+def test_a_run_left_by_a_closed_store_is_resumed_and_audited_by_another(durable_backend):
+    """A store closes with its run RUNNING and no node run: another store's engine resumes
+    it, runs each node once, and reads its audit trail and its listing back."""
+    calls: list[int] = []
+
+    @agenttx.tool
+    def add(a: int, b: int) -> dict[str, int]:
+        calls.append(a)
+        return {"sum": a + b}
+
+    one = durable_backend()
+    PlanExecution(
+        _diamond(),
+        tools=[add],
+        initial={"n": 1},
+        max_concurrency=8,
+        resources=None,
+        on_failure="skip_dependants",
+        store=one,
+        rate_limits=None,
+        run_id="r",
+        dispatcher=None,
+        compensate_on="failure",
+        backoff=None,
+    ).open_journal()
+    one.close()
+    two = durable_backend()
+    engine = agenttx.Engine(tools=[add], store=two)
+    report = engine.recover("resume")
+    assert report.plans_resumed == ("r",)
+    assert engine.recover("resume").plans_resumed == ()  # held by this engine now
+    result = engine.get_plan("r").wait(20)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert len(calls) == len(_diamond().nodes)
+    assert agenttx.Engine(store=two).audit("r") == result.audit  # read from the store
+    assert ("r", "SUCCEEDED") in [(run_id, status) for run_id, status, _ in two.plan_runs()]
+    assert two.running_plans() == ()
+
+
+def test_a_runner_whose_run_was_taken_over_writes_nothing_more(durable_backend):
+    """The run is taken over while a node runs: the runner's next write is refused, it
+    cancels its copy and the stored nodes stay as they were taken (both backends)."""
+    release = threading.Event()
+    started = threading.Event()
+
+    @agenttx.tool
+    def hold() -> dict[str, bool]:
+        started.set()
+        release.wait(10)
+        return {"held": True}
+
+    store = durable_backend()
+    plan = agenttx.Plan(nodes=[agenttx.Node("h", tool="hold")])
+    run = agenttx.start_plan(plan, tools=[hold], initial={}, store=store, run_id="r")
+    assert started.wait(10)
+    _take_over(store, durable_backend.backend, "r")
+    release.set()
+    result = run.wait(10)
+    assert result.status is PlanStatus.CANCELLED
+    assert "taken over by another store" in (result.cancel_reason or "")
+    assert {n.node_id: n.state for n in store.read_plan("r").nodes} == {"h": "RUNNING"}
 
 
 # -- exclusive resources held across runs --------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import agenttx
 from agenttx._plans._metrics import (
@@ -200,3 +202,64 @@ def test_cost_breakdowns_add_and_refuse_bad_amounts():
             CostBreakdown(model=bad)
     with pytest.raises(agenttx.InvalidArgument, match="category"):
         CostBreakdown.of([("tokens", Decimal(1))])
+
+
+def _reference_critical_path(nodes):
+    """Kahn's algorithm with a list of dependants a node: the model `critical_path` follows."""
+    dependants = {node_id: [] for node_id in nodes}
+    waiting = {}
+    for node_id, timing in nodes.items():
+        known = [p for p in timing.prerequisites if p in nodes]
+        waiting[node_id] = len(known)
+        for prerequisite in known:
+            dependants[prerequisite].append(node_id)
+    ready = [node_id for node_id, count in waiting.items() if count == 0]
+    best = {node_id: nodes[node_id].duration_s for node_id in ready}
+    came_from = dict.fromkeys(ready)
+    while ready:
+        node_id = ready.pop()
+        for dependant in dependants[node_id]:
+            candidate = best[node_id] + nodes[dependant].duration_s
+            if dependant not in best or candidate > best[dependant]:
+                best[dependant] = candidate
+                came_from[dependant] = node_id
+            waiting[dependant] -= 1
+            if waiting[dependant] == 0:
+                ready.append(dependant)
+    if not best:
+        return 0.0, ()
+    end = max(best, key=lambda node_id: best[node_id])
+    path = []
+    cursor = end
+    while cursor is not None:
+        path.append(cursor)
+        cursor = came_from[cursor]
+    return best[end], tuple(reversed(path))
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 1.0, 2.0]), st.sets(st.integers(0, 30), max_size=3)),
+        max_size=12,
+    )
+)
+def test_critical_path_agrees_with_kahn_over_lists_ties_included(shape):
+    """The critical path (flat lists of positions) is the reference algorithm's, ties and
+    prerequisites outside the timings included; so is the one `plan_metrics` reports."""
+    nodes = {
+        f"n{i}": NodeTiming(
+            node_id=f"n{i}",
+            tool="t",
+            prerequisites=frozenset(f"n{p}" for p in before if p < i or p > 20),
+            attempts=(_attempt(0, 0, seconds),) if seconds else (),
+        )
+        for i, (seconds, before) in enumerate(shape)
+    }
+    expected = _reference_critical_path(nodes)
+    assert critical_path(nodes) == expected
+    metrics = plan_metrics(list(nodes.values()), started_at=0, finished_at=10)
+    assert (metrics.critical_path_s, metrics.critical_path) == expected
+    rebuilt = plan_metrics(
+        list(nodes.values()), started_at=0, finished_at=10, timing_of=nodes.__getitem__
+    )
+    assert rebuilt == metrics

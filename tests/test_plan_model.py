@@ -17,6 +17,7 @@ import agenttx
 from _orders import INITIAL, TOOLS
 from agenttx import InvalidArgument, Node, Plan, PlanValidationError
 from agenttx._plans import UnresolvedInput, resolve_inputs, resolve_resource
+from agenttx._refs import resolve_plan_value
 
 ROOT = Path(__file__).parent.parent
 
@@ -528,3 +529,51 @@ def test_node_repr_reads_like_the_call():
     node = Node("a", tool="t", inputs={"x": 1}, resources={"r": 2})
     assert repr(node).startswith("Node(id='a', tool='t', inputs={'x': 1}, after=()")
     assert "resources={'r': 2}" in repr(node)
+
+
+_PIECES = st.sampled_from(
+    [
+        "${customer_lookup.customer_id}",
+        "${customer_lookup.extra}",
+        "${customer_lookup.extra.0}",
+        "${customer_lookup.missing}",
+        "${stock_check.available}",
+        "${reserve.id}",
+        "${initial.quantity}",
+        "${initial.nope}",
+        "$${initial.sku}",
+        "${bad",
+        "text ",
+        "",
+    ]
+)
+_INPUTS = st.one_of(
+    st.lists(_PIECES, min_size=1, max_size=3).map("".join),
+    st.lists(_PIECES, max_size=2),
+    st.integers(),
+    st.none(),
+    st.booleans(),
+)
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "c"]), _INPUTS, min_size=1))
+def test_inputs_resolve_as_resolve_plan_value_says(inputs):
+    """Each input resolves (or fails, with the same message) as `resolve_plan_value` of it,
+    whole references included, and again the same when the node is resolved a second time."""
+    node = Node("n", tool="t", inputs=inputs)
+    namespaces = {"initial": VALUES, **OUTPUTS}
+    expected: dict[str, object] = {}
+    error: tuple[str, str] | None = None
+    for param, value in inputs.items():
+        resolved, message = resolve_plan_value(value, namespaces)
+        if message is not None:
+            error = (param, f"input `{param}` of node `n`: {message}")
+            break
+        expected[param] = resolved
+    for _ in range(2):
+        if error is None:
+            assert resolve_inputs(node, VALUES, OUTPUTS) == expected
+        else:
+            with pytest.raises(UnresolvedInput) as caught:
+                resolve_inputs(node, VALUES, OUTPUTS)
+            assert (caught.value.param, caught.value.message) == error

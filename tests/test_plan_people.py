@@ -3,8 +3,14 @@ review when a node's outcome is unknown."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -256,3 +262,314 @@ def test_a_node_review_resolved_not_done_runs_again_with_the_same_key(release):
     assert result.status is PlanStatus.SUCCEEDED
     assert result.nodes["charge"].output == {"charge_id": "second"}
     assert calls == [review.idempotency_key] * 2
+
+
+def test_a_failed_approved_call_uses_its_approval_up_and_its_retry_asks_again():
+    """The approved call fails; the retry needs a new approval, and the first one is ended."""
+    calls = []
+
+    @agenttx.tool(name="charge", needs_approval=True)
+    def charge(customer_id: str, amount: int) -> dict:
+        calls.append(amount)
+        if len(calls) == 1:
+            raise TimeoutError("the bank did not answer")
+        return {"charge_id": "ch-2"}
+
+    store = MemoryStore()
+    run = agenttx.start_plan(
+        _one_node(timeout=None),
+        tools=[charge],
+        initial={"customer": "c", "amount": 5},
+        store=store,
+    )
+    _until(lambda: bool(run.pending_approvals()))
+    (first,) = run.pending_approvals()
+    run.approve(first.id, actor="alice")
+    _until(lambda: bool(run.pending_approvals()) and run.pending_approvals()[0].id != first.id)
+    assert calls == [5]
+    assert run.pending_reviews() == ()  # a failure is a known outcome: no review
+    (second,) = run.pending_approvals()
+    run.approve(second.id, actor="alice")
+    result = run.wait(10)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert result.nodes["charge"].attempts == 2
+    assert calls == [5, 5]
+    consumed = [e for e in result.audit if e.kind.name == "APPROVAL_CONSUMED"]
+    assert [e.data["request"] for e in consumed] == [first.id, second.id]
+    assert "OUTCOME_UNKNOWN" not in [e.kind.name for e in result.audit]
+    with pytest.raises(agenttx.ApprovalConsumed):
+        run.approve(first.id, actor="alice")
+
+
+def _timed_out_with(release: threading.Event, check) -> tuple[agenttx.PlanRun, Ledger]:
+    ledger = Ledger()
+    tool = _slow_charge(ledger, release, check=check)
+    run = agenttx.start_plan(_one_node(), tools=[tool], initial={"customer": "c", "amount": 5})
+    return run, ledger
+
+
+@pytest.mark.parametrize("kind", ["raises", "unknown"])
+def test_a_timed_out_node_whose_check_cannot_tell_goes_to_review(release, kind):
+    """A check that raises, or answers unknown, is kept as evidence in the review's errors."""
+
+    def check(arguments, key):
+        if kind == "raises":
+            raise ConnectionError("status API down")
+        return agenttx.CheckResult.unknown("the bank is silent")
+
+    run, ledger = _timed_out_with(release, check)
+    _until(lambda: bool(run.pending_reviews()))
+    (review,) = run.pending_reviews()
+    assert run.node_states()["charge"] is NodeState.NEEDS_REVIEW
+    evidence = " | ".join(review.errors)
+    assert "timed out" in evidence
+    assert ("status API down" if kind == "raises" else "the bank is silent") in evidence
+    run.resolve_review(review.id, outcome="done", output={"charge_id": "ops"}, actor="ops")
+    result = run.wait(10)
+    assert result.nodes["charge"].output == {"charge_id": "ops"}
+    assert len(ledger.calls) == 1
+
+
+def test_a_timed_out_node_whose_check_says_not_done_runs_again_with_the_same_key(release):
+    """not_done from the check: the call runs again under the key of the first call."""
+    release.set()  # the second call returns at once
+    ledger = Ledger()
+    first = threading.Event()
+
+    @agenttx.tool(name="charge", check=lambda arguments, key: agenttx.CheckResult.not_done())
+    def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
+        ledger.add("charge", ctx.idempotency_key)
+        if not first.is_set():
+            first.set()
+            time.sleep(1.0)
+        return {"charge_id": "second"}
+
+    result = agenttx.run_plan(_one_node(), tools=[charge], initial={"customer": "c", "amount": 5})
+    assert result.status is PlanStatus.SUCCEEDED
+    assert result.nodes["charge"].output == {"charge_id": "second"}
+    keys = [key for _, key in ledger.calls]
+    assert len(keys) == 2
+    assert keys[0] == keys[1]
+
+
+WORKER = Path(__file__).resolve().parent / "_plan_people_worker.py"
+
+
+def _die_in(phase: str, tmp_path: Path) -> dict:
+    """Run the worker's `phase` until it kills itself; what it printed."""
+    env = {**os.environ, "PYTHONPATH": str(WORKER.parent.parent)}
+    died = subprocess.run(
+        [sys.executable, str(WORKER), phase, str(tmp_path / "db"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    lines = died.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _resume(tmp_path: Path, *tools: object) -> tuple[agenttx.Engine, agenttx.PlanRun]:
+    store = SQLiteStore(tmp_path / "db")
+    engine = agenttx.Engine(tools=list(tools), store=store)
+    report = engine.recover("resume")
+    assert report.plans_resumed == ("r",)
+    return engine, engine.get_plan("r")
+
+
+def _charged(tmp_path: Path) -> list[str]:
+    return (tmp_path / "charges.log").read_text().split()
+
+
+posix = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+
+
+def _crash_tool(ledger: Ledger, **options):
+    @agenttx.tool(name="charge", needs_approval=True, **options)
+    def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
+        ledger.add("charge", ctx.idempotency_key)
+        return {"charge_id": "resumed"}
+
+    return charge
+
+
+@posix
+def test_a_resumed_node_whose_approved_call_died_is_checked_not_run_again(tmp_path):
+    """The approved call started, then the process died: the resumed run asks the check,
+    which finds the charge by its key; the node succeeds with that output, no new call."""
+    _die_in("charge", tmp_path)
+    (key,) = _charged(tmp_path)
+    asked: list[str] = []
+
+    def check(arguments, given):
+        asked.append(given)
+        if given in _charged(tmp_path):
+            return agenttx.CheckResult.done({"charge_id": "found"})
+        return agenttx.CheckResult.not_done()
+
+    ledger = Ledger()
+    engine, run = _resume(tmp_path, _crash_tool(ledger, check=check))
+    result = run.wait(20)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert result.nodes["charge"].output == {"charge_id": "found"}
+    assert ledger.calls == []
+    assert asked == [key]
+    assert "OUTCOME_UNKNOWN" in [event.kind.name for event in result.audit]
+    assert engine.pending_approvals() == ()
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+@posix
+def test_a_resumed_node_whose_check_says_not_done_runs_again_with_the_same_key(tmp_path):
+    """The check finds no charge: the call runs again under the key of the call that died,
+    without asking for approval again."""
+    _die_in("charge", tmp_path)
+    (key,) = _charged(tmp_path)
+    ledger = Ledger()
+    tool = _crash_tool(ledger, check=lambda arguments, asked: agenttx.CheckResult.not_done())
+    engine, run = _resume(tmp_path, tool)
+    result = run.wait(20)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert ledger.calls == [("charge", key)]
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+@posix
+def test_a_resumed_node_without_a_check_goes_to_review(tmp_path):
+    """No check: the resumed node needs review, with the key of the call that died and why;
+    resolved done, it succeeds with the person's output and nothing runs again."""
+    _die_in("charge", tmp_path)
+    (key,) = _charged(tmp_path)
+    ledger = Ledger()
+    engine, run = _resume(tmp_path, _crash_tool(ledger, on_unknown="review"))
+    _until(lambda: bool(engine.pending_reviews()))
+    (review,) = engine.pending_reviews()
+    assert (review.node, review.idempotency_key) == ("charge", key)
+    assert any("no status check" in error for error in review.errors)
+    assert run.node_states()["charge"] is NodeState.NEEDS_REVIEW
+    engine.resolve_review(review.id, outcome="done", output={"charge_id": "ops"}, actor="ops")
+    result = run.wait(20)
+    assert result.nodes["charge"].output == {"charge_id": "ops"}
+    assert ledger.calls == []
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+@posix
+def test_a_resumed_node_waits_for_the_request_it_made_before_the_crash(tmp_path):
+    """The request pending at the crash is waited for again, not asked a second time."""
+    asked = _die_in("ask", tmp_path)
+    ledger = Ledger()
+    engine, run = _resume(tmp_path, _crash_tool(ledger))
+    _until(lambda: run.node_states()["charge"] is NodeState.WAITING_APPROVAL)
+    assert [request.id for request in engine.pending_approvals()] == [asked["request"]]
+    engine.approve(asked["request"], actor="alice")
+    result = run.wait(20)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert len(ledger.calls) == 1
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+@posix
+def test_an_approval_that_expired_before_the_resume_is_asked_again(tmp_path):
+    """Approved before the resume with an expiry that passed: the resumed node records the
+    expiry, asks again, and runs only on the new approval."""
+    asked = _die_in("ask", tmp_path)
+    with SQLiteStore(tmp_path / "db") as store:
+        agenttx.Engine(store=store).approve(asked["request"], actor="alice", expires_in=0.01)
+    time.sleep(0.05)
+    ledger = Ledger()
+    engine, run = _resume(tmp_path, _crash_tool(ledger))
+    _until(lambda: bool(engine.pending_approvals()))
+    (again,) = engine.pending_approvals()
+    assert again.id != asked["request"]
+    assert ledger.calls == []
+    engine.approve(again.id, actor="bob")
+    result = run.wait(20)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert len(ledger.calls) == 1
+    expired = [e for e in result.audit if e.kind.name == "APPROVAL_EXPIRED"]
+    assert [e.data["request"] for e in expired] == [asked["request"]]
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+@posix
+def test_a_resumed_node_waits_for_the_review_opened_before_the_crash(tmp_path):
+    """The review open at the crash keeps the resumed node in NEEDS_REVIEW; resolved
+    not_done, the call runs again with the key of the one that hung."""
+    opened = _die_in("review", tmp_path)
+    (key,) = _charged(tmp_path)
+    ledger = Ledger()
+
+    @agenttx.tool(name="charge", on_unknown="review")
+    def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
+        ledger.add("charge", ctx.idempotency_key)
+        return {"charge_id": "again"}
+
+    engine, run = _resume(tmp_path, charge)
+    _until(lambda: run.node_states()["charge"] is NodeState.NEEDS_REVIEW)
+    assert [review.id for review in engine.pending_reviews()] == [opened["review"]]
+    engine.resolve_review(opened["review"], outcome="not_done", actor="ops")
+    result = run.wait(20)
+    assert result.nodes["charge"].output == {"charge_id": "again"}
+    assert ledger.calls == [("charge", key)]
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+def test_an_edited_approval_runs_the_edited_call_and_a_bad_edit_is_refused():
+    """Edited arguments that do not fit the tool are refused (the request stays pending);
+    fitting ones are what the node's call runs with, recorded as edited."""
+    ledger = Ledger()
+    run = agenttx.start_plan(_plan(), tools=_tools(ledger), initial=INITIAL)
+    _until(lambda: bool(run.pending_approvals()))
+    (request,) = run.pending_approvals()
+    with pytest.raises(agenttx.InvalidArgument, match="do not fit tool `charge`"):
+        run.approve(request.id, actor="alice", arguments={"customer_id": "c-1", "amount": "x"})
+    assert [r.id for r in run.pending_approvals()] == [request.id]
+    approval = run.approve(
+        request.id, actor="alice", arguments={"customer_id": "c-1", "amount": 99}
+    )
+    assert approval.edited
+    result = run.wait(10)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert ("charge", 99) in ledger.calls
+    assert ("charge", 4200) not in ledger.calls
+    consumed = [e for e in result.audit if e.kind.name == "APPROVAL_CONSUMED"]
+    assert [e.data["edited"] for e in consumed] == [True]
+
+
+def test_an_interrupt_in_an_approved_call_ends_the_run_and_wait_raises_it():
+    """KeyboardInterrupt from a tool that needed approval: the run ends CANCELLED, the
+    completed node is compensated, and `wait` re-raises the interrupt."""
+    undone: list[str] = []
+
+    @agenttx.compensation(name="forget")
+    def forget(payload: dict) -> None:
+        undone.append(payload["output"]["customer_id"])
+
+    @agenttx.tool(compensate=forget)
+    def lookup(email: str) -> dict:
+        return {"customer_id": "c-" + email}
+
+    @agenttx.tool(needs_approval=True)
+    def charge(customer_id: str, amount: int) -> dict:
+        raise KeyboardInterrupt
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("lookup", tool="lookup", inputs={"email": "ada"}),
+            agenttx.Node(
+                "charge",
+                tool="charge",
+                inputs={"customer_id": "${lookup.customer_id}", "amount": 1},
+            ),
+        ]
+    )
+    run = agenttx.start_plan(plan, tools=[lookup, charge, forget], initial={})
+    _until(lambda: bool(run.pending_approvals()))
+    run.approve(run.pending_approvals()[0].id, actor="alice")
+    with pytest.raises(KeyboardInterrupt):
+        run.wait(10)
+    assert run.status is PlanStatus.CANCELLED
+    assert undone == ["c-ada"]

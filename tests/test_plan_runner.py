@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from decimal import Decimal
 from typing import NewType, TypedDict
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -222,6 +224,22 @@ def test_audit_records_dispatch_checks_in_order_and_exports_json_lines():
     assert repr(result) == (
         f"<agenttx.PlanResult {result.run_id!r} SUCCEEDED nodes=4 events={len(lines)}>"
     )
+
+
+def test_audit_is_built_when_read_and_then_kept():
+    """A result's audit is built on first read: the same tuple at every read, equal to the run's."""
+    tools, _, _ = _order_shop()
+    result = agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL)
+    count = int(repr(result).rsplit("events=", 1)[1].rstrip(">"))  # counted, not built
+    first = result.audit
+    assert isinstance(first, tuple)
+    assert len(first) == count
+    assert result.audit is first
+    assert [event.seq for event in first] == list(range(count))
+    assert first[-1].kind is agenttx.EventKind.FINISHED
+    same = attrs.evolve(result, audit=first)
+    assert same == result
+    assert attrs.evolve(result, audit=first[:-1]) != result
 
 
 def test_async_tools_run_concurrently_in_the_loop():
@@ -834,6 +852,9 @@ def test_costs_over_many_runs_give_cost_per_completed_workflow():
         ({"max_concurrency": True}, "max_concurrency"),
         ({"resources": {"api": -1}}, "capacity"),
         ({"rate_limits": {"check_stock": -2}}, "rate limit"),
+        ({"rate_limits": {"check_stock": float("nan")}}, "rate limit"),
+        ({"rate_limits": [("check_stock", 2)]}, "rate_limits must be a mapping"),
+        ({"resources": [("api", 1)]}, "resources must be a mapping"),
         ({"on_failure": "ignore"}, "on_failure"),
         ({"compensate_on": "sometimes"}, "compensate_on"),
         ({"run_id": "has space"}, "run_id"),
@@ -1129,3 +1150,109 @@ def test_a_failing_commit_fails_the_plan_and_compensates():
     assert "disk full" in (result.error or "")
     assert released == ["r-1"]
     assert not store.is_open(result.run_id)
+
+
+def test_a_started_run_interrupted_by_a_tool_compensates_then_wait_raises_it():
+    """KeyboardInterrupt in a tool of a started run: the completed node is compensated, the
+    run ends CANCELLED and `wait` re-raises the interrupt; `done` and `audit` tell the same."""
+    undone: list[str] = []
+
+    @agenttx.compensation(name="undo_first")
+    def undo_first(payload: dict) -> None:
+        undone.append(payload["output"]["n"])
+
+    @agenttx.tool(compensate=undo_first)
+    def first() -> dict[str, str]:
+        return {"n": "first"}
+
+    @agenttx.tool
+    def interrupted(n: str) -> dict[str, str]:
+        raise KeyboardInterrupt
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("a", tool="first"),
+            agenttx.Node("b", tool="interrupted", inputs={"n": "${a.n}"}),
+        ]
+    )
+    run = agenttx.start_plan(plan, tools=[first, interrupted, undo_first], initial={})
+    with pytest.raises(KeyboardInterrupt):
+        run.wait(10)
+    assert run.done
+    assert run.status is PlanStatus.CANCELLED
+    assert undone == ["first"]
+    kinds = [event.kind for event in run.audit()]
+    assert agenttx.EventKind.COMPENSATED in kinds
+    with pytest.raises(KeyboardInterrupt):  # every wait says so
+        run.wait(0)
+
+
+def test_a_rate_limit_given_as_a_number_is_a_bucket_of_one():
+    """rate_limits={tool: 2.0}: two starts per second, one at a time, so that the second
+    of two nodes waits about half a second for its token."""
+    started: list[float] = []
+
+    @agenttx.tool
+    def paced(n: int) -> dict[str, int]:
+        started.append(time.monotonic())
+        return {"n": n}
+
+    plan = agenttx.Plan(
+        nodes=[agenttx.Node(f"p{i}", tool="paced", inputs={"n": i}) for i in (1, 2)]
+    )
+    result = agenttx.run_plan(plan, tools=[paced], initial={}, rate_limits={"paced": 2})
+    assert result.status is PlanStatus.SUCCEEDED
+    assert len(started) == 2
+    assert max(started) - min(started) >= 0.4
+
+
+class Receipt(TypedDict, total=False):
+    receipt_id: str
+    pages: int
+
+
+@pytest.mark.parametrize(
+    ("output", "state", "key"),
+    [
+        ({}, NodeState.SUCCEEDED, None),  # every field is optional
+        ({"receipt_id": "r-1", "pages": 2}, NodeState.SUCCEEDED, None),
+        ({"pages": "two"}, NodeState.FAILED, "pages"),
+        (["r-1"], NodeState.FAILED, None),
+    ],
+)
+def test_an_output_is_checked_against_its_typed_dict_field_by_field(output, state, key):
+    """Optional fields may be missing; a field of the wrong type, or an output that is not an
+    object, fails the node naming what is wrong."""
+
+    @agenttx.tool
+    def receipt() -> Receipt:
+        return output  # type: ignore[return-value]
+
+    result = agenttx.run_plan(
+        agenttx.Plan(nodes=[agenttx.Node("r", tool="receipt")]), tools=[receipt], initial={}
+    )
+    node = result.nodes["r"]
+    assert node.state is state
+    if state is NodeState.FAILED:
+        assert node.error.key == key
+        assert node.attempts == 1
+        if key is None:
+            assert "does not match its return type Receipt" in node.error.text
+            assert "expected an object" in node.error.text
+        else:  # the type-mismatch hint rule rewrites it (and calls it an argument)
+            assert "got string, expected an integer" in node.error.text
+
+
+def test_an_interrupt_in_an_async_tool_ends_the_run_and_wait_raises_it():
+    """KeyboardInterrupt from an async tool ends a started run CANCELLED; wait re-raises it."""
+
+    @agenttx.tool
+    async def interrupted() -> dict[str, int]:
+        raise KeyboardInterrupt
+
+    run = agenttx.start_plan(
+        agenttx.Plan(nodes=[agenttx.Node("i", tool="interrupted")]), tools=[interrupted], initial={}
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run.wait(10)
+    assert run.status is PlanStatus.CANCELLED

@@ -533,3 +533,41 @@ def test_two_workers_racing_for_one_approval_see_one_win(store: PostgresStore) -
     assert consumed is not None
     assert consumed.state == "CONSUMED"
     assert [r.id for r in store.list_requests("approval", "CONSUMED", 10)] == ["apr-1"]
+
+
+def test_a_failed_delivery_is_kept_and_offered_again_after_its_delay(store: PostgresStore) -> None:
+    """Entries are read and claimed per transaction; a failed delivery keeps its error and
+    count, releases its claim and is offered again once `not_before` has passed."""
+    for tx_id in ("t1", "t2"):
+        store.begin(tx_id)
+        row = EffectRow(step_id=1, channel="c", payload=tx_id, idempotency_key=f"k-{tx_id}")
+        store.record_step(tx_id, 1, "[1]", [row], "p")
+        store.commit(tx_id)
+    assert [e.payload for e in store.pending_effects(tx_id="t1")] == ["t1"]
+    (claimed,) = store.claim_effects(10, tx_id="t2")
+    assert claimed.payload == "t2"
+    assert store.claim_effects(10, tx_id="t2") == ()  # held by this claim
+    later = time.time() + 60
+    store.mark_failed(claimed.id, "smtp down", not_before=later)
+    (kept,) = store.pending_effects(tx_id="t2")
+    assert (kept.attempts, kept.last_error, kept.not_before) == (1, "smtp down", later)
+    assert store.claim_effects(10, tx_id="t2") == ()  # not due yet
+    (again,) = store.claim_effects(10, tx_id="t2", now=later + 1)
+    assert again.id == claimed.id
+    store.mark_delivered(again.id)
+    store.mark_failed(again.id, "too late", not_before=0)  # a no-op once delivered
+    assert store.pending_effects(tx_id="t2") == ()
+    with pytest.raises(InvalidArgument, match="finite"):
+        store.mark_failed(again.id, "x", not_before=float("nan"))
+    with pytest.raises(InvalidArgument, match="no outbox entry"):
+        store.mark_delivered(10**9)
+
+
+def test_a_closed_store_refuses_every_call(store: PostgresStore) -> None:
+    """After close (idempotent), reads and writes raise StorageError naming the schema."""
+    other = _other(store)
+    other.close()
+    other.close()
+    for call in (other.pending_effects, other.running_plans, lambda: other.plan_runs(5)):
+        with pytest.raises(StorageError, match=store.schema):
+            call()

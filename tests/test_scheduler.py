@@ -281,6 +281,23 @@ def test_a_result_of_an_attempt_never_issued_is_stale():
     assert sched.state("a") is NodeState.RUNNING
 
 
+def test_only_the_exact_ids_issued_are_recognised():
+    """Ids that only look like an issued one (padded, signed, another node's, not text) are STALE;
+    earlier attempts of a retried node are DUPLICATE once applied, and ids are listed in order."""
+    sched = Scheduler([Task(id="a#b", attempts=2)], max_concurrency=1)
+    (start,) = sched.get_ready(0)
+    assert start.attempt == "a#b#3"
+    for wrong in ("a#b#03", "a#b#+3", "a#b# 3", "a#b#", "a#3", "b#3", "a#b#4", "a#b#2", 3, None):
+        assert sched.done("a#b", wrong).delivery is Delivery.STALE  # type: ignore[arg-type]
+    assert sched.failed("a#b", "a#b#3", retry_at=1.0).delivery is Delivery.APPLIED
+    (again,) = sched.get_ready(1.0)
+    assert again.attempt == "a#b#4"
+    assert sched.done("a#b", "a#b#3").delivery is Delivery.DUPLICATE
+    assert sched.attempts("a#b") == ("a#b#3", "a#b#4")
+    assert sched.done("a#b", "a#b#4").delivery is Delivery.APPLIED
+    assert sched.done("a#b", "a#b#4").delivery is Delivery.DUPLICATE
+
+
 def test_a_result_for_an_unknown_node_is_misuse():
     """done() for a node the scheduler does not know raises InvalidArgument."""
     sched = Scheduler([Task(id="a")], max_concurrency=1)

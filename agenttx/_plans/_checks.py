@@ -112,13 +112,17 @@ def check_rate_limits(rate_limits: object) -> dict[str, RateLimit]:
     return limits
 
 
+#: The empty set of node ids, shared (each `frozenset()` call makes a new object).
+_NO_NODES: frozenset[str] = frozenset()
+
+
 def optional_prerequisites(plan: Plan, node_id: str) -> frozenset[str]:
     """The prerequisites whose failure still releases the node: those it references only in
     inputs it lists as optional or gives a fallback for, and does not list in `after`."""
     node = plan.node(node_id)
     tolerant = set(node.optional) | set(node.fallback)
     if not tolerant:
-        return frozenset()
+        return _NO_NODES  # shared: one empty set, not one per node
     needed: dict[str, bool] = {}
     for ref in node.input_refs:
         if ref.namespace == "initial":

@@ -50,7 +50,7 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import Event, EventKind, EventSink
+from .._events import DeferredData, Event, EventKind, EventSink, deferred_data
 from .._hints import clean_error
 from .._json import canonical_dumps
 from .._limits import DEFAULT_ISOLATION, Isolation
@@ -85,7 +85,14 @@ from ._checks import (
 )
 from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
-from ._metrics import AttemptTiming, CostBreakdown, LazyMap, NodeTiming, plan_metrics
+from ._metrics import (
+    AttemptTiming,
+    CostBreakdown,
+    LazyMap,
+    NodeTiming,
+    PlanMetrics,
+    plan_metrics,
+)
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._people import NodeGate, Waiting
 from ._results import (
@@ -125,10 +132,6 @@ _RESTORED_AT: Final = -1e9
 FailurePolicy = Literal["skip_dependants", "cancel_all"]
 CompensateOn = Literal["failure", "never"]
 _COMPENSATE_ON: Final = ("failure", "never")
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 # ---------------------------------------------------------------------- the store
@@ -210,11 +213,11 @@ class _Attempt:
     eligible_at: float
     started_at: float
     context: ToolContext | None  # None once the attempt has ended (see `release`)
-    wall_start: dt.datetime
     arguments: JSONValue = None
     finished_at: float | None = None
     task: asyncio.Task[None] | None = None
     ended_costs: tuple[tuple[str, Decimal], ...] = ()
+    previous: _Attempt | None = None  # the node's attempt before this one
 
     @property
     def costs(self) -> tuple[tuple[str, Decimal], ...]:
@@ -236,18 +239,41 @@ class _NodeRecord:
     index: int
     tool: str
     key: str
-    attempts: list[_Attempt] = attrs.field(factory=list)
+    # The attempts as a chain from the last (no list a node: most nodes have one attempt).
+    last: _Attempt | None = None
+    tried: int = 0  # how many attempts were made
     eligible_at: float | None = None
     output: JSONValue = None
     error: CleanHint | None = None
-    undos: list[tuple[float, UndoRecord]] = attrs.field(factory=list)
-    finished_wall: dt.datetime | None = None
+    # A tuple: most nodes register none, and the shared empty tuple costs no object a node.
+    undos: tuple[tuple[float, UndoRecord], ...] = ()
+    finished_at: float | None = None  # when it ended, by `time.monotonic()`
+    finished_wall: dt.datetime | None = None  # of a node restored from the durable record
     started_wall: dt.datetime | None = None  # of a node restored from the durable record
     retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
 
+    @property
+    def attempts(self) -> list[_Attempt]:
+        """The node's attempts, oldest first."""
+        found: list[_Attempt] = []
+        attempt = self.last
+        while attempt is not None:
+            found.append(attempt)
+            attempt = attempt.previous
+        found.reverse()
+        return found
+
+    def add(self, attempt: _Attempt) -> None:
+        """Count `attempt` as the node's latest."""
+        attempt.previous = self.last
+        self.last = attempt
+        self.tried += 1
+
 
 #: An event held until the transition it reports is durable: kind, node, attempt, data.
-_HeldEvent = tuple[PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | None"]
+_HeldEvent = tuple[
+    PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | DeferredData | None"
+]
 
 
 @attrs.frozen
@@ -474,7 +500,7 @@ class PlanExecution:
         *,
         node: str | None = None,
         attempt: str | None = None,
-        data: Mapping[str, JSONValue] | None = None,
+        data: Mapping[str, JSONValue] | DeferredData | None = None,
     ) -> None:
         with self._lock:
             self._event_locked(kind, node=node, attempt=attempt, data=data)
@@ -486,7 +512,7 @@ class PlanExecution:
         *,
         node: str | None = None,
         attempt: str | None = None,
-        data: Mapping[str, JSONValue] | None = None,
+        data: Mapping[str, JSONValue] | DeferredData | None = None,
         at: float | None = None,
     ) -> None:
         journal = self._journal
@@ -718,7 +744,7 @@ class PlanExecution:
         for undo in undos:
             if 1 <= undo.step_id <= len(nodes):
                 node_id = nodes[undo.step_id - 1].id
-                self._nodes[node_id].undos.append((_RESTORED_AT + undo.step_id, undo))
+                self._nodes[node_id].undos += ((_RESTORED_AT + undo.step_id, undo),)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -729,6 +755,9 @@ class PlanExecution:
         inbox = _Inbox(asyncio.get_running_loop())
         self._wake = inbox.wake
         self._started = time.monotonic()
+        # Wall times are this offset plus a `time.monotonic()` reading: one clock read a
+        # transition, and the `datetime`s are built only when a node's result is read.
+        self._epoch = time.time() - self._started
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
                 self._nodes[node_id].eligible_at = self._started
@@ -808,40 +837,41 @@ class PlanExecution:
         tool in place (its `_Finished`); or fail it at once (the scheduler's update)."""
         import asyncio  # noqa: PLC0415
 
-        node = self._plan.node(start.node)
-        record = self._nodes[start.node]
+        node_id = start.node
+        node = self._plan.node(node_id)
+        record = self._nodes[node_id]
         now = time.monotonic()
         eligible = record.eligible_at if record.eligible_at is not None else now
-        tool = self._tools[start.node]
-        context = ToolContext(
-            tx_id=self.id,
-            step_id=record.index + 1,
-            idempotency_key=record.key,
-            deadline=now + (node.timeout or DEFAULT_NODE_TIMEOUT),
-            store=cast("Store", self._serialized),  # get, put and delete are all it calls
-            compensations=self._compensations,
-            log_undo=self._log_undo,
-            seq_base=start.number << _SEQ_BITS,
-        )
+        tool = self._tools[node_id]
+        timeout = node.timeout or DEFAULT_NODE_TIMEOUT
+        context = None
+        if tool.wants_context or tool.guarded:  # as a transaction's step: only if it is used
+            context = ToolContext(
+                tx_id=self.id,
+                step_id=record.index + 1,
+                idempotency_key=record.key,
+                deadline=now + timeout,
+                store=cast("Store", self._serialized),  # get, put and delete are all it calls
+                compensations=self._compensations,
+                log_undo=self._log_undo,
+                seq_base=start.number << _SEQ_BITS,
+            )
         attempt = _Attempt(
-            start=start,
-            eligible_at=min(eligible, now),
-            started_at=now,
-            context=context,
-            wall_start=_now(),
+            start=start, eligible_at=min(eligible, now), started_at=now, context=context
         )
-        record.attempts.append(attempt)
-        prerequisites = sorted(self._plan.prerequisites(start.node))
+        record.add(attempt)
+        prerequisites = tuple(sorted(self._plan.prerequisites(node_id)))
+        state = self._scheduler.state
+        optional = self._optional[node_id]
         unmet = [
             name
             for name in prerequisites
-            if self._scheduler.state(name) is not NodeState.SUCCEEDED
-            and name not in self._optional[start.node]
+            if state(name) is not NodeState.SUCCEEDED and name not in optional
         ]
         failure: Failure | None = None
         arguments: JSONValue = None
         if unmet:  # pragma: no cover  (the scheduler never starts such a node)
-            failure = Failure(f"node `{start.node}` started before {', '.join(unmet)} succeeded")
+            failure = Failure(f"node `{node_id}` started before {', '.join(unmet)} succeeded")
         else:
             try:
                 resolved = resolve_inputs(node, self._initial, self._outputs)
@@ -851,34 +881,32 @@ class PlanExecution:
                 arguments, violation = tool.validator.check(resolved)
                 if violation is not None:
                     failure = Failure(
-                        f"node `{start.node}` input does not fit tool '{tool.name}': "
+                        f"node `{node_id}` input does not fit tool '{tool.name}': "
                         f"{violation.message}",
                         key=violation.key,
                         mistake=True,
                     )
-        if start.node in self._unclaimed and failure is None:  # its claim did not hold
+        if node_id in self._unclaimed and failure is None:  # its claim did not hold
             failure = Failure(
-                f"node `{start.node}` is claimed by another runner of plan run `{self.id}`",
+                f"node `{node_id}` is claimed by another runner of plan run `{self.id}`",
                 mistake=True,
             )
         self._event(
             PlanEventKind.DISPATCHED,
-            node=start.node,
+            node=node_id,
             attempt=start.attempt,
-            data={
-                "number": start.number,
-                "tool": node.tool,
-                "idempotency_key": record.key,
-                "checks": {
-                    "prerequisites": cast("list[JSONValue]", prerequisites),
-                    "inputs": "refused" if failure is not None else "valid",
-                    "running": self._scheduler.running_count,
-                    "max_concurrency": self._max,
-                    "waited_for": list(start.waited),
-                    "cancelled": False,
-                    "timeout_s": node.timeout or DEFAULT_NODE_TIMEOUT,
-                },
-            },
+            data=(
+                _DISPATCHED,
+                start.number,
+                node.tool,
+                record.key,
+                prerequisites,
+                failure is None,
+                self._scheduler.running_count,
+                self._max,
+                start.waited,
+                timeout,
+            ),
         )
         if failure is not None:
             closed(context)
@@ -892,7 +920,7 @@ class PlanExecution:
             arguments=arguments,
             raw_context="",
             context=context,
-            timeout=node.timeout or DEFAULT_NODE_TIMEOUT,
+            timeout=timeout,
             log_undo=self._log_undo,
             seq_base=start.number << _SEQ_BITS,
         )
@@ -1064,9 +1092,10 @@ class PlanExecution:
             if declared is not None and undos and undos[-1].kind == declared:
                 undos.pop()  # the node's compensation replaces the tool's
             undos.append(_node_undo(attempt, kind, record.index + 1, len(undos), outcome))
-        record.undos.extend((now, undo) for undo in undos)
+        if undos:
+            record.undos += tuple((now, undo) for undo in undos)
         record.output = outcome.output
-        record.finished_wall = _now()
+        record.finished_at = now
         if self._txlog is not None:
             self._persist(self._write_state, attempt, outcome, kind, undos)
         if self._journal is not None:
@@ -1085,7 +1114,7 @@ class PlanExecution:
             PlanEventKind.COMPLETED,
             node=node_id,
             attempt=attempt.start.attempt,
-            data={"number": attempt.start.number, "effects_staged": len(outcome.effects)},
+            data=(_COMPLETED, attempt.start.number, len(outcome.effects)),
         )
 
     def _fail(
@@ -1108,7 +1137,7 @@ class PlanExecution:
         retry_at: float | None = None
         number = attempt.start.number
         # The budget counts the failures retried before a crash too (a resumed run's).
-        failures = record.retried + len(record.attempts)
+        failures = record.retried + record.tried
         if retry and transient and not failure.mistake and failures <= node.retries:
             retry_at = time.monotonic() + self._backoff.delay(number)
         update = self._scheduler.failed(
@@ -1147,7 +1176,7 @@ class PlanExecution:
             )
         else:
             record.error = hint
-            record.finished_wall = _now()
+            record.finished_at = now
             data["timed_out"] = timed_out
             self._event(
                 PlanEventKind.FAILED, node=node_id, attempt=attempt.start.attempt, data=data
@@ -1196,7 +1225,7 @@ class PlanExecution:
                 attempt.task.cancel()
                 tasks.append(attempt.task)
         for node_id in update.cancelled:
-            self._nodes[node_id].finished_wall = _now()
+            self._nodes[node_id].finished_at = now
             self._event(
                 PlanEventKind.CANCELLED,
                 node=node_id,
@@ -1215,8 +1244,9 @@ class PlanExecution:
     def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
         """Keep undos for compensation; those of a call that may still run, as stranded."""
         if over:
-            now = time.monotonic()
-            self._nodes[node_id].undos.extend((now, undo) for undo in undos)
+            if undos:
+                now = time.monotonic()
+                self._nodes[node_id].undos += tuple((now, undo) for undo in undos)
         else:
             self._stranded.extend((node_id, undo) for undo in undos)
 
@@ -1315,16 +1345,14 @@ class PlanExecution:
             plan_version=self._plan.version,
             status=status,
             nodes=self._node_results(),
-            metrics=plan_metrics(
-                self._timings(finished), started_at=self._started, finished_at=finished
-            ),
+            metrics=self._metrics(finished),
             compensations=compensations,
             cancel_reason=self._cancel_reason,
             error=error,
             committed_keys=committed,
             effects_dispatched=delivered,
             dispatch_errors=dispatch_errors,
-            audit=self._audit.events(),
+            audit=self._audit.recorded(),
         )
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
@@ -1396,11 +1424,16 @@ class PlanExecution:
         a kept result does not keep the run's store, tools or tasks alive)."""
         records = self._nodes
         scheduler = self._scheduler
+        epoch = self._epoch
+
+        def wall(at: float | None) -> dt.datetime | None:
+            return None if at is None else dt.datetime.fromtimestamp(at + epoch, dt.timezone.utc)
 
         def build(node_id: str) -> NodeResult:
             record = records[node_id]
             state = scheduler.state(node_id)
             attempts = record.attempts
+            finished = record.finished_wall
             return NodeResult(
                 node_id=node_id,
                 tool=record.tool,
@@ -1410,38 +1443,90 @@ class PlanExecution:
                 attempts=len(attempts),
                 attempt_ids=tuple(attempt.start.attempt for attempt in attempts),
                 idempotency_key=record.key,
-                started_at=attempts[0].wall_start if attempts else record.started_wall,
-                finished_at=record.finished_wall,
+                started_at=wall(attempts[0].started_at) if attempts else record.started_wall,
+                finished_at=finished if finished is not None else wall(record.finished_at),
                 cost=CostBreakdown.of(entry for attempt in attempts for entry in attempt.costs),
             )
 
         return LazyMap(records, build)
 
-    def _timings(self, finished: float) -> list[NodeTiming]:
-        timings: list[NodeTiming] = []
-        for node_id, record in self._nodes.items():
-            attempts = tuple(
-                AttemptTiming(
-                    eligible_at=min(attempt.eligible_at, attempt.started_at),
-                    started_at=attempt.started_at,
-                    finished_at=max(
-                        attempt.started_at,
-                        attempt.finished_at if attempt.finished_at is not None else finished,
-                    ),
-                    costs=attempt.costs,
-                )
-                for attempt in record.attempts
-            )
-            timings.append(
-                NodeTiming(
-                    node_id=node_id,
-                    tool=record.tool,
-                    prerequisites=self._plan.prerequisites(node_id),
-                    attempts=attempts,
-                    eligible_at=record.eligible_at,
-                )
-            )
-        return timings
+    def _metrics(self, finished: float) -> PlanMetrics:
+        """The run's metrics; a node's timing is built again when its figures are read (so
+        neither is kept a node: only the records, which the node results read too)."""
+        records = self._nodes
+        prerequisites = self._plan.prerequisites
+
+        def timing_of(node_id: str) -> NodeTiming:
+            return _timing(node_id, records[node_id], prerequisites(node_id), finished)
+
+        return plan_metrics(
+            (timing_of(node_id) for node_id in records),
+            started_at=self._started,
+            finished_at=finished,
+            timing_of=timing_of,
+        )
+
+
+def _timing(
+    node_id: str, record: _NodeRecord, prerequisites: frozenset[str], finished: float
+) -> NodeTiming:
+    """A node's timing for the metrics; an attempt still running at the end ends `finished`."""
+    attempts: tuple[AttemptTiming, ...] = ()
+    attempt = record.last
+    while attempt is not None:  # newest first: each is put before the later ones
+        started = attempt.started_at
+        ended = attempt.finished_at
+        attempts = (
+            AttemptTiming(
+                min(attempt.eligible_at, started),
+                started,
+                max(started, ended if ended is not None else finished),
+                attempt.costs,
+            ),
+            *attempts,
+        )
+        attempt = attempt.previous
+    return NodeTiming(node_id, record.tool, prerequisites, attempts, record.eligible_at)
+
+
+def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
+    number: int,
+    tool: str,
+    key: str,
+    prerequisites: tuple[str, ...],
+    valid: bool,
+    running: int,
+    max_concurrency: int,
+    waited: tuple[str, ...],
+    timeout: float,
+) -> dict[str, JSONValue]:
+    """The data of a `dispatched` event: the attempt and the checks made before it started.
+
+    Recorded as `DeferredData` (`(_DISPATCHED, *these arguments)`, scalars and tuples of
+    text): the nested mapping is built only when the event is read, written or delivered."""
+    return {
+        "number": number,
+        "tool": tool,
+        "idempotency_key": key,
+        "checks": {
+            "prerequisites": list(prerequisites),
+            "inputs": "valid" if valid else "refused",
+            "running": running,
+            "max_concurrency": max_concurrency,
+            "waited_for": list(waited),
+            "cancelled": False,
+            "timeout_s": timeout,
+        },
+    }
+
+
+def _completed(number: int, effects_staged: int) -> dict[str, JSONValue]:
+    """The data of a `completed` event (recorded as `DeferredData`, as `_dispatched`'s)."""
+    return {"number": number, "effects_staged": effects_staged}
+
+
+_DISPATCHED: Final = deferred_data("plan.dispatched", _dispatched)
+_COMPLETED: Final = deferred_data("plan.completed", _completed)
 
 
 def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]:

@@ -244,34 +244,49 @@ def percentile(values: Iterable[float], p: float) -> float:
 
 
 def plan_metrics(
-    timings: Iterable[NodeTiming], *, started_at: float, finished_at: float
+    timings: Iterable[NodeTiming],
+    *,
+    started_at: float,
+    finished_at: float,
+    timing_of: Callable[[str], NodeTiming] | None = None,
 ) -> PlanMetrics:
     """The metrics of a run that started and ended at these monotonic times.
 
-    Prerequisites that name no node of `timings` are ignored. Raises `InvalidArgument` if the
-    run ends before it starts, if an attempt's times are out of order, or if the prerequisites
-    form a cycle.
+    Prerequisites that name no node of `timings` are ignored; a node id given twice counts
+    once (the last timing). With `timing_of` (which gives a node's timing again, by id) the
+    timings are read once and not kept: `nodes` then builds a node's figures from
+    `timing_of(node_id)` when read. Raises `InvalidArgument` if the run ends before it starts,
+    if an attempt's times are out of order, or if the prerequisites form a cycle.
     """
     if not started_at <= finished_at:
         raise InvalidArgument(
             f"a run must end after it starts, got {started_at!r} .. {finished_at!r}"
         )
-    nodes = {timing.node_id: timing for timing in timings}
+    if timing_of is None:
+        kept = {timing.node_id: timing for timing in timings}
+        timings = kept.values()
+        timing_of = kept.__getitem__
+    # What the figures need, without keeping one object a node (a run of thousands of nodes
+    # would hand each to every later garbage collection): floats and the given sets.
+    lasting: dict[str, float] = {}
+    prerequisites: dict[str, frozenset[str]] = {}
     makespan = finished_at - started_at
-    by_tool: dict[str, list[AttemptTiming]] = {}
+    by_tool: dict[str, list[float]] = {}
     tool_retries: dict[str, int] = {}
     tool_costs: dict[str, list[tuple[str, Decimal]]] = {}
     costs: list[tuple[str, Decimal]] = []
     durations: list[float] = []
     busy = prerequisite_wait = capacity_wait = 0.0
     retries = 0
-    for timing in nodes.values():
+    for timing in timings:
         attempts = timing.attempts
         tool = timing.tool
+        lasting[timing.node_id] = timing.duration_s
+        prerequisites[timing.node_id] = timing.prerequisites
         node_retries = max(0, len(attempts) - 1)
         retries += node_retries
         tool_retries[tool] = tool_retries.get(tool, 0) + node_retries
-        by_tool.setdefault(tool, []).extend(attempts)
+        by_tool.setdefault(tool, []).extend(a.finished_at - a.started_at for a in attempts)
         prerequisite_wait += _prerequisite_wait(timing, started_at)
         if attempts:
             durations.append(timing.duration_s)
@@ -290,15 +305,15 @@ def plan_metrics(
                 tool_costs.setdefault(tool, []).extend(node_costs)
     tools = {
         name: ToolMetrics(
-            calls=len(attempts),
+            calls=len(running),
             retries=tool_retries[name],
-            latency_p50_s=percentile((a.running_s for a in attempts), 50),
-            latency_p95_s=percentile((a.running_s for a in attempts), 95),
+            latency_p50_s=percentile(running, 50),
+            latency_p95_s=percentile(running, 95),
             cost=CostBreakdown.of(tool_costs.get(name, ())),
         )
-        for name, attempts in by_tool.items()
+        for name, running in by_tool.items()
     }
-    critical_s, path = critical_path(nodes)
+    critical_s, path = _longest_path(lasting, prerequisites)
     return PlanMetrics(
         makespan_s=makespan,
         critical_path_s=critical_s,
@@ -312,7 +327,7 @@ def plan_metrics(
         latency_p95_s=percentile(durations, 95),
         retries=retries,
         cost=CostBreakdown.of(costs),
-        nodes=LazyMap(nodes, lambda node_id: node_metrics(nodes[node_id], started_at)),
+        nodes=LazyMap(lasting, lambda node_id: node_metrics(timing_of(node_id), started_at)),
         tools=tools,
     )
 
@@ -393,40 +408,68 @@ def critical_path(nodes: Mapping[str, NodeTiming]) -> tuple[float, tuple[str, ..
     Kahn's algorithm, O(nodes + edges), no recursion (a 10,000-node chain is fine); ties go to
     the end node reached first. Raises `InvalidArgument` for a cycle.
     """
-    dependants: dict[str, list[str]] = {node_id: [] for node_id in nodes}
-    waiting: dict[str, int] = {}
-    for node_id, timing in nodes.items():
-        known = [p for p in timing.prerequisites if p in nodes]
-        waiting[node_id] = len(known)
-        for prerequisite in known:
-            dependants[prerequisite].append(node_id)
-    ready = [node_id for node_id, count in waiting.items() if count == 0]
-    best: dict[str, float] = {}
-    came_from: dict[str, str | None] = {}
-    for node_id in ready:
-        best[node_id] = nodes[node_id].duration_s
-        came_from[node_id] = None
+    return _longest_path(
+        {node_id: timing.duration_s for node_id, timing in nodes.items()},
+        {node_id: timing.prerequisites for node_id, timing in nodes.items()},
+    )
+
+
+def _longest_path(
+    lasting: Mapping[str, float], prerequisites: Mapping[str, frozenset[str]]
+) -> tuple[float, tuple[str, ...]]:
+    """`critical_path` of nodes given as their durations and prerequisites (same keys).
+
+    The graph is held in a few flat lists of positions (each node's dependants are a slice of
+    one list, in the order the nodes list them), not a list a node.
+    """
+    ids = list(lasting)
+    count = len(ids)
+    position = {node_id: index for index, node_id in enumerate(ids)}
+    waiting = [0] * count
+    starts = [0] * (count + 1)
+    for index, node_id in enumerate(ids):
+        for prerequisite in prerequisites[node_id]:
+            source = position.get(prerequisite)
+            if source is not None:
+                waiting[index] += 1
+                starts[source + 1] += 1
+    for index in range(count):
+        starts[index + 1] += starts[index]
+    filled = starts[:-1]
+    dependants = [0] * starts[-1]
+    for index, node_id in enumerate(ids):
+        for prerequisite in prerequisites[node_id]:
+            source = position.get(prerequisite)
+            if source is not None:
+                dependants[filled[source]] = index
+                filled[source] += 1
+    ready = [index for index in range(count) if waiting[index] == 0]
+    best: dict[int, float] = {}
+    came_from: dict[int, int] = {}
+    for index in ready:
+        best[index] = lasting[ids[index]]
+        came_from[index] = -1
     seen = 0
     while ready:
-        node_id = ready.pop()
+        index = ready.pop()
         seen += 1
-        for dependant in dependants[node_id]:
-            candidate = best[node_id] + nodes[dependant].duration_s
+        for dependant in dependants[starts[index] : starts[index + 1]]:
+            candidate = best[index] + lasting[ids[dependant]]
             if dependant not in best or candidate > best[dependant]:
                 best[dependant] = candidate
-                came_from[dependant] = node_id
+                came_from[dependant] = index
             waiting[dependant] -= 1
             if waiting[dependant] == 0:
                 ready.append(dependant)
-    if seen != len(nodes):
+    if seen != count:
         raise InvalidArgument("the prerequisites of the timed nodes form a cycle")
     if not best:
         return 0.0, ()
-    end = max(best, key=lambda node_id: best[node_id])
+    end = max(best, key=lambda index: best[index])
     path: list[str] = []
-    cursor: str | None = end
-    while cursor is not None:
-        path.append(cursor)
+    cursor = end
+    while cursor >= 0:
+        path.append(ids[cursor])
         cursor = came_from[cursor]
     path.reverse()
     return best[end], tuple(path)

@@ -35,6 +35,7 @@ from .._refs import (
     is_path_segment,
     is_plan_namespace,
     parse_template,
+    resolve_plan_reference,
     resolve_plan_value,
 )
 from .._tools import Compensation, Tool
@@ -192,6 +193,11 @@ def _mapping_repr(value: Mapping[str, Any]) -> str:
     return repr(dict(value))
 
 
+#: The read-only empty mapping every node without `resources` or `fallback` shares (a plan of
+#: thousands of nodes then holds no two of them for the garbage collector to walk).
+_NOTHING: Final[Mapping[str, Any]] = types.MappingProxyType({})
+
+
 @final
 @attrs.frozen(unsafe_hash=False)
 class Node:
@@ -259,7 +265,7 @@ class Node:
         for name, units in resources.items():
             if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
                 raise _fail(node, f"resources[{name!r}]", f"must be an integer > 0, got {units!r}")
-        set_(self, "resources", types.MappingProxyType(resources))
+        set_(self, "resources", types.MappingProxyType(resources) if resources else _NOTHING)
         retries = self.retries
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise _fail(node, "retries", f"must be an integer >= 0, got {retries!r}")
@@ -288,7 +294,7 @@ class Node:
             fallback = cast(
                 "dict[str, Any]", check_json(fallback, what=f"fallback of node `{node}`")
             )
-        set_(self, "fallback", types.MappingProxyType(fallback))
+        set_(self, "fallback", types.MappingProxyType(fallback) if fallback else _NOTHING)
         refs: list[InputRef] = []
         malformed: list[tuple[str, str]] = []
         for param, value in checked.items():
@@ -492,16 +498,22 @@ class Plan:
 
         Raises `InvalidArgument` if the plan has no such node.
         """
-        self.node(node_id)
-        return self._prerequisites[node_id]
+        try:
+            return self._prerequisites[node_id]
+        except (KeyError, TypeError):
+            self.node(node_id)  # raises, naming it
+            raise  # pragma: no cover  (every node has its entry)
 
     def dependants(self, node_id: str) -> frozenset[str]:
         """The nodes that list `node_id` among their prerequisites.
 
         Raises `InvalidArgument` if the plan has no such node.
         """
-        self.node(node_id)
-        return self._dependants[node_id]
+        try:
+            return self._dependants[node_id]
+        except (KeyError, TypeError):
+            self.node(node_id)  # raises, naming it
+            raise  # pragma: no cover  (every node has its entry)
 
     def input_refs(self, node_id: str) -> tuple[InputRef, ...]:
         """Every well-formed reference in the inputs of `node_id` (see `InputRef`)."""
@@ -663,14 +675,24 @@ def resolve_inputs(
             if ref.namespace != "initial" and ref.namespace not in outputs
         }
     namespaces = _Namespaces(initial if isinstance(initial, dict) else dict(initial), outputs)
-    for param in node.inputs:
+    refs = node.input_refs
+    for param, value in node.inputs.items():
         if param in missing:
             if param in node.fallback:
                 arguments[param] = node.fallback[param]
                 continue
             if param in node.optional:
                 continue
-        resolved, error = node.compiled_input(param).resolve(namespaces)
+        if not isinstance(value, (dict, list)) and not (isinstance(value, str) and "${" in value):
+            arguments[param] = value  # a literal scalar: as it is
+            continue
+        # The commonest input, one whole reference, is read from the node's parsed references
+        # (no compiled copy kept a node); the rest is compiled once and kept.
+        whole = next((ref for ref in refs if ref.whole and ref.param == param), None)
+        if whole is not None:
+            resolved, error = resolve_plan_reference(whole, namespaces)
+        else:
+            resolved, error = node.compiled_input(param).resolve(namespaces)
         if error is not None:
             if param in node.fallback:
                 arguments[param] = node.fallback[param]

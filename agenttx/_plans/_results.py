@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 
 from .._errors import InvalidArgument
-from .._events import Event, EventKind, audit_jsonl
+from .._events import Event, EventKind, RecordedEvents, audit_jsonl
 from ._metrics import NO_COST, CostBreakdown, LazyMap, PlanMetrics
 from ._scheduler import NodeState
 
@@ -108,6 +108,10 @@ def _frozen_nodes(value: Mapping[str, NodeResult]) -> Mapping[str, NodeResult]:
     return MappingProxyType(dict(value))
 
 
+def _built_events(value: tuple[Event, ...] | RecordedEvents) -> tuple[Event, ...]:
+    return value() if isinstance(value, RecordedEvents) else value
+
+
 @final
 @attrs.frozen(kw_only=True, repr=False)
 class PlanResult:
@@ -133,15 +137,26 @@ class PlanResult:
     committed_keys: int = 0
     effects_dispatched: int = 0
     dispatch_errors: tuple[str, ...] = ()
-    audit: tuple[Event, ...] = ()
+    # Given as `audit=`: the events, or the runner's `RecordedEvents`, built when first read.
+    _audit: tuple[Event, ...] | RecordedEvents = attrs.field(default=(), eq=_built_events)
 
     def __repr__(self) -> str:
         # A summary: the whole result may hold thousands of nodes and events, and asyncio
         # formats the repr of a finished main task's result when `asyncio.run` returns.
         return (
             f"<agenttx.PlanResult {self.run_id!r} {self.status.value} nodes={len(self.nodes)} "
-            f"events={len(self.audit)}>"
+            f"events={len(self._audit)}>"
         )
+
+    @property
+    def audit(self) -> tuple[Event, ...]:
+        """The append-only record of the run, in `seq` order (built when first read, then the
+        same tuple at every read)."""
+        audit = self._audit
+        if isinstance(audit, RecordedEvents):
+            audit = audit()
+            object.__setattr__(self, "_audit", audit)
+        return audit
 
     @property
     def succeeded(self) -> bool:

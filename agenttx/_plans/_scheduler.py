@@ -63,14 +63,14 @@ import enum
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Final, Literal, final
+from typing import TYPE_CHECKING, Final, Literal, cast, final
 
 import attrs
 
 from .._errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "Delivery",
@@ -140,59 +140,23 @@ def _node_ids(value: Iterable[str]) -> frozenset[str]:
     return frozenset(value)
 
 
-def _check_id(_: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(f"{attribute.name} must be a non-empty string, got {value!r}")
-
-
-def _check_ids(instance: Task, attribute: attrs.Attribute[frozenset[str]], value: object) -> None:
-    assert isinstance(value, frozenset)
+def _check_ids(task_id: str, name: str, value: frozenset[str]) -> None:
     for item in value:
         if not isinstance(item, str) or not item:
             raise InvalidArgument(
-                f"task {instance.id!r}: {attribute.name} must hold non-empty node ids, got {item!r}"
+                f"task {task_id!r}: {name} must hold non-empty node ids, got {item!r}"
             )
 
 
-def _check_optional(instance: Task, _: object, value: frozenset[str]) -> None:
-    extra = value - instance.prerequisites
-    if extra:
-        raise InvalidArgument(
-            f"task {instance.id!r}: optional names {sorted(extra)!r}, which are not among its"
-            f" prerequisites"
-        )
-
-
-def _resources(value: Mapping[str, int]) -> Mapping[str, int]:
-    return dict(value)
-
-
-def _check_resources(instance: Task, _: object, value: Mapping[str, int]) -> None:
+def _check_resources(task_id: str, value: Mapping[str, int]) -> None:
     for name, amount in value.items():
         if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"task {instance.id!r}: resource names must be non-empty strings")
+            raise InvalidArgument(f"task {task_id!r}: resource names must be non-empty strings")
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
             raise InvalidArgument(
-                f"task {instance.id!r}: resource {name!r} must be held in an integer > 0 of"
+                f"task {task_id!r}: resource {name!r} must be held in an integer > 0 of"
                 f" tokens, got {amount!r}"
             )
-
-
-def _check_exclusive(instance: Task, _: object, value: str | None) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise InvalidArgument(
-            f"task {instance.id!r}: exclusive must be None or a non-empty key, got {value!r}"
-        )
-
-
-def _check_attempts(_: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgument(f"{attribute.name} must be an integer >= 0, got {value!r}")
-
-
-def _check_tool(instance: Task, _: object, value: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidArgument(f"task {instance.id!r}: tool must be a string, got {value!r}")
 
 
 @final
@@ -207,21 +171,56 @@ class Task:
     `exclusive` is a key (already resolved, e.g. `order:7`) that no two running nodes share;
     `tool` names the tool, for per-tool rate limits. `attempts` counts the attempts the node had
     before this scheduler (a resumed run's): its next attempt is numbered after them.
+
+    Raises `InvalidArgument` naming the task and the field for a value of the wrong kind.
     """
 
-    id: str = attrs.field(validator=_check_id)
-    prerequisites: frozenset[str] = attrs.field(
-        default=frozenset(), converter=_node_ids, validator=_check_ids
-    )
-    optional: frozenset[str] = attrs.field(
-        default=frozenset(), converter=_node_ids, validator=[_check_ids, _check_optional]
-    )
-    resources: Mapping[str, int] = attrs.field(
-        factory=dict, converter=_resources, validator=_check_resources, hash=False
-    )
-    exclusive: str | None = attrs.field(default=None, validator=_check_exclusive)
-    tool: str = attrs.field(default="", validator=_check_tool)
-    attempts: int = attrs.field(default=0, validator=_check_attempts)
+    id: str
+    prerequisites: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+    resources: Mapping[str, int] = attrs.field(factory=dict, hash=False)
+    exclusive: str | None = None
+    tool: str = ""
+    attempts: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        # One method rather than a validator a field: a plan of thousands of nodes builds one
+        # task a node before it runs, and the checks are the same.
+        set_ = object.__setattr__
+        prerequisites = self.prerequisites
+        if type(prerequisites) is not frozenset:
+            prerequisites = _node_ids(prerequisites)
+            set_(self, "prerequisites", prerequisites)
+        optional = self.optional
+        if type(optional) is not frozenset:
+            optional = _node_ids(optional)
+            set_(self, "optional", optional)
+        resources = dict(self.resources)
+        set_(self, "resources", resources)
+        task_id = self.id
+        if not isinstance(task_id, str) or not task_id:
+            raise InvalidArgument(f"id must be a non-empty string, got {task_id!r}")
+        _check_ids(task_id, "prerequisites", prerequisites)
+        if optional:
+            _check_ids(task_id, "optional", optional)
+            extra = optional - prerequisites
+            if extra:
+                raise InvalidArgument(
+                    f"task {task_id!r}: optional names {sorted(extra)!r}, which are not among"
+                    f" its prerequisites"
+                )
+        if resources:
+            _check_resources(task_id, resources)
+        exclusive = self.exclusive
+        if exclusive is not None and (not isinstance(exclusive, str) or not exclusive):
+            raise InvalidArgument(
+                f"task {task_id!r}: exclusive must be None or a non-empty key, got {exclusive!r}"
+            )
+        if not isinstance(self.tool, str):
+            raise InvalidArgument(f"task {task_id!r}: tool must be a string, got {self.tool!r}")
+        attempts = self.attempts
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
+            raise InvalidArgument(f"attempts must be an integer >= 0, got {attempts!r}")
 
 
 def _check_rate(_: object, attribute: attrs.Attribute[float], value: object) -> None:
@@ -321,12 +320,13 @@ class _Entry:
 
     __slots__ = (
         "applied",
-        "attempts",
         "count",
+        "current",
         "demands",
         "dependants",
         "first",
         "id",
+        "issued",
         "optional",
         "state",
         "waited",
@@ -337,12 +337,30 @@ class _Entry:
         self.optional = task.optional
         self.state = NodeState.PENDING
         self.count = len(task.prerequisites)
-        self.dependants: list[_Entry] = []
-        self.attempts: list[str] = []  # attempt ids issued, oldest first
+        # The ids of the nodes that wait for this one: a list while the scheduler is built,
+        # then a tuple of text (which the garbage collector stops tracking).
+        self.dependants: Sequence[str] = []
+        # Attempt ids are `<id>#<number>`, numbered from `first + 1`: a count and the last id
+        # say which were issued (no list of ids a node).
+        self.issued = 0  # how many attempts were issued
+        self.current = ""  # the id of the last one issued
         self.first = task.attempts  # attempts numbered before these (a resumed run's)
         self.applied = 0  # how many of them had their result applied
         self.demands: tuple[tuple[_Gate, float], ...] = ()
         self.waited: list[str] | None = None
+
+    def index(self, attempt: object) -> int | None:
+        """Where `attempt` is among the attempts issued (0 for the first), or None."""
+        if not isinstance(attempt, str):
+            return None
+        prefix, sep, digits = attempt.rpartition("#")
+        if not sep or prefix != self.id or not (digits.isascii() and digits.isdigit()):
+            return None
+        number = int(digits)
+        index = number - self.first - 1
+        if str(number) != digits or not 0 <= index < self.issued:
+            return None
+        return index
 
 
 @final
@@ -425,9 +443,10 @@ class Scheduler:
                     raise InvalidArgument(
                         f"node {task.id!r} waits for {prerequisite!r}, which is not a node"
                     )
-                source.dependants.append(entry)
+                cast("list[str]", source.dependants).append(entry.id)
         _refuse_cycles(listed, self._entries)
         for entry in self._entries.values():
+            entry.dependants = tuple(entry.dependants)
             if entry.count == 0:
                 entry.state = NodeState.READY
                 self._ready.append(entry)
@@ -491,7 +510,8 @@ class Scheduler:
 
     def attempts(self, node: str) -> tuple[str, ...]:
         """The attempt ids issued for the node, oldest first."""
-        return tuple(self._entry(node).attempts)
+        entry = self._entry(node)
+        return tuple(f"{entry.id}#{entry.first + i}" for i in range(1, entry.issued + 1))
 
     def is_active(self) -> bool:
         """True while some node has not reached a terminal state (as `graphlib`'s)."""
@@ -585,9 +605,9 @@ class Scheduler:
                 return
         for gate, amount in entry.demands:
             gate.tokens -= amount
-        number = entry.first + len(entry.attempts) + 1
-        attempt = f"{entry.id}#{number}"
-        entry.attempts.append(attempt)
+        entry.issued += 1
+        number = entry.first + entry.issued
+        attempt = entry.current = f"{entry.id}#{number}"
         entry.state = NodeState.RUNNING
         self._running += 1
         waited = entry.waited
@@ -610,11 +630,10 @@ class Scheduler:
     def _claim(self, node: str, attempt: str) -> _Entry | Update:
         """The entry if `attempt` is its running attempt, else the refusal to return."""
         entry = self._entry(node)
-        if entry.state is NodeState.RUNNING and entry.attempts[-1] == attempt:
+        if entry.state is NodeState.RUNNING and entry.current == attempt:
             return entry
-        try:
-            index = entry.attempts.index(attempt)
-        except ValueError:
+        index = entry.index(attempt)
+        if index is None:
             return _STALE
         return _DUPLICATE if index < entry.applied else _STALE
 
@@ -628,12 +647,13 @@ class Scheduler:
         if isinstance(claimed, Update):
             return claimed
         entry = claimed
-        entry.applied = len(entry.attempts)
+        entry.applied = entry.issued
         self._release(entry)
         self._end(entry, NodeState.SUCCEEDED)
         ready: list[str] = []
+        entries = self._entries
         for dependant in entry.dependants:
-            self._resolve(dependant, ready)
+            self._resolve(entries[dependant], ready)
         return Update(delivery=Delivery.APPLIED, ready=tuple(ready)) if ready else _APPLIED
 
     def failed(
@@ -655,7 +675,7 @@ class Scheduler:
         if isinstance(claimed, Update):
             return claimed
         entry = claimed
-        entry.applied = len(entry.attempts)
+        entry.applied = entry.issued
         self._release(entry)
         if retry_at is not None:
             entry.state = NodeState.READY
@@ -677,9 +697,10 @@ class Scheduler:
         limits it waited for. False (nothing changed) if `start` is not the node's running
         attempt."""
         entry = self._entry(start.node)
-        if entry.state is not NodeState.RUNNING or entry.attempts[-1] != start.attempt:
+        if entry.state is not NodeState.RUNNING or entry.current != start.attempt:
             return False
-        entry.attempts.pop()
+        entry.issued -= 1  # not issued after all: the next start takes the same number
+        entry.current = f"{entry.id}#{entry.first + entry.issued}" if entry.issued else ""
         self._release(entry)
         entry.state = NodeState.READY
         entry.waited = [*start.waited] if label in start.waited else [*start.waited, label]
@@ -712,8 +733,8 @@ class Scheduler:
                 interrupted.append(
                     Start(
                         node=entry.id,
-                        attempt=entry.attempts[-1],
-                        number=entry.first + len(entry.attempts),
+                        attempt=entry.current,
+                        number=entry.first + entry.issued,
                     )
                 )
             self._end(entry, NodeState.CANCELLED)
@@ -743,7 +764,8 @@ class Scheduler:
         stack = [failed]
         while stack:
             source = stack.pop()
-            for dependant in source.dependants:
+            for dependant_id in source.dependants:
+                dependant = self._entries[dependant_id]
                 if source.id in dependant.optional:
                     self._resolve(dependant, ready)
                 elif dependant.state is NodeState.PENDING:  # not skipped through another one yet
@@ -788,7 +810,8 @@ def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
     seen = 0
     while queue:
         seen += 1
-        for dependant in queue.pop().dependants:
+        for dependant_id in queue.pop().dependants:
+            dependant = entries[dependant_id]
             left = counts[dependant] - 1
             counts[dependant] = left
             if left == 0:

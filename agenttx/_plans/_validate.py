@@ -84,6 +84,7 @@ class _ToolInfo:
 
 class _Checker:
     __slots__ = (
+        "_fields",
         "_ids",
         "_infos",
         "_initial",
@@ -100,6 +101,7 @@ class _Checker:
         self._initial = frozenset(plan.initial)
         self._infos: dict[str, _ToolInfo | None] = {}
         self._mismatches: dict[tuple[Any, Any], bool] = {}
+        self._fields: dict[tuple[Any, str], tuple[str, Any]] = {}
         self._seen: dict[str, int] = {}
         self._ids = sorted(set(plan.node_ids))
         self.problems: list[PlanProblem] = []
@@ -113,6 +115,16 @@ class _Checker:
             return found
         except TypeError:  # an unhashable annotation
             return _mismatch(source, target, 0)
+
+    def _field(self, annotation: Any, segment: str) -> tuple[str, Any]:
+        """`_field`, answered once per type and segment (a plan reads few distinct fields)."""
+        try:
+            return self._fields[annotation, segment]
+        except KeyError:
+            found = self._fields[annotation, segment] = _field(annotation, segment)
+            return found
+        except TypeError:  # an unhashable annotation
+            return _field(annotation, segment)
 
     def _add(self, code: PlanProblemCode, subject: str, message: str) -> None:
         self.problems.append(PlanProblem(code=code, subject=subject, message=message))
@@ -261,7 +273,7 @@ class _Checker:
         info = self._info(producer.tool)
         current = _UNKNOWN if info is None else info.returns
         for depth, segment in enumerate(ref.path):
-            status, current = _field(current, segment)
+            status, current = self._field(current, segment)
             if status == "ok":
                 continue
             where = ".".join((namespace, *ref.path[: depth + 1]))
