@@ -1116,3 +1116,63 @@ def test_units_are_counted_over_every_run_and_freed_at_the_end(store):
     assert first.held == frozenset()
     first.flush("CANCELLED")
     assert store.plan_units() == ()
+
+
+def test_runs_crossing_over_several_resources_all_finish_without_overlap(durable_backend):
+    """Three runs whose nodes take three resources in different orders and end at different
+    times all succeed (no write deadlocks), each resource with one holder at a time and the
+    shared `api` never past its capacity."""
+    spans: dict[str, list[tuple[float, float]]] = {"r1": [], "r2": [], "r3": []}
+    guard = threading.Lock()
+
+    @agenttx.tool
+    def use(resource: str, wait: float) -> dict[str, str]:
+        began = time.monotonic()
+        time.sleep(wait)
+        with guard:
+            spans[resource].append((began, time.monotonic()))
+        return {"resource": resource}
+
+    def plan(order: list[str], wait: float) -> agenttx.Plan:
+        return agenttx.Plan(
+            nodes=[
+                agenttx.Node(
+                    f"n{index}",
+                    tool="use",
+                    inputs={"resource": resource, "wait": wait * (index + 1)},
+                    exclusive_resource=resource,
+                    resources={"api": 1},
+                )
+                for index, resource in enumerate(order)
+            ]
+        )
+
+    orders = [["r1", "r2", "r3"], ["r3", "r2", "r1"], ["r2", "r3", "r1"]]
+    stores = [durable_backend() for _ in orders]
+    results: dict[int, agenttx.PlanResult] = {}
+
+    def run(index: int) -> None:
+        results[index] = agenttx.run_plan(
+            plan(orders[index], 0.01 * (index + 1)),
+            tools=[use],
+            initial={},
+            store=stores[index],
+            run_id=f"x{index}",
+            resources={"api": 2},
+            backoff=Backoff(base=0.005, max_wait=0.02),
+        )
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(orders))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [results[index].status for index in sorted(results)] == [PlanStatus.SUCCEEDED] * 3
+    for resource, used in spans.items():
+        assert len(used) == 3, resource
+        assert _overlaps(used) == [], resource
+    every = [span for used in spans.values() for span in used]
+    busiest = max(sum(1 for a, b in every if a <= start < b) for start, _ in every)
+    assert busiest <= 2  # the api's capacity of 2, counted over the three runs
+    assert stores[0].plan_holds() == ()
+    assert stores[0].plan_units() == ()

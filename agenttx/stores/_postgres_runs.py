@@ -18,7 +18,7 @@ from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
 from ._durable import OutboxEntry
 from ._plans import PlanImage, PlanNodeRow
-from ._postgres_schema import UNITS_LOCK
+from ._postgres_schema import HOLDS_LOCK
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 
 if TYPE_CHECKING:
@@ -130,8 +130,13 @@ class SharedRows:
                         f"plan run `{run_id}` was taken over by another store (lease lost): "
                         "this store no longer holds it"
                     )
+                ending = status is not None and status != _RUNNING
+                if ending or any(c.hold or c.units or c.release for c in changes):
+                    # Every write that takes or frees holds or units does so under one lock
+                    # per schema, taken after its run's row: no two wait on each other.
+                    cur.execute(sql.lock_holds, (HOLDS_LOCK, self._schema))
                 made = self._change_nodes(cur, run_id, changes, now)
-                if status is not None and status != _RUNNING:
+                if ending:
                     cur.execute(sql.unhold_run, (run_id,))
                     cur.execute(sql.ununits_run, (run_id,))
                 if events:
@@ -151,8 +156,6 @@ class SharedRows:
         sql = self._sql
         made: list[bool | None] = []
         batch: list[PlanChange] = []
-        if any(change.units for change in changes):  # before any hold: no lock-order cycle
-            cur.execute(sql.lock_units, (UNITS_LOCK, self._schema))
 
         def flush() -> None:
             if batch:
@@ -222,7 +225,7 @@ class SharedRows:
     def _take_units(
         self, cur: psycopg.Cursor[Any], run_id: str, change: PlanChange, now: float
     ) -> bool:
-        """Take the claim's units if every capacity has room (under the units lock)."""
+        """Take the claim's units if every capacity has room (under the holds lock)."""
         sql = self._sql
         for resource, units, capacity in change.units:
             cur.execute(sql.used_units, (resource, run_id, change.node_id))
@@ -416,6 +419,7 @@ class SharedRows:
                 row = cur.fetchone()
                 if row is None:
                     return None
+                cur.execute(self._sql.lock_holds, (HOLDS_LOCK, self._schema))
                 cur.execute(self._sql.unhold_run, (run_id,))  # the dead runner's holds
                 cur.execute(self._sql.ununits_run, (run_id,))
                 image = self._read_plan(cur, run_id)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "UNITS_LOCK", "Sql"]
+__all__ = ["HOLDS_LOCK", "MIGRATIONS", "SCHEMA_VERSION", "Sql"]
 
 #: The schema migrations, in order, as (description, statements); `{s}` is the schema, quoted.
 #: Applying `MIGRATIONS[v]` takes the schema from version `v` to `v + 1`. Append; never edit
@@ -143,8 +143,10 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ),
 )
 
-#: The advisory lock (with the schema's hash) under which claims count capacities' units.
-UNITS_LOCK: Final = 0x41475455
+#: The advisory lock (with the schema's hash) under which every write takes or frees holds
+#: and units of plan nodes: claims count capacities' units under it, and no two writes can
+#: wait on each other's rows of `plan_holds` or `plan_units`.
+HOLDS_LOCK: Final = 0x41475455
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -415,8 +417,9 @@ class Sql:
         self.select_holds = (
             f"SELECT resource, run_id, node_id, attempt FROM {s}.plan_holds ORDER BY resource"
         )
-        #: Serialize the claims that count units (one lock per schema, held to commit).
-        self.lock_units = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+        #: Serialize the writes that take or free holds and units (one lock per schema,
+        #: held to commit).
+        self.lock_holds = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
         self.used_units = (
             f"SELECT coalesce(sum(units), 0) FROM {s}.plan_units WHERE resource = %s "
             "AND NOT (run_id = %s AND node_id = %s)"
