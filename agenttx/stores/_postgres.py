@@ -48,7 +48,7 @@ from ._protocol import (
     snapshot_not_found,
 )
 from ._sqlite_file import check_effects, check_undo
-from ._sqlite_mirror import Row, TxMirror, _read_steps, replay, steps_text
+from ._sqlite_mirror import Row, TxMirror, ended_image, replay, steps_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -845,24 +845,7 @@ class PostgresStore(SharedRows):
         if row is None:
             raise TransactionNotFound(tx_id=tx_id)
         record, history, steps, ended_at = row
-        try:
-            image_steps = _read_steps(bytes(steps).decode())
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise StorageError(
-                f"the history of transaction `{tx_id}` is corrupt: its steps: {exc}"
-            ) from exc
-        ended = EndedTransaction(tx_id=tx_id, record=record, history=history, ended_at=ended_at)
-        image = TxImage(
-            tx_id=tx_id,
-            record=record,
-            progress=None,
-            steps=image_steps,
-            undos=(),
-            effects=(),
-            owner=None,
-            snapshots=(),
-        )
-        return ended, image
+        return ended_image(tx_id, (record, history, bytes(steps).decode(), ended_at))
 
     # ------------------------------------------------------------ leases
 

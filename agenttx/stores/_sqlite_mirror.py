@@ -42,7 +42,15 @@ if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Sequence
 
-__all__ = ["Row", "TxMirror", "read_ended", "read_transaction", "replay", "steps_text"]
+__all__ = [
+    "Row",
+    "TxMirror",
+    "ended_image",
+    "read_ended",
+    "read_transaction",
+    "replay",
+    "steps_text",
+]
 
 #: Compact JSON of what the store built itself (ids and texts: ASCII escapes are the fast path).
 _encode_steps = json.JSONEncoder(separators=(",", ":")).encode
@@ -209,11 +217,21 @@ def read_ended(cur: sqlite3.Cursor, tx_id: str, *, path: str) -> tuple[EndedTran
     if not rows:
         raise TransactionNotFound(tx_id=tx_id)
     record, history, steps, ended_at = rows[0]
+    return ended_image(tx_id, (record, history, steps, ended_at), where=f" in `{path}`")
+
+
+def ended_image(
+    tx_id: str, row: tuple[str, str, str, float], *, where: str = ""
+) -> tuple[EndedTransaction, TxImage]:
+    """An ended transaction's stored `(record, history, steps, ended_at)` as its history row and
+    its image as it ended (see `read_ended`); `StorageError` if its steps cannot be read
+    (`where` names the store in the message)."""
+    record, history, steps, ended_at = row
     try:
         image_steps = _read_steps(steps)
     except (ValueError, TypeError, RecursionError) as exc:
         raise StorageError(
-            f"the history of transaction `{tx_id}` in `{path}` is corrupt: its steps: {exc}"
+            f"the history of transaction `{tx_id}`{where} is corrupt: its steps: {exc}"
         ) from exc
     ended = EndedTransaction(tx_id=tx_id, record=record, history=history, ended_at=ended_at)
     image = TxImage(
