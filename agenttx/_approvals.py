@@ -527,11 +527,20 @@ class Requests:
         raise ApprovalError(f"approval request `{row.id}` is {row.state}", request_id=row.id)
 
     def started(
-        self, *, scope_id: str, step: int, tool: str, arguments: JSONValue, digest: str, key: str
+        self,
+        *,
+        scope_id: str,
+        step: int,
+        tool: str,
+        arguments: JSONValue,
+        digest: str,
+        key: str,
+        fence: bool = False,
     ) -> RequestRow:
         """Record, durably before it runs, that a call needing no approval but whose outcome
         matters (`on_unknown="review"`) starts: found again at its step after a crash, it is
-        checked, not run blindly. A row of kind `call`, consumed at once; `finish` ends it."""
+        checked, not run blindly. A row of kind `call`, consumed at once; `finish` ends it.
+        `fence`: only while the store still holds transaction `scope_id` (see `consume`)."""
         now = time.time()
         record: dict[str, JSONValue] = {
             "scope": "transaction",
@@ -557,7 +566,7 @@ class Requests:
             created_at=now,
             updated_at=now,
         )
-        self._table.add_request(row)
+        self._table.add_request(row, fence=scope_id if fence else None)
         return row
 
     def expire(self, row: RequestRow) -> bool:
@@ -570,11 +579,20 @@ class Requests:
         )
 
     def consume(
-        self, row: RequestRow, *, step: int | None, key: str, node: str | None = None
+        self,
+        row: RequestRow,
+        *,
+        step: int | None,
+        key: str,
+        node: str | None = None,
+        fence: bool = False,
     ) -> bool:
         """Consume the approval of `row` for the call about to start (the compare-and-set that
         makes it run once): record the step (or node) and the idempotency key. False if it was
-        consumed (or changed) meanwhile."""
+        consumed (or changed) meanwhile. With `fence` (a durable transaction or plan run), the
+        store makes the change only while it still holds the row's scope, in the same database
+        transaction, and raises `StorageError` otherwise: a worker that lost its run never
+        starts the call."""
         decision = _loads(row.decision)
         now = time.time()
         decision.update({"consumed_at": now, "consumed_step": step, "idempotency_key": key})
@@ -582,7 +600,12 @@ class Requests:
             decision["consumed_node"] = node
         return (
             self._table.set_request_state(
-                row.id, ("approved",), "consumed", decision=canonical_dumps(decision), now=now
+                row.id,
+                ("approved",),
+                "consumed",
+                decision=canonical_dumps(decision),
+                now=now,
+                fence=row.scope_id if fence else None,
             )
             is not None
         )

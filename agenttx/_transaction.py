@@ -22,7 +22,9 @@ from ._errors import (
     FailedPrecondition,
     InvalidArgument,
     JSONValueError,
+    StorageError,
     ToolOutputError,
+    TransactionNotFound,
     WriteConflict,
 )
 from ._events import EventKind, EventSink
@@ -271,8 +273,8 @@ class Transaction(Turns, Guarded, Observed):
                     return self._run_guarded(prepared)
                 self._dispatched(prepared)
                 outcome = run_tool(prepared, self._settings.output_serializer)
-            except BaseException:
-                self._abandon(step_id, prepared)
+            except BaseException as exc:
+                self._abandon(step_id, prepared, exc)
                 raise
             return self._settle(prepared, outcome)
 
@@ -330,8 +332,8 @@ class Transaction(Turns, Guarded, Observed):
                 return await self._arun_guarded(prepared)
             self._dispatched(prepared)
             outcome = await arun_tool(prepared, self._settings.output_serializer)
-        except BaseException:
-            self._abandon(step_id, prepared)
+        except BaseException as exc:
+            self._abandon(step_id, prepared, exc)
             raise
         self._keep_registered(prepared, outcome)
         if outcome.refused is not None:
@@ -462,13 +464,21 @@ class Transaction(Turns, Guarded, Observed):
         error.__cause__ = refused.__cause__ if refused.__cause__ is not None else refused
         return error
 
-    def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
-        """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
+    def _abandon(self, step_id: int, prepared: Call | Failure | None, cause: BaseException) -> None:
+        """Undo a step interrupted by `cause` and return to ACTIVE at the same step.
+
+        If `cause` is the store's (it lost the transaction, or its connection), the rewind's
+        own durable write fails for the same reason: `cause` is what the caller is told.
+        """
         if isinstance(prepared, Call):
             undos, _ = closed(prepared.context)  # its staged effects are dropped
             self._ledger.record(undos)
         if self._status is TxStatus.EXECUTING:
-            self._rewind(step_id)
+            try:
+                self._rewind(step_id)
+            except (StorageError, TransactionNotFound):
+                if not isinstance(cause, (StorageError, TransactionNotFound)):
+                    raise
 
     def _unless_orphans(self, call: Call, wait: float) -> Call | Failure:
         """The call, unless an earlier timed-out call still runs (its effect may land); first,
