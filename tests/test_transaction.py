@@ -954,9 +954,8 @@ def test_a_hanging_sync_tool_fails_at_the_deadline_and_is_fenced():
 
     sent = []
     tx = agenttx.Transaction(tools=[hang], step_timeout=0.05, dispatcher=sent.append)
-    started = time.monotonic()
     result = tx.execute_step(1, "hang", {})
-    assert time.monotonic() - started < 2.0  # it did not wait for the tool
+    assert not done.is_set()  # it did not wait for the tool, which waits for `release`
     assert result.error == "tool 'hang' timed out after 50 ms"
     assert result.hint is not None
     assert result.hint.category is agenttx.HintCategory.TIMEOUT
