@@ -68,7 +68,7 @@ from ._tools import (
 from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
-from .stores._durable import is_store
+from .stores._durable import is_durable, is_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
     from ._events import HookLike
     from ._json import JSONValue
-    from ._tools import OutputSerializer, UndoRecord
+    from ._tools import OutputSerializer, StagedEffect, UndoRecord
 
 
 __all__ = ["Transaction"]
@@ -740,16 +740,15 @@ class Transaction(Turns, Guarded, Observed):
                 self._abort(TxStatus.FAILED)
                 raise
             except BaseException:
-                self._transition(TxStatus.ACTIVE)
+                if not self._store_committed():
+                    self._transition(TxStatus.ACTIVE)
+                    raise
+                # Interrupted (KeyboardInterrupt, say) after the store committed: the object
+                # says so too; the effects are not delivered here (a durable store's outbox
+                # delivers them; on another store they stay counted in `view()`).
+                self._committed(committed, time.time(), deliver=False)
                 raise
-            self._ledger.forget_all()
-            with self._state_lock:
-                effects = tuple(self._timeline.effects)
-                self._timeline.effects.clear()
-                steps = len(self._timeline.steps)
-            self._transition(TxStatus.COMMITTED)
-            self._withdraw(TxStatus.COMMITTED)
-            self._events.emit(EventKind.COMMITTED, data=committed, at=at)
+            effects, steps = self._committed(committed, at, deliver=True)
         dispatched, failures = deliver_committed(
             effects,
             self._dispatcher,
@@ -764,6 +763,35 @@ class Transaction(Turns, Guarded, Observed):
             dispatch_errors=failures,
             effects=effects,
         )
+
+    def _committed(
+        self, data: dict[str, JSONValue], at: float, *, deliver: bool
+    ) -> tuple[tuple[StagedEffect, ...], int]:
+        """The store has committed: end COMMITTED; the effects to `deliver` (taken out of the
+        timeline, else left there, counted by `view().pending_effects`) and the steps."""
+        self._ledger.forget_all()
+        with self._state_lock:
+            effects = tuple(self._timeline.effects)
+            if deliver:
+                self._timeline.effects.clear()
+            steps = len(self._timeline.steps)
+        self._transition(TxStatus.COMMITTED)
+        self._withdraw(TxStatus.COMMITTED)
+        self._events.emit(EventKind.COMMITTED, data=data, at=at)
+        return effects, steps
+
+    def _store_committed(self) -> bool:
+        """After the store's commit raised: whether it committed all the same (a durable store
+        no longer has the transaction; any other store no longer has it open)."""
+        try:
+            if is_durable(self._store):
+                self._store.owner(self._id)
+                return False
+            return not self._store.is_open(self._id)
+        except TransactionNotFound:
+            return True
+        except Exception:  # noqa: BLE001  (cannot tell: it stays as it was, ACTIVE)
+            return False
 
     def _delivered(self, channel: str, idempotency_key: str, step_id: int) -> None:
         self._events.emit(

@@ -256,6 +256,41 @@ def test_committed_effects_wait_in_the_outbox_until_delivered(tmp_path, durable_
     assert engine.dispatch_pending() == agenttx.DispatchReport()
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_commit_interrupted_around_the_store_says_what_the_store_did(
+    tmp_path, durable_backend, monkeypatch, when
+):
+    """A KeyboardInterrupt raised by the store's commit propagates. Raised before the store
+    committed, the transaction is ACTIVE again and commits later; raised after, it is
+    COMMITTED as the store is, and its effect waits in the outbox."""
+    shop = Shop(tmp_path)
+    engine = engine_on(durable_backend, shop)
+    store_type = type(engine.store)
+    real_commit = store_type.commit
+
+    def interrupted(self, tx_id, **kwargs):
+        if when == "after":
+            real_commit(self, tx_id, **kwargs)
+        raise KeyboardInterrupt
+
+    tx = engine.begin()
+    tx.execute_step(1, "notify", {"to": "ada@x.io"})
+    monkeypatch.setattr(store_type, "commit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tx.commit()
+    monkeypatch.setattr(store_type, "commit", real_commit)
+    if when == "before":
+        assert tx.status is agenttx.TxStatus.ACTIVE
+        assert engine.pending_effects() == ()
+        assert tx.commit().effects_dispatched == 0  # no dispatcher: into the outbox
+    else:
+        assert tx.status is agenttx.TxStatus.COMMITTED
+        assert tx.view().pending_effects == 1
+        with pytest.raises(agenttx.InvalidTransactionState):
+            tx.commit()
+    assert [json.loads(e.payload) for e in engine.pending_effects()] == [{"to": "ada@x.io"}]
+
+
 def test_a_failed_delivery_keeps_its_error_and_backs_off(tmp_path, durable_backend):
     """A delivery failure is counted and kept; the entry waits, then is delivered later."""
     attempts = []
