@@ -58,7 +58,15 @@ class Shop:
             ctx.state.get(f"orders/{order}")
             os._exit(0)  # the process dies in the middle of the step
 
-        self.tools = [refund, charge, notify, fail, die]
+        @agenttx.tool(name="send")
+        def send(ctx: agenttx.ToolContext, order: str) -> dict:
+            self.write(f"send {order} {ctx.idempotency_key}")
+            if not (root / "sent-once").exists():
+                (root / "sent-once").touch()
+                os._exit(0)  # dies before anything of the step reaches the store
+            return {"key": ctx.idempotency_key}
+
+        self.tools = [refund, charge, notify, fail, die, send]
 
     def write(self, line: str) -> None:
         with self.journal.open("a") as journal:
@@ -172,6 +180,36 @@ def test_a_step_interrupted_by_the_death_of_its_process(tmp_path, mode, exclusiv
     tx.execute_step(2, "charge", {"order": "o2", "amount": 9})
     tx.commit()
     assert json.loads(engine.store.read_committed("orders/o2")) == {"amount": 9}
+
+
+def _die_before_anything_is_durable(path: Path, root: Path) -> None:
+    engine = engine_on(path, Shop(root))
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "send", {"order": "o1"})
+
+
+def test_a_step_that_died_before_anything_was_durable_keeps_its_key(tmp_path):
+    """Nothing of the step reached the store: resume cannot tell it was sent, so nothing is
+    compensated and the step sent again gets the same idempotency key (the documented choice:
+    a receiver deduplicating on it returns what the dead attempt did)."""
+    context = multiprocessing.get_context("spawn")
+    child = context.Process(
+        target=_die_before_anything_is_durable, args=(tmp_path / "db", tmp_path)
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    report = engine.recover("resume")
+    assert report.compensations_run == 0
+    tx = engine.get(report.resumed[0])
+    assert tx.next_step_id == 2
+    result = tx.execute_step(2, "send", {"order": "o1"})
+    first, second = [line.split()[2] for line in shop.lines() if line.startswith("send")]
+    assert first == second == result.output["key"]
+    assert not [line for line in shop.lines() if line.startswith("refund")]
 
 
 def test_a_failing_compensation_is_kept_reported_and_retried(tmp_path, durable_backend):
