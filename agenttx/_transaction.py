@@ -68,7 +68,7 @@ from ._tools import (
 from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
 from .stores import DurableStore, MemoryStore, Store
-from .stores._durable import is_durable, is_store
+from .stores._durable import is_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
     from ._events import HookLike
     from ._json import JSONValue
-    from ._tools import OutputSerializer, StagedEffect, UndoRecord
+    from ._tools import OutputSerializer, StagedEffect
 
 
 __all__ = ["Transaction"]
@@ -383,14 +383,6 @@ class Transaction(Turns, Guarded, Observed):
         if call_id is not None:
             data["call_id"] = call_id
         self._events.step(STEP_DISPATCHED, call.step_id, data)
-
-    def _compensation_event(self, record: UndoRecord, error: str | None) -> None:
-        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
-        if error is None:
-            self._events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
-        else:
-            data["error"] = error
-            self._events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
 
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
         """Keep what the tool registered, whether it succeeded or not (a rewind undoes it).
@@ -779,26 +771,6 @@ class Transaction(Turns, Guarded, Observed):
         self._withdraw(TxStatus.COMMITTED)
         self._events.emit(EventKind.COMMITTED, data=data, at=at)
         return effects, steps
-
-    def _store_committed(self) -> bool:
-        """After the store's commit raised: whether it committed all the same (a durable store
-        no longer has the transaction; any other store no longer has it open)."""
-        try:
-            if is_durable(self._store):
-                self._store.owner(self._id)
-                return False
-            return not self._store.is_open(self._id)
-        except TransactionNotFound:
-            return True
-        except Exception:  # noqa: BLE001  (cannot tell: it stays as it was, ACTIVE)
-            return False
-
-    def _delivered(self, channel: str, idempotency_key: str, step_id: int) -> None:
-        self._events.emit(
-            EventKind.EFFECT_DELIVERED,
-            step=step_id,
-            data={"channel": channel, "idempotency_key": idempotency_key},
-        )
 
     def __enter__(self) -> Self:
         return self
