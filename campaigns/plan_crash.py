@@ -4,18 +4,20 @@ Run from the repository root::
 
     python campaigns/plan_crash.py --trials 1000     # the full campaign
     python campaigns/plan_crash.py --trials 3        # a smoke run (tests/test_plan_crash.py)
+    python campaigns/plan_crash.py --store postgres  # on PostgresStore (AGENTTX_POSTGRES_DSN)
 
 Each trial starts a worker process that runs random plans (DAGs of 4-9 nodes, some of whose
 tools fail transiently once; in a quarter of the runs the last node fails for good) on one
-SQLite file through `Engine.run_plan`. Each tool applies an effect in a side table, writes its
-value to `ctx.state`, stages an effect for the engine's dispatcher, and declares a compensation.
+SQLite file (or, with `--store postgres`, one PostgreSQL schema) through `Engine.run_plan`.
+Each tool applies an effect in a side table, writes its value to `ctx.state`, stages an effect
+for the engine's dispatcher, and declares a compensation.
 The worker kills itself with SIGKILL at a moment drawn for the trial: before a round of claims
 is written, after it (the dispatch), after buffered results and releases are written, inside a
 tool after its effect and before its result is persisted, after a node's state writes and
 staged effects are written, inside the delivery of a committed effect, or inside a
 compensation; and the campaign kills it after a random delay if it is still alive. The checker
-then opens the file, calls `Engine.recover()`, waits for the plan runs it resumed, delivers
-what is left in the outbox (`Engine.dispatch_pending`), and checks:
+then opens the store, calls `Engine.recover()`, waits for the plan runs it resumed (which
+deliver what their runs left in the outbox), and checks:
 
 * every run in the file completed as a crash-free run does: SUCCEEDED, or FAILED at its doomed
   last node, and each node's output equals the crash-free result (the plans are pure functions
@@ -35,7 +37,19 @@ what is left in the outbox (`Engine.dispatch_pending`), and checks:
   delivered, under one idempotency key, none of a FAILED run, and the outbox is empty;
 * nothing stays claimed: no node RUNNING, no run RUNNING, no store transaction left open.
 
-The files carry over from trial to trial. The exit status is 1 if any check fails.
+With `--store postgres` the worker and the checker share a schema (`--schema`, default a new
+one) on the server named by `--dsn` or AGENTTX_POSTGRES_DSN, with leases (and outbox claims) of
+`LEASE` seconds: the killed worker's leases must run out before the checker's recovery may take
+its runs over, as for a worker on another machine, so the checker waits past them and recovers
+again while recovery skips a run (up to `RECOVERY_PATIENCE` seconds). Every check reads the
+store through the store's own API (`plan_runs`, `read_plan`, `read_committed`,
+`open_transactions`, `pending_effects`), so one code path checks both stores; only the tools'
+prerequisite check reads the durable node states directly (SQLite: its own connection to the
+file; PostgreSQL: `read_plan` on a second store of the worker's, its own connection). The side
+table of effects (`effects.db`, SQLite) stands for the tools' remote systems on both.
+
+The files (and the schema) carry over from trial to trial; a line of progress is printed every
+50 trials. The exit status is 1 if any check fails.
 """
 
 from __future__ import annotations
@@ -77,17 +91,62 @@ POINTS = (
 )
 RETRIES = 2
 RUNS_PER_WORKER = 3
+#: The lease (and outbox claim) of the PostgreSQL stores, seconds: short, so recovery waits little.
+LEASE = 0.3
+#: How long the PostgreSQL checker goes on recovering runs whose lease has not yet run out.
+RECOVERY_PATIENCE = 30.0
+PROGRESS_EVERY = 50
 
 
 class World:
-    """The campaign's files."""
+    """The campaign's files, and its store: the SQLite file, or a PostgreSQL schema."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, dsn: str = "", schema: str = "") -> None:
         self.root = root
+        self.dsn = dsn  # PostgreSQL, if given, in `schema`
+        self.schema = schema
         self.db = str(root / "plans.db")
         self.effects = str(root / "effects.db")
         self.problems = root / "problems.log"
         self.ready = root / "ready"
+        root.mkdir(parents=True, exist_ok=True)
+        self._reader: Any = None
+        self._reader_lock = threading.Lock()
+
+    def store(self) -> Any:
+        """A new store on the campaign's file, or its PostgreSQL schema."""
+        if self.dsn:
+            from agenttx.stores import PostgresStore  # noqa: PLC0415
+
+            return PostgresStore(
+                self.dsn, schema=self.schema, lease_seconds=LEASE, outbox_hold=LEASE
+            )
+        return SQLiteStore(self.db)
+
+    def options(self) -> list[str]:
+        """The command-line options that open the same store in a worker."""
+        if self.dsn:
+            return ["--store", "postgres", "--dsn", self.dsn, "--schema", self.schema]
+        return []
+
+    def node_states(self, run: str, nodes: list[str]) -> dict[str, str]:
+        """The durable states of nodes `nodes` of run `run`, read on a connection of its own
+        (not the worker's store, whose buffers are not durable)."""
+        if self.dsn:
+            with self._reader_lock:
+                if self._reader is None:
+                    from agenttx.stores import PostgresStore  # noqa: PLC0415
+
+                    self._reader = PostgresStore(self.dsn, schema=self.schema, migrate=False)
+                image = self._reader.read_plan(run)
+            return {n.node_id: n.state for n in image.nodes if n.node_id in nodes}
+        with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as plans:
+            marks = ", ".join("?" * len(nodes))
+            rows = plans.execute(
+                f"SELECT node_id, state FROM plan_nodes WHERE run_id = ? AND node_id IN ({marks})",  # noqa: S608
+                (run, *nodes),
+            ).fetchall()
+        return dict(rows)
 
 
 def doomed(run_id: str) -> bool:
@@ -192,13 +251,7 @@ def make_tools(world: World, crash: Any) -> list[Any]:
         run: str,
     ) -> dict[str, int]:
         if deps:
-            with contextlib.closing(sqlite3.connect(world.db, timeout=30)) as plans:
-                marks = ", ".join("?" * len(deps))
-                rows = plans.execute(
-                    f"SELECT node_id, state FROM plan_nodes WHERE run_id = ? AND node_id IN ({marks})",  # noqa: S608, E501
-                    (run, *deps),
-                ).fetchall()
-            states = dict(rows)
+            states = world.node_states(run, deps)
             late = [d for d in deps if states.get(d) != "SUCCEEDED"]
             if late:
                 _problem(world, f"{run}/{node} started before {late} were recorded: {states}")
@@ -287,7 +340,7 @@ def work(world: World, seed: int, trial: int) -> None:
     PlanJournal.claim_all = claim_hook  # type: ignore[method-assign]
     PlanJournal.flush = flush_hook  # type: ignore[method-assign]
     PlanExecution._write_state = state_hook  # type: ignore[method-assign]  # noqa: SLF001
-    store = SQLiteStore(world.db)
+    store = world.store()
     engine = Engine(
         tools=make_tools(world, crash),
         store=store,
@@ -308,21 +361,44 @@ def work(world: World, seed: int, trial: int) -> None:
     time.sleep(60)  # not killed at its point: the campaign kills it
 
 
+def recover(world: World, engine: Engine) -> tuple[list[str], list[str]]:
+    """`engine.recover()`: the runs it resumed and its failures. On PostgreSQL, where a run is
+    taken over only once the killed worker's lease ran out, wait past the lease first, and
+    recover again while recovery skips runs (for up to `RECOVERY_PATIENCE` seconds)."""
+    if not world.dsn:
+        report = engine.recover()
+        return list(report.plans_resumed), list(report.failures)
+    time.sleep(LEASE * 1.5)  # the killed worker's leases run out
+    resumed: list[str] = []
+    failures: list[str] = []
+    deadline = time.monotonic() + RECOVERY_PATIENCE
+    while True:
+        report = engine.recover()
+        resumed += report.plans_resumed
+        failures += report.failures
+        if not report.skipped or time.monotonic() > deadline:
+            break
+        time.sleep(LEASE / 2)
+    if report.skipped:
+        failures.append(f"still skipped after {RECOVERY_PATIENCE:.0f} s: {report.skipped}")
+    return resumed, failures
+
+
 def check(world: World) -> tuple[list[str], int, int]:
     """Recover, wait for the resumed runs, check; the problems, runs resumed, runs checked."""
     problems: list[str] = []
     with contextlib.closing(_effects(world)) as conn:
         applied = conn.execute("SELECT key, run, node FROM effects").fetchall()
-    with SQLiteStore(world.db) as store:
+    with world.store() as store:
         engine = Engine(
             tools=make_tools(world, lambda _at: None),
             store=store,
             config=CONFIG,
             dispatcher=make_dispatcher(world, lambda _at: None),
         )
-        report = engine.recover()
-        problems += [f"recovery: {line}" for line in report.failures]
-        for run_id in report.plans_resumed:
+        resumed, failures = recover(world, engine)
+        problems += [f"recovery: {line}" for line in failures]
+        for run_id in resumed:
             result = engine.get_plan(run_id).wait(120)
             want_status = "FAILED" if doomed(run_id) else "SUCCEEDED"
             if result.status.value != want_status:
@@ -366,11 +442,11 @@ def check(world: World) -> tuple[list[str], int, int]:
     if world.problems.exists():
         problems += world.problems.read_text().splitlines()
         world.problems.unlink()
-    return problems, len(report.plans_resumed), len(runs)
+    return problems, len(resumed), len(runs)
 
 
 def _check_run(
-    store: SQLiteStore,
+    store: Any,
     run_id: str,
     *,
     status: str,
@@ -428,7 +504,12 @@ def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
     for trial in range(1, trials + 1):
         worker_seed = rng.randrange(2**31)
         worker = subprocess.Popen(  # noqa: S603  (our own script)
-            [sys.executable, __file__, "--worker", str(world.root), str(worker_seed), str(trial)]
+            [
+                sys.executable,
+                __file__,
+                *("--worker", str(world.root), str(worker_seed), str(trial)),
+                *world.options(),
+            ]
         )
         deadline = time.monotonic() + 30
         while not world.ready.exists() and worker.poll() is None and time.monotonic() < deadline:
@@ -449,9 +530,11 @@ def campaign(world: World, trials: int, seed: int, max_delay: float) -> int:
         if problems:
             failed += 1
             print(f"trial {trial}: " + "; ".join(problems[:5]), flush=True)
-        elif trial % 100 == 0:
+        if trial % PROGRESS_EVERY == 0:
             elapsed = time.monotonic() - started
-            print(f"{trial} trials, {failed} failed, {elapsed:.0f} s", flush=True)
+            print(
+                f"{trial} trials, {failed} failed, {elapsed:.0f} s: {resumed} resumed", flush=True
+            )
     with contextlib.closing(_effects(world)) as conn:
         (effects,) = conn.execute("SELECT count(*) FROM effects").fetchone()
         (calls,) = conn.execute("SELECT count(*) FROM calls").fetchone()
@@ -471,14 +554,23 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-delay", type=float, default=1.0, help="seconds before the kill")
     parser.add_argument("--root", help="where the files go (default: a temp dir)")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--dsn", default=os.environ.get("AGENTTX_POSTGRES_DSN", ""))
+    parser.add_argument("--schema", help="the PostgreSQL schema (default: a new one)")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    postgres = args.store == "postgres"
+    if postgres and not args.dsn:
+        parser.error("--store postgres needs --dsn or AGENTTX_POSTGRES_DSN")
+    dsn = args.dsn if postgres else ""
+    schema = args.schema or f"plan_crash_{os.getpid()}_{int(time.time())}"
     if args.worker:
         root, worker_seed, trial = args.worker
-        work(World(Path(root)), int(worker_seed), int(trial))
+        work(World(Path(root), dsn=dsn, schema=schema), int(worker_seed), int(trial))
         return 0
     root = Path(args.root or tempfile.mkdtemp(prefix="agenttx-plan-crash-"))
-    return campaign(World(root), args.trials, args.seed, args.max_delay)
+    world = World(root, dsn=dsn, schema=schema)
+    return campaign(world, args.trials, args.seed, args.max_delay)
 
 
 if __name__ == "__main__":
