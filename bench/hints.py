@@ -173,6 +173,10 @@ def hostile_texts(seed: int = 20260101) -> dict[str, tuple[str, str | None]]:
             fill("unresolved reference ${steps.1", HOSTILE_BYTES - 1) + "}",
             None,
         ),
+        "`output of tool 'a' ... field `, 128 letters, x 347": (
+            fill("output of tool 'a' does not match its return type T: field `" + "f" * 128),
+            None,
+        ),
         "65,536 x `'`": (fill("'"), None),
         '65,536 x `"`': (fill('"'), None),
         "one 65,536-letter word": (fill("a"), None),
