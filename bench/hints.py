@@ -23,7 +23,8 @@ The workload
 
     The hostile texts are 64 KiB each: thousands of repetitions of a rule's opening literal with
     no valid continuation (``foreign key constraint fails (``, ``Key (``, ``invalid type: ``,
-    ``Duplicate entry '``, ``unresolved reference ${steps.1``), runs of one character (``'``,
+    ``Duplicate entry '``, ``unresolved reference ${steps.1``), an output mismatch's field name
+    run to its 128-character bound and past it, runs of one character (``'``,
     ``"``, one long word), a long word before ``() missing``, many lines before ``Field
     required``, floods of HTTP prefixes, of exception names and of frame lines, a deep Java stack
     trace, dotted qualifiers, random printable text, and a 1 MiB input that is cut down to the
