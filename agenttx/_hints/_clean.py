@@ -1,7 +1,7 @@
 """Clean Hints: one short, actionable line made from a raw tool error or stack trace.
 
 `clean_error` carries out `docs/protocol.md#clean-hints`. It bounds the input to 64 KiB, finds the
-first of 34 ordered rules that matches anywhere in it and renders that rule's template; when no
+first of 35 ordered rules that matches anywhere in it and renders that rule's template; when no
 rule matches, it reads an HTTP status line (`503 Service Unavailable`) as the HTTP rules would,
 or else quotes the most telling line of the trace. The result is a `CleanHint` whose text
 starts with `Hint: `, is one line and has at most 240 characters. Rules that name the offending key
