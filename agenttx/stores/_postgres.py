@@ -36,7 +36,7 @@ from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._durable import EndedTransaction, TxImage, UndoRow
 from ._postgres_link import Link, Renewer, check_schema_name
 from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
-from ._postgres_schema import EFFECT, PROGRESS, RESTORE, STEP, WRITE
+from ._postgres_schema import EFFECT, LOG_ROWS_PREPARED, PROGRESS, RESTORE, STEP, WRITE
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
@@ -66,6 +66,19 @@ _STALE_PROGRESS: Final = 32
 _PRUNE_EVERY: Final = 64
 KEEP_HISTORY: Final = 1000
 KEEP_HISTORY_FOR: Final = 7 * 24 * 3600.0
+
+
+#: The parameter formats of the hot statements: text (0) or binary (1, for `bytea`).
+_TEXT5: Final = (0, 0, 0, 0, 0)
+_BINARY1: Final = (1,)
+_LOG_FORMATS: Final = tuple(
+    (0, 0, *(0, 0, 0, 0, 1, 1, 1) * rows) for rows in range(1, LOG_ROWS_PREPARED + 1)
+)
+
+
+def _int(data: bytes) -> int:
+    """A `bigint` column in binary format."""
+    return int.from_bytes(data, "big", signed=True)
 
 
 def _b(text: str | None) -> bytes | None:
@@ -173,6 +186,9 @@ class PostgresStore(SharedRows):
             statement_timeout=timeout,
         )
         self._sql = self._link.sql
+        self._hot = self._sql.hot
+        self._owner_bytes = self._owner.encode()
+        self._lease_bytes = repr(self._lease).encode()
         self._renewer = Renewer(
             weakref.ref(self),
             Link(
@@ -277,16 +293,21 @@ class PostgresStore(SharedRows):
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
             self._check_not_closed()
-            row = self._one(
-                doing, self._sql.insert_tx, (tx_id, record, self._owner, self._lease, isolation)
+            params = (
+                tx_id.encode(),
+                record.encode(),
+                self._owner_bytes,
+                self._lease_bytes,
+                isolation.encode(),
             )
-            if row is None:
+            result = self._link.run(doing, self._hot.begin, params, _TEXT5)
+            if not result.ntuples:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open in another store on "
                     f"{self._link.where} (or kept there for recovery): load and end it, or use "
                     "another id"
                 )
-            self._hold(tx_id, TxMirror.begun(isolation), row[0])
+            self._hold(tx_id, TxMirror.begun(isolation), _int(result.get_value(0, 0)))
 
     def commit(self, tx_id: str, *, history: str | None = None) -> int:
         """Validate and publish the overlay in one PostgreSQL transaction (see the class
@@ -490,7 +511,7 @@ class PostgresStore(SharedRows):
                     cur.execute(
                         self._sql.delete_log_writes_from, (tx_id, tx.seq_at(position), WRITE)
                     )
-                self._insert(cur, tx_id, rows, fenced=False)
+                self._insert(cur, tx_id, rows)
             tx.persisted(len(rows), upto)
             if position < tx.flushed:
                 tx.flushed = position
@@ -537,8 +558,12 @@ class PostgresStore(SharedRows):
         )
 
     def _committed_row(self, key: str) -> tuple[int, str] | None:
-        row = self._one("read the committed state", self._sql.select_committed, (key.encode(),))
-        return None if row is None else (row[0], bytes(row[1]).decode())
+        result = self._link.run(
+            "read the committed state", self._hot.committed, (key.encode(),), _BINARY1
+        )
+        if not result.ntuples:
+            return None
+        return _int(result.get_value(0, 0)), result.get_value(0, 1).decode()
 
     # ------------------------------------------------------------ durable records
 
@@ -654,20 +679,30 @@ class PostgresStore(SharedRows):
         """
         stale = tx.stale_progress if len(tx.stale_progress) >= _STALE_PROGRESS else None
         doing = f"{doing} for transaction `{tx_id}`"
-        if statement is None and stale is None:
+        if statement is None and stale is None and len(rows) <= LOG_ROWS_PREPARED:
             if rows:
-                try:
-                    cur = self._link.cursor(doing)
-                    inserted = self._insert(cur, tx_id, rows, fenced=True)
-                except self._link.psycopg.Error as exc:
-                    raise self._link.failure(doing, exc) from exc
-                if inserted != len(rows):
+                params: list[bytes | None] = [tx_id.encode(), b"%d" % self._epochs[tx_id]]
+                for _, seq, kind, step, num, name, body, extra in rows:
+                    params += (
+                        b"%d" % seq,
+                        b"%d" % kind,
+                        None if step is None else b"%d" % step,
+                        None if num is None else b"%d" % num,
+                        None if name is None else name.encode(),
+                        None if body is None else body.encode(),
+                        None if extra is None else extra.encode(),
+                    )
+                count = len(rows)
+                result = self._link.run(
+                    doing, self._hot.log_fenced[count - 1], params, _LOG_FORMATS[count - 1]
+                )
+                if result.command_tuples != count:
                     self._fence_failed(tx_id, doing)
         else:
             with self._link.transaction(doing) as cur:
                 self._fence(cur, tx_id)
                 if rows:
-                    self._insert(cur, tx_id, rows, fenced=False)
+                    self._insert(cur, tx_id, rows)
                 if stale is not None:
                     cur.execute(self._sql.delete_log_rows, (tx_id, stale))
                 if statement is not None:
@@ -679,26 +714,22 @@ class PostgresStore(SharedRows):
                 tx.stale_progress = []
         tx.persisted(len(rows), upto)
 
-    def _insert(
-        self, cur: psycopg.Cursor[Any], tx_id: str, rows: Sequence[Row], *, fenced: bool
-    ) -> int:
-        """Append `rows` to the log in one statement (with the epoch fence if `fenced`);
-        the number of rows inserted. psycopg errors escape."""
-        values: list[Any] = [
-            tx_id,
-            [row[1] for row in rows],
-            [row[2] for row in rows],
-            [row[3] for row in rows],
-            [row[4] for row in rows],
-            [_b(row[5]) for row in rows],
-            [_b(row[6]) for row in rows],
-            [_b(row[7]) for row in rows],
-        ]
-        if fenced:
-            cur.execute(self._sql.insert_log_fenced, (*values, tx_id, self._epochs[tx_id]))
-        else:
-            cur.execute(self._sql.insert_log, values)
-        return cur.rowcount
+    def _insert(self, cur: psycopg.Cursor[Any], tx_id: str, rows: Sequence[Row]) -> None:
+        """Inside a fenced transaction: append `rows` to the log in one statement. psycopg
+        errors escape."""
+        cur.execute(
+            self._sql.insert_log,
+            (
+                tx_id,
+                [row[1] for row in rows],
+                [row[2] for row in rows],
+                [row[3] for row in rows],
+                [row[4] for row in rows],
+                [_b(row[5]) for row in rows],
+                [_b(row[6]) for row in rows],
+                [_b(row[7]) for row in rows],
+            ),
+        )
 
     # ------------------------------------------------------------ recovery
 
@@ -739,7 +770,7 @@ class PostgresStore(SharedRows):
                 if held is not None and row[3] == self._epochs.get(tx_id):
                     pending = held.pending(tx_id, len(held.journal))
                     if pending:
-                        self._insert(cur, tx_id, pending, fenced=False)
+                        self._insert(cur, tx_id, pending)
                 image, tx = self._replay(cur, tx_id, row)
                 cur.execute(self._sql.take_tx, (self._owner, self._lease, tx_id))
                 epoch = first_row(cur)[0]
