@@ -438,6 +438,40 @@ def test_a_write_conflict_is_raised_across_stores(store: PostgresStore) -> None:
     assert store.read_committed("n") == "1"
 
 
+@pytest.mark.parametrize("failure", ["conflict", "lease lost", "statement error"])
+def test_a_failed_commit_rolls_back_all_it_sent(store: PostgresStore, failure: str) -> None:
+    """A commit that fails after sending its first statements at once (a conflict found, the
+    lease lost, a statement failing on the server) ends no transaction, moves no counter and
+    leaves the connection out of any transaction; the store goes on."""
+    store.begin("a")
+    store.put("a", "n", "2")
+    store.record_step("a", 1, "[1]", [], "p")
+    with _other(store) as other:
+        if failure == "conflict":
+            other.begin("b")
+            other.put("b", "n", "1")
+            other.commit("b")
+            expected: Any = WriteConflict
+        elif failure == "lease lost":
+            other.load("a")
+            expected = StorageError
+        else:
+            _raw(f"ALTER TABLE {store.schema}.meta ADD CONSTRAINT small CHECK (commit_version < 1)")
+            expected = StorageError
+        before = _raw(f"SELECT commit_version FROM {store.schema}.meta")
+        with pytest.raises(expected):
+            store.commit("a")
+        assert _raw(f"SELECT commit_version FROM {store.schema}.meta") == before
+        assert _raw(f"SELECT count(*) FROM {store.schema}.ended WHERE tx_id = 'a'") == [(0,)]
+        assert other.peek("a").steps == ((1, "[1]"),)
+        conn = store._link._conn
+        assert conn is not None
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    store.begin("c")
+    store.record_step("c", 1, "[1]", [], "p")
+    assert store.peek("c").steps == ((1, "[1]"),)
+
+
 # ---------------------------------------------------------------- the outbox
 
 

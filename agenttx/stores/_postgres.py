@@ -319,21 +319,25 @@ class PostgresStore(SharedRows):
         with self._lock:
             tx = self._open(tx_id)
             overlay = tx.overlay
-            with self._link.transaction(doing) as cur:
-                # Its own row first (locked against a takeover), and its end (history, rows
-                # deleted), sent at once: then the commit lock, held for three round trips.
-                self._fence_locked(cur, tx_id)
-                with cur.connection.pipeline():
-                    self._end(cur, tx_id, history, tx)
-                cur.execute(sql.next_commit)  # commits are serialized from here
-                version = first_row(cur)[0]
-                keys = tx.checked_keys()
+            keys = tx.checked_keys()
+            with self._link.transaction(doing, pipeline=True) as cur:
+                # Two round trips. First, sent at once: BEGIN; its own row, locked against a
+                # takeover; its end (history, rows deleted); the commit lock (commits are
+                # serialized from here) with the new version; the versions of the keys to check.
+                conn = cur.connection
+                fence, counter, versions = conn.cursor(), conn.cursor(), conn.cursor()
+                fence.execute(sql.select_tx_for_update, (tx_id,))
+                self._end(cur, tx_id, history, tx)
+                counter.execute(sql.next_commit)
                 if keys:
-                    cur.execute(sql.select_versions, ([key.encode() for key in keys],))
-                    current = {bytes(k).decode(): v for k, v in cur.fetchall()}
+                    versions.execute(sql.select_versions, ([key.encode() for key in keys],))
+                self._check_fence(tx_id, fence.fetchone())  # the first wait
+                version = first_row(counter)[0]
+                if keys:
+                    current = {bytes(k).decode(): v for k, v in versions.fetchall()}
                     tx.validate(lambda key: current.get(key, 0))
-                with cur.connection.pipeline():
-                    self._publish(cur, tx_id, tx, version)
+                # Then the writes and COMMIT, sent at once (an exception rolls back instead).
+                self._publish(cur, tx_id, tx, version)
             self._let_go(tx_id)
         return len(overlay)
 
@@ -921,10 +925,9 @@ class PostgresStore(SharedRows):
         if cur.fetchone() is None:
             self._fence_failed(tx_id, None, cur)
 
-    def _fence_locked(self, cur: psycopg.Cursor[Any], tx_id: str) -> None:
-        """`_fence` with the row locked `FOR UPDATE` (the commit deletes it)."""
-        cur.execute(self._sql.select_tx_for_update, (tx_id,))
-        row = cur.fetchone()
+    def _check_fence(self, tx_id: str, row: tuple[Any, ...] | None) -> None:
+        """`_fence` for a commit, given `tx_id`'s row read `FOR UPDATE` (the commit deletes
+        it): unless it is still at this store's epoch, let it go and raise."""
         if row is None or row[3] != self._epochs[tx_id]:
             self._let_go(tx_id)
             if row is None:

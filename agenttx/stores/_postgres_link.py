@@ -93,6 +93,7 @@ class Link:
         pq = self.psycopg.pq
         self._done = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK})
         self._bad = pq.ConnStatus.BAD
+        self._idle = pq.TransactionStatus.IDLE
 
     @property
     def where(self) -> str:
@@ -190,20 +191,49 @@ class Link:
         return result
 
     @contextlib.contextmanager
-    def transaction(self, doing: str, *, snapshot: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+    def transaction(
+        self, doing: str, *, snapshot: bool = False, pipeline: bool = False
+    ) -> Iterator[psycopg.Cursor[Any]]:
         """Run the block in one PostgreSQL transaction (READ COMMITTED, or with `snapshot`,
         REPEATABLE READ READ ONLY: one consistent view for several reads). If the block raises,
         the transaction is rolled back and the exception goes on, a psycopg error as
-        `StorageError`."""
+        `StorageError`.
+
+        With `pipeline`, in psycopg's pipeline mode: the statements go without waiting for
+        their results, BEGIN with the first ones and COMMIT with the last; the block waits
+        only where it fetches a result (the results of everything sent before arrive in that
+        one round trip), and the end waits once more. An error of any statement is raised at
+        the next fetch or at the end, and the transaction is rolled back."""
         cur = self.cursor(doing)
         conn = cur.connection
         try:
-            with conn.transaction():
-                if snapshot:
-                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                yield cur
+            if pipeline:
+                with self._pipelined(conn, cur):
+                    yield cur
+            else:
+                with conn.transaction():
+                    if snapshot:
+                        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    yield cur
         except self.psycopg.Error as exc:
             raise self.failure(doing, exc) from exc
+
+    @contextlib.contextmanager
+    def _pipelined(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any]) -> Iterator[None]:
+        # BEGIN and COMMIT as plain statements: psycopg's `transaction()` in a pipeline waits
+        # for each of them (three more round trips).
+        try:
+            with conn.pipeline():
+                cur.execute(b"BEGIN")
+                yield
+                cur.execute(b"COMMIT")
+        except BaseException:
+            if not conn.closed and conn.info.transaction_status != self._idle:
+                try:
+                    conn.rollback()
+                except self.psycopg.Error:  # the connection is in no known state: a new one
+                    self.drop()
+            raise
 
     def failure(self, doing: str, exc: BaseException) -> StorageError:
         """The `StorageError` for psycopg error `exc`, raised while trying to `doing`; drops
