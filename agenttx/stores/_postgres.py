@@ -107,10 +107,10 @@ class PostgresStore(SharedRows):
     **Behaviour** is `SQLiteStore`'s on every observable of the `Store` and `DurableStore`
     contracts: each transaction it holds has an in-process mirror, `put` and `delete` are
     buffered until the next durable write, and a step's durable write is one statement (one
-    round trip). Commit is one PostgreSQL transaction: it takes the commit counter's row lock
-    (so commits are serialized, first committer wins), checks the epoch, validates the versions
-    for the transaction's isolation level (`WriteConflict`, `ReadConflict`), publishes, moves
-    the effects to the outbox and keeps the history.
+    round trip). Commit is one PostgreSQL transaction, in two round trips: it takes the commit
+    counter's row lock (so commits are serialized, first committer wins), checks the epoch,
+    validates the versions for the transaction's isolation level (`WriteConflict`,
+    `ReadConflict`), publishes, moves the effects to the outbox and keeps the history.
 
     **Leases.** `lease_seconds` (default 30) is how long a worker keeps what it holds without
     renewing; a thread of the store renews every third of it. Another worker's `claim` (recovery)
