@@ -5,8 +5,9 @@ The store is four modules: this one, the store, its transactions, leases and dur
 `_postgres_schema`, the tables, migrations and every SQL text; `_postgres_link`, the connections
 (reconnecting after a failure), the errors and the thread that renews the leases. A transaction
 it holds has the same in-process mirror as on `SQLiteStore` (`_sqlite_mirror.TxMirror`) and the
-same `log` of events, replayed by the same code, so the two stores cannot drift apart on the
-contract's rules.
+same `log` of events, assembled by the same base class (`_log_rows.LogStore`, with the overlay
+calls) and replayed by the same code, so the two stores cannot drift apart on the contract's
+rules; this module writes the events with its own SQL.
 
 **Leases and fencing.** Each open transaction (and RUNNING plan run) has an owner, an epoch and
 a lease expiry in its row. `begin`, `load`, `claim` (and `begin_plan`, `claim_plan`) give it a
@@ -34,30 +35,28 @@ from typing import TYPE_CHECKING, Any, Final, final
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._durable import EndedTransaction, TxImage, UndoRow
+from ._log_rows import LogStore
 from ._postgres_link import Link, Renewer, check_schema_name
 from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
-from ._postgres_schema import EFFECT, LOG_ROWS_PREPARED, PROGRESS, RESTORE, STEP, WRITE
+from ._postgres_schema import LOG_ROWS_PREPARED, WRITE
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
     check_int,
     check_key,
-    check_step,
     check_tx_id,
     check_value,
-    snapshot_not_found,
 )
-from ._sqlite_file import check_effects, check_undo
-from ._sqlite_mirror import Row, TxMirror, ended_image, replay, steps_text
+from ._sqlite_file import check_undo
+from ._sqlite_mirror import Row, TxMirror, ended_image, replay_image, steps_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from types import TracebackType
 
     import psycopg
 
     from ._approvals import RequestStore
-    from ._durable import DurableStore, EffectRow
+    from ._durable import DurableStore
 
 __all__ = ["PostgresStore"]
 
@@ -91,7 +90,7 @@ def _s(data: bytes | None) -> str | None:
 
 
 @final
-class PostgresStore(SharedRows):
+class PostgresStore(SharedRows, LogStore):
     """A `DurableStore` on a PostgreSQL server, for workers on many machines.
 
     ``PostgresStore(dsn_or_pool, *, schema="agenttx", lease_seconds=30.0,
@@ -249,17 +248,6 @@ class PostgresStore(SharedRows):
             self._plans.clear()
             self._link.drop()
         self._renewer.stop()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._txs)} open transactions held here"
@@ -434,113 +422,7 @@ class PostgresStore(SharedRows):
         if self._keep_history_for is not None:
             cur.execute(self._sql.prune_before, (now - self._keep_history_for,))
 
-    def is_open(self, tx_id: str) -> bool:
-        """Whether this store holds the transaction: begun or loaded here, and not ended."""
-        with self._lock:
-            return tx_id in self._txs
-
-    # ------------------------------------------------------------ the overlay
-
-    def get(self, tx_id: str, key: str) -> str | None:
-        """The transaction's own write of `key`, else the committed value (`Store.get`)."""
-        check_key(key)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            entry = tx.overlay.get(key)
-            if entry is not None:
-                return entry[1]
-            row = self._committed_row(key)
-            version = 0 if row is None else row[0]
-            if tx.read(key, version):
-                tx.dirty_reads.append((key, version))
-        return None if row is None else row[1]
-
-    def put(self, tx_id: str, key: str, value: str) -> None:
-        """Write `value` to the overlay, journaled and buffered until the next durable write."""
-        check_key(key)
-        check_value(value)
-        self._write(tx_id, key, value)
-
-    def delete(self, tx_id: str, key: str) -> None:
-        """Write a tombstone for `key` to the overlay, journaled and buffered."""
-        check_key(key)
-        self._write(tx_id, key, None)
-
-    def _write(self, tx_id: str, key: str, value: str | None) -> None:
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            base = tx.base(key)
-            if base is None:
-                row = self._committed_row(key)
-                base = 0 if row is None else row[0]
-            tx.write(key, (base, value))
-
-    def written_keys(self, tx_id: str) -> tuple[str, ...]:
-        """The keys in the overlay, tombstones included, sorted."""
-        with self._lock:
-            return tuple(sorted(self._open(tx_id).overlay))
-
-    def snapshot(self, tx_id: str, step: int) -> None:
-        """Record the journal position for `step`, in memory; written with the next durable
-        write."""
-        check_step(step)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            position = len(tx.journal)
-            tx.take_snapshot(step, position)
-            tx.dirty_snapshots.pop(step, None)
-            tx.dirty_snapshots[step] = position
-
-    def restore(self, tx_id: str, step: int) -> int:
-        """Rewind to snapshot `step` and drop the later step records and effects, durably, in
-        one fenced PostgreSQL transaction."""
-        check_step(step)
-        with self._lock:
-            tx = self._open(tx_id)
-            position = tx.snapshots.get(step)
-            if position is None:
-                raise StorageError(snapshot_not_found(tx_id, step))
-            upto = min(position, len(tx.journal))
-            rows = tx.pending(tx_id, upto)
-            rows.append((tx_id, tx.next_seq + len(rows), RESTORE, step, None, None, None, None))
-            doing = f"restore snapshot {step} of transaction `{tx_id}`"
-            with self._link.transaction(doing) as cur:
-                self._fence(cur, tx_id)
-                if position < tx.flushed:
-                    cur.execute(
-                        self._sql.delete_log_writes_from, (tx_id, tx.seq_at(position), WRITE)
-                    )
-                self._insert(cur, tx_id, rows)
-            tx.persisted(len(rows), upto)
-            if position < tx.flushed:
-                tx.flushed = position
-                while tx.runs and tx.runs[-1][0] >= position:
-                    tx.runs.pop()
-            return tx.rewind(step, position)
-
     # ------------------------------------------------------------ committed state
-
-    def read_committed(self, key: str) -> str | None:
-        """The committed value of `key`, or `None`."""
-        check_key(key)
-        with self._lock:
-            self._check_not_closed()
-            row = self._committed_row(key)
-        return None if row is None else row[1]
-
-    def committed_version(self, key: str) -> int:
-        """The number of the commit that last wrote `key`, or 0 if it is absent."""
-        check_key(key)
-        with self._lock:
-            self._check_not_closed()
-            row = self._committed_row(key)
-        return 0 if row is None else row[0]
 
     def committed_keys(
         self, prefix: str = "", limit: int = 1000
@@ -562,7 +444,13 @@ class PostgresStore(SharedRows):
             if bytes(k).startswith(encoded)
         )
 
+    def _first_read(self, tx: TxMirror, key: str) -> tuple[int, str] | None:
+        """`_committed_row`, for transaction `tx` (`LogStore`'s hook)."""
+        del tx
+        return self._committed_row(key)
+
     def _committed_row(self, key: str) -> tuple[int, str] | None:
+        """The committed (version, value) of `key`: one prepared statement."""
         result = self._link.run(
             "read the committed state", self._hot.committed, (key.encode(),), _BINARY1
         )
@@ -579,58 +467,6 @@ class PostgresStore(SharedRows):
             tx_id, "record transaction", (self._sql.update_record, (record, tx_id, None))
         )
 
-    def record_step(
-        self,
-        tx_id: str,
-        step_id: int,
-        step: str,
-        effects: Sequence[EffectRow],
-        progress: str,
-    ) -> None:
-        """Durably and atomically: the buffered writes and snapshots, step `step_id`'s record,
-        its `effects` and the progress, as events appended in one fenced statement."""
-        check_int(step_id, "step_id", MAX_STEP)
-        check_value(step)
-        check_value(progress)
-        checked = [] if type(effects) in {tuple, list} and not effects else check_effects(effects)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            upto = len(tx.journal)
-            dirty = tx.dirty_snapshots
-            folded = dirty[step_id] if len(dirty) == 1 and step_id in dirty else None
-            rows = tx.pending(tx_id, upto, snapshots=folded is None)
-            seq = tx.next_seq + len(rows)
-            changed = progress != tx.progress
-            rows.append(
-                (tx_id, seq, STEP, step_id, folded, None, step, progress if changed else None)
-            )
-            for effect in checked:
-                seq += 1
-                rows.append(
-                    (
-                        tx_id,
-                        seq,
-                        EFFECT,
-                        effect.step_id,
-                        None,
-                        effect.channel,
-                        effect.payload,
-                        effect.idempotency_key,
-                    )
-                )
-            self._write_rows(tx_id, tx, rows, upto, doing="record a step")
-            if changed:
-                tx.new_progress(progress, None)
-            tx.effects += checked
-            tx.steps[step_id] = step
-
-    def record_progress(self, tx_id: str, progress: str) -> None:
-        """Durably and atomically: the buffered writes and snapshots, and the new progress."""
-        check_value(progress)
-        self._durable_write(tx_id, "record progress", None, progress)
-
     def record_undo(self, tx_id: str, undo: UndoRow) -> None:
         """Store an undo record durably, with the buffered writes (replacing one in its place)."""
         undo = check_undo(undo)
@@ -643,14 +479,6 @@ class PostgresStore(SharedRows):
         check_int(seq, "seq", MAX_INT64)
         self._durable_write(tx_id, "forget an undo", (self._sql.delete_undo, (tx_id, step_id, seq)))
 
-    def flush(self, tx_id: str) -> None:
-        """Write the buffered writes, snapshots and reads durably; without them, no SQL runs."""
-        with self._lock:
-            tx = self._open(tx_id)
-            if tx.flushed == len(tx.journal) and not tx.dirty_snapshots and not tx.dirty_reads:
-                return
-        self._durable_write(tx_id, "flush", None)
-
     def _durable_write(
         self,
         tx_id: str,
@@ -662,12 +490,18 @@ class PostgresStore(SharedRows):
             tx = self._open(tx_id)
             upto = len(tx.journal)
             rows = tx.pending(tx_id, upto)
-            seq = tx.next_seq + len(rows)
-            if progress is not None:
-                rows.append((tx_id, seq, PROGRESS, None, None, None, progress, None))
-            self._write_rows(tx_id, tx, rows, upto, doing=doing, statement=statement)
-            if progress is not None:
-                tx.new_progress(progress, seq)
+            self._write_pending(
+                tx_id, tx, rows, upto, doing=doing, statement=statement, progress=progress
+            )
+
+    def _rewrite_log(self, tx_id: str, rows: list[Row], since: int | None, doing: str) -> None:
+        """In one fenced PostgreSQL transaction: delete the `WRITE` events from seq `since` on
+        (unless `None`), append `rows` (`LogStore`'s hook, for `restore`)."""
+        with self._link.transaction(doing) as cur:
+            self._fence(cur, tx_id)
+            if since is not None:
+                cur.execute(self._sql.delete_log_writes_from, (tx_id, since, WRITE))
+            self._insert(cur, tx_id, rows)
 
     def _write_rows(
         self,
@@ -837,24 +671,15 @@ class PostgresStore(SharedRows):
             for seq, kind, step, num, name, body, extra in cur.fetchall()
         ]
         cur.execute(sql.select_undos, (tx_id,))
-        undos = cur.fetchall()
-        tx, steps, progress = replay(
+        return replay_image(
             tx_id,
-            events,  # type: ignore[arg-type]
+            record=record,
+            owner=owner,
             isolation=isolation,
+            events=events,  # type: ignore[arg-type]
+            undos=cur.fetchall(),
             path=self._link.where,
         )
-        image = TxImage(
-            tx_id=tx_id,
-            record=record,
-            progress=progress,
-            steps=tuple(sorted(steps.items())),
-            undos=tuple(UndoRow(step_id=s, seq=q, record=r) for s, q, r in undos),
-            effects=tuple(tx.effects),
-            owner=owner,
-            snapshots=tuple(sorted(tx.snapshots)),
-        )
-        return image, tx
 
     # ------------------------------------------------------------ history
 
@@ -959,12 +784,6 @@ class PostgresStore(SharedRows):
         )
 
     # ------------------------------------------------------------ helpers
-
-    def _open(self, tx_id: str) -> TxMirror:
-        tx = self._txs.get(tx_id)
-        if tx is None:
-            raise self._not_open(tx_id)
-        return tx
 
     def _not_open(self, tx_id: str) -> Exception:
         if self._closed:
