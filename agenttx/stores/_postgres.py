@@ -71,9 +71,6 @@ KEEP_HISTORY_FOR: Final = 7 * 24 * 3600.0
 #: The parameter formats of the hot statements: text (0) or binary (1, for `bytea`).
 _TEXT5: Final = (0, 0, 0, 0, 0)
 _BINARY1: Final = (1,)
-_LOG_FORMATS: Final = tuple(
-    (0, 0, *(0, 0, 0, 0, 1, 1, 1) * rows) for rows in range(1, LOG_ROWS_PREPARED + 1)
-)
 
 
 def _int(data: bytes) -> int:
@@ -520,22 +517,9 @@ class PostgresStore(SharedRows, LogStore):
         doing = f"{doing} for transaction `{tx_id}`"
         if statement is None and stale is None and len(rows) <= LOG_ROWS_PREPARED:
             if rows:
-                params: list[bytes | None] = [tx_id.encode(), b"%d" % self._epochs[tx_id]]
-                for _, seq, kind, step, num, name, body, extra in rows:
-                    params += (
-                        b"%d" % seq,
-                        b"%d" % kind,
-                        None if step is None else b"%d" % step,
-                        None if num is None else b"%d" % num,
-                        None if name is None else name.encode(),
-                        None if body is None else body.encode(),
-                        None if extra is None else extra.encode(),
-                    )
-                count = len(rows)
-                result = self._link.run(
-                    doing, self._hot.log_fenced[count - 1], params, _LOG_FORMATS[count - 1]
-                )
-                if result.command_tuples != count:
+                name, params, formats = self._hot.append(tx_id, self._epochs[tx_id], rows)
+                result = self._link.run(doing, name, params, formats)
+                if result.command_tuples != len(rows):
                     self._fence_failed(tx_id, doing)
         else:
             with self._link.transaction(doing) as cur:

@@ -40,7 +40,12 @@ an advisory lock, and refuses a schema newer than it knows.
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._sqlite_mirror import Row
 
 __all__ = ["HOLDS_LOCK", "LOG_ROWS_PREPARED", "MIGRATIONS", "SCHEMA_VERSION", "Sql"]
 
@@ -176,6 +181,11 @@ _UPSERT_LOG: Final = (
 )
 
 
+_LOG_FORMATS: Final = tuple(
+    (0, 0, *(0, 0, 0, 0, 1, 1, 1) * rows) for rows in range(1, LOG_ROWS_PREPARED + 1)
+)
+
+
 def _hot_name(text: str) -> bytes:
     """The name a hot statement is prepared under: its text's digest, so that two stores
     sharing a pooled connection (even of other schemas or versions) never mistake one
@@ -223,6 +233,24 @@ class Hot:
         self.log_fenced: tuple[bytes, ...] = tuple(names[:LOG_ROWS_PREPARED])
         self.committed: bytes = names[LOG_ROWS_PREPARED]
         self.begin: bytes = names[LOG_ROWS_PREPARED + 1]
+
+    def append(
+        self, tx_id: str, epoch: int, rows: Sequence[Row]
+    ) -> tuple[bytes, list[bytes | None], tuple[int, ...]]:
+        """The statement, parameters and parameter formats (text 0, binary 1) that append
+        `rows` (1 to `LOG_ROWS_PREPARED` of them) to `tx_id`'s log, fenced by `epoch`."""
+        params: list[bytes | None] = [tx_id.encode(), b"%d" % epoch]
+        for _, seq, kind, step, num, name, body, extra in rows:
+            params += (
+                b"%d" % seq,
+                b"%d" % kind,
+                None if step is None else b"%d" % step,
+                None if num is None else b"%d" % num,
+                None if name is None else name.encode(),
+                None if body is None else body.encode(),
+                None if extra is None else extra.encode(),
+            )
+        return self.log_fenced[len(rows) - 1], params, _LOG_FORMATS[len(rows) - 1]
 
 
 class Sql:
