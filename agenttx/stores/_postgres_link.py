@@ -3,10 +3,10 @@ thread that renews the store's leases on a connection of its own (`Renewer`).
 
 `Link` holds one psycopg connection (autocommit: every statement outside `transaction()` is its
 own PostgreSQL transaction), made from a DSN or taken from a `psycopg_pool.ConnectionPool`.
-The statements of the per-step path (`Hot`) are prepared on each connection as it is made or
-taken, and `run` executes them straight through libpq (one blocking call, the GIL released),
-their parameters already bytes: psycopg's adaptation and its Python wait loop cost a step more
-than the server does.
+The statements of the per-step path (`Hot`) are prepared on each connection at its first use,
+and `run` executes them straight through libpq (one blocking call, the GIL released), their
+parameters already bytes: psycopg's adaptation and its Python wait loop cost a step more than
+the server does.
 Every psycopg error becomes a `StorageError` naming what the store was doing, with the error as
 `__cause__`; an error that leaves the connection unusable (the server restarted, the network
 dropped) also drops the connection, and the next call connects again. A statement timeout
@@ -143,8 +143,8 @@ class Link:
         return conn
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
-        """Prepare the hot statements on `conn` that it lacks, in one round trip (another store
-        sharing a pool may have prepared them there: same name, same text)."""
+        """Prepare the hot statements on `conn` that it lacks (another store sharing a pool
+        may have prepared them there: same name, same text), in two round trips."""
         wanted = self.sql.hot.statements
         names = [name.decode() for name, _ in wanted]
         rows = conn.execute(
