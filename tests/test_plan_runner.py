@@ -183,6 +183,24 @@ def test_order_workflow_runs_lookup_and_stock_together_and_commits():
     assert result.nodes["reserve"].cost.tool == Decimal("0.10")
 
 
+def test_metrics_are_computed_when_first_read_and_then_kept():
+    """`result.metrics` is computed on first read (not by the run), the same object at every
+    read, equal to a fresh computation, and results compare equal by their computed metrics."""
+    tools, _, _ = _order_shop()
+    result = agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, run_id="lazy-1")
+    pending = result._metrics  # what the run handed over: a function
+    assert callable(pending)
+    assert not isinstance(pending, agenttx.PlanMetrics)
+    first = result.metrics
+    assert isinstance(first, agenttx.PlanMetrics)
+    assert result.metrics is first
+    assert pending() == first  # read again, the records give equal figures
+    assert first.critical_path[-2:] == ("reserve", "confirm")
+    assert first.makespan_s >= first.critical_path_s > 0
+    twin = attrs.evolve(result, metrics=pending)
+    assert twin == result
+
+
 def test_node_results_are_a_read_only_mapping_in_plan_order_built_once():
     """`result.nodes` lists every node in plan order, refuses writes and unknown ids, and
     gives the same `NodeResult` on every read."""

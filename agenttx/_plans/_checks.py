@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._tools import Tool, Validator
     from ..stores import Store
-    from ._model import Plan
+    from ._model import Node
 
 __all__ = [
     "OutputCheck",
@@ -116,13 +116,12 @@ def check_rate_limits(rate_limits: object) -> dict[str, RateLimit]:
 _NO_NODES: frozenset[str] = frozenset()
 
 
-def optional_prerequisites(plan: Plan, node_id: str) -> frozenset[str]:
-    """The prerequisites whose failure still releases the node: those it references only in
+def optional_prerequisites(node: Node) -> frozenset[str]:
+    """The prerequisites whose failure still releases `node`: those it references only in
     inputs it lists as optional or gives a fallback for, and does not list in `after`."""
-    node = plan.node(node_id)
-    tolerant = set(node.optional) | set(node.fallback)
-    if not tolerant:
+    if not (node.optional or node.fallback):
         return _NO_NODES  # shared: one empty set, not one per node
+    tolerant = set(node.optional) | set(node.fallback)
     needed: dict[str, bool] = {}
     for ref in node.input_refs:
         if ref.namespace == "initial":

@@ -37,7 +37,7 @@ import datetime as dt
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast, final
 
 import attrs
 
@@ -103,7 +103,7 @@ from ._results import (
     PlanResult,
     PlanStatus,
 )
-from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, Update
+from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, TaskRow, Update
 
 if TYPE_CHECKING:
     import asyncio
@@ -119,6 +119,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
+_monotonic: Final = time.monotonic
 #: Each attempt's deadline, in seconds, for a node without `timeout=`.
 DEFAULT_NODE_TIMEOUT: Final = 30.0
 #: How long a cancellation waits for cancelled async tools to unwind, in seconds.
@@ -205,19 +206,34 @@ class _SerializedStore:
 # ---------------------------------------------------------------------- one run
 
 
-@attrs.define(kw_only=True, eq=False)
 class _Attempt:
-    """One attempt's bookkeeping (mutable until it ends)."""
+    """One attempt's bookkeeping (mutable until it ends). A plain slotted class: one is made
+    a node start."""
 
-    start: Start
-    eligible_at: float
-    started_at: float
-    context: ToolContext | None  # None once the attempt has ended (see `release`)
-    arguments: JSONValue = None
-    finished_at: float | None = None
-    task: asyncio.Task[None] | None = None
-    ended_costs: tuple[tuple[str, Decimal], ...] = ()
-    previous: _Attempt | None = None  # the node's attempt before this one
+    __slots__ = (
+        "arguments",
+        "context",
+        "eligible_at",
+        "ended_costs",
+        "finished_at",
+        "previous",
+        "start",
+        "started_at",
+        "task",
+    )
+
+    def __init__(
+        self, start: Start, eligible_at: float, started_at: float, context: ToolContext | None
+    ) -> None:
+        self.start = start
+        self.eligible_at = eligible_at
+        self.started_at = started_at
+        self.context = context  # None once the attempt has ended (see `release`)
+        self.arguments: JSONValue = None
+        self.finished_at: float | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.ended_costs: tuple[tuple[str, Decimal], ...] = ()
+        self.previous: _Attempt | None = None  # the node's attempt before this one
 
     @property
     def costs(self) -> tuple[tuple[str, Decimal], ...]:
@@ -232,25 +248,65 @@ class _Attempt:
             self.context = None
 
 
-@attrs.define(kw_only=True, eq=False)
 class _NodeRecord:
-    """What the run keeps per node."""
+    """What the run keeps per node: what it reads of the plan and the tools at each start
+    (found once, on construction), and what happened. A plain slotted class: one a node."""
 
-    index: int
-    tool: str
-    key: str
-    # The attempts as a chain from the last (no list a node: most nodes have one attempt).
-    last: _Attempt | None = None
-    tried: int = 0  # how many attempts were made
-    eligible_at: float | None = None
-    output: JSONValue = None
-    error: CleanHint | None = None
-    # A tuple: most nodes register none, and the shared empty tuple costs no object a node.
-    undos: tuple[tuple[float, UndoRecord], ...] = ()
-    finished_at: float | None = None  # when it ended, by `time.monotonic()`
-    finished_wall: dt.datetime | None = None  # of a node restored from the durable record
-    started_wall: dt.datetime | None = None  # of a node restored from the durable record
-    retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
+    __slots__ = (
+        "eligible_at",
+        "error",
+        "finished_at",
+        "finished_wall",
+        "hold",
+        "impl",
+        "index",
+        "key",
+        "last",
+        "node",
+        "optional",
+        "output",
+        "retried",
+        "started_wall",
+        "tried",
+        "undos",
+        "units",
+    )
+
+    def __init__(  # noqa: PLR0917  (once a node, from `PlanExecution._build`)
+        self,
+        index: int,
+        node: Node,
+        impl: Tool[Any, Any],
+        key: str,
+        optional: frozenset[str],
+        hold: str | None,
+        units: tuple[tuple[str, int, int], ...],
+        retried: int,
+    ) -> None:
+        self.index = index
+        self.node = node
+        self.impl = impl  # the node's tool
+        self.key = key  # every attempt's idempotency key
+        self.optional = optional  # the prerequisites whose failure still releases it
+        self.hold = hold  # its exclusive resource, resolved (held across runs when durable)
+        self.units = units  # its units of resource capacities, `(resource, units, capacity)`
+        self.retried = retried  # attempts that failed and were retried before a crash
+        # The attempts as a chain from the last (no list a node: most nodes have one attempt).
+        self.last: _Attempt | None = None
+        self.tried = 0  # how many attempts were made
+        self.eligible_at: float | None = None
+        self.output: JSONValue = None
+        self.error: CleanHint | None = None
+        # A tuple: most nodes register none, and the shared empty tuple costs no object a node.
+        self.undos: tuple[tuple[float, UndoRecord], ...] = ()
+        self.finished_at: float | None = None  # when it ended, by `time.monotonic()`
+        self.finished_wall: dt.datetime | None = None  # of a node restored from the record
+        self.started_wall: dt.datetime | None = None  # of a node restored from the record
+
+    @property
+    def tool(self) -> str:
+        """The name of the node's tool."""
+        return self.node.tool
 
     @property
     def attempts(self) -> list[_Attempt]:
@@ -276,14 +332,12 @@ _HeldEvent = tuple[
 ]
 
 
-@attrs.frozen
-class _Finished:
+class _Finished(NamedTuple):
     attempt: _Attempt
     outcome: Outcome
 
 
-@attrs.frozen
-class _Crashed:
+class _Crashed(NamedTuple):
     attempt: _Attempt
     error: BaseException
 
@@ -380,51 +434,14 @@ class PlanExecution:
             run_id = uuid.uuid4().hex
         self.id = check_run_id(run_id)
         self._store = check_store(store, self.id)
-        self._optional = {node.id: optional_prerequisites(plan, node.id) for node in plan.nodes}
-        #: Each node's exclusive resource, resolved, and its units of resource capacities,
-        #: `(resource, units, capacity)`: both held across runs on a durable store.
-        self._holds, self._units = (
-            {node.id: self._exclusive(node) for node in plan.nodes},
-            _node_units(plan, capacities),
-        )
-        self._scheduler = Scheduler(
-            [
-                Task(
-                    id=node.id,
-                    prerequisites=plan.prerequisites(node.id),
-                    optional=self._optional[node.id],
-                    resources=node.resources,
-                    exclusive=self._holds[node.id],
-                    tool=node.tool,
-                    attempts=_attempts_made(restored, node.id),
-                )
-                for node in plan.nodes
-            ],
-            max_concurrency=self._max,
-            capacities=capacities,
-            rate_limits=limits,
-            on_failure=on_failure,
-        )
         self._registry = registry
-        self._tools = _node_tools(plan, registry)
         self._compensations: dict[str, Compensation[Any, Any]] = dict(registry.compensations)
-        for node in plan.nodes:
-            if isinstance(node.compensate, Compensation):
-                self._compensations.setdefault(node.compensate.name, node.compensate)
+        self._nodes: dict[str, _NodeRecord] = {}
+        self._scheduler = self._build(plan, registry, restored, on_failure, capacities, limits)
+        self._checks: dict[str, OutputCheck | None] = {}
         self._dispatcher = dispatcher
         self._compensate = compensate_on == "failure"
         self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
-        self._checks: dict[str, OutputCheck | None] = {}
-        node_key = key_deriver(self.id, plan.version)
-        self._nodes = {
-            node.id: _NodeRecord(
-                index=index,
-                tool=node.tool,
-                key=node_key(node.id, node.tool),
-                retried=_retried(restored, node.id),
-            )
-            for index, node in enumerate(plan.nodes)
-        }
         self._outputs: dict[str, JSONValue] = {}
         #: Undos of calls that may still be running on a worker: reported, never run.
         self._stranded: list[tuple[str, UndoRecord]] = []
@@ -448,6 +465,62 @@ class PlanExecution:
         self._event(
             PlanEventKind.VALIDATED,
             data={"plan_version": plan.version, "nodes": len(plan.nodes), "problems": 0},
+        )
+
+    def _build(  # noqa: PLR0917  (the checked arguments of `__init__`)
+        self,
+        plan: Plan,
+        registry: ToolRegistry,
+        restored: dict[str, StoredNode] | None,
+        on_failure: FailurePolicy,
+        capacities: dict[str, int],
+        limits: dict[str, RateLimit],
+    ) -> Scheduler:
+        """Fill `_nodes` (a record a node) and return the run's scheduler."""
+        node_key = key_deriver(self.id, plan.version)
+        # One pass over the nodes finds what every start reads (a record a node) and gives the
+        # scheduler its rows: no second table a node, no `Task` record a node.
+        rows: list[TaskRow] = []
+        prerequisites = plan.prerequisites
+        lookup = registry.get
+        for index, node in enumerate(plan.nodes):
+            node_id = node.id
+            tool = lookup(node.tool)
+            if tool is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
+                raise InvalidArgument(f"node `{node_id}`: tool `{node.tool}` is not registered")
+            optional = optional_prerequisites(node)
+            hold = None if node.exclusive_resource is None else self._exclusive(node)
+            units = _node_units(node, capacities) if node.resources else ()
+            self._nodes[node_id] = _NodeRecord(
+                index,
+                node,
+                tool,
+                node_key(node_id, node.tool),
+                optional,
+                hold,
+                units,
+                _retried(restored, node_id) if restored else 0,
+            )
+            rows.append(
+                (
+                    node_id,
+                    prerequisites(node_id),
+                    optional,
+                    node.resources,
+                    hold,
+                    node.tool,
+                    _attempts_made(restored, node_id) if restored else 0,
+                )
+            )
+            if isinstance(node.compensate, Compensation):
+                self._compensations.setdefault(node.compensate.name, node.compensate)
+        return Scheduler(
+            rows,
+            max_concurrency=self._max,
+            capacities=capacities,
+            rate_limits=limits,
+            on_failure=on_failure,
+            acyclic=True,  # validation found no cycle
         )
 
     def _init_durable(
@@ -573,8 +646,9 @@ class PlanExecution:
             for start in starts
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
-        holds = {start.node: hold for start in starts if (hold := self._holds[start.node])}
-        units = {start.node: taken for start in starts if (taken := self._units[start.node])}
+        records = self._nodes
+        holds = {start.node: hold for start in starts if (hold := records[start.node].hold)}
+        units = {start.node: taken for start in starts if (taken := records[start.node].units)}
         refused = (
             self._persist(
                 self._journal.claim_all,
@@ -600,11 +674,11 @@ class PlanExecution:
             if start.node in held:
                 waits = self._hold_waits[start.node] = self._hold_waits.get(start.node, 0) + 1
                 retry_at = now + self._backoff.delay(min(waits, _HOLD_WAITS))
-                hold = self._holds[start.node]
+                hold = self._nodes[start.node].hold
                 label = (
                     f"hold:{hold}"
                     if hold is not None
-                    else "shared:" + "+".join(name for name, _, _ in self._units[start.node])
+                    else "shared:" + "+".join(name for name, _, _ in self._nodes[start.node].units)
                 )
                 self._scheduler.postpone(start, retry_at, label)
 
@@ -801,10 +875,16 @@ class PlanExecution:
                     await self._apply(self._replay(start, stored), running)
                     continue
                 ended = self._dispatch(start, inbox, running)
+                if ended is None:  # it runs in a task
+                    continue
                 if isinstance(ended, _Finished):  # an inline tool, run in place
-                    await self._receive(ended, running)
-                elif ended is not None:  # it failed at once: apply what that ended or released
+                    running.pop(start.attempt, None)
+                    ended = self._complete(ended.attempt, ended.outcome)
+                # Apply what the end released or ended (awaiting only what it interrupted).
+                if ended.interrupted:
                     await self._apply(ended, running)
+                else:
+                    self._settle(ended, running)
             if starts:
                 continue  # the starts may have released or ended nodes: look again
             if not scheduler.is_active():
@@ -835,14 +915,12 @@ class PlanExecution:
     ) -> Update | _Finished | None:
         """Re-check a start, then run its attempt as a task (None); or run an inline sync
         tool in place (its `_Finished`); or fail it at once (the scheduler's update)."""
-        import asyncio  # noqa: PLC0415
-
         node_id = start.node
-        node = self._plan.node(node_id)
         record = self._nodes[node_id]
-        now = time.monotonic()
-        eligible = record.eligible_at if record.eligible_at is not None else now
-        tool = self._tools[node_id]
+        node = record.node
+        tool = record.impl
+        now = _monotonic()
+        eligible = record.eligible_at
         timeout = node.timeout or DEFAULT_NODE_TIMEOUT
         context = None
         if tool.wants_context or tool.guarded:  # as a transaction's step: only if it is used
@@ -857,24 +935,24 @@ class PlanExecution:
                 seq_base=start.number << _SEQ_BITS,
             )
         attempt = _Attempt(
-            start=start, eligible_at=min(eligible, now), started_at=now, context=context
+            start, now if eligible is None or eligible > now else eligible, now, context
         )
         record.add(attempt)
-        prerequisites = tuple(sorted(self._plan.prerequisites(node_id)))
-        state = self._scheduler.state
-        optional = self._optional[node_id]
-        unmet = [
-            name
-            for name in prerequisites
-            if state(name) is not NodeState.SUCCEEDED and name not in optional
-        ]
+        # The re-checks: every prerequisite's success recorded (its output kept), unless the
+        # node takes it as optional; inputs that resolve and fit the tool; the claim held.
+        prerequisites = self._plan.prerequisites(node_id)
+        outputs = self._outputs
+        optional = record.optional
         failure: Failure | None = None
         arguments: JSONValue = None
-        if unmet:  # pragma: no cover  (the scheduler never starts such a node)
-            failure = Failure(f"node `{node_id}` started before {', '.join(unmet)} succeeded")
-        else:
+        for name in prerequisites:
+            if name not in outputs and name not in optional:  # pragma: no cover
+                unmet = sorted(p for p in prerequisites if p not in outputs and p not in optional)
+                failure = Failure(f"node `{node_id}` started before {', '.join(unmet)} succeeded")
+                break
+        if failure is None:
             try:
-                resolved = resolve_inputs(node, self._initial, self._outputs)
+                resolved = resolve_inputs(node, self._initial, outputs)
             except UnresolvedInput as exc:
                 failure = Failure(exc.message, key=exc.param, mistake=True)
             else:
@@ -900,7 +978,7 @@ class PlanExecution:
                 start.number,
                 node.tool,
                 record.key,
-                prerequisites,
+                tuple(sorted(prerequisites)) if len(prerequisites) > 1 else tuple(prerequisites),
                 failure is None,
                 self._scheduler.running_count,
                 self._max,
@@ -911,29 +989,31 @@ class PlanExecution:
         if failure is not None:
             closed(context)
             attempt.release()
-            attempt.finished_at = time.monotonic()
+            attempt.finished_at = _monotonic()
             return self._fail(attempt, failure, retry=False)
         attempt.arguments = arguments
         call = Call(
-            step_id=record.index + 1,
-            tool=tool,
-            arguments=arguments,
-            raw_context="",
-            context=context,
-            timeout=timeout,
-            log_undo=self._log_undo,
-            seq_base=start.number << _SEQ_BITS,
+            record.index + 1,
+            tool,
+            arguments,
+            "",
+            context,
+            timeout,
+            self._log_undo,
+            start.number << _SEQ_BITS,
         )
         running[start.attempt] = attempt
-        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
-            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
-            return None
-        if tool.inline and not tool.is_async:
+        if tool.inline and not tool.is_async and not tool.guarded:
             # An inline sync tool runs on the loop's thread in any case, and cannot be
             # interrupted: call it here, without a task (`run_tool` still checks its deadline).
             outcome = run_tool(call)
-            attempt.finished_at = time.monotonic()
+            attempt.finished_at = _monotonic()
             return _Finished(attempt, outcome)
+        import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
+
+        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
+            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
+            return None
         attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
         return None
 
@@ -1046,58 +1126,65 @@ class PlanExecution:
         running.pop(attempt.start.attempt, None)
         if isinstance(message, _Crashed):
             raise message.error
+        update = self._complete(attempt, message.outcome)
+        if update.interrupted:
+            await self._apply(update, running)
+        else:
+            self._settle(update, running)
+
+    def _complete(self, attempt: _Attempt, outcome: Outcome) -> Update:
+        """Apply the outcome of an attempt whose tool has returned; the scheduler's update."""
         attempt.release()  # its tool has returned: the context is closed
-        outcome = message.outcome
         record = self._nodes[attempt.start.node]
-        tool = record.tool
         failure = outcome.error
         if failure is None and outcome.refused is not None:
-            failure = Failure(f"output of tool '{tool}' is not JSON: {outcome.refused}")
+            failure = Failure(f"output of tool '{record.node.tool}' is not JSON: {outcome.refused}")
         if failure is None:
-            failure = self._check_output(tool, outcome.output)
+            failure = self._check_output(record.impl, outcome.output)
             if failure is not None:
                 failure = failure._replace(mistake=True)  # a broken contract: never retried
         if failure is not None:
-            update = self._fail(
+            return self._fail(
                 attempt,
                 failure,
                 retry=True,
                 undos=outcome.undos,
                 still_running=outcome.running is not None,
             )
+        update = self._scheduler.done(attempt.start.node, attempt.start.attempt)
+        if update.delivery is Delivery.APPLIED:
+            self._succeed(attempt, record, outcome)
         else:
-            update = self._scheduler.done(attempt.start.node, attempt.start.attempt)
-            if update.delivery is Delivery.APPLIED:
-                self._succeed(attempt, outcome)
-            else:
-                self._refused(attempt, update)
-        await self._apply(update, running)
+            self._refused(attempt, update)
+        return update
 
-    def _check_output(self, tool: str, output: JSONValue) -> Failure | None:
-        if tool not in self._checks:
-            found = self._registry.get(tool)
-            self._checks[tool] = None if found is None else output_check(found)
-        check = self._checks[tool]
-        return None if check is None else check.failure(tool, output)
+    def _check_output(self, tool: Tool[Any, Any], output: JSONValue) -> Failure | None:
+        name = tool.name
+        try:
+            check = self._checks[name]
+        except KeyError:
+            check = self._checks[name] = output_check(tool)
+        return None if check is None else check.failure(name, output)
 
-    def _succeed(self, attempt: _Attempt, outcome: Outcome) -> None:
+    def _succeed(self, attempt: _Attempt, record: _NodeRecord, outcome: Outcome) -> None:
         node_id = attempt.start.node
-        node = self._plan.node(node_id)
-        record = self._nodes[node_id]
-        now = time.monotonic()
-        undos = list(outcome.undos)
+        node = record.node
+        now = _monotonic()
+        undos = outcome.undos
         kind = node.compensation_name
         if kind is not None:
-            declared = self._tools[node_id].compensation_name
-            if declared is not None and undos and undos[-1].kind == declared:
-                undos.pop()  # the node's compensation replaces the tool's
-            undos.append(_node_undo(attempt, kind, record.index + 1, len(undos), outcome))
+            kept = list(undos)
+            declared = record.impl.compensation_name
+            if declared is not None and kept and kept[-1].kind == declared:
+                kept.pop()  # the node's compensation replaces the tool's
+            kept.append(_node_undo(attempt, kind, record.index + 1, len(kept), outcome))
+            undos = tuple(kept)
         if undos:
             record.undos += tuple((now, undo) for undo in undos)
         record.output = outcome.output
         record.finished_at = now
         if self._txlog is not None:
-            self._persist(self._write_state, attempt, outcome, kind, undos)
+            self._persist(self._write_state, attempt, outcome, kind, list(undos))
         if self._journal is not None:
             self._persist(
                 self._journal.end_attempt,
@@ -1108,7 +1195,8 @@ class PlanExecution:
                 output=outcome.output,
             )
         self._outputs[node_id] = outcome.output
-        self._effects.extend(outcome.effects)
+        if outcome.effects:
+            self._effects.extend(outcome.effects)
         self._completions.append(node_id)
         self._event(
             PlanEventKind.COMPLETED,
@@ -1192,26 +1280,54 @@ class PlanExecution:
         )
 
     async def _apply(self, update: Update, running: dict[str, _Attempt]) -> None:
-        """Apply what an update ended: record readiness, skips and cancellations; stop the
-        interrupted attempts (async tools cancelled, sync ones fenced: their late result is
-        refused by attempt id)."""
+        """Apply what an update ended (`_settle`), then wait for the async tools it cancelled
+        to unwind and keep what the interrupted attempts registered."""
         import asyncio  # noqa: PLC0415
 
-        now = time.monotonic()
-        if self._journal is not None and (update.ready or update.skipped or update.cancelled):
+        stopped = self._settle(update, running)
+        if not stopped:
+            return
+        tasks = [
+            attempt.task
+            for attempt, _ in stopped
+            if attempt.task is not None and not attempt.task.done()
+        ]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+        for attempt, undos in stopped:
+            # What an interrupted attempt registered may have half happened. An async tool
+            # that has unwound is over; a sync one goes on on its worker thread, and undoing
+            # while its effect may still land would undo nothing: kept, not run.
+            tool = self._nodes[attempt.start.node].impl
+            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
+            self._keep_undos(attempt.start.node, undos, over=over)
+
+    def _settle(
+        self, update: Update, running: dict[str, _Attempt]
+    ) -> list[tuple[_Attempt, tuple[UndoRecord, ...]]]:
+        """Apply what an update ended: record readiness, skips and cancellations; stop the
+        interrupted attempts (their contexts fenced: a late result is refused by attempt id),
+        returned with what they registered, for `_apply` to cancel and wait for."""
+        ready, skipped, cancelled = update.ready, update.skipped, update.cancelled
+        if not (ready or skipped or cancelled or update.interrupted):
+            return []
+        now = _monotonic()
+        if self._journal is not None and (ready or skipped or cancelled):
             self._persist(
                 self._journal.transitions,
                 [
-                    *self._transitions(update.ready, "READY"),
-                    *self._transitions(update.skipped, "SKIPPED"),
-                    *self._transitions(update.cancelled, "CANCELLED"),
+                    *self._transitions(ready, "READY"),
+                    *self._transitions(skipped, "SKIPPED"),
+                    *self._transitions(cancelled, "CANCELLED"),
                 ],
             )
-        for node_id in update.ready:
-            self._nodes[node_id].eligible_at = now
-        for node_id in update.skipped:
+        records = self._nodes
+        for node_id in ready:
+            records[node_id].eligible_at = now
+        for node_id in skipped:
             self._event(PlanEventKind.SKIPPED, node=node_id)
-        tasks: list[asyncio.Task[None]] = []
         stopped: list[tuple[_Attempt, tuple[UndoRecord, ...]]] = []
         for start in update.interrupted:
             attempt = running.pop(start.attempt, None)
@@ -1221,25 +1337,14 @@ class PlanExecution:
             attempt.release()
             attempt.finished_at = now
             stopped.append((attempt, undos))
-            if attempt.task is not None and not attempt.task.done():
-                attempt.task.cancel()
-                tasks.append(attempt.task)
-        for node_id in update.cancelled:
-            self._nodes[node_id].finished_at = now
+        for node_id in cancelled:
+            records[node_id].finished_at = now
             self._event(
                 PlanEventKind.CANCELLED,
                 node=node_id,
                 data={"reason": self._scheduler.cancel_reason},
             )
-        if tasks:
-            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
-        for attempt, undos in stopped:
-            # What an interrupted attempt registered may have half happened. An async tool
-            # that has unwound is over; a sync one goes on on its worker thread, and undoing
-            # while its effect may still land would undo nothing: kept, not run.
-            tool = self._tools[attempt.start.node]
-            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
-            self._keep_undos(attempt.start.node, undos, over=over)
+        return stopped
 
     def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
         """Keep undos for compensation; those of a call that may still run, as stranded."""
@@ -1267,7 +1372,8 @@ class PlanExecution:
         """A node that did not succeed but that every dependant takes as optional."""
         dependants = self._plan.dependants(node_id)
         return bool(dependants) and all(
-            node_id in self._optional[other] and self._scheduler.state(other) is NodeState.SUCCEEDED
+            node_id in self._nodes[other].optional
+            and self._scheduler.state(other) is NodeState.SUCCEEDED
             for other in dependants
         )
 
@@ -1450,21 +1556,26 @@ class PlanExecution:
 
         return LazyMap(records, build)
 
-    def _metrics(self, finished: float) -> PlanMetrics:
-        """The run's metrics; a node's timing is built again when its figures are read (so
+    def _metrics(self, finished: float) -> Callable[[], PlanMetrics]:
+        """The run's metrics, computed when the result's `metrics` is first read (from the
+        records, final by then); a node's timing is built again when its figures are read (so
         neither is kept a node: only the records, which the node results read too)."""
         records = self._nodes
         prerequisites = self._plan.prerequisites
+        started = self._started
 
         def timing_of(node_id: str) -> NodeTiming:
             return _timing(node_id, records[node_id], prerequisites(node_id), finished)
 
-        return plan_metrics(
-            (timing_of(node_id) for node_id in records),
-            started_at=self._started,
-            finished_at=finished,
-            timing_of=timing_of,
-        )
+        def compute() -> PlanMetrics:
+            return plan_metrics(
+                (timing_of(node_id) for node_id in records),
+                started_at=started,
+                finished_at=finished,
+                timing_of=timing_of,
+            )
+
+        return compute
 
 
 def _timing(
@@ -1529,29 +1640,13 @@ _DISPATCHED: Final = deferred_data("plan.dispatched", _dispatched)
 _COMPLETED: Final = deferred_data("plan.completed", _completed)
 
 
-def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]:
-    """Each node's tool; a validated plan names only registered tools."""
-    tools: dict[str, Tool[Any, Any]] = {}
-    for node in plan.nodes:
-        found = registry.get(node.tool)
-        if found is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
-            raise InvalidArgument(f"node `{node.id}`: tool `{node.tool}` is not registered")
-        tools[node.id] = found
-    return tools
-
-
-def _node_units(
-    plan: Plan, capacities: Mapping[str, int]
-) -> dict[str, tuple[tuple[str, int, int], ...]]:
-    """Each node's units of resource capacities, `(resource, units, capacity)`, by name."""
-    return {
-        node.id: tuple(
-            (name, units, capacities[name])
-            for name, units in sorted(node.resources.items())
-            if units > 0 and name in capacities
-        )
-        for node in plan.nodes
-    }
+def _node_units(node: Node, capacities: Mapping[str, int]) -> tuple[tuple[str, int, int], ...]:
+    """The node's units of resource capacities, `(resource, units, capacity)`, by name."""
+    return tuple(
+        (name, units, capacities[name])
+        for name, units in sorted(node.resources.items())
+        if units > 0 and name in capacities
+    )
 
 
 def _settings_record(

@@ -63,7 +63,7 @@ import enum
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Final, Literal, cast, final
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, cast, final
 
 import attrs
 
@@ -79,6 +79,7 @@ __all__ = [
     "Scheduler",
     "Start",
     "Task",
+    "TaskRow",
     "Update",
 ]
 
@@ -223,6 +224,28 @@ class Task:
             raise InvalidArgument(f"attempts must be an integer >= 0, got {attempts!r}")
 
 
+#: A node as the runner gives it instead of a `Task`: `(id, prerequisites, optional,
+#: resources, exclusive, tool, attempts)`, each field already checked as `Task` checks it (a
+#: plan's nodes are), so building costs no record a node.
+TaskRow = tuple[str, frozenset[str], frozenset[str], "Mapping[str, int]", "str | None", str, int]
+
+
+def _row(task: object) -> TaskRow:
+    if type(task) is tuple:
+        return cast("TaskRow", task)
+    if not isinstance(task, Task):
+        raise InvalidArgument(f"tasks must be Task records, got {task!r}")
+    return (
+        task.id,
+        task.prerequisites,
+        task.optional,
+        task.resources,
+        task.exclusive,
+        task.tool,
+        task.attempts,
+    )
+
+
 def _check_rate(_: object, attribute: attrs.Attribute[float], value: object) -> None:
     if (
         not isinstance(value, (int, float))
@@ -250,14 +273,14 @@ class RateLimit:
     burst: int = attrs.field(default=1, validator=_check_burst)
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Start:
+class Start(NamedTuple):
     """One start handed out by `Scheduler.get_ready`: run `node` as attempt `attempt`.
 
     `attempt` is unique within the scheduler (`"<node>#<number>"`); `number` counts the node's
     attempts from 1. `waited` names the limits that held the node back before this start
     (`"resource:<name>"`, `"exclusive:<key>"`, `"rate:<tool>"`), in the order it met them.
+    (A named tuple, not an attrs record: one is made a node start, and a tuple of text the
+    garbage collector stops tracking.)
     """
 
     node: str
@@ -266,14 +289,13 @@ class Start:
     waited: tuple[str, ...] = ()
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Update:
+class Update(NamedTuple):
     """What one `done`, `failed` or `cancel` call changed.
 
     `ready`: nodes whose unresolved count reached zero (start them with `get_ready`).
     `skipped` / `cancelled`: nodes that became SKIPPED / CANCELLED, in the order they did.
     `interrupted`: the running attempts this call cancelled; stop them, their results are STALE.
+    (A named tuple, as `Start`: one is made a completion.)
     """
 
     delivery: Delivery
@@ -332,11 +354,11 @@ class _Entry:
         "waited",
     )
 
-    def __init__(self, task: Task) -> None:
-        self.id = task.id
-        self.optional = task.optional
+    def __init__(self, node: str, count: int, optional: frozenset[str], attempts: int) -> None:
+        self.id = node
+        self.optional = optional
         self.state = NodeState.PENDING
-        self.count = len(task.prerequisites)
+        self.count = count
         # The ids of the nodes that wait for this one: a list while the scheduler is built,
         # then a tuple of text (which the garbage collector stops tracking).
         self.dependants: Sequence[str] = []
@@ -344,7 +366,7 @@ class _Entry:
         # say which were issued (no list of ids a node).
         self.issued = 0  # how many attempts were issued
         self.current = ""  # the id of the last one issued
-        self.first = task.attempts  # attempts numbered before these (a resumed run's)
+        self.first = attempts  # attempts numbered before these (a resumed run's)
         self.applied = 0  # how many of them had their result applied
         self.demands: tuple[tuple[_Gate, float], ...] = ()
         self.waited: list[str] | None = None
@@ -370,7 +392,9 @@ class Scheduler:
     Raises `InvalidArgument` for a duplicate node id, a prerequisite that is not a node, a node
     that is its own prerequisite, a cycle, a `max_concurrency` that is not an integer > 0, a
     capacity that is not an integer >= 0, a resource with no capacity or asked for beyond it,
-    and an unknown `on_failure`.
+    and an unknown `on_failure`. A task may be given as a `TaskRow` (the runner's: its fields
+    checked already); `acyclic=True` skips the cycle check, for prerequisites known to have
+    none (a validated plan's).
     """
 
     __slots__ = (
@@ -390,12 +414,13 @@ class Scheduler:
 
     def __init__(
         self,
-        tasks: Iterable[Task],
+        tasks: Iterable[Task | TaskRow],
         *,
         max_concurrency: int,
         capacities: Mapping[str, int] | None = None,
         rate_limits: Mapping[str, RateLimit] | None = None,
         on_failure: FailurePolicy = "skip_dependants",
+        acyclic: bool = False,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -420,60 +445,66 @@ class Scheduler:
         self._dirty: dict[_Gate, None] = {}  # resource gates released while nodes wait on them
         self._waiting_rates: dict[_Gate, None] = {}  # rate gates with waiting nodes
         resources = _resource_gates(capacities or {})
-        self._rated = _rate_gates(rate_limits or {})
+        self._rated = rated = _rate_gates(rate_limits or {})
         exclusive: dict[str, _Gate] = {}
-        self._entries: dict[str, _Entry] = {}
-        listed = list(tasks)
-        for task in listed:
-            if not isinstance(task, Task):
-                raise InvalidArgument(f"tasks must be Task records, got {task!r}")
-            if task.id in self._entries:
-                raise InvalidArgument(f"duplicate node id {task.id!r}")
-            entry = _Entry(task)
-            if task.resources or task.exclusive is not None or task.tool in self._rated:
-                entry.demands = self._demands(task, resources, exclusive)
-            self._entries[task.id] = entry
-        for task in listed:
-            entry = self._entries[task.id]
-            for prerequisite in task.prerequisites:
-                if prerequisite == task.id:
-                    raise InvalidArgument(f"node {task.id!r} lists itself as a prerequisite")
-                source = self._entries.get(prerequisite)
-                if source is None:
+        entries: dict[str, _Entry] = {}
+        self._entries = entries
+        rows = [_row(task) for task in tasks]
+        for node_id, prerequisites, optional, held, key, tool, attempts in rows:
+            if node_id in entries:
+                raise InvalidArgument(f"duplicate node id {node_id!r}")
+            entry = _Entry(node_id, len(prerequisites), optional, attempts)
+            if held or key is not None or tool in rated:
+                entry.demands = self._demands(node_id, held, key, tool, resources, exclusive)
+            entries[node_id] = entry
+        for node_id, prerequisites, *_ in rows:
+            for prerequisite in prerequisites:
+                source = entries.get(prerequisite)
+                if source is None or prerequisite == node_id:
                     raise InvalidArgument(
-                        f"node {task.id!r} waits for {prerequisite!r}, which is not a node"
+                        f"node {node_id!r} lists itself as a prerequisite"
+                        if prerequisite == node_id
+                        else f"node {node_id!r} waits for {prerequisite!r}, which is not a node"
                     )
-                cast("list[str]", source.dependants).append(entry.id)
-        _refuse_cycles(listed, self._entries)
-        for entry in self._entries.values():
+                cast("list[str]", source.dependants).append(node_id)
+        if not acyclic:
+            _refuse_cycles({row[0]: row[1] for row in rows}, entries)
+        ready = self._ready
+        for entry in entries.values():
             entry.dependants = tuple(entry.dependants)
             if entry.count == 0:
                 entry.state = NodeState.READY
-                self._ready.append(entry)
+                ready.append(entry)
 
-    def _demands(
-        self, task: Task, resources: dict[str, _Gate], exclusive: dict[str, _Gate]
+    def _demands(  # noqa: PLR0917  (a row's fields, once a node with limits)
+        self,
+        node_id: str,
+        held: Mapping[str, int],
+        key: str | None,
+        tool: str,
+        resources: dict[str, _Gate],
+        exclusive: dict[str, _Gate],
     ) -> tuple[tuple[_Gate, float], ...]:
         demands: list[tuple[_Gate, float]] = []
-        for name, amount in task.resources.items():
+        for name, amount in held.items():
             gate = resources.get(name)
             if gate is None:
                 raise InvalidArgument(
-                    f"node {task.id!r} holds resource {name!r}, which has no capacity"
+                    f"node {node_id!r} holds resource {name!r}, which has no capacity"
                     f" (give it one in capacities)"
                 )
             if amount > gate.capacity:
                 raise InvalidArgument(
-                    f"node {task.id!r} holds {amount} of resource {name!r}, beyond its capacity"
+                    f"node {node_id!r} holds {amount} of resource {name!r}, beyond its capacity"
                     f" {gate.capacity:g}: it could never start"
                 )
             demands.append((gate, amount))
-        if task.exclusive is not None:
-            gate = exclusive.get(task.exclusive)
+        if key is not None:
+            gate = exclusive.get(key)
             if gate is None:
-                gate = exclusive[task.exclusive] = _Gate(f"exclusive:{task.exclusive}", 1)
+                gate = exclusive[key] = _Gate(f"exclusive:{key}", 1)
             demands.append((gate, 1))
-        rated = self._rated.get(task.tool)
+        rated = self._rated.get(tool)
         if rated is not None:
             demands.append((rated, 1))
         return tuple(demands)
@@ -612,9 +643,7 @@ class Scheduler:
         self._running += 1
         waited = entry.waited
         entry.waited = None
-        started.append(
-            Start(node=entry.id, attempt=attempt, number=number, waited=tuple(waited or ()))
-        )
+        started.append(Start(entry.id, attempt, number, tuple(waited) if waited else ()))
 
     def _release(self, entry: _Entry) -> None:
         """Give back what a running node held and free its concurrency slot."""
@@ -629,7 +658,9 @@ class Scheduler:
 
     def _claim(self, node: str, attempt: str) -> _Entry | Update:
         """The entry if `attempt` is its running attempt, else the refusal to return."""
-        entry = self._entry(node)
+        entry = self._entries.get(node)
+        if entry is None:
+            raise InvalidArgument(f"unknown node {node!r}")
         if entry.state is NodeState.RUNNING and entry.current == attempt:
             return entry
         index = entry.index(attempt)
@@ -649,12 +680,19 @@ class Scheduler:
         entry = claimed
         entry.applied = entry.issued
         self._release(entry)
-        self._end(entry, NodeState.SUCCEEDED)
+        entry.state = NodeState.SUCCEEDED
+        self._finished += 1
         ready: list[str] = []
         entries = self._entries
-        for dependant in entry.dependants:
-            self._resolve(entries[dependant], ready)
-        return Update(delivery=Delivery.APPLIED, ready=tuple(ready)) if ready else _APPLIED
+        pending = NodeState.PENDING
+        for dependant_id in entry.dependants:  # `_resolve`, inline: the commonest path
+            dependant = entries[dependant_id]
+            dependant.count -= 1
+            if dependant.count == 0 and dependant.state is pending:
+                dependant.state = NodeState.READY
+                self._ready.append(dependant)
+                ready.append(dependant_id)
+        return Update(Delivery.APPLIED, tuple(ready)) if ready else _APPLIED
 
     def failed(
         self, node: str, attempt: str, *, retry_at: float | None = None, timed_out: bool = False
@@ -803,7 +841,7 @@ def _rate_gates(rate_limits: Mapping[str, RateLimit]) -> dict[str, _Gate]:
     return gates
 
 
-def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
+def _refuse_cycles(prerequisites: Mapping[str, frozenset[str]], entries: dict[str, _Entry]) -> None:
     """Raise `InvalidArgument` naming a cycle's path if the prerequisites have one (Kahn)."""
     counts = {entry: entry.count for entry in entries.values()}  # keyed by identity: cheap
     queue = [entry for entry, count in counts.items() if count == 0]
@@ -819,7 +857,6 @@ def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
     if seen == len(entries):
         return
     # Every node left has a prerequisite left: walk back through them until one repeats.
-    prerequisites = {task.id: task.prerequisites for task in tasks}
     stuck = {entry.id for entry, count in counts.items() if count > 0}
     node = min(stuck)
     path: list[str] = []
