@@ -142,18 +142,22 @@ class OutputCheck:
 
     def failure(self, tool: str, output: JSONValue) -> Failure | None:
         """Why `output` does not fit the declared type, naming the field; None if it does."""
-        where = f"output of tool '{tool}' does not match its return type {self.type_name}"
         if not isinstance(output, dict):
-            return Failure(f"{where}: expected an object, got {type(output).__name__}")
+            return Failure(f"{self._where(tool)}: expected an object, got {type(output).__name__}")
         for name, required, validator in self.fields:
             if name not in output:
                 if required:
-                    return Failure(f"{where}: field `{name}` is missing", key=name)
+                    return Failure(f"{self._where(tool)}: field `{name}` is missing", key=name)
                 continue
             _, violation = validator.check(output[name])
             if violation is not None:
-                return Failure(f"{where}: field `{name}`: {violation.message}", key=name)
+                return Failure(
+                    f"{self._where(tool)}: field `{name}`: {violation.message}", key=name
+                )
         return None
+
+    def _where(self, tool: str) -> str:
+        return f"output of tool '{tool}' does not match its return type {self.type_name}"
 
 
 def output_check(tool: Tool[Any, Any]) -> OutputCheck | None:

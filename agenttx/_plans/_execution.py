@@ -575,9 +575,14 @@ class PlanExecution:
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | DeferredData | None = None,
     ) -> None:
-        with self._lock:
-            self._event_locked(kind, node=node, attempt=attempt, data=data)
-        self._audit.deliver()
+        with self._lock:  # `_event_locked`, inline: twice a node
+            journal = self._journal
+            if self._held or (journal is not None and journal.pending):
+                self._held.append((kind, node, attempt, data))
+            else:
+                self._audit.record(kind, node=node, attempt=attempt, data=data)
+        if self._audit.has_hooks:
+            self._audit.deliver()
 
     def _event_locked(
         self,
