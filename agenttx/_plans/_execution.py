@@ -107,7 +107,7 @@ from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, TaskRo
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from decimal import Decimal
 
     from .._events import HookLike
@@ -216,8 +216,10 @@ class _Attempt:
         "eligible_at",
         "ended_costs",
         "finished_at",
+        "id",
+        "node",
+        "number",
         "previous",
-        "start",
         "started_at",
         "task",
     )
@@ -225,7 +227,11 @@ class _Attempt:
     def __init__(
         self, start: Start, eligible_at: float, started_at: float, context: ToolContext | None
     ) -> None:
-        self.start = start
+        # The start's fields, not the `Start`: a named tuple stays tracked by the garbage
+        # collector, and a run of thousands of nodes would keep one more such object a node.
+        self.node = start.node
+        self.id = start.attempt  # the attempt id, `<node>#<number>`
+        self.number = start.number
         self.eligible_at = eligible_at
         self.started_at = started_at
         self.context = context  # None once the attempt has ended (see `release`)
@@ -477,12 +483,32 @@ class PlanExecution:
         limits: dict[str, RateLimit],
     ) -> Scheduler:
         """Fill `_nodes` (a record a node) and return the run's scheduler."""
+        return Scheduler(
+            self._rows(plan, registry, restored, capacities),
+            max_concurrency=self._max,
+            capacities=capacities,
+            rate_limits=limits,
+            on_failure=on_failure,
+            acyclic=True,  # validation found no cycle
+        )
+
+    def _rows(
+        self,
+        plan: Plan,
+        registry: ToolRegistry,
+        restored: dict[str, StoredNode] | None,
+        capacities: dict[str, int],
+    ) -> Iterator[TaskRow]:
+        """Make each node's record, and give the scheduler its row.
+
+        One pass over the nodes finds what every start reads (a record a node) and hands the
+        scheduler one row at a time: no second table a node, no `Task` record a node, and no
+        list of rows (which would outlive young collections and burden the old generation).
+        """
         node_key = key_deriver(self.id, plan.version)
-        # One pass over the nodes finds what every start reads (a record a node) and gives the
-        # scheduler its rows: no second table a node, no `Task` record a node.
-        rows: list[TaskRow] = []
         prerequisites = plan.prerequisites
         lookup = registry.get
+        records = self._nodes
         for index, node in enumerate(plan.nodes):
             node_id = node.id
             tool = lookup(node.tool)
@@ -491,7 +517,7 @@ class PlanExecution:
             optional = optional_prerequisites(node)
             hold = None if node.exclusive_resource is None else self._exclusive(node)
             units = _node_units(node, capacities) if node.resources else ()
-            self._nodes[node_id] = _NodeRecord(
+            records[node_id] = _NodeRecord(
                 index,
                 node,
                 tool,
@@ -501,27 +527,17 @@ class PlanExecution:
                 units,
                 _retried(restored, node_id) if restored else 0,
             )
-            rows.append(
-                (
-                    node_id,
-                    prerequisites(node_id),
-                    optional,
-                    node.resources,
-                    hold,
-                    node.tool,
-                    _attempts_made(restored, node_id) if restored else 0,
-                )
-            )
             if isinstance(node.compensate, Compensation):
                 self._compensations.setdefault(node.compensate.name, node.compensate)
-        return Scheduler(
-            rows,
-            max_concurrency=self._max,
-            capacities=capacities,
-            rate_limits=limits,
-            on_failure=on_failure,
-            acyclic=True,  # validation found no cycle
-        )
+            yield (
+                node_id,
+                prerequisites(node_id),
+                optional,
+                node.resources,
+                hold,
+                node.tool,
+                _attempts_made(restored, node_id) if restored else 0,
+            )
 
     def _init_durable(
         self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
@@ -1043,7 +1059,7 @@ class PlanExecution:
         while independent nodes go on, then run the call (or take the decided output)."""
         import asyncio  # noqa: PLC0415
 
-        node = attempt.start.node
+        node = attempt.node
         people = self._people
         unknown = call.tool.on_unknown == "review"
         try:
@@ -1128,7 +1144,7 @@ class PlanExecution:
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
-        running.pop(attempt.start.attempt, None)
+        running.pop(attempt.id, None)
         if isinstance(message, _Crashed):
             raise message.error
         update = self._complete(attempt, message.outcome)
@@ -1140,7 +1156,7 @@ class PlanExecution:
     def _complete(self, attempt: _Attempt, outcome: Outcome) -> Update:
         """Apply the outcome of an attempt whose tool has returned; the scheduler's update."""
         attempt.release()  # its tool has returned: the context is closed
-        record = self._nodes[attempt.start.node]
+        record = self._nodes[attempt.node]
         failure = outcome.error
         if failure is None and outcome.refused is not None:
             failure = Failure(f"output of tool '{record.node.tool}' is not JSON: {outcome.refused}")
@@ -1156,7 +1172,7 @@ class PlanExecution:
                 undos=outcome.undos,
                 still_running=outcome.running is not None,
             )
-        update = self._scheduler.done(attempt.start.node, attempt.start.attempt)
+        update = self._scheduler.done(attempt.node, attempt.id)
         if update.delivery is Delivery.APPLIED:
             self._succeed(attempt, record, outcome)
         else:
@@ -1172,7 +1188,7 @@ class PlanExecution:
         return None if check is None else check.failure(name, output)
 
     def _succeed(self, attempt: _Attempt, record: _NodeRecord, outcome: Outcome) -> None:
-        node_id = attempt.start.node
+        node_id = attempt.node
         node = record.node
         now = _monotonic()
         undos = outcome.undos
@@ -1194,7 +1210,7 @@ class PlanExecution:
             self._persist(
                 self._journal.end_attempt,
                 node_id,
-                attempt.start.attempt,
+                attempt.id,
                 "SUCCEEDED",
                 inputs=attempt.arguments,
                 output=outcome.output,
@@ -1206,8 +1222,8 @@ class PlanExecution:
         self._event(
             PlanEventKind.COMPLETED,
             node=node_id,
-            attempt=attempt.start.attempt,
-            data=(_COMPLETED, attempt.start.number, len(outcome.effects)),
+            attempt=attempt.id,
+            data=(_COMPLETED, attempt.number, len(outcome.effects)),
         )
 
     def _fail(
@@ -1219,7 +1235,7 @@ class PlanExecution:
         undos: tuple[UndoRecord, ...] = (),
         still_running: bool = False,
     ) -> Update:
-        node_id = attempt.start.node
+        node_id = attempt.node
         node = self._plan.node(node_id)
         record = self._nodes[node_id]
         hint = clean_error(failure.message)
@@ -1228,14 +1244,12 @@ class PlanExecution:
         transient = hint.category.transient if failure.transient is None else failure.transient
         timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
         retry_at: float | None = None
-        number = attempt.start.number
+        number = attempt.number
         # The budget counts the failures retried before a crash too (a resumed run's).
         failures = record.retried + record.tried
         if retry and transient and not failure.mistake and failures <= node.retries:
             retry_at = time.monotonic() + self._backoff.delay(number)
-        update = self._scheduler.failed(
-            node_id, attempt.start.attempt, retry_at=retry_at, timed_out=timed_out
-        )
+        update = self._scheduler.failed(node_id, attempt.id, retry_at=retry_at, timed_out=timed_out)
         if update.delivery is not Delivery.APPLIED:
             self._refused(attempt, update)
             return update
@@ -1256,7 +1270,7 @@ class PlanExecution:
             self._persist(
                 self._journal.end_attempt,
                 node_id,
-                attempt.start.attempt,
+                attempt.id,
                 stored_state,
                 inputs=attempt.arguments,
                 error=hint.text,
@@ -1264,23 +1278,19 @@ class PlanExecution:
         if retry_at is not None:
             record.eligible_at = retry_at
             data["retry_in_s"] = max(0.0, retry_at - now)
-            self._event(
-                PlanEventKind.RETRIED, node=node_id, attempt=attempt.start.attempt, data=data
-            )
+            self._event(PlanEventKind.RETRIED, node=node_id, attempt=attempt.id, data=data)
         else:
             record.error = hint
             record.finished_at = now
             data["timed_out"] = timed_out
-            self._event(
-                PlanEventKind.FAILED, node=node_id, attempt=attempt.start.attempt, data=data
-            )
+            self._event(PlanEventKind.FAILED, node=node_id, attempt=attempt.id, data=data)
         return update
 
     def _refused(self, attempt: _Attempt, update: Update) -> None:
         self._event(
             PlanEventKind.LATE_RESULT_REFUSED,
-            node=attempt.start.node,
-            attempt=attempt.start.attempt,
+            node=attempt.node,
+            attempt=attempt.id,
             data={"delivery": update.delivery.value},
         )
 
@@ -1305,9 +1315,9 @@ class PlanExecution:
             # What an interrupted attempt registered may have half happened. An async tool
             # that has unwound is over; a sync one goes on on its worker thread, and undoing
             # while its effect may still land would undo nothing: kept, not run.
-            tool = self._nodes[attempt.start.node].impl
+            tool = self._nodes[attempt.node].impl
             over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
-            self._keep_undos(attempt.start.node, undos, over=over)
+            self._keep_undos(attempt.node, undos, over=over)
 
     def _settle(
         self, update: Update, running: dict[str, _Attempt]
@@ -1517,9 +1527,9 @@ class PlanExecution:
             txlog.undo(undos[-1])
         if outcome.effects:
             txlog.step(
-                self._nodes[attempt.start.node].index + 1,
+                self._nodes[attempt.node].index + 1,
                 LiveStep(
-                    tool_name=self._nodes[attempt.start.node].tool,
+                    tool_name=self._nodes[attempt.node].tool,
                     arguments=attempt.arguments,
                     output=outcome.output,
                     raw_context="",
@@ -1552,7 +1562,7 @@ class PlanExecution:
                 output=record.output if state is NodeState.SUCCEEDED else None,
                 error=record.error,
                 attempts=len(attempts),
-                attempt_ids=tuple(attempt.start.attempt for attempt in attempts),
+                attempt_ids=tuple(attempt.id for attempt in attempts),
                 idempotency_key=record.key,
                 started_at=wall(attempts[0].started_at) if attempts else record.started_wall,
                 finished_at=finished if finished is not None else wall(record.finished_at),
@@ -1684,10 +1694,10 @@ def _node_undo(
     """The undo a node's `compensate=` declares: called with its arguments and output."""
     return UndoRecord(
         step_id=step_id,
-        seq=(attempt.start.number << _SEQ_BITS) + offset,
+        seq=(attempt.number << _SEQ_BITS) + offset,
         kind=kind,
         payload={"arguments": attempt.arguments, "output": outcome.output},
-        description=f"{kind} for node {attempt.start.node}",
+        description=f"{kind} for node {attempt.node}",
     )
 
 

@@ -89,6 +89,8 @@ _POLICIES: Final = ("skip_dependants", "cancel_all")
 #: Rate-limit tokens are floats; this slack keeps a token that is due "now" from being missed
 #: by a rounding error (the caller would otherwise wake, find 0.9999999 tokens, and sleep again).
 _EPSILON: Final = 1e-9
+#: The empty set of node ids, shared.
+_NO_IDS: Final[frozenset[str]] = frozenset()
 
 
 class NodeState(enum.Enum):
@@ -350,6 +352,7 @@ class _Entry:
         "id",
         "issued",
         "optional",
+        "prerequisites",
         "state",
         "waited",
     )
@@ -359,6 +362,7 @@ class _Entry:
         self.optional = optional
         self.state = NodeState.PENDING
         self.count = count
+        self.prerequisites = _NO_IDS  # only while the scheduler is built
         # The ids of the nodes that wait for this one: a list while the scheduler is built,
         # then a tuple of text (which the garbage collector stops tracking).
         self.dependants: Sequence[str] = []
@@ -449,16 +453,19 @@ class Scheduler:
         exclusive: dict[str, _Gate] = {}
         entries: dict[str, _Entry] = {}
         self._entries = entries
-        rows = [_row(task) for task in tasks]
-        for node_id, prerequisites, optional, held, key, tool, attempts in rows:
+        # One row at a time (a generator's rows are dropped as read): each entry keeps its
+        # prerequisites until the dependants are known.
+        for task in tasks:
+            node_id, prerequisites, optional, held, key, tool, attempts = _row(task)
             if node_id in entries:
                 raise InvalidArgument(f"duplicate node id {node_id!r}")
             entry = _Entry(node_id, len(prerequisites), optional, attempts)
+            entry.prerequisites = prerequisites
             if held or key is not None or tool in rated:
                 entry.demands = self._demands(node_id, held, key, tool, resources, exclusive)
             entries[node_id] = entry
-        for node_id, prerequisites, *_ in rows:
-            for prerequisite in prerequisites:
+        for node_id, entry in entries.items():
+            for prerequisite in entry.prerequisites:
                 source = entries.get(prerequisite)
                 if source is None or prerequisite == node_id:
                     raise InvalidArgument(
@@ -468,10 +475,13 @@ class Scheduler:
                     )
                 cast("list[str]", source.dependants).append(node_id)
         if not acyclic:
-            _refuse_cycles({row[0]: row[1] for row in rows}, entries)
+            _refuse_cycles(
+                {node_id: entry.prerequisites for node_id, entry in entries.items()}, entries
+            )
         ready = self._ready
         for entry in entries.values():
             entry.dependants = tuple(entry.dependants)
+            entry.prerequisites = _NO_IDS
             if entry.count == 0:
                 entry.state = NodeState.READY
                 ready.append(entry)
