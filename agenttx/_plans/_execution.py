@@ -103,7 +103,7 @@ from ._results import (
     PlanResult,
     PlanStatus,
 )
-from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, TaskRow, Update
+from ._scheduler import Delivery, Entry, NodeState, RateLimit, Scheduler, Start, Update
 
 if TYPE_CHECKING:
     import asyncio
@@ -254,47 +254,51 @@ class _Attempt:
             self.context = None
 
 
-class _NodeRecord:
-    """What the run keeps per node: what it reads of the plan and the tools at each start
-    (found once, on construction), and what happened. A plain slotted class: one a node."""
+class _NodeRecord(Entry):
+    """What the run keeps per node: the scheduler's entry of the node (this class extends it:
+    one object a node, not two; only the scheduler changes its fields), what each start reads
+    of the plan and the tools (found once, on construction), and what happened."""
 
     __slots__ = (
         "eligible_at",
         "error",
         "finished_at",
         "finished_wall",
-        "hold",
         "impl",
-        "index",
         "key",
         "last",
         "node",
-        "optional",
         "output",
         "retried",
         "started_wall",
+        "step_id",
         "tried",
         "undos",
         "units",
     )
 
-    def __init__(  # noqa: PLR0917  (once a node, from `PlanExecution._build`)
+    def __init__(  # noqa: PLR0917  (once a node, from `PlanExecution._records`)
         self,
         index: int,
         node: Node,
         impl: Tool[Any, Any],
         key: str,
+        prerequisites: frozenset[str],
         optional: frozenset[str],
         hold: str | None,
         units: tuple[tuple[str, int, int], ...],
+        attempts: int,
         retried: int,
     ) -> None:
-        self.index = index
+        # The scheduler's part: `optional` (the prerequisites whose failure still releases
+        # it), `exclusive` (its exclusive resource, resolved: held across runs when durable).
+        super().__init__(
+            node.id, prerequisites, optional, node.resources, hold, node.tool, attempts
+        )
+        self.step_id = index + 1  # its step id in the state transaction (plan order, from 1)
         self.node = node
-        self.impl = impl  # the node's tool
+        self.impl = impl  # the node's tool (`tool` is its name)
         self.key = key  # every attempt's idempotency key
-        self.optional = optional  # the prerequisites whose failure still releases it
-        self.hold = hold  # its exclusive resource, resolved (held across runs when durable)
         self.units = units  # its units of resource capacities, `(resource, units, capacity)`
         self.retried = retried  # attempts that failed and were retried before a crash
         # The attempts as a chain from the last (no list a node: most nodes have one attempt).
@@ -308,11 +312,6 @@ class _NodeRecord:
         self.finished_at: float | None = None  # when it ended, by `time.monotonic()`
         self.finished_wall: dt.datetime | None = None  # of a node restored from the record
         self.started_wall: dt.datetime | None = None  # of a node restored from the record
-
-    @property
-    def tool(self) -> str:
-        """The name of the node's tool."""
-        return self.node.tool
 
     @property
     def attempts(self) -> list[_Attempt]:
@@ -482,9 +481,9 @@ class PlanExecution:
         capacities: dict[str, int],
         limits: dict[str, RateLimit],
     ) -> Scheduler:
-        """Fill `_nodes` (a record a node) and return the run's scheduler."""
+        """Fill `_nodes` (a record a node) and return the run's scheduler, of those records."""
         return Scheduler(
-            self._rows(plan, registry, restored, capacities),
+            self._records(plan, registry, restored, capacities),
             max_concurrency=self._max,
             capacities=capacities,
             rate_limits=limits,
@@ -492,19 +491,14 @@ class PlanExecution:
             acyclic=True,  # validation found no cycle
         )
 
-    def _rows(
+    def _records(
         self,
         plan: Plan,
         registry: ToolRegistry,
         restored: dict[str, StoredNode] | None,
         capacities: dict[str, int],
-    ) -> Iterator[TaskRow]:
-        """Make each node's record, and give the scheduler its row.
-
-        One pass over the nodes finds what every start reads (a record a node) and hands the
-        scheduler one row at a time: no second table a node, no `Task` record a node, and no
-        list of rows (which would outlive young collections and burden the old generation).
-        """
+    ) -> Iterator[_NodeRecord]:
+        """Make each node's record (also its scheduler entry), one at a time."""
         node_key = key_deriver(self.id, plan.version)
         prerequisites = plan.prerequisites
         lookup = registry.get
@@ -514,30 +508,21 @@ class PlanExecution:
             tool = lookup(node.tool)
             if tool is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
                 raise InvalidArgument(f"node `{node_id}`: tool `{node.tool}` is not registered")
-            optional = optional_prerequisites(node)
-            hold = None if node.exclusive_resource is None else self._exclusive(node)
-            units = _node_units(node, capacities) if node.resources else ()
-            records[node_id] = _NodeRecord(
+            record = records[node_id] = _NodeRecord(
                 index,
                 node,
                 tool,
                 node_key(node_id, node.tool),
-                optional,
-                hold,
-                units,
+                prerequisites(node_id),
+                optional_prerequisites(node),
+                None if node.exclusive_resource is None else self._exclusive(node),
+                _node_units(node, capacities) if node.resources else (),
+                _attempts_made(restored, node_id) if restored else 0,
                 _retried(restored, node_id) if restored else 0,
             )
             if isinstance(node.compensate, Compensation):
                 self._compensations.setdefault(node.compensate.name, node.compensate)
-            yield (
-                node_id,
-                prerequisites(node_id),
-                optional,
-                node.resources,
-                hold,
-                node.tool,
-                _attempts_made(restored, node_id) if restored else 0,
-            )
+            yield record
 
     def _init_durable(
         self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
@@ -668,7 +653,7 @@ class PlanExecution:
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
         records = self._nodes
-        holds = {start.node: hold for start in starts if (hold := records[start.node].hold)}
+        holds = {start.node: hold for start in starts if (hold := records[start.node].exclusive)}
         units = {start.node: taken for start in starts if (taken := records[start.node].units)}
         refused = (
             self._persist(
@@ -695,7 +680,7 @@ class PlanExecution:
             if start.node in held:
                 waits = self._hold_waits[start.node] = self._hold_waits.get(start.node, 0) + 1
                 retry_at = now + self._backoff.delay(min(waits, _HOLD_WAITS))
-                hold = self._nodes[start.node].hold
+                hold = self._nodes[start.node].exclusive
                 label = (
                     f"hold:{hold}"
                     if hold is not None
@@ -947,7 +932,7 @@ class PlanExecution:
         if tool.wants_context or tool.guarded:  # as a transaction's step: only if it is used
             context = ToolContext(
                 tx_id=self.id,
-                step_id=record.index + 1,
+                step_id=record.step_id,
                 idempotency_key=record.key,
                 deadline=now + timeout,
                 store=cast("Store", self._serialized),  # get, put and delete are all it calls
@@ -1014,7 +999,7 @@ class PlanExecution:
             return self._fail(attempt, failure, retry=False)
         attempt.arguments = arguments
         call = Call(
-            record.index + 1,
+            record.step_id,
             tool,
             arguments,
             "",
@@ -1198,7 +1183,7 @@ class PlanExecution:
             declared = record.impl.compensation_name
             if declared is not None and kept and kept[-1].kind == declared:
                 kept.pop()  # the node's compensation replaces the tool's
-            kept.append(_node_undo(attempt, kind, record.index + 1, len(kept), outcome))
+            kept.append(_node_undo(attempt, kind, record.step_id, len(kept), outcome))
             undos = tuple(kept)
         if undos:
             record.undos += tuple((now, undo) for undo in undos)
@@ -1527,7 +1512,7 @@ class PlanExecution:
             txlog.undo(undos[-1])
         if outcome.effects:
             txlog.step(
-                self._nodes[attempt.node].index + 1,
+                self._nodes[attempt.node].step_id,
                 LiveStep(
                     tool_name=self._nodes[attempt.node].tool,
                     arguments=attempt.arguments,

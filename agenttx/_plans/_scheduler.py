@@ -74,12 +74,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Delivery",
+    "Entry",
     "NodeState",
     "RateLimit",
     "Scheduler",
     "Start",
     "Task",
-    "TaskRow",
     "Update",
 ]
 
@@ -226,18 +226,12 @@ class Task:
             raise InvalidArgument(f"attempts must be an integer >= 0, got {attempts!r}")
 
 
-#: A node as the runner gives it instead of a `Task`: `(id, prerequisites, optional,
-#: resources, exclusive, tool, attempts)`, each field already checked as `Task` checks it (a
-#: plan's nodes are), so building costs no record a node.
-TaskRow = tuple[str, frozenset[str], frozenset[str], "Mapping[str, int]", "str | None", str, int]
-
-
-def _row(task: object) -> TaskRow:
-    if type(task) is tuple:
-        return cast("TaskRow", task)
+def _entry(task: object) -> Entry:
+    if isinstance(task, Entry):
+        return task
     if not isinstance(task, Task):
         raise InvalidArgument(f"tasks must be Task records, got {task!r}")
-    return (
+    return Entry(
         task.id,
         task.prerequisites,
         task.optional,
@@ -323,7 +317,7 @@ class _Gate:
         self.tokens = capacity
         self.rate = rate  # > 0 for a rate limit: tokens come back with time, not on release
         self.last: float | None = None  # the `now` of the last refill (rate limits)
-        self.queue: deque[_Entry] = deque()
+        self.queue: deque[Entry] = deque()
 
     def refill(self, now: float) -> None:
         """Add the tokens earned since the last refill (rate limits only; `now` never rewinds)."""
@@ -339,8 +333,10 @@ class _Gate:
         return self.last + max(0.0, 1.0 - self.tokens) / self.rate
 
 
-class _Entry:
-    """The scheduler's mutable record of one node."""
+class Entry:
+    """The scheduler's mutable record of one node, made from a `Task` (or given by the
+    runner: its per-node record is an `Entry` subclass, so that a node costs one object, not
+    two). Only the scheduler changes these fields; a subclass adds its own slots."""
 
     __slots__ = (
         "applied",
@@ -348,21 +344,37 @@ class _Entry:
         "current",
         "demands",
         "dependants",
+        "exclusive",
         "first",
         "id",
         "issued",
         "optional",
         "prerequisites",
+        "resources",
         "state",
+        "tool",
         "waited",
     )
 
-    def __init__(self, node: str, count: int, optional: frozenset[str], attempts: int) -> None:
+    def __init__(  # noqa: PLR0917  (a `Task`'s fields, once a node)
+        self,
+        node: str,
+        prerequisites: frozenset[str],
+        optional: frozenset[str],
+        resources: Mapping[str, int],
+        exclusive: str | None,
+        tool: str,
+        attempts: int,
+    ) -> None:
+        """The fields of `Task` (checked already: see `Task`)."""
         self.id = node
         self.optional = optional
+        self.resources = resources
+        self.exclusive = exclusive
+        self.tool = tool
         self.state = NodeState.PENDING
-        self.count = count
-        self.prerequisites = _NO_IDS  # only while the scheduler is built
+        self.count = len(prerequisites)
+        self.prerequisites = prerequisites  # only while the scheduler is built
         # The ids of the nodes that wait for this one: a list while the scheduler is built,
         # then a tuple of text (which the garbage collector stops tracking).
         self.dependants: Sequence[str] = []
@@ -396,9 +408,9 @@ class Scheduler:
     Raises `InvalidArgument` for a duplicate node id, a prerequisite that is not a node, a node
     that is its own prerequisite, a cycle, a `max_concurrency` that is not an integer > 0, a
     capacity that is not an integer >= 0, a resource with no capacity or asked for beyond it,
-    and an unknown `on_failure`. A task may be given as a `TaskRow` (the runner's: its fields
-    checked already); `acyclic=True` skips the cycle check, for prerequisites known to have
-    none (a validated plan's).
+    and an unknown `on_failure`. A task may be given as an `Entry` (the runner's per-node
+    record, its fields checked already); `acyclic=True` skips the cycle check, for
+    prerequisites known to have none (a validated plan's).
     """
 
     __slots__ = (
@@ -418,7 +430,7 @@ class Scheduler:
 
     def __init__(
         self,
-        tasks: Iterable[Task | TaskRow],
+        tasks: Iterable[Task | Entry],
         *,
         max_concurrency: int,
         capacities: Mapping[str, int] | None = None,
@@ -444,25 +456,24 @@ class Scheduler:
         self._running = 0
         self._finished = 0
         self._seq = 0
-        self._ready: deque[_Entry] = deque()
-        self._retries: list[tuple[float, int, _Entry]] = []
+        self._ready: deque[Entry] = deque()
+        self._retries: list[tuple[float, int, Entry]] = []
         self._dirty: dict[_Gate, None] = {}  # resource gates released while nodes wait on them
         self._waiting_rates: dict[_Gate, None] = {}  # rate gates with waiting nodes
         resources = _resource_gates(capacities or {})
         self._rated = rated = _rate_gates(rate_limits or {})
         exclusive: dict[str, _Gate] = {}
-        entries: dict[str, _Entry] = {}
+        entries: dict[str, Entry] = {}
         self._entries = entries
-        # One row at a time (a generator's rows are dropped as read): each entry keeps its
+        # One task at a time (a generator's are dropped as read): each entry keeps its
         # prerequisites until the dependants are known.
         for task in tasks:
-            node_id, prerequisites, optional, held, key, tool, attempts = _row(task)
+            entry = _entry(task)
+            node_id = entry.id
             if node_id in entries:
                 raise InvalidArgument(f"duplicate node id {node_id!r}")
-            entry = _Entry(node_id, len(prerequisites), optional, attempts)
-            entry.prerequisites = prerequisites
-            if held or key is not None or tool in rated:
-                entry.demands = self._demands(node_id, held, key, tool, resources, exclusive)
+            if entry.resources or entry.exclusive is not None or entry.tool in rated:
+                entry.demands = self._demands(entry, resources, exclusive)
             entries[node_id] = entry
         for node_id, entry in entries.items():
             for prerequisite in entry.prerequisites:
@@ -486,17 +497,12 @@ class Scheduler:
                 entry.state = NodeState.READY
                 ready.append(entry)
 
-    def _demands(  # noqa: PLR0917  (a row's fields, once a node with limits)
-        self,
-        node_id: str,
-        held: Mapping[str, int],
-        key: str | None,
-        tool: str,
-        resources: dict[str, _Gate],
-        exclusive: dict[str, _Gate],
+    def _demands(
+        self, entry: Entry, resources: dict[str, _Gate], exclusive: dict[str, _Gate]
     ) -> tuple[tuple[_Gate, float], ...]:
+        node_id, key = entry.id, entry.exclusive
         demands: list[tuple[_Gate, float]] = []
-        for name, amount in held.items():
+        for name, amount in entry.resources.items():
             gate = resources.get(name)
             if gate is None:
                 raise InvalidArgument(
@@ -514,7 +520,7 @@ class Scheduler:
             if gate is None:
                 gate = exclusive[key] = _Gate(f"exclusive:{key}", 1)
             demands.append((gate, 1))
-        rated = self._rated.get(tool)
+        rated = self._rated.get(entry.tool)
         if rated is not None:
             demands.append((rated, 1))
         return tuple(demands)
@@ -575,7 +581,7 @@ class Scheduler:
             times.append(self._retries[0][0])
         return min(times, default=None)
 
-    def _entry(self, node: str) -> _Entry:
+    def _entry(self, node: str) -> Entry:
         entry = self._entries.get(node)
         if entry is None:
             raise InvalidArgument(f"unknown node {node!r}")
@@ -625,9 +631,7 @@ class Scheduler:
             self._try_start(head, now, gate, started)
         return True
 
-    def _try_start(
-        self, entry: _Entry, now: float, via: _Gate | None, started: list[Start]
-    ) -> None:
+    def _try_start(self, entry: Entry, now: float, via: _Gate | None, started: list[Start]) -> None:
         """Start `entry`, or queue it on the first limit that holds it back.
 
         A node joins the back of a limit's line when others already wait there (first come,
@@ -655,7 +659,7 @@ class Scheduler:
         entry.waited = None
         started.append(Start(entry.id, attempt, number, tuple(waited) if waited else ()))
 
-    def _release(self, entry: _Entry) -> None:
+    def _release(self, entry: Entry) -> None:
         """Give back what a running node held and free its concurrency slot."""
         self._running -= 1
         for gate, amount in entry.demands:
@@ -666,7 +670,7 @@ class Scheduler:
 
     # -- results ----------------------------------------------------------------------------
 
-    def _claim(self, node: str, attempt: str) -> _Entry | Update:
+    def _claim(self, node: str, attempt: str) -> Entry | Update:
         """The entry if `attempt` is its running attempt, else the refusal to return."""
         entry = self._entries.get(node)
         if entry is None:
@@ -795,11 +799,11 @@ class Scheduler:
             delivery=Delivery.APPLIED, cancelled=tuple(cancelled), interrupted=tuple(interrupted)
         )
 
-    def _end(self, entry: _Entry, state: NodeState) -> None:
+    def _end(self, entry: Entry, state: NodeState) -> None:
         entry.state = state
         self._finished += 1
 
-    def _resolve(self, entry: _Entry, ready: list[str]) -> None:
+    def _resolve(self, entry: Entry, ready: list[str]) -> None:
         """One prerequisite of `entry` is resolved: count down, READY at zero."""
         entry.count -= 1
         if entry.count == 0 and entry.state is NodeState.PENDING:
@@ -807,7 +811,7 @@ class Scheduler:
             self._ready.append(entry)
             ready.append(entry.id)
 
-    def _propagate(self, failed: _Entry, ready: list[str], skipped: list[str]) -> None:
+    def _propagate(self, failed: Entry, ready: list[str], skipped: list[str]) -> None:
         """Skip what waits on `failed` (transitively); release what lists it as optional."""
         stack = [failed]
         while stack:
@@ -822,7 +826,7 @@ class Scheduler:
                     stack.append(dependant)
 
 
-def _demand(entry: _Entry, gate: _Gate) -> float:
+def _demand(entry: Entry, gate: _Gate) -> float:
     for candidate, amount in entry.demands:
         if candidate is gate:
             return amount
@@ -851,7 +855,7 @@ def _rate_gates(rate_limits: Mapping[str, RateLimit]) -> dict[str, _Gate]:
     return gates
 
 
-def _refuse_cycles(prerequisites: Mapping[str, frozenset[str]], entries: dict[str, _Entry]) -> None:
+def _refuse_cycles(prerequisites: Mapping[str, frozenset[str]], entries: dict[str, Entry]) -> None:
     """Raise `InvalidArgument` naming a cycle's path if the prerequisites have one (Kahn)."""
     counts = {entry: entry.count for entry in entries.values()}  # keyed by identity: cheap
     queue = [entry for entry, count in counts.items() if count == 0]
