@@ -863,6 +863,7 @@ class PlanExecution:
 
     async def _drive(self, inbox: _Inbox, running: dict[str, _Attempt]) -> None:
         scheduler = self._scheduler
+        records = self._nodes
         while scheduler.is_active():
             reason = self._cancelling()
             if reason is not None:
@@ -874,7 +875,7 @@ class PlanExecution:
             for start in starts:
                 if self._cancel_reason is not None:  # requested by a thread meanwhile
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
-                if scheduler.state(start.node) is not NodeState.RUNNING:
+                if records[start.node].state is not NodeState.RUNNING:  # its scheduler entry
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
                 stored = self._restored.pop(start.node, None)
                 if stored is not None and stored.state in _ENDED_STORED:
@@ -946,7 +947,7 @@ class PlanExecution:
         record.add(attempt)
         # The re-checks: every prerequisite's success recorded (its output kept), unless the
         # node takes it as optional; inputs that resolve and fit the tool; the claim held.
-        prerequisites = self._plan.prerequisites(node_id)
+        prerequisites = record.prerequisites
         outputs = self._outputs
         optional = record.optional
         failure: Failure | None = None

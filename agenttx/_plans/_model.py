@@ -445,6 +445,10 @@ class Plan:
         init=False, factory=dict, eq=False, repr=False
     )
     _version: str = attrs.field(init=False, default="", eq=False, repr=False)
+    # The last `validate` answer and the tools it was for (see `_validate.validate_plan`).
+    _validated: tuple[tuple[tuple[str, object], ...], tuple[PlanProblem, ...]] | None = attrs.field(
+        init=False, default=None, eq=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         set_ = object.__setattr__
@@ -567,7 +571,9 @@ class Plan:
 
         Empty when the plan is valid. Schema problems come first, node by node in plan order,
         then cycles; see `docs/plans.md#validation` for each code. Pure: no tool is called.
-        Raises `InvalidArgument` only if `tools` itself is invalid.
+        Raises `InvalidArgument` only if `tools` itself is invalid. The plan keeps its last
+        answer with the tools it was for (the same tool objects under the same names give it
+        again, without a second validation; any other tools are validated afresh).
         """
         from ._validate import validate_plan  # noqa: PLC0415  (_validate imports this module)
 

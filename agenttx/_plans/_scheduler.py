@@ -89,8 +89,6 @@ _POLICIES: Final = ("skip_dependants", "cancel_all")
 #: Rate-limit tokens are floats; this slack keeps a token that is due "now" from being missed
 #: by a rounding error (the caller would otherwise wake, find 0.9999999 tokens, and sleep again).
 _EPSILON: Final = 1e-9
-#: The empty set of node ids, shared.
-_NO_IDS: Final[frozenset[str]] = frozenset()
 
 
 class NodeState(enum.Enum):
@@ -374,7 +372,7 @@ class Entry:
         self.tool = tool
         self.state = NodeState.PENDING
         self.count = len(prerequisites)
-        self.prerequisites = prerequisites  # only while the scheduler is built
+        self.prerequisites = prerequisites  # the distinct nodes it waits for
         # The ids of the nodes that wait for this one: a list while the scheduler is built,
         # then a tuple of text (which the garbage collector stops tracking).
         self.dependants: Sequence[str] = []
@@ -465,8 +463,7 @@ class Scheduler:
         exclusive: dict[str, _Gate] = {}
         entries: dict[str, Entry] = {}
         self._entries = entries
-        # One task at a time (a generator's are dropped as read): each entry keeps its
-        # prerequisites until the dependants are known.
+        # One task at a time (a generator's are dropped as read).
         for task in tasks:
             entry = _entry(task)
             node_id = entry.id
@@ -492,7 +489,6 @@ class Scheduler:
         ready = self._ready
         for entry in entries.values():
             entry.dependants = tuple(entry.dependants)
-            entry.prerequisites = _NO_IDS
             if entry.count == 0:
                 entry.state = NodeState.READY
                 ready.append(entry)

@@ -54,12 +54,34 @@ _UNKNOWN: Final[Any] = UNRESOLVED
 
 
 def validate_plan(plan: Plan, tools: ToolsArgument) -> tuple[PlanProblem, ...]:
-    """Every problem of `plan` against `tools`: schema problems in plan order, then cycles."""
+    """Every problem of `plan` against `tools`: schema problems in plan order, then cycles.
+
+    A plan is immutable, and so are tools: the answer is kept on the plan with the tools it
+    was for (by identity, under their names), and given again for the same tools, so that a
+    plan run again (or checked, then run) is not validated twice. Other tools, or the same
+    functions wrapped anew, are validated afresh.
+    """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    key = (*registry.tools.items(), *registry.compensations.items())
+    kept = plan._validated  # noqa: SLF001  (one unit: the plans package)
+    if kept is not None and _same_tools(kept[0], key):
+        return kept[1]
     checker = _Checker(plan, registry)
     for position, node in enumerate(plan.nodes):
         checker.node(position, node)
-    return (*checker.problems, *find_cycles(plan))
+    problems = (*checker.problems, *find_cycles(plan))
+    object.__setattr__(plan, "_validated", (key, problems))
+    return problems
+
+
+def _same_tools(
+    kept: tuple[tuple[str, object], ...], given: tuple[tuple[str, object], ...]
+) -> bool:
+    """Whether two registries hold the very same tool objects under the same names."""
+    return len(kept) == len(given) and all(
+        name == other_name and tool is other
+        for (name, tool), (other_name, other) in zip(kept, given, strict=True)
+    )
 
 
 class _ToolInfo:
