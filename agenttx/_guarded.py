@@ -296,6 +296,7 @@ class Guarded:
                         arguments=call.arguments,
                         digest=digest,
                         key=key,
+                        fence=True,
                     )
                     self._guard = started
                 return call
@@ -331,7 +332,7 @@ class Guarded:
                         self._note("APPROVAL_EXPIRED", step, None, {"request": row.id})
                     continue
                 key = self._key_of(call)
-                if not book.consume(row, step=step, key=key):
+                if not book.consume(row, step=step, key=key, fence=is_durable(self._store)):
                     continue  # consumed or changed meanwhile: look again
                 approval = approval_of(row.id, decision_of(row))
                 consumed: dict[str, JSONValue] = {"request": row.id, "edited": approval.edited}

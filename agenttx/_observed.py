@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ._approvals import requests_for
-from ._errors import IllegalTransition, InvalidTransactionState
+from ._errors import IllegalTransition, InvalidTransactionState, TransactionNotFound
 from ._events import Event, EventKind, EventSink
 from ._lineage import LineageStep, lineage_from_steps
 from ._results import (
@@ -32,6 +32,7 @@ from ._results import (
 from ._timeline import Timeline
 from ._tools import Orphans
 from ._txlog import history_text
+from .stores._durable import is_durable
 
 if TYPE_CHECKING:
     from ._approvals import Requests
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from ._rollback import RollbackController, RollbackPolicy
     from ._saga import Dispatcher, SagaLedger
     from ._settings import Settings
-    from ._tools import ToolRegistry, ToolSpec
+    from ._tools import ToolRegistry, ToolSpec, UndoRecord
     from ._txlog import TxLog
     from .stores import Store
     from .stores._approvals import RequestRow
@@ -500,6 +501,34 @@ class Observed:
             audit = self._events.compact([(EventKind.COMMITTED, at, data)])
             self._log.commit(self._history_text(TxStatus.COMMITTED, audit))
         return at
+
+    def _store_committed(self) -> bool:
+        """After the store's commit raised: whether it committed all the same (a durable store
+        no longer has the transaction; any other store no longer has it open)."""
+        try:
+            if is_durable(self._store):
+                self._store.owner(self._id)
+                return False
+            return not self._store.is_open(self._id)
+        except TransactionNotFound:
+            return True
+        except Exception:  # noqa: BLE001  (cannot tell: it stays as it was, ACTIVE)
+            return False
+
+    def _delivered(self, channel: str, idempotency_key: str, step_id: int) -> None:
+        self._events.emit(
+            EventKind.EFFECT_DELIVERED,
+            step=step_id,
+            data={"channel": channel, "idempotency_key": idempotency_key},
+        )
+
+    def _compensation_event(self, record: UndoRecord, error: str | None) -> None:
+        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
+        if error is None:
+            self._events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
+        else:
+            data["error"] = error
+            self._events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
 
     def __repr__(self) -> str:
         # Never arguments or outputs: they may hold secrets.

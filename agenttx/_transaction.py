@@ -22,7 +22,9 @@ from ._errors import (
     FailedPrecondition,
     InvalidArgument,
     JSONValueError,
+    StorageError,
     ToolOutputError,
+    TransactionNotFound,
     WriteConflict,
 )
 from ._events import EventKind, EventSink
@@ -76,7 +78,7 @@ if TYPE_CHECKING:
 
     from ._events import HookLike
     from ._json import JSONValue
-    from ._tools import OutputSerializer, UndoRecord
+    from ._tools import OutputSerializer, StagedEffect
 
 
 __all__ = ["Transaction"]
@@ -271,8 +273,8 @@ class Transaction(Turns, Guarded, Observed):
                     return self._run_guarded(prepared)
                 self._dispatched(prepared)
                 outcome = run_tool(prepared, self._settings.output_serializer)
-            except BaseException:
-                self._abandon(step_id, prepared)
+            except BaseException as exc:
+                self._abandon(step_id, prepared, exc)
                 raise
             return self._settle(prepared, outcome)
 
@@ -330,8 +332,8 @@ class Transaction(Turns, Guarded, Observed):
                 return await self._arun_guarded(prepared)
             self._dispatched(prepared)
             outcome = await arun_tool(prepared, self._settings.output_serializer)
-        except BaseException:
-            self._abandon(step_id, prepared)
+        except BaseException as exc:
+            self._abandon(step_id, prepared, exc)
             raise
         self._keep_registered(prepared, outcome)
         if outcome.refused is not None:
@@ -381,14 +383,6 @@ class Transaction(Turns, Guarded, Observed):
         if call_id is not None:
             data["call_id"] = call_id
         self._events.step(STEP_DISPATCHED, call.step_id, data)
-
-    def _compensation_event(self, record: UndoRecord, error: str | None) -> None:
-        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
-        if error is None:
-            self._events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
-        else:
-            data["error"] = error
-            self._events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
 
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
         """Keep what the tool registered, whether it succeeded or not (a rewind undoes it).
@@ -462,13 +456,21 @@ class Transaction(Turns, Guarded, Observed):
         error.__cause__ = refused.__cause__ if refused.__cause__ is not None else refused
         return error
 
-    def _abandon(self, step_id: int, prepared: Call | Failure | None) -> None:
-        """Undo a step interrupted by a BaseException and return to ACTIVE at the same step."""
+    def _abandon(self, step_id: int, prepared: Call | Failure | None, cause: BaseException) -> None:
+        """Undo a step interrupted by `cause` and return to ACTIVE at the same step.
+
+        If `cause` is the store's (it lost the transaction, or its connection), the rewind's
+        own durable write fails for the same reason: `cause` is what the caller is told.
+        """
         if isinstance(prepared, Call):
             undos, _ = closed(prepared.context)  # its staged effects are dropped
             self._ledger.record(undos)
         if self._status is TxStatus.EXECUTING:
-            self._rewind(step_id)
+            try:
+                self._rewind(step_id)
+            except (StorageError, TransactionNotFound):
+                if not isinstance(cause, (StorageError, TransactionNotFound)):
+                    raise
 
     def _unless_orphans(self, call: Call, wait: float) -> Call | Failure:
         """The call, unless an earlier timed-out call still runs (its effect may land); first,
@@ -730,16 +732,15 @@ class Transaction(Turns, Guarded, Observed):
                 self._abort(TxStatus.FAILED)
                 raise
             except BaseException:
-                self._transition(TxStatus.ACTIVE)
+                if not self._store_committed():
+                    self._transition(TxStatus.ACTIVE)
+                    raise
+                # Interrupted (KeyboardInterrupt, say) after the store committed: the object
+                # says so too; the effects are not delivered here (a durable store's outbox
+                # delivers them; on another store they stay counted in `view()`).
+                self._committed(committed, time.time(), deliver=False)
                 raise
-            self._ledger.forget_all()
-            with self._state_lock:
-                effects = tuple(self._timeline.effects)
-                self._timeline.effects.clear()
-                steps = len(self._timeline.steps)
-            self._transition(TxStatus.COMMITTED)
-            self._withdraw(TxStatus.COMMITTED)
-            self._events.emit(EventKind.COMMITTED, data=committed, at=at)
+            effects, steps = self._committed(committed, at, deliver=True)
         dispatched, failures = deliver_committed(
             effects,
             self._dispatcher,
@@ -755,12 +756,21 @@ class Transaction(Turns, Guarded, Observed):
             effects=effects,
         )
 
-    def _delivered(self, channel: str, idempotency_key: str, step_id: int) -> None:
-        self._events.emit(
-            EventKind.EFFECT_DELIVERED,
-            step=step_id,
-            data={"channel": channel, "idempotency_key": idempotency_key},
-        )
+    def _committed(
+        self, data: dict[str, JSONValue], at: float, *, deliver: bool
+    ) -> tuple[tuple[StagedEffect, ...], int]:
+        """The store has committed: end COMMITTED; the effects to `deliver` (taken out of the
+        timeline, else left there, counted by `view().pending_effects`) and the steps."""
+        self._ledger.forget_all()
+        with self._state_lock:
+            effects = tuple(self._timeline.effects)
+            if deliver:
+                self._timeline.effects.clear()
+            steps = len(self._timeline.steps)
+        self._transition(TxStatus.COMMITTED)
+        self._withdraw(TxStatus.COMMITTED)
+        self._events.emit(EventKind.COMMITTED, data=data, at=at)
+        return effects, steps
 
     def __enter__(self) -> Self:
         return self

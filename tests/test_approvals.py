@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -377,6 +378,104 @@ def test_an_approval_given_after_a_restart_lets_the_resumed_transaction_go_on(tm
         assert resumed.call("charge", ARGS).ok
         assert resumed.commit().steps_committed == 1
     assert len(card.charges) == 1
+
+
+# ------------------------------------------------------------ fenced by the lease
+
+
+def _take_plan_away(store, run_id: str) -> None:
+    """Make plan run `run_id` another store's, as a takeover does, behind `store`'s back."""
+    if isinstance(store, PostgresStore):
+        import psycopg  # noqa: PLC0415
+
+        with psycopg.connect(os.environ["AGENTTX_POSTGRES_DSN"], autocommit=True) as conn:
+            conn.execute(
+                f"UPDATE {store.schema}.plan_runs SET owner = 'thief', epoch = epoch + 1000 "
+                "WHERE run_id = %s",
+                (run_id,),
+            )
+        return
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE plan_runs SET owner = 'thief' WHERE run_id = ?", (run_id,))
+
+
+def test_a_worker_that_lost_its_transaction_never_starts_the_approved_call(durable_backend):
+    """Consuming an approval is fenced by the transaction's lease in the same database
+    transaction: once another store has taken the transaction over, the old worker's call
+    raises StorageError, the tool does not run and the approval is still there to consume."""
+    card = Card()
+    tool = _charge_tool(card, needs_approval=True)
+    tx = _tx(durable_backend(), tool)
+    request = tx.call("charge", ARGS).approval
+    tx.approve(request.id, actor="alice")
+    thief = durable_backend()
+    thief.load(tx.id)
+    with pytest.raises(agenttx.StorageError):
+        tx.call("charge", ARGS)
+    assert card.charges == []
+    assert requests_for(thief).get(request.id).state == "approved"
+
+
+def test_the_fence_alone_refuses_the_consumption(durable_backend):
+    """The same compare-and-set succeeds unfenced: it is the lease check that refuses it, and
+    a refused consumption changes nothing."""
+    store = durable_backend()
+    tx = _tx(store, _charge_tool(Card(), needs_approval=True))
+    request = tx.call("charge", ARGS).approval
+    tx.approve(request.id, actor="alice")
+    book = requests_for(store)
+    durable_backend().load(tx.id)
+    row = book.get(request.id)
+    with pytest.raises(agenttx.StorageError):
+        book.consume(row, step=1, key="k", fence=True)
+    assert book.get(request.id) == row
+    assert book.consume(row, step=1, key="k")
+    assert book.get(request.id).state == "consumed"
+
+
+def test_a_call_whose_outcome_matters_is_not_started_by_a_worker_that_lost_it(durable_backend):
+    """The durable start record of an `on_unknown="review"` call is fenced the same way: no
+    row is written and the tool does not run."""
+    card = Card()
+    tx = _tx(durable_backend(), _charge_tool(card, on_unknown="review"))
+    assert tx.call("charge", {"amount": 1, "card_number": "1"}).ok
+    thief = durable_backend()
+    thief.load(tx.id)
+    with pytest.raises(agenttx.StorageError):
+        tx.call("charge", ARGS)
+    assert len(card.charges) == 1
+    assert [row.kind for row in requests_for(thief).of_scope(tx.id)] == ["call"]
+
+
+def test_a_plan_run_lost_to_another_worker_cannot_consume_its_approval(durable_backend):
+    """For a plan run the fence is the run's lease (or owner): held, the consumption goes
+    through; taken over, StorageError and nothing changes; a run never held is refused."""
+    store = durable_backend()
+    book = requests_for(store)
+    store.begin_plan("run-1", "{}", [])
+    rows = []
+    for _ in range(2):
+        request = book.request(
+            scope="plan",
+            scope_id="run-1",
+            node="pay",
+            tool="charge",
+            arguments=ARGS,
+            digest=call_digest("charge", ARGS),
+            plan_version="v1",
+        )
+        book.approve(request.id, actor="alice")
+        rows.append(book.get(request.id))
+    assert book.consume(rows[0], step=None, key="k0", node="pay", fence=True)
+    _take_plan_away(store, "run-1")
+    with pytest.raises(agenttx.StorageError):
+        book.consume(rows[1], step=None, key="k1", node="pay", fence=True)
+    assert book.get(rows[1].id).state == "approved"
+    with pytest.raises(agenttx.StorageError, match="not held by this store"):
+        store.set_request_state(
+            rows[1].id, ("approved",), "consumed", decision=None, now=1.0, fence="never-held"
+        )
+    assert book.get(rows[1].id).state == "approved"
 
 
 # ------------------------------------------------------------ outcome unknown and review

@@ -674,7 +674,7 @@ def test_min_value_length_out_of_range_through_the_command(tmp_path):
 def test_an_unexpected_error_is_one_line_and_status_1(tmp_path, capsys, monkeypatch):
     """Whatever goes wrong inside a command prints `agenttx: error: TYPE: MESSAGE`, escaped,
     and exits 1; an interrupt exits 130 quietly; a closed pipe exits 1 quietly."""
-    from agenttx import _cli  # noqa: PLC0415
+    from agenttx._cli import _main as _cli  # noqa: PLC0415
 
     path = tmp_path / "t.json"
     path.write_text("[]")
@@ -785,7 +785,7 @@ def test_any_stored_json_is_shown_or_refused_in_one_line(sound_store, record, st
 )
 def test_the_age_of_a_bad_timestamp_is_unknown(created_at):
     """A stored `created_at` that is not a finite number shows as age "?", never an error."""
-    from agenttx._cli import _age  # noqa: PLC0415
+    from agenttx._cli._reading import age_of as _age  # noqa: PLC0415
 
     assert _age(created_at) == "?"
     assert _age(0).endswith("d")
@@ -1092,7 +1092,7 @@ def test_plans_refuses_what_it_cannot_show(tmp_path, capsys):
 
 def test_uk_time_names_the_zone_in_winter_and_summer():
     """Times are Europe/London dates: GMT in winter, BST in summer; "-" for none."""
-    from agenttx._cli import uk_time  # noqa: PLC0415
+    from agenttx._cli._shown import uk_time  # noqa: PLC0415
 
     assert uk_time(1796161205.0) == "1 Dec 2026 21:40:05 GMT"
     assert uk_time(1782938405.0) == "1 Jul 2026 21:40:05 BST"

@@ -58,7 +58,15 @@ class Shop:
             ctx.state.get(f"orders/{order}")
             os._exit(0)  # the process dies in the middle of the step
 
-        self.tools = [refund, charge, notify, fail, die]
+        @agenttx.tool(name="send")
+        def send(ctx: agenttx.ToolContext, order: str) -> dict:
+            self.write(f"send {order} {ctx.idempotency_key}")
+            if not (root / "sent-once").exists():
+                (root / "sent-once").touch()
+                os._exit(0)  # dies before anything of the step reaches the store
+            return {"key": ctx.idempotency_key}
+
+        self.tools = [refund, charge, notify, fail, die, send]
 
     def write(self, line: str) -> None:
         with self.journal.open("a") as journal:
@@ -174,6 +182,36 @@ def test_a_step_interrupted_by_the_death_of_its_process(tmp_path, mode, exclusiv
     assert json.loads(engine.store.read_committed("orders/o2")) == {"amount": 9}
 
 
+def _die_before_anything_is_durable(path: Path, root: Path) -> None:
+    engine = engine_on(path, Shop(root))
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    tx.execute_step(2, "send", {"order": "o1"})
+
+
+def test_a_step_that_died_before_anything_was_durable_keeps_its_key(tmp_path):
+    """Nothing of the step reached the store: resume cannot tell it was sent, so nothing is
+    compensated and the step sent again gets the same idempotency key (the documented choice:
+    a receiver deduplicating on it returns what the dead attempt did)."""
+    context = multiprocessing.get_context("spawn")
+    child = context.Process(
+        target=_die_before_anything_is_durable, args=(tmp_path / "db", tmp_path)
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    shop = Shop(tmp_path)
+    engine = engine_on(tmp_path / "db", shop)
+    report = engine.recover("resume")
+    assert report.compensations_run == 0
+    tx = engine.get(report.resumed[0])
+    assert tx.next_step_id == 2
+    result = tx.execute_step(2, "send", {"order": "o1"})
+    first, second = [line.split()[2] for line in shop.lines() if line.startswith("send")]
+    assert first == second == result.output["key"]
+    assert not [line for line in shop.lines() if line.startswith("refund")]
+
+
 def test_a_failing_compensation_is_kept_reported_and_retried(tmp_path, durable_backend):
     """A compensation that fails in recovery stays in the store and runs at the next one."""
     shop = Shop(tmp_path, refund_fails=True)
@@ -254,6 +292,41 @@ def test_committed_effects_wait_in_the_outbox_until_delivered(tmp_path, durable_
     assert [(e.payload, e.idempotency_key) for e in sent] == [({"to": "ada@x.io"}, key)]
     assert engine.pending_effects() == ()
     assert engine.dispatch_pending() == agenttx.DispatchReport()
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_commit_interrupted_around_the_store_says_what_the_store_did(
+    tmp_path, durable_backend, monkeypatch, when
+):
+    """A KeyboardInterrupt raised by the store's commit propagates. Raised before the store
+    committed, the transaction is ACTIVE again and commits later; raised after, it is
+    COMMITTED as the store is, and its effect waits in the outbox."""
+    shop = Shop(tmp_path)
+    engine = engine_on(durable_backend, shop)
+    store_type = type(engine.store)
+    real_commit = store_type.commit
+
+    def interrupted(self, tx_id, **kwargs):
+        if when == "after":
+            real_commit(self, tx_id, **kwargs)
+        raise KeyboardInterrupt
+
+    tx = engine.begin()
+    tx.execute_step(1, "notify", {"to": "ada@x.io"})
+    monkeypatch.setattr(store_type, "commit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tx.commit()
+    monkeypatch.setattr(store_type, "commit", real_commit)
+    if when == "before":
+        assert tx.status is agenttx.TxStatus.ACTIVE
+        assert engine.pending_effects() == ()
+        assert tx.commit().effects_dispatched == 0  # no dispatcher: into the outbox
+    else:
+        assert tx.status is agenttx.TxStatus.COMMITTED
+        assert tx.view().pending_effects == 1
+        with pytest.raises(agenttx.InvalidTransactionState):
+            tx.commit()
+    assert [json.loads(e.payload) for e in engine.pending_effects()] == [{"to": "ada@x.io"}]
 
 
 def test_a_failed_delivery_keeps_its_error_and_backs_off(tmp_path, durable_backend):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import re
-import time
 
 import attrs
 import pytest
@@ -1565,18 +1564,17 @@ HOSTILE = {
 }
 
 
+@pytest.mark.timeout(120)  # a hang guard: catastrophic backtracking takes hours on these
 @pytest.mark.parametrize("raw", list(HOSTILE.values()), ids=list(HOSTILE))
-def test_hostile_input_is_cleaned_in_linear_time(raw):
-    """64 KiB built to make backtracking patterns explode is cleaned without exploding.
+def test_hostile_input_is_cleaned_without_exploding(raw):
+    """64 KiB built to make backtracking patterns explode is cleaned, to a one-line hint.
 
-    The bound is a hang guard (catastrophic backtracking on such input takes minutes), not a
-    speed target: `bench/hints.py` measures the speed, in milliseconds.
+    Speed is not checked here (the machines are shared): `bench/hints.py` measures it, in
+    milliseconds; the mark only turns a hang into a failure.
     """
-    start = time.perf_counter()
     hint = clean_error(raw)
-    elapsed = time.perf_counter() - start
     assert hint.text.startswith("Hint: ")
-    assert elapsed < 10, f"{elapsed:.1f} s"
+    assert "\n" not in hint.text
 
 
 @given(

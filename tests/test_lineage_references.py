@@ -5,7 +5,6 @@ from the step payloads (else counted), calls voided by a rewind, and agreement w
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -755,9 +754,10 @@ def test_a_repeated_result_does_not_renumber_a_call():
     assert [(e.source.call_id, e.target.call_id) for e in graph.edges] == [("a", "b")]
 
 
-def test_a_huge_transcript_costs_time_linear_in_its_size():
+@pytest.mark.timeout(300)  # a hang guard (a quadratic pass takes hours here), not a speed check
+def test_a_huge_transcript_is_read_with_one_edge_per_distinct_reference():
     """20,000 calls in a reference chain, one call with 100,000 references and a payload voiding
-    100,000 steps: done in seconds, one edge per distinct reference."""
+    100,000 steps: every call read, one edge per distinct reference."""
     messages: list[dict[str, Any]] = []
     for n in range(1, 20_001):
         arguments = {"prev": f"${{steps.{n - 1}.id}}"} if n > 1 else {}
@@ -768,13 +768,10 @@ def test_a_huge_transcript_costs_time_linear_in_its_size():
     messages.append(
         tool("wide", {"ok": False, "step": 20_001, "error": "e", "voided_steps": voided})
     )
-    started = time.perf_counter()
     graph = agenttx.lineage_from_openai(messages)
-    elapsed = time.perf_counter() - started
     assert len(graph.nodes) == 20_001
     assert sum(node.voided for node in graph.nodes) == 20_000
     assert graph.edges == ()  # every producer voided by the last payload
-    assert elapsed < 20, elapsed
     messages.pop()  # without the voiding result: the chain, and the wide call's one edge
     graph = agenttx.lineage_from_openai(messages)
     assert len(graph.edges) == 20_000

@@ -726,7 +726,9 @@ class PlanExecution:
             )
             journal.flush()
             self._journal = journal
+            self._people.durable = True
             return
+        self._people.durable = True  # an approval is consumed under the run's lease from now
         self._journal = PlanJournal.begin(
             self._store,
             self.id,

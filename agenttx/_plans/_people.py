@@ -62,7 +62,7 @@ class NodeGate:
     """Approvals and reviews of one plan run's nodes (owned by the run's loop; `states` may be
     read from any thread)."""
 
-    __slots__ = ("_book", "_note", "_run_id", "_store", "_version", "states")
+    __slots__ = ("_book", "_note", "_run_id", "_store", "_version", "durable", "states")
 
     def __init__(
         self,
@@ -76,6 +76,9 @@ class NodeGate:
         self._store = store
         self._book: Requests | None = None
         self._note = note
+        #: Whether the run is durable (its store holds it under a lease): then consuming an
+        #: approval is fenced by that lease (set by the run once its journal is open).
+        self.durable = False
         #: The nodes waiting for a person now, with what they wait for.
         self.states: dict[str, NodeState] = {}
 
@@ -146,7 +149,7 @@ class NodeGate:
                     if book.expire(row):
                         self._note("APPROVAL_EXPIRED", node, None, {"request": row.id})
                     continue
-                if not book.consume(row, step=None, key=key, node=node):
+                if not book.consume(row, step=None, key=key, node=node, fence=self.durable):
                     continue
                 approval = approval_of(row.id, decision_of(row))
                 data: dict[str, JSONValue] = {"request": row.id, "edited": approval.edited}

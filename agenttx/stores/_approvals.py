@@ -5,9 +5,14 @@ belongs to (`scope_id`), its state, the digest of the call it is about, and two 
 approvals layer writes and reads, opaque here: the request (`record`) and what was decided
 (`decision`). Every change of state is a compare-and-set (`set_request_state`): it happens only
 from the states the caller expects, in one write, so two processes that race to approve, reject
-or consume one request see exactly one of them succeed. `MemoryRequests` keeps the same rows in
-process memory, for `MemoryStore` and for stores without a table of their own; `SQLiteStore`
-keeps them in table `requests` of its file (schema version 5, `REQUEST_TABLES`).
+or consume one request see exactly one of them succeed. A write that starts a call (consuming an
+approval, or recording a call's start) is fenced: given `fence`, the id of the transaction or plan
+run making it, a durable store makes it only while it still holds that scope (its lease, or its
+ownership of the run), checked in the same database transaction, and raises `StorageError` with
+nothing changed otherwise, so a worker that lost its run can never start the call.
+`MemoryRequests` keeps the same rows in process memory, for `MemoryStore` and for stores without
+a table of their own; `SQLiteStore` keeps them in table `requests` of its file (schema version
+5, `REQUEST_TABLES`).
 """
 
 from __future__ import annotations
@@ -87,8 +92,10 @@ class RequestStore(Protocol):
     durable when it returns, and visible to every process that opens the store.
     """
 
-    def add_request(self, row: RequestRow) -> None:
-        """Insert `row`; `InvalidArgument` if a request with its id exists already."""
+    def add_request(self, row: RequestRow, *, fence: str | None = None) -> None:
+        """Insert `row`; `InvalidArgument` if a request with its id exists already. With
+        `fence`, only while this store holds that transaction or plan run (`StorageError`
+        otherwise; stores without owners ignore it)."""
         ...
 
     def get_request(self, request_id: str) -> RequestRow | None:
@@ -107,9 +114,13 @@ class RequestStore(Protocol):
         *,
         decision: str | None,
         now: float,
+        fence: str | None = None,
     ) -> RequestRow | None:
         """Compare-and-set: if the request is in one of the states `expect`, move it to
-        `state` with `decision` and return the new row; else change nothing and return None."""
+        `state` with `decision` and return the new row; else change nothing and return None.
+        With `fence`, the change is made only while this store holds that transaction or plan
+        run, checked in the same database transaction: `StorageError` otherwise, with nothing
+        changed (stores without owners ignore it)."""
         ...
 
     def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
@@ -127,8 +138,8 @@ class MemoryRequests:
         self._lock = threading.Lock()
         self._rows: dict[str, RequestRow] = {}
 
-    def add_request(self, row: RequestRow) -> None:
-        """See `RequestStore.add_request`."""
+    def add_request(self, row: RequestRow, *, fence: str | None = None) -> None:  # noqa: ARG002
+        """See `RequestStore.add_request` (in one process there is no owner to fence)."""
         check_request_id(row.id)
         with self._lock:
             if row.id in self._rows:
@@ -153,6 +164,7 @@ class MemoryRequests:
         *,
         decision: str | None,
         now: float,
+        fence: str | None = None,  # noqa: ARG002  (in one process there is no owner to fence)
     ) -> RequestRow | None:
         """See `RequestStore.set_request_state`."""
         with self._lock:

@@ -16,7 +16,7 @@ from ._protocol import check_key, check_step, check_tx_id, check_value, snapshot
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._approvals import RequestRow
+    from ._approvals import RequestRow, RequestStore
     from ._protocol import Store
 
 __all__ = ["MemoryStore"]
@@ -178,9 +178,10 @@ class MemoryStore:
 
     # ------------------------------------------------------------ approvals and reviews
 
-    def add_request(self, row: RequestRow) -> None:
-        """Keep approval request or review `row` (`RequestStore.add_request`)."""
-        self._requests.add_request(row)
+    def add_request(self, row: RequestRow, *, fence: str | None = None) -> None:
+        """Keep approval request or review `row` (`RequestStore.add_request`; in one process
+        there is no owner to fence)."""
+        self._requests.add_request(row, fence=fence)
 
     def get_request(self, request_id: str) -> RequestRow | None:
         """The request with this id, or None."""
@@ -198,10 +199,11 @@ class MemoryStore:
         *,
         decision: str | None,
         now: float,
+        fence: str | None = None,
     ) -> RequestRow | None:
-        """The compare-and-set of `RequestStore.set_request_state`."""
+        """The compare-and-set of `RequestStore.set_request_state` (`fence` is ignored)."""
         return self._requests.set_request_state(
-            request_id, expect, state, decision=decision, now=now
+            request_id, expect, state, decision=decision, now=now, fence=fence
         )
 
     def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
@@ -221,4 +223,10 @@ class MemoryStore:
 if TYPE_CHECKING:
 
     def _conforms(store: MemoryStore) -> Store:
+        return store  # mypy checks here that MemoryStore satisfies the protocol
+
+
+if TYPE_CHECKING:
+
+    def _keeps_requests(store: MemoryStore) -> RequestStore:
         return store  # mypy checks here that MemoryStore satisfies the protocol

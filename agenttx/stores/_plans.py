@@ -59,6 +59,7 @@ __all__ = [
     "read_audit",
     "read_cancel",
     "read_plan",
+    "run_owner",
     "running_plans",
     "write_audit",
     "write_plan",
@@ -443,6 +444,14 @@ def list_plans(cur: sqlite3.Cursor, limit: int) -> tuple[tuple[str, str, float],
         (limit,),
     ).fetchall()
     return tuple((run_id, status, updated_at) for run_id, status, updated_at in rows)
+
+
+def run_owner(cur: sqlite3.Cursor, run_id: str) -> str | None:
+    """The owner of RUNNING run `run_id`, or None (no such run, or it has ended)."""
+    rows = cur.execute(
+        "SELECT owner FROM plan_runs WHERE run_id = ? AND status = ?", (run_id, _RUNNING)
+    ).fetchall()
+    return rows[0][0] if rows else None
 
 
 def claim_plan(cur: sqlite3.Cursor, run_id: str, was: str | None, owner: str) -> bool:

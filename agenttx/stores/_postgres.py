@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     import psycopg
 
+    from ._approvals import RequestStore
     from ._durable import DurableStore, EffectRow
 
 __all__ = ["PostgresStore"]
@@ -941,3 +942,6 @@ if TYPE_CHECKING:
 
     def _conforms(store: PostgresStore) -> DurableStore:
         return store  # mypy checks here that PostgresStore satisfies the protocol
+
+    def _keeps_requests(store: PostgresStore) -> RequestStore:
+        return store  # and that it keeps approval requests

@@ -61,8 +61,13 @@ class SharedRows:
     _owner: str
     _lease: float
     _plans: dict[str, int]
+    _epochs: dict[str, int]
     _renewer: Renewer
     _outbox_hold: float
+
+    if TYPE_CHECKING:  # PostgresStore's: the fence of a transaction's write
+
+        def _fence(self, cur: psycopg.Cursor[Any], tx_id: str) -> None: ...
 
     # ------------------------------------------------------------ plan runs
 
@@ -273,9 +278,10 @@ class SharedRows:
 
     # ------------------------------------------------------------ approvals and reviews
 
-    def add_request(self, row: RequestRow) -> None:
+    def add_request(self, row: RequestRow, *, fence: str | None = None) -> None:
         """Insert approval request or review `row`, durably; `InvalidArgument` if its id
-        exists already (`RequestStore.add_request`)."""
+        exists already (`RequestStore.add_request`); with `fence`, in the transaction that
+        checks this store's lease on it."""
         check_request_id(row.id)
         check_value(row.record)
         values = (
@@ -292,6 +298,8 @@ class SharedRows:
         with self._lock:
             self._check_not_closed()
             with self._link.transaction(f"record request `{row.id}`") as cur:
+                if fence is not None:
+                    self._fence_scope(cur, fence)
                 cur.execute(self._sql.insert_request, values)
                 if cur.rowcount != 1:
                     raise InvalidArgument(f"request `{row.id}` exists already")
@@ -320,16 +328,42 @@ class SharedRows:
         *,
         decision: str | None,
         now: float,
+        fence: str | None = None,
     ) -> RequestRow | None:
         """The compare-and-set of `RequestStore.set_request_state`: one conditional update,
-        so of several workers racing to approve, reject or consume one request, one wins."""
+        so of several workers racing to approve, reject or consume one request, one wins;
+        with `fence`, in the transaction that checks this store's lease on it first."""
         if decision is not None:
             check_value(decision)
         values = (state, decision, now, request_id, list(expect))
+        doing = f"decide request `{request_id}`"
         with self._lock:
             self._check_not_closed()
-            row = self._one(f"decide request `{request_id}`", self._sql.set_request_state, values)
+            if fence is None:
+                row = self._one(doing, self._sql.set_request_state, values)
+            else:
+                with self._link.transaction(doing) as cur:
+                    self._fence_scope(cur, fence)
+                    cur.execute(self._sql.set_request_state, values)
+                    row = cur.fetchone()
         return None if row is None else _request(row)
+
+    def _fence_scope(self, cur: psycopg.Cursor[Any], scope_id: str) -> None:
+        """Inside a transaction: lock transaction or plan run `scope_id` against a takeover
+        while it still has this store's epoch; else raise `StorageError` (lease lost)."""
+        if scope_id in self._epochs:
+            self._fence(cur, scope_id)
+            return
+        epoch = self._plans.get(scope_id)
+        if epoch is not None:
+            cur.execute(self._sql.plan_key_share, (scope_id, epoch))
+            if cur.fetchone() is not None:
+                return
+            self._plans.pop(scope_id, None)
+        raise StorageError(
+            f"`{scope_id}` is not held by this store (lease lost, or it has ended): "
+            "it may not start a call"
+        )
 
     def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
         """Up to `limit` requests of `kind` in `state`, oldest first (any scope)."""

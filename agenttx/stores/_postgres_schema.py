@@ -390,6 +390,12 @@ class Sql:
             f"UPDATE {s}.plan_runs SET updated_at = %s, status = coalesce(%s, status) "
             "WHERE run_id = %s AND epoch = %s"
         )
+        #: A plan run still at the writer's epoch, locked against a claim (which takes its
+        #: row `FOR UPDATE`) until the caller's transaction ends: the fence of a request write.
+        self.plan_key_share = (
+            f"SELECT 1 FROM {s}.plan_runs WHERE run_id = %s AND epoch = %s "
+            "AND status = 'RUNNING' FOR KEY SHARE"
+        )
         self.update_nodes = (
             f"UPDATE {s}.plan_nodes AS p SET state = u.st, attempt = u.a, "
             "record = p.record || u.r "

@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import TracebackType
 
-    from ._approvals import RequestRow
+    from ._approvals import RequestRow, RequestStore
     from ._durable import (
         DurableStore,
         EffectRow,
@@ -1058,14 +1058,17 @@ class SQLiteStore:
 
     # ------------------------------------------------------------ approvals and reviews
 
-    def add_request(self, row: RequestRow) -> None:
-        """Insert approval request or review `row`, durably (`RequestStore.add_request`)."""
+    def add_request(self, row: RequestRow, *, fence: str | None = None) -> None:
+        """Insert approval request or review `row`, durably (`RequestStore.add_request`);
+        with `fence`, in the same write as the check that this store still owns it."""
         request_tables.check_request_id(row.id)
         check_value(row.record)
         self._check_writable()
         with self._lock:
             self._check_not_closed()
             with self._file.writing(f"record request `{row.id}`") as cur:
+                if fence is not None:
+                    self._fence_scope(cur, fence)
                 request_tables.add_request(cur, row)
 
     def get_request(self, request_id: str) -> RequestRow | None:
@@ -1090,15 +1093,19 @@ class SQLiteStore:
         *,
         decision: str | None,
         now: float,
+        fence: str | None = None,
     ) -> RequestRow | None:
         """The durable compare-and-set of `RequestStore.set_request_state`: one `BEGIN
-        IMMEDIATE` write, so two processes racing for one request see one of them win."""
+        IMMEDIATE` write, so two processes racing for one request see one of them win; with
+        `fence`, the owner check is in the same write."""
         if decision is not None:
             check_value(decision)
         self._check_writable()
         with self._lock:
             self._check_not_closed()
             with self._file.writing(f"decide request `{request_id}`") as cur:
+                if fence is not None:
+                    self._fence_scope(cur, fence)
                 return request_tables.set_request_state(
                     cur, request_id, tuple(expect), state, decision=decision, now=now
                 )
@@ -1198,6 +1205,21 @@ class SQLiteStore:
             tx.first_read = self._commits
         return row
 
+    def _fence_scope(self, cur: sqlite3.Cursor, scope_id: str) -> None:
+        """Check, inside a write transaction, that this store still owns transaction or plan
+        run `scope_id` (an exclusive store owns everything in its file); `StorageError` if not.
+        """
+        if self._exclusive:
+            return
+        if scope_id in self._txs:
+            self._fence(scope_id)
+            return
+        if plan_tables.run_owner(cur, scope_id) != self._owner:
+            raise StorageError(
+                f"`{scope_id}` is not held by this store (taken over by another store, "
+                "or ended): it may not start a call"
+            )
+
     def _fence(self, tx_id: str) -> None:
         """Check, inside a write transaction, that this store still owns `tx_id`."""
         rows = self._cur.execute(SELECT_OWNER, (tx_id,)).fetchall()
@@ -1216,3 +1238,6 @@ if TYPE_CHECKING:
 
     def _conforms(store: SQLiteStore) -> DurableStore:
         return store  # mypy checks here that SQLiteStore satisfies the protocol
+
+    def _keeps_requests(store: SQLiteStore) -> RequestStore:
+        return store  # and that it keeps approval requests

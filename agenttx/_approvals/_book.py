@@ -1,41 +1,16 @@
-"""Approvals bound to the exact call, status checks for uncertain outcomes, and human review.
-
-A tool declared `@tool(needs_approval=...)` does not run until a person approves the exact call:
-the request (`ApprovalRequest`) names the transaction or plan run, the step or node, the tool,
-the resolved arguments and their `digest` (SHA-256 of the canonical JSON of tool and
-arguments). An `Approval` records who decided, when, until when, with what note, and the
-arguments it approves (the approver may edit them; `edited` says so). An approval is consumed
-once, by a compare-and-set in the store, before the call it approves runs; so a resume, a retry
-or a second process never runs it twice.
-
-A call whose outcome is unknown (its step timed out while its tool still ran, or the process
-died after an approved call started and before its result was recorded) is not retried blindly:
-the tool's `check(arguments, idempotency_key)` says `CheckResult.done(output)`,
-`CheckResult.not_done()` (safe to retry with the same key) or `CheckResult.unknown(reason)`;
-unknown, or no check, opens a `Review` that a person resolves (`done` with the output, or
-`not_done`).
-
-`Requests` is the book over a store (`stores._approvals.RequestStore`): every state change is
-one compare-and-set there. Request states: `pending -> approved | rejected`, `approved ->
-consumed | expired`, `consumed -> finished` (the call's outcome was recorded). Review states:
-`pending -> resolved -> applied` (the step took the resolution).
-"""
+"""`Requests`: the book of approval requests and reviews over a store, where every change of
+state is one compare-and-set (`stores._approvals.RequestStore`)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import json
 import math
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
+from typing import TYPE_CHECKING, Any, final
 
-import attrs
-
-from ._errors import (
+from .._errors import (
     ApprovalConsumed,
     ApprovalError,
     ApprovalExpired,
@@ -44,219 +19,33 @@ from ._errors import (
     InvalidArgument,
     ReviewNotFound,
 )
-from ._json import JSONValue, canonical_dumps, check_json
-from ._tools import DeadlineExceeded, call_with_deadline
-from .stores._approvals import MemoryRequests, RequestRow, RequestStore
-from .stores._durable import is_durable
+from .._json import JSONValue, canonical_dumps, check_json
+from ..stores._approvals import MemoryRequests, RequestRow, RequestStore
+from ..stores._durable import is_durable
+from ._records import (
+    APPROVAL,
+    CALL,
+    MAX_ACTOR,
+    MAX_NOTE,
+    REVIEW,
+    Approval,
+    ApprovalRequest,
+    Review,
+    Scope,
+    approval_of,
+    call_digest,
+    loads,
+    request_of,
+    review_of,
+    utc,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .stores import Store
+    from ..stores import Store
 
-__all__ = [
-    "APPROVAL",
-    "CALL",
-    "REVIEW",
-    "Approval",
-    "ApprovalRequest",
-    "CheckResult",
-    "Requests",
-    "Review",
-    "approval_expired",
-    "approval_of",
-    "call_digest",
-    "decision_of",
-    "gate_action",
-    "needs_approval",
-    "request_of",
-    "requests_for",
-    "review_of",
-    "run_check",
-    "scopes_alive",
-]
-
-APPROVAL: Final = "approval"
-REVIEW: Final = "review"
-CALL: Final = "call"  # a started call that needed no approval (`Requests.started`)
-
-#: The longest actor name, note or reason accepted (characters).
-MAX_ACTOR: Final = 256
-MAX_NOTE: Final = 4096
-
-Scope = Literal["transaction", "plan"]
-
-
-def _utc(seconds: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
-
-
-def call_digest(tool: str, arguments: JSONValue) -> str:
-    """The SHA-256 (hex) of the canonical JSON of `{"tool": tool, "arguments": arguments}`."""
-    text = canonical_dumps({"tool": tool, "arguments": arguments})
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ApprovalRequest:
-    """A call waiting for a person's approval: exactly this tool with exactly these arguments.
-
-    `scope` is "transaction" or "plan", `scope_id` the transaction or plan run id; `step` (a
-    transaction's step) or `node` (a plan node) says where; `plan_version` is the plan's
-    version for a node (None for a step). `requested_at` is timezone-aware (UTC).
-    """
-
-    id: str
-    scope: Scope
-    scope_id: str
-    tool: str
-    arguments: JSONValue
-    digest: str
-    requested_at: dt.datetime
-    step: int | None = None
-    node: str | None = None
-    plan_version: str | None = None
-
-    def to_json(self) -> dict[str, JSONValue]:
-        """The request as a JSON object (`requested_at` in ISO 8601)."""
-        return {
-            "id": self.id,
-            "scope": self.scope,
-            "scope_id": self.scope_id,
-            "step": self.step,
-            "node": self.node,
-            "tool": self.tool,
-            "arguments": self.arguments,
-            "digest": self.digest,
-            "plan_version": self.plan_version,
-            "requested_at": self.requested_at.isoformat(),
-        }
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Approval:
-    """A person's approval of request `request_id`.
-
-    `arguments` and `digest` are what it approves: the request's, or the approver's edit
-    (`edited` is then True). `expires_at` is None for an approval that does not expire.
-    """
-
-    request_id: str
-    actor: str
-    decided_at: dt.datetime
-    arguments: JSONValue
-    digest: str
-    expires_at: dt.datetime | None = None
-    note: str = ""
-    edited: bool = False
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Review:
-    """A call whose outcome is unknown, waiting for a person to say whether it happened.
-
-    The evidence: the `tool`, the `arguments`, the `idempotency_key` of the call (a retry after
-    a `not_done` review reuses it), `attempts` (how often it was started), `errors` (what went
-    wrong: the timeout, the crash, the check's answer or failure) and `timings` (seconds).
-    """
-
-    id: str
-    scope: Scope
-    scope_id: str
-    tool: str
-    arguments: JSONValue
-    idempotency_key: str
-    opened_at: dt.datetime
-    step: int | None = None
-    node: str | None = None
-    attempts: int = 1
-    errors: tuple[str, ...] = ()
-    timings: Mapping[str, float] = attrs.field(factory=dict)
-
-    def to_json(self) -> dict[str, JSONValue]:
-        """The review as a JSON object (`opened_at` in ISO 8601)."""
-        return {
-            "id": self.id,
-            "scope": self.scope,
-            "scope_id": self.scope_id,
-            "step": self.step,
-            "node": self.node,
-            "tool": self.tool,
-            "arguments": self.arguments,
-            "idempotency_key": self.idempotency_key,
-            "attempts": self.attempts,
-            "errors": list(self.errors),
-            "timings": dict(self.timings),
-            "opened_at": self.opened_at.isoformat(),
-        }
-
-
-@final
-@attrs.frozen(kw_only=True)
-class CheckResult:
-    """What a tool's status check says about a call: build it with `done(output)`,
-    `not_done()` or `unknown(reason)`."""
-
-    status: Literal["done", "not_done", "unknown"]
-    output: JSONValue = None
-    reason: str = ""
-
-    @classmethod
-    def done(cls, output: JSONValue = None) -> CheckResult:
-        """The call's effect happened; `output` is recorded as the step's output."""
-        return cls(status="done", output=check_json(output, what="check output"))
-
-    @classmethod
-    def not_done(cls) -> CheckResult:
-        """The call's effect did not happen: it is safe to run it again with the same key."""
-        return cls(status="not_done")
-
-    @classmethod
-    def unknown(cls, reason: str = "") -> CheckResult:
-        """The check cannot tell: a person reviews the call."""
-        return cls(status="unknown", reason=str(reason))
-
-
-def needs_approval(rule: object, tool: str, arguments: JSONValue) -> bool | str:
-    """Whether a call needs approval under `rule` (True, False, or a callable of the arguments).
-
-    A callable that raises, or returns something other than a bool, makes the call need
-    approval (safe by default); its error is returned as text instead of True, for the record.
-    """
-    if rule is True or rule is False:
-        return rule
-    try:
-        verdict = rule(arguments)  # type: ignore[operator]
-    except Exception as exc:  # noqa: BLE001  (a rule that fails asks a person)
-        return f"tool `{tool}`: needs_approval raised {type(exc).__name__}: {exc}"
-    if isinstance(verdict, bool):
-        return verdict
-    return f"tool `{tool}`: needs_approval returned {type(verdict).__name__}, not a bool"
-
-
-def run_check(
-    check: Callable[..., object], arguments: JSONValue, key: str, timeout: float
-) -> tuple[CheckResult, str | None]:
-    """Call `check(arguments, key)` under `timeout`: its verdict, and its failure as text.
-
-    A check that raises, hangs past the timeout or returns something else than a
-    `CheckResult` gives `unknown`, with the failure (kept in the review's evidence).
-    """
-    try:
-        verdict = call_with_deadline(lambda: check(arguments, key), timeout)
-    except DeadlineExceeded:
-        failure = f"the status check did not answer within {timeout:g} s"
-        return CheckResult.unknown(failure), failure
-    except Exception as exc:  # noqa: BLE001  (a failing check is evidence, not a crash)
-        failure = f"the status check raised {type(exc).__name__}: {exc}"
-        return CheckResult.unknown(failure), failure
-    if not isinstance(verdict, CheckResult):
-        failure = f"the status check returned {type(verdict).__name__}, not a CheckResult"
-        return CheckResult.unknown(failure), failure
-    return verdict, None
+__all__ = ["Requests", "requests_for", "scopes_alive"]
 
 
 def _check_actor(actor: object) -> str:
@@ -287,13 +76,6 @@ def _check_expires_in(expires_in: object) -> float | None:
             f"expires_in must be a positive number of seconds, got {expires_in!r}"
         )
     return float(expires_in)
-
-
-def _loads(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    value = json.loads(text)
-    return value if isinstance(value, dict) else {}
 
 
 #: Stores without a requests table of their own keep their requests here, in this process.
@@ -398,7 +180,7 @@ class Requests:
             arguments=arguments,
             digest=digest,
             plan_version=plan_version,
-            requested_at=_utc(now),
+            requested_at=utc(now),
         )
         record = request.to_json()
         if why is not None:
@@ -499,7 +281,7 @@ class Requests:
     @staticmethod
     def _refuse(row: RequestRow) -> None:
         """Raise the error for deciding a request that is not pending any more."""
-        decision = _loads(row.decision)
+        decision = loads(row.decision)
         if row.state == "rejected":
             raise ApprovalRejected(
                 request_id=row.id,
@@ -527,11 +309,20 @@ class Requests:
         raise ApprovalError(f"approval request `{row.id}` is {row.state}", request_id=row.id)
 
     def started(
-        self, *, scope_id: str, step: int, tool: str, arguments: JSONValue, digest: str, key: str
+        self,
+        *,
+        scope_id: str,
+        step: int,
+        tool: str,
+        arguments: JSONValue,
+        digest: str,
+        key: str,
+        fence: bool = False,
     ) -> RequestRow:
         """Record, durably before it runs, that a call needing no approval but whose outcome
         matters (`on_unknown="review"`) starts: found again at its step after a crash, it is
-        checked, not run blindly. A row of kind `call`, consumed at once; `finish` ends it."""
+        checked, not run blindly. A row of kind `call`, consumed at once; `finish` ends it.
+        `fence`: only while the store still holds transaction `scope_id` (see `consume`)."""
         now = time.time()
         record: dict[str, JSONValue] = {
             "scope": "transaction",
@@ -557,7 +348,7 @@ class Requests:
             created_at=now,
             updated_at=now,
         )
-        self._table.add_request(row)
+        self._table.add_request(row, fence=scope_id if fence else None)
         return row
 
     def expire(self, row: RequestRow) -> bool:
@@ -570,26 +361,40 @@ class Requests:
         )
 
     def consume(
-        self, row: RequestRow, *, step: int | None, key: str, node: str | None = None
+        self,
+        row: RequestRow,
+        *,
+        step: int | None,
+        key: str,
+        node: str | None = None,
+        fence: bool = False,
     ) -> bool:
         """Consume the approval of `row` for the call about to start (the compare-and-set that
         makes it run once): record the step (or node) and the idempotency key. False if it was
-        consumed (or changed) meanwhile."""
-        decision = _loads(row.decision)
+        consumed (or changed) meanwhile. With `fence` (a durable transaction or plan run), the
+        store makes the change only while it still holds the row's scope, in the same database
+        transaction, and raises `StorageError` otherwise: a worker that lost its run never
+        starts the call."""
+        decision = loads(row.decision)
         now = time.time()
         decision.update({"consumed_at": now, "consumed_step": step, "idempotency_key": key})
         if node is not None:
             decision["consumed_node"] = node
         return (
             self._table.set_request_state(
-                row.id, ("approved",), "consumed", decision=canonical_dumps(decision), now=now
+                row.id,
+                ("approved",),
+                "consumed",
+                decision=canonical_dumps(decision),
+                now=now,
+                fence=row.scope_id if fence else None,
             )
             is not None
         )
 
     def finish(self, row: RequestRow, outcome: str) -> None:
         """Record that the approved call's outcome was recorded (`outcome`: what became of it)."""
-        decision = _loads(row.decision)
+        decision = loads(row.decision)
         decision["outcome"] = outcome
         self._table.set_request_state(
             row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
@@ -642,7 +447,7 @@ class Requests:
             attempts=attempts,
             errors=tuple(errors),
             timings=dict(timings or {}),
-            opened_at=_utc(now),
+            opened_at=utc(now),
         )
         self._table.add_request(
             RequestRow(
@@ -703,119 +508,3 @@ class Requests:
             )
             is not None
         )
-
-
-def request_of(row: RequestRow) -> ApprovalRequest:
-    """The `ApprovalRequest` a row holds."""
-    record = _loads(row.record)
-    return ApprovalRequest(
-        id=row.id,
-        scope=record.get("scope", "transaction"),
-        scope_id=row.scope_id,
-        step=record.get("step"),
-        node=record.get("node"),
-        tool=str(record.get("tool", "")),
-        arguments=record.get("arguments"),
-        digest=row.digest,
-        plan_version=record.get("plan_version"),
-        requested_at=_utc(row.created_at),
-    )
-
-
-def approval_of(request_id: str, decision: Mapping[str, Any]) -> Approval:
-    """The `Approval` a decision holds."""
-    expires_at = decision.get("expires_at")
-    return Approval(
-        request_id=request_id,
-        actor=str(decision.get("actor", "")),
-        decided_at=_utc(float(decision.get("decided_at", 0.0))),
-        expires_at=None if expires_at is None else _utc(float(expires_at)),
-        note=str(decision.get("note", "")),
-        arguments=decision.get("arguments"),
-        digest=str(decision.get("digest", "")),
-        edited=bool(decision.get("edited", False)),
-    )
-
-
-def decision_of(row: RequestRow) -> dict[str, Any]:
-    """The decision a row holds (an empty dict while it is pending)."""
-    return _loads(row.decision)
-
-
-def review_of(row: RequestRow) -> Review:
-    """The `Review` a row holds."""
-    record = _loads(row.record)
-    return Review(
-        id=row.id,
-        scope=record.get("scope", "transaction"),
-        scope_id=row.scope_id,
-        step=record.get("step"),
-        node=record.get("node"),
-        tool=str(record.get("tool", "")),
-        arguments=record.get("arguments"),
-        idempotency_key=str(record.get("idempotency_key", "")),
-        attempts=int(record.get("attempts", 1)),
-        errors=tuple(str(error) for error in record.get("errors", ())),
-        timings={str(k): float(v) for k, v in dict(record.get("timings", {})).items()},
-        opened_at=_utc(row.created_at),
-    )
-
-
-#: What a guarded call does next (`gate_action`).
-Action = Literal[
-    "run", "request", "pending", "approved", "rejected", "unknown", "review", "resolved"
-]
-
-
-def gate_action(
-    rows: Sequence[RequestRow],
-    digest: str,
-    step: int | None,
-    *,
-    needs: bool,
-    node: str | None = None,
-    plan_version: str | None = None,
-) -> tuple[Action, RequestRow | None]:
-    """What a guarded call of `digest` at `step` (or plan `node`) does, given its scope's
-    requests (oldest first); for a node, requests of another `plan_version` do not count.
-
-    First, an unsettled outcome of this very call at this step: a pending review (`review`),
-    a resolved one not yet taken (`resolved`), or an approval consumed here whose call never
-    recorded its outcome (`unknown`: the process ended while it ran). Then, if the call needs
-    approval, the newest request for it decides: `pending`, `approved` (the caller checks its
-    expiry), `rejected`; none, or only used or expired ones, means a new `request`. A call that
-    needs no approval may `run`.
-    """
-    newest: RequestRow | None = None
-    for row in reversed(rows):
-        decision = None
-        if row.digest != digest:
-            decision = _loads(row.decision)
-            if decision.get("digest") != digest:
-                continue
-        record = _loads(row.record)
-        if record.get("node") != node or (
-            node is not None and record.get("plan_version") != plan_version
-        ):
-            continue
-        if row.kind == REVIEW:
-            if row.state in ("pending", "resolved") and record.get("step") == step:
-                return ("review" if row.state == "pending" else "resolved"), row
-            continue
-        if row.state == "consumed":
-            decision = _loads(row.decision) if decision is None else decision
-            if decision.get("consumed_step") == step and decision.get("consumed_node") == node:
-                return "unknown", row
-        if newest is None and row.kind == APPROVAL:
-            newest = row
-    if not needs:
-        return "run", None
-    if newest is None or newest.state not in ("pending", "approved", "rejected"):
-        return "request", None
-    return cast("Action", newest.state), newest
-
-
-def approval_expired(row: RequestRow, now: float) -> bool:
-    """Whether the approval of an approved `row` has expired at `now`."""
-    expires_at = _loads(row.decision).get("expires_at")
-    return expires_at is not None and float(expires_at) <= now

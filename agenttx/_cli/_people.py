@@ -1,0 +1,159 @@
+"""The commands that decide: `approvals` lists what waits for a person, `approve`, `reject`
+and `review` write one decision each (and nothing else)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._approvals import ApprovalRequest, Review, requests_for, scopes_alive
+from .._errors import AgentTxError
+from .._json import canonical_dumps
+from ..stores import SQLiteStore
+from ._reading import open_store, patiently
+from ._shown import uk_time
+from ._terminal import Failure, Parser, add_wait, cut, duration, say
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterator, Sequence
+
+__all__ = ["add_approval_commands"]
+
+
+def add_approval_commands(commands: argparse._SubParsersAction[Parser]) -> None:
+    approvals = commands.add_parser(
+        "approvals",
+        help="list the approval requests and reviews waiting for a person",
+        description="Each pending approval request (id, transaction or plan run, step or node, "
+        "tool, arguments, when asked) and each pending review of a call whose outcome is "
+        "unknown (id, where, tool, idempotency key, and the evidence). Read-only.",
+    )
+    approvals.add_argument("db", metavar="DB", help="the SQLite file")
+    add_wait(approvals)
+    approvals.set_defaults(run=_run_approvals)
+
+    approve = commands.add_parser(
+        "approve",
+        help="approve a pending request: its call then runs once",
+        description="Approve request REQUEST as NAME. The call runs once, when the agent sends "
+        "it again (in whichever process holds the transaction). Writes the decision.",
+    )
+    approve.add_argument("db", metavar="DB", help="the SQLite file")
+    approve.add_argument("request", metavar="REQUEST", help="an approval request id")
+    approve.add_argument("--actor", required=True, metavar="NAME", help="who approves")
+    approve.add_argument(
+        "--expires-in", type=duration, metavar="SECONDS", help="how long the approval lasts"
+    )
+    approve.add_argument("--note", default="", help="a note kept with the approval")
+    approve.set_defaults(run=_run_approve)
+
+    reject = commands.add_parser(
+        "reject",
+        help="reject a pending request: the agent is told why",
+        description="Reject request REQUEST as NAME for REASON: the step fails with a hint "
+        "carrying the reason when the agent sends the call again. Writes the decision.",
+    )
+    reject.add_argument("db", metavar="DB", help="the SQLite file")
+    reject.add_argument("request", metavar="REQUEST", help="an approval request id")
+    reject.add_argument("--actor", required=True, metavar="NAME", help="who rejects")
+    reject.add_argument("--reason", required=True, help="why (told to the agent)")
+    reject.set_defaults(run=_run_reject)
+
+    review = commands.add_parser(
+        "review",
+        help="resolve a pending review: did the call happen?",
+        description="Resolve review REVIEW as NAME: done (with the call's output, as JSON) or "
+        "not_done (the call runs again with the same idempotency key). Writes the decision.",
+    )
+    review.add_argument("db", metavar="DB", help="the SQLite file")
+    review.add_argument("review", metavar="REVIEW", help="a review id")
+    review.add_argument("--outcome", required=True, choices=("done", "not_done"))
+    review.add_argument("--output", default="null", metavar="JSON", help="the call's output")
+    review.add_argument("--actor", required=True, metavar="NAME", help="who decides")
+    review.set_defaults(run=_run_review)
+
+
+def _run_approvals(args: argparse.Namespace) -> None:
+    store = open_store(args.db, args.wait)
+    try:
+        book = requests_for(store)
+        alive = patiently(args.wait, lambda: scopes_alive(store))
+        requests = patiently(args.wait, lambda: book.pending_approvals(alive=alive))
+        reviews = patiently(args.wait, lambda: book.pending_reviews(alive=alive))
+    except AgentTxError as exc:
+        raise Failure(str(exc)) from None
+    finally:
+        store.close()
+    for line in _approval_lines(requests, reviews):
+        say(line)
+
+
+def _where(scope: str, scope_id: str, step: int | None, node: str | None) -> str:
+    place = f"step {step}" if step is not None else f"node {node}"
+    return f"{place} of {'plan run' if scope == 'plan' else 'transaction'} {scope_id}"
+
+
+def _approval_lines(requests: Sequence[ApprovalRequest], reviews: Sequence[Review]) -> list[str]:
+    """The lines of `approvals DB`: pending requests, then pending reviews, oldest first."""
+    lines = [f"{len(requests)} approval request(s) pending" + (":" if requests else "")]
+    for request in requests:
+        where = _where(request.scope, request.scope_id, request.step, request.node)
+        lines.append(f"  {request.id}  {request.tool}  {where}")
+        lines.append(f"    arguments {cut(canonical_dumps(request.arguments))}")
+        lines.append(f"    asked {uk_time(request.requested_at.timestamp())}")
+    lines.append(f"{len(reviews)} review(s) pending" + (":" if reviews else ""))
+    for review in reviews:
+        where = _where(review.scope, review.scope_id, review.step, review.node)
+        lines.append(f"  {review.id}  {review.tool}  {where}")
+        lines.append(f"    arguments {cut(canonical_dumps(review.arguments))}")
+        lines.append(f"    idempotency key {review.idempotency_key}")
+        lines.extend(f"    - {cut(error)}" for error in review.errors)
+    return lines
+
+
+@contextlib.contextmanager
+def _writable(db: str) -> Iterator[SQLiteStore]:
+    if not Path(db).exists():
+        raise Failure(f"no such file: {db}")
+    try:
+        store = SQLiteStore(db)
+    except AgentTxError as exc:
+        raise Failure(str(exc)) from None
+    try:
+        yield store
+    except AgentTxError as exc:
+        raise Failure(f"{exc} ({exc.code})") from None
+    finally:
+        store.close()
+
+
+def _run_approve(args: argparse.Namespace) -> None:
+    with _writable(args.db) as store:
+        approval = requests_for(store).approve(
+            args.request, actor=args.actor, expires_in=args.expires_in, note=args.note
+        )
+    until = (
+        "" if approval.expires_at is None else f", until {uk_time(approval.expires_at.timestamp())}"
+    )
+    say(f"approved {approval.request_id} by {approval.actor}{until}")
+
+
+def _run_reject(args: argparse.Namespace) -> None:
+    with _writable(args.db) as store:
+        requests_for(store).reject(args.request, actor=args.actor, reason=args.reason)
+    say(f"rejected {args.request} by {args.actor}: {args.reason}")
+
+
+def _run_review(args: argparse.Namespace) -> None:
+    try:
+        output = json.loads(args.output)
+    except ValueError as exc:
+        raise Failure(f"--output is not JSON: {exc}") from None
+    with _writable(args.db) as store:
+        requests_for(store).resolve_review(
+            args.review, outcome=args.outcome, output=output, actor=args.actor
+        )
+    say(f"review {args.review} resolved {args.outcome} by {args.actor}")

@@ -1,0 +1,153 @@
+"""What reaches the terminal: escaped lines, one-line failures with their exit status,
+argparse's errors (escaped too), and the argument types the commands share."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from itertools import chain
+from typing import TYPE_CHECKING, Final, NoReturn
+
+if TYPE_CHECKING:
+    from typing import TextIO
+
+    from .._graph import DependencyGraph
+    from .._lineage import LineageGraph
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "WAIT",
+    "WIDTH",
+    "Failure",
+    "Parser",
+    "add_wait",
+    "cut",
+    "duration",
+    "printable",
+    "render",
+    "say",
+    "say_block",
+    "whole_number",
+]
+
+#: Values longer than this are cut in `inspect`'s listing of steps.
+WIDTH: Final = 96
+#: How long `inspect` and `graph` wait for a locked store by default, in seconds.
+WAIT: Final = 5.0
+
+#: Exit statuses.
+EXIT_ERROR: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
+
+
+def _escapes(*, json_text: bool) -> dict[int, str]:
+    """The `str.translate` table of `printable`: the code points a terminal may act on or
+    that may reorder what it shows, each to an escape (JSON's `\\uXXXX` in JSON text, where
+    they can only stand inside strings, so the text stays JSON with the same values)."""
+    codes = chain(
+        range(0x20),  # C0, tab and newline included: one printed line stays one line
+        range(0x7F, 0xA0),  # DEL and C1 (0x9b is CSI, as ESC [ is)
+        (0x061C, 0x200E, 0x200F, 0x2028, 0x2029),  # bidi marks, line and paragraph separators
+        range(0x202A, 0x202F),  # bidi embeddings and overrides
+        range(0x2066, 0x206A),  # bidi isolates
+        range(0xD800, 0xE000),  # lone surrogates (from JSON's \ud800): no encoding takes them
+    )
+    table = {}
+    for code in codes:
+        if json_text or code > 0xFF:
+            table[code] = f"\\u{code:04x}"
+        else:
+            table[code] = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}.get(code, f"\\x{code:02x}")
+    return table
+
+
+_TEXT_ESCAPES: Final = _escapes(json_text=False)
+_JSON_ESCAPES: Final = _escapes(json_text=True)
+
+
+class Failure(Exception):
+    """A problem printed as one line `agenttx COMMAND: MESSAGE`; exit `status` (2: the person
+    at the terminal can fix what they gave; 1: the store stayed locked)."""
+
+    def __init__(self, message: str, *, status: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its error line escaped like everything else printed."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {printable(message)}\n")
+
+
+def add_wait(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--wait",
+        type=duration,
+        default=WAIT,
+        metavar="SECONDS",
+        help=f"how long to keep trying while a writer holds the store locked (default: {WAIT:g})",
+    )
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def duration(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def render(graph: DependencyGraph | LineageGraph, fmt: str) -> str:
+    """A graph in one of `FORMATS`: both graph kinds export the same three."""
+    return {"dot": graph.to_dot, "mermaid": graph.to_mermaid, "json": graph.to_json}[fmt]()
+
+
+def cut(text: str, width: int = WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def printable(text: str, *, json_text: bool = False) -> str:
+    """`text` with every character a terminal could act on escaped (see `_escapes`); the one
+    place that makes text safe to print, applied to every line the command line prints."""
+    return text.translate(_JSON_ESCAPES if json_text else _TEXT_ESCAPES)
+
+
+def say(line: str, *, stream: TextIO | None = None) -> None:
+    """Print one line, escaped: a newline inside it is shown as `\\n`, not obeyed."""
+    _write(printable(line) + "\n", sys.stdout if stream is None else stream)
+
+
+def say_block(text: str, *, json_text: bool) -> None:
+    """Print a rendered graph: its lines as lines, each escaped (as JSON escapes, for JSON)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    _write("".join(printable(line, json_text=json_text) + "\n" for line in lines), sys.stdout)
+
+
+def _write(text: str, stream: TextIO) -> None:
+    """Write `text`, with what the stream's encoding cannot hold as backslash escapes."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+    stream.flush()
