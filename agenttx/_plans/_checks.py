@@ -9,6 +9,7 @@ type) fails its node with a hint naming the field.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -161,14 +162,27 @@ class OutputCheck:
 
 
 def output_check(tool: Tool[Any, Any]) -> OutputCheck | None:
-    signature = tool.signature
-    fields = signature.returns.fields
-    if not fields:
+    """The check of the tool's declared return type (its TypedDict's fields), or None.
+
+    Compiled once per return type and kept (a few hundred at most): tools made afresh for
+    each run (closures) share their types' compiled checks.
+    """
+    returns = tool.signature.returns
+    if not returns.fields:
         return None
-    annotation = signature.returns.annotation
+    try:
+        return _compiled_check(returns.annotation, returns.fields)
+    except TypeError:  # an unhashable annotation: compiled each time
+        return _compile_check(returns.annotation, returns.fields)
+
+
+def _compile_check(annotation: object, fields: tuple[Any, ...]) -> OutputCheck:
     type_name = getattr(annotation, "__name__", "its TypedDict")
     compiled = tuple(
         (field.name, field.required, compile_schema(schema_for(field.annotation)))
         for field in fields
     )
     return OutputCheck(str(type_name), compiled)
+
+
+_compiled_check: Final = functools.lru_cache(maxsize=256)(_compile_check)

@@ -106,11 +106,9 @@ class _ToolInfo:
 
 class _Checker:
     __slots__ = (
-        "_fields",
         "_ids",
         "_infos",
         "_initial",
-        "_mismatches",
         "_plan",
         "_registry",
         "_seen",
@@ -122,8 +120,6 @@ class _Checker:
         self._registry = registry
         self._initial = frozenset(plan.initial)
         self._infos: dict[str, _ToolInfo | None] = {}
-        self._mismatches: dict[tuple[Any, Any], bool] = {}
-        self._fields: dict[tuple[Any, str], tuple[str, Any]] = {}
         self._seen: dict[str, int] = {}
         self._ids: list[str] | None = None  # sorted, for suggestions: when a problem needs them
         self.problems: list[PlanProblem] = []
@@ -136,22 +132,17 @@ class _Checker:
         return self._ids
 
     def _mismatch(self, source: Any, target: Any) -> bool:
-        """`_mismatch`, answered once per pair of types: a plan of thousands of nodes uses few."""
+        """`_mismatch`, answered once per pair of types: a plan of thousands of nodes uses few
+        (and plans of one program share them: kept across validations)."""
         try:
-            return self._mismatches[source, target]
-        except KeyError:
-            found = self._mismatches[source, target] = _mismatch(source, target, 0)
-            return found
+            return _known_mismatch(source, target)
         except TypeError:  # an unhashable annotation
             return _mismatch(source, target, 0)
 
     def _field(self, annotation: Any, segment: str) -> tuple[str, Any]:
         """`_field`, answered once per type and segment (a plan reads few distinct fields)."""
         try:
-            return self._fields[annotation, segment]
-        except KeyError:
-            found = self._fields[annotation, segment] = _field(annotation, segment)
-            return found
+            return _known_field(annotation, segment)
         except TypeError:  # an unhashable annotation
             return _field(annotation, segment)
 
@@ -585,6 +576,18 @@ def _mismatch_inside(source: Any, target: Any, depth: int) -> bool:  # noqa: PLR
     if _kind(target) == "object" and len(target_args) == 2 and len(source_args) == 2:
         return _mismatch(source_args[1], target_args[1], depth + 1)
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_mismatch(source: Any, target: Any) -> bool:
+    """`_mismatch` of two (hashable) types, kept: types do not change."""
+    return _mismatch(source, target, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_field(annotation: Any, segment: str) -> tuple[str, Any]:
+    """`_field` of a (hashable) type and a segment, kept."""
+    return _field(annotation, segment)
 
 
 def _item(annotation: Any) -> Any:
