@@ -989,7 +989,7 @@ class PlanExecution:
                 record.key,
                 tuple(sorted(prerequisites)) if len(prerequisites) > 1 else tuple(prerequisites),
                 failure is None,
-                self._scheduler.running_count,
+                self._scheduler.running_count,  # the checks made (data built when read)
                 self._max,
                 start.waited,
                 timeout,
@@ -1180,7 +1180,7 @@ class PlanExecution:
         node = record.node
         now = _monotonic()
         undos = outcome.undos
-        kind = node.compensation_name
+        kind = None if node.compensate is None else node.compensation_name
         if kind is not None:
             kept = list(undos)
             declared = record.impl.compensation_name

@@ -333,9 +333,13 @@ class Node:
         rows: list[tuple[str, bool, Any, tuple[str, ...]]] = []
         found: tuple[tuple[str, bool, Any, tuple[str, ...]], ...] | bool = False
         if not (self.optional or self.fallback or self._malformed):
-            wholes = {ref.param: ref for ref in self._refs if ref.whole}
+            refs = self._refs
             for param, value in self.inputs.items():
-                ref = wholes.get(param)
+                ref = None
+                for candidate in refs:
+                    if candidate.whole and candidate.param == param:
+                        ref = candidate
+                        break
                 if ref is not None:
                     rows.append((param, True, ref.namespace, ref.path))
                 elif isinstance(value, (dict, list)) or (isinstance(value, str) and "${" in value):

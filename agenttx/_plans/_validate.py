@@ -285,7 +285,8 @@ class _Checker:
                 "another node or from initial.",
             )
             return None
-        if not _has(self._plan, namespace):
+        producer = self._plan._by_id.get(namespace)  # noqa: SLF001  (one unit: the plans package)
+        if producer is None:
             self._add(
                 Code.UNKNOWN_NODE,
                 namespace,
@@ -293,7 +294,6 @@ class _Checker:
                 f"{_did_you_mean(namespace, self.ids)}.",
             )
             return None
-        producer = self._plan.node(namespace)
         info = self._info(producer.tool)
         current = _UNKNOWN if info is None else info.returns
         for depth, segment in enumerate(ref.path):
@@ -362,7 +362,7 @@ class _Checker:
                 )
 
     def _after(self, node: Node) -> None:
-        for other in dict.fromkeys(node.after):
+        for other in dict.fromkeys(node.after) if len(node.after) > 1 else node.after:
             if other == node.id:
                 self._add(
                     Code.SELF_DEPENDENCY,
@@ -695,14 +695,13 @@ def find_cycles(plan: Plan) -> tuple[PlanProblem, ...]:
 def _acyclic(plan: Plan) -> bool:
     """Whether the value and `after` edges between existing nodes (self edges left out) form
     no cycle: Kahn's count-down, in time linear in the plan's size."""
-    prerequisites = plan.prerequisites
-    dependants = plan.dependants
-    known = frozenset(plan.node_ids)
+    dependants = plan._dependants  # noqa: SLF001  (one unit: the plans package)
+    known = plan._by_id  # noqa: SLF001
     counts: dict[str, int] = {}
     queue: list[str] = []
-    for node_id in known:
+    for node_id, needed in plan._prerequisites.items():  # noqa: SLF001
         count = 0
-        for other in prerequisites(node_id):
+        for other in needed:
             if other in known and other != node_id:  # others are no edge
                 count += 1
         counts[node_id] = count
@@ -711,7 +710,7 @@ def _acyclic(plan: Plan) -> bool:
     seen = 0
     while queue:
         seen += 1
-        for dependant in dependants(queue.pop()):
+        for dependant in dependants[queue.pop()]:
             left = counts[dependant] - 1
             counts[dependant] = left
             if not left:
