@@ -357,7 +357,7 @@ def _change(
         node_id=node_id,
         state=state,
         attempt=attempt,
-        append="\n" + canonical_dumps(cast("JSONValue", dict(change))),
+        append="\n" + canonical_dumps(cast("JSONValue", change)),
         expect=expect,
         hold=hold,
         units=units,
