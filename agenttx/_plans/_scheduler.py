@@ -300,6 +300,10 @@ class Update(NamedTuple):
 
 
 _APPLIED: Final = Update(delivery=Delivery.APPLIED)
+#: The named tuples made on the hot path, without their generated `__new__` (a Python call).
+_new_start: Final = tuple.__new__
+_new_update: Final = tuple.__new__
+_APPLIED_DELIVERY: Final = Delivery.APPLIED
 _DUPLICATE: Final = Update(delivery=Delivery.DUPLICATE)
 _STALE: Final = Update(delivery=Delivery.STALE)
 
@@ -653,11 +657,17 @@ class Scheduler:
         self._running += 1
         waited = entry.waited
         entry.waited = None
-        started.append(Start(entry.id, attempt, number, tuple(waited) if waited else ()))
+        started.append(
+            _new_start(Start, (entry.id, attempt, number, tuple(waited) if waited else ()))
+        )
 
     def _release(self, entry: Entry) -> None:
         """Give back what a running node held and free its concurrency slot."""
         self._running -= 1
+        self._give_back(entry)
+
+    def _give_back(self, entry: Entry) -> None:
+        """Give back the tokens a running node held (rate limits' come back with time)."""
         for gate, amount in entry.demands:
             if not gate.rate:
                 gate.tokens += amount
@@ -684,12 +694,16 @@ class Scheduler:
         Applied once: a repeat is DUPLICATE, another attempt's result STALE, both changing
         nothing. Raises `InvalidArgument` for an unknown node.
         """
-        claimed = self._claim(node, attempt)
-        if isinstance(claimed, Update):
-            return claimed
-        entry = claimed
+        entry = self._entries.get(node)
+        if entry is None or entry.state is not NodeState.RUNNING or entry.current != attempt:
+            claimed = self._claim(node, attempt)  # refused (or misuse): it says how
+            if isinstance(claimed, Update):
+                return claimed
+            entry = claimed  # pragma: no cover  (the check above let it through)
         entry.applied = entry.issued
-        self._release(entry)
+        self._running -= 1
+        if entry.demands:
+            self._give_back(entry)
         entry.state = NodeState.SUCCEEDED
         self._finished += 1
         ready: list[str] = []
@@ -702,7 +716,11 @@ class Scheduler:
                 dependant.state = NodeState.READY
                 self._ready.append(dependant)
                 ready.append(dependant_id)
-        return Update(Delivery.APPLIED, tuple(ready)) if ready else _APPLIED
+        return (
+            _new_update(Update, (_APPLIED_DELIVERY, tuple(ready), (), (), ()))
+            if ready
+            else _APPLIED
+        )
 
     def failed(
         self, node: str, attempt: str, *, retry_at: float | None = None, timed_out: bool = False
