@@ -14,11 +14,12 @@ Transitions are buffered and written together, in one SQLite write transaction, 
 barrier the runner sets: before any tool starts (with the claims of the round of nodes it
 dispatches), before the runner waits for results, and before the run ends. So a node's
 completion, the release of its dependants and the claims of the next nodes are one write, and
-no tool starts before the transitions it depends on are durable. A claim is a compare-and-set:
-the node must still be PENDING or READY with the attempt this journal last wrote for it, so of
-two runners that both believe they hold a node, one claim succeeds. A completion or failure is
-a compare-and-set on the attempt that holds the node. `StoredNode` reads a node back for
-`Engine.recover`.
+no tool starts before the transitions it depends on are durable. A node released and claimed
+in the same write is one statement: the claim appends both transitions' lines. A claim is a
+compare-and-set: the node must still be PENDING or READY with the attempt this journal last
+wrote for it, so of two runners that both believe they hold a node, one claim succeeds. A
+completion or failure is a compare-and-set on the attempt that holds the node. `StoredNode`
+reads a node back for `Engine.recover`.
 
 A claim can carry the node's exclusive resource (`claim_all(holds=)`): the store takes it in
 the same write, and refuses the claim (nothing of it written) while another run's node holds
@@ -218,11 +219,22 @@ class PlanJournal:
         write."""
         now = time.time()
         claimed: list[tuple[str, dict[str, Any]]] = []
-        changes = self._pending
-        count = len(changes)
-        self.held = frozenset()
         if holds:  # take resources in one order, so two runs' writes cannot deadlock
             claims = sorted(claims, key=lambda claim: holds.get(claim[0], ""))
+        claims = list(claims)
+        # A node released (READY) by this write and claimed in it (without a resource to
+        # take) is one statement: the claim appends both lines, and its compare-and-set
+        # expects the state before both. A claim refused puts the release back, to be written.
+        released = self._released_now(
+            {
+                node_id
+                for node_id, _, _ in claims
+                if not (holds and node_id in holds) and not (units and units.get(node_id))
+            }
+        )
+        changes = [change for change in self._pending if change.node_id not in released]
+        count = len(changes)
+        self.held = frozenset()
         for node_id, attempt, number in claims:
             node = self._nodes[node_id]
             change: dict[str, Any] = {
@@ -237,7 +249,16 @@ class PlanJournal:
             hold = holds.get(node_id) if holds else None
             taken = units.get(node_id, ()) if units else ()
             changes.append(
-                _change(node_id, "RUNNING", attempt, change, expect, hold=hold, units=taken)
+                _change(
+                    node_id,
+                    "RUNNING",
+                    attempt,
+                    change,
+                    expect,
+                    hold=hold,
+                    units=taken,
+                    before="" if node_id not in released else released[node_id].append,
+                )
             )
             claimed.append((node_id, change))
         self._pending = []
@@ -258,9 +279,35 @@ class PlanJournal:
                 held.add(node_id)
             else:
                 refused.add(node_id)
+                if node_id in released:  # its release was not written with the claim
+                    self._pending.append(released[node_id])
         if held:
             self.held = frozenset(held)
         return frozenset(refused)
+
+    def _released_now(self, claimed: set[str]) -> dict[str, PlanChange]:
+        """The buffered READY transitions of nodes in `claimed` that are their node's only
+        buffered change and plain (no compare-and-set, nothing to release), by node."""
+        if not claimed:
+            return {}
+        found: dict[str, PlanChange] = {}
+        other: set[str] = set()
+        for change in self._pending:
+            node_id = change.node_id
+            if node_id not in claimed:
+                continue
+            if (
+                node_id in found
+                or change.state != "READY"
+                or change.expect is not None
+                or change.release
+            ):
+                other.add(node_id)
+            else:
+                found[node_id] = change
+        for node_id in other:
+            found.pop(node_id, None)
+        return found
 
     def end_attempt(
         self,
@@ -352,12 +399,13 @@ def _change(
     hold: str | None = None,
     units: tuple[tuple[str, int, int], ...] = (),
     release: bool = False,
+    before: str = "",
 ) -> PlanChange:
     return PlanChange(
         node_id=node_id,
         state=state,
         attempt=attempt,
-        append="\n" + canonical_dumps(cast("JSONValue", change)),
+        append=before + "\n" + canonical_dumps(cast("JSONValue", change)),
         expect=expect,
         hold=hold,
         units=units,
