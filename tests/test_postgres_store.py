@@ -174,9 +174,9 @@ def test_keys_and_values_keep_any_text(store: PostgresStore) -> None:
 
 def test_migrations_are_recorded_and_idempotent(store: PostgresStore) -> None:
     """The schema records each migration once; migrate() again changes nothing."""
-    assert store.migrate() == 4
+    assert store.migrate() == 5
     rows = _raw(f"SELECT version FROM {store.schema}.migrations ORDER BY version")
-    assert rows == [(1,), (2,), (3,), (4,)]
+    assert rows == [(1,), (2,), (3,), (4,), (5,)]
 
 
 def test_a_newer_schema_is_refused(store: PostgresStore) -> None:
@@ -212,7 +212,7 @@ def test_workers_starting_together_migrate_once(pg_schema: tuple[str, str]) -> N
     for thread in threads:
         thread.join()
     assert errors == []
-    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(4,)]
+    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(5,)]
 
 
 # ---------------------------------------------------------------- leases and fencing
@@ -237,6 +237,31 @@ def test_a_takeover_fences_every_later_write(store: PostgresStore) -> None:
             store.commit("t")
         assert thief.commit("t") == 1
     assert store.read_committed("k") == '"mine"'
+
+
+@pytest.mark.parametrize("puts", [0, 7, 12])
+def test_a_step_after_a_takeover_writes_nothing(store: PostgresStore, puts: int) -> None:
+    """A step's record alone (one row), with a few buffered writes (one prepared statement)
+    or with more (a fenced transaction): after a takeover each writes no row and loses the
+    lease; held, each lands whole."""
+    store.begin("t")
+    for n in range(puts):
+        store.put("t", f"k{n}", str(n))
+    with _other(store) as thief:
+        thief.load("t")
+        with pytest.raises(StorageError, match="lease lost"):
+            store.record_step("t", 1, "[1]", [], "p1")
+        assert _raw(f"SELECT count(*) FROM {store.schema}.log") == [(0,)]
+        assert not store.is_open("t")
+    store.begin("u")
+    for n in range(puts):
+        store.put("u", f"k{n}", str(n))
+    store.record_step("u", 1, "[1]", [EFFECT], "p1")
+    image = store.peek("u")
+    assert image.steps == ((1, "[1]"),)
+    assert image.effects == (EFFECT,)
+    assert store.commit("u") == puts
+    assert [key for key, _, _ in store.committed_keys("k")] == sorted(f"k{n}" for n in range(puts))
 
 
 @pytest.mark.parametrize("call", ["commit", "restore", "record_undo", "record_transaction"])
@@ -339,6 +364,65 @@ def test_a_statement_timeout_is_a_storage_error_with_no_effect(store: PostgresSt
     assert store.read_committed("k") == "1"
 
 
+def test_a_step_stuck_behind_a_lock_times_out_with_no_effect(store: PostgresStore) -> None:
+    """A step's write waiting on its transaction's row past the statement timeout raises
+    StorageError naming the timeout, writes nothing, and the step goes through once the lock
+    is gone."""
+    with _other(store, statement_timeout=0.2) as timed:
+        timed.begin("t")
+        with psycopg.connect(postgres_dsn()) as blocker:
+            blocker.execute(f"SELECT * FROM {store.schema}.txs FOR UPDATE")
+            with pytest.raises(StorageError, match="timed out") as caught:
+                timed.record_step("t", 1, "[1]", [], "p")
+            assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
+            blocker.rollback()
+        assert _raw(f"SELECT count(*) FROM {store.schema}.log") == [(0,)]
+        timed.record_step("t", 1, "[1]", [], "p")
+        assert timed.peek("t").steps == ((1, "[1]"),)
+
+
+def test_the_step_statements_are_prepared_again_when_gone(store: PostgresStore) -> None:
+    """The per-step statements, dropped from the connection (`DEALLOCATE ALL`, as psycopg does
+    after a rollback, or a pool's reset), are prepared again and the call goes through."""
+    store.begin("t")
+    store.put("t", "k", "1")
+    store.record_step("t", 1, "[1]", [], "p")
+    conn = store._link._conn
+    assert conn is not None
+    conn.execute("DEALLOCATE ALL")
+    assert store.read_committed("k") is None
+    conn.execute("DEALLOCATE ALL")
+    store.put("t", "j", "2")
+    store.record_step("t", 2, "[2]", [], "p")
+    assert store.commit("t") == 2
+    assert store.read_committed("j") == "2"
+
+
+def test_stores_sharing_a_pool_share_its_prepared_statements(pg_schema: tuple[str, str]) -> None:
+    """A pooled connection that already has the per-step statements (another store of the
+    same schema used it) is used as it is; a store of another schema prepares its own."""
+    from psycopg_pool import ConnectionPool  # noqa: PLC0415
+
+    dsn, schema = pg_schema
+    with ConnectionPool(dsn, min_size=1, max_size=2, open=True) as pool:
+        for tx_id in ("a", "b"):
+            with PostgresStore(pool, schema=schema) as store:
+                store.begin(tx_id)
+                store.put(tx_id, tx_id, "1")
+                store.record_step(tx_id, 1, "[1]", [], "p")
+                assert store.commit(tx_id) == 1
+        try:
+            with PostgresStore(pool, schema=f"{schema}_b") as other:
+                other.begin("c")
+                other.record_step("c", 1, "[1]", [], "p")
+                assert other.commit("c") == 0
+                assert other.read_committed("a") is None
+        finally:
+            drop_schema(dsn, f"{schema}_b")
+        with PostgresStore(pool, schema=schema) as store:
+            assert store.read_committed("a") == store.read_committed("b") == "1"
+
+
 def test_a_write_conflict_is_raised_across_stores(store: PostgresStore) -> None:
     """First committer wins across workers."""
     with _other(store) as other:
@@ -352,6 +436,40 @@ def test_a_write_conflict_is_raised_across_stores(store: PostgresStore) -> None:
         with pytest.raises(WriteConflict):
             store.commit("a")
     assert store.read_committed("n") == "1"
+
+
+@pytest.mark.parametrize("failure", ["conflict", "lease lost", "statement error"])
+def test_a_failed_commit_rolls_back_all_it_sent(store: PostgresStore, failure: str) -> None:
+    """A commit that fails after sending its first statements at once (a conflict found, the
+    lease lost, a statement failing on the server) ends no transaction, moves no counter and
+    leaves the connection out of any transaction; the store goes on."""
+    store.begin("a")
+    store.put("a", "n", "2")
+    store.record_step("a", 1, "[1]", [], "p")
+    with _other(store) as other:
+        if failure == "conflict":
+            other.begin("b")
+            other.put("b", "n", "1")
+            other.commit("b")
+            expected: Any = WriteConflict
+        elif failure == "lease lost":
+            other.load("a")
+            expected = StorageError
+        else:
+            _raw(f"ALTER TABLE {store.schema}.meta ADD CONSTRAINT small CHECK (commit_version < 1)")
+            expected = StorageError
+        before = _raw(f"SELECT commit_version FROM {store.schema}.meta")
+        with pytest.raises(expected):
+            store.commit("a")
+        assert _raw(f"SELECT commit_version FROM {store.schema}.meta") == before
+        assert _raw(f"SELECT count(*) FROM {store.schema}.ended WHERE tx_id = 'a'") == [(0,)]
+        assert other.peek("a").steps == ((1, "[1]"),)
+        conn = store._link._conn
+        assert conn is not None
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    store.begin("c")
+    store.record_step("c", 1, "[1]", [], "p")
+    assert store.peek("c").steps == ((1, "[1]"),)
 
 
 # ---------------------------------------------------------------- the outbox
@@ -484,22 +602,23 @@ def test_a_call_blocked_on_the_server_does_not_stop_the_renewals(
 
 
 def test_an_older_schema_is_migrated_keeping_its_data(store: PostgresStore) -> None:
-    """A schema at version 1 (no approvals, plan audit, holds or units) gains them, and
+    """A schema at version 1 (no approvals, plan audit, holds, units or rates) gains them, and
     keeps its state."""
     store.begin("t")
     store.put("t", "k", "1")
     store.commit("t")
     schema = store.schema
     _raw(f"DROP TABLE {schema}.requests, {schema}.plan_audit, {schema}.plan_holds")
-    _raw(f"DROP TABLE {schema}.plan_units")
+    _raw(f"DROP TABLE {schema}.plan_units, {schema}.plan_rates")
     _raw(f"DELETE FROM {schema}.migrations WHERE version >= 2")
     with _other(store) as upgraded:
         assert upgraded.read_committed("k") == "1"
         assert upgraded.requests_of("t") == ()
         assert upgraded.plan_holds() == ()
         assert upgraded.plan_units() == ()
+        assert upgraded.plan_rates() == ()
     versions = _raw(f"SELECT version FROM {schema}.migrations ORDER BY version")
-    assert versions == [(1,), (2,), (3,), (4,)]
+    assert versions == [(1,), (2,), (3,), (4,), (5,)]
 
 
 def test_two_workers_racing_for_one_approval_see_one_win(store: PostgresStore) -> None:

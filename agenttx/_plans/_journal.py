@@ -209,27 +209,31 @@ class PlanJournal:
         events: Sequence[tuple[int, str]] = (),
         holds: Mapping[str, str] | None = None,
         units: Mapping[str, tuple[tuple[str, int, int], ...]] | None = None,
+        rates: Mapping[str, tuple[str, float, int]] | None = None,
     ) -> frozenset[str]:
         """Claim each node for its attempt (`(node_id, attempt, number)`, compare-and-sets),
         writing what is buffered first (and audit `events`, as `flush` does), all in one
         durable write; the nodes not claimable. A node in `holds` takes that exclusive
-        resource with its claim, and a node in `units` those `(resource, units, capacity)`;
-        one whose resource another run holds, or whose units would exceed a capacity counted
-        over every run, is not claimed, and is in `held` (not in the result) after the
-        write."""
+        resource with its claim, a node in `units` those `(resource, units, capacity)`, and
+        a node in `rates` a token of its tool's rate `(tool, per_second, burst)`; one whose
+        resource another run holds, whose units would exceed a capacity counted over every
+        run, or whose tool's bucket (shared by every run) is empty, is not claimed, and is in
+        `held` (not in the result) after the write."""
         now = time.time()
         claimed: list[tuple[str, dict[str, Any]]] = []
         if holds:  # take resources in one order, so two runs' writes cannot deadlock
             claims = sorted(claims, key=lambda claim: holds.get(claim[0], ""))
         claims = list(claims)
-        # A node released (READY) by this write and claimed in it (without a resource to
-        # take) is one statement: the claim appends both lines, and its compare-and-set
+        # A node released (READY) by this write and claimed in it (without a resource, units
+        # or a rate token to take) is one statement: the claim appends both lines, and its compare-and-set
         # expects the state before both. A claim refused puts the release back, to be written.
         released = self._released_now(
             {
                 node_id
                 for node_id, _, _ in claims
-                if not (holds and node_id in holds) and not (units and units.get(node_id))
+                if not (holds and node_id in holds)
+                and not (units and units.get(node_id))
+                and not (rates and node_id in rates)
             }
         )
         changes = [change for change in self._pending if change.node_id not in released]
@@ -248,6 +252,7 @@ class PlanJournal:
             expect = PlanExpect(node_id=node_id, states=_CLAIMABLE, attempt=node["attempt"])
             hold = holds.get(node_id) if holds else None
             taken = units.get(node_id, ()) if units else ()
+            rate = rates.get(node_id) if rates else None
             changes.append(
                 _change(
                     node_id,
@@ -257,6 +262,7 @@ class PlanJournal:
                     expect,
                     hold=hold,
                     units=taken,
+                    rate=rate,
                     before="" if node_id not in released else released[node_id].append,
                 )
             )
@@ -398,6 +404,7 @@ def _change(
     *,
     hold: str | None = None,
     units: tuple[tuple[str, int, int], ...] = (),
+    rate: tuple[str, float, int] | None = None,
     release: bool = False,
     before: str = "",
 ) -> PlanChange:
@@ -409,6 +416,7 @@ def _change(
         expect=expect,
         hold=hold,
         units=units,
+        rate=rate,
         release=release,
     )
 

@@ -5,8 +5,9 @@ The store is four modules: this one, the store, its transactions, leases and dur
 `_postgres_schema`, the tables, migrations and every SQL text; `_postgres_link`, the connections
 (reconnecting after a failure), the errors and the thread that renews the leases. A transaction
 it holds has the same in-process mirror as on `SQLiteStore` (`_sqlite_mirror.TxMirror`) and the
-same `log` of events, replayed by the same code, so the two stores cannot drift apart on the
-contract's rules.
+same `log` of events, assembled by the same base class (`_log_rows.LogStore`, with the overlay
+calls) and replayed by the same code, so the two stores cannot drift apart on the contract's
+rules; this module writes the events with its own SQL.
 
 **Leases and fencing.** Each open transaction (and RUNNING plan run) has an owner, an epoch and
 a lease expiry in its row. `begin`, `load`, `claim` (and `begin_plan`, `claim_plan`) give it a
@@ -34,30 +35,28 @@ from typing import TYPE_CHECKING, Any, Final, final
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._durable import EndedTransaction, TxImage, UndoRow
+from ._log_rows import LogStore
 from ._postgres_link import Link, Renewer, check_schema_name
 from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
-from ._postgres_schema import EFFECT, PROGRESS, RESTORE, STEP, WRITE
+from ._postgres_schema import LOG_ROWS_PREPARED, WRITE
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
     check_int,
     check_key,
-    check_step,
     check_tx_id,
     check_value,
-    snapshot_not_found,
 )
-from ._sqlite_file import check_effects, check_undo
-from ._sqlite_mirror import Row, TxMirror, ended_image, replay, steps_text
+from ._sqlite_file import check_undo
+from ._sqlite_mirror import Row, TxMirror, ended_image, replay_image, steps_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from types import TracebackType
 
     import psycopg
 
     from ._approvals import RequestStore
-    from ._durable import DurableStore, EffectRow
+    from ._durable import DurableStore
 
 __all__ = ["PostgresStore"]
 
@@ -69,6 +68,16 @@ KEEP_HISTORY: Final = 1000
 KEEP_HISTORY_FOR: Final = 7 * 24 * 3600.0
 
 
+#: The parameter formats of the hot statements: text (0) or binary (1, for `bytea`).
+_TEXT5: Final = (0, 0, 0, 0, 0)
+_BINARY1: Final = (1,)
+
+
+def _int(data: bytes) -> int:
+    """A `bigint` column in binary format."""
+    return int.from_bytes(data, "big", signed=True)
+
+
 def _b(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
 
@@ -78,7 +87,7 @@ def _s(data: bytes | None) -> str | None:
 
 
 @final
-class PostgresStore(SharedRows):
+class PostgresStore(SharedRows, LogStore):
     """A `DurableStore` on a PostgreSQL server, for workers on many machines.
 
     ``PostgresStore(dsn_or_pool, *, schema="agenttx", lease_seconds=30.0,
@@ -94,10 +103,10 @@ class PostgresStore(SharedRows):
     **Behaviour** is `SQLiteStore`'s on every observable of the `Store` and `DurableStore`
     contracts: each transaction it holds has an in-process mirror, `put` and `delete` are
     buffered until the next durable write, and a step's durable write is one statement (one
-    round trip). Commit is one PostgreSQL transaction: it takes the commit counter's row lock
-    (so commits are serialized, first committer wins), checks the epoch, validates the versions
-    for the transaction's isolation level (`WriteConflict`, `ReadConflict`), publishes, moves
-    the effects to the outbox and keeps the history.
+    round trip). Commit is one PostgreSQL transaction, in two round trips: it takes the commit
+    counter's row lock (so commits are serialized, first committer wins), checks the epoch,
+    validates the versions for the transaction's isolation level (`WriteConflict`,
+    `ReadConflict`), publishes, moves the effects to the outbox and keeps the history.
 
     **Leases.** `lease_seconds` (default 30) is how long a worker keeps what it holds without
     renewing; a thread of the store renews every third of it. Another worker's `claim` (recovery)
@@ -174,6 +183,9 @@ class PostgresStore(SharedRows):
             statement_timeout=timeout,
         )
         self._sql = self._link.sql
+        self._hot = self._sql.hot
+        self._owner_bytes = self._owner.encode()
+        self._lease_bytes = repr(self._lease).encode()
         self._renewer = Renewer(
             weakref.ref(self),
             Link(
@@ -234,17 +246,6 @@ class PostgresStore(SharedRows):
             self._link.drop()
         self._renewer.stop()
 
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._txs)} open transactions held here"
         return f"<PostgresStore schema={self._schema!r}: {state}>"
@@ -278,16 +279,21 @@ class PostgresStore(SharedRows):
                     f"transaction `{tx_id}` is already open: commit or discard it first"
                 )
             self._check_not_closed()
-            row = self._one(
-                doing, self._sql.insert_tx, (tx_id, record, self._owner, self._lease, isolation)
+            params = (
+                tx_id.encode(),
+                record.encode(),
+                self._owner_bytes,
+                self._lease_bytes,
+                isolation.encode(),
             )
-            if row is None:
+            result = self._link.run(doing, self._hot.begin, params, _TEXT5)
+            if not result.ntuples:
                 raise InvalidArgument(
                     f"transaction `{tx_id}` is already open in another store on "
                     f"{self._link.where} (or kept there for recovery): load and end it, or use "
                     "another id"
                 )
-            self._hold(tx_id, TxMirror.begun(isolation), row[0])
+            self._hold(tx_id, TxMirror.begun(isolation), _int(result.get_value(0, 0)))
 
     def commit(self, tx_id: str, *, history: str | None = None) -> int:
         """Validate and publish the overlay in one PostgreSQL transaction (see the class
@@ -299,21 +305,25 @@ class PostgresStore(SharedRows):
         with self._lock:
             tx = self._open(tx_id)
             overlay = tx.overlay
-            with self._link.transaction(doing) as cur:
-                # Its own row first (locked against a takeover), and its end (history, rows
-                # deleted), sent at once: then the commit lock, held for three round trips.
-                self._fence_locked(cur, tx_id)
-                with cur.connection.pipeline():
-                    self._end(cur, tx_id, history, tx)
-                cur.execute(sql.next_commit)  # commits are serialized from here
-                version = first_row(cur)[0]
-                keys = tx.checked_keys()
+            keys = tx.checked_keys()
+            with self._link.transaction(doing, pipeline=True) as cur:
+                # Two round trips. First, sent at once: BEGIN; its own row, locked against a
+                # takeover; its end (history, rows deleted); the commit lock (commits are
+                # serialized from here) with the new version; the versions of the keys to check.
+                conn = cur.connection
+                fence, counter, versions = conn.cursor(), conn.cursor(), conn.cursor()
+                fence.execute(sql.select_tx_for_update, (tx_id,))
+                self._end(cur, tx_id, history, tx)
+                counter.execute(sql.next_commit)
                 if keys:
-                    cur.execute(sql.select_versions, ([key.encode() for key in keys],))
-                    current = {bytes(k).decode(): v for k, v in cur.fetchall()}
+                    versions.execute(sql.select_versions, ([key.encode() for key in keys],))
+                self._check_fence(tx_id, fence.fetchone())  # the first wait
+                version = first_row(counter)[0]
+                if keys:
+                    current = {bytes(k).decode(): v for k, v in versions.fetchall()}
                     tx.validate(lambda key: current.get(key, 0))
-                with cur.connection.pipeline():
-                    self._publish(cur, tx_id, tx, version)
+                # Then the writes and COMMIT, sent at once (an exception rolls back instead).
+                self._publish(cur, tx_id, tx, version)
             self._let_go(tx_id)
         return len(overlay)
 
@@ -409,113 +419,7 @@ class PostgresStore(SharedRows):
         if self._keep_history_for is not None:
             cur.execute(self._sql.prune_before, (now - self._keep_history_for,))
 
-    def is_open(self, tx_id: str) -> bool:
-        """Whether this store holds the transaction: begun or loaded here, and not ended."""
-        with self._lock:
-            return tx_id in self._txs
-
-    # ------------------------------------------------------------ the overlay
-
-    def get(self, tx_id: str, key: str) -> str | None:
-        """The transaction's own write of `key`, else the committed value (`Store.get`)."""
-        check_key(key)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            entry = tx.overlay.get(key)
-            if entry is not None:
-                return entry[1]
-            row = self._committed_row(key)
-            version = 0 if row is None else row[0]
-            if tx.read(key, version):
-                tx.dirty_reads.append((key, version))
-        return None if row is None else row[1]
-
-    def put(self, tx_id: str, key: str, value: str) -> None:
-        """Write `value` to the overlay, journaled and buffered until the next durable write."""
-        check_key(key)
-        check_value(value)
-        self._write(tx_id, key, value)
-
-    def delete(self, tx_id: str, key: str) -> None:
-        """Write a tombstone for `key` to the overlay, journaled and buffered."""
-        check_key(key)
-        self._write(tx_id, key, None)
-
-    def _write(self, tx_id: str, key: str, value: str | None) -> None:
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            base = tx.base(key)
-            if base is None:
-                row = self._committed_row(key)
-                base = 0 if row is None else row[0]
-            tx.write(key, (base, value))
-
-    def written_keys(self, tx_id: str) -> tuple[str, ...]:
-        """The keys in the overlay, tombstones included, sorted."""
-        with self._lock:
-            return tuple(sorted(self._open(tx_id).overlay))
-
-    def snapshot(self, tx_id: str, step: int) -> None:
-        """Record the journal position for `step`, in memory; written with the next durable
-        write."""
-        check_step(step)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            position = len(tx.journal)
-            tx.take_snapshot(step, position)
-            tx.dirty_snapshots.pop(step, None)
-            tx.dirty_snapshots[step] = position
-
-    def restore(self, tx_id: str, step: int) -> int:
-        """Rewind to snapshot `step` and drop the later step records and effects, durably, in
-        one fenced PostgreSQL transaction."""
-        check_step(step)
-        with self._lock:
-            tx = self._open(tx_id)
-            position = tx.snapshots.get(step)
-            if position is None:
-                raise StorageError(snapshot_not_found(tx_id, step))
-            upto = min(position, len(tx.journal))
-            rows = tx.pending(tx_id, upto)
-            rows.append((tx_id, tx.next_seq + len(rows), RESTORE, step, None, None, None, None))
-            doing = f"restore snapshot {step} of transaction `{tx_id}`"
-            with self._link.transaction(doing) as cur:
-                self._fence(cur, tx_id)
-                if position < tx.flushed:
-                    cur.execute(
-                        self._sql.delete_log_writes_from, (tx_id, tx.seq_at(position), WRITE)
-                    )
-                self._insert(cur, tx_id, rows, fenced=False)
-            tx.persisted(len(rows), upto)
-            if position < tx.flushed:
-                tx.flushed = position
-                while tx.runs and tx.runs[-1][0] >= position:
-                    tx.runs.pop()
-            return tx.rewind(step, position)
-
     # ------------------------------------------------------------ committed state
-
-    def read_committed(self, key: str) -> str | None:
-        """The committed value of `key`, or `None`."""
-        check_key(key)
-        with self._lock:
-            self._check_not_closed()
-            row = self._committed_row(key)
-        return None if row is None else row[1]
-
-    def committed_version(self, key: str) -> int:
-        """The number of the commit that last wrote `key`, or 0 if it is absent."""
-        check_key(key)
-        with self._lock:
-            self._check_not_closed()
-            row = self._committed_row(key)
-        return 0 if row is None else row[0]
 
     def committed_keys(
         self, prefix: str = "", limit: int = 1000
@@ -537,9 +441,19 @@ class PostgresStore(SharedRows):
             if bytes(k).startswith(encoded)
         )
 
+    def _first_read(self, tx: TxMirror, key: str) -> tuple[int, str] | None:
+        """`_committed_row`, for transaction `tx` (`LogStore`'s hook)."""
+        del tx
+        return self._committed_row(key)
+
     def _committed_row(self, key: str) -> tuple[int, str] | None:
-        row = self._one("read the committed state", self._sql.select_committed, (key.encode(),))
-        return None if row is None else (row[0], bytes(row[1]).decode())
+        """The committed (version, value) of `key`: one prepared statement."""
+        result = self._link.run(
+            "read the committed state", self._hot.committed, (key.encode(),), _BINARY1
+        )
+        if not result.ntuples:
+            return None
+        return _int(result.get_value(0, 0)), result.get_value(0, 1).decode()
 
     # ------------------------------------------------------------ durable records
 
@@ -549,58 +463,6 @@ class PostgresStore(SharedRows):
         self._durable_write(
             tx_id, "record transaction", (self._sql.update_record, (record, tx_id, None))
         )
-
-    def record_step(
-        self,
-        tx_id: str,
-        step_id: int,
-        step: str,
-        effects: Sequence[EffectRow],
-        progress: str,
-    ) -> None:
-        """Durably and atomically: the buffered writes and snapshots, step `step_id`'s record,
-        its `effects` and the progress, as events appended in one fenced statement."""
-        check_int(step_id, "step_id", MAX_STEP)
-        check_value(step)
-        check_value(progress)
-        checked = [] if type(effects) in {tuple, list} and not effects else check_effects(effects)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            upto = len(tx.journal)
-            dirty = tx.dirty_snapshots
-            folded = dirty[step_id] if len(dirty) == 1 and step_id in dirty else None
-            rows = tx.pending(tx_id, upto, snapshots=folded is None)
-            seq = tx.next_seq + len(rows)
-            changed = progress != tx.progress
-            rows.append(
-                (tx_id, seq, STEP, step_id, folded, None, step, progress if changed else None)
-            )
-            for effect in checked:
-                seq += 1
-                rows.append(
-                    (
-                        tx_id,
-                        seq,
-                        EFFECT,
-                        effect.step_id,
-                        None,
-                        effect.channel,
-                        effect.payload,
-                        effect.idempotency_key,
-                    )
-                )
-            self._write_rows(tx_id, tx, rows, upto, doing="record a step")
-            if changed:
-                tx.new_progress(progress, None)
-            tx.effects += checked
-            tx.steps[step_id] = step
-
-    def record_progress(self, tx_id: str, progress: str) -> None:
-        """Durably and atomically: the buffered writes and snapshots, and the new progress."""
-        check_value(progress)
-        self._durable_write(tx_id, "record progress", None, progress)
 
     def record_undo(self, tx_id: str, undo: UndoRow) -> None:
         """Store an undo record durably, with the buffered writes (replacing one in its place)."""
@@ -614,14 +476,6 @@ class PostgresStore(SharedRows):
         check_int(seq, "seq", MAX_INT64)
         self._durable_write(tx_id, "forget an undo", (self._sql.delete_undo, (tx_id, step_id, seq)))
 
-    def flush(self, tx_id: str) -> None:
-        """Write the buffered writes, snapshots and reads durably; without them, no SQL runs."""
-        with self._lock:
-            tx = self._open(tx_id)
-            if tx.flushed == len(tx.journal) and not tx.dirty_snapshots and not tx.dirty_reads:
-                return
-        self._durable_write(tx_id, "flush", None)
-
     def _durable_write(
         self,
         tx_id: str,
@@ -633,12 +487,18 @@ class PostgresStore(SharedRows):
             tx = self._open(tx_id)
             upto = len(tx.journal)
             rows = tx.pending(tx_id, upto)
-            seq = tx.next_seq + len(rows)
-            if progress is not None:
-                rows.append((tx_id, seq, PROGRESS, None, None, None, progress, None))
-            self._write_rows(tx_id, tx, rows, upto, doing=doing, statement=statement)
-            if progress is not None:
-                tx.new_progress(progress, seq)
+            self._write_pending(
+                tx_id, tx, rows, upto, doing=doing, statement=statement, progress=progress
+            )
+
+    def _rewrite_log(self, tx_id: str, rows: list[Row], since: int | None, doing: str) -> None:
+        """In one fenced PostgreSQL transaction: delete the `WRITE` events from seq `since` on
+        (unless `None`), append `rows` (`LogStore`'s hook, for `restore`)."""
+        with self._link.transaction(doing) as cur:
+            self._fence(cur, tx_id)
+            if since is not None:
+                cur.execute(self._sql.delete_log_writes_from, (tx_id, since, WRITE))
+            self._insert(cur, tx_id, rows)
 
     def _write_rows(
         self,
@@ -655,20 +515,17 @@ class PostgresStore(SharedRows):
         """
         stale = tx.stale_progress if len(tx.stale_progress) >= _STALE_PROGRESS else None
         doing = f"{doing} for transaction `{tx_id}`"
-        if statement is None and stale is None:
+        if statement is None and stale is None and len(rows) <= LOG_ROWS_PREPARED:
             if rows:
-                try:
-                    cur = self._link.cursor(doing)
-                    inserted = self._insert(cur, tx_id, rows, fenced=True)
-                except self._link.psycopg.Error as exc:
-                    raise self._link.failure(doing, exc) from exc
-                if inserted != len(rows):
+                name, params, formats = self._hot.append(tx_id, self._epochs[tx_id], rows)
+                result = self._link.run(doing, name, params, formats)
+                if result.command_tuples != len(rows):
                     self._fence_failed(tx_id, doing)
         else:
             with self._link.transaction(doing) as cur:
                 self._fence(cur, tx_id)
                 if rows:
-                    self._insert(cur, tx_id, rows, fenced=False)
+                    self._insert(cur, tx_id, rows)
                 if stale is not None:
                     cur.execute(self._sql.delete_log_rows, (tx_id, stale))
                 if statement is not None:
@@ -680,26 +537,22 @@ class PostgresStore(SharedRows):
                 tx.stale_progress = []
         tx.persisted(len(rows), upto)
 
-    def _insert(
-        self, cur: psycopg.Cursor[Any], tx_id: str, rows: Sequence[Row], *, fenced: bool
-    ) -> int:
-        """Append `rows` to the log in one statement (with the epoch fence if `fenced`);
-        the number of rows inserted. psycopg errors escape."""
-        values: list[Any] = [
-            tx_id,
-            [row[1] for row in rows],
-            [row[2] for row in rows],
-            [row[3] for row in rows],
-            [row[4] for row in rows],
-            [_b(row[5]) for row in rows],
-            [_b(row[6]) for row in rows],
-            [_b(row[7]) for row in rows],
-        ]
-        if fenced:
-            cur.execute(self._sql.insert_log_fenced, (*values, tx_id, self._epochs[tx_id]))
-        else:
-            cur.execute(self._sql.insert_log, values)
-        return cur.rowcount
+    def _insert(self, cur: psycopg.Cursor[Any], tx_id: str, rows: Sequence[Row]) -> None:
+        """Inside a fenced transaction: append `rows` to the log in one statement. psycopg
+        errors escape."""
+        cur.execute(
+            self._sql.insert_log,
+            (
+                tx_id,
+                [row[1] for row in rows],
+                [row[2] for row in rows],
+                [row[3] for row in rows],
+                [row[4] for row in rows],
+                [_b(row[5]) for row in rows],
+                [_b(row[6]) for row in rows],
+                [_b(row[7]) for row in rows],
+            ),
+        )
 
     # ------------------------------------------------------------ recovery
 
@@ -740,7 +593,7 @@ class PostgresStore(SharedRows):
                 if held is not None and row[3] == self._epochs.get(tx_id):
                     pending = held.pending(tx_id, len(held.journal))
                     if pending:
-                        self._insert(cur, tx_id, pending, fenced=False)
+                        self._insert(cur, tx_id, pending)
                 image, tx = self._replay(cur, tx_id, row)
                 cur.execute(self._sql.take_tx, (self._owner, self._lease, tx_id))
                 epoch = first_row(cur)[0]
@@ -802,24 +655,15 @@ class PostgresStore(SharedRows):
             for seq, kind, step, num, name, body, extra in cur.fetchall()
         ]
         cur.execute(sql.select_undos, (tx_id,))
-        undos = cur.fetchall()
-        tx, steps, progress = replay(
+        return replay_image(
             tx_id,
-            events,  # type: ignore[arg-type]
+            record=record,
+            owner=owner,
             isolation=isolation,
+            events=events,  # type: ignore[arg-type]
+            undos=cur.fetchall(),
             path=self._link.where,
         )
-        image = TxImage(
-            tx_id=tx_id,
-            record=record,
-            progress=progress,
-            steps=tuple(sorted(steps.items())),
-            undos=tuple(UndoRow(step_id=s, seq=q, record=r) for s, q, r in undos),
-            effects=tuple(tx.effects),
-            owner=owner,
-            snapshots=tuple(sorted(tx.snapshots)),
-        )
-        return image, tx
 
     # ------------------------------------------------------------ history
 
@@ -891,10 +735,9 @@ class PostgresStore(SharedRows):
         if cur.fetchone() is None:
             self._fence_failed(tx_id, None, cur)
 
-    def _fence_locked(self, cur: psycopg.Cursor[Any], tx_id: str) -> None:
-        """`_fence` with the row locked `FOR UPDATE` (the commit deletes it)."""
-        cur.execute(self._sql.select_tx_for_update, (tx_id,))
-        row = cur.fetchone()
+    def _check_fence(self, tx_id: str, row: tuple[Any, ...] | None) -> None:
+        """`_fence` for a commit, given `tx_id`'s row read `FOR UPDATE` (the commit deletes
+        it): unless it is still at this store's epoch, let it go and raise."""
         if row is None or row[3] != self._epochs[tx_id]:
             self._let_go(tx_id)
             if row is None:
@@ -925,12 +768,6 @@ class PostgresStore(SharedRows):
         )
 
     # ------------------------------------------------------------ helpers
-
-    def _open(self, tx_id: str) -> TxMirror:
-        tx = self._txs.get(tx_id)
-        if tx is None:
-            raise self._not_open(tx_id)
-        return tx
 
     def _not_open(self, tx_id: str) -> Exception:
         if self._closed:

@@ -3,6 +3,10 @@ thread that renews the store's leases on a connection of its own (`Renewer`).
 
 `Link` holds one psycopg connection (autocommit: every statement outside `transaction()` is its
 own PostgreSQL transaction), made from a DSN or taken from a `psycopg_pool.ConnectionPool`.
+The statements of the per-step path (`Hot`) are prepared on each connection at its first use,
+and `run` executes them straight through libpq (one blocking call, the GIL released), their
+parameters already bytes: psycopg's adaptation and its Python wait loop cost a step more than
+the server does.
 Every psycopg error becomes a `StorageError` naming what the store was doing, with the error as
 `__cause__`; an error that leaves the connection unusable (the server restarted, the network
 dropped) also drops the connection, and the next call connects again. A statement timeout
@@ -21,7 +25,7 @@ from ._postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION, Sql
 
 if TYPE_CHECKING:
     import weakref
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     import psycopg
 
@@ -29,6 +33,10 @@ __all__ = ["Link", "Renewer", "check_schema_name", "import_psycopg"]
 
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _EXTRA_HINT: Final = "pip install 'agenttx[postgres]'"
+#: libpq's diagnostic field of the SQLSTATE (`PG_DIAG_SQLSTATE`), and the SQLSTATE of a
+#: prepared statement that does not exist (`invalid_sql_statement_name`).
+_SQLSTATE: Final = ord("C")
+_GONE: Final = b"26000"
 
 
 def import_psycopg() -> Any:
@@ -78,6 +86,14 @@ class Link:
         self._statement_timeout = statement_timeout
         self._conn: psycopg.Connection[Any] | None = None
         self._cur: psycopg.Cursor[Any] | None = None
+        self._encoding = "utf-8"
+        #: The connection the hot statements are prepared on (at the first `run` on it: the
+        #: schema may not exist before).
+        self._prepared: object = None
+        pq = self.psycopg.pq
+        self._done = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK})
+        self._bad = pq.ConnStatus.BAD
+        self._idle = pq.TransactionStatus.IDLE
 
     @property
     def where(self) -> str:
@@ -123,23 +139,101 @@ class Link:
                 "SELECT set_config('statement_timeout', %s, false)",
                 (f"{round(self._statement_timeout * 1000)}ms",),
             )
+        self._encoding = conn.info.encoding
         return conn
 
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Prepare the hot statements on `conn` that it lacks (another store sharing a pool
+        may have prepared them there: same name, same text), in two round trips."""
+        wanted = self.sql.hot.statements
+        names = [name.decode() for name, _ in wanted]
+        rows = conn.execute(
+            "SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", (names,)
+        ).fetchall()
+        have = {row[0].encode() for row in rows}
+        wanted = tuple((name, text) for name, text in wanted if name not in have)
+        if wanted:
+            conn.execute(";".join(f"PREPARE {name.decode()} AS {text}" for name, text in wanted))
+
+    def run(
+        self, doing: str, name: bytes, params: Sequence[bytes | None], formats: Sequence[int]
+    ) -> Any:
+        """Execute hot statement `name` (see `Hot`) with `params` (each in text, 0, or binary,
+        1, format as `formats` says), outside any transaction; its `PGresult`, columns in
+        binary format. An error is `StorageError`, as `failure` makes.
+
+        The statements are prepared at the first call on a connection, and again if they are
+        gone (psycopg deallocates every prepared statement after a rollback, a pool may discard
+        them): the statement, not run, is then run once more. The call blocks in libpq, so a
+        KeyboardInterrupt waits for the statement's end (`statement_timeout` bounds one that
+        waits on a lock)."""
+        conn = self.cursor(doing).connection
+        pgconn: Any = conn.pgconn  # its stub does not let a parameter be None (NULL)
+        try:
+            if self._prepared is not conn:
+                self._prepare(conn)
+                self._prepared = conn
+            result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
+            if result.status not in self._done and result.error_field(_SQLSTATE) == _GONE:
+                self._prepare(conn)
+                result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
+        except self.psycopg.Error as exc:
+            raise self.failure(doing, exc) from exc
+        if result.status not in self._done:
+            if pgconn.status == self._bad:
+                message = (result.error_message or b"no connection to the server").decode(
+                    self._encoding, "replace"
+                )
+                error = self.psycopg.OperationalError(message.strip())
+            else:
+                error = self.psycopg.errors.error_from_result(result, encoding=self._encoding)
+            raise self.failure(doing, error) from error
+        return result
+
     @contextlib.contextmanager
-    def transaction(self, doing: str, *, snapshot: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+    def transaction(
+        self, doing: str, *, snapshot: bool = False, pipeline: bool = False
+    ) -> Iterator[psycopg.Cursor[Any]]:
         """Run the block in one PostgreSQL transaction (READ COMMITTED, or with `snapshot`,
         REPEATABLE READ READ ONLY: one consistent view for several reads). If the block raises,
         the transaction is rolled back and the exception goes on, a psycopg error as
-        `StorageError`."""
+        `StorageError`.
+
+        With `pipeline`, in psycopg's pipeline mode: the statements go without waiting for
+        their results, BEGIN with the first ones and COMMIT with the last; the block waits
+        only where it fetches a result (the results of everything sent before arrive in that
+        one round trip), and the end waits once more. An error of any statement is raised at
+        the next fetch or at the end, and the transaction is rolled back."""
         cur = self.cursor(doing)
         conn = cur.connection
         try:
-            with conn.transaction():
-                if snapshot:
-                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                yield cur
+            if pipeline:
+                with self._pipelined(conn, cur):
+                    yield cur
+            else:
+                with conn.transaction():
+                    if snapshot:
+                        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    yield cur
         except self.psycopg.Error as exc:
             raise self.failure(doing, exc) from exc
+
+    @contextlib.contextmanager
+    def _pipelined(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any]) -> Iterator[None]:
+        # BEGIN and COMMIT as plain statements: psycopg's `transaction()` in a pipeline waits
+        # for each of them (three more round trips).
+        try:
+            with conn.pipeline():
+                cur.execute(b"BEGIN")
+                yield
+                cur.execute(b"COMMIT")
+        except BaseException:
+            if not conn.closed and conn.info.transaction_status != self._idle:
+                try:
+                    conn.rollback()
+                except self.psycopg.Error:  # the connection is in no known state: a new one
+                    self.drop()
+            raise
 
     def failure(self, doing: str, exc: BaseException) -> StorageError:
         """The `StorageError` for psycopg error `exc`, raised while trying to `doing`; drops

@@ -39,9 +39,15 @@ an advisory lock, and refuses a schema newer than it knows.
 
 from __future__ import annotations
 
-from typing import Final
+import hashlib
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["HOLDS_LOCK", "MIGRATIONS", "SCHEMA_VERSION", "Sql"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._sqlite_mirror import Row
+
+__all__ = ["HOLDS_LOCK", "LOG_ROWS_PREPARED", "MIGRATIONS", "SCHEMA_VERSION", "Sql"]
 
 #: The schema migrations, in order, as (description, statements); `{s}` is the schema, quoted.
 #: Applying `MIGRATIONS[v]` takes the schema from version `v` to `v + 1`. Append; never edit
@@ -141,6 +147,15 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "CREATE INDEX plan_units_run ON {s}.plan_units (run_id, node_id)",
         ),
     ),
+    (
+        "the token buckets of tools' rate limits, counted across runs",
+        (
+            (
+                "CREATE TABLE {s}.plan_rates (tool text PRIMARY KEY, "
+                "tokens double precision NOT NULL, updated_at double precision NOT NULL)"
+            ),
+        ),
+    ),
 )
 
 #: The advisory lock (with the schema's hash) under which every write takes or frees holds
@@ -166,6 +181,91 @@ READ: Final = 7
 #: against a takeover until the write commits.
 _FENCE: Final = "SELECT 1 FROM {s}.txs WHERE tx_id = %s AND epoch = %s FOR KEY SHARE"
 _LEASE: Final = "now() + make_interval(secs => %s)"
+#: The server's clock in seconds since the epoch, and a rate bucket's tokens refilled by it
+#: (two parameters: the burst, then the tokens a second; a clock that went back adds none).
+_CLOCK: Final = "extract(epoch from clock_timestamp())"
+_REFILLED: Final = (
+    f"least(%s::float8, b.tokens + greatest(0, {_CLOCK} - b.updated_at) * %s::float8)"
+)
+#: The most `log` rows a durable write appends in one prepared statement (a step's record with
+#: a few buffered writes); more go in a PostgreSQL transaction, fenced first.
+LOG_ROWS_PREPARED: Final = 8
+_UPSERT_LOG: Final = (
+    " ON CONFLICT (tx_id, seq) DO UPDATE SET kind = excluded.kind, step = excluded.step, "
+    "num = excluded.num, name = excluded.name, body = excluded.body, extra = excluded.extra"
+)
+
+
+_LOG_FORMATS: Final = tuple(
+    (0, 0, *(0, 0, 0, 0, 1, 1, 1) * rows) for rows in range(1, LOG_ROWS_PREPARED + 1)
+)
+
+
+def _hot_name(text: str) -> bytes:
+    """The name a hot statement is prepared under: its text's digest, so that two stores
+    sharing a pooled connection (even of other schemas or versions) never mistake one
+    statement for another, and one already prepared there can be used as it is."""
+    return b"agenttx_" + hashlib.sha256(text.encode()).hexdigest()[:40].encode()
+
+
+def _log_fenced(s: str, rows: int) -> str:
+    """Append `rows` events to the log if transaction $1 is still at epoch $2 (the fence),
+    with scalar parameters: $3.. are each row's seq, kind, step, num, name, body, extra."""
+    types = ("bigint", "smallint", "bigint", "bigint", "bytea", "bytea", "bytea")
+    values = ", ".join(
+        "(" + ", ".join(f"${3 + 7 * row + n}::{t}" for n, t in enumerate(types)) + ")"
+        for row in range(rows)
+    )
+    return (
+        f"INSERT INTO {s}.log (tx_id, seq, kind, step, num, name, body, extra) "
+        f"SELECT $1::text, v.q, v.k, v.st, v.n, v.nm, v.b, v.e FROM (VALUES {values}) "
+        "AS v(q, k, st, n, nm, b, e) "
+        f"WHERE EXISTS (SELECT 1 FROM {s}.txs WHERE tx_id = $1::text AND epoch = $2::bigint "
+        "FOR KEY SHARE)" + _UPSERT_LOG
+    )
+
+
+class Hot:
+    """The statements of the per-step path, run with `Link.run`: prepared once on each
+    connection (under `_hot_name`s), their parameters sent as bytes, no psycopg adaptation.
+    `log_fenced[n - 1]` appends n rows; `committed` reads a key's version and value;
+    `begin` inserts a transaction's row with a new epoch and lease."""
+
+    def __init__(self, s: str) -> None:
+        texts = [_log_fenced(s, rows) for rows in range(1, LOG_ROWS_PREPARED + 1)]
+        committed = f"SELECT version, value FROM {s}.committed WHERE key = $1::bytea"
+        begin = (
+            f"INSERT INTO {s}.txs (tx_id, record, owner, epoch, lease_until, isolation) "
+            f"VALUES ($1::text, $2::text, $3::text, nextval('{s}.epochs'), "
+            "now() + make_interval(secs => $4::float8), $5::text) "
+            "ON CONFLICT (tx_id) DO NOTHING RETURNING epoch"
+        )
+        texts += [committed, begin]
+        self.statements: tuple[tuple[bytes, str], ...] = tuple(
+            (_hot_name(text), text) for text in texts
+        )
+        names = [name for name, _ in self.statements]
+        self.log_fenced: tuple[bytes, ...] = tuple(names[:LOG_ROWS_PREPARED])
+        self.committed: bytes = names[LOG_ROWS_PREPARED]
+        self.begin: bytes = names[LOG_ROWS_PREPARED + 1]
+
+    def append(
+        self, tx_id: str, epoch: int, rows: Sequence[Row]
+    ) -> tuple[bytes, list[bytes | None], tuple[int, ...]]:
+        """The statement, parameters and parameter formats (text 0, binary 1) that append
+        `rows` (1 to `LOG_ROWS_PREPARED` of them) to `tx_id`'s log, fenced by `epoch`."""
+        params: list[bytes | None] = [tx_id.encode(), b"%d" % epoch]
+        for _, seq, kind, step, num, name, body, extra in rows:
+            params += (
+                b"%d" % seq,
+                b"%d" % kind,
+                None if step is None else b"%d" % step,
+                None if num is None else b"%d" % num,
+                None if name is None else name.encode(),
+                None if body is None else body.encode(),
+                None if extra is None else extra.encode(),
+            )
+        return self.log_fenced[len(rows) - 1], params, _LOG_FORMATS[len(rows) - 1]
 
 
 class Sql:
@@ -174,6 +274,7 @@ class Sql:
     def __init__(self, schema: str) -> None:  # noqa: PLR0915  (one assignment per statement)
         s = schema
         self.fence = _FENCE.format(s=s)
+        self.hot = Hot(s)
         self.select_version = f"SELECT max(version) FROM {s}.migrations"
         self.create_migrations = (
             f"CREATE TABLE IF NOT EXISTS {s}.migrations (version integer PRIMARY KEY, "
@@ -198,11 +299,6 @@ class Sql:
         )
         self.delete_committed = f"DELETE FROM {s}.committed WHERE key = ANY(%s::bytea[])"
         # ---------------------------------------------------------------- transactions
-        self.insert_tx = (
-            "INSERT INTO {s}.txs (tx_id, record, owner, epoch, lease_until, isolation) "
-            "VALUES (%s, %s, %s, nextval('{s}.epochs'), " + _LEASE + ", %s) "
-            "ON CONFLICT (tx_id) DO NOTHING RETURNING epoch"
-        ).format(s=s)
         self.select_tx = f"SELECT record, owner, isolation, epoch FROM {s}.txs WHERE tx_id = %s"
         self.select_tx_for_update = self.select_tx + " FOR UPDATE"
         self.select_tx_ids = f"SELECT tx_id FROM {s}.txs ORDER BY tx_id"
@@ -254,15 +350,9 @@ class Sql:
             "AS u(q, k, st, n, nm, b, e)"
         ).format(s=s)
         # A write whose connection broke after the server committed it is sent again with the
-        # same events at the same seqs: the upsert makes that retry harmless.
-        upsert = (
-            " ON CONFLICT (tx_id, seq) DO UPDATE SET kind = excluded.kind, step = excluded.step, "
-            "num = excluded.num, name = excluded.name, body = excluded.body, extra = excluded.extra"
-        )
-        self.insert_log_fenced = (
-            self.insert_log + " WHERE EXISTS (" + _FENCE.format(s=s) + ")" + upsert
-        )
-        self.insert_log += " WHERE true" + upsert  # `WHERE`: else `ON` would read as a join's
+        # same events at the same seqs: the upsert makes that retry harmless (`WHERE true`:
+        # else `ON` would read as a join's). The fenced insert of a step is `Hot.log_fenced`.
+        self.insert_log += " WHERE true" + _UPSERT_LOG
         self.select_log = (
             f"SELECT seq, kind, step, num, name, body, extra FROM {s}.log "
             "WHERE tx_id = %s ORDER BY seq"
@@ -437,6 +527,19 @@ class Sql:
             "ON CONFLICT (resource, run_id, node_id) DO UPDATE SET attempt = excluded.attempt, "
             "units = excluded.units, acquired_at = excluded.acquired_at"
         )
+        #: Take a token from a tool's bucket (tool, burst, burst, per_second, burst,
+        #: per_second): refilled by the server's clock since its last take, up to the burst,
+        #: full at first; no row if it has no token. The row lock orders racing takes.
+        self.take_token = (
+            f"INSERT INTO {s}.plan_rates AS b (tool, tokens, updated_at) "
+            f"VALUES (%s, %s - 1, {_CLOCK}) ON CONFLICT (tool) DO UPDATE SET "
+            f"tokens = {_REFILLED} - 1, updated_at = {_CLOCK} WHERE {_REFILLED} >= 1 "
+            "RETURNING tokens"
+        )
+        self.give_token = (
+            f"UPDATE {s}.plan_rates SET tokens = least(tokens + 1, %s) WHERE tool = %s"
+        )
+        self.select_rates = f"SELECT tool, tokens, updated_at FROM {s}.plan_rates ORDER BY tool"
         self.ununits = f"DELETE FROM {s}.plan_units WHERE run_id = %s AND node_id = %s"
         self.ununits_run = f"DELETE FROM {s}.plan_units WHERE run_id = %s"
         self.select_units = (

@@ -3,7 +3,9 @@
 The store is three modules: this one, the store and its durable writes; `_sqlite_file`, the
 file's layout, migrations and connection, and all the SQL text the store runs; `_sqlite_mirror`,
 the in-process mirror of a transaction (an `_overlay.Overlay`, as `MemoryStore` keeps, plus
-what the file has not received yet) and the replay of its `log` that rebuilds it.
+what the file has not received yet) and the replay of its `log` that rebuilds it. Its base,
+`_log_rows.LogStore`, shared with `PostgresStore`, holds the overlay calls and assembles the
+events of a step, a restore or a progress; this module writes them.
 
 Why a log of events per transaction (`_sqlite_file` lists them): a durable point appends its
 events at the end of the transaction's key range, in one statement, so it dirties one B-tree
@@ -45,48 +47,40 @@ from .._errors import (
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from . import _approvals as request_tables
 from . import _plans as plan_tables
+from ._log_rows import LogStore
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
     check_int,
     check_key,
-    check_step,
     check_tx_id,
     check_value,
-    snapshot_not_found,
 )
 from ._sqlite_file import (
     DELETE_LOG_ROW,
     DELETE_LOG_WRITES_FROM,
     DELETE_UNDO,
-    EFFECT,
     INSERT_LOG,
     INSERT_TX,
     INSERT_UNDO,
     INSERT_UNDO_FENCED,
-    PROGRESS,
-    RESTORE,
     SELECT_COMMITTED,
     SELECT_OWNER,
-    STEP,
     UPDATE_OWNER,
     UPDATE_RECORD,
     UPDATE_RECORD_FENCED,
     WRITE,
     StoreFile,
-    check_effects,
     check_undo,
 )
 from ._sqlite_mirror import Row, TxMirror, read_ended, read_transaction, steps_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from types import TracebackType
 
     from ._approvals import RequestRow, RequestStore
     from ._durable import (
         DurableStore,
-        EffectRow,
         EndedTransaction,
         OutboxEntry,
         TxImage,
@@ -117,7 +111,7 @@ KEEP_HISTORY_FOR: Final = 7 * 24 * 3600.0
 
 @final
 @attrs.define(eq=False, repr=False, init=False)
-class SQLiteStore:
+class SQLiteStore(LogStore):
     """A `DurableStore` in one SQLite file (WAL mode), shared by threads and by processes
     (or, `exclusive`, held by one store).
 
@@ -371,17 +365,6 @@ class SQLiteStore:
             _OPEN_HERE.discard(self._owner)
             self._file.close()
 
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._txs)} open transactions held here"
         return f"<SQLiteStore {self._path!r}: {state}>"
@@ -516,119 +499,7 @@ class SQLiteStore:
                     self._end(tx_id, history, self._txs.get(tx_id))
             self._txs.pop(tx_id, None)
 
-    def is_open(self, tx_id: str) -> bool:
-        """Whether this store holds the transaction: begun or loaded here, and not ended."""
-        with self._lock:
-            return tx_id in self._txs
-
-    # ------------------------------------------------------------ the overlay
-
-    def get(self, tx_id: str, key: str) -> str | None:
-        """The transaction's own write of `key`, else the committed value (`Store.get`)."""
-        check_key(key)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            entry = tx.overlay.get(key)
-            if entry is not None:
-                return entry[1]
-            row = self._first_read(tx, key)
-            version = 0 if row is None else row[0]
-            if tx.read(key, version):
-                tx.dirty_reads.append((key, version))
-        return None if row is None else row[1]
-
-    def put(self, tx_id: str, key: str, value: str) -> None:
-        """Write `value` to the overlay, journaled and buffered until the next durable write."""
-        check_key(key)
-        check_value(value)
-        self._write(tx_id, key, value)
-
-    def delete(self, tx_id: str, key: str) -> None:
-        """Write a tombstone for `key` to the overlay, journaled and buffered (`Store.delete`)."""
-        check_key(key)
-        self._write(tx_id, key, None)
-
-    def _write(self, tx_id: str, key: str, value: str | None) -> None:
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            base = tx.base(key)
-            if base is None:
-                row = self._first_read(tx, key)
-                base = 0 if row is None else row[0]
-            tx.write(key, (base, value))
-
-    def written_keys(self, tx_id: str) -> tuple[str, ...]:
-        """The keys in the overlay, tombstones included, sorted."""
-        with self._lock:
-            tx = self._open(tx_id)
-            return tuple(sorted(tx.overlay))
-
-    # ------------------------------------------------------------ snapshots
-
-    def snapshot(self, tx_id: str, step: int) -> None:
-        """Record the journal position for `step`, in O(1) and in memory (`Store.snapshot`);
-        it reaches the file with the next durable write."""
-        check_step(step)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            position = len(tx.journal)
-            tx.take_snapshot(step, position)
-            dirty = tx.dirty_snapshots
-            dirty.pop(step, None)
-            dirty[step] = position
-
-    def restore(self, tx_id: str, step: int) -> int:
-        """Rewind to snapshot `step` (`Store.restore`) and drop the step records and staged
-        effects of steps >= `step` (`DurableStore`), durably, in one SQLite transaction.
-
-        The reverse replay runs on the mirror, in O(mutations reverted); the file loses the
-        reverted `WRITE` events in one range delete.
-        """
-        check_step(step)
-        with self._lock:
-            tx = self._open(tx_id)
-            position = tx.snapshots.get(step)
-            if position is None:
-                raise StorageError(snapshot_not_found(tx_id, step))
-            upto = min(position, len(tx.journal))
-            rows = tx.pending(tx_id, upto)
-            rows.append((tx_id, tx.next_seq + len(rows), RESTORE, step, None, None, None, None))
-            doing = f"restore snapshot {step} of transaction `{tx_id}`"
-            with self._file.writing(doing) as cur:
-                self._fence(tx_id)
-                if position < tx.flushed:
-                    cur.execute(DELETE_LOG_WRITES_FROM, (tx_id, tx.seq_at(position), WRITE))
-                cur.executemany(INSERT_LOG, rows)
-            tx.persisted(len(rows), upto)
-            if position < tx.flushed:
-                tx.flushed = position
-                while tx.runs and tx.runs[-1][0] >= position:
-                    tx.runs.pop()
-            return tx.rewind(step, position)
-
     # ------------------------------------------------------------ committed state
-
-    def read_committed(self, key: str) -> str | None:
-        """The committed value of `key`, or `None`."""
-        check_key(key)
-        with self._lock:
-            self._check_not_closed()
-            row = self._committed_row(key)
-        return None if row is None else row[1]
-
-    def committed_version(self, key: str) -> int:
-        """The number of the commit that last wrote `key`, or 0 if it is absent."""
-        check_key(key)
-        with self._lock:
-            self._check_not_closed()
-            row = self._committed_row(key)
-        return 0 if row is None else row[0]
 
     def committed_keys(
         self, prefix: str = "", limit: int = 1000
@@ -651,65 +522,6 @@ class SQLiteStore:
         fenced = (UPDATE_RECORD_FENCED, (record, tx_id, self._owner))
         self._durable_write(tx_id, "record transaction", statement, fenced=fenced)
 
-    def record_step(
-        self,
-        tx_id: str,
-        step_id: int,
-        step: str,
-        effects: Sequence[EffectRow],
-        progress: str,
-    ) -> None:
-        """Durably and atomically: the buffered writes and snapshots, step `step_id`'s record
-        (replacing one of the same step), its `effects` (each keeps its own `step_id`) and the
-        transaction's progress.
-
-        One `STEP` event holds the record, the progress (or NULL if it is unchanged, the usual
-        case, which keeps the rows small) and, when it is the only snapshot taken since the
-        last durable write, snapshot `step_id`; then one `EFFECT` event per effect. So a step
-        without state writes or effects appends one row.
-        """
-        check_int(step_id, "step_id", MAX_STEP)
-        check_value(step)
-        check_value(progress)
-        checked = [] if type(effects) in {tuple, list} and not effects else check_effects(effects)
-        with self._lock:
-            tx = self._txs.get(tx_id)
-            if tx is None:
-                raise self._not_open(tx_id)
-            upto = len(tx.journal)
-            dirty = tx.dirty_snapshots
-            folded = dirty[step_id] if len(dirty) == 1 and step_id in dirty else None
-            rows = tx.pending(tx_id, upto, snapshots=folded is None)
-            seq = tx.next_seq + len(rows)
-            changed = progress != tx.progress  # else the event says "unchanged": fewer bytes
-            rows.append(
-                (tx_id, seq, STEP, step_id, folded, None, step, progress if changed else None)
-            )
-            for effect in checked:
-                seq += 1
-                rows.append(
-                    (
-                        tx_id,
-                        seq,
-                        EFFECT,
-                        effect.step_id,
-                        None,
-                        effect.channel,
-                        effect.payload,
-                        effect.idempotency_key,
-                    )
-                )
-            self._write_rows(tx_id, tx, rows, upto, doing="record a step")
-            if changed:
-                tx.new_progress(progress, None)
-            tx.effects += checked
-            tx.steps[step_id] = step
-
-    def record_progress(self, tx_id: str, progress: str) -> None:
-        """Durably and atomically: the buffered writes and snapshots, and the new progress."""
-        check_value(progress)
-        self._durable_write(tx_id, "record progress", None, progress)
-
     def record_undo(self, tx_id: str, undo: UndoRow) -> None:
         """Store an undo record durably, with the buffered writes, replacing one in the same
         place `(step_id, seq)`."""
@@ -725,14 +537,6 @@ class SQLiteStore:
         check_int(seq, "seq", MAX_INT64)
         statement = (DELETE_UNDO, (tx_id, step_id, seq))
         self._durable_write(tx_id, "forget an undo", statement)
-
-    def flush(self, tx_id: str) -> None:
-        """Write the buffered writes, snapshots and reads durably; without them, no SQL runs."""
-        with self._lock:
-            tx = self._open(tx_id)
-            if tx.flushed == len(tx.journal) and not tx.dirty_snapshots and not tx.dirty_reads:
-                return
-        self._durable_write(tx_id, "flush", None)
 
     def _durable_write(
         self,
@@ -762,12 +566,19 @@ class SQLiteStore:
                     except sqlite3.Error as exc:
                         raise self._file.failure(doing, exc) from exc
                 return
-            seq = tx.next_seq + len(rows)
-            if progress is not None:
-                rows.append((tx_id, seq, PROGRESS, None, None, None, progress, None))
-            self._write_rows(tx_id, tx, rows, upto, doing=doing, statement=statement)
-            if progress is not None:
-                tx.new_progress(progress, seq)
+            self._write_pending(
+                tx_id, tx, rows, upto, doing=doing, statement=statement, progress=progress
+            )
+
+    def _rewrite_log(self, tx_id: str, rows: list[Row], since: int | None, doing: str) -> None:
+        """In one SQLite transaction, if this store still owns the transaction: delete the
+        `WRITE` events from seq `since` on (unless `None`), append `rows` (`LogStore`'s hook,
+        for `restore`)."""
+        with self._file.writing(doing) as cur:
+            self._fence(tx_id)
+            if since is not None:
+                cur.execute(DELETE_LOG_WRITES_FROM, (tx_id, since, WRITE))
+            cur.executemany(INSERT_LOG, rows)
 
     def _write_rows(
         self,
@@ -988,6 +799,14 @@ class SQLiteStore:
             with self._file.reading("list the plan units") as cur:
                 return plan_tables.plan_units(cur)
 
+    def plan_rates(self) -> tuple[tuple[str, float, float], ...]:
+        """The token buckets of tools' rate limits, shared by every run in the file, as
+        `(tool, tokens, updated_at)`, by tool."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the rate buckets") as cur:
+                return plan_tables.plan_rates(cur)
+
     def plan_audit(self, run_id: str) -> tuple[str, ...]:
         """The audit events stored for plan run `run_id` (JSON texts, `Event.to_json`), in
         seq order; empty if it has none (or no such run)."""
@@ -1157,13 +976,6 @@ class SQLiteStore:
             self._file.mark_failed(entry_id, error, float(not_before))
 
     # ------------------------------------------------------------ helpers
-
-    def _open(self, tx_id: str) -> TxMirror:
-        """The transaction `tx_id` this store holds; the caller holds the lock."""
-        tx = self._txs.get(tx_id)
-        if tx is None:
-            raise self._not_open(tx_id)
-        return tx
 
     def _not_open(self, tx_id: str) -> Exception:
         """The error for a transaction this store does not hold (or for a closed or read-only

@@ -49,6 +49,7 @@ __all__ = [
     "read_ended",
     "read_transaction",
     "replay",
+    "replay_image",
     "steps_text",
 ]
 
@@ -287,6 +288,31 @@ def _image(
 ) -> tuple[TxImage, TxMirror]:
     events = cur.execute(SELECT_LOG, (tx_id,)).fetchall()
     undos = cur.execute(SELECT_UNDOS, (tx_id,)).fetchall()
+    return replay_image(
+        tx_id,
+        record=record,
+        owner=owner,
+        isolation=isolation,
+        events=events,
+        undos=undos,
+        path=path,
+    )
+
+
+def replay_image(
+    tx_id: str,
+    *,
+    record: str,
+    owner: str | None,
+    isolation: str,
+    events: Sequence[tuple[int, int, int, int, str, str, str]],
+    undos: Sequence[tuple[int, int, str]],
+    path: str,
+) -> tuple[TxImage, TxMirror]:
+    """The image of transaction `tx_id` and a new mirror of it, from its row's `record`,
+    `owner` and `isolation`, its log `events` (as `replay` takes them) and its `undos`
+    (`step_id, seq, record`, in order), as a log-based store read them. `StorageError` as
+    `replay` raises."""
     tx, steps, progress = replay(tx_id, events, isolation=isolation, path=path)
     image = TxImage(
         tx_id=tx_id,
