@@ -225,8 +225,9 @@ class PlanJournal:
             claims = sorted(claims, key=lambda claim: holds.get(claim[0], ""))
         claims = list(claims)
         # A node released (READY) by this write and claimed in it (without a resource, units
-        # or a rate token to take) is one statement: the claim appends both lines, and its compare-and-set
-        # expects the state before both. A claim refused puts the release back, to be written.
+        # or a rate token to take) is one statement: the claim appends both lines, and its
+        # compare-and-set expects the state before both. A claim refused puts the release
+        # back, to be written.
         released = self._released_now(
             {
                 node_id
