@@ -157,7 +157,7 @@ class PlanJournal:
                 "finished_at": None,
                 "history": [[state, now, None]],
             }
-            nodes[node_id] = node
+            nodes[node_id] = _view(node)
             rows.append(
                 PlanNodeRow(
                     node_id=node_id,
@@ -175,10 +175,7 @@ class PlanJournal:
         return cls(
             store,
             run_id,
-            {
-                node_id: {**node.record, "history": list(node.record["history"])}
-                for node_id, node in stored.items()
-            },
+            {node_id: _view(node.record) for node_id, node in stored.items()},
         )
 
     @property
@@ -188,7 +185,7 @@ class PlanJournal:
 
     def state(self, node_id: str) -> str:
         """The node's state as last recorded (buffered changes included)."""
-        return str(self._nodes[node_id]["history"][-1][0])
+        return str(self._nodes[node_id]["state"])
 
     def number(self, node_id: str) -> int:
         """How many attempts the node has had (claims recorded)."""
@@ -382,7 +379,7 @@ class PlanJournal:
     def _buffer(self, changes: Iterable[tuple[str, str, int]], now: float) -> None:
         for node_id, state, unresolved in changes:
             node = self._nodes[node_id]
-            last = node["history"][-1][0]
+            last = node["state"]
             if last in _ENDED or (last == state and node["unresolved"] == unresolved):
                 continue  # an ended node stays ended (a resumed run replays it)
             change: dict[str, Any] = {"unresolved": unresolved, "h": [state, now, None]}
@@ -422,10 +419,24 @@ def _change(
     )
 
 
+#: What the journal keeps of a node's record (its view): what it reads back to write the next
+#: transitions. The rest (inputs, output, error, times, history) is written, not kept: a run of
+#: thousands of nodes holds no second copy of its outputs and no history lists.
+_VIEW: Final = {"unresolved": 0, "attempt": None, "number": 0, "retries": 0, "started_at": None}
+
+
+def _view(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The journal's view of a node's (folded) record: `_VIEW`'s fields (its defaults for a
+    field a record lacks) and its last state."""
+    view = {field: record.get(field, default) for field, default in _VIEW.items()}
+    view["state"] = record["history"][-1][0]
+    return view
+
+
 def _apply(node: dict[str, Any], change: Mapping[str, Any]) -> None:
-    """Fold one transition's `change` into the node's record, as `fold` does."""
+    """Fold one transition's `change` into the node's view, as `fold` does into its record."""
     for field, value in change.items():
         if field == "h":
-            node["history"].append(value)
-        else:
+            node["state"] = value[0]
+        elif field in _VIEW:
             node[field] = value
