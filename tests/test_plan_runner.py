@@ -373,6 +373,8 @@ def test_transient_failures_retry_with_one_idempotency_key():
     assert len(set(node.attempt_ids)) == 3
     assert keys == [node.idempotency_key] * 3
     assert node.idempotency_key == derive_key("r1", plan.version, "charge", "flaky")
+    dispatched = [e for e in result.audit if e.kind is agenttx.EventKind.DISPATCHED]
+    assert [e.data["idempotency_key"] for e in dispatched] == [node.idempotency_key] * 3
     assert result.metrics.retries == 2
     assert result.metrics.cost.retry == Decimal("0.02")
     assert result.metrics.cost.tool == Decimal("0.01")

@@ -67,6 +67,7 @@ from .._tools import (
     UndoRecord,
     arun_tool,
     closed,
+    derive_key,
     key_deriver,
     run_tool,
 )
@@ -260,12 +261,13 @@ class _NodeRecord(Entry):
     of the plan and the tools (found once, on construction), and what happened."""
 
     __slots__ = (
+        "_derive",
+        "_key",
         "eligible_at",
         "error",
         "finished_at",
         "finished_wall",
         "impl",
-        "key",
         "last",
         "node",
         "output",
@@ -282,7 +284,7 @@ class _NodeRecord(Entry):
         index: int,
         node: Node,
         impl: Tool[Any, Any],
-        key: str,
+        derive: Callable[[str, str], str],
         prerequisites: frozenset[str],
         optional: frozenset[str],
         hold: str | None,
@@ -298,7 +300,8 @@ class _NodeRecord(Entry):
         self.step_id = index + 1  # its step id in the state transaction (plan order, from 1)
         self.node = node
         self.impl = impl  # the node's tool (`tool` is its name)
-        self.key = key  # every attempt's idempotency key
+        self._derive = derive  # the run's idempotency keys: derived when first read
+        self._key: str | None = None
         self.units = units  # its units of resource capacities, `(resource, units, capacity)`
         self.retried = retried  # attempts that failed and were retried before a crash
         # The attempts as a chain from the last (no list a node: most nodes have one attempt).
@@ -312,6 +315,15 @@ class _NodeRecord(Entry):
         self.finished_at: float | None = None  # when it ended, by `time.monotonic()`
         self.finished_wall: dt.datetime | None = None  # of a node restored from the record
         self.started_wall: dt.datetime | None = None  # of a node restored from the record
+
+    @property
+    def key(self) -> str:
+        """Every attempt's idempotency key (derived once, when first read: an inline tool
+        without a context never reads it during the run)."""
+        key = self._key
+        if key is None:
+            key = self._key = self._derive(self.id, self.tool)
+        return key
 
     @property
     def attempts(self) -> list[_Attempt]:
@@ -512,7 +524,7 @@ class PlanExecution:
                 index,
                 node,
                 tool,
-                node_key(node_id, node.tool),
+                node_key,
                 prerequisites(node_id),
                 optional_prerequisites(node),
                 None if node.exclusive_resource is None else self._exclusive(node),
@@ -986,7 +998,9 @@ class PlanExecution:
                 _DISPATCHED,
                 start.number,
                 node.tool,
-                record.key,
+                self.id,  # the key's parts: derived when the event is read
+                self._plan.version,
+                node_id,
                 tuple(sorted(prerequisites)) if len(prerequisites) > 1 else tuple(prerequisites),
                 failure is None,
                 self._scheduler.running_count,  # the checks made (data built when read)
@@ -1606,7 +1620,9 @@ def _timing(
 def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
     number: int,
     tool: str,
-    key: str,
+    run_id: str,
+    plan_version: str,
+    node: str,
     prerequisites: tuple[str, ...],
     valid: bool,
     running: int,
@@ -1621,7 +1637,7 @@ def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tupl
     return {
         "number": number,
         "tool": tool,
-        "idempotency_key": key,
+        "idempotency_key": derive_key(run_id, plan_version, node, tool),
         "checks": {
             "prerequisites": list(prerequisites),
             "inputs": "valid" if valid else "refused",
