@@ -9,7 +9,6 @@ type) fails its node with a hint naming the field.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Mapping
@@ -165,15 +164,23 @@ def output_check(tool: Tool[Any, Any]) -> OutputCheck | None:
     """The check of the tool's declared return type (its TypedDict's fields), or None.
 
     Compiled once per return type and kept (a few hundred at most): tools made afresh for
-    each run (closures) share their types' compiled checks.
+    each run (closures) share their types' compiled checks. The fields are the return type's
+    (`read_signature` reads them from it), so the type alone is the key.
     """
     returns = tool.signature.returns
     if not returns.fields:
         return None
+    annotation = returns.annotation
     try:
-        return _compiled_check(returns.annotation, returns.fields)
+        found = _CHECKS.get(annotation)
     except TypeError:  # an unhashable annotation: compiled each time
-        return _compile_check(returns.annotation, returns.fields)
+        return _compile_check(annotation, returns.fields)
+    if found is None:
+        found = _compile_check(annotation, returns.fields)
+        if len(_CHECKS) >= _MAX_CHECKS:
+            _CHECKS.clear()  # a program that makes return types without end: start again
+        _CHECKS[annotation] = found
+    return found
 
 
 def _compile_check(annotation: object, fields: tuple[Any, ...]) -> OutputCheck:
@@ -185,4 +192,6 @@ def _compile_check(annotation: object, fields: tuple[Any, ...]) -> OutputCheck:
     return OutputCheck(str(type_name), compiled)
 
 
-_compiled_check: Final = functools.lru_cache(maxsize=256)(_compile_check)
+#: The compiled checks, by return type (at most `_MAX_CHECKS`); a race compiles one twice.
+_CHECKS: dict[object, OutputCheck] = {}
+_MAX_CHECKS: Final = 256
