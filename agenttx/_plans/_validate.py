@@ -91,7 +91,7 @@ class _ToolInfo:
 
     def __init__(self, tool: Tool[Any, Any]) -> None:
         signature = tool.signature
-        schema = tool.spec.parameters
+        schema = tool.validator.schema  # what `spec.parameters` copies on each read: read only
         properties = schema.get("properties")
         required = schema.get("required")
         self.name = tool.name
