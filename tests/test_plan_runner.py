@@ -183,6 +183,28 @@ def test_order_workflow_runs_lookup_and_stock_together_and_commits():
     assert result.nodes["reserve"].cost.tool == Decimal("0.10")
 
 
+def test_a_kept_result_keeps_neither_its_plan_nor_its_tools_alive():
+    """A result reads the run's records only: its plan and its tools (which the plan keeps
+    with its validation) can go while the result, its nodes and its metrics stay readable."""
+    import gc  # noqa: PLC0415
+    import weakref  # noqa: PLC0415
+
+    def run() -> tuple[agenttx.PlanResult, weakref.ref[object], weakref.ref[object]]:
+        def work(x: int) -> dict[str, int]:
+            return {"x": x}
+
+        plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="work", inputs={"x": 1})])
+        result = agenttx.run_plan(plan, tools=[agenttx.tool(work)], initial={})
+        return result, weakref.ref(plan), weakref.ref(work)
+
+    result, plan, function = run()
+    gc.collect()
+    assert plan() is None
+    assert function() is None
+    assert result.nodes["a"].output == {"x": 1}
+    assert result.metrics.critical_path == ("a",)
+
+
 def test_metrics_are_computed_when_first_read_and_then_kept():
     """`result.metrics` is computed on first read (not by the run), the same object at every
     read, equal to a fresh computation, and results compare equal by their computed metrics."""

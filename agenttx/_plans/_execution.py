@@ -258,7 +258,8 @@ class _Attempt:
 class _NodeRecord(Entry):
     """What the run keeps per node: the scheduler's entry of the node (this class extends it:
     one object a node, not two; only the scheduler changes its fields), what each start reads
-    of the plan and the tools (found once, on construction), and what happened."""
+    of the plan (found once, on construction), and what happened. No tool: a kept result
+    reads the records, and keeps no tool alive."""
 
     __slots__ = (
         "_derive",
@@ -267,7 +268,6 @@ class _NodeRecord(Entry):
         "error",
         "finished_at",
         "finished_wall",
-        "impl",
         "last",
         "node",
         "output",
@@ -283,7 +283,6 @@ class _NodeRecord(Entry):
         self,
         index: int,
         node: Node,
-        impl: Tool[Any, Any],
         derive: Callable[[str, str], str],
         prerequisites: frozenset[str],
         optional: frozenset[str],
@@ -299,7 +298,6 @@ class _NodeRecord(Entry):
         )
         self.step_id = index + 1  # its step id in the state transaction (plan order, from 1)
         self.node = node
-        self.impl = impl  # the node's tool (`tool` is its name)
         self._derive = derive  # the run's idempotency keys: derived when first read
         self._key: str | None = None
         self.units = units  # its units of resource capacities, `(resource, units, capacity)`
@@ -454,6 +452,8 @@ class PlanExecution:
         self._registry = registry
         self._compensations: dict[str, Compensation[Any, Any]] = dict(registry.compensations)
         self._nodes: dict[str, _NodeRecord] = {}
+        #: The nodes' tools, by name (not on the records: a kept result keeps no tool alive).
+        self._tools: dict[str, Tool[Any, Any]] = {}
         self._scheduler = self._build(plan, registry, restored, on_failure, capacities, limits)
         self._checks: dict[str, OutputCheck | None] = {}
         self._dispatcher = dispatcher
@@ -520,10 +520,10 @@ class PlanExecution:
             tool = lookup(node.tool)
             if tool is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
                 raise InvalidArgument(f"node `{node_id}`: tool `{node.tool}` is not registered")
+            self._tools[node.tool] = tool
             record = records[node_id] = _NodeRecord(
                 index,
                 node,
-                tool,
                 node_key,
                 prerequisites(node_id),
                 optional_prerequisites(node),
@@ -939,7 +939,7 @@ class PlanExecution:
         node_id = start.node
         record = self._nodes[node_id]
         node = record.node
-        tool = record.impl
+        tool = self._tools[record.tool]
         now = _monotonic()
         eligible = record.eligible_at
         timeout = node.timeout or DEFAULT_NODE_TIMEOUT
@@ -1163,7 +1163,7 @@ class PlanExecution:
         if failure is None and outcome.refused is not None:
             failure = Failure(f"output of tool '{record.node.tool}' is not JSON: {outcome.refused}")
         if failure is None:
-            failure = self._check_output(record.impl, outcome.output)
+            failure = self._check_output(self._tools[record.tool], outcome.output)
             if failure is not None:
                 failure = failure._replace(mistake=True)  # a broken contract: never retried
         if failure is not None:
@@ -1197,7 +1197,7 @@ class PlanExecution:
         kind = None if node.compensate is None else node.compensation_name
         if kind is not None:
             kept = list(undos)
-            declared = record.impl.compensation_name
+            declared = self._tools[record.tool].compensation_name
             if declared is not None and kept and kept[-1].kind == declared:
                 kept.pop()  # the node's compensation replaces the tool's
             kept.append(_node_undo(attempt, kind, record.step_id, len(kept), outcome))
@@ -1317,7 +1317,7 @@ class PlanExecution:
             # What an interrupted attempt registered may have half happened. An async tool
             # that has unwound is over; a sync one goes on on its worker thread, and undoing
             # while its effect may still land would undo nothing: kept, not run.
-            tool = self._nodes[attempt.node].impl
+            tool = self._tools[self._nodes[attempt.node].tool]
             over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
             self._keep_undos(attempt.node, undos, over=over)
 
@@ -1577,12 +1577,12 @@ class PlanExecution:
         """The run's metrics, computed when the result's `metrics` is first read (from the
         records, final by then); a node's timing is built again when its figures are read (so
         neither is kept a node: only the records, which the node results read too)."""
-        records = self._nodes
-        prerequisites = self._plan.prerequisites
+        records = self._nodes  # not the plan: a kept result keeps no plan (and its tools) alive
         started = self._started
 
         def timing_of(node_id: str) -> NodeTiming:
-            return _timing(node_id, records[node_id], prerequisites(node_id), finished)
+            record = records[node_id]
+            return _timing(node_id, record, record.prerequisites, finished)
 
         def compute() -> PlanMetrics:
             return plan_metrics(
