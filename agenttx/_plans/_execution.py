@@ -455,6 +455,11 @@ class PlanExecution:
         #: The nodes' tools, by name (not on the records: a kept result keeps no tool alive).
         self._tools: dict[str, Tool[Any, Any]] = {}
         self._scheduler = self._build(plan, registry, restored, on_failure, capacities, limits)
+        #: Each rate-limited tool's `(tool, per_second, burst)`: a durable run also counts it
+        #: over every run on the store, taking a token of the tool's bucket with each claim.
+        self._rates = {
+            tool: (tool, limit.per_second, limit.burst) for tool, limit in limits.items()
+        }
         self._checks: dict[str, OutputCheck | None] = {}
         self._dispatcher = dispatcher
         self._compensate = compensate_on == "failure"
@@ -667,6 +672,13 @@ class PlanExecution:
         records = self._nodes
         holds = {start.node: hold for start in starts if (hold := records[start.node].exclusive)}
         units = {start.node: taken for start in starts if (taken := records[start.node].units)}
+        rates = self._rates
+        if rates:
+            rates = {
+                start.node: rate
+                for start in starts
+                if (rate := self._rates.get(records[start.node].tool)) is not None
+            }
         refused = (
             self._persist(
                 self._journal.claim_all,
@@ -674,30 +686,33 @@ class PlanExecution:
                 self._audit_rows(),
                 holds or None,
                 units or None,
+                rates or None,
             )
             if claims
             else None
         )
         self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
-        if (holds or units) and self._journal is not None and self._journal.held:
+        if (holds or units or rates) and self._journal is not None and self._journal.held:
             self._wait_for_holds(starts, self._journal.held)
         self._flush()
 
     def _wait_for_holds(self, starts: tuple[Start, ...], held: frozenset[str]) -> None:
         """Put back the `starts` whose exclusive resource another run holds (or whose units
-        would exceed a capacity counted over every run): they stay queued (never started) and
-        are claimed again after a backoff."""
+        would exceed a capacity counted over every run, or whose tool's rate bucket, shared by
+        every run, is empty): they stay queued (never started) and are claimed again after a
+        backoff."""
         now = time.monotonic()
         for start in starts:
             if start.node in held:
                 waits = self._hold_waits[start.node] = self._hold_waits.get(start.node, 0) + 1
                 retry_at = now + self._backoff.delay(min(waits, _HOLD_WAITS))
-                hold = self._nodes[start.node].exclusive
-                label = (
-                    f"hold:{hold}"
-                    if hold is not None
-                    else "shared:" + "+".join(name for name, _, _ in self._nodes[start.node].units)
-                )
+                record = self._nodes[start.node]
+                if record.exclusive is not None:
+                    label = f"hold:{record.exclusive}"
+                elif record.units:
+                    label = "shared:" + "+".join(name for name, _, _ in record.units)
+                else:  # its tool's bucket, shared by every run, was empty
+                    label = f"rate:{record.tool}"
                 self._scheduler.postpone(start, retry_at, label)
 
     def _flush(self) -> None:
