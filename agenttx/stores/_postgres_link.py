@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import contextlib
 import re
+import select
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError
-from ._postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION, Sql
+from ._postgres_schema import COMMANDS, MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION, Sql
 
 if TYPE_CHECKING:
     import weakref
     from collections.abc import Iterator, Sequence
 
     import psycopg
+
+    from ._postgres_schema import Statement
 
 __all__ = ["Link", "Renewer", "check_schema_name", "import_psycopg"]
 
@@ -94,6 +97,7 @@ class Link:
         self._done = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK})
         self._bad = pq.ConnStatus.BAD
         self._idle = pq.TransactionStatus.IDLE
+        self._sync = pq.ExecStatus.PIPELINE_SYNC
 
     @property
     def where(self) -> str:
@@ -180,15 +184,105 @@ class Link:
         except self.psycopg.Error as exc:
             raise self.failure(doing, exc) from exc
         if result.status not in self._done:
-            if pgconn.status == self._bad:
-                message = (result.error_message or b"no connection to the server").decode(
-                    self._encoding, "replace"
-                )
-                error = self.psycopg.OperationalError(message.strip())
-            else:
-                error = self.psycopg.errors.error_from_result(result, encoding=self._encoding)
+            error = self.error(result)
             raise self.failure(doing, error) from error
         return result
+
+    def batch(self, doing: str, statements: Sequence[Statement]) -> list[Any]:
+        """Send `statements` (hot statements, or `COMMANDS`) at once in pipeline mode, with
+        one Sync: one round trip. Their results, in order: an error's result stays in the list
+        (those after it are `PIPELINE_ABORTED`), and a transaction the error aborted is the
+        caller's to `rollback`. A lost connection raises `StorageError` (and is dropped), as
+        does any other psycopg error; prepared statements gone are prepared again, and the
+        batch sent again, as `run` does. An interrupt while waiting drops the connection (the
+        server then rolls back what it had not committed)."""
+        conn = self.cursor(doing).connection
+        pgconn: Any = conn.pgconn
+        try:
+            if self._prepared is not conn:
+                self._prepare(conn)
+                self._prepared = conn
+            results = self._send(pgconn, statements)
+            if any(result.error_field(_SQLSTATE) == _GONE for result in results):
+                self.rollback(doing)
+                self._prepare(conn)
+                results = self._send(pgconn, statements)
+        except self.psycopg.Error as exc:
+            raise self.failure(doing, exc) from exc
+        return results
+
+    def _send(self, pgconn: Any, statements: Sequence[Statement]) -> list[Any]:
+        pgconn.enter_pipeline_mode()
+        try:
+            results = self._exchange(pgconn, statements)
+            pgconn.exit_pipeline_mode()
+        except BaseException:
+            self.drop()  # in pipeline mode, with results not read: in no state to go on
+            raise
+        return results
+
+    def _exchange(self, pgconn: Any, statements: Sequence[Statement]) -> list[Any]:
+        """In pipeline mode: send `statements` and a Sync, and read their results."""
+        for name, params, formats in statements:
+            if name in COMMANDS:
+                pgconn.send_query_params(name, None)
+            else:
+                pgconn.send_query_prepared(name, params, param_formats=formats, result_format=1)
+        pgconn.pipeline_sync()
+        socket = pgconn.socket
+        while pgconn.flush():  # the server's replies are read as they come, meanwhile
+            readable, _, _ = select.select([socket], [socket], [])
+            if readable:
+                pgconn.consume_input()
+        results: list[Any] = []
+        while True:
+            while pgconn.is_busy():
+                select.select([socket], [], [])
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if pgconn.status == self._bad:
+                raise self._lost(result)
+            if result is None:  # the end of one statement's results
+                continue
+            if result.status == self._sync:
+                return results
+            results.append(result)
+
+    def rollback(self, doing: str) -> None:
+        """Roll back the transaction open on the connection, if any (after a failed `batch`)."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.info.transaction_status == self._idle:
+            return
+        try:
+            result = conn.pgconn.exec_(b"ROLLBACK")
+        except self.psycopg.Error as exc:
+            raise self.failure(doing, exc) from exc
+        if result.status not in self._done:
+            raise self.failure(doing, self.error(result))
+
+    def ok(self, result: Any) -> bool:
+        """Whether `result` is a statement's success."""
+        return result.status in self._done
+
+    def sqlstate(self, result: Any) -> bytes | None:
+        """The SQLSTATE of a failed `result`."""
+        state: bytes | None = result.error_field(_SQLSTATE)
+        return state
+
+    def error(self, result: Any) -> Exception:
+        """The psycopg error of a failed `result`, as psycopg raises it."""
+        conn = self._conn
+        if conn is None or conn.pgconn.status == self._bad:
+            return self._lost(result)
+        error: Exception = self.psycopg.errors.error_from_result(result, encoding=self._encoding)
+        return error
+
+    def _lost(self, result: Any) -> Exception:
+        message = (result and result.error_message) or b"no connection to the server"
+        error: Exception = self.psycopg.OperationalError(
+            message.decode(self._encoding, "replace").strip()
+        )
+        return error
 
     @contextlib.contextmanager
     def transaction(
