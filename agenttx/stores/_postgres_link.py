@@ -3,10 +3,11 @@ thread that renews the store's leases on a connection of its own (`Renewer`).
 
 `Link` holds one psycopg connection (autocommit: every statement outside `transaction()` is its
 own PostgreSQL transaction), made from a DSN or taken from a `psycopg_pool.ConnectionPool`.
-The statements of the per-step path (`Hot`) are prepared on each connection at its first use,
-and `run` executes them straight through libpq (one blocking call, the GIL released), their
-parameters already bytes: psycopg's adaptation and its Python wait loop cost a step more than
-the server does.
+The statements of the per-step path and of commit (`Hot`) are prepared on each connection at
+its first use, and run straight through libpq, their parameters already bytes: psycopg's
+adaptation and its Python wait loop cost a step more than the server does. `run` executes one
+(a blocking call, the GIL released); `batch` sends several at once in pipeline mode and waits
+once for all their results (one round trip).
 Every psycopg error becomes a `StorageError` naming what the store was doing, with the error as
 `__cause__`; an error that leaves the connection unusable (the server restarted, the network
 dropped) also drops the connection, and the next call connects again. A statement timeout
@@ -285,49 +286,20 @@ class Link:
         return error
 
     @contextlib.contextmanager
-    def transaction(
-        self, doing: str, *, snapshot: bool = False, pipeline: bool = False
-    ) -> Iterator[psycopg.Cursor[Any]]:
+    def transaction(self, doing: str, *, snapshot: bool = False) -> Iterator[psycopg.Cursor[Any]]:
         """Run the block in one PostgreSQL transaction (READ COMMITTED, or with `snapshot`,
         REPEATABLE READ READ ONLY: one consistent view for several reads). If the block raises,
         the transaction is rolled back and the exception goes on, a psycopg error as
-        `StorageError`.
-
-        With `pipeline`, in psycopg's pipeline mode: the statements go without waiting for
-        their results, BEGIN with the first ones and COMMIT with the last; the block waits
-        only where it fetches a result (the results of everything sent before arrive in that
-        one round trip), and the end waits once more. An error of any statement is raised at
-        the next fetch or at the end, and the transaction is rolled back."""
+        `StorageError`."""
         cur = self.cursor(doing)
         conn = cur.connection
         try:
-            if pipeline:
-                with self._pipelined(conn, cur):
-                    yield cur
-            else:
-                with conn.transaction():
-                    if snapshot:
-                        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    yield cur
+            with conn.transaction():
+                if snapshot:
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield cur
         except self.psycopg.Error as exc:
             raise self.failure(doing, exc) from exc
-
-    @contextlib.contextmanager
-    def _pipelined(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any]) -> Iterator[None]:
-        # BEGIN and COMMIT as plain statements: psycopg's `transaction()` in a pipeline waits
-        # for each of them (three more round trips).
-        try:
-            with conn.pipeline():
-                cur.execute(b"BEGIN")
-                yield
-                cur.execute(b"COMMIT")
-        except BaseException:
-            if not conn.closed and conn.info.transaction_status != self._idle:
-                try:
-                    conn.rollback()
-                except self.psycopg.Error:  # the connection is in no known state: a new one
-                    self.drop()
-            raise
 
     def failure(self, doing: str, exc: BaseException) -> StorageError:
         """The `StorageError` for psycopg error `exc`, raised while trying to `doing`; drops
