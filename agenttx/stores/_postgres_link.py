@@ -149,16 +149,20 @@ class Link:
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         """Prepare the hot statements on `conn` that it lacks (another store sharing a pool
-        may have prepared them there: same name, same text), in two round trips."""
+        may have prepared them there: same name, same text), in two round trips. Each is
+        prepared by the protocol, with its own text (what `pg_stat_activity` shows of it)."""
         wanted = self.sql.hot.statements
         names = [name.decode() for name, _ in wanted]
         rows = conn.execute(
             "SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", (names,)
         ).fetchall()
         have = {row[0].encode() for row in rows}
-        wanted = tuple((name, text) for name, text in wanted if name not in have)
-        if wanted:
-            conn.execute(";".join(f"PREPARE {name.decode()} AS {text}" for name, text in wanted))
+        missing = [(name, text.encode()) for name, text in wanted if name not in have]
+        if missing:
+            pgconn: Any = conn.pgconn
+            for result in self._send(pgconn, missing, prepare=True):
+                if not self.ok(result):
+                    raise self.error(result)
 
     def run(
         self, doing: str, name: bytes, params: Sequence[bytes | None], formats: Sequence[int]
@@ -212,24 +216,37 @@ class Link:
             raise self.failure(doing, exc) from exc
         return results
 
-    def _send(self, pgconn: Any, statements: Sequence[Statement]) -> list[Any]:
+    def _send(
+        self,
+        pgconn: Any,
+        statements: Sequence[tuple[Any, ...]],
+        *,
+        prepare: bool = False,
+    ) -> list[Any]:
+        """In pipeline mode: send `statements` (or, with `prepare`, prepare `(name, text)`s)
+        and a Sync, and read their results."""
         pgconn.enter_pipeline_mode()
         try:
-            results = self._exchange(pgconn, statements)
+            for statement in statements:
+                name = statement[0]
+                if prepare:
+                    pgconn.send_prepare(name, statement[1])
+                elif name in COMMANDS:
+                    pgconn.send_query_params(name, None)
+                else:
+                    pgconn.send_query_prepared(
+                        name, statement[1], param_formats=statement[2], result_format=1
+                    )
+            pgconn.pipeline_sync()
+            results = self._results(pgconn)
             pgconn.exit_pipeline_mode()
         except BaseException:
             self.drop()  # in pipeline mode, with results not read: in no state to go on
             raise
         return results
 
-    def _exchange(self, pgconn: Any, statements: Sequence[Statement]) -> list[Any]:
-        """In pipeline mode: send `statements` and a Sync, and read their results."""
-        for name, params, formats in statements:
-            if name in COMMANDS:
-                pgconn.send_query_params(name, None)
-            else:
-                pgconn.send_query_prepared(name, params, param_formats=formats, result_format=1)
-        pgconn.pipeline_sync()
+    def _results(self, pgconn: Any) -> list[Any]:
+        """In pipeline mode, after a Sync: send what is buffered, and read the results."""
         socket = pgconn.socket
         while pgconn.flush():  # the server's replies are read as they come, meanwhile
             readable, _, _ = select.select([socket], [socket], [])
