@@ -23,7 +23,8 @@ The workload
 
     The hostile texts are 64 KiB each: thousands of repetitions of a rule's opening literal with
     no valid continuation (``foreign key constraint fails (``, ``Key (``, ``invalid type: ``,
-    ``Duplicate entry '``, ``unresolved reference ${steps.1``), runs of one character (``'``,
+    ``Duplicate entry '``, ``unresolved reference ${steps.1``), an output mismatch's field name
+    run to its 128-character bound and past it, runs of one character (``'``,
     ``"``, one long word), a long word before ``() missing``, many lines before ``Field
     required``, floods of HTTP prefixes, of exception names and of frame lines, a deep Java stack
     trace, dotted qualifiers, random printable text, and a 1 MiB input that is cut down to the
@@ -171,6 +172,10 @@ def hostile_texts(seed: int = 20260101) -> dict[str, tuple[str, str | None]]:
         "`Duplicate entry '` x 3,855": (fill("Duplicate entry '"), None),
         "`unresolved reference ${steps.1` x 2,259": (
             fill("unresolved reference ${steps.1", HOSTILE_BYTES - 1) + "}",
+            None,
+        ),
+        "`output of tool 'a' ... field `, 128 letters, x 347": (
+            fill("output of tool 'a' does not match its return type T: field `" + "f" * 128),
             None,
         ),
         "65,536 x `'`": (fill("'"), None),

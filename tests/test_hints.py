@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from agenttx import InvalidArgument
 from agenttx._hints import _clean as _hints
+from agenttx._hints import _rules
 from agenttx._hints import _scan as _hint_scan
 from agenttx._hints._clean import (
     MAX_HINT_CHARS,
@@ -30,7 +31,7 @@ C = HintCategory
 
 # ------------------------------------------------------------------------------ naive oracle
 #
-# The 34 rules' defining patterns, as written (alternatives joined by `|`, the `$` that ends
+# The 35 rules' defining patterns, as written (alternatives joined by `|`, the `$` that ends
 # type_mismatch written `\Z`), searched naively with `re`. `clean_error` must agree with
 # this oracle on every input; the oracle is quadratic on hostile input, so it only sees short texts.
 
@@ -39,6 +40,7 @@ REFERENCE_PATTERNS = {
     "unresolved_reference": r"unresolved reference \$\{steps\.(?P<step>\d+)[^}]*\}: key '(?P<key>[^']+)' not present in output of step \d+",  # noqa: E501
     "unavailable_step_reference": r"reference \$\{steps\.(?P<step>\d+)[^}]*\} points to a step that has not completed",  # noqa: E501
     "unknown_tool": r"unknown tool '(?P<tool>[^']*)'; registered tools: (?P<tools>[^\n]*)",
+    "output_mismatch": r"output of tool '(?P<tool>[^'\n]{1,128})' does not match its return type (?P<type>[^:\n]{1,128}): (?:expected an object, got (?P<got>\w+)|field `(?P<field>[^`\n]{1,128})`(?: is missing|: (?P<why>[^\n]+)))",  # noqa: E501
     "pg_foreign_key": r'Key \((?P<key>[^)]+)\)=\((?P<value>[^)]*)\) is not present in table "(?P<table>[^"]+)"',  # noqa: E501
     "mysql_foreign_key": r"foreign key constraint fails \(.*?FOREIGN KEY \(`(?P<key>[^`]+)`\) REFERENCES `(?P<table>[^`]+)`",  # noqa: E501
     "sqlite_foreign_key": r"FOREIGN KEY constraint failed",
@@ -186,7 +188,7 @@ def reference_clean(raw: str) -> CleanHint:
 
 
 def test_rule_table_is_the_reference_table():
-    """The rules are the documented 34, in their priority order, with their categories."""
+    """The rules are the documented 35, in their priority order, with their categories."""
     assert [rule.name for rule in _RULES] == list(REFERENCE_PATTERNS)
     assert {rule.name for rule in _RULES if rule.key_groups} == KEYED_RULES
 
@@ -238,6 +240,10 @@ DUPLICATE_CALL_ID_HINT = (
     "Hint: Call id '{}' was already used by step {}, which still stands. "
     "Send the call again with a call id of its own."
 )
+OUTPUT_HINT = (
+    "Hint: Output of tool '{}' does not match its return type {}: {}. "
+    "The tool is at fault, not its arguments: do not repeat the call unchanged."
+)
 JSON_HINT = "Hint: Malformed JSON. Emit a single valid JSON object with double-quoted keys."
 
 PG_TRACE = """\
@@ -286,6 +292,60 @@ EXAMPLES = [
         "Hint: Tool 'unknown' does not exist. Use one of: unknown.",
         C.UNKNOWN_TOOL,
         "unknown_tool",
+        None,
+    ),
+    (
+        (
+            "output of tool 'bad' does not match its return type Out: "
+            "field `n`: invalid type: string, expected an integer"
+        ),
+        OUTPUT_HINT.format("bad", "Out", "field 'n': invalid type: string, expected an integer"),
+        C.INVALID_VALUE,
+        "output_mismatch",
+        None,
+    ),
+    (
+        "output of tool 'crm.find' does not match its return type Customer: field `id` is missing",
+        OUTPUT_HINT.format("crm.find", "Customer", "field 'id' is missing"),
+        C.INVALID_VALUE,
+        "output_mismatch",
+        None,
+    ),
+    (
+        "output of tool 'bad' does not match its return type Out: expected an object, got list",
+        OUTPUT_HINT.format("bad", "Out", "expected an object, got list"),
+        C.INVALID_VALUE,
+        "output_mismatch",
+        None,
+    ),
+    (
+        # a nested field's message, which rule 15 (missing_field) alone would blame on arguments
+        (
+            "output of tool 'quote' does not match its return type Quote: "
+            "field `lines`: missing field `lines[0].sku`"
+        ),
+        OUTPUT_HINT.format("quote", "Quote", "field 'lines': missing field `lines[0].sku`"),
+        C.INVALID_VALUE,
+        "output_mismatch",
+        None,
+    ),
+    (
+        # the output type's fallback name (no `__name__`) has blanks; a tool name may have `` ` ``
+        "output of tool 'a`b' does not match its return type its TypedDict: field `x y` is missing",
+        OUTPUT_HINT.format("a`b", "its TypedDict", "field 'x y' is missing"),
+        C.INVALID_VALUE,
+        "output_mismatch",
+        None,
+    ),
+    (
+        # long names are shortened, then what is wrong, so that the advice is never cut off
+        (
+            f"output of tool '{'t' * 128}' does not match its return type {'T' * 128}: "
+            f"field `{'f' * 128}`: invalid type: string, expected {'an integer ' * 20}"
+        ),
+        OUTPUT_HINT.format("t" * 29 + "...", "T" * 29 + "...", "field '" + "f" * 33 + "..."),
+        C.INVALID_VALUE,
+        "output_mismatch",
         None,
     ),
     (
@@ -787,7 +847,7 @@ EXAMPLES = [
 ]
 
 
-# Rules 28-31 after each form of the HTTP prefix
+# Rules 29-32 after each form of the HTTP prefix
 # `\b(?:HTTP(?:/\d(?:\.\d)?)?|[Ss]tatus(?: [Cc]ode)?:?|returned)\s*`.
 HTTP_PREFIX_FORMS = [
     "HTTP {}",
@@ -827,7 +887,7 @@ def test_rule_example(raw, text, category, rule, key):
 
 
 def test_every_rule_and_alternative_has_an_example():
-    """The example table exercises all 34 rules and every alternative of each."""
+    """The example table exercises all 35 rules and every alternative of each."""
     seen: set[tuple[str, int]] = set()
     for raw, *_ in EXAMPLES:
         text = _bounded(raw)
@@ -850,7 +910,7 @@ def test_rule_example_agrees_with_the_reference_patterns(raw, text, category, ru
     [
         "XHTTP 404",  # no word boundary before the prefix
         "HTTP 4041",  # no word boundary after the status
-        "http 404",  # the prefix is case-sensitive outside rule 27 (rate_limited)
+        "http 404",  # the prefix is case-sensitive outside rule 28 (rate_limited)
         "returned 404x",
         "STATUS 404",
         "HTTP/1.x 404",
@@ -986,6 +1046,61 @@ def test_type_mismatch_position_suffix_is_optional_and_lazy():
     """The `at line N column M` suffix is left out of `expected` only at the very end."""
     hint = clean_error("invalid type: x, expected y at line 1 column 2 and more")
     assert hint.text == "Hint: Wrong argument type: got x, expected y at line 1 column 2 and more."
+
+
+def test_output_mismatch_wins_over_the_rules_for_argument_messages():
+    """A field's message inside an output mismatch does not make it an argument's fault."""
+    for why in (
+        "invalid type: string, expected an integer",
+        "missing field `a`",
+        "invalid value: number 1.5 for field `n`, expected an integer",
+        "unknown field `a`, there are no fields",
+    ):
+        raw = f"output of tool 'bad' does not match its return type Out: field `n`: {why}"
+        hint = clean_error(raw)
+        assert hint.rule == "output_mismatch"
+        assert hint.text == OUTPUT_HINT.format("bad", "Out", f"field 'n': {why}")
+        assert "argument type" not in hint.text
+        assert "Remove it" not in hint.text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "output of tool '' does not match its return type Out: field `n` is missing",  # no tool
+        "output of tool 'b' does not match its return type : field `n` is missing",  # no type
+        "output of tool 'b' does not match its return type Out: field `` is missing",  # no field
+        "output of tool 'b' does not match its return type Out: field `n`: ",  # no message
+        "output of tool 'b' does not match its return type Out: field `n`",
+        "output of tool 'b' does not match its return type Out: expected an object, got ",
+        "output of tool 'b\n' does not match its return type Out: field `n` is missing",
+        f"output of tool '{'b' * 129}' does not match its return type Out: field `n` is missing",
+        f"output of tool 'b' does not match its return type {'T' * 129}: field `n` is missing",
+        f"output of tool 'b' does not match its return type T: field `{'n' * 129}` is missing",
+    ],
+)
+def test_output_mismatch_needs_every_part(raw):
+    """Without a tool, a type, and a field with what is wrong (or a non-object), no match."""
+    assert clean_error(raw).rule != "output_mismatch"
+    assert clean_error(raw) == reference_clean(raw)
+
+
+def test_output_mismatch_renders_a_blank_capture_as_unknown():
+    """Blank captures read `unknown`, and the field stays a field when its name is blank."""
+    hint = clean_error("output of tool ' ' does not match its return type  : field ` ` is missing")
+    assert hint.text == OUTPUT_HINT.format("unknown", "unknown", "field 'unknown' is missing")
+
+
+def test_output_mismatch_hint_never_exceeds_the_limit():
+    """The hint's length bound, which `_rules` cannot import from `_clean`, is the same."""
+    assert _rules._HINT_CHARS == MAX_HINT_CHARS
+    raw = (
+        f"output of tool '{'t' * 128}' does not match its return type {'T' * 128}: "
+        f"field `{'f' * 128}` is missing"
+    )
+    hint = clean_error(raw)
+    assert len(hint.text) <= MAX_HINT_CHARS
+    assert hint.text.endswith("do not repeat the call unchanged.")
 
 
 # ------------------------------------------------------------------------------ the fallback
@@ -1345,7 +1460,9 @@ TOKENS = [
     *(raw for raw, *_ in EXAMPLES[:80]),
     "unresolved reference ", "reference ", "${steps.", "${steps.x", "}", ": key '",
     "' not present in output of step ", " points to a step that has not completed",
-    "unknown tool '", "'; registered tools: ", "Key (", "Key ()", ")=(",
+    "unknown tool '", "'; registered tools: ", "output of tool '",
+    "' does not match its return type ", ": expected an object, got ", ": field `", "` is missing",
+    "`: ", "Key (", "Key ()", ")=(",
     ") is not present in table",
     ' in table "', ") already exists", "foreign key constraint fails (", "FOREIGN KEY (`",
     "`) REFERENCES `", "FOREIGN KEY constraint failed", "Duplicate entry '", "' for key '",
@@ -1531,6 +1648,13 @@ HOSTILE = {
     "duplicate call ids without a step": "duplicate call id: 'x' is the call id of step x" * 1_390,
     "duplicate call id then near ends": ("duplicate call id: '" + "' is the call id of step x" * 9)
     * 260,
+    "output of tool ' repeated": "output of tool '" * 4_096,
+    "output of tool then long names": "output of tool '" + "a" * 127 + "' does not match its "
+    "return type " + "T" * 127 + "' does not match its return type " * 1_800,
+    "output mismatches without a field": "output of tool 'a' does not match its return type "
+    + ("T" * 100 + ": field `" + "f" * 127) * 270,
+    "output mismatch then a long field": "output of tool 'a' does not match its return type T: "
+    "field `" + "f" * 65_000,
     "unresolved reference repeated": "unresolved reference ${steps.1" * 2_180 + "}",
     "quotes": "'" * 65_536,
     "double quotes": '"' * 65_536,
@@ -1631,7 +1755,7 @@ CLIENT = (C.HTTP_CLIENT_ERROR, "http_client_error")
         ("422 Unprocessable Entity", CLIENT_HINT.format(422), CLIENT),
         ("Error code: 400 - {'message': 'bad'}", CLIENT_HINT.format(400), CLIENT),
         ("429 Too Many Requests", RATE_HINT, (C.RATE_LIMITED, "rate_limited")),
-        ("504 Gateway Timeout", TIMEOUT_HINT, (C.TIMEOUT, "timeout")),  # rule 32 matches first
+        ("504 Gateway Timeout", TIMEOUT_HINT, (C.TIMEOUT, "timeout")),  # rule 33 matches first
     ],
 )
 def test_a_status_line_reads_as_an_http_status(raw, text, kind):

@@ -1118,6 +1118,42 @@ def test_units_are_counted_over_every_run_and_freed_at_the_end(store):
     assert store.plan_units() == ()
 
 
+# -- tools' rate limits counted across runs --------------------------------------------------
+
+
+def test_a_rate_bucket_is_shared_by_every_run(store):
+    """A tool's token bucket is shared by every run on the store: once its one token is
+    taken, another run's claim is held (nothing of it written) until the bucket refills."""
+    slow = ("charge", 0.001, 1)  # one token at first, then one every 1,000 s
+    first = PlanJournal.begin(store, "r1", {}, [("a", "READY", 0)])
+    second = PlanJournal.begin(store, "r2", {}, [("a", "READY", 0)])
+    assert first.claim_all([("a", "a#1", 1)], rates={"a": slow}) == frozenset()
+    assert first.held == frozenset()
+    assert second.claim_all([("a", "a#1", 1)], rates={"a": slow}) == frozenset()
+    assert second.held == frozenset({"a"})
+    assert _nodes(store, "r2")["a"]["state"] == "READY"
+    ((tool, tokens, _),) = store.plan_rates()
+    assert tool == "charge"
+    assert tokens < 0.01
+    refilling = ("charge", 1e6, 1)  # a run whose limit refills the bucket at once
+    assert second.claim_all([("a", "a#1", 1)], rates={"a": refilling}) == frozenset()
+    assert second.held == frozenset()
+    assert _nodes(store, "r2")["a"]["state"] == "RUNNING"
+
+
+def test_a_claim_that_fails_its_compare_and_set_gives_its_token_back(store):
+    """The token a refused claim took goes back to the bucket in the same write."""
+    rate = ("charge", 0.001, 2)
+    journal = PlanJournal.begin(store, "r1", {}, [("a", "READY", 0)])
+    assert journal.claim_all([("a", "a#1", 1)], rates={"a": rate}) == frozenset()
+    ((_, after_one, _),) = store.plan_rates()
+    assert 0.99 < after_one < 1.01
+    assert journal.claim_all([("a", "a#2", 2)], rates={"a": rate}) == frozenset({"a"})
+    ((_, after_refusal, _),) = store.plan_rates()
+    assert 0.99 < after_refusal < 1.01
+    assert _nodes(store, "r1")["a"]["attempt"] == "a#1"
+
+
 def test_runs_crossing_over_several_resources_all_finish_without_overlap(durable_backend):
     """Three runs whose nodes take three resources in different orders and end at different
     times all succeed (no write deadlocks), each resource with one holder at a time and the

@@ -1265,11 +1265,15 @@ def test_an_output_is_checked_against_its_typed_dict_field_by_field(output, stat
     if state is NodeState.FAILED:
         assert node.error.key == key
         assert node.attempts == 1
+        assert node.error.rule == "output_mismatch"  # the tool's fault, not its arguments'
+        assert node.error.text.startswith(
+            "Hint: Output of tool 'receipt' does not match its return type Receipt: "
+        )
         if key is None:
-            assert "does not match its return type Receipt" in node.error.text
-            assert "expected an object" in node.error.text
-        else:  # the type-mismatch hint rule rewrites it (and calls it an argument)
-            assert "got string, expected an integer" in node.error.text
+            assert ": expected an object, got list. " in node.error.text
+        else:
+            assert ": field 'pages': invalid type: string, expected an integer. " in node.error.text
+        assert "argument type" not in node.error.text
 
 
 def test_an_interrupt_in_an_async_tool_ends_the_run_and_wait_raises_it():

@@ -198,9 +198,9 @@ def test_effects_keep_any_text_through_the_outbox(store: PostgresStore) -> None:
 
 def test_migrations_are_recorded_and_idempotent(store: PostgresStore) -> None:
     """The schema records each migration once; migrate() again changes nothing."""
-    assert store.migrate() == 4
+    assert store.migrate() == 5
     rows = _raw(f"SELECT version FROM {store.schema}.migrations ORDER BY version")
-    assert rows == [(1,), (2,), (3,), (4,)]
+    assert rows == [(1,), (2,), (3,), (4,), (5,)]
 
 
 def test_a_newer_schema_is_refused(store: PostgresStore) -> None:
@@ -236,7 +236,7 @@ def test_workers_starting_together_migrate_once(pg_schema: tuple[str, str]) -> N
     for thread in threads:
         thread.join()
     assert errors == []
-    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(4,)]
+    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(5,)]
 
 
 # ---------------------------------------------------------------- leases and fencing
@@ -682,22 +682,23 @@ def test_a_call_blocked_on_the_server_does_not_stop_the_renewals(
 
 
 def test_an_older_schema_is_migrated_keeping_its_data(store: PostgresStore) -> None:
-    """A schema at version 1 (no approvals, plan audit, holds or units) gains them, and
+    """A schema at version 1 (no approvals, plan audit, holds, units or rates) gains them, and
     keeps its state."""
     store.begin("t")
     store.put("t", "k", "1")
     store.commit("t")
     schema = store.schema
     _raw(f"DROP TABLE {schema}.requests, {schema}.plan_audit, {schema}.plan_holds")
-    _raw(f"DROP TABLE {schema}.plan_units")
+    _raw(f"DROP TABLE {schema}.plan_units, {schema}.plan_rates")
     _raw(f"DELETE FROM {schema}.migrations WHERE version >= 2")
     with _other(store) as upgraded:
         assert upgraded.read_committed("k") == "1"
         assert upgraded.requests_of("t") == ()
         assert upgraded.plan_holds() == ()
         assert upgraded.plan_units() == ()
+        assert upgraded.plan_rates() == ()
     versions = _raw(f"SELECT version FROM {schema}.migrations ORDER BY version")
-    assert versions == [(1,), (2,), (3,), (4,)]
+    assert versions == [(1,), (2,), (3,), (4,), (5,)]
 
 
 def test_two_workers_racing_for_one_approval_see_one_win(store: PostgresStore) -> None:

@@ -1,17 +1,16 @@
 """Clean Hints: one short, actionable line made from a raw tool error or stack trace.
 
 `clean_error` carries out `docs/protocol.md#clean-hints`. It bounds the input to 64 KiB, finds the
-first of 34 ordered rules that matches anywhere in it and renders that rule's template; when no
+first of 35 ordered rules that matches anywhere in it and renders that rule's template; when no
 rule matches, it reads an HTTP status line (`503 Service Unavailable`) as the HTTP rules would,
 or else quotes the most telling line of the trace. The result is a `CleanHint` whose text
 starts with `Hint: `, is one line and has at most 240 characters. Rules that name the offending key
 (a column, a field, a missing output key) put it in `CleanHint.key`, which lets the rollback
 controller jump back to the step that produced it.
 
-Each rule is defined by plain regular expressions (listed in `tests/test_hints.py`), and the hints
-are the same, text for text, as those of the AgentTx protocol's Rust implementation, which runs
-such patterns on Rust's linear-time `regex` crate. Python's `re` backtracks, and several defining
-patterns, searched naively, take quadratic time on hostile input: thousands of `Key (` with no `)`
+Each rule is defined by plain regular expressions (listed in `tests/test_hints.py`), the kind a
+linear-time engine runs as they are. Python's `re` backtracks, and several defining patterns,
+searched naively, take quadratic time on hostile input: thousands of `Key (` with no `)`
 make `Key \\((?P<key>[^)]+)\\)...` rescan the rest of the text from each of them, and a long word
 makes `(?P<func>\\w+)\\(\\) missing` start over at every letter. `re` also pays a fixed cost at
 every position where a pattern might start, so a pattern must begin with a literal for a search to
@@ -29,13 +28,11 @@ be cheap. Hence these devices, each explained where it is used:
 `tests/test_hints.py` checks the whole against a naive implementation of the defining patterns
 and of `docs/protocol.md#the-cleaner`, and each rewritten pattern against its defining pattern.
 
-Where Python's `re` and the Rust `regex` crate differ: `\\d`, `\\w`, `\\s` and `\\b` are Python's
-Unicode classes, which agree with the Rust `regex` crate's except on rare characters: Python counts
-U+001C..U+001F as whitespace (so they are collapsed and trimmed too) and does not count combining
-marks as word characters. The `$` that ends `type_mismatch`'s defining pattern is `\\Z` here. Lone
-surrogates, which a Rust string cannot hold, count as three bytes towards the 64 KiB bound (their
-`surrogatepass` encoding), then become U+FFFD, so that every hint and key is valid Unicode that any
-store can keep.
+Character classes: `\\d`, `\\w`, `\\s` and `\\b` are Python's Unicode classes, so U+001C..U+001F
+count as whitespace (they are collapsed and trimmed too) and combining marks are not word
+characters. The `$` that ends `type_mismatch`'s defining pattern is `\\Z` here. Lone surrogates
+count as three bytes towards the 64 KiB bound (their `surrogatepass` encoding), then become
+U+FFFD, so that every hint and key is valid Unicode that any store can keep.
 """
 
 from __future__ import annotations

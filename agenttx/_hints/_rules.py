@@ -1,4 +1,4 @@
-"""The 34 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
+"""The 35 Clean Hint rules, in priority order (`docs/protocol.md#hint-rules`).
 
 Each rule has a name, a category, its alternatives (patterns built with `_scan`), the groups
 that name its key, and a template. `_hints.clean_error` applies them.
@@ -218,6 +218,35 @@ def _duplicate_call_id(g: Groups) -> str:
     )
 
 
+#: `_clean.MAX_HINT_CHARS` (that module imports this one), which a hint must not exceed.
+_HINT_CHARS: Final = 240
+#: The longest tool or type name an `output_mismatch` hint quotes whole.
+_MAX_QUOTED_NAME: Final = 32
+_OUTPUT_MISMATCH_ADVICE: Final = (
+    "The tool is at fault, not its arguments: do not repeat the call unchanged."
+)
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit - 3` characters and `...` if it is longer than `limit`."""
+    return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+
+
+def _output_mismatch(g: Groups) -> str:
+    # The names are shortened, then what is wrong, so that the advice is never cut off.
+    tool = _cut(_get(g, "tool"), _MAX_QUOTED_NAME)
+    type_name = _cut(_get(g, "type"), _MAX_QUOTED_NAME)
+    if g.get("field") is None:
+        why = f"expected an object, got {_get(g, 'got')}"
+    elif g.get("why") is None:
+        why = f"field '{_get(g, 'field')}' is missing"
+    else:
+        why = f"field '{_get(g, 'field')}': {_get(g, 'why')}"
+    head = f"Hint: Output of tool '{tool}' does not match its return type {type_name}: "
+    room = _HINT_CHARS - len(head) - len(_OUTPUT_MISMATCH_ADVICE) - len(". ")
+    return f"{head}{_cut(why, room)}. {_OUTPUT_MISMATCH_ADVICE}"
+
+
 def _fixed(text: str) -> Callable[[Groups], str]:
     return lambda _g: text
 
@@ -275,6 +304,27 @@ _RULES: Final[tuple[_Rule, ...]] = (
         ),
         (),
         lambda g: f"Hint: Tool '{_get(g, 'tool')}' does not exist. Use one of: {_get(g, 'tools')}.",
+    ),
+    # A plan node's output that does not fit its tool's `TypedDict` return type
+    # (`_plans._checks.OutputCheck`): the field's message is the argument validator's, which the
+    # rules below would take for the arguments' fault. Linear as searched: {tool} stops at a `'`,
+    # which the leading literal ends with, so the runs from two starts do not overlap and each
+    # start reaches at most one occurrence of the second literal; {type} and {field} are at most
+    # 128 characters after their own literal; {why} runs to the end of the line and ends the match.
+    _Rule(
+        "output_mismatch",
+        _C.INVALID_VALUE,
+        (
+            _alt(
+                r"output of tool '(?P<tool>[^'\n]{1,128})' does not match its return type "
+                r"(?P<type>[^:\n]{1,128}): (?:expected an object, got (?P<got>\w+)"
+                r"|field `(?P<field>[^`\n]{1,128})`(?: is missing|: (?P<why>[^\n]+)))",
+                "' does not match its return type ",
+                "output of tool '",
+            ),
+        ),
+        (),
+        _output_mismatch,
     ),
     # --- SQL constraint violations
     _Rule(
@@ -658,7 +708,7 @@ _RULES: Final[tuple[_Rule, ...]] = (
         (),
         _permission_denied,
     ),
-    # --- network and HTTP. Rules 27 and 32-34 are case-insensitive: they run on the folded text
+    # --- network and HTTP. Rules 28 and 33-35 are case-insensitive: they run on the folded text
     # (see `_Scan.folded`), split into one pattern per leading literal with `\b` behind it.
     _Rule(
         "rate_limited",

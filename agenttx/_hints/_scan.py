@@ -126,7 +126,7 @@ class _Scan:
         return self._reversed
 
     def statuses(self, form: str) -> frozenset[str]:
-        """The statuses that follow HTTP prefix form `form` anywhere in the text (rules 28-31)."""
+        """The statuses that follow HTTP prefix form `form` anywhere in the text (rules 29-32)."""
         if self._statuses is None:
             self._statuses = {}
         found = self._statuses.get(form)
@@ -273,7 +273,7 @@ def _run_to_stop_locator(prefix: str, stop: str, min_run: int, suffix: str) -> L
     return locate
 
 
-# ---------------------------------------------------------------- locators of rules 1-34
+# ---------------------------------------------------------------- locators of rules 1-35
 #
 # A plain search is linear for a pattern that begins with a literal and whose unbounded runs
 # each end the pattern or stop at a character of that literal, as in
@@ -292,13 +292,13 @@ _locate_unavailable = _run_to_stop_locator(
     r"reference \$\{steps\.\d+(?!\d)", "}", 0, r"\} points to a step that has not completed"
 )
 
-# Rules 4 and 7: a key run from `Key (` to the first `)`.
+# Rules 5 and 8: a key run from `Key (` to the first `)`.
 _locate_pg_foreign_key = _run_to_stop_locator(
     r"Key \(", ")", 1, r"\)=\([^)]*\) is not present in table \"[^\"]+\""
 )
 _locate_pg_unique = _run_to_stop_locator(r"Key \(", ")", 1, r"\)=\([^)]*\) already exists")
 
-# Rule 5: `.*?` runs to the end of the line from every `foreign key constraint fails (` on it.
+# Rule 6: `.*?` runs to the end of the line from every `foreign key constraint fails (` on it.
 _MYSQL_FK_OPEN: Final = "foreign key constraint fails ("
 _MYSQL_FK_CLOSE: Final = re.compile(r"FOREIGN KEY \(`[^`]+`\) REFERENCES `[^`]+`")
 
@@ -323,7 +323,7 @@ def _locate_mysql_foreign_key(scan: _Scan) -> int:
         pos = newline + 1
 
 
-# Rule 14, pydantic alternative `(?P<key2>\w+)\s*\n\s*Field required`. Searched forwards, `\w+`
+# Rule 15, pydantic alternative `(?P<key2>\w+)\s*\n\s*Field required`. Searched forwards, `\w+`
 # starts over at every letter of a long word. Its leftmost match starts where a word starts, at
 # the first `Field required` whose preceding whitespace holds a newline and follows a word; that
 # is the last such occurrence in the reversed text, which a greedy `.*` finds in one backward
@@ -337,7 +337,7 @@ def _locate_field_required(scan: _Scan) -> int:
     return -1 if found is None else len(scan.text) - found.end("word")
 
 
-# Rule 14, JSON Schema alternative `'(?P<key3>[^']+)' is a required property`, would be tried at
+# Rule 15, JSON Schema alternative `'(?P<key3>[^']+)' is a required property`, would be tried at
 # every `'`. A match ends at the first `' is a required property` that has a character other than
 # `'` before it (a non-empty key) and some `'` further back, and starts at the nearest such `'`.
 _REQUIRED_PROPERTY_END: Final = re.compile(
@@ -356,7 +356,7 @@ def _locate_required_property(scan: _Scan) -> int:
     return -1
 
 
-# Rule 16, `(?P<func>\w+)\(\) missing ...`: as for `Field required`, the leftmost match starts
+# Rule 17, `(?P<func>\w+)\(\) missing ...`: as for `Field required`, the leftmost match starts
 # where the word before the first valid `() missing ...` starts.
 _MISSING_ARGUMENT_TAIL: Final = re.compile(
     r"\(\) missing (?<=\w\(\) missing )\d+ required (?:positional |keyword-only )?"
@@ -374,7 +374,7 @@ def _locate_missing_argument(scan: _Scan) -> int:
     return -1 if word is None else tail.start() - len(word.group())
 
 
-# Rule 20: the match ends at the end of the text (`$`, here `\Z`) and holds no newline, so it
+# Rule 21: the match ends at the end of the text (`$`, here `\Z`) and holds no newline, so it
 # lies on the last line, where `[^,\n]+` is the run up to the first `,`. That `,` must begin
 # `, expected ` followed by at least one more character.
 _TYPE_MISMATCH_OPEN: Final = re.compile(r"invalid type: ")
@@ -389,7 +389,7 @@ def _locate_type_mismatch(scan: _Scan) -> int:
     )
 
 
-# Rules 28-31 share the prefix `\b(?:HTTP(?:/\d(?:\.\d)?)?|[Ss]tatus(?: [Cc]ode)?:?|returned)\s*`,
+# Rules 29-32 share the prefix `\b(?:HTTP(?:/\d(?:\.\d)?)?|[Ss]tatus(?: [Cc]ode)?:?|returned)\s*`,
 # split here into one pattern per leading literal (no two can match at one position). After a
 # given occurrence of a prefix form, a status can begin at one place only (its optional parts and
 # the blanks cannot both be followed by a digit), so the set of 3-character statuses found after
@@ -414,7 +414,7 @@ _HTTP_STATUS: Final = {
 
 
 def _http_status(status: str, digits: str, accepts: Callable[[str], bool]) -> tuple[_Pattern, ...]:
-    """Rules 28-31's patterns: `digits` are characters every accepted status contains."""
+    """Rules 29-32's patterns: `digits` are characters every accepted status contains."""
 
     def gate_for(form: str) -> Gate:
         def gate(scan: _Scan) -> bool:

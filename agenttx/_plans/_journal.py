@@ -208,14 +208,16 @@ class PlanJournal:
         events: Sequence[tuple[int, str]] = (),
         holds: Mapping[str, str] | None = None,
         units: Mapping[str, tuple[tuple[str, int, int], ...]] | None = None,
+        rates: Mapping[str, tuple[str, float, int]] | None = None,
     ) -> frozenset[str]:
         """Claim each node for its attempt (`(node_id, attempt, number)`, compare-and-sets),
         writing what is buffered first (and audit `events`, as `flush` does), all in one
         durable write; the nodes not claimable. A node in `holds` takes that exclusive
-        resource with its claim, and a node in `units` those `(resource, units, capacity)`;
-        one whose resource another run holds, or whose units would exceed a capacity counted
-        over every run, is not claimed, and is in `held` (not in the result) after the
-        write."""
+        resource with its claim, a node in `units` those `(resource, units, capacity)`, and
+        a node in `rates` a token of its tool's rate `(tool, per_second, burst)`; one whose
+        resource another run holds, whose units would exceed a capacity counted over every
+        run, or whose tool's bucket (shared by every run) is empty, is not claimed, and is in
+        `held` (not in the result) after the write."""
         now = time.time()
         claimed: list[tuple[str, dict[str, Any]]] = []
         changes = self._pending
@@ -236,8 +238,11 @@ class PlanJournal:
             expect = PlanExpect(node_id=node_id, states=_CLAIMABLE, attempt=node["attempt"])
             hold = holds.get(node_id) if holds else None
             taken = units.get(node_id, ()) if units else ()
+            rate = rates.get(node_id) if rates else None
             changes.append(
-                _change(node_id, "RUNNING", attempt, change, expect, hold=hold, units=taken)
+                _change(
+                    node_id, "RUNNING", attempt, change, expect, hold=hold, units=taken, rate=rate
+                )
             )
             claimed.append((node_id, change))
         self._pending = []
@@ -351,6 +356,7 @@ def _change(
     *,
     hold: str | None = None,
     units: tuple[tuple[str, int, int], ...] = (),
+    rate: tuple[str, float, int] | None = None,
     release: bool = False,
 ) -> PlanChange:
     return PlanChange(
@@ -361,6 +367,7 @@ def _change(
         expect=expect,
         hold=hold,
         units=units,
+        rate=rate,
         release=release,
     )
 

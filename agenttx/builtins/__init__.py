@@ -1,8 +1,8 @@
 """Built-in tools: a key-value table, records with keys, sandboxed files and staged effects.
 
 Their arguments, outputs, state keys (`kv/{key}`, `records/{table}/{id}`), sandbox rules and
-error messages are those of `docs/protocol.md#built-in-tools`, the same as the built-ins of the
-AgentTx protocol's Rust implementation, so the Clean Hint cleaner gives the same hints::
+error messages are those of `docs/protocol.md#built-in-tools`, written so that the Clean Hint
+cleaner turns each failure into its hint::
 
     import agenttx
     import agenttx.builtins

@@ -66,8 +66,8 @@ def id_text(arguments: Mapping[str, JSONValue], name: str) -> str:
 
     Raises ``missing field `name` `` when absent or null, and
     ``invalid type: {t} for field `name`, expected a string or number`` for anything else,
-    including the empty string (an odd message for a string, kept so the hint is the one the
-    AgentTx protocol's Rust implementation gives).
+    including the empty string (an odd message for a string, kept so that it gets the same
+    hint as every other value of the wrong type).
     """
     value = arguments.get(name)
     if value is None:

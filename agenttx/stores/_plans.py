@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLAN_AUDIT_TABLES",
     "PLAN_HOLD_TABLES",
+    "PLAN_RATE_TABLES",
     "PLAN_TABLES",
     "PLAN_UNIT_TABLES",
     "PlanChange",
@@ -54,6 +55,7 @@ __all__ = [
     "claim_plan",
     "list_plans",
     "plan_holds",
+    "plan_rates",
     "plan_units",
     "prune_audit",
     "read_audit",
@@ -109,6 +111,15 @@ PLAN_UNIT_TABLES: Final = (
     "CREATE INDEX plan_units_run ON plan_units (run_id, node_id)",
 )
 
+#: The migration that adds the token buckets of tools' rate limits, counted across runs
+#: (schema version 7 -> 8): a bucket's `tokens` as of `updated_at`.
+PLAN_RATE_TABLES: Final = (
+    (
+        "CREATE TABLE plan_rates (tool TEXT NOT NULL PRIMARY KEY, tokens REAL NOT NULL, "
+        "updated_at REAL NOT NULL) WITHOUT ROWID"
+    ),
+)
+
 _RUNNING: Final = "RUNNING"
 
 
@@ -160,7 +171,10 @@ class PlanChange:
     with the change: the change is made only if no other run's node holds it. `units` (a
     claim's too) are `(resource, units, capacity)`: the change is made only if, for each, the
     units held by every other node of any run plus these stay within the capacity. `release`
-    frees what the node holds (its attempt ended), once the change is made."""
+    frees what the node holds (its attempt ended), once the change is made. `rate` (a claim's
+    too) is `(tool, per_second, burst)`: the change is made only if the tool's token bucket,
+    shared by every run on the store (refilled at `per_second` up to `burst` tokens, full at
+    first), has a token, which the change takes."""
 
     node_id: str = attrs.field(validator=_text)
     state: str = attrs.field(validator=_text)
@@ -169,6 +183,7 @@ class PlanChange:
     expect: PlanExpect | None = None
     hold: str | None = attrs.field(default=None, validator=_optional_text)
     units: tuple[tuple[str, int, int], ...] = ()
+    rate: tuple[str, float, int] | None = None
     release: bool = False
 
 
@@ -261,6 +276,61 @@ def _take_units(cur: sqlite3.Cursor, run_id: str, change: PlanChange, now: float
     return True
 
 
+_RATE: Final = "SELECT tokens, updated_at FROM plan_rates WHERE tool = ?"
+_SET_RATE: Final = "INSERT OR REPLACE INTO plan_rates (tool, tokens, updated_at) VALUES (?, ?, ?)"
+
+
+def _take_token(cur: sqlite3.Cursor, rate: tuple[str, float, int], now: float) -> bool:
+    """Take a token from the tool's bucket if it has one (under the write lock)."""
+    tool, per_second, burst = rate
+    row = cur.execute(_RATE, (tool,)).fetchone()
+    tokens = float(burst) if row is None else _refilled(row[0], row[1], now, per_second, burst)
+    if tokens < 1.0:
+        return False
+    cur.execute(_SET_RATE, (tool, tokens - 1.0, now))
+    return True
+
+
+def _give_token(cur: sqlite3.Cursor, rate: tuple[str, float, int]) -> None:
+    """Put back the token a claim took and did not use."""
+    cur.execute(
+        "UPDATE plan_rates SET tokens = min(tokens + 1.0, ?) WHERE tool = ?", (rate[2], rate[0])
+    )
+
+
+def _refilled(tokens: float, updated_at: float, now: float, per_second: float, burst: int) -> float:
+    """A bucket's tokens at `now`: refilled at `per_second` since `updated_at`, up to `burst`
+    (a clock that went back refills nothing)."""
+    return min(float(burst), tokens + max(0.0, now - updated_at) * per_second)
+
+
+def _take(cur: sqlite3.Cursor, run_id: str, change: PlanChange, now: float) -> bool:
+    """Take what a claim takes across runs (its exclusive resource, its units, a token of
+    its tool's rate), all or none (under the write lock)."""
+    if change.attempt is None:
+        raise InvalidArgument(f"a claim of node `{change.node_id}` that takes needs its attempt")
+    hold = change.hold
+    if hold is not None:
+        taken = (hold, run_id, change.node_id, change.attempt, now)
+        if cur.execute(_HOLD, taken).rowcount != 1:
+            return False
+    if (change.units and not _take_units(cur, run_id, change, now)) or (
+        change.rate is not None and not _take_token(cur, change.rate, now)
+    ):
+        cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
+        cur.execute(_UNUNITS, (run_id, change.node_id))
+        return False
+    return True
+
+
+def _untake(cur: sqlite3.Cursor, run_id: str, change: PlanChange) -> None:
+    """Give back what `_take` took for a claim whose compare-and-set did not hold."""
+    cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
+    cur.execute(_UNUNITS, (run_id, change.node_id))
+    if change.rate is not None:
+        _give_token(cur, change.rate)
+
+
 def _release(cur: sqlite3.Cursor, run_id: str, node_id: str) -> None:
     cur.execute(_UNHOLD, (run_id, node_id))
     cur.execute(_UNUNITS, (run_id, node_id))
@@ -304,24 +374,14 @@ def write_plan(
             continue
         if expect.node_id != change.node_id:
             raise InvalidArgument(f"a change of node `{change.node_id}` expects another node")
-        hold = change.hold
-        if hold is not None:
-            if change.attempt is None:
-                raise InvalidArgument(f"a hold of node `{change.node_id}` needs its attempt")
-            taken = (hold, run_id, change.node_id, change.attempt, now)
-            if cur.execute(_HOLD, taken).rowcount != 1:
-                made.append(None)
-                continue
-        if change.units and not _take_units(cur, run_id, change, now):
-            if hold is not None:
-                cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
+        takes = change.hold is not None or change.units or change.rate is not None
+        if takes and not _take(cur, run_id, change, now):
             made.append(None)
             continue
         states = "|" + "|".join(expect.states) + "|"
         ok = cur.execute(_CHANGE_IF, (*values, expect.attempt, states)).rowcount == 1
-        if not ok and (hold is not None or change.units):
-            cur.execute(_UNHOLD_ATTEMPT, (run_id, change.node_id, change.attempt))
-            cur.execute(_UNUNITS, (run_id, change.node_id))
+        if not ok and takes:
+            _untake(cur, run_id, change)
         elif ok and change.release:
             _release(cur, run_id, change.node_id)
         made.append(ok)
@@ -339,6 +399,12 @@ def plan_units(cur: sqlite3.Cursor) -> tuple[tuple[str, str, str, int], ...]:
         "SELECT resource, run_id, node_id, units FROM plan_units ORDER BY resource, run_id, node_id"
     ).fetchall()
     return tuple((resource, run, node, units) for resource, run, node, units in rows)
+
+
+def plan_rates(cur: sqlite3.Cursor) -> tuple[tuple[str, float, float], ...]:
+    """The token buckets of tools' rate limits, as `(tool, tokens, updated_at)`, by tool."""
+    rows = cur.execute("SELECT tool, tokens, updated_at FROM plan_rates ORDER BY tool")
+    return tuple((tool, tokens, updated_at) for tool, tokens, updated_at in rows.fetchall())
 
 
 def plan_holds(cur: sqlite3.Cursor) -> tuple[tuple[str, str, str, str], ...]:

@@ -136,7 +136,7 @@ class SharedRows:
                         "this store no longer holds it"
                     )
                 ending = status is not None and status != _RUNNING
-                if ending or any(c.hold or c.units or c.release for c in changes):
+                if ending or any(c.hold or c.units or c.rate or c.release for c in changes):
                     # Every write that takes or frees holds or units does so under one lock
                     # per schema, taken after its run's row: no two wait on each other.
                     cur.execute(sql.lock_holds, (HOLDS_LOCK, self._schema))
@@ -199,9 +199,11 @@ class SharedRows:
                 if cur.rowcount != 1:
                     made.append(None)
                     continue
-            if change.units and not self._take_units(cur, run_id, change, now):
-                if hold is not None:
-                    cur.execute(sql.unhold_attempt, (run_id, change.node_id, change.attempt))
+            if (change.units and not self._take_units(cur, run_id, change, now)) or (
+                change.rate is not None and not self._take_token(cur, change.rate)
+            ):
+                cur.execute(sql.unhold_attempt, (run_id, change.node_id, change.attempt))
+                cur.execute(sql.ununits, (run_id, change.node_id))
                 made.append(None)
                 continue
             cur.execute(
@@ -217,9 +219,11 @@ class SharedRows:
                 ),
             )
             ok = cur.rowcount == 1
-            if not ok and (hold is not None or change.units):
+            if not ok and (hold is not None or change.units or change.rate is not None):
                 cur.execute(sql.unhold_attempt, (run_id, change.node_id, change.attempt))
                 cur.execute(sql.ununits, (run_id, change.node_id))
+                if change.rate is not None:
+                    cur.execute(sql.give_token, (change.rate[2], change.rate[0]))
             elif ok and change.release:
                 cur.execute(sql.unhold, (run_id, change.node_id))
                 cur.execute(sql.ununits, (run_id, change.node_id))
@@ -248,6 +252,20 @@ class SharedRows:
             ),
         )
         return True
+
+    def _take_token(self, cur: psycopg.Cursor[Any], rate: tuple[str, float, int]) -> bool:
+        """Take a token from the tool's bucket if it has one (see `Sql.take_token`)."""
+        tool, per_second, burst = rate
+        cur.execute(self._sql.take_token, (tool, burst, burst, per_second, burst, per_second))
+        return cur.fetchone() is not None
+
+    def plan_rates(self) -> tuple[tuple[str, float, float], ...]:
+        """The token buckets of tools' rate limits, shared by every run, as `(tool, tokens,
+        updated_at)` (the server's clock, seconds since the epoch), by tool."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the rate buckets", self._sql.select_rates, ())
+        return tuple((tool, float(tokens), float(at)) for tool, tokens, at in rows)
 
     def plan_units(self) -> tuple[tuple[str, str, str, int], ...]:
         """The units of resource capacities held by plan nodes of any run, any worker's, as

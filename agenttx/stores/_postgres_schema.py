@@ -157,6 +157,15 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "CREATE INDEX plan_units_run ON {s}.plan_units (run_id, node_id)",
         ),
     ),
+    (
+        "the token buckets of tools' rate limits, counted across runs",
+        (
+            (
+                "CREATE TABLE {s}.plan_rates (tool text PRIMARY KEY, "
+                "tokens double precision NOT NULL, updated_at double precision NOT NULL)"
+            ),
+        ),
+    ),
 )
 
 #: The advisory lock (with the schema's hash) under which every write takes or frees holds
@@ -182,6 +191,12 @@ READ: Final = 7
 #: against a takeover until the write commits.
 _FENCE: Final = "SELECT 1 FROM {s}.txs WHERE tx_id = %s AND epoch = %s FOR KEY SHARE"
 _LEASE: Final = "now() + make_interval(secs => %s)"
+#: The server's clock in seconds since the epoch, and a rate bucket's tokens refilled by it
+#: (two parameters: the burst, then the tokens a second; a clock that went back adds none).
+_CLOCK: Final = "extract(epoch from clock_timestamp())"
+_REFILLED: Final = (
+    f"least(%s::float8, b.tokens + greatest(0, {_CLOCK} - b.updated_at) * %s::float8)"
+)
 #: The most `log` rows a durable write appends in one prepared statement (a step's record with
 #: a few buffered writes); more go in a PostgreSQL transaction, fenced first.
 LOG_ROWS_PREPARED: Final = 8
@@ -633,6 +648,19 @@ class Sql:
             "ON CONFLICT (resource, run_id, node_id) DO UPDATE SET attempt = excluded.attempt, "
             "units = excluded.units, acquired_at = excluded.acquired_at"
         )
+        #: Take a token from a tool's bucket (tool, burst, burst, per_second, burst,
+        #: per_second): refilled by the server's clock since its last take, up to the burst,
+        #: full at first; no row if it has no token. The row lock orders racing takes.
+        self.take_token = (
+            f"INSERT INTO {s}.plan_rates AS b (tool, tokens, updated_at) "
+            f"VALUES (%s, %s - 1, {_CLOCK}) ON CONFLICT (tool) DO UPDATE SET "
+            f"tokens = {_REFILLED} - 1, updated_at = {_CLOCK} WHERE {_REFILLED} >= 1 "
+            "RETURNING tokens"
+        )
+        self.give_token = (
+            f"UPDATE {s}.plan_rates SET tokens = least(tokens + 1, %s) WHERE tool = %s"
+        )
+        self.select_rates = f"SELECT tool, tokens, updated_at FROM {s}.plan_rates ORDER BY tool"
         self.ununits = f"DELETE FROM {s}.plan_units WHERE run_id = %s AND node_id = %s"
         self.ununits_run = f"DELETE FROM {s}.plan_units WHERE run_id = %s"
         self.select_units = (

@@ -799,6 +799,14 @@ class SQLiteStore(LogStore):
             with self._file.reading("list the plan units") as cur:
                 return plan_tables.plan_units(cur)
 
+    def plan_rates(self) -> tuple[tuple[str, float, float], ...]:
+        """The token buckets of tools' rate limits, shared by every run in the file, as
+        `(tool, tokens, updated_at)`, by tool."""
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the rate buckets") as cur:
+                return plan_tables.plan_rates(cur)
+
     def plan_audit(self, run_id: str) -> tuple[str, ...]:
         """The audit events stored for plan run `run_id` (JSON texts, `Event.to_json`), in
         seq order; empty if it has none (or no such run)."""

@@ -59,6 +59,7 @@ from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
 from ._plans import (
     PLAN_AUDIT_TABLES,
     PLAN_HOLD_TABLES,
+    PLAN_RATE_TABLES,
     PLAN_TABLES,
     PLAN_UNIT_TABLES,
     prune_audit,
@@ -173,6 +174,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     PLAN_HOLD_TABLES,
     # 6 -> 7: the units of plan resources' capacities held, counted across runs (`_plans`).
     PLAN_UNIT_TABLES,
+    # 7 -> 8: the token buckets of tools' rate limits, counted across runs (`_plans`).
+    PLAN_RATE_TABLES,
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
