@@ -209,6 +209,7 @@ class PostgresStore(SharedRows, LogStore):
             else:
                 self._link.check_version()
             self._prune(time.time())
+            self._link.ready(f"prepare the statements of schema `{schema}`")
         except BaseException:
             self._link.drop()
             raise

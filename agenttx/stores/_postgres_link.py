@@ -3,8 +3,8 @@ thread that renews the store's leases on a connection of its own (`Renewer`).
 
 `Link` holds one psycopg connection (autocommit: every statement outside `transaction()` is its
 own PostgreSQL transaction), made from a DSN or taken from a `psycopg_pool.ConnectionPool`.
-The statements of the per-step path and of commit (`Hot`) are prepared on each connection at
-its first use, and run straight through libpq, their parameters already bytes: psycopg's
+The statements of the per-step path and of commit (`Hot`) are prepared on each connection
+before its first use, and run straight through libpq, their parameters already bytes: psycopg's
 adaptation and its Python wait loop cost a step more than the server does. `run` executes one
 (a blocking call, the GIL released); `batch` sends several at once in pipeline mode and waits
 once for all their results (one round trip).
@@ -147,6 +147,18 @@ class Link:
         self._encoding = conn.info.encoding
         return conn
 
+    def ready(self, doing: str) -> psycopg.Connection[Any]:
+        """The live connection, with the hot statements prepared on it (the store's schema
+        must be at its version). `StorageError` if it cannot be had."""
+        conn = self.cursor(doing).connection
+        if self._prepared is not conn:
+            try:
+                self._prepare(conn)
+            except self.psycopg.Error as exc:
+                raise self.failure(doing, exc) from exc
+            self._prepared = conn
+        return conn
+
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         """Prepare the hot statements on `conn` that it lacks (another store sharing a pool
         may have prepared them there: same name, same text), in two round trips. Each is
@@ -171,17 +183,14 @@ class Link:
         1, format as `formats` says), outside any transaction; its `PGresult`, columns in
         binary format. An error is `StorageError`, as `failure` makes.
 
-        The statements are prepared at the first call on a connection, and again if they are
-        gone (psycopg deallocates every prepared statement after a rollback, a pool may discard
-        them): the statement, not run, is then run once more. The call blocks in libpq, so a
-        KeyboardInterrupt waits for the statement's end (`statement_timeout` bounds one that
-        waits on a lock)."""
-        conn = self.cursor(doing).connection
+        The statements are prepared on each connection before its first use (`ready`), and
+        again if they are gone (psycopg deallocates every prepared statement after a rollback,
+        a pool may discard them): the statement, not run, is then run once more. The call
+        blocks in libpq, so a KeyboardInterrupt waits for the statement's end
+        (`statement_timeout` bounds one that waits on a lock)."""
+        conn = self.ready(doing)
         pgconn: Any = conn.pgconn  # its stub does not let a parameter be None (NULL)
         try:
-            if self._prepared is not conn:
-                self._prepare(conn)
-                self._prepared = conn
             result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
             if result.status not in self._done and result.error_field(_SQLSTATE) == _GONE:
                 self._prepare(conn)
@@ -201,12 +210,9 @@ class Link:
         does any other psycopg error; prepared statements gone are prepared again, and the
         batch sent again, as `run` does. An interrupt while waiting drops the connection (the
         server then rolls back what it had not committed)."""
-        conn = self.cursor(doing).connection
+        conn = self.ready(doing)
         pgconn: Any = conn.pgconn
         try:
-            if self._prepared is not conn:
-                self._prepare(conn)
-                self._prepared = conn
             results = self._send(pgconn, statements)
             if any(result.error_field(_SQLSTATE) == _GONE for result in results):
                 self.rollback(doing)
