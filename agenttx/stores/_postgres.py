@@ -39,7 +39,7 @@ from ._durable import EndedTransaction, TxImage, UndoRow
 from ._log_rows import LogStore
 from ._postgres_link import Link, Renewer, check_schema_name
 from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
-from ._postgres_schema import LOG_ROWS_PREPARED, WRITE
+from ._postgres_schema import COMMIT_FENCE, LOG_ROWS_PREPARED, WRITE
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
@@ -342,7 +342,7 @@ class PostgresStore(SharedRows, LogStore):
         result = results[failed]
         link.rollback(doing)
         if link.sqlstate(result) == _CHECK_FAILED:
-            if failed == 1:
+            if failed == COMMIT_FENCE:
                 self._fence_failed(tx_id, doing)
             if failed in {writes, reads}:
                 keys = [key.encode() for key in tx.checked_keys()]

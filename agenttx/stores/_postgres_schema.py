@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS",
+    "COMMIT_FENCE",
     "HOLDS_LOCK",
     "LOG_ROWS_PREPARED",
     "MIGRATIONS",
@@ -238,6 +239,8 @@ def _log_fenced(s: str, rows: int) -> str:
 #: A statement of a batch (`Link.batch`): a hot statement's name (or `BEGIN`, `COMMIT`), its
 #: parameters (bytes, or None for NULL) and their formats (0 text, 1 binary).
 Statement: TypeAlias = "tuple[bytes, Sequence[bytes | None], Sequence[int]]"
+#: The index of a commit's fence among its statements (`Hot.commit`).
+COMMIT_FENCE: Final = 1
 #: The commands a batch sends as they are, unprepared.
 COMMANDS: Final = frozenset({b"BEGIN", b"COMMIT"})
 _BYTEA: Final = 17
@@ -364,7 +367,7 @@ class Hot:
         names, t = self._names, tx_id.encode()
         statements: list[Statement] = [
             (b"BEGIN", (), ()),
-            (names["fence"], (t, b"%d" % epoch), (0, 0)),
+            (names["fence"], (t, b"%d" % epoch), (0, 0)),  # at `COMMIT_FENCE`
         ]
         if ended is None:
             statements.append((names["end"], (t,), (0,)))
