@@ -443,7 +443,8 @@ class EventSink:
         """Record one event without delivering it (the owner calls `deliver` later); `data`
         may be `DeferredData`."""
         self._raw.append(
-            (kind.value, time.time() if at is None else at, step, node, attempt, actor, data)
+            # `_value_`: what `.value` reads, without the enum property's call (twice a node)
+            (kind._value_, time.time() if at is None else at, step, node, attempt, actor, data)
         )
 
     def deliver(self) -> None:

@@ -1212,3 +1212,50 @@ def test_runs_crossing_over_several_resources_all_finish_without_overlap(durable
     assert busiest <= 2  # the api's capacity of 2, counted over the three runs
     assert stores[0].plan_holds() == ()
     assert stores[0].plan_units() == ()
+
+
+def test_a_rate_limit_is_counted_over_every_run(durable_backend):
+    """Two runs whose tool allows 2 starts per 1,000 s, on two stores in two threads: only
+    2 of their 4 nodes start (each run alone would start both of its own); the others wait
+    until their run is cancelled."""
+    calls: list[str] = []
+    guard = threading.Lock()
+
+    @agenttx.tool
+    def pay(n: int) -> dict[str, int]:
+        with guard:
+            calls.append(f"pay {n}")
+        return {"n": n}
+
+    plan = agenttx.Plan(
+        nodes=[agenttx.Node(name, tool="pay", inputs={"n": 1}) for name in ("p1", "p2")]
+    )
+    stores = [durable_backend(), durable_backend()]
+    runs = [
+        agenttx.start_plan(
+            plan,
+            tools=[pay],
+            initial={},
+            store=stores[index],
+            run_id=f"r{index}",
+            rate_limits={"pay": agenttx.RateLimit(per_second=0.002, burst=2)},
+            backoff=Backoff(base=0.01, max_wait=0.05),
+        )
+        for index in range(2)
+    ]
+    deadline = time.monotonic() + 30
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # ample for a third start, were the bucket counted per run
+    assert len(calls) == 2
+    waiting = [run for run in runs if run.status is PlanStatus.RUNNING]
+    assert waiting  # a run with a node that cannot start does not end by itself
+    for run in waiting:
+        run.cancel("the test is over")
+    results = [run.wait(30) for run in runs]
+    assert {result.status for result in results} <= {PlanStatus.SUCCEEDED, PlanStatus.CANCELLED}
+    states = sorted(node.state.value for result in results for node in result.nodes.values())
+    assert states == ["CANCELLED", "CANCELLED", "SUCCEEDED", "SUCCEEDED"]
+    ((tool, tokens, _),) = stores[0].plan_rates()
+    assert tool == "pay"
+    assert tokens < 0.1

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -427,6 +428,36 @@ def test_literals_escapes_and_interpolation():
         "text": "order o-1 x2 3",
         "nested": [2, {"k": "S"}],
     }
+
+
+@pytest.mark.parametrize(
+    ("inputs", "direct"),
+    [
+        ({"a": "${customer_lookup.customer_id}", "b": 7, "c": "${initial.sku}"}, True),
+        ({"a": "${stock_check.available}", "b": None, "c": "plain"}, True),
+        ({"a": "${customer_lookup.extra}"}, True),  # a list: read the general way (a copy)
+        ({"a": "${customer_lookup.extra.1}"}, True),  # an index: read the general way
+        ({"a": "${customer_lookup.nope}"}, True),  # missing: the general way's error
+        ({"a": "x ${initial.sku}"}, False),  # interpolated
+        ({"a": ["${initial.sku}"]}, False),  # nested
+        ({"a": "cost $${initial.sku}"}, False),  # an escape
+    ],
+)
+def test_the_direct_reading_agrees_with_the_general_one(inputs, direct):
+    """Nodes of literal scalars and whole references are read directly, with the result (or
+    the error) the general reading gives; other nodes are read the general way."""
+    from agenttx._plans._model import _resolve_inputs  # noqa: PLC0415
+
+    node = Node("n", tool="t", inputs=inputs)
+    assert bool(node._direct_inputs()) is direct
+
+    def outcome(resolve: Any) -> object:
+        try:
+            return resolve(node, VALUES, OUTPUTS)
+        except UnresolvedInput as exc:
+            return ("unresolved", exc.param, exc.message)
+
+    assert outcome(resolve_inputs) == outcome(_resolve_inputs)
 
 
 def test_resolved_values_do_not_alias_outputs():

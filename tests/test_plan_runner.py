@@ -183,6 +183,46 @@ def test_order_workflow_runs_lookup_and_stock_together_and_commits():
     assert result.nodes["reserve"].cost.tool == Decimal("0.10")
 
 
+def test_a_kept_result_keeps_neither_its_plan_nor_its_tools_alive():
+    """A result reads the run's records only: its plan and its tools (which the plan keeps
+    with its validation) can go while the result, its nodes and its metrics stay readable."""
+    import gc  # noqa: PLC0415
+    import weakref  # noqa: PLC0415
+
+    def run() -> tuple[agenttx.PlanResult, weakref.ref[object], weakref.ref[object]]:
+        def work(x: int) -> dict[str, int]:
+            return {"x": x}
+
+        plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="work", inputs={"x": 1})])
+        result = agenttx.run_plan(plan, tools=[agenttx.tool(work)], initial={})
+        return result, weakref.ref(plan), weakref.ref(work)
+
+    result, plan, function = run()
+    gc.collect()
+    assert plan() is None
+    assert function() is None
+    assert result.nodes["a"].output == {"x": 1}
+    assert result.metrics.critical_path == ("a",)
+
+
+def test_metrics_are_computed_when_first_read_and_then_kept():
+    """`result.metrics` is computed on first read (not by the run), the same object at every
+    read, equal to a fresh computation, and results compare equal by their computed metrics."""
+    tools, _, _ = _order_shop()
+    result = agenttx.run_plan(ORDER_PLAN, tools=tools, initial=ORDER_INITIAL, run_id="lazy-1")
+    pending = result._metrics  # what the run handed over: a function
+    assert callable(pending)
+    assert not isinstance(pending, agenttx.PlanMetrics)
+    first = result.metrics
+    assert isinstance(first, agenttx.PlanMetrics)
+    assert result.metrics is first
+    assert pending() == first  # read again, the records give equal figures
+    assert first.critical_path[-2:] == ("reserve", "confirm")
+    assert first.makespan_s >= first.critical_path_s > 0
+    twin = attrs.evolve(result, metrics=pending)
+    assert twin == result
+
+
 def test_node_results_are_a_read_only_mapping_in_plan_order_built_once():
     """`result.nodes` lists every node in plan order, refuses writes and unknown ids, and
     gives the same `NodeResult` on every read."""
@@ -355,6 +395,8 @@ def test_transient_failures_retry_with_one_idempotency_key():
     assert len(set(node.attempt_ids)) == 3
     assert keys == [node.idempotency_key] * 3
     assert node.idempotency_key == derive_key("r1", plan.version, "charge", "flaky")
+    dispatched = [e for e in result.audit if e.kind is agenttx.EventKind.DISPATCHED]
+    assert [e.data["idempotency_key"] for e in dispatched] == [node.idempotency_key] * 3
     assert result.metrics.retries == 2
     assert result.metrics.cost.retry == Decimal("0.02")
     assert result.metrics.cost.tool == Decimal("0.01")

@@ -46,6 +46,40 @@ def test_validate_takes_what_a_transaction_takes():
     assert plan.validate([*TOOLS, _orders.release_reservation]) == ()
 
 
+def test_a_plan_keeps_its_validation_for_the_same_tools_only(monkeypatch):
+    """A second `validate` with the very same tools gives the kept answer without checking
+    again; other tools (another tool object under a name, one tool fewer) are checked afresh."""
+    from agenttx._plans import _validate  # noqa: PLC0415
+
+    checked: list[int] = []
+    real = _validate._Checker.node
+
+    def counting(self, position, node):
+        checked.append(position)
+        real(self, position, node)
+
+    monkeypatch.setattr(_validate._Checker, "node", counting)
+    plan = _orders.plan()
+    first = plan.validate(TOOLS)
+    assert first == ()
+    assert len(checked) == len(plan.nodes)
+    assert plan.validate(list(TOOLS)) is first  # the same tool objects: kept
+    assert len(checked) == len(plan.nodes)
+
+    @agenttx.tool(name="check_stock")
+    def other_check_stock(code: str) -> dict:
+        """Another tool under the same name: it takes a `code`, not a `sku`."""
+        return {"code": code}
+
+    others = [other_check_stock if tool.name == "check_stock" else tool for tool in TOOLS]
+    assert ("MISSING_INPUT", "stock_check.code") in problems_of(plan, others)
+    assert len(checked) == 2 * len(plan.nodes)
+    fewer = [tool for tool in TOOLS if tool.name != "check_stock"]
+    assert [p.code for p in plan.validate(fewer)] == [Code.UNKNOWN_TOOL]
+    assert plan.validate(TOOLS) == ()  # back to the first tools: checked again, still valid
+    assert len(checked) == 4 * len(plan.nodes)
+
+
 def test_invalid_tools_raise_rather_than_report():
     """A tools argument that is not tools is misuse: InvalidArgument, not a problem."""
     with pytest.raises(agenttx.InvalidArgument, match="not a tool"):

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from agenttx import InvalidArgument
 from agenttx._plans._scheduler import (
     Delivery,
+    Entry,
     NodeState,
     RateLimit,
     Scheduler,
@@ -881,3 +882,27 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 SchedulerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40)
 test_scheduler_machine = SchedulerMachine.TestCase
+
+
+def test_entries_given_directly_are_scheduled_as_tasks_are():
+    """The runner's entries (checked fields, `acyclic=True`) run as the same `Task`s do;
+    duplicates and unknown prerequisites are still refused, and cycles without `acyclic`."""
+
+    def entry(node: str, *prerequisites: str) -> Entry:
+        return Entry(node, frozenset(prerequisites), frozenset(), {}, None, "", 0)
+
+    sched = Scheduler(
+        [entry("a"), entry("b", "a"), entry("c", "a", "b")], max_concurrency=4, acyclic=True
+    )
+    order = []
+    while sched.is_active():
+        for start in sched.get_ready(0.0):
+            order.append(start.node)
+            assert sched.done(start.node, start.attempt).delivery is Delivery.APPLIED
+    assert order == ["a", "b", "c"]
+    with pytest.raises(InvalidArgument, match="duplicate node id"):
+        Scheduler([entry("a"), entry("a")], max_concurrency=1)
+    with pytest.raises(InvalidArgument, match="which is not a node"):
+        Scheduler([entry("a", "zz")], max_concurrency=1, acyclic=True)
+    with pytest.raises(InvalidArgument, match="cycle"):
+        Scheduler([entry("a", "b"), entry("b", "a")], max_concurrency=1)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._tools import Tool, Validator
     from ..stores import Store
-    from ._model import Plan
+    from ._model import Node
 
 __all__ = [
     "OutputCheck",
@@ -116,13 +116,12 @@ def check_rate_limits(rate_limits: object) -> dict[str, RateLimit]:
 _NO_NODES: frozenset[str] = frozenset()
 
 
-def optional_prerequisites(plan: Plan, node_id: str) -> frozenset[str]:
-    """The prerequisites whose failure still releases the node: those it references only in
+def optional_prerequisites(node: Node) -> frozenset[str]:
+    """The prerequisites whose failure still releases `node`: those it references only in
     inputs it lists as optional or gives a fallback for, and does not list in `after`."""
-    node = plan.node(node_id)
-    tolerant = set(node.optional) | set(node.fallback)
-    if not tolerant:
+    if not (node.optional or node.fallback):
         return _NO_NODES  # shared: one empty set, not one per node
+    tolerant = set(node.optional) | set(node.fallback)
     needed: dict[str, bool] = {}
     for ref in node.input_refs:
         if ref.namespace == "initial":
@@ -143,29 +142,56 @@ class OutputCheck:
 
     def failure(self, tool: str, output: JSONValue) -> Failure | None:
         """Why `output` does not fit the declared type, naming the field; None if it does."""
-        where = f"output of tool '{tool}' does not match its return type {self.type_name}"
         if not isinstance(output, dict):
-            return Failure(f"{where}: expected an object, got {type(output).__name__}")
+            return Failure(f"{self._where(tool)}: expected an object, got {type(output).__name__}")
         for name, required, validator in self.fields:
             if name not in output:
                 if required:
-                    return Failure(f"{where}: field `{name}` is missing", key=name)
+                    return Failure(f"{self._where(tool)}: field `{name}` is missing", key=name)
                 continue
             _, violation = validator.check(output[name])
             if violation is not None:
-                return Failure(f"{where}: field `{name}`: {violation.message}", key=name)
+                return Failure(
+                    f"{self._where(tool)}: field `{name}`: {violation.message}", key=name
+                )
         return None
+
+    def _where(self, tool: str) -> str:
+        return f"output of tool '{tool}' does not match its return type {self.type_name}"
 
 
 def output_check(tool: Tool[Any, Any]) -> OutputCheck | None:
-    signature = tool.signature
-    fields = signature.returns.fields
-    if not fields:
+    """The check of the tool's declared return type (its TypedDict's fields), or None.
+
+    Compiled once per return type and kept (a few hundred at most): tools made afresh for
+    each run (closures) share their types' compiled checks. The fields are the return type's
+    (`read_signature` reads them from it), so the type alone is the key.
+    """
+    returns = tool.signature.returns
+    if not returns.fields:
         return None
-    annotation = signature.returns.annotation
+    annotation = returns.annotation
+    try:
+        found = _CHECKS.get(annotation)
+    except TypeError:  # an unhashable annotation: compiled each time
+        return _compile_check(annotation, returns.fields)
+    if found is None:
+        found = _compile_check(annotation, returns.fields)
+        if len(_CHECKS) >= _MAX_CHECKS:
+            _CHECKS.clear()  # a program that makes return types without end: start again
+        _CHECKS[annotation] = found
+    return found
+
+
+def _compile_check(annotation: object, fields: tuple[Any, ...]) -> OutputCheck:
     type_name = getattr(annotation, "__name__", "its TypedDict")
     compiled = tuple(
         (field.name, field.required, compile_schema(schema_for(field.annotation)))
         for field in fields
     )
     return OutputCheck(str(type_name), compiled)
+
+
+#: The compiled checks, by return type (at most `_MAX_CHECKS`); a race compiles one twice.
+_CHECKS: dict[object, OutputCheck] = {}
+_MAX_CHECKS: Final = 256

@@ -37,7 +37,7 @@ import datetime as dt
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Final, Literal, cast, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast, final
 
 import attrs
 
@@ -67,6 +67,7 @@ from .._tools import (
     UndoRecord,
     arun_tool,
     closed,
+    derive_key,
     key_deriver,
     run_tool,
 )
@@ -103,11 +104,11 @@ from ._results import (
     PlanResult,
     PlanStatus,
 )
-from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Task, Update
+from ._scheduler import Delivery, Entry, NodeState, RateLimit, Scheduler, Start, Update
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from decimal import Decimal
 
     from .._events import HookLike
@@ -119,6 +120,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
+_monotonic: Final = time.monotonic
 #: Each attempt's deadline, in seconds, for a node without `timeout=`.
 DEFAULT_NODE_TIMEOUT: Final = 30.0
 #: How long a cancellation waits for cancelled async tools to unwind, in seconds.
@@ -205,19 +207,40 @@ class _SerializedStore:
 # ---------------------------------------------------------------------- one run
 
 
-@attrs.define(kw_only=True, eq=False)
 class _Attempt:
-    """One attempt's bookkeeping (mutable until it ends)."""
+    """One attempt's bookkeeping (mutable until it ends). A plain slotted class: one is made
+    a node start."""
 
-    start: Start
-    eligible_at: float
-    started_at: float
-    context: ToolContext | None  # None once the attempt has ended (see `release`)
-    arguments: JSONValue = None
-    finished_at: float | None = None
-    task: asyncio.Task[None] | None = None
-    ended_costs: tuple[tuple[str, Decimal], ...] = ()
-    previous: _Attempt | None = None  # the node's attempt before this one
+    __slots__ = (
+        "arguments",
+        "context",
+        "eligible_at",
+        "ended_costs",
+        "finished_at",
+        "id",
+        "node",
+        "number",
+        "previous",
+        "started_at",
+        "task",
+    )
+
+    def __init__(
+        self, start: Start, eligible_at: float, started_at: float, context: ToolContext | None
+    ) -> None:
+        # The start's fields, not the `Start`: a named tuple stays tracked by the garbage
+        # collector, and a run of thousands of nodes would keep one more such object a node.
+        self.node = start.node
+        self.id = start.attempt  # the attempt id, `<node>#<number>`
+        self.number = start.number
+        self.eligible_at = eligible_at
+        self.started_at = started_at
+        self.context = context  # None once the attempt has ended (see `release`)
+        self.arguments: JSONValue = None
+        self.finished_at: float | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.ended_costs: tuple[tuple[str, Decimal], ...] = ()
+        self.previous: _Attempt | None = None  # the node's attempt before this one
 
     @property
     def costs(self) -> tuple[tuple[str, Decimal], ...]:
@@ -232,25 +255,73 @@ class _Attempt:
             self.context = None
 
 
-@attrs.define(kw_only=True, eq=False)
-class _NodeRecord:
-    """What the run keeps per node."""
+class _NodeRecord(Entry):
+    """What the run keeps per node: the scheduler's entry of the node (this class extends it:
+    one object a node, not two; only the scheduler changes its fields), what each start reads
+    of the plan (found once, on construction), and what happened. No tool: a kept result
+    reads the records, and keeps no tool alive."""
 
-    index: int
-    tool: str
-    key: str
-    # The attempts as a chain from the last (no list a node: most nodes have one attempt).
-    last: _Attempt | None = None
-    tried: int = 0  # how many attempts were made
-    eligible_at: float | None = None
-    output: JSONValue = None
-    error: CleanHint | None = None
-    # A tuple: most nodes register none, and the shared empty tuple costs no object a node.
-    undos: tuple[tuple[float, UndoRecord], ...] = ()
-    finished_at: float | None = None  # when it ended, by `time.monotonic()`
-    finished_wall: dt.datetime | None = None  # of a node restored from the durable record
-    started_wall: dt.datetime | None = None  # of a node restored from the durable record
-    retried: int = 0  # attempts that failed and were retried before a crash (a resumed run's)
+    __slots__ = (
+        "_derive",
+        "_key",
+        "eligible_at",
+        "error",
+        "finished_at",
+        "finished_wall",
+        "last",
+        "node",
+        "output",
+        "retried",
+        "started_wall",
+        "step_id",
+        "tried",
+        "undos",
+        "units",
+    )
+
+    def __init__(  # noqa: PLR0917  (once a node, from `PlanExecution._records`)
+        self,
+        index: int,
+        node: Node,
+        derive: Callable[[str, str], str],
+        prerequisites: frozenset[str],
+        optional: frozenset[str],
+        hold: str | None,
+        units: tuple[tuple[str, int, int], ...],
+        attempts: int,
+        retried: int,
+    ) -> None:
+        # The scheduler's part: `optional` (the prerequisites whose failure still releases
+        # it), `exclusive` (its exclusive resource, resolved: held across runs when durable).
+        super().__init__(
+            node.id, prerequisites, optional, node.resources, hold, node.tool, attempts
+        )
+        self.step_id = index + 1  # its step id in the state transaction (plan order, from 1)
+        self.node = node
+        self._derive = derive  # the run's idempotency keys: derived when first read
+        self._key: str | None = None
+        self.units = units  # its units of resource capacities, `(resource, units, capacity)`
+        self.retried = retried  # attempts that failed and were retried before a crash
+        # The attempts as a chain from the last (no list a node: most nodes have one attempt).
+        self.last: _Attempt | None = None
+        self.tried = 0  # how many attempts were made
+        self.eligible_at: float | None = None
+        self.output: JSONValue = None
+        self.error: CleanHint | None = None
+        # A tuple: most nodes register none, and the shared empty tuple costs no object a node.
+        self.undos: tuple[tuple[float, UndoRecord], ...] = ()
+        self.finished_at: float | None = None  # when it ended, by `time.monotonic()`
+        self.finished_wall: dt.datetime | None = None  # of a node restored from the record
+        self.started_wall: dt.datetime | None = None  # of a node restored from the record
+
+    @property
+    def key(self) -> str:
+        """Every attempt's idempotency key (derived once, when first read: an inline tool
+        without a context never reads it during the run)."""
+        key = self._key
+        if key is None:
+            key = self._key = self._derive(self.id, self.tool)
+        return key
 
     @property
     def attempts(self) -> list[_Attempt]:
@@ -276,14 +347,12 @@ _HeldEvent = tuple[
 ]
 
 
-@attrs.frozen
-class _Finished:
+class _Finished(NamedTuple):
     attempt: _Attempt
     outcome: Outcome
 
 
-@attrs.frozen
-class _Crashed:
+class _Crashed(NamedTuple):
     attempt: _Attempt
     error: BaseException
 
@@ -380,51 +449,21 @@ class PlanExecution:
             run_id = uuid.uuid4().hex
         self.id = check_run_id(run_id)
         self._store = check_store(store, self.id)
-        self._optional = {node.id: optional_prerequisites(plan, node.id) for node in plan.nodes}
-        #: Each node's exclusive resource, resolved, and its units of resource capacities,
-        #: `(resource, units, capacity)`: both held across runs on a durable store.
-        self._holds, self._units = (
-            {node.id: self._exclusive(node) for node in plan.nodes},
-            _node_units(plan, capacities),
-        )
-        self._scheduler = Scheduler(
-            [
-                Task(
-                    id=node.id,
-                    prerequisites=plan.prerequisites(node.id),
-                    optional=self._optional[node.id],
-                    resources=node.resources,
-                    exclusive=self._holds[node.id],
-                    tool=node.tool,
-                    attempts=_attempts_made(restored, node.id),
-                )
-                for node in plan.nodes
-            ],
-            max_concurrency=self._max,
-            capacities=capacities,
-            rate_limits=limits,
-            on_failure=on_failure,
-        )
         self._registry = registry
-        self._tools = _node_tools(plan, registry)
         self._compensations: dict[str, Compensation[Any, Any]] = dict(registry.compensations)
-        for node in plan.nodes:
-            if isinstance(node.compensate, Compensation):
-                self._compensations.setdefault(node.compensate.name, node.compensate)
+        self._nodes: dict[str, _NodeRecord] = {}
+        #: The nodes' tools, by name (not on the records: a kept result keeps no tool alive).
+        self._tools: dict[str, Tool[Any, Any]] = {}
+        self._scheduler = self._build(plan, registry, restored, on_failure, capacities, limits)
+        #: Each rate-limited tool's `(tool, per_second, burst)`: a durable run also counts it
+        #: over every run on the store, taking a token of the tool's bucket with each claim.
+        self._rates = {
+            tool: (tool, limit.per_second, limit.burst) for tool, limit in limits.items()
+        }
+        self._checks: dict[str, OutputCheck | None] = {}
         self._dispatcher = dispatcher
         self._compensate = compensate_on == "failure"
         self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
-        self._checks: dict[str, OutputCheck | None] = {}
-        node_key = key_deriver(self.id, plan.version)
-        self._nodes = {
-            node.id: _NodeRecord(
-                index=index,
-                tool=node.tool,
-                key=node_key(node.id, node.tool),
-                retried=_retried(restored, node.id),
-            )
-            for index, node in enumerate(plan.nodes)
-        }
         self._outputs: dict[str, JSONValue] = {}
         #: Undos of calls that may still be running on a worker: reported, never run.
         self._stranded: list[tuple[str, UndoRecord]] = []
@@ -449,6 +488,58 @@ class PlanExecution:
             PlanEventKind.VALIDATED,
             data={"plan_version": plan.version, "nodes": len(plan.nodes), "problems": 0},
         )
+
+    def _build(  # noqa: PLR0917  (the checked arguments of `__init__`)
+        self,
+        plan: Plan,
+        registry: ToolRegistry,
+        restored: dict[str, StoredNode] | None,
+        on_failure: FailurePolicy,
+        capacities: dict[str, int],
+        limits: dict[str, RateLimit],
+    ) -> Scheduler:
+        """Fill `_nodes` (a record a node) and return the run's scheduler, of those records."""
+        return Scheduler(
+            self._records(plan, registry, restored, capacities),
+            max_concurrency=self._max,
+            capacities=capacities,
+            rate_limits=limits,
+            on_failure=on_failure,
+            acyclic=True,  # validation found no cycle
+        )
+
+    def _records(
+        self,
+        plan: Plan,
+        registry: ToolRegistry,
+        restored: dict[str, StoredNode] | None,
+        capacities: dict[str, int],
+    ) -> Iterator[_NodeRecord]:
+        """Make each node's record (also its scheduler entry), one at a time."""
+        node_key = key_deriver(self.id, plan.version)
+        prerequisites = plan.prerequisites
+        lookup = registry.get
+        records = self._nodes
+        for index, node in enumerate(plan.nodes):
+            node_id = node.id
+            tool = lookup(node.tool)
+            if tool is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
+                raise InvalidArgument(f"node `{node_id}`: tool `{node.tool}` is not registered")
+            self._tools[node.tool] = tool
+            record = records[node_id] = _NodeRecord(
+                index,
+                node,
+                node_key,
+                prerequisites(node_id),
+                optional_prerequisites(node),
+                None if node.exclusive_resource is None else self._exclusive(node),
+                _node_units(node, capacities) if node.resources else (),
+                _attempts_made(restored, node_id) if restored else 0,
+                _retried(restored, node_id) if restored else 0,
+            )
+            if isinstance(node.compensate, Compensation):
+                self._compensations.setdefault(node.compensate.name, node.compensate)
+            yield record
 
     def _init_durable(
         self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
@@ -502,9 +593,14 @@ class PlanExecution:
         attempt: str | None = None,
         data: Mapping[str, JSONValue] | DeferredData | None = None,
     ) -> None:
-        with self._lock:
-            self._event_locked(kind, node=node, attempt=attempt, data=data)
-        self._audit.deliver()
+        with self._lock:  # `_event_locked`, inline: twice a node
+            journal = self._journal
+            if self._held or (journal is not None and journal.pending):
+                self._held.append((kind, node, attempt, data))
+            else:
+                self._audit.record(kind, node=node, attempt=attempt, data=data)
+        if self._audit.has_hooks:
+            self._audit.deliver()
 
     def _event_locked(
         self,
@@ -573,8 +669,16 @@ class PlanExecution:
             for start in starts
             if start.node not in restored or restored[start.node].state not in _ENDED_STORED
         ]
-        holds = {start.node: hold for start in starts if (hold := self._holds[start.node])}
-        units = {start.node: taken for start in starts if (taken := self._units[start.node])}
+        records = self._nodes
+        holds = {start.node: hold for start in starts if (hold := records[start.node].exclusive)}
+        units = {start.node: taken for start in starts if (taken := records[start.node].units)}
+        rates = self._rates
+        if rates:
+            rates = {
+                start.node: rate
+                for start in starts
+                if (rate := self._rates.get(records[start.node].tool)) is not None
+            }
         refused = (
             self._persist(
                 self._journal.claim_all,
@@ -582,30 +686,33 @@ class PlanExecution:
                 self._audit_rows(),
                 holds or None,
                 units or None,
+                rates or None,
             )
             if claims
             else None
         )
         self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
-        if (holds or units) and self._journal is not None and self._journal.held:
+        if (holds or units or rates) and self._journal is not None and self._journal.held:
             self._wait_for_holds(starts, self._journal.held)
         self._flush()
 
     def _wait_for_holds(self, starts: tuple[Start, ...], held: frozenset[str]) -> None:
         """Put back the `starts` whose exclusive resource another run holds (or whose units
-        would exceed a capacity counted over every run): they stay queued (never started) and
-        are claimed again after a backoff."""
+        would exceed a capacity counted over every run, or whose tool's rate bucket, shared by
+        every run, is empty): they stay queued (never started) and are claimed again after a
+        backoff."""
         now = time.monotonic()
         for start in starts:
             if start.node in held:
                 waits = self._hold_waits[start.node] = self._hold_waits.get(start.node, 0) + 1
                 retry_at = now + self._backoff.delay(min(waits, _HOLD_WAITS))
-                hold = self._holds[start.node]
-                label = (
-                    f"hold:{hold}"
-                    if hold is not None
-                    else "shared:" + "+".join(name for name, _, _ in self._units[start.node])
-                )
+                record = self._nodes[start.node]
+                if record.exclusive is not None:
+                    label = f"hold:{record.exclusive}"
+                elif record.units:
+                    label = "shared:" + "+".join(name for name, _, _ in record.units)
+                else:  # its tool's bucket, shared by every run, was empty
+                    label = f"rate:{record.tool}"
                 self._scheduler.postpone(start, retry_at, label)
 
     def _flush(self) -> None:
@@ -785,6 +892,7 @@ class PlanExecution:
 
     async def _drive(self, inbox: _Inbox, running: dict[str, _Attempt]) -> None:
         scheduler = self._scheduler
+        records = self._nodes
         while scheduler.is_active():
             reason = self._cancelling()
             if reason is not None:
@@ -796,17 +904,23 @@ class PlanExecution:
             for start in starts:
                 if self._cancel_reason is not None:  # requested by a thread meanwhile
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
-                if scheduler.state(start.node) is not NodeState.RUNNING:
+                if records[start.node].state is not NodeState.RUNNING:  # its scheduler entry
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
                 stored = self._restored.pop(start.node, None)
                 if stored is not None and stored.state in _ENDED_STORED:
                     await self._apply(self._replay(start, stored), running)
                     continue
                 ended = self._dispatch(start, inbox, running)
+                if ended is None:  # it runs in a task
+                    continue
                 if isinstance(ended, _Finished):  # an inline tool, run in place
-                    await self._receive(ended, running)
-                elif ended is not None:  # it failed at once: apply what that ended or released
+                    running.pop(start.attempt, None)
+                    ended = self._complete(ended.attempt, ended.outcome)
+                # Apply what the end released or ended (awaiting only what it interrupted).
+                if ended.interrupted:
                     await self._apply(ended, running)
+                else:
+                    self._settle(ended, running)
             if starts:
                 continue  # the starts may have released or ended nodes: look again
             if not scheduler.is_active():
@@ -837,20 +951,18 @@ class PlanExecution:
     ) -> Update | _Finished | None:
         """Re-check a start, then run its attempt as a task (None); or run an inline sync
         tool in place (its `_Finished`); or fail it at once (the scheduler's update)."""
-        import asyncio  # noqa: PLC0415
-
         node_id = start.node
-        node = self._plan.node(node_id)
         record = self._nodes[node_id]
-        now = time.monotonic()
-        eligible = record.eligible_at if record.eligible_at is not None else now
-        tool = self._tools[node_id]
+        node = record.node
+        tool = self._tools[record.tool]
+        now = _monotonic()
+        eligible = record.eligible_at
         timeout = node.timeout or DEFAULT_NODE_TIMEOUT
         context = None
         if tool.wants_context or tool.guarded:  # as a transaction's step: only if it is used
             context = ToolContext(
                 tx_id=self.id,
-                step_id=record.index + 1,
+                step_id=record.step_id,
                 idempotency_key=record.key,
                 deadline=now + timeout,
                 store=cast("Store", self._serialized),  # get, put and delete are all it calls
@@ -859,24 +971,24 @@ class PlanExecution:
                 seq_base=start.number << _SEQ_BITS,
             )
         attempt = _Attempt(
-            start=start, eligible_at=min(eligible, now), started_at=now, context=context
+            start, now if eligible is None or eligible > now else eligible, now, context
         )
         record.add(attempt)
-        prerequisites = tuple(sorted(self._plan.prerequisites(node_id)))
-        state = self._scheduler.state
-        optional = self._optional[node_id]
-        unmet = [
-            name
-            for name in prerequisites
-            if state(name) is not NodeState.SUCCEEDED and name not in optional
-        ]
+        # The re-checks: every prerequisite's success recorded (its output kept), unless the
+        # node takes it as optional; inputs that resolve and fit the tool; the claim held.
+        prerequisites = record.prerequisites
+        outputs = self._outputs
+        optional = record.optional
         failure: Failure | None = None
         arguments: JSONValue = None
-        if unmet:  # pragma: no cover  (the scheduler never starts such a node)
-            failure = Failure(f"node `{node_id}` started before {', '.join(unmet)} succeeded")
-        else:
+        for name in prerequisites:
+            if name not in outputs and name not in optional:  # pragma: no cover
+                unmet = sorted(p for p in prerequisites if p not in outputs and p not in optional)
+                failure = Failure(f"node `{node_id}` started before {', '.join(unmet)} succeeded")
+                break
+        if failure is None:
             try:
-                resolved = resolve_inputs(node, self._initial, self._outputs)
+                resolved = resolve_inputs(node, self._initial, outputs)
             except UnresolvedInput as exc:
                 failure = Failure(exc.message, key=exc.param, mistake=True)
             else:
@@ -901,10 +1013,12 @@ class PlanExecution:
                 _DISPATCHED,
                 start.number,
                 node.tool,
-                record.key,
-                prerequisites,
+                self.id,  # the key's parts: derived when the event is read
+                self._plan.version,
+                node_id,
+                tuple(sorted(prerequisites)) if len(prerequisites) > 1 else tuple(prerequisites),
                 failure is None,
-                self._scheduler.running_count,
+                self._scheduler.running_count,  # the checks made (data built when read)
                 self._max,
                 start.waited,
                 timeout,
@@ -913,29 +1027,31 @@ class PlanExecution:
         if failure is not None:
             closed(context)
             attempt.release()
-            attempt.finished_at = time.monotonic()
+            attempt.finished_at = _monotonic()
             return self._fail(attempt, failure, retry=False)
         attempt.arguments = arguments
         call = Call(
-            step_id=record.index + 1,
-            tool=tool,
-            arguments=arguments,
-            raw_context="",
-            context=context,
-            timeout=timeout,
-            log_undo=self._log_undo,
-            seq_base=start.number << _SEQ_BITS,
+            record.step_id,
+            tool,
+            arguments,
+            "",
+            context,
+            timeout,
+            self._log_undo,
+            start.number << _SEQ_BITS,
         )
         running[start.attempt] = attempt
-        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
-            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
-            return None
-        if tool.inline and not tool.is_async:
+        if tool.inline and not tool.is_async and not tool.guarded:
             # An inline sync tool runs on the loop's thread in any case, and cannot be
             # interrupted: call it here, without a task (`run_tool` still checks its deadline).
             outcome = run_tool(call)
-            attempt.finished_at = time.monotonic()
+            attempt.finished_at = _monotonic()
             return _Finished(attempt, outcome)
+        import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
+
+        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
+            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
+            return None
         attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
         return None
 
@@ -960,7 +1076,7 @@ class PlanExecution:
         while independent nodes go on, then run the call (or take the decided output)."""
         import asyncio  # noqa: PLC0415
 
-        node = attempt.start.node
+        node = attempt.node
         people = self._people
         unknown = call.tool.on_unknown == "review"
         try:
@@ -1045,78 +1161,86 @@ class PlanExecution:
 
     async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
         attempt = message.attempt
-        running.pop(attempt.start.attempt, None)
+        running.pop(attempt.id, None)
         if isinstance(message, _Crashed):
             raise message.error
+        update = self._complete(attempt, message.outcome)
+        if update.interrupted:
+            await self._apply(update, running)
+        else:
+            self._settle(update, running)
+
+    def _complete(self, attempt: _Attempt, outcome: Outcome) -> Update:
+        """Apply the outcome of an attempt whose tool has returned; the scheduler's update."""
         attempt.release()  # its tool has returned: the context is closed
-        outcome = message.outcome
-        record = self._nodes[attempt.start.node]
-        tool = record.tool
+        record = self._nodes[attempt.node]
         failure = outcome.error
         if failure is None and outcome.refused is not None:
-            failure = Failure(f"output of tool '{tool}' is not JSON: {outcome.refused}")
+            failure = Failure(f"output of tool '{record.node.tool}' is not JSON: {outcome.refused}")
         if failure is None:
-            failure = self._check_output(tool, outcome.output)
+            failure = self._check_output(self._tools[record.tool], outcome.output)
             if failure is not None:
                 failure = failure._replace(mistake=True)  # a broken contract: never retried
         if failure is not None:
-            update = self._fail(
+            return self._fail(
                 attempt,
                 failure,
                 retry=True,
                 undos=outcome.undos,
                 still_running=outcome.running is not None,
             )
+        update = self._scheduler.done(attempt.node, attempt.id)
+        if update.delivery is Delivery.APPLIED:
+            self._succeed(attempt, record, outcome)
         else:
-            update = self._scheduler.done(attempt.start.node, attempt.start.attempt)
-            if update.delivery is Delivery.APPLIED:
-                self._succeed(attempt, outcome)
-            else:
-                self._refused(attempt, update)
-        await self._apply(update, running)
+            self._refused(attempt, update)
+        return update
 
-    def _check_output(self, tool: str, output: JSONValue) -> Failure | None:
-        if tool not in self._checks:
-            found = self._registry.get(tool)
-            self._checks[tool] = None if found is None else output_check(found)
-        check = self._checks[tool]
-        return None if check is None else check.failure(tool, output)
+    def _check_output(self, tool: Tool[Any, Any], output: JSONValue) -> Failure | None:
+        name = tool.name
+        try:
+            check = self._checks[name]
+        except KeyError:
+            check = self._checks[name] = output_check(tool)
+        return None if check is None else check.failure(name, output)
 
-    def _succeed(self, attempt: _Attempt, outcome: Outcome) -> None:
-        node_id = attempt.start.node
-        node = self._plan.node(node_id)
-        record = self._nodes[node_id]
-        now = time.monotonic()
-        undos = list(outcome.undos)
-        kind = node.compensation_name
+    def _succeed(self, attempt: _Attempt, record: _NodeRecord, outcome: Outcome) -> None:
+        node_id = attempt.node
+        node = record.node
+        now = _monotonic()
+        undos = outcome.undos
+        kind = None if node.compensate is None else node.compensation_name
         if kind is not None:
-            declared = self._tools[node_id].compensation_name
-            if declared is not None and undos and undos[-1].kind == declared:
-                undos.pop()  # the node's compensation replaces the tool's
-            undos.append(_node_undo(attempt, kind, record.index + 1, len(undos), outcome))
+            kept = list(undos)
+            declared = self._tools[record.tool].compensation_name
+            if declared is not None and kept and kept[-1].kind == declared:
+                kept.pop()  # the node's compensation replaces the tool's
+            kept.append(_node_undo(attempt, kind, record.step_id, len(kept), outcome))
+            undos = tuple(kept)
         if undos:
             record.undos += tuple((now, undo) for undo in undos)
         record.output = outcome.output
         record.finished_at = now
         if self._txlog is not None:
-            self._persist(self._write_state, attempt, outcome, kind, undos)
+            self._persist(self._write_state, attempt, outcome, kind, list(undos))
         if self._journal is not None:
             self._persist(
                 self._journal.end_attempt,
                 node_id,
-                attempt.start.attempt,
+                attempt.id,
                 "SUCCEEDED",
                 inputs=attempt.arguments,
                 output=outcome.output,
             )
         self._outputs[node_id] = outcome.output
-        self._effects.extend(outcome.effects)
+        if outcome.effects:
+            self._effects.extend(outcome.effects)
         self._completions.append(node_id)
         self._event(
             PlanEventKind.COMPLETED,
             node=node_id,
-            attempt=attempt.start.attempt,
-            data=(_COMPLETED, attempt.start.number, len(outcome.effects)),
+            attempt=attempt.id,
+            data=(_COMPLETED, attempt.number, len(outcome.effects)),
         )
 
     def _fail(
@@ -1128,7 +1252,7 @@ class PlanExecution:
         undos: tuple[UndoRecord, ...] = (),
         still_running: bool = False,
     ) -> Update:
-        node_id = attempt.start.node
+        node_id = attempt.node
         node = self._plan.node(node_id)
         record = self._nodes[node_id]
         hint = clean_error(failure.message)
@@ -1137,14 +1261,12 @@ class PlanExecution:
         transient = hint.category.transient if failure.transient is None else failure.transient
         timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
         retry_at: float | None = None
-        number = attempt.start.number
+        number = attempt.number
         # The budget counts the failures retried before a crash too (a resumed run's).
         failures = record.retried + record.tried
         if retry and transient and not failure.mistake and failures <= node.retries:
             retry_at = time.monotonic() + self._backoff.delay(number)
-        update = self._scheduler.failed(
-            node_id, attempt.start.attempt, retry_at=retry_at, timed_out=timed_out
-        )
+        update = self._scheduler.failed(node_id, attempt.id, retry_at=retry_at, timed_out=timed_out)
         if update.delivery is not Delivery.APPLIED:
             self._refused(attempt, update)
             return update
@@ -1165,7 +1287,7 @@ class PlanExecution:
             self._persist(
                 self._journal.end_attempt,
                 node_id,
-                attempt.start.attempt,
+                attempt.id,
                 stored_state,
                 inputs=attempt.arguments,
                 error=hint.text,
@@ -1173,47 +1295,71 @@ class PlanExecution:
         if retry_at is not None:
             record.eligible_at = retry_at
             data["retry_in_s"] = max(0.0, retry_at - now)
-            self._event(
-                PlanEventKind.RETRIED, node=node_id, attempt=attempt.start.attempt, data=data
-            )
+            self._event(PlanEventKind.RETRIED, node=node_id, attempt=attempt.id, data=data)
         else:
             record.error = hint
             record.finished_at = now
             data["timed_out"] = timed_out
-            self._event(
-                PlanEventKind.FAILED, node=node_id, attempt=attempt.start.attempt, data=data
-            )
+            self._event(PlanEventKind.FAILED, node=node_id, attempt=attempt.id, data=data)
         return update
 
     def _refused(self, attempt: _Attempt, update: Update) -> None:
         self._event(
             PlanEventKind.LATE_RESULT_REFUSED,
-            node=attempt.start.node,
-            attempt=attempt.start.attempt,
+            node=attempt.node,
+            attempt=attempt.id,
             data={"delivery": update.delivery.value},
         )
 
     async def _apply(self, update: Update, running: dict[str, _Attempt]) -> None:
-        """Apply what an update ended: record readiness, skips and cancellations; stop the
-        interrupted attempts (async tools cancelled, sync ones fenced: their late result is
-        refused by attempt id)."""
+        """Apply what an update ended (`_settle`), then wait for the async tools it cancelled
+        to unwind and keep what the interrupted attempts registered."""
         import asyncio  # noqa: PLC0415
 
-        now = time.monotonic()
-        if self._journal is not None and (update.ready or update.skipped or update.cancelled):
+        stopped = self._settle(update, running)
+        if not stopped:
+            return
+        tasks = [
+            attempt.task
+            for attempt, _ in stopped
+            if attempt.task is not None and not attempt.task.done()
+        ]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+        for attempt, undos in stopped:
+            # What an interrupted attempt registered may have half happened. An async tool
+            # that has unwound is over; a sync one goes on on its worker thread, and undoing
+            # while its effect may still land would undo nothing: kept, not run.
+            tool = self._tools[self._nodes[attempt.node].tool]
+            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
+            self._keep_undos(attempt.node, undos, over=over)
+
+    def _settle(
+        self, update: Update, running: dict[str, _Attempt]
+    ) -> list[tuple[_Attempt, tuple[UndoRecord, ...]]]:
+        """Apply what an update ended: record readiness, skips and cancellations; stop the
+        interrupted attempts (their contexts fenced: a late result is refused by attempt id),
+        returned with what they registered, for `_apply` to cancel and wait for."""
+        ready, skipped, cancelled = update.ready, update.skipped, update.cancelled
+        if not (ready or skipped or cancelled or update.interrupted):
+            return []
+        now = _monotonic()
+        if self._journal is not None and (ready or skipped or cancelled):
             self._persist(
                 self._journal.transitions,
                 [
-                    *self._transitions(update.ready, "READY"),
-                    *self._transitions(update.skipped, "SKIPPED"),
-                    *self._transitions(update.cancelled, "CANCELLED"),
+                    *self._transitions(ready, "READY"),
+                    *self._transitions(skipped, "SKIPPED"),
+                    *self._transitions(cancelled, "CANCELLED"),
                 ],
             )
-        for node_id in update.ready:
-            self._nodes[node_id].eligible_at = now
-        for node_id in update.skipped:
+        records = self._nodes
+        for node_id in ready:
+            records[node_id].eligible_at = now
+        for node_id in skipped:
             self._event(PlanEventKind.SKIPPED, node=node_id)
-        tasks: list[asyncio.Task[None]] = []
         stopped: list[tuple[_Attempt, tuple[UndoRecord, ...]]] = []
         for start in update.interrupted:
             attempt = running.pop(start.attempt, None)
@@ -1223,25 +1369,14 @@ class PlanExecution:
             attempt.release()
             attempt.finished_at = now
             stopped.append((attempt, undos))
-            if attempt.task is not None and not attempt.task.done():
-                attempt.task.cancel()
-                tasks.append(attempt.task)
-        for node_id in update.cancelled:
-            self._nodes[node_id].finished_at = now
+        for node_id in cancelled:
+            records[node_id].finished_at = now
             self._event(
                 PlanEventKind.CANCELLED,
                 node=node_id,
                 data={"reason": self._scheduler.cancel_reason},
             )
-        if tasks:
-            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
-        for attempt, undos in stopped:
-            # What an interrupted attempt registered may have half happened. An async tool
-            # that has unwound is over; a sync one goes on on its worker thread, and undoing
-            # while its effect may still land would undo nothing: kept, not run.
-            tool = self._tools[attempt.start.node]
-            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
-            self._keep_undos(attempt.start.node, undos, over=over)
+        return stopped
 
     def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
         """Keep undos for compensation; those of a call that may still run, as stranded."""
@@ -1269,7 +1404,8 @@ class PlanExecution:
         """A node that did not succeed but that every dependant takes as optional."""
         dependants = self._plan.dependants(node_id)
         return bool(dependants) and all(
-            node_id in self._optional[other] and self._scheduler.state(other) is NodeState.SUCCEEDED
+            node_id in self._nodes[other].optional
+            and self._scheduler.state(other) is NodeState.SUCCEEDED
             for other in dependants
         )
 
@@ -1408,9 +1544,9 @@ class PlanExecution:
             txlog.undo(undos[-1])
         if outcome.effects:
             txlog.step(
-                self._nodes[attempt.start.node].index + 1,
+                self._nodes[attempt.node].step_id,
                 LiveStep(
-                    tool_name=self._nodes[attempt.start.node].tool,
+                    tool_name=self._nodes[attempt.node].tool,
                     arguments=attempt.arguments,
                     output=outcome.output,
                     raw_context="",
@@ -1443,7 +1579,7 @@ class PlanExecution:
                 output=record.output if state is NodeState.SUCCEEDED else None,
                 error=record.error,
                 attempts=len(attempts),
-                attempt_ids=tuple(attempt.start.attempt for attempt in attempts),
+                attempt_ids=tuple(attempt.id for attempt in attempts),
                 idempotency_key=record.key,
                 started_at=wall(attempts[0].started_at) if attempts else record.started_wall,
                 finished_at=finished if finished is not None else wall(record.finished_at),
@@ -1452,21 +1588,26 @@ class PlanExecution:
 
         return LazyMap(records, build)
 
-    def _metrics(self, finished: float) -> PlanMetrics:
-        """The run's metrics; a node's timing is built again when its figures are read (so
+    def _metrics(self, finished: float) -> Callable[[], PlanMetrics]:
+        """The run's metrics, computed when the result's `metrics` is first read (from the
+        records, final by then); a node's timing is built again when its figures are read (so
         neither is kept a node: only the records, which the node results read too)."""
-        records = self._nodes
-        prerequisites = self._plan.prerequisites
+        records = self._nodes  # not the plan: a kept result keeps no plan (and its tools) alive
+        started = self._started
 
         def timing_of(node_id: str) -> NodeTiming:
-            return _timing(node_id, records[node_id], prerequisites(node_id), finished)
+            record = records[node_id]
+            return _timing(node_id, record, record.prerequisites, finished)
 
-        return plan_metrics(
-            (timing_of(node_id) for node_id in records),
-            started_at=self._started,
-            finished_at=finished,
-            timing_of=timing_of,
-        )
+        def compute() -> PlanMetrics:
+            return plan_metrics(
+                (timing_of(node_id) for node_id in records),
+                started_at=started,
+                finished_at=finished,
+                timing_of=timing_of,
+            )
+
+        return compute
 
 
 def _timing(
@@ -1494,7 +1635,9 @@ def _timing(
 def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
     number: int,
     tool: str,
-    key: str,
+    run_id: str,
+    plan_version: str,
+    node: str,
     prerequisites: tuple[str, ...],
     valid: bool,
     running: int,
@@ -1509,7 +1652,7 @@ def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tupl
     return {
         "number": number,
         "tool": tool,
-        "idempotency_key": key,
+        "idempotency_key": derive_key(run_id, plan_version, node, tool),
         "checks": {
             "prerequisites": list(prerequisites),
             "inputs": "valid" if valid else "refused",
@@ -1531,29 +1674,13 @@ _DISPATCHED: Final = deferred_data("plan.dispatched", _dispatched)
 _COMPLETED: Final = deferred_data("plan.completed", _completed)
 
 
-def _node_tools(plan: Plan, registry: ToolRegistry) -> dict[str, Tool[Any, Any]]:
-    """Each node's tool; a validated plan names only registered tools."""
-    tools: dict[str, Tool[Any, Any]] = {}
-    for node in plan.nodes:
-        found = registry.get(node.tool)
-        if found is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
-            raise InvalidArgument(f"node `{node.id}`: tool `{node.tool}` is not registered")
-        tools[node.id] = found
-    return tools
-
-
-def _node_units(
-    plan: Plan, capacities: Mapping[str, int]
-) -> dict[str, tuple[tuple[str, int, int], ...]]:
-    """Each node's units of resource capacities, `(resource, units, capacity)`, by name."""
-    return {
-        node.id: tuple(
-            (name, units, capacities[name])
-            for name, units in sorted(node.resources.items())
-            if units > 0 and name in capacities
-        )
-        for node in plan.nodes
-    }
+def _node_units(node: Node, capacities: Mapping[str, int]) -> tuple[tuple[str, int, int], ...]:
+    """The node's units of resource capacities, `(resource, units, capacity)`, by name."""
+    return tuple(
+        (name, units, capacities[name])
+        for name, units in sorted(node.resources.items())
+        if units > 0 and name in capacities
+    )
 
 
 def _settings_record(
@@ -1586,10 +1713,10 @@ def _node_undo(
     """The undo a node's `compensate=` declares: called with its arguments and output."""
     return UndoRecord(
         step_id=step_id,
-        seq=(attempt.start.number << _SEQ_BITS) + offset,
+        seq=(attempt.number << _SEQ_BITS) + offset,
         kind=kind,
         payload={"arguments": attempt.arguments, "output": outcome.output},
-        description=f"{kind} for node {attempt.start.node}",
+        description=f"{kind} for node {attempt.node}",
     )
 
 

@@ -14,11 +14,12 @@ Transitions are buffered and written together, in one SQLite write transaction, 
 barrier the runner sets: before any tool starts (with the claims of the round of nodes it
 dispatches), before the runner waits for results, and before the run ends. So a node's
 completion, the release of its dependants and the claims of the next nodes are one write, and
-no tool starts before the transitions it depends on are durable. A claim is a compare-and-set:
-the node must still be PENDING or READY with the attempt this journal last wrote for it, so of
-two runners that both believe they hold a node, one claim succeeds. A completion or failure is
-a compare-and-set on the attempt that holds the node. `StoredNode` reads a node back for
-`Engine.recover`.
+no tool starts before the transitions it depends on are durable. A node released and claimed
+in the same write is one statement: the claim appends both transitions' lines. A claim is a
+compare-and-set: the node must still be PENDING or READY with the attempt this journal last
+wrote for it, so of two runners that both believe they hold a node, one claim succeeds. A
+completion or failure is a compare-and-set on the attempt that holds the node. `StoredNode`
+reads a node back for `Engine.recover`.
 
 A claim can carry the node's exclusive resource (`claim_all(holds=)`): the store takes it in
 the same write, and refuses the claim (nothing of it written) while another run's node holds
@@ -156,7 +157,7 @@ class PlanJournal:
                 "finished_at": None,
                 "history": [[state, now, None]],
             }
-            nodes[node_id] = node
+            nodes[node_id] = _view(node)
             rows.append(
                 PlanNodeRow(
                     node_id=node_id,
@@ -174,10 +175,7 @@ class PlanJournal:
         return cls(
             store,
             run_id,
-            {
-                node_id: {**node.record, "history": list(node.record["history"])}
-                for node_id, node in stored.items()
-            },
+            {node_id: _view(node.record) for node_id, node in stored.items()},
         )
 
     @property
@@ -187,7 +185,7 @@ class PlanJournal:
 
     def state(self, node_id: str) -> str:
         """The node's state as last recorded (buffered changes included)."""
-        return str(self._nodes[node_id]["history"][-1][0])
+        return str(self._nodes[node_id]["state"])
 
     def number(self, node_id: str) -> int:
         """How many attempts the node has had (claims recorded)."""
@@ -220,11 +218,25 @@ class PlanJournal:
         `held` (not in the result) after the write."""
         now = time.time()
         claimed: list[tuple[str, dict[str, Any]]] = []
-        changes = self._pending
-        count = len(changes)
-        self.held = frozenset()
         if holds:  # take resources in one order, so two runs' writes cannot deadlock
             claims = sorted(claims, key=lambda claim: holds.get(claim[0], ""))
+        claims = list(claims)
+        # A node released (READY) by this write and claimed in it (without a resource, units
+        # or a rate token to take) is one statement: the claim appends both lines, and its
+        # compare-and-set expects the state before both. A claim refused puts the release
+        # back, to be written.
+        released = self._released_now(
+            {
+                node_id
+                for node_id, _, _ in claims
+                if not (holds and node_id in holds)
+                and not (units and units.get(node_id))
+                and not (rates and node_id in rates)
+            }
+        )
+        changes = [change for change in self._pending if change.node_id not in released]
+        count = len(changes)
+        self.held = frozenset()
         for node_id, attempt, number in claims:
             node = self._nodes[node_id]
             change: dict[str, Any] = {
@@ -241,7 +253,15 @@ class PlanJournal:
             rate = rates.get(node_id) if rates else None
             changes.append(
                 _change(
-                    node_id, "RUNNING", attempt, change, expect, hold=hold, units=taken, rate=rate
+                    node_id,
+                    "RUNNING",
+                    attempt,
+                    change,
+                    expect,
+                    hold=hold,
+                    units=taken,
+                    rate=rate,
+                    before="" if node_id not in released else released[node_id].append,
                 )
             )
             claimed.append((node_id, change))
@@ -263,9 +283,35 @@ class PlanJournal:
                 held.add(node_id)
             else:
                 refused.add(node_id)
+                if node_id in released:  # its release was not written with the claim
+                    self._pending.append(released[node_id])
         if held:
             self.held = frozenset(held)
         return frozenset(refused)
+
+    def _released_now(self, claimed: set[str]) -> dict[str, PlanChange]:
+        """The buffered READY transitions of nodes in `claimed` that are their node's only
+        buffered change and plain (no compare-and-set, nothing to release), by node."""
+        if not claimed:
+            return {}
+        found: dict[str, PlanChange] = {}
+        other: set[str] = set()
+        for change in self._pending:
+            node_id = change.node_id
+            if node_id not in claimed:
+                continue
+            if (
+                node_id in found
+                or change.state != "READY"
+                or change.expect is not None
+                or change.release
+            ):
+                other.add(node_id)
+            else:
+                found[node_id] = change
+        for node_id in other:
+            found.pop(node_id, None)
+        return found
 
     def end_attempt(
         self,
@@ -333,7 +379,7 @@ class PlanJournal:
     def _buffer(self, changes: Iterable[tuple[str, str, int]], now: float) -> None:
         for node_id, state, unresolved in changes:
             node = self._nodes[node_id]
-            last = node["history"][-1][0]
+            last = node["state"]
             if last in _ENDED or (last == state and node["unresolved"] == unresolved):
                 continue  # an ended node stays ended (a resumed run replays it)
             change: dict[str, Any] = {"unresolved": unresolved, "h": [state, now, None]}
@@ -358,12 +404,13 @@ def _change(
     units: tuple[tuple[str, int, int], ...] = (),
     rate: tuple[str, float, int] | None = None,
     release: bool = False,
+    before: str = "",
 ) -> PlanChange:
     return PlanChange(
         node_id=node_id,
         state=state,
         attempt=attempt,
-        append="\n" + canonical_dumps(cast("JSONValue", dict(change))),
+        append=before + "\n" + canonical_dumps(cast("JSONValue", change)),
         expect=expect,
         hold=hold,
         units=units,
@@ -372,10 +419,24 @@ def _change(
     )
 
 
+#: What the journal keeps of a node's record (its view): what it reads back to write the next
+#: transitions. The rest (inputs, output, error, times, history) is written, not kept: a run of
+#: thousands of nodes holds no second copy of its outputs and no history lists.
+_VIEW: Final = {"unresolved": 0, "attempt": None, "number": 0, "retries": 0, "started_at": None}
+
+
+def _view(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The journal's view of a node's (folded) record: `_VIEW`'s fields (its defaults for a
+    field a record lacks) and its last state."""
+    view = {field: record.get(field, default) for field, default in _VIEW.items()}
+    view["state"] = record["history"][-1][0]
+    return view
+
+
 def _apply(node: dict[str, Any], change: Mapping[str, Any]) -> None:
-    """Fold one transition's `change` into the node's record, as `fold` does."""
+    """Fold one transition's `change` into the node's view, as `fold` does into its record."""
     for field, value in change.items():
         if field == "h":
-            node["history"].append(value)
-        else:
+            node["state"] = value[0]
+        elif field in _VIEW:
             node[field] = value

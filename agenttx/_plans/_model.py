@@ -239,6 +239,10 @@ class Node:
     _compiled: dict[str, PlanValue] | None = attrs.field(
         init=False, default=None, eq=False, repr=False
     )
+    # `resolve_inputs`' plan for the node, found on first use: see `_direct_inputs`.
+    _direct: tuple[tuple[str, bool, Any, tuple[str, ...]], ...] | bool | None = attrs.field(
+        init=False, default=None, eq=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         set_ = object.__setattr__
@@ -317,6 +321,35 @@ class Node:
             compiled = {name: compile_plan_value(value) for name, value in self.inputs.items()}
             object.__setattr__(self, "_compiled", compiled)
         return compiled[param]
+
+    def _direct_inputs(self) -> tuple[tuple[str, bool, Any, tuple[str, ...]], ...] | bool:
+        """How `resolve_inputs` reads the inputs of a node whose every input is a literal
+        scalar or one whole reference, and that has no optional input or fallback: a row an
+        input, `(param, False, literal, ())` or `(param, True, namespace, path)`; False for
+        any other node (read the general way). Found once a node, then kept."""
+        direct = self._direct
+        if direct is not None:
+            return direct
+        rows: list[tuple[str, bool, Any, tuple[str, ...]]] = []
+        found: tuple[tuple[str, bool, Any, tuple[str, ...]], ...] | bool = False
+        if not (self.optional or self.fallback or self._malformed):
+            refs = self._refs
+            for param, value in self.inputs.items():
+                ref = None
+                for candidate in refs:
+                    if candidate.whole and candidate.param == param:
+                        ref = candidate
+                        break
+                if ref is not None:
+                    rows.append((param, True, ref.namespace, ref.path))
+                elif isinstance(value, (dict, list)) or (isinstance(value, str) and "${" in value):
+                    break  # nested or interpolated: the general way
+                else:
+                    rows.append((param, False, value, ()))
+            else:
+                found = tuple(rows)
+        object.__setattr__(self, "_direct", found)
+        return found
 
     @property
     def compensation_name(self) -> str | None:
@@ -416,6 +449,10 @@ class Plan:
         init=False, factory=dict, eq=False, repr=False
     )
     _version: str = attrs.field(init=False, default="", eq=False, repr=False)
+    # The last `validate` answer and the tools it was for (see `_validate.validate_plan`).
+    _validated: tuple[tuple[tuple[str, object], ...], tuple[PlanProblem, ...]] | None = attrs.field(
+        init=False, default=None, eq=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         set_ = object.__setattr__
@@ -538,7 +575,9 @@ class Plan:
 
         Empty when the plan is valid. Schema problems come first, node by node in plan order,
         then cycles; see `docs/plans.md#validation` for each code. Pure: no tool is called.
-        Raises `InvalidArgument` only if `tools` itself is invalid.
+        Raises `InvalidArgument` only if `tools` itself is invalid. The plan keeps its last
+        answer with the tools it was for (the same tool objects under the same names give it
+        again, without a second validation; any other tools are validated afresh).
         """
         from ._validate import validate_plan  # noqa: PLC0415  (_validate imports this module)
 
@@ -602,7 +641,7 @@ class Plan:
         return cls(nodes=tuple(_node_from_json(item) for item in nodes), initial=tuple(initial))
 
 
-_NODE_FIELDS: Final = frozenset(attrs.fields_dict(Node)) - {"_refs", "_malformed"}
+_NODE_FIELDS: Final = frozenset(field.name for field in attrs.fields(Node) if field.init)
 
 
 def _node_from_json(item: JSONValue) -> Node:
@@ -666,6 +705,37 @@ def resolve_inputs(
     Pure; raises `UnresolvedInput` (naming the input) when a required input cannot be resolved:
     a missing key in an output, a producer without output, a list or object written into text.
     """
+    direct = node._direct if node._direct is not None else node._direct_inputs()  # noqa: SLF001
+    if direct is not False:
+        # The commonest node: literal scalars and whole references to scalars in objects.
+        arguments: dict[str, JSONValue] = {}
+        for param, is_ref, given, path in cast(
+            "tuple[tuple[str, bool, Any, tuple[str, ...]], ...]", direct
+        ):
+            if not is_ref:
+                arguments[param] = given
+                continue
+            value: Any = initial if given == "initial" else outputs.get(given, _ABSENT)
+            for segment in path:
+                if type(value) is not dict or segment not in value:
+                    value = _ABSENT
+                    break
+                value = value[segment]
+            if value is _ABSENT or isinstance(value, (dict, list)):
+                return _resolve_inputs(node, initial, outputs)  # the error, or a copy
+            arguments[param] = value
+        return arguments
+    return _resolve_inputs(node, initial, outputs)
+
+
+#: What a reference the direct way of `resolve_inputs` cannot read stands for.
+_ABSENT: Final[Any] = object()
+
+
+def _resolve_inputs(
+    node: Node, initial: Mapping[str, JSONValue], outputs: Mapping[str, JSONValue]
+) -> dict[str, JSONValue]:
+    """`resolve_inputs`, the general way: any input, optional inputs and fallbacks."""
     arguments: dict[str, JSONValue] = {}
     missing: set[str] = set()
     if node.optional or node.fallback:

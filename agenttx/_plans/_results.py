@@ -23,7 +23,7 @@ from ._scheduler import NodeState
 
 if TYPE_CHECKING:
     import datetime as dt
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from .._hints import CleanHint
     from .._json import JSONValue
@@ -112,6 +112,10 @@ def _built_events(value: tuple[Event, ...] | RecordedEvents) -> tuple[Event, ...
     return value() if isinstance(value, RecordedEvents) else value
 
 
+def _built_metrics(value: PlanMetrics | Callable[[], PlanMetrics]) -> PlanMetrics:
+    return value if isinstance(value, PlanMetrics) else value()
+
+
 @final
 @attrs.frozen(kw_only=True, repr=False)
 class PlanResult:
@@ -130,7 +134,8 @@ class PlanResult:
     plan_version: str
     status: PlanStatus
     nodes: Mapping[str, NodeResult] = attrs.field(converter=_frozen_nodes)
-    metrics: PlanMetrics
+    # Given as `metrics=`: the metrics, or a function computing them when first read.
+    _metrics: PlanMetrics | Callable[[], PlanMetrics] = attrs.field(eq=_built_metrics)
     compensations: tuple[CompensationOutcome, ...] = ()
     cancel_reason: str | None = None
     error: str | None = None
@@ -157,6 +162,17 @@ class PlanResult:
             audit = audit()
             object.__setattr__(self, "_audit", audit)
         return audit
+
+    @property
+    def metrics(self) -> PlanMetrics:
+        """The run's `PlanMetrics`: computed when first read (a caller that never reads them
+        never pays for them), from the run's final records, then the same object at every
+        read."""
+        metrics = self._metrics
+        if not isinstance(metrics, PlanMetrics):
+            metrics = metrics()
+            object.__setattr__(self, "_metrics", metrics)
+        return metrics
 
     @property
     def succeeded(self) -> bool:

@@ -63,7 +63,7 @@ import enum
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Final, Literal, cast, final
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, cast, final
 
 import attrs
 
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Delivery",
+    "Entry",
     "NodeState",
     "RateLimit",
     "Scheduler",
@@ -223,6 +224,22 @@ class Task:
             raise InvalidArgument(f"attempts must be an integer >= 0, got {attempts!r}")
 
 
+def _entry(task: object) -> Entry:
+    if isinstance(task, Entry):
+        return task
+    if not isinstance(task, Task):
+        raise InvalidArgument(f"tasks must be Task records, got {task!r}")
+    return Entry(
+        task.id,
+        task.prerequisites,
+        task.optional,
+        task.resources,
+        task.exclusive,
+        task.tool,
+        task.attempts,
+    )
+
+
 def _check_rate(_: object, attribute: attrs.Attribute[float], value: object) -> None:
     if (
         not isinstance(value, (int, float))
@@ -250,14 +267,14 @@ class RateLimit:
     burst: int = attrs.field(default=1, validator=_check_burst)
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Start:
+class Start(NamedTuple):
     """One start handed out by `Scheduler.get_ready`: run `node` as attempt `attempt`.
 
     `attempt` is unique within the scheduler (`"<node>#<number>"`); `number` counts the node's
     attempts from 1. `waited` names the limits that held the node back before this start
     (`"resource:<name>"`, `"exclusive:<key>"`, `"rate:<tool>"`), in the order it met them.
+    (A named tuple, not an attrs record: one is made a node start, and a tuple of text the
+    garbage collector stops tracking.)
     """
 
     node: str
@@ -266,14 +283,13 @@ class Start:
     waited: tuple[str, ...] = ()
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Update:
+class Update(NamedTuple):
     """What one `done`, `failed` or `cancel` call changed.
 
     `ready`: nodes whose unresolved count reached zero (start them with `get_ready`).
     `skipped` / `cancelled`: nodes that became SKIPPED / CANCELLED, in the order they did.
     `interrupted`: the running attempts this call cancelled; stop them, their results are STALE.
+    (A named tuple, as `Start`: one is made a completion.)
     """
 
     delivery: Delivery
@@ -284,6 +300,10 @@ class Update:
 
 
 _APPLIED: Final = Update(delivery=Delivery.APPLIED)
+#: The named tuples made on the hot path, without their generated `__new__` (a Python call).
+_new_start: Final = tuple.__new__
+_new_update: Final = tuple.__new__
+_APPLIED_DELIVERY: Final = Delivery.APPLIED
 _DUPLICATE: Final = Update(delivery=Delivery.DUPLICATE)
 _STALE: Final = Update(delivery=Delivery.STALE)
 
@@ -299,7 +319,7 @@ class _Gate:
         self.tokens = capacity
         self.rate = rate  # > 0 for a rate limit: tokens come back with time, not on release
         self.last: float | None = None  # the `now` of the last refill (rate limits)
-        self.queue: deque[_Entry] = deque()
+        self.queue: deque[Entry] = deque()
 
     def refill(self, now: float) -> None:
         """Add the tokens earned since the last refill (rate limits only; `now` never rewinds)."""
@@ -315,8 +335,10 @@ class _Gate:
         return self.last + max(0.0, 1.0 - self.tokens) / self.rate
 
 
-class _Entry:
-    """The scheduler's mutable record of one node."""
+class Entry:
+    """The scheduler's mutable record of one node, made from a `Task` (or given by the
+    runner: its per-node record is an `Entry` subclass, so that a node costs one object, not
+    two). Only the scheduler changes these fields; a subclass adds its own slots."""
 
     __slots__ = (
         "applied",
@@ -324,19 +346,37 @@ class _Entry:
         "current",
         "demands",
         "dependants",
+        "exclusive",
         "first",
         "id",
         "issued",
         "optional",
+        "prerequisites",
+        "resources",
         "state",
+        "tool",
         "waited",
     )
 
-    def __init__(self, task: Task) -> None:
-        self.id = task.id
-        self.optional = task.optional
+    def __init__(  # noqa: PLR0917  (a `Task`'s fields, once a node)
+        self,
+        node: str,
+        prerequisites: frozenset[str],
+        optional: frozenset[str],
+        resources: Mapping[str, int],
+        exclusive: str | None,
+        tool: str,
+        attempts: int,
+    ) -> None:
+        """The fields of `Task` (checked already: see `Task`)."""
+        self.id = node
+        self.optional = optional
+        self.resources = resources
+        self.exclusive = exclusive
+        self.tool = tool
         self.state = NodeState.PENDING
-        self.count = len(task.prerequisites)
+        self.count = len(prerequisites)
+        self.prerequisites = prerequisites  # the distinct nodes it waits for
         # The ids of the nodes that wait for this one: a list while the scheduler is built,
         # then a tuple of text (which the garbage collector stops tracking).
         self.dependants: Sequence[str] = []
@@ -344,7 +384,7 @@ class _Entry:
         # say which were issued (no list of ids a node).
         self.issued = 0  # how many attempts were issued
         self.current = ""  # the id of the last one issued
-        self.first = task.attempts  # attempts numbered before these (a resumed run's)
+        self.first = attempts  # attempts numbered before these (a resumed run's)
         self.applied = 0  # how many of them had their result applied
         self.demands: tuple[tuple[_Gate, float], ...] = ()
         self.waited: list[str] | None = None
@@ -370,7 +410,9 @@ class Scheduler:
     Raises `InvalidArgument` for a duplicate node id, a prerequisite that is not a node, a node
     that is its own prerequisite, a cycle, a `max_concurrency` that is not an integer > 0, a
     capacity that is not an integer >= 0, a resource with no capacity or asked for beyond it,
-    and an unknown `on_failure`.
+    and an unknown `on_failure`. A task may be given as an `Entry` (the runner's per-node
+    record, its fields checked already); `acyclic=True` skips the cycle check, for
+    prerequisites known to have none (a validated plan's).
     """
 
     __slots__ = (
@@ -390,12 +432,13 @@ class Scheduler:
 
     def __init__(
         self,
-        tasks: Iterable[Task],
+        tasks: Iterable[Task | Entry],
         *,
         max_concurrency: int,
         capacities: Mapping[str, int] | None = None,
         rate_limits: Mapping[str, RateLimit] | None = None,
         on_failure: FailurePolicy = "skip_dependants",
+        acyclic: bool = False,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -415,65 +458,69 @@ class Scheduler:
         self._running = 0
         self._finished = 0
         self._seq = 0
-        self._ready: deque[_Entry] = deque()
-        self._retries: list[tuple[float, int, _Entry]] = []
+        self._ready: deque[Entry] = deque()
+        self._retries: list[tuple[float, int, Entry]] = []
         self._dirty: dict[_Gate, None] = {}  # resource gates released while nodes wait on them
         self._waiting_rates: dict[_Gate, None] = {}  # rate gates with waiting nodes
         resources = _resource_gates(capacities or {})
-        self._rated = _rate_gates(rate_limits or {})
+        self._rated = rated = _rate_gates(rate_limits or {})
         exclusive: dict[str, _Gate] = {}
-        self._entries: dict[str, _Entry] = {}
-        listed = list(tasks)
-        for task in listed:
-            if not isinstance(task, Task):
-                raise InvalidArgument(f"tasks must be Task records, got {task!r}")
-            if task.id in self._entries:
-                raise InvalidArgument(f"duplicate node id {task.id!r}")
-            entry = _Entry(task)
-            if task.resources or task.exclusive is not None or task.tool in self._rated:
-                entry.demands = self._demands(task, resources, exclusive)
-            self._entries[task.id] = entry
-        for task in listed:
-            entry = self._entries[task.id]
-            for prerequisite in task.prerequisites:
-                if prerequisite == task.id:
-                    raise InvalidArgument(f"node {task.id!r} lists itself as a prerequisite")
-                source = self._entries.get(prerequisite)
-                if source is None:
+        entries: dict[str, Entry] = {}
+        self._entries = entries
+        # One task at a time (a generator's are dropped as read).
+        for task in tasks:
+            entry = _entry(task)
+            node_id = entry.id
+            if node_id in entries:
+                raise InvalidArgument(f"duplicate node id {node_id!r}")
+            if entry.resources or entry.exclusive is not None or entry.tool in rated:
+                entry.demands = self._demands(entry, resources, exclusive)
+            entries[node_id] = entry
+        for node_id, entry in entries.items():
+            for prerequisite in entry.prerequisites:
+                source = entries.get(prerequisite)
+                if source is None or prerequisite == node_id:
                     raise InvalidArgument(
-                        f"node {task.id!r} waits for {prerequisite!r}, which is not a node"
+                        f"node {node_id!r} lists itself as a prerequisite"
+                        if prerequisite == node_id
+                        else f"node {node_id!r} waits for {prerequisite!r}, which is not a node"
                     )
-                cast("list[str]", source.dependants).append(entry.id)
-        _refuse_cycles(listed, self._entries)
-        for entry in self._entries.values():
+                cast("list[str]", source.dependants).append(node_id)
+        if not acyclic:
+            _refuse_cycles(
+                {node_id: entry.prerequisites for node_id, entry in entries.items()}, entries
+            )
+        ready = self._ready
+        for entry in entries.values():
             entry.dependants = tuple(entry.dependants)
             if entry.count == 0:
                 entry.state = NodeState.READY
-                self._ready.append(entry)
+                ready.append(entry)
 
     def _demands(
-        self, task: Task, resources: dict[str, _Gate], exclusive: dict[str, _Gate]
+        self, entry: Entry, resources: dict[str, _Gate], exclusive: dict[str, _Gate]
     ) -> tuple[tuple[_Gate, float], ...]:
+        node_id, key = entry.id, entry.exclusive
         demands: list[tuple[_Gate, float]] = []
-        for name, amount in task.resources.items():
+        for name, amount in entry.resources.items():
             gate = resources.get(name)
             if gate is None:
                 raise InvalidArgument(
-                    f"node {task.id!r} holds resource {name!r}, which has no capacity"
+                    f"node {node_id!r} holds resource {name!r}, which has no capacity"
                     f" (give it one in capacities)"
                 )
             if amount > gate.capacity:
                 raise InvalidArgument(
-                    f"node {task.id!r} holds {amount} of resource {name!r}, beyond its capacity"
+                    f"node {node_id!r} holds {amount} of resource {name!r}, beyond its capacity"
                     f" {gate.capacity:g}: it could never start"
                 )
             demands.append((gate, amount))
-        if task.exclusive is not None:
-            gate = exclusive.get(task.exclusive)
+        if key is not None:
+            gate = exclusive.get(key)
             if gate is None:
-                gate = exclusive[task.exclusive] = _Gate(f"exclusive:{task.exclusive}", 1)
+                gate = exclusive[key] = _Gate(f"exclusive:{key}", 1)
             demands.append((gate, 1))
-        rated = self._rated.get(task.tool)
+        rated = self._rated.get(entry.tool)
         if rated is not None:
             demands.append((rated, 1))
         return tuple(demands)
@@ -534,7 +581,7 @@ class Scheduler:
             times.append(self._retries[0][0])
         return min(times, default=None)
 
-    def _entry(self, node: str) -> _Entry:
+    def _entry(self, node: str) -> Entry:
         entry = self._entries.get(node)
         if entry is None:
             raise InvalidArgument(f"unknown node {node!r}")
@@ -584,9 +631,7 @@ class Scheduler:
             self._try_start(head, now, gate, started)
         return True
 
-    def _try_start(
-        self, entry: _Entry, now: float, via: _Gate | None, started: list[Start]
-    ) -> None:
+    def _try_start(self, entry: Entry, now: float, via: _Gate | None, started: list[Start]) -> None:
         """Start `entry`, or queue it on the first limit that holds it back.
 
         A node joins the back of a limit's line when others already wait there (first come,
@@ -613,12 +658,16 @@ class Scheduler:
         waited = entry.waited
         entry.waited = None
         started.append(
-            Start(node=entry.id, attempt=attempt, number=number, waited=tuple(waited or ()))
+            _new_start(Start, (entry.id, attempt, number, tuple(waited) if waited else ()))
         )
 
-    def _release(self, entry: _Entry) -> None:
+    def _release(self, entry: Entry) -> None:
         """Give back what a running node held and free its concurrency slot."""
         self._running -= 1
+        self._give_back(entry)
+
+    def _give_back(self, entry: Entry) -> None:
+        """Give back the tokens a running node held (rate limits' come back with time)."""
         for gate, amount in entry.demands:
             if not gate.rate:
                 gate.tokens += amount
@@ -627,9 +676,11 @@ class Scheduler:
 
     # -- results ----------------------------------------------------------------------------
 
-    def _claim(self, node: str, attempt: str) -> _Entry | Update:
+    def _claim(self, node: str, attempt: str) -> Entry | Update:
         """The entry if `attempt` is its running attempt, else the refusal to return."""
-        entry = self._entry(node)
+        entry = self._entries.get(node)
+        if entry is None:
+            raise InvalidArgument(f"unknown node {node!r}")
         if entry.state is NodeState.RUNNING and entry.current == attempt:
             return entry
         index = entry.index(attempt)
@@ -643,18 +694,33 @@ class Scheduler:
         Applied once: a repeat is DUPLICATE, another attempt's result STALE, both changing
         nothing. Raises `InvalidArgument` for an unknown node.
         """
-        claimed = self._claim(node, attempt)
-        if isinstance(claimed, Update):
-            return claimed
-        entry = claimed
+        entry = self._entries.get(node)
+        if entry is None or entry.state is not NodeState.RUNNING or entry.current != attempt:
+            claimed = self._claim(node, attempt)  # refused (or misuse): it says how
+            if isinstance(claimed, Update):
+                return claimed
+            entry = claimed  # pragma: no cover  (the check above let it through)
         entry.applied = entry.issued
-        self._release(entry)
-        self._end(entry, NodeState.SUCCEEDED)
+        self._running -= 1
+        if entry.demands:
+            self._give_back(entry)
+        entry.state = NodeState.SUCCEEDED
+        self._finished += 1
         ready: list[str] = []
         entries = self._entries
-        for dependant in entry.dependants:
-            self._resolve(entries[dependant], ready)
-        return Update(delivery=Delivery.APPLIED, ready=tuple(ready)) if ready else _APPLIED
+        pending = NodeState.PENDING
+        for dependant_id in entry.dependants:  # `_resolve`, inline: the commonest path
+            dependant = entries[dependant_id]
+            dependant.count -= 1
+            if dependant.count == 0 and dependant.state is pending:
+                dependant.state = NodeState.READY
+                self._ready.append(dependant)
+                ready.append(dependant_id)
+        return (
+            _new_update(Update, (_APPLIED_DELIVERY, tuple(ready), (), (), ()))
+            if ready
+            else _APPLIED
+        )
 
     def failed(
         self, node: str, attempt: str, *, retry_at: float | None = None, timed_out: bool = False
@@ -747,11 +813,11 @@ class Scheduler:
             delivery=Delivery.APPLIED, cancelled=tuple(cancelled), interrupted=tuple(interrupted)
         )
 
-    def _end(self, entry: _Entry, state: NodeState) -> None:
+    def _end(self, entry: Entry, state: NodeState) -> None:
         entry.state = state
         self._finished += 1
 
-    def _resolve(self, entry: _Entry, ready: list[str]) -> None:
+    def _resolve(self, entry: Entry, ready: list[str]) -> None:
         """One prerequisite of `entry` is resolved: count down, READY at zero."""
         entry.count -= 1
         if entry.count == 0 and entry.state is NodeState.PENDING:
@@ -759,7 +825,7 @@ class Scheduler:
             self._ready.append(entry)
             ready.append(entry.id)
 
-    def _propagate(self, failed: _Entry, ready: list[str], skipped: list[str]) -> None:
+    def _propagate(self, failed: Entry, ready: list[str], skipped: list[str]) -> None:
         """Skip what waits on `failed` (transitively); release what lists it as optional."""
         stack = [failed]
         while stack:
@@ -774,7 +840,7 @@ class Scheduler:
                     stack.append(dependant)
 
 
-def _demand(entry: _Entry, gate: _Gate) -> float:
+def _demand(entry: Entry, gate: _Gate) -> float:
     for candidate, amount in entry.demands:
         if candidate is gate:
             return amount
@@ -803,7 +869,7 @@ def _rate_gates(rate_limits: Mapping[str, RateLimit]) -> dict[str, _Gate]:
     return gates
 
 
-def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
+def _refuse_cycles(prerequisites: Mapping[str, frozenset[str]], entries: dict[str, Entry]) -> None:
     """Raise `InvalidArgument` naming a cycle's path if the prerequisites have one (Kahn)."""
     counts = {entry: entry.count for entry in entries.values()}  # keyed by identity: cheap
     queue = [entry for entry, count in counts.items() if count == 0]
@@ -819,7 +885,6 @@ def _refuse_cycles(tasks: list[Task], entries: dict[str, _Entry]) -> None:
     if seen == len(entries):
         return
     # Every node left has a prerequisite left: walk back through them until one repeats.
-    prerequisites = {task.id: task.prerequisites for task in tasks}
     stuck = {entry.id for entry, count in counts.items() if count > 0}
     node = min(stuck)
     path: list[str] = []

@@ -41,7 +41,7 @@ from .._tools import typed_dict_fields as _read_typed_dict_fields
 from ._model import InputRef, Node, Plan, PlanProblem, PlanProblemCode
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from .._tools import Tool, ToolsArgument
 
@@ -54,12 +54,34 @@ _UNKNOWN: Final[Any] = UNRESOLVED
 
 
 def validate_plan(plan: Plan, tools: ToolsArgument) -> tuple[PlanProblem, ...]:
-    """Every problem of `plan` against `tools`: schema problems in plan order, then cycles."""
+    """Every problem of `plan` against `tools`: schema problems in plan order, then cycles.
+
+    A plan is immutable, and so are tools: the answer is kept on the plan with the tools it
+    was for (by identity, under their names), and given again for the same tools, so that a
+    plan run again (or checked, then run) is not validated twice. Other tools, or the same
+    functions wrapped anew, are validated afresh.
+    """
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    key = (*registry.tools.items(), *registry.compensations.items())
+    kept = plan._validated  # noqa: SLF001  (one unit: the plans package)
+    if kept is not None and _same_tools(kept[0], key):
+        return kept[1]
     checker = _Checker(plan, registry)
     for position, node in enumerate(plan.nodes):
         checker.node(position, node)
-    return (*checker.problems, *find_cycles(plan))
+    problems = (*checker.problems, *find_cycles(plan))
+    object.__setattr__(plan, "_validated", (key, problems))
+    return problems
+
+
+def _same_tools(
+    kept: tuple[tuple[str, object], ...], given: tuple[tuple[str, object], ...]
+) -> bool:
+    """Whether two registries hold the very same tool objects under the same names."""
+    return len(kept) == len(given) and all(
+        name == other_name and tool is other
+        for (name, tool), (other_name, other) in zip(kept, given, strict=True)
+    )
 
 
 class _ToolInfo:
@@ -69,7 +91,7 @@ class _ToolInfo:
 
     def __init__(self, tool: Tool[Any, Any]) -> None:
         signature = tool.signature
-        schema = tool.spec.parameters
+        schema = tool.validator.schema  # what `spec.parameters` copies on each read: read only
         properties = schema.get("properties")
         required = schema.get("required")
         self.name = tool.name
@@ -84,11 +106,9 @@ class _ToolInfo:
 
 class _Checker:
     __slots__ = (
-        "_fields",
         "_ids",
         "_infos",
         "_initial",
-        "_mismatches",
         "_plan",
         "_registry",
         "_seen",
@@ -100,29 +120,29 @@ class _Checker:
         self._registry = registry
         self._initial = frozenset(plan.initial)
         self._infos: dict[str, _ToolInfo | None] = {}
-        self._mismatches: dict[tuple[Any, Any], bool] = {}
-        self._fields: dict[tuple[Any, str], tuple[str, Any]] = {}
         self._seen: dict[str, int] = {}
-        self._ids = sorted(set(plan.node_ids))
+        self._ids: list[str] | None = None  # sorted, for suggestions: when a problem needs them
         self.problems: list[PlanProblem] = []
 
+    @property
+    def ids(self) -> list[str]:
+        """The plan's node ids, sorted (read only to suggest a name in a problem)."""
+        if self._ids is None:
+            self._ids = sorted(set(self._plan.node_ids))
+        return self._ids
+
     def _mismatch(self, source: Any, target: Any) -> bool:
-        """`_mismatch`, answered once per pair of types: a plan of thousands of nodes uses few."""
+        """`_mismatch`, answered once per pair of types: a plan of thousands of nodes uses few
+        (and plans of one program share them: kept across validations)."""
         try:
-            return self._mismatches[source, target]
-        except KeyError:
-            found = self._mismatches[source, target] = _mismatch(source, target, 0)
-            return found
+            return _known_mismatch(source, target)
         except TypeError:  # an unhashable annotation
             return _mismatch(source, target, 0)
 
     def _field(self, annotation: Any, segment: str) -> tuple[str, Any]:
         """`_field`, answered once per type and segment (a plan reads few distinct fields)."""
         try:
-            return self._fields[annotation, segment]
-        except KeyError:
-            found = self._fields[annotation, segment] = _field(annotation, segment)
-            return found
+            return _known_field(annotation, segment)
         except TypeError:  # an unhashable annotation
             return _field(annotation, segment)
 
@@ -163,10 +183,14 @@ class _Checker:
             )
         refs_by_param: dict[str, list[InputRef]] = {}
         for ref in node.input_refs:
-            refs_by_param.setdefault(ref.param, []).append(ref)
+            refs = refs_by_param.get(ref.param)
+            if refs is None:
+                refs_by_param[ref.param] = [ref]
+            else:
+                refs.append(ref)
         malformed = dict(node._malformed) if node._malformed else {}  # noqa: SLF001  (one unit: the plans package)
         for param in sorted(node.inputs) if len(node.inputs) > 1 else node.inputs:
-            self._input(node, info, param, refs_by_param.get(param, []), malformed.get(param))
+            self._input(node, info, param, refs_by_param.get(param, ()), malformed.get(param))
         if info is not None:
             for param in info.required:
                 if param not in node.inputs:
@@ -185,7 +209,7 @@ class _Checker:
         node: Node,
         info: _ToolInfo | None,
         param: str,
-        refs: list[InputRef],
+        refs: Sequence[InputRef],
         malformed: str | None,
     ) -> None:
         node_id = node.id
@@ -261,15 +285,15 @@ class _Checker:
                 "another node or from initial.",
             )
             return None
-        if not _has(self._plan, namespace):
+        producer = self._plan._by_id.get(namespace)  # noqa: SLF001  (one unit: the plans package)
+        if producer is None:
             self._add(
                 Code.UNKNOWN_NODE,
                 namespace,
                 f"node `{node.id}` uses {ref.text}, but the plan has no node `{namespace}`"
-                f"{_did_you_mean(namespace, self._ids)}.",
+                f"{_did_you_mean(namespace, self.ids)}.",
             )
             return None
-        producer = self._plan.node(namespace)
         info = self._info(producer.tool)
         current = _UNKNOWN if info is None else info.returns
         for depth, segment in enumerate(ref.path):
@@ -312,6 +336,8 @@ class _Checker:
             )
 
     def _duplicate_edges(self, node: Node) -> None:
+        if len(node.input_refs) < 2 and len(node.after) < 2:
+            return  # one reference, one `after`: nothing can repeat (the commonest node)
         mapped: dict[str, str] = {}
         for ref in node.input_refs:
             if not ref.whole or ref.namespace == "initial":
@@ -336,7 +362,7 @@ class _Checker:
                 )
 
     def _after(self, node: Node) -> None:
-        for other in dict.fromkeys(node.after):
+        for other in dict.fromkeys(node.after) if len(node.after) > 1 else node.after:
             if other == node.id:
                 self._add(
                     Code.SELF_DEPENDENCY,
@@ -348,7 +374,7 @@ class _Checker:
                     Code.UNKNOWN_NODE,
                     other,
                     f"node `{node.id}` runs after `{other}`, but the plan has no node `{other}`"
-                    f"{_did_you_mean(other, self._ids)}.",
+                    f"{_did_you_mean(other, self.ids)}.",
                 )
 
     def _resource(self, node: Node) -> None:
@@ -552,6 +578,18 @@ def _mismatch_inside(source: Any, target: Any, depth: int) -> bool:  # noqa: PLR
     return False
 
 
+@functools.lru_cache(maxsize=4096)
+def _known_mismatch(source: Any, target: Any) -> bool:
+    """`_mismatch` of two (hashable) types, kept: types do not change."""
+    return _mismatch(source, target, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_field(annotation: Any, segment: str) -> tuple[str, Any]:
+    """`_field` of a (hashable) type and a segment, kept."""
+    return _field(annotation, segment)
+
+
 def _item(annotation: Any) -> Any:
     """The element type of a homogeneous array type (`list[X]`, `tuple[X, ...]`), else unknown."""
     args = typing.get_args(annotation)
@@ -629,6 +667,8 @@ def _article(name: str) -> str:
 
 def find_cycles(plan: Plan) -> tuple[PlanProblem, ...]:
     """One `CYCLE` problem per strongly connected group of nodes, in plan order."""
+    if _acyclic(plan):
+        return ()  # the commonest plan: no search for groups, no sorted neighbours
     successors = _successors(plan)
     component = _components(plan, successors)
     problems: list[PlanProblem] = []
@@ -650,6 +690,32 @@ def find_cycles(plan: Plan) -> tuple[PlanProblem, ...]:
             )
         )
     return tuple(problems)
+
+
+def _acyclic(plan: Plan) -> bool:
+    """Whether the value and `after` edges between existing nodes (self edges left out) form
+    no cycle: Kahn's count-down, in time linear in the plan's size."""
+    dependants = plan._dependants  # noqa: SLF001  (one unit: the plans package)
+    known = plan._by_id  # noqa: SLF001
+    counts: dict[str, int] = {}
+    queue: list[str] = []
+    for node_id, needed in plan._prerequisites.items():  # noqa: SLF001
+        count = 0
+        for other in needed:
+            if other in known and other != node_id:  # others are no edge
+                count += 1
+        counts[node_id] = count
+        if not count:
+            queue.append(node_id)
+    seen = 0
+    while queue:
+        seen += 1
+        for dependant in dependants[queue.pop()]:
+            left = counts[dependant] - 1
+            counts[dependant] = left
+            if not left:
+                queue.append(dependant)
+    return seen == len(counts)
 
 
 def _successors(plan: Plan) -> dict[str, list[str]]:

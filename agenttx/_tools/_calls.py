@@ -282,7 +282,7 @@ def _succeeded(call: Call, output: object, serializer: OutputSerializer) -> Outc
         if call.log_undo is not None:
             call.log_undo(declared)  # after the effect: all a declared undo can do
         undos = (*undos, declared)
-    return Outcome(output=checked, undos=undos, effects=effects, size=size, refused=refused)
+    return Outcome(checked, None, undos, effects, None, size, refused)
 
 
 def _declared_undo(call: Call, kind: str, seq: int, output: JSONValue) -> UndoRecord:

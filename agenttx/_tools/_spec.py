@@ -22,7 +22,7 @@ import attrs
 from .._errors import InvalidArgument
 from .._json import check_json
 from ._schema import Validator, compile_schema, parameters_schema
-from ._signature import read_signature
+from ._signature import Signature, read_signature
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,8 +119,9 @@ def build_spec(
     skip_context: bool,
     description: str | None,
     parameters: Mapping[str, JSONValue] | None,
-) -> tuple[ToolSpec, Validator]:
-    """The spec of a tool and the validator of its arguments.
+) -> tuple[ToolSpec, Validator, Signature | None]:
+    """The spec of a tool, the validator of its arguments, and the signature read to build
+    them (None when `parameters` is given: none was read), for the tool to keep.
 
     Raises `InvalidArgument` naming the tool for a name that cannot be mapped, a description
     that is not a string, or `parameters` that is not a JSON Schema object of JSON values.
@@ -130,6 +131,7 @@ def build_spec(
         raise InvalidArgument(
             f"tool `{name}`: description= must be a string, got {type(description).__name__}"
         )
+    signature: Signature | None = None
     if parameters is not None:
         _check_object_schema(name, parameters)
         validator = compile_schema(parameters, what=f"tool `{name}`: parameters=")
@@ -143,4 +145,4 @@ def build_spec(
     if description is None:
         description = ""
     spec = ToolSpec(name=name, wire_name=wire, description=description, parameters=schema)
-    return spec, validator
+    return spec, validator, signature

@@ -149,8 +149,9 @@ class Tool(Generic[P, R]):
         self.guarded = self.needs_approval is not False or self.on_unknown == "review"
         self.is_async = inspect.iscoroutinefunction(fn)
         self.wants_context = _wants_context(fn)
-        self._signature: Signature | None = None
-        self.spec, self.validator = build_spec(
+        # The signature read to build the spec is kept (not read a second time when plan
+        # validation or an output check first asks for it).
+        self.spec, self.validator, self._signature = build_spec(
             fn,
             name=self.name,
             skip_context=self.wants_context,
@@ -163,8 +164,8 @@ class Tool(Generic[P, R]):
 
     @property
     def signature(self) -> Signature:
-        """The function's parameters and return type (`read_signature`), read once, on first use:
-        plan validation and output checks read it for every run."""
+        """The function's parameters and return type (`read_signature`), read once (when the
+        spec is built, or on first use): plan validation and output checks read it every run."""
         if self._signature is None:
             self._signature = read_signature(self.__wrapped__, skip_context=self.wants_context)
         return self._signature

@@ -25,6 +25,12 @@ a claim that carries `units` (`(resource, units, capacity)`) adds rows to `plan_
 (schema version 7) only if the units every other node of any run holds, plus its own, stay
 within the capacity; otherwise it is refused like a held claim. Its units are freed with its
 hold.
+
+A tool's rate limit is counted across runs too: a claim that carries `rate` (`(tool,
+per_second, burst)`) takes a token from the tool's bucket in `plan_rates` (schema version 8),
+refilled since its last take at the claim's `per_second` up to its `burst`, full at first; an
+empty bucket refuses the claim like a held one, and a claim refused for another reason gives
+its token back in the same write.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The schema behind `PostgresStore`: its migrations, and every SQL text the store runs.
 
-**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 4):
+**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 5):
 
 =========== ================================================================================
 migrations  one row per migration applied: `version`, `description`, `applied_at`
@@ -24,6 +24,8 @@ plan_holds  `resource -> (run_id, node_id, attempt, acquired_at)`: the exclusive
 plan_units  `(resource, run_id, node_id) -> (attempt, units, acquired_at)`: the units of a
             resource's capacity running plan nodes hold, summed under an advisory lock
             (migration 4)
+plan_rates  `tool -> (tokens, updated_at)`: a rate-limited tool's token bucket, shared by
+            every run, refilled by the server's clock (migration 5)
 =========== ================================================================================
 
 Every write to a transaction's rows carries its fence: the `txs` row must still have the
