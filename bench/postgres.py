@@ -17,7 +17,8 @@ Throughput: 512 transactions of 20 `kv.put` steps and a commit, split over 1, 4 
 processes, each with its own engine and store (its own connections), all on one schema; the
 figure is the transactions committed per second from the moment all workers are ready to the
 last one's end. The server's CPU time over the run (its processes' user and system time, read
-from /proc) is reported beside it, as a share of the wall time.
+from /proc) and the workers' (the CPU time of their transactions) are reported beside it, as
+shares of the wall time: what one worker keeps busy bounds the scaling on the machine's cores.
 
 Targets (issue 15): a durable step at least 10 times cheaper than DBOS's on the same server,
 and the throughput of 4 workers at least 3 times that of 1.
@@ -115,13 +116,14 @@ def worker(dsn: str, schema: str, first: int, *, step: int, total: int, go: str)
         print("ready", flush=True)
         while not Path(go).exists():
             time.sleep(0.001)
+        cpu = time.process_time()
         for n in range(first, total, step):
             tx = engine.begin()
             for s in range(1, STEPS + 1):
                 if not tx.execute_step(s, "kv.put", {"key": f"t{n}/s{s}", "value": s}).ok:
                     raise SystemExit(f"kv.put step {s} failed")
             tx.commit()
-        print(f"end {time.time()}", flush=True)
+        print(f"end {time.time()} {time.process_time() - cpu}", flush=True)
 
 
 def server_cpu(dsn: str) -> float:
@@ -152,8 +154,11 @@ def server_cpu(dsn: str) -> float:
     return total / tick
 
 
-def bench_throughput(dsn: str, schema: str, transactions: int, workers: int) -> tuple[float, float]:
-    """Transactions per second of `workers` processes, and the server's CPU share meanwhile."""
+def bench_throughput(
+    dsn: str, schema: str, transactions: int, workers: int
+) -> tuple[float, float, float]:
+    """Transactions per second of `workers` processes, the server's CPU share meanwhile, and
+    the workers' (the CPU time of their transactions over the wall time)."""
     from agenttx.stores import PostgresStore  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as directory:
@@ -180,19 +185,20 @@ def bench_throughput(dsn: str, schema: str, transactions: int, workers: int) -> 
         cpu = server_cpu(dsn)
         started = time.time()
         go.touch()
-        ends = []
+        ends, clients = [], 0.0
         for process in processes:
             out, _ = process.communicate(timeout=600)
             if process.returncode != 0:
                 raise SystemExit("a worker failed")
             ends.append(float(out.split()[1]))
+            clients += float(out.split()[2])
         elapsed = max(ends) - started
         cpu = server_cpu(dsn) - cpu
     with PostgresStore(dsn, schema=schema) as store:
         rows = store.committed_keys("kv/t", limit=transactions * STEPS + 1)
     if len(rows) != transactions * STEPS:
         raise SystemExit("not every transaction was committed")
-    return transactions / elapsed, cpu / elapsed
+    return transactions / elapsed, cpu / elapsed, clients / elapsed
 
 
 def drop(dsn: str, schema: str) -> None:
@@ -254,14 +260,15 @@ def main() -> int:
                 detail=f"DBOS: {dbos:.1f} us a step, median of {runs} runs, same server",
             )
         )
-    for n, (tps, cpu) in throughput.items():
+    for n, (tps, cpu, clients) in throughput.items():
         rows.append(
             Row(
                 name=f"20 kv.put + commit, {n} worker{'s' if n > 1 else ''}",
                 measured=f"{tps:,.0f} tx/s",
                 target="-",
                 ratio=0.0,
-                detail=f"{transactions} transactions; server CPU {cpu:.2f} cores meanwhile",
+                detail=f"{transactions} transactions; CPU meanwhile: server {cpu:.2f} cores, "
+                f"workers {clients:.2f} cores",
                 peer=True,
             )
         )
@@ -275,6 +282,12 @@ def main() -> int:
             ratio=SCALING_TARGET / scaling if high == 4 else 0.0,
             detail=f"on {os.cpu_count()} cores shared by the clients and the server",
         )
+    )
+    busy = sum(throughput[low][1:])
+    notes.append(
+        f"{low} worker kept {busy:.2f} cores busy (itself and the server): on "
+        f"{os.cpu_count()} cores, more workers can scale it by about {os.cpu_count() or 1} / "
+        f"{busy:.2f} = {(os.cpu_count() or 1) / max(busy, 0.01):.1f}x at most"
     )
     return report(rows, quick=args.quick, notes=notes)
 

@@ -16,8 +16,15 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from agenttx import InvalidArgument, StorageError, TransactionNotFound, WriteConflict
+from agenttx import (
+    InvalidArgument,
+    ReadConflict,
+    StorageError,
+    TransactionNotFound,
+    WriteConflict,
+)
 from agenttx.stores import EffectRow, PostgresStore, UndoRow
+from agenttx.stores._postgres_schema import binary_array
 from agenttx.testing import check_store
 from conftest import drop_schema, postgres_dsn
 from test_sqlite_store import StoresAgree
@@ -167,6 +174,23 @@ def test_keys_and_values_keep_any_text(store: PostgresStore) -> None:
         assert store.read_committed(key) == value
     keys = [row[0] for row in store.committed_keys()]
     assert keys == sorted(values)
+
+
+def test_effects_keep_any_text_through_the_outbox(store: PostgresStore) -> None:
+    """Effects whose texts hold quotes, backslashes, braces, commas and non-ASCII text reach
+    the outbox as they were, in staging order."""
+    texts = ['{"a": "b,c"}', '"\\"', "{}", "ключ 😀", "NULL", "a\tb"]
+    effects = [
+        EffectRow(step_id=n + 1, channel=text, payload=text, idempotency_key=f"{text}/{n}")
+        for n, text in enumerate(texts)
+    ]
+    store.begin("t")
+    store.record_step("t", 1, "[1]", effects, "p")
+    store.commit("t")
+    pending = store.pending_effects()
+    assert [(e.step_id, e.channel, e.payload, e.idempotency_key) for e in pending] == [
+        (e.step_id, e.channel, e.payload, e.idempotency_key) for e in effects
+    ]
 
 
 # ---------------------------------------------------------------- migrations
@@ -396,6 +420,62 @@ def test_the_step_statements_are_prepared_again_when_gone(store: PostgresStore) 
     store.record_step("t", 2, "[2]", [], "p")
     assert store.commit("t") == 2
     assert store.read_committed("j") == "2"
+
+
+def test_a_commit_prepares_its_statements_again_when_gone(store: PostgresStore) -> None:
+    """A commit whose prepared statements were dropped from the connection rolls back what
+    ran, prepares them again and commits once."""
+    store.begin("t")
+    store.put("t", "k", "1")
+    store.record_step("t", 1, "[1]", [EFFECT], "p")
+    conn = store._link._conn
+    assert conn is not None
+    conn.execute("DEALLOCATE ALL")
+    assert store.commit("t") == 1
+    assert store.read_committed("k") == "1"
+    assert len(store.pending_effects()) == 1
+    assert _raw(f"SELECT commit_version FROM {store.schema}.meta") == [(1,)]
+
+
+def test_a_check_that_fails_then_passes_commits_on_a_new_try(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the server's version check fails but the versions read afterwards pass (a key
+    deleted back to its base meanwhile), the commit is tried again and goes through once."""
+    store.begin("t")
+    store.put("t", "k", "1")
+    real = store._hot.commit
+    calls: list[int] = []
+
+    def stale_once(*args: Any, **kwargs: Any) -> Any:
+        statements, writes, reads = real(*args, **kwargs)
+        if not calls:  # the first try checks a base no key has
+            name, (keys, _versions), formats = statements[writes]
+            statements[writes] = (name, (keys, binary_array(20, [(7).to_bytes(8, "big")])), formats)
+        calls.append(1)
+        return statements, writes, reads
+
+    monkeypatch.setattr(store._hot, "commit", stale_once)
+    assert store.commit("t") == 1
+    assert len(calls) == 2
+    assert store.read_committed("k") == "1"
+    assert _raw(f"SELECT commit_version FROM {store.schema}.meta") == [(1,)]
+
+
+def test_a_serializable_read_conflict_is_raised_across_stores(store: PostgresStore) -> None:
+    """A serializable transaction whose read key was committed by another worker since gets
+    ReadConflict at commit, and writes nothing."""
+    with _other(store) as other:
+        store.begin("a", isolation="serializable")
+        assert store.get("a", "r") is None
+        store.put("a", "w", "1")
+        other.begin("b")
+        other.put("b", "r", "x")
+        other.commit("b")
+        with pytest.raises(ReadConflict) as caught:
+            store.commit("a")
+        assert caught.value.key == "r"
+    assert store.read_committed("w") is None
 
 
 def test_stores_sharing_a_pool_share_its_prepared_statements(pg_schema: tuple[str, str]) -> None:

@@ -23,6 +23,7 @@ transaction whose lease has expired, with `FOR UPDATE SKIP LOCKED`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -38,7 +39,7 @@ from ._durable import EndedTransaction, TxImage, UndoRow
 from ._log_rows import LogStore
 from ._postgres_link import Link, Renewer, check_schema_name
 from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
-from ._postgres_schema import LOG_ROWS_PREPARED, WRITE
+from ._postgres_schema import COMMIT_FENCE, LOG_ROWS_PREPARED, WRITE
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
@@ -60,6 +61,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresStore"]
 
+#: The SQLSTATE of a check of a commit that failed (division by zero: see `Hot`), and how many
+#: times a commit whose versions failed the check but pass when read again is tried.
+_CHECK_FAILED: Final = b"22012"
+_COMMIT_ATTEMPTS: Final = 3
 #: Replaced `PROGRESS` events are deleted once there are this many.
 _STALE_PROGRESS: Final = 32
 #: The history beyond the retention is pruned when the store opens, then every this many ends.
@@ -204,6 +209,7 @@ class PostgresStore(SharedRows, LogStore):
             else:
                 self._link.check_version()
             self._prune(time.time())
+            self._link.ready(f"prepare the statements of schema `{schema}`")
         except BaseException:
             self._link.drop()
             raise
@@ -297,59 +303,55 @@ class PostgresStore(SharedRows, LogStore):
 
     def commit(self, tx_id: str, *, history: str | None = None) -> int:
         """Validate and publish the overlay in one PostgreSQL transaction (see the class
-        docstring), move the effects to the outbox, end the transaction keeping its history."""
+        docstring), move the effects to the outbox, end the transaction keeping its history.
+
+        One round trip: every statement goes at once, in pipeline mode (`Hot.commit`), and
+        the checks (the epoch, then the versions, under the commit lock) fail on the server,
+        aborting the transaction before its COMMIT; the store then reads what failed."""
         if history is not None:
             check_value(history)
-        sql = self._sql
         doing = f"commit transaction `{tx_id}`"
         with self._lock:
             tx = self._open(tx_id)
-            overlay = tx.overlay
-            keys = tx.checked_keys()
-            with self._link.transaction(doing, pipeline=True) as cur:
-                # Two round trips. First, sent at once: BEGIN; its own row, locked against a
-                # takeover; its end (history, rows deleted); the commit lock (commits are
-                # serialized from here) with the new version; the versions of the keys to check.
-                conn = cur.connection
-                fence, counter, versions = conn.cursor(), conn.cursor(), conn.cursor()
-                fence.execute(sql.select_tx_for_update, (tx_id,))
-                self._end(cur, tx_id, history, tx)
-                counter.execute(sql.next_commit)
-                if keys:
-                    versions.execute(sql.select_versions, ([key.encode() for key in keys],))
-                self._check_fence(tx_id, fence.fetchone())  # the first wait
-                version = first_row(counter)[0]
-                if keys:
-                    current = {bytes(k).decode(): v for k, v in versions.fetchall()}
-                    tx.validate(lambda key: current.get(key, 0))
-                # Then the writes and COMMIT, sent at once (an exception rolls back instead).
-                self._publish(cur, tx_id, tx, version)
+            for _attempt in range(_COMMIT_ATTEMPTS):
+                if self._try_commit(tx_id, tx, history, doing):
+                    break
+            else:
+                raise StorageError(
+                    f"could not {doing}: the versions it checks changed back and forth "
+                    f"{_COMMIT_ATTEMPTS} times (a key deleted and written again): try again"
+                )
             self._let_go(tx_id)
-        return len(overlay)
+            self._ends += 1
+            if self._ends >= _PRUNE_EVERY and self._keeps_history:
+                self._ends = 0
+                with contextlib.suppress(StorageError):  # retention is best effort
+                    self._prune(time.time())
+        return len(tx.overlay)
 
-    def _publish(self, cur: psycopg.Cursor[Any], tx_id: str, tx: TxMirror, version: int) -> None:
-        """Inside the commit: write the overlay as commit `version`, and the effects to the
-        outbox in staging order (no results: the caller may pipeline them)."""
-        sql = self._sql
-        overlay = tx.overlay
-        puts = [(k.encode(), v.encode()) for k, (_, v) in overlay.items() if v is not None]
-        if puts:
-            cur.execute(sql.upsert_committed, (version, [k for k, _ in puts], [v for _, v in puts]))
-        deletes = [k.encode() for k, (_, v) in overlay.items() if v is None]
-        if deletes:
-            cur.execute(sql.delete_committed, (deletes,))
-        effects = tx.effects
-        if effects:
-            cur.execute(
-                sql.insert_outbox,
-                (
-                    tx_id,
-                    [e.step_id for e in effects],
-                    [e.channel for e in effects],
-                    [e.payload for e in effects],
-                    [e.idempotency_key for e in effects],
-                ),
-            )
+    def _try_commit(self, tx_id: str, tx: TxMirror, history: str | None, doing: str) -> bool:
+        """One commit of `tx_id`: True if it committed; False if a version check failed on
+        the server but the versions read now pass (try again); else it raises, as `commit`."""
+        ended = (history, steps_text(tx.steps), time.time()) if self._keeps_history else None
+        statements, writes, reads = self._hot.commit(tx_id, self._epochs[tx_id], tx, ended=ended)
+        results = self._link.batch(doing, statements)
+        link = self._link
+        failed = next((n for n, r in enumerate(results) if not link.ok(r)), None)
+        if failed is None:
+            return True
+        result = results[failed]
+        link.rollback(doing)
+        if link.sqlstate(result) == _CHECK_FAILED:
+            if failed == COMMIT_FENCE:
+                self._fence_failed(tx_id, doing)
+            if failed in {writes, reads}:
+                keys = [key.encode() for key in tx.checked_keys()]
+                rows = self._all(doing, self._sql.select_versions, (keys,))
+                current = {bytes(k).decode(): v for k, v in rows}
+                tx.validate(lambda key: current.get(key, 0))
+                return False
+        error = link.error(result)
+        raise link.failure(doing, error) from error
 
     def discard(self, tx_id: str, *, history: str | None = None) -> None:
         """End the transaction and delete its undo records, whichever store holds it, keeping
@@ -734,15 +736,6 @@ class PostgresStore(SharedRows, LogStore):
         cur.execute(self._sql.fence, (tx_id, self._epochs[tx_id]))
         if cur.fetchone() is None:
             self._fence_failed(tx_id, None, cur)
-
-    def _check_fence(self, tx_id: str, row: tuple[Any, ...] | None) -> None:
-        """`_fence` for a commit, given `tx_id`'s row read `FOR UPDATE` (the commit deletes
-        it): unless it is still at this store's epoch, let it go and raise."""
-        if row is None or row[3] != self._epochs[tx_id]:
-            self._let_go(tx_id)
-            if row is None:
-                raise TransactionNotFound(tx_id=tx_id)
-            raise self._lost(tx_id, row[1])
 
     def _fence_failed(
         self, tx_id: str, doing: str | None, cur: psycopg.Cursor[Any] | None = None

@@ -3,10 +3,11 @@ thread that renews the store's leases on a connection of its own (`Renewer`).
 
 `Link` holds one psycopg connection (autocommit: every statement outside `transaction()` is its
 own PostgreSQL transaction), made from a DSN or taken from a `psycopg_pool.ConnectionPool`.
-The statements of the per-step path (`Hot`) are prepared on each connection at its first use,
-and `run` executes them straight through libpq (one blocking call, the GIL released), their
-parameters already bytes: psycopg's adaptation and its Python wait loop cost a step more than
-the server does.
+The statements of the per-step path and of commit (`Hot`) are prepared on each connection
+before its first use, and run straight through libpq, their parameters already bytes: psycopg's
+adaptation and its Python wait loop cost a step more than the server does. `run` executes one
+(a blocking call, the GIL released); `batch` sends several at once in pipeline mode and waits
+once for all their results (one round trip).
 Every psycopg error becomes a `StorageError` naming what the store was doing, with the error as
 `__cause__`; an error that leaves the connection unusable (the server restarted, the network
 dropped) also drops the connection, and the next call connects again. A statement timeout
@@ -17,17 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import re
+import select
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError
-from ._postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION, Sql
+from ._postgres_schema import COMMANDS, MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION, Sql
 
 if TYPE_CHECKING:
     import weakref
     from collections.abc import Iterator, Sequence
 
     import psycopg
+
+    from ._postgres_schema import Statement
 
 __all__ = ["Link", "Renewer", "check_schema_name", "import_psycopg"]
 
@@ -94,6 +98,7 @@ class Link:
         self._done = frozenset({pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK})
         self._bad = pq.ConnStatus.BAD
         self._idle = pq.TransactionStatus.IDLE
+        self._sync = pq.ExecStatus.PIPELINE_SYNC
 
     @property
     def where(self) -> str:
@@ -142,18 +147,34 @@ class Link:
         self._encoding = conn.info.encoding
         return conn
 
+    def ready(self, doing: str) -> psycopg.Connection[Any]:
+        """The live connection, with the hot statements prepared on it (the store's schema
+        must be at its version). `StorageError` if it cannot be had."""
+        conn = self.cursor(doing).connection
+        if self._prepared is not conn:
+            try:
+                self._prepare(conn)
+            except self.psycopg.Error as exc:
+                raise self.failure(doing, exc) from exc
+            self._prepared = conn
+        return conn
+
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         """Prepare the hot statements on `conn` that it lacks (another store sharing a pool
-        may have prepared them there: same name, same text), in two round trips."""
+        may have prepared them there: same name, same text), in two round trips. Each is
+        prepared by the protocol, with its own text (what `pg_stat_activity` shows of it)."""
         wanted = self.sql.hot.statements
         names = [name.decode() for name, _ in wanted]
         rows = conn.execute(
             "SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", (names,)
         ).fetchall()
         have = {row[0].encode() for row in rows}
-        wanted = tuple((name, text) for name, text in wanted if name not in have)
-        if wanted:
-            conn.execute(";".join(f"PREPARE {name.decode()} AS {text}" for name, text in wanted))
+        missing = [(name, text.encode()) for name, text in wanted if name not in have]
+        if missing:
+            pgconn: Any = conn.pgconn
+            for result in self._send(pgconn, missing, prepare=True):
+                if not self.ok(result):
+                    raise self.error(result)
 
     def run(
         self, doing: str, name: bytes, params: Sequence[bytes | None], formats: Sequence[int]
@@ -162,17 +183,14 @@ class Link:
         1, format as `formats` says), outside any transaction; its `PGresult`, columns in
         binary format. An error is `StorageError`, as `failure` makes.
 
-        The statements are prepared at the first call on a connection, and again if they are
-        gone (psycopg deallocates every prepared statement after a rollback, a pool may discard
-        them): the statement, not run, is then run once more. The call blocks in libpq, so a
-        KeyboardInterrupt waits for the statement's end (`statement_timeout` bounds one that
-        waits on a lock)."""
-        conn = self.cursor(doing).connection
+        The statements are prepared on each connection before its first use (`ready`), and
+        again if they are gone (psycopg deallocates every prepared statement after a rollback,
+        a pool may discard them): the statement, not run, is then run once more. The call
+        blocks in libpq, so a KeyboardInterrupt waits for the statement's end
+        (`statement_timeout` bounds one that waits on a lock)."""
+        conn = self.ready(doing)
         pgconn: Any = conn.pgconn  # its stub does not let a parameter be None (NULL)
         try:
-            if self._prepared is not conn:
-                self._prepare(conn)
-                self._prepared = conn
             result = pgconn.exec_prepared(name, params, param_formats=formats, result_format=1)
             if result.status not in self._done and result.error_field(_SQLSTATE) == _GONE:
                 self._prepare(conn)
@@ -180,60 +198,131 @@ class Link:
         except self.psycopg.Error as exc:
             raise self.failure(doing, exc) from exc
         if result.status not in self._done:
-            if pgconn.status == self._bad:
-                message = (result.error_message or b"no connection to the server").decode(
-                    self._encoding, "replace"
-                )
-                error = self.psycopg.OperationalError(message.strip())
-            else:
-                error = self.psycopg.errors.error_from_result(result, encoding=self._encoding)
+            error = self.error(result)
             raise self.failure(doing, error) from error
         return result
 
+    def batch(self, doing: str, statements: Sequence[Statement]) -> list[Any]:
+        """Send `statements` (hot statements, or `COMMANDS`) at once in pipeline mode, with
+        one Sync: one round trip. Their results, in order: an error's result stays in the list
+        (those after it are `PIPELINE_ABORTED`), and a transaction the error aborted is the
+        caller's to `rollback`. A lost connection raises `StorageError` (and is dropped), as
+        does any other psycopg error; prepared statements gone are prepared again, and the
+        batch sent again, as `run` does. An interrupt while waiting drops the connection (the
+        server then rolls back what it had not committed)."""
+        conn = self.ready(doing)
+        pgconn: Any = conn.pgconn
+        try:
+            results = self._send(pgconn, statements)
+            if any(result.error_field(_SQLSTATE) == _GONE for result in results):
+                self.rollback(doing)
+                self._prepare(conn)
+                results = self._send(pgconn, statements)
+        except self.psycopg.Error as exc:
+            raise self.failure(doing, exc) from exc
+        return results
+
+    def _send(
+        self,
+        pgconn: Any,
+        statements: Sequence[tuple[Any, ...]],
+        *,
+        prepare: bool = False,
+    ) -> list[Any]:
+        """In pipeline mode: send `statements` (or, with `prepare`, prepare `(name, text)`s)
+        and a Sync, and read their results."""
+        pgconn.enter_pipeline_mode()
+        try:
+            for statement in statements:
+                name = statement[0]
+                if prepare:
+                    pgconn.send_prepare(name, statement[1])
+                elif name in COMMANDS:
+                    pgconn.send_query_params(name, None)
+                else:
+                    pgconn.send_query_prepared(
+                        name, statement[1], param_formats=statement[2], result_format=1
+                    )
+            pgconn.pipeline_sync()
+            results = self._results(pgconn)
+            pgconn.exit_pipeline_mode()
+        except BaseException:
+            self.drop()  # in pipeline mode, with results not read: in no state to go on
+            raise
+        return results
+
+    def _results(self, pgconn: Any) -> list[Any]:
+        """In pipeline mode, after a Sync: send what is buffered, and read the results."""
+        socket = pgconn.socket
+        while pgconn.flush():  # the server's replies are read as they come, meanwhile
+            readable, _, _ = select.select([socket], [socket], [])
+            if readable:
+                pgconn.consume_input()
+        results: list[Any] = []
+        while True:
+            while pgconn.is_busy():
+                select.select([socket], [], [])
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if pgconn.status == self._bad:
+                raise self._lost(result)
+            if result is None:  # the end of one statement's results
+                continue
+            if result.status == self._sync:
+                return results
+            results.append(result)
+
+    def rollback(self, doing: str) -> None:
+        """Roll back the transaction open on the connection, if any (after a failed `batch`)."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.info.transaction_status == self._idle:
+            return
+        try:
+            result = conn.pgconn.exec_(b"ROLLBACK")
+        except self.psycopg.Error as exc:
+            raise self.failure(doing, exc) from exc
+        if result.status not in self._done:
+            raise self.failure(doing, self.error(result))
+
+    def ok(self, result: Any) -> bool:
+        """Whether `result` is a statement's success."""
+        return result.status in self._done
+
+    def sqlstate(self, result: Any) -> bytes | None:
+        """The SQLSTATE of a failed `result`."""
+        state: bytes | None = result.error_field(_SQLSTATE)
+        return state
+
+    def error(self, result: Any) -> Exception:
+        """The psycopg error of a failed `result`, as psycopg raises it."""
+        conn = self._conn
+        if conn is None or conn.pgconn.status == self._bad:
+            return self._lost(result)
+        error: Exception = self.psycopg.errors.error_from_result(result, encoding=self._encoding)
+        return error
+
+    def _lost(self, result: Any) -> Exception:
+        message = (result and result.error_message) or b"no connection to the server"
+        error: Exception = self.psycopg.OperationalError(
+            message.decode(self._encoding, "replace").strip()
+        )
+        return error
+
     @contextlib.contextmanager
-    def transaction(
-        self, doing: str, *, snapshot: bool = False, pipeline: bool = False
-    ) -> Iterator[psycopg.Cursor[Any]]:
+    def transaction(self, doing: str, *, snapshot: bool = False) -> Iterator[psycopg.Cursor[Any]]:
         """Run the block in one PostgreSQL transaction (READ COMMITTED, or with `snapshot`,
         REPEATABLE READ READ ONLY: one consistent view for several reads). If the block raises,
         the transaction is rolled back and the exception goes on, a psycopg error as
-        `StorageError`.
-
-        With `pipeline`, in psycopg's pipeline mode: the statements go without waiting for
-        their results, BEGIN with the first ones and COMMIT with the last; the block waits
-        only where it fetches a result (the results of everything sent before arrive in that
-        one round trip), and the end waits once more. An error of any statement is raised at
-        the next fetch or at the end, and the transaction is rolled back."""
+        `StorageError`."""
         cur = self.cursor(doing)
         conn = cur.connection
         try:
-            if pipeline:
-                with self._pipelined(conn, cur):
-                    yield cur
-            else:
-                with conn.transaction():
-                    if snapshot:
-                        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    yield cur
+            with conn.transaction():
+                if snapshot:
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield cur
         except self.psycopg.Error as exc:
             raise self.failure(doing, exc) from exc
-
-    @contextlib.contextmanager
-    def _pipelined(self, conn: psycopg.Connection[Any], cur: psycopg.Cursor[Any]) -> Iterator[None]:
-        # BEGIN and COMMIT as plain statements: psycopg's `transaction()` in a pipeline waits
-        # for each of them (three more round trips).
-        try:
-            with conn.pipeline():
-                cur.execute(b"BEGIN")
-                yield
-                cur.execute(b"COMMIT")
-        except BaseException:
-            if not conn.closed and conn.info.transaction_status != self._idle:
-                try:
-                    conn.rollback()
-                except self.psycopg.Error:  # the connection is in no known state: a new one
-                    self.drop()
-            raise
 
     def failure(self, doing: str, exc: BaseException) -> StorageError:
         """The `StorageError` for psycopg error `exc`, raised while trying to `doing`; drops

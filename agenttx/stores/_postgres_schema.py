@@ -42,14 +42,25 @@ an advisory lock, and refuses a schema newer than it knows.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Final
+import struct
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ._sqlite_mirror import Row
+    from ._sqlite_mirror import Row, TxMirror
 
-__all__ = ["HOLDS_LOCK", "LOG_ROWS_PREPARED", "MIGRATIONS", "SCHEMA_VERSION", "Sql"]
+__all__ = [
+    "COMMANDS",
+    "COMMIT_FENCE",
+    "HOLDS_LOCK",
+    "LOG_ROWS_PREPARED",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Sql",
+    "Statement",
+    "binary_array",
+]
 
 #: The schema migrations, in order, as (description, statements); `{s}` is the schema, quoted.
 #: Applying `MIGRATIONS[v]` takes the schema from version `v` to `v + 1`. Append; never edit
@@ -227,29 +238,95 @@ def _log_fenced(s: str, rows: int) -> str:
     )
 
 
+#: A statement of a batch (`Link.batch`): a hot statement's name (or `BEGIN`, `COMMIT`), its
+#: parameters (bytes, or None for NULL) and their formats (0 text, 1 binary).
+Statement: TypeAlias = "tuple[bytes, Sequence[bytes | None], Sequence[int]]"
+#: The index of a commit's fence among its statements (`Hot.commit`).
+COMMIT_FENCE: Final = 1
+#: The commands a batch sends as they are, unprepared.
+COMMANDS: Final = frozenset({b"BEGIN", b"COMMIT"})
+_BYTEA: Final = 17
+_INT8: Final = 20
+_TEXT: Final = 25
+_INT8_OF: Final = struct.Struct("!q").pack
+
+
+def binary_array(oid: int, items: Sequence[bytes]) -> bytes:
+    """A one-dimensional array of non-NULL `items` (each already in its type's binary form) in
+    PostgreSQL's binary array format, element type `oid`: no quoting, any bytes."""
+    if not items:
+        return struct.pack("!iiI", 0, 0, oid)
+    head = struct.pack("!iiIii", 1, 0, oid, len(items), 1)
+    return head + b"".join(struct.pack("!i", len(item)) + item for item in items)
+
+
+def _int8_array(values: Sequence[int]) -> bytes:
+    return binary_array(_INT8, [_INT8_OF(value) for value in values])
+
+
 class Hot:
-    """The statements of the per-step path, run with `Link.run`: prepared once on each
-    connection (under `_hot_name`s), their parameters sent as bytes, no psycopg adaptation.
-    `log_fenced[n - 1]` appends n rows; `committed` reads a key's version and value;
-    `begin` inserts a transaction's row with a new epoch and lease."""
+    """The statements of the per-step path and of commit, run with `Link.run` and `Link.batch`:
+    prepared once on each connection (under `_hot_name`s), their parameters sent as bytes, no
+    psycopg adaptation. `log_fenced[n - 1]` appends n rows; `committed` reads a key's version
+    and value; `begin` inserts a transaction's row with a new epoch and lease; `commit` builds
+    a commit's statements."""
 
     def __init__(self, s: str) -> None:
-        texts = [_log_fenced(s, rows) for rows in range(1, LOG_ROWS_PREPARED + 1)]
-        committed = f"SELECT version, value FROM {s}.committed WHERE key = $1::bytea"
-        begin = (
+        texts = {f"log{rows}": _log_fenced(s, rows) for rows in range(1, LOG_ROWS_PREPARED + 1)}
+        texts["committed"] = f"SELECT version, value FROM {s}.committed WHERE key = $1::bytea"
+        texts["begin"] = (
             f"INSERT INTO {s}.txs (tx_id, record, owner, epoch, lease_until, isolation) "
             f"VALUES ($1::text, $2::text, $3::text, nextval('{s}.epochs'), "
             "now() + make_interval(secs => $4::float8), $5::text) "
             "ON CONFLICT (tx_id) DO NOTHING RETURNING epoch"
         )
-        texts += [committed, begin]
-        self.statements: tuple[tuple[bytes, str], ...] = tuple(
-            (_hot_name(text), text) for text in texts
+        # The commit's statements. A failed check divides by zero (its SQLSTATE, 22012, names
+        # no other failure of these statements): the transaction is aborted on the server,
+        # before the COMMIT sent with it, and the store reads what failed afterwards.
+        texts["fence"] = (
+            f"SELECT 1 / count(*)::int FROM (SELECT 1 FROM {s}.txs WHERE tx_id = $1::text "
+            "AND epoch = $2::bigint FOR UPDATE) AS f"
         )
-        names = [name for name, _ in self.statements]
-        self.log_fenced: tuple[bytes, ...] = tuple(names[:LOG_ROWS_PREPARED])
-        self.committed: bytes = names[LOG_ROWS_PREPARED]
-        self.begin: bytes = names[LOG_ROWS_PREPARED + 1]
+        ends = (
+            f"l AS (DELETE FROM {s}.log WHERE tx_id = $1::text), "
+            f"u AS (DELETE FROM {s}.undos WHERE tx_id = $1::text) "
+            f"DELETE FROM {s}.txs WHERE tx_id = $1::text"
+        )
+        texts["end"] = "WITH " + ends
+        texts["end_kept"] = (
+            f"WITH e AS (INSERT INTO {s}.ended (tx_id, record, isolation, history, steps, "
+            "ended_at) SELECT tx_id, record, isolation, COALESCE($2::text, history), "
+            f"$3::bytea, $4::float8 FROM {s}.txs WHERE tx_id = $1::text), " + ends
+        )
+        texts["next_commit"] = (
+            f"UPDATE {s}.meta SET commit_version = commit_version + 1 RETURNING commit_version"
+        )
+        texts["check"] = (
+            "SELECT 1 / (NOT EXISTS (SELECT 1 FROM unnest($1::bytea[], $2::bigint[]) "
+            f"AS x(k, b) LEFT JOIN {s}.committed AS c ON c.key = x.k "
+            "WHERE coalesce(c.version, 0) <> x.b))::int"
+        )
+        texts["upsert"] = (
+            f"INSERT INTO {s}.committed (key, version, value) SELECT u.k, m.commit_version, u.v "
+            f"FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v) CROSS JOIN {s}.meta AS m "
+            "WHERE true ON CONFLICT (key) DO UPDATE SET version = excluded.version, "
+            "value = excluded.value"
+        )
+        texts["delete"] = f"DELETE FROM {s}.committed WHERE key = ANY($1::bytea[])"
+        texts["outbox"] = (
+            f"INSERT INTO {s}.outbox (tx_id, step_id, channel, payload, idempotency_key) "
+            "SELECT $1::text, st, c, p, k FROM unnest($2::bigint[], $3::text[], $4::text[], "
+            "$5::text[]) WITH ORDINALITY AS u(st, c, p, k, o) ORDER BY o"
+        )
+        self.statements: tuple[tuple[bytes, str], ...] = tuple(
+            (_hot_name(text), text) for text in texts.values()
+        )
+        self._names = {key: _hot_name(text) for key, text in texts.items()}
+        self.log_fenced: tuple[bytes, ...] = tuple(
+            self._names[f"log{rows}"] for rows in range(1, LOG_ROWS_PREPARED + 1)
+        )
+        self.committed: bytes = self._names["committed"]
+        self.begin: bytes = self._names["begin"]
 
     def append(
         self, tx_id: str, epoch: int, rows: Sequence[Row]
@@ -269,6 +346,68 @@ class Hot:
             )
         return self.log_fenced[len(rows) - 1], params, _LOG_FORMATS[len(rows) - 1]
 
+    def _check(self, keys: list[bytes], versions: list[int]) -> Statement:
+        """The statement that fails (division by zero) unless each of `keys` has its version
+        in `versions` (0: absent)."""
+        params = (binary_array(_BYTEA, keys), _int8_array(versions))
+        return self._names["check"], params, (1, 1)
+
+    def commit(
+        self,
+        tx_id: str,
+        epoch: int,
+        tx: TxMirror,
+        *,
+        ended: tuple[str | None, str, float] | None,
+    ) -> tuple[list[Statement], int | None, int | None]:
+        """The statements of a commit of `tx_id` at `epoch`, sent at once: BEGIN; the fence
+        (its row still at `epoch`, locked `FOR UPDATE`); its end, kept as history with
+        `ended` (`history, steps text, time`) unless `None`; the commit lock and version; the
+        checks of the versions of the keys written (then read, if serializable) against the
+        overlay's; the writes, the effects to the outbox; COMMIT. Also the indexes of the
+        statements checking the writes and the reads (`None` where there is none)."""
+        names, t = self._names, tx_id.encode()
+        statements: list[Statement] = [
+            (b"BEGIN", (), ()),
+            (names["fence"], (t, b"%d" % epoch), (0, 0)),  # at `COMMIT_FENCE`
+        ]
+        if ended is None:
+            statements.append((names["end"], (t,), (0,)))
+        else:
+            history, steps, now = ended
+            params = (t, None if history is None else history.encode(), steps.encode())
+            statements.append((names["end_kept"], (*params, repr(now).encode()), (0, 0, 1, 0)))
+        statements.append((names["next_commit"], (), ()))
+        entries = [(key.encode(), base, value) for key, (base, value) in tx.overlay.items()]
+        writes = reads = None
+        if entries:
+            writes = len(statements)
+            statements.append(self._check([k for k, _, _ in entries], [b for _, b, _ in entries]))
+        if tx.serializable and tx.reads:
+            reads = len(statements)
+            read = tx.reads
+            statements.append(self._check([key.encode() for key in read], list(read.values())))
+        puts = [(key, value.encode()) for key, _, value in entries if value is not None]
+        if puts:
+            keys = binary_array(_BYTEA, [key for key, _ in puts])
+            values = binary_array(_BYTEA, [value for _, value in puts])
+            statements.append((names["upsert"], (keys, values), (1, 1)))
+        deletes = [key for key, _, value in entries if value is None]
+        if deletes:
+            statements.append((names["delete"], (binary_array(_BYTEA, deletes),), (1,)))
+        effects = tx.effects
+        if effects:
+            outbox = (
+                t,
+                _int8_array([e.step_id for e in effects]),
+                binary_array(_TEXT, [e.channel.encode() for e in effects]),
+                binary_array(_TEXT, [e.payload.encode() for e in effects]),
+                binary_array(_TEXT, [e.idempotency_key.encode() for e in effects]),
+            )
+            statements.append((names["outbox"], outbox, (0, 1, 1, 1, 1)))
+        statements.append((b"COMMIT", (), ()))
+        return statements, writes, reads
+
 
 class Sql:
     """The store's SQL texts with the schema filled in (one instance per store)."""
@@ -284,22 +423,12 @@ class Sql:
         )
         self.insert_migration = f"INSERT INTO {s}.migrations (version, description) VALUES (%s, %s)"
         # ---------------------------------------------------------------- committed state
-        self.select_committed = f"SELECT version, value FROM {s}.committed WHERE key = %s"
         self.select_versions = (
             f"SELECT key, version FROM {s}.committed WHERE key = ANY(%s::bytea[])"
         )
         self.select_committed_from = (
             f"SELECT key, version, value FROM {s}.committed WHERE key >= %s ORDER BY key LIMIT %s"
         )
-        self.next_commit = (
-            f"UPDATE {s}.meta SET commit_version = commit_version + 1 RETURNING commit_version"
-        )
-        self.upsert_committed = (
-            f"INSERT INTO {s}.committed (key, version, value) "
-            "SELECT k, %s, v FROM unnest(%s::bytea[], %s::bytea[]) AS u(k, v) "
-            "ON CONFLICT (key) DO UPDATE SET version = excluded.version, value = excluded.value"
-        )
-        self.delete_committed = f"DELETE FROM {s}.committed WHERE key = ANY(%s::bytea[])"
         # ---------------------------------------------------------------- transactions
         self.select_tx = f"SELECT record, owner, isolation, epoch FROM {s}.txs WHERE tx_id = %s"
         self.select_tx_for_update = self.select_tx + " FOR UPDATE"
@@ -399,11 +528,6 @@ class Sql:
         outbox_columns = (
             "id, tx_id, step_id, channel, payload, idempotency_key, attempts, last_error, "
             "not_before"
-        )
-        self.insert_outbox = (
-            f"INSERT INTO {s}.outbox (tx_id, step_id, channel, payload, idempotency_key) "
-            "SELECT %s, st, c, p, k FROM unnest(%s::bigint[], %s::text[], %s::text[], "
-            "%s::text[]) WITH ORDINALITY AS u(st, c, p, k, o) ORDER BY o"
         )
         self.select_pending = (
             "SELECT " + outbox_columns + " FROM {s}.outbox WHERE NOT delivered ORDER BY id LIMIT %s"
