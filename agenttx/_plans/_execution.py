@@ -31,13 +31,12 @@ the outbox, and recovery resumes the transaction with the run (see docs/plans.md
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import datetime as dt
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast, final
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import attrs
 
@@ -50,10 +49,10 @@ from .._errors import (
     TransactionNotFound,
     WriteConflict,
 )
-from .._events import DeferredData, Event, EventKind, EventSink, deferred_data
+from .._events import DeferredData, Event, EventKind, EventSink
 from .._hints import clean_error
 from .._json import canonical_dumps
-from .._limits import DEFAULT_ISOLATION, Isolation
+from .._limits import DEFAULT_ISOLATION
 from .._rollback import RollbackPolicy
 from .._saga import Backoff, deliver_outbox, dispatch_effects
 from .._settings import Settings
@@ -67,7 +66,6 @@ from .._tools import (
     UndoRecord,
     arun_tool,
     closed,
-    derive_key,
     key_deriver,
     run_tool,
 )
@@ -87,7 +85,6 @@ from ._checks import (
 from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
 from ._metrics import (
-    AttemptTiming,
     CostBreakdown,
     LazyMap,
     NodeTiming,
@@ -96,6 +93,25 @@ from ._metrics import (
 )
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._people import NodeGate, Waiting
+from ._records import (
+    COMPLETED,
+    DISPATCHED,
+    SEQ_BITS,
+    Attempt,
+    Crashed,
+    Finished,
+    HeldEvent,
+    Inbox,
+    NodeRecord,
+    SerializedStore,
+    attempts_made,
+    node_timing,
+    node_undo,
+    node_units,
+    retried_count,
+    settings_record,
+    wall_time,
+)
 from ._results import (
     CompensationOutcome,
     CompensationStatus,
@@ -104,19 +120,16 @@ from ._results import (
     PlanResult,
     PlanStatus,
 )
-from ._scheduler import Delivery, Entry, NodeState, RateLimit, Scheduler, Start, Update
+from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Update
 
 if TYPE_CHECKING:
-    import asyncio
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-    from decimal import Decimal
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from .._events import HookLike
-    from .._hints import CleanHint
     from .._json import JSONValue
     from .._saga import Dispatcher
     from .._tools import Tool, ToolsArgument
-    from ..stores import DurableStore, EffectRow, Store, UndoRow
+    from ..stores import DurableStore, Store
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
@@ -125,8 +138,6 @@ _monotonic: Final = time.monotonic
 DEFAULT_NODE_TIMEOUT: Final = 30.0
 #: How long a cancellation waits for cancelled async tools to unwind, in seconds.
 CANCEL_GRACE: Final = 5.0
-#: Undo records of attempt n of a node are numbered from `n << _SEQ_BITS`: never shared.
-_SEQ_BITS: Final = 20
 #: The compensation order of undo records a resumed run restored: before any of its own
 #: (whose times are `time.monotonic()` readings, never negative), in node order.
 _RESTORED_AT: Final = -1e9
@@ -146,261 +157,6 @@ CANCEL_POLL: Final = 0.1
 _ENDED_STORED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT"})
 #: The backoff step a node waiting for another run's exclusive resource stops growing at.
 _HOLD_WAITS: Final = 3
-
-
-@final
-class _SerializedStore:
-    """The run's store, with one transaction's calls serialized: tools on several threads
-    share one overlay, and the `Store` protocol asks the owner to serialize them."""
-
-    __slots__ = ("_lock", "_store")
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._lock = threading.Lock()
-
-    def get(self, tx_id: str, key: str) -> str | None:
-        with self._lock:
-            return self._store.get(tx_id, key)
-
-    def put(self, tx_id: str, key: str, value: str) -> None:
-        with self._lock:
-            self._store.put(tx_id, key, value)
-
-    def delete(self, tx_id: str, key: str) -> None:
-        with self._lock:
-            self._store.delete(tx_id, key)
-
-    # The durable log's calls (`TxLog`), on a durable store only.
-
-    def begin(self, tx_id: str, *, isolation: Isolation, record: str) -> None:
-        with self._lock:
-            cast("DurableStore", self._store).begin(tx_id, isolation=isolation, record=record)
-
-    def record_undo(self, tx_id: str, undo: UndoRow) -> None:
-        with self._lock:
-            cast("DurableStore", self._store).record_undo(tx_id, undo)
-
-    def forget_undo(self, tx_id: str, step_id: int, seq: int) -> None:
-        with self._lock:
-            cast("DurableStore", self._store).forget_undo(tx_id, step_id, seq)
-
-    def record_step(
-        self, tx_id: str, step_id: int, step: str, effects: Sequence[EffectRow], progress: str
-    ) -> None:
-        with self._lock:
-            cast("DurableStore", self._store).record_step(tx_id, step_id, step, effects, progress)
-
-    def flush(self, tx_id: str) -> None:
-        with self._lock:
-            cast("DurableStore", self._store).flush(tx_id)
-
-    def record_transaction(self, tx_id: str, record: str) -> None:
-        with self._lock:
-            cast("DurableStore", self._store).record_transaction(tx_id, record)
-
-    def discard_state(self, tx_id: str, *, history: str | None = None) -> None:
-        with self._lock:
-            cast("DurableStore", self._store).discard_state(tx_id, history=history)
-
-
-# ---------------------------------------------------------------------- one run
-
-
-class _Attempt:
-    """One attempt's bookkeeping (mutable until it ends). A plain slotted class: one is made
-    a node start."""
-
-    __slots__ = (
-        "arguments",
-        "context",
-        "eligible_at",
-        "ended_costs",
-        "finished_at",
-        "id",
-        "node",
-        "number",
-        "previous",
-        "started_at",
-        "task",
-    )
-
-    def __init__(
-        self, start: Start, eligible_at: float, started_at: float, context: ToolContext | None
-    ) -> None:
-        # The start's fields, not the `Start`: a named tuple stays tracked by the garbage
-        # collector, and a run of thousands of nodes would keep one more such object a node.
-        self.node = start.node
-        self.id = start.attempt  # the attempt id, `<node>#<number>`
-        self.number = start.number
-        self.eligible_at = eligible_at
-        self.started_at = started_at
-        self.context = context  # None once the attempt has ended (see `release`)
-        self.arguments: JSONValue = None
-        self.finished_at: float | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.ended_costs: tuple[tuple[str, Decimal], ...] = ()
-        self.previous: _Attempt | None = None  # the node's attempt before this one
-
-    @property
-    def costs(self) -> tuple[tuple[str, Decimal], ...]:
-        """What the attempt reported (so far, if it still runs)."""
-        return self.ended_costs if self.context is None else self.context.costs
-
-    def release(self) -> None:
-        """Keep what the ended attempt reported and let its (closed) context go: a run of
-        thousands of nodes keeps no contexts alive."""
-        if self.context is not None:
-            self.ended_costs = self.context.costs
-            self.context = None
-
-
-class _NodeRecord(Entry):
-    """What the run keeps per node: the scheduler's entry of the node (this class extends it:
-    one object a node, not two; only the scheduler changes its fields), what each start reads
-    of the plan (found once, on construction), and what happened. No tool: a kept result
-    reads the records, and keeps no tool alive."""
-
-    __slots__ = (
-        "_derive",
-        "_key",
-        "eligible_at",
-        "error",
-        "finished_at",
-        "finished_wall",
-        "last",
-        "node",
-        "output",
-        "retried",
-        "started_wall",
-        "step_id",
-        "tried",
-        "undos",
-        "units",
-    )
-
-    def __init__(  # noqa: PLR0917  (once a node, from `PlanExecution._records`)
-        self,
-        index: int,
-        node: Node,
-        derive: Callable[[str, str], str],
-        prerequisites: frozenset[str],
-        optional: frozenset[str],
-        hold: str | None,
-        units: tuple[tuple[str, int, int], ...],
-        attempts: int,
-        retried: int,
-    ) -> None:
-        # The scheduler's part: `optional` (the prerequisites whose failure still releases
-        # it), `exclusive` (its exclusive resource, resolved: held across runs when durable).
-        super().__init__(
-            node.id, prerequisites, optional, node.resources, hold, node.tool, attempts
-        )
-        self.step_id = index + 1  # its step id in the state transaction (plan order, from 1)
-        self.node = node
-        self._derive = derive  # the run's idempotency keys: derived when first read
-        self._key: str | None = None
-        self.units = units  # its units of resource capacities, `(resource, units, capacity)`
-        self.retried = retried  # attempts that failed and were retried before a crash
-        # The attempts as a chain from the last (no list a node: most nodes have one attempt).
-        self.last: _Attempt | None = None
-        self.tried = 0  # how many attempts were made
-        self.eligible_at: float | None = None
-        self.output: JSONValue = None
-        self.error: CleanHint | None = None
-        # A tuple: most nodes register none, and the shared empty tuple costs no object a node.
-        self.undos: tuple[tuple[float, UndoRecord], ...] = ()
-        self.finished_at: float | None = None  # when it ended, by `time.monotonic()`
-        self.finished_wall: dt.datetime | None = None  # of a node restored from the record
-        self.started_wall: dt.datetime | None = None  # of a node restored from the record
-
-    @property
-    def key(self) -> str:
-        """Every attempt's idempotency key (derived once, when first read: an inline tool
-        without a context never reads it during the run)."""
-        key = self._key
-        if key is None:
-            key = self._key = self._derive(self.id, self.tool)
-        return key
-
-    @property
-    def attempts(self) -> list[_Attempt]:
-        """The node's attempts, oldest first."""
-        found: list[_Attempt] = []
-        attempt = self.last
-        while attempt is not None:
-            found.append(attempt)
-            attempt = attempt.previous
-        found.reverse()
-        return found
-
-    def add(self, attempt: _Attempt) -> None:
-        """Count `attempt` as the node's latest."""
-        attempt.previous = self.last
-        self.last = attempt
-        self.tried += 1
-
-
-#: An event held until the transition it reports is durable: kind, node, attempt, data.
-_HeldEvent = tuple[
-    PlanEventKind, "str | None", "str | None", "Mapping[str, JSONValue] | DeferredData | None"
-]
-
-
-class _Finished(NamedTuple):
-    attempt: _Attempt
-    outcome: Outcome
-
-
-class _Crashed(NamedTuple):
-    attempt: _Attempt
-    error: BaseException
-
-
-@final
-class _Inbox:
-    """Where a run's attempts post their results, and other threads wake the run's loop.
-
-    One future per wait, resolved by the first post: a result reaches the loop one turn after
-    its tool returned (an `asyncio.Queue` read under `wait_for` costs a task and more turns).
-    """
-
-    __slots__ = ("_loop", "_messages", "_waiter")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._messages: collections.deque[_Finished | _Crashed] = collections.deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def post(self, message: _Finished | _Crashed | None) -> None:
-        """Keep `message` (None only wakes the loop); from the loop's thread."""
-        if message is not None:
-            self._messages.append(message)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def wake(self) -> None:
-        """Wake the loop from any thread (a cancellation was requested)."""
-        with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
-            self._loop.call_soon_threadsafe(self.post, None)
-
-    async def wait(self, timeout: float | None) -> None:
-        """Return once a message or a wake-up is posted, or after `timeout` seconds."""
-        if self._messages:
-            return
-        waiter = self._waiter = self._loop.create_future()
-        timer = None if timeout is None else self._loop.call_later(timeout, self.post, None)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            if timer is not None:
-                timer.cancel()
-
-    def take(self) -> _Finished | _Crashed | None:
-        """The oldest message not taken, or None."""
-        return self._messages.popleft() if self._messages else None
 
 
 class PlanExecution:
@@ -451,7 +207,7 @@ class PlanExecution:
         self._store = check_store(store, self.id)
         self._registry = registry
         self._compensations: dict[str, Compensation[Any, Any]] = dict(registry.compensations)
-        self._nodes: dict[str, _NodeRecord] = {}
+        self._nodes: dict[str, NodeRecord] = {}
         #: The nodes' tools, by name (not on the records: a kept result keeps no tool alive).
         self._tools: dict[str, Tool[Any, Any]] = {}
         self._scheduler = self._build(plan, registry, restored, on_failure, capacities, limits)
@@ -482,7 +238,7 @@ class PlanExecution:
         self._begun = False  # whether the run's store transaction was opened (by this run)
         self._wake: Callable[[], None] | None = None
         self._init_durable(
-            restored, _settings_record(self._max, on_failure, compensate_on, capacities, limits)
+            restored, settings_record(self._max, on_failure, compensate_on, capacities, limits)
         )
         self._event(
             PlanEventKind.VALIDATED,
@@ -514,7 +270,7 @@ class PlanExecution:
         registry: ToolRegistry,
         restored: dict[str, StoredNode] | None,
         capacities: dict[str, int],
-    ) -> Iterator[_NodeRecord]:
+    ) -> Iterator[NodeRecord]:
         """Make each node's record (also its scheduler entry), one at a time."""
         node_key = key_deriver(self.id, plan.version)
         prerequisites = plan.prerequisites
@@ -526,16 +282,16 @@ class PlanExecution:
             if tool is None:  # pragma: no cover  (validate reports UNKNOWN_TOOL first)
                 raise InvalidArgument(f"node `{node_id}`: tool `{node.tool}` is not registered")
             self._tools[node.tool] = tool
-            record = records[node_id] = _NodeRecord(
+            record = records[node_id] = NodeRecord(
                 index,
                 node,
                 node_key,
                 prerequisites(node_id),
                 optional_prerequisites(node),
                 None if node.exclusive_resource is None else self._exclusive(node),
-                _node_units(node, capacities) if node.resources else (),
-                _attempts_made(restored, node_id) if restored else 0,
-                _retried(restored, node_id) if restored else 0,
+                node_units(node, capacities) if node.resources else (),
+                attempts_made(restored, node_id) if restored else 0,
+                retried_count(restored, node_id) if restored else 0,
             )
             if isinstance(node.compensate, Compensation):
                 self._compensations.setdefault(node.compensate.name, node.compensate)
@@ -544,7 +300,7 @@ class PlanExecution:
     def _init_durable(
         self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
     ) -> None:
-        self._serialized = _SerializedStore(self._store)
+        self._serialized = SerializedStore(self._store)
         self._settings = settings
         #: The durable record of the run, on a store that keeps plan runs (from `execute`).
         self._journal: PlanJournal | None = None
@@ -561,7 +317,7 @@ class PlanExecution:
         #: How many times each node found its exclusive resource held by another run.
         self._hold_waits: dict[str, int] = {}
         #: Events whose transitions are buffered in the journal, emitted once it is written.
-        self._held: list[_HeldEvent] = []
+        self._held: list[HeldEvent] = []
 
     # -- steering (any thread) ----------------------------------------------------------
 
@@ -780,8 +536,8 @@ class PlanExecution:
         record = self._nodes[node_id]
         started = stored.record.get("started_at")
         finished = stored.record.get("finished_at")
-        record.started_wall = _wall(started)
-        record.finished_wall = _wall(finished)
+        record.started_wall = wall_time(started)
+        record.finished_wall = wall_time(finished)
         if stored.state == "SUCCEEDED":
             update = self._scheduler.done(node_id, start.attempt)
             record.output = stored.output
@@ -861,7 +617,7 @@ class PlanExecution:
         """Run the plan to its end; see the module docstring. Call once."""
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
-        inbox = _Inbox(asyncio.get_running_loop())
+        inbox = Inbox(asyncio.get_running_loop())
         self._wake = inbox.wake
         self._started = time.monotonic()
         # Wall times are this offset plus a `time.monotonic()` reading: one clock read a
@@ -870,7 +626,7 @@ class PlanExecution:
         for node_id in self._nodes:
             if self._scheduler.state(node_id) is NodeState.READY:
                 self._nodes[node_id].eligible_at = self._started
-        running: dict[str, _Attempt] = {}
+        running: dict[str, Attempt] = {}
         if self.durable:
             self.open_journal()
         try:
@@ -890,7 +646,7 @@ class PlanExecution:
             raise
         return await self._finish()
 
-    async def _drive(self, inbox: _Inbox, running: dict[str, _Attempt]) -> None:
+    async def _drive(self, inbox: Inbox, running: dict[str, Attempt]) -> None:
         scheduler = self._scheduler
         records = self._nodes
         while scheduler.is_active():
@@ -913,7 +669,7 @@ class PlanExecution:
                 ended = self._dispatch(start, inbox, running)
                 if ended is None:  # it runs in a task
                     continue
-                if isinstance(ended, _Finished):  # an inline tool, run in place
+                if isinstance(ended, Finished):  # an inline tool, run in place
                     running.pop(start.attempt, None)
                     ended = self._complete(ended.attempt, ended.outcome)
                 # Apply what the end released or ended (awaiting only what it interrupted).
@@ -946,11 +702,11 @@ class PlanExecution:
     def _dispatch(
         self,
         start: Start,
-        inbox: _Inbox,
-        running: dict[str, _Attempt],
-    ) -> Update | _Finished | None:
+        inbox: Inbox,
+        running: dict[str, Attempt],
+    ) -> Update | Finished | None:
         """Re-check a start, then run its attempt as a task (None); or run an inline sync
-        tool in place (its `_Finished`); or fail it at once (the scheduler's update)."""
+        tool in place (its `Finished`); or fail it at once (the scheduler's update)."""
         node_id = start.node
         record = self._nodes[node_id]
         node = record.node
@@ -968,9 +724,9 @@ class PlanExecution:
                 store=cast("Store", self._serialized),  # get, put and delete are all it calls
                 compensations=self._compensations,
                 log_undo=self._log_undo,
-                seq_base=start.number << _SEQ_BITS,
+                seq_base=start.number << SEQ_BITS,
             )
-        attempt = _Attempt(
+        attempt = Attempt(
             start, now if eligible is None or eligible > now else eligible, now, context
         )
         record.add(attempt)
@@ -1010,7 +766,7 @@ class PlanExecution:
             node=node_id,
             attempt=start.attempt,
             data=(
-                _DISPATCHED,
+                DISPATCHED,
                 start.number,
                 node.tool,
                 self.id,  # the key's parts: derived when the event is read
@@ -1038,7 +794,7 @@ class PlanExecution:
             context,
             timeout,
             self._log_undo,
-            start.number << _SEQ_BITS,
+            start.number << SEQ_BITS,
         )
         running[start.attempt] = attempt
         if tool.inline and not tool.is_async and not tool.guarded:
@@ -1046,7 +802,7 @@ class PlanExecution:
             # interrupted: call it here, without a task (`run_tool` still checks its deadline).
             outcome = run_tool(call)
             attempt.finished_at = _monotonic()
-            return _Finished(attempt, outcome)
+            return Finished(attempt, outcome)
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
         if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
@@ -1055,7 +811,7 @@ class PlanExecution:
         attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
         return None
 
-    async def _run_attempt(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
+    async def _run_attempt(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
         """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
         import asyncio  # noqa: PLC0415
 
@@ -1066,12 +822,12 @@ class PlanExecution:
             raise
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
-            inbox.post(_Crashed(attempt, exc))
+            inbox.post(Crashed(attempt, exc))
             return
         attempt.finished_at = time.monotonic()
-        inbox.post(_Finished(attempt, outcome))
+        inbox.post(Finished(attempt, outcome))
 
-    async def _run_guarded(self, attempt: _Attempt, call: Call, inbox: _Inbox) -> None:
+    async def _run_guarded(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
         """A node whose tool may need a person (`_people`): wait for the approval or review
         while independent nodes go on, then run the call (or take the decided output)."""
         import asyncio  # noqa: PLC0415
@@ -1107,10 +863,10 @@ class PlanExecution:
             raise
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
-            inbox.post(_Crashed(attempt, exc))
+            inbox.post(Crashed(attempt, exc))
             return
         attempt.finished_at = time.monotonic()
-        inbox.post(_Finished(attempt, outcome))
+        inbox.post(Finished(attempt, outcome))
 
     def _note_person(
         self, kind: str, node: str, actor: str | None, data: Mapping[str, JSONValue]
@@ -1159,10 +915,10 @@ class PlanExecution:
             for node_id in self._nodes
         }
 
-    async def _receive(self, message: _Finished | _Crashed, running: dict[str, _Attempt]) -> None:
+    async def _receive(self, message: Finished | Crashed, running: dict[str, Attempt]) -> None:
         attempt = message.attempt
         running.pop(attempt.id, None)
-        if isinstance(message, _Crashed):
+        if isinstance(message, Crashed):
             raise message.error
         update = self._complete(attempt, message.outcome)
         if update.interrupted:
@@ -1170,7 +926,7 @@ class PlanExecution:
         else:
             self._settle(update, running)
 
-    def _complete(self, attempt: _Attempt, outcome: Outcome) -> Update:
+    def _complete(self, attempt: Attempt, outcome: Outcome) -> Update:
         """Apply the outcome of an attempt whose tool has returned; the scheduler's update."""
         attempt.release()  # its tool has returned: the context is closed
         record = self._nodes[attempt.node]
@@ -1204,7 +960,7 @@ class PlanExecution:
             check = self._checks[name] = output_check(tool)
         return None if check is None else check.failure(name, output)
 
-    def _succeed(self, attempt: _Attempt, record: _NodeRecord, outcome: Outcome) -> None:
+    def _succeed(self, attempt: Attempt, record: NodeRecord, outcome: Outcome) -> None:
         node_id = attempt.node
         node = record.node
         now = _monotonic()
@@ -1215,7 +971,7 @@ class PlanExecution:
             declared = self._tools[record.tool].compensation_name
             if declared is not None and kept and kept[-1].kind == declared:
                 kept.pop()  # the node's compensation replaces the tool's
-            kept.append(_node_undo(attempt, kind, record.step_id, len(kept), outcome))
+            kept.append(node_undo(attempt, kind, record.step_id, len(kept), outcome))
             undos = tuple(kept)
         if undos:
             record.undos += tuple((now, undo) for undo in undos)
@@ -1240,12 +996,12 @@ class PlanExecution:
             PlanEventKind.COMPLETED,
             node=node_id,
             attempt=attempt.id,
-            data=(_COMPLETED, attempt.number, len(outcome.effects)),
+            data=(COMPLETED, attempt.number, len(outcome.effects)),
         )
 
     def _fail(
         self,
-        attempt: _Attempt,
+        attempt: Attempt,
         failure: Failure,
         *,
         retry: bool,
@@ -1303,7 +1059,7 @@ class PlanExecution:
             self._event(PlanEventKind.FAILED, node=node_id, attempt=attempt.id, data=data)
         return update
 
-    def _refused(self, attempt: _Attempt, update: Update) -> None:
+    def _refused(self, attempt: Attempt, update: Update) -> None:
         self._event(
             PlanEventKind.LATE_RESULT_REFUSED,
             node=attempt.node,
@@ -1311,7 +1067,7 @@ class PlanExecution:
             data={"delivery": update.delivery.value},
         )
 
-    async def _apply(self, update: Update, running: dict[str, _Attempt]) -> None:
+    async def _apply(self, update: Update, running: dict[str, Attempt]) -> None:
         """Apply what an update ended (`_settle`), then wait for the async tools it cancelled
         to unwind and keep what the interrupted attempts registered."""
         import asyncio  # noqa: PLC0415
@@ -1337,8 +1093,8 @@ class PlanExecution:
             self._keep_undos(attempt.node, undos, over=over)
 
     def _settle(
-        self, update: Update, running: dict[str, _Attempt]
-    ) -> list[tuple[_Attempt, tuple[UndoRecord, ...]]]:
+        self, update: Update, running: dict[str, Attempt]
+    ) -> list[tuple[Attempt, tuple[UndoRecord, ...]]]:
         """Apply what an update ended: record readiness, skips and cancellations; stop the
         interrupted attempts (their contexts fenced: a late result is refused by attempt id),
         returned with what they registered, for `_apply` to cancel and wait for."""
@@ -1360,7 +1116,7 @@ class PlanExecution:
             records[node_id].eligible_at = now
         for node_id in skipped:
             self._event(PlanEventKind.SKIPPED, node=node_id)
-        stopped: list[tuple[_Attempt, tuple[UndoRecord, ...]]] = []
+        stopped: list[tuple[Attempt, tuple[UndoRecord, ...]]] = []
         for start in update.interrupted:
             attempt = running.pop(start.attempt, None)
             if attempt is None:
@@ -1534,7 +1290,7 @@ class PlanExecution:
         return deliver_outbox(cast("DurableStore", self._store), self._dispatcher, tx_id=self.id)
 
     def _write_state(
-        self, attempt: _Attempt, outcome: Outcome, kind: str | None, undos: list[UndoRecord]
+        self, attempt: Attempt, outcome: Outcome, kind: str | None, undos: list[UndoRecord]
     ) -> None:
         """Before a node's completion is recorded: its node's `compensate=` undo (in the place
         of its tool's), then its state writes and staged effects in one atomic write."""
@@ -1597,7 +1353,7 @@ class PlanExecution:
 
         def timing_of(node_id: str) -> NodeTiming:
             record = records[node_id]
-            return _timing(node_id, record, record.prerequisites, finished)
+            return node_timing(node_id, record, record.prerequisites, finished)
 
         def compute() -> PlanMetrics:
             return plan_metrics(
@@ -1608,129 +1364,3 @@ class PlanExecution:
             )
 
         return compute
-
-
-def _timing(
-    node_id: str, record: _NodeRecord, prerequisites: frozenset[str], finished: float
-) -> NodeTiming:
-    """A node's timing for the metrics; an attempt still running at the end ends `finished`."""
-    attempts: tuple[AttemptTiming, ...] = ()
-    attempt = record.last
-    while attempt is not None:  # newest first: each is put before the later ones
-        started = attempt.started_at
-        ended = attempt.finished_at
-        attempts = (
-            AttemptTiming(
-                min(attempt.eligible_at, started),
-                started,
-                max(started, ended if ended is not None else finished),
-                attempt.costs,
-            ),
-            *attempts,
-        )
-        attempt = attempt.previous
-    return NodeTiming(node_id, record.tool, prerequisites, attempts, record.eligible_at)
-
-
-def _dispatched(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
-    number: int,
-    tool: str,
-    run_id: str,
-    plan_version: str,
-    node: str,
-    prerequisites: tuple[str, ...],
-    valid: bool,
-    running: int,
-    max_concurrency: int,
-    waited: tuple[str, ...],
-    timeout: float,
-) -> dict[str, JSONValue]:
-    """The data of a `dispatched` event: the attempt and the checks made before it started.
-
-    Recorded as `DeferredData` (`(_DISPATCHED, *these arguments)`, scalars and tuples of
-    text): the nested mapping is built only when the event is read, written or delivered."""
-    return {
-        "number": number,
-        "tool": tool,
-        "idempotency_key": derive_key(run_id, plan_version, node, tool),
-        "checks": {
-            "prerequisites": list(prerequisites),
-            "inputs": "valid" if valid else "refused",
-            "running": running,
-            "max_concurrency": max_concurrency,
-            "waited_for": list(waited),
-            "cancelled": False,
-            "timeout_s": timeout,
-        },
-    }
-
-
-def _completed(number: int, effects_staged: int) -> dict[str, JSONValue]:
-    """The data of a `completed` event (recorded as `DeferredData`, as `_dispatched`'s)."""
-    return {"number": number, "effects_staged": effects_staged}
-
-
-_DISPATCHED: Final = deferred_data("plan.dispatched", _dispatched)
-_COMPLETED: Final = deferred_data("plan.completed", _completed)
-
-
-def _node_units(node: Node, capacities: Mapping[str, int]) -> tuple[tuple[str, int, int], ...]:
-    """The node's units of resource capacities, `(resource, units, capacity)`, by name."""
-    return tuple(
-        (name, units, capacities[name])
-        for name, units in sorted(node.resources.items())
-        if units > 0 and name in capacities
-    )
-
-
-def _settings_record(
-    max_concurrency: int,
-    on_failure: str,
-    compensate_on: str,
-    capacities: dict[str, int],
-    limits: dict[str, RateLimit],
-) -> dict[str, JSONValue]:
-    """A run's settings as its durable record keeps them, for `resume_plan`."""
-    return {
-        "max_concurrency": max_concurrency,
-        "on_failure": on_failure,
-        "compensate_on": compensate_on,
-        "resources": cast("JSONValue", capacities),
-        "rate_limits": {tool: [limit.per_second, limit.burst] for tool, limit in limits.items()},
-    }
-
-
-def _wall(at: object) -> dt.datetime | None:
-    """A stored time (seconds since the epoch) as a UTC datetime."""
-    if isinstance(at, (int, float)) and not isinstance(at, bool):
-        return dt.datetime.fromtimestamp(at, dt.timezone.utc)
-    return None
-
-
-def _node_undo(
-    attempt: _Attempt, kind: str, step_id: int, offset: int, outcome: Outcome
-) -> UndoRecord:
-    """The undo a node's `compensate=` declares: called with its arguments and output."""
-    return UndoRecord(
-        step_id=step_id,
-        seq=(attempt.number << _SEQ_BITS) + offset,
-        kind=kind,
-        payload={"arguments": attempt.arguments, "output": outcome.output},
-        description=f"{kind} for node {attempt.node}",
-    )
-
-
-def _attempts_made(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:
-    """How many attempts a resumed run's node had before the crash (its recorded number)."""
-    stored = None if restored is None else restored.get(node_id)
-    number = None if stored is None else stored.record.get("number")
-    return number if isinstance(number, int) and not isinstance(number, bool) and number > 0 else 0
-
-
-def _retried(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:
-    """How many of a resumed run's node's attempts failed and were retried before the crash."""
-    stored = None if restored is None else restored.get(node_id)
-    retries = None if stored is None else stored.record.get("retries")
-    return (
-        retries if isinstance(retries, int) and not isinstance(retries, bool) and retries > 0 else 0
-    )
