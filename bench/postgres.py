@@ -284,10 +284,12 @@ def main() -> int:
         )
     )
     busy = sum(throughput[low][1:])
+    cores = os.cpu_count() or 1
     notes.append(
-        f"{low} worker kept {busy:.2f} cores busy (itself and the server): on "
-        f"{os.cpu_count()} cores, more workers can scale it by about {os.cpu_count() or 1} / "
-        f"{busy:.2f} = {(os.cpu_count() or 1) / max(busy, 0.01):.1f}x at most"
+        f"{low} worker kept {busy:.2f} cores busy (itself and the server): were each "
+        f"transaction to cost as much CPU with more workers, {cores} cores would allow "
+        f"about {cores} / {busy:.2f} = {cores / max(busy, 0.01):.1f}x; "
+        "more scaling than that means the CPU a transaction fell with concurrency"
     )
     return report(rows, quick=args.quick, notes=notes)
 
