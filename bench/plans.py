@@ -424,15 +424,13 @@ def main() -> int:
     order_runs, seeds, dag_runs = (3, 2, 1) if args.quick else (20, 10, 3)
     nodes_n, block, overhead_runs = (2_000, 200, 1) if args.quick else (10_000, 1_000, 5)
 
-    peer = langgraph_available()
     notes: list[str] = []
-    if not peer:
-        notes.append("LangGraph is not installed (pip install -e '.[bench]'): no peer figures")
     if not runner_available():
         notes.append("agenttx: not measured: the plan runner (agenttx.arun_plan) is not built")
 
     # The overhead runs first, in a fresh process: LangGraph's import and the DAG runs leave
-    # objects that every garbage collection would walk, and charge them to the runner.
+    # objects that every garbage collection would walk, and charge them to the runner. So
+    # LangGraph is not even imported (`langgraph_available`) before they end.
     overhead_rows: list[Row] = []
     if runner_available():
         overhead = asyncio.run(time_overhead(nodes_n, block, overhead_runs))
@@ -461,6 +459,9 @@ def main() -> int:
                 f" {overhead.cpu_us:.1f} us on {nodes_n:,} nodes",
             ),
         ]
+    peer = langgraph_available()
+    if not peer:
+        notes.append("LangGraph is not installed (pip install -e '.[bench]'): no peer figures")
     rows: list[Row] = []
     order = asyncio.run(ratios([("order", order_dag())], order_runs, peer=peer))
     rows += ratio_rows("order DAG", order, f"median of {order_runs} runs, 4 nodes")
