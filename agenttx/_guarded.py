@@ -22,12 +22,12 @@ from ._approvals import (
     approval_expired,
     approval_of,
     call_digest,
+    check_outcome,
     decision_of,
     gate_action,
     needs_approval,
     request_of,
     review_of,
-    run_check,
 )
 from ._errors import InvalidArgument
 from ._events import EventKind
@@ -415,17 +415,12 @@ class Guarded:
         if undos:  # undone by a later rewind (compensations are idempotent)
             self._ledger.record(undos)
         started = time.monotonic()
-        if check and tool.check is not None:
-            verdict, failure = run_check(
-                tool.check, call.arguments, key, self._settings.step_timeout
-            )
-            if failure is not None:
-                errors.append(failure)
-            elif verdict.status == "unknown":
-                errors.append(f"the status check cannot tell: {verdict.reason}".rstrip(": "))
+        if check:
+            timeout = self._settings.step_timeout
+            verdict = check_outcome(tool.check, call.arguments, key, timeout, errors)
         else:
             verdict = CheckResult.unknown()
-            errors.append("the tool has no status check" if check else "it timed out again")
+            errors.append("it timed out again")
         checked_in = time.monotonic() - started
         if verdict.status == "done":
             output = verdict.output

@@ -27,7 +27,7 @@ book over a store, `_gate` what a guarded call does next and the status check.
 from __future__ import annotations
 
 from ._book import Requests, requests_for, scopes_alive
-from ._gate import approval_expired, gate_action, needs_approval, run_check
+from ._gate import approval_expired, check_outcome, gate_action, needs_approval, run_check
 from ._records import (
     APPROVAL,
     CALL,
@@ -55,6 +55,7 @@ __all__ = [
     "approval_expired",
     "approval_of",
     "call_digest",
+    "check_outcome",
     "decision_of",
     "gate_action",
     "needs_approval",

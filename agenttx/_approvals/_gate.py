@@ -14,7 +14,14 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from ..stores._approvals import RequestRow
 
-__all__ = ["Action", "approval_expired", "gate_action", "needs_approval", "run_check"]
+__all__ = [
+    "Action",
+    "approval_expired",
+    "check_outcome",
+    "gate_action",
+    "needs_approval",
+    "run_check",
+]
 
 
 def needs_approval(rule: object, tool: str, arguments: JSONValue) -> bool | str:
@@ -54,6 +61,27 @@ def run_check(
         failure = f"the status check returned {type(verdict).__name__}, not a CheckResult"
         return CheckResult.unknown(failure), failure
     return verdict, None
+
+
+def check_outcome(
+    check: Callable[..., object] | None,
+    arguments: JSONValue,
+    key: str,
+    timeout: float,
+    errors: list[str],
+) -> CheckResult:
+    """The verdict of the tool's status check on a call whose outcome is unknown (`check`
+    None: the tool has none, so `unknown`), adding to `errors` (the review's evidence) why it
+    could not tell: its failure, its own reason, or that there is no check."""
+    if check is None:
+        errors.append("the tool has no status check")
+        return CheckResult.unknown()
+    verdict, failure = run_check(check, arguments, key, timeout)
+    if failure is not None:
+        errors.append(failure)
+    elif verdict.status == "unknown":
+        errors.append(f"the status check cannot tell: {verdict.reason}".rstrip(": "))
+    return verdict
 
 
 #: What a guarded call does next (`gate_action`).

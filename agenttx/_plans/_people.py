@@ -20,6 +20,7 @@ from .._approvals import (
     approval_expired,
     approval_of,
     call_digest,
+    check_outcome,
     decision_of,
     gate_action,
     needs_approval,
@@ -226,16 +227,7 @@ class NodeGate:
         assert outcome.error is not None
         errors = [outcome.error.message + " while the tool still ran"]
         self._note("OUTCOME_UNKNOWN", node, None, {"tool": call.tool.name})
-        check = call.tool.check
-        if check is not None:
-            verdict, failure = run_check(check, call.arguments, key, call.timeout)
-            if failure is not None:
-                errors.append(failure)
-            elif verdict.status == "unknown":
-                errors.append(f"the status check cannot tell: {verdict.reason}".rstrip(": "))
-        else:
-            verdict = CheckResult.unknown()
-            errors.append("the tool has no status check")
+        verdict = check_outcome(call.tool.check, call.arguments, key, call.timeout, errors)
         if verdict.status == "done":
             return _done(verdict.output)._replace(undos=outcome.undos)
         if verdict.status == "not_done":
