@@ -428,13 +428,16 @@ class PlanExecution:
         records = self._nodes
         holds = {start.node: hold for start in starts if (hold := records[start.node].exclusive)}
         units = {start.node: taken for start in starts if (taken := records[start.node].units)}
-        rates = self._rates
-        if rates:
-            rates = {
+        by_tool = self._rates
+        rates = (
+            {
                 start.node: rate
                 for start in starts
-                if (rate := self._rates.get(records[start.node].tool)) is not None
+                if (rate := by_tool.get(records[start.node].tool)) is not None
             }
+            if by_tool
+            else None
+        )
         refused = (
             self._persist(
                 self._journal.claim_all,

@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from ._model import Node
     from ._scheduler import RateLimit, Start
 
-#: Undo records of attempt n of a node are numbered from `n << SEQ_BITS`: never shared.
-SEQ_BITS: Final = 20
-
 __all__ = [
     "COMPLETED",
     "DISPATCHED",
@@ -47,8 +44,6 @@ __all__ = [
     "NodeRecord",
     "SerializedStore",
     "attempts_made",
-    "completed_data",
-    "dispatched_data",
     "node_timing",
     "node_undo",
     "node_units",
@@ -56,6 +51,9 @@ __all__ = [
     "settings_record",
     "wall_time",
 ]
+
+#: Undo records of attempt n of a node are numbered from `n << SEQ_BITS`: never shared.
+SEQ_BITS: Final = 20
 
 
 @final
@@ -335,7 +333,7 @@ def node_timing(
     return NodeTiming(node_id, record.tool, prerequisites, attempts, record.eligible_at)
 
 
-def dispatched_data(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
+def _dispatched_data(  # noqa: PLR0917  (deferred event data: called with a flat tuple)
     number: int,
     tool: str,
     run_id: str,
@@ -368,13 +366,13 @@ def dispatched_data(  # noqa: PLR0917  (deferred event data: called with a flat 
     }
 
 
-def completed_data(number: int, effects_staged: int) -> dict[str, JSONValue]:
-    """The data of a `completed` event (recorded as `DeferredData`, as `dispatched_data`'s)."""
+def _completed_data(number: int, effects_staged: int) -> dict[str, JSONValue]:
+    """The data of a `completed` event (recorded as `DeferredData`, as `_dispatched_data`'s)."""
     return {"number": number, "effects_staged": effects_staged}
 
 
-DISPATCHED: Final = deferred_data("plan.dispatched", dispatched_data)
-COMPLETED: Final = deferred_data("plan.completed", completed_data)
+DISPATCHED: Final = deferred_data("plan.dispatched", _dispatched_data)
+COMPLETED: Final = deferred_data("plan.completed", _completed_data)
 
 
 def node_units(node: Node, capacities: Mapping[str, int]) -> tuple[tuple[str, int, int], ...]:
