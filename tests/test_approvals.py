@@ -714,6 +714,18 @@ def _finish(process: subprocess.Popen[str]) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _kill_once_charged(running: subprocess.Popen[str], charges: Path) -> None:
+    """SIGKILL worker `running` as soon as its charge is in the `charges` log."""
+    deadline = time.monotonic() + 60
+    while not (charges.exists() and charges.read_text().strip()):
+        assert running.poll() is None, running.communicate()
+        assert time.monotonic() < deadline, "the worker never charged"
+        time.sleep(0.02)
+    running.send_signal(signal.SIGKILL)
+    running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL
+
+
 def _killed_while_charging(tmp_path: Path, *flags: str) -> tuple[Path, dict]:
     """Ask, approve from this process, run in a worker killed once the charge happened."""
     db = tmp_path / "crash.db"
@@ -724,14 +736,7 @@ def _killed_while_charging(tmp_path: Path, *flags: str) -> tuple[Path, dict]:
         agenttx.Engine(store=store).approve(asked["request"], actor="alice")
     running = _worker("run", db, tmp_path, *flags)
     charges = tmp_path / "charges.log"
-    deadline = time.monotonic() + 60
-    while not (charges.exists() and charges.read_text().strip()):
-        assert running.poll() is None, running.communicate()
-        assert time.monotonic() < deadline, "the worker never charged"
-        time.sleep(0.02)
-    running.send_signal(signal.SIGKILL)
-    running.communicate(timeout=60)
-    assert running.returncode == -signal.SIGKILL
+    _kill_once_charged(running, charges)
     return db, asked
 
 
@@ -754,14 +759,7 @@ def test_a_checked_call_killed_while_running_is_checked_not_rerun(tmp_path):
     db = tmp_path / "direct.db"
     running = _worker("begin-run", db, tmp_path, "--no-approval")
     charges = tmp_path / "charges.log"
-    deadline = time.monotonic() + 60
-    while not (charges.exists() and charges.read_text().strip()):
-        assert running.poll() is None, running.communicate()
-        assert time.monotonic() < deadline, "the worker never charged"
-        time.sleep(0.02)
-    running.send_signal(signal.SIGKILL)
-    running.communicate(timeout=60)
-    assert running.returncode == -signal.SIGKILL
+    _kill_once_charged(running, charges)
     resumed = _finish(_worker("resume", db, tmp_path, "--no-approval"))
     assert resumed["status"] == "SUCCESS"
     assert resumed["output"]["checked"] is True
