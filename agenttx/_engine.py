@@ -32,6 +32,7 @@ from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import deliver_outbox
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings, check_serializer, float_seconds
+from ._step import validate_edit
 from ._tools import ToolRegistry, to_json_value
 from ._transaction import Transaction
 from ._validators import (
@@ -641,16 +642,9 @@ class Engine:
             review_id, outcome=outcome, output=output, actor=actor
         )
 
-    def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue:
-        found = self._registry.get(tool)
-        if found is None:
-            return arguments
-        checked, violation = found.validator.check(arguments)
-        if violation is not None:
-            raise InvalidArgument(
-                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
-            )
-        return checked
+    def _validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
+        """`_step.validate_edit` with the engine's tool, else the schema stored with the request."""
+        return validate_edit(tool, arguments, self._registry.get(tool), schema)
 
     # ------------------------------------------------------------------ reaping
 

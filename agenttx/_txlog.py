@@ -81,7 +81,8 @@ class Progress(NamedTuple):
     bringing back steps whose undos have run. It is `(target, None)` for a rewind that
     `target` runs after, and `(0, status)` for an abort that ends the transaction as `status`.
     `transient` lists the constraints added by transient failures, as `(step, text)`: they
-    are dropped when that step succeeds (`_constraints`).
+    are dropped when that step succeeds (`_constraints`). `keys` is the idempotency-key
+    generation (`Timeline.generation`); a log written before it existed reads `rewinds`.
     """
 
     next_step: int
@@ -90,6 +91,7 @@ class Progress(NamedTuple):
     rewinds: int
     rewinding: tuple[int, str | None] | None = None
     transient: tuple[tuple[int, str], ...] = ()
+    keys: int = 0
 
 
 class Restored(NamedTuple):
@@ -384,6 +386,8 @@ def _progress_text(progress: Progress) -> str:
         "constraints": list(progress.constraints),
         "rewinds": progress.rewinds,
     }
+    if progress.keys != progress.rewinds:
+        document["keys"] = progress.keys
     if progress.rewinding is not None:
         document["rewinding"] = list(progress.rewinding)
     if progress.transient:
@@ -467,6 +471,7 @@ def read_image(image: TxImage) -> Restored:
             rewinds=progress["rewinds"] if progress else 0,
             rewinding=_rewinding(progress.get("rewinding")) if progress else None,
             transient=_marks(progress.get("transient", [])) if progress else (),
+            keys=progress.get("keys", progress["rewinds"]) if progress else 0,
         )
         return Restored(
             tx_id=image.tx_id,

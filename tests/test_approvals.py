@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import agenttx
-from agenttx import CheckResult, StepStatus
+from agenttx import CheckResult, RollbackStrategy, StepStatus
 from agenttx._approvals import Requests, call_digest, requests_for
 from agenttx.stores import MemoryStore, PostgresStore, SQLiteStore
 
@@ -143,6 +143,13 @@ def test_changed_arguments_need_their_own_approval(store):
     assert other.status is StepStatus.NEEDS_APPROVAL
     assert other.approval.id != request.id
     assert card.charges == []
+    # While the other request waits, its step is blocked for any other call: a mistake.
+    blocked = tx.call("charge", ARGS)
+    assert blocked.status is StepStatus.ROLLBACK_TRIGGERED
+    assert blocked.strategy is RollbackStrategy.RESEND
+    assert other.approval.id in blocked.hint.text or "waits for" in blocked.hint.text
+    assert card.charges == []
+    tx.reject(other.approval.id, actor="alice", reason="wrong amount")
     assert tx.call("charge", ARGS).ok  # the approved one still runs
     assert card.charges[0][0] == 500
 

@@ -7,7 +7,6 @@ import math
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
 from .._errors import (
@@ -41,7 +40,7 @@ from ._records import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..stores import Store
 
@@ -167,8 +166,10 @@ class Requests:
         node: str | None = None,
         plan_version: str | None = None,
         why: str | None = None,
+        schema: JSONValue = None,
     ) -> ApprovalRequest:
-        """Record a new pending request for this call and return it."""
+        """Record a new pending request for this call and return it; `schema` (the tool's
+        parameters) is stored with it, so that an edit can be checked where the tool is not."""
         now = time.time()
         request = ApprovalRequest(
             id=f"apr-{uuid.uuid4().hex}",
@@ -185,6 +186,8 @@ class Requests:
         record = request.to_json()
         if why is not None:
             record["why"] = why
+        if schema is not None:
+            record["schema"] = schema
         self._table.add_request(
             RequestRow(
                 id=request.id,
@@ -208,12 +211,13 @@ class Requests:
         note: str = "",
         arguments: Mapping[str, Any] | None = None,
         scope_id: str | None = None,
-        validate: Callable[[str, JSONValue], JSONValue] | None = None,
+        validate: Callable[[str, object, JSONValue], JSONValue] | None = None,
     ) -> Approval:
         """Approve a pending request, as `actor`; `arguments` edits the call (recorded).
 
-        `validate(tool, arguments)` checks edited arguments (the tool's spec) and returns them
-        as the tool will get them. Raises `InvalidArgument` (an empty actor, bad arguments),
+        `validate(tool, arguments, schema)` checks edited arguments (`_step.validate_edit`:
+        against the live tool, else the `schema` stored with the request) and returns them as
+        the tool will get them. Raises `InvalidArgument` (an empty actor, bad arguments),
         `ApprovalNotFound`, `ApprovalRejected`, `ApprovalConsumed`, `ApprovalExpired`, or
         `ApprovalError` for a request approved already.
         """
@@ -226,13 +230,12 @@ class Requests:
         approved: JSONValue = request.arguments
         digest = request.digest
         if arguments is not None:
-            if not isinstance(arguments, Mapping):
+            if validate is None:
                 raise InvalidArgument(
-                    f"arguments must be a mapping, got {type(arguments).__name__}"
+                    f"cannot check the edited arguments of request `{request_id}` here: "
+                    "approve it without an edit, or through a transaction, plan run or engine"
                 )
-            approved = check_json(dict(arguments), what="arguments")
-            if validate is not None:
-                approved = validate(request.tool, approved)
+            approved = validate(request.tool, arguments, loads(row.record).get("schema"))
             digest = call_digest(request.tool, approved)
         now = time.time()
         decision: dict[str, JSONValue] = {
@@ -311,12 +314,15 @@ class Requests:
     def started(
         self,
         *,
+        scope: Scope = "transaction",
         scope_id: str,
-        step: int,
+        step: int | None,
         tool: str,
         arguments: JSONValue,
         digest: str,
         key: str,
+        node: str | None = None,
+        plan_version: str | None = None,
         fence: bool = False,
     ) -> RequestRow:
         """Record, durably before it runs, that a call needing no approval but whose outcome
@@ -325,16 +331,18 @@ class Requests:
         `fence`: only while the store still holds transaction `scope_id` (see `consume`)."""
         now = time.time()
         record: dict[str, JSONValue] = {
-            "scope": "transaction",
+            "scope": scope,
             "scope_id": scope_id,
             "step": step,
-            "node": None,
+            "node": node,
             "tool": tool,
             "arguments": arguments,
+            "plan_version": plan_version,
         }
         decision: dict[str, JSONValue] = {
             "consumed_at": now,
             "consumed_step": step,
+            "consumed_node": node,
             "idempotency_key": key,
         }
         row = RequestRow(

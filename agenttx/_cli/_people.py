@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .._approvals import ApprovalRequest, Review, requests_for, scopes_alive
 from .._errors import AgentTxError
 from .._json import canonical_dumps
+from .._step import edit_check
 from ..stores import SQLiteStore
 from ._reading import open_store, patiently
 from ._shown import uk_time
@@ -133,7 +134,11 @@ def _writable(db: str) -> Iterator[SQLiteStore]:
 def _run_approve(args: argparse.Namespace) -> None:
     with _writable(args.db) as store:
         approval = requests_for(store).approve(
-            args.request, actor=args.actor, expires_in=args.expires_in, note=args.note
+            args.request,
+            actor=args.actor,
+            expires_in=args.expires_in,
+            note=args.note,
+            validate=edit_check(lambda _name: None),  # no edit here; checked if one comes
         )
     until = (
         "" if approval.expires_at is None else f", until {uk_time(approval.expires_at.timestamp())}"

@@ -44,6 +44,7 @@ from ._tool import tool as tool
 from ._transient import is_transient_status as is_transient_status
 from ._transient import transient_verdict as transient_verdict
 from ._workers import DeadlineExceeded as DeadlineExceeded
+from ._workers import Running as Running
 from ._workers import acall_with_deadline as acall_with_deadline
 from ._workers import call_with_deadline as call_with_deadline
 from ._workers import is_awaitable as is_awaitable
@@ -61,6 +62,7 @@ __all__ = [
     "Orphans",
     "Outcome",
     "OutputSerializer",
+    "Running",
     "Signature",
     "StagedEffect",
     "StateView",
