@@ -620,6 +620,10 @@ class Transaction(Turns, Guarded, Observed):
             self._transition(final)
             return
         self._store.restore(self._id, target)
+        if self._requests is not None and target < self._timeline.next_step:
+            # What waited at a step the rewind drops waits no more (a step sent again at its
+            # own number drops nothing: what waits there still blocks it).
+            self._requests.withdraw(self._id, f"step rewound to {target}", from_step=target)
         with self._state_lock:
             undone: list[JSONValue] = [step for step in self._timeline.steps if step >= target]
             self._timeline.truncate(target)
@@ -741,6 +745,7 @@ class Transaction(Turns, Guarded, Observed):
         with self._call():
             self._ensure_active()
             self._check_settled()
+            self._note_decisions()  # the trail is stored with the commit
             if self._orphans and self._settle_orphans(self._settings.step_timeout):
                 raise FailedPrecondition(
                     f"transaction `{self._id}`: a timed-out tool call is still running and its "

@@ -166,6 +166,7 @@ def test_needs_approval_can_decide_from_the_arguments(store):
     tx = _tx(store, _charge_tool(card, needs_approval=above_100))
     assert tx.call("charge", {**ARGS, "amount": 50}).ok
     assert tx.call("charge", ARGS).status is StepStatus.NEEDS_APPROVAL
+    tx.reject(tx.pending_approvals()[0].id, actor="alice", reason="not now")
     assert tx.call("charge", {**ARGS, "amount": 13}).status is StepStatus.NEEDS_APPROVAL
     assert [amount for amount, _ in card.charges] == [50]
 
@@ -507,6 +508,17 @@ def release():
     event.set()
 
 
+def _release_when_unknown(release: threading.Event):
+    """A hook that lets a slow tool return as soon as its outcome is found unknown: the status
+    check is asked only once the call has returned, so the tests that want it asked return."""
+
+    def hook(event: agenttx.Event) -> None:
+        if event.kind is agenttx.EventKind.OUTCOME_UNKNOWN:
+            release.set()
+
+    return hook
+
+
 def _status(card: Card):
     def check(arguments, key):
         for amount, charged_key in card.charges:
@@ -520,7 +532,8 @@ def _status(card: Card):
 def test_a_timed_out_charge_with_a_status_check_is_not_charged_twice(store, release):
     """The check finds the charge: the step succeeds with its output, nothing runs again."""
     card = Card()
-    tx = _tx(store, _slow_charge(card, release, check=_status(card)), step_timeout=0.2)
+    tool = _slow_charge(card, release, check=_status(card))
+    tx = _tx(store, tool, step_timeout=0.2, hooks=[_release_when_unknown(release)])
     result = tx.call("charge", ARGS)
     assert result.status is StepStatus.SUCCESS
     assert result.output["amount"] == 500
@@ -543,7 +556,7 @@ def test_a_not_done_check_retries_with_the_same_key(store, release):
             return {}
         return card.charge(amount, ctx.idempotency_key)
 
-    tx = _tx(store, charge, step_timeout=0.2)
+    tx = _tx(store, charge, step_timeout=0.2, hooks=[_release_when_unknown(release)])
     result = tx.call("charge", ARGS)
     assert result.ok
     assert len(attempts) == 2
@@ -554,7 +567,8 @@ def test_a_not_done_check_retries_with_the_same_key(store, release):
 def test_a_timed_out_charge_without_a_check_goes_to_review(store, release):
     """No check: NEEDS_REVIEW with the evidence; the transaction waits on that step."""
     card = Card()
-    tx = _tx(store, _slow_charge(card, release, on_unknown="review"), step_timeout=0.2)
+    tool = _slow_charge(card, release, on_unknown="review")
+    tx = _tx(store, tool, step_timeout=0.2, hooks=[_release_when_unknown(release)])
     result = tx.call("charge", ARGS)
     assert result.status is StepStatus.NEEDS_REVIEW
     review = result.review
@@ -579,6 +593,7 @@ def test_a_review_resolved_done_records_the_output_without_running(store, releas
     tx = _tx(store, _slow_charge(card, release, on_unknown="review"), step_timeout=0.2)
     review = tx.call("charge", ARGS).review
     tx.resolve_review(review.id, outcome="done", output={"charge_id": "ch_x"}, actor="ops")
+    release.set()  # the step waits until the late call has returned
     result = tx.call("charge", ARGS)
     assert result.ok
     assert result.output == {"charge_id": "ch_x"}
@@ -615,7 +630,9 @@ def test_a_failing_check_is_kept_as_evidence_and_goes_to_review(store, release, 
         return CheckResult.unknown("no record yet")
 
     card = Card()
-    tx = _tx(store, _slow_charge(card, release, check=check), step_timeout=0.2)
+    returned = threading.Event()
+    tool = _slow_charge(card, returned, check=check)
+    tx = _tx(store, tool, step_timeout=0.2, hooks=[_release_when_unknown(returned)])
     result = tx.call("charge", ARGS)
     assert result.status is StepStatus.NEEDS_REVIEW
     evidence = " | ".join(result.review.errors)
@@ -689,6 +706,7 @@ def test_approvals_and_reviews_are_in_the_audit_trail(store, release):
     tx.approve(request.id, actor="alice", expires_in=60)
     review = tx.call("charge", ARGS).review
     tx.resolve_review(review.id, outcome="done", output={"charge_id": "c"}, actor="ops")
+    release.set()  # the late call returns: the step is no longer blocked by it
     assert tx.call("charge", ARGS).ok
     kinds = [event.kind.name for event in tx.audit()]
     assert kinds[:4] == ["APPROVAL_REQUESTED", "APPROVED", "APPROVAL_CONSUMED", "STEP_DISPATCHED"]
@@ -798,7 +816,9 @@ def test_ending_a_transaction_withdraws_its_pending_requests(store):
     request = tx.call("charge", ARGS).approval
     engine = agenttx.Engine(store=store)
     assert [r.id for r in engine.pending_approvals()] == [request.id]
-    tx.commit()
+    with pytest.raises(agenttx.FailedPrecondition, match="cannot commit"):
+        tx.commit()  # a commit would drop the waiting call unrecorded
+    tx.rollback()
     assert engine.pending_approvals() == ()
     with pytest.raises(agenttx.ApprovalError, match="withdrawn"):
         engine.approve(request.id, actor="alice")
@@ -902,7 +922,7 @@ def test_the_requests_of_ended_transactions_follow_the_history_retention(tmp_pat
     with SQLiteStore(path) as store:
         ended = _tx(store, tool)
         gone = ended.call("charge", ARGS).approval
-        ended.commit()
+        ended.rollback()
         still = agenttx.Engine(tools=[tool], store=store).begin()
         kept = still.call("charge", ARGS).approval
     time.sleep(0.05)
@@ -945,7 +965,13 @@ class ApprovalMachine(RuleBasedStateMachine):
     def send(self, amount: int) -> None:
         newest = self._newest(amount)
         result = self.tx.call("charge", {"amount": amount})
-        if newest is None or newest[1] == "consumed":
+        others = (e for a, made in self.requests.items() if a != amount for e in made)
+        if any(entry[1] == "pending" for entry in others):  # its step waits for a person
+            assert not result.ok
+            assert "waits for" in result.hint.text
+            self._after_failure(result)
+            return
+        if newest is None or newest[1] in ("consumed", "withdrawn"):
             assert result.status is StepStatus.NEEDS_APPROVAL
             self.requests.setdefault(amount, []).append([result.approval.id, "pending"])
         elif newest[1] == "pending":
@@ -959,7 +985,14 @@ class ApprovalMachine(RuleBasedStateMachine):
         else:  # rejected
             assert not result.ok
             assert "too much" in result.hint.text
-            self.ended = result.status is StepStatus.FAILED
+            self._after_failure(result)
+
+    def _after_failure(self, result: agenttx.StepResult) -> None:
+        """A rewind below the failed step withdraws what waited at the steps it dropped."""
+        self.ended = result.status is StepStatus.FAILED
+        if self.ended or (result.rollback_to_step or 0) < result.step_id:
+            for entry in self._all("pending"):
+                entry[1] = "withdrawn"
 
     @precondition(lambda self: any(e[1] == "pending" for m in self.requests.values() for e in m))
     @rule(data=st.data(), reject=st.booleans())

@@ -41,6 +41,7 @@ from ._records import (
     decision_of,
     request_of,
     review_of,
+    utc,
 )
 
 __all__ = [
@@ -64,4 +65,5 @@ __all__ = [
     "review_of",
     "run_check",
     "scopes_alive",
+    "utc",
 ]

@@ -408,16 +408,33 @@ class Requests:
             row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
         )
 
-    def withdraw(self, scope_id: str, why: str) -> int:
+    def withdraw(self, scope_id: str, why: str, from_step: int | None = None) -> int:
         """Withdraw the pending requests and reviews of a transaction or plan run that has
-        ended (`why`): they can no longer be decided. Returns how many."""
+        ended (`why`): they can no longer be decided. Returns how many.
+
+        With `from_step`, only those of transaction steps >= `from_step`, which a rewind
+        dropped: then a review resolved and not yet taken is withdrawn too, and a call started
+        there and never finished is finished (its undo records were compensated by the rewind).
+        """
         withdrawn = 0
         for row in self._table.requests_of(scope_id):
-            if row.state != "pending":
+            state = row.state
+            if from_step is not None:
+                request = request_of(row)
+                step = request.step
+                if state == "consumed":
+                    step = loads(row.decision).get("consumed_step")
+                if not isinstance(step, int) or step < from_step or request.node is not None:
+                    continue
+                if state == "consumed":
+                    self.finish(row, why)
+                    withdrawn += 1
+                    continue
+            if state != "pending" and not (from_step is not None and state == "resolved"):
                 continue
             decision = canonical_dumps({"withdrawn": why})
             changed = self._table.set_request_state(
-                row.id, ("pending",), "withdrawn", decision=decision, now=time.time()
+                row.id, (state,), "withdrawn", decision=decision, now=time.time()
             )
             withdrawn += changed is not None
         return withdrawn

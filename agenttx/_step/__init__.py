@@ -25,6 +25,7 @@ from ._gate import (
     Where,
     attempt,
     blocking_request,
+    decision_event,
     finish,
     unsettled,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "attempt",
     "blocking_request",
     "classify",
+    "decision_event",
     "drive",
     "edit_check",
     "finish",

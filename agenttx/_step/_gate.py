@@ -40,6 +40,7 @@ from .._approvals import (
     needs_approval,
     request_of,
     review_of,
+    utc,
 )
 from .._events import EventKind
 from .._json import checked_size_bound
@@ -63,6 +64,7 @@ __all__ = [
     "Where",
     "attempt",
     "blocking_request",
+    "decision_event",
     "finish",
     "unsettled",
 ]
@@ -106,6 +108,8 @@ class Desk:
     drop_writes: Callable[[], None]
     #: The call is about to run (its dispatch event).
     dispatched: Callable[[Call], None]
+    #: A person's decision found in `row` (`decision_event`): the host records its event once.
+    decided: Callable[[RequestRow], None]
 
 
 class Run(NamedTuple):
@@ -212,11 +216,13 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
             life.advance(Phase.WAITING)
             return Waiting(review=review_of(row))
         if action == "resolved" and row is not None:
+            desk.decided(row)
             if not book.apply_review(row):
                 continue  # taken meanwhile: look again
             life.advance(Phase.GATED)
             return (yield from _reviewed(call, row, desk, life))
         if action == "unknown" and row is not None:
+            desk.decided(row)
             decision = decision_of(row)
             approval = approval_of(row.id, decision)
             if approval.edited:
@@ -230,6 +236,7 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
             life.advance(Phase.WAITING)
             return Waiting(approval=request_of(row))
         if action == "rejected" and row is not None:
+            desk.decided(row)
             decision = decision_of(row)
             by = "" if where.node is None else f" by node `{where.node}`"
             life.advance(Phase.SETTLED)
@@ -242,6 +249,7 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
                 )
             )
         if action == "approved" and row is not None:
+            desk.decided(row)
             if approval_expired(row, time.time()):
                 if book.expire(row):
                     desk.note(EventKind.APPROVAL_EXPIRED, None, {"request": row.id})
@@ -386,6 +394,32 @@ def finish(book: Requests, settled: Settled) -> None:
         failed = outcome.error is not None or outcome.refused is not None
         what = "failed" if failed else "succeeded"
     book.finish(guard, what)
+
+
+def decision_event(
+    row: RequestRow,
+) -> tuple[EventKind, str, float, dict[str, JSONValue]] | None:
+    """The audit event of the person's decision that `row` holds, built from the row alone
+    (the compare-and-set that recorded the decision): kind, actor, time and data; None if no
+    person decided it. So the trail says the same wherever the decision was made."""
+    decision = decision_of(row)
+    actor = decision.get("actor")
+    if not isinstance(actor, str) or not actor:
+        return None
+    at = float(decision.get("decided_at") or row.updated_at)
+    if row.kind == "review":
+        return EventKind.REVIEWED, actor, at, {"review": row.id, "outcome": decision.get("outcome")}
+    if "reason" in decision:
+        return EventKind.REJECTED, actor, at, {"request": row.id, "reason": decision["reason"]}
+    data: dict[str, JSONValue] = {
+        "request": row.id,
+        "note": decision.get("note", ""),
+        "edited": bool(decision.get("edited")),
+    }
+    expires_at = decision.get("expires_at")
+    if expires_at is not None:
+        data["expires_at"] = utc(float(expires_at)).isoformat()
+    return EventKind.APPROVED, actor, at, data
 
 
 def unsettled(rows: tuple[RequestRow, ...]) -> list[RequestRow]:
