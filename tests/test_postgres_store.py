@@ -585,7 +585,7 @@ def _restart_server() -> None:
     if not data:
         if os.environ.get("AGENTTX_REQUIRE_POSTGRES") == "1":
             pytest.fail("AGENTTX_PG_DATA is not set: start the server with .ci/postgres")
-        pytest.skip("AGENTTX_PG_DATA is not set: the server was not started by .ci/postgres")
+        pytest.skip("AGENTTX_PG_DATA is not set: neither the tests nor .ci/postgres started it")
     pg_ctl = str(Path(os.environ.get("AGENTTX_PG_BIN", "/usr/lib/postgresql/15/bin")) / "pg_ctl")
     command = [pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "restart"]
     command += ["-l", str(Path(data).parent / "server.log")]
