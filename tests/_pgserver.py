@@ -160,7 +160,7 @@ class Server:
                 timeout=60,
                 **self._as_user(),
             )
-        except (OSError, subprocess.CalledProcessError):
+        except (OSError, subprocess.SubprocessError):
             self._stage_wheel()
 
     def _stage_wheel(self) -> None:
@@ -189,6 +189,9 @@ class Server:
             port = self._run_on_a_free_port()
             with _connect(port, autocommit=True) as conn:
                 conn.execute("CREATE DATABASE agenttx")
+        except OSError as exc:  # a file the server needs (or its staging) failed
+            self.stop()
+            raise StartFailed(f"{exc} ({self.binaries})") from exc
         except BaseException:
             self.stop()
             raise
