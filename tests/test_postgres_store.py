@@ -579,17 +579,19 @@ def test_competing_dispatchers_claim_disjoint_entries(store: PostgresStore) -> N
 
 def _restart_server() -> None:
     """Restart the test server at once (`pg_ctl -m immediate`: as if it crashed), as the
-    `postgres` user when run as root; skips unless `.ci/postgres` started it."""
+    server's user (`AGENTTX_PG_USER`, default `postgres`) when run as root; skips unless
+    `.ci/postgres` or the test session (tests/_pgserver.py) started it."""
     data = os.environ.get("AGENTTX_PG_DATA")
     if not data:
         if os.environ.get("AGENTTX_REQUIRE_POSTGRES") == "1":
             pytest.fail("AGENTTX_PG_DATA is not set: start the server with .ci/postgres")
-        pytest.skip("AGENTTX_PG_DATA is not set: the server was not started by .ci/postgres")
+        pytest.skip("AGENTTX_PG_DATA is not set: neither the tests nor .ci/postgres started it")
     pg_ctl = str(Path(os.environ.get("AGENTTX_PG_BIN", "/usr/lib/postgresql/15/bin")) / "pg_ctl")
     command = [pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "restart"]
     command += ["-l", str(Path(data).parent / "server.log")]
     if os.geteuid() == 0:
-        command = ["runuser", "-u", "postgres", "--", *command]
+        user = os.environ.get("AGENTTX_PG_USER") or "postgres"
+        command = ["runuser", "-u", user, "--", *command]
     subprocess.run(command, check=True, capture_output=True, timeout=120)
 
 
