@@ -18,6 +18,7 @@ import attrs
 
 from ._errors import InvalidArgument, JSONValueError
 from ._hints import CleanHint, HintCategory
+from ._limits import MAX_CALLS_PER_TURN
 from ._prepare import check_call_id, check_tool_call
 from ._results import StepResult, StepStatus
 from ._rollback import RollbackStrategy
@@ -74,14 +75,23 @@ TurnCall.__module__ = "agenttx"
 
 
 def turn_calls(calls: object) -> tuple[TurnCall, ...]:
-    """`calls` as `TurnCall`s, every item checked before any runs (`InvalidArgument` names it)."""
+    """`calls` as `TurnCall`s, every item checked before any runs (`InvalidArgument` names it).
+
+    More than `MAX_CALLS_PER_TURN` calls raise `InvalidArgument` before any item is checked.
+    """
     if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Iterable):
         raise InvalidArgument(
             f"calls must be an iterable of (tool_name, arguments[, call_id]) tuples or TurnCalls,"
             f" got {type(calls).__name__}"
         )
+    items = list(calls)
+    if len(items) > MAX_CALLS_PER_TURN:  # before any is checked: none runs
+        raise InvalidArgument(
+            f"a turn holds at most {MAX_CALLS_PER_TURN} calls (MAX_CALLS_PER_TURN), "
+            f"got {len(items)}"
+        )
     checked: list[TurnCall] = []
-    for index, item in enumerate(calls):
+    for index, item in enumerate(items):
         if isinstance(item, TurnCall):
             checked.append(item)
             continue
@@ -250,7 +260,8 @@ class Turns:
         """Run one model turn: `calls` in order, through `call`, stopping at the first failure.
 
         `calls` holds `(tool_name, arguments)` or `(tool_name, arguments, call_id)` tuples or
-        `TurnCall`s. All are checked before any runs, against every limit `execute_step` would
+        `TurnCall`s, at most `MAX_CALLS_PER_TURN` (128) of them (`InvalidArgument` for more).
+        All are checked before any runs, against every limit `execute_step` would
         refuse a call for (`InvalidArgument` names the bad item; see `TurnCall`), so a turn
         either raises before anything ran or returns one result per call, in order: the calls
         after the first that failed are not sent and get a `StepStatus.NOT_RUN` result (see

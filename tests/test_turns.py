@@ -263,6 +263,25 @@ def test_call_turn_refuses_bad_items_before_running_any(calls, message):
     assert tx.next_step_id == 1
 
 
+def test_a_turn_of_more_calls_than_the_limit_is_refused_before_any_runs():
+    """A turn of more than MAX_CALLS_PER_TURN calls raises InvalidArgument naming the limit and
+    the count, and none of its calls runs; a turn of exactly the limit runs."""
+    log: list[str] = []
+    tx = agenttx.Transaction(tools=_echo_tools(log))
+    limit = _turns.MAX_CALLS_PER_TURN
+    assert limit == 128
+    too_many = [("echo", {"n": n}) for n in range(50_000)]
+    message = rf"at most {limit} calls \(MAX_CALLS_PER_TURN\), got 50000"
+    with pytest.raises(agenttx.InvalidArgument, match=message):
+        tx.call_turn(too_many)
+    with pytest.raises(agenttx.InvalidArgument, match=message):
+        asyncio.run(tx.acall_turn(iter(too_many)))
+    assert (log, tx.next_step_id) == ([], 1)
+    results = tx.call_turn([("echo", {"n": n}) for n in range(limit)])
+    assert [r.status for r in results] == [StepStatus.SUCCESS] * limit
+    assert tx.next_step_id == limit + 1
+
+
 def test_turn_call_checks_its_fields():
     """TurnCall is a frozen record checked on construction, as execute_step checks a call."""
     call = agenttx.TurnCall("echo", {"n": 1}, call_id="c1")

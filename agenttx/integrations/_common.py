@@ -33,7 +33,7 @@ import attrs
 
 from .._engine import Engine
 from .._errors import InvalidArgument, InvalidTransactionState
-from .._limits import MAX_PAYLOAD_BYTES, over_limit
+from .._limits import MAX_CALLS_PER_TURN, MAX_PAYLOAD_BYTES, over_limit
 from .._results import StepStatus
 from .._tools import MAX_TOOL_NAME, Compensation, Tool, ToolRegistry
 from .._transaction import Transaction
@@ -276,6 +276,11 @@ def _from_result(call: ModelCall, result: StepResult) -> Outcome:
 
 def _plan(calls: Sequence[ModelCall]) -> tuple[list[tuple[str, str, str]], str]:
     """The leading calls that can be sent as steps, and why the next one cannot ("" if none)."""
+    if len(calls) > MAX_CALLS_PER_TURN:  # `call_turn` would refuse the turn: none is sent
+        return [], (
+            f"the turn has {len(calls)} tool calls, more than the {MAX_CALLS_PER_TURN} one turn "
+            f"may hold; send at most {MAX_CALLS_PER_TURN} per turn"
+        )
     sendable: list[tuple[str, str, str]] = []
     for call in calls:
         screened = _screen(call)
@@ -311,7 +316,9 @@ def run_turn(tx: Transaction, calls: Sequence[ModelCall]) -> tuple[Outcome, ...]
     Calls run in order and stop at the first failed step (the rest are not run, as
     `call_turn` does). A call that cannot be sent at all (a tool name over the length limit,
     arguments over the size limit or not JSON) is refused as that step, with nothing run after
-    it. If the transaction has ended, or ends while the turn runs, the calls not run say so.
+    it. A turn of more than `MAX_CALLS_PER_TURN` calls runs none: its first call is refused (the
+    refusal names the limit and the count) and the rest are not run. If the transaction has
+    ended, or ends while the turn runs, the calls not run say so.
     """
     if not calls:
         return ()
