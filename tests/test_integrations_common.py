@@ -137,13 +137,19 @@ def test_rewrite_policies():
 
 
 def test_hostile_arguments_are_refused_not_raised():
-    """Arguments nested past what JSON can encode, or a hostile name, refuse the step."""
+    """Arguments nested past the interpreter's recursion limit fail the step as the same JSON
+    text does; arguments that are not JSON, or a hostile name, refuse the step."""
     deep: list[object] = []
     for _ in range(100_000):
         deep = [deep]
     tx = Shop().transaction()
     (outcome,) = _common.run_turn(tx, model_calls([("lookup_customer", {"email": deep})]))
     assert outcome.is_error
+    text = '{"email": ' + "[" * 100_001 + "]" * 100_001 + "}"
+    assert outcome.payload == Shop().transaction().call("lookup_customer", text).for_model()
+    assert "Malformed JSON" in str(outcome.payload["error"])
+    deep.append({1j})
+    (outcome,) = _common.run_turn(tx, model_calls([("lookup_customer", {"email": deep})]))
     assert "not JSON" in str(outcome.payload["error"])
     (outcome,) = _common.run_turn(tx, model_calls([(None, "{}")]))
     assert "unknown tool None" in str(outcome.payload["error"])

@@ -196,8 +196,46 @@ def _arguments_text(arguments: object) -> str | None:
         return arguments
     try:
         return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
+    except RecursionError:
+        # Nested past the interpreter's recursion limit, so far past `MAX_NESTING_DEPTH`: the
+        # transaction refuses the text as it refuses such JSON text from any model (a failed
+        # step whose error says why), so this call is answered as the same call in JSON is.
+        return _deep_text(arguments)
+    except (TypeError, ValueError):
         return None
+
+
+def _deep_text(value: object) -> str | None:
+    """`json.dumps(value)` without recursion (None if not JSON), cut once over the size limit."""
+    parts: list[str] = []
+    size = 0
+    todo: list[tuple[str, object]] = [("value", value)]
+    while todo:
+        kind, item = todo.pop()
+        if kind == "text":
+            parts.append(str(item))
+        elif isinstance(item, Mapping):
+            if not all(isinstance(key, str) for key in item):
+                return None
+            entries = [(json.dumps(key, ensure_ascii=False), v) for key, v in item.items()]
+            todo.append(("text", "}"))
+            for index, (key, v) in reversed(list(enumerate(entries))):
+                todo.extend((("value", v), ("text", ("," if index else "") + key + ":")))
+            parts.append("{")
+        elif isinstance(item, (list, tuple)):
+            todo.append(("text", "]"))
+            for index, v in reversed(list(enumerate(item))):
+                todo.extend((("value", v), ("text", "," if index else "")))
+            parts.append("[")
+        else:
+            try:
+                parts.append(json.dumps(item, ensure_ascii=False, allow_nan=False))
+            except (TypeError, ValueError):
+                return None
+        size += len(parts[-1])
+        if size > MAX_PAYLOAD_BYTES:  # too big to send anyway: the size check refuses it
+            break
+    return "".join(parts)
 
 
 def _is_unicode(text: str) -> bool:
