@@ -30,7 +30,7 @@ from ._plans import PlanRun, run_plan, start_plan
 from ._recovery import recover, recover_plans
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
-from ._saga import deliver_outbox
+from ._saga import check_dispatcher, deliver_outbox
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings, check_serializer, float_seconds
 from ._tools import ToolRegistry, to_json_value
 from ._transaction import Transaction
@@ -199,7 +199,7 @@ class Engine:
                 f"store must implement agenttx.stores.Store (e.g. MemoryStore or SQLiteStore), "
                 f"got {type(store).__name__}"
             )
-        _check_dispatcher(dispatcher)
+        check_dispatcher(dispatcher)
         self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
         self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
@@ -732,21 +732,3 @@ class Engine:
 def _check_limit(limit: object) -> None:
     if not is_positive_int(limit):
         raise InvalidArgument(f"limit must be an integer > 0, got {limit!r}")
-
-
-def _check_dispatcher(dispatcher: object) -> None:
-    """A dispatcher is None, a callable, or a mapping of channel names to callables."""
-    if dispatcher is None or callable(dispatcher):
-        return
-    if isinstance(dispatcher, Mapping):
-        for channel, target in dispatcher.items():
-            if not isinstance(channel, str) or not callable(target):
-                raise InvalidArgument(
-                    "dispatcher must map channel names to callables, got "
-                    f"{type(channel).__name__} -> {type(target).__name__}"
-                )
-        return
-    raise InvalidArgument(
-        "dispatcher must be a callable, a mapping of channel names to callables or None, "
-        f"got {type(dispatcher).__name__}"
-    )
