@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._approvals import (
+    ENDED_WHILE_RUNNING,
     CheckResult,
     approval_expired,
     approval_of,
@@ -51,12 +52,6 @@ if TYPE_CHECKING:
     from .stores._approvals import RequestRow
 
 __all__ = ["Guarded"]
-
-#: Why a call consumed here found at its step again had no recorded outcome.
-_ENDED_WHILE_RUNNING: Final = (
-    "the call started (its approval was consumed) but its outcome was never recorded: "
-    "the process ended, or the step was interrupted, while the tool ran"
-)
 
 
 class _Host(Protocol):
@@ -313,7 +308,7 @@ class Guarded:
                 approval = approval_of(row.id, decision_of(row))
                 if approval.edited:
                     call = call._replace(arguments=approval.arguments)
-                return self._unknown(call, row, [_ENDED_WHILE_RUNNING])
+                return self._unknown(call, row, [ENDED_WHILE_RUNNING])
             if action == "pending":
                 assert row is not None
                 return self._waiting(call, approval=request_of(row))
