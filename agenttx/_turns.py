@@ -10,8 +10,9 @@ call after it gets a `NOT_RUN` result, so that every call the model made gets an
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
@@ -77,18 +78,19 @@ TurnCall.__module__ = "agenttx"
 def turn_calls(calls: object) -> tuple[TurnCall, ...]:
     """`calls` as `TurnCall`s, every item checked before any runs (`InvalidArgument` names it).
 
-    More than `MAX_CALLS_PER_TURN` calls raise `InvalidArgument` before any item is checked.
+    More than `MAX_CALLS_PER_TURN` calls raise `InvalidArgument` before any item is checked
+    (an iterator is read no further than one item past the limit).
     """
     if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Iterable):
         raise InvalidArgument(
             f"calls must be an iterable of (tool_name, arguments[, call_id]) tuples or TurnCalls,"
             f" got {type(calls).__name__}"
         )
-    items = list(calls)
+    items = list(itertools.islice(calls, MAX_CALLS_PER_TURN + 1))  # an endless one ends here
     if len(items) > MAX_CALLS_PER_TURN:  # before any is checked: none runs
+        count = len(calls) if isinstance(calls, Sized) else "more than that"
         raise InvalidArgument(
-            f"a turn holds at most {MAX_CALLS_PER_TURN} calls (MAX_CALLS_PER_TURN), "
-            f"got {len(items)}"
+            f"a turn holds at most {MAX_CALLS_PER_TURN} calls (MAX_CALLS_PER_TURN), got {count}"
         )
     checked: list[TurnCall] = []
     for index, item in enumerate(items):
