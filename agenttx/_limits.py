@@ -1,4 +1,4 @@
-"""The limits on what a transaction accepts: payload sizes, and the isolation levels."""
+"""The limits on what a transaction accepts: payload sizes, calls per turn, isolation levels."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ __all__ = [
     "DEFAULT_ISOLATION",
     "ISOLATION_LEVELS",
     "MAX_AGENT_ID_BYTES",
+    "MAX_CALLS_PER_TURN",
     "MAX_PAYLOAD_BYTES",
     "Isolation",
     "check_isolation",
@@ -18,6 +19,10 @@ __all__ = [
 
 MAX_PAYLOAD_BYTES: Final = 1_048_576
 MAX_AGENT_ID_BYTES: Final = 256
+#: The most calls one `call_turn` (or an integration's model turn) runs: a longer turn is
+#: refused before any of its calls runs. A model turn holds a handful of tool calls; thousands
+#: are a runaway model, which would otherwise hold the transaction's turn for all of them.
+MAX_CALLS_PER_TURN: Final = 128
 #: A transaction's isolation level, weakest first; `agenttx.stores.Store` says what each allows.
 Isolation: TypeAlias = Literal["read_committed", "no_lost_updates", "serializable"]
 ISOLATION_LEVELS: Final[tuple[Isolation, ...]] = (

@@ -51,7 +51,7 @@ from ._results import (
     failed_step,
 )
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
-from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
+from ._saga import CompensationReport, Dispatcher, SagaLedger, check_dispatcher, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
 from ._timeline import Pending, Timeline
 from ._tools import (
@@ -125,6 +125,7 @@ class Transaction(Turns, Guarded, Observed):
         hooks: Iterable[HookLike] | None = None,
     ) -> None:
         check_agent_id(agent_id)
+        check_dispatcher(dispatcher)
         if store is not None and not is_store(store):
             raise InvalidArgument(f"store must be a Store, got {type(store).__name__}")
         settings = Settings(

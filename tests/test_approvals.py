@@ -685,6 +685,91 @@ def test_an_approved_call_interrupted_while_running_is_checked_not_rerun(store):
     assert len(card.keys) == 1  # the tool did not run again
 
 
+def _cut_off_charge(card: Card, **options):
+    """A charge whose first call is cut off (KeyboardInterrupt) after the card was charged."""
+    interrupt = [True]
+
+    @agenttx.tool(name="charge", inline=True, **options)
+    def charge(ctx: agenttx.ToolContext, amount: int, card_number: str) -> dict:
+        output = card.charge(amount, ctx.idempotency_key)
+        if interrupt:
+            interrupt.pop()
+            raise KeyboardInterrupt
+        return output
+
+    return charge
+
+
+def _cut_off_then_recovered(durable_backend, tool) -> tuple[agenttx.Engine, str]:
+    """Begin in one engine, cut the call off, close that engine; recover in another."""
+    first = agenttx.Engine(tools=[tool], store=durable_backend())
+    tx = first.begin()
+    if tool.needs_approval is True:
+        tx.approve(tx.call("charge", ARGS).approval.id, actor="alice")
+    with pytest.raises(KeyboardInterrupt):
+        tx.call("charge", ARGS)
+    first.close()
+    engine = agenttx.Engine(tools=[tool], store=durable_backend())
+    assert engine.pending_reviews() == ()
+    assert engine.recover("resume").resumed == (tx.id,)
+    return engine, tx.id
+
+
+@pytest.mark.parametrize(
+    ("options", "evidence"),
+    [
+        ({"needs_approval": True}, "the tool has no status check"),
+        ({"on_unknown": "review"}, "the tool has no status check"),
+        (
+            {"check": lambda arguments, key: CheckResult.unknown("the bank is down")},
+            "the status check cannot tell: the bank is down",
+        ),
+    ],
+    ids=["approval", "on_unknown", "check_unknown"],
+)
+def test_a_call_cut_off_by_a_crash_is_under_review_right_after_recovery(
+    durable_backend, options, evidence
+):
+    """Recovery opens the review of a call cut off after its approval was consumed (or its
+    start recorded) at once, with the evidence a re-sent call gets; the re-sent call waits on
+    that same review, and once it is resolved goes on without running the tool again."""
+    card = Card()
+    engine, tx_id = _cut_off_then_recovered(durable_backend, _cut_off_charge(card, **options))
+    (review,) = engine.pending_reviews()
+    assert (review.scope_id, review.step, review.tool, review.arguments) == (
+        tx_id,
+        1,
+        "charge",
+        ARGS,
+    )
+    assert review.idempotency_key == card.keys[0]
+    assert review.errors[0].startswith("the call started (its approval was consumed)")
+    assert review.errors[1:] == (evidence,)
+    tx = engine.get(tx_id)
+    assert [event.kind.name for event in tx.audit()][-2:] == ["OUTCOME_UNKNOWN", "REVIEW_REQUESTED"]
+    waiting = tx.call("charge", ARGS)
+    assert waiting.status is StepStatus.NEEDS_REVIEW
+    assert waiting.review == review
+    assert engine.pending_reviews() == (review,)  # the same one, not a second
+    engine.resolve_review(review.id, outcome="done", output={"charge_id": "x"}, actor="ops")
+    assert tx.call("charge", ARGS).output == {"charge_id": "x"}
+    assert len(card.keys) == 1  # the tool ran once, before the crash
+    assert tx.commit().steps_committed == 1
+
+
+def test_a_cut_off_call_whose_check_tells_opens_no_review_at_recovery(durable_backend):
+    """A status check that says the call was done opens no review: the re-sent call is
+    checked again and records the check's output, without running the tool."""
+    card = Card()
+    tool = _cut_off_charge(card, check=_status(card))
+    engine, tx_id = _cut_off_then_recovered(durable_backend, tool)
+    assert engine.pending_reviews() == ()
+    result = engine.get(tx_id).call("charge", ARGS)
+    assert result.ok
+    assert result.output == {"charge_id": f"ch_{card.keys[0][:8]}", "amount": 500}
+    assert len(card.keys) == 1
+
+
 def test_requests_reject_a_duplicate_id():
     """A book refuses a second request with an id it has."""
     book = Requests(requests_for(MemoryStore())._table)
@@ -807,6 +892,24 @@ def test_a_killed_approved_call_without_a_check_goes_to_review_then_on(tmp_path)
     resumed = _finish(_worker("resume", db, tmp_path, "--no-check"))
     assert resumed["status"] == "SUCCESS"
     assert resumed["output"] == {"charge_id": "x"}
+    assert len((tmp_path / "charges.log").read_text().splitlines()) == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_killed_call_is_under_review_as_soon_as_it_is_recovered(tmp_path):
+    """After a SIGKILL mid-call, recovery alone opens the review (listed by every engine on
+    the file); the call sent again later waits on that same review."""
+    db, asked = _killed_while_charging(tmp_path, "--no-check")
+    recovered = _finish(_worker("recover", db, tmp_path, "--no-check"))
+    (opened,) = recovered["reviews"]
+    assert opened["errors"][1:] == ["the tool has no status check"]
+    with SQLiteStore(db) as store:
+        (review,) = agenttx.Engine(store=store).pending_reviews()
+    assert (review.id, review.scope_id) == (opened["id"], asked["tx"])
+    waiting = _finish(_worker("resume", db, tmp_path, "--no-check"))
+    assert (waiting["status"], waiting["review"]) == ("NEEDS_REVIEW", review.id)
+    with SQLiteStore(db) as store:
+        assert [r.id for r in agenttx.Engine(store=store).pending_reviews()] == [review.id]
     assert len((tmp_path / "charges.log").read_text().splitlines()) == 1
 
 

@@ -27,7 +27,15 @@ book over a store, `_gate` what a guarded call does next and the status check.
 from __future__ import annotations
 
 from ._book import Requests, requests_for, scopes_alive
-from ._gate import approval_expired, check_outcome, gate_action, needs_approval, run_check
+from ._gate import (
+    ENDED_WHILE_RUNNING,
+    approval_expired,
+    check_outcome,
+    cut_off,
+    gate_action,
+    needs_approval,
+    run_check,
+)
 from ._records import (
     APPROVAL,
     CALL,
@@ -47,6 +55,7 @@ from ._records import (
 __all__ = [
     "APPROVAL",
     "CALL",
+    "ENDED_WHILE_RUNNING",
     "REVIEW",
     "Approval",
     "ApprovalRequest",
@@ -57,6 +66,7 @@ __all__ = [
     "approval_of",
     "call_digest",
     "check_outcome",
+    "cut_off",
     "decision_of",
     "gate_action",
     "needs_approval",

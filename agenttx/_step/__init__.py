@@ -17,7 +17,6 @@ from ._classify import Classified, classify
 from ._drive import adrive, drive
 from ._edit import EditCheck, edit_check, validate_edit
 from ._gate import (
-    ENDED_WHILE_RUNNING,
     Desk,
     Refused,
     Settled,
@@ -32,7 +31,6 @@ from ._gate import (
 from ._lifecycle import TRANSITIONS, Lifecycle, Phase
 
 __all__ = [
-    "ENDED_WHILE_RUNNING",
     "TRANSITIONS",
     "Classified",
     "Desk",

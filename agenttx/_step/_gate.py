@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
 import attrs
 
 from .._approvals import (
+    ENDED_WHILE_RUNNING,
     CheckResult,
     approval_expired,
     approval_of,
@@ -68,12 +69,6 @@ __all__ = [
     "finish",
     "unsettled",
 ]
-
-#: Why a call found consumed at its step or node again had no recorded outcome.
-ENDED_WHILE_RUNNING: Final = (
-    "the call started (its approval was consumed, or its start recorded) but its outcome was "
-    "never recorded: the process ended, or the call was interrupted, while the tool ran"
-)
 
 
 class Where(NamedTuple):

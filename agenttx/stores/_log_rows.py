@@ -87,6 +87,10 @@ class LogStore:
             self, tx_id: str, rows: list[Row], since: int | None, doing: str
         ) -> None: ...
 
+        def _released(self, tx_id: str) -> tuple[str, tuple[object, ...]]: ...
+
+        def _let_go(self, tx_id: str) -> None: ...
+
     def __enter__(self) -> Self:
         return self
 
@@ -102,6 +106,25 @@ class LogStore:
         """Whether this store holds the transaction: begun or loaded here, and not ended."""
         with self._lock:
             return tx_id in self._txs
+
+    def release(self, tx_id: str) -> None:
+        """Stop holding open transaction `tx_id`, and leave it to recovery at once.
+
+        Its buffered writes are written and the store's hold on it is given up, in one fenced
+        database transaction (SQLite: its owner cleared; PostgreSQL: its lease ended, with a
+        new epoch), and this store no longer holds it: any store, in any process, may `claim`
+        it now (`Engine.close` does this for its open transactions). A no-op if this store
+        does not hold it; `StorageError` if another store took it over meanwhile (it is let go
+        all the same).
+        """
+        with self._lock:
+            if tx_id not in self._txs:
+                return
+        try:
+            self._durable_write(tx_id, "release", self._released(tx_id))
+        finally:
+            with self._lock:
+                self._let_go(tx_id)
 
     # ------------------------------------------------------------ the overlay
 

@@ -702,6 +702,10 @@ class PostgresStore(SharedRows, LogStore):
         self._epochs[tx_id] = epoch
         self._renewer.start()
 
+    def _released(self, tx_id: str) -> tuple[str, tuple[object, ...]]:
+        """The statement that ends `tx_id`'s lease and owner, with a new epoch (`release`)."""
+        return self._sql.release_tx, (None, tx_id)
+
     def _let_go(self, tx_id: str) -> None:
         self._txs.pop(tx_id, None)
         self._epochs.pop(tx_id, None)

@@ -63,6 +63,7 @@ from ._sqlite_file import (
     INSERT_TX,
     INSERT_UNDO,
     INSERT_UNDO_FENCED,
+    RELEASE_OWNER,
     SELECT_COMMITTED,
     SELECT_OWNER,
     UPDATE_OWNER,
@@ -793,6 +794,13 @@ class SQLiteStore(SharedTables, LogStore):
         if tx.first_read is None:
             tx.first_read = self._commits
         return row
+
+    def _released(self, tx_id: str) -> tuple[str, tuple[object, ...]]:
+        """The statement that gives up this store's ownership of `tx_id` (`release`)."""
+        return RELEASE_OWNER, (tx_id, self._owner)
+
+    def _let_go(self, tx_id: str) -> None:
+        self._txs.pop(tx_id, None)
 
     def _fence(self, tx_id: str) -> None:
         """Check, inside a write transaction, that this store still owns `tx_id`."""
