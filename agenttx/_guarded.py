@@ -230,8 +230,9 @@ class Guarded:
         """The transaction ended: its requests still pending can no longer be decided."""
         if self._requests is None:  # it never asked: nothing to withdraw, no store read
             return
+        fence = final is not TxStatus.COMMITTED and is_durable(self._store)  # held: an abort
         with contextlib.suppress(Exception):  # the end is what matters; a listing filters them
-            self._requests.withdraw(self._id, f"the transaction ended {final.value}")
+            self._requests.withdraw(self._id, f"the transaction ended {final.value}", fence=fence)
 
     def _step_of(self: _Host, request_id: str) -> int | None:
         """The step a request or review of this transaction is about (for its event)."""
@@ -347,6 +348,7 @@ class Guarded:
                 arguments=call.arguments,
                 digest=digest,
                 why=why,
+                fence=is_durable(self._store),
             )
             data: dict[str, JSONValue] = {"request": request.id, "tool": tool.name}
             self._note("APPROVAL_REQUESTED", step, None, data)
@@ -448,6 +450,7 @@ class Guarded:
             idempotency_key=key,
             errors=errors,
             timings={"timeout_s": call.timeout, "check_s": round(checked_in, 6)},
+            fence=is_durable(self._store),
         )
         if guard is not None:
             book.finish(guard, f"review {review.id}")

@@ -257,7 +257,7 @@ def test_a_takeover_fences_every_later_write(store: PostgresStore) -> None:
             store.record_step("t", 2, "[2]", [EFFECT], "p2")
         assert not store.is_open("t")
         assert _raw(f"SELECT count(*) FROM {store.schema}.log") == before
-        with pytest.raises(TransactionNotFound):
+        with pytest.raises(StorageError, match="lease lost"):
             store.commit("t")
         assert thief.commit("t") == 1
     assert store.read_committed("k") == '"mine"'

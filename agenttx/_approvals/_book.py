@@ -167,8 +167,11 @@ class Requests:
         node: str | None = None,
         plan_version: str | None = None,
         why: str | None = None,
+        fence: bool = False,
     ) -> ApprovalRequest:
-        """Record a new pending request for this call and return it."""
+        """Record a new pending request for this call and return it. With `fence` (a durable
+        transaction or plan run), only while the store still holds `scope_id` (see `consume`).
+        """
         now = time.time()
         request = ApprovalRequest(
             id=f"apr-{uuid.uuid4().hex}",
@@ -195,7 +198,8 @@ class Requests:
                 record=canonical_dumps(record),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return request
 
@@ -400,16 +404,23 @@ class Requests:
             row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
         )
 
-    def withdraw(self, scope_id: str, why: str) -> int:
+    def withdraw(self, scope_id: str, why: str, *, fence: bool = False) -> int:
         """Withdraw the pending requests and reviews of a transaction or plan run that has
-        ended (`why`): they can no longer be decided. Returns how many."""
+        ended (`why`): they can no longer be decided. Returns how many. With `fence`, only
+        while the store still holds `scope_id` (an abort: a worker that lost it withdraws
+        nothing of its new owner's)."""
         withdrawn = 0
         for row in self._table.requests_of(scope_id):
             if row.state != "pending":
                 continue
             decision = canonical_dumps({"withdrawn": why})
             changed = self._table.set_request_state(
-                row.id, ("pending",), "withdrawn", decision=decision, now=time.time()
+                row.id,
+                ("pending",),
+                "withdrawn",
+                decision=decision,
+                now=time.time(),
+                fence=scope_id if fence else None,
             )
             withdrawn += changed is not None
         return withdrawn
@@ -431,9 +442,10 @@ class Requests:
         errors: Sequence[str] = (),
         timings: Mapping[str, float] | None = None,
         plan_version: str | None = None,
+        fence: bool = False,
     ) -> Review:
         """Record a pending review of a call whose outcome is unknown, and return it (bound to
-        `plan_version` for a plan node)."""
+        `plan_version` for a plan node); `fence` as for `request`."""
         now = time.time()
         review = Review(
             id=f"rev-{uuid.uuid4().hex}",
@@ -459,7 +471,8 @@ class Requests:
                 record=canonical_dumps({**review.to_json(), "plan_version": plan_version}),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return review
 
