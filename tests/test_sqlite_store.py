@@ -524,6 +524,25 @@ def test_a_store_that_lost_a_transaction_does_not_discard_it(path: str, name: st
             old.discard("t")
 
 
+def test_a_store_that_found_a_transaction_lost_ends_nothing_of_it_later(path: str) -> None:
+    """Once a write found the transaction taken over, the store's later calls on it (a discard,
+    a commit, a read) raise StorageError (lease lost) and end nothing: the new owner keeps it."""
+    with SQLiteStore(path) as old, SQLiteStore(path) as new:
+        old.begin("t")
+        old.put("t", "a", "1")
+        old.flush("t")
+        new.load("t")
+        with pytest.raises(StorageError, match="lease lost"):
+            old.record_progress("t", "{}")
+        for call in (old.discard, old.discard_state, old.commit, old.written_keys):
+            with pytest.raises(StorageError, match="lease lost: transaction `t`"):
+                call("t")
+        assert new.open_transactions() == ("t",)
+        assert new.commit("t") == 1
+    with SQLiteStore(path) as store:
+        assert store.read_committed("a") == "1"
+
+
 def test_load_of_a_transaction_held_here_flushes_it_first(store: SQLiteStore) -> None:
     """load() of a transaction this store holds keeps its buffered writes and snapshots."""
     store.begin("t")
@@ -863,7 +882,7 @@ def test_a_transaction_ended_elsewhere_is_a_lost_lease(path: str) -> None:
         first.begin("t")
         second.discard("t")
         first.put("t", "a", "1")
-        with pytest.raises(StorageError, match="lease lost: transaction `t`.*ended by another"):
+        with pytest.raises(StorageError, match=r"lease lost: transaction `t`.*ended by another"):
             first.commit("t")
         assert not first.is_open("t")
         for call in (lambda: first.get("t", "a"), lambda: first.discard("t")):
