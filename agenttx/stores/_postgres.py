@@ -15,10 +15,13 @@ new epoch from one sequence, so an epoch is never reused, not even by a later tr
 same id. A background thread per store renews the leases of what the store holds, every third
 of the lease. Every write to a transaction's rows is conditioned on its epoch, read `FOR KEY
 SHARE` in the same statement or transaction: zero rows means the lease was lost (another worker
-took the transaction over), and the store raises `StorageError` and lets the transaction go;
-it never retries. A takeover locks the row `FOR UPDATE`, so it waits for a write in flight, and
-the write that comes after it sees the new epoch. Recovery takes over (`claim`) only a
-transaction whose lease has expired, with `FOR UPDATE SKIP LOCKED`.
+took the transaction over, or ended it), and the store raises `StorageError` ("lease lost"),
+lets the transaction go and remembers it (`Lost`): every later call on it, `discard` included,
+raises the same, so a worker never ends what its new owner holds; it never retries. A takeover
+locks the row `FOR UPDATE`, so it waits for a write in flight, and the write that comes after
+it sees the new epoch. Recovery takes over (`claim`) only a transaction whose lease has
+expired, with `FOR UPDATE SKIP LOCKED`; `check_lease`, before each tool, makes sure that none
+can for half a lease.
 """
 
 from __future__ import annotations
