@@ -215,8 +215,9 @@ class Guarded:
             return
         with contextlib.suppress(Exception):  # the end is what matters
             self._note_decisions()
+        fence = final is not TxStatus.COMMITTED and is_durable(self._store)  # held: an abort
         with contextlib.suppress(Exception):  # the end is what matters; a listing filters them
-            self._requests.withdraw(self._id, f"the transaction ended {final.value}")
+            self._requests.withdraw(self._id, f"the transaction ended {final.value}", fence=fence)
 
     def _decided_row(self: _Host, request_id: str) -> None:
         """Record the event of a decision just made here, from its row as stored."""

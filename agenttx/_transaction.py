@@ -389,6 +389,8 @@ class Transaction(Turns, Guarded, Observed):
         return prepared
 
     def _dispatched(self, call: Call) -> None:
+        if self._log is not None:  # a worker that lost the transaction's lease runs no tool
+            self._log.check_lease()
         data: dict[str, JSONValue] = {"tool": call.tool.name}
         call_id = self._timeline.call_id
         if call_id is not None:

@@ -167,9 +167,13 @@ class Requests:
         plan_version: str | None = None,
         why: str | None = None,
         schema: JSONValue = None,
+        fence: bool = False,
     ) -> ApprovalRequest:
         """Record a new pending request for this call and return it; `schema` (the tool's
-        parameters) is stored with it, so that an edit can be checked where the tool is not."""
+        parameters) is stored with it, so that an edit can be checked where the tool is not.
+        With `fence` (a durable transaction or plan run), only while the store still holds
+        `scope_id` (see `consume`).
+        """
         now = time.time()
         request = ApprovalRequest(
             id=f"apr-{uuid.uuid4().hex}",
@@ -198,7 +202,8 @@ class Requests:
                 record=canonical_dumps(record),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return request
 
@@ -408,9 +413,13 @@ class Requests:
             row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
         )
 
-    def withdraw(self, scope_id: str, why: str, from_step: int | None = None) -> int:
+    def withdraw(
+        self, scope_id: str, why: str, from_step: int | None = None, *, fence: bool = False
+    ) -> int:
         """Withdraw the pending requests and reviews of a transaction or plan run that has
-        ended (`why`): they can no longer be decided. Returns how many.
+        ended (`why`): they can no longer be decided. Returns how many. With `fence`, only
+        while the store still holds `scope_id` (an abort: a worker that lost it withdraws
+        nothing of its new owner's).
 
         With `from_step`, only those of transaction steps >= `from_step`, which a rewind
         dropped: then a review resolved and not yet taken is withdrawn too, and a call started
@@ -434,7 +443,12 @@ class Requests:
                 continue
             decision = canonical_dumps({"withdrawn": why})
             changed = self._table.set_request_state(
-                row.id, (state,), "withdrawn", decision=decision, now=time.time()
+                row.id,
+                (state,),
+                "withdrawn",
+                decision=decision,
+                now=time.time(),
+                fence=scope_id if fence else None,
             )
             withdrawn += changed is not None
         return withdrawn
@@ -456,9 +470,10 @@ class Requests:
         errors: Sequence[str] = (),
         timings: Mapping[str, float] | None = None,
         plan_version: str | None = None,
+        fence: bool = False,
     ) -> Review:
         """Record a pending review of a call whose outcome is unknown, and return it (bound to
-        `plan_version` for a plan node)."""
+        `plan_version` for a plan node); `fence` as for `request`."""
         now = time.time()
         review = Review(
             id=f"rev-{uuid.uuid4().hex}",
@@ -484,7 +499,8 @@ class Requests:
                 record=canonical_dumps({**review.to_json(), "plan_version": plan_version}),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return review
 

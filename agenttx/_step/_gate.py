@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 
 import attrs
 
@@ -271,6 +271,7 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
             plan_version=where.plan_version,
             why=needs if isinstance(needs, str) else None,
             schema=dict(tool.validator.schema),
+            fence=where.durable,
         )
         desk.note(EventKind.APPROVAL_REQUESTED, None, {"request": request.id, "tool": tool.name})
         life.advance(Phase.GATED)
@@ -357,6 +358,7 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
         errors=errors,
         timings={"timeout_s": call.timeout, "check_s": round(checked_in, 6)},
         plan_version=where.plan_version,
+        fence=where.durable,
     )
     if guard is not None:
         book.finish(guard, f"review {review.id}")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from ._approvals import RequestRow
     from ._durable import OutboxEntry
+    from ._log_rows import Lost
     from ._plans import PlanChange, PlanImage, PlanNodeRow
     from ._sqlite_file import StoreFile
     from ._sqlite_mirror import TxMirror
@@ -40,6 +41,7 @@ class SharedTables:
     _owner: str
     _exclusive: bool
     _txs: dict[str, TxMirror]
+    _lost: Lost
 
     if TYPE_CHECKING:  # SQLiteStore's
 
@@ -277,6 +279,9 @@ class SharedTables:
         """
         if self._exclusive:
             return
+        lost = self._lost.error(scope_id)
+        if lost is not None:
+            raise lost
         if scope_id in self._txs:
             self._fence(scope_id)
             return
