@@ -446,7 +446,7 @@ def test_literals_escapes_and_interpolation():
 def test_the_direct_reading_agrees_with_the_general_one(inputs, direct):
     """Nodes of literal scalars and whole references are read directly, with the result (or
     the error) the general reading gives; other nodes are read the general way."""
-    from agenttx._plans._model import _resolve_inputs  # noqa: PLC0415
+    from agenttx._plans._node import _resolve_inputs  # noqa: PLC0415
 
     node = Node("n", tool="t", inputs=inputs)
     assert bool(node._direct_inputs()) is direct
