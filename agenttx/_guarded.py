@@ -34,7 +34,7 @@ from ._events import EventKind
 from ._json import checked_size_bound
 from ._results import StepResult, StepStatus, TxStatus
 from ._tools import Call, Failure, Outcome, arun_tool, derive_key, run_tool, with_key
-from .stores._durable import is_durable
+from .stores import is_durable
 
 if TYPE_CHECKING:
     import threading
@@ -47,8 +47,7 @@ if TYPE_CHECKING:
     from ._settings import Settings
     from ._timeline import Timeline
     from ._tools import ToolRegistry
-    from .stores import Store
-    from .stores._approvals import RequestRow
+    from .stores import RequestRow, Store
 
 __all__ = ["Guarded"]
 

@@ -32,7 +32,7 @@ from ._results import (
 from ._timeline import Timeline
 from ._tools import Orphans
 from ._txlog import history_text
-from .stores._durable import is_durable
+from .stores import is_durable
 
 if TYPE_CHECKING:
     from ._approvals import Requests
@@ -44,8 +44,7 @@ if TYPE_CHECKING:
     from ._settings import Settings
     from ._tools import ToolRegistry, ToolSpec, UndoRecord
     from ._txlog import TxLog
-    from .stores import Store
-    from .stores._approvals import RequestRow
+    from .stores import RequestRow, Store
 
 __all__ = ["Calls", "Observed"]
 

@@ -81,7 +81,9 @@ def _violations() -> list[str]:
                     f"{where}:{line}: layer {layers[source]} imports {'.'.join(target)} "
                     f"(layer {layers[unit]})"
                 )
-            if unit.startswith("_") and len(target) > 1:
+            # A private package's modules, and a public package's private ones (`stores._sqlite`),
+            # are reached only through the package.
+            if len(target) > 1 and (unit.startswith("_") or target[1].startswith("_")):
                 problems.append(f"{where}:{line}: reaches into {'.'.join(target)}")
             private = [n for n in names if n.startswith("_") and not n.endswith("__")]
             if private:
@@ -113,12 +115,21 @@ def test_checker_catches_an_upward_import(tmp_path, monkeypatch):
     (fake / "_json.py").write_text("from ._saga._ledger import SagaLedger\n")
     (fake / "_limits.py").write_text("from ._graph import _Link\n")
     (fake / "_refs.py").write_text("import rustworkx\n")
+    (fake / "_render.py").write_text("from .stores._durable import is_durable\n")
+    (fake / "stores").mkdir()
+    (fake / "stores" / "__init__.py").write_text("")
+    (fake / "stores" / "_sqlite.py").write_text(
+        "from . import _durable\nif True:\n    from .._engine import Engine\n"
+    )
     monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
     problems = _violations()
     assert any("_errors.py:1: layer 0 imports _transaction" in p for p in problems)
     assert any("reaches into _saga._ledger" in p for p in problems)
     assert any("imports private ['_Link']" in p for p in problems)
     assert any("_refs.py:1: imports rustworkx" in p for p in problems)
+    assert any("_render.py:1: reaches into stores._durable" in p for p in problems)
+    assert any("stores/_sqlite.py:3: layer 1 imports _engine" in p for p in problems)
+    assert not any("stores/_sqlite.py:1" in p for p in problems)  # within its own package
 
 
 def test_plans_package_is_layer_three():
