@@ -26,6 +26,7 @@ import attrs
 
 from .._errors import InvalidArgument, PlanValidationError
 from .._json import JSONValue, canonical_dumps, check_json
+from .._limits import MAX_NODE_INPUT_BYTES, MAX_NODE_RETRIES, MAX_NODE_TIMEOUT, MAX_PLAN_NODES
 from .._refs import is_path_segment
 from ._cycles import find_cycles
 from ._node import (
@@ -246,7 +247,10 @@ class Plan:
         """A plan from its JSON form (as `to_json` writes it, or as an agent proposes one).
 
         Node fields left out take their defaults; `format` may be omitted. Raises
-        `InvalidArgument` (or `JSONValueError`) naming what is wrong.
+        `InvalidArgument` (or `JSONValueError`) naming what is wrong, and for a plan past the
+        limits a model's plan is held to (`docs/plans.md#plan-limits`): more than `MAX_PLAN_NODES`
+        nodes, or a node whose `retries`, `timeout` or `inputs` pass `MAX_NODE_RETRIES`,
+        `MAX_NODE_TIMEOUT` or `MAX_NODE_INPUT_BYTES` (naming the node, the field and the limit).
         """
         value = check_json(data, what="plan")
         if not isinstance(value, dict):
@@ -259,6 +263,11 @@ class Plan:
         nodes = value.get("nodes")
         if not isinstance(nodes, list):
             raise InvalidArgument("a plan in JSON needs `nodes`, a list of objects")
+        if len(nodes) > MAX_PLAN_NODES:
+            raise InvalidArgument(
+                f"a plan in JSON may have at most {MAX_PLAN_NODES} nodes (MAX_PLAN_NODES), "
+                f"got {len(nodes)}"
+            )
         initial = value.get("initial", [])
         if not isinstance(initial, list):
             raise InvalidArgument("plan `initial` must be a list of key names")
@@ -280,7 +289,37 @@ def _node_from_json(item: JSONValue) -> Node:
         raise InvalidArgument(f"plan node {item.get('id')!r:.80} needs `id` and `tool`")
     fields = dict(item)
     node_id = fields.pop("id")
+    _check_bounds(node_id, fields)
     return Node(node_id, **fields)  # type: ignore[arg-type]
+
+
+def _check_bounds(node_id: JSONValue, fields: Mapping[str, JSONValue]) -> None:
+    """Refuse a node's `retries`, `timeout` or `inputs` past the limits of a plan from JSON
+    (values of the wrong type are left for `Node` to refuse by name)."""
+    retries = fields.get("retries")
+    if isinstance(retries, int) and not isinstance(retries, bool) and retries > MAX_NODE_RETRIES:
+        raise InvalidArgument(
+            f"node `{node_id!s:.128}`: retries must be at most {MAX_NODE_RETRIES} "
+            f"(MAX_NODE_RETRIES) in a plan from JSON, got {retries!r:.80}"
+        )
+    timeout = fields.get("timeout")
+    if (
+        isinstance(timeout, (int, float))
+        and not isinstance(timeout, bool)
+        and timeout > MAX_NODE_TIMEOUT
+    ):
+        raise InvalidArgument(
+            f"node `{node_id!s:.128}`: timeout must be at most {MAX_NODE_TIMEOUT:g} seconds "
+            f"(MAX_NODE_TIMEOUT) in a plan from JSON, got {timeout!r:.80}"
+        )
+    inputs = fields.get("inputs")
+    if inputs is not None:
+        size = len(canonical_dumps(inputs).encode("utf-8", "surrogatepass"))
+        if size > MAX_NODE_INPUT_BYTES:
+            raise InvalidArgument(
+                f"node `{node_id!s:.128}`: inputs must be at most {MAX_NODE_INPUT_BYTES} bytes "
+                f"of JSON (MAX_NODE_INPUT_BYTES) in a plan from JSON, got {size}"
+            )
 
 
 def _kahn(plan: Plan) -> tuple[str, ...]:

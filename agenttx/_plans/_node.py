@@ -17,6 +17,7 @@ import attrs
 
 from .._errors import InvalidArgument, ReferenceSyntaxError
 from .._json import JSONValue, canonical_dumps, check_json
+from .._limits import MAX_NODE_RETRIES_IN_CODE
 from .._refs import (
     PlanValue,
     Reference,
@@ -140,7 +141,8 @@ class Node:
     `${`. `after` lists nodes that must succeed first though no value flows (business order).
     `exclusive_resource` names a resource held while the node runs (it may use
     `${initial.key}`), `resources` claims units of shared capacities (`{"payments_api": 1}`).
-    `retries` bounds retries of transient failures, `timeout` (seconds) each attempt;
+    `retries` bounds retries of transient failures (at most 1000 here, 10 in a plan from
+    JSON: see `docs/plans.md#plan-limits`), `timeout` (seconds) each attempt;
     `compensate` is a registered compensation (or its name) that undoes the node's effect.
     `optional` lists inputs the node can run without when their producer did not succeed, and
     `fallback` gives a value to use instead.
@@ -202,6 +204,13 @@ class Node:
         retries = self.retries
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise _fail(node, "retries", f"must be an integer >= 0, got {retries!r}")
+        if retries > MAX_NODE_RETRIES_IN_CODE:
+            raise _fail(
+                node,
+                "retries",
+                f"must be at most {MAX_NODE_RETRIES_IN_CODE} (MAX_NODE_RETRIES_IN_CODE), "
+                f"got {retries!r:.80}",
+            )
         timeout = self.timeout
         if timeout is not None:
             if (
