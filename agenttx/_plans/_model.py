@@ -13,6 +13,10 @@ Construction checks each field on its own and raises `InvalidArgument` naming th
 field. Everything that needs the whole plan or the tools (unknown nodes and tools, duplicate ids,
 references, types, cycles) is reported by `Plan.validate`, all problems at once. Nothing here
 does I/O or calls a tool.
+
+`Node` and the resolution of its inputs are in `_node`; the checks of a whole plan are in
+`_validate` and `_cycles`, which read a plan through `_problems.PlanShape`, so that this module
+calls them and they never import it.
 """
 
 from __future__ import annotations
