@@ -45,8 +45,7 @@ from ._validators import (
     positive_int,
     positive_number,
 )
-from .stores import MemoryStore, Store
-from .stores._durable import is_durable
+from .stores import MemoryStore, Store, is_durable, is_plan_store
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
     from ._plans import Plan, PlanResult
     from ._saga import Dispatcher
     from ._tools import OutputSerializer, ToolsArgument, ToolSpec
-    from .stores import OutboxEntry
+    from .stores import OutboxEntry, SQLiteStore
 
 __all__ = ["Engine", "EngineConfig"]
 
@@ -240,7 +239,7 @@ class Engine:
         kind = type(self._store)
         where = kind.__name__  # not a third-party store's own repr: it might show credentials
         if where == "SQLiteStore" and kind.__module__ == "agenttx.stores":
-            where = f"SQLiteStore({getattr(self._store, 'path', '?')!r})"
+            where = f"SQLiteStore({cast('SQLiteStore', self._store).path!r})"
         return f"<Engine store={where} live={len(self._live)} ended={len(self._ended)}>"
 
     # ------------------------------------------------------------------ the transactions held
@@ -522,10 +521,10 @@ class Engine:
             raise InvalidArgument(f"reason must be a string, got {reason!r:.80}")
         with self._lock:
             run = self._plans.get(run_id)
-        cancel = getattr(self._store, "cancel_plan", None)
-        if cancel is not None and is_durable(self._store):
+        store = self._store
+        if is_durable(store) and is_plan_store(store):
             try:
-                recorded = cancel(run_id, reason)
+                recorded = store.cancel_plan(run_id, reason)
             except TransactionNotFound:
                 if run is None:
                     raise

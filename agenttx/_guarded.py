@@ -37,7 +37,7 @@ from ._step import (
     validate_edit,
 )
 from ._tools import Call, Failure, derive_key
-from .stores._durable import is_durable
+from .stores import is_durable
 
 if TYPE_CHECKING:
     import threading
@@ -50,8 +50,7 @@ if TYPE_CHECKING:
     from ._settings import Settings
     from ._timeline import Timeline
     from ._tools import Orphans, Outcome, ToolRegistry
-    from .stores import Store
-    from .stores._approvals import RequestRow
+    from .stores import RequestRow, Store
 
 __all__ = ["Guarded"]
 

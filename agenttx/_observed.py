@@ -32,7 +32,7 @@ from ._results import (
 from ._timeline import Timeline
 from ._tools import Orphans
 from ._txlog import history_text
-from .stores._durable import is_durable
+from .stores import is_durable
 
 if TYPE_CHECKING:
     from ._approvals import Requests

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
@@ -42,6 +42,7 @@ from ._settings import Settings
 from ._tools import to_json_value
 from ._transaction import Transaction
 from ._txlog import end_keeping_undos, read_image, recovered_history
+from .stores import leases_owners
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable
@@ -96,11 +97,7 @@ def recover(
         raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
     tally = _Tally()
     # A running plan run's state transaction (its id is the run's) is resumed with the run.
-    plans = (
-        {run_id for run_id, _ in cast("Any", store).running_plans()}
-        if is_plan_store(store)
-        else set()
-    )
+    plans = {run_id for run_id, _ in store.running_plans()} if is_plan_store(store) else set()
     for tx_id in store.open_transactions():
         if tx_id in live or tx_id in plans:
             continue
@@ -300,9 +297,9 @@ def recover_plans(
     resumed: list[PlanRun] = []
     skipped: list[str] = []
     failures: list[str] = []
-    if not is_plan_store(store):
+    plans = store if is_plan_store(store) else None
+    if plans is None:
         return resumed, skipped, failures
-    plans = cast("Any", store)
     for run_id, owner in plans.running_plans():
         if run_id in live:
             continue
@@ -326,9 +323,8 @@ def _alive(store: DurableStore, owner: str | None) -> bool:
     """Whether recovery must leave `owner`'s transaction or plan run alone: the store says, if
     it knows better than a process check on this host (`PostgresStore`: the lease decides, in
     its `claim`), else `owner_alive`."""
-    check = getattr(store, "owner_alive", None)
-    if callable(check):
-        return bool(check(owner))
+    if leases_owners(store):
+        return store.owner_alive(owner)
     return owner_alive(owner)
 
 

@@ -69,8 +69,7 @@ from ._tools import (
 )
 from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
-from .stores import DurableStore, MemoryStore, Store
-from .stores._durable import is_store
+from .stores import DurableStore, MemoryStore, Store, is_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping

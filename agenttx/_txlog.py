@@ -26,8 +26,7 @@ from ._refs import Dependency
 from ._results import AttemptStatus, StepAttempt
 from ._rollback import ControllerState, RollbackPolicy
 from ._tools import StagedEffect, UndoRecord
-from .stores import DurableStore, EffectRow, Store, UndoRow
-from .stores._durable import is_durable
+from .stores import DurableStore, EffectRow, Store, UndoRow, is_durable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence

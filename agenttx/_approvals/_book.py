@@ -19,8 +19,7 @@ from .._errors import (
     ReviewNotFound,
 )
 from .._json import JSONValue, canonical_dumps, check_json
-from ..stores._approvals import MemoryRequests, RequestRow, RequestStore
-from ..stores._durable import is_durable
+from ..stores import MemoryRequests, RequestRow, RequestStore, is_durable, is_plan_store
 from ._records import (
     APPROVAL,
     CALL,
@@ -100,9 +99,8 @@ def scopes_alive(store: Store) -> Callable[[str], bool]:
     a durable store, any process's (read once, now); else, this store's."""
     if is_durable(store):
         alive = set(store.open_transactions())
-        running = getattr(store, "running_plans", None)
-        if callable(running):
-            alive.update(run_id for run_id, _ in running())
+        if is_plan_store(store):
+            alive.update(run_id for run_id, _ in store.running_plans())
         return alive.__contains__
     return store.is_open
 

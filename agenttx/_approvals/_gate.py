@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .._json import JSONValue
-    from ..stores._approvals import RequestRow
+    from ..stores import RequestRow
 
 __all__ = [
     "ENDED_WHILE_RUNNING",

@@ -31,8 +31,7 @@ from ._reading import (
 from ._terminal import WIDTH, Failure, cut, printable
 
 if TYPE_CHECKING:
-    from ..stores import EndedTransaction, SQLiteStore, TxImage
-    from ..stores._plans import PlanImage
+    from ..stores import EndedTransaction, PlanImage, SQLiteStore, TxImage
 
 __all__ = ["list_transactions", "plan_list", "plan_shown", "show_transaction", "uk_time"]
 

@@ -72,7 +72,7 @@ from .._tools import (
 )
 from .._turns import RETRY_BACKOFF
 from .._txlog import LiveStep, TxLog, history_text, read_image
-from ..stores._durable import is_durable
+from ..stores import is_durable
 from ._checks import (
     OutputCheck,
     check_capacities,
@@ -228,7 +228,7 @@ class PlanExecution:
         self._completions: list[str] = []
         self._lock = threading.Lock()
         # A resumed run numbers its events after those its durable record holds.
-        stored = getattr(self._store, "plan_audit", None) if restored is not None else None
+        stored = store.plan_audit if restored is not None and is_plan_store(store) else None
         self._audit = EventSink(
             "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
         )

@@ -38,8 +38,7 @@ if TYPE_CHECKING:
 
     from .._approvals import ApprovalRequest, Requests, Review
     from .._json import JSONValue
-    from ..stores import Store
-    from ..stores._approvals import RequestRow
+    from ..stores import RequestRow, Store
 
 __all__ = ["NodeGate", "Waiting"]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final, Protocol, final
 
 from .._errors import InvalidArgument
 from .._tools import StagedEffect
-from ..stores._durable import is_durable
+from ..stores import claims_effects, is_durable
 from ._attempts import DEFAULT_TIMEOUT, Attempt, check_timeout, describe
 from ._backoff import Backoff
 
@@ -221,9 +221,8 @@ def deliver_outbox(
     timeout = check_timeout("timeout", timeout)
     try:
         # A store shared by several dispatchers (`PostgresStore`) hands each its own entries.
-        claim = getattr(store, "claim_effects", None)
-        if callable(claim):
-            entries = claim(limit, tx_id=tx_id, now=clock())
+        if claims_effects(store):
+            entries = store.claim_effects(limit, tx_id=tx_id, now=clock())
         else:
             entries = store.pending_effects(limit, tx_id=tx_id)
     except Exception as exc:  # noqa: BLE001  (reported: the commit before this stands)

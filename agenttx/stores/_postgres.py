@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ._approvals import RequestStore
+    from ._contracts import ClaimingOutbox, HistoryStore, LeasedStore, PlanStore
     from ._durable import DurableStore
 
 __all__ = ["PostgresStore"]
@@ -795,8 +796,7 @@ class PostgresStore(SharedRows, LogStore):
 
 if TYPE_CHECKING:
 
-    def _conforms(store: PostgresStore) -> DurableStore:
-        return store  # mypy checks here that PostgresStore satisfies the protocol
-
-    def _keeps_requests(store: PostgresStore) -> RequestStore:
-        return store  # and that it keeps approval requests
+    def _conforms(
+        store: PostgresStore,
+    ) -> tuple[DurableStore, RequestStore, PlanStore, HistoryStore, ClaimingOutbox, LeasedStore]:
+        return store, store, store, store, store, store  # mypy checks each protocol here

@@ -73,14 +73,14 @@ from ._sqlite_file import (
     StoreFile,
     check_undo,
 )
-from ._sqlite_mirror import Row, TxMirror, read_ended, read_transaction, steps_text
+from ._sqlite_mirror import Row, TxMirror, read_transaction, steps_text
 from ._sqlite_tables import SharedTables
 
 if TYPE_CHECKING:
     from ._approvals import RequestStore
+    from ._contracts import HistoryStore, PlanStore
     from ._durable import (
         DurableStore,
-        EndedTransaction,
         TxImage,
         UndoRow,
     )
@@ -720,28 +720,6 @@ class SQLiteStore(SharedTables, LogStore):
                 image, _mirror = read_transaction(cur, tx_id, path=self._path)
         return image
 
-    # ------------------------------------------------------------ history
-
-    def ended_transactions(self, limit: int = 100) -> tuple[EndedTransaction, ...]:
-        """Up to `limit` ended transactions kept as history, the last to end first (ties by
-        id, descending). One indexed query; on a writable or read-only store."""
-        check_int(limit, "limit", MAX_INT64, minimum=1)
-        with self._lock:
-            self._check_not_closed()
-            return self._file.ended_transactions(limit)
-
-    def peek_ended(self, tx_id: str) -> tuple[EndedTransaction, TxImage]:
-        """Ended transaction `tx_id` kept as history: its row, and its image as it ended, read
-        in one SQLite read transaction. The image's step records are the live steps at the end
-        (for an aborted transaction, those the abort undid), its `owner` is `None` and its undo
-        records are gone. Raises `TransactionNotFound` if the file keeps no ended `tx_id` (it
-        is open, was pruned, or never was)."""
-        check_tx_id(tx_id)
-        with self._lock:
-            self._check_not_closed()
-            with self._file.reading(f"read the history of transaction `{tx_id}`") as cur:
-                return read_ended(cur, tx_id, path=self._path)
-
     # ------------------------------------------------------------ plan runs
 
     def claim_plan(self, run_id: str, owner: str | None) -> PlanImage | None:
@@ -823,8 +801,5 @@ class SQLiteStore(SharedTables, LogStore):
 
 if TYPE_CHECKING:
 
-    def _conforms(store: SQLiteStore) -> DurableStore:
-        return store  # mypy checks here that SQLiteStore satisfies the protocol
-
-    def _keeps_requests(store: SQLiteStore) -> RequestStore:
-        return store  # and that it keeps approval requests
+    def _conforms(store: SQLiteStore) -> tuple[DurableStore, RequestStore, PlanStore, HistoryStore]:
+        return store, store, store, store  # mypy checks here that it satisfies each protocol
