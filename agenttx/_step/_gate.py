@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
 
 import attrs
 
@@ -69,6 +69,11 @@ __all__ = [
     "finish",
     "unsettled",
 ]
+
+
+#: How long, at least, a call past its deadline is awaited before its outcome is found unknown
+#: with the call still running (seconds); its own timeout when that is longer.
+LATE_RESULT_GRACE: Final = 1.0
 
 
 class Where(NamedTuple):
@@ -318,13 +323,14 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
     desk.note(EventKind.OUTCOME_UNKNOWN, None, {"tool": tool.name, "reason": errors[0]})
     returned = True
     if orphan is not None:
-        returned = yield AwaitReturn(orphan.running, call.timeout)
+        returned = yield AwaitReturn(orphan.running, max(call.timeout, LATE_RESULT_GRACE))
         if returned:
             desk.keep(orphan.finished_undos())  # undone by a later rewind, like any other
         else:
             desk.keep_running(orphan)  # its undos wait for it; the host blocks meanwhile
             errors.append(
-                f"the call was still running {call.timeout:g} s after its deadline; its status "
+                f"the call was still running {max(call.timeout, LATE_RESULT_GRACE):g} s after "
+                "its deadline; its status "
                 "check is asked only once it has returned"
             )
         life.advance(Phase.UNKNOWN)
