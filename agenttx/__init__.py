@@ -9,10 +9,9 @@ from a public package's private modules (`from .stores import is_durable`, never
     layer 0: _errors _json _limits _validators _version
     layer 1: _refs _hints _render stores _events
     layer 2: _graph _rollback _saga _tools _lineage _constraints
-    layer 3: _approvals _results _history _txlog _settings _timeline _prepare _observed _turns
-    layer 3: _guarded _transaction
-    layer 3: _plans
-    layer 4: _audit _engine _recovery _prompt builtins testing integrations _demo _cli __main__
+    layer 3: _approvals _results _history _txlog _settings _timeline _prepare _turns _step
+    layer 4: _transaction _plans
+    layer 5: _audit _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
     _limits      input limits            _validators settings validators
@@ -26,9 +25,9 @@ from a public package's private modules (`from .stores import is_durable`, never
     _history     step attempts           _txlog      the durable log
     _settings    a transaction's settings            _timeline   live steps, truncated together
     _prepare     a step's call, checked  _constraints hints kept, transient ones dropped
-    _observed    what a transaction shows    _approvals  approvals, status checks, reviews
-    _guarded     a step that needs a person
-    _turns       calls that number themselves            _transaction interactive transactions
+    _approvals/  approvals, status checks, reviews
+    _turns       a model turn's calls    _step/      the step core: one tool call's lifecycle
+    _transaction/ interactive transactions: step pipeline, turn lock, people desk, views
     _prompt      the system prompt for agents
     _plans/      plans: model, validation, scheduler, runner, metrics
     _audit       the stored audit trail, read back

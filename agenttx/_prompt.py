@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Final
 
 from ._engine import Engine
 from ._errors import InvalidArgument
-from ._observed import Observed
 from ._tools import ToolRegistry
+from ._transaction import Transaction
 
 if TYPE_CHECKING:
     from ._tools import ToolSpec
@@ -62,7 +62,7 @@ def prompt(tools_or_tx: object) -> str:
 
 def _tools(source: object) -> tuple[ToolSpec, ...]:
     """The specs of the tools of `source`, in registration order."""
-    if isinstance(source, (Observed, Engine)):
+    if isinstance(source, (Transaction, Engine)):
         return source.tool_specs
     if isinstance(source, (ToolRegistry, Mapping)) or _is_tool_list(source):
         return ToolRegistry(source).specs()  # type: ignore[arg-type]  # the registry checks it

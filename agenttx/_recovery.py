@@ -186,7 +186,8 @@ def _review_cut_off(tx: Transaction, registry: ToolRegistry, settings: Settings)
     that tells (`done`, `not_done`) opens nothing: the call sent again runs the check again and
     acts on it. A tool this engine does not know is left to the call sent again.
     """
-    book = tx._book()  # noqa: SLF001  (the transaction's book: it then knows it waits)
+    people = tx._people  # noqa: SLF001  (the transaction's desk: it then knows it waits)
+    book = people.book()
     step = tx.next_step_id
     row = cut_off(book.of_scope(tx.id), step)
     if row is None:
@@ -216,7 +217,7 @@ def _review_cut_off(tx: Transaction, registry: ToolRegistry, settings: Settings)
         timings={"timeout_s": settings.step_timeout, "check_s": round(checked_in, 6)},
     )
     book.finish(row, f"review {review.id}")
-    note = tx._note  # noqa: SLF001  (the events the call sent again would have recorded)
+    note = people.note  # the events the call sent again would have recorded
     note("OUTCOME_UNKNOWN", step, None, {"tool": tool.name, "reason": errors[0]})
     note("REVIEW_REQUESTED", step, None, {"review": review.id, "tool": tool.name})
 

@@ -1,7 +1,7 @@
 """What a transaction reports: its statuses, and the results of its operations.
 
 Value objects only (frozen, slotted, keyword-only attrs classes); the `Transaction` in
-`_transaction.py` produces them.
+`_transaction/` produces them.
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
-"""Calls that number themselves: `call`, `call_turn` and their async forms (`Turns`).
+"""A model turn's calls: `TurnCall`, their checks, the `NOT_RUN` answer, the retry backoff.
 
-An agent loop gets tool calls from a model, not step numbers. `call` sends the next step
-itself, under the transaction's turn, so concurrent calls get consecutive numbers in arrival
-order; a `RETRY` decision (a transient failure the policy retries) is resent at once by `call`
-itself, after the one backoff (`RETRY_BACKOFF`), as many times as the controller allows.
-`call_turn` runs one model turn: its calls in order, stopping at the first that fails; each
-call after it gets a `NOT_RUN` result, so that every call the model made gets an answer.
+What a transaction's `call_turn` (in `_transaction`), the integrations and the plan runner
+share about the calls a model sends in one turn: each is checked before any runs
+(`turn_calls`), a call after the first that failed is answered `not_run`, and a step the
+controller decided to `RETRY` is resent after `RETRY_BACKOFF`.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterable, Mapping, Sized
-from typing import TYPE_CHECKING, Any, Final, Protocol, final
+from typing import Any, Final, final
 
 import attrs
 
@@ -22,28 +19,13 @@ from ._hints import CleanHint, HintCategory
 from ._limits import MAX_CALLS_PER_TURN
 from ._prepare import check_call_id, check_tool_call
 from ._results import StepResult, StepStatus
-from ._rollback import RollbackStrategy
 from ._saga import Backoff
 
-if TYPE_CHECKING:
-    from ._observed import Calls
-
-__all__ = ["RETRY_BACKOFF", "TurnCall", "Turns"]
+__all__ = ["RETRY_BACKOFF", "TurnCall", "not_run", "turn_calls"]
 
 #: The wait before `call` resends a step the controller decided to `RETRY`: 0.25 s, then
 #: doubling, at most 8 s, with full jitter (callers that failed together do not retry together).
 RETRY_BACKOFF: Final = Backoff(base=0.25, max_wait=8.0, jitter=True)
-
-# Where `call` and `acall` wait between attempts (tests replace them with fakes).
-sleep = time.sleep
-
-
-async def asleep(seconds: float) -> None:
-    """`asyncio.sleep`, imported when first needed (not by `import agenttx`)."""
-    import asyncio  # noqa: PLC0415
-
-    await asyncio.sleep(seconds)
-
 
 def _check_call_id(_: object, __: object, value: str | None) -> None:
     check_call_id(value)
@@ -147,157 +129,3 @@ def not_run(call: TurnCall, failed: StepResult) -> StepResult:
         error=text.removeprefix("Hint: "),
         constraints=failed.constraints,
     )
-
-
-#: What `call_turn` takes; `Iterable[object]` too, so that an unannotated mixed list (which mypy
-#: infers as `list[object]`) type-checks: every item is checked when the turn starts.
-_Calls = Iterable[TurnCall | tuple[Any, ...]] | Iterable[object]
-
-
-class _Host(Protocol):
-    """What `Turns` needs of the transaction it is mixed into."""
-
-    _calls: Calls
-
-    @property
-    def next_step_id(self) -> int: ...
-
-    def execute_step(
-        self,
-        step_id: int,
-        tool_name: str,
-        arguments: Mapping[str, Any] | str,
-        *,
-        raw_context: str = ...,
-        call_id: str | None = ...,
-    ) -> StepResult: ...
-
-    async def aexecute_step(
-        self,
-        step_id: int,
-        tool_name: str,
-        arguments: Mapping[str, Any] | str,
-        *,
-        raw_context: str = ...,
-        call_id: str | None = ...,
-    ) -> StepResult: ...
-
-    def call(
-        self,
-        tool_name: str,
-        arguments: Mapping[str, Any] | str,
-        *,
-        call_id: str | None = ...,
-        raw_context: str = ...,
-    ) -> StepResult: ...
-
-    async def acall(
-        self,
-        tool_name: str,
-        arguments: Mapping[str, Any] | str,
-        *,
-        call_id: str | None = ...,
-        raw_context: str = ...,
-    ) -> StepResult: ...
-
-
-class Turns:
-    """`call`, `acall`, `call_turn` and `acall_turn`, mixed into `Transaction`.
-
-    Each holds the transaction's turn for its whole length (retries and backoff included), so
-    concurrent calls from threads or tasks run one at a time, in arrival order, and each gets
-    the step number current when its turn comes; none is refused for being concurrent.
-    """
-
-    __slots__ = ()
-
-    def call(
-        self: _Host,
-        tool_name: str,
-        arguments: Mapping[str, Any] | str,
-        *,
-        call_id: str | None = None,
-        raw_context: str = "",
-    ) -> StepResult:
-        """Send `tool_name(arguments)` as the next step; resend it while the decision is RETRY.
-
-        The result is the last attempt's. Misuse raises as `execute_step` does
-        (`InvalidTransactionState` once the transaction has ended, `InvalidArgument`).
-        Thread-safe: concurrent calls wait for their turn and are numbered in arrival order.
-        """
-        with self._calls:
-            step, attempt = self.next_step_id, 0
-            while True:
-                result = self.execute_step(
-                    step, tool_name, arguments, raw_context=raw_context, call_id=call_id
-                )
-                if result.strategy is not RollbackStrategy.RETRY:
-                    return result
-                attempt += 1
-                sleep(RETRY_BACKOFF.delay(attempt))
-                step = result.next_step_id
-
-    async def acall(
-        self: _Host,
-        tool_name: str,
-        arguments: Mapping[str, Any] | str,
-        *,
-        call_id: str | None = None,
-        raw_context: str = "",
-    ) -> StepResult:
-        """`call` for async code: waits for its turn, and between attempts, without blocking."""
-        async with self._calls:
-            step, attempt = self.next_step_id, 0
-            while True:
-                result = await self.aexecute_step(
-                    step, tool_name, arguments, raw_context=raw_context, call_id=call_id
-                )
-                if result.strategy is not RollbackStrategy.RETRY:
-                    return result
-                attempt += 1
-                await asleep(RETRY_BACKOFF.delay(attempt))
-                step = result.next_step_id
-
-    def call_turn(self: _Host, calls: _Calls) -> tuple[StepResult, ...]:
-        """Run one model turn: `calls` in order, through `call`, stopping at the first failure.
-
-        `calls` holds `(tool_name, arguments)` or `(tool_name, arguments, call_id)` tuples or
-        `TurnCall`s, at most `MAX_CALLS_PER_TURN` (128) of them (`InvalidArgument` for more).
-        All are checked before any runs, against every limit `execute_step` would
-        refuse a call for (`InvalidArgument` names the bad item; see `TurnCall`), so a turn
-        either raises before anything ran or returns one result per call, in order: the calls
-        after the first that failed are not sent and get a `StepStatus.NOT_RUN` result (see
-        `not_run`). Still raised from the call where it happens: `InvalidTransactionState` if
-        the transaction has ended, and what a step raises to the developer whatever the
-        arguments (`ToolOutputError`, a store's error). The turn is held from the first call to
-        the last: no other call runs in between.
-        """
-        checked = turn_calls(calls)
-        results: list[StepResult] = []
-        failed: StepResult | None = None
-        with self._calls:
-            for item in checked:
-                if failed is not None:
-                    results.append(not_run(item, failed))
-                    continue
-                result = self.call(item.name, item.arguments, call_id=item.call_id)
-                results.append(result)
-                if not result.ok:
-                    failed = result
-        return tuple(results)
-
-    async def acall_turn(self: _Host, calls: _Calls) -> tuple[StepResult, ...]:
-        """`call_turn` for async code (through `acall`)."""
-        checked = turn_calls(calls)
-        results: list[StepResult] = []
-        failed: StepResult | None = None
-        async with self._calls:
-            for item in checked:
-                if failed is not None:
-                    results.append(not_run(item, failed))
-                    continue
-                result = await self.acall(item.name, item.arguments, call_id=item.call_id)
-                results.append(result)
-                if not result.ok:
-                    failed = result
-        return tuple(results)

@@ -805,7 +805,7 @@ def test_illegal_transitions_raise_and_leave_the_status():
     tx = agenttx.Transaction()
     tx.commit()
     with pytest.raises(agenttx.IllegalTransition, match="COMMITTED -> ACTIVE"):
-        tx._transition(TxStatus.ACTIVE)
+        tx._pipeline._transition(TxStatus.ACTIVE)
     assert tx.status is TxStatus.COMMITTED
 
 

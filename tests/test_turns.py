@@ -13,6 +13,7 @@ import pytest
 
 import agenttx
 from agenttx import RollbackStrategy, StepStatus, TxStatus, _turns
+from agenttx._transaction import _turns as calls_of
 from agenttx._saga import Backoff
 
 N = 8
@@ -58,9 +59,9 @@ def sleeps(monkeypatch):
     async def asleep(seconds: float) -> None:
         waits.append(seconds)
 
-    monkeypatch.setattr(_turns, "sleep", waits.append)
-    monkeypatch.setattr(_turns, "asleep", asleep)
-    monkeypatch.setattr(_turns, "RETRY_BACKOFF", Backoff(base=1.0, max_wait=10.0))
+    monkeypatch.setattr(calls_of, "sleep", waits.append)
+    monkeypatch.setattr(calls_of, "asleep", asleep)
+    monkeypatch.setattr(calls_of, "RETRY_BACKOFF", Backoff(base=1.0, max_wait=10.0))
     return waits
 
 

@@ -1,48 +1,48 @@
-"""The interactive transaction: every tool call is a numbered step that can be rolled back.
+"""The step pipeline and the one rewind path of a transaction (`Pipeline`).
 
-The step pipeline is docs/protocol.md#step-pipeline. Every rewind and abort goes through
-`_rewind`, in one order: the decision is written to the durable log first (with a new rewind
-count, which changes every idempotency key), then the undo records are compensated newest
-first, then the store is restored and the timeline truncated, and the progress written. A
-crash anywhere in between is finished by recovery, never undone. Agent-caused failures come
-back as a `StepResult`; only misuse raises.
+The step pipeline is docs/protocol.md#step-pipeline: a call is checked, its step started (the
+store's snapshot first), prepared (references resolved, arguments checked), run (a guarded
+tool through the step core, `_step.attempt`, with the people desk's `Desk`), and settled:
+recorded (durably first, on a durable store), or failed with a hint and rewound as the
+controller decides. Every rewind and abort goes through `_rewind`, in one order: the decision
+is written to the durable log first (with a new rewind count, which changes every idempotency
+key), then the undo records are compensated newest first, then the store is restored and the
+timeline truncated, and the progress written. A crash anywhere in between is finished by
+recovery, never undone. Agent-caused failures come back as a `StepResult`; only misuse raises.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ._approvals import requests_for
-from ._constraints import add_hint, without_transient
-from ._errors import (
+from .._constraints import add_hint, without_transient
+from .._errors import (
     FailedPrecondition,
+    IllegalTransition,
     InvalidArgument,
+    InvalidTransactionState,
     JSONValueError,
     StorageError,
     ToolOutputError,
     TransactionNotFound,
     WriteConflict,
 )
-from ._events import EventKind, EventSink
-from ._guarded import Guarded
-from ._hints import CleanHint, clean_error
-from ._limits import DEFAULT_ISOLATION, Isolation
-from ._observed import Observed
-from ._prepare import (
+from .._events import EventKind
+from .._hints import CleanHint, clean_error
+from .._prepare import (
     Arguments,
-    check_agent_id,
     check_call,
     check_call_id,
     duplicate_call_id,
     output_error,
     prepare_call,
 )
-from ._results import (
+from .._results import (
+    TRANSITIONS,
     CommitResult,
     RollbackResult,
     StepResult,
@@ -50,163 +50,85 @@ from ._results import (
     TxStatus,
     failed_step,
 )
-from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
-from ._saga import CompensationReport, Dispatcher, SagaLedger, check_dispatcher, deliver_committed
-from ._settings import DEFAULT_STEP_TIMEOUT, Settings
-from ._timeline import Pending, Timeline
-from ._tools import (
-    Call,
-    Failure,
-    Orphan,
-    Outcome,
-    ToolRegistry,
-    ToolsArgument,
-    arun_tool,
-    closed,
-    run_tool,
-    still_running,
-    to_json_value,
-)
-from ._turns import Turns
-from ._txlog import LiveStep, Progress, Restored, TxLog
-from .stores import DurableStore, MemoryStore, Store, is_store
+from .._rollback import RollbackDecision, RollbackStrategy
+from .._saga import CompensationReport, deliver_committed
+from .._step import Refused, Settled, Waiting, adrive, attempt, drive
+from .._timeline import Pending
+from .._tools import Call, Failure, Orphan, Outcome, arun_tool, closed, run_tool, still_running
+from .._txlog import LiveStep, Progress
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
-    from types import TracebackType
+    import threading
+    from collections.abc import Iterator, Mapping
 
-    from typing_extensions import Self
+    from .._approvals import ApprovalRequest, Review
+    from .._events import EventSink
+    from .._json import JSONValue
+    from .._rollback import RollbackController
+    from .._saga import Dispatcher, SagaLedger
+    from .._settings import Settings
+    from .._timeline import Timeline
+    from .._tools import Orphans, StagedEffect, ToolRegistry, UndoRecord
+    from .._txlog import Restored, TxLog
+    from ..stores import Store
+    from ._people import People
+    from ._record import Record
+    from ._turnlock import Calls
 
-    from ._events import HookLike
-    from ._json import JSONValue
-    from ._tools import OutputSerializer, StagedEffect
+__all__ = ["Pipeline"]
 
 
-__all__ = ["Transaction"]
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Pipeline:
+    """A transaction's step driver: its status, its steps, its rewinds, rollback and commit.
 
-
-@attrs.define(init=False, eq=False, repr=False)
-class Transaction(Turns, Guarded, Observed):
-    """One agent run's tool calls, executed as numbered steps that can be rolled back.
-
-    `tools`: decorated tools, compensations and plain callables, or `{name: callable}`.
-    `store`: where state lives (default: a private `MemoryStore`); share one store between
-    transactions that should see each other's commits and conflicts. `dispatcher`: delivers
-    staged effects after commit (a callable, `{channel: callable}` or `JsonlDispatcher`).
-    `isolation`: see docs/protocol.md#isolation-levels. `output_serializer` converts a tool
-    output that is not JSON (default `to_json_value`, docs/protocol.md#outputs). `hooks`:
-    `EventHook`s or callables given each audit event as it is recorded; `audit()` returns
-    them all (docs/audit.md). Calls are serialized, so a transaction may be shared between
-    threads and tasks: a call made while another is running waits for its turn, and turns
-    come in arrival order (FIFO).
-    Observers (`view`, `history`, `graph`, ...) never wait for a tool or a compensation:
-    they take a lock held only for bookkeeping. Transactions compare by identity. `with
-    Transaction(...) as tx:` commits when the block ends normally and aborts (compensating)
-    when it raises, then re-raises.
+    It owns the status and the transient marks of the constraints, and changes the parts the
+    transaction gave it (the timeline, the constraints list, in place, the undo ledger, the
+    orphans) under `lock` for whatever a view reads. Each entry point (`execute_step`,
+    `aexecute_step`, `rollback`, `commit`, `abort_if_idle`, `adopt`) takes the turn
+    (`Calls`) for its whole length; everything else runs under it. It asks the people desk
+    what waits for a person, and the step core the rest of a guarded attempt; the record
+    ends the store's side. Misuse raises before anything changes; an agent's mistake is a
+    failed `StepResult`.
     """
 
-    def __init__(
-        self,
-        tools: ToolsArgument = (),
-        *,
-        store: Store | None = None,
-        policy: RollbackPolicy | None = None,
-        agent_id: str = "",
-        dispatcher: Dispatcher | None = None,
-        step_timeout: float = DEFAULT_STEP_TIMEOUT,
-        max_constraints: int = 32,
-        compensation_retries: int = 3,
-        compensation_timeout: float = DEFAULT_STEP_TIMEOUT,
-        dispatch_timeout: float = DEFAULT_STEP_TIMEOUT,
-        isolation: Isolation = DEFAULT_ISOLATION,
-        output_serializer: OutputSerializer = to_json_value,
-        tx_id: str | None = None,
-        hooks: Iterable[HookLike] | None = None,
-    ) -> None:
-        check_agent_id(agent_id)
-        check_dispatcher(dispatcher)
-        if store is not None and not is_store(store):
-            raise InvalidArgument(f"store must be a Store, got {type(store).__name__}")
-        settings = Settings(
-            step_timeout=step_timeout,
-            max_constraints=max_constraints,
-            compensation_retries=compensation_retries,
-            compensation_timeout=compensation_timeout,
-            dispatch_timeout=dispatch_timeout,
-            isolation=isolation,
-            policy=RollbackPolicy() if policy is None else policy,
-            output_serializer=output_serializer,
-        )
-        store = MemoryStore() if store is None else store
-        tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
-        registry = ToolRegistry(tools)
-        events = EventSink("transaction", tx_id, hooks)  # checks the hooks before the store
-        log = TxLog.open(store, tx_id, agent_id=agent_id, settings=settings)
-        self._setup(
-            log,
-            settings,
-            events,
-            registry=registry,
-            store=store,
-            agent_id=agent_id,
-            dispatcher=dispatcher,
-            id=tx_id,
-            controller=RollbackController(settings.policy),
-        )
+    _id: str
+    _registry: ToolRegistry
+    _store: Store
+    _settings: Settings
+    _dispatcher: Dispatcher | None
+    _controller: RollbackController
+    _ledger: SagaLedger
+    _events: EventSink
+    _log: TxLog | None
+    _timeline: Timeline
+    _constraints: list[str]  # changed in place, never replaced: the views hold it
+    _orphans: Orphans
+    _calls: Calls
+    _state_lock: threading.RLock
+    _people: People
+    _record: Record
+    _status: TxStatus = attrs.field(init=False, default=TxStatus.ACTIVE)
+    # The constraints added by transient failures, `(step, text)`: dropped when it succeeds.
+    _transient_hints: list[tuple[int, str]] = attrs.field(init=False, factory=list)
 
-    def _setup(
-        self, log: TxLog | None, settings: Settings, events: EventSink, **fields: Any
-    ) -> None:
-        ledger = SagaLedger(
-            attempts=settings.compensation_retries, timeout=settings.compensation_timeout
-        )
-        self.__attrs_init__(settings=settings, ledger=ledger, **fields)
-        self._events = events
-        ledger.on_outcome = self._compensation_event
-        if log is not None:
-            self._log = log
-            ledger.on_compensated = log.forget
+    def __attrs_post_init__(self) -> None:
+        self._ledger.on_outcome = self._compensation_event
+        if self._log is not None:
+            self._ledger.on_compensated = self._log.forget
 
-    @classmethod
-    def _resume(
-        cls,
-        restored: Restored,
-        *,
-        registry: ToolRegistry,
-        store: DurableStore,
-        dispatcher: Dispatcher | None,
-        output_serializer: OutputSerializer = to_json_value,
-        hooks: Iterable[HookLike] | None = None,
-    ) -> tuple[Transaction, CompensationReport]:
-        """The transaction `restored` from its durable log, ready for its next step.
+    @property
+    def status(self) -> TxStatus:
+        """The transaction's status (one store: an observer never sees half a change)."""
+        return self._status
 
-        The store must already hold it open (`DurableStore.load`). A rewind or abort that was
-        under way when the process died is finished (its remaining undo records compensated);
-        else a step that was running is rewound. The report says how that went; after an
-        abort the transaction has ended.
-        """
+    def adopt(self, restored: Restored) -> CompensationReport:
+        """On resume: take over what `restored` holds, then finish its rewind or abort, or
+        rewind the step that was running; what compensating it reported."""
         progress = restored.progress
-        tx = cls.__new__(cls)
-        tx._setup(  # noqa: SLF001  (its own class)
-            TxLog(store, restored.tx_id, record=restored.record, progress=progress),
-            Settings.from_record(restored.settings, restored.policy, output_serializer),
-            EventSink("transaction", restored.tx_id, hooks),
-            registry=registry,
-            store=store,
-            agent_id=restored.agent_id,
-            dispatcher=dispatcher,
-            id=restored.tx_id,
-            controller=RollbackController.from_state(restored.policy, progress.controller),
-        )
-        return tx, tx._adopt(restored)  # noqa: SLF001
-
-    def _adopt(self, restored: Restored) -> CompensationReport:
-        progress = restored.progress
-        book = requests_for(self._store)
-        if book.of_scope(self._id):  # it asked a person: its requests block and gate again
-            self._requests = book
-        self._constraints = list(progress.constraints)
-        self._transient_hints = list(progress.transient)
+        self._people.adopt()  # it asked a person: its requests block and gate again
+        self._constraints[:] = progress.constraints
+        self._transient_hints[:] = progress.transient
         self._ledger.record(restored.undos)
         self._timeline.adopt(restored)
         with self._calls:
@@ -219,20 +141,14 @@ class Transaction(Turns, Guarded, Observed):
             return self._rewind(interrupted)
 
     def abort_if_idle(self, idle_timeout: float) -> bool:
-        """Abort (compensating) if ACTIVE, not busy, and idle for `idle_timeout` seconds.
-
-        Idleness counts from the end of the last call. Returns whether it aborted. A
-        transaction in the middle of a call is skipped, never waited for: this is what an idle
-        reaper calls from its own thread. One whose call waits for a person (an approval
-        request or a review not yet decided, or decided and not yet taken) is not idle.
-        """
+        """`Transaction.abort_if_idle`: never waits for the turn."""
         if not self._calls.try_enter():
             return False
         try:
             idle = time.monotonic() - self._calls.last
             if self._status is not TxStatus.ACTIVE or idle < idle_timeout:
                 return False
-            if self._waits_for_person():  # not idle: a person has the next move
+            if self._people.waits_for_person():  # not idle: a person has the next move
                 return False
             self._abort(TxStatus.ROLLED_BACK)
             return True
@@ -248,30 +164,19 @@ class Transaction(Turns, Guarded, Observed):
         raw_context: str = "",
         call_id: str | None = None,
     ) -> StepResult:
-        """Run one tool call as step `step_id` (docs/protocol.md#step-pipeline).
-
-        `call_id` is the provider's id of the call (1-256 characters), recorded on the step and
-        returned on the result; one already used by a live step fails the step (a mistake).
-        Everything the agent got wrong comes back as a failed `StepResult`. Misuse raises, and
-        changes nothing: `StepOutOfOrder` unless `step_id == next_step_id`,
-        `InvalidTransactionState` unless ACTIVE, `InvalidArgument` (docs/protocol.md#input-limits).
-        A call made while another runs (from another thread) waits for its turn: calls run one
-        at a time, in arrival order; `step_id` is checked when its turn comes.
-        A tool output that is not JSON, even after `output_serializer`, raises `ToolOutputError`
-        once the step is undone: the transaction is ACTIVE at the same step
-        (docs/protocol.md#outputs).
-        """
-        with self._calls:  # the turn, FIFO (as `_call()` gives, one call less a step)
+        """`Transaction.execute_step`: the step pipeline, under the turn (FIFO)."""
+        with self._calls:  # the turn, FIFO
             self._ensure_active()
-            parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+            next_step = self._timeline.next_step
+            parsed = check_call(step_id, next_step, tool_name, arguments, raw_context)
             if call_id is not None:  # most calls have none: no call to check it
                 check_call_id(call_id)
             self._start(step_id)
             prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
-                if isinstance(prepared, Call) and self._requests is not None:
-                    prepared = self._unless_blocked(prepared)
+                if isinstance(prepared, Call) and self._people.requests is not None:
+                    prepared = self._people.unless_blocked(prepared)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
@@ -295,6 +200,52 @@ class Transaction(Turns, Guarded, Observed):
             return self._succeed(call, outcome)
         return self._fail(call.step_id, error)
 
+    def _run_guarded(self, call: Call) -> StepResult:
+        """Run a guarded call through the step core (`_step.attempt`), in this thread."""
+        desk = self._people.desk(call, self._dispatched)
+        result = drive(attempt(call, desk), self._settings.output_serializer)
+        return self._guarded_result(call, result)
+
+    async def _arun_guarded(self, call: Call) -> StepResult:
+        """`_run_guarded` for `aexecute_step`: the tool, the waits and the status check run
+        without blocking the event loop."""
+        work = attempt(call, self._people.desk(call, self._dispatched))
+        result = await adrive(work, self._settings.output_serializer)
+        return self._guarded_result(call, result)
+
+    def _guarded_result(self, call: Call, result: Settled | Waiting | Refused) -> StepResult:
+        """The step's result once the step core ended the attempt."""
+        if isinstance(result, Waiting):
+            return self._waiting(call, approval=result.approval, review=result.review)
+        if isinstance(result, Refused):
+            return self._fail(call.step_id, result.failure)
+        try:
+            if result.decided:
+                return self._succeed(result.call, result.outcome)
+            return self._settle(result.call, result.outcome)
+        finally:  # after the step is recorded: a crash before this finds it recorded
+            self._people.finish(result)
+
+    def _waiting(
+        self, call: Call, *, approval: ApprovalRequest | None, review: Review | None
+    ) -> StepResult:
+        """The step waits for a person: nothing rewound, the same step is next."""
+        with self._state_lock:
+            timeline = self._timeline
+            call_id = timeline.call_id
+            timeline.pending = None
+            timeline.call_id = None
+        self._transition(TxStatus.ACTIVE)
+        return StepResult(
+            status=StepStatus.NEEDS_APPROVAL if approval is not None else StepStatus.NEEDS_REVIEW,
+            step_id=call.step_id,
+            next_step_id=call.step_id,
+            constraints=tuple(self._constraints),
+            call_id=call_id,
+            approval=approval,
+            review=review,
+        )
+
     async def aexecute_step(
         self,
         step_id: int,
@@ -304,11 +255,7 @@ class Transaction(Turns, Guarded, Observed):
         raw_context: str = "",
         call_id: str | None = None,
     ) -> StepResult:
-        """`execute_step` for async code: async tools and compensations run on the caller's loop.
-
-        A call made while another runs waits for its turn without blocking the loop (calls
-        run one at a time, in arrival order), as with `execute_step`.
-        """
+        """`Transaction.aexecute_step`: the turn is awaited without blocking the loop."""
         async with self._calls:
             return await self._aexecute(step_id, tool_name, arguments, raw_context, call_id)
 
@@ -322,15 +269,15 @@ class Transaction(Turns, Guarded, Observed):
     ) -> StepResult:
         # The whole call holds the turn (`aexecute_step`): no other call runs meanwhile.
         self._ensure_active()
-        parsed = check_call(step_id, self.next_step_id, tool_name, arguments, raw_context)
+        parsed = check_call(step_id, self._timeline.next_step, tool_name, arguments, raw_context)
         if call_id is not None:  # most calls have none: no call to check it
             check_call_id(call_id)
         self._start(step_id)
         prepared: Call | Failure | None = None
         try:
             prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
-            if isinstance(prepared, Call) and self._requests is not None:
-                prepared = self._unless_blocked(prepared)
+            if isinstance(prepared, Call) and self._people.requests is not None:
+                prepared = self._people.unless_blocked(prepared)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
@@ -412,7 +359,7 @@ class Transaction(Turns, Guarded, Observed):
     def _succeed(self, call: Call, outcome: Outcome) -> StepResult:
         step_id = call.step_id
         pending = self._timeline.pending
-        assert pending is not None  # set by _resolve for this step
+        assert pending is not None  # set by `_prepare` for this step
         call_id = self._timeline.call_id
         step = LiveStep(
             call.tool.name,
@@ -436,7 +383,7 @@ class Transaction(Turns, Guarded, Observed):
         with self._state_lock:
             self._timeline.append(step_id, step, outcome)
             if dropped is not None:
-                self._constraints, self._transient_hints = dropped
+                self._constraints[:], self._transient_hints[:] = dropped
         self._transition(TxStatus.ACTIVE)
         self._events.step(STEP_COMPLETED, step_id, {"tool": call.tool.name})
         return StepResult(
@@ -622,10 +569,10 @@ class Transaction(Turns, Guarded, Observed):
             self._transition(final)
             return
         self._store.restore(self._id, target)
-        if self._requests is not None and target < self._timeline.next_step:
+        if target < self._timeline.next_step:
             # What waited at a step the rewind drops waits no more (a step sent again at its
             # own number drops nothing: what waits there still blocks it).
-            self._requests.withdraw(self._id, f"step rewound to {target}", from_step=target)
+            self._people.rewound(target)
         with self._state_lock:
             undone: list[JSONValue] = [step for step in self._timeline.steps if step >= target]
             self._timeline.truncate(target)
@@ -695,29 +642,18 @@ class Transaction(Turns, Guarded, Observed):
 
     def _discard(self, final: TxStatus) -> None:
         """End the store's side; a durable store keeps undo records that failed, for recovery."""
-        self._withdraw(final)
-        if self._log is None:
-            self._store.discard(self._id)
-        else:
-            failed = bool(self._ledger.failed)
-            self._log.end(final.value, self._history_text(final), keep_undos=failed)
+        self._people.withdraw(final)
+        self._record.discard(final, keep_undos=bool(self._ledger.failed))
 
-    def rollback(self, to_step: int | None = None, *, reason: str = "") -> RollbackResult:
-        """Rewind to just before `to_step` (it runs next), or abort with None or 0.
-
-        A rewind compensates the undo records of steps >= `to_step`, newest first, drops their
-        staged effects and restores the store; the controller's counters and the constraints
-        are left alone. Raises `InvalidArgument` unless `to_step < next_step_id`. `reason` is
-        for the caller's logs; agenttx does not interpret it.
-        """
-        del reason
-        with self._call():
+    def rollback(self, to_step: int | None) -> RollbackResult:
+        """`Transaction.rollback`, under the turn."""
+        with self._calls:
             self._ensure_active()
             if to_step is not None and (isinstance(to_step, bool) or not isinstance(to_step, int)):
                 raise InvalidArgument(f"to_step must be an integer, got {to_step!r}")
             if to_step and not 0 < to_step < self._timeline.next_step:
                 raise InvalidArgument(
-                    f"to_step {to_step} must be lower than the next step {self.next_step_id}"
+                    f"to_step {to_step} must be lower than the next step {self._timeline.next_step}"
                 )
             report = self._rewind(to_step) if to_step else self._abort(TxStatus.ROLLED_BACK)
             return RollbackResult(
@@ -733,21 +669,11 @@ class Transaction(Turns, Guarded, Observed):
         return self._rewind(0, final=final)
 
     def commit(self) -> CommitResult:
-        """Publish every write atomically, then dispatch the staged effects in staging order.
-
-        First committer wins (docs/protocol.md#isolation-levels): on a conflict the transaction
-        is compensated, ends FAILED, and `WriteConflict` (or `ReadConflict`) naming the key is
-        raised. Dispatch errors are reported in the result, never undo the commit, and on a
-        `DurableStore` are retried from its outbox (docs/protocol.md#dispatch-and-the-outbox).
-        Raises `FailedPrecondition`, changing nothing, while a timed-out tool call is still
-        running after waiting for it up to the step timeout (its effect may still land), and
-        while a call waits for a person or has an unknown outcome (a pending approval request,
-        a review not yet taken, a call started and never finished: docs/protocol.md#people).
-        """
-        with self._call():
+        """`Transaction.commit`, under the turn; the effects are delivered after it."""
+        with self._calls:
             self._ensure_active()
-            self._check_settled()
-            self._note_decisions()  # the trail is stored with the commit
+            self._people.check_settled()
+            self._people.note_decisions()  # the trail is stored with the commit
             if self._orphans and self._settle_orphans(self._settings.step_timeout):
                 raise FailedPrecondition(
                     f"transaction `{self._id}`: a timed-out tool call is still running and its "
@@ -760,12 +686,12 @@ class Transaction(Turns, Guarded, Observed):
                     "effects": len(self._timeline.effects),
                 }
             try:
-                at = self._commit_store(committed)  # with its history, on a durable store
+                at = self._record.commit(committed)  # with its history, on a durable store
             except WriteConflict:
                 self._abort(TxStatus.FAILED)
                 raise
             except BaseException:
-                if not self._store_committed():
+                if not self._record.committed_anyway():
                     self._transition(TxStatus.ACTIVE)
                     raise
                 # Interrupted (KeyboardInterrupt, say) after the store committed: the object
@@ -801,25 +727,33 @@ class Transaction(Turns, Guarded, Observed):
                 self._timeline.effects.clear()
             steps = len(self._timeline.steps)
         self._transition(TxStatus.COMMITTED)
-        self._withdraw(TxStatus.COMMITTED)
+        self._people.withdraw(TxStatus.COMMITTED)
         self._events.emit(EventKind.COMMITTED, data=data, at=at)
         return effects, steps
 
-    def __enter__(self) -> Self:
-        return self
+    def _delivered(self, channel: str, idempotency_key: str, step_id: int) -> None:
+        self._events.emit(
+            EventKind.EFFECT_DELIVERED,
+            step=step_id,
+            data={"channel": channel, "idempotency_key": idempotency_key},
+        )
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._status is not TxStatus.ACTIVE:
-            return
-        if exc_type is None:
-            self.commit()
+    def _compensation_event(self, record: UndoRecord, error: str | None) -> None:
+        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
+        if error is None:
+            self._events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
         else:
-            self.rollback()
+            data["error"] = error
+            self._events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
+
+    def _transition(self, target: TxStatus) -> None:
+        if target not in TRANSITIONS[self._status]:
+            raise IllegalTransition(source=self._status.value, target=target.value)
+        self._status = target  # one store: observers never see half of it
+
+    def _ensure_active(self) -> None:
+        if self._status is not TxStatus.ACTIVE:
+            raise InvalidTransactionState(tx_id=self._id, status=self._status.value)
 
 
 _STILL_RUNNING: Final = "not run: its tool was still running after its timeout"
