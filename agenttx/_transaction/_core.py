@@ -505,9 +505,7 @@ class Transaction:
         once the step is undone: the transaction is ACTIVE at the same step
         (docs/protocol.md#outputs).
         """
-        return self._pipeline.execute_step(
-            step_id, tool_name, arguments, raw_context=raw_context, call_id=call_id
-        )
+        return self._pipeline.execute_step(step_id, tool_name, arguments, raw_context, call_id)
 
     async def aexecute_step(
         self,
@@ -523,9 +521,8 @@ class Transaction:
         A call made while another runs waits for its turn without blocking the loop (calls
         run one at a time, in arrival order), as with `execute_step`.
         """
-        return await self._pipeline.aexecute_step(
-            step_id, tool_name, arguments, raw_context=raw_context, call_id=call_id
-        )
+        pipeline = self._pipeline
+        return await pipeline.aexecute_step(step_id, tool_name, arguments, raw_context, call_id)
 
     def rollback(self, to_step: int | None = None, *, reason: str = "") -> RollbackResult:
         """Rewind to just before `to_step` (it runs next), or abort with None or 0.

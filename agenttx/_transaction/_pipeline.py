@@ -160,9 +160,8 @@ class Pipeline:
         step_id: int,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
-        *,
-        raw_context: str = "",
-        call_id: str | None = None,
+        raw_context: str,
+        call_id: str | None,
     ) -> StepResult:
         """`Transaction.execute_step`: the step pipeline, under the turn (FIFO)."""
         with self._calls:  # the turn, FIFO
@@ -251,9 +250,8 @@ class Pipeline:
         step_id: int,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
-        *,
-        raw_context: str = "",
-        call_id: str | None = None,
+        raw_context: str,
+        call_id: str | None,
     ) -> StepResult:
         """`Transaction.aexecute_step`: the turn is awaited without blocking the loop."""
         async with self._calls:
