@@ -4,8 +4,9 @@ Run by bench/compare.py, never by hand::
 
     PYTHONPATH=/path/to/a/checkout python bench/_probe.py MEASURE [--quick]
 
-It prints one JSON object: `{"value": float | null}` (null: the checkout lacks the feature, such
-as plans before they were built). Each measure calls the code of the bench script that owns the
+It prints one JSON object: `{"value": float | null, "cpu_s": float}`, the figure (null: the
+checkout lacks the feature, such as plans before they were built) and the process's CPU seconds
+in the timed workload. Each measure calls the code of the bench script that owns the
 workload (`_chain`, `transaction`, `throughput`, `durable`, `plans`) and imports only what that
 measure needs, so that no measure pays for another's imports. The measure runs once on its quick
 workload first, untimed: the first calls' lazy imports and caches would weigh on a mean.
@@ -18,6 +19,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 #: The measures, each `(quick size, full size)` of its workload; see `measure`.
@@ -79,8 +81,10 @@ def main() -> int:
     args = parser.parse_args()
     quick, full = SIZES[args.measure]
     measure(args.measure, quick)  # warms up: first calls, lazy imports, caches
+    cpu = time.process_time()
     value = measure(args.measure, quick if args.quick else full)
-    print(json.dumps({"value": value}))
+    cpu = time.process_time() - cpu
+    print(json.dumps({"value": value, "cpu_s": cpu}))
     return 0
 
 
