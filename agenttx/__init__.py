@@ -1,7 +1,9 @@
 """agenttx: transactions for an AI agent's tool calls.
 
 Layer map: a module imports only from its own layer or below, and from a private package
-only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`).
+only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`), as
+from a public package's private modules (`from .stores import is_durable`, never
+`.stores._durable`). No modules import each other in a circle, even under `TYPE_CHECKING`.
 `tests/test_layers.py` checks every import against this table (a layer may take several lines).
 
     layer 0: _errors _json _limits _validators _version
@@ -17,7 +19,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _version     the version string      _refs       `${steps.N.path}` references
     _hints/      Clean Hints             _render     DOT and Mermaid drawing
     _events      audit events and hooks
-    stores/      state stores            _graph      dependency graph (the only rustworkx user)
+    stores/      state stores, protocols _graph      dependency graph (the only rustworkx user)
     _rollback    rollback controller     _saga/      undo ledger, staged effects, dispatch
     _tools/      decorator, context,     _lineage/   value-provenance lineage
                  calls, worker threads   _results    what transactions report

@@ -15,26 +15,29 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ._approvals import (
-    CheckResult,
-    approval_expired,
-    approval_of,
-    call_digest,
-    check_outcome,
-    decision_of,
-    gate_action,
-    needs_approval,
-    request_of,
-    review_of,
-)
-from ._errors import InvalidArgument
+from ._approvals import approval_expired, call_digest, request_of, review_of
+from ._errors import FailedPrecondition
 from ._events import EventKind
-from ._json import checked_size_bound
 from ._results import StepResult, StepStatus, TxStatus
-from ._tools import Call, Failure, Outcome, arun_tool, derive_key, run_tool, with_key
-from .stores._durable import is_durable
+from ._step import (
+    Desk,
+    Refused,
+    Settled,
+    Waiting,
+    Where,
+    adrive,
+    attempt,
+    blocking_request,
+    decision_event,
+    drive,
+    finish,
+    unsettled,
+    validate_edit,
+)
+from ._tools import Call, Failure, derive_key
+from .stores import is_durable
 
 if TYPE_CHECKING:
     import threading
@@ -46,17 +49,10 @@ if TYPE_CHECKING:
     from ._saga import SagaLedger
     from ._settings import Settings
     from ._timeline import Timeline
-    from ._tools import ToolRegistry
-    from .stores import Store
-    from .stores._approvals import RequestRow
+    from ._tools import Orphans, Outcome, ToolRegistry
+    from .stores import RequestRow, Store
 
 __all__ = ["Guarded"]
-
-#: Why a call consumed here found at its step again had no recorded outcome.
-_ENDED_WHILE_RUNNING: Final = (
-    "the call started (its approval was consumed) but its outcome was never recorded: "
-    "the process ended, or the step was interrupted, while the tool ran"
-)
 
 
 class _Host(Protocol):
@@ -70,7 +66,8 @@ class _Host(Protocol):
     _timeline: Timeline
     _constraints: list[str]
     _state_lock: threading.RLock
-    _guard: RequestRow | None
+    _orphans: Orphans
+    _decisions: set[str]
     _requests: Requests | None
     _events: EventSink
 
@@ -87,24 +84,18 @@ class _Host(Protocol):
     def _succeed(self, call: Call, outcome: Outcome) -> StepResult: ...
     def _fail(self, step_id: int, failure: Failure) -> StepResult: ...
     def _settle(self, call: Call, outcome: Outcome) -> StepResult: ...
-    def _gate(self, call: Call) -> Call | Failure | StepResult: ...
     def _waiting(
         self, call: Call, *, approval: ApprovalRequest | None = None, review: Review | None = None
     ) -> StepResult: ...
-    def _settle_guarded(self, call: Call, outcome: Outcome, *, retried: bool) -> StepResult: ...
-    def _unknown(
-        self,
-        call: Call,
-        guard: RequestRow | None,
-        errors: list[str],
-        *,
-        check: bool = True,
-        undos: tuple[Any, ...] = (),
-    ) -> StepResult: ...
-    def _reviewed(self, call: Call, row: RequestRow) -> StepResult: ...
+    def _desk(self, call: Call) -> Desk: ...
+    def _unless_blocked(self, call: Call) -> Call | Failure: ...
+    def _check_settled(self) -> None: ...
+    def _guarded_result(self, call: Call, result: Settled | Waiting | Refused) -> StepResult: ...
     def _key_of(self, call: Call) -> str: ...
-    def _validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue: ...
-    def _step_of(self, request_id: str) -> int | None: ...
+    def _validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue: ...
+    def _decided_row(self, request_id: str) -> None: ...
+    def _decided(self, row: RequestRow) -> None: ...
+    def _note_decisions(self) -> None: ...
     def _withdraw(self, final: TxStatus) -> None: ...
     def _waits_for_person(self) -> bool: ...
 
@@ -143,14 +134,7 @@ class Guarded:
             scope_id=self._id,
             validate=self._validate_edit,
         )
-        data: dict[str, JSONValue] = {
-            "request": request_id,
-            "note": note,
-            "edited": approval.edited,
-        }
-        if approval.expires_at is not None:
-            data["expires_at"] = approval.expires_at.isoformat()
-        self._note("APPROVED", self._step_of(request_id), actor, data)
+        self._decided_row(request_id)
         return approval
 
     def reject(self: _Host, request_id: str, *, actor: str, reason: str) -> None:
@@ -161,8 +145,7 @@ class Guarded:
         empty reason.
         """
         self._book().reject(request_id, actor=actor, reason=reason, scope_id=self._id)
-        data: dict[str, JSONValue] = {"request": request_id, "reason": reason}
-        self._note("REJECTED", self._step_of(request_id), actor, data)
+        self._decided_row(request_id)
 
     def resolve_review(
         self: _Host,
@@ -182,8 +165,7 @@ class Guarded:
         self._book().resolve_review(
             review_id, outcome=outcome, output=output, actor=actor, scope_id=self._id
         )
-        data: dict[str, JSONValue] = {"review": review_id, "outcome": outcome}
-        self._note("REVIEWED", self._step_of(review_id), actor, data)
+        self._decided_row(review_id)
 
     def pending_approvals(self: _Host) -> tuple[ApprovalRequest, ...]:
         """This transaction's approval requests waiting for a decision, oldest first."""
@@ -230,134 +212,129 @@ class Guarded:
         """The transaction ended: its requests still pending can no longer be decided."""
         if self._requests is None:  # it never asked: nothing to withdraw, no store read
             return
+        with contextlib.suppress(Exception):  # the end is what matters
+            self._note_decisions()
+        fence = final is not TxStatus.COMMITTED and is_durable(self._store)  # held: an abort
         with contextlib.suppress(Exception):  # the end is what matters; a listing filters them
-            self._requests.withdraw(self._id, f"the transaction ended {final.value}")
+            self._requests.withdraw(self._id, f"the transaction ended {final.value}", fence=fence)
 
-    def _step_of(self: _Host, request_id: str) -> int | None:
-        """The step a request or review of this transaction is about (for its event)."""
+    def _decided_row(self: _Host, request_id: str) -> None:
+        """Record the event of a decision just made here, from its row as stored."""
         row = self._book().get(request_id, self._id)
-        step = None if row is None else review_of(row).step
-        return step if isinstance(step, int) else None
+        if row is not None:
+            self._decided(row)
 
-    def _validate_edit(self: _Host, tool: str, arguments: JSONValue) -> JSONValue:
+    def _decided(self: _Host, row: RequestRow) -> None:
+        """Record, once, the event of the person's decision `row` holds, wherever it was made
+        (built from the row: `_step.decision_event`)."""
+        if row.id in self._decisions:
+            return
+        event = decision_event(row)
+        if event is None:
+            return
+        self._decisions.add(row.id)
+        kind, actor, at, data = event
+        request = review_of(row)
+        step = request.step if isinstance(request.step, int) else None
+        self._events.emit(kind, step=step, actor=actor, data=data, at=at)
+
+    def _note_decisions(self: _Host) -> None:
+        """Record the events of decisions made elsewhere and not yet seen by a call (before
+        the transaction ends: its trail is stored then)."""
+        if self._requests is None:
+            return
+        for row in self._requests.of_scope(self._id):
+            self._decided(row)
+
+    def _validate_edit(self: _Host, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
         """Edited arguments as the tool will get them; `InvalidArgument` if they do not fit."""
-        found = self._registry.get(tool)
-        if found is None:
-            return arguments
-        checked, violation = found.validator.check(arguments)
-        if violation is not None:
-            raise InvalidArgument(
-                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
-            )
-        return checked
+        return validate_edit(tool, arguments, self._registry.get(tool), schema)
+
+    def _desk(self: _Host, call: Call) -> Desk:
+        """What the step core needs of this transaction for the guarded attempt of `call`."""
+        step, orphans = call.step_id, self._orphans
+
+        def note(kind: EventKind, actor: str | None, data: Mapping[str, JSONValue]) -> None:
+            self._events.emit(kind, step=step, actor=actor, data=data)
+
+        def drop_writes() -> None:
+            self._store.restore(self._id, step)
+
+        return Desk(
+            where=Where("transaction", self._id, step, durable=is_durable(self._store)),
+            book=self._book(),
+            note=note,
+            key_of=self._key_of,
+            keep=self._ledger.record,
+            keep_running=lambda orphan: orphans.add(orphan._replace(held=True)),
+            drop_writes=drop_writes,
+            dispatched=self._dispatched,
+            decided=self._decided,
+        )
 
     def _run_guarded(self: _Host, call: Call) -> StepResult:
-        """Run a guarded call: through the gate, then its tool, then its outcome settled."""
-        gated = self._gate(call)
-        if isinstance(gated, StepResult):
-            return gated
-        if isinstance(gated, Failure):
-            return self._fail(call.step_id, gated)
-        self._dispatched(gated)
-        outcome = run_tool(gated, self._settings.output_serializer)
-        return self._settle_guarded(gated, outcome, retried=False)
+        """Run a guarded call through the step core (`_step.attempt`), in this thread."""
+        result = drive(attempt(call, self._desk(call)), self._settings.output_serializer)
+        return self._guarded_result(call, result)
 
     async def _arun_guarded(self: _Host, call: Call) -> StepResult:
-        """`_run_guarded` for `aexecute_step`: the tool runs as `arun_tool` runs it (an async
-        tool in the caller's task); the gate, a status check and the bookkeeping are sync."""
-        gated = self._gate(call)
-        if isinstance(gated, StepResult):
-            return gated
-        if isinstance(gated, Failure):
-            return self._fail(call.step_id, gated)
-        self._dispatched(gated)
-        outcome = await arun_tool(gated, self._settings.output_serializer)
-        return self._settle_guarded(gated, outcome, retried=False)
+        """`_run_guarded` for `aexecute_step`: the tool, the waits and the status check run
+        without blocking the event loop."""
+        work = attempt(call, self._desk(call))
+        result = await adrive(work, self._settings.output_serializer)
+        return self._guarded_result(call, result)
 
-    def _gate(self: _Host, call: Call) -> Call | Failure | StepResult:  # noqa: PLR0911 (one per action)
-        """The call to run (its approval consumed), why it fails, or the result that waits."""
-        tool, step = call.tool, call.step_id
-        book = self._book()
-        digest = call_digest(tool.name, call.arguments)
-        rule = tool.needs_approval
-        needs = needs_approval(rule, tool.name, call.arguments) if rule is not False else False
-        why = needs if isinstance(needs, str) else None
-        while True:
-            action, row = gate_action(
-                book.of_scope(self._id), digest, step, needs=needs is not False
+    def _guarded_result(self: _Host, call: Call, result: Settled | Waiting | Refused) -> StepResult:
+        """The step's result once the step core ended the attempt."""
+        if isinstance(result, Waiting):
+            return self._waiting(call, approval=result.approval, review=result.review)
+        if isinstance(result, Refused):
+            return self._fail(call.step_id, result.failure)
+        try:
+            if result.decided:
+                return self._succeed(result.call, result.outcome)
+            return self._settle(result.call, result.outcome)
+        finally:  # after the step is recorded: a crash before this finds it recorded
+            finish(self._book(), result)
+
+    def _unless_blocked(self: _Host, call: Call) -> Call | Failure:
+        """The call, unless its step waits for a person (or an unknown outcome) on another
+        call: then a mistake of the agent's, and nothing runs (docs/protocol.md#people)."""
+        if self._requests is None:  # it never asked: nothing can block
+            return call
+        digest = call_digest(call.tool.name, call.arguments)
+        row = blocking_request(self._requests.of_scope(self._id), call.step_id, digest)
+        if row is None:
+            return call
+        what = {"approval": "an approval of", "review": "a review of"}.get(
+            row.kind, "the outcome of"
+        )
+        return Failure(
+            f"step {call.step_id} waits for {what} another call of tool "
+            f"'{request_of(row).tool}' (`{row.id}`): send that call again once a person has "
+            "decided, or roll back; this call did not run",
+            mistake=True,
+        )
+
+    def _check_settled(self: _Host) -> None:
+        """Raise `FailedPrecondition` while a call of this transaction waits for a person or
+        has an unknown outcome: committing would drop it unrecorded."""
+        if self._requests is None:
+            return
+        waiting = unsettled(self._requests.of_scope(self._id))
+        if waiting:
+            ids = ", ".join(f"`{row.id}` ({row.kind} {row.state})" for row in waiting)
+            raise FailedPrecondition(
+                f"transaction `{self._id}` cannot commit: {ids} still waits for a person or an "
+                "unknown outcome; decide it, send the call again, or roll back"
             )
-            if action == "run":
-                if tool.on_unknown == "review" and is_durable(self._store):
-                    key = self._key_of(call)  # its start is durable before it runs
-                    started: RequestRow | None = book.started(
-                        scope_id=self._id,
-                        step=step,
-                        tool=tool.name,
-                        arguments=call.arguments,
-                        digest=digest,
-                        key=key,
-                        fence=True,
-                    )
-                    self._guard = started
-                return call
-            if action == "review":
-                assert row is not None
-                return self._waiting(call, review=review_of(row))
-            if action == "resolved":
-                assert row is not None
-                if book.apply_review(row):
-                    return self._reviewed(call, row)
-                continue  # taken meanwhile: look again
-            if action == "unknown":
-                assert row is not None
-                approval = approval_of(row.id, decision_of(row))
-                if approval.edited:
-                    call = call._replace(arguments=approval.arguments)
-                return self._unknown(call, row, [_ENDED_WHILE_RUNNING])
-            if action == "pending":
-                assert row is not None
-                return self._waiting(call, approval=request_of(row))
-            if action == "rejected":
-                assert row is not None
-                decision = decision_of(row)
-                return Failure(
-                    f"the call of tool '{tool.name}' was rejected by {decision.get('actor')}: "
-                    f"{decision.get('reason')}; do not send it again unchanged",
-                    mistake=True,
-                )
-            if action == "approved":
-                assert row is not None
-                if approval_expired(row, time.time()):
-                    if book.expire(row):
-                        self._note("APPROVAL_EXPIRED", step, None, {"request": row.id})
-                    continue
-                key = self._key_of(call)
-                if not book.consume(row, step=step, key=key, fence=is_durable(self._store)):
-                    continue  # consumed or changed meanwhile: look again
-                approval = approval_of(row.id, decision_of(row))
-                consumed: dict[str, JSONValue] = {"request": row.id, "edited": approval.edited}
-                self._note("APPROVAL_CONSUMED", step, approval.actor, consumed)
-                self._guard = book.get(row.id)
-                return with_key(call, key, approval.arguments if approval.edited else None)
-            request = book.request(
-                scope="transaction",
-                scope_id=self._id,
-                step=step,
-                tool=tool.name,
-                arguments=call.arguments,
-                digest=digest,
-                why=why,
-            )
-            data: dict[str, JSONValue] = {"request": request.id, "tool": tool.name}
-            self._note("APPROVAL_REQUESTED", step, None, data)
-            return self._waiting(call, approval=request)
 
     def _key_of(self: _Host, call: Call) -> str:
         """The call's idempotency key (its context's, or the one it would have)."""
         if call.context is not None:
             return call.context.idempotency_key
-        rewinds = self._timeline.rewinds
-        return derive_key(self._id, call.step_id, call.tool.name, call.arguments, rewinds)
+        generation = self._timeline.generation
+        return derive_key(self._id, call.step_id, call.tool.name, call.arguments, generation)
 
     def _waiting(
         self: _Host,
@@ -381,89 +358,4 @@ class Guarded:
             call_id=call_id,
             approval=approval,
             review=review,
-        )
-
-    def _settle_guarded(self: _Host, call: Call, outcome: Outcome, *, retried: bool) -> StepResult:
-        """Settle a guarded call's outcome; one that timed out while running is unknown."""
-        guard, self._guard = self._guard, None
-        if outcome.running is not None and call.tool.on_unknown == "review":
-            assert outcome.error is not None
-            errors = [outcome.error.message + " while the tool still ran"]
-            return self._unknown(call, guard, errors, check=not retried, undos=outcome.undos)
-        try:
-            return self._settle(call, outcome)
-        finally:  # after the step is recorded: a crash before this finds it recorded
-            if guard is not None:
-                failed = outcome.error is not None or outcome.refused is not None
-                self._book().finish(guard, "failed" if failed else "succeeded")
-
-    def _unknown(
-        self: _Host,
-        call: Call,
-        guard: RequestRow | None,
-        errors: list[str],
-        *,
-        check: bool = True,
-        undos: tuple[Any, ...] = (),
-    ) -> StepResult:
-        """A call whose outcome is unknown: its status check decides, else a person does."""
-        book, step, tool = self._book(), call.step_id, call.tool
-        key = self._key_of(call)
-        if guard is not None:
-            key = str(decision_of(guard).get("idempotency_key") or key)
-        self._note("OUTCOME_UNKNOWN", step, None, {"tool": tool.name, "reason": errors[0]})
-        if undos:  # undone by a later rewind (compensations are idempotent)
-            self._ledger.record(undos)
-        started = time.monotonic()
-        if check:
-            timeout = self._settings.step_timeout
-            verdict = check_outcome(tool.check, call.arguments, key, timeout, errors)
-        else:
-            verdict = CheckResult.unknown()
-            errors.append("it timed out again")
-        checked_in = time.monotonic() - started
-        if verdict.status == "done":
-            output = verdict.output
-            try:
-                return self._succeed(call, Outcome(output=output, size=checked_size_bound(output)))
-            finally:
-                if guard is not None:
-                    book.finish(guard, "done (status check)")
-        self._store.restore(self._id, step)  # what the unknown attempt wrote is dropped
-        if verdict.status == "not_done":
-            if guard is not None:
-                self._guard = guard
-            retry = with_key(call, key)
-            self._dispatched(retry)
-            return self._settle_guarded(
-                retry, run_tool(retry, self._settings.output_serializer), retried=True
-            )
-        review = book.open_review(
-            scope="transaction",
-            scope_id=self._id,
-            step=step,
-            tool=tool.name,
-            arguments=call.arguments,
-            digest=guard.digest if guard is not None else call_digest(tool.name, call.arguments),
-            idempotency_key=key,
-            errors=errors,
-            timings={"timeout_s": call.timeout, "check_s": round(checked_in, 6)},
-        )
-        if guard is not None:
-            book.finish(guard, f"review {review.id}")
-        self._note("REVIEW_REQUESTED", step, None, {"review": review.id, "tool": tool.name})
-        return self._waiting(call, review=review)
-
-    def _reviewed(self: _Host, call: Call, row: RequestRow) -> StepResult:
-        """Apply a resolved review to the call sent again: its output, or a retry."""
-        decision = decision_of(row)
-        review = review_of(row)
-        call = call._replace(arguments=review.arguments)  # an approver's edit, if any
-        if decision.get("outcome") == "done":
-            output = decision.get("output")
-            return self._succeed(call, Outcome(output=output, size=checked_size_bound(output)))
-        retry = with_key(call, review.idempotency_key)
-        self._dispatched(retry)
-        return self._settle_guarded(
-            retry, run_tool(retry, self._settings.output_serializer), retried=True
         )

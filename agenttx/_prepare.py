@@ -51,8 +51,8 @@ __all__ = [
 ]
 
 #: An attempt's undo records are numbered from `rewinds << UNDO_SEQ_BITS`: a step runs again only
-#: after a rewind, so no two attempts of a step share a number (a step registers far fewer than
-#: a million undos), and a kept record is never replaced by a later attempt's.
+#: after a failure decision, which counts one more, so no two attempts of a step share a number
+#: (a step registers far fewer than a million undos), and a kept record is never replaced.
 UNDO_SEQ_BITS: Final = 20
 
 #: The longest call id accepted (characters); providers' ids are far shorter.
@@ -109,6 +109,7 @@ def prepare_call(
     outputs: Mapping[int, JSONValue],
     sizes: Mapping[int, int],
     generation: int,
+    rewinds: int,
     tx_id: str,
     store: Store,
     timeout: float,
@@ -116,10 +117,12 @@ def prepare_call(
 ) -> tuple[Call | Failure, Pending]:
     """The call ready to run (or why the agent's call fails), and the step as far as it got.
 
-    `generation` (the transaction's rewind count) goes into the idempotency key, so a step sent
-    again after a rewind gets a key of its own. `sizes` are the size bounds of the live steps'
-    outputs: what a reference inserts is part of one, so resolved arguments are walked again
-    for their size only when those bounds cannot show they are within the limit.
+    `generation` (`Timeline.generation`) goes into the idempotency key, so a step sent again
+    after a rewind that undid something gets a key of its own; `rewinds` numbers the undo
+    records of this attempt apart from every earlier attempt's. `sizes` are the size bounds
+    of the live steps' outputs: what a reference inserts is part of one, so resolved arguments
+    are walked again for their size only when those bounds cannot show they are within the
+    limit.
     """
     parsed, bound = arguments
     if isinstance(parsed, str):
@@ -158,7 +161,7 @@ def prepare_call(
     if checked is not resolved:  # coerced (`3.0` -> `3`): the tool and the step get it
         resolved = checked
         pending = Pending(step_id, tool_name, resolved, dependencies)
-    seq_base = generation << UNDO_SEQ_BITS
+    seq_base = rewinds << UNDO_SEQ_BITS
     context = None
     if tool.wants_context:
         context = ToolContext(

@@ -9,7 +9,7 @@ The timeline does no I/O: the transaction decides when to call it and writes the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._graph import DependencyGraph
 from ._history import StepHistory
@@ -20,13 +20,11 @@ if TYPE_CHECKING:
 
     from ._json import JSONValue
     from ._refs import Dependency
+    from ._results import Voided
     from ._tools import Outcome, StagedEffect
     from ._txlog import Restored
 
-__all__ = ["Pending", "Timeline", "Voided"]
-
-#: The live steps a rewind undoes, and the call ids of those that had one, in step order.
-Voided: TypeAlias = "tuple[tuple[int, ...], tuple[str, ...]]"
+__all__ = ["Pending", "Timeline"]
 
 
 class Pending(NamedTuple):
@@ -41,11 +39,15 @@ class Pending(NamedTuple):
 class Timeline:
     """The live-step state of one transaction; its owner serializes every call.
 
-    `rewinds` counts the rewinds and aborts so far: it is part of every idempotency key, so a
-    step sent again after a rewind gets a key of its own. The graph is brought up to date
-    only when it is needed (`graph()`): successful steps only record their dependencies, so a
-    transaction that never fails never pays for it. `call_id` is the call id of the step being
-    executed (None if it has none); `call_ids` maps the call id of each live step to it.
+    `rewinds` counts the failure decisions, rewinds and aborts so far: an attempt's undo
+    records are numbered from it, so no two attempts of a step share one. `generation` is part
+    of every idempotency key: it goes up only when a rewind compensated or dropped something
+    (docs/protocol.md#idempotency-keys), so a step sent again after such a rewind gets a key of
+    its own, and a timeout or transient retry that undid nothing keeps its key. The graph is
+    brought up to date only when it is needed (`graph()`): successful steps only record their
+    dependencies, so a transaction that never fails never pays for it. `call_id` is the call
+    id of the step being executed (None if it has none); `call_ids` maps the call id of each
+    live step to it.
     `dropped` is what the last truncation (a rewind or an abort) dropped: the live steps and
     their call ids.
     """
@@ -57,6 +59,7 @@ class Timeline:
         "call_ids",
         "dropped",
         "effects",
+        "generation",
         "history",
         "next_step",
         "outputs",
@@ -78,6 +81,7 @@ class Timeline:
         self.dropped: Voided = ((), ())
         self.next_step = 1
         self.rewinds = 0
+        self.generation = 0
         self._graph = DependencyGraph()
         self._graph_upto = 0  # the last live step already in the graph
 
@@ -89,6 +93,7 @@ class Timeline:
         self.effects = [e for e in restored.effects if e.step_id < progress.next_step]
         self.next_step = progress.next_step
         self.rewinds = progress.rewinds
+        self.generation = progress.keys
         undone = {undo.step_id for undo in restored.undos}
         for step_id, step in sorted(self.steps.items()):
             self.history.succeeded(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._approvals import requests_for
 from ._constraints import add_hint, without_transient
 from ._errors import (
     FailedPrecondition,
@@ -50,12 +51,13 @@ from ._results import (
     failed_step,
 )
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
-from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
+from ._saga import CompensationReport, Dispatcher, SagaLedger, check_dispatcher, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
-from ._timeline import Pending
+from ._timeline import Pending, Timeline
 from ._tools import (
     Call,
     Failure,
+    Orphan,
     Outcome,
     ToolRegistry,
     ToolsArgument,
@@ -67,8 +69,7 @@ from ._tools import (
 )
 from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
-from .stores import DurableStore, MemoryStore, Store
-from .stores._durable import is_store
+from .stores import DurableStore, MemoryStore, Store, is_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -123,6 +124,7 @@ class Transaction(Turns, Guarded, Observed):
         hooks: Iterable[HookLike] | None = None,
     ) -> None:
         check_agent_id(agent_id)
+        check_dispatcher(dispatcher)
         if store is not None and not is_store(store):
             raise InvalidArgument(f"store must be a Store, got {type(store).__name__}")
         settings = Settings(
@@ -200,6 +202,9 @@ class Transaction(Turns, Guarded, Observed):
 
     def _adopt(self, restored: Restored) -> CompensationReport:
         progress = restored.progress
+        book = requests_for(self._store)
+        if book.of_scope(self._id):  # it asked a person: its requests block and gate again
+            self._requests = book
         self._constraints = list(progress.constraints)
         self._transient_hints = list(progress.transient)
         self._ledger.record(restored.undos)
@@ -265,6 +270,8 @@ class Transaction(Turns, Guarded, Observed):
             prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
+                if isinstance(prepared, Call) and self._requests is not None:
+                    prepared = self._unless_blocked(prepared)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
@@ -322,6 +329,8 @@ class Transaction(Turns, Guarded, Observed):
         prepared: Call | Failure | None = None
         try:
             prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
+            if isinstance(prepared, Call) and self._requests is not None:
+                prepared = self._unless_blocked(prepared)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
@@ -367,7 +376,8 @@ class Transaction(Turns, Guarded, Observed):
                 registry=self._registry,
                 outputs=timeline.outputs,
                 sizes=timeline.sizes,
-                generation=timeline.rewinds,
+                generation=timeline.generation,
+                rewinds=timeline.rewinds,
                 tx_id=self._id,
                 store=self._store,
                 timeout=self._settings.step_timeout,
@@ -378,6 +388,8 @@ class Transaction(Turns, Guarded, Observed):
         return prepared
 
     def _dispatched(self, call: Call) -> None:
+        if self._log is not None:  # a worker that lost the transaction's lease runs no tool
+            self._log.check_lease()
         data: dict[str, JSONValue] = {"tool": call.tool.name}
         call_id = self._timeline.call_id
         if call_id is not None:
@@ -390,7 +402,7 @@ class Transaction(Turns, Guarded, Observed):
         The undos of a call still running after its deadline wait for it (`_orphans`).
         """
         if outcome.running is not None:
-            self._orphans.add(call, outcome.undos, outcome.running)
+            self._orphans.add(Orphan(call, outcome.undos, outcome.running))
         elif outcome.undos:
             self._ledger.record(outcome.undos)
         if outcome.effects:
@@ -478,8 +490,14 @@ class Transaction(Turns, Guarded, Observed):
         return still_running(call, wait) if self._settle_orphans(wait) else call
 
     def _settle_orphans(self, wait: float) -> bool:
-        records, running = self._orphans.settle(wait)
-        self._ledger.compensate(records, self._registry.compensations)
+        records, kept, running = self._orphans.settle(wait)
+        if kept:  # an unknown outcome's: a person or the status check decides it
+            self._ledger.record(kept)
+        if records:  # compensated: a step sent again gets a key of its own
+            self._timeline.generation += 1
+            self._ledger.compensate(records, self._registry.compensations)
+            if self._status is TxStatus.EXECUTING or self._status is TxStatus.ACTIVE:
+                self._log_progress()
         return running
 
     def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
@@ -578,10 +596,16 @@ class Transaction(Turns, Guarded, Observed):
         if self._status is not TxStatus.ROLLING_BACK:
             self._transition(TxStatus.ROLLING_BACK)
         with self._ending_if_interrupted():
-            self._timeline.rewinds += 1  # every later idempotency key differs
-            self._log_progress(rewinding=(target, None if final is None else final.value))
+            timeline = self._timeline
+            timeline.rewinds += 1  # the next attempt numbers its undo records apart
             if final is None:
-                return self._ledger.take_from(target)
+                records = self._ledger.take_from(target)
+                if records or _drops(timeline, target):  # docs/protocol.md#idempotency-keys
+                    timeline.generation += 1
+                self._log_progress(rewinding=(target, None))
+                return records
+            timeline.generation += 1
+            self._log_progress(rewinding=(0, final.value))
             self._settle_orphans(0.0)  # an abort cannot wait for what is still running:
             self._ledger.keep_failed(self._orphans.give_up(), _STILL_RUNNING)
             return self._ledger.take_from(0)
@@ -598,6 +622,10 @@ class Transaction(Turns, Guarded, Observed):
             self._transition(final)
             return
         self._store.restore(self._id, target)
+        if self._requests is not None and target < self._timeline.next_step:
+            # What waited at a step the rewind drops waits no more (a step sent again at its
+            # own number drops nothing: what waits there still blocks it).
+            self._requests.withdraw(self._id, f"step rewound to {target}", from_step=target)
         with self._state_lock:
             undone: list[JSONValue] = [step for step in self._timeline.steps if step >= target]
             self._timeline.truncate(target)
@@ -662,6 +690,7 @@ class Transaction(Turns, Guarded, Observed):
             timeline.rewinds,
             rewinding=rewinding,
             transient=tuple(transient),
+            keys=timeline.generation,
         )
 
     def _discard(self, final: TxStatus) -> None:
@@ -711,10 +740,14 @@ class Transaction(Turns, Guarded, Observed):
         raised. Dispatch errors are reported in the result, never undo the commit, and on a
         `DurableStore` are retried from its outbox (docs/protocol.md#dispatch-and-the-outbox).
         Raises `FailedPrecondition`, changing nothing, while a timed-out tool call is still
-        running after waiting for it up to the step timeout: its effect may still land.
+        running after waiting for it up to the step timeout (its effect may still land), and
+        while a call waits for a person or has an unknown outcome (a pending approval request,
+        a review not yet taken, a call started and never finished: docs/protocol.md#people).
         """
         with self._call():
             self._ensure_active()
+            self._check_settled()
+            self._note_decisions()  # the trail is stored with the commit
             if self._orphans and self._settle_orphans(self._settings.step_timeout):
                 raise FailedPrecondition(
                     f"transaction `{self._id}`: a timed-out tool call is still running and its "
@@ -792,6 +825,14 @@ class Transaction(Turns, Guarded, Observed):
 _STILL_RUNNING: Final = "not run: its tool was still running after its timeout"
 STEP_DISPATCHED: Final = EventKind.STEP_DISPATCHED
 STEP_COMPLETED: Final = EventKind.STEP_COMPLETED
+
+
+def _drops(timeline: Timeline, target: int) -> bool:
+    """Whether a rewind to `target` drops a live step or a staged effect (the failed step's
+    own effects included: they are staged before it is recorded)."""
+    return any(step >= target for step in timeline.steps) or any(
+        effect.step_id >= target for effect in timeline.effects
+    )
 
 
 def _rewind_target(decision: RollbackDecision) -> tuple[int, TxStatus | None]:

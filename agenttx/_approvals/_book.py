@@ -7,7 +7,6 @@ import math
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, final
 
 from .._errors import (
@@ -20,8 +19,7 @@ from .._errors import (
     ReviewNotFound,
 )
 from .._json import JSONValue, canonical_dumps, check_json
-from ..stores._approvals import MemoryRequests, RequestRow, RequestStore
-from ..stores._durable import is_durable
+from ..stores import MemoryRequests, RequestRow, RequestStore, is_durable, is_plan_store
 from ._records import (
     APPROVAL,
     CALL,
@@ -41,7 +39,7 @@ from ._records import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ..stores import Store
 
@@ -101,9 +99,8 @@ def scopes_alive(store: Store) -> Callable[[str], bool]:
     a durable store, any process's (read once, now); else, this store's."""
     if is_durable(store):
         alive = set(store.open_transactions())
-        running = getattr(store, "running_plans", None)
-        if callable(running):
-            alive.update(run_id for run_id, _ in running())
+        if is_plan_store(store):
+            alive.update(run_id for run_id, _ in store.running_plans())
         return alive.__contains__
     return store.is_open
 
@@ -167,8 +164,14 @@ class Requests:
         node: str | None = None,
         plan_version: str | None = None,
         why: str | None = None,
+        schema: JSONValue = None,
+        fence: bool = False,
     ) -> ApprovalRequest:
-        """Record a new pending request for this call and return it."""
+        """Record a new pending request for this call and return it; `schema` (the tool's
+        parameters) is stored with it, so that an edit can be checked where the tool is not.
+        With `fence` (a durable transaction or plan run), only while the store still holds
+        `scope_id` (see `consume`).
+        """
         now = time.time()
         request = ApprovalRequest(
             id=f"apr-{uuid.uuid4().hex}",
@@ -185,6 +188,8 @@ class Requests:
         record = request.to_json()
         if why is not None:
             record["why"] = why
+        if schema is not None:
+            record["schema"] = schema
         self._table.add_request(
             RequestRow(
                 id=request.id,
@@ -195,7 +200,8 @@ class Requests:
                 record=canonical_dumps(record),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return request
 
@@ -208,12 +214,13 @@ class Requests:
         note: str = "",
         arguments: Mapping[str, Any] | None = None,
         scope_id: str | None = None,
-        validate: Callable[[str, JSONValue], JSONValue] | None = None,
+        validate: Callable[[str, object, JSONValue], JSONValue] | None = None,
     ) -> Approval:
         """Approve a pending request, as `actor`; `arguments` edits the call (recorded).
 
-        `validate(tool, arguments)` checks edited arguments (the tool's spec) and returns them
-        as the tool will get them. Raises `InvalidArgument` (an empty actor, bad arguments),
+        `validate(tool, arguments, schema)` checks edited arguments (`_step.validate_edit`:
+        against the live tool, else the `schema` stored with the request) and returns them as
+        the tool will get them. Raises `InvalidArgument` (an empty actor, bad arguments),
         `ApprovalNotFound`, `ApprovalRejected`, `ApprovalConsumed`, `ApprovalExpired`, or
         `ApprovalError` for a request approved already.
         """
@@ -226,13 +233,12 @@ class Requests:
         approved: JSONValue = request.arguments
         digest = request.digest
         if arguments is not None:
-            if not isinstance(arguments, Mapping):
+            if validate is None:
                 raise InvalidArgument(
-                    f"arguments must be a mapping, got {type(arguments).__name__}"
+                    f"cannot check the edited arguments of request `{request_id}` here: "
+                    "approve it without an edit, or through a transaction, plan run or engine"
                 )
-            approved = check_json(dict(arguments), what="arguments")
-            if validate is not None:
-                approved = validate(request.tool, approved)
+            approved = validate(request.tool, arguments, loads(row.record).get("schema"))
             digest = call_digest(request.tool, approved)
         now = time.time()
         decision: dict[str, JSONValue] = {
@@ -311,12 +317,15 @@ class Requests:
     def started(
         self,
         *,
+        scope: Scope = "transaction",
         scope_id: str,
-        step: int,
+        step: int | None,
         tool: str,
         arguments: JSONValue,
         digest: str,
         key: str,
+        node: str | None = None,
+        plan_version: str | None = None,
         fence: bool = False,
     ) -> RequestRow:
         """Record, durably before it runs, that a call needing no approval but whose outcome
@@ -325,16 +334,18 @@ class Requests:
         `fence`: only while the store still holds transaction `scope_id` (see `consume`)."""
         now = time.time()
         record: dict[str, JSONValue] = {
-            "scope": "transaction",
+            "scope": scope,
             "scope_id": scope_id,
             "step": step,
-            "node": None,
+            "node": node,
             "tool": tool,
             "arguments": arguments,
+            "plan_version": plan_version,
         }
         decision: dict[str, JSONValue] = {
             "consumed_at": now,
             "consumed_step": step,
+            "consumed_node": node,
             "idempotency_key": key,
         }
         row = RequestRow(
@@ -400,16 +411,42 @@ class Requests:
             row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
         )
 
-    def withdraw(self, scope_id: str, why: str) -> int:
+    def withdraw(
+        self, scope_id: str, why: str, from_step: int | None = None, *, fence: bool = False
+    ) -> int:
         """Withdraw the pending requests and reviews of a transaction or plan run that has
-        ended (`why`): they can no longer be decided. Returns how many."""
+        ended (`why`): they can no longer be decided. Returns how many. With `fence`, only
+        while the store still holds `scope_id` (an abort: a worker that lost it withdraws
+        nothing of its new owner's).
+
+        With `from_step`, only those of transaction steps >= `from_step`, which a rewind
+        dropped: then a review resolved and not yet taken is withdrawn too, and a call started
+        there and never finished is finished (its undo records were compensated by the rewind).
+        """
         withdrawn = 0
         for row in self._table.requests_of(scope_id):
-            if row.state != "pending":
+            state = row.state
+            if from_step is not None:
+                request = request_of(row)
+                step = request.step
+                if state == "consumed":
+                    step = loads(row.decision).get("consumed_step")
+                if not isinstance(step, int) or step < from_step or request.node is not None:
+                    continue
+                if state == "consumed":
+                    self.finish(row, why)
+                    withdrawn += 1
+                    continue
+            if state != "pending" and not (from_step is not None and state == "resolved"):
                 continue
             decision = canonical_dumps({"withdrawn": why})
             changed = self._table.set_request_state(
-                row.id, ("pending",), "withdrawn", decision=decision, now=time.time()
+                row.id,
+                (state,),
+                "withdrawn",
+                decision=decision,
+                now=time.time(),
+                fence=scope_id if fence else None,
             )
             withdrawn += changed is not None
         return withdrawn
@@ -431,9 +468,10 @@ class Requests:
         errors: Sequence[str] = (),
         timings: Mapping[str, float] | None = None,
         plan_version: str | None = None,
+        fence: bool = False,
     ) -> Review:
         """Record a pending review of a call whose outcome is unknown, and return it (bound to
-        `plan_version` for a plan node)."""
+        `plan_version` for a plan node); `fence` as for `request`."""
         now = time.time()
         review = Review(
             id=f"rev-{uuid.uuid4().hex}",
@@ -459,7 +497,8 @@ class Requests:
                 record=canonical_dumps({**review.to_json(), "plan_version": plan_version}),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return review
 

@@ -56,6 +56,7 @@ from .._limits import DEFAULT_ISOLATION
 from .._rollback import RollbackPolicy
 from .._saga import Backoff, deliver_outbox, dispatch_effects
 from .._settings import Settings
+from .._step import validate_edit
 from .._tools import (
     Call,
     Compensation,
@@ -71,7 +72,7 @@ from .._tools import (
 )
 from .._turns import RETRY_BACKOFF
 from .._txlog import LiveStep, TxLog, history_text, read_image
-from ..stores._durable import is_durable
+from ..stores import is_durable
 from ._checks import (
     OutputCheck,
     check_capacities,
@@ -227,7 +228,7 @@ class PlanExecution:
         self._completions: list[str] = []
         self._lock = threading.Lock()
         # A resumed run numbers its events after those its durable record holds.
-        stored = getattr(self._store, "plan_audit", None) if restored is not None else None
+        stored = store.plan_audit if restored is not None and is_plan_store(store) else None
         self._audit = EventSink(
             "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
         )
@@ -884,18 +885,9 @@ class PlanExecution:
         """The run's approvals and reviews."""
         return self._people
 
-    def validate_edit(self, tool: str, arguments: JSONValue) -> JSONValue:
-        """An approver's edited arguments as the tool will get them (`InvalidArgument` if they
-        do not fit its spec)."""
-        found = self._registry.get(tool)
-        if found is None:
-            return arguments
-        checked, violation = found.validator.check(arguments)
-        if violation is not None:
-            raise InvalidArgument(
-                f"the edited arguments do not fit tool `{tool}`: {violation.message}"
-            )
-        return checked
+    def validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
+        """An approver's edited arguments as the tool will get them (`_step.validate_edit`)."""
+        return validate_edit(tool, arguments, self._registry.get(tool), schema)
 
     def note_decision(
         self, kind: str, request_id: str, actor: str, data: Mapping[str, JSONValue]

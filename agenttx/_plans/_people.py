@@ -38,8 +38,7 @@ if TYPE_CHECKING:
 
     from .._approvals import ApprovalRequest, Requests, Review
     from .._json import JSONValue
-    from ..stores import Store
-    from ..stores._approvals import RequestRow
+    from ..stores import RequestRow, Store
 
 __all__ = ["NodeGate", "Waiting"]
 
@@ -165,6 +164,7 @@ class NodeGate:
                 digest=digest,
                 plan_version=self._version,
                 why=needs if isinstance(needs, str) else None,
+                fence=self.durable,
             )
             self._note("APPROVAL_REQUESTED", node, None, {"request": request.id})
             return self._wait(node, request.id, NodeState.WAITING_APPROVAL)
@@ -175,7 +175,7 @@ class NodeGate:
         self.states.clear()
         if self._book is not None:
             with contextlib.suppress(Exception):  # the run's end is what matters
-                self._book.withdraw(self._run_id, why)
+                self._book.withdraw(self._run_id, why, fence=self.durable)
 
     def _wait(self, node: str, row_id: str, state: NodeState) -> Waiting:
         self.states[node] = state
@@ -214,6 +214,7 @@ class NodeGate:
             errors=errors,
             timings={"timeout_s": call.timeout},
             plan_version=self._version,
+            fence=self.durable,
         )
         self.book.finish(row, f"review {review.id}")
         self._note("REVIEW_REQUESTED", node, None, {"review": review.id})
@@ -243,6 +244,7 @@ class NodeGate:
             errors=errors,
             timings={"timeout_s": call.timeout},
             plan_version=self._version,
+            fence=self.durable,
         )
         self._note("REVIEW_REQUESTED", node, None, {"review": review.id})
         return self._wait(node, review.id, NodeState.NEEDS_REVIEW)

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._saga import Backoff, Dispatcher
     from .._tools import ToolsArgument
-    from ..stores import Store
-    from ..stores._plans import PlanImage
+    from ..stores import PlanImage, Store
     from ._execution import CompensateOn, FailurePolicy
     from ._results import PlanResult, PlanStatus
     from ._scheduler import NodeState

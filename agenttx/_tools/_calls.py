@@ -101,12 +101,15 @@ class Failure(NamedTuple):
     it overrides the key the cleaner finds. `transient` overrides the cleaner's verdict when not
     None. `mistake` marks an argument or protocol mistake of the agent (malformed JSON, an
     unknown tool, arguments that do not fit the tool's schema), caught before any tool ran.
+    `timed_out` marks a call that ran past its deadline (its hint reads as transient).
     """
 
     message: str
     key: str | None = None
     transient: bool | None = None
     mistake: bool = False
+    #: The call ran past its deadline (set where the deadline fired, never read from text).
+    timed_out: bool = False
 
 
 class Outcome(NamedTuple):
@@ -193,12 +196,16 @@ def _check_in_time(call: Call, started: float) -> None:
         raise _timed_out(call)
 
 
+class _TimedOut(ToolError):
+    """The failure of a call past its deadline (typed: `Failure.timed_out`)."""
+
+
 def _timed_out(call: Call) -> ToolError:
     """The failure of a step that timed out; the hint cleaner reads it as transient.
 
     See `docs/protocol.md#timeouts-and-interruptions`.
     """
-    return ToolError(f"tool '{call.tool.name}' timed out after {round(call.timeout * 1000)} ms")
+    return _TimedOut(f"tool '{call.tool.name}' timed out after {round(call.timeout * 1000)} ms")
 
 
 async def _bounded(call: Call, awaitable: Awaitable[object]) -> object:
@@ -248,7 +255,9 @@ def _failed(call: Call, exc: Exception, *, running: Running | None = None) -> Ou
         transient = exc.transient
         if transient is None and exc.__cause__ is not None:  # `raise ToolError(...) from exc`
             transient = transient_verdict(exc.__cause__)
-        failure = Failure(exc.message, key=exc.key, transient=transient)
+        failure = Failure(
+            exc.message, key=exc.key, transient=transient, timed_out=isinstance(exc, _TimedOut)
+        )
     else:
         import traceback  # noqa: PLC0415  (a failure's path: not at `import agenttx`)
 
@@ -317,6 +326,9 @@ class Orphan(NamedTuple):
     call: Call
     undos: tuple[UndoRecord, ...]  # registered before the deadline, in registration order
     running: Running
+    #: Its outcome is unknown and a person or its status check decides it: once it returns its
+    #: undos are kept (undone by a later rewind), not compensated.
+    held: bool = False
 
     def finished_undos(self) -> tuple[UndoRecord, ...]:
         """Its undo records once it has finished, with its declared undo if the tool returned.
@@ -350,7 +362,8 @@ def still_running(call: Call, wait: float) -> Failure:
     """Why `call` does not start: an earlier timed-out call still runs after `wait` seconds."""
     return Failure(
         f"tool '{call.tool.name}' timed out after {round(wait * 1000)} ms waiting for an "
-        "earlier call that is still running after its own timeout"
+        "earlier call that is still running after its own timeout",
+        timed_out=True,
     )
 
 
@@ -370,9 +383,9 @@ class Orphans:
     def __bool__(self) -> bool:
         return bool(self._orphans)
 
-    def add(self, call: Call, undos: tuple[UndoRecord, ...], running: Running) -> None:
-        """Keep the undos of `call`, whose worker is still `running` after its deadline."""
-        self._orphans.append(Orphan(call, undos, running))
+    def add(self, orphan: Orphan) -> None:
+        """Keep the undos of a call whose worker is still running after its deadline."""
+        self._orphans.append(orphan)
 
     def wait(self, timeout: float) -> None:
         """Wait up to `timeout` seconds, in all, for every orphaned call to finish."""
@@ -386,15 +399,17 @@ class Orphans:
 
         await asyncio.to_thread(self.wait, timeout)
 
-    def settle(self, wait: float) -> tuple[list[UndoRecord], bool]:
-        """After waiting up to `wait` seconds: the undos of the finished calls, newest first,
-        and whether some call is still running."""
+    def settle(self, wait: float) -> tuple[list[UndoRecord], list[UndoRecord], bool]:
+        """After waiting up to `wait` seconds: the undos of the finished calls to compensate,
+        newest first; those of finished `held` calls to keep, in registration order; and
+        whether some call is still running."""
         self.wait(wait)
         finished = [orphan for orphan in self._orphans if orphan.running.wait(0.0)]
         self._orphans = [orphan for orphan in self._orphans if orphan not in finished]
-        records = [undo for orphan in finished for undo in orphan.finished_undos()]
+        records = [u for orphan in finished if not orphan.held for u in orphan.finished_undos()]
         records.reverse()
-        return records, bool(self._orphans)
+        kept = [u for orphan in finished if orphan.held for u in orphan.finished_undos()]
+        return records, kept, bool(self._orphans)
 
     def give_up(self) -> list[UndoRecord]:
         """Forget the calls still running; return their undos, to keep as failed."""
