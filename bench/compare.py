@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from _report import Row, report
-from import_time import environment, time_import, timed
+from import_time import environment, run, time_import, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -74,6 +74,7 @@ IMPORT_TARGET = 1.0  # import agenttx / import httpx, at most
 IMPORT = timed("import agenttx")
 FIRST_USE = timed("import agenttx\nagenttx.Transaction\nagenttx.tool")
 HTTPX = timed("import httpx")
+WHERE = "import agenttx; print(agenttx.__file__)"
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,20 @@ MEASURES = (
 )
 IMPORTS = {"import": IMPORT, "first_use": FIRST_USE, "httpx": HTTPX}
 
+
+@dataclass(frozen=True)
+class Tree:
+    """A checkout to measure: its root, and the environment whose `PYTHONPATH` names it."""
+
+    root: Path
+    env: dict[str, str]
+
+    def check(self, found: str) -> None:
+        """Exit unless `found`, an `agenttx.__file__`, lies in this checkout."""
+        if not Path(found).resolve().is_relative_to(self.root.resolve()):
+            raise SystemExit(f"agenttx was imported from {found}, not from {self.root}")
+
+
 #: Figures by measure, then by tree ("old", "new", or "peer" for LangGraph and httpx).
 Figures = dict[str, dict[str, list[float]]]
 
@@ -117,16 +132,23 @@ def git(*arguments: str) -> str:
     return result.stdout.strip()
 
 
-def probe(measure: str, env: dict[str, str], *, quick: bool) -> tuple[float | None, float]:
-    """Run one measure in a fresh process on the tree `env` names; its figure, and the CPU
-    seconds its timed workload took."""
+def probe(measure: str, tree: Tree, *, quick: bool) -> tuple[float | None, float]:
+    """Run one measure in a fresh process on `tree`; its figure, and the CPU seconds its timed
+    workload took. Exits if the process imported agenttx from anywhere else."""
     arguments = [sys.executable, str(PROBE), measure, *(["--quick"] if quick else [])]
     result = subprocess.run(  # noqa: S603  (our own interpreter and script)
-        arguments, capture_output=True, text=True, env=env, timeout=600, check=False
+        arguments,
+        capture_output=True,
+        text=True,
+        env=tree.env,
+        cwd=tree.root,
+        timeout=600,
+        check=False,
     )
     if result.returncode != 0:
         raise SystemExit(f"{measure} failed:\n{result.stdout}{result.stderr}")
     found = json.loads(result.stdout.splitlines()[-1])
+    tree.check(found["agenttx"])
     value: float | None = found["value"]
     return value, float(found["cpu_s"])
 
@@ -145,9 +167,7 @@ def compile_tree(root: Path, env: dict[str, str]) -> None:
     )
 
 
-def run_rounds(
-    trees: dict[str, dict[str, str]], rounds: int, *, quick: bool
-) -> tuple[Figures, Figures]:
+def run_rounds(trees: dict[str, Tree], rounds: int, *, quick: bool) -> tuple[Figures, Figures]:
     """Every measure, `rounds` times, old and new alternately: the figures by measure and tree,
     and beside them the CPU time of each (seconds of the workload; an import's milliseconds),
     which the machine's other jobs inflate less than the wall time.
@@ -165,15 +185,16 @@ def run_rounds(
             found[key].setdefault(side, []).append(value)
             cpu[key].setdefault(side, []).append(seconds)
 
-    def imported(env: dict[str, str], program: str) -> tuple[float, float]:
-        wall, cpu_ms, _ = time_import(env, program)
+    def imported(tree: Tree, program: str) -> tuple[float, float]:
+        wall, cpu_ms, _ = time_import(tree.env, program, tree.root)
         return wall, cpu_ms
 
-    for env in trees.values():  # untimed: the first start of each program
+    for tree in trees.values():  # untimed: the first start of each program, and where it looks
+        tree.check(run(["-c", WHERE], tree.env, tree.root).stdout.strip())
         for program in (IMPORT, FIRST_USE):
-            time_import(env, program)
+            imported(tree, program)
     if with_httpx:
-        time_import(trees["new"], HTTPX)
+        imported(trees["new"], HTTPX)
     for number in range(rounds):
         order = ["old", "new"] if number % 2 == 0 else ["new", "old"]
         print(f"round {number + 1} of {rounds} ({' then '.join(order)})", file=sys.stderr)
@@ -351,9 +372,12 @@ def main() -> int:
         git("worktree", "add", "--detach", str(old_root), commit)
         try:
             # Bytecode beside each tree's sources, compiled first, then only read.
-            trees = {"old": environment(None, old_root), "new": environment(None, ROOT)}
-            compile_tree(old_root, trees["old"])
-            compile_tree(ROOT, trees["new"])
+            trees = {
+                "old": Tree(old_root, environment(None, old_root)),
+                "new": Tree(ROOT, environment(None, ROOT)),
+            }
+            for tree in trees.values():
+                compile_tree(tree.root, tree.env)
             found, cpu = run_rounds(trees, rounds, quick=args.quick)
         finally:
             git("worktree", "remove", "--force", str(old_root))
