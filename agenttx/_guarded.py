@@ -266,10 +266,11 @@ class Guarded:
             note=note,
             key_of=self._key_of,
             keep=self._ledger.record,
-            keep_running=lambda orphan: orphans.add(orphan._replace(held=True)),
+            keep_running=lambda orphan, held: orphans.add(orphan._replace(held=held)),
             drop_writes=drop_writes,
             dispatched=self._dispatched,
             decided=self._decided,
+            prepared_context=call.context,
         )
 
     def _run_guarded(self: _Host, call: Call) -> StepResult:
@@ -295,11 +296,12 @@ class Guarded:
                 return self._succeed(result.call, result.outcome)
             return self._settle(result.call, result.outcome)
         finally:  # after the step is recorded: a crash before this finds it recorded
-            finish(self._book(), result)
+            finish(self._book(), result, fence=is_durable(self._store))
 
     def _unless_blocked(self: _Host, call: Call) -> Call | Failure:
         """The call, unless its step waits for a person (or an unknown outcome) on another
-        call: then a mistake of the agent's, and nothing runs (docs/protocol.md#people)."""
+        call: then the agent's mistake, and nothing runs
+        (docs/protocol.md#the-lifecycle-of-a-tool-call)."""
         if self._requests is None:  # it never asked: nothing can block
             return call
         digest = call_digest(call.tool.name, call.arguments)
@@ -321,7 +323,7 @@ class Guarded:
         has an unknown outcome: committing would drop it unrecorded."""
         if self._requests is None:
             return
-        waiting = unsettled(self._requests.of_scope(self._id))
+        waiting = unsettled(self._requests.of_scope(self._id), self._timeline.steps)
         if waiting:
             ids = ", ".join(f"`{row.id}` ({row.kind} {row.state})" for row in waiting)
             raise FailedPrecondition(
