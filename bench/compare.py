@@ -402,6 +402,7 @@ def main() -> int:
         results: dict[str, Any] = {
             "against": against,
             "commit": commit,
+            "worktree": str(old_root),  # removed by now
             "rounds": rounds,
             "quick": args.quick,
             "load_start": load_start,
