@@ -45,7 +45,7 @@ from ._validators import (
     positive_int,
     positive_number,
 )
-from .stores import MemoryStore, Store, is_durable, is_plan_store
+from .stores import MemoryStore, Store, is_durable, is_plan_store, releases
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -717,11 +717,10 @@ class Engine:
         # Joined without the lock: a sweep in progress needs it to finish.
         if reaper is not None and reaper is not threading.current_thread():
             reaper.join()
-        release = getattr(self._store, "release", None)  # the log-based durable stores
-        if callable(release):
+        if releases(self._store):  # the log-based durable stores
             for tx_id in held:
                 with contextlib.suppress(AgentTxError):  # taken over, or gone: not ours now
-                    release(tx_id)
+                    self._store.release(tx_id)
 
     def __enter__(self) -> Self:
         return self

@@ -67,6 +67,7 @@ class Timeline:
         "rewinds",
         "sizes",
         "steps",
+        "undid",
     )
 
     def __init__(self) -> None:
@@ -82,6 +83,7 @@ class Timeline:
         self.next_step = 1
         self.rewinds = 0
         self.generation = 0
+        self.undid = False  # the rewind under way compensated or dropped something
         self._graph = DependencyGraph()
         self._graph_upto = 0  # the last live step already in the graph
 

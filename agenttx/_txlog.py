@@ -26,7 +26,7 @@ from ._refs import Dependency
 from ._results import AttemptStatus, StepAttempt
 from ._rollback import ControllerState, RollbackPolicy
 from ._tools import StagedEffect, UndoRecord
-from .stores import DurableStore, EffectRow, Store, UndoRow, is_durable
+from .stores import DurableStore, EffectRow, Store, UndoRow, is_durable, leases_owners
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -142,7 +142,9 @@ class TxLog:
         self._tx_id = tx_id
         #: A store whose transactions another worker may take over while this one runs (its
         #: leases expired) checks the lease before each tool: `PostgresStore.check_lease`.
-        self._lease: Callable[[str], object] | None = getattr(store, "check_lease", None)
+        self._lease: Callable[[str], object] | None = (
+            store.check_lease if leases_owners(store) else None
+        )
         self._progress = _FRESH if progress is None else _progress_text(progress)
         self._record: dict[str, JSONValue] = record or {}
 

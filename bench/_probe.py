@@ -4,11 +4,13 @@ Run by bench/compare.py, never by hand::
 
     PYTHONPATH=/path/to/a/checkout python bench/_probe.py MEASURE [--quick]
 
-It prints one JSON object: `{"value": float | null}` (null: the checkout lacks the feature, such
-as plans before they were built). Each measure calls the code of the bench script that owns the
-workload (`_chain`, `transaction`, `throughput`, `durable`, `plans`) and imports only what that
-measure needs, so that no measure pays for another's imports. The measure runs once on its quick
-workload first, untimed: the first calls' lazy imports and caches would weigh on a mean.
+It prints one JSON object: `{"value": float | null, "cpu_s": float, "agenttx": path}`, the
+figure (null: the checkout lacks the feature, such as plans before they were built), the
+process's CPU seconds in the timed workload, and the file agenttx was imported from. Each
+measure calls the code of the bench script that owns the workload (`_chain`, `transaction`,
+`throughput`, `durable`, `plans`) and imports only what that measure needs, so that no measure
+pays for another's imports. The measure runs once on its quick workload first, untimed: the
+first calls' lazy imports and caches would weigh on a mean.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 #: The measures, each `(quick size, full size)` of its workload; see `measure`.
@@ -79,8 +82,12 @@ def main() -> int:
     args = parser.parse_args()
     quick, full = SIZES[args.measure]
     measure(args.measure, quick)  # warms up: first calls, lazy imports, caches
+    cpu = time.process_time()
     value = measure(args.measure, quick if args.quick else full)
-    print(json.dumps({"value": value}))
+    cpu = time.process_time() - cpu
+    import agenttx  # noqa: PLC0415  (loaded by now: where it came from, for the caller to check)
+
+    print(json.dumps({"value": value, "cpu_s": cpu, "agenttx": agenttx.__file__}))
     return 0
 
 

@@ -32,6 +32,9 @@ The measures:
   import statement in a fresh `python -c`), and for information `import agenttx` followed by
   its first use (`agenttx.Transaction` and `agenttx.tool`), which loads what the import defers.
 
+Beside each ratio of medians, the ratio of the CPU time the same workload took (the whole timed
+run's, or an import's): other jobs on the machine inflate it less than the wall time.
+
 Targets (the speed issue): a step at most 1.10 times the old commit's (the durable step too);
 LangGraph at least 15 times slower than a step; throughput at least 0.90 times the old commit's;
 a plan node at most 30 us of scheduling in memory and 150 us durably on SQLite; `import agenttx`
@@ -54,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from _report import Row, report
-from import_time import environment, time_import, timed
+from import_time import environment, run, time_import, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -71,6 +74,7 @@ IMPORT_TARGET = 1.0  # import agenttx / import httpx, at most
 IMPORT = timed("import agenttx")
 FIRST_USE = timed("import agenttx\nagenttx.Transaction\nagenttx.tool")
 HTTPX = timed("import httpx")
+WHERE = "import agenttx; print(agenttx.__file__)"
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,23 @@ MEASURES = (
 IMPORTS = {"import": IMPORT, "first_use": FIRST_USE, "httpx": HTTPX}
 
 
+@dataclass(frozen=True)
+class Tree:
+    """A checkout to measure: its root, and the environment whose `PYTHONPATH` names it."""
+
+    root: Path
+    env: dict[str, str]
+
+    def check(self, found: str) -> None:
+        """Exit unless `found`, an `agenttx.__file__`, lies in this checkout."""
+        if not Path(found).resolve().is_relative_to(self.root.resolve()):
+            raise SystemExit(f"agenttx was imported from {found}, not from {self.root}")
+
+
+#: Figures by measure, then by tree ("old", "new", or "peer" for LangGraph and httpx).
+Figures = dict[str, dict[str, list[float]]]
+
+
 def git(*arguments: str) -> str:
     """Run git in this checkout; its output, stripped; exit if it fails."""
     result = subprocess.run(  # noqa: S603  (git with our own arguments)
@@ -111,16 +132,25 @@ def git(*arguments: str) -> str:
     return result.stdout.strip()
 
 
-def probe(measure: str, env: dict[str, str], *, quick: bool) -> float | None:
-    """Run one measure in a fresh process on the tree `env` names; its figure."""
+def probe(measure: str, tree: Tree, *, quick: bool) -> tuple[float | None, float]:
+    """Run one measure in a fresh process on `tree`; its figure, and the CPU seconds its timed
+    workload took. Exits if the process imported agenttx from anywhere else."""
     arguments = [sys.executable, str(PROBE), measure, *(["--quick"] if quick else [])]
     result = subprocess.run(  # noqa: S603  (our own interpreter and script)
-        arguments, capture_output=True, text=True, env=env, timeout=600, check=False
+        arguments,
+        capture_output=True,
+        text=True,
+        env=tree.env,
+        cwd=tree.root,
+        timeout=600,
+        check=False,
     )
     if result.returncode != 0:
         raise SystemExit(f"{measure} failed:\n{result.stdout}{result.stderr}")
-    value: float | None = json.loads(result.stdout.splitlines()[-1])["value"]
-    return value
+    found = json.loads(result.stdout.splitlines()[-1])
+    tree.check(found["agenttx"])
+    value: float | None = found["value"]
+    return value, float(found["cpu_s"])
 
 
 def importable(module: str) -> bool:
@@ -137,26 +167,34 @@ def compile_tree(root: Path, env: dict[str, str]) -> None:
     )
 
 
-def run_rounds(
-    trees: dict[str, dict[str, str]], rounds: int, *, quick: bool
-) -> dict[str, dict[str, list[float]]]:
-    """Every measure, `rounds` times, old and new alternately: the figures by measure and tree.
+def run_rounds(trees: dict[str, Tree], rounds: int, *, quick: bool) -> tuple[Figures, Figures]:
+    """Every measure, `rounds` times, old and new alternately: the figures by measure and tree,
+    and beside them the CPU time of each (seconds of the workload; an import's milliseconds),
+    which the machine's other jobs inflate less than the wall time.
 
     A measure that is not run on each tree (LangGraph, httpx) is filed under "peer". A tree that
     lacks a measure's feature gets no figures for it.
     """
     with_langgraph, with_httpx = importable("langgraph"), importable("httpx")
-    found: dict[str, dict[str, list[float]]] = {m.key: {} for m in MEASURES}
+    found: Figures = {m.key: {} for m in MEASURES}
+    cpu: Figures = {m.key: {} for m in MEASURES}
 
-    def note(key: str, side: str, value: float | None) -> None:
+    def note(key: str, side: str, figure: tuple[float | None, float]) -> None:
+        value, seconds = figure
         if value is not None:
             found[key].setdefault(side, []).append(value)
+            cpu[key].setdefault(side, []).append(seconds)
 
-    for env in trees.values():  # untimed: the first start of each program
+    def imported(tree: Tree, program: str) -> tuple[float, float]:
+        wall, cpu_ms, _ = time_import(tree.env, program, tree.root)
+        return wall, cpu_ms
+
+    for tree in trees.values():  # untimed: the first start of each program, and where it looks
+        tree.check(run(["-c", WHERE], tree.env, tree.root).stdout.strip())
         for program in (IMPORT, FIRST_USE):
-            time_import(env, program)
+            imported(tree, program)
     if with_httpx:
-        time_import(trees["new"], HTTPX)
+        imported(trees["new"], HTTPX)
     for number in range(rounds):
         order = ["old", "new"] if number % 2 == 0 else ["new", "old"]
         print(f"round {number + 1} of {rounds} ({' then '.join(order)})", file=sys.stderr)
@@ -164,17 +202,17 @@ def run_rounds(
             if measure.key == "langgraph" and with_langgraph:
                 note("langgraph", "peer", probe("langgraph", trees["new"], quick=quick))
             elif measure.key == "httpx" and with_httpx:
-                note("httpx", "peer", time_import(trees["new"], HTTPX)[0])
+                note("httpx", "peer", imported(trees["new"], HTTPX))
             elif measure.key in IMPORTS and measure.per_tree:
                 for side in order:
-                    note(measure.key, side, time_import(trees[side], IMPORTS[measure.key])[0])
+                    note(measure.key, side, imported(trees[side], IMPORTS[measure.key]))
             elif measure.per_tree:
                 for side in order:
                     note(measure.key, side, probe(measure.key, trees[side], quick=quick))
-    return found
+    return found, cpu
 
 
-def medians(found: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+def medians(found: Figures) -> dict[str, dict[str, float]]:
     """The median of each measure's figures, by tree."""
     return {
         key: {side: statistics.median(values) for side, values in sides.items()}
@@ -182,9 +220,11 @@ def medians(found: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, flo
     }
 
 
-def comparison_table(figures: dict[str, dict[str, float]], against: str) -> None:
-    """Print each measure's old and new medians and their ratio."""
-    headers = ("measure", against, "work tree", "new/old")
+def comparison_table(
+    figures: dict[str, dict[str, float]], cpu: dict[str, dict[str, float]], against: str
+) -> None:
+    """Print each measure's old and new medians, their ratio, and the ratio of their CPU times."""
+    headers = ("measure", against, "work tree", "new/old", "CPU new/old")
     cells = []
     for m in MEASURES:
         sides = figures.get(m.key, {})
@@ -197,8 +237,11 @@ def comparison_table(figures: dict[str, dict[str, float]], against: str) -> None
                 return "-"
             return f"{value:,.0f} {unit}" if unit == "tx/s" else f"{value:,.1f} {unit}"
 
-        ratio = "-" if old is None or new is None or not m.per_tree else f"{new / old:.2f}x"
-        cells.append((m.label, cell(old), cell(new), ratio))
+        per_tree = m.per_tree and old is not None and new is not None
+        ratio = f"{new / old:.2f}x" if per_tree and old and new else "-"
+        used = cpu.get(m.key, {})
+        cpu_ratio = f"{used['new'] / used['old']:.2f}x" if per_tree and used.get("old") else "-"
+        cells.append((m.label, cell(old), cell(new), ratio, cpu_ratio))
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     print("  ".join("-" * w for w in widths))
@@ -207,10 +250,16 @@ def comparison_table(figures: dict[str, dict[str, float]], against: str) -> None
     print()
 
 
-def target_rows(figures: dict[str, dict[str, float]], against: str) -> tuple[list[Row], list[str]]:
+def target_rows(
+    figures: dict[str, dict[str, float]], cpu: dict[str, dict[str, float]], against: str
+) -> tuple[list[Row], list[str]]:
     """The targets' rows, and notes on those that could not be measured."""
     rows: list[Row] = []
     notes: list[str] = []
+
+    def cpu_ratio(key: str) -> str:
+        used = cpu.get(key, {})
+        return f"; CPU new/old {used['new'] / used['old']:.2f}x" if used.get("old") else ""
 
     def pair(key: str) -> tuple[float, float] | None:
         sides = figures.get(key, {})
@@ -225,7 +274,8 @@ def target_rows(figures: dict[str, dict[str, float]], against: str) -> tuple[lis
                     measured=f"{ratio:.2f}x",
                     target=f"<= {STEP_TARGET:.2f}x",
                     ratio=ratio / STEP_TARGET,
-                    detail=f"{found[0]:.1f} us before, {found[1]:.1f} us now (mean a step)",
+                    detail=f"{found[0]:.1f} us before, {found[1]:.1f} us now (mean a step)"
+                    + cpu_ratio(key),
                 )
             )
     langgraph = figures.get("langgraph", {}).get("peer")
@@ -251,7 +301,8 @@ def target_rows(figures: dict[str, dict[str, float]], against: str) -> tuple[lis
                     measured=f"{ratio:.2f}x",
                     target=f">= {TPS_TARGET:.2f}x",
                     ratio=TPS_TARGET / ratio,
-                    detail=f"{found[0]:,.0f} tx/s before, {found[1]:,.0f} tx/s now",
+                    detail=f"{found[0]:,.0f} tx/s before, {found[1]:,.0f} tx/s now"
+                    + cpu_ratio(key),
                 )
             )
     for key, label, target in (
@@ -321,35 +372,50 @@ def main() -> int:
         git("worktree", "add", "--detach", str(old_root), commit)
         try:
             # Bytecode beside each tree's sources, compiled first, then only read.
-            trees = {"old": environment(None, old_root), "new": environment(None, ROOT)}
-            compile_tree(old_root, trees["old"])
-            compile_tree(ROOT, trees["new"])
-            found = run_rounds(trees, rounds, quick=args.quick)
+            trees = {
+                "old": Tree(old_root, environment(None, old_root)),
+                "new": Tree(ROOT, environment(None, ROOT)),
+            }
+            for tree in trees.values():
+                compile_tree(tree.root, tree.env)
+            found, cpu = run_rounds(trees, rounds, quick=args.quick)
         finally:
             git("worktree", "remove", "--force", str(old_root))
     load_end = load()
     missing = [m.key for m in MEASURES if m.per_tree and "new" not in found[m.key]]
     if missing:
         raise SystemExit(f"no figure for this tree: {', '.join(missing)}")
-    figures = medians(found)
+    figures, cpu_figures = medians(found), medians(cpu)
     print(
         f"{rounds} round(s), old ({against}) and new (this working tree) alternately;"
         f" medians over rounds; load average {load_start[0]:.2f} at the start,"
         f" {load_end[0]:.2f} at the end (1 minute; 2 cores: above 2 the run shares them)\n"
     )
-    comparison_table(figures, against)
-    rows, notes = target_rows(figures, against)
+    comparison_table(figures, cpu_figures, against)
+    print(
+        "CPU new/old: the ratio of the CPU time the same workload took (an import's, or the whole"
+        " timed run's), which other jobs inflate less than the wall time; for tx/s, above 1 is"
+        " slower too.\n"
+    )
+    rows, notes = target_rows(figures, cpu_figures, against)
     if args.json is not None:
         results: dict[str, Any] = {
             "against": against,
             "commit": commit,
+            "worktree": str(old_root),  # removed by now
             "rounds": rounds,
             "quick": args.quick,
             "load_start": load_start,
             "load_end": load_end,
             "measures": {
-                m.key: {"label": m.label, "unit": m.unit, "figures": found[m.key]}
-                | {"median": figures[m.key]}
+                m.key: {
+                    "label": m.label,
+                    "unit": m.unit,
+                    "figures": found[m.key],
+                    "median": figures[m.key],
+                    "cpu": cpu[m.key],  # seconds of the timed workload; ms for an import
+                    "cpu_median": cpu_figures[m.key],
+                }
                 for m in MEASURES
             },
             "targets": [

@@ -70,13 +70,20 @@ def environment(cache: str | None, root: Path = ROOT) -> dict[str, str]:
     return env
 
 
-def run(arguments: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run the interpreter with `arguments`; exit if it fails."""
+def run(
+    arguments: list[str], env: dict[str, str], cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    """Run the interpreter with `arguments` in `cwd`; exit if it fails.
+
+    `python -c` puts its working directory first on `sys.path`, before `PYTHONPATH`: `cwd` must
+    be the checkout that `env` names, or the import finds the working directory's package.
+    """
     result = subprocess.run(  # noqa: S603  (our own interpreter and arguments)
         [sys.executable, *arguments],
         capture_output=True,
         text=True,
         env=env,
+        cwd=cwd,
         timeout=120,
         check=False,
     )
@@ -85,13 +92,15 @@ def run(arguments: list[str], env: dict[str, str]) -> subprocess.CompletedProces
     return result
 
 
-def time_import(env: dict[str, str], program: str = TIMED) -> tuple[float, float, str]:
+def time_import(
+    env: dict[str, str], program: str = TIMED, cwd: Path = ROOT
+) -> tuple[float, float, str]:
     """Wall and CPU milliseconds of `import agenttx` (or of what `program`, made by `timed`,
-    times) in a fresh process, and what it loaded.
+    times) in a fresh process started in `cwd` (the checkout `env` names), and what it loaded.
 
     What it loaded: those of NOT_AT_IMPORT, comma-separated.
     """
-    elapsed, cpu, *loaded = run(["-c", program], env).stdout.split()
+    elapsed, cpu, *loaded = run(["-c", program], env, cwd).stdout.split()
     return float(elapsed), float(cpu), ",".join(loaded)
 
 

@@ -90,7 +90,6 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 def test_compare_runs_both_trees_and_removes_its_worktree(tmp_path: Path) -> None:
     """bench/compare.py's smoke run measures the old commit and this tree, writes its JSON, and
     leaves no worktree behind."""
-    worktrees = _git("worktree", "list", "--porcelain")
     out = tmp_path / "compare.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -114,7 +113,9 @@ def test_compare_runs_both_trees_and_removes_its_worktree(tmp_path: Path) -> Non
         assert all(v > 0 for values in measures[key]["figures"].values() for v in values), key
     for key in ("plan_memory", "plan_durable"):  # 1ffc288 had no plans: this tree only
         assert set(measures[key]["figures"]) == {"new"}, key
-    assert _git("worktree", "list", "--porcelain") == worktrees
+    # Its own worktree is gone (other runs' may come and go: the repository is shared).
+    assert found["worktree"] not in _git("worktree", "list", "--porcelain")
+    assert not Path(found["worktree"]).exists()
 
 
 def test_import_agenttx_loads_only_the_errors_and_the_version():

@@ -141,6 +141,7 @@ EXPECTED = {
         "PlanNodeRow",
         "PlanStore",
         "PostgresStore",
+        "ReleasingStore",
         "RequestRow",
         "RequestStore",
         "SQLiteStore",

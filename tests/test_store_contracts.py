@@ -13,12 +13,14 @@ from agenttx.stores import (
     LeasedStore,
     MemoryStore,
     PlanStore,
+    ReleasingStore,
     RequestStore,
     SQLiteStore,
     claims_effects,
     is_plan_store,
     keeps_history,
     leases_owners,
+    releases,
 )
 
 
@@ -32,12 +34,14 @@ def test_the_shipped_stores_have_the_capabilities_they_document(tmp_path):
         assert isinstance(store, RequestStore)
         assert not claims_effects(store)
         assert not leases_owners(store)
+        assert releases(store)  # Engine.close hands its open transactions back
     finally:
         store.close()
     memory = MemoryStore()
     assert not is_plan_store(memory)
     assert not keeps_history(memory)
     assert isinstance(memory, RequestStore)
+    assert not releases(memory)
 
 
 def test_a_store_with_some_plan_methods_keeps_no_plan_runs():
@@ -63,6 +67,13 @@ def test_each_check_answers_by_the_class_and_the_protocol():
         def owner_alive(self, owner: str | None) -> bool:
             return owner is not None
 
+        def check_lease(self, tx_id: str) -> None:
+            return None
+
+    class Releasing(MemoryStore):
+        def release(self, tx_id: str) -> None:
+            return None
+
     class Claiming(MemoryStore):
         def claim_effects(self, limit: int = 100, **kwargs: object) -> tuple[object, ...]:
             return ()
@@ -78,10 +89,12 @@ def test_each_check_answers_by_the_class_and_the_protocol():
         (Leased(), LeasedStore, leases_owners),
         (Claiming(), ClaimingOutbox, claims_effects),
         (History(), HistoryStore, keeps_history),
+        (Releasing(), ReleasingStore, releases),
     ):
         assert check(store)
         assert isinstance(store, protocol)
-        others = [c for c in (leases_owners, claims_effects, keeps_history) if c is not check]
+        checks = (leases_owners, claims_effects, keeps_history, releases)
+        others = [c for c in checks if c is not check]
         assert not any(other(store) for other in others)
 
 

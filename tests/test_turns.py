@@ -13,8 +13,8 @@ import pytest
 
 import agenttx
 from agenttx import RollbackStrategy, StepStatus, TxStatus, _turns
-from agenttx._transaction import _turns as calls_of
 from agenttx._saga import Backoff
+from agenttx._transaction import _turns as calls_of
 
 N = 8
 
@@ -278,9 +278,14 @@ def test_a_turn_of_more_calls_than_the_limit_is_refused_before_any_runs():
         tx.call_turn(too_many)
     with pytest.raises(agenttx.InvalidArgument, match=message + "50000$"):
         asyncio.run(tx.acall_turn(too_many))
-    endless = itertools.repeat(("echo", {"n": 0}))
+
+    def endless():  # read past the limit (a regression) fails here, instead of for ever
+        for n in itertools.count():
+            assert n <= limit, "the turn read past its limit"
+            yield ("echo", {"n": n})
+
     with pytest.raises(agenttx.InvalidArgument, match=message + "more than that$"):
-        tx.call_turn(endless)
+        tx.call_turn(endless())
     assert (log, tx.next_step_id) == ([], 1)
     results = tx.call_turn([("echo", {"n": n}) for n in range(limit)])
     assert [r.status for r in results] == [StepStatus.SUCCESS] * limit

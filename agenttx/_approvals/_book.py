@@ -19,6 +19,7 @@ from .._errors import (
     ReviewNotFound,
 )
 from .._json import JSONValue, canonical_dumps, check_json
+from .._limits import MAX_PAYLOAD_BYTES
 from ..stores import MemoryRequests, RequestRow, RequestStore, is_durable, is_plan_store
 from ._records import (
     APPROVAL,
@@ -362,11 +363,17 @@ class Requests:
         self._table.add_request(row, fence=scope_id if fence else None)
         return row
 
-    def expire(self, row: RequestRow) -> bool:
-        """Mark an approved request whose approval has expired; True if this call did it."""
+    def expire(self, row: RequestRow, *, fence: bool = False) -> bool:
+        """Mark an approved request whose approval has expired; True if this call did it.
+        `fence`: only while the store still holds the request's scope (see `consume`)."""
         return (
             self._table.set_request_state(
-                row.id, ("approved",), "expired", decision=row.decision, now=time.time()
+                row.id,
+                ("approved",),
+                "expired",
+                decision=row.decision,
+                now=time.time(),
+                fence=row.scope_id if fence else None,
             )
             is not None
         )
@@ -403,12 +410,18 @@ class Requests:
             is not None
         )
 
-    def finish(self, row: RequestRow, outcome: str) -> None:
-        """Record that the approved call's outcome was recorded (`outcome`: what became of it)."""
+    def finish(self, row: RequestRow, outcome: str, *, fence: bool = False) -> None:
+        """Record that the approved call's outcome was recorded (`outcome`: what became of it).
+        `fence`: only while the store still holds the request's scope (see `consume`)."""
         decision = loads(row.decision)
         decision["outcome"] = outcome
         self._table.set_request_state(
-            row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
+            row.id,
+            ("consumed",),
+            "finished",
+            decision=canonical_dumps(decision),
+            now=time.time(),
+            fence=row.scope_id if fence else None,
         )
 
     def withdraw(
@@ -434,7 +447,7 @@ class Requests:
                 if not isinstance(step, int) or step < from_step or request.node is not None:
                     continue
                 if state == "consumed":
-                    self.finish(row, why)
+                    self.finish(row, why, fence=fence)
                     withdrawn += 1
                     continue
             if state != "pending" and not (from_step is not None and state == "resolved"):
@@ -450,6 +463,20 @@ class Requests:
             )
             withdrawn += changed is not None
         return withdrawn
+
+    def finish_started(self, scope_id: str, why: str, from_step: int) -> int:
+        """Finish the calls started at transaction steps >= `from_step` whose outcome a rewind
+        has settled by compensating them (`why`): sent again, they start afresh. Returns how
+        many."""
+        finished = 0
+        for row in self._table.requests_of(scope_id):
+            if row.state != "consumed":
+                continue
+            step = loads(row.decision).get("consumed_step")
+            if isinstance(step, int) and step >= from_step and request_of(row).node is None:
+                self.finish(row, why)
+                finished += 1
+        return finished
 
     # ------------------------------------------------------------ reviews
 
@@ -514,12 +541,17 @@ class Requests:
         """Resolve a pending review: `outcome` "done" (with the call's `output`) or "not_done".
 
         Raises `InvalidArgument` (an empty actor, another outcome, an output that is not
-        JSON) or `ReviewNotFound` (unknown, or not pending any more).
+        JSON or is over the 1 MiB limit of a tool's output) or `ReviewNotFound` (unknown, or
+        not pending any more).
         """
         actor = _check_actor(actor)
         if outcome not in ("done", "not_done"):
             raise InvalidArgument(f'outcome must be "done" or "not_done", got {outcome!r}')
         output = check_json(output, what="review output")
+        if len(canonical_dumps(output).encode()) > MAX_PAYLOAD_BYTES:
+            raise InvalidArgument(
+                f"review output exceeds {MAX_PAYLOAD_BYTES} bytes, the limit of a tool's output"
+            )
         if outcome == "not_done":
             output = None
         row = self.get(review_id, scope_id)
@@ -539,11 +571,18 @@ class Requests:
             raise ReviewNotFound(request_id=review_id, resolved=True)
         return changed
 
-    def apply_review(self, row: RequestRow) -> bool:
-        """Mark a resolved review as taken by its step; False if another call took it."""
+    def apply_review(self, row: RequestRow, *, fence: bool = False) -> bool:
+        """Mark a resolved review as taken by its step; False if another call took it.
+        `fence`: only while the store still holds the review's scope (see `consume`): a worker
+        that lost it takes nothing of its new owner's."""
         return (
             self._table.set_request_state(
-                row.id, ("resolved",), "applied", decision=row.decision, now=time.time()
+                row.id,
+                ("resolved",),
+                "applied",
+                decision=row.decision,
+                now=time.time(),
+                fence=row.scope_id if fence else None,
             )
             is not None
         )

@@ -545,7 +545,8 @@ class Transaction:
         Raises `FailedPrecondition`, changing nothing, while a timed-out tool call is still
         running after waiting for it up to the step timeout (its effect may still land), and
         while a call waits for a person or has an unknown outcome (a pending approval request,
-        a review not yet taken, a call started and never finished: docs/protocol.md#people).
+        a review not yet taken, a call started and never finished: see
+        docs/protocol.md#the-lifecycle-of-a-tool-call).
         """
         return self._pipeline.commit()
 

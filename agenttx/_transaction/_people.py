@@ -182,19 +182,21 @@ class People:
             note=note,
             key_of=self._key_of,
             keep=self._ledger.record,
-            keep_running=lambda orphan: orphans.add(orphan._replace(held=True)),
+            keep_running=lambda orphan, held: orphans.add(orphan._replace(held=held)),
             drop_writes=drop_writes,
             dispatched=dispatched,
             decided=self._decided,
+            prepared_context=call.context,
         )
 
     def finish(self, settled: Settled) -> None:
         """After the transaction recorded `settled`: end the row that guarded its call."""
-        finish(self.book(), settled)
+        finish(self.book(), settled, fence=is_durable(self._store))
 
     def unless_blocked(self, call: Call) -> Call | Failure:
         """The call, unless its step waits for a person (or an unknown outcome) on another
-        call: then a mistake of the agent's, and nothing runs (docs/protocol.md#people)."""
+        call: then the agent's mistake, and nothing runs
+        (docs/protocol.md#the-lifecycle-of-a-tool-call)."""
         if self.requests is None:  # it never asked: nothing can block
             return call
         digest = call_digest(call.tool.name, call.arguments)
@@ -229,7 +231,7 @@ class People:
         waits for a person or has an unknown outcome (committing would drop it unrecorded)."""
         if self.requests is None:
             return
-        waiting = unsettled(self.requests.of_scope(self._tx_id))
+        waiting = unsettled(self.requests.of_scope(self._tx_id), self._timeline.steps)
         if waiting:
             ids = ", ".join(f"`{row.id}` ({row.kind} {row.state})" for row in waiting)
             raise FailedPrecondition(
@@ -245,10 +247,20 @@ class People:
         for row in self.requests.of_scope(self._tx_id):
             self._decided(row)
 
-    def rewound(self, target: int) -> None:
-        """A rewind dropped the steps from `target` on: what waited at them waits no more."""
-        if self.requests is not None:
-            self.requests.withdraw(self._tx_id, f"step rewound to {target}", from_step=target)
+    def rewound(self, target: int, *, dropped: bool) -> None:
+        """A rewind to `target` is done (`dropped`: it dropped steps, else it only undid the
+        step at `target`, which is sent again at its own number)."""
+        if self.requests is None:
+            return
+        why = f"step rewound to {target}"
+        if dropped:
+            # What waited at a step the rewind drops waits no more (a step sent again at its
+            # own number drops nothing: what waits there still blocks it).
+            self.requests.withdraw(self._tx_id, why, from_step=target)
+        elif self._timeline.undid:
+            # The rewind compensated the step's call: its outcome is known (undone), and the
+            # call sent again gets a new key and, if it needs one, a new approval.
+            self.requests.finish_started(self._tx_id, why, from_step=target)
 
     def withdraw(self, final: TxStatus) -> None:
         """The transaction ended: its requests still pending can no longer be decided."""

@@ -1,14 +1,10 @@
-"""The step pipeline and the one rewind path of a transaction (`Pipeline`).
+"""The step pipeline (docs/protocol.md#step-pipeline) and the one rewind path (`Pipeline`).
 
-The step pipeline is docs/protocol.md#step-pipeline: a call is checked, its step started (the
-store's snapshot first), prepared (references resolved, arguments checked), run (a guarded
-tool through the step core, `_step.attempt`, with the people desk's `Desk`), and settled:
-recorded (durably first, on a durable store), or failed with a hint and rewound as the
-controller decides. Every rewind and abort goes through `_rewind`, in one order: the decision
-is written to the durable log first (with a new rewind count, which changes every idempotency
-key), then the undo records are compensated newest first, then the store is restored and the
-timeline truncated, and the progress written. A crash anywhere in between is finished by
-recovery, never undone. Agent-caused failures come back as a `StepResult`; only misuse raises.
+Every rewind and abort goes through `_rewind`, in one order: the decision is written to the
+durable log first (with a new rewind count, which changes every idempotency key), then the
+undo records are compensated newest first, then the store is restored and the timeline
+truncated, and the progress written. A crash anywhere in between is finished by recovery,
+never undone. Agent-caused failures come back as a `StepResult`; only misuse raises.
 """
 
 from __future__ import annotations
@@ -80,16 +76,13 @@ __all__ = ["Pipeline"]
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class Pipeline:
-    """A transaction's step driver: its status, its steps, its rewinds, rollback and commit.
+    """A transaction's step driver: its status, steps, rewinds, rollback and commit.
 
-    It owns the status and the transient marks of the constraints, and changes the parts the
-    transaction gave it (the timeline, the constraints list, in place, the undo ledger, the
-    orphans) under `lock` for whatever a view reads. Each entry point (`execute_step`,
-    `aexecute_step`, `rollback`, `commit`, `abort_if_idle`, `adopt`) takes the turn
-    (`Calls`) for its whole length; everything else runs under it. It asks the people desk
-    what waits for a person, and the step core the rest of a guarded attempt; the record
-    ends the store's side. Misuse raises before anything changes; an agent's mistake is a
-    failed `StepResult`.
+    It owns the status and the transient marks; it changes the parts it was given (timeline,
+    constraints list, in place, undo ledger, orphans) under `state_lock` for what a view
+    reads. Each entry point (`execute_step`, `aexecute_step`, `rollback`, `commit`,
+    `abort_if_idle`, `adopt`) holds the turn (`Calls`) for its whole length. Misuse raises
+    before anything changes; an agent's mistake is a failed `StepResult`.
     """
 
     _id: str
@@ -175,7 +168,9 @@ class Pipeline:
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
                 if isinstance(prepared, Call) and self._people.requests is not None:
-                    prepared = self._people.unless_blocked(prepared)
+                    blocked = self._people.unless_blocked(prepared)
+                    if isinstance(blocked, Failure):
+                        return self._blocked(step_id, blocked)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
@@ -229,21 +224,24 @@ class Pipeline:
         self, call: Call, *, approval: ApprovalRequest | None, review: Review | None
     ) -> StepResult:
         """The step waits for a person: nothing rewound, the same step is next."""
-        with self._state_lock:
-            timeline = self._timeline
-            call_id = timeline.call_id
-            timeline.pending = None
-            timeline.call_id = None
-        self._transition(TxStatus.ACTIVE)
         return StepResult(
             status=StepStatus.NEEDS_APPROVAL if approval is not None else StepStatus.NEEDS_REVIEW,
             step_id=call.step_id,
             next_step_id=call.step_id,
             constraints=tuple(self._constraints),
-            call_id=call_id,
+            call_id=self._same_step(),
             approval=approval,
             review=review,
         )
+
+    def _same_step(self) -> str | None:
+        """The step ends with nothing to undo and is sent again at its own number: ACTIVE,
+        no call pending; the call id it had."""
+        with self._state_lock:
+            timeline = self._timeline
+            call_id, timeline.pending, timeline.call_id = timeline.call_id, None, None
+        self._transition(TxStatus.ACTIVE)
+        return call_id
 
     async def aexecute_step(
         self,
@@ -275,7 +273,9 @@ class Pipeline:
         try:
             prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._people.requests is not None:
-                prepared = self._people.unless_blocked(prepared)
+                blocked = self._people.unless_blocked(prepared)
+                if isinstance(blocked, Failure):
+                    return self._blocked(step_id, blocked)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
@@ -421,13 +421,39 @@ class Pipeline:
         """
         if isinstance(prepared, Call):
             undos, _ = closed(prepared.context)  # its staged effects are dropped
-            self._ledger.record(undos)
+            if not self._orphans.runs(prepared.context):  # else they wait for it to return
+                self._ledger.record(undos)
         if self._status is TxStatus.EXECUTING:
             try:
                 self._rewind(step_id)
             except (StorageError, TransactionNotFound):
                 if not isinstance(cause, (StorageError, TransactionNotFound)):
                     raise
+
+    def _blocked(self, step_id: int, failure: Failure) -> StepResult:
+        """A call refused at a step that waits for a person: nothing ran, nothing is undone,
+        and the controller is not asked (a refusal never escalates to a rewind that would
+        drop the waiting request); the same step is next."""
+        hint = clean_error(failure.message)
+        call_id = self._same_step()
+        data: dict[str, JSONValue] = {
+            "hint": hint.text,
+            "category": hint.category.value,
+            "strategy": RollbackStrategy.RESEND.value,
+            "rollback_to_step": step_id,
+        }
+        self._events.emit(EventKind.STEP_FAILED, step=step_id, data=data)
+        return failed_step(
+            step_id,
+            decision=RollbackDecision(strategy=RollbackStrategy.RESEND, target_step=step_id),
+            hint=hint,
+            error=failure.message,
+            next_step_id=step_id,
+            constraints=tuple(self._constraints),
+            compensation_errors=(),
+            started=time.perf_counter(),
+            call_id=call_id,
+        )
 
     def _unless_orphans(self, call: Call, wait: float) -> Call | Failure:
         """The call, unless an earlier timed-out call still runs (its effect may land); first,
@@ -545,7 +571,8 @@ class Pipeline:
             timeline.rewinds += 1  # the next attempt numbers its undo records apart
             if final is None:
                 records = self._ledger.take_from(target)
-                if records or _drops(timeline, target):  # docs/protocol.md#idempotency-keys
+                timeline.undid = bool(records) or _drops(timeline, target)
+                if timeline.undid:  # docs/protocol.md#idempotency-keys
                     timeline.generation += 1
                 self._log_progress(rewinding=(target, None))
                 return records
@@ -567,10 +594,8 @@ class Pipeline:
             self._transition(final)
             return
         self._store.restore(self._id, target)
-        if target < self._timeline.next_step:
-            # What waited at a step the rewind drops waits no more (a step sent again at its
-            # own number drops nothing: what waits there still blocks it).
-            self._people.rewound(target)
+        self._orphans.release_from(target)  # a held call of a dropped step is undone once back
+        self._people.rewound(target, dropped=target < self._timeline.next_step)
         with self._state_lock:
             undone: list[JSONValue] = [step for step in self._timeline.steps if step >= target]
             self._timeline.truncate(target)
@@ -762,9 +787,8 @@ STEP_COMPLETED: Final = EventKind.STEP_COMPLETED
 def _drops(timeline: Timeline, target: int) -> bool:
     """Whether a rewind to `target` drops a live step or a staged effect (the failed step's
     own effects included: they are staged before it is recorded)."""
-    return any(step >= target for step in timeline.steps) or any(
-        effect.step_id >= target for effect in timeline.effects
-    )
+    steps, effects = timeline.steps, timeline.effects
+    return any(step >= target for step in steps) or any(e.step_id >= target for e in effects)
 
 
 def _rewind_target(decision: RollbackDecision) -> tuple[int, TxStatus | None]:

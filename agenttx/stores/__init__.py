@@ -19,8 +19,8 @@ Transactions that should see each other's commits, and conflict, share one store
 implements `DurableStore`: the records a transaction needs to survive a crash, and an outbox of
 committed effects. What a store may keep beyond that is a protocol each, with its contract:
 `PlanStore` (plan runs), `HistoryStore` (ended transactions), `RequestStore` (approval requests
-and reviews), `ClaimingOutbox` and `LeasedStore`; the library uses a capability a store has,
-and goes without one it lacks.
+and reviews), `ClaimingOutbox`, `LeasedStore` and `ReleasingStore`; the library uses a
+capability a store has, and goes without one it lacks.
 `PostgresStore(dsn_or_pool)` (extra `agenttx[postgres]`) implements it on a
 PostgreSQL server shared by workers on many machines, with leases that fence every write.
 `agenttx.testing.check_store(factory)` checks any implementation against the contract.
@@ -41,10 +41,12 @@ from ._contracts import ClaimingOutbox as ClaimingOutbox
 from ._contracts import HistoryStore as HistoryStore
 from ._contracts import LeasedStore as LeasedStore
 from ._contracts import PlanStore as PlanStore
+from ._contracts import ReleasingStore as ReleasingStore
 from ._contracts import claims_effects as claims_effects
 from ._contracts import is_plan_store as is_plan_store
 from ._contracts import keeps_history as keeps_history
 from ._contracts import leases_owners as leases_owners
+from ._contracts import releases as releases
 from ._durable import DurableStore as DurableStore
 from ._durable import EffectRow as EffectRow
 from ._durable import EndedTransaction as EndedTransaction
@@ -79,6 +81,7 @@ __all__ = [
     "PlanNodeRow",
     "PlanStore",
     "PostgresStore",
+    "ReleasingStore",
     "RequestRow",
     "RequestStore",
     "SQLiteStore",

@@ -175,6 +175,25 @@ class LeasedStore(Protocol):
         and changes nothing it need not; called once per open transaction or run."""
         ...
 
+    def check_lease(self, tx_id: str) -> None:
+        """Called before each tool of transaction `tx_id` runs: raise `StorageError` ("lease
+        lost") unless this store still holds it, and holds it long enough that no recovery
+        takes it over before the tool could return (renewing the lease if need be). Writes
+        only to renew; `TransactionNotFound` if the store never held it."""
+        ...
+
+
+@runtime_checkable
+class ReleasingStore(Protocol):
+    """A durable store that can stop holding an open transaction so that another store, in any
+    process, may claim it at once (`Engine.close`)."""
+
+    def release(self, tx_id: str) -> None:
+        """Write what is buffered for `tx_id`, then give up this store's hold on it, in one
+        fenced write; a no-op if this store does not hold it; `StorageError` if another store
+        took it over meanwhile (it is let go all the same). Idempotent."""
+        ...
+
 
 _ANSWERS: dict[tuple[type, type], bool] = {}
 
@@ -204,5 +223,11 @@ def claims_effects(store: object) -> TypeGuard[ClaimingOutbox]:
 
 
 def leases_owners(store: object) -> TypeGuard[LeasedStore]:
-    """Whether `store` judges its owners alive itself (`LeasedStore`)."""
+    """Whether `store` judges its owners alive itself and fences tools by leases
+    (`LeasedStore`)."""
     return _has(store, LeasedStore)
+
+
+def releases(store: object) -> TypeGuard[ReleasingStore]:
+    """Whether `store` can hand an open transaction back to recovery (`ReleasingStore`)."""
+    return _has(store, ReleasingStore)
