@@ -27,6 +27,7 @@ __all__ = ["RETRY_BACKOFF", "TurnCall", "not_run", "turn_calls"]
 #: doubling, at most 8 s, with full jitter (callers that failed together do not retry together).
 RETRY_BACKOFF: Final = Backoff(base=0.25, max_wait=8.0, jitter=True)
 
+
 def _check_call_id(_: object, __: object, value: str | None) -> None:
     check_call_id(value)
 
