@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import random
 import threading
 import time
+import weakref
 
 import attrs
 import pytest
@@ -693,3 +695,30 @@ def test_check_dispatcher_accepts_what_delivery_accepts_and_names_the_rest():
     for bad in (5, "email", [print], {"email": 5}, {3: print}):
         with pytest.raises(agenttx.InvalidArgument, match=r"^dispatcher must"):
             check_dispatcher(bad)
+
+
+def test_a_ledger_never_keeps_its_transaction_alive():
+    """A transaction that ended is freed by reference counting alone: its ledger holds the
+    audit callback weakly, so no cycle waits for the garbage collector (a speed matter)."""
+
+    @agenttx.compensation(name="undo")
+    def undo(payload):
+        del payload
+
+    @agenttx.tool(compensate=undo)
+    def noop(x: int) -> dict:
+        return {"x": x}
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        tx = agenttx.Transaction(tools=[undo, noop])
+        for step in (1, 2, 3):
+            tx.execute_step(step, "noop", {"x": step})
+        tx.commit()
+        ref = weakref.ref(tx)
+        del tx
+        assert ref() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -17,7 +17,9 @@ abandoned run may still finish, and recovery may run the record again.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
+import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -65,6 +67,22 @@ def _compensation_timeout(value: object) -> float:
     return check_timeout("compensation_timeout", value)
 
 
+def _held_weakly(
+    callback: Callable[[UndoRecord, str | None], object] | None,
+) -> Callable[[UndoRecord, str | None], object] | None:
+    """`callback`, through a weak reference if it is a bound method (see `on_outcome`)."""
+    if callback is None or not inspect.ismethod(callback):
+        return callback
+    method = weakref.WeakMethod(callback)
+
+    def call(record: UndoRecord, error: str | None) -> None:
+        bound = method()
+        if bound is not None:
+            bound(record, error)
+
+    return call
+
+
 @attrs.define(kw_only=True, eq=False, repr=False)
 class SagaLedger:
     """The undo records of one transaction's live steps, plus those that failed to run.
@@ -79,8 +97,11 @@ class SagaLedger:
     #: Called with each record whose compensation succeeded (a durable store forgets it).
     on_compensated: Callable[[UndoRecord], object] | None = None
     #: Called with each record run and its error (None when it succeeded), after
-    #: `on_compensated`; for the audit trail. It must not raise.
-    on_outcome: Callable[[UndoRecord, str | None], object] | None = None
+    #: `on_compensated`; for the audit trail. It must not raise. A bound method is held
+    #: weakly: the ledger never keeps its owner alive (no cycle for the collector to find).
+    on_outcome: Callable[[UndoRecord, str | None], object] | None = attrs.field(
+        default=None, converter=_held_weakly, on_setattr=attrs.setters.convert
+    )
     _records: list[UndoRecord] = attrs.field(init=False, factory=list)
     _failed: list[tuple[UndoRecord, str]] = attrs.field(init=False, factory=list)
     # Attempts that may outlive their deadline, with their record; pruned when they end.
