@@ -38,8 +38,6 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-import attrs
-
 from .._approvals import request_of
 from .._errors import (
     FailedPrecondition,
@@ -56,19 +54,23 @@ from .._limits import DEFAULT_ISOLATION
 from .._rollback import RollbackPolicy
 from .._saga import Backoff, deliver_outbox, dispatch_effects
 from .._settings import Settings
-from .._step import validate_edit
+from .._step import Refused, classify, finish, validate_edit
 from .._tools import (
     Call,
     Compensation,
     Failure,
+    Orphan,
     Outcome,
     ToolContext,
     ToolRegistry,
     UndoRecord,
+    abandoned_call,
     arun_tool,
     closed,
     key_deriver,
     run_tool,
+    still_running,
+    with_key,
 )
 from .._turns import RETRY_BACKOFF
 from .._txlog import LiveStep, TxLog, history_text, read_image
@@ -85,6 +87,7 @@ from ._checks import (
 )
 from ._compensate import compensate_nodes
 from ._journal import PlanJournal, StoredNode, is_plan_store
+from ._late import LateCalls
 from ._metrics import (
     CostBreakdown,
     LazyMap,
@@ -93,7 +96,7 @@ from ._metrics import (
     plan_metrics,
 )
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
-from ._people import NodeGate, Waiting
+from ._people import NodeGate
 from ._records import (
     COMPLETED,
     DISPATCHED,
@@ -106,6 +109,7 @@ from ._records import (
     NodeRecord,
     SerializedStore,
     attempts_made,
+    generation_of,
     node_timing,
     node_undo,
     node_units,
@@ -211,6 +215,8 @@ class PlanExecution:
         self._nodes: dict[str, NodeRecord] = {}
         #: The nodes' tools, by name (not on the records: a kept result keeps no tool alive).
         self._tools: dict[str, Tool[Any, Any]] = {}
+        #: How many times a node's key changed (an earlier call of it was compensated).
+        self._generations: dict[str, int] = {}
         self._scheduler = self._build(plan, registry, restored, on_failure, capacities, limits)
         #: Each rate-limited tool's `(tool, per_second, burst)`: a durable run also counts it
         #: over every run on the store, taking a token of the tool's bucket with each claim.
@@ -222,8 +228,12 @@ class PlanExecution:
         self._compensate = compensate_on == "failure"
         self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
         self._outputs: dict[str, JSONValue] = {}
-        #: Undos of calls that may still be running on a worker: reported, never run.
+        #: Undos of async tools that did not unwind when cancelled: reported, never run.
         self._stranded: list[tuple[str, UndoRecord]] = []
+        #: The calls attempts walked away from while their tools ran: their undos wait.
+        self._late = LateCalls()
+        #: The call each running guarded attempt sent last (an approver may have edited it).
+        self._sent: dict[str, Call] = {}
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
@@ -296,6 +306,9 @@ class PlanExecution:
             )
             if isinstance(node.compensate, Compensation):
                 self._compensations.setdefault(node.compensate.name, node.compensate)
+            if restored and (generation := generation_of(restored, node_id)):
+                self._generations[node_id] = generation
+                record.regenerate(generation)
             yield record
 
     def _init_durable(
@@ -782,7 +795,8 @@ class PlanExecution:
                 self._max,
                 start.waited,
                 timeout,
-            ),
+            )
+            + ((self._generations.get(node_id, 0),) if self._generations else ()),
         )
         if failure is not None:
             closed(context)
@@ -809,6 +823,9 @@ class PlanExecution:
             return Finished(attempt, outcome)
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
+        if self._late and self._late.of(node_id):  # an earlier call of the node still runs
+            attempt.task = asyncio.ensure_future(self._after_late(attempt, call, inbox))
+            return None
         if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
             attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
             return None
@@ -832,45 +849,132 @@ class PlanExecution:
         inbox.post(Finished(attempt, outcome))
 
     async def _run_guarded(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
-        """A node whose tool may need a person (`_people`): wait for the approval or review
-        while independent nodes go on, then run the call (or take the decided output)."""
+        """A node whose tool may need a person: its attempt through the step core
+        (`NodeGate.run`), waiting for an approval or a review while independent nodes go on.
+        A call still running past its deadline is kept (`_late`) until it returns."""
         import asyncio  # noqa: PLC0415
 
         node = attempt.node
-        people = self._people
-        unknown = call.tool.on_unknown == "review"
+
+        def dispatched(sent: Call) -> None:
+            if sent.context is not attempt.context:  # the gate gave it a context of its own
+                closed(attempt.context)
+                attempt.context = sent.context
+            self._sent[attempt.id] = sent
+
+        def keep(undos: tuple[UndoRecord, ...]) -> None:
+            abandoned_call(attempt.task)  # kept here: not again if the attempt is cancelled
+            self._keep_undos(node, undos, over=True)
+
+        def keep_running(orphan: Orphan) -> None:
+            abandoned_call(attempt.task)
+            self._late.add(node, attempt.id, orphan._replace(held=True))
+
+        async def again() -> Failure | None:
+            if not self._late.of(node):
+                return None
+            running, _ = await self._settle_late(node, call.timeout)
+            return still_running(call, call.timeout) if running else None
+
+        record = self._nodes[node]
         try:
-            gated = people.gate(node, call)
-            while True:
-                while isinstance(gated, Waiting):
-                    await people.decided(gated)
-                    gated = people.gate(node, call)
-                if not isinstance(gated, Call):
-                    break
-                closed(attempt.context)  # the gate made the call a context of its own
-                attempt.context = gated.context
-                outcome = await arun_tool(gated)
-                if outcome.running is not None and unknown:  # it may have happened: ask
-                    unknown = False  # once: a second timeout fails the attempt
-                    gated = people.timed_out(node, gated, outcome)
-                    continue
-                if outcome.error is not None and outcome.running is None:
-                    people.failed(node)  # a retry asks again
-                break
-            if isinstance(gated, Failure):
-                outcome = Outcome(error=gated)
-            elif isinstance(gated, Outcome):
-                outcome = gated
+            result = await self._people.run(
+                node, call, record.key, keep, keep_running, dispatched, again
+            )
         except asyncio.CancelledError:
-            self._people.states.pop(node, None)
             closed(attempt.context)
             raise
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
+            self._sent.pop(attempt.id, None)
             inbox.post(Crashed(attempt, exc))
             return
+        self._sent.pop(attempt.id, None)
         attempt.finished_at = time.monotonic()
-        inbox.post(Finished(attempt, outcome))
+        if isinstance(result, Refused):
+            inbox.post(Finished(attempt, Outcome(error=result.failure)))
+        else:
+            inbox.post(Finished(attempt, result.outcome, result))
+
+    async def _after_late(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
+        """A node whose earlier attempt walked away from a call still running: wait for that
+        call first (never two at once), up to the node's timeout; if it still runs, the
+        attempt fails as timed out. If its undo was compensated, the node's key changes."""
+        import asyncio  # noqa: PLC0415
+
+        try:
+            running, compensated = await self._settle_late(attempt.node, call.timeout)
+        except asyncio.CancelledError:
+            closed(attempt.context)
+            raise
+        if running:
+            undos, _ = closed(attempt.context)
+            attempt.finished_at = time.monotonic()
+            failure = still_running(call, call.timeout)
+            inbox.post(Finished(attempt, Outcome(error=failure, undos=undos)))
+            return
+        if any(c.status is CompensationStatus.COMPLETED for c in compensated):
+            call = self._regenerate(attempt, call)
+        if call.tool.guarded:
+            await self._run_guarded(attempt, call, inbox)
+        else:
+            await self._run_attempt(attempt, call, inbox)
+
+    def _regenerate(self, attempt: Attempt, call: Call) -> Call:
+        """The node's earlier call was compensated: a key of its own from now on (durable on a
+        durable run before the call runs); the call again under it."""
+        node = attempt.node
+        generation = self._generations[node] = self._generations.get(node, 0) + 1
+        record = self._nodes[node]
+        record.regenerate(generation)
+        if self._journal is not None:
+            self._persist(self._journal.regenerate, node, attempt.id, generation)
+            self._flush()
+        if call.context is None:
+            return call
+        old = call.context
+        call = with_key(call, record.key)
+        closed(old)
+        attempt.context = call.context
+        return call
+
+    async def _settle_late(
+        self, node: str | None, wait: float
+    ) -> tuple[bool, tuple[CompensationOutcome, ...]]:
+        """Wait up to `wait` seconds for the late calls (of `node`, if given); for each that
+        has returned, record its late result, then keep its undos (a call a person or its
+        status check decides: with its node's, `held`) or compensate them (any other: its
+        attempt did not succeed). Whether one still runs, and the compensations."""
+        late = self._late
+        await late.await_wait(wait, node)
+        undos: list[tuple[float, str, UndoRecord]] = []
+        now = time.monotonic()
+        for call in late.take_finished(node):
+            records = call.orphan.finished_undos()
+            data: dict[str, JSONValue] = {
+                "late": call.returned(),
+                "undos": len(records),
+                "kept": call.orphan.held,
+            }
+            self._event(
+                PlanEventKind.LATE_RESULT_REFUSED, node=call.node, attempt=call.attempt, data=data
+            )
+            if call.orphan.held:
+                self._keep_undos(call.node, records, over=True)
+            else:
+                undos.extend((now, call.node, undo) for undo in records)
+        compensated: tuple[CompensationOutcome, ...] = ()
+        if undos:
+            txlog = self._txlog
+            compensated = await compensate_nodes(
+                undos,
+                (),
+                self._compensations,
+                run=self._compensate,
+                record=self._event,
+                on_compensated=None if txlog is None else txlog.forget,
+            )
+        return late.running(node), compensated
 
     def _note_person(
         self, kind: str, node: str, actor: str | None, data: Mapping[str, JSONValue]
@@ -916,6 +1020,10 @@ class PlanExecution:
         if isinstance(message, Crashed):
             raise message.error
         update = self._complete(attempt, message.outcome)
+        settled = message.settled
+        if settled is not None and settled.guard is not None:
+            self._flush()  # the node's end is durable before its guard says how the call ended
+            finish(self._people.book, settled)
         if update.interrupted:
             await self._apply(update, running)
         else:
@@ -933,18 +1041,13 @@ class PlanExecution:
             if failure is not None:
                 failure = failure._replace(mistake=True)  # a broken contract: never retried
         if failure is not None:
-            return self._fail(
-                attempt,
-                failure,
-                retry=True,
-                undos=outcome.undos,
-                still_running=outcome.running is not None,
-            )
+            return self._fail(attempt, failure, retry=True, outcome=outcome)
         update = self._scheduler.done(attempt.node, attempt.id)
         if update.delivery is Delivery.APPLIED:
             self._succeed(attempt, record, outcome)
-        else:
+        else:  # the attempt was stopped first: what its tool did is undone all the same
             self._refused(attempt, update)
+            self._keep_outcome(attempt, outcome)
         return update
 
     def _check_output(self, tool: Tool[Any, Any], output: JSONValue) -> Failure | None:
@@ -1000,17 +1103,12 @@ class PlanExecution:
         failure: Failure,
         *,
         retry: bool,
-        undos: tuple[UndoRecord, ...] = (),
-        still_running: bool = False,
+        outcome: Outcome | None = None,
     ) -> Update:
         node_id = attempt.node
-        node = self._plan.node(node_id)
         record = self._nodes[node_id]
-        hint = clean_error(failure.message)
-        if failure.key is not None and failure.key != hint.key:
-            hint = attrs.evolve(hint, key=failure.key)
-        transient = hint.category.transient if failure.transient is None else failure.transient
-        timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
+        node = record.node
+        hint, transient, timed_out, _ = classify(failure)
         retry_at: float | None = None
         number = attempt.number
         # The budget counts the failures retried before a crash too (a resumed run's).
@@ -1020,11 +1118,15 @@ class PlanExecution:
         update = self._scheduler.failed(node_id, attempt.id, retry_at=retry_at, timed_out=timed_out)
         if update.delivery is not Delivery.APPLIED:
             self._refused(attempt, update)
+            if outcome is not None:
+                self._keep_outcome(attempt, outcome)
             return update
         now = time.monotonic()
         # What a failed attempt registered before failing may have half happened: kept, and
-        # compensated with the node's others if the plan fails.
-        self._keep_undos(node_id, undos, over=not still_running)
+        # compensated with the node's others if the plan fails (or, for a call still running,
+        # once it has returned: `_late`).
+        if outcome is not None:
+            self._keep_outcome(attempt, outcome)
         data: dict[str, JSONValue] = {
             "number": number,
             "hint": hint.text,
@@ -1080,12 +1182,20 @@ class PlanExecution:
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_GRACE)
         for attempt, undos in stopped:
-            # What an interrupted attempt registered may have half happened. An async tool
-            # that has unwound is over; a sync one goes on on its worker thread, and undoing
-            # while its effect may still land would undo nothing: kept, not run.
-            tool = self._tools[self._nodes[attempt.node].tool]
-            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
-            self._keep_undos(attempt.node, undos, over=over)
+            # What an interrupted attempt registered may have half happened. A sync tool goes
+            # on on its worker thread: its undos wait for the call (`_late`), since undoing
+            # while its effect may still land would undo nothing. An async tool that has
+            # unwound is over; one that has not is kept, not run (`_stranded`).
+            task = attempt.task
+            sent = self._sent.pop(attempt.id, None)
+            if task is not None and task.done() and not task.cancelled():
+                continue  # it ended first: its outcome, in the inbox, keeps them
+            running = None if task is None else abandoned_call(task)
+            if running is not None:
+                call = sent if sent is not None else self._call_of(attempt)
+                self._late.add(attempt.node, attempt.id, Orphan(call, undos, running))
+                continue
+            self._keep_undos(attempt.node, undos, over=task is None or task.done())
 
     def _settle(
         self, update: Update, running: dict[str, Attempt]
@@ -1128,6 +1238,29 @@ class PlanExecution:
                 data={"reason": self._scheduler.cancel_reason},
             )
         return stopped
+
+    def _keep_outcome(self, attempt: Attempt, outcome: Outcome) -> None:
+        """Keep what an attempt that did not succeed registered: its undos, and, for a call
+        still running after its deadline, the call, which they wait for (`_late`)."""
+        if outcome.running is not None:
+            orphan = Orphan(self._call_of(attempt), outcome.undos, outcome.running)
+            self._late.add(attempt.node, attempt.id, orphan)
+        else:
+            self._keep_undos(attempt.node, outcome.undos, over=True)
+
+    def _call_of(self, attempt: Attempt) -> Call:
+        """The call `attempt` made (for a call it walked away from)."""
+        record = self._nodes[attempt.node]
+        return Call(
+            record.step_id,
+            self._tools[record.tool],
+            attempt.arguments,
+            "",
+            None,
+            record.node.timeout or DEFAULT_NODE_TIMEOUT,
+            self._log_undo,
+            attempt.number << SEQ_BITS,
+        )
 
     def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
         """Keep undos for compensation; those of a call that may still run, as stranded."""
@@ -1189,6 +1322,7 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         finished = time.monotonic()
+        late = await self._end_late() if self._late else ()
         self._flush()  # every node's end is durable before the state commits
         with self._lock:
             status = self._plan_status()
@@ -1219,13 +1353,17 @@ class PlanExecution:
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
                 )
-        compensations: tuple[CompensationOutcome, ...] = ()
+        compensations: tuple[CompensationOutcome, ...] = late
         if status is not PlanStatus.SUCCEEDED:
             if not self._lost:  # a runner that lost the run leaves its nodes to the new one
-                compensations = await self._compensate_completed()
+                compensations += await self._compensate_completed()
             if self._begun:  # never another's transaction of the same id
                 with contextlib.suppress(Exception):  # a store failure: already not published
                     self._end_state(status, compensations)
+        elif self._stranded:  # reported: undone by nobody
+            compensations += await compensate_nodes(
+                (), self._stranded, {}, run=False, record=self._event
+            )
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
         self._end(status)
         self._audit.deliver()
@@ -1243,6 +1381,30 @@ class PlanExecution:
             dispatch_errors=dispatch_errors,
             audit=self._audit.recorded(),
         )
+
+    async def _end_late(self) -> tuple[CompensationOutcome, ...]:
+        """At the run's end: wait for the calls its attempts walked away from, up to a bound
+        (`LateCalls.bound`), and undo those that returned (`_settle_late`); the undos of those
+        still running are reported as stranded (a runner that lost the run waits for none)."""
+        late: tuple[CompensationOutcome, ...] = ()
+        if not self._lost:
+            _, late = await self._settle_late(None, self._late.bound())
+        for call in self._late.give_up():
+            orphan = call.orphan
+            undos = orphan.undos
+            kind = orphan.call.tool.compensation_name
+            if kind is not None:  # its tool may yet return: the undo it declares, reported
+                undos += (
+                    UndoRecord(
+                        step_id=orphan.call.step_id,
+                        seq=orphan.call.seq_base + len(undos),
+                        kind=kind,
+                        payload={"arguments": orphan.call.arguments, "output": None},
+                        description=f"{kind} for node {call.node} (its call still runs)",
+                    ),
+                )
+            self._stranded.extend((call.node, undo) for undo in undos)
+        return late
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
         """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
