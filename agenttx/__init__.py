@@ -57,6 +57,7 @@ from ._errors import IllegalTransition as IllegalTransition
 from ._errors import InvalidArgument as InvalidArgument
 from ._errors import InvalidTransactionState as InvalidTransactionState
 from ._errors import JSONValueError as JSONValueError
+from ._errors import PlanToolMissing as PlanToolMissing
 from ._errors import PlanValidationError as PlanValidationError
 from ._errors import ReadConflict as ReadConflict
 from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
@@ -197,6 +198,7 @@ __all__ = [
     "PlanResult",
     "PlanRun",
     "PlanStatus",
+    "PlanToolMissing",
     "PlanValidationError",
     "RateLimit",
     "ReadConflict",

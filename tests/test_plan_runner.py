@@ -633,6 +633,7 @@ def test_cancel_while_running_fences_sync_tools_and_cancels_descendants():
             agenttx.Node("after", tool="after", inputs={"v": "${slow.v}"}),
         ]
     )
+
     def on_cancelled(event: agenttx.Event) -> None:
         if event.kind is agenttx.EventKind.CANCELLED and event.node == "slow":
             release.set()  # the worker finishes while the run's end waits for it
@@ -1392,9 +1393,7 @@ def _charge_node(**options: object) -> agenttx.Node:
 
 def _refunded_once(result: agenttx.PlanResult, bank: _Bank, charge_id: str = "ch-1") -> None:
     assert bank.refunds == [charge_id]
-    late = [
-        e for e in result.audit if e.kind is agenttx.EventKind.LATE_RESULT_REFUSED and e.node
-    ]
+    late = [e for e in result.audit if e.kind is agenttx.EventKind.LATE_RESULT_REFUSED and e.node]
     assert [(e.node, e.data["late"]) for e in late] == [("charge", "output")]
     compensated = [
         e for e in result.audit if e.kind is agenttx.EventKind.COMPENSATED and e.node == "charge"

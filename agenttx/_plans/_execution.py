@@ -1186,16 +1186,19 @@ class PlanExecution:
             # on on its worker thread: its undos wait for the call (`_late`), since undoing
             # while its effect may still land would undo nothing. An async tool that has
             # unwound is over; one that has not is kept, not run (`_stranded`).
-            task = attempt.task
+            stopped_task = attempt.task
             sent = self._sent.pop(attempt.id, None)
-            if task is not None and task.done() and not task.cancelled():
-                continue  # it ended first: its outcome, in the inbox, keeps them
-            running = None if task is None else abandoned_call(task)
-            if running is not None:
-                call = sent if sent is not None else self._call_of(attempt)
-                self._late.add(attempt.node, attempt.id, Orphan(call, undos, running))
+            if stopped_task is None:
+                self._keep_undos(attempt.node, undos, over=True)
                 continue
-            self._keep_undos(attempt.node, undos, over=task is None or task.done())
+            if stopped_task.done() and not stopped_task.cancelled():
+                continue  # it ended first: its outcome, in the inbox, keeps them
+            call_running = abandoned_call(stopped_task)
+            if call_running is not None:
+                call = sent if sent is not None else self._call_of(attempt)
+                self._late.add(attempt.node, attempt.id, Orphan(call, undos, call_running))
+                continue
+            self._keep_undos(attempt.node, undos, over=stopped_task.done())
 
     def _settle(
         self, update: Update, running: dict[str, Attempt]

@@ -193,7 +193,7 @@ class NodeRecord(Entry):
         self,
         index: int,
         node: Node,
-        derive: Callable[[str, str], str],
+        derive: Callable[..., str],
         prerequisites: frozenset[str],
         optional: frozenset[str],
         hold: str | None,

@@ -12,6 +12,8 @@ import threading
 from typing import TYPE_CHECKING, Any, final
 
 from .._errors import FailedPrecondition, InvalidArgument, StorageError
+from .._tools import ToolRegistry
+from ._abort import missing_tool, plan_of
 from ._execution import PlanExecution
 from ._journal import read_run
 from ._model import Plan
@@ -322,8 +324,13 @@ def resume_plan(
     thread; return its `PlanRun`. Completed nodes are not run again (their stored outputs feed
     their dependants), failed ones stay failed, and a node that was claimed but not completed
     runs again with the same idempotency key. Raises `StorageError` for an unreadable record,
-    and as `start_plan` does (the tools may no longer fit the plan)."""
+    `PlanToolMissing` if a tool of its plan is not registered (cancelling the run still ends
+    it: `abort_run`), and as `start_plan` does (the tools may no longer fit the plan)."""
     record, nodes = read_run(image)
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    missing = missing_tool(plan_of(image), registry, image.run_id)
+    if missing is not None:
+        raise missing
     try:
         plan = Plan.from_json(record["plan"])
         settings = record["settings"]
@@ -336,7 +343,7 @@ def resume_plan(
         raise StorageError(f"plan run `{image.run_id}`: unreadable durable record: {exc}") from exc
     run = PlanExecution(
         plan,
-        tools=tools,
+        tools=registry,
         initial=initial,
         max_concurrency=settings["max_concurrency"],
         resources=settings["resources"],
