@@ -36,9 +36,12 @@ _ENDED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"})
 
 
 def plan_of(image: PlanImage) -> Plan:
-    """The plan of a stored run; `StorageError` if its record cannot be read."""
+    """The plan of a stored run; `StorageError` if its record (its plan, initial values and
+    settings) cannot be read."""
     record, _ = read_run(image)
     try:
+        if not isinstance(record["settings"], dict) or "initial" not in record:
+            raise TypeError("its settings or initial values are missing")
         return Plan.from_json(record["plan"])
     except (KeyError, TypeError, ValueError) as exc:
         raise StorageError(f"plan run `{image.run_id}`: unreadable durable record: {exc}") from exc
