@@ -1,7 +1,9 @@
 """agenttx: transactions for an AI agent's tool calls.
 
 Layer map: a module imports only from its own layer or below, and from a private package
-only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`).
+only through the package itself (`from ._saga import SagaLedger`, never `._saga._ledger`), as
+from a public package's private modules (`from .stores import is_durable`, never
+`.stores._durable`). No modules import each other in a circle, even under `TYPE_CHECKING`.
 `tests/test_layers.py` checks every import against this table (a layer may take several lines).
 
     layer 0: _errors _json _limits _validators _version
@@ -17,7 +19,7 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     _version     the version string      _refs       `${steps.N.path}` references
     _hints/      Clean Hints             _render     DOT and Mermaid drawing
     _events      audit events and hooks
-    stores/      state stores            _graph      dependency graph (the only rustworkx user)
+    stores/      state stores, protocols _graph      dependency graph (the only rustworkx user)
     _rollback    rollback controller     _saga/      undo ledger, staged effects, dispatch
     _tools/      decorator, context,     _lineage/   value-provenance lineage
                  calls, worker threads   _results    what transactions report
@@ -35,17 +37,17 @@ only through the package itself (`from ._saga import SagaLedger`, never `._saga.
     integrations/ agent SDKs and frameworks (optional extras, imported on their own)
     _demo, _cli, __main__                the demo and the command line
 
-Everything public is re-exported here, from one import path each.
+Everything public is re-exported here, from one import path each. The errors and the version
+load with the package; every other name loads with its module when first asked for (module
+`__getattr__`), so `import agenttx` costs little and a program pays only for what it uses.
 """
 
 from __future__ import annotations
 
-from ._approvals import Approval as Approval
-from ._approvals import ApprovalRequest as ApprovalRequest
-from ._approvals import CheckResult as CheckResult
-from ._approvals import Review as Review
-from ._engine import Engine as Engine
-from ._engine import EngineConfig as EngineConfig
+import importlib
+import sys
+from typing import TYPE_CHECKING
+
 from ._errors import AgentTxError as AgentTxError
 from ._errors import ApprovalConsumed as ApprovalConsumed
 from ._errors import ApprovalError as ApprovalError
@@ -68,81 +70,90 @@ from ._errors import ToolError as ToolError
 from ._errors import ToolOutputError as ToolOutputError
 from ._errors import TransactionNotFound as TransactionNotFound
 from ._errors import WriteConflict as WriteConflict
-from ._events import Event as Event
-from ._events import EventHook as EventHook
-from ._events import EventKind as EventKind
-from ._events import audit_jsonl as audit_jsonl
-from ._graph import DependencyGraph as DependencyGraph
-from ._graph import Edge as Edge
-from ._graph import EdgeKind as EdgeKind
-from ._graph import StepNode as StepNode
-from ._hints import CleanHint as CleanHint
-from ._hints import HintCategory as HintCategory
-from ._hints import clean_error as clean_error
-from ._json import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
-from ._json import JSONValue as JSONValue
-from ._lineage import LineageEdge as LineageEdge
-from ._lineage import LineageGraph as LineageGraph
-from ._lineage import LineageNode as LineageNode
-from ._lineage import LineageRecorder as LineageRecorder
-from ._lineage import lineage_from_openai as lineage_from_openai
-from ._lineage import lineage_from_steps as lineage_from_steps
-from ._plans import CompensationOutcome as CompensationOutcome
-from ._plans import CompensationStatus as CompensationStatus
-from ._plans import CostBreakdown as CostBreakdown
-from ._plans import Node as Node
-from ._plans import NodeResult as NodeResult
-from ._plans import NodeState as NodeState
-from ._plans import Plan as Plan
-from ._plans import PlanMetrics as PlanMetrics
-from ._plans import PlanProblem as PlanProblem
-from ._plans import PlanProblemCode as PlanProblemCode
-from ._plans import PlanResult as PlanResult
-from ._plans import PlanRun as PlanRun
-from ._plans import PlanStatus as PlanStatus
-from ._plans import RateLimit as RateLimit
-from ._plans import arun_plan as arun_plan
-from ._plans import cost_per_completed_workflow as cost_per_completed_workflow
-from ._plans import run_plan as run_plan
-from ._plans import start_plan as start_plan
-from ._prompt import PROMPT as PROMPT
-from ._prompt import prompt as prompt
-from ._refs import Dependency as Dependency
-from ._refs import Resolution as Resolution
-from ._refs import resolve_references as resolve_references
-from ._results import AttemptStatus as AttemptStatus
-from ._results import CommitResult as CommitResult
-from ._results import ContextEntry as ContextEntry
-from ._results import DispatchReport as DispatchReport
-from ._results import RecoveryReport as RecoveryReport
-from ._results import RollbackResult as RollbackResult
-from ._results import RootCause as RootCause
-from ._results import StepAttempt as StepAttempt
-from ._results import StepRecord as StepRecord
-from ._results import StepResult as StepResult
-from ._results import StepStatus as StepStatus
-from ._results import TransactionView as TransactionView
-from ._results import TxStatus as TxStatus
-from ._rollback import RollbackDecision as RollbackDecision
-from ._rollback import RollbackPolicy as RollbackPolicy
-from ._rollback import RollbackStrategy as RollbackStrategy
-from ._saga import CompensationReport as CompensationReport
-from ._saga import EffectDispatcher as EffectDispatcher
-from ._saga import JsonlDispatcher as JsonlDispatcher
-from ._tools import Compensation as Compensation
-from ._tools import StagedEffect as StagedEffect
-from ._tools import StateView as StateView
-from ._tools import Tool as Tool
-from ._tools import ToolContext as ToolContext
-from ._tools import ToolLike as ToolLike
-from ._tools import ToolSpec as ToolSpec
-from ._tools import UndoRecord as UndoRecord
-from ._tools import compensation as compensation
-from ._tools import to_json_value as to_json_value
-from ._tools import tool as tool
-from ._transaction import Transaction as Transaction
-from ._turns import TurnCall as TurnCall
 from ._version import __version__ as __version__
+
+if TYPE_CHECKING:  # what the lazy names below load, for type checkers
+    from . import stores as stores
+    from ._approvals import Approval as Approval
+    from ._approvals import ApprovalRequest as ApprovalRequest
+    from ._approvals import CheckResult as CheckResult
+    from ._approvals import Review as Review
+    from ._engine import Engine as Engine
+    from ._engine import EngineConfig as EngineConfig
+    from ._events import Event as Event
+    from ._events import EventHook as EventHook
+    from ._events import EventKind as EventKind
+    from ._events import audit_jsonl as audit_jsonl
+    from ._graph import DependencyGraph as DependencyGraph
+    from ._graph import Edge as Edge
+    from ._graph import EdgeKind as EdgeKind
+    from ._graph import StepNode as StepNode
+    from ._hints import CleanHint as CleanHint
+    from ._hints import HintCategory as HintCategory
+    from ._hints import clean_error as clean_error
+    from ._json import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
+    from ._json import JSONValue as JSONValue
+    from ._lineage import LineageEdge as LineageEdge
+    from ._lineage import LineageGraph as LineageGraph
+    from ._lineage import LineageNode as LineageNode
+    from ._lineage import LineageRecorder as LineageRecorder
+    from ._lineage import lineage_from_openai as lineage_from_openai
+    from ._lineage import lineage_from_steps as lineage_from_steps
+    from ._plans import CompensationOutcome as CompensationOutcome
+    from ._plans import CompensationStatus as CompensationStatus
+    from ._plans import CostBreakdown as CostBreakdown
+    from ._plans import Node as Node
+    from ._plans import NodeResult as NodeResult
+    from ._plans import NodeState as NodeState
+    from ._plans import Plan as Plan
+    from ._plans import PlanMetrics as PlanMetrics
+    from ._plans import PlanProblem as PlanProblem
+    from ._plans import PlanProblemCode as PlanProblemCode
+    from ._plans import PlanResult as PlanResult
+    from ._plans import PlanRun as PlanRun
+    from ._plans import PlanStatus as PlanStatus
+    from ._plans import RateLimit as RateLimit
+    from ._plans import arun_plan as arun_plan
+    from ._plans import cost_per_completed_workflow as cost_per_completed_workflow
+    from ._plans import run_plan as run_plan
+    from ._plans import start_plan as start_plan
+    from ._prompt import PROMPT as PROMPT
+    from ._prompt import prompt as prompt
+    from ._refs import Dependency as Dependency
+    from ._refs import Resolution as Resolution
+    from ._refs import resolve_references as resolve_references
+    from ._results import AttemptStatus as AttemptStatus
+    from ._results import CommitResult as CommitResult
+    from ._results import ContextEntry as ContextEntry
+    from ._results import DispatchReport as DispatchReport
+    from ._results import RecoveryReport as RecoveryReport
+    from ._results import RollbackResult as RollbackResult
+    from ._results import RootCause as RootCause
+    from ._results import StepAttempt as StepAttempt
+    from ._results import StepRecord as StepRecord
+    from ._results import StepResult as StepResult
+    from ._results import StepStatus as StepStatus
+    from ._results import TransactionView as TransactionView
+    from ._results import TxStatus as TxStatus
+    from ._rollback import RollbackDecision as RollbackDecision
+    from ._rollback import RollbackPolicy as RollbackPolicy
+    from ._rollback import RollbackStrategy as RollbackStrategy
+    from ._saga import CompensationReport as CompensationReport
+    from ._saga import EffectDispatcher as EffectDispatcher
+    from ._saga import JsonlDispatcher as JsonlDispatcher
+    from ._tools import Compensation as Compensation
+    from ._tools import StagedEffect as StagedEffect
+    from ._tools import StateView as StateView
+    from ._tools import Tool as Tool
+    from ._tools import ToolContext as ToolContext
+    from ._tools import ToolLike as ToolLike
+    from ._tools import ToolSpec as ToolSpec
+    from ._tools import UndoRecord as UndoRecord
+    from ._tools import compensation as compensation
+    from ._tools import to_json_value as to_json_value
+    from ._tools import tool as tool
+    from ._transaction import Transaction as Transaction
+    from ._turns import TurnCall as TurnCall
 
 __all__ = [
     "MAX_NESTING_DEPTH",
@@ -249,8 +260,130 @@ __all__ = [
     "tool",
 ]
 
+_MISSING = object()
+
+#: Where each name of `__all__` that is not loaded with the package lives.
+_LAZY: dict[str, str] = {
+    "Approval": "._approvals",
+    "ApprovalRequest": "._approvals",
+    "CheckResult": "._approvals",
+    "Review": "._approvals",
+    "Engine": "._engine",
+    "EngineConfig": "._engine",
+    "Event": "._events",
+    "EventHook": "._events",
+    "EventKind": "._events",
+    "audit_jsonl": "._events",
+    "DependencyGraph": "._graph",
+    "Edge": "._graph",
+    "EdgeKind": "._graph",
+    "StepNode": "._graph",
+    "CleanHint": "._hints",
+    "HintCategory": "._hints",
+    "clean_error": "._hints",
+    "MAX_NESTING_DEPTH": "._json",
+    "JSONValue": "._json",
+    "LineageEdge": "._lineage",
+    "LineageGraph": "._lineage",
+    "LineageNode": "._lineage",
+    "LineageRecorder": "._lineage",
+    "lineage_from_openai": "._lineage",
+    "lineage_from_steps": "._lineage",
+    "CompensationOutcome": "._plans",
+    "CompensationStatus": "._plans",
+    "CostBreakdown": "._plans",
+    "Node": "._plans",
+    "NodeResult": "._plans",
+    "NodeState": "._plans",
+    "Plan": "._plans",
+    "PlanMetrics": "._plans",
+    "PlanProblem": "._plans",
+    "PlanProblemCode": "._plans",
+    "PlanResult": "._plans",
+    "PlanRun": "._plans",
+    "PlanStatus": "._plans",
+    "RateLimit": "._plans",
+    "arun_plan": "._plans",
+    "cost_per_completed_workflow": "._plans",
+    "run_plan": "._plans",
+    "start_plan": "._plans",
+    "PROMPT": "._prompt",
+    "prompt": "._prompt",
+    "Dependency": "._refs",
+    "Resolution": "._refs",
+    "resolve_references": "._refs",
+    "AttemptStatus": "._results",
+    "CommitResult": "._results",
+    "ContextEntry": "._results",
+    "DispatchReport": "._results",
+    "RecoveryReport": "._results",
+    "RollbackResult": "._results",
+    "RootCause": "._results",
+    "StepAttempt": "._results",
+    "StepRecord": "._results",
+    "StepResult": "._results",
+    "StepStatus": "._results",
+    "TransactionView": "._results",
+    "TxStatus": "._results",
+    "RollbackDecision": "._rollback",
+    "RollbackPolicy": "._rollback",
+    "RollbackStrategy": "._rollback",
+    "CompensationReport": "._saga",
+    "EffectDispatcher": "._saga",
+    "JsonlDispatcher": "._saga",
+    "Compensation": "._tools",
+    "StagedEffect": "._tools",
+    "StateView": "._tools",
+    "Tool": "._tools",
+    "ToolContext": "._tools",
+    "ToolLike": "._tools",
+    "ToolSpec": "._tools",
+    "UndoRecord": "._tools",
+    "compensation": "._tools",
+    "to_json_value": "._tools",
+    "tool": "._tools",
+    "Transaction": "._transaction",
+    "TurnCall": "._turns",
+}
+
 for _name in __all__:
-    _obj = globals()[_name]
+    _obj = globals().get(_name)  # the lazy names are not loaded yet
     if isinstance(_obj, type):
         _obj.__module__ = __name__
 del _name, _obj
+
+
+def _publish() -> None:
+    """Bind every lazy name whose module has loaded, each class's `__module__` set to `agenttx`.
+
+    Called on every miss, so that loading one name publishes (and pins) all the names its module
+    and the modules it imported define: an object met before its name was asked for (a result,
+    an enum member) reports the public path. A module still being imported is skipped.
+    """
+    for name, module_name in _LAZY.items():
+        obj = getattr(sys.modules.get(__name__ + module_name), name, _MISSING)
+        if obj is _MISSING:
+            continue
+        if isinstance(obj, type):
+            obj.__module__ = __name__
+        globals()[name] = obj  # later lookups find it without `__getattr__`
+
+
+if not TYPE_CHECKING:  # type checkers see the imports at the top (this would hide typos)
+
+    def __getattr__(name: str) -> object:
+        """Load a public name's module on first use (and `stores`, which `import agenttx` loaded
+        before it was lazy); `AttributeError` for any other name."""
+        module_name = _LAZY.get(name)
+        if module_name is None:
+            if name == "stores":
+                return importlib.import_module(".stores", __name__)
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        importlib.import_module(module_name, __name__)
+        _publish()
+        return globals()[name]
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones included before they load."""
+    return sorted({*globals(), *__all__})

@@ -9,11 +9,12 @@ written with its transitions. Both are `Event.to_json` objects, read back with
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._events import Event, audit_jsonl
 from ._txlog import read_history
+from .stores import is_plan_store, keeps_history
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -27,26 +28,24 @@ __all__ = ["DEFAULT_LIMIT", "merge_scopes", "stored_audit", "write_jsonl"]
 DEFAULT_LIMIT: Final = 1000
 
 
-def _transaction_events(store: Any, tx_id: str) -> tuple[Event, ...] | None:
+def _transaction_events(store: object, tx_id: str) -> tuple[Event, ...] | None:
     """The events of ended transaction `tx_id` its store keeps, or None if it keeps none."""
-    peek = getattr(store, "peek_ended", None)
-    if peek is None:
+    if not keeps_history(store):
         return None
     try:
-        row, _image = peek(tx_id)
+        row, _image = store.peek_ended(tx_id)
     except (TransactionNotFound, InvalidArgument):
         return None
     ended = read_history(row.history)
     return None if ended is None else ended.audit
 
 
-def _plan_events(store: Any, run_id: str) -> tuple[Event, ...] | None:
+def _plan_events(store: object, run_id: str) -> tuple[Event, ...] | None:
     """The events of plan run `run_id` its store keeps, or None if it keeps none."""
-    read = getattr(store, "plan_audit", None)
-    if read is None:
+    if not is_plan_store(store):
         return None
     try:
-        texts = read(run_id)
+        texts = store.plan_audit(run_id)
     except InvalidArgument:
         return None
     if not texts:
@@ -76,15 +75,13 @@ def stored_audit(
             raise TransactionNotFound(tx_id=scope_id)
         return found
     events: list[Event] = []
-    ended = getattr(store, "ended_transactions", None)
-    if ended is not None:
-        for row in ended(limit):
+    if keeps_history(store):
+        for row in store.ended_transactions(limit):
             history = read_history(row.history)
             if history is not None:
                 events.extend(history.audit)
-    runs = getattr(store, "plan_runs", None)
-    if runs is not None:
-        for run_id, _status, _updated in runs(limit):
+    if is_plan_store(store):
+        for run_id, _status, _updated in store.plan_runs(limit):
             events.extend(_plan_events(store, run_id) or ())
     return merge_scopes(events)
 

@@ -23,14 +23,14 @@ import attrs
 
 from ._approvals import requests_for, scopes_alive
 from ._audit import merge_scopes, stored_audit, write_jsonl
-from ._errors import FailedPrecondition, InvalidArgument, TransactionNotFound
+from ._errors import AgentTxError, FailedPrecondition, InvalidArgument, TransactionNotFound
 from ._events import hook_callables
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._plans import PlanRun, run_plan, start_plan
 from ._recovery import cancel_stranded_plan, recover, recover_plans
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
-from ._saga import deliver_outbox
+from ._saga import check_dispatcher, deliver_outbox
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings, check_serializer, float_seconds
 from ._step import validate_edit
 from ._tools import ToolRegistry, to_json_value
@@ -45,8 +45,7 @@ from ._validators import (
     positive_int,
     positive_number,
 )
-from .stores import MemoryStore, Store
-from .stores._durable import is_durable
+from .stores import MemoryStore, Store, is_durable, is_plan_store
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
     from ._plans import Plan, PlanResult
     from ._saga import Dispatcher
     from ._tools import OutputSerializer, ToolsArgument, ToolSpec
-    from .stores import OutboxEntry
+    from .stores import OutboxEntry, SQLiteStore
 
 __all__ = ["Engine", "EngineConfig"]
 
@@ -200,7 +199,7 @@ class Engine:
                 f"store must implement agenttx.stores.Store (e.g. MemoryStore or SQLiteStore), "
                 f"got {type(store).__name__}"
             )
-        _check_dispatcher(dispatcher)
+        check_dispatcher(dispatcher)
         self._registry = ToolRegistry(tools)  # validated once, shared by every transaction
         self._store: Store = MemoryStore() if store is None else store
         self._dispatcher = dispatcher
@@ -240,7 +239,7 @@ class Engine:
         kind = type(self._store)
         where = kind.__name__  # not a third-party store's own repr: it might show credentials
         if where == "SQLiteStore" and kind.__module__ == "agenttx.stores":
-            where = f"SQLiteStore({getattr(self._store, 'path', '?')!r})"
+            where = f"SQLiteStore({cast('SQLiteStore', self._store).path!r})"
         return f"<Engine store={where} live={len(self._live)} ended={len(self._ended)}>"
 
     # ------------------------------------------------------------------ the transactions held
@@ -535,10 +534,10 @@ class Engine:
             raise InvalidArgument(f"reason must be a string, got {reason!r:.80}")
         with self._lock:
             run = self._plans.get(run_id)
-        cancel = getattr(self._store, "cancel_plan", None)
-        if cancel is not None and is_durable(self._store):
+        store = self._store
+        if is_durable(store) and is_plan_store(store):
             try:
-                recorded = cancel(run_id, reason)
+                recorded = store.cancel_plan(run_id, reason)
             except TransactionNotFound:
                 if run is None:
                     raise
@@ -713,18 +712,31 @@ class Engine:
             self._reaper.start()
 
     def close(self) -> None:
-        """Stop the reaper thread, if one runs, and wait for it. Idempotent.
+        """Stop the reaper thread, if one runs, and wait for it; then give up the engine's open
+        transactions, so that any engine or process can recover them at once. Idempotent.
 
-        Transactions are left as they are, and `begin` still works; only `start_reaper` is
-        refused from now on.
+        On a durable store each open transaction the engine holds is released
+        (`SQLiteStore.release`, `PostgresStore.release`): its buffered writes are written and
+        the store's hold is given up (SQLite: its owner cleared; PostgreSQL: its lease ended),
+        so `recover()` elsewhere takes it over now, not once this process has exited (SQLite)
+        or the lease has run out (PostgreSQL). The engine's `Transaction` objects for them are
+        let go: a step sent to one afterwards raises (the store no longer holds it), so close
+        an engine once its agents have stopped. A transaction another store took over meanwhile
+        is left to it. `begin` still works; only `start_reaper` is refused from now on.
         """
         with self._lock:
             self._closed = True
             self._stop.set()
             reaper, self._reaper = self._reaper, None
+            held = [tx_id for tx_id, (_, tx) in self._live.items() if not tx.status.terminal]
         # Joined without the lock: a sweep in progress needs it to finish.
         if reaper is not None and reaper is not threading.current_thread():
             reaper.join()
+        release = getattr(self._store, "release", None)  # the log-based durable stores
+        if callable(release):
+            for tx_id in held:
+                with contextlib.suppress(AgentTxError):  # taken over, or gone: not ours now
+                    release(tx_id)
 
     def __enter__(self) -> Self:
         return self
@@ -741,21 +753,3 @@ class Engine:
 def _check_limit(limit: object) -> None:
     if not is_positive_int(limit):
         raise InvalidArgument(f"limit must be an integer > 0, got {limit!r}")
-
-
-def _check_dispatcher(dispatcher: object) -> None:
-    """A dispatcher is None, a callable, or a mapping of channel names to callables."""
-    if dispatcher is None or callable(dispatcher):
-        return
-    if isinstance(dispatcher, Mapping):
-        for channel, target in dispatcher.items():
-            if not isinstance(channel, str) or not callable(target):
-                raise InvalidArgument(
-                    "dispatcher must map channel names to callables, got "
-                    f"{type(channel).__name__} -> {type(target).__name__}"
-                )
-        return
-    raise InvalidArgument(
-        "dispatcher must be a callable, a mapping of channel names to callables or None, "
-        f"got {type(dispatcher).__name__}"
-    )

@@ -30,13 +30,14 @@ from ._step import (
     adrive,
     attempt,
     blocking_request,
+    decision_event,
     drive,
     finish,
     unsettled,
     validate_edit,
 )
 from ._tools import Call, Failure, derive_key
-from .stores._durable import is_durable
+from .stores import is_durable
 
 if TYPE_CHECKING:
     import threading
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from ._settings import Settings
     from ._timeline import Timeline
     from ._tools import Orphans, Outcome, ToolRegistry
-    from .stores import Store
+    from .stores import RequestRow, Store
 
 __all__ = ["Guarded"]
 
@@ -66,6 +67,7 @@ class _Host(Protocol):
     _constraints: list[str]
     _state_lock: threading.RLock
     _orphans: Orphans
+    _decisions: set[str]
     _requests: Requests | None
     _events: EventSink
 
@@ -91,7 +93,9 @@ class _Host(Protocol):
     def _guarded_result(self, call: Call, result: Settled | Waiting | Refused) -> StepResult: ...
     def _key_of(self, call: Call) -> str: ...
     def _validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue: ...
-    def _step_of(self, request_id: str) -> int | None: ...
+    def _decided_row(self, request_id: str) -> None: ...
+    def _decided(self, row: RequestRow) -> None: ...
+    def _note_decisions(self) -> None: ...
     def _withdraw(self, final: TxStatus) -> None: ...
     def _waits_for_person(self) -> bool: ...
 
@@ -130,14 +134,7 @@ class Guarded:
             scope_id=self._id,
             validate=self._validate_edit,
         )
-        data: dict[str, JSONValue] = {
-            "request": request_id,
-            "note": note,
-            "edited": approval.edited,
-        }
-        if approval.expires_at is not None:
-            data["expires_at"] = approval.expires_at.isoformat()
-        self._note("APPROVED", self._step_of(request_id), actor, data)
+        self._decided_row(request_id)
         return approval
 
     def reject(self: _Host, request_id: str, *, actor: str, reason: str) -> None:
@@ -148,8 +145,7 @@ class Guarded:
         empty reason.
         """
         self._book().reject(request_id, actor=actor, reason=reason, scope_id=self._id)
-        data: dict[str, JSONValue] = {"request": request_id, "reason": reason}
-        self._note("REJECTED", self._step_of(request_id), actor, data)
+        self._decided_row(request_id)
 
     def resolve_review(
         self: _Host,
@@ -169,8 +165,7 @@ class Guarded:
         self._book().resolve_review(
             review_id, outcome=outcome, output=output, actor=actor, scope_id=self._id
         )
-        data: dict[str, JSONValue] = {"review": review_id, "outcome": outcome}
-        self._note("REVIEWED", self._step_of(review_id), actor, data)
+        self._decided_row(review_id)
 
     def pending_approvals(self: _Host) -> tuple[ApprovalRequest, ...]:
         """This transaction's approval requests waiting for a decision, oldest first."""
@@ -217,14 +212,39 @@ class Guarded:
         """The transaction ended: its requests still pending can no longer be decided."""
         if self._requests is None:  # it never asked: nothing to withdraw, no store read
             return
+        with contextlib.suppress(Exception):  # the end is what matters
+            self._note_decisions()
+        fence = final is not TxStatus.COMMITTED and is_durable(self._store)  # held: an abort
         with contextlib.suppress(Exception):  # the end is what matters; a listing filters them
-            self._requests.withdraw(self._id, f"the transaction ended {final.value}")
+            self._requests.withdraw(self._id, f"the transaction ended {final.value}", fence=fence)
 
-    def _step_of(self: _Host, request_id: str) -> int | None:
-        """The step a request or review of this transaction is about (for its event)."""
+    def _decided_row(self: _Host, request_id: str) -> None:
+        """Record the event of a decision just made here, from its row as stored."""
         row = self._book().get(request_id, self._id)
-        step = None if row is None else review_of(row).step
-        return step if isinstance(step, int) else None
+        if row is not None:
+            self._decided(row)
+
+    def _decided(self: _Host, row: RequestRow) -> None:
+        """Record, once, the event of the person's decision `row` holds, wherever it was made
+        (built from the row: `_step.decision_event`)."""
+        if row.id in self._decisions:
+            return
+        event = decision_event(row)
+        if event is None:
+            return
+        self._decisions.add(row.id)
+        kind, actor, at, data = event
+        request = review_of(row)
+        step = request.step if isinstance(request.step, int) else None
+        self._events.emit(kind, step=step, actor=actor, data=data, at=at)
+
+    def _note_decisions(self: _Host) -> None:
+        """Record the events of decisions made elsewhere and not yet seen by a call (before
+        the transaction ends: its trail is stored then)."""
+        if self._requests is None:
+            return
+        for row in self._requests.of_scope(self._id):
+            self._decided(row)
 
     def _validate_edit(self: _Host, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
         """Edited arguments as the tool will get them; `InvalidArgument` if they do not fit."""
@@ -246,9 +266,11 @@ class Guarded:
             note=note,
             key_of=self._key_of,
             keep=self._ledger.record,
-            keep_running=lambda orphan: orphans.add(orphan._replace(held=True)),
+            keep_running=lambda orphan, held: orphans.add(orphan._replace(held=held)),
             drop_writes=drop_writes,
             dispatched=self._dispatched,
+            decided=self._decided,
+            prepared_context=call.context,
         )
 
     def _run_guarded(self: _Host, call: Call) -> StepResult:
@@ -274,11 +296,12 @@ class Guarded:
                 return self._succeed(result.call, result.outcome)
             return self._settle(result.call, result.outcome)
         finally:  # after the step is recorded: a crash before this finds it recorded
-            finish(self._book(), result)
+            finish(self._book(), result, fence=is_durable(self._store))
 
     def _unless_blocked(self: _Host, call: Call) -> Call | Failure:
         """The call, unless its step waits for a person (or an unknown outcome) on another
-        call: then a mistake of the agent's, and nothing runs (docs/protocol.md#people)."""
+        call: then the agent's mistake, and nothing runs
+        (docs/protocol.md#the-lifecycle-of-a-tool-call)."""
         if self._requests is None:  # it never asked: nothing can block
             return call
         digest = call_digest(call.tool.name, call.arguments)
@@ -300,7 +323,7 @@ class Guarded:
         has an unknown outcome: committing would drop it unrecorded."""
         if self._requests is None:
             return
-        waiting = unsettled(self._requests.of_scope(self._id))
+        waiting = unsettled(self._requests.of_scope(self._id), self._timeline.steps)
         if waiting:
             ids = ", ".join(f"`{row.id}` ({row.kind} {row.state})" for row in waiting)
             raise FailedPrecondition(

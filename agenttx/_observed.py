@@ -32,7 +32,7 @@ from ._results import (
 from ._timeline import Timeline
 from ._tools import Orphans
 from ._txlog import history_text
-from .stores._durable import is_durable
+from .stores import is_durable
 
 if TYPE_CHECKING:
     from ._approvals import Requests
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from ._tools import ToolRegistry, ToolSpec, UndoRecord
     from ._txlog import TxLog
     from .stores import Store
-    from .stores._approvals import RequestRow
 
 __all__ = ["Calls", "Observed"]
 
@@ -290,8 +289,8 @@ class Observed:
     _events: EventSink = attrs.field(init=False)
     # The approval requests and reviews of the store (made on first use: most tools need none).
     _requests: Requests | None = attrs.field(init=False, default=None)
-    # The approval the running call consumed: finished with the call's outcome.
-    _guard: RequestRow | None = attrs.field(init=False, default=None)
+    # The requests whose decision event is in the trail (`Guarded._decided`).
+    _decisions: set[str] = attrs.field(init=False, factory=set)
 
     def _book(self) -> Requests:
         """The store's approval requests and reviews (looked up on first use)."""

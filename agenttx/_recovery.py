@@ -20,10 +20,19 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Literal, cast
+import time
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from ._approvals import (
+    ENDED_WHILE_RUNNING,
+    approval_of,
+    check_outcome,
+    cut_off,
+    decision_of,
+    request_of,
+)
 from ._errors import AgentTxError, InvalidArgument, TransactionNotFound
 from ._events import EventKind, EventSink
 from ._plans import abort_run, is_plan_store, missing_tool, plan_of, resume_plan
@@ -33,6 +42,7 @@ from ._settings import Settings
 from ._tools import to_json_value
 from ._transaction import Transaction
 from ._txlog import end_keeping_undos, read_image, recovered_history
+from .stores import is_durable, leases_owners
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable
@@ -43,7 +53,7 @@ if TYPE_CHECKING:
     from ._saga import Dispatcher
     from ._tools import OutputSerializer, ToolRegistry, UndoRecord
     from ._txlog import Restored
-    from .stores import DurableStore
+    from .stores import DurableStore, Store
 
 __all__ = ["cancel_stranded_plan", "owner_alive", "recover", "recover_plans"]
 
@@ -87,11 +97,7 @@ def recover(
         raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
     tally = _Tally()
     # A running plan run's state transaction (its id is the run's) is resumed with the run.
-    plans = (
-        {run_id for run_id, _ in cast("Any", store).running_plans()}
-        if is_plan_store(store)
-        else set()
-    )
+    plans = {run_id for run_id, _ in store.running_plans()} if is_plan_store(store) else set()
     for tx_id in store.open_transactions():
         if tx_id in live or tx_id in plans:
             continue
@@ -162,8 +168,57 @@ def _recover_one(
         tally.run += report.succeeded
         tally.failures.extend(f"{tx_id}: {line}" for line in report.failures)
         tally.resumed.append(tx)  # an interrupted abort was finished: it has ended
+        if tx.status is TxStatus.ACTIVE:
+            _review_cut_off(tx, registry, Settings.from_record(restored.settings, restored.policy))
         return
     _abort(store, tx_id, restored, registry, tally, events=EventSink("transaction", tx_id, hooks))
+
+
+def _review_cut_off(tx: Transaction, registry: ToolRegistry, settings: Settings) -> None:
+    """Open now the review the resumed transaction's next step would open when sent again.
+
+    That step's call was cut off by the crash after its approval was consumed (or its start
+    recorded, `on_unknown="review"`), so its outcome is unknown: as when it is sent again, the
+    tool's status check runs (under the step timeout) and, if it cannot tell, a review is
+    opened with the same evidence, timings, arguments and idempotency key, and the call's row
+    is finished with it. Sent again, the call finds that review (`gate_action`: `review`), so a
+    person can decide it before the agent comes back, and no second one is opened. A check
+    that tells (`done`, `not_done`) opens nothing: the call sent again runs the check again and
+    acts on it. A tool this engine does not know is left to the call sent again.
+    """
+    book = tx._book()  # noqa: SLF001  (the transaction's book: it then knows it waits)
+    step = tx.next_step_id
+    row = cut_off(book.of_scope(tx.id), step)
+    if row is None:
+        return
+    request, decision = request_of(row), decision_of(row)
+    tool = registry.get(request.tool)
+    if tool is None:
+        return
+    approval = approval_of(row.id, decision)
+    arguments = approval.arguments if approval.edited else request.arguments
+    key = str(decision.get("idempotency_key") or "")
+    errors = [ENDED_WHILE_RUNNING]
+    started = time.monotonic()
+    verdict = check_outcome(tool.check, arguments, key, settings.step_timeout, errors)
+    if verdict.status != "unknown":
+        return
+    checked_in = time.monotonic() - started
+    review = book.open_review(
+        scope="transaction",
+        scope_id=tx.id,
+        step=step,
+        tool=tool.name,
+        arguments=arguments,
+        digest=row.digest,
+        idempotency_key=key,
+        errors=errors,
+        timings={"timeout_s": settings.step_timeout, "check_s": round(checked_in, 6)},
+    )
+    book.finish(row, f"review {review.id}")
+    note = tx._note  # noqa: SLF001  (the events the call sent again would have recorded)
+    note("OUTCOME_UNKNOWN", step, None, {"tool": tool.name, "reason": errors[0]})
+    note("REVIEW_REQUESTED", step, None, {"review": review.id, "tool": tool.name})
 
 
 def _abort(
@@ -248,9 +303,9 @@ def recover_plans(
     skipped: list[str] = []
     failures: list[str] = []
     ran = 0
-    if not is_plan_store(store):
+    plans = store if is_plan_store(store) else None
+    if plans is None:
         return resumed, skipped, failures, ran
-    plans = cast("Any", store)
     for run_id, owner in plans.running_plans():
         if run_id in live:
             continue
@@ -285,7 +340,7 @@ def recover_plans(
 
 
 def cancel_stranded_plan(
-    store: DurableStore,
+    store: Store,
     run_id: str,
     registry: ToolRegistry,
     reason: str,
@@ -295,27 +350,29 @@ def cancel_stranded_plan(
     not registered (recovery could not resume it to see its cancellation): claimed, its
     completed nodes compensated, CANCELLED (`abort_run`). How many compensations ran and the
     lines of those that failed; None if it was left to its runner or to recovery."""
-    if not is_plan_store(store):
+    if not is_durable(store):
         return None
-    plans = cast("Any", store)
-    owner = dict(plans.running_plans()).get(run_id, False)
-    if owner is False or _alive(store, owner):
+    durable = store
+    plans = store if is_plan_store(store) else None
+    if plans is None:
+        return None
+    owners = dict(plans.running_plans())
+    if run_id not in owners or _alive(durable, owners[run_id]):
         return None
     if missing_tool(plan_of(plans.read_plan(run_id)), registry, run_id) is None:
         return None  # the next recovery resumes it, and it reads its cancellation
-    image = plans.claim_plan(run_id, owner)
+    image = plans.claim_plan(run_id, owners[run_id])
     if image is None:
         return None
-    return abort_run(store, image, registry, reason=reason, actor=RECOVERY_ACTOR, hooks=hooks)
+    return abort_run(durable, image, registry, reason=reason, actor=RECOVERY_ACTOR, hooks=hooks)
 
 
 def _alive(store: DurableStore, owner: str | None) -> bool:
     """Whether recovery must leave `owner`'s transaction or plan run alone: the store says, if
     it knows better than a process check on this host (`PostgresStore`: the lease decides, in
     its `claim`), else `owner_alive`."""
-    check = getattr(store, "owner_alive", None)
-    if callable(check):
-        return bool(check(owner))
+    if leases_owners(store):
+        return store.owner_alive(owner)
     return owner_alive(owner)
 
 

@@ -118,7 +118,10 @@ def parse_template(text: str, *, mode: Literal["steps", "plan"] = "steps") -> tu
     Escapes are applied (`$${` becomes a literal `${`). In `steps` mode anything that is not a
     valid `${steps.N.path}` is literal. In `plan` mode the namespaces are `initial` and node ids,
     and a malformed reference raises `ReferenceSyntaxError` naming its position and problem.
+    A `text` that is not a string raises `InvalidArgument`.
     """
+    if not isinstance(text, str):
+        raise InvalidArgument(f"text must be a string, got {type(text).__name__}")
     return tuple(
         piece if isinstance(piece, str) else _reference(piece, mode)
         for piece in _tokenize(text, mode)
@@ -257,17 +260,38 @@ def resolve_references(
     cannot make the resolved arguments, or their copy, many times larger than both. None: no
     bound.
 
-    Raises `JSONValueError` if `arguments` is not a JSON value, `InvalidArgument` if `max_bytes`
-    is neither None nor an int >= 0. A reference that cannot be resolved is not raised: it is
-    reported in the returned `Resolution.error`.
+    Raises `JSONValueError` if `arguments` is not a JSON value, and
+    `InvalidArgument` (naming the argument) if `outputs` is not a mapping of int step ids,
+    `current_step` is not an int, or `max_bytes` is neither None nor an int >= 0. A reference
+    that cannot be resolved is not raised: it is reported in the returned `Resolution.error`.
     """
     if max_bytes is not None and (
         not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0
     ):
         raise InvalidArgument(f"max_bytes must be None or an int >= 0, got {max_bytes!r:.40}")
+    if not isinstance(current_step, int) or isinstance(current_step, bool):
+        raise InvalidArgument(f"current_step must be an int, got {type(current_step).__name__}")
+    _check_outputs(outputs)
     value = check_json(arguments, what="arguments")
     resolved, dependencies, error = resolve_value(value, outputs, current_step, max_bytes=max_bytes)
     return Resolution(value=resolved, dependencies=dependencies, error=error)
+
+
+def _check_outputs(outputs: object) -> None:
+    """`InvalidArgument` unless `outputs` is a mapping keyed by int step ids.
+
+    Its values are not walked here: they are read as references reach them, and what cannot
+    be written into text fails the resolution (`Resolution.error`)."""
+    if not isinstance(outputs, Mapping):
+        raise InvalidArgument(
+            f"outputs must be a mapping of step id to output, got {type(outputs).__name__}"
+        )
+    for step in outputs:
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise InvalidArgument(
+                f"outputs must be keyed by int step ids, got the key {step!r:.40} "
+                f"({type(step).__name__})"
+            )
 
 
 def resolve_value(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, TypeAlias, final
 
 import attrs
 
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from ._hints import CleanHint
     from ._json import JSONValue
     from ._rollback import RollbackDecision
-    from ._timeline import Voided
     from ._tools import StagedEffect
 
 __all__ = [
@@ -38,8 +37,13 @@ __all__ = [
     "StepStatus",
     "TransactionView",
     "TxStatus",
+    "Voided",
     "failed_step",
 ]
+
+#: The live steps a rewind undoes, and the call ids of those that had one, in step order
+#: (`Timeline.dropped`, `failed_step(voided=)`).
+Voided: TypeAlias = "tuple[tuple[int, ...], tuple[str, ...]]"
 
 
 class TxStatus(enum.Enum):

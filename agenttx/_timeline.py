@@ -9,7 +9,7 @@ The timeline does no I/O: the transaction decides when to call it and writes the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._graph import DependencyGraph
 from ._history import StepHistory
@@ -20,13 +20,11 @@ if TYPE_CHECKING:
 
     from ._json import JSONValue
     from ._refs import Dependency
+    from ._results import Voided
     from ._tools import Outcome, StagedEffect
     from ._txlog import Restored
 
-__all__ = ["Pending", "Timeline", "Voided"]
-
-#: The live steps a rewind undoes, and the call ids of those that had one, in step order.
-Voided: TypeAlias = "tuple[tuple[int, ...], tuple[str, ...]]"
+__all__ = ["Pending", "Timeline"]
 
 
 class Pending(NamedTuple):
@@ -69,6 +67,7 @@ class Timeline:
         "rewinds",
         "sizes",
         "steps",
+        "undid",
     )
 
     def __init__(self) -> None:
@@ -84,6 +83,7 @@ class Timeline:
         self.next_step = 1
         self.rewinds = 0
         self.generation = 0
+        self.undid = False  # the rewind under way compensated or dropped something
         self._graph = DependencyGraph()
         self._graph_upto = 0  # the last live step already in the graph
 

@@ -51,7 +51,7 @@ from ._results import (
     failed_step,
 )
 from ._rollback import RollbackController, RollbackDecision, RollbackPolicy, RollbackStrategy
-from ._saga import CompensationReport, Dispatcher, SagaLedger, deliver_committed
+from ._saga import CompensationReport, Dispatcher, SagaLedger, check_dispatcher, deliver_committed
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings
 from ._timeline import Pending, Timeline
 from ._tools import (
@@ -69,8 +69,7 @@ from ._tools import (
 )
 from ._turns import Turns
 from ._txlog import LiveStep, Progress, Restored, TxLog
-from .stores import DurableStore, MemoryStore, Store
-from .stores._durable import is_store
+from .stores import DurableStore, MemoryStore, Store, is_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -125,6 +124,7 @@ class Transaction(Turns, Guarded, Observed):
         hooks: Iterable[HookLike] | None = None,
     ) -> None:
         check_agent_id(agent_id)
+        check_dispatcher(dispatcher)
         if store is not None and not is_store(store):
             raise InvalidArgument(f"store must be a Store, got {type(store).__name__}")
         settings = Settings(
@@ -271,7 +271,9 @@ class Transaction(Turns, Guarded, Observed):
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
                 if isinstance(prepared, Call) and self._requests is not None:
-                    prepared = self._unless_blocked(prepared)
+                    blocked = self._unless_blocked(prepared)
+                    if isinstance(blocked, Failure):
+                        return self._blocked(step_id, blocked)
                 if isinstance(prepared, Call) and self._orphans:
                     prepared = self._unless_orphans(prepared, self._settings.step_timeout)
                 if isinstance(prepared, Failure):
@@ -330,7 +332,9 @@ class Transaction(Turns, Guarded, Observed):
         try:
             prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
             if isinstance(prepared, Call) and self._requests is not None:
-                prepared = self._unless_blocked(prepared)
+                blocked = self._unless_blocked(prepared)
+                if isinstance(blocked, Failure):
+                    return self._blocked(step_id, blocked)
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
@@ -388,6 +392,8 @@ class Transaction(Turns, Guarded, Observed):
         return prepared
 
     def _dispatched(self, call: Call) -> None:
+        if self._log is not None:  # a worker that lost the transaction's lease runs no tool
+            self._log.check_lease()
         data: dict[str, JSONValue] = {"tool": call.tool.name}
         call_id = self._timeline.call_id
         if call_id is not None:
@@ -474,13 +480,43 @@ class Transaction(Turns, Guarded, Observed):
         """
         if isinstance(prepared, Call):
             undos, _ = closed(prepared.context)  # its staged effects are dropped
-            self._ledger.record(undos)
+            if not self._orphans.runs(prepared.context):  # else they wait for it to return
+                self._ledger.record(undos)
         if self._status is TxStatus.EXECUTING:
             try:
                 self._rewind(step_id)
             except (StorageError, TransactionNotFound):
                 if not isinstance(cause, (StorageError, TransactionNotFound)):
                     raise
+
+    def _blocked(self, step_id: int, failure: Failure) -> StepResult:
+        """A call refused at a step that waits for a person: nothing ran, nothing is undone,
+        and the controller is not asked (a refusal never escalates to a rewind that would
+        drop the waiting request); the same step is next."""
+        hint = clean_error(failure.message)
+        with self._state_lock:
+            call_id = self._timeline.call_id
+            self._timeline.pending = None
+            self._timeline.call_id = None
+        self._transition(TxStatus.ACTIVE)
+        data: dict[str, JSONValue] = {
+            "hint": hint.text,
+            "category": hint.category.value,
+            "strategy": RollbackStrategy.RESEND.value,
+            "rollback_to_step": step_id,
+        }
+        self._events.emit(EventKind.STEP_FAILED, step=step_id, data=data)
+        return failed_step(
+            step_id,
+            decision=RollbackDecision(strategy=RollbackStrategy.RESEND, target_step=step_id),
+            hint=hint,
+            error=failure.message,
+            next_step_id=step_id,
+            constraints=tuple(self._constraints),
+            compensation_errors=(),
+            started=time.perf_counter(),
+            call_id=call_id,
+        )
 
     def _unless_orphans(self, call: Call, wait: float) -> Call | Failure:
         """The call, unless an earlier timed-out call still runs (its effect may land); first,
@@ -598,7 +634,8 @@ class Transaction(Turns, Guarded, Observed):
             timeline.rewinds += 1  # the next attempt numbers its undo records apart
             if final is None:
                 records = self._ledger.take_from(target)
-                if records or _drops(timeline, target):  # docs/protocol.md#idempotency-keys
+                timeline.undid = bool(records) or _drops(timeline, target)
+                if timeline.undid:  # docs/protocol.md#idempotency-keys
                     timeline.generation += 1
                 self._log_progress(rewinding=(target, None))
                 return records
@@ -620,6 +657,17 @@ class Transaction(Turns, Guarded, Observed):
             self._transition(final)
             return
         self._store.restore(self._id, target)
+        self._orphans.release_from(target)  # a held call of a dropped step is undone once back
+        if self._requests is not None:
+            why = f"step rewound to {target}"
+            if target < self._timeline.next_step:
+                # What waited at a step the rewind drops waits no more (a step sent again at
+                # its own number drops nothing: what waits there still blocks it).
+                self._requests.withdraw(self._id, why, from_step=target)
+            elif self._timeline.undid:
+                # The rewind compensated the step's call: its outcome is known (undone), and
+                # the call sent again gets a new key and, if it needs one, a new approval.
+                self._requests.finish_started(self._id, why, from_step=target)
         with self._state_lock:
             undone: list[JSONValue] = [step for step in self._timeline.steps if step >= target]
             self._timeline.truncate(target)
@@ -736,11 +784,13 @@ class Transaction(Turns, Guarded, Observed):
         Raises `FailedPrecondition`, changing nothing, while a timed-out tool call is still
         running after waiting for it up to the step timeout (its effect may still land), and
         while a call waits for a person or has an unknown outcome (a pending approval request,
-        a review not yet taken, a call started and never finished: docs/protocol.md#people).
+        a review not yet taken, a call started and never finished: see
+        docs/protocol.md#the-lifecycle-of-a-tool-call).
         """
         with self._call():
             self._ensure_active()
             self._check_settled()
+            self._note_decisions()  # the trail is stored with the commit
             if self._orphans and self._settle_orphans(self._settings.step_timeout):
                 raise FailedPrecondition(
                     f"transaction `{self._id}`: a timed-out tool call is still running and its "

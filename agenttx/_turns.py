@@ -10,14 +10,16 @@ call after it gets a `NOT_RUN` result, so that every call the model made gets an
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
 
 from ._errors import InvalidArgument, JSONValueError
 from ._hints import CleanHint, HintCategory
+from ._limits import MAX_CALLS_PER_TURN
 from ._prepare import check_call_id, check_tool_call
 from ._results import StepResult, StepStatus
 from ._rollback import RollbackStrategy
@@ -74,14 +76,24 @@ TurnCall.__module__ = "agenttx"
 
 
 def turn_calls(calls: object) -> tuple[TurnCall, ...]:
-    """`calls` as `TurnCall`s, every item checked before any runs (`InvalidArgument` names it)."""
+    """`calls` as `TurnCall`s, every item checked before any runs (`InvalidArgument` names it).
+
+    More than `MAX_CALLS_PER_TURN` calls raise `InvalidArgument` before any item is checked
+    (an iterator is read no further than one item past the limit).
+    """
     if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Iterable):
         raise InvalidArgument(
             f"calls must be an iterable of (tool_name, arguments[, call_id]) tuples or TurnCalls,"
             f" got {type(calls).__name__}"
         )
+    items = list(itertools.islice(calls, MAX_CALLS_PER_TURN + 1))  # an endless one ends here
+    if len(items) > MAX_CALLS_PER_TURN:  # before any is checked: none runs
+        count = len(calls) if isinstance(calls, Sized) else "more than that"
+        raise InvalidArgument(
+            f"a turn holds at most {MAX_CALLS_PER_TURN} calls (MAX_CALLS_PER_TURN), got {count}"
+        )
     checked: list[TurnCall] = []
-    for index, item in enumerate(calls):
+    for index, item in enumerate(items):
         if isinstance(item, TurnCall):
             checked.append(item)
             continue
@@ -250,7 +262,8 @@ class Turns:
         """Run one model turn: `calls` in order, through `call`, stopping at the first failure.
 
         `calls` holds `(tool_name, arguments)` or `(tool_name, arguments, call_id)` tuples or
-        `TurnCall`s. All are checked before any runs, against every limit `execute_step` would
+        `TurnCall`s, at most `MAX_CALLS_PER_TURN` (128) of them (`InvalidArgument` for more).
+        All are checked before any runs, against every limit `execute_step` would
         refuse a call for (`InvalidArgument` names the bad item; see `TurnCall`), so a turn
         either raises before anything ran or returns one result per call, in order: the calls
         after the first that failed are not sent and get a `StepStatus.NOT_RUN` result (see

@@ -26,11 +26,10 @@ from ._refs import Dependency
 from ._results import AttemptStatus, StepAttempt
 from ._rollback import ControllerState, RollbackPolicy
 from ._tools import StagedEffect, UndoRecord
-from .stores import DurableStore, EffectRow, Store, UndoRow
-from .stores._durable import is_durable
+from .stores import DurableStore, EffectRow, Store, UndoRow, is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from ._graph import DependencyGraph
     from ._limits import Isolation
@@ -129,7 +128,7 @@ class TxLog:
     running a tool, while the transaction waits for it.
     """
 
-    __slots__ = ("_progress", "_record", "_store", "_tx_id")
+    __slots__ = ("_lease", "_progress", "_record", "_store", "_tx_id")
 
     def __init__(
         self,
@@ -141,6 +140,9 @@ class TxLog:
     ) -> None:
         self._store = store
         self._tx_id = tx_id
+        #: A store whose transactions another worker may take over while this one runs (its
+        #: leases expired) checks the lease before each tool: `PostgresStore.check_lease`.
+        self._lease: Callable[[str], object] | None = getattr(store, "check_lease", None)
         self._progress = _FRESH if progress is None else _progress_text(progress)
         self._record: dict[str, JSONValue] = record or {}
 
@@ -194,6 +196,14 @@ class TxLog:
             end_keeping_undos(self._store, self._tx_id, self._record, status, history)
         else:
             self._store.discard(self._tx_id, history=history)
+
+    def check_lease(self) -> None:
+        """Before a tool runs: `StorageError` ("lease lost") unless the store still holds the
+        transaction, so that a worker that lost it runs no tool. One fenced statement on a
+        store with leases (`PostgresStore.check_lease`); nothing to check on the others (on
+        `SQLiteStore` recovery takes over only a transaction whose process has died)."""
+        if self._lease is not None:
+            self._lease(self._tx_id)
 
     def undo(self, record: UndoRecord) -> None:
         """Write an undo record, durably, before the effect it undoes happens."""

@@ -12,9 +12,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     import agenttx
+
+    #: How the per-step figures are summed up: the scripts' tables take the median;
+    #: bench/compare.py the mean (every step's time counts, the collector's pauses too).
+    Statistic = Callable[[Sequence[float]], float]
 
 STEPS = 20
 
@@ -24,12 +28,18 @@ def noop(a: str, b: int, c: str, d: bool) -> dict[str, Any]:  # noqa: ARG001
     return {"id": a, "n": b}
 
 
-def time_chains(begin: Callable[[], agenttx.Transaction], transactions: int) -> float:
-    """Median microseconds per `execute_step` of the tool "noop" over `transactions` chains.
+def time_chains(
+    begin: Callable[[], agenttx.Transaction],
+    transactions: int,
+    *,
+    statistic: Statistic = statistics.median,
+) -> float:
+    """Microseconds per `execute_step` of the tool "noop" over `transactions` chains, the
+    median of the steps' times (or `statistic` of them).
 
     The first step of each chain is not timed (it has no reference); each chain commits.
     """
-    times: list[int] = []
+    times: list[float] = []
     for _ in range(transactions):
         tx = begin()
         tx.execute_step(1, "noop", {"a": "start", "b": 1, "c": "lit", "d": True})
@@ -42,11 +52,14 @@ def time_chains(begin: Callable[[], agenttx.Transaction], transactions: int) -> 
                 raise SystemExit(f"agenttx step {step} went wrong: {result}")
         if tx.commit().steps_committed != STEPS:
             raise SystemExit("agenttx commit went wrong")
-    return statistics.median(times) / 1000
+    return statistic(times) / 1000
 
 
-def time_langgraph(checkpointer: object, runs: int) -> float:
-    """Median microseconds per node of the chain as a LangGraph graph with `checkpointer`."""
+def time_langgraph(
+    checkpointer: object, runs: int, *, statistic: Statistic = statistics.median
+) -> float:
+    """Microseconds per node of the chain as a LangGraph graph with `checkpointer`: the median
+    (or `statistic`) over runs of one run's time divided by its nodes."""
     from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
     from typing_extensions import TypedDict  # noqa: PLC0415
 
@@ -75,4 +88,4 @@ def time_langgraph(checkpointer: object, runs: int) -> float:
         times.append((time.perf_counter_ns() - started) / STEPS)
         if final["outputs"][str(STEPS)] != {"id": "start", "n": STEPS}:
             raise SystemExit("langgraph chain went wrong")
-    return statistics.median(times) / 1000
+    return statistic(times) / 1000

@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import agenttx
 from _chain import STEPS, noop, time_chains, time_langgraph
@@ -48,20 +48,29 @@ from _report import Row, report
 from agenttx import builtins
 from agenttx.stores import SQLiteStore
 
+if TYPE_CHECKING:
+    from _chain import Statistic
+
 STEP_TARGET_US = 40.0
 RATIO_TARGET = 20.0
 TPS_TARGET = 1_000.0
 
 
-def bench_agenttx(directory: Path, transactions: int, *, exclusive: bool = False) -> float:
-    """Median microseconds per durable execute_step."""
+def bench_agenttx(
+    directory: Path,
+    transactions: int,
+    *,
+    exclusive: bool = False,
+    statistic: Statistic = statistics.median,
+) -> float:
+    """Median (or `statistic`) microseconds per durable execute_step."""
     tool = agenttx.tool(name="noop", inline=True)(noop)
     name = "exclusive.db" if exclusive else "agenttx.db"
     store = SQLiteStore(directory / name, durability="normal", exclusive=exclusive)
     engine = agenttx.Engine(
         tools=[tool], store=store, config=agenttx.EngineConfig(idle_timeout=None)
     )
-    figure = time_chains(engine.begin, transactions)
+    figure = time_chains(engine.begin, transactions, statistic=statistic)
     store.close()
     return figure
 
@@ -73,13 +82,15 @@ def bench_throughput(
     name = f"throughput-{'exclusive' if exclusive else 'shared'}-{threads}"
     sizes = (min(64, transactions), transactions, transactions, transactions)
     batches = [
-        _throughput(directory / f"{name}-{batch}.db", size, exclusive=exclusive, threads=threads)
+        throughput_batch(
+            directory / f"{name}-{batch}.db", size, exclusive=exclusive, threads=threads
+        )
         for batch, size in enumerate(sizes)
     ]
     return statistics.median(batches[1:])
 
 
-def _throughput(path: Path, transactions: int, *, exclusive: bool, threads: int) -> float:
+def throughput_batch(path: Path, transactions: int, *, exclusive: bool, threads: int) -> float:
     """One batch: 20 kv.put steps and a commit each, split over `threads`, on a new file."""
     store = SQLiteStore(path, durability="normal", exclusive=exclusive)
     engine = agenttx.Engine(

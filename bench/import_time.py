@@ -39,18 +39,26 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Modules `import agenttx` must not load: the paths that need them import them.
 NOT_AT_IMPORT = ("asyncio", "sqlite3", "concurrent.futures", "rustworkx")
 
-TIMED = (
-    "import sys, time\n"
-    "started, cpu = time.perf_counter(), time.process_time()\n"
-    "import agenttx\n"
-    "elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu\n"
-    f"loaded = [m for m in {NOT_AT_IMPORT!r} if m in sys.modules]\n"
-    "print(elapsed * 1000, cpu * 1000, ','.join(loaded))\n"
-)
+
+def timed(statement: str) -> str:
+    """A `python -c` program that times `statement` (an import, say) and prints its wall and CPU
+    milliseconds and which of NOT_AT_IMPORT are loaded after it."""
+    return (
+        "import sys, time\n"
+        "started, cpu = time.perf_counter(), time.process_time()\n"
+        f"{statement}\n"
+        "elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu\n"
+        f"loaded = [m for m in {NOT_AT_IMPORT!r} if m in sys.modules]\n"
+        "print(elapsed * 1000, cpu * 1000, ','.join(loaded))\n"
+    )
 
 
-def environment(cache: str | None) -> dict[str, str]:
-    """This checkout importable, bytecode cached under `cache` (or never written if None)."""
+TIMED = timed("import agenttx")
+
+
+def environment(cache: str | None, root: Path = ROOT) -> dict[str, str]:
+    """The checkout at `root` (this one by default) importable, bytecode cached under `cache`
+    (or never written if None)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("PYTHONPYCACHEPREFIX", None)
@@ -58,7 +66,7 @@ def environment(cache: str | None) -> dict[str, str]:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     else:
         env["PYTHONPYCACHEPREFIX"] = cache
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     return env
 
 
@@ -77,12 +85,13 @@ def run(arguments: list[str], env: dict[str, str]) -> subprocess.CompletedProces
     return result
 
 
-def time_import(env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall and CPU milliseconds of `import agenttx` in a fresh process, and what it loaded.
+def time_import(env: dict[str, str], program: str = TIMED) -> tuple[float, float, str]:
+    """Wall and CPU milliseconds of `import agenttx` (or of what `program`, made by `timed`,
+    times) in a fresh process, and what it loaded.
 
     What it loaded: those of NOT_AT_IMPORT, comma-separated.
     """
-    elapsed, cpu, *loaded = run(["-c", TIMED], env).stdout.split()
+    elapsed, cpu, *loaded = run(["-c", program], env).stdout.split()
     return float(elapsed), float(cpu), ",".join(loaded)
 
 

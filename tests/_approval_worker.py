@@ -10,6 +10,7 @@
   (and commit, if it succeeded) as JSON;
 - `begin-run` (with `--no-approval`): begin a transaction and send the charge, which needs no
   approval, then hang in it until killed.
+- `recover`: recover the store (resume) and print the pending reviews as JSON, sending nothing.
 
 The charge's status check reads `charges.log` by idempotency key; `--no-check` declares the tool
 without one (it goes to review).
@@ -71,6 +72,10 @@ def main() -> None:
         engine.begin(agent_id="crash").call("charge", ARGS)
         return
     engine.recover("resume")
+    if phase == "recover":
+        reviews = [{"id": r.id, "errors": list(r.errors)} for r in engine.pending_reviews()]
+        print(json.dumps({"reviews": reviews}), flush=True)
+        return
     (tx,) = engine.transactions()
     result = tx.call("charge", ARGS)
     out: dict[str, object] = {"status": result.status.value, "output": result.output}

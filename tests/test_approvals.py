@@ -166,6 +166,7 @@ def test_needs_approval_can_decide_from_the_arguments(store):
     tx = _tx(store, _charge_tool(card, needs_approval=above_100))
     assert tx.call("charge", {**ARGS, "amount": 50}).ok
     assert tx.call("charge", ARGS).status is StepStatus.NEEDS_APPROVAL
+    tx.reject(tx.pending_approvals()[0].id, actor="alice", reason="not now")
     assert tx.call("charge", {**ARGS, "amount": 13}).status is StepStatus.NEEDS_APPROVAL
     assert [amount for amount, _ in card.charges] == [50]
 
@@ -507,6 +508,17 @@ def release():
     event.set()
 
 
+def _release_when_unknown(release: threading.Event):
+    """A hook that lets a slow tool return as soon as its outcome is found unknown: the status
+    check is asked only once the call has returned, so the tests that want it asked return."""
+
+    def hook(event: agenttx.Event) -> None:
+        if event.kind is agenttx.EventKind.OUTCOME_UNKNOWN:
+            release.set()
+
+    return hook
+
+
 def _status(card: Card):
     def check(arguments, key):
         for amount, charged_key in card.charges:
@@ -520,7 +532,8 @@ def _status(card: Card):
 def test_a_timed_out_charge_with_a_status_check_is_not_charged_twice(store, release):
     """The check finds the charge: the step succeeds with its output, nothing runs again."""
     card = Card()
-    tx = _tx(store, _slow_charge(card, release, check=_status(card)), step_timeout=0.2)
+    tool = _slow_charge(card, release, check=_status(card))
+    tx = _tx(store, tool, step_timeout=0.2, hooks=[_release_when_unknown(release)])
     result = tx.call("charge", ARGS)
     assert result.status is StepStatus.SUCCESS
     assert result.output["amount"] == 500
@@ -543,7 +556,7 @@ def test_a_not_done_check_retries_with_the_same_key(store, release):
             return {}
         return card.charge(amount, ctx.idempotency_key)
 
-    tx = _tx(store, charge, step_timeout=0.2)
+    tx = _tx(store, charge, step_timeout=0.2, hooks=[_release_when_unknown(release)])
     result = tx.call("charge", ARGS)
     assert result.ok
     assert len(attempts) == 2
@@ -554,7 +567,8 @@ def test_a_not_done_check_retries_with_the_same_key(store, release):
 def test_a_timed_out_charge_without_a_check_goes_to_review(store, release):
     """No check: NEEDS_REVIEW with the evidence; the transaction waits on that step."""
     card = Card()
-    tx = _tx(store, _slow_charge(card, release, on_unknown="review"), step_timeout=0.2)
+    tool = _slow_charge(card, release, on_unknown="review")
+    tx = _tx(store, tool, step_timeout=0.2, hooks=[_release_when_unknown(release)])
     result = tx.call("charge", ARGS)
     assert result.status is StepStatus.NEEDS_REVIEW
     review = result.review
@@ -579,6 +593,7 @@ def test_a_review_resolved_done_records_the_output_without_running(store, releas
     tx = _tx(store, _slow_charge(card, release, on_unknown="review"), step_timeout=0.2)
     review = tx.call("charge", ARGS).review
     tx.resolve_review(review.id, outcome="done", output={"charge_id": "ch_x"}, actor="ops")
+    release.set()  # the step waits until the late call has returned
     result = tx.call("charge", ARGS)
     assert result.ok
     assert result.output == {"charge_id": "ch_x"}
@@ -615,7 +630,9 @@ def test_a_failing_check_is_kept_as_evidence_and_goes_to_review(store, release, 
         return CheckResult.unknown("no record yet")
 
     card = Card()
-    tx = _tx(store, _slow_charge(card, release, check=check), step_timeout=0.2)
+    returned = threading.Event()
+    tool = _slow_charge(card, returned, check=check)
+    tx = _tx(store, tool, step_timeout=0.2, hooks=[_release_when_unknown(returned)])
     result = tx.call("charge", ARGS)
     assert result.status is StepStatus.NEEDS_REVIEW
     evidence = " | ".join(result.review.errors)
@@ -668,6 +685,91 @@ def test_an_approved_call_interrupted_while_running_is_checked_not_rerun(store):
     assert len(card.keys) == 1  # the tool did not run again
 
 
+def _cut_off_charge(card: Card, **options):
+    """A charge whose first call is cut off (KeyboardInterrupt) after the card was charged."""
+    interrupt = [True]
+
+    @agenttx.tool(name="charge", inline=True, **options)
+    def charge(ctx: agenttx.ToolContext, amount: int, card_number: str) -> dict:
+        output = card.charge(amount, ctx.idempotency_key)
+        if interrupt:
+            interrupt.pop()
+            raise KeyboardInterrupt
+        return output
+
+    return charge
+
+
+def _cut_off_then_recovered(durable_backend, tool) -> tuple[agenttx.Engine, str]:
+    """Begin in one engine, cut the call off, close that engine; recover in another."""
+    first = agenttx.Engine(tools=[tool], store=durable_backend())
+    tx = first.begin()
+    if tool.needs_approval is True:
+        tx.approve(tx.call("charge", ARGS).approval.id, actor="alice")
+    with pytest.raises(KeyboardInterrupt):
+        tx.call("charge", ARGS)
+    first.close()
+    engine = agenttx.Engine(tools=[tool], store=durable_backend())
+    assert engine.pending_reviews() == ()
+    assert engine.recover("resume").resumed == (tx.id,)
+    return engine, tx.id
+
+
+@pytest.mark.parametrize(
+    ("options", "evidence"),
+    [
+        ({"needs_approval": True}, "the tool has no status check"),
+        ({"on_unknown": "review"}, "the tool has no status check"),
+        (
+            {"check": lambda arguments, key: CheckResult.unknown("the bank is down")},
+            "the status check cannot tell: the bank is down",
+        ),
+    ],
+    ids=["approval", "on_unknown", "check_unknown"],
+)
+def test_a_call_cut_off_by_a_crash_is_under_review_right_after_recovery(
+    durable_backend, options, evidence
+):
+    """Recovery opens the review of a call cut off after its approval was consumed (or its
+    start recorded) at once, with the evidence a re-sent call gets; the re-sent call waits on
+    that same review, and once it is resolved goes on without running the tool again."""
+    card = Card()
+    engine, tx_id = _cut_off_then_recovered(durable_backend, _cut_off_charge(card, **options))
+    (review,) = engine.pending_reviews()
+    assert (review.scope_id, review.step, review.tool, review.arguments) == (
+        tx_id,
+        1,
+        "charge",
+        ARGS,
+    )
+    assert review.idempotency_key == card.keys[0]
+    assert review.errors[0].startswith("the call started (its approval was consumed)")
+    assert review.errors[1:] == (evidence,)
+    tx = engine.get(tx_id)
+    assert [event.kind.name for event in tx.audit()][-2:] == ["OUTCOME_UNKNOWN", "REVIEW_REQUESTED"]
+    waiting = tx.call("charge", ARGS)
+    assert waiting.status is StepStatus.NEEDS_REVIEW
+    assert waiting.review == review
+    assert engine.pending_reviews() == (review,)  # the same one, not a second
+    engine.resolve_review(review.id, outcome="done", output={"charge_id": "x"}, actor="ops")
+    assert tx.call("charge", ARGS).output == {"charge_id": "x"}
+    assert len(card.keys) == 1  # the tool ran once, before the crash
+    assert tx.commit().steps_committed == 1
+
+
+def test_a_cut_off_call_whose_check_tells_opens_no_review_at_recovery(durable_backend):
+    """A status check that says the call was done opens no review: the re-sent call is
+    checked again and records the check's output, without running the tool."""
+    card = Card()
+    tool = _cut_off_charge(card, check=_status(card))
+    engine, tx_id = _cut_off_then_recovered(durable_backend, tool)
+    assert engine.pending_reviews() == ()
+    result = engine.get(tx_id).call("charge", ARGS)
+    assert result.ok
+    assert result.output == {"charge_id": f"ch_{card.keys[0][:8]}", "amount": 500}
+    assert len(card.keys) == 1
+
+
 def test_requests_reject_a_duplicate_id():
     """A book refuses a second request with an id it has."""
     book = Requests(requests_for(MemoryStore())._table)
@@ -689,6 +791,7 @@ def test_approvals_and_reviews_are_in_the_audit_trail(store, release):
     tx.approve(request.id, actor="alice", expires_in=60)
     review = tx.call("charge", ARGS).review
     tx.resolve_review(review.id, outcome="done", output={"charge_id": "c"}, actor="ops")
+    release.set()  # the late call returns: the step is no longer blocked by it
     assert tx.call("charge", ARGS).ok
     kinds = [event.kind.name for event in tx.audit()]
     assert kinds[:4] == ["APPROVAL_REQUESTED", "APPROVED", "APPROVAL_CONSUMED", "STEP_DISPATCHED"]
@@ -792,13 +895,33 @@ def test_a_killed_approved_call_without_a_check_goes_to_review_then_on(tmp_path)
     assert len((tmp_path / "charges.log").read_text().splitlines()) == 1
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_killed_call_is_under_review_as_soon_as_it_is_recovered(tmp_path):
+    """After a SIGKILL mid-call, recovery alone opens the review (listed by every engine on
+    the file); the call sent again later waits on that same review."""
+    db, asked = _killed_while_charging(tmp_path, "--no-check")
+    recovered = _finish(_worker("recover", db, tmp_path, "--no-check"))
+    (opened,) = recovered["reviews"]
+    assert opened["errors"][1:] == ["the tool has no status check"]
+    with SQLiteStore(db) as store:
+        (review,) = agenttx.Engine(store=store).pending_reviews()
+    assert (review.id, review.scope_id) == (opened["id"], asked["tx"])
+    waiting = _finish(_worker("resume", db, tmp_path, "--no-check"))
+    assert (waiting["status"], waiting["review"]) == ("NEEDS_REVIEW", review.id)
+    with SQLiteStore(db) as store:
+        assert [r.id for r in agenttx.Engine(store=store).pending_reviews()] == [review.id]
+    assert len((tmp_path / "charges.log").read_text().splitlines()) == 1
+
+
 def test_ending_a_transaction_withdraws_its_pending_requests(store):
     """Commit (or abort) withdraws what still waits: not listed, and cannot be approved."""
     tx = _tx(store, _charge_tool(Card(), needs_approval=True))
     request = tx.call("charge", ARGS).approval
     engine = agenttx.Engine(store=store)
     assert [r.id for r in engine.pending_approvals()] == [request.id]
-    tx.commit()
+    with pytest.raises(agenttx.FailedPrecondition, match="cannot commit"):
+        tx.commit()  # a commit would drop the waiting call unrecorded
+    tx.rollback()
     assert engine.pending_approvals() == ()
     with pytest.raises(agenttx.ApprovalError, match="withdrawn"):
         engine.approve(request.id, actor="alice")
@@ -902,7 +1025,7 @@ def test_the_requests_of_ended_transactions_follow_the_history_retention(tmp_pat
     with SQLiteStore(path) as store:
         ended = _tx(store, tool)
         gone = ended.call("charge", ARGS).approval
-        ended.commit()
+        ended.rollback()
         still = agenttx.Engine(tools=[tool], store=store).begin()
         kept = still.call("charge", ARGS).approval
     time.sleep(0.05)
@@ -945,7 +1068,13 @@ class ApprovalMachine(RuleBasedStateMachine):
     def send(self, amount: int) -> None:
         newest = self._newest(amount)
         result = self.tx.call("charge", {"amount": amount})
-        if newest is None or newest[1] == "consumed":
+        others = (e for a, made in self.requests.items() if a != amount for e in made)
+        if any(entry[1] == "pending" for entry in others):  # its step waits for a person
+            assert not result.ok
+            assert "waits for" in result.hint.text
+            self._after_failure(result)
+            return
+        if newest is None or newest[1] in ("consumed", "withdrawn"):
             assert result.status is StepStatus.NEEDS_APPROVAL
             self.requests.setdefault(amount, []).append([result.approval.id, "pending"])
         elif newest[1] == "pending":
@@ -959,7 +1088,14 @@ class ApprovalMachine(RuleBasedStateMachine):
         else:  # rejected
             assert not result.ok
             assert "too much" in result.hint.text
-            self.ended = result.status is StepStatus.FAILED
+            self._after_failure(result)
+
+    def _after_failure(self, result: agenttx.StepResult) -> None:
+        """A rewind below the failed step withdraws what waited at the steps it dropped."""
+        self.ended = result.status is StepStatus.FAILED
+        if self.ended or (result.rollback_to_step or 0) < result.step_id:
+            for entry in self._all("pending"):
+                entry[1] = "withdrawn"
 
     @precondition(lambda self: any(e[1] == "pending" for m in self.requests.values() for e in m))
     @rule(data=st.data(), reject=st.booleans())

@@ -6,6 +6,8 @@ runs by hand, recorded in bench/RESULTS.md.
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import subprocess
@@ -13,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import agenttx
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
@@ -80,3 +84,86 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+@pytest.mark.timeout(300)
+def test_compare_runs_both_trees_and_removes_its_worktree(tmp_path: Path) -> None:
+    """bench/compare.py's smoke run measures the old commit and this tree, writes its JSON, and
+    leaves no worktree behind."""
+    worktrees = _git("worktree", "list", "--porcelain")
+    out = tmp_path / "compare.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "bench/compare.py", "--rounds", "1", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert HEADER.search(result.stdout), result.stdout
+    found = json.loads(out.read_text())
+    assert found["rounds"] == 1
+    assert len(found["commit"]) == 40
+    measures = found["measures"]
+    for key in ("step", "tps_memory", "tps_sqlite", "durable_step", "import", "first_use"):
+        assert set(measures[key]["figures"]) == {"old", "new"}, key  # both trees, 1ffc288's API
+        assert all(v > 0 for values in measures[key]["figures"].values() for v in values), key
+    for key in ("plan_memory", "plan_durable"):  # 1ffc288 had no plans: this tree only
+        assert set(measures[key]["figures"]) == {"new"}, key
+    assert _git("worktree", "list", "--porcelain") == worktrees
+
+
+def test_import_agenttx_loads_only_the_errors_and_the_version():
+    """`import agenttx` loads no module of its own beyond the errors and the version."""
+    code = "import sys, agenttx; print(sorted(m for m in sys.modules if m.startswith('agenttx')))"
+    result = _python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(["agenttx", "agenttx._errors", "agenttx._version"])
+
+
+def test_a_lazy_name_loads_with_its_module_and_pins_what_loaded_with_it():
+    """Asking for one name loads its module; every public class loaded with it reports `agenttx`."""
+    code = (
+        "import agenttx\n"
+        "assert 'Transaction' not in vars(agenttx) and 'Transaction' in dir(agenttx)\n"
+        "tx = agenttx.Transaction(tools=[])\n"
+        "assert 'StepResult' in vars(agenttx)\n"  # loaded with Transaction: published
+        "assert type(tx.execute_step(1, 'nope', {})).__module__ == 'agenttx'\n"
+        "assert agenttx.InvalidArgument.__module__ == 'agenttx'\n"
+        "assert agenttx.stores.MemoryStore.__module__ == 'agenttx.stores'\n"
+        "from agenttx import *\n"
+        "assert Plan is agenttx.Plan and Plan.__module__ == 'agenttx'\n"
+        "try:\n"
+        "    agenttx.NoSuchName\n"
+        "except AttributeError as exc:\n"
+        "    assert 'NoSuchName' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    result = _python(code)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_lazy_table_and_the_type_checkers_imports_agree():
+    """Every name of `agenttx.__all__` is loaded with the package or listed in the lazy table, and
+    the `TYPE_CHECKING` imports name the same module for it."""
+    source = (ROOT / "agenttx" / "__init__.py").read_text()
+    imported = {
+        alias.asname or alias.name: f".{node.module}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        for alias in node.names
+    }
+    errors = {name for name, module in imported.items() if module == "._errors"}
+    assert set(agenttx.__all__) == errors | set(agenttx._LAZY)
+    assert {name: imported[name] for name in agenttx._LAZY} == agenttx._LAZY
+
+
+def _git(*arguments: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *arguments], capture_output=True, text=True, check=True
+    ).stdout

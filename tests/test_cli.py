@@ -67,6 +67,43 @@ def test_inspect_lists_open_transactions(database):
     assert lines[3] == "outbox: 1 effect waiting for delivery"
 
 
+def test_inspect_says_when_the_outbox_count_is_capped(tmp_path):
+    """`inspect DB` counts the outbox up to 10,000 and shows more as `10,000+`, not as 10,000."""
+    from agenttx.stores import EffectRow  # noqa: PLC0415
+
+    with SQLiteStore(tmp_path / "many.db") as store:
+        for tx_id, count in (("t-full", 10_000), ("t-more", 1)):
+            store.begin(tx_id)
+            effects = [
+                EffectRow(step_id=1, channel="c", payload="{}", idempotency_key=f"{tx_id}-{n}")
+                for n in range(count)
+            ]
+            store.record_step(tx_id, 1, "{}", effects, "{}")
+            store.commit(tx_id)
+            done = agenttx_cli("inspect", str(tmp_path / "many.db"))
+            assert done.returncode == 0, done.stderr
+            counted = "10000" if tx_id == "t-full" else "10,000+"
+            assert f"outbox: {counted} effects waiting for delivery" in done.stdout
+
+
+def test_inspect_of_a_directory_or_a_missing_file_says_so(tmp_path):
+    """`inspect DIR` says it is a directory, not a SQLite database (SQLite says "disk I/O
+    error"); a missing file is "no such file"; both exit 2, as other bad input does."""
+    for command in ("inspect", "approvals", "plans", "audit"):
+        done = agenttx_cli(command, str(tmp_path))
+        assert done.returncode == 2
+        assert (
+            done.stderr == f"agenttx {command}: {tmp_path} is a directory, not a SQLite database\n"
+        )
+        done = agenttx_cli(command, str(tmp_path / "none.db"))
+        assert (done.returncode, done.stderr) == (
+            2,
+            f"agenttx {command}: no such file: {tmp_path / 'none.db'}\n",
+        )
+    done = agenttx_cli("approve", str(tmp_path), "apr-1", "--actor", "a")
+    assert "is a directory, not a SQLite database" in done.stderr
+
+
 def test_inspect_shows_one_transaction(database):
     """`inspect DB TX` shows steps, edges, constraints, context, staged effects and undos."""
     db, tx_id = database
@@ -1200,6 +1237,13 @@ def test_approve_reject_and_review_decide_from_the_terminal(asking, capsys):
         main(["review", str(db), review, "--outcome", "done", "--output", "{", "--actor", "o"]) == 2
     )
     assert "not JSON" in capsys.readouterr().err
+    for deep in ("[" * 100 + "]" * 100, "[" * 100_000 + "]" * 100_000):
+        too_deep = ["review", str(db), review, "--outcome", "done", "--output", deep]
+        assert main([*too_deep, "--actor", "o"]) == 2
+        assert capsys.readouterr().err == (
+            f"agenttx review: --output is nested deeper than {agenttx.MAX_NESTING_DEPTH} levels "
+            "(the most a JSON value may)\n"
+        )
     args = ["review", str(db), review, "--outcome", "done", "--output", '{"n": 1}', "--actor", "o"]
     assert main(args) == 0
     assert f"review {review} resolved done by o" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agenttx
+import agenttx.builtins
 import agenttx.stores
 from agenttx import Engine, EngineConfig, RollbackPolicy, Transaction, TxStatus
 from agenttx._engine import SWEEP_MIN
@@ -598,3 +599,85 @@ def test_a_step_longer_than_the_idle_timeout_is_not_reaped_when_it_returns():
     assert tx.execute_step(1, "slow", {}).ok
     assert engine.reap_idle() == 0
     assert tx.status is TxStatus.ACTIVE
+
+
+# ---------------------------------------------------------------- close gives up what it holds
+
+
+def _kv_tools(tmp_path) -> list:
+    return list(agenttx.builtins.tools(str(tmp_path / "files")))
+
+
+def test_a_closed_engines_open_transactions_are_recovered_at_once(durable_backend, tmp_path):
+    """close() releases the engine's open transactions (SQLite: owner; PostgreSQL: lease), so
+    another engine on the same backend, in this live process, recovers them at once and goes
+    on from the step after the last; the closed engine's store stays open."""
+    store = durable_backend(lease_seconds=60.0)
+    first = Engine(tools=_kv_tools(tmp_path), store=store)
+    tx = first.begin(agent_id="a")
+    assert tx.call("kv.put", {"key": "n", "value": 7}).ok
+    first.close()
+    first.close()  # idempotent
+    other = Engine(tools=_kv_tools(tmp_path), store=durable_backend(lease_seconds=60.0))
+    report = other.recover("resume")
+    assert report.resumed == (tx.id,)
+    assert report.skipped == ()
+    resumed = other.get(tx.id)
+    assert resumed.next_step_id == 2
+    assert resumed.call("kv.put", {"key": "m", "value": "${steps.1.value}"}).ok
+    assert resumed.commit().steps_committed == 2
+    assert (store.read_committed("kv/n"), store.read_committed("kv/m")) == ("7", "7")
+
+
+_CLOSE_THEN_WAIT = """
+import sys
+import agenttx, agenttx.builtins
+from agenttx.stores import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+engine = agenttx.Engine(tools=list(agenttx.builtins.tools(sys.argv[2])), store=store)
+tx = engine.begin()
+assert tx.call("kv.put", {"key": "n", "value": 7}).ok
+engine.close()
+print(tx.id, flush=True)
+sys.stdin.read()  # alive, its store open, until the parent is done
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_live_process_that_closed_its_engine_leaves_its_transactions_to_recovery(tmp_path):
+    """A process that closed its engine but lives on (its SQLiteStore still open) does not
+    keep its transactions: another process's engine recovers them at once."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    db = tmp_path / "shared.db"
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root}
+    with subprocess.Popen(
+        [sys.executable, "-c", _CLOSE_THEN_WAIT, str(db), str(tmp_path / "files")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as worker:
+        assert worker.stdout is not None
+        tx_id = worker.stdout.readline().strip()
+        assert worker.poll() is None  # alive
+        with agenttx.stores.SQLiteStore(db) as store:
+            engine = Engine(tools=_kv_tools(tmp_path), store=store)
+            report = engine.recover("resume")
+            assert (report.resumed, report.skipped) == ((tx_id,), ())
+            assert engine.get(tx_id).commit().steps_committed == 1
+        worker.communicate("", timeout=60)
+    assert worker.returncode == 0
+
+
+def test_close_leaves_ended_transactions_and_a_memory_store_alone(tmp_path):
+    """close() on a MemoryStore engine releases nothing and breaks nothing."""
+    engine = Engine(tools=_kv_tools(tmp_path))
+    tx = engine.begin()
+    assert tx.call("kv.put", {"key": "n", "value": 1}).ok
+    engine.close()
+    assert tx.commit().steps_committed == 1

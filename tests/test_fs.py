@@ -224,6 +224,46 @@ def test_restore_deleting_under_a_vanished_directory_succeeds(root):
     assert list(root.iterdir()) == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_restore_rewrites_the_file_in_place_keeping_links_owner_and_mode(root):
+    """A restore writes the prior bytes into the file itself: its inode stays, so a hard link
+    sees them, and its owner, group and mode are kept."""
+    target, link = root / "f.txt", root / "link.txt"
+    target.write_bytes(b"the current, longer contents")
+    os.link(target, link)
+    os.chown(target, 65534, 65534)
+    target.chmod(0o640)
+    before = target.stat()
+    restore_file({"path": str(target), "prior_hex": b"prior".hex(), "root": str(root)})
+    after = target.stat()
+    assert (target.read_bytes(), link.read_bytes()) == (b"prior", b"prior")
+    assert (after.st_ino, after.st_nlink) == (before.st_ino, 2)
+    assert (after.st_uid, after.st_gid) == (65534, 65534)
+    assert stat.S_IMODE(after.st_mode) == 0o640
+    restore_file({"path": str(target), "prior_hex": b"prior".hex(), "root": str(root)})
+    assert (link.read_bytes(), target.stat().st_ino) == (b"prior", before.st_ino)
+
+
+def test_restore_replaces_a_file_it_may_not_open_keeping_its_mode(root, monkeypatch):
+    """A file the process may not write in place (EACCES) is replaced by name, as before, with
+    its mode kept."""
+    target = root / "f.txt"
+    target.write_bytes(b"new")
+    target.chmod(0o444)
+    real_open = os.open
+
+    def refuse_rewrite(path, flags, *args, **kwargs):
+        if flags & os.O_WRONLY and not flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse_rewrite)
+    restore_file({"path": str(target), "prior_hex": b"old".hex(), "root": str(root)})
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o444
+
+
 def test_restore_replaces_a_fifo_without_blocking(root, fifo):
     """Restoring prior bytes over a FIFO renames a file over it; it never opens the FIFO."""
     payload = {"path": str(fifo), "prior_hex": b"old".hex(), "root": str(root)}

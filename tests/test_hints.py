@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from agenttx import InvalidArgument
 from agenttx._hints import _clean as _hints
-from agenttx._hints import _rules
 from agenttx._hints import _scan as _hint_scan
+from agenttx._hints import _templates
 from agenttx._hints._clean import (
     MAX_HINT_CHARS,
     MAX_INPUT_BYTES,
@@ -24,8 +24,9 @@ from agenttx._hints._clean import (
     add_constraint,
     clean_error,
 )
-from agenttx._hints._rules import _RULES, HintCategory, _first_column, _singular
+from agenttx._hints._rules import _RULES, HintCategory
 from agenttx._hints._scan import _Scan
+from agenttx._hints._templates import _first_column, _singular
 
 C = HintCategory
 
@@ -1092,8 +1093,8 @@ def test_output_mismatch_renders_a_blank_capture_as_unknown():
 
 
 def test_output_mismatch_hint_never_exceeds_the_limit():
-    """The hint's length bound, which `_rules` cannot import from `_clean`, is the same."""
-    assert _rules._HINT_CHARS == MAX_HINT_CHARS
+    """The hint's length bound, which `_templates` cannot import from `_clean`, is the same."""
+    assert _templates._HINT_CHARS == MAX_HINT_CHARS
     raw = (
         f"output of tool '{'t' * 128}' does not match its return type {'T' * 128}: "
         f"field `{'f' * 128}` is missing"

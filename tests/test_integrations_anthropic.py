@@ -245,6 +245,55 @@ def test_bad_input_from_the_model_is_a_result():
     assert shop.charges == []
 
 
+def _nested(depth: int) -> dict[str, Any]:
+    deep: dict[str, Any] = {}
+    for _ in range(depth):
+        deep = {"a": deep}
+    return deep
+
+
+def test_an_input_nested_too_deep_is_a_failed_step_as_in_json_text():
+    """A tool_use input nested 10,000 deep, in a dict or an SDK Message, sync or async, is a
+    failed step with the hint the transaction gives the same arguments as JSON text (as the
+    OpenAI runner's); nothing runs and the next call goes on."""
+    import anthropic  # noqa: PLC0415
+
+    deep = {"email": _nested(10_000)}
+    block = {"type": "tool_use", "id": "t1", "name": "lookup_customer", "input": deep}
+    as_dict = {"role": "assistant", "content": [block]}
+    as_sdk = anthropic.types.Message.model_validate(
+        {
+            "id": "m",
+            "type": "message",
+            "role": "assistant",
+            "model": MODEL,
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+            "content": [block],
+        }
+    )
+    text = '{"email": ' + '{"a": ' * 10_000 + "{}" + "}" * 10_001
+    expected = Shop().transaction().call("lookup_customer", text).for_model()
+    assert "Malformed JSON" in str(expected["error"])
+    for message in (as_dict, as_sdk):
+        for asynchronous in (False, True):
+            shop = Shop()
+            tx = shop.transaction()
+            runner = atx_anthropic.ToolRunner(tx)
+            handled = (
+                asyncio.run(runner.ahandle(PROMPT, message))
+                if asynchronous
+                else runner.handle(PROMPT, message)
+            )
+            assert_alternating(handled)
+            (result,) = handled[-1]["content"]
+            assert result["is_error"] is True
+            assert json.loads(result["content"]) == expected
+            assert shop.calls == []
+            assert tx.call("lookup_customer", {"email": EMAIL}).ok
+
+
 def test_wrong_objects_are_refused():
     """A content block, a non-tool, a client or a user message is refused with InvalidArgument."""
     tx = Shop().transaction()

@@ -137,13 +137,19 @@ def test_rewrite_policies():
 
 
 def test_hostile_arguments_are_refused_not_raised():
-    """Arguments nested past what JSON can encode, or a hostile name, refuse the step."""
+    """Arguments nested past the interpreter's recursion limit fail the step as the same JSON
+    text does; arguments that are not JSON, or a hostile name, refuse the step."""
     deep: list[object] = []
     for _ in range(100_000):
         deep = [deep]
     tx = Shop().transaction()
     (outcome,) = _common.run_turn(tx, model_calls([("lookup_customer", {"email": deep})]))
     assert outcome.is_error
+    text = '{"email": ' + "[" * 100_001 + "]" * 100_001 + "}"
+    assert outcome.payload == Shop().transaction().call("lookup_customer", text).for_model()
+    assert "Malformed JSON" in str(outcome.payload["error"])
+    deep.append({1j})
+    (outcome,) = _common.run_turn(tx, model_calls([("lookup_customer", {"email": deep})]))
     assert "not JSON" in str(outcome.payload["error"])
     (outcome,) = _common.run_turn(tx, model_calls([(None, "{}")]))
     assert "unknown tool None" in str(outcome.payload["error"])
@@ -219,6 +225,20 @@ def _refused() -> list[_common.Payload]:
     return [long_name, huge]
 
 
+def _too_many_calls() -> list[_common.Payload]:
+    calls = [("charge", CHARGE_ARGS, f"c{n}") for n in range(2, 202)]
+    shop, payloads = _after_a_charge(*calls)
+    assert len(payloads) == 200  # every call is answered
+    first, *rest = payloads
+    assert first["error"] == (
+        "Hint: Step 2 was refused: the turn has 200 tool calls, more than the 128 one turn may "
+        "hold; send at most 128 per turn."
+    )
+    assert all(p["step"] is None and "step 2 was refused first" in str(p["error"]) for p in rest)
+    assert shop.calls == ["charge"]  # none of the turn ran
+    return [first]
+
+
 def _after_the_end() -> list[_common.Payload]:
     shop = Shop()
     tx = shop.transaction()
@@ -242,6 +262,7 @@ MISTAKE_SCENARIOS: Final = {
     "arguments that are not JSON, or break the tool's schema": _bad_arguments,
     "a call id already used by a live step": _reused_call_id,
     "a tool name over 128 characters, arguments over the size limit": _refused,
+    "more than 128 tool calls in one turn": _too_many_calls,
     "a call after the transaction ended": _after_the_end,
     "a call after a failed call in the same turn": _after_a_failed_call,
 }

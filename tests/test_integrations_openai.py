@@ -314,6 +314,18 @@ def test_malformed_arguments_are_a_result():
     assert "json" in result["error"].lower()
 
 
+def test_arguments_nested_too_deep_are_a_failed_step_as_in_the_core():
+    """JSON arguments nested 10,000 deep are the failed step the transaction makes of them (the
+    Anthropic runner answers such a tool_use input the same); nothing runs."""
+    shop = Shop()
+    text = '{"email": ' + '{"a": ' * 10_000 + "{}" + "}" * 10_001
+    expected = Shop().transaction().call("lookup_customer", text).for_model()
+    (result,) = one_turn(shop.transaction(), call("lookup_customer", text))
+    assert result == expected
+    assert "Malformed JSON" in result["error"]
+    assert shop.calls == []
+
+
 def test_duplicate_call_id_is_a_result_not_a_renumbering():
     """A call id already used by a live step fails that call; the step numbers do not move."""
     shop = Shop()

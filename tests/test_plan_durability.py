@@ -1301,7 +1301,11 @@ def test_a_run_whose_tool_is_gone_is_not_resumed_and_says_which(tmp_path):
     tools = [_undo(undone)]
     with pytest.raises(agenttx.PlanToolMissing) as info:
         agenttx._plans.resume_plan(store, store.read_plan("r"), tools=tools)
-    assert (info.value.tool, info.value.run_id, info.value.code) == ("step", "r", "plan_tool_missing")
+    assert (info.value.tool, info.value.run_id, info.value.code) == (
+        "step",
+        "r",
+        "plan_tool_missing",
+    )
     engine = agenttx.Engine(tools=tools, store=store)
     report = engine.recover("resume")
     assert report.plans_resumed == ()

@@ -391,6 +391,54 @@ def test_from_json_refuses_bad_plans(data, match):
         Plan.from_json(data)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("retries", 1_000_000_000, r"node `a`: retries must be at most 10 \(MAX_NODE_RETRIES\)"),
+        ("retries", 11, r"node `a`: retries must be at most 10 \(MAX_NODE_RETRIES\)"),
+        ("timeout", 3601, r"node `a`: timeout must be at most 3600 seconds \(MAX_NODE_TIMEOUT\)"),
+        ("timeout", 1e300, r"node `a`: timeout must be at most 3600 seconds"),
+        (
+            "inputs",
+            {"n": "x" * 65_536},
+            r"node `a`: inputs must be at most 65536 bytes of JSON \(MAX_NODE_INPUT_BYTES\)",
+        ),
+    ],
+)
+def test_from_json_bounds_a_models_node(field, value, match):
+    """A JSON plan's node may not ask for more retries, a longer timeout or larger inputs than
+    the documented limits: InvalidArgument names the node, the field and the limit."""
+    with pytest.raises(InvalidArgument, match=match):
+        Plan.from_json({"nodes": [{"id": "a", "tool": "t", field: value}]})
+
+
+def test_from_json_takes_a_node_at_the_limits():
+    """Retries, timeout and inputs exactly at the limits are accepted."""
+    inputs = {"n": "x" * (65_536 - len('{"n":""}'))}
+    plan = Plan.from_json(
+        {"nodes": [{"id": "a", "tool": "t", "retries": 10, "timeout": 3600, "inputs": inputs}]}
+    )
+    assert plan.node("a").retries == 10
+    assert plan.node("a").timeout == 3600.0
+
+
+def test_from_json_bounds_the_number_of_nodes():
+    """A JSON plan may have 1000 nodes (MAX_PLAN_NODES), not 1001."""
+    nodes = [{"id": f"n{i}", "tool": "t"} for i in range(1001)]
+    with pytest.raises(InvalidArgument, match=r"at most 1000 nodes \(MAX_PLAN_NODES\), got 1001"):
+        Plan.from_json({"nodes": nodes})
+    assert len(Plan.from_json({"nodes": nodes[:1000]}).nodes) == 1000
+
+
+def test_a_python_node_keeps_a_larger_but_bounded_retry_budget():
+    """A Node built in Python may ask for up to 1000 retries (MAX_NODE_RETRIES_IN_CODE), and a
+    plan built in Python is not held to the JSON limits; a billion retries are refused."""
+    node = Node("a", tool="t", retries=1000, timeout=7200)
+    assert Plan(nodes=[node]).node("a").retries == 1000
+    with pytest.raises(InvalidArgument, match=r"node `a`: retries must be at most 1000"):
+        Node("a", tool="t", retries=1_000_000_000)
+
+
 # ---------------------------------------------------------------------- resolution
 
 OUTPUTS = {
@@ -446,7 +494,7 @@ def test_literals_escapes_and_interpolation():
 def test_the_direct_reading_agrees_with_the_general_one(inputs, direct):
     """Nodes of literal scalars and whole references are read directly, with the result (or
     the error) the general reading gives; other nodes are read the general way."""
-    from agenttx._plans._model import _resolve_inputs  # noqa: PLC0415
+    from agenttx._plans._node import _resolve_inputs  # noqa: PLC0415
 
     node = Node("n", tool="t", inputs=inputs)
     assert bool(node._direct_inputs()) is direct

@@ -9,16 +9,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+import agenttx
 from agenttx import (
     InvalidArgument,
     ReadConflict,
+    StepStatus,
     StorageError,
     TransactionNotFound,
     WriteConflict,
@@ -257,7 +259,7 @@ def test_a_takeover_fences_every_later_write(store: PostgresStore) -> None:
             store.record_step("t", 2, "[2]", [EFFECT], "p2")
         assert not store.is_open("t")
         assert _raw(f"SELECT count(*) FROM {store.schema}.log") == before
-        with pytest.raises(TransactionNotFound):
+        with pytest.raises(StorageError, match="lease lost"):
             store.commit("t")
         assert thief.commit("t") == 1
     assert store.read_committed("k") == '"mine"'
@@ -579,17 +581,19 @@ def test_competing_dispatchers_claim_disjoint_entries(store: PostgresStore) -> N
 
 def _restart_server() -> None:
     """Restart the test server at once (`pg_ctl -m immediate`: as if it crashed), as the
-    `postgres` user when run as root; skips unless `.ci/postgres` started it."""
+    server's user (`AGENTTX_PG_USER`, default `postgres`) when run as root; skips unless
+    `.ci/postgres` or the test session (tests/_pgserver.py) started it."""
     data = os.environ.get("AGENTTX_PG_DATA")
     if not data:
         if os.environ.get("AGENTTX_REQUIRE_POSTGRES") == "1":
             pytest.fail("AGENTTX_PG_DATA is not set: start the server with .ci/postgres")
-        pytest.skip("AGENTTX_PG_DATA is not set: the server was not started by .ci/postgres")
+        pytest.skip("AGENTTX_PG_DATA is not set: neither the tests nor .ci/postgres started it")
     pg_ctl = str(Path(os.environ.get("AGENTTX_PG_BIN", "/usr/lib/postgresql/15/bin")) / "pg_ctl")
     command = [pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "60", "restart"]
     command += ["-l", str(Path(data).parent / "server.log")]
     if os.geteuid() == 0:
-        command = ["runuser", "-u", "postgres", "--", *command]
+        user = os.environ.get("AGENTTX_PG_USER") or "postgres"
+        command = ["runuser", "-u", user, "--", *command]
     subprocess.run(command, check=True, capture_output=True, timeout=120)
 
 
@@ -770,3 +774,179 @@ def test_a_closed_store_refuses_every_call(store: PostgresStore) -> None:
     for call in (other.pending_effects, other.running_plans, lambda: other.plan_runs(5)):
         with pytest.raises(StorageError, match=store.schema):
             call()
+
+
+# ---------------------------------------------------------------- a worker that lost its lease
+
+
+def _expire(holder: PostgresStore, tx_id: str) -> None:
+    """The holder pauses past its lease (as under SIGSTOP): its renewal stops, its lease ends."""
+    holder._renewer.stop()
+    _raw(
+        f"UPDATE {holder.schema}.txs SET lease_until = now() - interval '1 second' "
+        "WHERE tx_id = %s",
+        (tx_id,),
+    )
+
+
+class _Shop:
+    """Tools that record every call they make (the external effects), and an engine on a
+    store of the schema for each worker."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+        @agenttx.compensation(name="refund")
+        def refund(payload: dict[str, Any]) -> None:
+            self.calls.append(f"refund {payload['order']}")
+
+        @agenttx.tool(name="charge")
+        def charge(ctx: agenttx.ToolContext, order: str) -> dict[str, Any]:
+            ctx.register_undo("refund", {"order": order})
+            self.calls.append(f"charge {order}")
+            ctx.state.put(f"orders/{order}", "charged")
+            return {"order": order}
+
+        @agenttx.tool(name="note")
+        def note(ctx: agenttx.ToolContext, order: str) -> dict[str, Any]:
+            self.calls.append(f"note {order}")
+            ctx.state.put(f"notes/{order}", "noted")
+            return {}
+
+        @agenttx.tool(name="ship", needs_approval=True)
+        def ship(order: str) -> dict[str, Any]:
+            self.calls.append(f"ship {order}")
+            return {"shipped": order}
+
+        self.tools = [refund, charge, note, ship]
+
+    def engine(self, store: PostgresStore) -> agenttx.Engine:
+        return agenttx.Engine(
+            tools=self.tools, store=store, config=agenttx.EngineConfig(idle_timeout=None)
+        )
+
+
+def _taken_over(
+    store: PostgresStore, shop: _Shop, mode: Literal["abort", "resume"], first: str = "charge"
+) -> tuple[agenttx.Transaction, PostgresStore, agenttx.Engine]:
+    """A worker (on `store`) ran step 1 (tool `first`) then paused past its lease; another
+    worker's recovery took the transaction over (`mode`). The paused worker's transaction,
+    the other's store and engine."""
+    tx = shop.engine(store).begin()
+    assert tx.execute_step(1, first, {"order": "o1"}).ok
+    _expire(store, tx.id)
+    other = _other(store)
+    engine = shop.engine(other)
+    report = engine.recover(mode)
+    assert report.transactions == 1
+    return tx, other, engine
+
+
+@pytest.mark.parametrize("action", ["step", "rollback"])
+def test_a_worker_that_lost_its_lease_ends_nothing(store: PostgresStore, action: str) -> None:
+    """A worker paused past its lease whose transaction recovery resumed elsewhere: its next
+    step (or its rollback) fails with StorageError (lease lost), and its error path (rewind,
+    abort, discard) deletes nothing: the new owner keeps the transaction, its step and the
+    approval given meanwhile, and commits it."""
+    shop = _Shop()
+    tx, other, engine = _taken_over(store, shop, "resume", first="note")
+    with other:
+        resumed = engine.get(tx.id)
+        waiting = resumed.execute_step(2, "ship", {"order": "o1"})
+        assert waiting.status is StepStatus.NEEDS_APPROVAL
+        assert waiting.approval is not None
+        engine.approve(waiting.approval.id, actor="alice")
+        late = (
+            (lambda: tx.execute_step(2, "charge", {"order": "o2"}))
+            if action == "step"
+            else tx.rollback
+        )
+        with pytest.raises((StorageError, TransactionNotFound)) as caught:
+            late()
+        assert other.open_transactions() == (tx.id,)
+        assert isinstance(caught.value, StorageError)
+        assert "lease lost" in str(caught.value)
+        with pytest.raises(StorageError, match="lease lost"):
+            store.discard(tx.id)
+        assert other.peek(tx.id).steps[0][0] == 1
+        assert resumed.execute_step(2, "ship", {"order": "o1"}).ok
+        resumed.commit()
+    assert store.read_committed("notes/o1") == '"noted"'
+    assert shop.calls == ["note o1", "ship o1"]
+
+
+@pytest.mark.parametrize("tool", ["charge", "ship"])
+def test_a_worker_that_lost_its_lease_runs_no_tool(store: PostgresStore, tool: str) -> None:
+    """After a takeover, the paused worker's next call runs no tool (`charge`) and asks for no
+    approval (`ship` needs one) in the transaction it no longer holds: StorageError (lease
+    lost), nothing else; the transaction ends FAILED on that worker only."""
+    shop = _Shop()
+    tx, other, _engine = _taken_over(store, shop, "resume")
+    with other:
+        with pytest.raises(StorageError, match="lease lost"):
+            tx.execute_step(2, tool, {"order": "o2"})
+        assert other.requests_of(tx.id) == ()
+        assert other.open_transactions() == (tx.id,)
+    assert tx.status is agenttx.TxStatus.FAILED
+    assert shop.calls == ["charge o1"]
+
+
+def test_a_tool_checks_the_lease_first(store: PostgresStore) -> None:
+    """The check before a tool renews a lease with less than half of it left (a late
+    renewal), and refuses one another store took over at once (`load`) with lease lost."""
+    shop = _Shop()
+    tx = shop.engine(store).begin()
+    _expire(store, tx.id)  # nobody took it over: the worker still holds it
+    assert tx.execute_step(1, "charge", {"order": "o1"}).ok
+    (left,) = _raw(
+        f"SELECT lease_until > now() + interval '15 seconds' FROM {store.schema}.txs "
+        "WHERE tx_id = %s",
+        (tx.id,),
+    )
+    assert left == (True,)
+    with _other(store) as thief:
+        thief.load(tx.id)
+        with pytest.raises(StorageError, match="lease lost"):
+            tx.execute_step(2, "charge", {"order": "o2"})
+        assert thief.peek(tx.id).steps == ((1, thief.peek(tx.id).steps[0][1]),)
+    assert shop.calls == ["charge o1"]
+
+
+def test_a_lost_lease_is_never_transaction_not_found(store: PostgresStore) -> None:
+    """A transaction taken over and ended by another store: the holder's next write, and each
+    call after it (reads, writes, the lease check, commit, discard), raises StorageError
+    naming the transaction and the epoch it held, never TransactionNotFound."""
+    store.begin("t")
+    (epoch,) = _raw(f"SELECT epoch FROM {store.schema}.txs WHERE tx_id = 't'")[0]
+    with _other(store) as thief:
+        thief.load("t")
+        thief.commit("t")
+    message = rf"lease lost: transaction `t`, held here at epoch {epoch}, was ended"
+    calls = {
+        "record_progress": lambda: store.record_progress("t", "p"),
+        "get": lambda: store.get("t", "k"),
+        "put": lambda: store.put("t", "k", "1"),
+        "snapshot": lambda: store.snapshot("t", 1),
+        "check_lease": lambda: store.check_lease("t"),
+        "commit": lambda: store.commit("t"),
+        "discard": lambda: store.discard("t"),
+        "discard_state": lambda: store.discard_state("t"),
+    }
+    for call in calls.values():
+        with pytest.raises(StorageError, match=message):
+            call()
+    store.begin("t")  # held anew: a new transaction of that id
+    store.commit("t")
+
+
+def test_a_worker_whose_transaction_was_aborted_elsewhere_gets_lease_lost(
+    store: PostgresStore,
+) -> None:
+    """Recovery aborted the paused worker's transaction (its row is gone): the worker's next
+    step raises StorageError (lease lost), not TransactionNotFound, and runs no tool."""
+    shop = _Shop()
+    tx, other, _engine = _taken_over(store, shop, "abort")
+    other.close()
+    with pytest.raises(StorageError, match="lease lost"):
+        tx.execute_step(2, "charge", {"order": "o2"})
+    assert shop.calls == ["charge o1", "refund o1"]

@@ -1250,3 +1250,32 @@ def test_plan_namespaces_and_segments():
     assert is_path_segment("0")
     assert not is_path_segment("a.b")
     assert not is_path_segment("")
+
+
+@pytest.mark.parametrize(
+    ("outputs", "current_step", "message"),
+    [
+        (None, 2, "outputs must be a mapping of step id to output, got NoneType"),
+        ([{"x": 1}], 2, "outputs must be a mapping of step id to output, got list"),
+        (5, 2, "outputs must be a mapping of step id to output, got int"),
+        ({"1": {"x": 1}}, 2, r"outputs must be keyed by int step ids, got the key '1' \(str\)"),
+        ({True: {"x": 1}}, 2, r"outputs must be keyed by int step ids, got the key True"),
+        ({1: {"x": 1}}, "2", "current_step must be an int, got str"),
+        ({1: {"x": 1}}, None, "current_step must be an int, got NoneType"),
+        ({1: {"x": 1}}, 2.0, "current_step must be an int, got float"),
+    ],
+)
+def test_misused_arguments_raise_invalid_argument_naming_them(outputs, current_step, message):
+    """Outputs that are not a mapping of int step ids, or a current_step that is not an int,
+    raise InvalidArgument (a ValueError) naming the argument, never a bare TypeError."""
+    with pytest.raises(agenttx.InvalidArgument, match=message) as raised:
+        resolve_references({"a": "${steps.1.x}"}, outputs, current_step=current_step)
+    assert isinstance(raised.value, ValueError)
+    with pytest.raises(agenttx.InvalidArgument, match=message):
+        resolve_references({"a": "plain"}, outputs, current_step=current_step)
+
+
+def test_parse_template_of_a_non_string_raises_invalid_argument():
+    """parse_template names a text that is not a string instead of raising TypeError."""
+    with pytest.raises(agenttx.InvalidArgument, match="text must be a string, got int"):
+        parse_template(5)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from agenttx._saga import (
     OUTBOX_BACKOFF,
     Backoff,
     SagaLedger,
+    check_dispatcher,
     deliver_outbox,
     dispatch_effects,
 )
@@ -682,3 +683,13 @@ def test_an_attempt_runs_only_between_its_start_and_its_end():
     assert not attempt.running
     assert attempt.run() is None
     assert not attempt.running
+
+
+def test_check_dispatcher_accepts_what_delivery_accepts_and_names_the_rest():
+    """check_dispatcher passes None, a callable and a mapping of channel names to callables
+    (what dispatch_effects delivers through), and raises InvalidArgument for anything else."""
+    for good in (None, print, {"email": print}, {}, agenttx.JsonlDispatcher("/dev/null")):
+        check_dispatcher(good)
+    for bad in (5, "email", [print], {"email": 5}, {3: print}):
+        with pytest.raises(agenttx.InvalidArgument, match=r"^dispatcher must"):
+            check_dispatcher(bad)

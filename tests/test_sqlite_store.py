@@ -508,7 +508,8 @@ def test_discard_state_releases_the_transaction(path: str) -> None:
 @pytest.mark.parametrize("name", ["discard", "discard_state"])
 def test_a_store_that_lost_a_transaction_does_not_discard_it(path: str, name: str) -> None:
     """discard (or discard_state) by a store that held the transaction and lost it to a
-    takeover raises StorageError and deletes nothing: the new owner keeps it."""
+    takeover raises StorageError and deletes nothing: the new owner keeps it; so does every
+    later discard there, even once the new owner ended it."""
     with SQLiteStore(path) as old, SQLiteStore(path) as new:
         old.begin("t")
         old.put("t", "a", "1")
@@ -519,7 +520,27 @@ def test_a_store_that_lost_a_transaction_does_not_discard_it(path: str, name: st
         assert not old.is_open("t")
         assert new.get("t", "a") == "1"
         assert new.commit("t") == 1
-        old.discard("t")  # no longer held there, and ended: a no-op
+        with pytest.raises(StorageError, match="lease lost"):
+            old.discard("t")
+
+
+def test_a_store_that_found_a_transaction_lost_ends_nothing_of_it_later(path: str) -> None:
+    """Once a write found the transaction taken over, the store's later calls on it (a discard,
+    a commit, a read) raise StorageError (lease lost) and end nothing: the new owner keeps it."""
+    with SQLiteStore(path) as old, SQLiteStore(path) as new:
+        old.begin("t")
+        old.put("t", "a", "1")
+        old.flush("t")
+        new.load("t")
+        with pytest.raises(StorageError, match="lease lost"):
+            old.record_progress("t", "{}")
+        for call in (old.discard, old.discard_state, old.commit, old.written_keys):
+            with pytest.raises(StorageError, match="lease lost: transaction `t`"):
+                call("t")
+        assert new.open_transactions() == ("t",)
+        assert new.commit("t") == 1
+    with SQLiteStore(path) as store:
+        assert store.read_committed("a") == "1"
 
 
 def test_load_of_a_transaction_held_here_flushes_it_first(store: SQLiteStore) -> None:
@@ -813,7 +834,7 @@ def test_a_transaction_taken_over_is_fenced(path: str) -> None:
             first.record_progress("t", "{}")
         assert caught.value.__cause__ is None
         assert not first.is_open("t")
-        with pytest.raises(TransactionNotFound):
+        with pytest.raises(StorageError, match="lease lost"):
             first.commit("t")
         assert second.get("t", "a") == "1"
         assert second.commit("t") == 1
@@ -854,16 +875,19 @@ def test_every_durable_call_is_fenced(path: str, call: Callable[[SQLiteStore], o
         assert second.written_keys("t") == ()
 
 
-def test_a_transaction_ended_elsewhere_is_not_found(path: str) -> None:
-    """If another store discards it, the holder's next durable write raises TransactionNotFound."""
+def test_a_transaction_ended_elsewhere_is_a_lost_lease(path: str) -> None:
+    """If another store discards it, the holder's next durable write, and every call after it,
+    raises StorageError (lease lost), naming the transaction, not TransactionNotFound."""
     with SQLiteStore(path) as first, SQLiteStore(path) as second:
         first.begin("t")
         second.discard("t")
         first.put("t", "a", "1")
-        with pytest.raises(TransactionNotFound) as caught:
+        with pytest.raises(StorageError, match=r"lease lost: transaction `t`.*ended by another"):
             first.commit("t")
-        assert caught.value.tx_id == "t"
         assert not first.is_open("t")
+        for call in (lambda: first.get("t", "a"), lambda: first.discard("t")):
+            with pytest.raises(StorageError, match="lease lost"):
+                call()
 
 
 def test_begin_refuses_an_id_open_in_another_store(path: str) -> None:

@@ -1287,3 +1287,23 @@ def test_a_tool_error_key_replaces_the_key_the_cleaner_finds():
     assert result.hint.key == "b"
     assert result.hint.rule == "python_key_error"
     assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP
+
+
+@pytest.mark.parametrize(
+    ("dispatcher", "message"),
+    [
+        (5, r"^dispatcher must be a callable, a mapping of channel names to callables or None"),
+        ("email", r"^dispatcher must be a callable.*got str$"),
+        ({"email": "not callable"}, r"^dispatcher must map channel names to callables, got str"),
+        ({1: print}, r"^dispatcher must map channel names to callables, got int -> "),
+    ],
+)
+def test_a_bad_dispatcher_is_refused_when_the_transaction_is_built(dispatcher, message):
+    """Transaction(dispatcher=...) that is not None, a callable or a mapping of channel names to
+    callables raises InvalidArgument naming it, before anything is stored."""
+    store = MemoryStore()
+    with pytest.raises(agenttx.InvalidArgument, match=message):
+        agenttx.Transaction(store=store, dispatcher=dispatcher, tx_id="t-1")
+    assert not store.is_open("t-1")
+    for good in (None, print, {"email": print}, agenttx.JsonlDispatcher("/dev/null")):
+        agenttx.Transaction(dispatcher=good)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import sys
 import threading
@@ -261,6 +262,28 @@ def test_call_turn_refuses_bad_items_before_running_any(calls, message):
         asyncio.run(tx.acall_turn(calls))
     assert log == []
     assert tx.next_step_id == 1
+
+
+def test_a_turn_of_more_calls_than_the_limit_is_refused_before_any_runs():
+    """A turn of more than MAX_CALLS_PER_TURN calls raises InvalidArgument naming the limit and
+    the count, and none of its calls runs; a turn of exactly the limit runs."""
+    log: list[str] = []
+    tx = agenttx.Transaction(tools=_echo_tools(log))
+    limit = _turns.MAX_CALLS_PER_TURN
+    assert limit == 128
+    too_many = [("echo", {"n": n}) for n in range(50_000)]
+    message = rf"at most {limit} calls \(MAX_CALLS_PER_TURN\), got "
+    with pytest.raises(agenttx.InvalidArgument, match=message + "50000$"):
+        tx.call_turn(too_many)
+    with pytest.raises(agenttx.InvalidArgument, match=message + "50000$"):
+        asyncio.run(tx.acall_turn(too_many))
+    endless = itertools.repeat(("echo", {"n": 0}))
+    with pytest.raises(agenttx.InvalidArgument, match=message + "more than that$"):
+        tx.call_turn(endless)
+    assert (log, tx.next_step_id) == ([], 1)
+    results = tx.call_turn([("echo", {"n": n}) for n in range(limit)])
+    assert [r.status for r in results] == [StepStatus.SUCCESS] * limit
+    assert tx.next_step_id == limit + 1
 
 
 def test_turn_call_checks_its_fields():

@@ -27,7 +27,15 @@ book over a store, `_gate` what a guarded call does next and the status check.
 from __future__ import annotations
 
 from ._book import Requests, requests_for, scopes_alive
-from ._gate import approval_expired, check_outcome, gate_action, needs_approval, run_check
+from ._gate import (
+    ENDED_WHILE_RUNNING,
+    approval_expired,
+    check_outcome,
+    cut_off,
+    gate_action,
+    needs_approval,
+    run_check,
+)
 from ._records import (
     APPROVAL,
     CALL,
@@ -41,11 +49,13 @@ from ._records import (
     decision_of,
     request_of,
     review_of,
+    utc,
 )
 
 __all__ = [
     "APPROVAL",
     "CALL",
+    "ENDED_WHILE_RUNNING",
     "REVIEW",
     "Approval",
     "ApprovalRequest",
@@ -56,6 +66,7 @@ __all__ = [
     "approval_of",
     "call_digest",
     "check_outcome",
+    "cut_off",
     "decision_of",
     "gate_action",
     "needs_approval",
@@ -64,4 +75,5 @@ __all__ = [
     "review_of",
     "run_check",
     "scopes_alive",
+    "utc",
 ]

@@ -19,8 +19,8 @@ from .._errors import (
     ReviewNotFound,
 )
 from .._json import JSONValue, canonical_dumps, check_json
-from ..stores._approvals import MemoryRequests, RequestRow, RequestStore
-from ..stores._durable import is_durable
+from .._limits import MAX_PAYLOAD_BYTES
+from ..stores import MemoryRequests, RequestRow, RequestStore, is_durable, is_plan_store
 from ._records import (
     APPROVAL,
     CALL,
@@ -100,9 +100,8 @@ def scopes_alive(store: Store) -> Callable[[str], bool]:
     a durable store, any process's (read once, now); else, this store's."""
     if is_durable(store):
         alive = set(store.open_transactions())
-        running = getattr(store, "running_plans", None)
-        if callable(running):
-            alive.update(run_id for run_id, _ in running())
+        if is_plan_store(store):
+            alive.update(run_id for run_id, _ in store.running_plans())
         return alive.__contains__
     return store.is_open
 
@@ -167,9 +166,13 @@ class Requests:
         plan_version: str | None = None,
         why: str | None = None,
         schema: JSONValue = None,
+        fence: bool = False,
     ) -> ApprovalRequest:
         """Record a new pending request for this call and return it; `schema` (the tool's
-        parameters) is stored with it, so that an edit can be checked where the tool is not."""
+        parameters) is stored with it, so that an edit can be checked where the tool is not.
+        With `fence` (a durable transaction or plan run), only while the store still holds
+        `scope_id` (see `consume`).
+        """
         now = time.time()
         request = ApprovalRequest(
             id=f"apr-{uuid.uuid4().hex}",
@@ -198,7 +201,8 @@ class Requests:
                 record=canonical_dumps(record),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return request
 
@@ -359,11 +363,17 @@ class Requests:
         self._table.add_request(row, fence=scope_id if fence else None)
         return row
 
-    def expire(self, row: RequestRow) -> bool:
-        """Mark an approved request whose approval has expired; True if this call did it."""
+    def expire(self, row: RequestRow, *, fence: bool = False) -> bool:
+        """Mark an approved request whose approval has expired; True if this call did it.
+        `fence`: only while the store still holds the request's scope (see `consume`)."""
         return (
             self._table.set_request_state(
-                row.id, ("approved",), "expired", decision=row.decision, now=time.time()
+                row.id,
+                ("approved",),
+                "expired",
+                decision=row.decision,
+                now=time.time(),
+                fence=row.scope_id if fence else None,
             )
             is not None
         )
@@ -400,27 +410,73 @@ class Requests:
             is not None
         )
 
-    def finish(self, row: RequestRow, outcome: str) -> None:
-        """Record that the approved call's outcome was recorded (`outcome`: what became of it)."""
+    def finish(self, row: RequestRow, outcome: str, *, fence: bool = False) -> None:
+        """Record that the approved call's outcome was recorded (`outcome`: what became of it).
+        `fence`: only while the store still holds the request's scope (see `consume`)."""
         decision = loads(row.decision)
         decision["outcome"] = outcome
         self._table.set_request_state(
-            row.id, ("consumed",), "finished", decision=canonical_dumps(decision), now=time.time()
+            row.id,
+            ("consumed",),
+            "finished",
+            decision=canonical_dumps(decision),
+            now=time.time(),
+            fence=row.scope_id if fence else None,
         )
 
-    def withdraw(self, scope_id: str, why: str) -> int:
+    def withdraw(
+        self, scope_id: str, why: str, from_step: int | None = None, *, fence: bool = False
+    ) -> int:
         """Withdraw the pending requests and reviews of a transaction or plan run that has
-        ended (`why`): they can no longer be decided. Returns how many."""
+        ended (`why`): they can no longer be decided. Returns how many. With `fence`, only
+        while the store still holds `scope_id` (an abort: a worker that lost it withdraws
+        nothing of its new owner's).
+
+        With `from_step`, only those of transaction steps >= `from_step`, which a rewind
+        dropped: then a review resolved and not yet taken is withdrawn too, and a call started
+        there and never finished is finished (its undo records were compensated by the rewind).
+        """
         withdrawn = 0
         for row in self._table.requests_of(scope_id):
-            if row.state != "pending":
+            state = row.state
+            if from_step is not None:
+                request = request_of(row)
+                step = request.step
+                if state == "consumed":
+                    step = loads(row.decision).get("consumed_step")
+                if not isinstance(step, int) or step < from_step or request.node is not None:
+                    continue
+                if state == "consumed":
+                    self.finish(row, why, fence=fence)
+                    withdrawn += 1
+                    continue
+            if state != "pending" and not (from_step is not None and state == "resolved"):
                 continue
             decision = canonical_dumps({"withdrawn": why})
             changed = self._table.set_request_state(
-                row.id, ("pending",), "withdrawn", decision=decision, now=time.time()
+                row.id,
+                (state,),
+                "withdrawn",
+                decision=decision,
+                now=time.time(),
+                fence=scope_id if fence else None,
             )
             withdrawn += changed is not None
         return withdrawn
+
+    def finish_started(self, scope_id: str, why: str, from_step: int) -> int:
+        """Finish the calls started at transaction steps >= `from_step` whose outcome a rewind
+        has settled by compensating them (`why`): sent again, they start afresh. Returns how
+        many."""
+        finished = 0
+        for row in self._table.requests_of(scope_id):
+            if row.state != "consumed":
+                continue
+            step = loads(row.decision).get("consumed_step")
+            if isinstance(step, int) and step >= from_step and request_of(row).node is None:
+                self.finish(row, why)
+                finished += 1
+        return finished
 
     # ------------------------------------------------------------ reviews
 
@@ -439,9 +495,10 @@ class Requests:
         errors: Sequence[str] = (),
         timings: Mapping[str, float] | None = None,
         plan_version: str | None = None,
+        fence: bool = False,
     ) -> Review:
         """Record a pending review of a call whose outcome is unknown, and return it (bound to
-        `plan_version` for a plan node)."""
+        `plan_version` for a plan node); `fence` as for `request`."""
         now = time.time()
         review = Review(
             id=f"rev-{uuid.uuid4().hex}",
@@ -467,7 +524,8 @@ class Requests:
                 record=canonical_dumps({**review.to_json(), "plan_version": plan_version}),
                 created_at=now,
                 updated_at=now,
-            )
+            ),
+            fence=scope_id if fence else None,
         )
         return review
 
@@ -483,12 +541,17 @@ class Requests:
         """Resolve a pending review: `outcome` "done" (with the call's `output`) or "not_done".
 
         Raises `InvalidArgument` (an empty actor, another outcome, an output that is not
-        JSON) or `ReviewNotFound` (unknown, or not pending any more).
+        JSON or is over the 1 MiB limit of a tool's output) or `ReviewNotFound` (unknown, or
+        not pending any more).
         """
         actor = _check_actor(actor)
         if outcome not in ("done", "not_done"):
             raise InvalidArgument(f'outcome must be "done" or "not_done", got {outcome!r}')
         output = check_json(output, what="review output")
+        if len(canonical_dumps(output).encode()) > MAX_PAYLOAD_BYTES:
+            raise InvalidArgument(
+                f"review output exceeds {MAX_PAYLOAD_BYTES} bytes, the limit of a tool's output"
+            )
         if outcome == "not_done":
             output = None
         row = self.get(review_id, scope_id)
@@ -508,11 +571,18 @@ class Requests:
             raise ReviewNotFound(request_id=review_id, resolved=True)
         return changed
 
-    def apply_review(self, row: RequestRow) -> bool:
-        """Mark a resolved review as taken by its step; False if another call took it."""
+    def apply_review(self, row: RequestRow, *, fence: bool = False) -> bool:
+        """Mark a resolved review as taken by its step; False if another call took it.
+        `fence`: only while the store still holds the review's scope (see `consume`): a worker
+        that lost it takes nothing of its new owner's."""
         return (
             self._table.set_request_state(
-                row.id, ("resolved",), "applied", decision=row.decision, now=time.time()
+                row.id,
+                ("resolved",),
+                "applied",
+                decision=row.decision,
+                now=time.time(),
+                fence=row.scope_id if fence else None,
             )
             is not None
         )

@@ -3,7 +3,7 @@ run), whether it needs approval, and its status check under a deadline."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Final, Literal, cast
 
 from .._tools import DeadlineExceeded, call_with_deadline
 from ._records import APPROVAL, REVIEW, CheckResult, loads
@@ -12,16 +12,25 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .._json import JSONValue
-    from ..stores._approvals import RequestRow
+    from ..stores import RequestRow
 
 __all__ = [
+    "ENDED_WHILE_RUNNING",
     "Action",
     "approval_expired",
     "check_outcome",
+    "cut_off",
     "gate_action",
     "needs_approval",
     "run_check",
 ]
+
+
+#: Why a call found consumed at its step again, with no recorded outcome, is unknown.
+ENDED_WHILE_RUNNING: Final = (
+    "the call started (its approval was consumed) but its outcome was never recorded: "
+    "the process ended, or the step was interrupted, while the tool ran"
+)
 
 
 def needs_approval(rule: object, tool: str, arguments: JSONValue) -> bool | str:
@@ -136,6 +145,25 @@ def gate_action(
     if newest is None or newest.state not in ("pending", "approved", "rejected"):
         return "request", None
     return cast("Action", newest.state), newest
+
+
+def cut_off(rows: Sequence[RequestRow], step: int) -> RequestRow | None:
+    """The row of a transaction's call at `step` that started and never recorded its outcome
+    (what `gate_action` answers `unknown` for when that call is sent again), unless a review of
+    it is open already; None if there is none. For recovery, which opens that review at once.
+    """
+    for row in reversed(rows):
+        if row.kind == REVIEW:
+            record = loads(row.record)
+            if row.state in ("pending", "resolved") and record.get("step") == step:
+                return None  # its review was opened before the crash
+            continue
+        if row.state != "consumed":
+            continue
+        decision = loads(row.decision)
+        if decision.get("consumed_step") == step and decision.get("consumed_node") is None:
+            return row
+    return None
 
 
 def approval_expired(row: RequestRow, now: float) -> bool:

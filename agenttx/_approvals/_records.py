@@ -16,7 +16,7 @@ from .._json import JSONValue, canonical_dumps, check_json
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ..stores._approvals import RequestRow
+    from ..stores import RequestRow
 
 __all__ = [
     "APPROVAL",

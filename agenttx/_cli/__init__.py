@@ -13,10 +13,10 @@ and the others are listed as usual. A read that finds the store locked by a writ
 again until `--wait` seconds have passed.
 
 Nothing prints a traceback. Exit status: 0 done; 2 a problem with what was given (a bad option,
-a missing file, a file that is not an agenttx store, an unknown or unreadable transaction, a
-transcript that is not a JSON list), printed as one line; 1 a store that stayed locked for the
-whole `--wait`, or any unexpected error, printed as one line `agenttx: error: TYPE: MESSAGE`;
-130 interrupted (Ctrl-C), quietly.
+a missing file, a directory, a file that is not an agenttx store, an unknown or unreadable
+transaction, a transcript that is not a JSON list), printed as one line; 1 a store that stayed
+locked for the whole `--wait`, or any unexpected error, printed as one line `agenttx: error:
+TYPE: MESSAGE`; 130 interrupted (Ctrl-C), quietly.
 
 Everything printed passes through `_terminal.printable`, so text from a store or a transcript (agent
 ids, tool names, hints, context, values, error messages) can never send control characters

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._approvals import ApprovalRequest, Review, requests_for, scopes_alive
-from .._errors import AgentTxError
-from .._json import canonical_dumps
+from .._errors import AgentTxError, JSONValueError
+from .._json import MAX_NESTING_DEPTH, canonical_dumps, check_json
 from .._step import edit_check
 from ..stores import SQLiteStore
-from ._reading import open_store, patiently
+from ._reading import check_database_path, open_store, patiently
 from ._shown import uk_time
 from ._terminal import Failure, Parser, add_wait, cut, duration, say
 
@@ -117,8 +116,7 @@ def _approval_lines(requests: Sequence[ApprovalRequest], reviews: Sequence[Revie
 
 @contextlib.contextmanager
 def _writable(db: str) -> Iterator[SQLiteStore]:
-    if not Path(db).exists():
-        raise Failure(f"no such file: {db}")
+    check_database_path(db)
     try:
         store = SQLiteStore(db)
     except AgentTxError as exc:
@@ -152,9 +150,17 @@ def _run_reject(args: argparse.Namespace) -> None:
     say(f"rejected {args.request} by {args.actor}: {args.reason}")
 
 
+_too_deep = f"--output is nested deeper than {MAX_NESTING_DEPTH} levels (the most a JSON value may)"
+
+
 def _run_review(args: argparse.Namespace) -> None:
     try:
-        output = json.loads(args.output)
+        output = check_json(json.loads(args.output), what="--output")
+    except RecursionError:  # json.loads gives up far past the depth a JSON value may have
+        raise Failure(_too_deep) from None
+    except JSONValueError as exc:
+        deep = exc.problem.startswith("nested deeper")  # the path would be as long as the value
+        raise Failure(_too_deep if deep else f"--output is {exc}") from None
     except ValueError as exc:
         raise Failure(f"--output is not JSON: {exc}") from None
     with _writable(args.db) as store:

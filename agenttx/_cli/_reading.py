@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EndedFound",
     "age_of",
+    "check_database_path",
     "ended_graph",
     "final_status",
     "graph_of",
@@ -58,9 +59,17 @@ class EndedFound(NamedTuple):
     ended: Ended | None
 
 
-def open_store(db: str, wait: float) -> SQLiteStore:
-    if not Path(db).exists():
+def check_database_path(db: str) -> None:
+    """`Failure` unless `db` names a file (SQLite would call a directory a "disk I/O error")."""
+    path = Path(db)
+    if path.is_dir():
+        raise Failure(f"{db} is a directory, not a SQLite database")
+    if not path.exists():
         raise Failure(f"no such file: {db}")
+
+
+def open_store(db: str, wait: float) -> SQLiteStore:
+    check_database_path(db)
     try:
         return patiently(
             wait, lambda: SQLiteStore(db, readonly=True, busy_timeout=min(wait, _MAX_TRY))

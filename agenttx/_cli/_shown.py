@@ -31,13 +31,14 @@ from ._reading import (
 from ._terminal import WIDTH, Failure, cut, printable
 
 if TYPE_CHECKING:
-    from ..stores import EndedTransaction, SQLiteStore, TxImage
-    from ..stores._plans import PlanImage
+    from ..stores import EndedTransaction, PlanImage, SQLiteStore, TxImage
 
 __all__ = ["list_transactions", "plan_list", "plan_shown", "show_transaction", "uk_time"]
 
 #: How many ended transactions (and plan runs) `inspect DB` lists, the last to end first.
 ENDED_SHOWN: Final = 20
+#: `inspect DB` counts the outbox's waiting effects up to this many (more show as `10,000+`).
+OUTBOX_COUNTED: Final = 10_000
 
 
 def list_transactions(store: SQLiteStore, wait: float) -> list[str]:
@@ -60,7 +61,7 @@ def list_transactions(store: SQLiteStore, wait: float) -> list[str]:
             rows.append((printable(tx_id), "?", "UNREADABLE", "?", "?"))
             reasons.append(cut(f"unreadable {printable(tx_id)}: {why_unreadable(exc)}", 2 * WIDTH))
     try:
-        pending = len(patiently(wait, lambda: store.pending_effects(10_000)))
+        pending = len(patiently(wait, lambda: store.pending_effects(OUTBOX_COUNTED + 1)))
     except AgentTxError as exc:
         raise Failure(str(exc)) from None
     count = len(rows) - 1
@@ -72,7 +73,8 @@ def list_transactions(store: SQLiteStore, wait: float) -> list[str]:
             for row in rows
         )
     lines.extend(reasons)
-    lines.append(f"outbox: {pending} effect{'s' * (pending != 1)} waiting for delivery")
+    counted = f"{OUTBOX_COUNTED:,}+" if pending > OUTBOX_COUNTED else str(pending)
+    lines.append(f"outbox: {counted} effect{'s' * (pending != 1)} waiting for delivery")
     lines.extend(_ended_list(store, wait))
     runs = plan_list(store, wait, limit=ENDED_SHOWN)
     if runs == [_NO_RUNS]:

@@ -43,8 +43,9 @@ from typing import Final, final
 import attrs
 
 from .._errors import InvalidArgument
-from ._rules import HintCategory, _candidates, _first_column, _pick
+from ._rules import HintCategory, _candidates
 from ._scan import _Scan
+from ._templates import _first_column, _pick
 
 __all__ = [
     "MAX_HINT_CHARS",

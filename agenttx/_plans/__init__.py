@@ -5,20 +5,21 @@ from __future__ import annotations
 from ._abort import abort_run as abort_run
 from ._abort import missing_tool as missing_tool
 from ._abort import plan_of as plan_of
+from ._cycles import find_cycles as find_cycles
 from ._journal import StoredNode as StoredNode
 from ._journal import is_plan_store as is_plan_store
 from ._journal import read_run as read_run
 from ._metrics import CostBreakdown as CostBreakdown
 from ._metrics import PlanMetrics as PlanMetrics
-from ._model import MAX_NODE_ID as MAX_NODE_ID
-from ._model import InputRef as InputRef
-from ._model import Node as Node
 from ._model import Plan as Plan
-from ._model import PlanProblem as PlanProblem
-from ._model import PlanProblemCode as PlanProblemCode
-from ._model import UnresolvedInput as UnresolvedInput
-from ._model import resolve_inputs as resolve_inputs
-from ._model import resolve_resource as resolve_resource
+from ._node import MAX_NODE_ID as MAX_NODE_ID
+from ._node import InputRef as InputRef
+from ._node import Node as Node
+from ._node import UnresolvedInput as UnresolvedInput
+from ._node import resolve_inputs as resolve_inputs
+from ._node import resolve_resource as resolve_resource
+from ._problems import PlanProblem as PlanProblem
+from ._problems import PlanProblemCode as PlanProblemCode
 from ._results import CompensationOutcome as CompensationOutcome
 from ._results import CompensationStatus as CompensationStatus
 from ._results import NodeResult as NodeResult
@@ -32,7 +33,6 @@ from ._runner import run_plan as run_plan
 from ._runner import start_plan as start_plan
 from ._scheduler import NodeState as NodeState
 from ._scheduler import RateLimit as RateLimit
-from ._validate import find_cycles as find_cycles
 from ._validate import validate_plan as validate_plan
 
 __all__ = [

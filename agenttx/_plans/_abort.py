@@ -39,12 +39,13 @@ def plan_of(image: PlanImage) -> Plan:
     """The plan of a stored run; `StorageError` if its record (its plan, initial values and
     settings) cannot be read."""
     record, _ = read_run(image)
-    try:
-        if not isinstance(record["settings"], dict) or "initial" not in record:
-            raise TypeError("its settings or initial values are missing")
-        return Plan.from_json(record["plan"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StorageError(f"plan run `{image.run_id}`: unreadable durable record: {exc}") from exc
+    problem = "its settings or initial values are missing"
+    if isinstance(record.get("settings"), dict) and "initial" in record:
+        try:
+            return Plan.from_json(record["plan"])
+        except (KeyError, TypeError, ValueError) as exc:
+            problem = str(exc)
+    raise StorageError(f"plan run `{image.run_id}`: unreadable durable record: {problem}")
 
 
 def missing_tool(plan: Plan, registry: ToolRegistry, run_id: str) -> PlanToolMissing | None:

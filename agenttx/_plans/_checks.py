@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from .._errors import InvalidArgument
 from .._tools import Failure, compile_schema, schema_for
-from ..stores import MemoryStore
+from ..stores import MemoryStore, is_store
 from ._scheduler import RateLimit
 
 if TYPE_CHECKING:
@@ -45,16 +45,13 @@ def check_store(store: object, run_id: str) -> Store:
     store, or a store in which `run_id` is already an open transaction (another run's)."""
     if store is None:
         return MemoryStore()
-    if not all(
-        callable(getattr(store, name, None)) for name in ("begin", "commit", "discard", "is_open")
-    ):
+    if not is_store(store):
         raise InvalidArgument(f"store must be a Store, got {store!r:.80}")
-    checked = cast("Store", store)
-    if checked.is_open(run_id):
+    if store.is_open(run_id):
         raise InvalidArgument(
             f"run_id {run_id!r} is a transaction already open in the store; use another"
         )
-    return checked
+    return store
 
 
 def check_run_id(run_id: object) -> str:

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import sys
 import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-from .._approvals import request_of
 from .._errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -74,7 +74,7 @@ from .._tools import (
 )
 from .._turns import RETRY_BACKOFF
 from .._txlog import LiveStep, TxLog, history_text, read_image
-from ..stores._durable import is_durable
+from ..stores import is_durable
 from ._checks import (
     OutputCheck,
     check_capacities,
@@ -234,11 +234,13 @@ class PlanExecution:
         self._late = LateCalls()
         #: The call each running guarded attempt sent last (an approver may have edited it).
         self._sent: dict[str, Call] = {}
+        #: Undos of a guarded attempt's call abandoned as it ran: they wait for the call.
+        self._abandoned: dict[str, tuple[UndoRecord, ...]] = {}
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
         # A resumed run numbers its events after those its durable record holds.
-        stored = getattr(self._store, "plan_audit", None) if restored is not None else None
+        stored = store.plan_audit if restored is not None and is_plan_store(store) else None
         self._audit = EventSink(
             "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
         )
@@ -857,18 +859,19 @@ class PlanExecution:
         node = attempt.node
 
         def dispatched(sent: Call) -> None:
-            if sent.context is not attempt.context:  # the gate gave it a context of its own
-                closed(attempt.context)
-                attempt.context = sent.context
+            abandoned_call(attempt.task)  # an earlier call of the attempt was settled
             self._sent[attempt.id] = sent
 
         def keep(undos: tuple[UndoRecord, ...]) -> None:
-            abandoned_call(attempt.task)  # kept here: not again if the attempt is cancelled
+            if sys.exc_info()[1] is not None:  # abandoned as it ran: they wait for it (`_apply`)
+                self._abandoned[attempt.id] = self._abandoned.get(attempt.id, ()) + undos
+                return
+            abandoned_call(attempt.task)  # its call has returned: kept here, not again
             self._keep_undos(node, undos, over=True)
 
-        def keep_running(orphan: Orphan) -> None:
+        def keep_running(orphan: Orphan, held: bool) -> None:
             abandoned_call(attempt.task)
-            self._late.add(node, attempt.id, orphan._replace(held=True))
+            self._late.add(node, attempt.id, orphan._replace(held=held))
 
         async def again() -> Failure | None:
             if not self._late.of(node):
@@ -887,6 +890,7 @@ class PlanExecution:
         except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
             closed(attempt.context)
             self._sent.pop(attempt.id, None)
+            self._keep_undos(node, self._abandoned.pop(attempt.id, ()), over=True)
             inbox.post(Crashed(attempt, exc))
             return
         self._sent.pop(attempt.id, None)
@@ -977,11 +981,16 @@ class PlanExecution:
         return late.running(node), compensated
 
     def _note_person(
-        self, kind: str, node: str, actor: str | None, data: Mapping[str, JSONValue]
+        self,
+        kind: EventKind,
+        node: str | None,
+        actor: str | None,
+        data: Mapping[str, JSONValue],
+        at: float | None,
     ) -> None:
         """Record an approval or review event of a node (`_people`), with its actor."""
         with self._lock:
-            self._audit.record(EventKind[kind], node=node, actor=actor, data=data)
+            self._audit.record(kind, node=node, actor=actor, data=data, at=at)
         self._audit.deliver()
 
     @property
@@ -992,18 +1001,6 @@ class PlanExecution:
     def validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
         """An approver's edited arguments as the tool will get them (`_step.validate_edit`)."""
         return validate_edit(tool, arguments, self._registry.get(tool), schema)
-
-    def note_decision(
-        self, kind: str, request_id: str, actor: str, data: Mapping[str, JSONValue]
-    ) -> None:
-        """Record a person's decision on one of the run's requests (from any thread)."""
-        row = self._people.book.get(request_id, self.id)
-        node = None if row is None else request_of(row).node
-        with self._lock:
-            self._audit.record(
-                EventKind[kind], node=node, actor=actor, data={"request": request_id, **data}
-            )
-        self._audit.deliver()
 
     def node_states(self) -> dict[str, NodeState]:
         """Every node's state now; a started node waiting for a person shows
@@ -1023,7 +1020,7 @@ class PlanExecution:
         settled = message.settled
         if settled is not None and settled.guard is not None:
             self._flush()  # the node's end is durable before its guard says how the call ended
-            finish(self._people.book, settled)
+            finish(self._people.book, settled, fence=self._people.durable)
         if update.interrupted:
             await self._apply(update, running)
         else:
@@ -1188,6 +1185,7 @@ class PlanExecution:
             # unwound is over; one that has not is kept, not run (`_stranded`).
             stopped_task = attempt.task
             sent = self._sent.pop(attempt.id, None)
+            undos += self._abandoned.pop(attempt.id, ())  # noqa: PLW2901  (those kept then)
             if stopped_task is None:
                 self._keep_undos(attempt.node, undos, over=True)
                 continue

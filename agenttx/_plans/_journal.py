@@ -35,14 +35,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 
-from .._errors import StorageError
+from .._errors import InvalidArgument, StorageError
 from .._json import JSONValue, canonical_dumps
-from ..stores._plans import PlanChange, PlanExpect, PlanNodeRow
+from ..stores import PlanChange, PlanExpect, PlanNodeRow, is_plan_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from ..stores._plans import PlanImage
+    from ..stores import PlanImage, PlanStore, Store
 
 __all__ = ["FORMAT", "PlanJournal", "StoredNode", "fold", "is_plan_store", "read_run"]
 
@@ -52,12 +52,6 @@ _FORMATS: Final = (1, 2)
 _CLAIMABLE: Final = ("PENDING", "READY")
 _RUNNING: Final = ("RUNNING",)
 _ENDED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"})
-_METHODS: Final = ("begin_plan", "write_plan", "read_plan", "cancel_plan", "claim_plan")
-
-
-def is_plan_store(store: object) -> bool:
-    """Whether `store` keeps plan runs durably."""
-    return all(callable(getattr(store, name, None)) for name in _METHODS)
 
 
 class StoredNode(NamedTuple):
@@ -118,15 +112,15 @@ class PlanJournal:
     at once); `flush`, `claim` and `claim_all` write everything buffered, in order, in one
     durable write. A store error (the run taken over, the file gone) propagates from those."""
 
-    __slots__ = ("_audits", "_holding", "_nodes", "_pending", "_run_id", "_store", "held")
+    __slots__ = ("_holding", "_nodes", "_pending", "_run_id", "_store", "held")
 
-    def __init__(self, store: Any, run_id: str, nodes: dict[str, dict[str, Any]]) -> None:
-        self._store = store
+    def __init__(self, store: Store, run_id: str, nodes: dict[str, dict[str, Any]]) -> None:
+        if not is_plan_store(store):  # the run checked it: only a plan store has a journal
+            raise InvalidArgument(f"plan run `{run_id}`: the store keeps no plan runs")
+        self._store: PlanStore = store
         self._run_id = run_id
         self._nodes = nodes
         self._pending: list[PlanChange] = []
-        #: Whether the store keeps plan audit events (`plan_audit`, `write_plan(events=)`).
-        self._audits = callable(getattr(store, "plan_audit", None))
         #: The nodes that hold a resource or units now (claimed with them, not yet ended).
         self._holding: set[str] = set()
         #: The nodes the last `claim_all` did not claim because their resource was held.
@@ -135,7 +129,7 @@ class PlanJournal:
     @classmethod
     def begin(
         cls,
-        store: Any,
+        store: Store,
         run_id: str,
         record: Mapping[str, JSONValue],
         states: Iterable[tuple[str, str, int]],
@@ -166,11 +160,12 @@ class PlanJournal:
                     record=canonical_dumps(cast("JSONValue", node)),
                 )
             )
-        store.begin_plan(run_id, canonical_dumps({"format": FORMAT, **record}), rows)
-        return cls(store, run_id, nodes)
+        journal = cls(store, run_id, nodes)
+        journal._store.begin_plan(run_id, canonical_dumps({"format": FORMAT, **record}), rows)
+        return journal
 
     @classmethod
-    def resumed(cls, store: Any, run_id: str, stored: Mapping[str, StoredNode]) -> PlanJournal:
+    def resumed(cls, store: Store, run_id: str, stored: Mapping[str, StoredNode]) -> PlanJournal:
         """The journal of a run taken over by recovery, from its stored nodes."""
         return cls(
             store,
@@ -268,7 +263,7 @@ class PlanJournal:
         self._pending = []
         if not changes and not events:
             return frozenset()
-        if events and self._audits:
+        if events:
             made = self._store.write_plan(self._run_id, changes, events=events)
         else:
             made = self._store.write_plan(self._run_id, changes)
@@ -368,8 +363,6 @@ class PlanJournal:
         """Write what is buffered (and the run's `status`, if given, and audit `events`,
         `(seq, JSON text)`) in one durable write; False if a compare-and-set among the changes
         did not hold (another runner holds that node; the rest was written)."""
-        if not self._audits:
-            events = ()  # a store that keeps no plan audit: the events stay in memory
         if not self._pending and status is None and not events:
             return True
         changes, self._pending = self._pending, []

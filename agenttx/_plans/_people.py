@@ -12,10 +12,11 @@ with the reason in its hint.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import TYPE_CHECKING, Final
 
 from .._approvals import decision_of, request_of, requests_for, review_of
-from .._step import Desk, Refused, Settled, Waiting, Where, adrive, attempt
+from .._step import Desk, Refused, Settled, Waiting, Where, adrive, attempt, decision_event
 from .._tools import Outcome
 from ._scheduler import NodeState
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .._events import EventKind
     from .._json import JSONValue
     from .._tools import Call, Failure, Orphan, UndoRecord
-    from ..stores import Store
+    from ..stores import RequestRow, Store
 
 __all__ = ["NodeGate"]
 
@@ -38,16 +39,31 @@ class NodeGate:
     """Approvals and reviews of one plan run's nodes (owned by the run's loop; `states` may be
     read from any thread)."""
 
-    __slots__ = ("_book", "_note", "_run_id", "_store", "_version", "durable", "states")
+    __slots__ = (
+        "_book",
+        "_decisions",
+        "_lock",
+        "_note",
+        "_run_id",
+        "_store",
+        "_version",
+        "durable",
+        "states",
+    )
 
     def __init__(
         self,
         run_id: str,
         plan_version: str,
         store: Store,
-        note: Callable[[str, str, str | None, Mapping[str, JSONValue]], None],
+        note: Callable[
+            [EventKind, str | None, str | None, Mapping[str, JSONValue], float | None], None
+        ],
     ) -> None:
         self._run_id = run_id
+        #: The requests whose decision event was recorded (once each, wherever it was made).
+        self._decisions: set[str] = set()
+        self._lock = threading.Lock()
         self._version = plan_version
         self._store = store
         self._book: Requests | None = None
@@ -85,7 +101,7 @@ class NodeGate:
         call: Call,
         key: str,
         keep: Callable[[tuple[UndoRecord, ...]], None],
-        keep_running: Callable[[Orphan], None],
+        keep_running: Callable[[Orphan, bool], None],
         dispatched: Callable[[Call], None],
         again: Callable[[], Awaitable[Failure | None]],
     ) -> Settled | Refused:
@@ -93,17 +109,17 @@ class NodeGate:
         blocking the loop): while it waits for a person the node shows `WAITING_APPROVAL` or
         `NEEDS_REVIEW`, and once one decided the same call goes through the gate again.
         `key` is the node's idempotency key; `keep` keeps undo records of a call that has
-        returned, `keep_running` one still running; `dispatched` sees each call just before it
-        runs; `again`, before the call goes through the gate again, says why it cannot (an
-        earlier call of the node still runs: the attempt fails with that). A node writes to
-        the run's one overlay, never rewound per node: an unknown attempt has no writes of its
-        own to drop."""
+        returned, `keep_running` one still running (`held`: its outcome is to be decided);
+        `dispatched` sees each call just before it runs; `again`, before the call goes through
+        the gate again, says why it cannot (an earlier call of the node still runs: the
+        attempt fails with that). A node writes to the run's one overlay, never rewound per
+        node: an unknown attempt has no writes of its own to drop."""
         where = Where(
             "plan", self._run_id, node=node, plan_version=self._version, durable=self.durable
         )
 
         def note(kind: EventKind, actor: str | None, data: Mapping[str, JSONValue]) -> None:
-            self._note(kind.name, node, actor, data)
+            self._note(kind, node, actor, data, None)
 
         desk = Desk(
             where=where,
@@ -114,6 +130,8 @@ class NodeGate:
             keep_running=keep_running,
             drop_writes=_nothing,
             dispatched=dispatched,
+            decided=self._decided,
+            prepared_context=call.context,
         )
         try:
             while True:
@@ -124,7 +142,7 @@ class NodeGate:
                 if result.review is not None:
                     waited = NodeState.NEEDS_REVIEW
                 self.states[node] = waited
-                await self.decided(result.row_id)
+                await self.wait_decided(result.row_id)
                 self.states.pop(node, None)
                 if self._runs_again(result):
                     failure = await again()
@@ -139,7 +157,29 @@ class NodeGate:
         self.states.clear()
         if self._book is not None:
             with contextlib.suppress(Exception):  # the run's end is what matters
-                self._book.withdraw(self._run_id, why)
+                for row in self._book.of_scope(self._run_id):  # decided elsewhere, unseen
+                    self._decided(row)
+                self._book.withdraw(self._run_id, why, fence=self.durable)
+
+    def decided_row(self, request_id: str) -> None:
+        """Record the event of a decision just made on request `request_id` (any thread)."""
+        row = self.book.get(request_id, self._run_id)
+        if row is not None:
+            self._decided(row)
+
+    def _decided(self, row: RequestRow) -> None:
+        """Record, once, the event of the decision `row` holds, built from the row wherever
+        it was made (`_step.decision_event`), on the node it is about."""
+        event = decision_event(row)
+        if event is None:
+            return
+        with self._lock:
+            if row.id in self._decisions:
+                return
+            self._decisions.add(row.id)
+        kind, actor, at, data = event
+        node = request_of(row).node
+        self._note(kind, node, actor, data, at)
 
     def _runs_again(self, waited: Waiting) -> bool:
         """Whether the call runs after the decision on what it `waited` for (not when a
@@ -149,7 +189,7 @@ class NodeGate:
         row = self.book.get(waited.row_id)
         return row is None or decision_of(row).get("outcome") != "done"
 
-    async def decided(self, row_id: str) -> None:
+    async def wait_decided(self, row_id: str) -> None:
         """Return once request or review `row_id` is no longer pending."""
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 

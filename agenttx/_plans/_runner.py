@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._saga import Backoff, Dispatcher
     from .._tools import ToolsArgument
-    from ..stores import Store
-    from ..stores._plans import PlanImage
+    from ..stores import PlanImage, Store
     from ._execution import CompensateOn, FailurePolicy
     from ._results import PlanResult, PlanStatus
     from ._scheduler import NodeState
@@ -235,13 +234,13 @@ class PlanRun:
             scope_id=self.id,
             validate=self._run.validate_edit,
         )
-        self._run.note_decision("APPROVED", request_id, actor, {"edited": approval.edited})
+        self._run.people.decided_row(request_id)
         return approval
 
     def reject(self, request_id: str, *, actor: str, reason: str) -> None:
         """Reject request `request_id` of this run: its node fails with the reason."""
         self._run.people.book.reject(request_id, actor=actor, reason=reason, scope_id=self.id)
-        self._run.note_decision("REJECTED", request_id, actor, {"reason": reason})
+        self._run.people.decided_row(request_id)
 
     def resolve_review(
         self, review_id: str, *, outcome: str, output: JSONValue = None, actor: str
@@ -251,7 +250,7 @@ class PlanRun:
         self._run.people.book.resolve_review(
             review_id, outcome=outcome, output=output, actor=actor, scope_id=self.id
         )
-        self._run.note_decision("REVIEWED", review_id, actor, {"outcome": outcome})
+        self._run.people.decided_row(review_id)
 
     def wait(self, timeout: float | None = None) -> PlanResult:
         """The run's result, once it has ended; see the class docstring."""

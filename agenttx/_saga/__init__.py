@@ -13,6 +13,7 @@ from ._dispatch import OUTBOX_BACKOFF as OUTBOX_BACKOFF
 from ._dispatch import Dispatcher as Dispatcher
 from ._dispatch import EffectDispatcher as EffectDispatcher
 from ._dispatch import JsonlDispatcher as JsonlDispatcher
+from ._dispatch import check_dispatcher as check_dispatcher
 from ._dispatch import deliver_committed as deliver_committed
 from ._dispatch import deliver_outbox as deliver_outbox
 from ._dispatch import dispatch_effects as dispatch_effects
@@ -34,6 +35,7 @@ __all__ = [
     "EffectDispatcher",
     "JsonlDispatcher",
     "SagaLedger",
+    "check_dispatcher",
     "deliver_committed",
     "deliver_outbox",
     "dispatch_effects",

@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol, final
 
+from .._errors import InvalidArgument
 from .._tools import StagedEffect
-from ..stores._durable import is_durable
+from ..stores import claims_effects, is_durable
 from ._attempts import DEFAULT_TIMEOUT, Attempt, check_timeout, describe
 from ._backoff import Backoff
 
@@ -36,6 +37,7 @@ __all__ = [
     "Dispatcher",
     "EffectDispatcher",
     "JsonlDispatcher",
+    "check_dispatcher",
     "deliver_committed",
     "deliver_outbox",
     "dispatch_effects",
@@ -104,6 +106,30 @@ class JsonlDispatcher:
 
 
 Dispatcher = EffectDispatcher | Callable[..., object] | Mapping[str, Callable[..., object]]
+
+
+def check_dispatcher(dispatcher: object) -> None:
+    """Raise `InvalidArgument` unless `dispatcher` is one `dispatch_effects` can deliver through.
+
+    That is None (no delivery), a callable (an `EffectDispatcher`: it gets every effect), or a
+    mapping of channel names to callables (each gets its channel's effects). Checked when a
+    transaction or an engine is built, so that a wrong one is named at once, not reported at
+    every commit as an effect that could not be delivered.
+    """
+    if dispatcher is None or callable(dispatcher):
+        return
+    if isinstance(dispatcher, Mapping):
+        for channel, target in dispatcher.items():
+            if not isinstance(channel, str) or not callable(target):
+                raise InvalidArgument(
+                    "dispatcher must map channel names to callables, got "
+                    f"{type(channel).__name__} -> {type(target).__name__}"
+                )
+        return
+    raise InvalidArgument(
+        "dispatcher must be a callable, a mapping of channel names to callables or None, "
+        f"got {type(dispatcher).__name__}"
+    )
 
 
 #: Told of each effect delivered: `(channel, idempotency_key, step_id)`; it must not raise.
@@ -195,9 +221,8 @@ def deliver_outbox(
     timeout = check_timeout("timeout", timeout)
     try:
         # A store shared by several dispatchers (`PostgresStore`) hands each its own entries.
-        claim = getattr(store, "claim_effects", None)
-        if callable(claim):
-            entries = claim(limit, tx_id=tx_id, now=clock())
+        if claims_effects(store):
+            entries = store.claim_effects(limit, tx_id=tx_id, now=clock())
         else:
             entries = store.pending_effects(limit, tx_id=tx_id)
     except Exception as exc:  # noqa: BLE001  (reported: the commit before this stands)

@@ -17,7 +17,6 @@ from ._classify import Classified, classify
 from ._drive import adrive, drive
 from ._edit import EditCheck, edit_check, validate_edit
 from ._gate import (
-    ENDED_WHILE_RUNNING,
     Desk,
     Refused,
     Settled,
@@ -25,13 +24,13 @@ from ._gate import (
     Where,
     attempt,
     blocking_request,
+    decision_event,
     finish,
     unsettled,
 )
 from ._lifecycle import TRANSITIONS, Lifecycle, Phase
 
 __all__ = [
-    "ENDED_WHILE_RUNNING",
     "TRANSITIONS",
     "Classified",
     "Desk",
@@ -46,6 +45,7 @@ __all__ = [
     "attempt",
     "blocking_request",
     "classify",
+    "decision_event",
     "drive",
     "edit_check",
     "finish",

@@ -21,49 +21,61 @@ __all__ = ["adrive", "drive"]
 
 
 def drive(work: Work, serializer: OutputSerializer = to_json_value) -> Result:
-    """Perform `work`'s actions in this thread; its result."""
+    """Perform `work`'s actions in this thread; its result. An action that raises (an
+    interrupt) is thrown into `work`, whose handlers keep what must be kept, then re-raise."""
     reply: object = None
+    error: BaseException | None = None
     while True:
         try:
-            action = work.send(reply)
+            action = work.send(reply) if error is None else work.throw(error)
         except StopIteration as stop:
             result: Result = stop.value
             return result
-        if type(action) is Run:
-            reply = run_tool(action.call, serializer)
-        elif type(action) is AwaitReturn:
-            reply = action.running.wait(action.timeout)
-        else:
-            assert type(action) is Check
-            call = action.call
-            reply = check_outcome(
-                call.tool.check, call.arguments, action.key, call.timeout, action.errors
-            )
+        error = None
+        try:
+            if type(action) is Run:
+                reply = run_tool(action.call, serializer)
+            elif type(action) is AwaitReturn:
+                reply = action.running.wait(action.timeout)
+            else:
+                assert type(action) is Check
+                call = action.call
+                reply = check_outcome(
+                    call.tool.check, call.arguments, action.key, call.timeout, action.errors
+                )
+        except BaseException as exc:  # noqa: BLE001  (thrown into `work`, which re-raises it)
+            error = exc
 
 
 async def adrive(work: Work, serializer: OutputSerializer = to_json_value) -> Result:
-    """Perform `work`'s actions without blocking the event loop; its result."""
+    """Perform `work`'s actions without blocking the event loop; its result. A cancellation
+    or an error of an action is thrown into `work`, as with `drive`."""
     import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
     reply: object = None
+    error: BaseException | None = None
     while True:
         try:
-            action = work.send(reply)
+            action = work.send(reply) if error is None else work.throw(error)
         except StopIteration as stop:
             result: Result = stop.value
             return result
-        if type(action) is Run:
-            reply = await arun_tool(action.call, serializer)
-        elif type(action) is AwaitReturn:
-            reply = await asyncio.to_thread(action.running.wait, action.timeout)
-        else:
-            assert type(action) is Check
-            call = action.call
-            reply = await asyncio.to_thread(
-                check_outcome,
-                call.tool.check,
-                call.arguments,
-                action.key,
-                call.timeout,
-                action.errors,
-            )
+        error = None
+        try:
+            if type(action) is Run:
+                reply = await arun_tool(action.call, serializer)
+            elif type(action) is AwaitReturn:
+                reply = await asyncio.to_thread(action.running.wait, action.timeout)
+            else:
+                assert type(action) is Check
+                call = action.call
+                reply = await asyncio.to_thread(
+                    check_outcome,
+                    call.tool.check,
+                    call.arguments,
+                    action.key,
+                    call.timeout,
+                    action.errors,
+                )
+        except BaseException as exc:  # noqa: BLE001  (thrown into `work`, which re-raises it)
+            error = exc

@@ -25,12 +25,13 @@ The rules it enforces, for both hosts:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Container, Generator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
 
 import attrs
 
 from .._approvals import (
+    ENDED_WHILE_RUNNING,
     CheckResult,
     approval_expired,
     approval_of,
@@ -40,10 +41,12 @@ from .._approvals import (
     needs_approval,
     request_of,
     review_of,
+    utc,
 )
 from .._events import EventKind
-from .._json import checked_size_bound
-from .._tools import Call, Failure, Orphan, Outcome, with_key
+from .._json import canonical_dumps, checked_size_bound
+from .._limits import MAX_PAYLOAD_BYTES
+from .._tools import Call, Failure, Orphan, Outcome, closed, with_key
 from ._lifecycle import Lifecycle, Phase
 
 if TYPE_CHECKING:
@@ -63,15 +66,15 @@ __all__ = [
     "Where",
     "attempt",
     "blocking_request",
+    "decision_event",
     "finish",
     "unsettled",
 ]
 
-#: Why a call found consumed at its step or node again had no recorded outcome.
-ENDED_WHILE_RUNNING: Final = (
-    "the call started (its approval was consumed, or its start recorded) but its outcome was "
-    "never recorded: the process ended, or the call was interrupted, while the tool ran"
-)
+
+#: How long, at least, a call past its deadline is awaited before its outcome is found unknown
+#: with the call still running (seconds); its own timeout when that is longer.
+LATE_RESULT_GRACE: Final = 1.0
 
 
 class Where(NamedTuple):
@@ -100,12 +103,17 @@ class Desk:
     #: Keep undo records of an attempt whose tool has returned (compensated by a rewind or a
     #: failed plan like any other).
     keep: Callable[[tuple[UndoRecord, ...]], None]
-    #: Keep an attempt still running past its deadline: its undo records wait until it returns.
-    keep_running: Callable[[Orphan], None]
+    #: Keep an attempt still running past its deadline: its undo records wait until it returns;
+    #: `held` (its outcome is to be decided) keeps them then, else they are compensated.
+    keep_running: Callable[[Orphan, bool], None]
     #: Drop what an attempt whose outcome is unknown wrote to state, before a retry or review.
     drop_writes: Callable[[], None]
     #: The call is about to run (its dispatch event).
     dispatched: Callable[[Call], None]
+    #: A person's decision found in `row` (`decision_event`): the host records its event once.
+    decided: Callable[[RequestRow], None]
+    #: The context the host prepared the call with (it keeps what was registered there).
+    prepared_context: object = None
 
 
 class Run(NamedTuple):
@@ -212,11 +220,13 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
             life.advance(Phase.WAITING)
             return Waiting(review=review_of(row))
         if action == "resolved" and row is not None:
-            if not book.apply_review(row):
+            desk.decided(row)
+            if not book.apply_review(row, fence=where.durable):
                 continue  # taken meanwhile: look again
             life.advance(Phase.GATED)
             return (yield from _reviewed(call, row, desk, life))
         if action == "unknown" and row is not None:
+            desk.decided(row)
             decision = decision_of(row)
             approval = approval_of(row.id, decision)
             if approval.edited:
@@ -230,6 +240,7 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
             life.advance(Phase.WAITING)
             return Waiting(approval=request_of(row))
         if action == "rejected" and row is not None:
+            desk.decided(row)
             decision = decision_of(row)
             by = "" if where.node is None else f" by node `{where.node}`"
             life.advance(Phase.SETTLED)
@@ -242,8 +253,9 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
                 )
             )
         if action == "approved" and row is not None:
+            desk.decided(row)
             if approval_expired(row, time.time()):
-                if book.expire(row):
+                if book.expire(row, fence=where.durable):
                     desk.note(EventKind.APPROVAL_EXPIRED, None, {"request": row.id})
                 continue
             key = desk.key_of(call)
@@ -268,6 +280,7 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
             plan_version=where.plan_version,
             why=needs if isinstance(needs, str) else None,
             schema=dict(tool.validator.schema),
+            fence=where.durable,
         )
         desk.note(EventKind.APPROVAL_REQUESTED, None, {"request": request.id, "tool": tool.name})
         life.advance(Phase.GATED)
@@ -283,7 +296,15 @@ def _run(
     """Run the call; one that timed out while its tool still ran has an unknown outcome."""
     life.advance(Phase.RUNNING)
     desk.dispatched(call)
-    outcome: Outcome = yield Run(call)
+    try:
+        outcome: Outcome = yield Run(call)
+    except BaseException:
+        # Abandoned while it ran (an interrupt, a cancelled task): what it registered on its
+        # own context (the gate made one for an approved or retried call) is kept, for the
+        # rewind that follows; the host keeps the prepared context's.
+        if call.context is not desk.prepared_context:
+            desk.keep(closed(call.context)[0])
+        raise
     if outcome.running is not None and call.tool.on_unknown == "review":
         assert outcome.error is not None
         life.advance(Phase.ORPHANED)
@@ -314,13 +335,20 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
     desk.note(EventKind.OUTCOME_UNKNOWN, None, {"tool": tool.name, "reason": errors[0]})
     returned = True
     if orphan is not None:
-        returned = yield AwaitReturn(orphan.running, call.timeout)
+        try:
+            returned = yield AwaitReturn(orphan.running, max(call.timeout, LATE_RESULT_GRACE))
+        except BaseException:
+            # Abandoned while the call still runs: its undos wait for it, then run (the step
+            # is rewound by the host); never before the effect could have landed.
+            desk.keep_running(orphan, False)
+            raise
         if returned:
             desk.keep(orphan.finished_undos())  # undone by a later rewind, like any other
         else:
-            desk.keep_running(orphan)  # its undos wait for it; the host blocks meanwhile
+            desk.keep_running(orphan, True)  # its undos wait for it; the host blocks meanwhile
             errors.append(
-                f"the call was still running {call.timeout:g} s after its deadline; its status "
+                f"the call was still running {max(call.timeout, LATE_RESULT_GRACE):g} s after "
+                "its deadline; its status "
                 "check is asked only once it has returned"
             )
         life.advance(Phase.UNKNOWN)
@@ -333,11 +361,14 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
     else:
         verdict = yield Check(call, key, errors)
     checked_in = time.monotonic() - started
-    if verdict.status == "done":
+    if verdict.status == "done" and _fits(verdict.output):
         output = verdict.output
         life.advance(Phase.SETTLED)
         done = Outcome(output=output, size=checked_size_bound(output))
         return Settled(call, done, guard, "done (status check)", decided=True)
+    if verdict.status == "done":
+        errors.append(f"the status check said done with an output over {MAX_PAYLOAD_BYTES} bytes")
+        verdict = CheckResult.unknown()
     desk.drop_writes()  # what the unknown attempt wrote is dropped
     if verdict.status == "not_done":
         return (yield from _run(with_key(call, key), desk, life, guard, retried=True))
@@ -354,9 +385,10 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
         errors=errors,
         timings={"timeout_s": call.timeout, "check_s": round(checked_in, 6)},
         plan_version=where.plan_version,
+        fence=where.durable,
     )
     if guard is not None:
-        book.finish(guard, f"review {review.id}")
+        book.finish(guard, f"review {review.id}", fence=where.durable)
     desk.note(EventKind.REVIEW_REQUESTED, None, {"review": review.id, "tool": tool.name})
     life.advance(Phase.WAITING)
     return Waiting(review=review)
@@ -375,8 +407,9 @@ def _reviewed(call: Call, row: RequestRow, desk: Desk, life: Lifecycle) -> Work:
     return (yield from _run(retry, desk, life, None, retried=True))
 
 
-def finish(book: Requests, settled: Settled) -> None:
-    """After the host recorded `settled`: end its guard with what became of the call."""
+def finish(book: Requests, settled: Settled, *, fence: bool = False) -> None:
+    """After the host recorded `settled`: end its guard with what became of the call (`fence`:
+    only while the host still holds its transaction or run)."""
     guard = settled.guard
     if guard is None:
         return
@@ -385,24 +418,58 @@ def finish(book: Requests, settled: Settled) -> None:
     if what is None:
         failed = outcome.error is not None or outcome.refused is not None
         what = "failed" if failed else "succeeded"
-    book.finish(guard, what)
+    book.finish(guard, what, fence=fence)
 
 
-def unsettled(rows: tuple[RequestRow, ...]) -> list[RequestRow]:
+def decision_event(
+    row: RequestRow,
+) -> tuple[EventKind, str, float, dict[str, JSONValue]] | None:
+    """The audit event of the person's decision that `row` holds, built from the row alone
+    (the compare-and-set that recorded the decision): kind, actor, time and data; None if no
+    person decided it. So the trail says the same wherever the decision was made."""
+    decision = decision_of(row)
+    actor = decision.get("actor")
+    if not isinstance(actor, str) or not actor:
+        return None
+    at = float(decision.get("decided_at") or row.updated_at)
+    if row.kind == "review":
+        return EventKind.REVIEWED, actor, at, {"review": row.id, "outcome": decision.get("outcome")}
+    if "reason" in decision:
+        return EventKind.REJECTED, actor, at, {"request": row.id, "reason": decision["reason"]}
+    data: dict[str, JSONValue] = {
+        "request": row.id,
+        "note": decision.get("note", ""),
+        "edited": bool(decision.get("edited")),
+    }
+    expires_at = decision.get("expires_at")
+    if expires_at is not None:
+        data["expires_at"] = utc(float(expires_at)).isoformat()
+    return EventKind.APPROVED, actor, at, data
+
+
+def unsettled(rows: tuple[RequestRow, ...], live: Container[int] = ()) -> list[RequestRow]:
     """The requests of a transaction that still wait on a person or an unknown outcome: a
     pending approval request, a review not yet taken (pending, or resolved and not applied),
     a call started and never finished (its outcome is unknown). While one exists its step is
-    blocked for any other call, and the transaction cannot commit."""
+    blocked for any other call, and the transaction cannot commit. A call started at one of
+    the `live` steps was recorded (a crash came before its row was finished): it is settled."""
     found = []
     for row in rows:
         state = row.state
         if (
             state == "pending"
             or (state == "resolved" and row.kind == "review")
-            or state == "consumed"
+            or (state == "consumed" and decision_of(row).get("consumed_step") not in live)
         ):
             found.append(row)
     return found
+
+
+def _fits(output: JSONValue) -> bool:
+    """Whether an output decided without the tool fits the limit of a tool's output."""
+    if checked_size_bound(output) <= MAX_PAYLOAD_BYTES:
+        return True
+    return len(canonical_dumps(output).encode()) <= MAX_PAYLOAD_BYTES
 
 
 def blocking_request(rows: tuple[RequestRow, ...], step: int, digest: str) -> RequestRow | None:

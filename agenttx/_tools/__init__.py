@@ -12,6 +12,8 @@ from ._calls import closed as closed
 from ._calls import run_tool as run_tool
 from ._calls import still_running as still_running
 from ._calls import with_key as with_key
+from ._costs import COST_CATEGORIES as COST_CATEGORIES
+from ._costs import check_cost as check_cost
 from ._outputs import OutputSerializer as OutputSerializer
 from ._outputs import to_json_value as to_json_value
 from ._schema import Validator as Validator
@@ -25,7 +27,6 @@ from ._signature import read_signature as read_signature
 from ._signature import typed_dict_fields as typed_dict_fields
 from ._spec import ToolSpec as ToolSpec
 from ._spec import wire_name as wire_name
-from ._tool import COST_CATEGORIES as COST_CATEGORIES
 from ._tool import MAX_TOOL_NAME as MAX_TOOL_NAME
 from ._tool import Compensation as Compensation
 from ._tool import StagedEffect as StagedEffect
@@ -36,7 +37,6 @@ from ._tool import ToolLike as ToolLike
 from ._tool import ToolRegistry as ToolRegistry
 from ._tool import ToolsArgument as ToolsArgument
 from ._tool import UndoRecord as UndoRecord
-from ._tool import check_cost as check_cost
 from ._tool import compensation as compensation
 from ._tool import derive_key as derive_key
 from ._tool import key_deriver as key_deriver

@@ -387,6 +387,17 @@ class Orphans:
         """Keep the undos of a call whose worker is still running after its deadline."""
         self._orphans.append(orphan)
 
+    def runs(self, context: object) -> bool:
+        """Whether a kept call with this context (not None) may still be running."""
+        return context is not None and any(o.call.context is context for o in self._orphans)
+
+    def release_from(self, step: int) -> None:
+        """The steps from `step` on were rewound: their held calls are undone once back."""
+        self._orphans = [
+            o._replace(held=False) if o.held and o.call.step_id >= step else o
+            for o in self._orphans
+        ]
+
     def wait(self, timeout: float) -> None:
         """Wait up to `timeout` seconds, in all, for every orphaned call to finish."""
         deadline = time.monotonic() + timeout

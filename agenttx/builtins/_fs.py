@@ -58,6 +58,8 @@ _NONBLOCK: Final[int] = getattr(os, "O_NONBLOCK", 0)
 _DIR_FLAGS: Final[int] = getattr(os, "O_PATH", os.O_RDONLY) | _DIRECTORY | _CLOEXEC
 _READ_FLAGS: Final[int] = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC
 _TMP_FLAGS: Final[int] = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+# A regular file the undo rewrites in place: never through a symlink, never blocking on a FIFO.
+_REWRITE_FLAGS: Final[int] = os.O_WRONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC
 # The walk needs `openat`-style calls; without them (Windows) the tools refuse every path.
 _DIR_FD_CALLS: Final = {os.open, os.mkdir, os.unlink, os.stat, os.readlink, os.rename}
 _SUPPORTED: Final = bool(_NOFOLLOW and _DIRECTORY) and _DIR_FD_CALLS.issubset(os.supports_dir_fd)
@@ -339,6 +341,45 @@ def _write_at(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
 
 # ---------------------------------------------------------------------- the undo
 
+#: Why an existing name is replaced by a new file rather than rewritten in place: it is gone, a
+#: symlink, a FIFO without a reader or a device, a directory, or not writable by this process.
+_NOT_REWRITTEN: Final = frozenset(
+    {errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EAGAIN, errno.EACCES, errno.EPERM}
+)
+
+
+def _rewrite_at(dir_fd: int, name: str, data: bytes) -> bool:
+    """Write `data` over the regular file `name` in `dir_fd`, in place; False if it is none.
+
+    The file keeps its inode, so its hard links, owner, group, mode and extended attributes
+    stay; it is written from the start, cut to `len(data)` and fsynced. Not atomic: a reader,
+    or a crash, may catch a mix of the old and the new bytes. Anything but a regular file
+    (missing, a symlink, a FIFO, a directory; also one swapped in after the check), and a file
+    this process may not open for writing (read-only, as `fs.write` may leave one it wrote
+    with the prior mode), is left alone and False is returned, so the caller replaces it by name.
+    """
+    try:
+        if not stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            return False
+        fd = os.open(name, _REWRITE_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in _NOT_REWRITTEN:
+            return False
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.set_blocking(fd, True)  # O_NONBLOCK was only for opening a FIFO swapped in
+        view = memoryview(data)
+        offset = 0
+        while offset < len(data):
+            offset += os.pwrite(fd, view[offset:], offset)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
 
 def _restore_parts(path: str, root: str) -> tuple[str, ...]:
     """`path`'s components below `root`; raises `ToolError` if it is not strictly below it."""
@@ -349,6 +390,15 @@ def _restore_parts(path: str, root: str) -> tuple[str, ...]:
     if not parts or ".." in parts:
         raise ToolError(f"'{path}' not restored: it is not inside '{root}'")
     return parts
+
+
+def _regular_mode(dir_fd: int, name: str) -> int | None:
+    """The permission bits of `name` in `dir_fd` if it is a regular file, else None."""
+    try:
+        status = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None
 
 
 @compensation(name=_RESTORE_KIND)
@@ -364,10 +414,16 @@ def restore_file(payload: JSONValue) -> None:
     `root` (recorded by an earlier version) is walked the same way from `/`.
 
     Idempotent: restoring twice writes the same bytes, and deleting a file that is already gone
-    (or whose directory is) succeeds. The restore is atomic (through a temporary file), keeps
-    the permission bits of a regular file it replaces, replaces a symlink or other non-directory
-    at the path itself rather than anything it points to, and recreates missing parent
-    directories; directories `fs.write` created are left in place.
+    (or whose directory is) succeeds. A regular file at the path is rewritten in place: it
+    keeps its inode, so every hard link to it sees the restored bytes, and its owner, group and
+    mode stay. The trade-off is atomicity: a reader may see a mix of the old and the restored
+    bytes while it runs, and a crash partway leaves such a mix on disk; the undo record stays
+    until the compensation is recorded as done, so recovery runs the restore again (it is
+    idempotent) and completes it. A file that is missing, a symlink or other non-directory at
+    the path, or a file this process may not open for writing (whose mode is then kept), is
+    replaced atomically through a temporary file (the path itself, never anything a symlink
+    points to). Missing parent directories are recreated; directories
+    `fs.write` created are left in place.
 
     Raises `InvalidArgument` (a `ValueError`) for a bad payload: ``payload missing `path` ``,
     `bad hex` (odd length or a non-hex character), ``"`prior_hex` must be a string or null"``
@@ -404,13 +460,9 @@ def restore_file(payload: JSONValue) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(parts[-1], dir_fd=walk.fd)
             return
-        try:
-            status = os.stat(parts[-1], dir_fd=walk.fd, follow_symlinks=False)
-        except FileNotFoundError:
-            mode = None
-        else:
-            mode = stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None
-        _write_at(walk.fd, parts[-1], bytes.fromhex(prior_hex), mode)
+        data = bytes.fromhex(prior_hex)
+        if not _rewrite_at(walk.fd, parts[-1], data):
+            _write_at(walk.fd, parts[-1], data, _regular_mode(walk.fd, parts[-1]))
     except _SymlinkError as exc:
         link = PurePosixPath(root, exc.prefix)
         raise ToolError(f"'{path}' not restored: '{link}' is a symlink") from None

@@ -33,7 +33,7 @@ import attrs
 
 from .._engine import Engine
 from .._errors import InvalidArgument, InvalidTransactionState
-from .._limits import MAX_PAYLOAD_BYTES, over_limit
+from .._limits import MAX_CALLS_PER_TURN, MAX_PAYLOAD_BYTES, over_limit
 from .._results import StepStatus
 from .._tools import MAX_TOOL_NAME, Compensation, Tool, ToolRegistry
 from .._transaction import Transaction
@@ -196,8 +196,46 @@ def _arguments_text(arguments: object) -> str | None:
         return arguments
     try:
         return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
+    except RecursionError:
+        # Nested past the interpreter's recursion limit, so far past `MAX_NESTING_DEPTH`: the
+        # transaction refuses the text as it refuses such JSON text from any model (a failed
+        # step whose error says why), so this call is answered as the same call in JSON is.
+        return _deep_text(arguments)
+    except (TypeError, ValueError):
         return None
+
+
+def _deep_text(value: object) -> str | None:
+    """`json.dumps(value)` without recursion (None if not JSON), cut once over the size limit."""
+    parts: list[str] = []
+    size = 0
+    todo: list[tuple[str, object]] = [("value", value)]
+    while todo:
+        kind, item = todo.pop()
+        if kind == "text":
+            parts.append(str(item))
+        elif isinstance(item, Mapping):
+            if not all(isinstance(key, str) for key in item):
+                return None
+            entries = [(json.dumps(key, ensure_ascii=False), v) for key, v in item.items()]
+            todo.append(("text", "}"))
+            for index, (key, v) in reversed(list(enumerate(entries))):
+                todo.extend((("value", v), ("text", ("," if index else "") + key + ":")))
+            parts.append("{")
+        elif isinstance(item, (list, tuple)):
+            todo.append(("text", "]"))
+            for index, v in reversed(list(enumerate(item))):
+                todo.extend((("value", v), ("text", "," if index else "")))
+            parts.append("[")
+        else:
+            try:
+                parts.append(json.dumps(item, ensure_ascii=False, allow_nan=False))
+            except (TypeError, ValueError):
+                return None
+        size += len(parts[-1])
+        if size > MAX_PAYLOAD_BYTES:  # too big to send anyway: the size check refuses it
+            break
+    return "".join(parts)
 
 
 def _is_unicode(text: str) -> bool:
@@ -276,6 +314,11 @@ def _from_result(call: ModelCall, result: StepResult) -> Outcome:
 
 def _plan(calls: Sequence[ModelCall]) -> tuple[list[tuple[str, str, str]], str]:
     """The leading calls that can be sent as steps, and why the next one cannot ("" if none)."""
+    if len(calls) > MAX_CALLS_PER_TURN:  # `call_turn` would refuse the turn: none is sent
+        return [], (
+            f"the turn has {len(calls)} tool calls, more than the {MAX_CALLS_PER_TURN} one turn "
+            f"may hold; send at most {MAX_CALLS_PER_TURN} per turn"
+        )
     sendable: list[tuple[str, str, str]] = []
     for call in calls:
         screened = _screen(call)
@@ -311,7 +354,9 @@ def run_turn(tx: Transaction, calls: Sequence[ModelCall]) -> tuple[Outcome, ...]
     Calls run in order and stop at the first failed step (the rest are not run, as
     `call_turn` does). A call that cannot be sent at all (a tool name over the length limit,
     arguments over the size limit or not JSON) is refused as that step, with nothing run after
-    it. If the transaction has ended, or ends while the turn runs, the calls not run say so.
+    it. A turn of more than `MAX_CALLS_PER_TURN` calls runs none: its first call is refused (the
+    refusal names the limit and the count) and the rest are not run. If the transaction has
+    ended, or ends while the turn runs, the calls not run say so.
     """
     if not calls:
         return ()

@@ -70,12 +70,24 @@ def tools(tools_or_tx: ToolsOrTx) -> list[Message]:
     ]
 
 
+#: The fields of an SDK object that hold what the model wrote, kept as they are when the
+#: object is too deep for pydantic to dump (a message's blocks are then dumped one by one).
+_RAW_FIELDS = ("content", "input")
+
+
 def _dump(item: object, where: str) -> Any:
     if isinstance(item, Mapping):
         return dict(item)
     dump = getattr(item, "model_dump", None)
     if callable(dump):
-        return dump(mode="json", exclude_none=True, warnings=False)
+        try:
+            return dump(mode="json", exclude_none=True, warnings=False)
+        except (ValueError, RecursionError):
+            # pydantic stops at its serialization depth: a `tool_use` input nested that deep
+            # is the model's mistake, which the call's step answers (its JSON is too deep).
+            found = dump(mode="json", exclude_none=True, warnings=False, exclude=set(_RAW_FIELDS))
+            raw = {name: getattr(item, name) for name in _RAW_FIELDS if hasattr(item, name)}
+            return {**found, **raw}
     raise InvalidArgument(f"{where} is {describe(item)}, not a message or content block")
 
 

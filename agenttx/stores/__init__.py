@@ -17,7 +17,11 @@ Transactions that should see each other's commits, and conflict, share one store
 
 `SQLiteStore(path)` keeps the same state in a SQLite file, shared by threads and processes, and
 implements `DurableStore`: the records a transaction needs to survive a crash, and an outbox of
-committed effects. `PostgresStore(dsn_or_pool)` (extra `agenttx[postgres]`) implements it on a
+committed effects. What a store may keep beyond that is a protocol each, with its contract:
+`PlanStore` (plan runs), `HistoryStore` (ended transactions), `RequestStore` (approval requests
+and reviews), `ClaimingOutbox` and `LeasedStore`; the library uses a capability a store has,
+and goes without one it lacks.
+`PostgresStore(dsn_or_pool)` (extra `agenttx[postgres]`) implements it on a
 PostgreSQL server shared by workers on many machines, with leases that fence every write.
 `agenttx.testing.check_store(factory)` checks any implementation against the contract.
 """
@@ -26,13 +30,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._approvals import MemoryRequests as MemoryRequests
+
+# `MemoryRequests` and the `is_*`, `keeps_*`, `claims_*` and `leases_*` checks are for the
+# library's upper layers, which import from this package, never from its modules: they are
+# not public (not in `__all__`).
+from ._approvals import RequestRow as RequestRow
+from ._approvals import RequestStore as RequestStore
+from ._contracts import ClaimingOutbox as ClaimingOutbox
+from ._contracts import HistoryStore as HistoryStore
+from ._contracts import LeasedStore as LeasedStore
+from ._contracts import PlanStore as PlanStore
+from ._contracts import claims_effects as claims_effects
+from ._contracts import is_plan_store as is_plan_store
+from ._contracts import keeps_history as keeps_history
+from ._contracts import leases_owners as leases_owners
 from ._durable import DurableStore as DurableStore
 from ._durable import EffectRow as EffectRow
 from ._durable import EndedTransaction as EndedTransaction
 from ._durable import OutboxEntry as OutboxEntry
 from ._durable import TxImage as TxImage
 from ._durable import UndoRow as UndoRow
+from ._durable import is_durable as is_durable
+from ._durable import is_store as is_store
 from ._memory import MemoryStore as MemoryStore
+from ._plans import PlanChange as PlanChange
+from ._plans import PlanExpect as PlanExpect
+from ._plans import PlanImage as PlanImage
+from ._plans import PlanNodeRow as PlanNodeRow
 from ._protocol import Store as Store
 
 if TYPE_CHECKING:
@@ -40,12 +65,22 @@ if TYPE_CHECKING:
     from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = [
+    "ClaimingOutbox",
     "DurableStore",
     "EffectRow",
     "EndedTransaction",
+    "HistoryStore",
+    "LeasedStore",
     "MemoryStore",
     "OutboxEntry",
+    "PlanChange",
+    "PlanExpect",
+    "PlanImage",
+    "PlanNodeRow",
+    "PlanStore",
     "PostgresStore",
+    "RequestRow",
+    "RequestStore",
     "SQLiteStore",
     "Store",
     "TxImage",

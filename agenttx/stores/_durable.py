@@ -185,11 +185,15 @@ class DurableStore(Store, Protocol):
     A transaction is open in the file from its `begin` (so `begin` refuses an id that any
     process has open, or that `discard_state` kept) until `commit` or `discard`. `is_open` answers
     for this store instance only. Ownership is fenced: once another store has loaded the
-    transaction, the previous holder's next durable call raises `StorageError`, and if the
-    transaction was committed or discarded elsewhere, `TransactionNotFound`; either way the
-    previous holder lets it go. `discard` and `discard_state` work whoever holds it, except
-    that a store that held the transaction and lost it to a takeover raises too, rather than
-    end it under its new owner. `owner(tx_id)` and `peek(tx_id)` inspect a transaction without
+    transaction (or committed or discarded it), the previous holder's next durable call
+    raises `StorageError` ("lease lost"), and the holder lets it go and remembers it: every
+    later call of that store on it raises the same error and changes nothing, until it
+    begins, loads or claims the id again. `discard` and `discard_state` work whoever holds it,
+    except that a store that held the transaction and lost it raises too, rather than end it
+    under its new owner. A store whose transactions can be taken over while their holder runs
+    (leases that expire: `PostgresStore`) may also have `check_lease(tx_id)`, which a
+    transaction calls before each tool runs: `StorageError` ("lease lost") unless the store
+    still holds it. `owner(tx_id)` and `peek(tx_id)` inspect a transaction without
     taking it over. Recovery takes a transaction over with `claim`, never `load`: a claim
     succeeds only if the owner is still the one the recoverer judged dead, atomically.
 

@@ -20,11 +20,16 @@ its own SQL through four hooks, called with the store's lock held:
 
 Every public method takes the store's lock for the whole call, so the mirror and the database
 change together.
+
+`Lost` remembers the transactions a store let go because another store took them over (or ended
+them) while it held them: every later call of the store on such a transaction raises
+`StorageError` ("lease lost"), a `discard` included, so that a worker that lost a transaction
+never ends it under its new owner.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, final
 
 from .._errors import StorageError
 from ._protocol import MAX_STEP, check_int, check_key, check_step, check_value, snapshot_not_found
@@ -40,7 +45,50 @@ if TYPE_CHECKING:
     from ._durable import EffectRow
     from ._sqlite_mirror import Row, TxMirror
 
-__all__ = ["LogStore"]
+__all__ = ["LogStore", "Lost"]
+
+#: How many lost transactions a store remembers (the oldest are forgotten first): a worker
+#: finds out at its next call, so only a transaction it keeps using long after counts.
+_LOST_KEPT: Final = 4096
+
+
+@final
+class Lost:
+    """The transactions a store held and lost to another store (a takeover, or an end there),
+    each with the error its calls on it raise from then on; the store's lock guards it.
+
+    A store adds a transaction when a fenced call finds it no longer its own, and forgets it
+    when it holds it again (`begin`, `load`, `claim` of the same id).
+    """
+
+    __slots__ = ("_messages",)
+
+    def __init__(self) -> None:
+        self._messages: dict[str, str] = {}
+
+    def add(self, tx_id: str, held: str, what: str) -> StorageError:
+        """Remember that this store lost `tx_id`, which it held (`held`: at which epoch, or as
+        which owner) and which was `what` (taken over, or ended, by another store); the error
+        to raise, now and at every later call on it."""
+        message = (
+            f"lease lost: transaction `{tx_id}`, {held}, was {what}: this store no longer "
+            "holds it, and writes, deletes and runs nothing for it"
+        )
+        messages = self._messages
+        messages.pop(tx_id, None)
+        messages[tx_id] = message
+        if len(messages) > _LOST_KEPT:
+            del messages[next(iter(messages))]
+        return StorageError(message)
+
+    def error(self, tx_id: str) -> StorageError | None:
+        """The lease-lost error of `tx_id`, if this store lost it; else `None`."""
+        message = self._messages.get(tx_id)
+        return None if message is None else StorageError(message)
+
+    def forget(self, tx_id: str) -> None:
+        """`tx_id` is held here again (or anew)."""
+        self._messages.pop(tx_id, None)
 
 
 class LogStore:
@@ -87,6 +135,10 @@ class LogStore:
             self, tx_id: str, rows: list[Row], since: int | None, doing: str
         ) -> None: ...
 
+        def _released(self, tx_id: str) -> tuple[str, tuple[object, ...]]: ...
+
+        def _let_go(self, tx_id: str) -> None: ...
+
     def __enter__(self) -> Self:
         return self
 
@@ -102,6 +154,25 @@ class LogStore:
         """Whether this store holds the transaction: begun or loaded here, and not ended."""
         with self._lock:
             return tx_id in self._txs
+
+    def release(self, tx_id: str) -> None:
+        """Stop holding open transaction `tx_id`, and leave it to recovery at once.
+
+        Its buffered writes are written and the store's hold on it is given up, in one fenced
+        database transaction (SQLite: its owner cleared; PostgreSQL: its lease ended, with a
+        new epoch), and this store no longer holds it: any store, in any process, may `claim`
+        it now (`Engine.close` does this for its open transactions). A no-op if this store
+        does not hold it; `StorageError` if another store took it over meanwhile (it is let go
+        all the same).
+        """
+        with self._lock:
+            if tx_id not in self._txs:
+                return
+        try:
+            self._durable_write(tx_id, "release", self._released(tx_id))
+        finally:
+            with self._lock:
+                self._let_go(tx_id)
 
     # ------------------------------------------------------------ the overlay
 

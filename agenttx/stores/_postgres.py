@@ -15,10 +15,13 @@ new epoch from one sequence, so an epoch is never reused, not even by a later tr
 same id. A background thread per store renews the leases of what the store holds, every third
 of the lease. Every write to a transaction's rows is conditioned on its epoch, read `FOR KEY
 SHARE` in the same statement or transaction: zero rows means the lease was lost (another worker
-took the transaction over), and the store raises `StorageError` and lets the transaction go;
-it never retries. A takeover locks the row `FOR UPDATE`, so it waits for a write in flight, and
-the write that comes after it sees the new epoch. Recovery takes over (`claim`) only a
-transaction whose lease has expired, with `FOR UPDATE SKIP LOCKED`.
+took the transaction over, or ended it), and the store raises `StorageError` ("lease lost"),
+lets the transaction go and remembers it (`Lost`): every later call on it, `discard` included,
+raises the same, so a worker never ends what its new owner holds; it never retries. A takeover
+locks the row `FOR UPDATE`, so it waits for a write in flight, and the write that comes after
+it sees the new epoch. Recovery takes over (`claim`) only a transaction whose lease has
+expired, with `FOR UPDATE SKIP LOCKED`; `check_lease`, before each tool, makes sure that none
+can for half a lease.
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ import socket
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._durable import EndedTransaction, TxImage, UndoRow
-from ._log_rows import LogStore
+from ._log_rows import LogStore, Lost
 from ._postgres_link import Link, Renewer, check_schema_name
 from ._postgres_runs import OUTBOX_HOLD, SharedRows, check_number, first_row
 from ._postgres_schema import COMMIT_FENCE, LOG_ROWS_PREPARED, WRITE
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ._approvals import RequestStore
+    from ._contracts import ClaimingOutbox, HistoryStore, LeasedStore, PlanStore
     from ._durable import DurableStore
 
 __all__ = ["PostgresStore"]
@@ -179,6 +183,7 @@ class PostgresStore(SharedRows, LogStore):
         self._closed = False
         self._txs: dict[str, TxMirror] = {}
         self._epochs: dict[str, int] = {}
+        self._lost = Lost()
         self._plans: dict[str, int] = {}
         timeout = None if statement_timeout is None else float(statement_timeout)
         self._link = Link(
@@ -373,16 +378,17 @@ class PostgresStore(SharedRows, LogStore):
         sql = self._sql
         with self._lock:
             self._check_not_closed()
+            lost = self._lost.error(tx_id)
+            if lost is not None:  # lost to another store: end nothing of its new owner's
+                raise lost
             with self._link.transaction(f"discard transaction `{tx_id}`") as cur:
                 cur.execute(sql.select_tx_for_update, (tx_id,))
                 row = cur.fetchone()
-                if row is None:
-                    self._let_go(tx_id)
-                    return
                 held = self._epochs.get(tx_id)
-                if held is not None and row[3] != held:
-                    self._let_go(tx_id)
-                    raise self._lost(tx_id, row[1])
+                if held is not None and (row is None or row[3] != held):
+                    raise self._lose(tx_id, None if row is None else (row[3], row[1]))
+                if row is None:
+                    return
                 if keep_record:
                     cur.execute(sql.delete_log, (tx_id,))
                     cur.execute(sql.release_tx, (history, tx_id))
@@ -696,11 +702,29 @@ class PostgresStore(SharedRows, LogStore):
 
     # ------------------------------------------------------------ leases
 
+    def check_lease(self, tx_id: str) -> None:
+        """Before a tool of transaction `tx_id` runs: `StorageError` (lease lost) unless this
+        store still holds it at its epoch, with at least half of its lease left (renewed first
+        if less is), in one statement that writes only to renew. So no recovery can take it
+        over for half a lease after this returns (`load` can: it takes over at once).
+        `TransactionNotFound` if this store does not hold it (and never lost it)."""
+        doing = f"check the lease of transaction `{tx_id}`"
+        with self._lock:
+            self._open(tx_id)
+            params = (tx_id.encode(), b"%d" % self._epochs[tx_id], self._lease_bytes)
+            if not self._link.run(doing, self._hot.lease, params, (0, 0, 0)).ntuples:
+                self._fence_failed(tx_id, doing)
+
     def _hold(self, tx_id: str, tx: TxMirror, epoch: int) -> None:
         """Hold `tx_id` at `epoch` here; its lease is renewed from now on."""
         self._txs[tx_id] = tx
         self._epochs[tx_id] = epoch
+        self._lost.forget(tx_id)
         self._renewer.start()
+
+    def _released(self, tx_id: str) -> tuple[str, tuple[object, ...]]:
+        """The statement that ends `tx_id`'s lease and owner, with a new epoch (`release`)."""
+        return self._sql.release_tx, (None, tx_id)
 
     def _let_go(self, tx_id: str) -> None:
         self._txs.pop(tx_id, None)
@@ -739,9 +763,10 @@ class PostgresStore(SharedRows, LogStore):
 
     def _fence_failed(
         self, tx_id: str, doing: str | None, cur: psycopg.Cursor[Any] | None = None
-    ) -> None:
-        """A fenced write changed nothing: raise `TransactionNotFound` if the transaction has
-        ended, else `StorageError` (lease lost); either way this store lets it go."""
+    ) -> NoReturn:
+        """A fenced write changed nothing: the transaction was taken over, or ended, by
+        another store. Let it go and raise `StorageError` (lease lost), as every later call
+        on it does (`Lost`)."""
         try:
             if cur is None:
                 cur = self._link.cursor(doing or "check the lease")
@@ -749,29 +774,29 @@ class PostgresStore(SharedRows, LogStore):
             row = cur.fetchone()
         except self._link.psycopg.Error as exc:
             raise self._link.failure(doing or "check the lease", exc) from exc
-        self._let_go(tx_id)
-        if row is None:
-            raise TransactionNotFound(tx_id=tx_id)
-        raise self._lost(tx_id, row[1])
+        raise self._lose(tx_id, row)
 
-    def _lost(self, tx_id: str, owner: str | None) -> StorageError:
-        return StorageError(
-            f"lease lost: transaction `{tx_id}` was taken over by another store (owner "
-            f"{owner}): this store no longer holds it, and wrote nothing"
-        )
+    def _lose(self, tx_id: str, now: tuple[int, str | None] | None) -> StorageError:
+        """Let `tx_id` go, lost to another store (`now`: its epoch and owner there, `None` if
+        it ended); the error to raise."""
+        held = f"held here at epoch {self._epochs.get(tx_id)}"
+        self._let_go(tx_id)
+        if now is None:
+            return self._lost.add(tx_id, held, "ended by another store")
+        what = f"taken over by another store (now at epoch {now[0]}, owner {now[1]})"
+        return self._lost.add(tx_id, held, what)
 
     # ------------------------------------------------------------ helpers
 
     def _not_open(self, tx_id: str) -> Exception:
         if self._closed:
             return StorageError(f"the PostgresStore for schema `{self._schema}` is closed")
-        return TransactionNotFound(tx_id=tx_id)
+        return self._lost.error(tx_id) or TransactionNotFound(tx_id=tx_id)
 
 
 if TYPE_CHECKING:
 
-    def _conforms(store: PostgresStore) -> DurableStore:
-        return store  # mypy checks here that PostgresStore satisfies the protocol
-
-    def _keeps_requests(store: PostgresStore) -> RequestStore:
-        return store  # and that it keeps approval requests
+    def _conforms(
+        store: PostgresStore,
+    ) -> tuple[DurableStore, RequestStore, PlanStore, HistoryStore, ClaimingOutbox, LeasedStore]:
+        return store, store, store, store, store, store  # mypy checks each protocol here

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     import psycopg
 
+    from ._log_rows import Lost
     from ._plans import PlanChange
     from ._postgres_link import Link, Renewer
     from ._postgres_schema import Sql
@@ -62,6 +63,7 @@ class SharedRows:
     _lease: float
     _plans: dict[str, int]
     _epochs: dict[str, int]
+    _lost: Lost
     _renewer: Renewer
     _outbox_hold: float
 
@@ -369,6 +371,9 @@ class SharedRows:
     def _fence_scope(self, cur: psycopg.Cursor[Any], scope_id: str) -> None:
         """Inside a transaction: lock transaction or plan run `scope_id` against a takeover
         while it still has this store's epoch; else raise `StorageError` (lease lost)."""
+        lost = self._lost.error(scope_id)
+        if lost is not None:
+            raise lost
         if scope_id in self._epochs:
             self._fence(cur, scope_id)
             return

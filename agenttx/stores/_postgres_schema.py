@@ -268,8 +268,9 @@ class Hot:
     """The statements of the per-step path and of commit, run with `Link.run` and `Link.batch`:
     prepared once on each connection (under `_hot_name`s), their parameters sent as bytes, no
     psycopg adaptation. `log_fenced[n - 1]` appends n rows; `committed` reads a key's version
-    and value; `begin` inserts a transaction's row with a new epoch and lease; `commit` builds
-    a commit's statements."""
+    and value; `begin` inserts a transaction's row with a new epoch and lease; `lease` checks
+    (and, if half of it is gone, renews) a transaction's lease before a tool runs; `commit`
+    builds a commit's statements."""
 
     def __init__(self, s: str) -> None:
         texts = {f"log{rows}": _log_fenced(s, rows) for rows in range(1, LOG_ROWS_PREPARED + 1)}
@@ -279,6 +280,20 @@ class Hot:
             f"VALUES ($1::text, $2::text, $3::text, nextval('{s}.epochs'), "
             "now() + make_interval(secs => $4::float8), $5::text) "
             "ON CONFLICT (tx_id) DO NOTHING RETURNING epoch"
+        )
+        # The lease check before a tool runs: a row if transaction $1 is still at epoch $2
+        # with at least half of its lease ($3 seconds) left, or once the lease, shorter than
+        # that, is renewed in the same statement (the only case that writes). A claim
+        # committed meanwhile needed an expired lease: the renewal then finds its new epoch
+        # (after waiting for its row lock) and the statement returns no row.
+        texts["lease"] = (
+            f"WITH r AS (UPDATE {s}.txs SET lease_until = "
+            "now() + make_interval(secs => $3::float8) "
+            "WHERE tx_id = $1::text AND epoch = $2::bigint "
+            "AND lease_until < now() + make_interval(secs => $3::float8 / 2) RETURNING 1) "
+            f"SELECT 1 FROM {s}.txs WHERE tx_id = $1::text AND epoch = $2::bigint "
+            "AND lease_until >= now() + make_interval(secs => $3::float8 / 2) "
+            "UNION ALL SELECT 1 FROM r"
         )
         # The commit's statements. A failed check divides by zero (its SQLSTATE, 22012, names
         # no other failure of these statements): the transaction is aborted on the server,
@@ -327,6 +342,7 @@ class Hot:
         )
         self.committed: bytes = self._names["committed"]
         self.begin: bytes = self._names["begin"]
+        self.lease: bytes = self._names["lease"]
 
     def append(
         self, tx_id: str, epoch: int, rows: Sequence[Row]

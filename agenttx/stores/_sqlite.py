@@ -46,7 +46,7 @@ from .._errors import (
 )
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from . import _plans as plan_tables
-from ._log_rows import LogStore
+from ._log_rows import LogStore, Lost
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
@@ -63,6 +63,7 @@ from ._sqlite_file import (
     INSERT_TX,
     INSERT_UNDO,
     INSERT_UNDO_FENCED,
+    RELEASE_OWNER,
     SELECT_COMMITTED,
     SELECT_OWNER,
     UPDATE_OWNER,
@@ -72,14 +73,14 @@ from ._sqlite_file import (
     StoreFile,
     check_undo,
 )
-from ._sqlite_mirror import Row, TxMirror, read_ended, read_transaction, steps_text
+from ._sqlite_mirror import Row, TxMirror, read_transaction, steps_text
 from ._sqlite_tables import SharedTables
 
 if TYPE_CHECKING:
     from ._approvals import RequestStore
+    from ._contracts import HistoryStore, PlanStore
     from ._durable import (
         DurableStore,
-        EndedTransaction,
         TxImage,
         UndoRow,
     )
@@ -230,6 +231,7 @@ class SQLiteStore(SharedTables, LogStore):
     _owner: str
     _closed: bool
     _txs: dict[str, TxMirror]
+    _lost: Lost
     _commits: int
     _keep_history: int | None
     _keep_history_for: float | None
@@ -299,6 +301,7 @@ class SQLiteStore(SharedTables, LogStore):
         )
         self._closed = False
         self._txs = {}
+        self._lost = Lost()
         self._commits = 0
         self._file = StoreFile(
             self._path,
@@ -401,6 +404,7 @@ class SQLiteStore(SharedTables, LogStore):
                     "(or kept there for recovery): load and end it, or use another id"
                 )
             self._txs[tx_id] = TxMirror.begun(isolation)
+            self._lost.forget(tx_id)
 
     def commit(self, tx_id: str, *, history: str | None = None) -> int:
         """Validate and publish the overlay in one SQLite transaction (see `Store.commit`).
@@ -483,13 +487,13 @@ class SQLiteStore(SharedTables, LogStore):
         doing = f"discard transaction `{tx_id}`"
         with self._lock:
             self._check_not_closed()
+            lost = self._lost.error(tx_id)
+            if lost is not None:  # lost to another store: end nothing of its new owner's
+                raise lost
             with self._file.writing(doing):
                 if tx_id in self._txs:
                     # Held here: unless this store still owns it, end nothing (see "Ownership").
-                    try:
-                        self._fence(tx_id)
-                    except TransactionNotFound:
-                        return  # ended elsewhere: nothing to discard
+                    self._fence(tx_id)
                 if keep_record:
                     self._file.release_transaction(tx_id, history)
                 else:
@@ -671,6 +675,7 @@ class SQLiteStore(SharedTables, LogStore):
                 image, tx = read_transaction(cur, tx_id, path=self._path)
                 cur.execute(UPDATE_OWNER, (self._owner, tx_id))
             self._txs[tx_id] = tx
+            self._lost.forget(tx_id)
         return image
 
     def claim(self, tx_id: str, owner: str | None) -> TxImage | None:
@@ -696,6 +701,7 @@ class SQLiteStore(SharedTables, LogStore):
                 image, tx = read_transaction(cur, tx_id, path=self._path)
                 cur.execute(UPDATE_OWNER, (self._owner, tx_id))
             self._txs[tx_id] = tx
+            self._lost.forget(tx_id)
         return image
 
     def peek(self, tx_id: str) -> TxImage:
@@ -713,28 +719,6 @@ class SQLiteStore(SharedTables, LogStore):
             with self._file.reading(f"peek at transaction `{tx_id}`") as cur:
                 image, _mirror = read_transaction(cur, tx_id, path=self._path)
         return image
-
-    # ------------------------------------------------------------ history
-
-    def ended_transactions(self, limit: int = 100) -> tuple[EndedTransaction, ...]:
-        """Up to `limit` ended transactions kept as history, the last to end first (ties by
-        id, descending). One indexed query; on a writable or read-only store."""
-        check_int(limit, "limit", MAX_INT64, minimum=1)
-        with self._lock:
-            self._check_not_closed()
-            return self._file.ended_transactions(limit)
-
-    def peek_ended(self, tx_id: str) -> tuple[EndedTransaction, TxImage]:
-        """Ended transaction `tx_id` kept as history: its row, and its image as it ended, read
-        in one SQLite read transaction. The image's step records are the live steps at the end
-        (for an aborted transaction, those the abort undid), its `owner` is `None` and its undo
-        records are gone. Raises `TransactionNotFound` if the file keeps no ended `tx_id` (it
-        is open, was pruned, or never was)."""
-        check_tx_id(tx_id)
-        with self._lock:
-            self._check_not_closed()
-            with self._file.reading(f"read the history of transaction `{tx_id}`") as cur:
-                return read_ended(cur, tx_id, path=self._path)
 
     # ------------------------------------------------------------ plan runs
 
@@ -761,7 +745,7 @@ class SQLiteStore(SharedTables, LogStore):
             return self._closed_error()
         if self._readonly:
             return self._readonly_error()
-        return TransactionNotFound(tx_id=tx_id)
+        return self._lost.error(tx_id) or TransactionNotFound(tx_id=tx_id)
 
     def _check_writable(self) -> None:
         """Raise `StorageError` if the store is read-only (no lock needed: it never changes)."""
@@ -794,24 +778,28 @@ class SQLiteStore(SharedTables, LogStore):
             tx.first_read = self._commits
         return row
 
+    def _released(self, tx_id: str) -> tuple[str, tuple[object, ...]]:
+        """The statement that gives up this store's ownership of `tx_id` (`release`)."""
+        return RELEASE_OWNER, (tx_id, self._owner)
+
+    def _let_go(self, tx_id: str) -> None:
+        self._txs.pop(tx_id, None)
+
     def _fence(self, tx_id: str) -> None:
-        """Check, inside a write transaction, that this store still owns `tx_id`."""
+        """Check, inside a write transaction, that this store still owns `tx_id`; else let it
+        go and raise `StorageError` ("lease lost": taken over, or ended, by another store), as
+        every later call on it does (`Lost`)."""
         rows = self._cur.execute(SELECT_OWNER, (tx_id,)).fetchall()
         if rows and rows[0][0] == self._owner:
             return
         self._txs.pop(tx_id, None)
+        held = f"held here by owner {self._owner}"
         if not rows:
-            raise TransactionNotFound(tx_id=tx_id)
-        raise StorageError(
-            f"transaction `{tx_id}` was taken over by another store (owner {rows[0][0]}): "
-            "this store no longer holds it"
-        )
+            raise self._lost.add(tx_id, held, "ended by another store")
+        raise self._lost.add(tx_id, held, f"taken over by another store (owner {rows[0][0]})")
 
 
 if TYPE_CHECKING:
 
-    def _conforms(store: SQLiteStore) -> DurableStore:
-        return store  # mypy checks here that SQLiteStore satisfies the protocol
-
-    def _keeps_requests(store: SQLiteStore) -> RequestStore:
-        return store  # and that it keeps approval requests
+    def _conforms(store: SQLiteStore) -> tuple[DurableStore, RequestStore, PlanStore, HistoryStore]:
+        return store, store, store, store  # mypy checks here that it satisfies each protocol

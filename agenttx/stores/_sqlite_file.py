@@ -82,6 +82,7 @@ __all__ = [
     "MIGRATIONS",
     "PROGRESS",
     "READ",
+    "RELEASE_OWNER",
     "RESTORE",
     "SCHEMA_VERSION",
     "SELECT_COMMITTED",
@@ -202,6 +203,8 @@ INSERT_TX: Final = "INSERT OR IGNORE INTO txs (tx_id, record, owner, isolation) 
 SELECT_COMMITTED: Final = "SELECT version, value FROM committed WHERE key = ?"
 SELECT_OWNER: Final = "SELECT owner FROM txs WHERE tx_id = ?"
 UPDATE_OWNER: Final = "UPDATE txs SET owner = ? WHERE tx_id = ?"
+#: No store holds the transaction any more (`release`): any recovery may claim it at once.
+RELEASE_OWNER: Final = "UPDATE txs SET owner = NULL WHERE tx_id = ? AND owner = ?"
 UPDATE_RECORD: Final = "UPDATE txs SET record = ? WHERE tx_id = ?"
 UPDATE_RECORD_FENCED: Final = f"{UPDATE_RECORD} AND owner = ?"
 _OWNED: Final = "EXISTS (SELECT 1 FROM txs WHERE tx_id = ? AND owner = ?)"

@@ -1,8 +1,8 @@
 """What `SQLiteStore` keeps beside transactions, in the same file: plan runs (with their holds,
-units and rate buckets), approval requests and reviews, and the outbox. `SharedTables` is mixed
-into `SQLiteStore`; each method takes the store's lock and runs in one read or write of the
-file (the SQL is in `_plans`, `_approvals` and `_sqlite_file`), as `PostgresStore`'s
-`SharedRows` does on its server."""
+units and rate buckets), ended transactions kept as history, approval requests and reviews, and
+the outbox. `SharedTables` is mixed into `SQLiteStore`; each method takes the store's lock and
+runs in one read or write of the file (the SQL is in `_plans`, `_approvals`, `_sqlite_file` and
+`_sqlite_mirror`), as `PostgresStore`'s `SharedRows` does on its server."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from .._errors import InvalidArgument, StorageError
 from . import _approvals as request_tables
 from . import _plans as plan_tables
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
+from ._sqlite_mirror import read_ended
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Sequence
 
     from ._approvals import RequestRow
-    from ._durable import OutboxEntry
+    from ._durable import EndedTransaction, OutboxEntry, TxImage
+    from ._log_rows import Lost
     from ._plans import PlanChange, PlanImage, PlanNodeRow
     from ._sqlite_file import StoreFile
     from ._sqlite_mirror import TxMirror
@@ -40,6 +42,8 @@ class SharedTables:
     _owner: str
     _exclusive: bool
     _txs: dict[str, TxMirror]
+    _lost: Lost
+    _path: str
 
     if TYPE_CHECKING:  # SQLiteStore's
 
@@ -171,6 +175,28 @@ class SharedTables:
             with self._file.reading("list the running plan runs") as cur:
                 return plan_tables.running_plans(cur)
 
+    # ------------------------------------------------------------ history
+
+    def ended_transactions(self, limit: int = 100) -> tuple[EndedTransaction, ...]:
+        """Up to `limit` ended transactions kept as history, the last to end first (ties by
+        id, descending). One indexed query; on a writable or read-only store."""
+        check_int(limit, "limit", MAX_INT64, minimum=1)
+        with self._lock:
+            self._check_not_closed()
+            return self._file.ended_transactions(limit)
+
+    def peek_ended(self, tx_id: str) -> tuple[EndedTransaction, TxImage]:
+        """Ended transaction `tx_id` kept as history: its row, and its image as it ended, read
+        in one SQLite read transaction. The image's step records are the live steps at the end
+        (for an aborted transaction, those the abort undid), its `owner` is `None` and its undo
+        records are gone. Raises `TransactionNotFound` if the file keeps no ended `tx_id` (it
+        is open, was pruned, or never was)."""
+        check_tx_id(tx_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read the history of transaction `{tx_id}`") as cur:
+                return read_ended(cur, tx_id, path=self._path)
+
     # ------------------------------------------------------------ approvals and reviews
 
     def add_request(self, row: RequestRow, *, fence: str | None = None) -> None:
@@ -277,6 +303,9 @@ class SharedTables:
         """
         if self._exclusive:
             return
+        lost = self._lost.error(scope_id)
+        if lost is not None:
+            raise lost
         if scope_id in self._txs:
             self._fence(scope_id)
             return
