@@ -1350,3 +1350,54 @@ def test_an_undo_whose_compensation_is_gone_too_is_kept_and_retried(tmp_path):
     assert undone == ["a"]
     assert store.open_transactions() == ()
     store.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_nodes_new_key_after_a_compensated_late_call_is_durable(store):
+    """A retry after a late call that was compensated runs under the node's next key; the
+    node's record keeps its generation, and a resumed run derives that key again."""
+    go = threading.Event()
+    calls: list[str] = []
+    refunds: list[str] = []
+
+    @agenttx.compensation
+    def refund(payload):
+        refunds.append(payload["output"]["key"])
+
+    @agenttx.tool(compensate=refund)
+    def charge(ctx: agenttx.ToolContext) -> dict[str, str]:
+        calls.append(ctx.idempotency_key)
+        go.wait(30)
+        return {"key": ctx.idempotency_key}
+
+    def hook(event: agenttx.Event) -> None:
+        if event.kind is agenttx.EventKind.RETRIED:
+            go.set()
+
+    plan = agenttx.Plan(nodes=[agenttx.Node("c", tool="charge", timeout=0.2, retries=1)])
+    result = agenttx.run_plan(
+        plan, tools=[charge, refund], initial={}, store=store, hooks=[hook], backoff=NO_WAIT
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    first = derive_key(result.run_id, plan.version, "c", "charge")
+    second = derive_key(result.run_id, plan.version, "c", "charge", 1)
+    assert calls == [first, second]
+    assert refunds == [first]
+    assert _nodes(store, result.run_id)["c"]["generation"] == 1
+    _, restored = read_run(store.read_plan(result.run_id))
+    resumed = PlanExecution(
+        plan,
+        tools=[charge, refund],
+        initial={},
+        max_concurrency=1,
+        resources=None,
+        on_failure="skip_dependants",
+        store=agenttx.stores.MemoryStore(),
+        rate_limits=None,
+        run_id=result.run_id,
+        dispatcher=None,
+        compensate_on="failure",
+        backoff=None,
+        restored=restored,
+    )
+    assert resumed._nodes["c"].key == second
