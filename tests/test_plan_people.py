@@ -629,3 +629,53 @@ def test_an_interrupt_in_an_approved_call_ends_the_run_and_wait_raises_it():
         run.wait(10)
     assert run.status is PlanStatus.CANCELLED
     assert undone == ["c-ada"]
+
+
+@pytest.mark.timeout(60)
+def test_an_approved_call_abandoned_when_a_sibling_fails_is_refunded_once_it_lands():
+    """An approved charge (its own context, from the gate) still runs when a sibling's failure
+    cancels its node: its undos, registered and declared, run once it has returned."""
+    go = threading.Event()
+    charging = threading.Event()
+    refunds: list[object] = []
+
+    @agenttx.compensation
+    def refund(payload):
+        refunds.append(payload)
+
+    @agenttx.tool(needs_approval=True, compensate=refund)
+    def charge(ctx: agenttx.ToolContext, amount: int) -> dict:
+        ctx.register_undo("refund", {"registered": amount})
+        charging.set()
+        go.wait(30)
+        return {"charge_id": "ch-1"}
+
+    @agenttx.tool
+    def doomed(amount: int) -> dict:
+        charging.wait(30)
+        raise agenttx.ToolError("the card was declined", transient=False)
+
+    def hook(event: agenttx.Event) -> None:
+        if event.kind is agenttx.EventKind.CANCELLED and event.node == "charge":
+            go.set()
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("charge", tool="charge", inputs={"amount": 5}, timeout=30),
+            agenttx.Node("doomed", tool="doomed", inputs={"amount": 5}),
+        ]
+    )
+    run = agenttx.start_plan(
+        plan, tools=[charge, refund, doomed], initial={}, on_failure="cancel_all", hooks=[hook]
+    )
+    _until(lambda: bool(run.pending_approvals()))
+    (request,) = run.pending_approvals()
+    run.approve(request.id, actor="alice")
+    result = run.wait(30)
+    assert result.status is PlanStatus.FAILED
+    assert sorted(map(str, refunds)) == sorted(
+        map(str, [{"registered": 5}, {"arguments": {"amount": 5}, "output": {"charge_id": "ch-1"}}])
+    )
+    kinds = [e.kind for e in result.audit if e.node == "charge"]
+    assert agenttx.EventKind.LATE_RESULT_REFUSED in kinds
+    assert kinds.count(agenttx.EventKind.COMPENSATED) == 2
