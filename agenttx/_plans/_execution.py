@@ -32,7 +32,6 @@ the outbox, and recovery resumes the transaction with the run (see docs/plans.md
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import sys
 import threading
 import time
@@ -86,15 +85,9 @@ from ._checks import (
     output_check,
 )
 from ._compensate import compensate_nodes
+from ._ending import node_results, plan_status, run_metrics
 from ._journal import PlanJournal, StoredNode, is_plan_store
 from ._late import LateCalls
-from ._metrics import (
-    CostBreakdown,
-    LazyMap,
-    NodeTiming,
-    PlanMetrics,
-    plan_metrics,
-)
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._people import NodeGate
 from ._records import (
@@ -110,7 +103,6 @@ from ._records import (
     SerializedStore,
     attempts_made,
     generation_of,
-    node_timing,
     node_undo,
     node_units,
     retried_count,
@@ -120,7 +112,6 @@ from ._records import (
 from ._results import (
     CompensationOutcome,
     CompensationStatus,
-    NodeResult,
     PlanEventKind,
     PlanResult,
     PlanStatus,
@@ -231,7 +222,13 @@ class PlanExecution:
         #: Undos of async tools that did not unwind when cancelled: reported, never run.
         self._stranded: list[tuple[str, UndoRecord]] = []
         #: The calls attempts walked away from while their tools ran: their undos wait.
-        self._late = LateCalls()
+        self._late = LateCalls(
+            keep=lambda node, undos: self._keep_undos(node, undos, over=True),
+            record=self._event,
+            compensations=self._compensations,
+            run=self._compensate,
+            forget=lambda: None if self._txlog is None else self._txlog.forget,
+        )
         #: The call each running guarded attempt sent last (an approver may have edited it).
         self._sent: dict[str, Call] = {}
         #: Undos of a guarded attempt's call abandoned as it ran: they wait for the call.
@@ -876,7 +873,7 @@ class PlanExecution:
         async def again() -> Failure | None:
             if not self._late.of(node):
                 return None
-            running, _ = await self._settle_late(node, call.timeout)
+            running, _ = await self._late.settle(node, call.timeout)
             return still_running(call, call.timeout) if running else None
 
         record = self._nodes[node]
@@ -907,7 +904,7 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         try:
-            running, compensated = await self._settle_late(attempt.node, call.timeout)
+            running, compensated = await self._late.settle(attempt.node, call.timeout)
         except asyncio.CancelledError:
             closed(attempt.context)
             raise
@@ -941,44 +938,6 @@ class PlanExecution:
         closed(old)
         attempt.context = call.context
         return call
-
-    async def _settle_late(
-        self, node: str | None, wait: float
-    ) -> tuple[bool, tuple[CompensationOutcome, ...]]:
-        """Wait up to `wait` seconds for the late calls (of `node`, if given); for each that
-        has returned, record its late result, then keep its undos (a call a person or its
-        status check decides: with its node's, `held`) or compensate them (any other: its
-        attempt did not succeed). Whether one still runs, and the compensations."""
-        late = self._late
-        await late.await_wait(wait, node)
-        undos: list[tuple[float, str, UndoRecord]] = []
-        now = time.monotonic()
-        for call in late.take_finished(node):
-            records = call.orphan.finished_undos()
-            data: dict[str, JSONValue] = {
-                "late": call.returned(),
-                "undos": len(records),
-                "kept": call.orphan.held,
-            }
-            self._event(
-                PlanEventKind.LATE_RESULT_REFUSED, node=call.node, attempt=call.attempt, data=data
-            )
-            if call.orphan.held:
-                self._keep_undos(call.node, records, over=True)
-            else:
-                undos.extend((now, call.node, undo) for undo in records)
-        compensated: tuple[CompensationOutcome, ...] = ()
-        if undos:
-            txlog = self._txlog
-            compensated = await compensate_nodes(
-                undos,
-                (),
-                self._compensations,
-                run=self._compensate,
-                record=self._event,
-                on_compensated=None if txlog is None else txlog.forget,
-            )
-        return late.running(node), compensated
 
     def _note_person(
         self,
@@ -1274,26 +1233,6 @@ class PlanExecution:
 
     # -- the end --------------------------------------------------------------------------
 
-    def _plan_status(self) -> PlanStatus:
-        if self._cancel_reason is not None:
-            return PlanStatus.CANCELLED
-        for node_id in self._nodes:
-            state = self._scheduler.state(node_id)
-            if state is NodeState.SUCCEEDED:
-                continue
-            if state is NodeState.CANCELLED or not self._absorbed(node_id):
-                return PlanStatus.FAILED
-        return PlanStatus.SUCCEEDED
-
-    def _absorbed(self, node_id: str) -> bool:
-        """A node that did not succeed but that every dependant takes as optional."""
-        dependants = self._plan.dependants(node_id)
-        return bool(dependants) and all(
-            node_id in self._nodes[other].optional
-            and self._scheduler.state(other) is NodeState.SUCCEEDED
-            for other in dependants
-        )
-
     def _end(self, status: PlanStatus) -> None:
         """Write the run's final status with every audit event not yet written (those held
         for that write, and the `finished` event, recorded once it is durable), then set it."""
@@ -1323,10 +1262,15 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         finished = time.monotonic()
-        late = await self._end_late() if self._late else ()
+        late: tuple[CompensationOutcome, ...] = ()
+        if self._late:
+            late, stranded = await self._late.end(lost=self._lost)
+            self._stranded += stranded
         self._flush()  # every node's end is durable before the state commits
         with self._lock:
-            status = self._plan_status()
+            status = plan_status(
+                self._nodes, self._scheduler, self._plan, cancelled=self._cancel_reason is not None
+            )
             self._closing = True
         self._people.withdraw(f"plan run `{self.id}` ended")
         error: str | None = None
@@ -1372,8 +1316,8 @@ class PlanExecution:
             run_id=self.id,
             plan_version=self._plan.version,
             status=status,
-            nodes=self._node_results(),
-            metrics=self._metrics(finished),
+            nodes=node_results(self._nodes, self._scheduler, self._epoch),
+            metrics=run_metrics(self._nodes, self._started, finished),
             compensations=compensations,
             cancel_reason=self._cancel_reason,
             error=error,
@@ -1382,30 +1326,6 @@ class PlanExecution:
             dispatch_errors=dispatch_errors,
             audit=self._audit.recorded(),
         )
-
-    async def _end_late(self) -> tuple[CompensationOutcome, ...]:
-        """At the run's end: wait for the calls its attempts walked away from, up to a bound
-        (`LateCalls.bound`), and undo those that returned (`_settle_late`); the undos of those
-        still running are reported as stranded (a runner that lost the run waits for none)."""
-        late: tuple[CompensationOutcome, ...] = ()
-        if not self._lost:
-            _, late = await self._settle_late(None, self._late.bound())
-        for call in self._late.give_up():
-            orphan = call.orphan
-            undos = orphan.undos
-            kind = orphan.call.tool.compensation_name
-            if kind is not None:  # its tool may yet return: the undo it declares, reported
-                undos += (
-                    UndoRecord(
-                        step_id=orphan.call.step_id,
-                        seq=orphan.call.seq_base + len(undos),
-                        kind=kind,
-                        payload={"arguments": orphan.call.arguments, "output": None},
-                        description=f"{kind} for node {call.node} (its call still runs)",
-                    ),
-                )
-            self._stranded.extend((call.node, undo) for undo in undos)
-        return late
 
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
         """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
@@ -1470,55 +1390,3 @@ class PlanExecution:
             )
         else:
             self._serialized.flush(self.id)
-
-    def _node_results(self) -> LazyMap[NodeResult]:
-        """Each node's result, built when first read (from the records and final states only:
-        a kept result does not keep the run's store, tools or tasks alive)."""
-        records = self._nodes
-        scheduler = self._scheduler
-        epoch = self._epoch
-
-        def wall(at: float | None) -> dt.datetime | None:
-            return None if at is None else dt.datetime.fromtimestamp(at + epoch, dt.timezone.utc)
-
-        def build(node_id: str) -> NodeResult:
-            record = records[node_id]
-            state = scheduler.state(node_id)
-            attempts = record.attempts
-            finished = record.finished_wall
-            return NodeResult(
-                node_id=node_id,
-                tool=record.tool,
-                state=state,
-                output=record.output if state is NodeState.SUCCEEDED else None,
-                error=record.error,
-                attempts=len(attempts),
-                attempt_ids=tuple(attempt.id for attempt in attempts),
-                idempotency_key=record.key,
-                started_at=wall(attempts[0].started_at) if attempts else record.started_wall,
-                finished_at=finished if finished is not None else wall(record.finished_at),
-                cost=CostBreakdown.of(entry for attempt in attempts for entry in attempt.costs),
-            )
-
-        return LazyMap(records, build)
-
-    def _metrics(self, finished: float) -> Callable[[], PlanMetrics]:
-        """The run's metrics, computed when the result's `metrics` is first read (from the
-        records, final by then); a node's timing is built again when its figures are read (so
-        neither is kept a node: only the records, which the node results read too)."""
-        records = self._nodes  # not the plan: a kept result keeps no plan (and its tools) alive
-        started = self._started
-
-        def timing_of(node_id: str) -> NodeTiming:
-            record = records[node_id]
-            return node_timing(node_id, record, record.prerequisites, finished)
-
-        def compute() -> PlanMetrics:
-            return plan_metrics(
-                (timing_of(node_id) for node_id in records),
-                started_at=started,
-                finished_at=finished,
-                timing_of=timing_of,
-            )
-
-        return compute
