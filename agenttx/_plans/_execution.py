@@ -32,7 +32,6 @@ the outbox, and recovery resumes the transaction with the run (see docs/plans.md
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 import uuid
@@ -53,7 +52,7 @@ from .._limits import DEFAULT_ISOLATION
 from .._rollback import RollbackPolicy
 from .._saga import Backoff, deliver_outbox, dispatch_effects
 from .._settings import Settings
-from .._step import Refused, classify, finish, validate_edit
+from .._step import classify, finish, validate_edit
 from .._tools import (
     Call,
     Compensation,
@@ -64,16 +63,15 @@ from .._tools import (
     ToolRegistry,
     UndoRecord,
     abandoned_call,
-    arun_tool,
     closed,
     key_deriver,
     run_tool,
-    still_running,
     with_key,
 )
 from .._turns import RETRY_BACKOFF
 from .._txlog import LiveStep, TxLog, history_text, read_image
 from ..stores import is_durable
+from ._attempts import NodeTasks
 from ._checks import (
     OutputCheck,
     check_capacities,
@@ -229,10 +227,6 @@ class PlanExecution:
             run=self._compensate,
             forget=lambda: None if self._txlog is None else self._txlog.forget,
         )
-        #: The call each running guarded attempt sent last (an approver may have edited it).
-        self._sent: dict[str, Call] = {}
-        #: Undos of a guarded attempt's call abandoned as it ran: they wait for the call.
-        self._abandoned: dict[str, tuple[UndoRecord, ...]] = {}
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
@@ -242,6 +236,13 @@ class PlanExecution:
             "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
         )
         self._people = NodeGate(self.id, plan.version, self._store, self._note_person)
+        self._tasks = NodeTasks(
+            self._people,
+            self._late,
+            self._nodes,
+            lambda node, undos: self._keep_undos(node, undos, over=True),
+            self._regenerate,
+        )
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -823,103 +824,13 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
         if self._late and self._late.of(node_id):  # an earlier call of the node still runs
-            attempt.task = asyncio.ensure_future(self._after_late(attempt, call, inbox))
+            attempt.task = asyncio.ensure_future(self._tasks.after_late(attempt, call, inbox))
             return None
         if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
-            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
+            attempt.task = asyncio.ensure_future(self._tasks.guarded(attempt, call, inbox))
             return None
-        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
+        attempt.task = asyncio.ensure_future(self._tasks.plain(attempt, call, inbox))
         return None
-
-    async def _run_attempt(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
-        """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
-        import asyncio  # noqa: PLC0415
-
-        try:
-            outcome = await arun_tool(call)
-        except asyncio.CancelledError:
-            closed(attempt.context)
-            raise
-        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
-            closed(attempt.context)
-            inbox.post(Crashed(attempt, exc))
-            return
-        attempt.finished_at = time.monotonic()
-        inbox.post(Finished(attempt, outcome))
-
-    async def _run_guarded(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
-        """A node whose tool may need a person: its attempt through the step core
-        (`NodeGate.run`), waiting for an approval or a review while independent nodes go on.
-        A call still running past its deadline is kept (`_late`) until it returns."""
-        import asyncio  # noqa: PLC0415
-
-        node = attempt.node
-
-        def dispatched(sent: Call) -> None:
-            abandoned_call(attempt.task)  # an earlier call of the attempt was settled
-            self._sent[attempt.id] = sent
-
-        def keep(undos: tuple[UndoRecord, ...]) -> None:
-            if sys.exc_info()[1] is not None:  # abandoned as it ran: they wait for it (`_apply`)
-                self._abandoned[attempt.id] = self._abandoned.get(attempt.id, ()) + undos
-                return
-            abandoned_call(attempt.task)  # its call has returned: kept here, not again
-            self._keep_undos(node, undos, over=True)
-
-        def keep_running(orphan: Orphan, held: bool) -> None:
-            abandoned_call(attempt.task)
-            self._late.add(node, attempt.id, orphan._replace(held=held))
-
-        async def again() -> Failure | None:
-            if not self._late.of(node):
-                return None
-            running, _ = await self._late.settle(node, call.timeout)
-            return still_running(call, call.timeout) if running else None
-
-        record = self._nodes[node]
-        try:
-            result = await self._people.run(
-                node, call, record.key, keep, keep_running, dispatched, again
-            )
-        except asyncio.CancelledError:
-            closed(attempt.context)
-            raise
-        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
-            closed(attempt.context)
-            self._sent.pop(attempt.id, None)
-            self._keep_undos(node, self._abandoned.pop(attempt.id, ()), over=True)
-            inbox.post(Crashed(attempt, exc))
-            return
-        self._sent.pop(attempt.id, None)
-        attempt.finished_at = time.monotonic()
-        if isinstance(result, Refused):
-            inbox.post(Finished(attempt, Outcome(error=result.failure)))
-        else:
-            inbox.post(Finished(attempt, result.outcome, result))
-
-    async def _after_late(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
-        """A node whose earlier attempt walked away from a call still running: wait for that
-        call first (never two at once), up to the node's timeout; if it still runs, the
-        attempt fails as timed out. If its undo was compensated, the node's key changes."""
-        import asyncio  # noqa: PLC0415
-
-        try:
-            running, compensated = await self._late.settle(attempt.node, call.timeout)
-        except asyncio.CancelledError:
-            closed(attempt.context)
-            raise
-        if running:
-            undos, _ = closed(attempt.context)
-            attempt.finished_at = time.monotonic()
-            failure = still_running(call, call.timeout)
-            inbox.post(Finished(attempt, Outcome(error=failure, undos=undos)))
-            return
-        if any(c.status is CompensationStatus.COMPLETED for c in compensated):
-            call = self._regenerate(attempt, call)
-        if call.tool.guarded:
-            await self._run_guarded(attempt, call, inbox)
-        else:
-            await self._run_attempt(attempt, call, inbox)
 
     def _regenerate(self, attempt: Attempt, call: Call) -> Call:
         """The node's earlier call was compensated: a key of its own from now on (durable on a
@@ -1143,8 +1054,8 @@ class PlanExecution:
             # while its effect may still land would undo nothing. An async tool that has
             # unwound is over; one that has not is kept, not run (`_stranded`).
             stopped_task = attempt.task
-            sent = self._sent.pop(attempt.id, None)
-            undos += self._abandoned.pop(attempt.id, ())  # noqa: PLW2901  (those kept then)
+            sent, abandoned = self._tasks.take(attempt.id)
+            undos += abandoned  # noqa: PLW2901  (those kept as its call was abandoned)
             if stopped_task is None:
                 self._keep_undos(attempt.node, undos, over=True)
                 continue
