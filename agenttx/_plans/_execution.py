@@ -41,17 +41,12 @@ from .._errors import (
     FailedPrecondition,
     InvalidArgument,
     PlanValidationError,
-    StorageError,
-    TransactionNotFound,
     WriteConflict,
 )
 from .._events import DeferredData, Event, EventKind, EventSink
 from .._hints import clean_error
 from .._json import canonical_dumps
-from .._limits import DEFAULT_ISOLATION
-from .._rollback import RollbackPolicy
-from .._saga import Backoff, deliver_outbox, dispatch_effects
-from .._settings import Settings
+from .._saga import Backoff
 from .._step import classify, finish, validate_edit
 from .._tools import (
     Call,
@@ -69,8 +64,6 @@ from .._tools import (
     with_key,
 )
 from .._turns import RETRY_BACKOFF
-from .._txlog import LiveStep, TxLog, history_text, read_image
-from ..stores import is_durable
 from ._attempts import NodeTasks
 from ._checks import (
     OutputCheck,
@@ -83,8 +76,9 @@ from ._checks import (
     output_check,
 )
 from ._compensate import compensate_nodes
+from ._durable import ENDED_STORED, DurableRun
 from ._ending import node_results, plan_status, run_metrics
-from ._journal import PlanJournal, StoredNode, is_plan_store
+from ._journal import StoredNode, is_plan_store
 from ._late import LateCalls
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
 from ._people import NodeGate
@@ -98,7 +92,6 @@ from ._records import (
     HeldEvent,
     Inbox,
     NodeRecord,
-    SerializedStore,
     attempts_made,
     generation_of,
     node_undo,
@@ -109,7 +102,6 @@ from ._records import (
 )
 from ._results import (
     CompensationOutcome,
-    CompensationStatus,
     PlanEventKind,
     PlanResult,
     PlanStatus,
@@ -123,7 +115,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._saga import Dispatcher
     from .._tools import Tool, ToolsArgument
-    from ..stores import DurableStore, Store
+    from ..stores import Store
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
@@ -132,9 +124,6 @@ _monotonic: Final = time.monotonic
 DEFAULT_NODE_TIMEOUT: Final = 30.0
 #: How long a cancellation waits for cancelled async tools to unwind, in seconds.
 CANCEL_GRACE: Final = 5.0
-#: The compensation order of undo records a resumed run restored: before any of its own
-#: (whose times are `time.monotonic()` readings, never negative), in node order.
-_RESTORED_AT: Final = -1e9
 
 FailurePolicy = Literal["skip_dependants", "cancel_all"]
 CompensateOn = Literal["failure", "never"]
@@ -147,10 +136,6 @@ _COMPENSATE_ON: Final = ("failure", "never")
 #: How often, in seconds, a durable run waiting for results looks for a cancellation that
 #: another process recorded.
 CANCEL_POLL: Final = 0.1
-#: Stored states a resumed run takes as they are (the node is not run again).
-_ENDED_STORED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT"})
-#: The backoff step a node waiting for another run's exclusive resource stops growing at.
-_HOLD_WAITS: Final = 3
 
 
 class PlanExecution:
@@ -225,7 +210,7 @@ class PlanExecution:
             record=self._event,
             compensations=self._compensations,
             run=self._compensate,
-            forget=lambda: None if self._txlog is None else self._txlog.forget,
+            forget=lambda: None if self._log.txlog is None else self._log.txlog.forget,
         )
         self._effects: list[Any] = []
         self._completions: list[str] = []
@@ -246,11 +231,12 @@ class PlanExecution:
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
-        self._begun = False  # whether the run's store transaction was opened (by this run)
         self._wake: Callable[[], None] | None = None
-        self._init_durable(
-            restored, settings_record(self._max, on_failure, compensate_on, capacities, limits)
-        )
+        self._settings = settings_record(self._max, on_failure, compensate_on, capacities, limits)
+        #: The run's durable half: its journal, claims and the durable log of its state.
+        self._log = DurableRun(self.id, self._store, restored, self._lost_run)
+        #: Events whose transitions are buffered in the journal, emitted once it is written.
+        self._held: list[HeldEvent] = []
         self._event(
             PlanEventKind.VALIDATED,
             data={"plan_version": plan.version, "nodes": len(plan.nodes), "problems": 0},
@@ -311,27 +297,19 @@ class PlanExecution:
                 record.regenerate(generation)
             yield record
 
-    def _init_durable(
-        self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
-    ) -> None:
-        self._serialized = SerializedStore(self._store)
-        self._settings = settings
-        #: The durable record of the run, on a store that keeps plan runs (from `execute`).
-        self._journal: PlanJournal | None = None
-        self._lost = False  # the store lost the run (taken over): write and undo nothing
-        self.durable = is_plan_store(self._store)
-        self._restored: dict[str, StoredNode] = dict(restored or {})
-        self._resumed = restored is not None
-        #: The durable log of the run's state transaction (undo records, staged effects), on a
-        #: durable store that keeps plan runs; `_log_undo` writes an undo record ahead.
-        self._txlog: TxLog | None = None
-        self._log_undo: Callable[[UndoRecord], object] | None = None
-        #: The nodes of the current round whose claim did not hold (another runner has them).
-        self._unclaimed: frozenset[str] = frozenset()
-        #: How many times each node found its exclusive resource held by another run.
-        self._hold_waits: dict[str, int] = {}
-        #: Events whose transitions are buffered in the journal, emitted once it is written.
-        self._held: list[HeldEvent] = []
+    def _lost_run(self, error: Exception) -> None:
+        """The store lost the run (`DurableRun.persist`): cancel it here, once."""
+        with self._lock:
+            if self._cancel_reason is None and not self._closing:
+                self._cancel_reason = f"the durable record of the run was lost: {error}"
+                self._event_locked(
+                    PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                )
+
+    @property
+    def durable(self) -> bool:
+        """Whether the run's store keeps plan runs (its record is durable)."""
+        return self._log.durable
 
     # -- steering (any thread) ----------------------------------------------------------
 
@@ -364,7 +342,7 @@ class PlanExecution:
         data: Mapping[str, JSONValue] | DeferredData | None = None,
     ) -> None:
         with self._lock:  # `_event_locked`, inline: twice a node
-            journal = self._journal
+            journal = self._log.journal
             if self._held or (journal is not None and journal.pending):
                 self._held.append((kind, node, attempt, data))
             else:
@@ -381,7 +359,7 @@ class PlanExecution:
         data: Mapping[str, JSONValue] | DeferredData | None = None,
         at: float | None = None,
     ) -> None:
-        journal = self._journal
+        journal = self._log.journal
         if self._held or (journal is not None and journal.pending):
             # Its transition is buffered: the event waits until it is durable (`_flush`).
             self._held.append((kind, node, attempt, data))
@@ -400,8 +378,8 @@ class PlanExecution:
     def _cancelling(self) -> str | None:
         """The reason of a cancellation requested (by any thread, or, on a durable run, by
         any process through the store), or None."""
-        if self._cancel_reason is None and self._journal is not None:
-            reason = self._persist(self._journal.cancel_reason)
+        if self._cancel_reason is None and self._log.journal is not None:
+            reason = self._log.persist(self._log.journal.cancel_reason)
             if isinstance(reason, str):
                 with self._lock:
                     if self._cancel_reason is None and not self._closing:
@@ -411,89 +389,20 @@ class PlanExecution:
 
     # -- the durable record -------------------------------------------------------------
 
-    def _persist(self, write: Callable[..., object], *args: Any, **kwargs: Any) -> object:
-        """Run a journal write; if the store lost the run (taken over by a recoverer, or gone),
-        stop writing and cancel the run here: another runner holds it now."""
-        if self._journal is None:
-            return None
-        try:
-            return write(*args, **kwargs)
-        except (StorageError, TransactionNotFound) as exc:
-            self._journal = None
-            self._lost = True
-            with self._lock:
-                if self._cancel_reason is None and not self._closing:
-                    self._cancel_reason = f"the durable record of the run was lost: {exc}"
-                    self._event_locked(
-                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
-                    )
-            return None
-
     def _claim(self, starts: tuple[Start, ...]) -> None:
-        """Claim the round's `starts` (those a resumed run does not replay) with what the
-        journal has buffered, in one durable write, before any of their tools runs."""
-        assert self._journal is not None
-        restored = self._restored
-        claims = [
-            (start.node, start.attempt, start.number)
-            for start in starts
-            if start.node not in restored or restored[start.node].state not in _ENDED_STORED
-        ]
-        records = self._nodes
-        holds = {start.node: hold for start in starts if (hold := records[start.node].exclusive)}
-        units = {start.node: taken for start in starts if (taken := records[start.node].units)}
-        by_tool = self._rates
-        rates = (
-            {
-                start.node: rate
-                for start in starts
-                if (rate := by_tool.get(records[start.node].tool)) is not None
-            }
-            if by_tool
-            else None
+        """Claim the round's `starts` in one durable write, before any of their tools runs
+        (`DurableRun.claim`), then emit the events held for it."""
+        self._log.claim(
+            starts, self._nodes, self._rates, self._audit_rows, self._scheduler, self._backoff
         )
-        refused = (
-            self._persist(
-                self._journal.claim_all,
-                claims,
-                self._audit_rows(),
-                holds or None,
-                units or None,
-                rates or None,
-            )
-            if claims
-            else None
-        )
-        self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
-        if (holds or units or rates) and self._journal is not None and self._journal.held:
-            self._wait_for_holds(starts, self._journal.held)
         self._flush()
-
-    def _wait_for_holds(self, starts: tuple[Start, ...], held: frozenset[str]) -> None:
-        """Put back the `starts` whose exclusive resource another run holds (or whose units
-        would exceed a capacity counted over every run, or whose tool's rate bucket, shared by
-        every run, is empty): they stay queued (never started) and are claimed again after a
-        backoff."""
-        now = time.monotonic()
-        for start in starts:
-            if start.node in held:
-                waits = self._hold_waits[start.node] = self._hold_waits.get(start.node, 0) + 1
-                retry_at = now + self._backoff.delay(min(waits, _HOLD_WAITS))
-                record = self._nodes[start.node]
-                if record.exclusive is not None:
-                    label = f"hold:{record.exclusive}"
-                elif record.units:
-                    label = "shared:" + "+".join(name for name, _, _ in record.units)
-                else:  # its tool's bucket, shared by every run, was empty
-                    label = f"rate:{record.tool}"
-                self._scheduler.postpone(start, retry_at, label)
 
     def _flush(self) -> None:
         """Write the journal's buffered transitions (with the audit events recorded since the
         last write), then emit the events held for them."""
-        journal = self._journal
+        journal = self._log.journal
         if journal is not None and journal.pending:
-            self._persist(journal.flush, None, self._audit_rows())
+            self._log.persist(journal.flush, None, self._audit_rows())
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
@@ -512,26 +421,12 @@ class PlanExecution:
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
         does it in the caller's thread, so that the run is in the store when it returns."""
-        if self._journal is not None or self._lost:
-            return
-        scheduler = self._scheduler
-        if self._resumed:
-            journal = PlanJournal.resumed(self._store, self.id, self._restored)
-            # Claims of attempts that died with their process are released: those nodes are
-            # claimed again (same idempotency key) when the scheduler starts them.
-            journal.transitions(
-                (node_id, "READY", 0)
-                for node_id, node in self._restored.items()
-                if node.state == "RUNNING"
-            )
-            journal.flush()
-            self._journal = journal
-            self._people.durable = True
+        log = self._log
+        if log.journal is not None or log.lost:
             return
         self._people.durable = True  # an approval is consumed under the run's lease from now
-        self._journal = PlanJournal.begin(
-            self._store,
-            self.id,
+        scheduler = self._scheduler
+        log.open_journal(
             {
                 "plan": self._plan.to_json(),
                 "plan_version": self._plan.version,
@@ -579,55 +474,6 @@ class PlanExecution:
         )
         return update
 
-    def _open_state(self) -> None:
-        """Open the run's state transaction (id: the run id). On a durable store that keeps
-        plan runs it has a durable log: a resumed run claims the dead runner's, keeping its
-        durable state writes, staged effects and undo records (which go back to their nodes),
-        or begins a new one if it has ended or never began."""
-        store = self._store
-        if not (self.durable and is_durable(store)):
-            store.begin(self.id)
-            self._begun = True
-            return
-        if self._resumed:
-            try:
-                image = store.claim(self.id, store.owner(self.id))
-            except TransactionNotFound:
-                image = None  # never begun, or ended (committed or discarded) before the crash
-            else:
-                if image is None:
-                    raise StorageError(
-                        f"the state transaction of plan run `{self.id}` is held by a live store"
-                    )
-            if image is not None:
-                restored = read_image(image)
-                self._begun = True
-                self._txlog = TxLog(
-                    cast("DurableStore", self._serialized), self.id, record=restored.record
-                )
-                self._log_undo = self._txlog.undo
-                self._restore_undos(restored.undos)
-                return
-        self._txlog = TxLog.begin(
-            cast("DurableStore", self._serialized),
-            self.id,
-            isolation=DEFAULT_ISOLATION,
-            agent_id=f"plan run {self.id}",
-            policy=RollbackPolicy(),
-            settings=Settings().to_record(),
-        )
-        self._begun = True
-        self._log_undo = self._txlog.undo
-
-    def _restore_undos(self, undos: tuple[UndoRecord, ...]) -> None:
-        """Give the undo records of the dead runner back to their nodes, to be compensated if
-        the resumed run fails (they count as older than any of this run's)."""
-        nodes = self._plan.nodes
-        for undo in undos:
-            if 1 <= undo.step_id <= len(nodes):
-                node_id = nodes[undo.step_id - 1].id
-                self._nodes[node_id].undos += ((_RESTORED_AT + undo.step_id, undo),)
-
     # -- the loop -------------------------------------------------------------------------
 
     async def execute(self) -> PlanResult:
@@ -647,7 +493,7 @@ class PlanExecution:
         if self.durable:
             self.open_journal()
         try:
-            self._open_state()
+            self._log.open_state(self._plan.nodes, self._nodes)
             await self._drive(inbox, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
@@ -672,15 +518,15 @@ class PlanExecution:
                 await self._apply(scheduler.cancel(reason), running)
                 break
             starts = scheduler.get_ready(time.monotonic())
-            if starts and self._journal is not None:
+            if starts and self._log.journal is not None:
                 self._claim(starts)
             for start in starts:
                 if self._cancel_reason is not None:  # requested by a thread meanwhile
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
                 if records[start.node].state is not NodeState.RUNNING:  # its scheduler entry
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
-                stored = self._restored.pop(start.node, None)
-                if stored is not None and stored.state in _ENDED_STORED:
+                stored = self._log.restored.pop(start.node, None)
+                if stored is not None and stored.state in ENDED_STORED:
                     await self._apply(self._replay(start, stored), running)
                     continue
                 ended = self._dispatch(start, inbox, running)
@@ -710,7 +556,7 @@ class PlanExecution:
                 continue
             self._flush()  # what the round recorded is durable before the run waits
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
-            if self._journal is not None:  # look for another process's cancellation
+            if self._log.journal is not None:  # look for another process's cancellation
                 timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
             await inbox.wait(timeout)
             while (message := inbox.take()) is not None:
@@ -738,9 +584,9 @@ class PlanExecution:
                 step_id=record.step_id,
                 idempotency_key=record.key,
                 deadline=now + timeout,
-                store=cast("Store", self._serialized),  # get, put and delete are all it calls
+                store=cast("Store", self._log.serialized),  # get, put and delete are all it calls
                 compensations=self._compensations,
-                log_undo=self._log_undo,
+                log_undo=self._log.log_undo,
                 seq_base=start.number << SEQ_BITS,
             )
         attempt = Attempt(
@@ -773,7 +619,7 @@ class PlanExecution:
                         key=violation.key,
                         mistake=True,
                     )
-        if node_id in self._unclaimed and failure is None:  # its claim did not hold
+        if node_id in self._log.unclaimed and failure is None:  # its claim did not hold
             failure = Failure(
                 f"node `{node_id}` is claimed by another runner of plan run `{self.id}`",
                 mistake=True,
@@ -811,7 +657,7 @@ class PlanExecution:
             "",
             context,
             timeout,
-            self._log_undo,
+            self._log.log_undo,
             start.number << SEQ_BITS,
         )
         running[start.attempt] = attempt
@@ -839,8 +685,8 @@ class PlanExecution:
         generation = self._generations[node] = self._generations.get(node, 0) + 1
         record = self._nodes[node]
         record.regenerate(generation)
-        if self._journal is not None:
-            self._persist(self._journal.regenerate, node, attempt.id, generation)
+        if self._log.journal is not None:
+            self._log.persist(self._log.journal.regenerate, node, attempt.id, generation)
             self._flush()
         if call.context is None:
             return call
@@ -942,11 +788,11 @@ class PlanExecution:
             record.undos += tuple((now, undo) for undo in undos)
         record.output = outcome.output
         record.finished_at = now
-        if self._txlog is not None:
-            self._persist(self._write_state, attempt, outcome, kind, list(undos))
-        if self._journal is not None:
-            self._persist(
-                self._journal.end_attempt,
+        if self._log.txlog is not None:
+            self._log.persist(self._log.write_state, record, attempt, outcome, kind, list(undos))
+        if self._log.journal is not None:
+            self._log.persist(
+                self._log.journal.end_attempt,
                 node_id,
                 attempt.id,
                 "SUCCEEDED",
@@ -1000,12 +846,12 @@ class PlanExecution:
             "category": hint.category.value,
             "transient": transient,
         }
-        if self._journal is not None:
+        if self._log.journal is not None:
             stored_state = (
                 "READY" if retry_at is not None else ("TIMED_OUT" if timed_out else "FAILED")
             )
-            self._persist(
-                self._journal.end_attempt,
+            self._log.persist(
+                self._log.journal.end_attempt,
                 node_id,
                 attempt.id,
                 stored_state,
@@ -1078,9 +924,9 @@ class PlanExecution:
         if not (ready or skipped or cancelled or update.interrupted):
             return []
         now = _monotonic()
-        if self._journal is not None and (ready or skipped or cancelled):
-            self._persist(
-                self._journal.transitions,
+        if self._log.journal is not None and (ready or skipped or cancelled):
+            self._log.persist(
+                self._log.journal.transitions,
                 [
                     *self._transitions(ready, "READY"),
                     *self._transitions(skipped, "SKIPPED"),
@@ -1129,7 +975,7 @@ class PlanExecution:
             "",
             None,
             record.node.timeout or DEFAULT_NODE_TIMEOUT,
-            self._log_undo,
+            self._log.log_undo,
             attempt.number << SEQ_BITS,
         )
 
@@ -1149,7 +995,7 @@ class PlanExecution:
         for that write, and the `finished` event, recorded once it is durable), then set it."""
         ended = time.time()
         finished_data: dict[str, JSONValue] = {"status": status.value}
-        if self._journal is None:
+        if self._log.journal is None:
             self._flush()
             with self._lock:
                 self._status = status
@@ -1163,7 +1009,7 @@ class PlanExecution:
             )
             rows = self._audit_rows()
         rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
-        self._persist(self._journal.flush, status.value, rows)
+        self._log.persist(self._log.journal.flush, status.value, rows)
         with self._lock:
             self._status = status
             for kind, node, attempt, data in held:
@@ -1175,7 +1021,7 @@ class PlanExecution:
         finished = time.monotonic()
         late: tuple[CompensationOutcome, ...] = ()
         if self._late:
-            late, stranded = await self._late.end(lost=self._lost)
+            late, stranded = await self._late.end(lost=self._log.lost)
             self._stranded += stranded
         self._flush()  # every node's end is durable before the state commits
         with self._lock:
@@ -1202,20 +1048,22 @@ class PlanExecution:
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
                 # A resumed run delivers what the crashed one committed to the outbox too.
-                pending = self._effects or (self._txlog is not None and self._resumed)
+                pending = self._effects or (self._log.txlog is not None and self._log.resumed)
                 if pending and self._dispatcher is not None:  # it may block: off the loop
-                    delivered, dispatch_errors = await asyncio.to_thread(self._deliver)
+                    delivered, dispatch_errors = await asyncio.to_thread(
+                        self._log.deliver, self._effects, self._dispatcher
+                    )
                 self._event(
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
                 )
         compensations: tuple[CompensationOutcome, ...] = late
         if status is not PlanStatus.SUCCEEDED:
-            if not self._lost:  # a runner that lost the run leaves its nodes to the new one
+            if not self._log.lost:  # a runner that lost the run leaves its nodes to the new one
                 compensations += await self._compensate_completed()
-            if self._begun:  # never another's transaction of the same id
+            if self._log.begun:  # never another's transaction of the same id
                 with contextlib.suppress(Exception):  # a store failure: already not published
-                    self._end_state(status, compensations)
+                    self._log.end_state(status, compensations)
         elif self._stranded:  # reported: undone by nobody
             compensations += await compensate_nodes(
                 (), self._stranded, {}, run=False, record=self._event
@@ -1241,7 +1089,7 @@ class PlanExecution:
     async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
         """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
         log, each undo record is forgotten once its compensation succeeded."""
-        txlog = self._txlog
+        txlog = self._log.txlog
         return await compensate_nodes(
             [
                 (at, node_id, undo)
@@ -1254,50 +1102,3 @@ class PlanExecution:
             record=self._event,
             on_compensated=None if txlog is None else txlog.forget,
         )
-
-    def _end_state(
-        self, status: PlanStatus, compensations: tuple[CompensationOutcome, ...]
-    ) -> None:
-        """End the state transaction of a run that did not succeed: discarded (its staged
-        effects with it: nothing is published), or, on a durable log with compensations that
-        failed, ended keeping their undo records, so that recovery retries them. (With
-        `compensate_on="never"` nothing is to be compensated: the records are dropped.)"""
-        txlog = self._txlog
-        left = any(c.status is CompensationStatus.FAILED for c in compensations)
-        if txlog is not None and left and not self._lost:
-            txlog.end(status.value, history_text(status.value, [], (), ()), keep_undos=True)
-        else:
-            self._store.discard(self.id)
-
-    def _deliver(self) -> tuple[int, tuple[str, ...]]:
-        """Deliver the committed effects: on a durable log, from the outbox the commit put
-        them in (those a crashed runner committed included); else directly."""
-        if self._txlog is None:
-            return dispatch_effects(tuple(self._effects), self._dispatcher)
-        if self._dispatcher is None:
-            return 0, ()  # they wait in the outbox for `Engine.dispatch_pending`
-        return deliver_outbox(cast("DurableStore", self._store), self._dispatcher, tx_id=self.id)
-
-    def _write_state(
-        self, attempt: Attempt, outcome: Outcome, kind: str | None, undos: list[UndoRecord]
-    ) -> None:
-        """Before a node's completion is recorded: its node's `compensate=` undo (in the place
-        of its tool's), then its state writes and staged effects in one atomic write."""
-        txlog = self._txlog
-        assert txlog is not None
-        if kind is not None and undos:
-            txlog.undo(undos[-1])
-        if outcome.effects:
-            txlog.step(
-                self._nodes[attempt.node].step_id,
-                LiveStep(
-                    tool_name=self._nodes[attempt.node].tool,
-                    arguments=attempt.arguments,
-                    output=outcome.output,
-                    raw_context="",
-                    dependencies=(),
-                ),
-                outcome.effects,
-            )
-        else:
-            self._serialized.flush(self.id)
