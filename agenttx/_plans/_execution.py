@@ -47,17 +47,14 @@ from .._events import DeferredData, Event, EventKind, EventSink
 from .._hints import clean_error
 from .._json import canonical_dumps
 from .._saga import Backoff
-from .._step import classify, finish, validate_edit
+from .._step import finish, validate_edit
 from .._tools import (
     Call,
     Compensation,
     Failure,
-    Orphan,
-    Outcome,
     ToolContext,
     ToolRegistry,
     UndoRecord,
-    abandoned_call,
     closed,
     key_deriver,
     run_tool,
@@ -66,14 +63,12 @@ from .._tools import (
 from .._turns import RETRY_BACKOFF
 from ._attempts import NodeTasks
 from ._checks import (
-    OutputCheck,
     check_capacities,
     check_limit,
     check_rate_limits,
     check_run_id,
     check_store,
     optional_prerequisites,
-    output_check,
 )
 from ._compensate import compensate_nodes
 from ._durable import ENDED_STORED, DurableRun
@@ -81,9 +76,9 @@ from ._ending import node_results, plan_status, run_metrics
 from ._journal import StoredNode, is_plan_store
 from ._late import LateCalls
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
+from ._outcomes import CANCEL_GRACE, DEFAULT_NODE_TIMEOUT, NodeEnds
 from ._people import NodeGate
 from ._records import (
-    COMPLETED,
     DISPATCHED,
     SEQ_BITS,
     Attempt,
@@ -94,7 +89,6 @@ from ._records import (
     NodeRecord,
     attempts_made,
     generation_of,
-    node_undo,
     node_units,
     retried_count,
     settings_record,
@@ -106,7 +100,7 @@ from ._results import (
     PlanResult,
     PlanStatus,
 )
-from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Update
+from ._scheduler import NodeState, RateLimit, Scheduler, Start, Update
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -120,10 +114,6 @@ if TYPE_CHECKING:
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
 _monotonic: Final = time.monotonic
-#: Each attempt's deadline, in seconds, for a node without `timeout=`.
-DEFAULT_NODE_TIMEOUT: Final = 30.0
-#: How long a cancellation waits for cancelled async tools to unwind, in seconds.
-CANCEL_GRACE: Final = 5.0
 
 FailurePolicy = Literal["skip_dependants", "cancel_all"]
 CompensateOn = Literal["failure", "never"]
@@ -197,7 +187,6 @@ class PlanExecution:
         self._rates = {
             tool: (tool, limit.per_second, limit.burst) for tool, limit in limits.items()
         }
-        self._checks: dict[str, OutputCheck | None] = {}
         self._dispatcher = dispatcher
         self._compensate = compensate_on == "failure"
         self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
@@ -206,7 +195,7 @@ class PlanExecution:
         self._stranded: list[tuple[str, UndoRecord]] = []
         #: The calls attempts walked away from while their tools ran: their undos wait.
         self._late = LateCalls(
-            keep=lambda node, undos: self._keep_undos(node, undos, over=True),
+            keep=lambda node, undos: self._ends.keep_undos(node, undos, over=True),
             record=self._event,
             compensations=self._compensations,
             run=self._compensate,
@@ -225,7 +214,7 @@ class PlanExecution:
             self._people,
             self._late,
             self._nodes,
-            lambda node, undos: self._keep_undos(node, undos, over=True),
+            lambda node, undos: self._ends.keep_undos(node, undos, over=True),
             self._regenerate,
         )
         self._cancel_reason: str | None = None
@@ -237,6 +226,20 @@ class PlanExecution:
         self._log = DurableRun(self.id, self._store, restored, self._lost_run)
         #: Events whose transitions are buffered in the journal, emitted once it is written.
         self._held: list[HeldEvent] = []
+        self._ends = NodeEnds(
+            scheduler=self._scheduler,
+            nodes=self._nodes,
+            tools=self._tools,
+            log=self._log,
+            event=self._event,
+            outputs=self._outputs,
+            effects=self._effects,
+            completions=self._completions,
+            late=self._late,
+            stranded=self._stranded,
+            backoff=self._backoff,
+            take=self._tasks.take,
+        )
         self._event(
             PlanEventKind.VALIDATED,
             data={"plan_version": plan.version, "nodes": len(plan.nodes), "problems": 0},
@@ -439,9 +442,6 @@ class PlanExecution:
             ),
         )
 
-    def _transitions(self, nodes: tuple[str, ...], state: str) -> list[tuple[str, str, int]]:
-        return [(node_id, state, self._scheduler.unresolved(node_id)) for node_id in nodes]
-
     def _replay(self, start: Start, stored: StoredNode) -> Update:
         """End a node of a resumed run as its durable record says, without running it."""
         node_id = start.node
@@ -504,7 +504,7 @@ class PlanExecution:
                     self._event_locked(
                         PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
                     )
-            await self._apply(self._scheduler.cancel(self._cancel_reason or ""), running)
+            await self._ends.apply(self._scheduler.cancel(self._cancel_reason or ""), running)
             await self._finish()
             raise
         return await self._finish()
@@ -515,7 +515,7 @@ class PlanExecution:
         while scheduler.is_active():
             reason = self._cancelling()
             if reason is not None:
-                await self._apply(scheduler.cancel(reason), running)
+                await self._ends.apply(scheduler.cancel(reason), running)
                 break
             starts = scheduler.get_ready(time.monotonic())
             if starts and self._log.journal is not None:
@@ -527,19 +527,19 @@ class PlanExecution:
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
                 stored = self._log.restored.pop(start.node, None)
                 if stored is not None and stored.state in ENDED_STORED:
-                    await self._apply(self._replay(start, stored), running)
+                    await self._ends.apply(self._replay(start, stored), running)
                     continue
                 ended = self._dispatch(start, inbox, running)
                 if ended is None:  # it runs in a task
                     continue
                 if isinstance(ended, Finished):  # an inline tool, run in place
                     running.pop(start.attempt, None)
-                    ended = self._complete(ended.attempt, ended.outcome)
+                    ended = self._ends.complete(ended.attempt, ended.outcome)
                 # Apply what the end released or ended (awaiting only what it interrupted).
                 if ended.interrupted:
-                    await self._apply(ended, running)
+                    await self._ends.apply(ended, running)
                 else:
-                    self._settle(ended, running)
+                    self._ends.settle(ended, running)
             if starts:
                 continue  # the starts may have released or ended nodes: look again
             if not scheduler.is_active():
@@ -648,7 +648,7 @@ class PlanExecution:
             closed(context)
             attempt.release()
             attempt.finished_at = _monotonic()
-            return self._fail(attempt, failure, retry=False)
+            return self._ends.fail(attempt, failure, retry=False)
         attempt.arguments = arguments
         call = Call(
             record.step_id,
@@ -732,261 +732,15 @@ class PlanExecution:
         running.pop(attempt.id, None)
         if isinstance(message, Crashed):
             raise message.error
-        update = self._complete(attempt, message.outcome)
+        update = self._ends.complete(attempt, message.outcome)
         settled = message.settled
         if settled is not None and settled.guard is not None:
             self._flush()  # the node's end is durable before its guard says how the call ended
             finish(self._people.book, settled, fence=self._people.durable)
         if update.interrupted:
-            await self._apply(update, running)
+            await self._ends.apply(update, running)
         else:
-            self._settle(update, running)
-
-    def _complete(self, attempt: Attempt, outcome: Outcome) -> Update:
-        """Apply the outcome of an attempt whose tool has returned; the scheduler's update."""
-        attempt.release()  # its tool has returned: the context is closed
-        record = self._nodes[attempt.node]
-        failure = outcome.error
-        if failure is None and outcome.refused is not None:
-            failure = Failure(f"output of tool '{record.node.tool}' is not JSON: {outcome.refused}")
-        if failure is None:
-            failure = self._check_output(self._tools[record.tool], outcome.output)
-            if failure is not None:
-                failure = failure._replace(mistake=True)  # a broken contract: never retried
-        if failure is not None:
-            return self._fail(attempt, failure, retry=True, outcome=outcome)
-        update = self._scheduler.done(attempt.node, attempt.id)
-        if update.delivery is Delivery.APPLIED:
-            self._succeed(attempt, record, outcome)
-        else:  # the attempt was stopped first: what its tool did is undone all the same
-            self._refused(attempt, update)
-            self._keep_outcome(attempt, outcome)
-        return update
-
-    def _check_output(self, tool: Tool[Any, Any], output: JSONValue) -> Failure | None:
-        name = tool.name
-        try:
-            check = self._checks[name]
-        except KeyError:
-            check = self._checks[name] = output_check(tool)
-        return None if check is None else check.failure(name, output)
-
-    def _succeed(self, attempt: Attempt, record: NodeRecord, outcome: Outcome) -> None:
-        node_id = attempt.node
-        node = record.node
-        now = _monotonic()
-        undos = outcome.undos
-        kind = None if node.compensate is None else node.compensation_name
-        if kind is not None:
-            kept = list(undos)
-            declared = self._tools[record.tool].compensation_name
-            if declared is not None and kept and kept[-1].kind == declared:
-                kept.pop()  # the node's compensation replaces the tool's
-            kept.append(node_undo(attempt, kind, record.step_id, len(kept), outcome))
-            undos = tuple(kept)
-        if undos:
-            record.undos += tuple((now, undo) for undo in undos)
-        record.output = outcome.output
-        record.finished_at = now
-        if self._log.txlog is not None:
-            self._log.persist(self._log.write_state, record, attempt, outcome, kind, list(undos))
-        if self._log.journal is not None:
-            self._log.persist(
-                self._log.journal.end_attempt,
-                node_id,
-                attempt.id,
-                "SUCCEEDED",
-                inputs=attempt.arguments,
-                output=outcome.output,
-            )
-        self._outputs[node_id] = outcome.output
-        if outcome.effects:
-            self._effects.extend(outcome.effects)
-        self._completions.append(node_id)
-        self._event(
-            PlanEventKind.COMPLETED,
-            node=node_id,
-            attempt=attempt.id,
-            data=(COMPLETED, attempt.number, len(outcome.effects)),
-        )
-
-    def _fail(
-        self,
-        attempt: Attempt,
-        failure: Failure,
-        *,
-        retry: bool,
-        outcome: Outcome | None = None,
-    ) -> Update:
-        node_id = attempt.node
-        record = self._nodes[node_id]
-        node = record.node
-        hint, transient, timed_out, _ = classify(failure)
-        retry_at: float | None = None
-        number = attempt.number
-        # The budget counts the failures retried before a crash too (a resumed run's).
-        failures = record.retried + record.tried
-        if retry and transient and not failure.mistake and failures <= node.retries:
-            retry_at = time.monotonic() + self._backoff.delay(number)
-        update = self._scheduler.failed(node_id, attempt.id, retry_at=retry_at, timed_out=timed_out)
-        if update.delivery is not Delivery.APPLIED:
-            self._refused(attempt, update)
-            if outcome is not None:
-                self._keep_outcome(attempt, outcome)
-            return update
-        now = time.monotonic()
-        # What a failed attempt registered before failing may have half happened: kept, and
-        # compensated with the node's others if the plan fails (or, for a call still running,
-        # once it has returned: `_late`).
-        if outcome is not None:
-            self._keep_outcome(attempt, outcome)
-        data: dict[str, JSONValue] = {
-            "number": number,
-            "hint": hint.text,
-            "category": hint.category.value,
-            "transient": transient,
-        }
-        if self._log.journal is not None:
-            stored_state = (
-                "READY" if retry_at is not None else ("TIMED_OUT" if timed_out else "FAILED")
-            )
-            self._log.persist(
-                self._log.journal.end_attempt,
-                node_id,
-                attempt.id,
-                stored_state,
-                inputs=attempt.arguments,
-                error=hint.text,
-            )
-        if retry_at is not None:
-            record.eligible_at = retry_at
-            data["retry_in_s"] = max(0.0, retry_at - now)
-            self._event(PlanEventKind.RETRIED, node=node_id, attempt=attempt.id, data=data)
-        else:
-            record.error = hint
-            record.finished_at = now
-            data["timed_out"] = timed_out
-            self._event(PlanEventKind.FAILED, node=node_id, attempt=attempt.id, data=data)
-        return update
-
-    def _refused(self, attempt: Attempt, update: Update) -> None:
-        self._event(
-            PlanEventKind.LATE_RESULT_REFUSED,
-            node=attempt.node,
-            attempt=attempt.id,
-            data={"delivery": update.delivery.value},
-        )
-
-    async def _apply(self, update: Update, running: dict[str, Attempt]) -> None:
-        """Apply what an update ended (`_settle`), then wait for the async tools it cancelled
-        to unwind and keep what the interrupted attempts registered."""
-        import asyncio  # noqa: PLC0415
-
-        stopped = self._settle(update, running)
-        if not stopped:
-            return
-        tasks = [
-            attempt.task
-            for attempt, _ in stopped
-            if attempt.task is not None and not attempt.task.done()
-        ]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
-        for attempt, undos in stopped:
-            # What an interrupted attempt registered may have half happened. A sync tool goes
-            # on on its worker thread: its undos wait for the call (`_late`), since undoing
-            # while its effect may still land would undo nothing. An async tool that has
-            # unwound is over; one that has not is kept, not run (`_stranded`).
-            stopped_task = attempt.task
-            sent, abandoned = self._tasks.take(attempt.id)
-            undos += abandoned  # noqa: PLW2901  (those kept as its call was abandoned)
-            if stopped_task is None:
-                self._keep_undos(attempt.node, undos, over=True)
-                continue
-            if stopped_task.done() and not stopped_task.cancelled():
-                continue  # it ended first: its outcome, in the inbox, keeps them
-            call_running = abandoned_call(stopped_task)
-            if call_running is not None:
-                call = sent if sent is not None else self._call_of(attempt)
-                self._late.add(attempt.node, attempt.id, Orphan(call, undos, call_running))
-                continue
-            self._keep_undos(attempt.node, undos, over=stopped_task.done())
-
-    def _settle(
-        self, update: Update, running: dict[str, Attempt]
-    ) -> list[tuple[Attempt, tuple[UndoRecord, ...]]]:
-        """Apply what an update ended: record readiness, skips and cancellations; stop the
-        interrupted attempts (their contexts fenced: a late result is refused by attempt id),
-        returned with what they registered, for `_apply` to cancel and wait for."""
-        ready, skipped, cancelled = update.ready, update.skipped, update.cancelled
-        if not (ready or skipped or cancelled or update.interrupted):
-            return []
-        now = _monotonic()
-        if self._log.journal is not None and (ready or skipped or cancelled):
-            self._log.persist(
-                self._log.journal.transitions,
-                [
-                    *self._transitions(ready, "READY"),
-                    *self._transitions(skipped, "SKIPPED"),
-                    *self._transitions(cancelled, "CANCELLED"),
-                ],
-            )
-        records = self._nodes
-        for node_id in ready:
-            records[node_id].eligible_at = now
-        for node_id in skipped:
-            self._event(PlanEventKind.SKIPPED, node=node_id)
-        stopped: list[tuple[Attempt, tuple[UndoRecord, ...]]] = []
-        for start in update.interrupted:
-            attempt = running.pop(start.attempt, None)
-            if attempt is None:
-                continue
-            undos, _ = closed(attempt.context)
-            attempt.release()
-            attempt.finished_at = now
-            stopped.append((attempt, undos))
-        for node_id in cancelled:
-            records[node_id].finished_at = now
-            self._event(
-                PlanEventKind.CANCELLED,
-                node=node_id,
-                data={"reason": self._scheduler.cancel_reason},
-            )
-        return stopped
-
-    def _keep_outcome(self, attempt: Attempt, outcome: Outcome) -> None:
-        """Keep what an attempt that did not succeed registered: its undos, and, for a call
-        still running after its deadline, the call, which they wait for (`_late`)."""
-        if outcome.running is not None:
-            orphan = Orphan(self._call_of(attempt), outcome.undos, outcome.running)
-            self._late.add(attempt.node, attempt.id, orphan)
-        else:
-            self._keep_undos(attempt.node, outcome.undos, over=True)
-
-    def _call_of(self, attempt: Attempt) -> Call:
-        """The call `attempt` made (for a call it walked away from)."""
-        record = self._nodes[attempt.node]
-        return Call(
-            record.step_id,
-            self._tools[record.tool],
-            attempt.arguments,
-            "",
-            None,
-            record.node.timeout or DEFAULT_NODE_TIMEOUT,
-            self._log.log_undo,
-            attempt.number << SEQ_BITS,
-        )
-
-    def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
-        """Keep undos for compensation; those of a call that may still run, as stranded."""
-        if over:
-            if undos:
-                now = time.monotonic()
-                self._nodes[node_id].undos += tuple((now, undo) for undo in undos)
-        else:
-            self._stranded.extend((node_id, undo) for undo in undos)
+            self._ends.settle(update, running)
 
     # -- the end --------------------------------------------------------------------------
 
