@@ -30,7 +30,8 @@ from a public package's private modules (`from .stores import is_durable`, never
     _guarded     a step that needs a person
     _turns       calls that number themselves            _transaction interactive transactions
     _prompt      the system prompt for agents
-    _plans/      plans: model, validation, scheduler, runner, metrics
+    _plans/      plans: model, validation, scheduler, runner, metrics; a run's attempts,
+                 their ends, late calls, durable half, and the abort of a run left behind
     _audit       the stored audit trail, read back
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers

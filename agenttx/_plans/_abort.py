@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from .._events import HookLike
     from .._json import JSONValue
     from .._tools import ToolRegistry, UndoRecord
-    from ..stores import DurableStore
-    from ..stores._plans import PlanImage
+    from ..stores import DurableStore, PlanImage
 
 __all__ = ["abort_run", "missing_tool", "plan_of"]
 

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .._step import Refused
-from .._tools import Outcome, abandoned_call, arun_tool, closed, still_running
+from .._tools import Outcome, abandoned_call, arun_tool, closed, still_running, with_key
 from ._records import Crashed, Finished
 from ._results import CompensationStatus
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from .._tools import Call, Failure, Orphan, UndoRecord
+    from ._durable import DurableRun
     from ._late import LateCalls
     from ._people import NodeGate
     from ._records import Attempt, Inbox, NodeRecord
@@ -33,24 +34,38 @@ __all__ = ["NodeTasks"]
 
 class NodeTasks:
     """The attempt tasks of one run. `keep(node, undos)` keeps undo records with their node
-    (compensated if the run fails); `regenerate(attempt, call)` gives the node a key of its
-    own once an earlier call of it was compensated, and the call under it."""
+    (compensated if the run fails); `generations` counts each node's key changes (an earlier
+    call of it was compensated), written durably before the call runs, with `flush` after."""
 
-    __slots__ = ("_abandoned", "_keep", "_late", "_nodes", "_people", "_regenerate", "_sent")
+    __slots__ = (
+        "_abandoned",
+        "_flush",
+        "_generations",
+        "_keep",
+        "_late",
+        "_log",
+        "_nodes",
+        "_people",
+        "_sent",
+    )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  (the run's parts it acts on)
         self,
         people: NodeGate,
         late: LateCalls,
         nodes: Mapping[str, NodeRecord],
         keep: Callable[[str, tuple[UndoRecord, ...]], None],
-        regenerate: Callable[[Attempt, Call], Call],
+        generations: dict[str, int],
+        log: DurableRun,
+        flush: Callable[[], None],
     ) -> None:
         self._people = people
         self._late = late
         self._nodes = nodes
         self._keep = keep
-        self._regenerate = regenerate
+        self._generations = generations
+        self._flush = flush
+        self._log = log
         #: The call each running guarded attempt sent last (an approver may have edited it).
         self._sent: dict[str, Call] = {}
         #: Undos of a guarded attempt's call abandoned as it ran: they wait for the call.
@@ -150,3 +165,22 @@ class NodeTasks:
             await self.guarded(attempt, call, inbox)
         else:
             await self.plain(attempt, call, inbox)
+
+    def _regenerate(self, attempt: Attempt, call: Call) -> Call:
+        """The node's earlier call was compensated: a key of its own from now on (durable on a
+        durable run before the call runs); the call again under it."""
+        node = attempt.node
+        generation = self._generations[node] = self._generations.get(node, 0) + 1
+        record = self._nodes[node]
+        record.regenerate(generation)
+        log = self._log
+        if log.journal is not None:  # durable before the call runs
+            log.persist(log.journal.regenerate, node, attempt.id, generation)
+            self._flush()
+        if call.context is None:
+            return call
+        old = call.context
+        call = with_key(call, record.key)
+        closed(old)
+        attempt.context = call.context
+        return call

@@ -21,7 +21,7 @@ from .._rollback import RollbackPolicy
 from .._saga import deliver_outbox, dispatch_effects
 from .._settings import Settings
 from .._txlog import LiveStep, TxLog, history_text, read_image
-from ..stores._durable import is_durable
+from ..stores import is_durable
 from ._journal import PlanJournal, StoredNode, is_plan_store
 from ._records import SerializedStore
 from ._results import CompensationStatus

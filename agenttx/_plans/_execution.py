@@ -17,16 +17,16 @@ concurrent nodes interleave in one overlay); what a node must undo it registers 
 effects are delivered after that commit; a failed or cancelled plan discards it and publishes
 nothing. Completed nodes are then compensated, newest completion first, through a `SagaLedger`.
 
-Durable runs (a store that keeps plan runs): every transition goes through the `PlanJournal`,
-buffered and written at the barriers (before a round's tools start, with their claims; before
-the loop waits; before the end), and each audit event is held until its transition is written.
-The state transaction has a durable log (`TxLog`): undo records are written ahead, a node's
-writes and staged effects are written before its completion, the commit moves the effects to
-the outbox, and recovery resumes the transaction with the run (see docs/plans.md).
+Durable runs (a store that keeps plan runs): every transition goes through the run's
+`DurableRun` (`_durable`), buffered and written at the barriers (before a round's tools start,
+with their claims; before the loop waits; before the end), and each audit event is held until
+its transition is written.
 
-`PlanExecution` is the run: constructed (and so checked) in the caller's thread, executed once by
-`execute` on an event loop; `_runner` builds the public API on it. See
-`docs/plans.md#running-a-plan`.
+`PlanExecution` is the run: constructed (and so checked) in the caller's thread, executed once
+by `execute` on an event loop; `_runner` builds the public API on it. It holds the parts it is
+made of: `NodeTasks` (`_attempts`) run the attempts, `NodeEnds` (`_outcomes`) apply their ends,
+`LateCalls` (`_late`) keep the calls they walked away from, `NodeGate` (`_people`) the waits
+for a person, `_ending` reads the results. See `docs/plans.md#running-a-plan`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from .._errors import (
     WriteConflict,
 )
 from .._events import DeferredData, Event, EventKind, EventSink
-from .._hints import clean_error
 from .._json import canonical_dumps
 from .._saga import Backoff
 from .._step import finish, validate_edit
@@ -58,7 +57,6 @@ from .._tools import (
     closed,
     key_deriver,
     run_tool,
-    with_key,
 )
 from .._turns import RETRY_BACKOFF
 from ._attempts import NodeTasks
@@ -92,7 +90,6 @@ from ._records import (
     node_units,
     retried_count,
     settings_record,
-    wall_time,
 )
 from ._results import (
     CompensationOutcome,
@@ -210,13 +207,6 @@ class PlanExecution:
             "plan", self.id, hooks, start_seq=len(stored(self.id)) if stored is not None else 0
         )
         self._people = NodeGate(self.id, plan.version, self._store, self._note_person)
-        self._tasks = NodeTasks(
-            self._people,
-            self._late,
-            self._nodes,
-            lambda node, undos: self._ends.keep_undos(node, undos, over=True),
-            self._regenerate,
-        )
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
@@ -226,6 +216,15 @@ class PlanExecution:
         self._log = DurableRun(self.id, self._store, restored, self._lost_run)
         #: Events whose transitions are buffered in the journal, emitted once it is written.
         self._held: list[HeldEvent] = []
+        self._tasks = NodeTasks(
+            self._people,
+            self._late,
+            self._nodes,
+            lambda node, undos: self._ends.keep_undos(node, undos, over=True),
+            self._generations,
+            self._log,
+            self._flush,
+        )
         self._ends = NodeEnds(
             scheduler=self._scheduler,
             nodes=self._nodes,
@@ -442,38 +441,6 @@ class PlanExecution:
             ),
         )
 
-    def _replay(self, start: Start, stored: StoredNode) -> Update:
-        """End a node of a resumed run as its durable record says, without running it."""
-        node_id = start.node
-        record = self._nodes[node_id]
-        started = stored.record.get("started_at")
-        finished = stored.record.get("finished_at")
-        record.started_wall = wall_time(started)
-        record.finished_wall = wall_time(finished)
-        if stored.state == "SUCCEEDED":
-            update = self._scheduler.done(node_id, start.attempt)
-            record.output = stored.output
-            self._outputs[node_id] = stored.output
-            self._completions.append(node_id)
-            self._event(
-                PlanEventKind.COMPLETED,
-                node=node_id,
-                attempt=stored.attempt,
-                data={"restored": True},
-            )
-            return update
-        update = self._scheduler.failed(
-            node_id, start.attempt, retry_at=None, timed_out=stored.state == "TIMED_OUT"
-        )
-        record.error = clean_error(stored.error or "failed before the crash")
-        self._event(
-            PlanEventKind.FAILED,
-            node=node_id,
-            attempt=stored.attempt,
-            data={"restored": True, "hint": record.error.text},
-        )
-        return update
-
     # -- the loop -------------------------------------------------------------------------
 
     async def execute(self) -> PlanResult:
@@ -527,7 +494,7 @@ class PlanExecution:
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
                 stored = self._log.restored.pop(start.node, None)
                 if stored is not None and stored.state in ENDED_STORED:
-                    await self._ends.apply(self._replay(start, stored), running)
+                    await self._ends.apply(self._ends.replay(start, stored), running)
                     continue
                 ended = self._dispatch(start, inbox, running)
                 if ended is None:  # it runs in a task
@@ -678,24 +645,6 @@ class PlanExecution:
         attempt.task = asyncio.ensure_future(self._tasks.plain(attempt, call, inbox))
         return None
 
-    def _regenerate(self, attempt: Attempt, call: Call) -> Call:
-        """The node's earlier call was compensated: a key of its own from now on (durable on a
-        durable run before the call runs); the call again under it."""
-        node = attempt.node
-        generation = self._generations[node] = self._generations.get(node, 0) + 1
-        record = self._nodes[node]
-        record.regenerate(generation)
-        if self._log.journal is not None:
-            self._log.persist(self._log.journal.regenerate, node, attempt.id, generation)
-            self._flush()
-        if call.context is None:
-            return call
-        old = call.context
-        call = with_key(call, record.key)
-        closed(old)
-        attempt.context = call.context
-        return call
-
     def _note_person(
         self,
         kind: EventKind,
@@ -814,7 +763,9 @@ class PlanExecution:
         compensations: tuple[CompensationOutcome, ...] = late
         if status is not PlanStatus.SUCCEEDED:
             if not self._log.lost:  # a runner that lost the run leaves its nodes to the new one
-                compensations += await self._compensate_completed()
+                compensations += await self._ends.compensate_completed(
+                    self._compensations, run=self._compensate
+                )
             if self._log.begun:  # never another's transaction of the same id
                 with contextlib.suppress(Exception):  # a store failure: already not published
                     self._log.end_state(status, compensations)
@@ -838,21 +789,4 @@ class PlanExecution:
             effects_dispatched=delivered,
             dispatch_errors=dispatch_errors,
             audit=self._audit.recorded(),
-        )
-
-    async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
-        """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
-        log, each undo record is forgotten once its compensation succeeded."""
-        txlog = self._log.txlog
-        return await compensate_nodes(
-            [
-                (at, node_id, undo)
-                for node_id, record in self._nodes.items()
-                for at, undo in record.undos
-            ],
-            self._stranded,
-            self._compensations,
-            run=self._compensate,
-            record=self._event,
-            on_compensated=None if txlog is None else txlog.forget,
         )

@@ -16,24 +16,28 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Final
 
+from .._hints import clean_error
 from .._step import classify
 from .._tools import Call, Failure, Orphan, abandoned_call, closed
 from ._checks import output_check
-from ._records import COMPLETED, SEQ_BITS, node_undo
+from ._compensate import compensate_nodes
+from ._records import COMPLETED, SEQ_BITS, node_undo, wall_time
 from ._results import PlanEventKind
 from ._scheduler import Delivery
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from .._json import JSONValue
     from .._saga import Backoff
-    from .._tools import Outcome, StagedEffect, Tool, UndoRecord
+    from .._tools import Compensation, Outcome, StagedEffect, Tool, UndoRecord
     from ._checks import OutputCheck
     from ._durable import DurableRun
+    from ._journal import StoredNode
     from ._late import LateCalls
     from ._records import Attempt, NodeRecord
-    from ._scheduler import Scheduler, Update
+    from ._results import CompensationOutcome
+    from ._scheduler import Scheduler, Start, Update
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "NodeEnds"]
 
@@ -344,3 +348,54 @@ class NodeEnds:
                 self._nodes[node_id].undos += tuple((now, undo) for undo in undos)
         else:
             self._stranded.extend((node_id, undo) for undo in undos)
+
+    def replay(self, start: Start, stored: StoredNode) -> Update:
+        """End a node of a resumed run as its durable record says, without running it."""
+        node_id = start.node
+        record = self._nodes[node_id]
+        started = stored.record.get("started_at")
+        finished = stored.record.get("finished_at")
+        record.started_wall = wall_time(started)
+        record.finished_wall = wall_time(finished)
+        if stored.state == "SUCCEEDED":
+            update = self._scheduler.done(node_id, start.attempt)
+            record.output = stored.output
+            self._outputs[node_id] = stored.output
+            self._completions.append(node_id)
+            self._event(
+                PlanEventKind.COMPLETED,
+                node=node_id,
+                attempt=stored.attempt,
+                data={"restored": True},
+            )
+            return update
+        update = self._scheduler.failed(
+            node_id, start.attempt, retry_at=None, timed_out=stored.state == "TIMED_OUT"
+        )
+        record.error = clean_error(stored.error or "failed before the crash")
+        self._event(
+            PlanEventKind.FAILED,
+            node=node_id,
+            attempt=stored.attempt,
+            data={"restored": True, "hint": record.error.text},
+        )
+        return update
+
+    async def compensate_completed(
+        self, compensations: Mapping[str, Compensation[Any, Any]], *, run: bool
+    ) -> tuple[CompensationOutcome, ...]:
+        """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
+        log, each undo record is forgotten once its compensation succeeded."""
+        txlog = self._log.txlog
+        return await compensate_nodes(
+            [
+                (at, node_id, undo)
+                for node_id, record in self._nodes.items()
+                for at, undo in record.undos
+            ],
+            self._stranded,
+            compensations,
+            run=run,
+            record=self._event,
+            on_compensated=None if txlog is None else txlog.forget,
+        )
