@@ -1,12 +1,15 @@
 """Plan nodes that need a person: approval before the call, review when its outcome is unknown.
 
-`NodeGate` is the plan runner's side of `_approvals`: a node whose tool needs approval (decided
-on the node's resolved inputs) waits in `WAITING_APPROVAL` while independent nodes go on; its
-approval is bound to the tool, the digest of the arguments and the plan version, and consumed
-once (a compare-and-set in the store) before the call starts. A node dispatched again after a
-crash whose approved call started but never recorded an outcome is checked by the tool's status
-check, or waits in `NEEDS_REVIEW` for a person. A rejection fails the node (never retried),
-with the reason in its hint.
+A guarded node (its tool declared with `needs_approval=`, `check=` or `on_unknown="review"`)
+goes through the same guarded attempt as a transaction's step, the step core's
+(`_step.attempt`): approval bound to the tool, the digest of the arguments and the plan
+version, consumed once before the call starts; a status check asked only once a timed-out
+call has returned; a review when it cannot tell. `NodeGate` keeps what is the plan's: it
+drives that attempt without blocking the run's loop, shows a node waiting for a person as
+`WAITING_APPROVAL` or `NEEDS_REVIEW` while independent nodes go on, polls for the decision
+and sends the same call through the gate again; it lists the run's pending requests and
+reviews, records each decision's audit event once (built from the stored decision, wherever
+it was made), and withdraws what is still pending when the run ends.
 """
 
 from __future__ import annotations
