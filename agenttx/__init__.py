@@ -10,7 +10,7 @@ from a public package's private modules (`from .stores import is_durable`, never
     layer 1: _refs _hints _render stores _events
     layer 2: _graph _rollback _saga _tools _lineage _constraints
     layer 3: _approvals _results _history _txlog _settings _timeline _prepare _observed _turns
-    layer 3: _guarded _transaction
+    layer 3: _step _guarded _transaction
     layer 3: _plans
     layer 4: _audit _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
@@ -27,6 +27,7 @@ from a public package's private modules (`from .stores import is_durable`, never
     _settings    a transaction's settings            _timeline   live steps, truncated together
     _prepare     a step's call, checked  _constraints hints kept, transient ones dropped
     _observed    what a transaction shows    _approvals  approvals, status checks, reviews
+    _step/       the lifecycle of one tool call (steps and nodes alike)
     _guarded     a step that needs a person
     _turns       calls that number themselves            _transaction interactive transactions
     _prompt      the system prompt for agents

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .._approvals import ApprovalRequest, Requests, Review
     from .._json import JSONValue
     from .._tools import Running, UndoRecord
-    from ..stores._approvals import RequestRow
+    from ..stores import RequestRow
 
 __all__ = [
     "AwaitReturn",

@@ -764,9 +764,8 @@ class PostgresStore(SharedRows, LogStore):
     def _fence_failed(
         self, tx_id: str, doing: str | None, cur: psycopg.Cursor[Any] | None = None
     ) -> NoReturn:
-        """A fenced write changed nothing: the transaction was taken over, or ended, by
-        another store. Let it go and raise `StorageError` (lease lost), as every later call
-        on it does (`Lost`)."""
+        """A fenced write changed nothing: the transaction was taken over, or ended, by another
+        store. Let it go and raise `StorageError` (lease lost), as later calls on it do."""
         try:
             if cur is None:
                 cur = self._link.cursor(doing or "check the lease")
@@ -777,8 +776,7 @@ class PostgresStore(SharedRows, LogStore):
         raise self._lose(tx_id, row)
 
     def _lose(self, tx_id: str, now: tuple[int, str | None] | None) -> StorageError:
-        """Let `tx_id` go, lost to another store (`now`: its epoch and owner there, `None` if
-        it ended); the error to raise."""
+        """Let `tx_id` go, lost to another store (`now`: its epoch and owner, None if ended)."""
         held = f"held here at epoch {self._epochs.get(tx_id)}"
         self._let_go(tx_id)
         if now is None:

@@ -739,16 +739,14 @@ class SQLiteStore(SharedTables, LogStore):
     # ------------------------------------------------------------ helpers
 
     def _not_open(self, tx_id: str) -> Exception:
-        """The error for a transaction this store does not hold (or for a closed or read-only
-        store, which holds none)."""
+        """The error for a transaction this store does not hold (a closed store holds none)."""
         if self._closed:
             return self._closed_error()
         if self._readonly:
             return self._readonly_error()
         return self._lost.error(tx_id) or TransactionNotFound(tx_id=tx_id)
 
-    def _check_writable(self) -> None:
-        """Raise `StorageError` if the store is read-only (no lock needed: it never changes)."""
+    def _check_writable(self) -> None:  # no lock needed: `_readonly` never changes
         if self._readonly:
             raise self._readonly_error()
 
@@ -771,8 +769,7 @@ class SQLiteStore(SharedTables, LogStore):
         return rows[0] if rows else None
 
     def _first_read(self, tx: TxMirror, key: str) -> tuple[int, str] | None:
-        """`_committed_row` for transaction `tx`, noting when it first read the committed state
-        (see `_reads_current`); the caller holds the lock."""
+        """`_committed_row`, noting when `tx` first read committed state (`_reads_current`)."""
         row = self._committed_row(key)
         if tx.first_read is None:
             tx.first_read = self._commits
@@ -786,17 +783,14 @@ class SQLiteStore(SharedTables, LogStore):
         self._txs.pop(tx_id, None)
 
     def _fence(self, tx_id: str) -> None:
-        """Check, inside a write transaction, that this store still owns `tx_id`; else let it
-        go and raise `StorageError` ("lease lost": taken over, or ended, by another store), as
-        every later call on it does (`Lost`)."""
+        """Check, inside a write transaction, that this store still owns `tx_id`; else let it go
+        and raise `StorageError` "lease lost", as every later call on it does (`Lost`)."""
         rows = self._cur.execute(SELECT_OWNER, (tx_id,)).fetchall()
         if rows and rows[0][0] == self._owner:
             return
         self._txs.pop(tx_id, None)
-        held = f"held here by owner {self._owner}"
-        if not rows:
-            raise self._lost.add(tx_id, held, "ended by another store")
-        raise self._lost.add(tx_id, held, f"taken over by another store (owner {rows[0][0]})")
+        what = f"taken over by another store (owner {rows[0][0]})" if rows else "ended by another"
+        raise self._lost.add(tx_id, f"held here by owner {self._owner}", what)
 
 
 if TYPE_CHECKING:
