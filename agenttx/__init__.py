@@ -29,7 +29,8 @@ from a public package's private modules (`from .stores import is_durable`, never
     _turns       a model turn's calls    _step/      the step core: one tool call's lifecycle
     _transaction/ interactive transactions: step pipeline, turn lock, people desk, views
     _prompt      the system prompt for agents
-    _plans/      plans: model, validation, scheduler, runner, metrics
+    _plans/      plans: model, validation, scheduler, runner, metrics; a run's attempts,
+                 their ends, late calls, durable half, and the abort of a run left behind
     _audit       the stored audit trail, read back
     _engine      many transactions, reaper           _recovery   crash recovery
     builtins/    built-in tools          testing/    hypothesis helpers
@@ -58,6 +59,7 @@ from ._errors import IllegalTransition as IllegalTransition
 from ._errors import InvalidArgument as InvalidArgument
 from ._errors import InvalidTransactionState as InvalidTransactionState
 from ._errors import JSONValueError as JSONValueError
+from ._errors import PlanToolMissing as PlanToolMissing
 from ._errors import PlanValidationError as PlanValidationError
 from ._errors import ReadConflict as ReadConflict
 from ._errors import ReferenceSyntaxError as ReferenceSyntaxError
@@ -207,6 +209,7 @@ __all__ = [
     "PlanResult",
     "PlanRun",
     "PlanStatus",
+    "PlanToolMissing",
     "PlanValidationError",
     "RateLimit",
     "ReadConflict",

@@ -27,7 +27,7 @@ from ._errors import AgentTxError, FailedPrecondition, InvalidArgument, Transact
 from ._events import hook_callables
 from ._limits import DEFAULT_ISOLATION, ISOLATION_LEVELS, Isolation
 from ._plans import PlanRun, run_plan, start_plan
-from ._recovery import recover, recover_plans
+from ._recovery import cancel_stranded_plan, recover, recover_plans
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import check_dispatcher, deliver_outbox
@@ -370,6 +370,11 @@ class Engine:
         of them, so no compensation runs twice; any failure with one transaction is reported
         in `failures` and the others go on. On a store that is not durable there is nothing
         to recover.
+
+        Plan runs a dead process left `RUNNING` are resumed in either mode. One whose plan
+        uses a tool that is no longer registered cannot be: `"resume"` leaves it and lists its
+        `PlanToolMissing` in `failures`; `"abort"` (or a cancellation recorded for it) ends it
+        CANCELLED, compensating its completed nodes through the registered compensations.
         """
         if not isinstance(mode, str) or mode not in ("abort", "resume"):
             raise InvalidArgument(f"mode must be 'abort' or 'resume', got {mode!r}")
@@ -391,16 +396,22 @@ class Engine:
             for tx in resumed:
                 self._hold(tx)
             held = {run_id for run_id, run in self._plans.items() if not run.done}
-        plans, skipped, failures = recover_plans(
-            self._store, self._registry, dispatcher=self._dispatcher, live=held, hooks=self._hooks
+        plans, skipped, failures, ran = recover_plans(
+            self._store,
+            self._registry,
+            dispatcher=self._dispatcher,
+            live=held,
+            hooks=self._hooks,
+            mode=mode,
         )
         with self._lock:
             for run in plans:
                 self._plans[run.id] = run
-        if not (plans or skipped or failures):
+        if not (plans or skipped or failures or ran):
             return report
         return attrs.evolve(
             report,
+            compensations_run=report.compensations_run + ran,
             failures=(*report.failures, *failures),
             skipped=(*report.skipped, *skipped),
             plans_resumed=tuple(run.id for run in plans),
@@ -513,7 +524,9 @@ class Engine:
         """Cancel plan run `run_id`, whichever thread or process runs it.
 
         On a durable store the cancellation is recorded first, and the runner (here or in
-        another process) reads it before its next dispatch; a run held here is woken at once.
+        another process) reads it before its next dispatch; a run held here is woken at once. A
+        dead process's run that cannot be resumed (a tool of its plan is no longer registered)
+        is ended here: its completed nodes compensated, CANCELLED.
         Raises `FailedPrecondition` if the run has ended or was cancelled already, and
         `TransactionNotFound` if neither the store nor this engine knows it.
         """
@@ -534,6 +547,8 @@ class Engine:
             if run is not None:
                 with contextlib.suppress(FailedPrecondition):  # it may have read it already
                     run.cancel(reason)
+            else:  # a dead process's run that recovery cannot resume (a tool is missing)
+                cancel_stranded_plan(self._store, run_id, self._registry, reason, self._hooks)
             return
         if run is None:
             raise TransactionNotFound(tx_id=run_id)

@@ -47,6 +47,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidTransactionState",
     "JSONValueError",
+    "PlanToolMissing",
     "PlanValidationError",
     "ReadConflict",
     "ReferenceSyntaxError",
@@ -176,6 +177,23 @@ class PlanValidationError(InvalidArgument):
         count = len(self.problems)
         super().__init__(
             f"the plan is invalid ({count} problem{'s' if count != 1 else ''}): {shown}{tail}"
+        )
+
+
+class PlanToolMissing(InvalidArgument):
+    """A durable plan run cannot be resumed: tool `tool` that its plan uses is no longer
+    registered. Cancelling the run (or recovering in `"abort"` mode) still ends it,
+    compensating its completed nodes through the registered compensations."""
+
+    code: ClassVar[str] = "plan_tool_missing"
+
+    def __init__(self, *, run_id: str, tool: str) -> None:
+        self.run_id = run_id
+        self.tool = tool
+        super().__init__(
+            f"plan run `{run_id}` cannot be resumed: its tool `{tool}` is not registered; "
+            "register it and recover again, or cancel the run (its completed nodes are "
+            "compensated)"
         )
 
 

@@ -35,14 +35,14 @@ from ._approvals import (
 )
 from ._errors import AgentTxError, InvalidArgument, TransactionNotFound
 from ._events import EventKind, EventSink
-from ._plans import is_plan_store, resume_plan
+from ._plans import abort_run, is_plan_store, missing_tool, plan_of, resume_plan
 from ._results import RecoveryReport, TxStatus
 from ._saga import SagaLedger
 from ._settings import Settings
 from ._tools import to_json_value
 from ._transaction import Transaction
 from ._txlog import end_keeping_undos, read_image, recovered_history
-from .stores import leases_owners
+from .stores import is_durable, leases_owners
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable
@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from ._saga import Dispatcher
     from ._tools import OutputSerializer, ToolRegistry, UndoRecord
     from ._txlog import Restored
-    from .stores import DurableStore
+    from .stores import DurableStore, Store
 
-__all__ = ["owner_alive", "recover", "recover_plans"]
+__all__ = ["cancel_stranded_plan", "owner_alive", "recover", "recover_plans"]
 
 
 @attrs.define
@@ -290,17 +290,23 @@ def recover_plans(
     dispatcher: Dispatcher | None,
     live: Container[str],
     hooks: Iterable[HookLike] | None = None,
-) -> tuple[list[PlanRun], list[str], list[str]]:
+    mode: Literal["abort", "resume"] = "resume",
+) -> tuple[list[PlanRun], list[str], list[str], int]:
     """Resume every RUNNING plan run of `store` not in `live` whose owner is not a live
     process: each is claimed (a compare-and-set on its owner, so one recoverer takes it) and
-    resumed on a background thread (`resume_plan`). Returns the resumed runs, the ids skipped
-    (alive, or claimed by another recoverer) and a line per run that could not be resumed."""
+    resumed on a background thread (`resume_plan`). A run a tool of whose plan is not
+    registered cannot be resumed: in `"resume"` mode it is left as it is and reported
+    (`PlanToolMissing`); in `"abort"` mode, or once it was cancelled, it is ended CANCELLED,
+    its completed nodes compensated (`abort_run`). Returns the resumed runs, the ids skipped
+    (alive, or claimed by another recoverer), a line per run that could not be resumed or
+    compensation that failed, and how many compensations ran."""
     resumed: list[PlanRun] = []
     skipped: list[str] = []
     failures: list[str] = []
+    ran = 0
     plans = store if is_plan_store(store) else None
     if plans is None:
-        return resumed, skipped, failures
+        return resumed, skipped, failures, ran
     for run_id, owner in plans.running_plans():
         if run_id in live:
             continue
@@ -308,16 +314,58 @@ def recover_plans(
             skipped.append(run_id)
             continue
         try:
+            # Read before the claim: a run that cannot be resumed is left unclaimed.
+            missing = missing_tool(plan_of(plans.read_plan(run_id)), registry, run_id)
+            cancelled = plans.plan_cancel_reason(run_id) if missing is not None else None
+            if missing is not None and mode == "resume" and cancelled is None:
+                failures.append(f"plan run {run_id}: {missing}")
+                continue
             image = plans.claim_plan(run_id, owner)
             if image is None:
                 skipped.append(run_id)
+                continue
+            if missing is not None:
+                why = cancelled if cancelled is not None else f"aborted by recovery: {missing}"
+                count, lines = abort_run(
+                    store, image, registry, reason=why, actor=RECOVERY_ACTOR, hooks=hooks
+                )
+                ran += count
+                failures.extend(lines)
                 continue
             resumed.append(
                 resume_plan(store, image, tools=registry, dispatcher=dispatcher, hooks=hooks)
             )
         except AgentTxError as exc:
             failures.append(f"plan run {run_id}: {exc}")
-    return resumed, skipped, failures
+    return resumed, skipped, failures, ran
+
+
+def cancel_stranded_plan(
+    store: Store,
+    run_id: str,
+    registry: ToolRegistry,
+    reason: str,
+    hooks: Iterable[HookLike] | None = None,
+) -> tuple[int, list[str]] | None:
+    """End RUNNING run `run_id` now if no live process holds it and a tool of its plan is
+    not registered (recovery could not resume it to see its cancellation): claimed, its
+    completed nodes compensated, CANCELLED (`abort_run`). How many compensations ran and the
+    lines of those that failed; None if it was left to its runner or to recovery."""
+    if not is_durable(store):
+        return None
+    durable = store
+    plans = store if is_plan_store(store) else None
+    if plans is None:
+        return None
+    owners = dict(plans.running_plans())
+    if run_id not in owners or _alive(durable, owners[run_id]):
+        return None
+    if missing_tool(plan_of(plans.read_plan(run_id)), registry, run_id) is None:
+        return None  # the next recovery resumes it, and it reads its cancellation
+    image = plans.claim_plan(run_id, owners[run_id])
+    if image is None:
+        return None
+    return abort_run(durable, image, registry, reason=reason, actor=RECOVERY_ACTOR, hooks=hooks)
 
 
 def _alive(store: DurableStore, owner: str | None) -> bool:

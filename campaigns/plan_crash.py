@@ -73,7 +73,7 @@ from typing import Any
 import agenttx
 from agenttx import Engine, EngineConfig
 from agenttx._plans import read_run
-from agenttx._plans._execution import PlanExecution
+from agenttx._plans._durable import DurableRun
 from agenttx._plans._journal import PlanJournal
 from agenttx._saga import Backoff
 from agenttx.stores import SQLiteStore
@@ -319,7 +319,7 @@ def work(world: World, seed: int, trial: int) -> None:
     claim_all, flush, write_state = (
         PlanJournal.claim_all,
         PlanJournal.flush,
-        PlanExecution._write_state,  # noqa: SLF001
+        DurableRun.write_state,
     )
 
     def claim_hook(self: PlanJournal, *args: Any, **kwargs: Any) -> frozenset[str]:
@@ -333,13 +333,13 @@ def work(world: World, seed: int, trial: int) -> None:
         crash("after_flush")
         return done
 
-    def state_hook(self: PlanExecution, *args: Any, **kwargs: Any) -> None:
+    def state_hook(self: DurableRun, *args: Any, **kwargs: Any) -> None:
         write_state(self, *args, **kwargs)
         crash("after_state")
 
     PlanJournal.claim_all = claim_hook  # type: ignore[method-assign]
     PlanJournal.flush = flush_hook  # type: ignore[method-assign]
-    PlanExecution._write_state = state_hook  # type: ignore[method-assign]  # noqa: SLF001
+    DurableRun.write_state = state_hook  # type: ignore[method-assign]
     store = world.store()
     engine = Engine(
         tools=make_tools(world, crash),

@@ -18,6 +18,7 @@ CODES = {
     "JSONValueError": "invalid_json_value",
     "ReferenceSyntaxError": "malformed_reference",
     "PlanValidationError": "invalid_plan",
+    "PlanToolMissing": "plan_tool_missing",
     "WriteConflict": "write_conflict",
     "ReadConflict": "read_conflict",
     "StorageError": "storage_error",

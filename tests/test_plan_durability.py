@@ -1259,3 +1259,145 @@ def test_a_rate_limit_is_counted_over_every_run(durable_backend):
     ((tool, tokens, _),) = stores[0].plan_rates()
     assert tool == "pay"
     assert tokens < 0.1
+
+
+# ---------------------------------------------------------------------- tools gone after a crash
+
+
+def _died_after_a(tmp_path: Path) -> Path:
+    """A store holding RUNNING run `r` whose process died inside node `b`, after node `a`
+    completed (its `compensate=` undo durable): the `state` scenario's."""
+    script = tmp_path / "worker.py"
+    script.write_text(RESUME_WORKER)
+    run = [sys.executable, str(script), str(tmp_path), "state", "run"]
+    died = subprocess.run(run, env={"PYTHONPATH": str(ROOT)}, check=False, timeout=60)
+    assert died.returncode == 9
+    return tmp_path / "plans.db"
+
+
+def _undo(undone: list[str]) -> object:
+    @agenttx.compensation
+    def undo(payload):
+        undone.append(payload["output"]["name"])
+
+    return undo
+
+
+def _ended_cancelled(store: SQLiteStore) -> None:
+    image = store.read_plan("r")
+    assert image.status == "CANCELLED"
+    states = {node.node_id: node.state for node in image.nodes}
+    assert states == {"a": "SUCCEEDED", "b": "CANCELLED", "c": "CANCELLED"}
+    kinds = [json.loads(text)["kind"] for text in store.plan_audit("r")]
+    assert "compensated" in kinds
+    assert kinds[-1] == "finished"
+
+
+def test_a_run_whose_tool_is_gone_is_not_resumed_and_says_which(tmp_path):
+    """Resuming a run whose plan uses a tool no longer registered raises `PlanToolMissing`
+    (naming it); recovery lists it in `failures`, claims nothing, and an abort still ends it."""
+    store = SQLiteStore(_died_after_a(tmp_path))
+    undone: list[str] = []
+    tools = [_undo(undone)]
+    with pytest.raises(agenttx.PlanToolMissing) as info:
+        agenttx._plans.resume_plan(store, store.read_plan("r"), tools=tools)
+    assert (info.value.tool, info.value.run_id, info.value.code) == (
+        "step",
+        "r",
+        "plan_tool_missing",
+    )
+    engine = agenttx.Engine(tools=tools, store=store)
+    report = engine.recover("resume")
+    assert report.plans_resumed == ()
+    (line,) = [failure for failure in report.failures if failure.startswith("plan run r")]
+    assert "`step`" in line
+    assert store.read_plan("r").status == "RUNNING"
+    assert undone == []
+    report = engine.recover("abort")  # not wedged: the abort ends it
+    assert report.compensations_run == 1
+    assert undone == ["a"]
+    _ended_cancelled(store)
+    assert store.open_transactions() == ()
+    store.close()
+
+
+def test_cancelling_a_run_whose_tool_is_gone_compensates_its_completed_nodes(tmp_path):
+    """`engine.cancel_plan` ends a dead run that cannot be resumed: `a`'s compensation (found
+    by its kind) runs, and the run ends CANCELLED with the audit of it."""
+    store = SQLiteStore(_died_after_a(tmp_path))
+    undone: list[str] = []
+    engine = agenttx.Engine(tools=[_undo(undone)], store=store)
+    engine.cancel_plan("r", "the tool was retired")
+    assert undone == ["a"]
+    _ended_cancelled(store)
+    assert store.open_transactions() == ()
+    assert engine.recover().plans_resumed == ()
+    store.close()
+
+
+def test_an_undo_whose_compensation_is_gone_too_is_kept_and_retried(tmp_path):
+    """Neither the tool nor the compensation is registered: the abort ends the run, keeps
+    the undo record as failed (reported), and a later recovery with the compensation runs it."""
+    db = _died_after_a(tmp_path)
+    store = SQLiteStore(db)
+    report = agenttx.Engine(tools=[], store=store).recover("abort")
+    assert any("plan run r" in line and "undo" in line for line in report.failures)
+    _ended_cancelled_without_compensation = store.read_plan("r")
+    assert _ended_cancelled_without_compensation.status == "CANCELLED"
+    assert store.open_transactions() == ("r",)  # its undo record is kept
+    undone: list[str] = []
+    report = agenttx.Engine(tools=[_undo(undone)], store=store).recover("abort")
+    assert undone == ["a"]
+    assert store.open_transactions() == ()
+    store.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_nodes_new_key_after_a_compensated_late_call_is_durable(store):
+    """A retry after a late call that was compensated runs under the node's next key; the
+    node's record keeps its generation, and a resumed run derives that key again."""
+    go = threading.Event()
+    calls: list[str] = []
+    refunds: list[str] = []
+
+    @agenttx.compensation
+    def refund(payload):
+        refunds.append(payload["output"]["key"])
+
+    @agenttx.tool(compensate=refund)
+    def charge(ctx: agenttx.ToolContext) -> dict[str, str]:
+        calls.append(ctx.idempotency_key)
+        go.wait(30)
+        return {"key": ctx.idempotency_key}
+
+    def hook(event: agenttx.Event) -> None:
+        if event.kind is agenttx.EventKind.RETRIED:
+            go.set()
+
+    plan = agenttx.Plan(nodes=[agenttx.Node("c", tool="charge", timeout=0.2, retries=1)])
+    result = agenttx.run_plan(
+        plan, tools=[charge, refund], initial={}, store=store, hooks=[hook], backoff=NO_WAIT
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    first = derive_key(result.run_id, plan.version, "c", "charge")
+    second = derive_key(result.run_id, plan.version, "c", "charge", 1)
+    assert calls == [first, second]
+    assert refunds == [first]
+    assert _nodes(store, result.run_id)["c"]["generation"] == 1
+    _, restored = read_run(store.read_plan(result.run_id))
+    resumed = PlanExecution(
+        plan,
+        tools=[charge, refund],
+        initial={},
+        max_concurrency=1,
+        resources=None,
+        on_failure="skip_dependants",
+        store=agenttx.stores.MemoryStore(),
+        rate_limits=None,
+        run_id=result.run_id,
+        dispatcher=None,
+        compensate_on="failure",
+        backoff=None,
+        restored=restored,
+    )
+    assert resumed._nodes["c"].key == second

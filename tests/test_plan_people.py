@@ -208,8 +208,20 @@ def release():
     event.set()
 
 
+def _on_unknown(release: threading.Event):
+    """A hook that lets the timed-out call return once its outcome is found unknown (while
+    the run awaits its return, before it asks the status check)."""
+
+    def hook(event: agenttx.Event) -> None:
+        if event.kind.name == "OUTCOME_UNKNOWN":
+            release.set()
+
+    return [hook]
+
+
 def test_a_timed_out_node_with_a_status_check_is_not_run_twice(release):
-    """The node's call times out while running; the check finds it: SUCCEEDED, one call."""
+    """The node's call times out while running; once it returned the check finds it:
+    SUCCEEDED, one call."""
     ledger = Ledger()
 
     def check(arguments, key):
@@ -218,7 +230,12 @@ def test_a_timed_out_node_with_a_status_check_is_not_run_twice(release):
         return agenttx.CheckResult.not_done()
 
     tool = _slow_charge(ledger, release, check=check)
-    result = agenttx.run_plan(_one_node(), tools=[tool], initial={"customer": "c", "amount": 5})
+    result = agenttx.run_plan(
+        _one_node(),
+        tools=[tool],
+        initial={"customer": "c", "amount": 5},
+        hooks=_on_unknown(release),
+    )
     assert result.status is PlanStatus.SUCCEEDED
     assert result.nodes["charge"].output == {"charge_id": "found"}
     assert len(ledger.calls) == 1
@@ -257,6 +274,7 @@ def test_a_node_review_resolved_not_done_runs_again_with_the_same_key(release):
     run = agenttx.start_plan(_one_node(), tools=[charge], initial={"customer": "c", "amount": 5})
     _until(lambda: bool(run.pending_reviews()))
     (review,) = run.pending_reviews()
+    release.set()  # the first call has ended by the time a person decides
     run.resolve_review(review.id, outcome="not_done", actor="ops")
     result = run.wait(10)
     assert result.status is PlanStatus.SUCCEEDED
@@ -304,7 +322,12 @@ def test_a_failed_approved_call_uses_its_approval_up_and_its_retry_asks_again():
 def _timed_out_with(release: threading.Event, check) -> tuple[agenttx.PlanRun, Ledger]:
     ledger = Ledger()
     tool = _slow_charge(ledger, release, check=check)
-    run = agenttx.start_plan(_one_node(), tools=[tool], initial={"customer": "c", "amount": 5})
+    run = agenttx.start_plan(
+        _one_node(),
+        tools=[tool],
+        initial={"customer": "c", "amount": 5},
+        hooks=_on_unknown(release),
+    )
     return run, ledger
 
 
@@ -332,24 +355,57 @@ def test_a_timed_out_node_whose_check_cannot_tell_goes_to_review(release, kind):
 
 def test_a_timed_out_node_whose_check_says_not_done_runs_again_with_the_same_key(release):
     """not_done from the check: the call runs again under the key of the first call."""
-    release.set()  # the second call returns at once
     ledger = Ledger()
-    first = threading.Event()
 
     @agenttx.tool(name="charge", check=lambda arguments, key: agenttx.CheckResult.not_done())
     def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
         ledger.add("charge", ctx.idempotency_key)
-        if not first.is_set():
-            first.set()
-            time.sleep(1.0)
+        release.wait(5)  # the first call returns once its outcome is unknown; the second at once
         return {"charge_id": "second"}
 
-    result = agenttx.run_plan(_one_node(), tools=[charge], initial={"customer": "c", "amount": 5})
+    result = agenttx.run_plan(
+        _one_node(),
+        tools=[charge],
+        initial={"customer": "c", "amount": 5},
+        hooks=_on_unknown(release),
+    )
     assert result.status is PlanStatus.SUCCEEDED
     assert result.nodes["charge"].output == {"charge_id": "second"}
     keys = [key for _, key in ledger.calls]
     assert len(keys) == 2
     assert keys[0] == keys[1]
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_out_node_is_not_checked_nor_run_again_while_its_call_is_in_flight(release):
+    """The check is asked only once the call has returned: a call still in flight, whose
+    honest check would say not_done, goes to review instead of starting a second charge."""
+    ledger = Ledger()
+    charged: list[str] = []
+
+    def check(arguments, key):
+        if key in charged:
+            return agenttx.CheckResult.done({"charge_id": "found"})
+        return agenttx.CheckResult.not_done()  # honest: it has not landed yet
+
+    @agenttx.tool(name="charge", check=check)
+    def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
+        ledger.add("charge", ctx.idempotency_key)
+        release.wait(30)
+        charged.append(ctx.idempotency_key)
+        return {"charge_id": "late"}
+
+    run = agenttx.start_plan(_one_node(), tools=[charge], initial={"customer": "c", "amount": 5})
+    _until(lambda: run.node_states()["charge"] is NodeState.NEEDS_REVIEW)
+    assert len(ledger.calls) == 1  # no second execution beside the one in flight
+    (review,) = run.pending_reviews()
+    assert any("only once it has returned" in error for error in review.errors)
+    release.set()
+    run.resolve_review(review.id, outcome="done", output={"charge_id": "late"}, actor="ops")
+    result = run.wait(30)
+    assert result.status is PlanStatus.SUCCEEDED
+    assert len(ledger.calls) == 1
+    assert len(charged) == 1
 
 
 WORKER = Path(__file__).resolve().parent / "_plan_people_worker.py"
@@ -573,3 +629,53 @@ def test_an_interrupt_in_an_approved_call_ends_the_run_and_wait_raises_it():
         run.wait(10)
     assert run.status is PlanStatus.CANCELLED
     assert undone == ["c-ada"]
+
+
+@pytest.mark.timeout(60)
+def test_an_approved_call_abandoned_when_a_sibling_fails_is_refunded_once_it_lands():
+    """An approved charge (its own context, from the gate) still runs when a sibling's failure
+    cancels its node: its undos, registered and declared, run once it has returned."""
+    go = threading.Event()
+    charging = threading.Event()
+    refunds: list[object] = []
+
+    @agenttx.compensation
+    def refund(payload):
+        refunds.append(payload)
+
+    @agenttx.tool(needs_approval=True, compensate=refund)
+    def charge(ctx: agenttx.ToolContext, amount: int) -> dict:
+        ctx.register_undo("refund", {"registered": amount})
+        charging.set()
+        go.wait(30)
+        return {"charge_id": "ch-1"}
+
+    @agenttx.tool
+    def doomed(amount: int) -> dict:
+        charging.wait(30)
+        raise agenttx.ToolError("the card was declined", transient=False)
+
+    def hook(event: agenttx.Event) -> None:
+        if event.kind is agenttx.EventKind.CANCELLED and event.node == "charge":
+            go.set()
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("charge", tool="charge", inputs={"amount": 5}, timeout=30),
+            agenttx.Node("doomed", tool="doomed", inputs={"amount": 5}),
+        ]
+    )
+    run = agenttx.start_plan(
+        plan, tools=[charge, refund, doomed], initial={}, on_failure="cancel_all", hooks=[hook]
+    )
+    _until(lambda: bool(run.pending_approvals()))
+    (request,) = run.pending_approvals()
+    run.approve(request.id, actor="alice")
+    result = run.wait(30)
+    assert result.status is PlanStatus.FAILED
+    assert sorted(map(str, refunds)) == sorted(
+        map(str, [{"registered": 5}, {"arguments": {"amount": 5}, "output": {"charge_id": "ch-1"}}])
+    )
+    kinds = [e.kind for e in result.audit if e.node == "charge"]
+    assert agenttx.EventKind.LATE_RESULT_REFUSED in kinds
+    assert kinds.count(agenttx.EventKind.COMPENSATED) == 2

@@ -633,7 +633,14 @@ def test_cancel_while_running_fences_sync_tools_and_cancels_descendants():
             agenttx.Node("after", tool="after", inputs={"v": "${slow.v}"}),
         ]
     )
-    run = agenttx.start_plan(plan, tools=[slow, after], initial={}, store=store)
+
+    def on_cancelled(event: agenttx.Event) -> None:
+        if event.kind is agenttx.EventKind.CANCELLED and event.node == "slow":
+            release.set()  # the worker finishes while the run's end waits for it
+
+    run = agenttx.start_plan(
+        plan, tools=[slow, after], initial={}, store=store, hooks=[on_cancelled]
+    )
     assert entered.wait(10)
     assert run.status is PlanStatus.RUNNING
     run.cancel("customer withdrew")
@@ -650,7 +657,7 @@ def test_cancel_while_running_fences_sync_tools_and_cancels_descendants():
     )
     with pytest.raises(agenttx.FailedPrecondition, match="has ended"):
         run.cancel("again")
-    # The worker finishes after the run: its write is refused by the closed context.
+    # The worker finished after its node ended: its write is refused by the closed context.
     assert tried.wait(10)
     assert len(late) == 1
     assert "has ended" in late[0]
@@ -1012,8 +1019,10 @@ def test_a_node_failing_at_dispatch_releases_a_fallback_dependant():
     assert result.nodes["b"].output == {"x": -1}
 
 
-def test_undos_of_interrupted_calls_run_only_once_the_call_is_over():
-    """On cancel, an unwound async tool's undo runs; a sync tool still running keeps its undo."""
+def test_undos_of_interrupted_calls_run_only_once_the_call_is_over(monkeypatch):
+    """On cancel, an unwound async tool's undo runs; a sync tool still running when the run's
+    end stops waiting for it keeps its undo, reported."""
+    monkeypatch.setattr("agenttx._plans._late.LATE_GRACE", 0.0)
     entered = threading.Barrier(3)
     release = threading.Event()
     undone: list[str] = []
@@ -1331,3 +1340,132 @@ def test_an_interrupt_in_an_async_tool_ends_the_run_and_wait_raises_it():
     with pytest.raises(KeyboardInterrupt):
         run.wait(10)
     assert run.status is PlanStatus.CANCELLED
+
+
+# ---------------------------------------------------------------------- abandoned sync calls
+
+
+class _Bank:
+    """A card charge that lands only once `go` is set (after its node was abandoned), and its
+    refund, with what each did."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.charging = threading.Event()
+        self.charges: list[str] = []
+        self.refunds: list[str] = []
+        self.keys: list[str] = []
+
+    def tools(self) -> list[object]:
+        @agenttx.compensation
+        def refund(payload):
+            self.refunds.append(payload["output"]["charge_id"])
+
+        @agenttx.tool(compensate=refund)
+        def charge(ctx: agenttx.ToolContext, amount: int) -> dict:
+            self.keys.append(ctx.idempotency_key)
+            self.charging.set()
+            self.go.wait(30)
+            charge_id = f"ch-{len(self.charges) + 1}"
+            self.charges.append(charge_id)
+            return {"charge_id": charge_id}
+
+        @agenttx.tool
+        def doomed() -> dict:
+            self.charging.wait(30)
+            raise agenttx.ToolError("the card was declined", transient=False)
+
+        return [charge, refund, doomed]
+
+    def on(self, kind: agenttx.EventKind) -> list[object]:
+        """A hook that lets the charge land once node `charge` has a `kind` event."""
+
+        def hook(event: agenttx.Event) -> None:
+            if event.kind is kind and event.node == "charge":
+                self.go.set()
+
+        return [hook]
+
+
+def _charge_node(**options: object) -> agenttx.Node:
+    return agenttx.Node("charge", tool="charge", inputs={"amount": 5}, **options)
+
+
+def _refunded_once(result: agenttx.PlanResult, bank: _Bank, charge_id: str = "ch-1") -> None:
+    assert bank.refunds == [charge_id]
+    late = [e for e in result.audit if e.kind is agenttx.EventKind.LATE_RESULT_REFUSED and e.node]
+    assert [(e.node, e.data["late"]) for e in late] == [("charge", "output")]
+    compensated = [
+        e for e in result.audit if e.kind is agenttx.EventKind.COMPENSATED and e.node == "charge"
+    ]
+    assert len(compensated) == 1
+    outcomes = [c for c in result.compensations if c.node_id == "charge"]
+    assert [c.status for c in outcomes] == [agenttx.CompensationStatus.COMPLETED]
+
+
+@pytest.mark.timeout(60)
+def test_a_sync_call_abandoned_when_a_sibling_fails_is_refunded_once_it_lands():
+    """cancel_all: the charge lands after its node was cancelled; once it returned its
+    compensate= undo runs, once, and the audit shows the late result and the refund."""
+    bank = _Bank()
+    plan = agenttx.Plan(nodes=[_charge_node(timeout=30), agenttx.Node("doomed", tool="doomed")])
+    result = agenttx.run_plan(
+        plan,
+        tools=bank.tools(),
+        initial={},
+        on_failure="cancel_all",
+        hooks=bank.on(agenttx.EventKind.CANCELLED),
+    )
+    assert result.status is PlanStatus.FAILED
+    assert result.nodes["charge"].state is NodeState.CANCELLED
+    assert bank.charges == ["ch-1"]
+    _refunded_once(result, bank)
+
+
+@pytest.mark.timeout(60)
+def test_a_sync_call_abandoned_at_its_node_timeout_is_refunded_once_it_lands():
+    """The charge times out (no retry) and lands later: the run's end waits for it and
+    refunds it."""
+    bank = _Bank()
+    plan = agenttx.Plan(nodes=[_charge_node(timeout=0.2)])
+    result = agenttx.run_plan(
+        plan, tools=bank.tools(), initial={}, hooks=bank.on(agenttx.EventKind.FAILED)
+    )
+    assert result.status is PlanStatus.FAILED
+    assert result.nodes["charge"].state is NodeState.TIMED_OUT
+    assert bank.charges == ["ch-1"]
+    _refunded_once(result, bank)
+
+
+@pytest.mark.timeout(60)
+def test_a_sync_call_abandoned_by_a_cancel_is_refunded_once_it_lands():
+    """run.cancel() while the charge runs: it lands, and is refunded once."""
+    bank = _Bank()
+    plan = agenttx.Plan(nodes=[_charge_node(timeout=30)])
+    run = agenttx.start_plan(
+        plan, tools=bank.tools(), initial={}, hooks=bank.on(agenttx.EventKind.CANCELLED)
+    )
+    assert bank.charging.wait(30)
+    run.cancel("the customer left")
+    result = run.wait(30)
+    assert result.status is PlanStatus.CANCELLED
+    assert bank.charges == ["ch-1"]
+    _refunded_once(result, bank)
+
+
+@pytest.mark.timeout(60)
+def test_a_retry_waits_for_the_timed_out_call_and_gets_a_new_key_once_it_was_refunded():
+    """A timed-out charge is retried: the retry starts only once the first call returned and
+    was refunded, and under a key of its own (the first one's effect was compensated)."""
+    bank = _Bank()
+    plan = agenttx.Plan(nodes=[_charge_node(timeout=0.2, retries=1)])
+    result = agenttx.run_plan(
+        plan, tools=bank.tools(), initial={}, hooks=bank.on(agenttx.EventKind.RETRIED)
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    assert bank.charges == ["ch-1", "ch-2"]
+    assert bank.refunds == ["ch-1"]
+    assert len(bank.keys) == 2
+    assert bank.keys[0] != bank.keys[1]
+    assert result.nodes["charge"].idempotency_key == bank.keys[1]
+    assert result.nodes["charge"].output == {"charge_id": "ch-2"}

@@ -76,6 +76,7 @@ EXPECTED = {
         "PlanResult",
         "PlanRun",
         "PlanStatus",
+        "PlanToolMissing",
         "PlanValidationError",
         "RateLimit",
         "ReadConflict",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ._abort import abort_run as abort_run
+from ._abort import missing_tool as missing_tool
+from ._abort import plan_of as plan_of
 from ._cycles import find_cycles as find_cycles
 from ._journal import StoredNode as StoredNode
 from ._journal import is_plan_store as is_plan_store
@@ -51,10 +54,13 @@ __all__ = [
     "RateLimit",
     "StoredNode",
     "UnresolvedInput",
+    "abort_run",
     "arun_plan",
     "cost_per_completed_workflow",
     "find_cycles",
     "is_plan_store",
+    "missing_tool",
+    "plan_of",
     "read_run",
     "resolve_inputs",
     "resolve_resource",

@@ -17,85 +17,66 @@ concurrent nodes interleave in one overlay); what a node must undo it registers 
 effects are delivered after that commit; a failed or cancelled plan discards it and publishes
 nothing. Completed nodes are then compensated, newest completion first, through a `SagaLedger`.
 
-Durable runs (a store that keeps plan runs): every transition goes through the `PlanJournal`,
-buffered and written at the barriers (before a round's tools start, with their claims; before
-the loop waits; before the end), and each audit event is held until its transition is written.
-The state transaction has a durable log (`TxLog`): undo records are written ahead, a node's
-writes and staged effects are written before its completion, the commit moves the effects to
-the outbox, and recovery resumes the transaction with the run (see docs/plans.md).
+Durable runs (a store that keeps plan runs): every transition goes through the run's
+`DurableRun` (`_durable`), buffered and written at the barriers (before a round's tools start,
+with their claims; before the loop waits; before the end), and each audit event is held until
+its transition is written.
 
-`PlanExecution` is the run: constructed (and so checked) in the caller's thread, executed once by
-`execute` on an event loop; `_runner` builds the public API on it. See
-`docs/plans.md#running-a-plan`.
+`PlanExecution` is the run: constructed (and so checked) in the caller's thread, executed once
+by `execute` on an event loop; `_runner` builds the public API on it. It holds the parts it is
+made of: `NodeTasks` (`_attempts`) run the attempts, `NodeEnds` (`_outcomes`) apply their ends,
+`LateCalls` (`_late`) keep the calls they walked away from, `NodeGate` (`_people`) the waits
+for a person, `_ending` reads the results. See `docs/plans.md#running-a-plan`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-import attrs
-
-from .._approvals import request_of
 from .._errors import (
     FailedPrecondition,
     InvalidArgument,
     PlanValidationError,
-    StorageError,
-    TransactionNotFound,
     WriteConflict,
 )
 from .._events import DeferredData, Event, EventKind, EventSink
-from .._hints import clean_error
 from .._json import canonical_dumps
-from .._limits import DEFAULT_ISOLATION
-from .._rollback import RollbackPolicy
-from .._saga import Backoff, deliver_outbox, dispatch_effects
-from .._settings import Settings
-from .._step import validate_edit
+from .._saga import Backoff
+from .._step import finish, validate_edit
 from .._tools import (
     Call,
     Compensation,
     Failure,
-    Outcome,
     ToolContext,
     ToolRegistry,
     UndoRecord,
-    arun_tool,
     closed,
     key_deriver,
     run_tool,
 )
 from .._turns import RETRY_BACKOFF
-from .._txlog import LiveStep, TxLog, history_text, read_image
-from ..stores import is_durable
+from ._attempts import NodeTasks
 from ._checks import (
-    OutputCheck,
     check_capacities,
     check_limit,
     check_rate_limits,
     check_run_id,
     check_store,
     optional_prerequisites,
-    output_check,
 )
 from ._compensate import compensate_nodes
-from ._journal import PlanJournal, StoredNode, is_plan_store
-from ._metrics import (
-    CostBreakdown,
-    LazyMap,
-    NodeTiming,
-    PlanMetrics,
-    plan_metrics,
-)
+from ._durable import ENDED_STORED, DurableRun
+from ._ending import node_results, plan_status, run_metrics
+from ._journal import StoredNode, is_plan_store
+from ._late import LateCalls
 from ._model import Node, Plan, UnresolvedInput, resolve_inputs, resolve_resource
-from ._people import NodeGate, Waiting
+from ._outcomes import CANCEL_GRACE, DEFAULT_NODE_TIMEOUT, NodeEnds
+from ._people import NodeGate
 from ._records import (
-    COMPLETED,
     DISPATCHED,
     SEQ_BITS,
     Attempt,
@@ -104,24 +85,19 @@ from ._records import (
     HeldEvent,
     Inbox,
     NodeRecord,
-    SerializedStore,
     attempts_made,
-    node_timing,
-    node_undo,
+    generation_of,
     node_units,
     retried_count,
     settings_record,
-    wall_time,
 )
 from ._results import (
     CompensationOutcome,
-    CompensationStatus,
-    NodeResult,
     PlanEventKind,
     PlanResult,
     PlanStatus,
 )
-from ._scheduler import Delivery, NodeState, RateLimit, Scheduler, Start, Update
+from ._scheduler import NodeState, RateLimit, Scheduler, Start, Update
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -130,18 +106,11 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._saga import Dispatcher
     from .._tools import Tool, ToolsArgument
-    from ..stores import DurableStore, Store
+    from ..stores import Store
 
 __all__ = ["CANCEL_GRACE", "DEFAULT_NODE_TIMEOUT", "CompensateOn", "FailurePolicy", "PlanExecution"]
 
 _monotonic: Final = time.monotonic
-#: Each attempt's deadline, in seconds, for a node without `timeout=`.
-DEFAULT_NODE_TIMEOUT: Final = 30.0
-#: How long a cancellation waits for cancelled async tools to unwind, in seconds.
-CANCEL_GRACE: Final = 5.0
-#: The compensation order of undo records a resumed run restored: before any of its own
-#: (whose times are `time.monotonic()` readings, never negative), in node order.
-_RESTORED_AT: Final = -1e9
 
 FailurePolicy = Literal["skip_dependants", "cancel_all"]
 CompensateOn = Literal["failure", "never"]
@@ -154,10 +123,6 @@ _COMPENSATE_ON: Final = ("failure", "never")
 #: How often, in seconds, a durable run waiting for results looks for a cancellation that
 #: another process recorded.
 CANCEL_POLL: Final = 0.1
-#: Stored states a resumed run takes as they are (the node is not run again).
-_ENDED_STORED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT"})
-#: The backoff step a node waiting for another run's exclusive resource stops growing at.
-_HOLD_WAITS: Final = 3
 
 
 class PlanExecution:
@@ -211,19 +176,28 @@ class PlanExecution:
         self._nodes: dict[str, NodeRecord] = {}
         #: The nodes' tools, by name (not on the records: a kept result keeps no tool alive).
         self._tools: dict[str, Tool[Any, Any]] = {}
+        #: How many times a node's key changed (an earlier call of it was compensated).
+        self._generations: dict[str, int] = {}
         self._scheduler = self._build(plan, registry, restored, on_failure, capacities, limits)
         #: Each rate-limited tool's `(tool, per_second, burst)`: a durable run also counts it
         #: over every run on the store, taking a token of the tool's bucket with each claim.
         self._rates = {
             tool: (tool, limit.per_second, limit.burst) for tool, limit in limits.items()
         }
-        self._checks: dict[str, OutputCheck | None] = {}
         self._dispatcher = dispatcher
         self._compensate = compensate_on == "failure"
         self._backoff: Backoff = backoff if backoff is not None else RETRY_BACKOFF
         self._outputs: dict[str, JSONValue] = {}
-        #: Undos of calls that may still be running on a worker: reported, never run.
+        #: Undos of async tools that did not unwind when cancelled: reported, never run.
         self._stranded: list[tuple[str, UndoRecord]] = []
+        #: The calls attempts walked away from while their tools ran: their undos wait.
+        self._late = LateCalls(
+            keep=lambda node, undos: self._ends.keep_undos(node, undos, over=True),
+            record=self._event,
+            compensations=self._compensations,
+            run=self._compensate,
+            forget=lambda: None if self._log.txlog is None else self._log.txlog.forget,
+        )
         self._effects: list[Any] = []
         self._completions: list[str] = []
         self._lock = threading.Lock()
@@ -236,10 +210,34 @@ class PlanExecution:
         self._cancel_reason: str | None = None
         self._status = PlanStatus.RUNNING
         self._closing = False  # set once the run's outcome is decided: no more cancellations
-        self._begun = False  # whether the run's store transaction was opened (by this run)
         self._wake: Callable[[], None] | None = None
-        self._init_durable(
-            restored, settings_record(self._max, on_failure, compensate_on, capacities, limits)
+        self._settings = settings_record(self._max, on_failure, compensate_on, capacities, limits)
+        #: The run's durable half: its journal, claims and the durable log of its state.
+        self._log = DurableRun(self.id, self._store, restored, self._lost_run)
+        #: Events whose transitions are buffered in the journal, emitted once it is written.
+        self._held: list[HeldEvent] = []
+        self._tasks = NodeTasks(
+            self._people,
+            self._late,
+            self._nodes,
+            lambda node, undos: self._ends.keep_undos(node, undos, over=True),
+            self._generations,
+            self._log,
+            self._flush,
+        )
+        self._ends = NodeEnds(
+            scheduler=self._scheduler,
+            nodes=self._nodes,
+            tools=self._tools,
+            log=self._log,
+            event=self._event,
+            outputs=self._outputs,
+            effects=self._effects,
+            completions=self._completions,
+            late=self._late,
+            stranded=self._stranded,
+            backoff=self._backoff,
+            take=self._tasks.take,
         )
         self._event(
             PlanEventKind.VALIDATED,
@@ -296,29 +294,24 @@ class PlanExecution:
             )
             if isinstance(node.compensate, Compensation):
                 self._compensations.setdefault(node.compensate.name, node.compensate)
+            if restored and (generation := generation_of(restored, node_id)):
+                self._generations[node_id] = generation
+                record.regenerate(generation)
             yield record
 
-    def _init_durable(
-        self, restored: dict[str, StoredNode] | None, settings: dict[str, JSONValue]
-    ) -> None:
-        self._serialized = SerializedStore(self._store)
-        self._settings = settings
-        #: The durable record of the run, on a store that keeps plan runs (from `execute`).
-        self._journal: PlanJournal | None = None
-        self._lost = False  # the store lost the run (taken over): write and undo nothing
-        self.durable = is_plan_store(self._store)
-        self._restored: dict[str, StoredNode] = dict(restored or {})
-        self._resumed = restored is not None
-        #: The durable log of the run's state transaction (undo records, staged effects), on a
-        #: durable store that keeps plan runs; `_log_undo` writes an undo record ahead.
-        self._txlog: TxLog | None = None
-        self._log_undo: Callable[[UndoRecord], object] | None = None
-        #: The nodes of the current round whose claim did not hold (another runner has them).
-        self._unclaimed: frozenset[str] = frozenset()
-        #: How many times each node found its exclusive resource held by another run.
-        self._hold_waits: dict[str, int] = {}
-        #: Events whose transitions are buffered in the journal, emitted once it is written.
-        self._held: list[HeldEvent] = []
+    def _lost_run(self, error: Exception) -> None:
+        """The store lost the run (`DurableRun.persist`): cancel it here, once."""
+        with self._lock:
+            if self._cancel_reason is None and not self._closing:
+                self._cancel_reason = f"the durable record of the run was lost: {error}"
+                self._event_locked(
+                    PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
+                )
+
+    @property
+    def durable(self) -> bool:
+        """Whether the run's store keeps plan runs (its record is durable)."""
+        return self._log.durable
 
     # -- steering (any thread) ----------------------------------------------------------
 
@@ -351,7 +344,7 @@ class PlanExecution:
         data: Mapping[str, JSONValue] | DeferredData | None = None,
     ) -> None:
         with self._lock:  # `_event_locked`, inline: twice a node
-            journal = self._journal
+            journal = self._log.journal
             if self._held or (journal is not None and journal.pending):
                 self._held.append((kind, node, attempt, data))
             else:
@@ -368,7 +361,7 @@ class PlanExecution:
         data: Mapping[str, JSONValue] | DeferredData | None = None,
         at: float | None = None,
     ) -> None:
-        journal = self._journal
+        journal = self._log.journal
         if self._held or (journal is not None and journal.pending):
             # Its transition is buffered: the event waits until it is durable (`_flush`).
             self._held.append((kind, node, attempt, data))
@@ -387,8 +380,8 @@ class PlanExecution:
     def _cancelling(self) -> str | None:
         """The reason of a cancellation requested (by any thread, or, on a durable run, by
         any process through the store), or None."""
-        if self._cancel_reason is None and self._journal is not None:
-            reason = self._persist(self._journal.cancel_reason)
+        if self._cancel_reason is None and self._log.journal is not None:
+            reason = self._log.persist(self._log.journal.cancel_reason)
             if isinstance(reason, str):
                 with self._lock:
                     if self._cancel_reason is None and not self._closing:
@@ -398,89 +391,20 @@ class PlanExecution:
 
     # -- the durable record -------------------------------------------------------------
 
-    def _persist(self, write: Callable[..., object], *args: Any, **kwargs: Any) -> object:
-        """Run a journal write; if the store lost the run (taken over by a recoverer, or gone),
-        stop writing and cancel the run here: another runner holds it now."""
-        if self._journal is None:
-            return None
-        try:
-            return write(*args, **kwargs)
-        except (StorageError, TransactionNotFound) as exc:
-            self._journal = None
-            self._lost = True
-            with self._lock:
-                if self._cancel_reason is None and not self._closing:
-                    self._cancel_reason = f"the durable record of the run was lost: {exc}"
-                    self._event_locked(
-                        PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
-                    )
-            return None
-
     def _claim(self, starts: tuple[Start, ...]) -> None:
-        """Claim the round's `starts` (those a resumed run does not replay) with what the
-        journal has buffered, in one durable write, before any of their tools runs."""
-        assert self._journal is not None
-        restored = self._restored
-        claims = [
-            (start.node, start.attempt, start.number)
-            for start in starts
-            if start.node not in restored or restored[start.node].state not in _ENDED_STORED
-        ]
-        records = self._nodes
-        holds = {start.node: hold for start in starts if (hold := records[start.node].exclusive)}
-        units = {start.node: taken for start in starts if (taken := records[start.node].units)}
-        by_tool = self._rates
-        rates = (
-            {
-                start.node: rate
-                for start in starts
-                if (rate := by_tool.get(records[start.node].tool)) is not None
-            }
-            if by_tool
-            else None
+        """Claim the round's `starts` in one durable write, before any of their tools runs
+        (`DurableRun.claim`), then emit the events held for it."""
+        self._log.claim(
+            starts, self._nodes, self._rates, self._audit_rows, self._scheduler, self._backoff
         )
-        refused = (
-            self._persist(
-                self._journal.claim_all,
-                claims,
-                self._audit_rows(),
-                holds or None,
-                units or None,
-                rates or None,
-            )
-            if claims
-            else None
-        )
-        self._unclaimed = refused if isinstance(refused, frozenset) else frozenset()
-        if (holds or units or rates) and self._journal is not None and self._journal.held:
-            self._wait_for_holds(starts, self._journal.held)
         self._flush()
-
-    def _wait_for_holds(self, starts: tuple[Start, ...], held: frozenset[str]) -> None:
-        """Put back the `starts` whose exclusive resource another run holds (or whose units
-        would exceed a capacity counted over every run, or whose tool's rate bucket, shared by
-        every run, is empty): they stay queued (never started) and are claimed again after a
-        backoff."""
-        now = time.monotonic()
-        for start in starts:
-            if start.node in held:
-                waits = self._hold_waits[start.node] = self._hold_waits.get(start.node, 0) + 1
-                retry_at = now + self._backoff.delay(min(waits, _HOLD_WAITS))
-                record = self._nodes[start.node]
-                if record.exclusive is not None:
-                    label = f"hold:{record.exclusive}"
-                elif record.units:
-                    label = "shared:" + "+".join(name for name, _, _ in record.units)
-                else:  # its tool's bucket, shared by every run, was empty
-                    label = f"rate:{record.tool}"
-                self._scheduler.postpone(start, retry_at, label)
 
     def _flush(self) -> None:
         """Write the journal's buffered transitions (with the audit events recorded since the
         last write), then emit the events held for them."""
-        journal = self._journal
+        journal = self._log.journal
         if journal is not None and journal.pending:
-            self._persist(journal.flush, None, self._audit_rows())
+            self._log.persist(journal.flush, None, self._audit_rows())
         if self._held:
             with self._lock:
                 held, self._held = self._held, []
@@ -499,26 +423,12 @@ class PlanExecution:
     def open_journal(self) -> None:
         """Write the run's durable record (or take over the resumed one's), once; `start_plan`
         does it in the caller's thread, so that the run is in the store when it returns."""
-        if self._journal is not None or self._lost:
-            return
-        scheduler = self._scheduler
-        if self._resumed:
-            journal = PlanJournal.resumed(self._store, self.id, self._restored)
-            # Claims of attempts that died with their process are released: those nodes are
-            # claimed again (same idempotency key) when the scheduler starts them.
-            journal.transitions(
-                (node_id, "READY", 0)
-                for node_id, node in self._restored.items()
-                if node.state == "RUNNING"
-            )
-            journal.flush()
-            self._journal = journal
-            self._people.durable = True
+        log = self._log
+        if log.journal is not None or log.lost:
             return
         self._people.durable = True  # an approval is consumed under the run's lease from now
-        self._journal = PlanJournal.begin(
-            self._store,
-            self.id,
+        scheduler = self._scheduler
+        log.open_journal(
             {
                 "plan": self._plan.to_json(),
                 "plan_version": self._plan.version,
@@ -530,90 +440,6 @@ class PlanExecution:
                 for node_id in self._nodes
             ),
         )
-
-    def _transitions(self, nodes: tuple[str, ...], state: str) -> list[tuple[str, str, int]]:
-        return [(node_id, state, self._scheduler.unresolved(node_id)) for node_id in nodes]
-
-    def _replay(self, start: Start, stored: StoredNode) -> Update:
-        """End a node of a resumed run as its durable record says, without running it."""
-        node_id = start.node
-        record = self._nodes[node_id]
-        started = stored.record.get("started_at")
-        finished = stored.record.get("finished_at")
-        record.started_wall = wall_time(started)
-        record.finished_wall = wall_time(finished)
-        if stored.state == "SUCCEEDED":
-            update = self._scheduler.done(node_id, start.attempt)
-            record.output = stored.output
-            self._outputs[node_id] = stored.output
-            self._completions.append(node_id)
-            self._event(
-                PlanEventKind.COMPLETED,
-                node=node_id,
-                attempt=stored.attempt,
-                data={"restored": True},
-            )
-            return update
-        update = self._scheduler.failed(
-            node_id, start.attempt, retry_at=None, timed_out=stored.state == "TIMED_OUT"
-        )
-        record.error = clean_error(stored.error or "failed before the crash")
-        self._event(
-            PlanEventKind.FAILED,
-            node=node_id,
-            attempt=stored.attempt,
-            data={"restored": True, "hint": record.error.text},
-        )
-        return update
-
-    def _open_state(self) -> None:
-        """Open the run's state transaction (id: the run id). On a durable store that keeps
-        plan runs it has a durable log: a resumed run claims the dead runner's, keeping its
-        durable state writes, staged effects and undo records (which go back to their nodes),
-        or begins a new one if it has ended or never began."""
-        store = self._store
-        if not (self.durable and is_durable(store)):
-            store.begin(self.id)
-            self._begun = True
-            return
-        if self._resumed:
-            try:
-                image = store.claim(self.id, store.owner(self.id))
-            except TransactionNotFound:
-                image = None  # never begun, or ended (committed or discarded) before the crash
-            else:
-                if image is None:
-                    raise StorageError(
-                        f"the state transaction of plan run `{self.id}` is held by a live store"
-                    )
-            if image is not None:
-                restored = read_image(image)
-                self._begun = True
-                self._txlog = TxLog(
-                    cast("DurableStore", self._serialized), self.id, record=restored.record
-                )
-                self._log_undo = self._txlog.undo
-                self._restore_undos(restored.undos)
-                return
-        self._txlog = TxLog.begin(
-            cast("DurableStore", self._serialized),
-            self.id,
-            isolation=DEFAULT_ISOLATION,
-            agent_id=f"plan run {self.id}",
-            policy=RollbackPolicy(),
-            settings=Settings().to_record(),
-        )
-        self._begun = True
-        self._log_undo = self._txlog.undo
-
-    def _restore_undos(self, undos: tuple[UndoRecord, ...]) -> None:
-        """Give the undo records of the dead runner back to their nodes, to be compensated if
-        the resumed run fails (they count as older than any of this run's)."""
-        nodes = self._plan.nodes
-        for undo in undos:
-            if 1 <= undo.step_id <= len(nodes):
-                node_id = nodes[undo.step_id - 1].id
-                self._nodes[node_id].undos += ((_RESTORED_AT + undo.step_id, undo),)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -634,7 +460,7 @@ class PlanExecution:
         if self.durable:
             self.open_journal()
         try:
-            self._open_state()
+            self._log.open_state(self._plan.nodes, self._nodes)
             await self._drive(inbox, running)
         except BaseException as exc:
             # The awaiting task was cancelled (or KeyboardInterrupt): cancel the run, clean up
@@ -645,7 +471,7 @@ class PlanExecution:
                     self._event_locked(
                         PlanEventKind.CANCEL_REQUESTED, data={"reason": self._cancel_reason}
                     )
-            await self._apply(self._scheduler.cancel(self._cancel_reason or ""), running)
+            await self._ends.apply(self._scheduler.cancel(self._cancel_reason or ""), running)
             await self._finish()
             raise
         return await self._finish()
@@ -656,31 +482,31 @@ class PlanExecution:
         while scheduler.is_active():
             reason = self._cancelling()
             if reason is not None:
-                await self._apply(scheduler.cancel(reason), running)
+                await self._ends.apply(scheduler.cancel(reason), running)
                 break
             starts = scheduler.get_ready(time.monotonic())
-            if starts and self._journal is not None:
+            if starts and self._log.journal is not None:
                 self._claim(starts)
             for start in starts:
                 if self._cancel_reason is not None:  # requested by a thread meanwhile
                     break  # it stays RUNNING in the scheduler; the cancellation ends it
                 if records[start.node].state is not NodeState.RUNNING:  # its scheduler entry
                     continue  # ended meanwhile (cancel_all after an earlier start's failure)
-                stored = self._restored.pop(start.node, None)
-                if stored is not None and stored.state in _ENDED_STORED:
-                    await self._apply(self._replay(start, stored), running)
+                stored = self._log.restored.pop(start.node, None)
+                if stored is not None and stored.state in ENDED_STORED:
+                    await self._ends.apply(self._ends.replay(start, stored), running)
                     continue
                 ended = self._dispatch(start, inbox, running)
                 if ended is None:  # it runs in a task
                     continue
                 if isinstance(ended, Finished):  # an inline tool, run in place
                     running.pop(start.attempt, None)
-                    ended = self._complete(ended.attempt, ended.outcome)
+                    ended = self._ends.complete(ended.attempt, ended.outcome)
                 # Apply what the end released or ended (awaiting only what it interrupted).
                 if ended.interrupted:
-                    await self._apply(ended, running)
+                    await self._ends.apply(ended, running)
                 else:
-                    self._settle(ended, running)
+                    self._ends.settle(ended, running)
             if starts:
                 continue  # the starts may have released or ended nodes: look again
             if not scheduler.is_active():
@@ -697,7 +523,7 @@ class PlanExecution:
                 continue
             self._flush()  # what the round recorded is durable before the run waits
             timeout = None if wakeup is None else max(0.0, wakeup - time.monotonic())
-            if self._journal is not None:  # look for another process's cancellation
+            if self._log.journal is not None:  # look for another process's cancellation
                 timeout = CANCEL_POLL if timeout is None else min(timeout, CANCEL_POLL)
             await inbox.wait(timeout)
             while (message := inbox.take()) is not None:
@@ -725,9 +551,9 @@ class PlanExecution:
                 step_id=record.step_id,
                 idempotency_key=record.key,
                 deadline=now + timeout,
-                store=cast("Store", self._serialized),  # get, put and delete are all it calls
+                store=cast("Store", self._log.serialized),  # get, put and delete are all it calls
                 compensations=self._compensations,
-                log_undo=self._log_undo,
+                log_undo=self._log.log_undo,
                 seq_base=start.number << SEQ_BITS,
             )
         attempt = Attempt(
@@ -760,7 +586,7 @@ class PlanExecution:
                         key=violation.key,
                         mistake=True,
                     )
-        if node_id in self._unclaimed and failure is None:  # its claim did not hold
+        if node_id in self._log.unclaimed and failure is None:  # its claim did not hold
             failure = Failure(
                 f"node `{node_id}` is claimed by another runner of plan run `{self.id}`",
                 mistake=True,
@@ -782,13 +608,14 @@ class PlanExecution:
                 self._max,
                 start.waited,
                 timeout,
-            ),
+            )
+            + ((self._generations.get(node_id, 0),) if self._generations else ()),
         )
         if failure is not None:
             closed(context)
             attempt.release()
             attempt.finished_at = _monotonic()
-            return self._fail(attempt, failure, retry=False)
+            return self._ends.fail(attempt, failure, retry=False)
         attempt.arguments = arguments
         call = Call(
             record.step_id,
@@ -797,7 +624,7 @@ class PlanExecution:
             "",
             context,
             timeout,
-            self._log_undo,
+            self._log.log_undo,
             start.number << SEQ_BITS,
         )
         running[start.attempt] = attempt
@@ -809,75 +636,26 @@ class PlanExecution:
             return Finished(attempt, outcome)
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
-        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
-            attempt.task = asyncio.ensure_future(self._run_guarded(attempt, call, inbox))
+        if self._late and self._late.of(node_id):  # an earlier call of the node still runs
+            attempt.task = asyncio.ensure_future(self._tasks.after_late(attempt, call, inbox))
             return None
-        attempt.task = asyncio.ensure_future(self._run_attempt(attempt, call, inbox))
+        if tool.guarded:  # it may wait for a person: through the gate, in a task of its own
+            attempt.task = asyncio.ensure_future(self._tasks.guarded(attempt, call, inbox))
+            return None
+        attempt.task = asyncio.ensure_future(self._tasks.plain(attempt, call, inbox))
         return None
 
-    async def _run_attempt(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
-        """Run the tool; post its outcome. Cancellation fences the context and ends quietly."""
-        import asyncio  # noqa: PLC0415
-
-        try:
-            outcome = await arun_tool(call)
-        except asyncio.CancelledError:
-            closed(attempt.context)
-            raise
-        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
-            closed(attempt.context)
-            inbox.post(Crashed(attempt, exc))
-            return
-        attempt.finished_at = time.monotonic()
-        inbox.post(Finished(attempt, outcome))
-
-    async def _run_guarded(self, attempt: Attempt, call: Call, inbox: Inbox) -> None:
-        """A node whose tool may need a person (`_people`): wait for the approval or review
-        while independent nodes go on, then run the call (or take the decided output)."""
-        import asyncio  # noqa: PLC0415
-
-        node = attempt.node
-        people = self._people
-        unknown = call.tool.on_unknown == "review"
-        try:
-            gated = people.gate(node, call)
-            while True:
-                while isinstance(gated, Waiting):
-                    await people.decided(gated)
-                    gated = people.gate(node, call)
-                if not isinstance(gated, Call):
-                    break
-                closed(attempt.context)  # the gate made the call a context of its own
-                attempt.context = gated.context
-                outcome = await arun_tool(gated)
-                if outcome.running is not None and unknown:  # it may have happened: ask
-                    unknown = False  # once: a second timeout fails the attempt
-                    gated = people.timed_out(node, gated, outcome)
-                    continue
-                if outcome.error is not None and outcome.running is None:
-                    people.failed(node)  # a retry asks again
-                break
-            if isinstance(gated, Failure):
-                outcome = Outcome(error=gated)
-            elif isinstance(gated, Outcome):
-                outcome = gated
-        except asyncio.CancelledError:
-            self._people.states.pop(node, None)
-            closed(attempt.context)
-            raise
-        except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt from an async tool)
-            closed(attempt.context)
-            inbox.post(Crashed(attempt, exc))
-            return
-        attempt.finished_at = time.monotonic()
-        inbox.post(Finished(attempt, outcome))
-
     def _note_person(
-        self, kind: str, node: str, actor: str | None, data: Mapping[str, JSONValue]
+        self,
+        kind: EventKind,
+        node: str | None,
+        actor: str | None,
+        data: Mapping[str, JSONValue],
+        at: float | None,
     ) -> None:
         """Record an approval or review event of a node (`_people`), with its actor."""
         with self._lock:
-            self._audit.record(EventKind[kind], node=node, actor=actor, data=data)
+            self._audit.record(kind, node=node, actor=actor, data=data, at=at)
         self._audit.deliver()
 
     @property
@@ -888,18 +666,6 @@ class PlanExecution:
     def validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
         """An approver's edited arguments as the tool will get them (`_step.validate_edit`)."""
         return validate_edit(tool, arguments, self._registry.get(tool), schema)
-
-    def note_decision(
-        self, kind: str, request_id: str, actor: str, data: Mapping[str, JSONValue]
-    ) -> None:
-        """Record a person's decision on one of the run's requests (from any thread)."""
-        row = self._people.book.get(request_id, self.id)
-        node = None if row is None else request_of(row).node
-        with self._lock:
-            self._audit.record(
-                EventKind[kind], node=node, actor=actor, data={"request": request_id, **data}
-            )
-        self._audit.deliver()
 
     def node_states(self) -> dict[str, NodeState]:
         """Every node's state now; a started node waiting for a person shows
@@ -915,257 +681,24 @@ class PlanExecution:
         running.pop(attempt.id, None)
         if isinstance(message, Crashed):
             raise message.error
-        update = self._complete(attempt, message.outcome)
+        update = self._ends.complete(attempt, message.outcome)
+        settled = message.settled
+        if settled is not None and settled.guard is not None:
+            self._flush()  # the node's end is durable before its guard says how the call ended
+            finish(self._people.book, settled, fence=self._people.durable)
         if update.interrupted:
-            await self._apply(update, running)
+            await self._ends.apply(update, running)
         else:
-            self._settle(update, running)
-
-    def _complete(self, attempt: Attempt, outcome: Outcome) -> Update:
-        """Apply the outcome of an attempt whose tool has returned; the scheduler's update."""
-        attempt.release()  # its tool has returned: the context is closed
-        record = self._nodes[attempt.node]
-        failure = outcome.error
-        if failure is None and outcome.refused is not None:
-            failure = Failure(f"output of tool '{record.node.tool}' is not JSON: {outcome.refused}")
-        if failure is None:
-            failure = self._check_output(self._tools[record.tool], outcome.output)
-            if failure is not None:
-                failure = failure._replace(mistake=True)  # a broken contract: never retried
-        if failure is not None:
-            return self._fail(
-                attempt,
-                failure,
-                retry=True,
-                undos=outcome.undos,
-                still_running=outcome.running is not None,
-            )
-        update = self._scheduler.done(attempt.node, attempt.id)
-        if update.delivery is Delivery.APPLIED:
-            self._succeed(attempt, record, outcome)
-        else:
-            self._refused(attempt, update)
-        return update
-
-    def _check_output(self, tool: Tool[Any, Any], output: JSONValue) -> Failure | None:
-        name = tool.name
-        try:
-            check = self._checks[name]
-        except KeyError:
-            check = self._checks[name] = output_check(tool)
-        return None if check is None else check.failure(name, output)
-
-    def _succeed(self, attempt: Attempt, record: NodeRecord, outcome: Outcome) -> None:
-        node_id = attempt.node
-        node = record.node
-        now = _monotonic()
-        undos = outcome.undos
-        kind = None if node.compensate is None else node.compensation_name
-        if kind is not None:
-            kept = list(undos)
-            declared = self._tools[record.tool].compensation_name
-            if declared is not None and kept and kept[-1].kind == declared:
-                kept.pop()  # the node's compensation replaces the tool's
-            kept.append(node_undo(attempt, kind, record.step_id, len(kept), outcome))
-            undos = tuple(kept)
-        if undos:
-            record.undos += tuple((now, undo) for undo in undos)
-        record.output = outcome.output
-        record.finished_at = now
-        if self._txlog is not None:
-            self._persist(self._write_state, attempt, outcome, kind, list(undos))
-        if self._journal is not None:
-            self._persist(
-                self._journal.end_attempt,
-                node_id,
-                attempt.id,
-                "SUCCEEDED",
-                inputs=attempt.arguments,
-                output=outcome.output,
-            )
-        self._outputs[node_id] = outcome.output
-        if outcome.effects:
-            self._effects.extend(outcome.effects)
-        self._completions.append(node_id)
-        self._event(
-            PlanEventKind.COMPLETED,
-            node=node_id,
-            attempt=attempt.id,
-            data=(COMPLETED, attempt.number, len(outcome.effects)),
-        )
-
-    def _fail(
-        self,
-        attempt: Attempt,
-        failure: Failure,
-        *,
-        retry: bool,
-        undos: tuple[UndoRecord, ...] = (),
-        still_running: bool = False,
-    ) -> Update:
-        node_id = attempt.node
-        node = self._plan.node(node_id)
-        record = self._nodes[node_id]
-        hint = clean_error(failure.message)
-        if failure.key is not None and failure.key != hint.key:
-            hint = attrs.evolve(hint, key=failure.key)
-        transient = hint.category.transient if failure.transient is None else failure.transient
-        timed_out = failure.message.startswith(f"tool '{node.tool}' timed out after ")
-        retry_at: float | None = None
-        number = attempt.number
-        # The budget counts the failures retried before a crash too (a resumed run's).
-        failures = record.retried + record.tried
-        if retry and transient and not failure.mistake and failures <= node.retries:
-            retry_at = time.monotonic() + self._backoff.delay(number)
-        update = self._scheduler.failed(node_id, attempt.id, retry_at=retry_at, timed_out=timed_out)
-        if update.delivery is not Delivery.APPLIED:
-            self._refused(attempt, update)
-            return update
-        now = time.monotonic()
-        # What a failed attempt registered before failing may have half happened: kept, and
-        # compensated with the node's others if the plan fails.
-        self._keep_undos(node_id, undos, over=not still_running)
-        data: dict[str, JSONValue] = {
-            "number": number,
-            "hint": hint.text,
-            "category": hint.category.value,
-            "transient": transient,
-        }
-        if self._journal is not None:
-            stored_state = (
-                "READY" if retry_at is not None else ("TIMED_OUT" if timed_out else "FAILED")
-            )
-            self._persist(
-                self._journal.end_attempt,
-                node_id,
-                attempt.id,
-                stored_state,
-                inputs=attempt.arguments,
-                error=hint.text,
-            )
-        if retry_at is not None:
-            record.eligible_at = retry_at
-            data["retry_in_s"] = max(0.0, retry_at - now)
-            self._event(PlanEventKind.RETRIED, node=node_id, attempt=attempt.id, data=data)
-        else:
-            record.error = hint
-            record.finished_at = now
-            data["timed_out"] = timed_out
-            self._event(PlanEventKind.FAILED, node=node_id, attempt=attempt.id, data=data)
-        return update
-
-    def _refused(self, attempt: Attempt, update: Update) -> None:
-        self._event(
-            PlanEventKind.LATE_RESULT_REFUSED,
-            node=attempt.node,
-            attempt=attempt.id,
-            data={"delivery": update.delivery.value},
-        )
-
-    async def _apply(self, update: Update, running: dict[str, Attempt]) -> None:
-        """Apply what an update ended (`_settle`), then wait for the async tools it cancelled
-        to unwind and keep what the interrupted attempts registered."""
-        import asyncio  # noqa: PLC0415
-
-        stopped = self._settle(update, running)
-        if not stopped:
-            return
-        tasks = [
-            attempt.task
-            for attempt, _ in stopped
-            if attempt.task is not None and not attempt.task.done()
-        ]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
-        for attempt, undos in stopped:
-            # What an interrupted attempt registered may have half happened. An async tool
-            # that has unwound is over; a sync one goes on on its worker thread, and undoing
-            # while its effect may still land would undo nothing: kept, not run.
-            tool = self._tools[self._nodes[attempt.node].tool]
-            over = (tool.is_async or tool.inline) and (attempt.task is None or attempt.task.done())
-            self._keep_undos(attempt.node, undos, over=over)
-
-    def _settle(
-        self, update: Update, running: dict[str, Attempt]
-    ) -> list[tuple[Attempt, tuple[UndoRecord, ...]]]:
-        """Apply what an update ended: record readiness, skips and cancellations; stop the
-        interrupted attempts (their contexts fenced: a late result is refused by attempt id),
-        returned with what they registered, for `_apply` to cancel and wait for."""
-        ready, skipped, cancelled = update.ready, update.skipped, update.cancelled
-        if not (ready or skipped or cancelled or update.interrupted):
-            return []
-        now = _monotonic()
-        if self._journal is not None and (ready or skipped or cancelled):
-            self._persist(
-                self._journal.transitions,
-                [
-                    *self._transitions(ready, "READY"),
-                    *self._transitions(skipped, "SKIPPED"),
-                    *self._transitions(cancelled, "CANCELLED"),
-                ],
-            )
-        records = self._nodes
-        for node_id in ready:
-            records[node_id].eligible_at = now
-        for node_id in skipped:
-            self._event(PlanEventKind.SKIPPED, node=node_id)
-        stopped: list[tuple[Attempt, tuple[UndoRecord, ...]]] = []
-        for start in update.interrupted:
-            attempt = running.pop(start.attempt, None)
-            if attempt is None:
-                continue
-            undos, _ = closed(attempt.context)
-            attempt.release()
-            attempt.finished_at = now
-            stopped.append((attempt, undos))
-        for node_id in cancelled:
-            records[node_id].finished_at = now
-            self._event(
-                PlanEventKind.CANCELLED,
-                node=node_id,
-                data={"reason": self._scheduler.cancel_reason},
-            )
-        return stopped
-
-    def _keep_undos(self, node_id: str, undos: tuple[UndoRecord, ...], *, over: bool) -> None:
-        """Keep undos for compensation; those of a call that may still run, as stranded."""
-        if over:
-            if undos:
-                now = time.monotonic()
-                self._nodes[node_id].undos += tuple((now, undo) for undo in undos)
-        else:
-            self._stranded.extend((node_id, undo) for undo in undos)
+            self._ends.settle(update, running)
 
     # -- the end --------------------------------------------------------------------------
-
-    def _plan_status(self) -> PlanStatus:
-        if self._cancel_reason is not None:
-            return PlanStatus.CANCELLED
-        for node_id in self._nodes:
-            state = self._scheduler.state(node_id)
-            if state is NodeState.SUCCEEDED:
-                continue
-            if state is NodeState.CANCELLED or not self._absorbed(node_id):
-                return PlanStatus.FAILED
-        return PlanStatus.SUCCEEDED
-
-    def _absorbed(self, node_id: str) -> bool:
-        """A node that did not succeed but that every dependant takes as optional."""
-        dependants = self._plan.dependants(node_id)
-        return bool(dependants) and all(
-            node_id in self._nodes[other].optional
-            and self._scheduler.state(other) is NodeState.SUCCEEDED
-            for other in dependants
-        )
 
     def _end(self, status: PlanStatus) -> None:
         """Write the run's final status with every audit event not yet written (those held
         for that write, and the `finished` event, recorded once it is durable), then set it."""
         ended = time.time()
         finished_data: dict[str, JSONValue] = {"status": status.value}
-        if self._journal is None:
+        if self._log.journal is None:
             self._flush()
             with self._lock:
                 self._status = status
@@ -1179,7 +712,7 @@ class PlanExecution:
             )
             rows = self._audit_rows()
         rows += [(event.seq, canonical_dumps(event.to_json())) for event in last]
-        self._persist(self._journal.flush, status.value, rows)
+        self._log.persist(self._log.journal.flush, status.value, rows)
         with self._lock:
             self._status = status
             for kind, node, attempt, data in held:
@@ -1189,9 +722,15 @@ class PlanExecution:
         import asyncio  # noqa: PLC0415
 
         finished = time.monotonic()
+        late: tuple[CompensationOutcome, ...] = ()
+        if self._late:
+            late, stranded = await self._late.end(lost=self._log.lost)
+            self._stranded += stranded
         self._flush()  # every node's end is durable before the state commits
         with self._lock:
-            status = self._plan_status()
+            status = plan_status(
+                self._nodes, self._scheduler, self._plan, cancelled=self._cancel_reason is not None
+            )
             self._closing = True
         self._people.withdraw(f"plan run `{self.id}` ended")
         error: str | None = None
@@ -1212,20 +751,28 @@ class PlanExecution:
             else:
                 self._event(PlanEventKind.COMMITTED, data={"keys": committed})
                 # A resumed run delivers what the crashed one committed to the outbox too.
-                pending = self._effects or (self._txlog is not None and self._resumed)
+                pending = self._effects or (self._log.txlog is not None and self._log.resumed)
                 if pending and self._dispatcher is not None:  # it may block: off the loop
-                    delivered, dispatch_errors = await asyncio.to_thread(self._deliver)
+                    delivered, dispatch_errors = await asyncio.to_thread(
+                        self._log.deliver, self._effects, self._dispatcher
+                    )
                 self._event(
                     PlanEventKind.EFFECTS_DISPATCHED,
                     data={"delivered": delivered, "errors": list(dispatch_errors)},
                 )
-        compensations: tuple[CompensationOutcome, ...] = ()
+        compensations: tuple[CompensationOutcome, ...] = late
         if status is not PlanStatus.SUCCEEDED:
-            if not self._lost:  # a runner that lost the run leaves its nodes to the new one
-                compensations = await self._compensate_completed()
-            if self._begun:  # never another's transaction of the same id
+            if not self._log.lost:  # a runner that lost the run leaves its nodes to the new one
+                compensations += await self._ends.compensate_completed(
+                    self._compensations, run=self._compensate
+                )
+            if self._log.begun:  # never another's transaction of the same id
                 with contextlib.suppress(Exception):  # a store failure: already not published
-                    self._end_state(status, compensations)
+                    self._log.end_state(status, compensations)
+        elif self._stranded:  # reported: undone by nobody
+            compensations += await compensate_nodes(
+                (), self._stranded, {}, run=False, record=self._event
+            )
             self._event(PlanEventKind.DISCARDED, data={"effects_dropped": len(self._effects)})
         self._end(status)
         self._audit.deliver()
@@ -1233,8 +780,8 @@ class PlanExecution:
             run_id=self.id,
             plan_version=self._plan.version,
             status=status,
-            nodes=self._node_results(),
-            metrics=self._metrics(finished),
+            nodes=node_results(self._nodes, self._scheduler, self._epoch),
+            metrics=run_metrics(self._nodes, self._started, finished),
             compensations=compensations,
             cancel_reason=self._cancel_reason,
             error=error,
@@ -1243,119 +790,3 @@ class PlanExecution:
             dispatch_errors=dispatch_errors,
             audit=self._audit.recorded(),
         )
-
-    async def _compensate_completed(self) -> tuple[CompensationOutcome, ...]:
-        """Undo completed work, newest completion first (see `compensate_nodes`); on a durable
-        log, each undo record is forgotten once its compensation succeeded."""
-        txlog = self._txlog
-        return await compensate_nodes(
-            [
-                (at, node_id, undo)
-                for node_id, record in self._nodes.items()
-                for at, undo in record.undos
-            ],
-            self._stranded,
-            self._compensations,
-            run=self._compensate,
-            record=self._event,
-            on_compensated=None if txlog is None else txlog.forget,
-        )
-
-    def _end_state(
-        self, status: PlanStatus, compensations: tuple[CompensationOutcome, ...]
-    ) -> None:
-        """End the state transaction of a run that did not succeed: discarded (its staged
-        effects with it: nothing is published), or, on a durable log with compensations that
-        failed, ended keeping their undo records, so that recovery retries them. (With
-        `compensate_on="never"` nothing is to be compensated: the records are dropped.)"""
-        txlog = self._txlog
-        left = any(c.status is CompensationStatus.FAILED for c in compensations)
-        if txlog is not None and left and not self._lost:
-            txlog.end(status.value, history_text(status.value, [], (), ()), keep_undos=True)
-        else:
-            self._store.discard(self.id)
-
-    def _deliver(self) -> tuple[int, tuple[str, ...]]:
-        """Deliver the committed effects: on a durable log, from the outbox the commit put
-        them in (those a crashed runner committed included); else directly."""
-        if self._txlog is None:
-            return dispatch_effects(tuple(self._effects), self._dispatcher)
-        if self._dispatcher is None:
-            return 0, ()  # they wait in the outbox for `Engine.dispatch_pending`
-        return deliver_outbox(cast("DurableStore", self._store), self._dispatcher, tx_id=self.id)
-
-    def _write_state(
-        self, attempt: Attempt, outcome: Outcome, kind: str | None, undos: list[UndoRecord]
-    ) -> None:
-        """Before a node's completion is recorded: its node's `compensate=` undo (in the place
-        of its tool's), then its state writes and staged effects in one atomic write."""
-        txlog = self._txlog
-        assert txlog is not None
-        if kind is not None and undos:
-            txlog.undo(undos[-1])
-        if outcome.effects:
-            txlog.step(
-                self._nodes[attempt.node].step_id,
-                LiveStep(
-                    tool_name=self._nodes[attempt.node].tool,
-                    arguments=attempt.arguments,
-                    output=outcome.output,
-                    raw_context="",
-                    dependencies=(),
-                ),
-                outcome.effects,
-            )
-        else:
-            self._serialized.flush(self.id)
-
-    def _node_results(self) -> LazyMap[NodeResult]:
-        """Each node's result, built when first read (from the records and final states only:
-        a kept result does not keep the run's store, tools or tasks alive)."""
-        records = self._nodes
-        scheduler = self._scheduler
-        epoch = self._epoch
-
-        def wall(at: float | None) -> dt.datetime | None:
-            return None if at is None else dt.datetime.fromtimestamp(at + epoch, dt.timezone.utc)
-
-        def build(node_id: str) -> NodeResult:
-            record = records[node_id]
-            state = scheduler.state(node_id)
-            attempts = record.attempts
-            finished = record.finished_wall
-            return NodeResult(
-                node_id=node_id,
-                tool=record.tool,
-                state=state,
-                output=record.output if state is NodeState.SUCCEEDED else None,
-                error=record.error,
-                attempts=len(attempts),
-                attempt_ids=tuple(attempt.id for attempt in attempts),
-                idempotency_key=record.key,
-                started_at=wall(attempts[0].started_at) if attempts else record.started_wall,
-                finished_at=finished if finished is not None else wall(record.finished_at),
-                cost=CostBreakdown.of(entry for attempt in attempts for entry in attempt.costs),
-            )
-
-        return LazyMap(records, build)
-
-    def _metrics(self, finished: float) -> Callable[[], PlanMetrics]:
-        """The run's metrics, computed when the result's `metrics` is first read (from the
-        records, final by then); a node's timing is built again when its figures are read (so
-        neither is kept a node: only the records, which the node results read too)."""
-        records = self._nodes  # not the plan: a kept result keeps no plan (and its tools) alive
-        started = self._started
-
-        def timing_of(node_id: str) -> NodeTiming:
-            record = records[node_id]
-            return node_timing(node_id, record, record.prerequisites, finished)
-
-        def compute() -> PlanMetrics:
-            return plan_metrics(
-                (timing_of(node_id) for node_id in records),
-                started_at=started,
-                finished_at=finished,
-                timing_of=timing_of,
-            )
-
-        return compute

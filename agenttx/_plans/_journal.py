@@ -342,6 +342,14 @@ class PlanJournal:
         _apply(node, change)
         self._buffer(released, now)
 
+    def regenerate(self, node_id: str, attempt: str, generation: int) -> None:
+        """Buffer the node's new key `generation` (its earlier call was compensated), while
+        `attempt` holds it; a resumed run derives the node's key for it."""
+        node = self._nodes[node_id]
+        expect = PlanExpect(node_id=node_id, states=_RUNNING, attempt=attempt)
+        change = {"generation": generation}
+        self._pending.append(_change(node_id, "RUNNING", node["attempt"], change, expect))
+
     def transitions(
         self, changes: Iterable[tuple[str, str, int]], status: str | None = None
     ) -> None:

@@ -1,77 +1,72 @@
 """Plan nodes that need a person: approval before the call, review when its outcome is unknown.
 
-`NodeGate` is the plan runner's side of `_approvals`: a node whose tool needs approval (decided
-on the node's resolved inputs) waits in `WAITING_APPROVAL` while independent nodes go on; its
-approval is bound to the tool, the digest of the arguments and the plan version, and consumed
-once (a compare-and-set in the store) before the call starts. A node dispatched again after a
-crash whose approved call started but never recorded an outcome is checked by the tool's status
-check, or waits in `NEEDS_REVIEW` for a person. A rejection fails the node (never retried),
-with the reason in its hint.
+A guarded node (its tool declared with `needs_approval=`, `check=` or `on_unknown="review"`)
+goes through the same guarded attempt as a transaction's step, the step core's
+(`_step.attempt`): approval bound to the tool, the digest of the arguments and the plan
+version, consumed once before the call starts; a status check asked only once a timed-out
+call has returned; a review when it cannot tell. `NodeGate` keeps what is the plan's: it
+drives that attempt without blocking the run's loop, shows a node waiting for a person as
+`WAITING_APPROVAL` or `NEEDS_REVIEW` while independent nodes go on, polls for the decision
+and sends the same call through the gate again; it lists the run's pending requests and
+reviews, records each decision's audit event once (built from the stored decision, wherever
+it was made), and withdraws what is still pending when the run ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from typing import TYPE_CHECKING, Final, NamedTuple
+import threading
+from typing import TYPE_CHECKING, Final
 
-from .._approvals import (
-    CheckResult,
-    approval_expired,
-    approval_of,
-    call_digest,
-    check_outcome,
-    decision_of,
-    gate_action,
-    needs_approval,
-    request_of,
-    requests_for,
-    review_of,
-    run_check,
-)
-from .._json import checked_size_bound
-from .._tools import Call, Failure, Outcome, with_key
+from .._approvals import decision_of, request_of, requests_for, review_of
+from .._step import Desk, Refused, Settled, Waiting, Where, adrive, attempt, decision_event
+from .._tools import Outcome
 from ._scheduler import NodeState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from .._approvals import ApprovalRequest, Requests, Review
+    from .._events import EventKind
     from .._json import JSONValue
+    from .._tools import Call, Failure, Orphan, UndoRecord
     from ..stores import RequestRow, Store
 
-__all__ = ["NodeGate", "Waiting"]
+__all__ = ["NodeGate"]
 
 #: How often a waiting node looks for a decision, at most (seconds); it starts faster.
 POLL_MAX: Final = 0.5
-
-_ENDED_WHILE_RUNNING: Final = (
-    "the node's approved call started but its outcome was never recorded: the process "
-    "ended while the tool ran"
-)
-
-
-class Waiting(NamedTuple):
-    """A node waits for a person: request or review `row_id`."""
-
-    row_id: str
-    state: NodeState  # WAITING_APPROVAL or NEEDS_REVIEW
 
 
 class NodeGate:
     """Approvals and reviews of one plan run's nodes (owned by the run's loop; `states` may be
     read from any thread)."""
 
-    __slots__ = ("_book", "_note", "_run_id", "_store", "_version", "durable", "states")
+    __slots__ = (
+        "_book",
+        "_decisions",
+        "_lock",
+        "_note",
+        "_run_id",
+        "_store",
+        "_version",
+        "durable",
+        "states",
+    )
 
     def __init__(
         self,
         run_id: str,
         plan_version: str,
         store: Store,
-        note: Callable[[str, str, str | None, Mapping[str, JSONValue]], None],
+        note: Callable[
+            [EventKind, str | None, str | None, Mapping[str, JSONValue], float | None], None
+        ],
     ) -> None:
         self._run_id = run_id
+        #: The requests whose decision event was recorded (once each, wherever it was made).
+        self._decisions: set[str] = set()
+        self._lock = threading.Lock()
         self._version = plan_version
         self._store = store
         self._book: Requests | None = None
@@ -103,71 +98,61 @@ class NodeGate:
             review_of(row) for row in rows if row.kind == "review" and row.state == "pending"
         )
 
-    def gate(self, node: str, call: Call) -> Call | Failure | Outcome | Waiting:  # noqa: PLR0911 (one per action)
-        """The call to run (its approval consumed), why the node fails, its output (from a
-        status check or a review), or what it waits for."""
-        tool, book = call.tool, self.book
-        digest = call_digest(tool.name, call.arguments)
-        rule = tool.needs_approval
-        needs = needs_approval(rule, tool.name, call.arguments) if rule is not False else False
-        key = call.context.idempotency_key if call.context is not None else ""
-        self.states.pop(node, None)
-        while True:
-            action, row = gate_action(
-                book.of_scope(self._run_id),
-                digest,
-                None,
-                needs=needs is not False,
-                node=node,
-                plan_version=self._version,
-            )
-            if action == "run":
-                return call
-            assert row is not None or action == "request"
-            if action == "review" and row is not None:
-                return self._wait(node, row.id, NodeState.NEEDS_REVIEW)
-            if action == "resolved" and row is not None:
-                if not book.apply_review(row):
-                    continue
-                decision = decision_of(row)
-                if decision.get("outcome") == "done":
-                    return _done(decision.get("output"))
-                return with_key(call, review_of(row).idempotency_key)
-            if action == "unknown" and row is not None:
-                return self._unknown(node, call, row)
-            if action == "pending" and row is not None:
-                return self._wait(node, row.id, NodeState.WAITING_APPROVAL)
-            if action == "rejected" and row is not None:
-                decision = decision_of(row)
-                return Failure(
-                    f"the call of tool '{tool.name}' by node `{node}` was rejected by "
-                    f"{decision.get('actor')}: {decision.get('reason')}",
-                    mistake=True,
-                )
-            if action == "approved" and row is not None:
-                if approval_expired(row, time.time()):
-                    if book.expire(row):
-                        self._note("APPROVAL_EXPIRED", node, None, {"request": row.id})
-                    continue
-                if not book.consume(row, step=None, key=key, node=node, fence=self.durable):
-                    continue
-                approval = approval_of(row.id, decision_of(row))
-                data: dict[str, JSONValue] = {"request": row.id, "edited": approval.edited}
-                self._note("APPROVAL_CONSUMED", node, approval.actor, data)
-                return with_key(call, key, approval.arguments if approval.edited else None)
-            request = book.request(
-                scope="plan",
-                scope_id=self._run_id,
-                node=node,
-                tool=tool.name,
-                arguments=call.arguments,
-                digest=digest,
-                plan_version=self._version,
-                why=needs if isinstance(needs, str) else None,
-                fence=self.durable,
-            )
-            self._note("APPROVAL_REQUESTED", node, None, {"request": request.id})
-            return self._wait(node, request.id, NodeState.WAITING_APPROVAL)
+    async def run(  # noqa: PLR0917  (the node's side of the desk)
+        self,
+        node: str,
+        call: Call,
+        key: str,
+        keep: Callable[[tuple[UndoRecord, ...]], None],
+        keep_running: Callable[[Orphan, bool], None],
+        dispatched: Callable[[Call], None],
+        again: Callable[[], Awaitable[Failure | None]],
+    ) -> Settled | Refused:
+        """The node's guarded attempt through the step core (`_step.attempt`, driven without
+        blocking the loop): while it waits for a person the node shows `WAITING_APPROVAL` or
+        `NEEDS_REVIEW`, and once one decided the same call goes through the gate again.
+        `key` is the node's idempotency key; `keep` keeps undo records of a call that has
+        returned, `keep_running` one still running (`held`: its outcome is to be decided);
+        `dispatched` sees each call just before it runs; `again`, before the call goes through
+        the gate again, says why it cannot (an earlier call of the node still runs: the
+        attempt fails with that). A node writes to the run's one overlay, never rewound per
+        node: an unknown attempt has no writes of its own to drop."""
+        where = Where(
+            "plan", self._run_id, node=node, plan_version=self._version, durable=self.durable
+        )
+
+        def note(kind: EventKind, actor: str | None, data: Mapping[str, JSONValue]) -> None:
+            self._note(kind, node, actor, data, None)
+
+        desk = Desk(
+            where=where,
+            book=self.book,
+            note=note,
+            key_of=lambda sent: key if sent.context is None else sent.context.idempotency_key,
+            keep=keep,
+            keep_running=keep_running,
+            drop_writes=_nothing,
+            dispatched=dispatched,
+            decided=self._decided,
+            prepared_context=call.context,
+        )
+        try:
+            while True:
+                result = await adrive(attempt(call, desk))
+                if not isinstance(result, Waiting):
+                    return result
+                waited = NodeState.WAITING_APPROVAL
+                if result.review is not None:
+                    waited = NodeState.NEEDS_REVIEW
+                self.states[node] = waited
+                await self.wait_decided(result.row_id)
+                self.states.pop(node, None)
+                if self._runs_again(result):
+                    failure = await again()
+                    if failure is not None:
+                        return Settled(call, Outcome(error=failure))
+        finally:
+            self.states.pop(node, None)
 
     def withdraw(self, why: str) -> None:
         """The run has ended: its requests still pending can no longer be decided (nothing to
@@ -175,99 +160,50 @@ class NodeGate:
         self.states.clear()
         if self._book is not None:
             with contextlib.suppress(Exception):  # the run's end is what matters
+                for row in self._book.of_scope(self._run_id):  # decided elsewhere, unseen
+                    self._decided(row)
                 self._book.withdraw(self._run_id, why, fence=self.durable)
 
-    def _wait(self, node: str, row_id: str, state: NodeState) -> Waiting:
-        self.states[node] = state
-        return Waiting(row_id, state)
+    def decided_row(self, request_id: str) -> None:
+        """Record the event of a decision just made on request `request_id` (any thread)."""
+        row = self.book.get(request_id, self._run_id)
+        if row is not None:
+            self._decided(row)
 
-    def _unknown(self, node: str, call: Call, row: RequestRow) -> Outcome | Call | Waiting:
-        """An approved call that started and never recorded its outcome: check, or review."""
-        decision = decision_of(row)
-        key = str(decision.get("idempotency_key") or "")
-        approval = approval_of(row.id, decision)
-        if approval.edited:
-            call = call._replace(arguments=approval.arguments)
-        self._note("OUTCOME_UNKNOWN", node, None, {"tool": call.tool.name})
-        errors = [_ENDED_WHILE_RUNNING]
-        check = call.tool.check
-        if check is not None:
-            verdict, failure = run_check(check, call.arguments, key, call.timeout)
-            if failure is not None:
-                errors.append(failure)
-        else:
-            verdict = CheckResult.unknown()
-            errors.append("the tool has no status check")
-        if verdict.status == "done":
-            self.book.finish(row, "done (status check)")
-            return _done(verdict.output)
-        if verdict.status == "not_done":
-            return with_key(call, key)
-        review = self.book.open_review(
-            scope="plan",
-            scope_id=self._run_id,
-            node=node,
-            tool=call.tool.name,
-            arguments=call.arguments,
-            digest=row.digest,
-            idempotency_key=key,
-            errors=errors,
-            timings={"timeout_s": call.timeout},
-            plan_version=self._version,
-            fence=self.durable,
-        )
-        self.book.finish(row, f"review {review.id}")
-        self._note("REVIEW_REQUESTED", node, None, {"review": review.id})
-        return self._wait(node, review.id, NodeState.NEEDS_REVIEW)
+    def _decided(self, row: RequestRow) -> None:
+        """Record, once, the event of the decision `row` holds, built from the row wherever
+        it was made (`_step.decision_event`), on the node it is about."""
+        event = decision_event(row)
+        if event is None:
+            return
+        with self._lock:
+            if row.id in self._decisions:
+                return
+            self._decisions.add(row.id)
+        kind, actor, at, data = event
+        node = request_of(row).node
+        self._note(kind, node, actor, data, at)
 
-    def timed_out(self, node: str, call: Call, outcome: Outcome) -> Outcome | Call | Waiting:
-        """The node's call timed out while its tool still ran: its outcome is unknown. The
-        tool's status check says done (the output), not done (the call again, same key), or
-        cannot tell, and then a person reviews it."""
-        key = call.context.idempotency_key if call.context is not None else ""
-        assert outcome.error is not None
-        errors = [outcome.error.message + " while the tool still ran"]
-        self._note("OUTCOME_UNKNOWN", node, None, {"tool": call.tool.name})
-        verdict = check_outcome(call.tool.check, call.arguments, key, call.timeout, errors)
-        if verdict.status == "done":
-            return _done(verdict.output)._replace(undos=outcome.undos)
-        if verdict.status == "not_done":
-            return with_key(call, key)
-        review = self.book.open_review(
-            scope="plan",
-            scope_id=self._run_id,
-            node=node,
-            tool=call.tool.name,
-            arguments=call.arguments,
-            digest=call_digest(call.tool.name, call.arguments),
-            idempotency_key=key,
-            errors=errors,
-            timings={"timeout_s": call.timeout},
-            plan_version=self._version,
-            fence=self.durable,
-        )
-        self._note("REVIEW_REQUESTED", node, None, {"review": review.id})
-        return self._wait(node, review.id, NodeState.NEEDS_REVIEW)
+    def _runs_again(self, waited: Waiting) -> bool:
+        """Whether the call runs after the decision on what it `waited` for (not when a
+        person said the reviewed call happened)."""
+        if waited.review is None:
+            return True
+        row = self.book.get(waited.row_id)
+        return row is None or decision_of(row).get("outcome") != "done"
 
-    async def decided(self, waiting: Waiting) -> None:
-        """Return once request or review `waiting.row_id` is no longer pending."""
+    async def wait_decided(self, row_id: str) -> None:
+        """Return once request or review `row_id` is no longer pending."""
         import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
         delay = 0.01
         while True:
-            row = self.book.get(waiting.row_id)
+            row = self.book.get(row_id)
             if row is None or row.state != "pending":
                 return
             await asyncio.sleep(delay)
             delay = min(2 * delay, POLL_MAX)
 
-    def failed(self, node: str) -> None:
-        """The node's approved call returned a failure: its approval is used up (a retry asks
-        again)."""
-        for row in self.book.of_scope(self._run_id):
-            if row.state == "consumed" and decision_of(row).get("consumed_node") == node:
-                self.book.finish(row, "failed")
 
-
-def _done(output: JSONValue) -> Outcome:
-    return Outcome(output=output, size=checked_size_bound(output))
+def _nothing() -> None:
+    """What a plan node's unknown attempt drops: nothing (see `NodeGate.run`)."""

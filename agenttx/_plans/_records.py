@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .._hints import CleanHint
     from .._json import JSONValue
     from .._limits import Isolation
+    from .._step import Settled
     from .._tools import Outcome, ToolContext
     from ..stores import DurableStore, EffectRow, Store, UndoRow
     from ._journal import StoredNode
@@ -44,6 +45,7 @@ __all__ = [
     "NodeRecord",
     "SerializedStore",
     "attempts_made",
+    "generation_of",
     "node_timing",
     "node_undo",
     "node_units",
@@ -191,7 +193,7 @@ class NodeRecord(Entry):
         self,
         index: int,
         node: Node,
-        derive: Callable[[str, str], str],
+        derive: Callable[..., str],
         prerequisites: frozenset[str],
         optional: frozenset[str],
         hold: str | None,
@@ -231,6 +233,11 @@ class NodeRecord(Entry):
             key = self._key = self._derive(self.id, self.tool)
         return key
 
+    def regenerate(self, generation: int) -> None:
+        """Derive the node's key again, for `generation` (an earlier call of the node was
+        compensated: the next one must not be taken for it)."""
+        self._key = self._derive(self.id, self.tool, generation) if generation else None
+
     @property
     def attempts(self) -> list[Attempt]:
         """The node's attempts, oldest first."""
@@ -258,6 +265,8 @@ HeldEvent = tuple[
 class Finished(NamedTuple):
     attempt: Attempt
     outcome: Outcome
+    #: A guarded attempt's end, as the step core settled it (`_step.finish` once recorded).
+    settled: Settled | None = None
 
 
 class Crashed(NamedTuple):
@@ -345,6 +354,7 @@ def _dispatched_data(  # noqa: PLR0917  (deferred event data: called with a flat
     max_concurrency: int,
     waited: tuple[str, ...],
     timeout: float,
+    generation: int = 0,
 ) -> dict[str, JSONValue]:
     """The data of a `dispatched` event: the attempt and the checks made before it started.
 
@@ -353,7 +363,11 @@ def _dispatched_data(  # noqa: PLR0917  (deferred event data: called with a flat
     return {
         "number": number,
         "tool": tool,
-        "idempotency_key": derive_key(run_id, plan_version, node, tool),
+        "idempotency_key": (
+            derive_key(run_id, plan_version, node, tool, generation)
+            if generation
+            else derive_key(run_id, plan_version, node, tool)
+        ),
         "checks": {
             "prerequisites": list(prerequisites),
             "inputs": "valid" if valid else "refused",
@@ -426,6 +440,15 @@ def attempts_made(restored: Mapping[str, StoredNode] | None, node_id: str) -> in
     stored = None if restored is None else restored.get(node_id)
     number = None if stored is None else stored.record.get("number")
     return number if isinstance(number, int) and not isinstance(number, bool) and number > 0 else 0
+
+
+def generation_of(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:
+    """How many times a resumed run's node had its key changed before the crash."""
+    stored = None if restored is None else restored.get(node_id)
+    generation = None if stored is None else stored.record.get("generation")
+    if isinstance(generation, int) and not isinstance(generation, bool) and generation > 0:
+        return generation
+    return 0
 
 
 def retried_count(restored: Mapping[str, StoredNode] | None, node_id: str) -> int:

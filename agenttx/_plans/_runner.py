@@ -12,6 +12,8 @@ import threading
 from typing import TYPE_CHECKING, Any, final
 
 from .._errors import FailedPrecondition, InvalidArgument, StorageError
+from .._tools import ToolRegistry
+from ._abort import missing_tool, plan_of
 from ._execution import PlanExecution
 from ._journal import read_run
 from ._model import Plan
@@ -232,13 +234,13 @@ class PlanRun:
             scope_id=self.id,
             validate=self._run.validate_edit,
         )
-        self._run.note_decision("APPROVED", request_id, actor, {"edited": approval.edited})
+        self._run.people.decided_row(request_id)
         return approval
 
     def reject(self, request_id: str, *, actor: str, reason: str) -> None:
         """Reject request `request_id` of this run: its node fails with the reason."""
         self._run.people.book.reject(request_id, actor=actor, reason=reason, scope_id=self.id)
-        self._run.note_decision("REJECTED", request_id, actor, {"reason": reason})
+        self._run.people.decided_row(request_id)
 
     def resolve_review(
         self, review_id: str, *, outcome: str, output: JSONValue = None, actor: str
@@ -248,7 +250,7 @@ class PlanRun:
         self._run.people.book.resolve_review(
             review_id, outcome=outcome, output=output, actor=actor, scope_id=self.id
         )
-        self._run.note_decision("REVIEWED", review_id, actor, {"outcome": outcome})
+        self._run.people.decided_row(review_id)
 
     def wait(self, timeout: float | None = None) -> PlanResult:
         """The run's result, once it has ended; see the class docstring."""
@@ -321,8 +323,13 @@ def resume_plan(
     thread; return its `PlanRun`. Completed nodes are not run again (their stored outputs feed
     their dependants), failed ones stay failed, and a node that was claimed but not completed
     runs again with the same idempotency key. Raises `StorageError` for an unreadable record,
-    and as `start_plan` does (the tools may no longer fit the plan)."""
+    `PlanToolMissing` if a tool of its plan is not registered (cancelling the run still ends
+    it: `abort_run`), and as `start_plan` does (the tools may no longer fit the plan)."""
     record, nodes = read_run(image)
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    missing = missing_tool(plan_of(image), registry, image.run_id)
+    if missing is not None:
+        raise missing
     try:
         plan = Plan.from_json(record["plan"])
         settings = record["settings"]
@@ -335,7 +342,7 @@ def resume_plan(
         raise StorageError(f"plan run `{image.run_id}`: unreadable durable record: {exc}") from exc
     run = PlanExecution(
         plan,
-        tools=tools,
+        tools=registry,
         initial=initial,
         max_concurrency=settings["max_concurrency"],
         resources=settings["resources"],

@@ -45,6 +45,7 @@ from ._transient import is_transient_status as is_transient_status
 from ._transient import transient_verdict as transient_verdict
 from ._workers import DeadlineExceeded as DeadlineExceeded
 from ._workers import Running as Running
+from ._workers import abandoned_call as abandoned_call
 from ._workers import acall_with_deadline as acall_with_deadline
 from ._workers import call_with_deadline as call_with_deadline
 from ._workers import is_awaitable as is_awaitable
@@ -75,6 +76,7 @@ __all__ = [
     "UndoRecord",
     "Validator",
     "Violation",
+    "abandoned_call",
     "acall_with_deadline",
     "arun_tool",
     "call_with_deadline",

@@ -27,6 +27,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, TypeVar, cast
 
@@ -39,6 +40,7 @@ __all__ = [
     "Alarm",
     "DeadlineExceeded",
     "Running",
+    "abandoned_call",
     "acall_with_deadline",
     "alarm_after",
     "call_with_deadline",
@@ -256,7 +258,8 @@ def call_with_deadline(fn: Callable[[], T], timeout: float) -> T:
 async def acall_with_deadline(fn: Callable[[], T], timeout: float) -> T:
     """`call_with_deadline` for async code: the event loop keeps running while `fn` does.
 
-    A cancellation of the awaiting task propagates at once, leaving `fn` running.
+    A cancellation of the awaiting task propagates at once, leaving `fn` running: the task's
+    owner finds the call with `abandoned_call(task)`, as it does one past its deadline.
     """
     import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
 
@@ -272,14 +275,43 @@ async def acall_with_deadline(fn: Callable[[], T], timeout: float) -> T:
     try:
         done, _ = await asyncio.wait((settled,), timeout=timeout)
     except BaseException:  # cancelled: walk away, leaving fn running
-        if worker.abandon() is None:
-            worker.discard()
+        late = worker.abandon()
+        if late is None:  # it returned meanwhile: its outcome, handed over as a late one
+            late = _Late()
+            try:
+                late.result = worker.collect()
+            except BaseException as exc:  # noqa: BLE001  (the call's own error, kept)
+                late.error = exc
+            late.done.release()
+        _walk_away(late)
         raise
     if done:
         worker.finished()
     elif (late := worker.abandon()) is not None:
+        _walk_away(late)
         raise DeadlineExceeded(late)
     return cast("T", worker.collect())
+
+
+#: The call each task last walked away from (`acall_with_deadline`), until its owner takes
+#: it with `abandoned_call`; a task nobody asks about is dropped with it.
+_walked_away: weakref.WeakKeyDictionary[object, Running] = weakref.WeakKeyDictionary()
+
+
+def _walk_away(late: _Late) -> None:
+    import asyncio  # noqa: PLC0415  (loaded already: the caller awaits)
+
+    task = asyncio.current_task()
+    if task is not None:
+        _walked_away[task] = late
+
+
+def abandoned_call(task: object) -> Running | None:
+    """The call `task` last walked away from in `acall_with_deadline`, at its deadline or
+    when it was cancelled (one that returned just as it was cancelled is handed over too), to
+    wait for it and read its outcome; None if there is none. Taken once: a cancelled task's
+    owner takes it to keep the call's undo records until it has returned."""
+    return _walked_away.pop(task, None)
 
 
 def _settle(future: asyncio.Future[None]) -> None:
