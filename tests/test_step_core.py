@@ -239,3 +239,100 @@ def test_the_flows_cover_every_ending() -> None:
     assert endings == {"success": True, "tool error": False, "rejected": False}
     actions = {action for _, _, acts in FLOWS.values() for action, _ in acts}
     assert actions == {"approve", "reject", "review"}
+
+
+# ------------------------------------------------------------ abandoned calls (an attack's finds)
+
+
+def _slow_charge(order: list[str], started: threading.Event, release: threading.Event) -> Any:
+    @agenttx.compensation(name="refund")
+    def refund(payload: Any) -> None:
+        del payload
+        order.append("refund")
+
+    @agenttx.tool(name="charge", compensate=refund)
+    def charge(amount: int) -> dict:
+        """Charge `amount`; the provider answers once released."""
+        started.set()
+        release.wait(10)
+        order.append("charge")
+        return {"amount": amount}
+
+    return refund, charge
+
+
+def test_a_cancelled_acall_keeps_its_running_call_until_it_returns() -> None:
+    """Cancelling `acall` while its sync tool runs on a worker: the call is kept as running,
+    `commit()` refuses meanwhile, and its `compensate=` undo runs once, after the charge."""
+    import asyncio  # noqa: PLC0415
+
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    tx = agenttx.Transaction(tools=list(_slow_charge(order, started, release)), step_timeout=5)
+
+    async def cancel_it() -> None:
+        task = asyncio.ensure_future(tx.acall("charge", {"amount": 5}))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_it())
+    with pytest.raises(agenttx.FailedPrecondition, match="still running"):
+        tx.commit()  # the charge may still land
+    release.set()
+    tx.rollback()
+    assert order == ["charge", "refund"]
+
+
+def test_an_abort_reports_the_undo_of_a_call_still_running() -> None:
+    """Aborting while a timed-out call still runs: its declared `compensate=` undo is not run
+    (its charge has not landed) but kept as failed and reported, not silently lost."""
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    tx = agenttx.Transaction(tools=list(_slow_charge(order, started, release)), step_timeout=0.1)
+    try:
+        assert not tx.call("charge", {"amount": 5}).ok  # timed out, still running
+        tx.rollback()
+        failures = tx.view().compensation_failures
+        assert any("refund for step 1" in f and "still running" in f for f in failures)
+        assert order == []
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("expires_in", [10**400, 1e300, 11 * 366 * 86_400])
+def test_an_absurd_expiry_is_refused(expires_in: float) -> None:
+    """An expiry past ten years (or past a timestamp's range) is `InvalidArgument`, and the
+    request stays pending."""
+    tx = agenttx.Transaction(tools=[_tool(Provider("ok"), needs_approval=True)])
+    request = tx.call("charge", {"amount": 5}).approval
+    with pytest.raises(agenttx.InvalidArgument, match="expires_in"):
+        tx.approve(request.id, actor="alice", expires_in=expires_in)
+    assert [r.id for r in tx.pending_approvals()] == [request.id]
+
+
+def test_a_node_decided_not_done_runs_again_once_its_call_returned() -> None:
+    """A plan node in review whose call still runs, resolved `not_done`: it waits for that
+    call, then runs it again with the same key (not a TIMED_OUT failure for waiting)."""
+    provider = Provider("late_not_done")
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("pay", tool="charge", inputs={"amount": "${initial.amount}"}, timeout=0.1)
+        ],
+        initial=["amount"],
+    )
+    tool = _tool(provider, check=provider.status("unknown"))
+    run = agenttx.start_plan(plan, tools=[tool], initial={"amount": 5}, store=MemoryStore())
+    try:
+        while not run.pending_reviews():  # after the late-result grace (bounded by the mark)
+            time.sleep(0.01)
+        review = run.pending_reviews()[0]
+        run.resolve_review(review.id, outcome="not_done", actor="ops")
+        time.sleep(0.5)  # longer than the node's timeout: the node keeps waiting for its call
+    finally:
+        provider.released.set()
+    result = run.wait(30)
+    assert result.nodes["pay"].state is NodeState.SUCCEEDED
+    assert len(provider.calls) == 2
+    assert len({key for key, _ in provider.calls}) == 1

@@ -3,11 +3,10 @@ state is one compare-and-set (`stores._approvals.RequestStore`)."""
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from .._errors import (
     ApprovalConsumed,
@@ -63,16 +62,22 @@ def _check_text(value: object, what: str) -> str:
     return value
 
 
+#: The longest an approval may wait for its call: ten years (seconds); past it, an expiry is
+#: a mistake (and past the range of a timestamp, an overflow).
+MAX_EXPIRES_IN: Final = 10 * 366 * 86_400
+
+
 def _check_expires_in(expires_in: object) -> float | None:
     if expires_in is None:
         return None
     if (
         isinstance(expires_in, bool)
         or not isinstance(expires_in, (int, float))
-        or not 0 < expires_in < math.inf
+        or not 0 < expires_in <= MAX_EXPIRES_IN
     ):
         raise InvalidArgument(
-            f"expires_in must be a positive number of seconds, got {expires_in!r}"
+            f"expires_in must be a positive number of seconds, at most {MAX_EXPIRES_IN} (ten "
+            f"years), got {expires_in!r:.40}"
         )
     return float(expires_in)
 

@@ -116,10 +116,13 @@ class NodeTasks:
             self._late.add(node, attempt.id, orphan._replace(held=held))
 
         async def again() -> Failure | None:
-            if not self._late.of(node):
-                return None
-            running, _ = await self._late.settle(node, call.timeout)
-            return still_running(call, call.timeout) if running else None
+            # A person decided: the call goes through the gate again only once the node's
+            # earlier call has returned, however long that takes (a cancel of the run stops
+            # the wait); never a second execution beside it, never a failure for waiting.
+            running = bool(self._late.of(node))
+            while running:
+                running, _ = await self._late.settle(node, call.timeout)
+            return None
 
         record = self._nodes[node]
         try:

@@ -114,6 +114,10 @@ class Desk:
     decided: Callable[[RequestRow], None]
     #: The context the host prepared the call with (it keeps what was registered there).
     prepared_context: object = None
+    #: A call abandoned as it ran (an interrupt, a cancelled task): the host keeps what it
+    #: registered, as running if its worker still runs it (its undos then wait for it). None:
+    #: they are kept at once (`keep`).
+    abandoned: Callable[[Call], None] | None = None
 
 
 class Run(NamedTuple):
@@ -302,7 +306,9 @@ def _run(
         # Abandoned while it ran (an interrupt, a cancelled task): what it registered on its
         # own context (the gate made one for an approved or retried call) is kept, for the
         # rewind that follows; the host keeps the prepared context's.
-        if call.context is not desk.prepared_context:
+        if desk.abandoned is not None:
+            desk.abandoned(call)
+        elif call.context is not desk.prepared_context:
             desk.keep(closed(call.context)[0])
         raise
     if outcome.running is not None and call.tool.on_unknown == "review":

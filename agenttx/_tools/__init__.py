@@ -9,6 +9,7 @@ from ._calls import Orphans as Orphans
 from ._calls import Outcome as Outcome
 from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
+from ._calls import keep_abandoned as keep_abandoned
 from ._calls import run_tool as run_tool
 from ._calls import still_running as still_running
 from ._calls import with_key as with_key
@@ -87,6 +88,7 @@ __all__ = [
     "derive_key",
     "is_awaitable",
     "is_transient_status",
+    "keep_abandoned",
     "key_deriver",
     "newtype_name",
     "read_signature",

@@ -23,6 +23,7 @@ from ._transient import transient_verdict
 from ._workers import (
     DeadlineExceeded,
     Running,
+    abandoned_call,
     acall_with_deadline,
     alarm_after,
     call_with_deadline,
@@ -41,6 +42,7 @@ __all__ = [
     "Outcome",
     "arun_tool",
     "closed",
+    "keep_abandoned",
     "run_tool",
     "still_running",
     "with_key",
@@ -423,7 +425,37 @@ class Orphans:
         return records, kept, bool(self._orphans)
 
     def give_up(self) -> list[UndoRecord]:
-        """Forget the calls still running; return their undos, to keep as failed."""
-        records = [undo for orphan in self._orphans for undo in orphan.undos]
+        """Forget the calls still running; return their undos, to keep as failed: those they
+        registered and, for a tool with `compensate=`, the one it declares (its output is not
+        known: null), so that an abort reports it and recovery may retry it."""
+        records: list[UndoRecord] = []
+        for orphan in self._orphans:
+            records.extend(orphan.undos)
+            call = orphan.call
+            kind = call.tool.compensation_name
+            if kind is not None:
+                declared = _declared_undo(call, kind, call.seq_base + len(orphan.undos), None)
+                if call.log_undo is not None:
+                    call.log_undo(declared)
+                records.append(declared)
         self._orphans.clear()
         return records
+
+
+def keep_abandoned(orphans: Orphans, call: Call, undos: tuple[UndoRecord, ...]) -> bool:
+    """After the task running `call` was cancelled: if a worker thread still runs it (a sync
+    tool outlives its task), keep it in `orphans`, its undos waiting for it to return (its
+    declared `compensate=` undo added then); whether it did. Call from that task."""
+    if call.tool.is_async or call.tool.inline:
+        return False  # it ran in the task, and stopped with it
+    import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: a sync caller
+        return False
+    running = None if task is None else abandoned_call(task)
+    if running is None:
+        return False
+    orphans.add(Orphan(call, undos, running))
+    return True

@@ -21,7 +21,7 @@ from .._events import EventKind
 from .._results import TxStatus
 from .._step import Desk, Settled, Where, blocking_request, decision_event, finish, unsettled
 from .._step import validate_edit as check_edit
-from .._tools import Call, Failure, derive_key
+from .._tools import Call, Failure, closed, derive_key, keep_abandoned
 from ..stores import is_durable
 
 if TYPE_CHECKING:
@@ -187,7 +187,14 @@ class People:
             dispatched=dispatched,
             decided=self._decided,
             prepared_context=call.context,
+            abandoned=self._abandoned,
         )
+
+    def _abandoned(self, call: Call) -> None:
+        """A guarded call abandoned as it ran: kept as running while its worker runs it."""
+        undos, _ = closed(call.context)
+        if not keep_abandoned(self._orphans, call, undos):
+            self._ledger.record(undos)
 
     def finish(self, settled: Settled) -> None:
         """After the transaction recorded `settled`: end the row that guarded its call."""

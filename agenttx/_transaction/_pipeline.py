@@ -50,7 +50,17 @@ from .._rollback import RollbackDecision, RollbackStrategy
 from .._saga import CompensationReport, deliver_committed
 from .._step import Refused, Settled, Waiting, adrive, attempt, drive
 from .._timeline import Pending
-from .._tools import Call, Failure, Orphan, Outcome, arun_tool, closed, run_tool, still_running
+from .._tools import (
+    Call,
+    Failure,
+    Orphan,
+    Outcome,
+    arun_tool,
+    closed,
+    keep_abandoned,
+    run_tool,
+    still_running,
+)
 from .._txlog import LiveStep, Progress
 
 if TYPE_CHECKING:
@@ -287,6 +297,8 @@ class Pipeline:
             self._dispatched(prepared)
             outcome = await arun_tool(prepared, self._settings.output_serializer)
         except BaseException as exc:
+            if isinstance(prepared, Call) and not prepared.tool.guarded:  # the core keeps those
+                keep_abandoned(self._orphans, prepared, closed(prepared.context)[0])
             self._abandon(step_id, prepared, exc)
             raise
         self._keep_registered(prepared, outcome)
