@@ -607,8 +607,7 @@ def test_an_async_call_does_not_stall_the_loop_while_its_status_check_waits() ->
     tx = agenttx.Transaction(tools=[slow], step_timeout=0.5)
 
     async def other() -> None:
-        while not asked.is_set():  # frees the check only once it is being asked
-            await asyncio.sleep(0.01)
+        await asyncio.to_thread(asked.wait, 5)  # frees the check only once it is asked
         freed.set()
 
     async def main() -> agenttx.StepResult:
