@@ -96,6 +96,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             tools=self.tools, store=self.store, step_timeout=STEP_TIMEOUT, hooks=[self._hook]
         )
         self.tx_id = self.tx.id
+        self.tx_ids = [self.tx_id]  # every transaction of the example, on the one store
+        self.baseline = 0  # what the committed transactions charged
         self.engine: agenttx.Engine | None = None
         self.live: dict[int, int] = {}  # step -> amount charged, of the steps that succeeded
         #: What blocks the next step: {"kind", "id", "step", "amount", "state"}.
@@ -148,7 +150,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.ended is None)
     @rule(
-        amount=st.sampled_from([10, 20, 60, 80]),
+        amount=st.sampled_from([10, 20, 30, 60, 80]),
         behaviour=st.sampled_from(["ok", "ok", "fail", "transient", "late", "hang"]),
         same=st.booleans(),
     )
@@ -287,7 +289,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if to == 0:
             self.ended = "aborted"
             self.live.clear()
-            assert self.provider.net() == 0
+            assert self.provider.net() == self.baseline
             return
         for gone in [s for s in self.live if s >= to]:
             del self.live[gone]
@@ -305,7 +307,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             return
         self.tx.commit()
         self.ended = "committed"
-        assert self.provider.net() == sum(self.live.values())
+        assert self.provider.net() == self.baseline + sum(self.live.values())
+        self.baseline = self.provider.net()
+        self.live.clear()
 
     @precondition(lambda self: self.ended is not None)
     @rule()
@@ -315,6 +319,21 @@ class LifecycleMachine(RuleBasedStateMachine):
         with pytest.raises(agenttx.InvalidTransactionState):
             self.tx.call("charge", {"amount": 5, "memo": "late"})
         assert len(self.provider.runs()) == runs
+
+    @precondition(lambda self: self.ended is not None and not self._running())
+    @rule()
+    def begin(self) -> None:
+        """A new transaction on the same store (what ended stays as it ended)."""
+        self.tx = agenttx.Transaction(
+            tools=self.tools, store=self.store, step_timeout=STEP_TIMEOUT, hooks=[self._hook]
+        )
+        self.tx_id = self.tx.id
+        self.tx_ids.append(self.tx_id)
+        self.live.clear()
+        self.waiting = None
+        self.decided.clear()
+        self.ended = None
+        self.provider.note("rewound", None)  # keys of another transaction are not compared
 
     def _reopen(self) -> None:
         """Recover the transaction on a fresh store object, as a restarted process does."""
@@ -378,9 +397,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         is what the live steps charged (0 after an abort)."""
         if self._running() or (self.waiting is not None and self.waiting["kind"] == "review"):
             return
-        if self.ended == "committed":
-            return  # checked when it committed
-        assert self.provider.net() == sum(self.live.values()), (self.live, self.provider.trace)
+        assert self.provider.net() == self.baseline + sum(self.live.values()), (
+            self.live,
+            self.provider.trace,
+        )
 
     @invariant()
     def nothing_charged_above_the_limit_without_a_consumed_approval(self) -> None:
@@ -390,7 +410,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert len({e[1] for e in consumed}) == len(consumed)
         keys = {
             decision_of(row).get("idempotency_key")
-            for row in requests_for(self.store).of_scope(self.tx_id)
+            for tx_id in self.tx_ids
+            for row in requests_for(self.store).of_scope(tx_id)
             if row.kind == "approval"
         }
         for run in self.provider.runs():
