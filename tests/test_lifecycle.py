@@ -106,6 +106,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         #: The decisions on approval requests not yet used, by amount (an approval is bound to
         #: the tool and the arguments' digest, at any step): "approved" or "rejected".
         self.decided: dict[int, str] = {}
+        self.back = False  # a held call came back and no call or rewind has settled it since
 
     def _hook(self, event: agenttx.Event) -> None:
         self.provider.hook(event)
@@ -170,6 +171,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         runs = len(self.provider.runs())
         self.provider.plan[:] = [behaviour]
         result = self.tx.call("charge", arguments)
+        self.back = self.back and refused  # a call not refused first settles what came back
         self.provider.plan.clear()
         ran = len(self.provider.runs()) > runs
         if refused:  # a blocked step runs nothing, and the controller is not asked
@@ -279,13 +281,25 @@ class LifecycleMachine(RuleBasedStateMachine):
     def release(self) -> None:
         """The late call still running returns."""
         self.provider.release_all()
+        # Until its worker has returned, a rewind leaves its undo for the transaction's next
+        # action (documented): wait for the return the gate only lets happen, so the model
+        # knows when the undo runs (no public API tells).
+        self.tx._orphans.wait(5.0)
+        self.back = True
 
     @precondition(lambda self: self.ended is None and not self._running())
     @rule(data=st.data())
     def rollback(self, data: st.DataObject) -> None:
         """Rewind to a step before the next one, or abort (to step 0)."""
         to = data.draw(st.integers(0, self.tx.next_step_id - 1))
+        waiting = self.waiting
+        if self.back and to > 0 and waiting is not None and waiting["step"] >= to:
+            # A held call back since the last call: the rewind leaves its undo for the next
+            # action (a defect of the library:
+            # test_a_rewind_below_a_review_undoes_its_held_call_that_returned).
+            return
         self.tx.rollback(to)
+        self.back = False
         if to == 0:
             self.ended = "aborted"
             self.live.clear()
@@ -422,6 +436,17 @@ class LifecycleMachine(RuleBasedStateMachine):
     def the_status_check_never_ran_while_its_call_did(self) -> None:
         """The status check is asked only once the call has returned."""
         assert all(not e[2] for e in self.provider.trace if e[0] == "check")
+
+    @invariant()
+    def a_refunded_key_never_runs_again(self) -> None:
+        """A refund means a rewind undid the call, so its step's key changed: no call runs with
+        a key that was refunded (a provider would answer it with the refunded charge)."""
+        refunded: set[str] = set()
+        for entry in self.provider.trace:
+            if entry[0] == "refund":
+                refunded.add(entry[2])
+            elif entry[0] == "run":
+                assert entry[2] not in refunded, self.provider.trace
 
     @invariant()
     def a_resent_call_keeps_its_key_unless_its_step_was_undone(self) -> None:
@@ -662,6 +687,25 @@ def test_the_same_call_sent_again_while_its_reviewed_call_still_runs_keeps_waiti
     assert tx.status is agenttx.TxStatus.ACTIVE
     assert [r.id for r in tx.pending_reviews()] == [review.id]
     assert len(provider.runs()) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rollback(to_step) marks a dropped step's held call to be undone once back "
+    "(Orphans.release_from) but does not settle the one already back: its undo waits in "
+    "memory for the next action (lost if the process ends)",
+)
+def test_a_rewind_below_a_review_undoes_its_held_call_that_returned(provider: Provider) -> None:
+    """A rewind that drops a step waiting in NEEDS_REVIEW compensates the undo of its call
+    that has returned, in that rewind (rule 2: an undo runs once its call has returned)."""
+    tx = _tx(MemoryStore(), provider)
+    assert tx.call("charge", SMALL).ok
+    provider.plan[:] = ["hang"]
+    assert tx.call("charge", OTHER).status is StepStatus.NEEDS_REVIEW
+    provider.release_all()
+    tx._orphans.wait(5.0)  # the held call has returned (no public API tells)
+    tx.rollback(1)
+    assert provider.net() == 0, provider.trace
 
 
 @pytest.mark.xfail(
