@@ -80,8 +80,9 @@ def stores(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Callable[[
 
 
 class LifecycleMachine(RuleBasedStateMachine):
-    """Sends, decisions, reviews, releases, rewinds, commits, crashes and lease losses on one
-    transaction with a guarded charging tool, checked against a small model."""
+    """Sends, decisions, reviews, releases, rewinds, commits, crashes and lease losses on
+    transactions (a new one once one ended) on one store with a guarded charging tool,
+    checked against a small model."""
 
     make_store: Callable[[], Any] = staticmethod(MemoryStore)  # set by the test
 
