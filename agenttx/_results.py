@@ -39,6 +39,9 @@ __all__ = [
     "TxStatus",
     "Voided",
     "failed_step",
+    "refused_step",
+    "rewind_target",
+    "waiting_step",
 ]
 
 #: The live steps a rewind undoes, and the call ids of those that had one, in step order
@@ -330,6 +333,52 @@ def failed_step(
         voided_call_ids=voided[1],
         root_cause=root,
     )
+
+
+def refused_step(
+    step_id: int, hint: CleanHint, error: str, constraints: tuple[str, ...], call_id: str | None
+) -> StepResult:
+    """A call refused at a step that waits for a person: sent again at its own number
+    (`RESEND`), nothing run, nothing undone, and no decision of the controller asked."""
+    return StepResult(
+        status=StepStatus.ROLLBACK_TRIGGERED,
+        step_id=step_id,
+        next_step_id=step_id,
+        hint=hint,
+        error=error,
+        strategy=RollbackStrategy.RESEND,
+        rollback_to_step=step_id,
+        constraints=constraints,
+        call_id=call_id,
+    )
+
+
+def waiting_step(
+    step_id: int,
+    constraints: tuple[str, ...],
+    call_id: str | None,
+    approval: ApprovalRequest | None,
+    review: Review | None,
+) -> StepResult:
+    """A step that waits for a person (`approval` or `review`): the same step is next."""
+    return StepResult(
+        status=StepStatus.NEEDS_APPROVAL if approval is not None else StepStatus.NEEDS_REVIEW,
+        step_id=step_id,
+        next_step_id=step_id,
+        constraints=constraints,
+        call_id=call_id,
+        approval=approval,
+        review=review,
+    )
+
+
+def rewind_target(decision: RollbackDecision) -> tuple[int, TxStatus | None]:
+    """Where a decision rewinds to, and the final status if it aborts."""
+    if decision.strategy is RollbackStrategy.ABORT:
+        return 0, TxStatus.FAILED
+    if decision.strategy is RollbackStrategy.GLOBAL_RESET:
+        return 0, None
+    return decision.target_step, None
 
 
 @final

@@ -150,6 +150,13 @@ class Timeline:
         self.pending = None
         self.next_step = first
 
+    def drops(self, target: int) -> bool:
+        """Whether a rewind to `target` drops a live step or a staged effect (the failed
+        step's own effects included: they are staged before it is recorded)."""
+        return any(step >= target for step in self.steps) or any(
+            effect.step_id >= target for effect in self.effects
+        )
+
     def clear(self) -> None:
         """Drop every step (an abort): no step runs next."""
         self.truncate(1)

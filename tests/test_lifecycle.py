@@ -42,7 +42,7 @@ MACHINE_SETTINGS = settings(
 @pytest.fixture(autouse=True)
 def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """`tx.call` resends a RETRY at once (its backoff sleeps are not what is tested)."""
-    monkeypatch.setattr("agenttx._turns.sleep", lambda _seconds: None)
+    monkeypatch.setattr("agenttx._transaction._turns.sleep", lambda _seconds: None)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -295,7 +295,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         # Until its worker has returned, a rewind leaves its undo for the transaction's next
         # action (documented): wait for the return the gate only lets happen, so the model
         # knows when the undo runs (no public API tells).
-        self.tx._orphans.wait(5.0)
+        self.tx._pipeline._orphans.wait(5.0)
         self.back = True
 
     @precondition(lambda self: self.ended is None and not self._running())
@@ -676,12 +676,6 @@ def test_an_async_call_does_not_stall_the_loop_while_its_status_check_waits() ->
     assert result.output == {"checked": True}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sync call sent again while its reviewed call still runs waits for the earlier "
-    "call and fails through the rollback controller, which escalates (GLOBAL_RESET withdraws "
-    "the review, then ABORT)",
-)
 @pytest.mark.timeout(30)
 def test_the_same_call_sent_again_while_its_reviewed_call_still_runs_keeps_waiting(
     provider: Provider,
@@ -700,12 +694,6 @@ def test_the_same_call_sent_again_while_its_reviewed_call_still_runs_keeps_waiti
     assert len(provider.runs()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the review opened when the retry of an edited call times out again is keyed by "
-    "the edited arguments' digest (_step/_gate.py `_unknown`, guard None after `_reviewed`), "
-    "so the original call sent again is refused as another call at a blocked step",
-)
 @pytest.mark.timeout(30)
 def test_the_review_of_an_edited_call_retried_is_found_by_the_call_sent_again(
     provider: Provider,
@@ -728,12 +716,6 @@ def test_the_review_of_an_edited_call_retried_is_found_by_the_call_sent_again(
     assert again.review.id == second.review.id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rollback(to_step) marks a dropped step's held call to be undone once back "
-    "(Orphans.release_from) but does not settle the one already back: its undo waits in "
-    "memory for the next action (lost if the process ends)",
-)
 def test_a_rewind_below_a_review_undoes_its_held_call_that_returned(provider: Provider) -> None:
     """A rewind that drops a step waiting in NEEDS_REVIEW compensates the undo of its call
     that has returned, in that rewind (rule 2: an undo runs once its call has returned)."""
@@ -742,21 +724,16 @@ def test_a_rewind_below_a_review_undoes_its_held_call_that_returned(provider: Pr
     provider.plan[:] = ["hang"]
     assert tx.call("charge", OTHER).status is StepStatus.NEEDS_REVIEW
     provider.release_all()
-    tx._orphans.wait(5.0)  # the held call has returned (no public API tells)
+    tx._pipeline._orphans.wait(5.0)  # the held call has returned (no public API tells)
     tx.rollback(1)
     assert provider.net() == 0, provider.trace
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recovery compensates the undo records kept for a call under review (it returned "
-    "after its review opened) but leaves the review pending with the same key: the call sent "
-    "again after `not_done` succeeds with the refunded key",
-)
-def test_recovery_keeps_the_undos_of_a_call_under_review(tmp_path: Any) -> None:
-    """A step waiting in NEEDS_REVIEW survives a restart as it was: recovery does not undo the
-    reviewed call while its review stands (rule 2), so once a person says `not_done` the call
-    sent again leaves its charge standing, once."""
+def test_recovery_undoes_a_returned_call_under_review_and_settles_its_review(tmp_path: Any) -> None:
+    """A step waiting in NEEDS_REVIEW whose call returned, then a restart: recovery rewinds
+    the step (its call's undo runs: rule 2), which settles the review (withdrawn: its outcome
+    is known, undone); the call sent again starts afresh under a new key, and leaves one
+    charge standing."""
     provider = Provider()
     store = SQLiteStore(tmp_path / "review.db")
     tx = _tx(store, provider)
@@ -770,9 +747,12 @@ def test_recovery_keeps_the_undos_of_a_call_under_review(tmp_path: Any) -> None:
         engine = agenttx.Engine(tools=charging_tools(provider), store=again, config=FAST)
         engine.recover("resume")
         resumed = engine.get(tx.id)
-        resumed.resolve_review(review.id, outcome="not_done", actor="ops")
+        assert resumed.pending_reviews() == ()
+        with pytest.raises(agenttx.ReviewNotFound):
+            resumed.resolve_review(review.id, outcome="not_done", actor="ops")
         assert resumed.call("charge", SMALL).ok
         assert provider.net() == 10, provider.trace
+        assert len({run[2] for run in provider.runs()}) == 2  # the refunded key never ran again
     finally:
         again.close()
 

@@ -469,20 +469,6 @@ class Requests:
             withdrawn += changed is not None
         return withdrawn
 
-    def finish_started(self, scope_id: str, why: str, from_step: int) -> int:
-        """Finish the calls started at transaction steps >= `from_step` whose outcome a rewind
-        has settled by compensating them (`why`): sent again, they start afresh. Returns how
-        many."""
-        finished = 0
-        for row in self._table.requests_of(scope_id):
-            if row.state != "consumed":
-                continue
-            step = loads(row.decision).get("consumed_step")
-            if isinstance(step, int) and step >= from_step and request_of(row).node is None:
-                self.finish(row, why)
-                finished += 1
-        return finished
-
     # ------------------------------------------------------------ reviews
 
     def open_review(

@@ -295,7 +295,13 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
 
 
 def _run(
-    call: Call, desk: Desk, life: Lifecycle, guard: RequestRow | None, *, retried: bool
+    call: Call,
+    desk: Desk,
+    life: Lifecycle,
+    guard: RequestRow | None,
+    *,
+    retried: bool,
+    digest: str | None = None,
 ) -> Work:
     """Run the call; one that timed out while its tool still ran has an unknown outcome."""
     life.advance(Phase.RUNNING)
@@ -319,7 +325,11 @@ def _run(
         if guard is not None:
             key = str(decision_of(guard).get("idempotency_key") or key)
         orphan = Orphan(call, outcome.undos, outcome.running)
-        return (yield from _unknown(call, desk, life, guard, key, errors, orphan, retried=retried))
+        return (
+            yield from _unknown(
+                call, desk, life, guard, key, errors, orphan, retried=retried, digest=digest
+            )
+        )
     life.advance(Phase.SETTLED)
     return Settled(call, outcome, guard)
 
@@ -334,6 +344,7 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
     orphan: Orphan | None = None,
     *,
     retried: bool = False,
+    digest: str | None = None,
 ) -> Work:
     """A call whose outcome is unknown: its status check decides once it has returned, else
     a person does."""
@@ -377,8 +388,12 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
         verdict = CheckResult.unknown()
     desk.drop_writes()  # what the unknown attempt wrote is dropped
     if verdict.status == "not_done":
-        return (yield from _run(with_key(call, key), desk, life, guard, retried=True))
-    digest = guard.digest if guard is not None else call_digest(tool.name, call.arguments)
+        retry = with_key(call, key)
+        return (yield from _run(retry, desk, life, guard, retried=True, digest=digest))
+    if guard is not None:  # the digest of the call as the agent sent it (before an edit)
+        digest = guard.digest
+    elif digest is None:
+        digest = call_digest(tool.name, call.arguments)
     review = book.open_review(
         scope=where.scope,
         scope_id=where.scope_id,
@@ -409,8 +424,8 @@ def _reviewed(call: Call, row: RequestRow, desk: Desk, life: Lifecycle) -> Work:
         output = decision.get("output")
         life.advance(Phase.SETTLED)
         return Settled(call, Outcome(output=output, size=checked_size_bound(output)), decided=True)
-    retry = with_key(call, review.idempotency_key)
-    return (yield from _run(retry, desk, life, None, retried=True))
+    retry = with_key(call, review.idempotency_key)  # its review: the call as the agent sent it
+    return (yield from _run(retry, desk, life, None, retried=True, digest=row.digest))
 
 
 def finish(book: Requests, settled: Settled, *, fence: bool = False) -> None:

@@ -393,6 +393,10 @@ class Orphans:
         """Whether a kept call with this context (not None) may still be running."""
         return context is not None and any(o.call.context is context for o in self._orphans)
 
+    def held_at(self, step: int) -> bool:
+        """Whether a held call (its outcome for a person to decide) of `step` is kept."""
+        return any(o.held and o.call.step_id == step for o in self._orphans)
+
     def release_from(self, step: int) -> None:
         """The steps from `step` on were rewound: their held calls are undone once back."""
         self._orphans = [

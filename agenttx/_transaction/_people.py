@@ -265,9 +265,19 @@ class People:
             # own number drops nothing: what waits there still blocks it).
             self.requests.withdraw(self._tx_id, why, from_step=target)
         elif self._timeline.undid:
-            # The rewind compensated the step's call: its outcome is known (undone), and the
-            # call sent again gets a new key and, if it needs one, a new approval.
-            self.requests.finish_started(self._tx_id, why, from_step=target)
+            # The rewind compensated the step's call: its outcome is known (undone), so what
+            # waited on it there (a review, a started call) waits no more, and the call sent
+            # again gets a new key and, if it needs one, a new approval.
+            self.requests.withdraw(self._tx_id, why, from_step=target)
+
+    def pending_review_at(self, step: int) -> Review | None:
+        """The pending review of this transaction's `step`, if any."""
+        if self.requests is None:
+            return None
+        for row in self.requests.of_scope(self._tx_id):
+            if row.kind == "review" and row.state == "pending" and review_of(row).step == step:
+                return review_of(row)
+        return None
 
     def withdraw(self, final: TxStatus) -> None:
         """The transaction ended: its requests still pending can no longer be decided."""

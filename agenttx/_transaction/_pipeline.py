@@ -1,9 +1,9 @@
 """The step pipeline (docs/protocol.md#step-pipeline) and the one rewind path (`Pipeline`).
 
 Every rewind and abort goes through `_rewind`, in one order: the decision is written to the
-durable log first (with a new rewind count, which changes every idempotency key), then the
-undo records are compensated newest first, then the store is restored and the timeline
-truncated, and the progress written. A crash anywhere in between is finished by recovery,
+durable log first (a new key generation if it undoes something), then the undo records are
+compensated newest first, then the store is restored, the timeline truncated, and the
+progress written. A crash anywhere in between is finished by recovery,
 never undone. Agent-caused failures come back as a `StepResult`; only misuse raises.
 """
 
@@ -45,6 +45,9 @@ from .._results import (
     StepStatus,
     TxStatus,
     failed_step,
+    refused_step,
+    rewind_target,
+    waiting_step,
 )
 from .._rollback import RollbackDecision, RollbackStrategy
 from .._saga import CompensationReport, deliver_committed
@@ -182,7 +185,10 @@ class Pipeline:
                     if isinstance(blocked, Failure):
                         return self._blocked(step_id, blocked)
                 if isinstance(prepared, Call) and self._orphans:
-                    prepared = self._unless_orphans(prepared, self._settings.step_timeout)
+                    timeout = self._settings.step_timeout
+                    call, prepared = prepared, self._unless_orphans(prepared, timeout)
+                    if isinstance(prepared, Failure) and self._orphans.held_at(step_id):
+                        return self._held(call, prepared)
                 if isinstance(prepared, Failure):
                     return self._fail(step_id, prepared)
                 if prepared.tool.guarded:
@@ -234,15 +240,8 @@ class Pipeline:
         self, call: Call, *, approval: ApprovalRequest | None, review: Review | None
     ) -> StepResult:
         """The step waits for a person: nothing rewound, the same step is next."""
-        return StepResult(
-            status=StepStatus.NEEDS_APPROVAL if approval is not None else StepStatus.NEEDS_REVIEW,
-            step_id=call.step_id,
-            next_step_id=call.step_id,
-            constraints=tuple(self._constraints),
-            call_id=self._same_step(),
-            approval=approval,
-            review=review,
-        )
+        call_id = self._same_step()
+        return waiting_step(call.step_id, tuple(self._constraints), call_id, approval, review)
 
     def _same_step(self) -> str | None:
         """The step ends with nothing to undo and is sent again at its own number: ACTIVE,
@@ -289,7 +288,9 @@ class Pipeline:
             if isinstance(prepared, Call) and self._orphans:
                 timeout = self._settings.step_timeout
                 await self._orphans.await_wait(timeout)
-                prepared = self._unless_orphans(prepared, timeout)
+                call, prepared = prepared, self._unless_orphans(prepared, timeout)
+                if isinstance(prepared, Failure) and self._orphans.held_at(step_id):
+                    return self._held(call, prepared)
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
             if prepared.tool.guarded:  # its store reads and status check block: short
@@ -442,30 +443,25 @@ class Pipeline:
                 if not isinstance(cause, (StorageError, TransactionNotFound)):
                     raise
 
+    def _held(self, call: Call, failure: Failure) -> StepResult:
+        """The call sent again at a step whose earlier call, under review, still runs: it
+        waits on that review (or, resolved, for the call to return), never asking the
+        controller, so repeating it never escalates to a rewind."""
+        review = self._people.pending_review_at(call.step_id)
+        if review is not None:
+            return self._waiting(call, approval=None, review=review)
+        return self._blocked(call.step_id, failure)
+
     def _blocked(self, step_id: int, failure: Failure) -> StepResult:
         """A call refused at a step that waits for a person: nothing ran, nothing is undone,
         and the controller is not asked (a refusal never escalates to a rewind that would
         drop the waiting request); the same step is next."""
         hint = clean_error(failure.message)
         call_id = self._same_step()
-        data: dict[str, JSONValue] = {
-            "hint": hint.text,
-            "category": hint.category.value,
-            "strategy": RollbackStrategy.RESEND.value,
-            "rollback_to_step": step_id,
-        }
+        data: dict[str, JSONValue] = {"hint": hint.text, "category": hint.category.value}
+        data.update(strategy=RollbackStrategy.RESEND.value, rollback_to_step=step_id)
         self._events.emit(EventKind.STEP_FAILED, step=step_id, data=data)
-        return failed_step(
-            step_id,
-            decision=RollbackDecision(strategy=RollbackStrategy.RESEND, target_step=step_id),
-            hint=hint,
-            error=failure.message,
-            next_step_id=step_id,
-            constraints=tuple(self._constraints),
-            compensation_errors=(),
-            started=time.perf_counter(),
-            call_id=call_id,
-        )
+        return refused_step(step_id, hint, failure.message, tuple(self._constraints), call_id)
 
     def _unless_orphans(self, call: Call, wait: float) -> Call | Failure:
         """The call, unless an earlier timed-out call still runs (its effect may land); first,
@@ -518,13 +514,13 @@ class Pipeline:
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
         decision, hint = self._decide(step_id, failure)
         started = time.perf_counter()
-        target, final = _rewind_target(decision)
+        target, final = rewind_target(decision)
         report = self._rewind(target, final=final)
         return self._failed(step_id, decision, hint, failure, report=report, started=started)
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
         decision, hint = self._decide(step_id, failure)
-        target, final = _rewind_target(decision)
+        target, final = rewind_target(decision)
         records = self._begin_rewind(target, final)
         started = time.perf_counter()
         try:
@@ -583,7 +579,7 @@ class Pipeline:
             timeline.rewinds += 1  # the next attempt numbers its undo records apart
             if final is None:
                 records = self._ledger.take_from(target)
-                timeline.undid = bool(records) or _drops(timeline, target)
+                timeline.undid = bool(records) or timeline.drops(target)
                 if timeline.undid:  # docs/protocol.md#idempotency-keys
                     timeline.generation += 1
                 self._log_progress(rewinding=(target, None))
@@ -607,6 +603,7 @@ class Pipeline:
             return
         self._store.restore(self._id, target)
         self._orphans.release_from(target)  # a held call of a dropped step is undone once back
+        self._settle_orphans(0.0)  # and at once if it is back already: nothing left in memory
         self._people.rewound(target, dropped=target < self._timeline.next_step)
         with self._state_lock:
             undone: list[JSONValue] = [step for step in self._timeline.steps if step >= target]
@@ -794,19 +791,3 @@ class Pipeline:
 _STILL_RUNNING: Final = "not run: its tool was still running after its timeout"
 STEP_DISPATCHED: Final = EventKind.STEP_DISPATCHED
 STEP_COMPLETED: Final = EventKind.STEP_COMPLETED
-
-
-def _drops(timeline: Timeline, target: int) -> bool:
-    """Whether a rewind to `target` drops a live step or a staged effect (the failed step's
-    own effects included: they are staged before it is recorded)."""
-    steps, effects = timeline.steps, timeline.effects
-    return any(step >= target for step in steps) or any(e.step_id >= target for e in effects)
-
-
-def _rewind_target(decision: RollbackDecision) -> tuple[int, TxStatus | None]:
-    """Where a decision rewinds to, and the final status if it aborts."""
-    if decision.strategy is RollbackStrategy.ABORT:
-        return 0, TxStatus.FAILED
-    if decision.strategy is RollbackStrategy.GLOBAL_RESET:
-        return 0, None
-    return decision.target_step, None
