@@ -180,15 +180,11 @@ class Pipeline:
             prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
-                if isinstance(prepared, Call) and self._people.requests is not None:
-                    blocked = self._people.unless_blocked(prepared)
-                    if isinstance(blocked, Failure):
-                        return self._blocked(step_id, blocked)
-                if isinstance(prepared, Call) and self._orphans:
-                    timeout = self._settings.step_timeout
-                    call, prepared = prepared, self._unless_orphans(prepared, timeout)
-                    if isinstance(prepared, Failure) and self._orphans.held_at(step_id):
-                        return self._held(call, prepared)
+                if isinstance(prepared, Call):
+                    admitted = self._admit(prepared, self._settings.step_timeout)
+                    if isinstance(admitted, StepResult):
+                        return admitted
+                    prepared = admitted
                 if isinstance(prepared, Failure):
                     return self._fail(step_id, prepared)
                 if prepared.tool.guarded:
@@ -281,16 +277,13 @@ class Pipeline:
         prepared: Call | Failure | None = None
         try:
             prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
-            if isinstance(prepared, Call) and self._people.requests is not None:
-                blocked = self._people.unless_blocked(prepared)
-                if isinstance(blocked, Failure):
-                    return self._blocked(step_id, blocked)
-            if isinstance(prepared, Call) and self._orphans:
-                timeout = self._settings.step_timeout
-                await self._orphans.await_wait(timeout)
-                call, prepared = prepared, self._unless_orphans(prepared, timeout)
-                if isinstance(prepared, Failure) and self._orphans.held_at(step_id):
-                    return self._held(call, prepared)
+            if isinstance(prepared, Call):
+                if self._orphans:  # waited for off the loop, then settled without waiting
+                    await self._orphans.await_wait(self._settings.step_timeout)
+                admitted = self._admit(prepared, 0.0)
+                if isinstance(admitted, StepResult):
+                    return admitted
+                prepared = admitted
             if isinstance(prepared, Failure):
                 return await self._afail(step_id, prepared)
             if prepared.tool.guarded:  # its store reads and status check block: short
@@ -443,6 +436,20 @@ class Pipeline:
                 if not isinstance(cause, (StorageError, TransactionNotFound)):
                     raise
 
+    def _admit(self, call: Call, wait: float) -> Call | Failure | StepResult:
+        """Whether the prepared `call` may run now, the same for sync and async steps: not at
+        a step that waits for a person (refused), nor beside an earlier call still running
+        after waiting `wait` seconds more for it (a timeout; or, if that call is under
+        review, the review)."""
+        if self._people.requests is not None:
+            blocked = self._people.unless_blocked(call)
+            if isinstance(blocked, Failure):
+                return self._blocked(call.step_id, blocked)
+        if self._orphans and self._settle_orphans(wait):
+            failure = still_running(call, self._settings.step_timeout)
+            return self._held(call, failure) if self._orphans.held_at(call.step_id) else failure
+        return call
+
     def _held(self, call: Call, failure: Failure) -> StepResult:
         """The call sent again at a step whose earlier call, under review, still runs: it
         waits on that review (or, resolved, for the call to return), never asking the
@@ -462,11 +469,6 @@ class Pipeline:
         data.update(strategy=RollbackStrategy.RESEND.value, rollback_to_step=step_id)
         self._events.emit(EventKind.STEP_FAILED, step=step_id, data=data)
         return refused_step(step_id, hint, failure.message, tuple(self._constraints), call_id)
-
-    def _unless_orphans(self, call: Call, wait: float) -> Call | Failure:
-        """The call, unless an earlier timed-out call still runs (its effect may land); first,
-        compensate the undos of the timed-out calls that have finished."""
-        return still_running(call, wait) if self._settle_orphans(wait) else call
 
     def _settle_orphans(self, wait: float) -> bool:
         records, kept, running = self._orphans.settle(wait)
