@@ -163,14 +163,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             amount = waiting["amount"]
         refused = waiting is not None and self._blocking() and amount != waiting["amount"]
         if self._running() and not refused:
-            # The call under review still runs: sending it again is answered by the
-            # controller and may rewind the waiting step (a defect of the library:
-            # test_the_same_call_sent_again_while_its_reviewed_call_still_runs_keeps_waiting).
+            # The call under review still runs: sending it again waits on the review
+            # (test_the_same_call_sent_again_while_its_reviewed_call_still_runs_keeps_waiting,
+            # a defect this machine found, now fixed); the model does not follow it yet.
             return
         if waiting is not None and waiting.get("edited") and amount == waiting["amount"]:
             # The retry of an edited call timing out again opens a review that the call sent
-            # again never finds (a defect of the library:
-            # test_the_review_of_an_edited_call_retried_is_found_by_the_call_sent_again).
+            # again finds (test_the_review_of_an_edited_call_retried_is_found_by_the_call_sent_
+            # again, a defect this machine found, now fixed); the model does not follow it yet.
             behaviour = "ok" if behaviour in ("late", "hang") else behaviour
         arguments = {"amount": amount, "memo": "m"}
         step = self.tx.next_step_id
@@ -305,9 +305,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         to = data.draw(st.integers(0, self.tx.next_step_id - 1))
         waiting = self.waiting
         if self.back and to > 0 and waiting is not None and waiting["step"] >= to:
-            # A held call back since the last call: the rewind leaves its undo for the next
-            # action (a defect of the library:
-            # test_a_rewind_below_a_review_undoes_its_held_call_that_returned).
+            # A held call back since the last call: the rewind settles it at once
+            # (test_a_rewind_below_a_review_undoes_its_held_call_that_returned, a defect this
+            # machine found, now fixed); the model does not follow it yet.
             return
         self.tx.rollback(to)
         self.back = False
@@ -378,9 +378,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.durable
             and self.ended is None
             and not self._running()
-            # Not while a review waits: recovery undoes the reviewed call and keeps its review
-            # and key (a defect of the library:
-            # test_recovery_keeps_the_undos_of_a_call_under_review).
+            # Not while a review waits: recovery undoes a returned reviewed call and withdraws
+            # its review (test_recovery_undoes_a_returned_call_under_review_and_settles_its_
+            # review, a defect this machine found, now fixed); the model does not follow it yet.
             and (self.waiting is None or self.waiting["kind"] != "review")
         )
     )
