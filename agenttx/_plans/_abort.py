@@ -17,6 +17,7 @@ from .._errors import PlanToolMissing, StorageError, TransactionNotFound
 from .._events import EventKind, EventSink
 from .._saga import SagaLedger
 from .._txlog import end_keeping_undos, history_text, read_image
+from ..stores import is_plan_store
 from ._journal import PlanJournal, read_run
 from ._model import Plan
 
@@ -70,8 +71,8 @@ def abort_run(
     run_id = image.run_id
     _, nodes = read_run(image)
     plan = plan_of(image)
-    audit = getattr(store, "plan_audit", None)
-    sink = EventSink("plan", run_id, hooks, start_seq=len(audit(run_id)) if audit else 0)
+    stored = len(store.plan_audit(run_id)) if is_plan_store(store) else 0
+    sink = EventSink("plan", run_id, hooks, start_seq=stored)
     sink.record(EventKind.CANCEL_REQUESTED, actor=actor, data={"reason": reason})
     ran, failures = _compensate(store, run_id, plan, registry, sink, actor)
     journal = PlanJournal.resumed(store, run_id, nodes)

@@ -13,7 +13,7 @@ transactions) are all made by one rule, `work`; the other two add outside commit
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast, runtime_checkable
 
 import attrs
 from hypothesis import Phase, settings
@@ -47,6 +47,14 @@ STEPS: Final = (0, 1, 2, 3)
 ISOLATIONS: Final[tuple[Isolation | None, ...]] = (None, *ISOLATION_LEVELS)
 #: The transaction of `commit_elsewhere`, which begins, writes and commits in one rule.
 RIVAL_TX_ID: Final = "rival"
+
+
+@runtime_checkable
+class _Closable(Protocol):
+    """A store with resources to give back when a test is done with it (`close()`, once)."""
+
+    def close(self) -> None: ...
+
 
 BAD_TX_IDS: Final = ("", "t 1", "t/1", "é", "x" * 129, "t1\n")
 BAD_KEYS: Final = ("", "k" * 1025, "é" * 513, "\ud800")
@@ -214,9 +222,8 @@ class _StoreMachine(RuleBasedStateMachine):
         self.model = _Model()
 
     def teardown(self) -> None:
-        close = getattr(self.store, "close", None)
-        if callable(close):
-            close()
+        if isinstance(self.store, _Closable):  # a store that holds resources gives them back
+            self.store.close()
 
     # ------------------------------------------------------------ rules
 
