@@ -3,8 +3,8 @@
 Every rewind and abort goes through `_rewind`, in one order: the decision is written to the
 durable log first (a new key generation if it undoes something), then the undo records are
 compensated newest first, then the store is restored, the timeline truncated, and the
-progress written. A crash anywhere in between is finished by recovery,
-never undone. Agent-caused failures come back as a `StepResult`; only misuse raises.
+progress written. A crash in between is finished by recovery, never undone. Agent-caused
+failures come back as a `StepResult`; only misuse raises.
 """
 
 from __future__ import annotations
@@ -171,12 +171,7 @@ class Pipeline:
     ) -> StepResult:
         """`Transaction.execute_step`: the step pipeline, under the turn (FIFO)."""
         with self._calls:  # the turn, FIFO
-            self._ensure_active()
-            next_step = self._timeline.next_step
-            parsed = check_call(step_id, next_step, tool_name, arguments, raw_context)
-            if call_id is not None:  # most calls have none: no call to check it
-                check_call_id(call_id)
-            self._start(step_id)
+            parsed = self._open(step_id, tool_name, arguments, raw_context, call_id)
             prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
@@ -198,13 +193,17 @@ class Pipeline:
 
     def _settle(self, call: Call, outcome: Outcome) -> StepResult:
         """The step's result once its tool has run (sync): kept, refused, succeeded or failed."""
-        self._keep_registered(call, outcome)
-        if outcome.refused is not None:
-            raise self._refuse(call, outcome.refused)
-        error = output_error(call, outcome)
+        error = self._outcome_error(call, outcome)
         if error is None:
             return self._succeed(call, outcome)
         return self._fail(call.step_id, error)
+
+    def _outcome_error(self, call: Call, outcome: Outcome) -> Failure | None:
+        """Keep what the tool registered; why the step failed (None: it succeeded)."""
+        self._keep_registered(call, outcome)
+        if outcome.refused is not None:
+            raise self._refuse(call, outcome.refused)
+        return output_error(call, outcome)
 
     def _run_guarded(self, call: Call) -> StepResult:
         """Run a guarded call through the step core (`_step.attempt`), in this thread."""
@@ -268,12 +267,7 @@ class Pipeline:
         raw_context: str,
         call_id: str | None,
     ) -> StepResult:
-        # The whole call holds the turn (`aexecute_step`): no other call runs meanwhile.
-        self._ensure_active()
-        parsed = check_call(step_id, self._timeline.next_step, tool_name, arguments, raw_context)
-        if call_id is not None:  # most calls have none: no call to check it
-            check_call_id(call_id)
-        self._start(step_id)
+        parsed = self._open(step_id, tool_name, arguments, raw_context, call_id)  # holds the turn
         prepared: Call | Failure | None = None
         try:
             prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
@@ -295,13 +289,26 @@ class Pipeline:
                 keep_abandoned(self._orphans, prepared, closed(prepared.context)[0])
             self._abandon(step_id, prepared, exc)
             raise
-        self._keep_registered(prepared, outcome)
-        if outcome.refused is not None:
-            raise self._refuse(prepared, outcome.refused)
-        error = output_error(prepared, outcome)
+        error = self._outcome_error(prepared, outcome)
         if error is None:
             return self._succeed(prepared, outcome)
         return await self._afail(step_id, error)
+
+    def _open(
+        self,
+        step_id: int,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+        raw_context: str,
+        call_id: str | None,
+    ) -> Arguments:
+        """Check the call (misuse raises, changing nothing), then start the step."""
+        self._ensure_active()
+        parsed = check_call(step_id, self._timeline.next_step, tool_name, arguments, raw_context)
+        if call_id is not None:  # most calls have none: no call to check it
+            check_call_id(call_id)
+        self._start(step_id)
+        return parsed
 
     def _start(self, step_id: int) -> None:
         self._store.snapshot(self._id, step_id)  # first: if the store fails, nothing changed
@@ -437,10 +444,9 @@ class Pipeline:
                     raise
 
     def _admit(self, call: Call, wait: float) -> Call | Failure | StepResult:
-        """Whether the prepared `call` may run now, the same for sync and async steps: not at
-        a step that waits for a person (refused), nor beside an earlier call still running
-        after waiting `wait` seconds more for it (a timeout; or, if that call is under
-        review, the review)."""
+        """Whether the prepared `call` may run now (sync and async steps alike): not at a step
+        that waits for a person, nor beside an earlier call still running after `wait` more
+        seconds (a timeout; or, if that call is under review, the review)."""
         if self._people.requests is not None:
             blocked = self._people.unless_blocked(call)
             if isinstance(blocked, Failure):
@@ -451,9 +457,8 @@ class Pipeline:
         return call
 
     def _held(self, call: Call, failure: Failure) -> StepResult:
-        """The call sent again at a step whose earlier call, under review, still runs: it
-        waits on that review (or, resolved, for the call to return), never asking the
-        controller, so repeating it never escalates to a rewind."""
+        """The call sent again while its step's earlier call, under review, still runs: it
+        waits on that review (or, resolved, for the call), never asking the controller."""
         review = self._people.pending_review_at(call.step_id)
         if review is not None:
             return self._waiting(call, approval=None, review=review)
