@@ -51,7 +51,7 @@ from .._results import (
 )
 from .._rollback import RollbackDecision, RollbackStrategy
 from .._saga import CompensationReport, deliver_committed
-from .._step import Refused, Settled, Waiting, adrive, attempt, drive
+from .._step import Refused, Settled, Waiting, adrive, attempt, classify, drive
 from .._timeline import Pending
 from .._tools import (
     Call,
@@ -175,7 +175,8 @@ class Pipeline:
             prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
-                if isinstance(prepared, Call):
+                waits = self._people.requests is not None or self._orphans  # most steps: no
+                if isinstance(prepared, Call) and waits:
                     admitted = self._admit(prepared, self._settings.step_timeout)
                     if isinstance(admitted, StepResult):
                         return admitted
@@ -487,10 +488,7 @@ class Pipeline:
         return running
 
     def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
-        hint = clean_error(failure.message)
-        if failure.key is not None and failure.key != hint.key:
-            hint = attrs.evolve(hint, key=failure.key)
-        transient = hint.category.transient if failure.transient is None else failure.transient
+        hint, transient, _, mistake = classify(failure)  # the step core's one reading
         pending = self._timeline.pending  # the failed call, before `failed()` forgets it
         with self._state_lock:
             add_hint(
@@ -498,12 +496,12 @@ class Pipeline:
                 self._transient_hints,
                 hint.text,
                 self._settings.max_constraints,
-                transient_step=step_id if transient and not failure.mistake else None,
+                transient_step=step_id if transient and not mistake else None,
             )
             self._timeline.failed()
             graph = self._timeline.graph()
         decision = self._controller.decide(
-            step_id, hint.key, graph.find_root_cause, transient=transient, mistake=failure.mistake
+            step_id, hint.key, graph.find_root_cause, transient=transient, mistake=mistake
         )
         # Recorded before the rewind it decides, so the audit reads in the order things happen.
         strategy = decision.strategy
