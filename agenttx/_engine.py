@@ -32,7 +32,7 @@ from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import check_dispatcher, deliver_outbox
 from ._settings import DEFAULT_STEP_TIMEOUT, Settings, check_serializer, float_seconds
-from ._step import validate_edit
+from ._step import edit_check
 from ._tools import ToolRegistry, to_json_value
 from ._transaction import Transaction
 from ._validators import (
@@ -632,7 +632,7 @@ class Engine:
             expires_in=expires_in,
             note=note,
             arguments=arguments,
-            validate=self._validate_edit,
+            validate=edit_check(self._registry.get),  # or the schema stored with it
         )
 
     def reject(self, request_id: str, *, actor: str, reason: str) -> None:
@@ -655,10 +655,6 @@ class Engine:
         requests_for(self._store).resolve_review(
             review_id, outcome=outcome, output=output, actor=actor
         )
-
-    def _validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
-        """`_step.validate_edit` with the engine's tool, else the schema stored with the request."""
-        return validate_edit(tool, arguments, self._registry.get(tool), schema)
 
     # ------------------------------------------------------------------ reaping
 

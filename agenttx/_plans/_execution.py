@@ -46,7 +46,7 @@ from .._errors import (
 from .._events import DeferredData, Event, EventKind, EventSink
 from .._json import canonical_dumps
 from .._saga import Backoff
-from .._step import finish, validate_edit
+from .._step import EditCheck, edit_check, finish
 from .._tools import (
     Call,
     Compensation,
@@ -663,9 +663,9 @@ class PlanExecution:
         """The run's approvals and reviews."""
         return self._people
 
-    def validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
-        """An approver's edited arguments as the tool will get them (`_step.validate_edit`)."""
-        return validate_edit(tool, arguments, self._registry.get(tool), schema)
+    def edit_check(self) -> EditCheck:
+        """How an approver's edit of a call of this run is checked (`_step.validate_edit`)."""
+        return edit_check(self._registry.get)
 
     def node_states(self) -> dict[str, NodeState]:
         """Every node's state now; a started node waiting for a person shows

@@ -232,7 +232,7 @@ class PlanRun:
             note=note,
             arguments=arguments,
             scope_id=self.id,
-            validate=self._run.validate_edit,
+            validate=self._run.edit_check(),
         )
         self._run.people.decided_row(request_id)
         return approval

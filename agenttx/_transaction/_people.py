@@ -19,8 +19,16 @@ from .._approvals import approval_expired, call_digest, request_of, requests_for
 from .._errors import FailedPrecondition
 from .._events import EventKind
 from .._results import TxStatus
-from .._step import Desk, Settled, Where, blocking_request, decision_event, finish, unsettled
-from .._step import validate_edit as check_edit
+from .._step import (
+    Desk,
+    Settled,
+    Where,
+    blocking_request,
+    decision_event,
+    edit_check,
+    finish,
+    unsettled,
+)
 from .._tools import Call, Failure, closed, derive_key, keep_abandoned
 from ..stores import is_durable
 
@@ -118,7 +126,7 @@ class People:
             note=note,
             arguments=arguments,
             scope_id=self._tx_id,
-            validate=self._validate_edit,
+            validate=edit_check(self._registry.get),
         )
         self._decided_row(request_id)
         return approval
@@ -310,10 +318,6 @@ class People:
         request = review_of(row)
         step = request.step if isinstance(request.step, int) else None
         self._events.emit(kind, step=step, actor=actor, data=data, at=at)
-
-    def _validate_edit(self, tool: str, arguments: object, schema: JSONValue) -> JSONValue:
-        """Edited arguments as the tool will get them; `InvalidArgument` if they do not fit."""
-        return check_edit(tool, arguments, self._registry.get(tool), schema)
 
     def _key_of(self, call: Call) -> str:
         """The call's idempotency key (its context's, or the one it would have)."""
