@@ -402,9 +402,10 @@ def _resolve(value: JSONValue, field: str, state: _State) -> JSONValue:
         return [_resolve(item, field, state) for item in value]
     if isinstance(value, dict):
         # Sorted key order is the traversal order, so the dependencies come out in the order
-        # `docs/protocol.md#recorded-dependencies` gives; the resolved object keeps it too. Scalars
-        # are handled inline: most arguments are flat objects of them.
-        resolved: dict[str, JSONValue] = {}
+        # `docs/protocol.md#recorded-dependencies` gives; the resolved object keeps the order
+        # its keys were given in (`fromkeys` places them first: the tool gets the object as
+        # sent). Scalars are handled inline: most arguments are flat objects of them.
+        resolved: dict[str, JSONValue] = dict.fromkeys(value)
         for key in sorted(value):
             item = value[key]
             if isinstance(item, str):

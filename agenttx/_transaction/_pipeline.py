@@ -324,8 +324,8 @@ class Pipeline:
         timeline = self._timeline
         timeline.pending = Pending(step_id, tool_name, None, ())
         timeline.call_id = call_id
-        if call_id is not None and call_id in timeline.call_ids:
-            return duplicate_call_id(call_id, timeline.call_ids[call_id])
+        if call_id is not None and (used := timeline.used(call_id, self._calls.turns)) is not None:
+            return duplicate_call_id(call_id, used)  # within the turn: a later one may reuse it
         try:
             prepared, timeline.pending = prepare_call(
                 step_id,

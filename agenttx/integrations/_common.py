@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, final
 
 import attrs
@@ -421,16 +421,71 @@ class Rewrite:
     payload that replaces its result (`"void"`). `notes`: call id of this turn to a note added
     to its payload (`"truncate"`, on the call whose failure caused the rewind). All empty when
     nothing was voided, and under `"keep"`.
+
+    A call id names a call within its turn only: a later turn may send the same id again
+    (docs/protocol.md#call-ids-and-turns). `voided` maps each voided call's id to the steps
+    it was sent as, so a rewrite that reaches the history through `reached` removes (or
+    replaces) the voided calls only, and not an earlier or later call that used the same id;
+    `truncate` says whether they go (`"truncate"`) or their results are replaced (`"void"`).
     """
 
     drop: frozenset[str] = frozenset()
     replace: Mapping[str, Payload] = attrs.field(factory=dict)
     notes: Mapping[str, str] = attrs.field(factory=dict)
+    voided: Mapping[str, frozenset[int]] = attrs.field(factory=dict)
+    truncate: bool = False
 
     @property
     def empty(self) -> bool:
         """True when the history stays as it is."""
-        return not (self.drop or self.replace or self.notes)
+        return not (self.drop or self.replace or self.notes or self.voided)
+
+    def reached(
+        self, entries: Iterable[tuple[Hashable, bool, object, object]]
+    ) -> dict[Hashable, int]:
+        """The calls and results of a history that this rewrite voids, each with its step.
+
+        `entries` are the history's tool calls and tool results in order, each as
+        `(key, is_result, call_id, content)` (`content` the result's text, None for a call).
+        A result is voided when its call id is voided and it is the success result of one of
+        the steps voided with that id (its JSON says `"ok": true` and the step); the call it
+        answers is the latest call with its id before it, which is voided with it. A result
+        whose text is not such JSON (a caller rewrote it) is voided by its call id alone.
+        Returns the keys of the voided entries, each with the step it was sent as.
+        """
+        voided = self.voided
+        reached: dict[Hashable, int] = {}
+        if not voided:
+            return reached
+        latest: dict[str, Hashable] = {}  # call id -> the key of its latest call so far
+        for key, is_result, call_id, content in entries:
+            if not isinstance(call_id, str) or call_id not in voided:
+                continue
+            if not is_result:
+                latest[call_id] = key
+                continue
+            step = _voided_step(content, voided[call_id])
+            if step is None:
+                continue
+            reached[key] = step
+            call = latest.pop(call_id, None)
+            if call is not None:
+                reached[call] = step
+        return reached
+
+
+def _voided_step(content: object, steps: frozenset[int]) -> int | None:
+    """The step of `steps` whose success result `content` is (None: not one of them)."""
+    try:
+        payload = json.loads(content) if isinstance(content, (str, bytes)) else None
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):  # not a result agenttx wrote: known by its call id
+        return min(steps)
+    step = payload.get("step")
+    if payload.get("ok") is True and type(step) is int and step in steps:
+        return step
+    return None
 
 
 def rewrite_for(
@@ -439,10 +494,11 @@ def rewrite_for(
     """The history rewrite a turn asks for under `history`.
 
     `steps_by_call` maps the call ids the runner has sent to their step numbers (to name the
-    voided steps). A call of this turn that did not succeed is never dropped or replaced: its
-    result is what tells the model what happened.
+    voided steps when a voided step had no call id). A call of this turn that did not succeed
+    is never dropped or replaced: its result is what tells the model what happened.
     """
     voided: list[str] = []
+    pairs: dict[str, set[int]] = {}
     failing: str | None = None
     for outcome in outcomes:
         result = outcome.result
@@ -452,24 +508,34 @@ def rewrite_for(
         if ids and failing is None:
             failing = outcome.call_id
         voided.extend(ids)
+        for call_id, step in _voided_calls(result.voided_steps, ids, steps_by_call):
+            pairs.setdefault(call_id, set()).add(step)
     keep = {o.call_id for o in outcomes if o.is_error}
     voided_ids = [i for i in dict.fromkeys(voided) if i not in keep]
-    if history == "keep" or not voided_ids:
+    if history == "keep" or not pairs:
         return Rewrite()
+    by_call = {i: frozenset(steps) for i, steps in pairs.items()}
     if history == "void":
-        return Rewrite(replace={i: voided_payload(steps_by_call.get(i)) for i in voided_ids})
-    steps = sorted({steps_by_call[i] for i in voided_ids if i in steps_by_call})
-    calls = len(voided_ids)
-    what = (
-        f"{_steps_text(steps)} ({calls} tool call{'s' if calls != 1 else ''})"
-        if steps
-        else (f"{calls} tool call{'s' if calls != 1 else ''}")
-    )
+        replace = {i: voided_payload(min(by_call[i])) for i in voided_ids if i in by_call}
+        return Rewrite(replace=replace, voided=by_call)
+    steps = sorted({step for found in pairs.values() for step in found})
+    calls = len(steps)
+    what = f"{_steps_text(steps)} ({calls} tool call{'s' if calls != 1 else ''})"
     note = (
         f"The rollback undid {what}; their calls and results were removed from this conversation."
     )
     notes = {failing: note} if failing is not None else {}
-    return Rewrite(drop=frozenset(voided_ids), notes=notes)
+    return Rewrite(drop=frozenset(voided_ids), notes=notes, voided=by_call, truncate=True)
+
+
+def _voided_calls(
+    steps: Sequence[int], call_ids: Sequence[str], steps_by_call: Mapping[str, int]
+) -> Iterable[tuple[str, int]]:
+    """Each voided call as `(call id, step)`: the voided steps and their call ids line up when
+    every voided step had a call id (as a runner's steps do); else `steps_by_call` says."""
+    if len(steps) == len(call_ids):
+        return zip(call_ids, steps, strict=True)
+    return ((i, steps_by_call[i]) for i in call_ids if i in steps_by_call)
 
 
 def with_note(payload: Payload, note: str | None) -> Payload:

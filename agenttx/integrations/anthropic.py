@@ -42,11 +42,12 @@ from ._common import (
     dumps,
     resolve_specs,
     run_turn,
+    voided_payload,
     with_note,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Hashable, Iterable, Iterator, Sequence
 
     from ._common import ToolsOrTx
 
@@ -168,29 +169,42 @@ def _blocks(content: object) -> list[Any]:
     return []
 
 
+def _entries(messages: list[Message]) -> Iterator[tuple[Hashable, bool, object, object]]:
+    """The `tool_use` and `tool_result` blocks of a history, for `Rewrite.reached`, each keyed
+    `(message index, block index)`."""
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for position, block in enumerate(content):
+            kind = block.get("type") if isinstance(block, Mapping) else None
+            if kind == "tool_use":
+                yield (index, position), False, block.get("id"), None
+            elif kind == "tool_result":
+                yield (index, position), True, block.get("tool_use_id"), block.get("content")
+
+
 def _rewrite(messages: list[Message], rewrite: Rewrite) -> list[Message]:
     if rewrite.empty:
         return messages
+    reached = rewrite.reached(_entries(messages))
+    if not reached:
+        return messages
     out: list[Message] = []
-    for original in messages:
+    for index, original in enumerate(messages):
         message = original
         content = message.get("content")
-        if isinstance(content, list):
+        if isinstance(content, list) and any((index, p) in reached for p in range(len(content))):
             blocks = []
-            for given in content:
+            for position, given in enumerate(content):
                 block = given
-                kind = block.get("type") if isinstance(block, Mapping) else None
-                ref = (
-                    block.get("id")
-                    if kind == "tool_use"
-                    else block.get("tool_use_id")
-                    if kind == "tool_result"
-                    else None
-                )
-                if ref in rewrite.drop:
-                    continue
-                if kind == "tool_result" and isinstance(ref, str) and ref in rewrite.replace:
-                    block = {**block, "content": dumps(rewrite.replace[ref]), "is_error": True}
+                step = reached.get((index, position))
+                if step is not None:
+                    if rewrite.truncate:
+                        continue
+                    if block.get("type") == "tool_result":
+                        payload = dumps(voided_payload(step))
+                        block = {**block, "content": payload, "is_error": True}
                 blocks.append(block)
             if not blocks:
                 continue  # only voided calls or their results: the message goes

@@ -40,11 +40,12 @@ from ._common import (
     dumps,
     resolve_specs,
     run_turn,
+    voided_payload,
     with_note,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Hashable, Iterable, Iterator, Sequence
 
     from openai.types.chat import ChatCompletionMessage
     from openai.types.responses import Response
@@ -182,17 +183,33 @@ def _same_turn(last: Message | None, message: Message, id_key: str) -> bool:
     return ids == [c.get("id") for c in message.get(id_key) or ()] and bool(ids)
 
 
+def _chat_entries(messages: list[Message]) -> Iterator[tuple[Hashable, bool, object, object]]:
+    """The tool calls and results of a chat history, for `Rewrite.reached`: a call is keyed
+    `(message index, call id)`, a result by its message index."""
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, Mapping):
+                    yield (index, call.get("id")), False, call.get("id"), None
+        elif role == "tool":
+            yield index, True, message.get("tool_call_id"), message.get("content")
+
+
 def _rewrite_chat(messages: list[Message], rewrite: Rewrite) -> list[Message]:
     if rewrite.empty:
         return messages
+    reached = rewrite.reached(_chat_entries(messages))
+    if not reached:
+        return messages
     out: list[Message] = []
-    for original in messages:
+    for index, original in enumerate(messages):
         message = original
         role = message.get("role")
         calls = message.get("tool_calls")
-        if role == "assistant" and calls and rewrite.drop:
+        if role == "assistant" and calls and rewrite.truncate:
             kept = [
-                c for c in calls if not (isinstance(c, Mapping) and c.get("id") in rewrite.drop)
+                c for c in calls if not (isinstance(c, Mapping) and (index, c.get("id")) in reached)
             ]
             if len(kept) != len(calls):
                 if kept:
@@ -201,12 +218,10 @@ def _rewrite_chat(messages: list[Message], rewrite: Rewrite) -> list[Message]:
                     message = {k: v for k, v in message.items() if k != "tool_calls"}
                 else:
                     continue
-        elif role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id in rewrite.drop:
+        elif role == "tool" and index in reached:
+            if rewrite.truncate:
                 continue
-            if isinstance(call_id, str) and call_id in rewrite.replace:
-                message = {**message, "content": dumps(rewrite.replace[call_id])}
+            message = {**message, "content": dumps(voided_payload(reached[index]))}
         out.append(message)
     return out
 
@@ -302,19 +317,21 @@ def _responses_calls(items: Sequence[Message]) -> list[ModelCall]:
 def _rewrite_items(items: list[Message], rewrite: Rewrite) -> list[Message]:
     if rewrite.empty:
         return items
+    reached = rewrite.reached(
+        (index, item.get("type") == "function_call_output", item.get("call_id"), item.get("output"))
+        for index, item in enumerate(items)
+        if item.get("type") in ("function_call", "function_call_output")
+    )
+    if not reached:
+        return items
     out: list[Message] = []
-    for original in items:
+    for index, original in enumerate(items):
         item = original
-        kind = item.get("type")
-        call_id = item.get("call_id")
-        if kind in ("function_call", "function_call_output") and call_id in rewrite.drop:
-            continue
-        if (
-            kind == "function_call_output"
-            and isinstance(call_id, str)
-            and call_id in rewrite.replace
-        ):
-            item = {**item, "output": dumps(rewrite.replace[call_id])}
+        if index in reached:
+            if rewrite.truncate:
+                continue
+            if item.get("type") == "function_call_output":
+                item = {**item, "output": dumps(voided_payload(reached[index]))}
         out.append(item)
     return out
 
