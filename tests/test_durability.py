@@ -783,7 +783,7 @@ def test_a_rewind_that_cannot_finish_keeps_a_failed_history_with_nothing_live(
 
 def test_call_ids_survive_a_resume_and_the_end(tmp_path):
     """Call ids are in the durable log: a resumed transaction has them on its steps, still
-    refuses a live step's call id, and the history kept at the end lists them."""
+    refuses a call id sent twice in one turn, and the history kept at the end lists them."""
     shop = Shop(tmp_path)
     engine = engine_on(tmp_path / "db", shop)
     tx = engine.begin()
@@ -796,7 +796,9 @@ def test_call_ids_survive_a_resume_and_the_end(tmp_path):
     resumed = engine.get(tx.id)
     assert [(s.step_id, s.call_id) for s in resumed.steps] == [(1, "call_a"), (2, None)]
     assert [a.call_id for a in resumed.history] == ["call_a", None]
-    duplicate = resumed.execute_step(3, "notify", {"to": "b@x.io"}, call_id="call_a")
+    _, duplicate = resumed.call_turn(
+        [("notify", {"to": "b@x.io"}, "call_c"), ("notify", {"to": "c@x.io"}, "call_c")]
+    )
     assert not duplicate.ok
     assert "duplicate call id" in (duplicate.error or "")
     step = resumed.next_step_id

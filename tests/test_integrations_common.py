@@ -207,12 +207,15 @@ def _bad_arguments() -> list[_common.Payload]:
 
 
 def _reused_call_id() -> list[_common.Payload]:
-    shop, (payload,) = _after_a_charge(("charge", CHARGE_ARGS, "c1"))
+    shop, (first, payload) = _after_a_charge(
+        ("charge", CHARGE_ARGS, "c2"), ("charge", CHARGE_ARGS, "c2")
+    )
+    assert first["ok"] is True
     assert payload["error"] == (
-        "Hint: Call id 'c1' was already used by step 1, which still stands. "
+        "Hint: Call id 'c2' was already used by step 2, which still stands. "
         "Send the call again with a call id of its own."
     )
-    assert shop.calls == ["charge"]
+    assert shop.calls == ["charge", "charge"]
     return [payload]
 
 
@@ -260,7 +263,7 @@ def _after_a_failed_call() -> list[_common.Payload]:
 MISTAKE_SCENARIOS: Final = {
     "an unknown tool name": _unknown_tool,
     "arguments that are not JSON, or break the tool's schema": _bad_arguments,
-    "a call id already used by a live step": _reused_call_id,
+    "a call id sent twice in one turn": _reused_call_id,
     "a tool name over 128 characters, arguments over the size limit": _refused,
     "more than 128 tool calls in one turn": _too_many_calls,
     "a call after the transaction ended": _after_the_end,

@@ -295,13 +295,18 @@ def test_malformed_arguments_are_answered():
 
 
 def test_a_duplicate_call_id_is_answered_not_raised():
-    """A call id the model reuses for a live step gets an error result."""
+    """A call id sent twice in one turn gets an error result; a later turn may reuse it."""
     shop = Shop()
     tx = shop.transaction()
     node_reply(tx, turn(("lookup_customer", {"email": EMAIL}, "same")))
     (reply,) = node_reply(tx, turn(("lookup_customer", {"email": EMAIL}, "same")))
-    assert (reply.tool_call_id, reply.status) == ("same", "error")
-    assert shop.calls == ["lookup_customer"]
+    assert (reply.tool_call_id, reply.status) == ("same", "success")
+    first, second = node_reply(
+        tx,
+        turn(("lookup_customer", {"email": EMAIL}, "twice"), ("lookup_customer", {}, "twice")),
+    )
+    assert (first.status, second.tool_call_id, second.status) == ("success", "twice", "error")
+    assert shop.calls == ["lookup_customer"] * 3
 
 
 def test_a_turn_after_the_transaction_ended_is_answered():

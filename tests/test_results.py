@@ -51,9 +51,9 @@ def test_a_call_id_is_on_the_result_the_live_step_and_the_history():
     assert tx.execute_step(tx.next_step_id, "put", {"key": "c"}).call_id is None
 
 
-def test_a_call_id_of_a_live_step_fails_the_step_as_a_mistake():
-    """Sending a call id a live step already has fails the step (nothing runs), and the hint
-    names the call id, the step that has it and what to do."""
+def test_a_call_id_sent_twice_in_one_turn_fails_the_second_call_as_a_mistake():
+    """A call id a live step of the same turn already has fails the step (nothing runs), and
+    the hint names the call id, the step that has it and what to do."""
     ran: list[str] = []
 
     @agenttx.tool(name="note")
@@ -62,8 +62,7 @@ def test_a_call_id_of_a_live_step_fails_the_step_as_a_mistake():
         return {"text": text}
 
     tx = agenttx.Transaction([note])
-    tx.execute_step(1, "note", {"text": "one"}, call_id="c-1")
-    result = tx.execute_step(2, "note", {"text": "two"}, call_id="c-1")
+    _, result = tx.call_turn([("note", {"text": "one"}, "c-1"), ("note", {"text": "two"}, "c-1")])
     assert result.status is not StepStatus.SUCCESS
     assert ran == ["one"]
     assert result.call_id == "c-1"
@@ -119,9 +118,11 @@ def test_aexecute_step_takes_the_call_id_and_raw_context_by_keyword():
     assert (result.ok, result.call_id, tx.context[0].raw_context) == (True, "c-1", "r")
     with pytest.raises(TypeError):
         asyncio.run(tx.aexecute_step(2, "put", {"key": "b"}, "positional context"))  # type: ignore[misc]
-    duplicate = asyncio.run(tx.aexecute_step(2, "put", {"key": "b"}, call_id="c-1"))
+    reused = asyncio.run(tx.aexecute_step(2, "put", {"key": "b"}, call_id="c-1"))
+    assert (reused.ok, reused.call_id) == (True, "c-1")  # a turn of its own: reuse is fine
+    _, duplicate = asyncio.run(tx.acall_turn([("put", {"key": "c"}, "c-2")] * 2))
     assert not duplicate.ok
-    assert "duplicate call id" in (duplicate.error or "")
+    assert "duplicate call id: 'c-2' is the call id of step 3" in (duplicate.error or "")
 
 
 # ---------------------------------------------------------------- mistakes
@@ -215,11 +216,10 @@ def test_the_fourth_consecutive_mistake_is_decided_as_any_failure():
 
 
 def test_a_duplicate_call_id_is_resent():
-    """A live step's call id sent again is a mistake: RESEND, the live step untouched."""
+    """A call id sent again within one turn is a mistake: RESEND, the live step untouched."""
     log: list[str] = []
     tx = agenttx.Transaction(shop_tools(log))
-    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
-    result = tx.execute_step(2, "charge", {"order": "o2"}, call_id="c1")
+    _, result = tx.call_turn([("charge", {"order": "o1"}, "c1"), ("charge", {"order": "o2"}, "c1")])
     assert (result.strategy, result.next_step_id, result.call_id) == (RESEND, 2, "c1")
     assert log == ["charge o1"]
     assert tx.execute_step(2, "charge", {"order": "o2"}, call_id="c2").ok

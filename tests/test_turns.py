@@ -317,13 +317,13 @@ def test_a_turn_raises_before_anything_ran_or_answers_every_call():
         with pytest.raises(agenttx.InvalidArgument, match=r"calls\[2\]"):
             turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c2"), ("echo", huge, "c3")])
         assert (log, tx.next_step_id, len(tx.history)) == (["echo 0"], 2, 1)
-    results = tx.call_turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c0"), ("nope", {}, "c3")])
+    results = tx.call_turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c1"), ("nope", {}, "c3")])
     assert [r.status for r in results] == [
         StepStatus.SUCCESS,
         StepStatus.ROLLBACK_TRIGGERED,
         StepStatus.NOT_RUN,
     ]
-    assert [r.call_id for r in results] == ["c1", "c0", "c3"]
+    assert [r.call_id for r in results] == ["c1", "c1", "c3"]
     assert log == ["echo 0", "echo 1"]
 
 
