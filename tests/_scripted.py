@@ -367,3 +367,38 @@ def order_script() -> list[ScriptItem]:
         ),
         say("Order o-1 is placed."),
     ]
+
+
+def reused_ids_script() -> list[ScriptItem]:
+    """The order workflow as a model that numbers its call ids per turn plays it (`call_0`,
+    `call_1`, ... in every turn, as real models do), five turns.
+
+    1. `lookup_customer` with the current email (`call_0`): step 1, customer c-1.
+    2. `lookup_customer` with the old email (`call_0` again): step 2, the closed account.
+    3. `charge` (`call_0`) and `reserve` (`call_1`) for `${steps.2.id}`: the charge is step 3,
+       the reserve fails on `customer_id`, agenttx rewinds to step 2 (voiding the second
+       turn's `call_0` and this turn's `call_0`) and refunds the charge.
+    4. `charge`, `reserve`, `send_confirmation` (`call_0`, `call_1`, `call_2`) for
+       `${steps.1.id}`: steps 2 to 4.
+    5. The final text.
+    """
+    from _shop import EMAIL, OLD_EMAIL  # noqa: PLC0415
+
+    def order(customer: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        charge = {"customer_id": customer, "amount": 42}
+        return charge, {"customer_id": customer, "sku": "SKU-1", "quantity": 2}
+
+    confirm = {"customer_id": CUSTOMER, "email": "${steps.1.email}", "order_id": "o-1"}
+    bad_charge, bad_reserve = order("${steps.2.id}")
+    charge, reserve = order(CUSTOMER)
+    return [
+        turn(call("lookup_customer", {"email": EMAIL}, "call_0")),
+        turn(call("lookup_customer", {"email": OLD_EMAIL}, "call_0")),
+        turn(call("charge", bad_charge, "call_0"), call("reserve", bad_reserve, "call_1")),
+        turn(
+            call("charge", charge, "call_0"),
+            call("reserve", reserve, "call_1"),
+            call("send_confirmation", confirm, "call_2"),
+        ),
+        say("Order o-1 is placed."),
+    ]

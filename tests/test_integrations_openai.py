@@ -21,6 +21,7 @@ from _scripted import (
     chat_tool_messages,
     order_script,
     responses_outputs,
+    reused_ids_script,
     say,
     turn,
 )
@@ -513,3 +514,110 @@ def test_schema_violations_name_the_argument():
     assert "amount" in result["error"]
     assert result["next_step"] == 1
     assert shop.charges == []
+
+
+# ---------------------------------------------------------------------- call ids reused by later turns
+
+
+def reused_ids_requests(history: str) -> tuple[Shop, agenttx.Transaction, ScriptedModel]:
+    """The order workflow played by a model that numbers its call ids per turn."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(reused_ids_script())
+    chat_loop(model.openai(), atx_openai.ToolRunner(tx, history=history))  # type: ignore[arg-type]
+    assert model.remaining == 0
+    return shop, tx, model
+
+
+def steps_and_calls(messages: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Each assistant message's call ids, and each tool result as (call id, ok, step)."""
+    found: list[tuple[str, ...]] = []
+    for m in messages:
+        if m.get("tool_calls"):
+            found.append(tuple(c["id"] for c in m["tool_calls"]))
+        if m["role"] == "tool":
+            content = json.loads(m["content"])
+            found.append((m["tool_call_id"], str(content["ok"]), str(content["step"])))
+    return found
+
+
+def test_later_turns_may_reuse_call_ids_and_every_call_runs():
+    """A model that sends `call_0` in every turn: every call runs (none is refused as a
+    duplicate), the rewind refunds the charge, and the order commits once."""
+    shop, tx, model = reused_ids_requests("truncate")
+    assert shop.calls == [
+        "lookup_customer",
+        "lookup_customer",
+        "charge",
+        "reserve",
+        "charge",
+        "reserve",
+        "send_confirmation",
+    ]
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [
+        (1, "call_0"),
+        (2, "call_0"),
+        (3, "call_1"),
+        (4, "call_2"),
+    ]
+    assert not any("duplicate" in json.dumps(body) for body in model.requests)
+    assert_order_committed_once(shop, tx)
+
+
+def test_truncate_after_reuse_drops_only_the_voided_calls_of_a_reused_id():
+    """The rewind voids steps 2 and 3, sent as `call_0` by turns 2 and 3: those calls and
+    their results go; turn 1's `call_0` (step 1, still live) stays with its result."""
+    _, _, model = reused_ids_requests("truncate")
+    after_rewind = model.requests[3]["messages"]
+    assert steps_and_calls(after_rewind) == [
+        ("call_0",),
+        ("call_0", "True", "1"),
+        ("call_1",),
+        ("call_1", "False", "4"),
+    ]
+    failed = json.loads(after_rewind[-1]["content"])
+    assert failed["voided_steps"] == [2, 3]
+    assert failed["note"].startswith("The rollback undid steps 2 and 3 (2 tool calls)")
+    assert steps_and_calls(model.last["messages"])[4:] == [
+        ("call_0", "call_1", "call_2"),
+        ("call_0", "True", "2"),
+        ("call_1", "True", "3"),
+        ("call_2", "True", "4"),
+    ]
+
+
+def test_void_after_reuse_replaces_only_the_voided_results_of_a_reused_id():
+    """history="void": the results of steps 2 and 3 (both `call_0`) are voided; turn 1's
+    `call_0` result (step 1) keeps its output."""
+    _, _, model = reused_ids_requests("void")
+    tools = chat_tool_messages({"messages": model.requests[3]["messages"]})
+    assert [(t["tool_call_id"], t["content"]["step"]) for t in tools] == [
+        ("call_0", 1),
+        ("call_0", 2),
+        ("call_0", 3),
+        ("call_1", 4),
+    ]
+    assert tools[0]["content"]["ok"] is True
+    assert tools[0]["content"]["output"]["id"] == "c-1"
+    assert [t["content"] for t in tools[1:3]] == [atx_openai_voided(2), atx_openai_voided(3)]
+
+
+def test_responses_api_after_reuse_drops_only_the_voided_items():
+    """The same conversation through the Responses API: after the rewind, turn 1's
+    `call_0` item and its output stay; the voided `call_0` items of turns 2 and 3 go."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(reused_ids_script())
+    client = model.openai()
+    runner = atx_openai.ResponsesToolRunner(tx)
+    items: Any = PROMPT[0]["content"]
+    while True:
+        response = client.responses.create(model=MODEL, input=items, tools=runner.tools)
+        if not any(item.type == "function_call" for item in response.output):
+            break
+        items = runner.handle(items, response)
+    outputs = responses_outputs(model.requests[3])
+    assert [(o["call_id"], o["output"]["step"]) for o in outputs] == [("call_0", 1), ("call_1", 4)]
+    calls = [i["call_id"] for i in model.requests[3]["input"] if i.get("type") == "function_call"]
+    assert calls == ["call_0", "call_1"]
+    assert_order_committed_once(shop, tx)
