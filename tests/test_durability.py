@@ -900,3 +900,74 @@ def test_the_mistake_streak_survives_a_resume(tmp_path):
     assert fourth.strategy is agenttx.RollbackStrategy.LOCAL_BACKTRACK
     assert fourth.voided_steps == (1,)
     assert shop.lines() == ["charge o1", "refund o1"]
+
+
+def _keys(value: object) -> object:
+    """The keys of every object in `value`, in their order, at every depth."""
+    if isinstance(value, dict):
+        return [(key, _keys(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_keys(item) for item in value]
+    return None
+
+
+NESTED: Any = {
+    "zip": "N1",
+    "lines": [{"sku": "b", "qty": 2}],
+    "at": {"y": 1, "x": {"q": 0, "p": 1}},
+}
+
+
+def _ordered_shop(seen: list[object]) -> list[Any]:
+    @agenttx.compensation(name="unship")
+    def unship(payload: dict) -> None:
+        seen.append(("undo", _keys(payload)))
+
+    @agenttx.tool(name="ship")
+    def ship(ctx: agenttx.ToolContext, order: dict) -> dict:
+        seen.append(("tool", _keys(order)))
+        ctx.register_undo("unship", {"z": 1, "order": order, "a": {"d": 1, "c": 2}})
+        return {"w": 1, "order": order}
+
+    return [unship, ship]
+
+
+def test_an_undo_payload_keeps_its_key_order_after_a_rollback_and_an_abort_recovery(
+    durable_backend,
+):
+    """A compensation gets its payload in the order the tool registered it, at every depth:
+    after an in-process rollback, and after `recover("abort")` read it back from the log."""
+    seen: list[object] = []
+    payload = _keys({"z": 1, "order": NESTED, "a": {"d": 1, "c": 2}})
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    tx = engine.begin()
+    assert tx.call("ship", {"order": NESTED}).ok
+    tx.rollback()
+    assert seen == [("tool", _keys(NESTED)), ("undo", payload)]
+    seen.clear()
+    tx = engine.begin()
+    assert tx.call("ship", {"order": NESTED}).ok
+    crash(engine)
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    assert engine.recover("abort").compensations_run == 1
+    assert seen == [("tool", _keys(NESTED)), ("undo", payload)]
+
+
+def test_a_resumed_transaction_gives_tools_objects_in_their_key_order(durable_backend):
+    """After `recover("resume")`, a tool gets an object in the order it was sent, and an
+    earlier step's output (read back from the log) in the order the tool returned it."""
+    seen: list[object] = []
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    tx = engine.begin()
+    assert tx.call("ship", {"order": NESTED}).ok
+    crash(engine)
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    assert engine.recover("resume").resumed == (tx.id,)
+    resumed = engine.get(tx.id)
+    assert resumed.call("ship", {"order": "${steps.1}"}).ok
+    assert resumed.call("ship", {"order": {"b": NESTED, "a": 1}}).ok
+    assert seen == [
+        ("tool", _keys(NESTED)),
+        ("tool", _keys({"w": 1, "order": NESTED})),
+        ("tool", _keys({"b": NESTED, "a": 1})),
+    ]
