@@ -371,7 +371,7 @@ def test_the_callers_messages_are_never_changed():
     assert roles(after) == ["user", "assistant", "user"]
 
 
-# ---------------------------------------------------------------------- call ids reused by later turns
+# ---------------------------------------------------------------------- reused call ids
 
 
 def reused_ids_conversation(history: str) -> tuple[Shop, agenttx.Transaction, ScriptedModel]:

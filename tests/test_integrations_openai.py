@@ -516,7 +516,7 @@ def test_schema_violations_name_the_argument():
     assert shop.charges == []
 
 
-# ---------------------------------------------------------------------- call ids reused by later turns
+# ---------------------------------------------------------------------- reused call ids
 
 
 def reused_ids_requests(history: str) -> tuple[Shop, agenttx.Transaction, ScriptedModel]:
