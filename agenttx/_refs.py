@@ -252,7 +252,8 @@ def resolve_references(
     reference becomes the referenced value with its JSON type (a copy: the result never aliases
     `outputs`); references inside longer strings are interpolated, strings verbatim and other
     values as compact JSON with sorted keys. Traversal order, and so the order of the returned
-    dependencies, is: object fields in sorted key order, then references left to right.
+    dependencies, is: object fields in sorted key order, then references left to right; the
+    resolved value keeps every object's keys in the order given (docs/protocol.md#key-order).
 
     `max_bytes` bounds what the references insert, in total: each string counts a byte a
     character, other values at least their compact JSON size. The first reference past it fails

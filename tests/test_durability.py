@@ -971,3 +971,22 @@ def test_a_resumed_transaction_gives_tools_objects_in_their_key_order(durable_ba
         ("tool", _keys({"w": 1, "order": NESTED})),
         ("tool", _keys({"b": NESTED, "a": 1})),
     ]
+
+
+def test_a_staged_effect_keeps_its_key_order_through_a_resume(durable_backend):
+    """An effect staged before a crash reaches the dispatcher, after `recover("resume")` and
+    the commit, with its payload's keys in the order the tool staged them."""
+
+    @agenttx.tool(name="mail")
+    def mail(ctx: agenttx.ToolContext) -> dict:
+        return {"key": ctx.stage_effect("email", {"to": "a@x.io", "body": NESTED, "at": 1})}
+
+    sent: list[agenttx.StagedEffect] = []
+    engine = Engine(tools=[mail], store=durable_backend(), config=FAST, dispatcher=sent.append)
+    tx = engine.begin()
+    assert tx.call("mail", {}).ok
+    crash(engine)
+    engine = Engine(tools=[mail], store=durable_backend(), config=FAST, dispatcher=sent.append)
+    assert engine.recover("resume").resumed == (tx.id,)
+    engine.get(tx.id).commit()
+    assert [_keys(e.payload) for e in sent] == [_keys({"to": "", "body": NESTED, "at": 1})]
