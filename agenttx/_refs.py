@@ -402,21 +402,31 @@ def _resolve(value: JSONValue, field: str, state: _State) -> JSONValue:
     if isinstance(value, list):
         return [_resolve(item, field, state) for item in value]
     if isinstance(value, dict):
-        # Sorted key order is the traversal order, so the dependencies come out in the order
-        # `docs/protocol.md#recorded-dependencies` gives; the resolved object keeps the order
-        # its keys were given in (`fromkeys` places them first: the tool gets the object as
-        # sent). Scalars are handled inline: most arguments are flat objects of them.
-        resolved: dict[str, JSONValue] = dict.fromkeys(value)
-        for key in sorted(value):
-            item = value[key]
-            if isinstance(item, str):
-                if "${" in item:
-                    item = _resolve_string(item, key, state)
-            elif isinstance(item, (dict, list)):
-                item = _resolve(item, key, state)
+        # The resolved object keeps its keys in the order given (docs/protocol.md#key-order).
+        # Most arguments are flat objects of plain values: copied as they are, in one pass.
+        resolved: dict[str, JSONValue] = {}
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) or (isinstance(item, str) and "${" in item):
+                return _resolve_fields(value, state)
             resolved[key] = item
         return resolved
     return value
+
+
+def _resolve_fields(value: dict[str, JSONValue], state: _State) -> JSONValue:
+    """An object holding references or containers. Sorted key order is the traversal order,
+    so the dependencies come out in the order `docs/protocol.md#recorded-dependencies` gives;
+    `fromkeys` first places the keys in the order given."""
+    resolved: dict[str, JSONValue] = dict.fromkeys(value)
+    for key in sorted(value):
+        item = value[key]
+        if isinstance(item, str):
+            if "${" in item:
+                item = _resolve_string(item, key, state)
+        elif isinstance(item, (dict, list)):
+            item = _resolve(item, key, state)
+        resolved[key] = item
+    return resolved
 
 
 def _resolve_string(text: str, field: str, state: _State) -> JSONValue:
