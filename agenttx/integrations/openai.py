@@ -185,13 +185,13 @@ def _same_turn(last: Message | None, message: Message, id_key: str) -> bool:
 
 def _chat_entries(messages: list[Message]) -> Iterator[tuple[Hashable, bool, object, object]]:
     """The tool calls and results of a chat history, for `Rewrite.reached`: a call is keyed
-    `(message index, call id)`, a result by its message index."""
+    `(message index, position)`, a result by its message index."""
     for index, message in enumerate(messages):
         role = message.get("role")
         if role == "assistant":
-            for call in message.get("tool_calls") or ():
+            for position, call in enumerate(message.get("tool_calls") or ()):
                 if isinstance(call, Mapping):
-                    yield (index, call.get("id")), False, call.get("id"), None
+                    yield (index, position), False, call.get("id"), None
         elif role == "tool":
             yield index, True, message.get("tool_call_id"), message.get("content")
 
@@ -208,9 +208,7 @@ def _rewrite_chat(messages: list[Message], rewrite: Rewrite) -> list[Message]:
         role = message.get("role")
         calls = message.get("tool_calls")
         if role == "assistant" and calls and rewrite.truncate:
-            kept = [
-                c for c in calls if not (isinstance(c, Mapping) and (index, c.get("id")) in reached)
-            ]
+            kept = [c for position, c in enumerate(calls) if (index, position) not in reached]
             if len(kept) != len(calls):
                 if kept:
                     message = {**message, "tool_calls": kept}
