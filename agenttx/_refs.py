@@ -501,7 +501,11 @@ def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
 
 def _dependency(step: int, path: list[str], field: str) -> Dependency:
     """The dependency a resolved reference records (`docs/protocol.md#recorded-dependencies`)."""
-    source_key = next((s for s in reversed(path) if not _is_index(s)), field)
+    source_key = field
+    for segment in reversed(path):  # the last segment that is no index (a loop: no generator)
+        if not (segment.isascii() and segment.isdigit()):  # `_is_index`, inline
+            source_key = segment
+            break
     return Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
 
 
