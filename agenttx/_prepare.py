@@ -74,7 +74,7 @@ def check_call(
         raise StepOutOfOrder(expected=next_step, got=step_id)
     if not isinstance(raw_context, str):
         raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
-    if over_limit(raw_context):
+    if len(raw_context) > MAX_PAYLOAD_BYTES // 4 and over_limit(raw_context):  # most: short
         raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
     return check_tool_call(tool_name, arguments)
 

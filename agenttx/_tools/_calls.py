@@ -167,7 +167,7 @@ def _call(call: Call) -> object:
     if call.tool.inline:
         started = time.monotonic()
         output = _invoke(call)
-        if is_awaitable(output):
+        if type(output) is not dict and is_awaitable(output):  # most outputs: dicts, no call
             return resolve_awaitable(_bounded(call, output))
         if time.monotonic() - started > call.timeout:  # `_check_in_time`, inline: every step
             raise _timed_out(call)
@@ -404,8 +404,7 @@ class Orphans:
     def release_from(self, step: int) -> None:
         """The steps from `step` on were rewound: their held calls are undone once back."""
         self.calls = [
-            o._replace(held=False) if o.held and o.call.step_id >= step else o
-            for o in self.calls
+            o._replace(held=False) if o.held and o.call.step_id >= step else o for o in self.calls
         ]
 
     def wait(self, timeout: float) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 
 __all__ = ["Transaction"]
+
+#: The policy of a transaction begun without one: frozen, so one instance serves every one.
+_DEFAULT_POLICY: Final = RollbackPolicy()
 
 
 @attrs.define(init=False, eq=False, repr=False)
@@ -115,7 +118,7 @@ class Transaction:
             compensation_timeout=compensation_timeout,
             dispatch_timeout=dispatch_timeout,
             isolation=isolation,
-            policy=RollbackPolicy() if policy is None else policy,
+            policy=_DEFAULT_POLICY if policy is None else policy,
             output_serializer=output_serializer,
         )
         store = MemoryStore() if store is None else store
