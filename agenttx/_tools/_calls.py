@@ -27,6 +27,7 @@ from ._workers import (
     acall_with_deadline,
     alarm_after,
     call_with_deadline,
+    interrupted_call,
     is_awaitable,
     resolve_awaitable,
 )
@@ -172,7 +173,7 @@ def _call(call: Call) -> object:
         if time.monotonic() - started > call.timeout:  # `_check_in_time`, inline: every step
             raise _timed_out(call)
         return output
-    return call_with_deadline(partial(_invoke_to_end, call), call.timeout)
+    return call_with_deadline(partial(_invoke_to_end, call), call.timeout, call)
 
 
 def _invoke_to_end(call: Call) -> object:
@@ -450,18 +451,21 @@ class Orphans:
 
 
 def keep_abandoned(orphans: Orphans, call: Call, undos: tuple[UndoRecord, ...]) -> bool:
-    """After the task running `call` was cancelled: if a worker thread still runs it (a sync
-    tool outlives its task), keep it in `orphans`, its undos waiting for it to return (its
-    declared `compensate=` undo added then); whether it did. Call from that task."""
+    """After the task running `call` was cancelled, or the sync caller's wait for it was
+    interrupted: if a worker thread still runs it (a sync tool outlives its caller), keep it in
+    `orphans`, its undos waiting for it to return (its declared `compensate=` undo added
+    then); whether it did. Call from that task or thread."""
     if call.tool.is_async or call.tool.inline:
         return False  # it ran in the task, and stopped with it
-    import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+    running = interrupted_call(call)  # a sync caller's, interrupted
+    if running is None and "asyncio" in sys.modules:  # no loop can run without it
+        import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
 
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running loop: a sync caller
-        return False
-    running = None if task is None else abandoned_call(task)
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running loop: a sync caller
+            task = None
+        running = None if task is None else abandoned_call(task)
     if running is None:
         return False
     orphans.add(Orphan(call, undos, running))

@@ -189,6 +189,8 @@ class Pipeline:
                 self._dispatched(prepared)
                 outcome = run_tool(prepared, self._settings.output_serializer)
             except BaseException as exc:
+                if isinstance(prepared, Call) and not prepared.tool.guarded:  # as `_aexecute`
+                    keep_abandoned(self._orphans, prepared, closed(prepared.context)[0])
                 self._abandon(step_id, prepared, exc)
                 raise
             return self._settle(prepared, outcome)
