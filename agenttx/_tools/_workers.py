@@ -152,7 +152,8 @@ class _Worker:
         try:
             returned = self._done.acquire(True, timeout)  # positional: parsed faster
         except BaseException:  # interrupted: walk away, leaving fn running
-            late = self._late = _Late()
+            late = _Late()
+            self._late = late
             if self._claim.acquire(blocking=False):  # still running: its outcome comes later
                 _interrupted.call = (owner, late)
             else:

@@ -208,9 +208,8 @@ class Pipeline:
             self._keep_registered(call, outcome)
         if outcome.refused is not None:
             raise self._refuse(call, outcome.refused)
-        if outcome.error is None and outcome.size <= MAX_PAYLOAD_BYTES:  # `output_error`'s
-            return None  # common case, without its call
-        return output_error(call, outcome)
+        ok = outcome.error is None and outcome.size <= MAX_PAYLOAD_BYTES  # no call: most steps
+        return None if ok else output_error(call, outcome)
 
     def _run_guarded(self, call: Call) -> StepResult:
         """Run a guarded call through the step core (`_step.attempt`), in this thread."""
@@ -360,10 +359,8 @@ class Pipeline:
         self._events.step(STEP_DISPATCHED, call.step_id, data)
 
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
-        """Keep what the tool registered, whether it succeeded or not (a rewind undoes it).
-
-        The undos of a call still running after its deadline wait for it (`_orphans`).
-        """
+        """Keep what the tool registered, whether it succeeded or not (a rewind undoes it);
+        the undos of a call still running after its deadline wait for it (`_orphans`)."""
         if outcome.running is not None:
             self._orphans.add(Orphan(call, outcome.undos, outcome.running))
         elif outcome.undos:
