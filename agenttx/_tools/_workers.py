@@ -152,10 +152,9 @@ class _Worker:
         try:
             returned = self._done.acquire(True, timeout)  # positional: parsed faster
         except BaseException:  # interrupted: walk away, leaving fn running
-            late = _Late()
-            self._late = late
+            kept = self._late = _Late()
             if self._claim.acquire(blocking=False):  # still running: its outcome comes later
-                _interrupted.call = (owner, late)
+                _interrupted.call = (owner, kept)
             else:
                 # The call has returned. A signal that arrived just before the wait blocked is
                 # raised only after it, so `done` may be ours already or not: neither waiting
