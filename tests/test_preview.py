@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -194,3 +195,32 @@ def test_preview_of_an_ended_transaction_is_refused():
     tx.commit()
     with pytest.raises(InvalidTransactionState):
         tx.preview_rollback(1)
+
+
+@pytest.mark.timeout(60)
+def test_preview_during_a_step_answers_as_of_the_last_step():
+    """Asked from another thread while a tool runs, the preview does not wait for it."""
+    shop = Shop()
+    started, release = threading.Event(), threading.Event()
+
+    @agenttx.tool(name="slow")
+    def slow(ctx: agenttx.ToolContext, n: int) -> dict:
+        ctx.register_undo("restore", {"n": n, "slow": True})
+        started.set()
+        release.wait(30)
+        return {}
+
+    tx = agenttx.Transaction(tools=[*shop.tools, slow])
+    shop.run(tx, ["charge"])
+    runner = threading.Thread(target=tx.execute_step, args=(2, "slow", {"n": 2}))
+    runner.start()
+    try:
+        assert started.wait(30)
+        assert tx.status is agenttx.TxStatus.EXECUTING
+        preview = tx.preview_rollback(1)
+    finally:
+        release.set()
+        runner.join(30)
+    assert preview.voided_steps == (1,)
+    assert [c.kind for c in preview.compensations] == ["refund"]
+    assert [c.kind for c in tx.preview_rollback(1).compensations] == ["restore", "refund"]

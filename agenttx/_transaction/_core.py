@@ -542,12 +542,13 @@ class Transaction:
         The steps it would void, the compensations it would run (newest first, with their
         payloads), the staged effects it would drop and the voided steps that left nothing to
         undo. Changes nothing (no store write, no audit event, no activity) and does not wait
-        for a running step: the answer is as of the last step that ended. Raises what
-        `rollback` would: `InvalidTransactionState` unless ACTIVE, `InvalidArgument` for a
-        `to_step` that is not an integer lower than `next_step_id`.
+        for a running step: asked from another thread during a step, the answer is as of the
+        last step that ended. Raises `InvalidTransactionState` unless the transaction is ACTIVE
+        or EXECUTING, and `InvalidArgument` for a `to_step` that is not an integer lower than
+        `next_step_id`, as `rollback` would.
         """
         status = self._pipeline.status
-        if status is not TxStatus.ACTIVE:
+        if status is not TxStatus.ACTIVE and status is not TxStatus.EXECUTING:
             raise InvalidTransactionState(tx_id=self._id, status=status.value)
         return self._views.preview_rollback(to_step)
 
