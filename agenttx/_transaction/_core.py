@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from .._errors import InvalidArgument
+from .._errors import InvalidArgument, InvalidTransactionState
 from .._events import EventSink
 from .._limits import DEFAULT_ISOLATION, Isolation
 from .._prepare import check_agent_id
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .._graph import DependencyGraph
     from .._json import JSONValue
     from .._lineage import LineageGraph
+    from .._preview import RollbackPreview
     from .._results import ContextEntry, StepAttempt, StepRecord, TransactionView
     from .._tools import OutputSerializer, ToolSpec
 
@@ -537,6 +538,22 @@ class Transaction:
         """
         del reason
         return self._pipeline.rollback(to_step)
+
+    def preview_rollback(self, to_step: int | None = None) -> RollbackPreview:
+        """What `rollback(to_step)` would do now, without doing it (docs/protocol.md).
+
+        The steps it would void, the compensations it would run (newest first, with their
+        payloads), the staged effects it would drop and the voided steps that left nothing to
+        undo. Changes nothing (no store write, no audit event, no activity) and does not wait
+        for a running step: asked from another thread during a step, the answer is as of the
+        last step that ended. Raises `InvalidTransactionState` unless the transaction is ACTIVE
+        or EXECUTING, and `InvalidArgument` for a `to_step` that is not an integer lower than
+        `next_step_id`, as `rollback` would.
+        """
+        status = self._pipeline.status
+        if status is not TxStatus.ACTIVE and status is not TxStatus.EXECUTING:
+            raise InvalidTransactionState(tx_id=self._id, status=status.value)
+        return self._views.preview_rollback(to_step)
 
     def commit(self) -> CommitResult:
         """Publish every write atomically, then dispatch the staged effects in staging order.
