@@ -71,6 +71,7 @@ def ship(
     address: Address,
     sizes: list[int],
     colour: Colour,
+    *,
     mode: Literal["air", "sea"] = "sea",
     note: str | None = None,
     pair: tuple[int, str] | None = None,
