@@ -257,6 +257,18 @@ def _after_a_failed_call() -> list[_common.Payload]:
     return [after]
 
 
+def _a_refused_plan() -> list[_common.Payload]:
+    shop = Shop()
+    tx = shop.transaction()
+    call = _common.ModelCall(call_id="p1", name="propose_plan", arguments=json.dumps(BAD_PLAN))
+    (outcome,) = _common.run_turn_with_plans(tx, [call], plans=True)
+    problems = outcome.payload["problems"]
+    assert isinstance(problems, list)
+    assert all("(did you mean" in str(problem) for problem in problems)
+    assert (shop.calls, tx.next_step_id) == ([], 1)
+    return [outcome.payload]
+
+
 MISTAKE_SCENARIOS: Final = {
     "an unknown tool name": _unknown_tool,
     "arguments that are not JSON, or break the tool's schema": _bad_arguments,
@@ -265,6 +277,7 @@ MISTAKE_SCENARIOS: Final = {
     "more than 128 tool calls in one turn": _too_many_calls,
     "a call after the transaction ended": _after_the_end,
     "a call after a failed call in the same turn": _after_a_failed_call,
+    "with `plans=True`, a `propose_plan` whose plan has problems": _a_refused_plan,
 }
 
 
