@@ -117,6 +117,7 @@ if TYPE_CHECKING:  # what the lazy names below load, for type checkers
     from ._plans import RateLimit as RateLimit
     from ._plans import arun_plan as arun_plan
     from ._plans import cost_per_completed_workflow as cost_per_completed_workflow
+    from ._plans import plan_tool_spec as plan_tool_spec
     from ._plans import run_plan as run_plan
     from ._plans import start_plan as start_plan
     from ._preview import CompensationPreview as CompensationPreview
@@ -258,6 +259,7 @@ __all__ = [
     "cost_per_completed_workflow",
     "lineage_from_openai",
     "lineage_from_steps",
+    "plan_tool_spec",
     "prompt",
     "resolve_references",
     "run_plan",
@@ -311,6 +313,7 @@ _LAZY: dict[str, str] = {
     "RateLimit": "._plans",
     "arun_plan": "._plans",
     "cost_per_completed_workflow": "._plans",
+    "plan_tool_spec": "._plans",
     "run_plan": "._plans",
     "start_plan": "._plans",
     "CompensationPreview": "._preview",

@@ -121,6 +121,7 @@ EXPECTED = {
         "cost_per_completed_workflow",
         "lineage_from_openai",
         "lineage_from_steps",
+        "plan_tool_spec",
         "prompt",
         "resolve_references",
         "run_plan",

@@ -595,3 +595,14 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+
+def plan_setting(tx: Transaction) -> tuple[ToolRegistry, Store, Dispatcher | None]:
+    """What a plan run beside `tx` runs with: its tools, its store and its dispatcher.
+
+    For a plan a model proposes in the transaction's conversation (an integration's runner
+    with `plans=True`): the run is a unit of work of its own on the same store, so that it
+    sees what the store has committed, and a durable store records it for recovery.
+    """
+    pipeline = tx._pipeline  # noqa: SLF001  (this package's own parts)
+    return tx._registry, pipeline._store, pipeline._dispatcher  # noqa: SLF001
