@@ -145,7 +145,8 @@ def test_unresolved_reference_jumps_to_the_referenced_step():
 
 
 def test_a_step_that_always_fails_escalates_then_aborts():
-    """Backtrack, backtrack, global reset, the same again, then abort; counted executions."""
+    """Backtrack, backtrack, global reset, the same again, then abort; counted executions
+    (with `repeat_limit=0`, which turns the repeated-failure abort off)."""
     runs = []
 
     @agenttx.tool
@@ -159,7 +160,8 @@ def test_a_step_that_always_fails_escalates_then_aborts():
         raise agenttx.ToolError("something odd happened")
 
     calls = {1: ("ok", {"n": 1}), 2: ("ok", {"n": 2}), 3: ("broken", {})}
-    tx = agenttx.Transaction(tools=[ok, broken])
+    policy = agenttx.RollbackPolicy(repeat_limit=0)
+    tx = agenttx.Transaction(tools=[ok, broken], policy=policy)
     results = run_all(tx, calls)
     failures = [(r.strategy, r.rollback_to_step) for r in results if not r.ok]
     assert failures == [
