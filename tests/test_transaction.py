@@ -1461,3 +1461,32 @@ def test_the_bad_value_is_bounded_and_a_secret_is_redacted():
     long = tx.call("login", {"user": "x" * 500, "token": "t"})
     assert long.bad_value is not None
     assert long.bad_value.value == "x" * 197 + "..."
+
+
+def test_the_async_path_names_the_bad_value_and_stops_the_loop_alike():
+    """acall decides and reports as call does: a refused literal is resent with its bad value,
+    the same call failing the same way after a rewind aborts, each undo reported."""
+    till = Till()
+    tx = till.transaction()
+
+    async def agent() -> list[agenttx.StepResult]:
+        results = []
+        for customer, quantity in (("c-1", "two"), ("c-404", 1), ("c-404", 1)):
+            assert (await tx.acall("charge", {"customer_id": customer, "amount": 42})).ok
+            arguments = {"customer_id": customer, "sku": "S", "quantity": quantity}
+            results.append(await tx.acall("reserve", arguments))
+        return results
+
+    literal, rewound, ended = asyncio.run(agent())
+    assert (literal.strategy, literal.bad_value, literal.compensated) == (
+        RollbackStrategy.RESEND,
+        agenttx.BadValue(key="quantity", value="two", step=2),
+        (),
+    )
+    assert (rewound.strategy, rewound.compensated) == (
+        RollbackStrategy.DEPENDENCY_JUMP,
+        ((2, "refund"),),
+    )
+    assert ended.strategy is RollbackStrategy.ABORT
+    assert ended.compensated == ((2, "refund"), (1, "refund"))
+    assert till.refunds == ["ch-2", "ch-3", "ch-1"]
