@@ -426,8 +426,9 @@ def _resolve_string(text: str, field: str, state: _State) -> JSONValue:
         # A string that is exactly one reference: the value itself, with its JSON type.
         value = _lookup(piece, field, state)
         if state.max_bytes is not None:
-            state.spend(_size_at_least(value, state.left), piece)
-        return _copy(value)
+            size = len(value) + 2 if isinstance(value, str) else _size_at_least(value, state.left)
+            state.spend(size, piece)
+        return _copy(value) if isinstance(value, (dict, list)) else value  # scalars: no call
     parts: list[str] = []
     for piece in pieces:
         if isinstance(piece, str):
@@ -480,7 +481,8 @@ def _interpolated(match: re.Match[str], value: JSONValue) -> str:
 
 def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
     text = match.group(0)
-    step = _step_id(match)
+    digits = match.group("step")
+    step = int(digits) if len(digits) < _MAX_STEP_DIGITS else _step_id(match)  # most: short
     outputs = state.outputs
     if step > _MAX_STEP_ID or step >= state.current_step or step not in outputs:
         raise _Unresolved(f"reference {text} points to a step that has not completed")
@@ -501,7 +503,11 @@ def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
 
 def _dependency(step: int, path: list[str], field: str) -> Dependency:
     """The dependency a resolved reference records (`docs/protocol.md#recorded-dependencies`)."""
-    source_key = next((s for s in reversed(path) if not _is_index(s)), field)
+    source_key = field
+    for segment in reversed(path):  # the last segment that is no index (a loop: no generator)
+        if not (segment.isascii() and segment.isdigit()):  # `_is_index`, inline
+            source_key = segment
+            break
     return Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
 
 

@@ -14,7 +14,15 @@ import pytest
 
 import agenttx
 from _scripted import ScriptedModel, anthropic_tool_results, call, order_script, say, turn
-from _shop import EMAIL, TOOL_NAMES, Shop
+from _shop import (
+    BAD_PLAN,
+    EMAIL,
+    TOOL_NAMES,
+    Shop,
+    assert_plan_ran,
+    assert_refused_with_every_problem,
+    order_plan,
+)
 from agenttx.integrations import anthropic as atx_anthropic
 
 if TYPE_CHECKING:
@@ -361,3 +369,37 @@ def test_the_callers_messages_are_never_changed():
     after = runner.handle(before, second)
     assert before == frozen
     assert roles(after) == ["user", "assistant", "user"]
+
+
+# ---------------------------------------------------------------------- plans a model proposes
+
+
+def test_a_models_plan_is_refused_with_every_problem_then_corrected_and_run():
+    """Acceptance: through the Anthropic runner with plans=True, a plan with a wrong tool name
+    and a bad reference is answered with every problem and its "did you mean", nothing runs
+    and no step is used; the corrected plan runs, and the model gets its outputs."""
+    shop = Shop()
+    tx = shop.transaction()
+    runner = atx_anthropic.ToolRunner(tx, plans=True)
+    seen: list[tuple[list[str], int]] = []
+
+    def corrected(body: dict[str, Any]) -> Any:
+        seen.append((list(shop.calls), tx.next_step_id))
+        return turn(call("propose_plan", order_plan(), "toolu_plan_2"))
+
+    model = ScriptedModel([turn(call("propose_plan", BAD_PLAN, "toolu_plan_1")), corrected, "ok"])
+    messages = messages_loop(model.anthropic(), runner)
+    assert seen == [([], 1)]  # after the refusal: no tool ran, no step used
+    assert_alternating(messages)
+    refused, ran = anthropic_tool_results({"messages": messages})
+    assert (refused["tool_use_id"], refused["is_error"]) == ("toolu_plan_1", True)
+    assert_refused_with_every_problem(refused["content"])
+    assert (ran["tool_use_id"], ran["is_error"]) == ("toolu_plan_2", False)
+    assert_plan_ran(ran["content"], shop)
+    assert anthropic_tool_results(model.last)[-1] == ran  # the model got the result
+    assert len(model.requests) == 3
+    offered = model.requests[0]["tools"]
+    assert offered[-1]["name"] == "propose_plan"
+    assert offered[-1]["input_schema"] == agenttx.plan_tool_spec(tx).parameters
+    assert [t["name"] for t in offered[:-1]] == list(TOOL_NAMES)
+    tx.commit()

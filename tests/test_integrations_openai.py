@@ -24,7 +24,15 @@ from _scripted import (
     say,
     turn,
 )
-from _shop import EMAIL, TOOL_NAMES, Shop
+from _shop import (
+    BAD_PLAN,
+    EMAIL,
+    TOOL_NAMES,
+    Shop,
+    assert_plan_ran,
+    assert_refused_with_every_problem,
+    order_plan,
+)
 from agenttx.integrations import openai as atx_openai
 
 if TYPE_CHECKING:
@@ -602,3 +610,95 @@ def test_a_literal_the_tool_refuses_costs_one_more_call_and_no_refund():
     assert (resend["step"], resend["next_step"]) == (2, 2)
     assert resend["bad_value"] == {"key": "quantity", "value": "two", "step": 2}
     assert tx.commit().steps_committed == 2
+
+
+# ---------------------------------------------------------------------- plans a model proposes
+
+
+def test_a_models_plan_is_refused_with_every_problem_then_corrected_and_run():
+    """Acceptance: through the chat runner with plans=True, a plan with a wrong tool name and
+    a bad reference is answered with every problem and its "did you mean", nothing runs and
+    no step is used; the corrected plan runs, and the model gets its outputs."""
+    shop = Shop()
+    tx = shop.transaction()
+    runner = atx_openai.ToolRunner(tx, plans=True)
+    seen: list[tuple[list[str], int]] = []
+
+    def corrected(body: dict[str, Any]) -> Any:
+        seen.append((list(shop.calls), tx.next_step_id))
+        return turn(call("propose_plan", order_plan(), "call_plan_2"))
+
+    model = ScriptedModel([turn(call("propose_plan", BAD_PLAN, "call_plan_1")), corrected, "ok"])
+    messages = chat_loop(model.openai(), runner)
+    assert seen == [([], 1)]  # after the refusal: no tool ran, no step used
+    refused, ran = chat_tool_messages({"messages": messages})
+    assert refused["tool_call_id"] == "call_plan_1"
+    assert_refused_with_every_problem(refused["content"])
+    assert ran["tool_call_id"] == "call_plan_2"
+    assert_plan_ran(ran["content"], shop)
+    assert chat_tool_messages(model.last)[-1] == ran  # the model got the result
+    assert len(model.requests) == 3
+    offered = model.requests[0]["tools"]
+    assert offered[-1]["function"]["name"] == "propose_plan"
+    assert offered[-1]["function"]["parameters"] == agenttx.plan_tool_spec(tx).parameters
+    assert [t["function"]["name"] for t in offered[:-1]] == list(TOOL_NAMES)
+    assert tx.view().steps_completed == 0
+    tx.commit()
+
+
+def test_the_responses_runner_answers_a_plan_too():
+    """The Responses runner offers propose_plan (flat, not strict) and answers a refused plan
+    and a corrected one with function_call_output items."""
+    shop = Shop()
+    tx = shop.transaction()
+    runner = atx_openai.ResponsesToolRunner(tx, plans=True)
+    assert runner.tools[-1]["name"] == "propose_plan"
+    assert runner.tools[-1]["strict"] is False
+    client = ScriptedModel(
+        [call("propose_plan", BAD_PLAN, "c1"), call("propose_plan", order_plan(), "c2"), "ok"]
+    )
+    items: Any = "Order 2 x SKU-1 for ada@example.com, 42 pence."
+    while True:
+        response = client.openai().responses.create(model=MODEL, input=items, tools=runner.tools)
+        if not any(i.type == "function_call" for i in response.output):
+            break
+        items = runner.handle(items, response)
+    refused, ran = responses_outputs({"input": items})
+    assert_refused_with_every_problem(refused["output"])
+    assert_plan_ran(ran["output"], shop)
+
+
+def test_an_async_runner_runs_a_plan_on_the_event_loop():
+    """`ahandle` answers propose_plan too, running the plan with `arun_plan` on the loop."""
+    shop = Shop()
+    runner = atx_openai.ToolRunner(shop.transaction(), plans=True)
+    model = ScriptedModel([call("propose_plan", order_plan(), "c1"), "ok"])
+
+    async def loop() -> list[dict[str, Any]]:
+        client = model.async_openai()
+        messages: list[Any] = list(PROMPT)
+        while True:
+            reply = await client.chat.completions.create(
+                model=MODEL, messages=messages, tools=runner.tools
+            )
+            if not reply.choices[0].message.tool_calls:
+                return messages
+            messages = await runner.ahandle(messages, reply.choices[0].message)
+
+    (ran,) = chat_tool_messages({"messages": asyncio.run(loop())})
+    assert_plan_ran(ran["content"], shop)
+
+
+def test_without_plans_propose_plan_is_an_unknown_tool():
+    """A runner made without plans=True does not offer propose_plan, and a call to it is an
+    unknown tool's mistake, as before."""
+    shop = Shop()
+    runner = atx_openai.ToolRunner(shop.transaction())
+    assert runner.plans is False
+    assert runner.plan_spec is None
+    assert "propose_plan" not in [t["function"]["name"] for t in runner.tools]
+    model = ScriptedModel([call("propose_plan", order_plan()), "ok"])
+    (answer,) = chat_tool_messages({"messages": chat_loop(model.openai(), runner)})
+    assert answer["content"]["ok"] is False
+    assert "propose_plan' does not exist" in answer["content"]["error"]
+    assert shop.calls == []

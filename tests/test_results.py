@@ -498,8 +498,8 @@ def test_a_mistake_never_leaves_a_transient_constraint():
     tx.execute_step(1, "charge", {"order": "o1"})
     steps = tx._pipeline
     with tx._calls:  # drive the failure path with a hand-made mistake
-        steps._start(2)
-        steps._prepare(2, "quote", ({"order": "o1"}, 0), "", None)
+        parsed = steps._open(2, "quote", {"order": "o1"}, "", None)
+        steps._prepare(2, "quote", parsed, "", None)
         result = steps._fail(2, Failure("upstream timed out", mistake=True))
     assert result.strategy is RESEND
     assert tx.execute_step(2, "charge", {"order": "o2"}).constraints == result.constraints

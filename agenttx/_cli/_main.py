@@ -27,7 +27,7 @@ from ._reading import (
     read_tx,
     unreadable,
 )
-from ._shown import list_transactions, plan_list, plan_shown, show_transaction
+from ._shown import list_transactions, plan_list, plan_shown, show_preview, show_transaction
 from ._terminal import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -118,10 +118,19 @@ def _parser() -> argparse.ArgumentParser:
         "With TX, open: its steps, edges, constraints, context, staged effects and undo "
         "records; ended: its final status, its steps and edges at the end, every step attempt "
         "with what became of it (live, failed, rewound, compensated), its constraints and its "
-        "compensation failures. Read-only.",
+        "compensation failures. With TX and --preview STEP: what a rollback of the open "
+        "transaction to STEP (0: an abort) would do, without doing it: the steps it would "
+        "void, the compensations it would run with their payloads, the staged effects it "
+        "would drop and the voided steps that left nothing to undo. Read-only.",
     )
     inspect.add_argument("db", metavar="DB", help="the SQLite file")
     inspect.add_argument("tx", metavar="TX", nargs="?", help="a transaction id")
+    inspect.add_argument(
+        "--preview",
+        type=whole_number,
+        metavar="STEP",
+        help="with TX: what a rollback to STEP would do (0: an abort), without doing it",
+    )
     add_wait(inspect)
     inspect.set_defaults(run=_run_inspect)
 
@@ -206,13 +215,16 @@ def _run_demo(args: argparse.Namespace) -> None:
 
 
 def _run_inspect(args: argparse.Namespace) -> None:
+    if args.preview is not None and args.tx is None:
+        raise Failure("--preview needs a transaction id (TX)")
     store = open_store(args.db, args.wait)
     try:
-        lines = (
-            list_transactions(store, args.wait)
-            if args.tx is None
-            else show_transaction(store, args.tx, args.wait)
-        )
+        if args.tx is None:
+            lines = list_transactions(store, args.wait)
+        elif args.preview is not None:
+            lines = show_preview(store, args.tx, args.preview, args.wait)
+        else:
+            lines = show_transaction(store, args.tx, args.wait)
     finally:
         store.close()
     for line in lines:

@@ -29,6 +29,7 @@ from .._errors import (
 )
 from .._events import EventKind
 from .._hints import clean_error
+from .._limits import MAX_PAYLOAD_BYTES
 from .._prepare import (
     Arguments,
     check_call,
@@ -176,7 +177,7 @@ class Pipeline:
             prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
-                waits = self._people.requests is not None or self._orphans  # most steps: no
+                waits = self._people.requests is not None or self._orphans.calls  # most: no
                 if isinstance(prepared, Call) and waits:
                     admitted = self._admit(prepared, self._settings.step_timeout)
                     if isinstance(admitted, StepResult):
@@ -189,6 +190,8 @@ class Pipeline:
                 self._dispatched(prepared)
                 outcome = run_tool(prepared, self._settings.output_serializer)
             except BaseException as exc:
+                if isinstance(prepared, Call) and not prepared.tool.guarded:  # as `_aexecute`
+                    keep_abandoned(self._orphans, prepared, closed(prepared.context)[0])
                 self._abandon(step_id, prepared, exc)
                 raise
             return self._settle(prepared, outcome)
@@ -202,10 +205,12 @@ class Pipeline:
 
     def _outcome_error(self, call: Call, outcome: Outcome) -> Failure | None:
         """Keep what the tool registered; why the step failed (None: it succeeded)."""
-        self._keep_registered(call, outcome)
+        if outcome.undos or outcome.effects or outcome.running is not None:  # most: nothing
+            self._keep_registered(call, outcome)
         if outcome.refused is not None:
             raise self._refuse(call, outcome.refused)
-        return output_error(call, outcome)
+        ok = outcome.error is None and outcome.size <= MAX_PAYLOAD_BYTES  # no call: most steps
+        return None if ok else output_error(call, outcome)
 
     def _run_guarded(self, call: Call) -> StepResult:
         """Run a guarded call through the step core (`_step.attempt`), in this thread."""
@@ -305,17 +310,15 @@ class Pipeline:
         call_id: str | None,
     ) -> Arguments:
         """Check the call (misuse raises, changing nothing), then start the step."""
-        self._ensure_active()
+        if self._status is not TxStatus.ACTIVE:
+            self._ensure_active()
         parsed = check_call(step_id, self._timeline.next_step, tool_name, arguments, raw_context)
         if call_id is not None:  # most calls have none: no call to check it
             check_call_id(call_id)
-        self._start(step_id)
-        return parsed
-
-    def _start(self, step_id: int) -> None:
         self._store.snapshot(self._id, step_id)  # first: if the store fails, nothing changed
-        self._transition(TxStatus.EXECUTING)
+        self._status = TxStatus.EXECUTING  # from ACTIVE, checked above (`TRANSITIONS`)
         self._controller._observe(step_id)  # noqa: SLF001  (checked by check_call)
+        return parsed
 
     def _prepare(
         self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str, call_id: str | None
@@ -357,10 +360,8 @@ class Pipeline:
         self._events.step(STEP_DISPATCHED, call.step_id, data)
 
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
-        """Keep what the tool registered, whether it succeeded or not (a rewind undoes it).
-
-        The undos of a call still running after its deadline wait for it (`_orphans`).
-        """
+        """Keep what the tool registered, whether it succeeded or not (a rewind undoes it);
+        the undos of a call still running after its deadline wait for it (`_orphans`)."""
         if outcome.running is not None:
             self._orphans.add(Orphan(call, outcome.undos, outcome.running))
         elif outcome.undos:

@@ -2,7 +2,7 @@
 
 Needs the `agenttx[anthropic]` extra. The loop a user writes (docs/integrations.md):
 
-    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"
+    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"; plans=True
     while True:
         reply = client.messages.create(
             model=MODEL, max_tokens=1024, messages=messages, tools=runner.tools
@@ -16,7 +16,8 @@ step each, stopping at the first failure), appends the assistant message and the
 message holding a `tool_result` block for every `tool_use` (content
 `json.dumps(result.for_model())`, `is_error` true unless the step succeeded), so roles keep
 alternating. After a rewind the history is rewritten as `history` says, merging any two
-messages of the same role the rewrite makes adjacent.
+messages of the same role the rewrite makes adjacent. With `plans=True` the model is also
+offered `propose_plan`, and a plan it proposes is checked and run (docs/plans.md).
 """
 
 from __future__ import annotations
@@ -37,17 +38,16 @@ from ._common import (
     Outcome,
     Rewrite,
     Runner,
-    arun_turn,
     describe,
     dumps,
     resolve_specs,
-    run_turn,
     with_note,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from .._tools import ToolSpec
     from ._common import ToolsOrTx
 
 __all__ = ["ToolRunner", "tools"]
@@ -64,10 +64,16 @@ def tools(tools_or_tx: ToolsOrTx) -> list[Message]:
     `InvalidArgument` naming any item that is not a tool.
     """
     specs = resolve_specs(tools_or_tx, "agenttx.integrations.anthropic.tools()")
-    return [
-        {"name": s.wire_name, "description": s.description, "input_schema": s.parameters}
-        for s in specs
-    ]
+    return [_entry(spec) for spec in specs]
+
+
+def _entry(spec: ToolSpec) -> Message:
+    """One tool of the `tools=` list."""
+    return {
+        "name": spec.wire_name,
+        "description": spec.description,
+        "input_schema": spec.parameters,
+    }
 
 
 #: The fields of an SDK object that hold what the model wrote, kept as they are when the
@@ -217,8 +223,12 @@ class ToolRunner(Runner):
 
     @property
     def tools(self) -> list[Message]:
-        """The `tools=` list to send with every request (a new deep copy each time)."""
-        return tools(self._tx)  # each spec.parameters is a new copy
+        """The `tools=` list to send with every request (a new deep copy each time), with
+        `propose_plan` last when the runner was made with `plans=True`."""
+        offered = tools(self._tx)  # each spec.parameters is a new copy
+        if self._plan_spec is not None:
+            offered.append(_entry(self._plan_spec))
+        return offered
 
     def handle(self, messages: Iterable[object], message: object) -> list[Message]:
         """Run the message's tool calls; return the history with the message and the results.
@@ -229,12 +239,12 @@ class ToolRunner(Runner):
         is appended and nothing runs.
         """
         history, assistant, calls = self._parse(messages, message)
-        return self._finish(history, assistant, run_turn(self._tx, calls))
+        return self._finish(history, assistant, self._run_turn(calls))
 
     async def ahandle(self, messages: Iterable[object], message: object) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
         history, assistant, calls = self._parse(messages, message)
-        return self._finish(history, assistant, await arun_turn(self._tx, calls))
+        return self._finish(history, assistant, await self._arun_turn(calls))
 
     def _parse(
         self, messages: object, message: object

@@ -2,7 +2,7 @@
 
 Needs the `agenttx[openai]` extra. The loop a user writes (docs/integrations.md):
 
-    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"
+    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"; plans=True
     while True:
         reply = client.chat.completions.create(model=MODEL, messages=messages, tools=runner.tools)
         if not reply.choices[0].message.tool_calls:
@@ -13,8 +13,10 @@ Needs the `agenttx[openai]` extra. The loop a user writes (docs/integrations.md)
 each, stopping at the first failure), appends the assistant message and one `role: "tool"`
 message per call whose content is `json.dumps(result.for_model())`, and after a rewind
 rewrites the history as `history` says. `ResponsesToolRunner` is the same for the Responses
-API (`function_call` / `function_call_output` items). What the model sees is documented in
-docs/integrations.md; nothing in this module changes a step's outcome.
+API (`function_call` / `function_call_output` items). With `plans=True` the model is also
+offered `propose_plan`, and a plan it proposes is checked and run (docs/plans.md). What the
+model sees is documented in docs/integrations.md; nothing in this module changes a step's
+outcome.
 """
 
 from __future__ import annotations
@@ -35,11 +37,9 @@ from ._common import (
     Outcome,
     Rewrite,
     Runner,
-    arun_turn,
     describe,
     dumps,
     resolve_specs,
-    run_turn,
     with_note,
 )
 
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessage
     from openai.types.responses import Response
 
+    from .._tools import ToolSpec
     from ._common import ToolsOrTx
 
 __all__ = ["ResponsesToolRunner", "ToolRunner", "tools"]
@@ -67,28 +68,27 @@ def tools(tools_or_tx: ToolsOrTx, *, api: Literal["chat", "responses"] = "chat")
     if api not in ("chat", "responses"):
         raise InvalidArgument(f"api must be 'chat' or 'responses', got {api!r}")
     specs = resolve_specs(tools_or_tx, "agenttx.integrations.openai.tools()")
+    return [_entry(spec, api) for spec in specs]
+
+
+def _entry(spec: ToolSpec, api: Literal["chat", "responses"]) -> Message:
+    """One tool of the `tools=` list, in the format of `api`."""
     if api == "chat":
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": s.wire_name,
-                    "description": s.description,
-                    "parameters": s.parameters,
-                },
-            }
-            for s in specs
-        ]
-    return [
-        {
+        return {
             "type": "function",
-            "name": s.wire_name,
-            "description": s.description,
-            "parameters": s.parameters,
-            "strict": False,
+            "function": {
+                "name": spec.wire_name,
+                "description": spec.description,
+                "parameters": spec.parameters,
+            },
         }
-        for s in specs
-    ]
+    return {
+        "type": "function",
+        "name": spec.wire_name,
+        "description": spec.description,
+        "parameters": spec.parameters,
+        "strict": False,
+    }
 
 
 # ---------------------------------------------------------------------- shared runner state
@@ -101,8 +101,12 @@ class _Runner(Runner):
 
     @property
     def tools(self) -> list[Message]:
-        """The `tools=` list to send with every request (a new deep copy each time)."""
-        return tools(self._tx, api=self._api)  # each spec.parameters is a new copy
+        """The `tools=` list to send with every request (a new deep copy each time), with
+        `propose_plan` last when the runner was made with `plans=True`."""
+        offered = tools(self._tx, api=self._api)  # each spec.parameters is a new copy
+        if self._plan_spec is not None:
+            offered.append(_entry(self._plan_spec, self._api))
+        return offered
 
 
 def _as_dict(item: object, where: str) -> Message:
@@ -231,12 +235,12 @@ class ToolRunner(_Runner):
         rewritten as `history` says. A message with no tool calls is appended and nothing runs.
         """
         history, message, calls = self._parse(messages, assistant_message)
-        return self._finish(history, message, run_turn(self._tx, calls))
+        return self._finish(history, message, self._run_turn(calls))
 
     async def ahandle(self, messages: Iterable[object], assistant_message: object) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
         history, message, calls = self._parse(messages, assistant_message)
-        return self._finish(history, message, await arun_turn(self._tx, calls))
+        return self._finish(history, message, await self._arun_turn(calls))
 
     def _parse(
         self, messages: Iterable[object], assistant_message: ChatCompletionMessage | object
@@ -339,14 +343,14 @@ class ResponsesToolRunner(_Runner):
         `input_items` may be the first request's input string (it becomes a user message).
         """
         items, calls = self._parse(input_items, response)
-        return self._finish(items, run_turn(self._tx, calls))
+        return self._finish(items, self._run_turn(calls))
 
     async def ahandle(
         self, input_items: str | Iterable[object], response: Response | object
     ) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
         items, calls = self._parse(input_items, response)
-        return self._finish(items, await arun_turn(self._tx, calls))
+        return self._finish(items, await self._arun_turn(calls))
 
     def _parse(
         self, input_items: object, response: object
