@@ -128,6 +128,7 @@ if TYPE_CHECKING:  # what the lazy names below load, for type checkers
     from ._refs import Resolution as Resolution
     from ._refs import resolve_references as resolve_references
     from ._results import AttemptStatus as AttemptStatus
+    from ._results import BadValue as BadValue
     from ._results import CommitResult as CommitResult
     from ._results import ContextEntry as ContextEntry
     from ._results import DispatchReport as DispatchReport
@@ -172,6 +173,7 @@ __all__ = [
     "ApprovalRejected",
     "ApprovalRequest",
     "AttemptStatus",
+    "BadValue",
     "CheckResult",
     "CleanHint",
     "CommitResult",
@@ -324,6 +326,7 @@ _LAZY: dict[str, str] = {
     "Resolution": "._refs",
     "resolve_references": "._refs",
     "AttemptStatus": "._results",
+    "BadValue": "._results",
     "CommitResult": "._results",
     "ContextEntry": "._results",
     "DispatchReport": "._results",

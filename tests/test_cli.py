@@ -44,7 +44,8 @@ def database(tmp_path_factory) -> tuple[Path, str]:
     done = engine.begin(agent_id="mailer")
     done.execute_step(1, "effect.stage", {"channel": "email", "payload": {"to": "ada@x.io"}})
     done.commit()
-    tx = engine.begin(agent_id="support-bot")
+    # mistake_retries=0: the missing key, written in the call, rewinds as any failure would.
+    tx = engine.begin(agent_id="support-bot", policy={"mistake_retries": 0})
     insert = {"table": "customers", "id": "c-1", "fields": {"name": "Ada"}}
     tx.execute_step(1, "record.insert", insert)
     assert tx.execute_step(2, "kv.get", {"key": "missing"}).next_step_id == 1  # rewound
@@ -886,7 +887,8 @@ def ended_store(tmp_path_factory) -> tuple[Path, dict[str, agenttx.Transaction],
     engine = Engine(
         tools=builtins.tools(str(root)), store=store, config=EngineConfig(idle_timeout=None)
     )
-    committed = engine.begin(agent_id="writer")
+    # mistake_retries=0: the missing key, written in the call, rewinds as any failure would.
+    committed = engine.begin(agent_id="writer", policy={"mistake_retries": 0})
     insert = {"table": "customers", "id": "c-1", "fields": {"name": "Ada"}}
     committed.execute_step(1, "record.insert", insert)
     committed.execute_step(2, "fs.write", {"path": "a.txt", "contents": "x"})

@@ -144,6 +144,28 @@ def test_resume_continues_from_the_next_step(tmp_path, durable_backend):
     assert shop.lines().count("refund o1") == 1  # by the backtrack, before the crash
 
 
+def test_a_repeated_failure_is_remembered_across_a_crash(tmp_path, durable_backend):
+    """The rewinds each failure caused are in the durable log: after a crash and a resume,
+    the same call failing the same way again aborts instead of rewinding once more."""
+    shop = Shop(tmp_path)
+    engine = engine_on(durable_backend, shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    first = tx.execute_step(2, "fail", {"order": "o1"})
+    assert first.strategy is agenttx.RollbackStrategy.LOCAL_BACKTRACK
+    crash(engine)
+
+    engine = engine_on(durable_backend, shop)
+    (tx_id,) = engine.recover("resume").resumed
+    resumed = engine.get(tx_id)
+    assert resumed.execute_step(1, "charge", {"order": "o1", "amount": 5}).ok
+    again = resumed.execute_step(2, "fail", {"order": "o1"})
+    assert again.strategy is agenttx.RollbackStrategy.ABORT
+    assert again.abort_reason is not None
+    assert again.abort_reason.startswith("repeated failure")
+    assert shop.lines() == ["charge o1", "refund o1", "charge o1", "refund o1"]
+
+
 def _die_in_a_step(path: Path, root: Path, exclusive: bool) -> None:
     shop = Shop(root)
     engine = engine_on(path, shop, exclusive=exclusive)

@@ -524,6 +524,95 @@ def test_schema_violations_name_the_argument():
     assert shop.charges == []
 
 
+# ---------------------------------------------------------------------- mistakes to learn from
+
+
+def till() -> tuple[list[Any], dict[str, list[str]]]:
+    """A charge that echoes its customer (refunded on rewind) and a reservation that a database
+    refuses for an unknown customer and the tool refuses for a quantity that is not an int."""
+    seen: dict[str, list[str]] = {"calls": [], "charges": [], "refunds": []}
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: dict[str, Any]) -> None:
+        seen["refunds"].append(payload["output"]["charge_id"])
+
+    @agenttx.tool(compensate=refund)
+    def charge(customer_id: str, amount: int) -> dict[str, Any]:
+        """Charge the customer."""
+        seen["calls"].append("charge")
+        seen["charges"].append(f"ch-{len(seen['charges']) + 1}")
+        return {"charge_id": seen["charges"][-1], "customer_id": customer_id}
+
+    @agenttx.tool
+    def reserve(customer_id: str, quantity: object) -> dict[str, Any]:
+        """Reserve stock."""
+        seen["calls"].append("reserve")
+        if customer_id != "c-1":
+            raise agenttx.ToolError(
+                f'DETAIL:  Key (customer_id)=({customer_id}) is not present in table "customers".'
+            )
+        if not isinstance(quantity, int):
+            message = f'invalid type: "{quantity}" for field quantity, expected an integer'
+            raise ValueError(message)  # noqa: TRY004  (the plain exception a tool may raise)
+        return {"reserved": quantity}
+
+    return [refund, charge, reserve], seen
+
+
+def test_a_model_repeating_its_mistake_is_stopped_after_one_rewind():
+    """A model that sends the same bad customer again after the rewind is told the bad value
+    and, the second time, that the run ended (the loop named): two model turns of calls, two
+    charges, both refunded, never a third charge-and-refund cycle."""
+    tools, seen = till()
+    tx = agenttx.Transaction(tools=tools)
+
+    def stubborn(body: dict[str, Any]) -> Any:
+        results = chat_tool_messages(body)
+        if results and results[-1]["content"]["next_step"] == 0:
+            return say("I could not place the order.")
+        return turn(
+            call("charge", {"customer_id": "c-404", "amount": 42}),
+            call("reserve", {"customer_id": "c-404", "quantity": 1}),
+        )
+
+    model = ScriptedModel([stubborn] * 8)
+    messages = chat_loop(model.openai(), atx_openai.ToolRunner(tx))
+    assert len(model.requests) == 3
+    assert seen["charges"] == seen["refunds"] == ["ch-1", "ch-2"]
+    rewound = chat_tool_messages(model.requests[1])[-1]["content"]
+    assert rewound["bad_value"] == {"key": "customer_id", "value": "c-404", "step": 1}
+    assert rewound["compensated"] == [{"step": 1, "compensation": "refund"}]
+    ended = chat_tool_messages({"messages": messages})[-1]["content"]
+    assert ended["abort_reason"].startswith("repeated failure")
+    assert ended["instruction"].startswith("The same call failed the same way")
+    assert tx.status is agenttx.TxStatus.FAILED
+
+
+def test_a_literal_the_tool_refuses_costs_one_more_call_and_no_refund():
+    """`quantity: "two"` refused by the tool is resent alone: N + 1 tool calls, the charge
+    kept, the model told which value was wrong."""
+    tools, seen = till()
+    tx = agenttx.Transaction(tools=tools)
+    model = ScriptedModel(
+        [
+            turn(
+                call("charge", {"customer_id": "c-1", "amount": 42}),
+                call("reserve", {"customer_id": "c-1", "quantity": "two"}),
+            ),
+            turn(call("reserve", {"customer_id": "c-1", "quantity": 2})),
+            say("Reserved."),
+        ]
+    )
+    chat_loop(model.openai(), atx_openai.ToolRunner(tx))
+    assert model.remaining == 0
+    assert seen["calls"] == ["charge", "reserve", "reserve"]
+    assert seen["refunds"] == []
+    resend = chat_tool_messages(model.requests[1])[-1]["content"]
+    assert (resend["step"], resend["next_step"]) == (2, 2)
+    assert resend["bad_value"] == {"key": "quantity", "value": "two", "step": 2}
+    assert tx.commit().steps_committed == 2
+
+
 # ---------------------------------------------------------------------- plans a model proposes
 
 

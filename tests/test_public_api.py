@@ -34,6 +34,7 @@ EXPECTED = {
         "ApprovalRejected",
         "ApprovalRequest",
         "AttemptStatus",
+        "BadValue",
         "CheckResult",
         "CleanHint",
         "CommitResult",

@@ -259,7 +259,9 @@ def test_a_dependency_jump_reports_the_voided_steps_and_the_root_cause():
 def test_a_local_backtrack_reports_the_voided_steps_without_a_root_cause():
     """An untraceable failure backtracks one step: that step is voided, no root cause."""
     log: list[str] = []
-    tx = agenttx.Transaction(shop_tools(log))
+    # A customer written in the call is a mistake of the call by default (a resend).
+    policy = agenttx.RollbackPolicy(mistake_retries=0)
+    tx = agenttx.Transaction(shop_tools(log), policy=policy)
     tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
     tx.execute_step(2, "charge", {"order": "o2"})
     result = tx.execute_step(3, "ship", {"customer": "c-9"})
@@ -353,8 +355,8 @@ def payload_of(result: agenttx.StepResult) -> dict:
     payload = result.for_model()
     assert payload == result.for_model()
     assert json.loads(json.dumps(payload)) == payload
-    order = ["ok", "step", "output", "error", "next_step", "voided_steps", "constraints"]
-    order += ["root_cause", "instruction"]
+    order = ["ok", "step", "output", "error", "next_step", "voided_steps", "compensated"]
+    order += ["constraints", "root_cause", "bad_value", "abort_reason", "instruction"]
     assert list(payload) == [key for key in order if key in payload]
     return payload
 
@@ -419,8 +421,13 @@ def test_the_payload_of_a_rewind_to_a_root_cause():
         "error": hint,
         "next_step": 1,
         "voided_steps": [1, 2],
+        "compensated": [
+            {"step": 2, "compensation": "refund"},
+            {"step": 1, "compensation": "refund"},
+        ],
         "constraints": [hint],
         "root_cause": {"step": 1, "key": "customer"},
+        "bad_value": {"key": "customer", "value": "c-404", "step": 1},
         "instruction": (
             "Step 1 produced the bad value of 'customer': steps 1-2 were undone and their "
             "outputs no longer exist; send step 1 again with a corrected value, then redo "
@@ -431,7 +438,7 @@ def test_the_payload_of_a_rewind_to_a_root_cause():
 
 def test_the_payload_of_a_local_backtrack_and_a_global_reset():
     """A local backtrack names the step undone; a global reset says to start again."""
-    policy = agenttx.RollbackPolicy(max_local_depth=1, mistake_retries=0)
+    policy = agenttx.RollbackPolicy(max_local_depth=1, mistake_retries=0, repeat_limit=0)
     tx = agenttx.Transaction(shop_tools([]), policy=policy)
     tx.execute_step(1, "charge", {"order": "o1"})
     tx.execute_step(2, "charge", {"order": "o2"})
@@ -461,7 +468,10 @@ def test_the_payload_of_an_abort():
         "error": payload["error"],
         "next_step": 0,
         "voided_steps": [1],
+        "compensated": [{"step": 1, "compensation": "refund"}],
         "constraints": [payload["error"]],
+        "bad_value": {"key": "customer", "value": "c-9", "step": 2},
+        "abort_reason": "local backtrack depth exhausted; global reset budget (0) exhausted",
         "instruction": "The transaction was aborted and every step undone: send no more steps.",
     }
 

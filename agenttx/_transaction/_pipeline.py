@@ -28,7 +28,7 @@ from .._errors import (
     WriteConflict,
 )
 from .._events import EventKind
-from .._hints import CleanHint, clean_error
+from .._hints import clean_error
 from .._limits import MAX_PAYLOAD_BYTES
 from .._prepare import (
     Arguments,
@@ -50,7 +50,7 @@ from .._results import (
     rewind_target,
     waiting_step,
 )
-from .._rollback import RollbackDecision, RollbackStrategy
+from .._rollback import RollbackStrategy
 from .._saga import CompensationReport, deliver_committed
 from .._step import Refused, Settled, Waiting, adrive, attempt, classify, drive
 from .._timeline import Pending
@@ -66,6 +66,7 @@ from .._tools import (
     still_running,
 )
 from .._txlog import LiveStep, Progress
+from ._failure import Decided, decide_failure
 
 if TYPE_CHECKING:
     import threading
@@ -488,7 +489,7 @@ class Pipeline:
                 self._log_progress()
         return running
 
-    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
+    def _decide(self, step_id: int, failure: Failure) -> Decided:
         hint, transient, _, mistake = classify(failure)  # the step core's one reading
         pending = self._timeline.pending  # the failed call, before `failed()` forgets it
         with self._state_lock:
@@ -501,32 +502,30 @@ class Pipeline:
             )
             self._timeline.failed()
             graph = self._timeline.graph()
-        decision = self._controller.decide(
-            step_id, hint.key, graph.find_root_cause, transient=transient, mistake=mistake
+        decided = decide_failure(
+            self._controller,
+            step_id,
+            hint,
+            graph=graph,
+            pending=pending,
+            registry=self._registry,
+            transient=transient,
+            mistake=mistake,
         )
         # Recorded before the rewind it decides, so the audit reads in the order things happen.
-        strategy = decision.strategy
-        data: dict[str, JSONValue] = {
-            "hint": hint.text,
-            "category": hint.category.value,
-            "strategy": strategy.value,
-            "rollback_to_step": 0 if strategy is RollbackStrategy.ABORT else decision.target_step,
-        }
-        if pending is not None:
-            data["tool"] = pending.tool_name
-        self._events.emit(EventKind.STEP_FAILED, step=step_id, data=data)
-        return decision, hint
+        self._events.emit(EventKind.STEP_FAILED, step=step_id, data=decided.event)
+        return decided
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
-        decision, hint = self._decide(step_id, failure)
+        decided = self._decide(step_id, failure)
         started = time.perf_counter()
-        target, final = rewind_target(decision)
+        target, final = rewind_target(decided.decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(step_id, decided, failure, report=report, started=started)
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
-        decision, hint = self._decide(step_id, failure)
-        target, final = rewind_target(decision)
+        decided = self._decide(step_id, failure)
+        target, final = rewind_target(decided.decision)
         records = self._begin_rewind(target, final)
         started = time.perf_counter()
         try:
@@ -536,13 +535,12 @@ class Pipeline:
             raise
         with self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(step_id, decided, failure, report=report, started=started)
 
     def _failed(
         self,
         step_id: int,
-        decision: RollbackDecision,
-        hint: CleanHint,
+        decided: Decided,
         failure: Failure,
         *,
         report: CompensationReport,
@@ -552,8 +550,8 @@ class Pipeline:
         timeline still holds the step's call id and what the rewind dropped)."""
         return failed_step(
             step_id,
-            decision=decision,
-            hint=hint,
+            decision=decided.decision,
+            hint=decided.hint,
             error=failure.message,
             next_step_id=self._timeline.next_step,
             constraints=tuple(self._constraints),
@@ -561,6 +559,8 @@ class Pipeline:
             started=started,
             call_id=self._timeline.call_id,
             voided=self._timeline.dropped,
+            bad_value=decided.bad_value,
+            compensated=report.ran,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:
