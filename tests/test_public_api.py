@@ -129,6 +129,7 @@ EXPECTED = {
     "agenttx.builtins": sorted(agenttx.builtins.__all__),
     "agenttx.stores": [
         "ClaimingOutbox",
+        "ConversationStore",
         "DurableStore",
         "EffectRow",
         "EndedTransaction",

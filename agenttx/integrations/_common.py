@@ -52,7 +52,6 @@ __all__ = [
     "Outcome",
     "Payload",
     "Rewrite",
-    "Runner",
     "ToolsOrTx",
     "arun_turn",
     "check_history",
@@ -486,30 +485,3 @@ def specs_json(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         {"name": s.wire_name, "description": s.description, "parameters": s.parameters}
         for s in specs
     ]
-
-
-class Runner:
-    """What every provider's runner holds: the transaction, the history policy, and the step
-    each call id was sent as (so a later rewind knows which calls it voided)."""
-
-    def __init__(self, tx: Transaction, *, history: History = "truncate") -> None:
-        self._tx = check_transaction(tx, type(self).__name__)
-        self._history = check_history(history)
-        self._steps: dict[str, int] = {}  # call id -> the step it was sent as
-
-    @property
-    def tx(self) -> Transaction:
-        """The transaction the tool calls run in."""
-        return self._tx
-
-    @property
-    def history(self) -> History:
-        """How the history is rewritten after a rewind: `"truncate"`, `"void"` or `"keep"`."""
-        return self._history
-
-    def _rewrite(self, outcomes: Sequence[Outcome]) -> Rewrite:
-        """Record the steps of the calls that succeeded, then the rewrite the outcomes ask for."""
-        for outcome in outcomes:
-            if outcome.result is not None and outcome.result.ok:  # only live steps are voided
-                self._steps[outcome.call_id] = outcome.result.step_id
-        return rewrite_for(self._history, outcomes, self._steps)
