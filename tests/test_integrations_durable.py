@@ -482,3 +482,37 @@ def test_an_agent_killed_in_a_turn_is_restored_from_postgres(pg_schema, tmp_path
         _finish_after_the_kill("chat", engine, tx_id, tmp_path)
     finally:
         store.close()
+
+
+def test_a_turn_whose_approved_call_ran_before_a_crash_is_completed_from_the_journal(
+    tmp_path, monkeypatch
+):
+    """The process dies after the approved call ran and before the turn's results were
+    stored: the restored runner answers it from its recorded step (it never runs again) and
+    completes the turn, with no decision and no model turn left to make."""
+    agent = Agent("chat", tmp_path)
+    agent.first_turn()
+    agent.engine.approve(agent.runner.waiting[0].id, actor="alice")
+    kept = SQLiteStore.record_conversation
+
+    def dies(store: SQLiteStore, tx_id: str, text: str) -> None:
+        raise agenttx.StorageError("the process died here")
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies)
+    with pytest.raises(agenttx.StorageError, match="died"):
+        agent.runner.resume()
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+    agent.engine.close()  # as the process's end would: another engine may take it over
+
+    engine = make_engine(tmp_path, SQLiteStore(agent.db))
+    assert agent.tx.id in engine.recover("resume").resumed
+    runner = runner_class("chat").restore(engine.get(agent.tx.id))
+    assert runner.unanswered == ()
+    assert runner.waiting == ()
+    answered = results("chat", {"messages": runner.messages})
+    assert [(i, r["step"]) for i, r in answered] == [("c1", 1), ("c2", 2), ("c3", 3)]
+    assert answered[2][1]["output"]["amount"] == 30
+    with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
+        runner.resume()
+    assert effects(tmp_path) == ["refund_issued o-1 30"]

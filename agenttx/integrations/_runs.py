@@ -257,6 +257,8 @@ class Runner:
         step and not rejected (a rejected one answers the call sent again anyway)."""
         step = self._tx.next_step_id
         for row in requests_for(self._tx.store).of_scope(self._tx.id):
+            if row.kind not in ("approval", "review"):
+                continue  # a guarded call's start record: nothing a person decides
             if row.state not in ("pending", "approved", "resolved"):
                 continue
             found = review_of(row) if row.kind == "review" else request_of(row)
