@@ -516,3 +516,42 @@ def test_a_turn_whose_approved_call_ran_before_a_crash_is_completed_from_the_jou
     with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
         runner.resume()
     assert effects(tmp_path) == ["refund_issued o-1 30"]
+
+
+def test_a_call_under_review_waits_and_resumes_with_the_reviewed_output():
+    """A call whose outcome is unknown waits on its Review; resolved `done`, resume answers it
+    with the reviewer's output (the tool is not run again), on a MemoryStore too."""
+    ran: list[int] = []
+
+    def unknown(arguments: dict[str, Any], key: str) -> agenttx.CheckResult:
+        return agenttx.CheckResult.unknown("the provider cannot tell")
+
+    @agenttx.tool(check=unknown)
+    def pay(amount: int) -> dict[str, Any]:
+        ran.append(amount)
+        time.sleep(0.3)  # past the step's timeout: its outcome is unknown
+        return {"paid": amount}
+
+    tx = agenttx.Transaction(tools=[pay], step_timeout=0.1)
+    runner = runner_class("responses")(tx)
+    reply = [{"type": "function_call", "call_id": "p1", "name": "pay", "arguments": '{"amount": 5}'}]
+    runner.handle("pay 5", reply)
+    (review,) = runner.waiting
+    assert isinstance(review, agenttx.Review)
+    assert runner.wait(timeout=0) is False
+    tx.resolve_review(review.id, outcome="done", output={"paid": 5, "by": "ops"}, actor="ops")
+    messages = runner.resume()
+    (answer,) = results("responses", {"input": messages})
+    assert answer[1]["output"] == {"paid": 5, "by": "ops"}
+    assert ran == [5]
+
+
+def test_a_stored_conversation_that_is_not_one_is_refused(tmp_path):
+    """A stored record that is not a runner's (damaged, or of an unknown format) raises
+    StorageError on restore, naming the transaction."""
+    store = SQLiteStore(tmp_path / "a.db")
+    tx = agenttx.Transaction(tools=make_tools(tmp_path), store=store)
+    for text in ("not json", '{"format": 99}', '{"format": 1, "runner": "openai.chat"}'):
+        store.record_conversation(tx.id, text)
+        with pytest.raises(agenttx.StorageError, match=tx.id):
+            runner_class("chat").restore(tx)
