@@ -534,7 +534,8 @@ def test_a_call_under_review_waits_and_resumes_with_the_reviewed_output():
 
     tx = agenttx.Transaction(tools=[pay], step_timeout=0.1)
     runner = runner_class("responses")(tx)
-    reply = [{"type": "function_call", "call_id": "p1", "name": "pay", "arguments": '{"amount": 5}'}]
+    arguments = '{"amount": 5}'
+    reply = [{"type": "function_call", "call_id": "p1", "name": "pay", "arguments": arguments}]
     runner.handle("pay 5", reply)
     (review,) = runner.waiting
     assert isinstance(review, agenttx.Review)
