@@ -556,3 +556,36 @@ def test_a_stored_conversation_that_is_not_one_is_refused(tmp_path):
         store.record_conversation(tx.id, text)
         with pytest.raises(agenttx.StorageError, match=tx.id):
             runner_class("chat").restore(tx)
+
+
+def test_a_request_asked_just_before_a_crash_shows_in_the_restored_runner(tmp_path, monkeypatch):
+    """The process dies after the third call asked for approval and before the runner stored
+    that the turn waits: the restored runner answers the first two from the journal and finds
+    the request in the store."""
+    agent = Agent("anthropic", tmp_path)
+    kept = SQLiteStore.record_conversation
+    writes: list[str] = []
+
+    def dies_on_the_second_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+        writes.append(text)
+        if len(writes) == 2:
+            raise agenttx.StorageError("the process died here")
+        kept(store, tx_id, text)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_second_write)
+    with pytest.raises(agenttx.StorageError, match="died"):
+        agent.first_turn()
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    (request,) = agent.engine.pending_approvals()
+    agent.engine.close()
+
+    engine = make_engine(tmp_path, SQLiteStore(agent.db))
+    assert agent.tx.id in engine.recover("resume").resumed
+    runner = runner_class("anthropic").restore(engine.get(agent.tx.id))
+    assert runner.unanswered == ("c3",)
+    assert [r.id for r in runner.waiting] == [request.id]
+    engine.approve(request.id, actor="alice")
+    messages = runner.resume()
+    answered = results("anthropic", {"messages": messages})
+    assert [(i, r["step"]) for i, r in answered] == [("c1", 1), ("c2", 2), ("c3", 3)]
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
