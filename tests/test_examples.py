@@ -182,3 +182,21 @@ def test_model_plan_example_output():
     assert out.count("[payments] charge") == 1
     assert out.count("[email] to ada@example.com") == 1
     assert out.rstrip().endswith("transaction committed, 0 steps")
+
+
+def test_durable_agent_example_output():
+    """The durable agent waits for the approval, resumes the turn, dies, is restored, and
+    ends with one refund and one email."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "durable_agent.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "agent: waiting for a person on refund" in done.stdout
+    assert "agent: resumed; the turn has all its results" in done.stdout
+    assert "restored 5 messages; nothing waits: True" in done.stdout
+    assert done.stdout.count("the model reads:") == 3
+    assert done.stdout.count("[email] to ada@example.com") == 1
+    assert "payments ledger: ['refund o-1 30']" in done.stdout

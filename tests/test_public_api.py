@@ -133,6 +133,7 @@ EXPECTED = {
     "agenttx.builtins": sorted(agenttx.builtins.__all__),
     "agenttx.stores": [
         "ClaimingOutbox",
+        "ConversationStore",
         "DurableStore",
         "EffectRow",
         "EndedTransaction",

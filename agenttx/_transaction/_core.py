@@ -89,6 +89,7 @@ class Transaction:
     _people: People  # approvals, reviews, what waits for a person
     _views: Views  # the read-only observers
     _pipeline: Pipeline  # the step pipeline and the rewind path
+    _store: Store  # where its state lives (an integration's runner keeps its conversation there)
 
     def __init__(
         self,
@@ -209,6 +210,7 @@ class Transaction:
             people=people,
             views=views,
             pipeline=pipeline,
+            store=store,
         )
 
     @classmethod
@@ -280,6 +282,11 @@ class Transaction:
     def steps(self) -> tuple[StepRecord, ...]:
         """The live steps: succeeded and not rewound, in step order."""
         return self._views.steps()
+
+    @property
+    def store(self) -> Store:
+        """The store the transaction keeps its state in (the one it was begun or resumed on)."""
+        return self._store
 
     @property
     def graph(self) -> DependencyGraph:

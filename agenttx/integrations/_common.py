@@ -39,7 +39,6 @@ from .._engine import Engine
 from .._errors import InvalidArgument, InvalidTransactionState, PlanValidationError
 from .._limits import MAX_CALLS_PER_TURN, MAX_PAYLOAD_BYTES, over_limit
 from .._plans import PLAN_TOOL, NodeState, Plan, arun_plan, run_plan
-from .._plans import plan_tool_spec as _plan_tool_spec
 from .._results import StepStatus
 from .._tools import MAX_TOOL_NAME, Compensation, Tool, ToolRegistry
 from .._transaction import Transaction, plan_setting
@@ -59,7 +58,6 @@ __all__ = [
     "Outcome",
     "Payload",
     "Rewrite",
-    "Runner",
     "ToolsOrTx",
     "arun_turn",
     "arun_turn_with_plans",
@@ -717,59 +715,3 @@ def specs_json(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         {"name": s.wire_name, "description": s.description, "parameters": s.parameters}
         for s in specs
     ]
-
-
-class Runner:
-    """What every provider's runner holds: the transaction, the history policy, and the step
-    each call id was sent as (so a later rewind knows which calls it voided).
-
-    With `plans=True` the runner also offers the model `propose_plan` (`plan_spec`) and
-    answers its calls (`run_turn_with_plans`). Raises `InvalidArgument` for a `plans` that is
-    not a bool, and when a tool of the transaction is itself named `propose_plan`.
-    """
-
-    def __init__(
-        self, tx: Transaction, *, history: History = "truncate", plans: bool = False
-    ) -> None:
-        self._tx = check_transaction(tx, type(self).__name__)
-        self._history = check_history(history)
-        self._steps: dict[str, int] = {}  # call id -> the step it was sent as
-        if not isinstance(plans, bool):
-            raise InvalidArgument(f"plans must be True or False, got {plans!r:.80}")
-        self._plans = plans
-        self._plan_spec = _plan_tool_spec(self._tx) if plans else None
-
-    @property
-    def plans(self) -> bool:
-        """Whether the model is offered `propose_plan` and its plans run."""
-        return self._plans
-
-    @property
-    def plan_spec(self) -> ToolSpec | None:
-        """The `propose_plan` tool offered with the tools; None without `plans`."""
-        return self._plan_spec
-
-    def _run_turn(self, calls: Sequence[ModelCall]) -> tuple[Outcome, ...]:
-        """Run one model turn's calls (its plans too, with `plans`): one outcome per call."""
-        return run_turn_with_plans(self._tx, calls, plans=self._plans)
-
-    async def _arun_turn(self, calls: Sequence[ModelCall]) -> tuple[Outcome, ...]:
-        """`_run_turn` for async code."""
-        return await arun_turn_with_plans(self._tx, calls, plans=self._plans)
-
-    @property
-    def tx(self) -> Transaction:
-        """The transaction the tool calls run in."""
-        return self._tx
-
-    @property
-    def history(self) -> History:
-        """How the history is rewritten after a rewind: `"truncate"`, `"void"` or `"keep"`."""
-        return self._history
-
-    def _rewrite(self, outcomes: Sequence[Outcome]) -> Rewrite:
-        """Record the steps of the calls that succeeded, then the rewrite the outcomes ask for."""
-        for outcome in outcomes:
-            if outcome.result is not None and outcome.result.ok:  # only live steps are voided
-                self._steps[outcome.call_id] = outcome.result.step_id
-        return rewrite_for(self._history, outcomes, self._steps)

@@ -37,13 +37,13 @@ from ._common import (
     ModelCall,
     Outcome,
     Rewrite,
-    Runner,
     describe,
     dumps,
     resolve_specs,
     voided_payload,
     with_note,
 )
+from ._runs import Runner
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -235,6 +235,8 @@ class ToolRunner(Runner):
     conversation (the transaction itself serializes concurrent calls).
     """
 
+    _kind = "anthropic"
+
     @property
     def tools(self) -> list[Message]:
         """The `tools=` list to send with every request (a new deep copy each time), with
@@ -250,19 +252,17 @@ class ToolRunner(Runner):
         `message` is the SDK's `Message` (or its dict); if `messages` already ends with it, it
         is not appended twice. The results go in one user message, a `tool_result` for every
         `tool_use`, in order, even for calls that were not run. A message with no `tool_use`
-        is appended and nothing runs.
+        is appended and nothing runs. If a call needs a person (approval or review), the turn
+        waits: the messages end with the model's message, `waiting` has the request, and
+        `resume()` completes the turn.
         """
-        history, assistant, calls = self._parse(messages, message)
-        return self._finish(history, assistant, self._run_turn(calls))
+        return self._handle(*self._parse(messages, message))
 
     async def ahandle(self, messages: Iterable[object], message: object) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
-        history, assistant, calls = self._parse(messages, message)
-        return self._finish(history, assistant, await self._arun_turn(calls))
+        return await self._ahandle(*self._parse(messages, message))
 
-    def _parse(
-        self, messages: object, message: object
-    ) -> tuple[list[Message], Message, list[ModelCall]]:
+    def _parse(self, messages: object, message: object) -> tuple[list[Message], list[ModelCall]]:
         if isinstance(messages, (str, bytes, Mapping)) or not hasattr(messages, "__iter__"):
             raise InvalidArgument(
                 f"ToolRunner.handle: messages must be a list of messages, got {describe(messages)}"
@@ -272,11 +272,6 @@ class ToolRunner(Runner):
             for i, m in enumerate(messages)
         ]
         assistant = _assistant(message)
-        return history, assistant, _calls(assistant)
-
-    def _finish(
-        self, history: list[Message], assistant: Message, outcomes: Sequence[Outcome]
-    ) -> list[Message]:
         last = history[-1] if history else None
         if not (
             _ids(assistant)
@@ -285,6 +280,9 @@ class ToolRunner(Runner):
             and last.get("role") == "assistant"
         ):
             history.append(assistant)
+        return history, _calls(assistant)
+
+    def _complete(self, history: list[Message], outcomes: Sequence[Outcome]) -> list[Message]:
         rewrite = self._rewrite(outcomes)
         if outcomes:
             history.append(

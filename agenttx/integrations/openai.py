@@ -36,13 +36,13 @@ from ._common import (
     ModelCall,
     Outcome,
     Rewrite,
-    Runner,
     describe,
     dumps,
     resolve_specs,
     voided_payload,
     with_note,
 )
+from ._runs import Runner
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -238,6 +238,7 @@ class ToolRunner(_Runner):
     """
 
     _api = "chat"
+    _kind = "openai.chat"
 
     def handle(self, messages: Iterable[object], assistant_message: object) -> list[Message]:
         """Run the turn's tool calls; return the history with the assistant message and results.
@@ -246,27 +247,25 @@ class ToolRunner(_Runner):
         already ends with it, it is not appended twice. One `role: "tool"` message per tool
         call, in order, even for calls that were not run. After a rewind the history is
         rewritten as `history` says. A message with no tool calls is appended and nothing runs.
+        If a call needs a person (approval or review), the turn waits: the messages end with
+        the assistant message, `waiting` has the request, and `resume()` completes the turn.
         """
-        history, message, calls = self._parse(messages, assistant_message)
-        return self._finish(history, message, self._run_turn(calls))
+        return self._handle(*self._parse(messages, assistant_message))
 
     async def ahandle(self, messages: Iterable[object], assistant_message: object) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
-        history, message, calls = self._parse(messages, assistant_message)
-        return self._finish(history, message, await self._arun_turn(calls))
+        return await self._ahandle(*self._parse(messages, assistant_message))
 
     def _parse(
         self, messages: Iterable[object], assistant_message: ChatCompletionMessage | object
-    ) -> tuple[list[Message], Message, list[ModelCall]]:
+    ) -> tuple[list[Message], list[ModelCall]]:
         history = _as_list(messages, "ToolRunner.handle")
         message = _assistant(assistant_message)
-        return history, message, _chat_calls(message)
-
-    def _finish(
-        self, history: list[Message], message: Message, outcomes: Sequence[Outcome]
-    ) -> list[Message]:
         if not _same_turn(history[-1] if history else None, message, "tool_calls"):
             history.append(message)
+        return history, _chat_calls(message)
+
+    def _complete(self, history: list[Message], outcomes: Sequence[Outcome]) -> list[Message]:
         rewrite = self._rewrite(outcomes)
         history.extend(
             {
@@ -349,6 +348,7 @@ class ResponsesToolRunner(_Runner):
     """
 
     _api = "responses"
+    _kind = "openai.responses"
 
     def handle(
         self, input_items: str | Iterable[object], response: Response | object
@@ -357,15 +357,13 @@ class ResponsesToolRunner(_Runner):
 
         `input_items` may be the first request's input string (it becomes a user message).
         """
-        items, calls = self._parse(input_items, response)
-        return self._finish(items, self._run_turn(calls))
+        return self._handle(*self._parse(input_items, response))
 
     async def ahandle(
         self, input_items: str | Iterable[object], response: Response | object
     ) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
-        items, calls = self._parse(input_items, response)
-        return self._finish(items, await self._arun_turn(calls))
+        return await self._ahandle(*self._parse(input_items, response))
 
     def _parse(
         self, input_items: object, response: object
@@ -379,7 +377,7 @@ class ResponsesToolRunner(_Runner):
         items.extend(i for i in output if i.get("id") is None or i.get("id") not in known)
         return items, _responses_calls(output)
 
-    def _finish(self, items: list[Message], outcomes: Sequence[Outcome]) -> list[Message]:
+    def _complete(self, items: list[Message], outcomes: Sequence[Outcome]) -> list[Message]:
         rewrite = self._rewrite(outcomes)
         items.extend(
             {

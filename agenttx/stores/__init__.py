@@ -19,8 +19,8 @@ Transactions that should see each other's commits, and conflict, share one store
 implements `DurableStore`: the records a transaction needs to survive a crash, and an outbox of
 committed effects. What a store may keep beyond that is a protocol each, with its contract:
 `PlanStore` (plan runs), `HistoryStore` (ended transactions), `RequestStore` (approval requests
-and reviews), `ClaimingOutbox`, `LeasedStore` and `ReleasingStore`; the library uses a
-capability a store has, and goes without one it lacks.
+and reviews), `ConversationStore` (an agent's conversation), `ClaimingOutbox`, `LeasedStore`
+and `ReleasingStore`; the library uses a capability a store has, and goes without one it lacks.
 `PostgresStore(dsn_or_pool)` (extra `agenttx[postgres]`) implements it on a
 PostgreSQL server shared by workers on many machines, with leases that fence every write.
 `agenttx.testing.check_store(factory)` checks any implementation against the contract.
@@ -38,12 +38,14 @@ from ._approvals import MemoryRequests as MemoryRequests
 from ._approvals import RequestRow as RequestRow
 from ._approvals import RequestStore as RequestStore
 from ._contracts import ClaimingOutbox as ClaimingOutbox
+from ._contracts import ConversationStore as ConversationStore
 from ._contracts import HistoryStore as HistoryStore
 from ._contracts import LeasedStore as LeasedStore
 from ._contracts import PlanStore as PlanStore
 from ._contracts import ReleasingStore as ReleasingStore
 from ._contracts import claims_effects as claims_effects
 from ._contracts import is_plan_store as is_plan_store
+from ._contracts import keeps_conversations as keeps_conversations
 from ._contracts import keeps_history as keeps_history
 from ._contracts import leases_owners as leases_owners
 from ._contracts import releases as releases
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClaimingOutbox",
+    "ConversationStore",
     "DurableStore",
     "EffectRow",
     "EndedTransaction",

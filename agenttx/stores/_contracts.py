@@ -9,6 +9,7 @@ A capability is optional: a store that lacks one is used without it, as the tabl
     ClaimingOutbox    PostgresStore                dispatchers read `pending_effects`
     LeasedStore       PostgresStore                recovery checks owners' processes on this host
     RequestStore      all three shipped stores     a table in this process (`MemoryRequests`)
+    ConversationStore SQLiteStore, PostgresStore   a runner keeps its conversation in memory
 
 Which capabilities a store has is decided by its class (its methods), once: `is_plan_store`,
 `keeps_history`, `claims_effects` and `leases_owners` remember the answer per class, so that no
@@ -32,11 +33,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClaimingOutbox",
+    "ConversationStore",
     "HistoryStore",
     "LeasedStore",
     "PlanStore",
     "claims_effects",
     "is_plan_store",
+    "keeps_conversations",
     "keeps_history",
     "leases_owners",
 ]
@@ -195,6 +198,35 @@ class ReleasingStore(Protocol):
         ...
 
 
+@runtime_checkable
+class ConversationStore(Protocol):
+    """A durable store that keeps, with each open transaction, the conversation of the agent
+    that drives it (an integration's runner: docs/integrations.md#durable-agent-runs).
+
+    **Who calls it, and in what order.** The runner of the transaction calls
+    `record_conversation` when a model turn arrives (before any of its calls runs) and when
+    the turn's results are in; anyone may call `read_conversation`, from any process (a
+    restarted agent, after `Engine.recover("resume")`).
+
+    **Atomicity.** `record_conversation` is one durable write, fenced like every write of the
+    transaction: once another store took the transaction over (or it ended), it raises
+    `StorageError` and changes nothing. The text replaces the one before; the store treats it
+    as opaque, and drops it when the transaction ends.
+    """
+
+    def record_conversation(self, tx_id: str, text: str) -> None:
+        """Replace the conversation of open transaction `tx_id`, held by this store, with
+        `text` (JSON text), durably. `InvalidArgument` for text that is not UTF-8 or is over
+        `MAX_CONVERSATION_BYTES`; `StorageError` if this store does not hold the transaction
+        (any more). Idempotent."""
+        ...
+
+    def read_conversation(self, tx_id: str) -> str | None:
+        """The last conversation recorded for open transaction `tx_id`, or None if none was
+        (or the transaction is not open). Reads only; one consistent read."""
+        ...
+
+
 _ANSWERS: dict[tuple[type, type], bool] = {}
 
 
@@ -226,6 +258,12 @@ def leases_owners(store: object) -> TypeGuard[LeasedStore]:
     """Whether `store` judges its owners alive itself and fences tools by leases
     (`LeasedStore`)."""
     return _has(store, LeasedStore)
+
+
+def keeps_conversations(store: object) -> TypeGuard[ConversationStore]:
+    """Whether `store` keeps agents' conversations with their transactions
+    (`ConversationStore`)."""
+    return _has(store, ConversationStore)
 
 
 def releases(store: object) -> TypeGuard[ReleasingStore]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
+from ._conversations import check_conversation
 from ._durable import OutboxEntry
 from ._plans import PlanImage, PlanNodeRow
 from ._postgres_schema import HOLDS_LOCK
@@ -67,9 +68,17 @@ class SharedRows:
     _renewer: Renewer
     _outbox_hold: float
 
-    if TYPE_CHECKING:  # PostgresStore's: the fence of a transaction's write
+    if TYPE_CHECKING:  # PostgresStore's: the fence of a transaction's write, a durable write
 
         def _fence(self, cur: psycopg.Cursor[Any], tx_id: str) -> None: ...
+
+        def _durable_write(
+            self,
+            tx_id: str,
+            doing: str,
+            statement: tuple[str, tuple[object, ...]] | None,
+            progress: str | None = None,
+        ) -> None: ...
 
     # ------------------------------------------------------------ plan runs
 
@@ -387,6 +396,26 @@ class SharedRows:
             f"`{scope_id}` is not held by this store (lease lost, or it has ended): "
             "it may not start a call"
         )
+
+    # ------------------------------------------------------------ conversations
+
+    def record_conversation(self, tx_id: str, text: str) -> None:
+        """Replace the conversation of transaction `tx_id` (`ConversationStore`), with the
+        buffered writes, in one transaction fenced by this store's epoch."""
+        check_tx_id(tx_id)
+        check_conversation(text)
+        statement = (self._sql.update_conversation, (text, tx_id))
+        self._durable_write(tx_id, "record the conversation", statement)
+
+    def read_conversation(self, tx_id: str) -> str | None:
+        """The conversation recorded for open transaction `tx_id`, or None."""
+        check_tx_id(tx_id)
+        with self._lock:
+            self._check_not_closed()
+            row = self._one(
+                f"read the conversation of `{tx_id}`", self._sql.select_conversation, (tx_id,)
+            )
+        return None if row is None else row[0]
 
     def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
         """Up to `limit` requests of `kind` in `state`, oldest first (any scope)."""

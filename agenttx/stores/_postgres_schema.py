@@ -1,15 +1,16 @@
 """The schema behind `PostgresStore`: its migrations, and every SQL text the store runs.
 
-**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 5):
+**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 6):
 
 =========== ================================================================================
 migrations  one row per migration applied: `version`, `description`, `applied_at`
 meta        one row: `commit_version`, the commit counter (its row lock serializes commits)
 committed   `key -> (version, value)`: the committed map; keys and values are `bytea` (UTF-8),
             so that any text the contract admits fits, and keys sort by code point
-txs         one row per open transaction: `record`, `isolation`, `history` (as SQLite's), and
-            its lease: `owner` (JSON: hostname, pid, per-store token), `epoch` (from the
-            sequence `epochs`, new at every begin, load and claim) and `lease_until`
+txs         one row per open transaction: `record`, `isolation`, `history`, `conversation`
+            (migration 6; as SQLite's), and its lease: `owner` (JSON: hostname, pid, per-store
+            token), `epoch` (from the sequence `epochs`, new at every begin, load and claim) and
+            `lease_until`
 log         the transaction's events, `(tx_id, seq)`, exactly as in the SQLite file (see
             `_sqlite_file`); `name`, `body` and `extra` are `bytea`
 undos       `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
@@ -168,6 +169,10 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
                 "tokens double precision NOT NULL, updated_at double precision NOT NULL)"
             ),
         ),
+    ),
+    (
+        "an agent's conversation with its transaction",
+        ("ALTER TABLE {s}.txs ADD COLUMN conversation text",),
     ),
 )
 
@@ -481,6 +486,9 @@ class Sql:
             "RETURNING r.run_id"
         ).format(s=s)
         self.update_record = f"UPDATE {s}.txs SET record = %s WHERE tx_id = %s AND epoch = %s"
+        # Fenced by the transaction's `fence`, in the same PostgreSQL transaction.
+        self.update_conversation = f"UPDATE {s}.txs SET conversation = %s WHERE tx_id = %s"
+        self.select_conversation = f"SELECT conversation FROM {s}.txs WHERE tx_id = %s"
         self.release_tx = (
             f"UPDATE {s}.txs SET owner = NULL, lease_until = NULL, "
             f"epoch = nextval('{s}.epochs'), history = COALESCE(%s, history) WHERE tx_id = %s"

@@ -1,6 +1,6 @@
 """The file behind `SQLiteStore`: its layout and migrations, and the connection that runs on it.
 
-**Layout** (schema version 5; `PRAGMA application_id` marks the file as an agenttx store and
+**Layout** (schema version 9; `PRAGMA application_id` marks the file as an agenttx store and
 `PRAGMA user_version` holds the schema version, which `MIGRATIONS` brings up to date):
 
 ======== ===================================================================================
@@ -9,7 +9,7 @@ committed `key -> (version, value)`: the committed map
 txs      one row per open transaction with a durable record: `record` (JSON text, `"null"`
          if neither `begin` nor `record_transaction` gave one), `owner` (JSON: pid, hostname,
          per-store token), `isolation` (the level's name), `history` (the JSON text
-         `discard_state` kept for its end, or NULL)
+         `discard_state` kept for its end, or NULL), `conversation` (`_conversations`)
 log      the transaction's events, `(tx_id, seq)` -> an event (see below), seq from 0
 undos    `(tx_id, step_id, seq) -> record`: the undo records, write-ahead of their effects
 outbox   committed effects with their delivery history, in commit then staging order
@@ -55,6 +55,7 @@ import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import REQUEST_TABLES
+from ._conversations import CONVERSATION_COLUMN
 from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
 from ._plans import (
     PLAN_AUDIT_TABLES,
@@ -168,15 +169,14 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # 3 -> 4: plan runs and their nodes (`_plans`).
     PLAN_TABLES,
-    # 4 -> 5: the audit events of plan runs (`_plans`); approval requests and reviews
-    # (`_approvals`).
+    # 4 -> 5: plan runs' audit events (`_plans`); approval requests and reviews (`_approvals`).
     (*PLAN_AUDIT_TABLES, *REQUEST_TABLES),
     # 5 -> 6: the holds of plan nodes' exclusive resources, across runs (`_plans`).
     PLAN_HOLD_TABLES,
     # 6 -> 7: the units of plan resources' capacities held, counted across runs (`_plans`).
     PLAN_UNIT_TABLES,
-    # 7 -> 8: the token buckets of tools' rate limits, counted across runs (`_plans`).
-    PLAN_RATE_TABLES,
+    PLAN_RATE_TABLES,  # 7 -> 8: the token buckets of tools' rate limits (`_plans`)
+    CONVERSATION_COLUMN,  # 8 -> 9: an agent's conversation with its transaction
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)

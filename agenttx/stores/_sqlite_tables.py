@@ -1,8 +1,9 @@
 """What `SQLiteStore` keeps beside transactions, in the same file: plan runs (with their holds,
-units and rate buckets), ended transactions kept as history, approval requests and reviews, and
-the outbox. `SharedTables` is mixed into `SQLiteStore`; each method takes the store's lock and
-runs in one read or write of the file (the SQL is in `_plans`, `_approvals`, `_sqlite_file` and
-`_sqlite_mirror`), as `PostgresStore`'s `SharedRows` does on its server."""
+units and rate buckets), ended transactions kept as history, approval requests and reviews,
+agents' conversations, and the outbox. `SharedTables` is mixed into `SQLiteStore`; each method
+takes the store's lock and runs in one read or write of the file (the SQL is in `_plans`,
+`_approvals`, `_conversations`, `_sqlite_file` and `_sqlite_mirror`), as `PostgresStore`'s
+`SharedRows` does on its server."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from typing import TYPE_CHECKING
 from .._errors import InvalidArgument, StorageError
 from . import _approvals as request_tables
 from . import _plans as plan_tables
+from ._conversations import (
+    SELECT_CONVERSATION,
+    UPDATE_CONVERSATION,
+    UPDATE_CONVERSATION_FENCED,
+    check_conversation,
+)
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 from ._sqlite_mirror import read_ended
 
@@ -52,6 +59,16 @@ class SharedTables:
         def _check_writable(self) -> None: ...
 
         def _fence(self, tx_id: str) -> None: ...
+
+        def _durable_write(
+            self,
+            tx_id: str,
+            doing: str,
+            statement: tuple[str, tuple[object, ...]] | None,
+            progress: str | None = None,
+            *,
+            fenced: tuple[str, tuple[object, ...]] | None = None,
+        ) -> None: ...
 
     # ------------------------------------------------------------ plan runs
 
@@ -258,6 +275,30 @@ class SharedTables:
             self._check_not_closed()
             with self._file.reading("list the requests") as cur:
                 return request_tables.list_requests(cur, kind, state, limit)
+
+    # ------------------------------------------------------------ conversations
+
+    def record_conversation(self, tx_id: str, text: str) -> None:
+        """Replace the conversation of transaction `tx_id` (`ConversationStore`), durably, with
+        the buffered writes, if this store holds it (else `StorageError`)."""
+        check_tx_id(tx_id)
+        check_conversation(text)
+        self._durable_write(
+            tx_id,
+            "record the conversation",
+            (UPDATE_CONVERSATION, (text, tx_id)),
+            fenced=(UPDATE_CONVERSATION_FENCED, (text, tx_id, self._owner)),
+        )
+
+    def read_conversation(self, tx_id: str) -> str | None:
+        """The conversation recorded for open transaction `tx_id`, or None
+        (`ConversationStore`)."""
+        check_tx_id(tx_id)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read the conversation of `{tx_id}`") as cur:
+                rows = cur.execute(SELECT_CONVERSATION, (tx_id,)).fetchall()
+        return rows[0][0] if rows else None
 
     # ------------------------------------------------------------ the outbox
 

@@ -1,0 +1,160 @@
+"""The conversation a runner keeps with its transaction: its turn in progress and its record.
+
+A runner's state is the conversation (`messages`, in its provider's format), the step each
+call id ran as, and the model turn in progress, if any (`OpenTurn`): the turn's calls in the
+model's order, the step the turn began at, the answers of its calls that ran so far (a prefix
+of the calls), and the call that waits for a person (at most one: steps run in the calls'
+order, and a waiting step holds the transaction there). `dump` turns it into JSON text and
+`load` back; the format is internal (versioned by `FORMAT`, read by this module only):
+
+    {"format": 1, "runner": "openai.chat" | "openai.responses" | "anthropic",
+     "history": "truncate" | "void" | "keep", "messages": [...], "steps": {call_id: step},
+     "turn": null | {"calls": [[call_id, name, arguments]], "first_step": n,
+                     "answers": [[call_id, payload, is_error]],
+                     "waiting": [[call_id, "approval" | "review", request_id]]}}
+
+Pure: no store, no transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, final
+
+import attrs
+
+from .._errors import InvalidArgument, StorageError
+from ._common import HISTORIES, ModelCall, Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._common import History, Payload
+
+__all__ = ["FORMAT", "OpenTurn", "Saved", "Wait", "WaitKind", "dump", "load"]
+
+#: The version of the record format above.
+FORMAT: Final = 1
+
+WaitKind: TypeAlias = Literal["approval", "review"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Wait:
+    """The call of the open turn that waits for a person, and the request it waits on."""
+
+    call_id: str
+    kind: WaitKind
+    request_id: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OpenTurn:
+    """A model turn whose calls are not all answered yet (see the module docstring)."""
+
+    calls: tuple[ModelCall, ...]
+    first_step: int
+    answers: tuple[Outcome, ...] = ()
+    waiting: tuple[Wait, ...] = ()
+
+    @property
+    def rest(self) -> tuple[ModelCall, ...]:
+        """The calls not answered yet, in order (the waiting one first, if any)."""
+        return self.calls[len(self.answers) :]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Saved:
+    """A runner's state as `load` reads it back."""
+
+    runner: str
+    history: History
+    messages: list[dict[str, Any]]
+    steps: dict[str, int]
+    turn: OpenTurn | None
+
+
+def _default(value: object) -> object:
+    """What `json.dumps` does with an SDK object inside a message: its JSON dump."""
+    dump_model = getattr(value, "model_dump", None)
+    if callable(dump_model):
+        return dump_model(mode="json", exclude_none=True, warnings=False)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def dump(
+    runner: str,
+    history: History,
+    messages: list[dict[str, Any]],
+    steps: Mapping[str, int],
+    turn: OpenTurn | None,
+) -> str:
+    """The record (JSON text) of a runner's state; `InvalidArgument` if a message is not JSON."""
+    record: dict[str, Any] = {
+        "format": FORMAT,
+        "runner": runner,
+        "history": history,
+        "messages": messages,
+        "steps": dict(steps),
+        "turn": None,
+    }
+    if turn is not None:
+        record["turn"] = {
+            "calls": [[c.call_id, c.name, c.arguments] for c in turn.calls],
+            "first_step": turn.first_step,
+            "answers": [[o.call_id, o.payload, o.is_error] for o in turn.answers],
+            "waiting": [[w.call_id, w.kind, w.request_id] for w in turn.waiting],
+        }
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_default)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArgument(
+            f"the conversation cannot be kept with the transaction: it is not JSON ({exc})"
+        ) from None
+
+
+def load(text: str, where: str) -> Saved:
+    """A runner's state from its record; `StorageError` naming `where` if it is not one."""
+    try:
+        record = json.loads(text)
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            raise TypeError("an unknown format")  # noqa: TRY301  (one error for every defect)
+        history = record["history"]
+        if history not in HISTORIES:
+            raise TypeError("an unknown history")  # noqa: TRY301
+        messages = record["messages"]
+        steps = {str(k): int(v) for k, v in record["steps"].items()}
+        if not isinstance(messages, list) or not isinstance(record["runner"], str):
+            raise TypeError("no messages")  # noqa: TRY301
+        turn = None if record["turn"] is None else _turn(record["turn"])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise StorageError(
+            f"the conversation stored for {where} is not one this version of agenttx reads ({exc})"
+        ) from None
+    return Saved(
+        runner=record["runner"], history=history, messages=messages, steps=steps, turn=turn
+    )
+
+
+def _turn(found: dict[str, Any]) -> OpenTurn:
+    calls = tuple(ModelCall(call_id=str(i), name=n, arguments=a) for i, n, a in found["calls"])
+    answers = tuple(
+        Outcome(call_id=str(i), payload=_payload(p), is_error=bool(e))
+        for i, p, e in found["answers"]
+    )
+    waiting = tuple(
+        Wait(call_id=str(i), kind="review" if k == "review" else "approval", request_id=str(r))
+        for i, k, r in found["waiting"]
+    )
+    return OpenTurn(
+        calls=calls, first_step=int(found["first_step"]), answers=answers, waiting=waiting
+    )
+
+
+def _payload(value: object) -> Payload:
+    if not isinstance(value, dict):
+        raise TypeError("an answer is not an object")
+    return value

@@ -1,0 +1,591 @@
+"""Durable agent runs and decisions that close the loop, for the OpenAI (chat and Responses) and
+Anthropic runners, through the real SDKs and a scripted model, offline.
+
+A turn whose call needs a person waits (`runner.waiting`); a decision made in another process
+lets `runner.resume()` answer every call of the turn, in order, without another model turn.
+On a durable store the conversation is kept with the transaction: an agent process killed in
+the middle of a turn is recovered, its runner restored, and the run finishes with one charge
+and one email.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agenttx
+from _durable_agent import (
+    APPROVAL_SCRIPT,
+    EMAIL,
+    agent_loop,
+    client_of,
+    effects,
+    first_messages,
+    make_engine,
+    make_store,
+    make_tools,
+    model_turn,
+    runner_class,
+)
+from _scripted import (
+    ScriptedModel,
+    anthropic_tool_results,
+    call,
+    chat_tool_messages,
+    responses_outputs,
+    say,
+    turn,
+)
+from agenttx.stores import MemoryStore, SQLiteStore
+
+PROVIDERS = ("chat", "responses", "anthropic")
+AGENT = Path(__file__).resolve().parent / "_durable_agent.py"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AGENT.parent.parent), str(AGENT.parent)])}
+
+pytestmark = pytest.mark.timeout(180)  # a hang guard: subprocesses and polls
+
+
+def results(provider: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """`(call id, parsed result)` of every tool result a request holds, in order."""
+    if provider == "chat":
+        return [(m["tool_call_id"], m["content"]) for m in chat_tool_messages(body)]
+    if provider == "responses":
+        return [(i["call_id"], i["output"]) for i in responses_outputs(body)]
+    return [(b["tool_use_id"], b["content"]) for b in anthropic_tool_results(body)]
+
+
+def last_is_the_model_turn(provider: str, messages: list[Any]) -> bool:
+    """Whether the conversation ends with the model's calls, no result after them."""
+    last = messages[-1]
+    if provider == "responses":
+        return last.get("type") == "function_call"
+    return last.get("role") == "assistant"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m agenttx ARGS` in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "agenttx", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=ENV,
+    )
+
+
+def other_process(code: str) -> None:
+    """Run Python `code` in a process of its own (it fails the test if it fails)."""
+    subprocess.run([sys.executable, "-c", code], timeout=120, check=True, env=ENV)
+
+
+class Agent:
+    """An agent in this process on a SQLite file: its engine, runner and scripted model."""
+
+    def __init__(self, provider: str, root: Path, script: Any = APPROVAL_SCRIPT) -> None:
+        self.provider = provider
+        self.root = root
+        self.db = root / "agent.db"
+        self.engine = make_engine(root, SQLiteStore(self.db))
+        self.tx = self.engine.begin(agent_id="support")
+        self.runner = runner_class(provider)(self.tx)
+        self.model = ScriptedModel(script)
+        self.client = client_of(provider, self.model)
+
+    def first_turn(self) -> list[Any]:
+        reply, has_calls = model_turn(
+            self.provider, self.client, self.runner, first_messages(self.provider)
+        )
+        assert has_calls
+        return self.runner.handle(first_messages(self.provider), reply)
+
+    def finish(self, messages: list[Any]) -> list[Any]:
+        return agent_loop(self.provider, self.client, self.runner, messages)
+
+
+# ---------------------------------------------------------------------- decisions close the loop
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_approval_from_another_process_completes_the_turn_without_a_model_turn(
+    provider, tmp_path
+):
+    """Three calls, the third needs approval: two run, one waits; approved with `agenttx
+    approve`, `resume()` runs it once and answers all three in order; two model turns, as
+    without an approval."""
+    agent = Agent(provider, tmp_path)
+    messages = agent.first_turn()
+    assert last_is_the_model_turn(provider, messages)  # no result yet: the turn waits
+    (request,) = agent.runner.waiting
+    assert isinstance(request, agenttx.ApprovalRequest)
+    assert (request.tool, request.arguments) == ("issue_refund", {"order_id": "o-1", "amount": 30})
+    assert agent.runner.unanswered == ("c3",)
+    assert agent.runner.messages == messages
+    assert agent.tx.next_step_id == 3  # lookup and email ran as steps 1 and 2
+    assert effects(tmp_path) == []
+    assert agent.runner.wait(timeout=0) is False
+
+    cli("approve", str(agent.db), request.id, "--actor", "alice")
+    assert agent.runner.wait(timeout=60) is True
+    messages = agent.runner.resume()
+    assert agent.runner.waiting == ()
+    assert agent.runner.unanswered == ()
+    assert effects(tmp_path) == ["refund_issued o-1 30"]  # exactly once
+    agent.finish(messages)
+    assert len(agent.model.requests) == 2  # the same as a run that needs no approval
+    answered = results(provider, agent.model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(result["ok"] for _, result in answered)
+    assert answered[2][1]["output"]["amount"] == 30
+    with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
+        agent.runner.resume()
+    agent.tx.commit()
+    assert effects(tmp_path) == ["refund_issued o-1 30", f"email {EMAIL} Refund of o-1"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_rejection_answers_the_call_with_the_reason(provider, tmp_path):
+    """Rejected with `agenttx reject --reason`, the call is answered with the person's reason as
+    its tool result and never runs; the others keep their results."""
+    agent = Agent(provider, tmp_path)
+    agent.first_turn()
+    (request,) = agent.runner.waiting
+    cli("reject", str(agent.db), request.id, "--actor", "bob", "--reason", "refunds need a ticket")
+    agent.finish(agent.runner.resume())
+    assert len(agent.model.requests) == 2
+    answered = results(provider, agent.model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert answered[0][1]["ok"]
+    assert answered[1][1]["ok"]
+    rejected = answered[2][1]
+    assert rejected["ok"] is False
+    assert "refunds need a ticket" in rejected["error"]
+    assert "bob" in rejected["error"]
+    assert effects(tmp_path) == []
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_edited_approval_runs_the_call_with_the_edited_arguments(provider, tmp_path):
+    """Approved with other arguments (an engine in another process), the tool gets those."""
+    agent = Agent(provider, tmp_path)
+    agent.first_turn()
+    (request,) = agent.runner.waiting
+    other_process(
+        "import agenttx\nfrom agenttx.stores import SQLiteStore\n"
+        f"engine = agenttx.Engine(store=SQLiteStore({str(agent.db)!r}))\n"
+        f"engine.approve({request.id!r}, actor='alice', "
+        "arguments={'order_id': 'o-1', 'amount': 25})\n"
+    )
+    agent.finish(agent.runner.resume())
+    assert effects(tmp_path) == ["refund_issued o-1 25"]
+    answered = results(provider, agent.model.last)
+    assert answered[2] == ("c3", answered[2][1])
+    assert answered[2][1]["output"] == {"refund_id": "rf-1", "order_id": "o-1", "amount": 25}
+    assert len(agent.model.requests) == 2
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_approval_resumes_the_turn_across_a_restart(provider, tmp_path):
+    """The agent process handles the turn and exits while it waits; approved from the command
+    line, a new process recovers, restores the runner and resumes: one refund, all three
+    results in order, two model turns in all."""
+    db = tmp_path / "agent.db"
+    asked = subprocess.run(
+        [sys.executable, str(AGENT), provider, "sqlite", str(db), "", str(tmp_path), "ask"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=ENV,
+    )
+    found = json.loads(asked.stdout.strip().splitlines()[-1])
+    cli("approve", str(db), found["request"], "--actor", "alice")
+
+    engine = make_engine(tmp_path, SQLiteStore(db))
+    assert found["tx"] in engine.recover("resume").resumed
+    runner = runner_class(provider).restore(engine.get(found["tx"]))
+    assert runner.unanswered == ("c3",)
+    assert [r.id for r in runner.waiting] == [found["request"]]
+    assert last_is_the_model_turn(provider, runner.messages)
+    assert runner.wait(timeout=0) is True  # decided already
+    model = ScriptedModel([say("Done.")])
+    agent_loop(provider, client_of(provider, model), runner, runner.resume())
+    assert len(model.requests) == 1  # with the child's one: two model turns
+    answered = results(provider, model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(result["ok"] for _, result in answered)
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+    engine.get(found["tx"]).commit()
+    assert effects(tmp_path)[-1] == f"email {EMAIL} Refund of o-1"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_calls_after_a_waiting_call_run_at_resume_in_order(provider, tmp_path):
+    """The waiting call in the middle: the call before it runs, the one after it runs at
+    resume (steps follow the calls' order); all three answered in order."""
+    script = (
+        turn(
+            call("lookup_order", {"order_id": "o-1"}, "c1"),
+            call("issue_refund", {"order_id": "o-1", "amount": 30}, "c2"),
+            call("send_email", {"to": EMAIL, "subject": "Refunded"}, "c3"),
+        ),
+        say("Done."),
+    )
+    agent = Agent(provider, tmp_path, script)
+    agent.first_turn()
+    assert agent.runner.unanswered == ("c2", "c3")
+    assert agent.tx.next_step_id == 2
+    agent.engine.approve(agent.runner.waiting[0].id, actor="alice")
+    agent.finish(agent.runner.resume())
+    answered = results(provider, agent.model.last)
+    assert [(i, r["step"]) for i, r in answered] == [("c1", 1), ("c2", 2), ("c3", 3)]
+    assert len(agent.model.requests) == 2
+
+
+def test_a_rejected_call_in_the_middle_leaves_the_calls_after_it_not_run(tmp_path):
+    """Rejected in the middle of the turn: its reason answers it, the call after it is not run
+    (it was written for the steps before), and the model is told to send it again."""
+    script = (
+        turn(
+            call("issue_refund", {"order_id": "o-1", "amount": 30}, "c1"),
+            call("send_email", {"to": EMAIL, "subject": "Refunded"}, "c2"),
+        ),
+        say("Sorry."),
+    )
+    agent = Agent("chat", tmp_path, script)
+    agent.first_turn()
+    agent.engine.reject(agent.runner.waiting[0].id, actor="bob", reason="no ticket")
+    agent.finish(agent.runner.resume())
+    (first, second) = results("chat", agent.model.last)
+    assert "no ticket" in first[1]["error"]
+    assert second[1]["ok"] is False
+    assert second[1]["step"] is None  # not run
+    assert agent.tx.steps == ()
+
+
+def test_async_runs_wait_and_resume_on_the_event_loop(tmp_path):
+    """`ahandle`, `await_decisions` and `aresume` do what their sync forms do."""
+    agent = Agent("anthropic", tmp_path)
+    reply, _ = model_turn("anthropic", agent.client, agent.runner, first_messages("anthropic"))
+
+    async def run() -> list[Any]:
+        await agent.runner.ahandle(first_messages("anthropic"), reply)
+        assert await agent.runner.await_decisions(timeout=0) is False
+        agent.engine.approve(agent.runner.waiting[0].id, actor="alice")
+        assert await agent.runner.await_decisions(timeout=30) is True
+        return await agent.runner.aresume()
+
+    messages = asyncio.run(run())
+    assert [i for i, _ in results("anthropic", {"messages": messages})] == ["c1", "c2", "c3"]
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+
+
+# ---------------------------------------------------------------------- misuse
+
+
+def test_resume_with_nothing_waiting_or_an_undecided_request_changes_nothing(tmp_path):
+    """resume() before any turn, or while the request is undecided, raises FailedPrecondition
+    naming what waits; nothing runs."""
+    agent = Agent("chat", tmp_path)
+    with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
+        agent.runner.resume()
+    agent.first_turn()
+    request = agent.runner.waiting[0]
+    with pytest.raises(agenttx.FailedPrecondition, match=request.id):
+        agent.runner.resume()
+    assert agent.runner.unanswered == ("c3",)
+    assert agent.tx.next_step_id == 3
+    assert effects(tmp_path) == []
+    with pytest.raises(agenttx.InvalidArgument, match="timeout"):
+        agent.runner.wait(timeout=-1)
+
+
+def test_handle_while_a_turn_waits_is_refused(tmp_path):
+    """A new model turn before the waiting one is resumed raises FailedPrecondition."""
+    agent = Agent("chat", tmp_path)
+    messages = agent.first_turn()
+    other = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c9",
+                "type": "function",
+                "function": {"name": "lookup_order", "arguments": "{}"},
+            }
+        ],
+    }
+    with pytest.raises(agenttx.FailedPrecondition, match="resume"):
+        agent.runner.handle(messages, other)
+    assert agent.runner.messages == messages
+    assert agent.tx.next_step_id == 3
+
+
+def test_restore_refuses_what_it_cannot_restore(tmp_path):
+    """A MemoryStore's transaction, a transaction with no conversation, one that ended, and an
+    unknown id are each refused with a typed error."""
+    tools = make_tools(tmp_path)
+    memory = agenttx.Transaction(tools=tools, store=MemoryStore())
+    with pytest.raises(agenttx.InvalidArgument, match="keeps no conversations"):
+        runner_class("chat").restore(memory)
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "a.db"))
+    tx = engine.begin()
+    with pytest.raises(agenttx.FailedPrecondition, match="no conversation is stored"):
+        runner_class("chat").restore(tx)
+    tx.commit()
+    with pytest.raises(agenttx.FailedPrecondition, match="has ended"):
+        runner_class("chat").restore(tx)
+    with pytest.raises(agenttx.TransactionNotFound):
+        engine.get("no-such-transaction")
+    with pytest.raises(agenttx.InvalidArgument, match=r"needs an agenttx\.Transaction"):
+        runner_class("chat").restore("tx-id")
+
+
+def test_a_conversation_is_restored_only_by_its_provider(tmp_path):
+    """An OpenAI chat conversation restored into an Anthropic or Responses runner is refused,
+    naming the runner to use."""
+    agent = Agent("chat", tmp_path)
+    agent.first_turn()
+    del agent.runner  # one runner per transaction: the first one is gone
+    for provider in ("anthropic", "responses"):
+        with pytest.raises(agenttx.InvalidArgument, match=r"openai\.ToolRunner"):
+            runner_class(provider).restore(agent.tx)
+    assert runner_class("chat").restore(agent.tx).unanswered == ("c3",)
+
+
+def test_two_runners_on_one_transaction_are_refused(tmp_path):
+    """A second runner of one transaction in a process cannot handle a turn while the first
+    one lives."""
+    agent = Agent("chat", tmp_path)
+    agent.first_turn()
+    second = runner_class("chat")(agent.tx)
+    with pytest.raises(agenttx.FailedPrecondition, match="already has a runner"):
+        second.handle(first_messages("chat"), {"role": "assistant", "content": "hi"})
+    with pytest.raises(agenttx.FailedPrecondition, match="already has a runner"):
+        runner_class("chat").restore(agent.tx)
+
+
+def test_the_conversation_is_stored_before_any_call_runs(tmp_path):
+    """When a tool of the turn runs, the stored conversation already holds the model's calls."""
+    seen: list[Any] = []
+
+    def peek() -> dict[str, Any]:
+        stored = json.loads(store.read_conversation(tx.id))
+        seen.append(stored["messages"][-1])
+        return {}
+
+    store = SQLiteStore(tmp_path / "a.db")
+    tx = agenttx.Transaction(tools=[agenttx.tool(peek)], store=store)
+    runner = runner_class("chat")(tx)
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "p1", "type": "function", "function": {"name": "peek", "arguments": "{}"}}
+        ],
+    }
+    messages = runner.handle([{"role": "user", "content": "go"}], reply)
+    assert seen == [reply]
+    stored = json.loads(store.read_conversation(tx.id))
+    assert stored["messages"] == messages == runner.messages
+    assert stored["turn"] is None
+
+
+def test_an_oversized_conversation_is_refused_before_any_call_runs(tmp_path, monkeypatch):
+    """A conversation over the store's limit raises InvalidArgument; no call ran."""
+    from agenttx.stores import _conversations  # noqa: PLC0415
+
+    monkeypatch.setattr(_conversations, "MAX_CONVERSATION_BYTES", 2000)
+    agent = Agent("chat", tmp_path)
+    reply, _ = model_turn("chat", agent.client, agent.runner, first_messages("chat"))
+    big = [{"role": "user", "content": "x" * 5000}]
+    with pytest.raises(agenttx.InvalidArgument, match="over the 2000 bytes"):
+        agent.runner.handle(big, reply)
+    assert agent.tx.next_step_id == 1
+    assert agent.runner.messages == []
+    assert agent.runner.unanswered == ()
+
+
+# ---------------------------------------------------------------------- a killed agent
+
+
+def _kill_in_the_turn(provider: str, backend: str, target: str, schema: str, root: Path) -> str:
+    """Run the agent in a process, SIGKILL it in the turn's third call (after the lookup and
+    the charge ran, before the next model turn); return the transaction's id."""
+    env = {**ENV, "AGENTTX_TEST_PAUSE": "1"}
+    running = subprocess.Popen(
+        [sys.executable, str(AGENT), provider, backend, target, schema, str(root), "kill"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    paused = root / "paused"
+    while not paused.exists():
+        assert running.poll() is None, running.communicate()
+        time.sleep(0.02)
+    running.send_signal(signal.SIGKILL)
+    out, _ = running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL
+    return json.loads(out.splitlines()[0])["tx"]
+
+
+def _finish_after_the_kill(provider: str, engine: agenttx.Engine, tx_id: str, root: Path) -> None:
+    runner = runner_class(provider).restore(engine.get(tx_id))
+    assert runner.unanswered == ("c3",)  # the lookup and the charge are answered from the journal
+    assert runner.waiting == ()
+    messages = runner.resume()
+    model = ScriptedModel([say("Order o-1 is charged and Ada is told.")])
+    agent_loop(provider, client_of(provider, model), runner, messages)
+    assert len(model.requests) == 1
+    answered = results(provider, model.requests[0])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(result["ok"] for _, result in answered)
+    (charged,) = effects(root)  # one charge, none refunded, none made twice
+    assert charged.startswith(f"charge {answered[1][1]['output']['charge_id']} 42")
+    engine.get(tx_id).commit()
+    assert effects(root) == [charged, f"email {EMAIL} Order o-1"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_agent_killed_in_a_turn_is_restored_and_finishes(provider, tmp_path):
+    """SIGKILL after the charge, before the next model turn; recover, restore, resume: one
+    charge, one email, and the model's next request holds every tool result."""
+    db = tmp_path / "agent.db"
+    tx_id = _kill_in_the_turn(provider, "sqlite", str(db), "", tmp_path)
+    engine = make_engine(tmp_path, SQLiteStore(db))
+    assert tx_id in engine.recover("resume").resumed
+    _finish_after_the_kill(provider, engine, tx_id, tmp_path)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_an_agent_killed_in_a_turn_is_restored_from_postgres(pg_schema, tmp_path):
+    """The kill test on PostgreSQL: once the dead worker's lease expired, recovery takes the
+    transaction over and the restored runner finishes the run."""
+    dsn, schema = pg_schema
+    tx_id = _kill_in_the_turn("chat", "postgres", dsn, schema, tmp_path)
+    store = make_store("postgres", dsn, schema, lease_seconds=5.0)
+    try:
+        engine = make_engine(tmp_path, store)
+        while tx_id not in engine.recover("resume").resumed:  # until the lease expired
+            time.sleep(0.2)
+        _finish_after_the_kill("chat", engine, tx_id, tmp_path)
+    finally:
+        store.close()
+
+
+def test_a_turn_whose_approved_call_ran_before_a_crash_is_completed_from_the_journal(
+    tmp_path, monkeypatch
+):
+    """The process dies after the approved call ran and before the turn's results were
+    stored: the restored runner answers it from its recorded step (it never runs again) and
+    completes the turn, with no decision and no model turn left to make."""
+    agent = Agent("chat", tmp_path)
+    agent.first_turn()
+    agent.engine.approve(agent.runner.waiting[0].id, actor="alice")
+    kept = SQLiteStore.record_conversation
+
+    def dies(store: SQLiteStore, tx_id: str, text: str) -> None:
+        raise agenttx.StorageError("the process died here")
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies)
+    with pytest.raises(agenttx.StorageError, match="died"):
+        agent.runner.resume()
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+    agent.engine.close()  # as the process's end would: another engine may take it over
+
+    engine = make_engine(tmp_path, SQLiteStore(agent.db))
+    assert agent.tx.id in engine.recover("resume").resumed
+    runner = runner_class("chat").restore(engine.get(agent.tx.id))
+    assert runner.unanswered == ()
+    assert runner.waiting == ()
+    answered = results("chat", {"messages": runner.messages})
+    assert [(i, r["step"]) for i, r in answered] == [("c1", 1), ("c2", 2), ("c3", 3)]
+    assert answered[2][1]["output"]["amount"] == 30
+    with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
+        runner.resume()
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+
+
+def test_a_call_under_review_waits_and_resumes_with_the_reviewed_output():
+    """A call whose outcome is unknown waits on its Review; resolved `done`, resume answers it
+    with the reviewer's output (the tool is not run again), on a MemoryStore too."""
+    ran: list[int] = []
+
+    def unknown(arguments: dict[str, Any], key: str) -> agenttx.CheckResult:
+        return agenttx.CheckResult.unknown("the provider cannot tell")
+
+    @agenttx.tool(check=unknown)
+    def pay(amount: int) -> dict[str, Any]:
+        ran.append(amount)
+        time.sleep(0.3)  # past the step's timeout: its outcome is unknown
+        return {"paid": amount}
+
+    tx = agenttx.Transaction(tools=[pay], step_timeout=0.1)
+    runner = runner_class("responses")(tx)
+    arguments = '{"amount": 5}'
+    reply = [{"type": "function_call", "call_id": "p1", "name": "pay", "arguments": arguments}]
+    runner.handle("pay 5", reply)
+    (review,) = runner.waiting
+    assert isinstance(review, agenttx.Review)
+    assert runner.wait(timeout=0) is False
+    tx.resolve_review(review.id, outcome="done", output={"paid": 5, "by": "ops"}, actor="ops")
+    messages = runner.resume()
+    (answer,) = results("responses", {"input": messages})
+    assert answer[1]["output"] == {"paid": 5, "by": "ops"}
+    assert ran == [5]
+
+
+def test_a_stored_conversation_that_is_not_one_is_refused(tmp_path):
+    """A stored record that is not a runner's (damaged, or of an unknown format) raises
+    StorageError on restore, naming the transaction."""
+    store = SQLiteStore(tmp_path / "a.db")
+    tx = agenttx.Transaction(tools=make_tools(tmp_path), store=store)
+    for text in ("not json", '{"format": 99}', '{"format": 1, "runner": "openai.chat"}'):
+        store.record_conversation(tx.id, text)
+        with pytest.raises(agenttx.StorageError, match=tx.id):
+            runner_class("chat").restore(tx)
+
+
+def test_a_request_asked_just_before_a_crash_shows_in_the_restored_runner(tmp_path, monkeypatch):
+    """The process dies after the third call asked for approval and before the runner stored
+    that the turn waits: the restored runner answers the first two from the journal and finds
+    the request in the store."""
+    agent = Agent("anthropic", tmp_path)
+    kept = SQLiteStore.record_conversation
+    writes: list[str] = []
+
+    def dies_on_the_second_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+        writes.append(text)
+        if len(writes) == 2:
+            raise agenttx.StorageError("the process died here")
+        kept(store, tx_id, text)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_second_write)
+    with pytest.raises(agenttx.StorageError, match="died"):
+        agent.first_turn()
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    (request,) = agent.engine.pending_approvals()
+    agent.engine.close()
+
+    engine = make_engine(tmp_path, SQLiteStore(agent.db))
+    assert agent.tx.id in engine.recover("resume").resumed
+    runner = runner_class("anthropic").restore(engine.get(agent.tx.id))
+    assert runner.unanswered == ("c3",)
+    assert [r.id for r in runner.waiting] == [request.id]
+    engine.approve(request.id, actor="alice")
+    messages = runner.resume()
+    answered = results("anthropic", {"messages": messages})
+    assert [(i, r["step"]) for i, r in answered] == [("c1", 1), ("c2", 2), ("c3", 3)]
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
