@@ -13,7 +13,7 @@ import pytest
 
 import agenttx
 from _shop import BAD_PLAN, EMAIL, OLD_EMAIL, TOOL_NAMES, Shop, bad_calls, order_plan
-from agenttx.integrations import _common
+from agenttx.integrations import _common, _runs
 
 
 def names(specs: tuple[agenttx.ToolSpec, ...]) -> list[str]:
@@ -444,12 +444,12 @@ def test_plans_must_be_a_bool_and_may_not_shadow_a_tool():
     propose_plan is refused (the model could not reach it)."""
     shop = Shop()
     with pytest.raises(agenttx.InvalidArgument, match="plans must be True or False"):
-        _common.Runner(shop.transaction(), plans="yes")  # type: ignore[arg-type]
+        _runs.Runner(shop.transaction(), plans="yes")  # type: ignore[arg-type]
 
     @agenttx.tool
     def propose_plan() -> None: ...
 
     tx = agenttx.Transaction(tools=[propose_plan])
     with pytest.raises(agenttx.InvalidArgument, match="rename the tool"):
-        _common.Runner(tx, plans=True)
-    assert _common.Runner(tx).plan_spec is None
+        _runs.Runner(tx, plans=True)
+    assert _runs.Runner(tx).plan_spec is None
