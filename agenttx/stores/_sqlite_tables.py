@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .._errors import InvalidArgument, StorageError
 from . import _approvals as request_tables
 from . import _plans as plan_tables
+from ._owners import owner_gone
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 from ._sqlite_mirror import read_ended
 
@@ -174,6 +175,11 @@ class SharedTables:
             self._check_not_closed()
             with self._file.reading("list the running plan runs") as cur:
                 return plan_tables.running_plans(cur)
+
+    def orphaned_plans(self) -> tuple[str, ...]:
+        """The RUNNING plan runs whose owner is gone, by id: no store of this process holds
+        it, and its process is not alive on this host (`owner_alive`). Works read-only."""
+        return tuple(run_id for run_id, owner in self.running_plans() if owner_gone(owner))
 
     # ------------------------------------------------------------ history
 
