@@ -19,7 +19,6 @@ from .._version import __version__
 from ._people import add_approval_commands, waiting_count, waiting_lines
 from ._reading import (
     EndedFound,
-    NotFound,
     ended_graph,
     graph_of,
     is_busy,
@@ -229,18 +228,15 @@ def _run_inspect(args: argparse.Namespace) -> None:
             approvals, reviews = waiting_count(store, args.wait)
             line = f"waiting for a person: {approvals} approval request(s), {reviews} review(s)"
             if approvals or reviews:
-                line += f" (see: agenttx approvals {target.arg}".rstrip() + ")"
+                line += f" (see: {target.command('approvals')})"
             lines.append(line)
-        else:
-            try:
+        else:  # a plan run (whose state is a transaction of the same id), else a transaction
+            plan = _plan_lines(target, args.tx, args.wait, "text")
+            if plan is None:
                 lines = show_transaction(store, args.tx, args.wait, name=target.name)
-            except NotFound:
-                plan = _plan_lines(target, args.tx, args.wait, "text")
-                if plan is None:
-                    raise
-                lines = plan
+                lines.extend(waiting_lines(store, args.tx, args.wait, target=target))
             else:
-                lines.extend(waiting_lines(store, args.tx, args.wait, target=target.arg))
+                lines = plan
     finally:
         store.close()
     for line in lines:
@@ -300,7 +296,7 @@ def _plan_lines(target: Target, run_id: str, wait: float, fmt: str) -> list[str]
     except (AgentTxError, ValueError, KeyError, TypeError) as exc:
         raise unreadable(run_id, exc) from None
     if fmt == "text":
-        lines.extend(waiting_lines(store, run_id, wait, target=target.arg))
+        lines.extend(waiting_lines(store, run_id, wait, target=target))
     return lines
 
 

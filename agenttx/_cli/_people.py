@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from ._store import CliStore
+    from ._target import Target
 
 __all__ = ["add_approval_commands", "waiting_count", "waiting_lines"]
 
@@ -177,17 +178,15 @@ def _run_review(args: argparse.Namespace) -> None:
     say(f"review {args.review} resolved {args.outcome} by {args.actor}")
 
 
-def waiting_lines(store: CliStore, scope_id: str, wait: float, *, target: str) -> list[str]:
+def waiting_lines(store: CliStore, scope_id: str, wait: float, *, target: Target) -> list[str]:
     """The section of `inspect TARGET TX` (and `plans TARGET RUN`) on what waits for a person
     in transaction or plan run `scope_id`: each pending approval request and review, with the
-    tool, its arguments (cut), its id, and the commands that decide it (`target`: the TARGET
-    to write in them, "" for `AGENTTX_DATABASE`)."""
+    tool, its arguments (cut), its id, and the commands that decide it on `target`."""
     rows = patiently(wait, lambda: requests_for(store).of_scope(scope_id))
     pending = [row for row in rows if row.state == "pending" and row.kind in (APPROVAL, REVIEW)]
     if not pending:
         return ["waiting for a person: nothing"]
     lines = [f"waiting for a person ({len(pending)}):"]
-    at = f" {target}" if target else ""
     for row in pending:
         if row.kind == APPROVAL:
             request = request_of(row)
@@ -195,18 +194,18 @@ def waiting_lines(store: CliStore, scope_id: str, wait: float, *, target: str) -
             lines.append(f"  approval {request.id}  tool {cut(request.tool)}  {where}")
             lines.append(f"    arguments {cut(canonical_dumps(request.arguments))}")
             lines.append(f"    asked {uk_time(request.requested_at.timestamp())}")
-            lines.append(f"    approve: agenttx approve{at} {request.id} --actor NAME")
-            lines.append(f"    reject:  agenttx reject{at} {request.id} --actor NAME --reason TEXT")
+            approve = target.command("approve", f"{request.id} --actor NAME")
+            lines.append(f"    approve: {approve}")
+            reject = target.command("reject", f"{request.id} --actor NAME --reason TEXT")
+            lines.append(f"    reject:  {reject}")
         else:
             review = review_of(row)
             where = _where(review.scope, review.scope_id, review.step, review.node)
             lines.append(f"  review {review.id}  tool {cut(review.tool)}  {where}")
             lines.append(f"    arguments {cut(canonical_dumps(review.arguments))}")
             lines.extend(f"    - {cut(error)}" for error in review.errors)
-            lines.append(
-                f"    decide:  agenttx review{at} {review.id} --outcome done|not_done "
-                "--actor NAME [--output JSON]"
-            )
+            rest = f"{review.id} --outcome done|not_done --actor NAME [--output JSON]"
+            lines.append(f"    decide:  {target.command('review', rest)}")
     return lines
 
 

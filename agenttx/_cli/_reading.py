@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EndedFound",
-    "NotFound",
     "age_of",
     "check_database_path",
     "ended_graph",
@@ -55,10 +54,6 @@ class EndedFound(NamedTuple):
     row: EndedTransaction
     restored: Restored
     ended: Ended | None
-
-
-class NotFound(Failure):
-    """No open or ended transaction of that id in the store (status 2)."""
 
 
 def check_database_path(db: str) -> None:
@@ -137,7 +132,7 @@ def read_ended_tx(
     try:
         row, image = patiently(wait, lambda: store.peek_ended(tx_id))
     except TransactionNotFound:
-        raise NotFound(
+        raise Failure(
             f"no open or ended transaction {tx_id} in {name} (ended ones are kept as "
             "history within the store's retention)"
         ) from None

@@ -326,10 +326,10 @@ def plan_shown(image: PlanImage, fmt: str, *, orphaned: bool = False) -> list[st
 
 
 def _unfinished_prerequisites(plan_json: object, nodes: dict[str, StoredNode]) -> dict[str, int]:
-    """For each PENDING node, how many of its prerequisites have not finished (are in no
-    terminal state) as stored now; the runner records a node's count only when the node
-    itself changes, so the stored count is the one of its last change. Empty if the plan
-    cannot be read (the stored counts are shown then)."""
+    """For each node, how many of its prerequisites have not finished (are in no terminal
+    state) as stored now: the runner records a node's count only when the node itself
+    changes, so the stored count is the one of its last change. Empty if the plan cannot be
+    read (the stored counts are shown then)."""
     try:
         plan = Plan.from_json(plan_json)
     except (AgentTxError, ValueError, KeyError, TypeError):
@@ -341,8 +341,8 @@ def _unfinished_prerequisites(plan_json: object, nodes: dict[str, StoredNode]) -
             for before in plan.prerequisites(node_id)
             if before not in nodes or nodes[before].state not in _FINISHED
         )
-        for node_id, stored in nodes.items()
-        if stored.state == "PENDING" and node_id in known
+        for node_id in nodes
+        if node_id in known
     }
 
 

@@ -44,13 +44,19 @@ _SCHEMA: Final = "agenttx"
 
 
 class Target(NamedTuple):
-    """An open store, the name to show for it in messages (a DSN without its password), and
-    the TARGET to write in a command the person may run next ("" when it came from
-    `AGENTTX_DATABASE`: the command finds it there too)."""
+    """An open store, the name to show for it in messages (a DSN without its password), the
+    TARGET to write in a command the person may run next ("" when it came from
+    `AGENTTX_DATABASE`: the command finds it there too) and the options it needs."""
 
     store: CliStore
     name: str
     arg: str
+    options: str = ""
+
+    def command(self, verb: str, rest: str = "") -> str:
+        """The command line `agenttx VERB TARGET REST OPTIONS` on this store (options last:
+        argparse takes no positional after an option once an optional one was left out)."""
+        return " ".join(part for part in ("agenttx", verb, self.arg, rest, self.options) if part)
 
 
 def is_dsn(text: str) -> bool:
@@ -101,10 +107,8 @@ def open_target(
             raise Failure(f"no TARGET given, and {ENV} is not set")
     if is_dsn(db):
         name = _without_password(db)
-        words = _quoted(arg and name)
-        if schema != _SCHEMA:
-            words = f"{words} --schema {schema}".lstrip()
-        return Target(_open_postgres(db, name, schema), name, words)
+        options = "" if schema == _SCHEMA else f"--schema {schema}"
+        return Target(_open_postgres(db, name, schema), name, _quoted(arg and name), options)
     check_database_path(db)
     from ..stores import SQLiteStore  # noqa: PLC0415  (sqlite3 only when a file is read)
 
