@@ -436,7 +436,7 @@ def test_inspect_beside_a_live_agent(tmp_path, capsys):
             for row in rows[-1:]:  # the newest: the one most likely to end under us
                 status, out, err = run_main(capsys, "inspect", str(db), row[0])
                 if status == 0 and out.startswith(f"transaction {row[0]} (ended)\n"):
-                    last = out.rstrip("\n").splitlines()[-1]  # it ended since the listing
+                    last = out.rstrip("\n").splitlines()[-2]  # it ended since the listing
                     assert last.startswith("compensation failures ("), out
                 elif status == 0:
                     assert out.startswith(f"transaction {row[0]}\n"), out

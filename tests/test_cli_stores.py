@@ -45,7 +45,7 @@ class Backend:
 
     @property
     def args(self) -> list[str]:
-        """TARGET; `--schema` goes last (`run` moves it there)."""
+        """TARGET, and `--schema NAME` (before the other arguments: options go anywhere)."""
         return [self.text, *self.schema_args]
 
     @property
@@ -82,14 +82,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
-    """The command line in this process: (status, stdout, stderr); `--schema NAME` is moved
-    to the end, after the positional arguments."""
-    given = list(arguments)
-    if "--schema" in given:
-        at = given.index("--schema")
-        given = [*given[:at], *given[at + 2 :], *given[at : at + 2]]
+    """The command line in this process: (status, stdout, stderr)."""
     try:
-        status = main(given)
+        status = main(list(arguments))
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else -1
     out, err = capsys.readouterr()
@@ -191,6 +186,7 @@ def test_the_reading_commands_work_on_both_stores(backend: Backend, filled: Fill
     assert (status, err) == (0, ""), err
     assert re.search(r"\n  y\s+SUCCEEDED\s+0\s+1\s+0", out)
     assert out.endswith("waiting for a person: nothing\n")
+    assert run(capsys, "plans", *target, "--wait", "2", "done-run") == (status, out, err)
     status, out, err = run(capsys, "plans", *target, "done-run", "--format", "dot")
     assert (status, err) == (0, ""), err
     assert out.startswith("digraph agenttx {")
@@ -474,5 +470,7 @@ def test_a_directory_or_a_missing_file_is_still_one_line(tmp_path, capsys, monke
         assert message in err
         assert err.count("\n") == 1
         monkeypatch.setenv("AGENTTX_DATABASE", str(target))
-        assert run(capsys, "plans")[:2] == (2, "")
+        status, out, err = run(capsys, "plans")
+        assert (status, out) == (2, ""), err
+        assert message in err
         monkeypatch.delenv("AGENTTX_DATABASE")
