@@ -399,7 +399,7 @@ def test_hostile_stored_strings_are_shown_as_text_and_bounded(backend: Backend, 
     stored = requests_for(store).request(
         scope="transaction",
         scope_id=tx.id,
-        tool=hostile,
+        tool=hostile + "T" * 10_000_000,
         arguments={"note": hostile + "B" * 10_000_000},
         digest="0" * 64,
         step=1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .._approvals import (
     APPROVAL,
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from ._target import Target
 
 __all__ = ["add_approval_commands", "waiting_count", "waiting_lines"]
+
+#: Stored ids and tool names are cut to this many characters where they are listed.
+_ID: Final = 64
 
 
 def add_approval_commands(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -104,8 +107,9 @@ def _run_approvals(args: argparse.Namespace) -> None:
 
 
 def _where(scope: str, scope_id: str, step: int | None, node: str | None) -> str:
-    place = f"step {step}" if step is not None else f"node {node}"
-    return f"{place} of {'plan run' if scope == 'plan' else 'transaction'} {scope_id}"
+    """Where a request waits, each stored id cut (a line stays short)."""
+    place = f"step {step}" if step is not None else f"node {cut(str(node), _ID)}"
+    return f"{place} of {'plan run' if scope == 'plan' else 'transaction'} {cut(scope_id, _ID)}"
 
 
 def _approval_lines(requests: Sequence[ApprovalRequest], reviews: Sequence[Review]) -> list[str]:
@@ -113,15 +117,15 @@ def _approval_lines(requests: Sequence[ApprovalRequest], reviews: Sequence[Revie
     lines = [f"{len(requests)} approval request(s) pending" + (":" if requests else "")]
     for request in requests:
         where = _where(request.scope, request.scope_id, request.step, request.node)
-        lines.append(f"  {request.id}  {request.tool}  {where}")
+        lines.append(f"  {cut(request.id, _ID)}  {cut(request.tool, _ID)}  {where}")
         lines.append(f"    arguments {cut(canonical_dumps(request.arguments))}")
         lines.append(f"    asked {uk_time(request.requested_at.timestamp())}")
     lines.append(f"{len(reviews)} review(s) pending" + (":" if reviews else ""))
     for review in reviews:
         where = _where(review.scope, review.scope_id, review.step, review.node)
-        lines.append(f"  {review.id}  {review.tool}  {where}")
+        lines.append(f"  {cut(review.id, _ID)}  {cut(review.tool, _ID)}  {where}")
         lines.append(f"    arguments {cut(canonical_dumps(review.arguments))}")
-        lines.append(f"    idempotency key {review.idempotency_key}")
+        lines.append(f"    idempotency key {cut(review.idempotency_key)}")
         lines.extend(f"    - {cut(error)}" for error in review.errors)
     return lines
 
@@ -191,7 +195,9 @@ def waiting_lines(store: CliStore, scope_id: str, wait: float, *, target: Target
         if row.kind == APPROVAL:
             request = request_of(row)
             where = _where(request.scope, request.scope_id, request.step, request.node)
-            lines.append(f"  approval {request.id}  tool {cut(request.tool)}  {where}")
+            lines.append(
+                f"  approval {cut(request.id, _ID)}  tool {cut(request.tool, _ID)}  {where}"
+            )
             lines.append(f"    arguments {cut(canonical_dumps(request.arguments))}")
             lines.append(f"    asked {uk_time(request.requested_at.timestamp())}")
             approve = target.command("approve", f"{request.id} --actor NAME")
@@ -201,7 +207,7 @@ def waiting_lines(store: CliStore, scope_id: str, wait: float, *, target: Target
         else:
             review = review_of(row)
             where = _where(review.scope, review.scope_id, review.step, review.node)
-            lines.append(f"  review {review.id}  tool {cut(review.tool)}  {where}")
+            lines.append(f"  review {cut(review.id, _ID)}  tool {cut(review.tool, _ID)}  {where}")
             lines.append(f"    arguments {cut(canonical_dumps(review.arguments))}")
             lines.extend(f"    - {cut(error)}" for error in review.errors)
             rest = f"{review.id} --outcome done|not_done --actor NAME [--output JSON]"
