@@ -191,6 +191,12 @@ def test_the_reading_commands_work_on_both_stores(backend: Backend, filled: Fill
     assert (status, err) == (0, ""), err
     assert out.startswith("digraph agenttx {")
 
+
+@pytest.mark.timeout(300)
+def test_audit_works_on_both_stores(backend: Backend, filled: Filled, capsys) -> None:
+    """`audit` prints the same readable lines, and the same JSON lines with --json, on a
+    SQLite file and on a PostgreSQL DSN."""
+    ended, target = filled.ended, backend.args
     status, out, err = run(capsys, "audit", *target, ended.id)
     assert (status, err) == (0, ""), err
     assert [line.split()[1:4] for line in out.splitlines()] == [
