@@ -10,6 +10,7 @@ from a public package's private modules (`from .stores import is_durable`, never
     layer 1: _refs _hints _render stores _events
     layer 2: _graph _rollback _saga _tools _lineage _constraints
     layer 3: _approvals _results _history _txlog _settings _timeline _prepare _turns _step
+    layer 3: _preview
     layer 4: _transaction _plans
     layer 5: _audit _engine _recovery _prompt builtins testing integrations _demo _cli __main__
 
@@ -27,6 +28,7 @@ from a public package's private modules (`from .stores import is_durable`, never
     _prepare     a step's call, checked  _constraints hints kept, transient ones dropped
     _approvals/  approvals, status checks, reviews
     _turns       a model turn's calls    _step/      the step core: one tool call's lifecycle
+    _preview     what a rollback would do, worked out without doing it
     _transaction/ interactive transactions: step pipeline, turn lock, people desk, views
     _prompt      the system prompt for agents
     _plans/      plans: model, validation, scheduler, runner, metrics; a run's attempts,
@@ -115,14 +117,18 @@ if TYPE_CHECKING:  # what the lazy names below load, for type checkers
     from ._plans import RateLimit as RateLimit
     from ._plans import arun_plan as arun_plan
     from ._plans import cost_per_completed_workflow as cost_per_completed_workflow
+    from ._plans import plan_tool_spec as plan_tool_spec
     from ._plans import run_plan as run_plan
     from ._plans import start_plan as start_plan
+    from ._preview import CompensationPreview as CompensationPreview
+    from ._preview import RollbackPreview as RollbackPreview
     from ._prompt import PROMPT as PROMPT
     from ._prompt import prompt as prompt
     from ._refs import Dependency as Dependency
     from ._refs import Resolution as Resolution
     from ._refs import resolve_references as resolve_references
     from ._results import AttemptStatus as AttemptStatus
+    from ._results import BadValue as BadValue
     from ._results import CommitResult as CommitResult
     from ._results import ContextEntry as ContextEntry
     from ._results import DispatchReport as DispatchReport
@@ -167,11 +173,13 @@ __all__ = [
     "ApprovalRejected",
     "ApprovalRequest",
     "AttemptStatus",
+    "BadValue",
     "CheckResult",
     "CleanHint",
     "CommitResult",
     "Compensation",
     "CompensationOutcome",
+    "CompensationPreview",
     "CompensationReport",
     "CompensationStatus",
     "ContextEntry",
@@ -220,6 +228,7 @@ __all__ = [
     "ReviewNotFound",
     "RollbackDecision",
     "RollbackPolicy",
+    "RollbackPreview",
     "RollbackResult",
     "RollbackStrategy",
     "RootCause",
@@ -252,6 +261,7 @@ __all__ = [
     "cost_per_completed_workflow",
     "lineage_from_openai",
     "lineage_from_steps",
+    "plan_tool_spec",
     "prompt",
     "resolve_references",
     "run_plan",
@@ -305,14 +315,18 @@ _LAZY: dict[str, str] = {
     "RateLimit": "._plans",
     "arun_plan": "._plans",
     "cost_per_completed_workflow": "._plans",
+    "plan_tool_spec": "._plans",
     "run_plan": "._plans",
     "start_plan": "._plans",
+    "CompensationPreview": "._preview",
+    "RollbackPreview": "._preview",
     "PROMPT": "._prompt",
     "prompt": "._prompt",
     "Dependency": "._refs",
     "Resolution": "._refs",
     "resolve_references": "._refs",
     "AttemptStatus": "._results",
+    "BadValue": "._results",
     "CommitResult": "._results",
     "ContextEntry": "._results",
     "DispatchReport": "._results",

@@ -425,7 +425,7 @@ class EventSink:
 
     def step(self, kind: EventKind, step: int, data: Mapping[str, JSONValue] | None) -> None:
         """`emit(kind, step=step, data=data)`, with less call overhead (once or twice a step)."""
-        self._raw.append((kind.value, _now(), step, None, None, None, data))
+        self._raw.append((kind._value_, _now(), step, None, None, None, data))  # no enum property
         if self._hooks:
             self.deliver()
 

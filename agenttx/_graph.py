@@ -450,6 +450,21 @@ class DependencyGraph:
                 stack.append((self._nodes[source], link.source_key))
         return root
 
+    def is_literal(self, step_id: int, key: str) -> bool:
+        """Whether step `step_id` wrote its input `key` itself: it has an input leaf under `key`
+        (ignoring ASCII case), no explicit dependency of the step targets `key` (a dropped one
+        counts), and no edge carries it (`find_root_cause` is None). False for an unknown step.
+        """
+        node = self._nodes.get(step_id)
+        if node is None:
+            return False
+        lowered = _lower(key)
+        if not any(_lower(leaf_key) == lowered for leaf_key, _ in node.input_leaves):
+            return False
+        if any(_lower(dependency.target_key) == lowered for dependency in node.explicit):
+            return False
+        return self.find_root_cause(step_id, key) is None
+
     # ------------------------------------------------------------------ export
 
     def to_dot(self) -> str:

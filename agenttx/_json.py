@@ -132,6 +132,8 @@ def checked_size_bound(value: object, *, what: str = "value") -> int:
 def check_json_sized(value: object, *, what: str = "value") -> tuple[JSONValue, int]:
     """`check_json` and `checked_size_bound` at once: the checked value and its size bound."""
     try:
+        if type(value) is dict:  # arguments and most outputs: `_check`'s first case, inline
+            return value, _check_container(value, 0, set())
         return value, _check(value, 0, set())  # type: ignore[return-value]  # just checked
     except _NotPlain:
         return _check_plain(value, what)

@@ -74,7 +74,7 @@ def check_call(
         raise StepOutOfOrder(expected=next_step, got=step_id)
     if not isinstance(raw_context, str):
         raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
-    if over_limit(raw_context):
+    if len(raw_context) > MAX_PAYLOAD_BYTES // 4 and over_limit(raw_context):  # most: short
         raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
     return check_tool_call(tool_name, arguments)
 
@@ -91,7 +91,7 @@ def check_tool_call(tool_name: object, arguments: object) -> Arguments:
         return arguments, 0
     if type(arguments) is dict or isinstance(arguments, Mapping):
         parsed, bound = check_json_sized(dict(arguments), what="arguments")
-        if _too_big(parsed, bound):
+        if bound > MAX_PAYLOAD_BYTES and _too_big(parsed, bound):
             raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
         return parsed, bound
     raise InvalidArgument(
@@ -150,7 +150,8 @@ def prepare_call(
         return Failure(error), pending
     if dependencies:
         unknown = 10 * MAX_PAYLOAD_BYTES + 1  # an output read back from the log: walk
-        bound += sum(sizes.get(dependency.from_step, unknown) for dependency in dependencies)
+        for dependency in dependencies:  # a loop, not `sum(...)`: no generator a step
+            bound += sizes.get(dependency.from_step, unknown)
         if bound > MAX_PAYLOAD_BYTES:
             bound = checked_size_bound(resolved, what="arguments")
             if _too_big(resolved, bound):

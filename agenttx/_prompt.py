@@ -2,7 +2,8 @@
 
 Models do best with agenttx when they reference earlier outputs (`${steps.N.path}`) instead of
 copying values: a failure caused by a bad value then jumps back to the step that produced it.
-`PROMPT` says so, with the numbering and what a rollback means; `prompt` adds the tools.
+`PROMPT` says so, with the numbering and what a rollback means; `prompt` adds the tools, and
+with `plans=True` the plan format (`PLANS_PROMPT`), for a model offered `propose_plan`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ._transaction import Transaction
 if TYPE_CHECKING:
     from ._tools import ToolSpec
 
-__all__ = ["PROMPT", "prompt"]
+__all__ = ["PLANS_PROMPT", "PROMPT", "prompt"]
 
 #: The static part of the system prompt: step numbering, references, rollbacks, resending.
 PROMPT: Final[str] = """\
@@ -46,18 +47,52 @@ and must be sent again.
 """
 
 
-def prompt(tools_or_tx: object) -> str:
+#: What `prompt(..., plans=True)` adds: the plan format a model proposes with `propose_plan`.
+PLANS_PROMPT: Final[str] = """\
+You may also propose a whole plan at once with the propose_plan tool, instead of calling the \
+tools one step at a time. A plan is {"nodes": [...]}; each node calls one tool, has an "id" \
+(letters, digits, _ and -) and maps the tool's arguments in "inputs". An input may take another \
+node's output by reference: "${lookup.customer_id}" is the field customer_id of the output of \
+node lookup, "${lookup}" all of it; a reference may sit inside a longer string. In a plan, \
+references name node ids, not step numbers. A node runs once every node it references has \
+succeeded, and nodes that do not wait for each other run at the same time; "after": ["charge"] \
+makes a node wait for node charge though no value flows. A node may also set "retries" (0 to \
+10, for transient failures) and "timeout" (seconds, at most 3600). For example, with tools \
+lookup_customer, charge and send_email:
+
+{"nodes": [
+  {"id": "lookup", "tool": "lookup_customer", "inputs": {"email": "ada@example.com"}},
+  {"id": "charge", "tool": "charge",
+   "inputs": {"customer_id": "${lookup.customer_id}", "amount": 42}},
+  {"id": "notify", "tool": "send_email", "after": ["charge"],
+   "inputs": {"to": "ada@example.com", "text": "Order for ${lookup.customer_id} is paid"}}
+]}
+
+Use only the tools you are given. The plan is checked before anything runs: if it has \
+problems, you are told every one of them (with "did you mean" suggestions) and nothing runs; \
+fix them all and send the whole corrected plan again. Once it ran, you get each node's output \
+or error.
+"""
+
+
+def prompt(tools_or_tx: object, *, plans: bool = False) -> str:
     """The system prompt for an agent using `tools_or_tx`: `PROMPT`, then one line per tool.
 
     `tools_or_tx` is a `Transaction`, an `Engine`, or the tools as a `Transaction` takes them
     (a list of tools and callables, or `{name: callable}`); each tool is listed by the name a
     provider sees (`ToolSpec.wire_name`) and the first line of its description, in registration
-    order. Raises `InvalidArgument` for anything else (naming it), as `Transaction` does.
+    order. With `plans=True`, `PLANS_PROMPT` (the plan format, with an example) comes before
+    the tools, for a model offered the `propose_plan` tool (`plan_tool_spec`, or a runner's
+    `plans=True`). Raises `InvalidArgument` for anything else (naming it), as `Transaction`
+    does.
     """
+    if not isinstance(plans, bool):
+        raise InvalidArgument(f"plans must be True or False, got {plans!r:.80}")
     lines = [_line(spec) for spec in _tools(tools_or_tx)]
+    text = f"{PROMPT}\n{PLANS_PROMPT}" if plans else PROMPT
     if not lines:
-        return PROMPT
-    return f"{PROMPT}\nTools:\n" + "\n".join(lines) + "\n"
+        return text
+    return f"{text}\nTools:\n" + "\n".join(lines) + "\n"
 
 
 def _tools(source: object) -> tuple[ToolSpec, ...]:

@@ -252,7 +252,8 @@ def resolve_references(
     reference becomes the referenced value with its JSON type (a copy: the result never aliases
     `outputs`); references inside longer strings are interpolated, strings verbatim and other
     values as compact JSON with sorted keys. Traversal order, and so the order of the returned
-    dependencies, is: object fields in sorted key order, then references left to right.
+    dependencies, is: object fields in sorted key order, then references left to right; the
+    resolved value keeps every object's keys in the order given (docs/protocol.md#key-order).
 
     `max_bytes` bounds what the references insert, in total: each string counts a byte a
     character, other values at least their compact JSON size. The first reference past it fails
@@ -401,20 +402,31 @@ def _resolve(value: JSONValue, field: str, state: _State) -> JSONValue:
     if isinstance(value, list):
         return [_resolve(item, field, state) for item in value]
     if isinstance(value, dict):
-        # Sorted key order is the traversal order, so the dependencies come out in the order
-        # `docs/protocol.md#recorded-dependencies` gives; the resolved object keeps it too. Scalars
-        # are handled inline: most arguments are flat objects of them.
+        # The resolved object keeps its keys in the order given (docs/protocol.md#key-order).
+        # Most arguments are flat objects of plain values: copied as they are, in one pass.
         resolved: dict[str, JSONValue] = {}
-        for key in sorted(value):
-            item = value[key]
-            if isinstance(item, str):
-                if "${" in item:
-                    item = _resolve_string(item, key, state)
-            elif isinstance(item, (dict, list)):
-                item = _resolve(item, key, state)
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) or (isinstance(item, str) and "${" in item):
+                return _resolve_fields(value, state)
             resolved[key] = item
         return resolved
     return value
+
+
+def _resolve_fields(value: dict[str, JSONValue], state: _State) -> JSONValue:
+    """An object holding references or containers. Sorted key order is the traversal order,
+    so the dependencies come out in the order `docs/protocol.md#recorded-dependencies` gives;
+    `fromkeys` first places the keys in the order given."""
+    resolved: dict[str, JSONValue] = dict.fromkeys(value)
+    for key in sorted(value):
+        item = value[key]
+        if isinstance(item, str):
+            if "${" in item:
+                item = _resolve_string(item, key, state)
+        elif isinstance(item, (dict, list)):
+            item = _resolve(item, key, state)
+        resolved[key] = item
+    return resolved
 
 
 def _resolve_string(text: str, field: str, state: _State) -> JSONValue:
@@ -426,8 +438,9 @@ def _resolve_string(text: str, field: str, state: _State) -> JSONValue:
         # A string that is exactly one reference: the value itself, with its JSON type.
         value = _lookup(piece, field, state)
         if state.max_bytes is not None:
-            state.spend(_size_at_least(value, state.left), piece)
-        return _copy(value)
+            size = len(value) + 2 if isinstance(value, str) else _size_at_least(value, state.left)
+            state.spend(size, piece)
+        return _copy(value) if isinstance(value, (dict, list)) else value  # scalars: no call
     parts: list[str] = []
     for piece in pieces:
         if isinstance(piece, str):
@@ -480,7 +493,8 @@ def _interpolated(match: re.Match[str], value: JSONValue) -> str:
 
 def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
     text = match.group(0)
-    step = _step_id(match)
+    digits = match.group("step")
+    step = int(digits) if len(digits) < _MAX_STEP_DIGITS else _step_id(match)  # most: short
     outputs = state.outputs
     if step > _MAX_STEP_ID or step >= state.current_step or step not in outputs:
         raise _Unresolved(f"reference {text} points to a step that has not completed")
@@ -501,7 +515,11 @@ def _lookup(match: re.Match[str], field: str, state: _State) -> JSONValue:
 
 def _dependency(step: int, path: list[str], field: str) -> Dependency:
     """The dependency a resolved reference records (`docs/protocol.md#recorded-dependencies`)."""
-    source_key = next((s for s in reversed(path) if not _is_index(s)), field)
+    source_key = field
+    for segment in reversed(path):  # the last segment that is no index (a loop: no generator)
+        if not (segment.isascii() and segment.isdigit()):  # `_is_index`, inline
+            source_key = segment
+            break
     return Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
 
 

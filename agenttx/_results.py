@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import TYPE_CHECKING, Final, TypeAlias, final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import attrs
 
 from ._errors import InvalidArgument
-from ._rollback import RollbackStrategy
+from ._rollback import REPEATED_FAILURE, RollbackStrategy
 
 if TYPE_CHECKING:
     from ._approvals import ApprovalRequest, Review
@@ -23,8 +23,11 @@ if TYPE_CHECKING:
     from ._tools import StagedEffect
 
 __all__ = [
+    "MAX_BAD_VALUE_CHARS",
+    "REDACTED",
     "TRANSITIONS",
     "AttemptStatus",
+    "BadValue",
     "CommitResult",
     "ContextEntry",
     "DispatchReport",
@@ -43,6 +46,11 @@ __all__ = [
     "rewind_target",
     "waiting_step",
 ]
+
+#: The longest string value a `BadValue` quotes whole; a longer one is cut, ending in `...`.
+MAX_BAD_VALUE_CHARS: Final = 200
+#: What a `BadValue` shows in place of a secret argument's value.
+REDACTED: Final = "[redacted]"
 
 #: The live steps a rewind undoes, and the call ids of those that had one, in step order
 #: (`Timeline.dropped`, `failed_step(voided=)`).
@@ -129,7 +137,7 @@ class StepRecord:
 
 def _check_root_step(_instance: object, _attribute: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"RootCause step must be an int >= 1, got {value!r}")
+        raise InvalidArgument(f"{type(_instance).__name__} step must be an int >= 1, got {value!r}")
 
 
 def _check_root_key(
@@ -149,6 +157,40 @@ class RootCause:
     key: str | None = attrs.field(default=None, validator=_check_root_key)
 
 
+def _check_bad_value(_instance: object, _attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        raise InvalidArgument(f"BadValue value must be a JSON scalar, got {value!r}")
+    if isinstance(value, str) and len(value) > MAX_BAD_VALUE_CHARS:
+        raise InvalidArgument(f"BadValue value must have at most {MAX_BAD_VALUE_CHARS} characters")
+
+
+def _check_key(_instance: object, _attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"BadValue key must be a non-empty string, got {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class BadValue:
+    """The argument a failed step was given under its hint's key, for the model to correct.
+
+    `key` is the hint's key, `value` the value the call received under it (a JSON scalar; a
+    string over `MAX_BAD_VALUE_CHARS` characters is cut, ending in `...`; `"[redacted]"` for a
+    tool's secret parameter, with `redacted` true), and `step` the step that produced it: the
+    earliest step the value came from (by a reference or an equal earlier output), or the
+    failed step itself when the call wrote it. Validated (`InvalidArgument`).
+    """
+
+    key: str = attrs.field(validator=_check_key)
+    value: str | int | float | bool | None = attrs.field(validator=_check_bad_value)
+    step: int = attrs.field(validator=_check_root_step)
+    redacted: bool = False
+
+    def to_json(self) -> dict[str, JSONValue]:
+        """`{"key", "value", "step"}`, as `for_model()` sends it."""
+        return {"key": self.key, "value": self.value, "step": self.step}
+
+
 @final
 @attrs.frozen(kw_only=True)
 class StepResult:
@@ -161,7 +203,9 @@ class StepResult:
     remembers of the rewound steps, and `constraints` lists every hint so far.
     `voided_steps` are the live steps the rewind (or abort) undid, in step order, and
     `voided_call_ids` the call ids of those that had one; `root_cause` is set when the rewind
-    jumped to the step that produced the bad input. `for_model()` is what to send the model.
+    jumped to the step that produced the bad input. `bad_value` is the argument the hint's key
+    names, when the call had one, and `compensated` the `(step, compensation)` of each undo
+    the rewind (or abort) ran, in the order run. `for_model()` is what to send the model.
     A call that waits for a person has status `NEEDS_APPROVAL` (with `approval`, the request)
     or `NEEDS_REVIEW` (with `review`); nothing was rewound and `next_step_id` is the same step.
     """
@@ -185,6 +229,8 @@ class StepResult:
     root_cause: RootCause | None = None
     approval: ApprovalRequest | None = None
     review: Review | None = None
+    bad_value: BadValue | None = None
+    compensated: tuple[tuple[int, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -197,8 +243,10 @@ class StepResult:
         Keys, in this order: `ok`, `step`, `output` (on success) or `error` (the hint text; for
         a call waiting for a person, what it waits for, and then `awaiting`: "approval" or
         "review"),
-        `next_step`, then `voided_steps`, `constraints` and `root_cause` (`{"step", "key"}`)
-        when they are not empty, and `instruction`, one sentence saying what to send next.
+        `next_step`, then `voided_steps`, `compensated` (`[{"step", "compensation"}]`),
+        `constraints`, `root_cause` (`{"step", "key"}`), `bad_value` (`{"key", "value", "step"}`)
+        and `abort_reason` when they are not empty, and `instruction`, one sentence saying what
+        to send next.
         A new dict each call, JSON-serializable (the output is JSON already); deterministic.
         """
         # A call `call_turn` did not send claims no step: null, not the 0 of `step_id`.
@@ -221,10 +269,18 @@ class StepResult:
         payload["next_step"] = self.next_step_id
         if self.voided_steps:
             payload["voided_steps"] = list(self.voided_steps)
+        if self.compensated:
+            payload["compensated"] = [
+                {"step": step, "compensation": name} for step, name in self.compensated
+            ]
         if self.constraints:
             payload["constraints"] = list(self.constraints)
         if self.root_cause is not None:
             payload["root_cause"] = {"step": self.root_cause.step, "key": self.root_cause.key}
+        if self.bad_value is not None:
+            payload["bad_value"] = self.bad_value.to_json()
+        if self.abort_reason is not None:
+            payload["abort_reason"] = self.abort_reason
         payload["instruction"] = _instruction(self)
         return payload
 
@@ -249,6 +305,13 @@ _INSTRUCTIONS: Final = {
         "The transaction was aborted and every step undone: send no more steps."
     ),
 }
+
+
+#: The instruction after an abort for a repeated failure (`docs/protocol.md#repeated-failures`).
+_REPEATED: Final = (
+    "The same call failed the same way after a rewind, so the transaction was aborted and "
+    "every step undone: send no more steps; report the error and the bad value instead."
+)
 
 
 #: The instruction for a call that did not run, by status, with `{step}` (the next step).
@@ -279,7 +342,8 @@ def _instruction(result: StepResult) -> str:
     waiting = _WAITING.get(result.status)
     if waiting is not None:
         return waiting.format(step=following)
-    fixed = _INSTRUCTIONS.get(strategy)
+    repeated = (result.abort_reason or "").startswith(REPEATED_FAILURE)
+    fixed = _REPEATED if repeated else _INSTRUCTIONS.get(strategy)
     if fixed is not None:
         return fixed.format(step=step)
     if not result.voided_steps:
@@ -307,9 +371,12 @@ def failed_step(
     started: float,
     call_id: str | None = None,
     voided: Voided = ((), ()),
+    bad_value: BadValue | None = None,
+    compensated: tuple[tuple[int, str], ...] = (),
 ) -> StepResult:
     """The result of a failed step, once the rewind (or abort) `decision` asked for is done;
-    `voided` are the live steps it undid and their call ids (`Timeline.dropped`)."""
+    `voided` are the live steps it undid and their call ids (`Timeline.dropped`), `compensated`
+    the undos it ran (`CompensationReport.ran`)."""
     strategy = decision.strategy
     aborted = strategy is RollbackStrategy.ABORT
     root = None
@@ -332,6 +399,8 @@ def failed_step(
         voided_steps=voided[0],
         voided_call_ids=voided[1],
         root_cause=root,
+        bad_value=bad_value,
+        compensated=compensated,
     )
 
 

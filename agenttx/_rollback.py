@@ -39,17 +39,28 @@ goes through the algorithm above (transient retries aside: a mistake is never tr
 streak ends when another step is observed, when a failure at the step is not a mistake, and at a
 global reset. With `mistake_retries=0` a mistake is decided exactly as any other failure, and the
 counters stay exactly those of the reference.
+
+Repeated failures (`docs/protocol.md#repeated-failures`): the caller may name a failure by its
+`signature` (`failure_signature`: the tool, its canonical arguments, the hint's category and
+key). A failure that is neither resent nor retried and whose signature already caused
+`repeat_limit` rewinds is decided `ABORT` at once ("repeated failure: ..."), whatever the
+counters would allow: the same call failing the same way after a rewind shows the rewind did
+not help, and another one would only repeat its compensable effects. The rewinds each signature
+caused are counted for the whole transaction (a global reset keeps them), for the last
+`MAX_REPEATS` signatures. With `repeat_limit=0`, or without signatures, nothing changes.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import attrs
 
 from ._errors import InvalidArgument
+from ._json import canonical_dumps
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,6 +73,7 @@ __all__ = [
     "RollbackDecision",
     "RollbackPolicy",
     "RollbackStrategy",
+    "failure_signature",
 ]
 
 #: Upper bound of `max_local_depth`, `max_global_resets` and `transient_retries`.
@@ -71,6 +83,10 @@ MAX_REPLAY_BUDGET_FACTOR: Final = 1000.0
 
 LOCAL_DEPTH_EXHAUSTED: Final = "local backtrack depth exhausted"
 REPLAY_BUDGET_EXCEEDED: Final = "replay budget exceeded"
+#: The start of the reason of an abort decided because a failure repeated itself.
+REPEATED_FAILURE: Final = "repeated failure"
+#: The signatures whose rewinds a controller counts (the most recent ones).
+MAX_REPEATS: Final = 64
 
 # Below this a step count converts to float exactly, so the budget is computed in floats,
 # multiplying left to right (see `RollbackPolicy.budget`); above it (unreachable: step ids stop at
@@ -141,7 +157,10 @@ class RollbackPolicy:
     scales the replay budget (`budget`). `transient_retries` (0..=16) caps the same-step retries
     of a transient failure per step per epoch; 0 turns them off. `mistake_retries` (0..=16) is
     the consecutive mistakes at one step answered `RESEND` before the next is decided as any
-    failure; 0 decides every mistake as any failure (the reference behaviour).
+    failure; 0 decides every mistake as any failure (the reference behaviour). `repeat_limit`
+    (0..=16) is the rewinds one failure signature (the same call failing the same way) may
+    cause; the next failure with that signature aborts; 0 turns the check off (the reference
+    behaviour).
 
     Raises `InvalidArgument` naming the field, with the messages of
     `docs/protocol.md#rollback-policy` for values above the range (`max_local_depth must be <= 16`,
@@ -155,6 +174,7 @@ class RollbackPolicy:
     )
     transient_retries: int = attrs.field(default=1, validator=_check_policy_count)
     mistake_retries: int = attrs.field(default=3, validator=_check_policy_count)
+    repeat_limit: int = attrs.field(default=1, validator=_check_policy_count)
 
     def budget(self, horizon: int) -> int:
         """The replay budget of an epoch at `horizon`: `max(1, ceil(c * n * ceil(log2(n + 1))))`.
@@ -203,7 +223,7 @@ class RollbackDecision:
     the local backtrack depth (the attempt number), 0 for every other strategy. `root_key` is
     the hint key that drove a jump. `reason` is set for `GLOBAL_RESET` ("local backtrack depth
     exhausted" or "replay budget exceeded") and `ABORT` ("{reason}; global reset budget ({max})
-    exhausted"), and None otherwise.
+    exhausted", or for a repeated failure "repeated failure: ..."), and None otherwise.
     """
 
     strategy: RollbackStrategy = attrs.field(validator=_check_strategy)
@@ -240,7 +260,45 @@ def _check_counts(_instance: object, attribute: attrs.Attribute[Counts], value: 
 _STATE_COUNTS: Final = ("retries", "jumps", "transient_retries", "mistakes")
 _STATE_TOTALS: Final = ("replayed_steps", "global_resets", "horizon")
 #: Keys a state document may lack: it was written before them (their default is then taken).
-_STATE_OPTIONAL: Final = frozenset({"mistakes"})
+_STATE_OPTIONAL: Final = frozenset({"mistakes", "repeats"})
+
+#: Rewinds per failure signature, as `(signature, rewinds)` pairs, oldest signature first.
+Repeats: TypeAlias = tuple[tuple[str, int], ...]
+
+
+def failure_signature(tool: str, arguments: JSONValue, category: str, key: str | None) -> str:
+    """What makes two failures the same for `decide(signature=)`: the tool, its arguments in
+    canonical JSON, the hint's category and key, hashed (32 hex digits). Pure; raises what
+    `canonical_dumps` raises for a value that is not JSON."""
+    text = canonical_dumps([tool, arguments, category, key])
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _check_repeats(_instance: object, attribute: attrs.Attribute[Repeats], value: object) -> None:
+    problem = f"controller state {attribute.name} must be a tuple of (signature, count) pairs"
+    if not isinstance(value, tuple):
+        raise InvalidArgument(f"{problem}, got {value!r}")
+    if len(value) > MAX_REPEATS:
+        raise InvalidArgument(
+            f"controller state {attribute.name} holds at most {MAX_REPEATS} signatures, "
+            f"got {len(value)}"
+        )
+    seen: set[str] = set()
+    for pair in value:
+        if not (
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and pair[0]
+            and _is_int(pair[1])
+            and pair[1] >= 1
+        ):
+            raise InvalidArgument(f"{problem} with counts >= 1, got {pair!r} in it")
+        if pair[0] in seen:
+            raise InvalidArgument(
+                f"controller state {attribute.name} lists signature {pair[0]!r} twice"
+            )
+        seen.add(pair[0])
 
 
 def _check_streak(_instance: object, attribute: attrs.Attribute[Counts], value: object) -> None:
@@ -262,8 +320,10 @@ class ControllerState:
     `transient_retries` (same-step retries per failing step) are this epoch's, as `(step, count)`
     pairs in ascending step order with counts >= 1; `replayed_steps` is this epoch's too.
     `mistakes` is the mistake streak: `((step, consecutive mistakes),)`, or empty.
-    `global_resets` and `horizon` (the furthest step observed) span the whole transaction. The
-    default is a fresh controller's state. Validated on construction (`InvalidArgument`).
+    `global_resets`, `horizon` (the furthest step observed) and `repeats` (the rewinds each
+    failure signature caused, oldest signature first, at most `MAX_REPEATS`) span the whole
+    transaction. The default is a fresh controller's state. Validated on construction
+    (`InvalidArgument`).
     """
 
     retries: Counts = attrs.field(default=(), validator=_check_counts)
@@ -273,12 +333,14 @@ class ControllerState:
     global_resets: int = attrs.field(default=0, validator=_check_non_negative)
     horizon: int = attrs.field(default=0, validator=_check_non_negative)
     mistakes: Counts = attrs.field(default=(), validator=_check_streak)
+    repeats: Repeats = attrs.field(default=(), validator=_check_repeats)
 
     def to_json(self) -> dict[str, JSONValue]:
         """The state as a JSON object; `from_json` reads it back to an equal state.
 
-        `mistakes` is written only when there is a streak, so that a controller that never saw
-        a mistake writes what earlier versions wrote.
+        `mistakes` is written only when there is a streak, and `repeats` only when a signed
+        failure caused a rewind, so that a controller that saw neither writes what earlier
+        versions wrote.
         """
         document: dict[str, JSONValue] = {
             name: [[step, count] for step, count in getattr(self, name)]
@@ -287,13 +349,15 @@ class ControllerState:
         }
         for name in _STATE_TOTALS:
             document[name] = getattr(self, name)
+        if self.repeats:
+            document["repeats"] = [[signature, count] for signature, count in self.repeats]
         return document
 
     @classmethod
     def from_json(cls, document: JSONValue) -> ControllerState:
-        """Read a state written by `to_json` (or before `mistakes` existed: without it);
-        raises `InvalidArgument` if it is malformed."""
-        expected = set(_STATE_COUNTS) | set(_STATE_TOTALS)
+        """Read a state written by `to_json` (or before `mistakes` or `repeats` existed: without
+        them); raises `InvalidArgument` if it is malformed."""
+        expected = set(_STATE_COUNTS) | set(_STATE_TOTALS) | {"repeats"}
         if not isinstance(document, dict) or not (
             expected - _STATE_OPTIONAL <= set(document) <= expected
         ):
@@ -311,11 +375,20 @@ class ControllerState:
                     f"controller state {name} must be a list of [step, count] pairs, got {pairs!r}"
                 )
             counts[name] = tuple((pair[0], pair[1]) for pair in pairs)  # type: ignore[index,misc]
+        repeats = document.get("repeats", [])
+        if not isinstance(repeats, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 for pair in repeats
+        ):
+            raise InvalidArgument(
+                f"controller state repeats must be a list of [signature, count] pairs, "
+                f"got {repeats!r}"
+            )
         return cls(
             retries=counts["retries"],
             jumps=counts["jumps"],
             transient_retries=counts["transient_retries"],
             mistakes=counts["mistakes"],
+            repeats=tuple((pair[0], pair[1]) for pair in repeats),  # type: ignore[index,misc]
             replayed_steps=document["replayed_steps"],  # type: ignore[arg-type]  # validated
             global_resets=document["global_resets"],  # type: ignore[arg-type]  # validated
             horizon=document["horizon"],  # type: ignore[arg-type]  # validated
@@ -346,6 +419,8 @@ class RollbackController:
     # The mistake streak: consecutive mistakes (`_mistakes`) at one step (`_mistake_step`).
     _mistake_step: int = attrs.field(init=False, default=0)
     _mistakes: int = attrs.field(init=False, default=0)
+    # Rewinds per failure signature, oldest signature first (dicts keep insertion order).
+    _repeats: dict[str, int] = attrs.field(init=False, factory=dict)
     _replayed: int = attrs.field(init=False, default=0)
     _global_resets: int = attrs.field(init=False, default=0)
     _horizon: int = attrs.field(init=False, default=0)
@@ -406,6 +481,7 @@ class RollbackController:
         *,
         transient: bool = False,
         mistake: bool = False,
+        signature: str | None = None,
     ) -> RollbackDecision:
         """Decide what to do about the failure of `failed_step` and update the counters.
 
@@ -416,13 +492,17 @@ class RollbackController:
         chosen. A root below 1 is treated as no root. `transient` says the failure's hint
         category is transient (timeout, rate_limited, http_server_error, connection_failure);
         `mistake` that the agent's call was malformed (`Failure.mistake`); ignored when
-        `policy.mistake_retries` is 0. See the module docstring for the algorithm. Raises
-        `InvalidArgument` for a non-int step or a key that is neither a string nor None, before
-        changing anything.
+        `policy.mistake_retries` is 0. `signature` names the failure (`failure_signature`), so
+        that the same call failing the same way after `policy.repeat_limit` rewinds aborts; a
+        transient failure's is ignored. See the module docstring for the algorithm. Raises
+        `InvalidArgument` for a non-int step, a key or signature that is neither a string nor
+        None, before changing anything.
         """
         _check_int("failed_step", failed_step)
         if error_key is not None and not isinstance(error_key, str):
             raise InvalidArgument(f"error_key must be a string or None, got {error_key!r}")
+        if signature is not None and not isinstance(signature, str):
+            raise InvalidArgument(f"signature must be a string or None, got {signature!r}")
         policy = self._policy
         step = max(failed_step, 1)
         self.observe_step(step)
@@ -442,6 +522,36 @@ class RollbackController:
             self._replayed += 1
             return RollbackDecision(strategy=RollbackStrategy.RETRY, target_step=step)
 
+        if signature is None or transient or not policy.repeat_limit:
+            return self._rewind(step, error_key, root_cause, budget)
+        rewinds = self._repeats.get(signature, 0)
+        if rewinds >= policy.repeat_limit:
+            times = "once" if rewinds == 1 else f"{rewinds} times"
+            return RollbackDecision(
+                strategy=RollbackStrategy.ABORT,
+                target_step=0,
+                reason=(
+                    f"{REPEATED_FAILURE}: the same call failed the same way after being "
+                    f"rewound {times}"
+                ),
+            )
+        decision = self._rewind(step, error_key, root_cause, budget)
+        if decision.strategy is not RollbackStrategy.ABORT:
+            self._repeats.pop(signature, None)  # counted as the most recent signature
+            self._repeats[signature] = rewinds + 1
+            if len(self._repeats) > MAX_REPEATS:
+                del self._repeats[next(iter(self._repeats))]
+        return decision
+
+    def _rewind(
+        self,
+        step: int,
+        error_key: str | None,
+        root_cause: Callable[[int, str], int | None],
+        budget: int,
+    ) -> RollbackDecision:
+        """Steps 3 to 8 of the decision algorithm: a jump, a backtrack or an escalation."""
+        policy = self._policy
         attempt = self._retries.get(step, 0) + 1
         self._retries[step] = attempt
 
@@ -502,6 +612,7 @@ class RollbackController:
             global_resets=self._global_resets,
             horizon=self._horizon,
             mistakes=((self._mistake_step, self._mistakes),) if self._mistakes else (),
+            repeats=tuple(self._repeats.items()),
         )
 
     @classmethod
@@ -519,6 +630,7 @@ class RollbackController:
         controller._transient = dict(state.transient_retries)
         if state.mistakes:
             ((controller._mistake_step, controller._mistakes),) = state.mistakes
+        controller._repeats = dict(state.repeats)
         controller._replayed = state.replayed_steps
         controller._global_resets = state.global_resets
         controller._horizon = state.horizon

@@ -47,7 +47,8 @@ class Timeline:
     brought up to date only when it is needed (`graph()`): successful steps only record their
     dependencies, so a transaction that never fails never pays for it. `call_id` is the call
     id of the step being executed (None if it has none); `call_ids` maps the call id of each
-    live step to it.
+    live step of the current turn to it (`used`; a call id is unique within a turn only:
+    docs/protocol.md#call-ids-and-turns), and `turn` is the turn those ids were sent in.
     `dropped` is what the last truncation (a rewind or an abort) dropped: the live steps and
     their call ids.
     """
@@ -67,6 +68,7 @@ class Timeline:
         "rewinds",
         "sizes",
         "steps",
+        "turn",
         "undid",
     )
 
@@ -79,6 +81,7 @@ class Timeline:
         self.pending: Pending | None = None
         self.call_id: str | None = None
         self.call_ids: dict[str, int] = {}
+        self.turn = -1  # the turn `call_ids` were sent in (`Calls.turns`)
         self.dropped: Voided = ((), ())
         self.next_step = 1
         self.rewinds = 0
@@ -101,8 +104,18 @@ class Timeline:
             self.history.succeeded(
                 step_id, step.tool_name, had_undos=step_id in undone, call_id=step.call_id
             )
-            if step.call_id is not None:
-                self.call_ids[step.call_id] = step_id
+
+    def used(self, call_id: str, turn: int) -> int | None:
+        """The live step sent in turn `turn` (`Calls.turns`) with call id `call_id`, or None.
+
+        The call ids of an earlier turn are forgotten when a later turn first asks: a later
+        turn may send a call id again once the turn that sent it is over.
+        """
+        if turn != self.turn:
+            self.turn = turn
+            self.call_ids.clear()
+            return None
+        return self.call_ids.get(call_id)
 
     def stage(self, effects: Iterable[StagedEffect]) -> None:
         """Keep effects staged by the running step (a rewind of it drops them)."""

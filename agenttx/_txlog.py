@@ -60,6 +60,11 @@ FORMAT: Final = 1
 #: matter to the reader), which makes it about twice as fast to write.
 _encode_step: Final = compact_encoder(sort_keys=False)
 
+#: An undo record and a staged effect's payload are kept as they were given, keys in their
+#: order (a compensation or a dispatcher gets the payload recovery reads back as the tool gave
+#: it); logs written before sorted them, and read back as sorted.
+_encode_payload: Final = compact_encoder(sort_keys=False)
+
 
 class LiveStep(NamedTuple):
     """A live step (succeeded, not rewound), as the transaction keeps it."""
@@ -209,7 +214,7 @@ class TxLog:
 
     def undo(self, record: UndoRecord) -> None:
         """Write an undo record, durably, before the effect it undoes happens."""
-        text = canonical_dumps(
+        text = _encode_payload(
             {"kind": record.kind, "payload": record.payload, "description": record.description}
         )
         self._store.record_undo(
@@ -243,7 +248,7 @@ class TxLog:
             EffectRow(
                 step_id=e.step_id,
                 channel=e.channel,
-                payload=canonical_dumps(e.payload),
+                payload=_encode_payload(e.payload),
                 idempotency_key=e.idempotency_key,
             )
             for e in effects

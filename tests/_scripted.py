@@ -11,6 +11,11 @@ one (to react to what the model was sent). `call(name, arguments, id)` builds a 
 `arguments` is a dict (sent as JSON text) or a string sent verbatim (to script malformed JSON).
 Call ids default to `call_<n>` (OpenAI) or `toolu_<n>` (Anthropic), numbered across the script.
 
+A request with `"stream": true` is answered as the endpoint streams: server-sent events of
+`chat.completion.chunk`s for chat completions (text, then each call's arguments in pieces), or
+the Responses API's events (`response.created`, each output item added, its text or arguments
+in deltas, done, then `response.completed`). So a streaming run is driven by the same script.
+
 When the script is exhausted the transport answers 400 with `script exhausted`, which the SDK
 raises as a `BadRequestError` (clients are built with `max_retries=0`, so nothing is retried).
 
@@ -167,10 +172,21 @@ class ScriptedModel:
             scripted = item(body) if callable(item) else item
             this = _as_turn(scripted)
             n = len(self.requests)
+            stream = bool(body.get("stream"))
             if path.endswith("/chat/completions"):
-                return httpx2.Response(200, json=self._chat(this, n))
+                chat = self._chat(this, n)
+                return (
+                    _sse(_chat_chunks(chat), done=True)
+                    if stream
+                    else httpx2.Response(200, json=chat)
+                )
             if path.endswith("/responses"):
-                return httpx2.Response(200, json=self._responses(this, n))
+                response = self._responses(this, n)
+                return (
+                    _sse(_response_events(response))
+                    if stream
+                    else httpx2.Response(200, json=response)
+                )
             if path.endswith("/messages"):
                 return httpx2.Response(200, json=self._messages(this, n))
         return _error(404, f"the scripted model does not serve {path}")
@@ -265,6 +281,101 @@ class ScriptedModel:
             "stop_sequence": None,
             "usage": {"input_tokens": 1, "output_tokens": 1},
         }
+
+
+def _sse(events: list[dict[str, Any]], *, done: bool = False) -> httpx2.Response:
+    """Server-sent events, one `data:` line each (and the `event:` name when it has a type)."""
+    lines = []
+    for event in events:
+        name = event.get("type")
+        head = f"event: {name}\n" if isinstance(name, str) and "." in name else ""
+        lines.append(f"{head}data: {json.dumps(event)}\n\n")
+    if done:
+        lines.append("data: [DONE]\n\n")
+    return httpx2.Response(
+        200, headers={"content-type": "text/event-stream"}, content="".join(lines).encode()
+    )
+
+
+def _pieces(text: str, size: int = 7) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _chat_chunks(chat: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat completion as the stream of chunks that builds it."""
+    head = {key: chat[key] for key in ("id", "created", "model")}
+    message = chat["choices"][0]["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return {**head, "object": "chat.completion.chunk", "choices": [choice]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks.extend(chunk({"content": piece}) for piece in _pieces(message["content"] or "") if piece)
+    for index, tool_call in enumerate(message.get("tool_calls") or ()):
+        function = tool_call["function"]
+        opening = {"index": index, "id": tool_call["id"], "type": "function"}
+        chunks.append(chunk({"tool_calls": [{**opening, "function": {"name": function["name"]}}]}))
+        chunks.extend(
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            for piece in _pieces(function["arguments"])
+        )
+    chunks.append(chunk({}, chat["choices"][0]["finish_reason"]))
+    chunks.append(
+        {**head, "object": "chat.completion.chunk", "choices": [], "usage": chat["usage"]}
+    )
+    return chunks
+
+
+def _response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses API response as the stream of events that builds it."""
+    events: list[dict[str, Any]] = [
+        {
+            "type": "response.created",
+            "response": {**response, "status": "in_progress", "output": []},
+        }
+    ]
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "function_call":
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**item, "arguments": "", "status": "in_progress"},
+                }
+            )
+            events.extend(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "delta": piece,
+                }
+                for piece in _pieces(item["arguments"])
+            )
+        else:
+            text = item["content"][0]["text"]
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**item, "content": [], "status": "in_progress"},
+                }
+            )
+            events.extend(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": piece,
+                    "logprobs": [],
+                }
+                for piece in _pieces(text)
+            )
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
 
 
 def _as_turn(item: object) -> Turn:
@@ -364,6 +475,41 @@ def order_script() -> list[ScriptItem]:
             call("charge", charge, "call_charge_2"),
             call("reserve", reserve, "call_reserve_2"),
             call("send_confirmation", confirm, "call_confirm"),
+        ),
+        say("Order o-1 is placed."),
+    ]
+
+
+def reused_ids_script() -> list[ScriptItem]:
+    """The order workflow as a model that numbers its call ids per turn plays it (`call_0`,
+    `call_1`, ... in every turn, as real models do), five turns.
+
+    1. `lookup_customer` with the current email (`call_0`): step 1, customer c-1.
+    2. `lookup_customer` with the old email (`call_0` again): step 2, the closed account.
+    3. `charge` (`call_0`) and `reserve` (`call_1`) for `${steps.2.id}`: the charge is step 3,
+       the reserve fails on `customer_id`, agenttx rewinds to step 2 (voiding the second
+       turn's `call_0` and this turn's `call_0`) and refunds the charge.
+    4. `charge`, `reserve`, `send_confirmation` (`call_0`, `call_1`, `call_2`) for
+       `${steps.1.id}`: steps 2 to 4.
+    5. The final text.
+    """
+    from _shop import EMAIL, OLD_EMAIL  # noqa: PLC0415
+
+    def order(customer: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        charge = {"customer_id": customer, "amount": 42}
+        return charge, {"customer_id": customer, "sku": "SKU-1", "quantity": 2}
+
+    confirm = {"customer_id": CUSTOMER, "email": "${steps.1.email}", "order_id": "o-1"}
+    bad_charge, bad_reserve = order("${steps.2.id}")
+    charge, reserve = order(CUSTOMER)
+    return [
+        turn(call("lookup_customer", {"email": EMAIL}, "call_0")),
+        turn(call("lookup_customer", {"email": OLD_EMAIL}, "call_0")),
+        turn(call("charge", bad_charge, "call_0"), call("reserve", bad_reserve, "call_1")),
+        turn(
+            call("charge", charge, "call_0"),
+            call("reserve", reserve, "call_1"),
+            call("send_confirmation", confirm, "call_2"),
         ),
         say("Order o-1 is placed."),
     ]

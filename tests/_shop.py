@@ -17,6 +17,8 @@ The workflow every integration test drives (`ORDER` holds the values):
 
 `happy_calls()` and `bad_calls()` are the calls of that workflow as `(name, arguments)` pairs,
 with the customer id passed as a `${steps.1.id}` reference (the way agenttx's prompt teaches).
+`order_plan()` is the workflow as a plan a model proposes (`propose_plan`), `BAD_PLAN` one
+with a wrong tool name and a bad reference, and the two `assert_*` helpers check the answers.
 """
 
 from __future__ import annotations
@@ -173,3 +175,70 @@ def happy_calls() -> list[tuple[str, dict[str, Any]]]:
 def bad_calls() -> list[tuple[str, dict[str, Any]]]:
     """The workflow with the old email: step 3 (`reserve`) fails, its root cause is step 1."""
     return list(_calls(OLD_EMAIL))
+
+
+# ---------------------------------------------------------------------- a model's plan
+
+
+def order_plan(*, lookup_tool: str = "lookup_customer", customer: str = "lookup") -> dict[str, Any]:
+    """The order workflow as a plan a model proposes; `lookup_tool` and `customer` (the node
+    the charge and the reservation take the customer id from) let a script get them wrong."""
+    ref = f"${{{customer}.id}}"
+    return {
+        "nodes": [
+            {"id": "lookup", "tool": lookup_tool, "inputs": {"email": EMAIL}},
+            {"id": "pay", "tool": "charge", "inputs": {"customer_id": ref, "amount": 42}},
+            {
+                "id": "hold",
+                "tool": "reserve",
+                "inputs": {"customer_id": ref, "sku": "SKU-1", "quantity": 2},
+            },
+            {
+                "id": "confirm",
+                "tool": "send_confirmation",
+                "inputs": {"customer_id": ref, "email": "${lookup.email}", "order_id": "o-1"},
+                "after": ["pay", "hold"],
+            },
+        ]
+    }
+
+
+BAD_PLAN = order_plan(lookup_tool="lookup_custmer", customer="lokup")
+
+
+def assert_refused_with_every_problem(payload: dict[str, Any]) -> None:
+    """The answer to BAD_PLAN: refused, every problem listed with its "did you mean"."""
+    assert payload["ok"] is False
+    assert payload["plan"] == "REFUSED"
+    assert payload["step"] is None
+    assert payload["next_step"] == 1  # no step was used
+    problems = payload["problems"]
+    assert problems[0] == (
+        "UNKNOWN_TOOL lookup: node `lookup` calls tool `lookup_custmer`, which is not "
+        "registered (did you mean `lookup_customer`?)."
+    )
+    unknown = [p for p in problems if p.startswith("UNKNOWN_NODE lokup:")]
+    assert len(unknown) == 3  # pay, hold and confirm each name the node that is not there
+    assert all("(did you mean `lookup`?)" in p for p in unknown)
+    assert len(problems) == 4
+    assert "propose_plan" in payload["instruction"]
+
+
+def assert_plan_ran(payload: dict[str, Any], shop: Shop) -> None:
+    """The answer to the corrected plan: it ran, each node's output is there."""
+    assert payload["ok"] is True
+    assert payload["plan"] == "SUCCEEDED"
+    assert payload["nodes"]["lookup"] == {
+        "tool": "lookup_customer",
+        "state": "SUCCEEDED",
+        "output": CUSTOMER_ADA,
+    }
+    assert payload["nodes"]["pay"]["output"] == {"charge_id": "ch-1", "amount": 42}
+    assert payload["nodes"]["confirm"]["state"] == "SUCCEEDED"
+    assert payload["next_step"] == 1
+    assert sorted(shop.calls) == sorted(TOOL_NAMES)  # each tool ran once
+    assert shop.live_charges == ["ch-1"]
+    assert [e.payload["subject"] for e in shop.delivered] == ["Order o-1"]  # the plan committed
+
+
+CUSTOMER_ADA = {"id": "c-1", "name": "Ada", "email": EMAIL, "status": "active"}

@@ -1123,3 +1123,34 @@ class ApprovalMachine(RuleBasedStateMachine):
 
 TestApprovalMachine = ApprovalMachine.TestCase
 TestApprovalMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+
+
+def _keys(value: object) -> object:
+    """The keys of every object in `value`, in their order, at every depth."""
+    if isinstance(value, dict):
+        return [(key, _keys(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_keys(item) for item in value]
+    return None
+
+
+def test_an_approved_call_gets_its_arguments_in_the_order_given(store):
+    """The tool of an approved call gets the arguments in the model's key order, and an
+    approver's edit in the approver's order, at every depth, on every store."""
+    seen: list[object] = []
+
+    @agenttx.tool(needs_approval=True)
+    def ship(order: dict) -> dict:
+        seen.append(_keys(order))
+        return {"shipped": True}
+
+    tx = _tx(store, ship)
+    sent = {"order": {"zip": "N1", "lines": [{"sku": "b", "qty": 2}], "at": {"y": 1, "x": 2}}}
+    tx.approve(tx.call("ship", sent).approval.id, actor="alice")
+    assert tx.call("ship", sent).ok
+    edited = {"order": {"qty": {"n": 1, "m": 2}, "b": 1, "a": 2}}
+    request = tx.call("ship", {"order": {"b": 0}}).approval
+    approval = tx.approve(request.id, actor="alice", arguments=edited)
+    assert _keys(approval.arguments) == _keys(edited)
+    assert tx.call("ship", {"order": {"b": 0}}).ok
+    assert seen == [_keys(sent["order"]), _keys(edited["order"])]

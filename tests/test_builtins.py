@@ -937,7 +937,7 @@ HINTS = [
         "kv.put",
         {"key": 5},
         "Hint: Wrong argument type: got number for field `key`, expected a string.",
-        None,
+        "key",  # the field the value is for (type_mismatch names it)
     ),
     (
         "kv.put",
@@ -970,13 +970,13 @@ HINTS = [
         "record.insert",
         {"table": "t", "id": 1, "fields": [1]},
         "Hint: Wrong argument type: got array for field `fields`, expected an object.",
-        None,
+        "fields",  # the field the value is for (type_mismatch names it)
     ),
     (
         "record.insert",
         {"table": "t", "id": ""},
         "Hint: Wrong argument type: got string for field `id`, expected a string or number.",
-        None,
+        "id",  # the field the value is for (type_mismatch names it)
     ),
     (
         "fs.read",
@@ -1000,7 +1000,7 @@ HINTS = [
         "effect.stage",
         {"channel": "c", "idempotency_key": 1},
         "Hint: Wrong argument type: got number for field `idempotency_key`, expected a string.",
-        None,
+        "idempotency_key",  # the field the value is for (type_mismatch names it)
     ),
     (
         "effect.stage",

@@ -44,7 +44,8 @@ def database(tmp_path_factory) -> tuple[Path, str]:
     done = engine.begin(agent_id="mailer")
     done.execute_step(1, "effect.stage", {"channel": "email", "payload": {"to": "ada@x.io"}})
     done.commit()
-    tx = engine.begin(agent_id="support-bot")
+    # mistake_retries=0: the missing key, written in the call, rewinds as any failure would.
+    tx = engine.begin(agent_id="support-bot", policy={"mistake_retries": 0})
     insert = {"table": "customers", "id": "c-1", "fields": {"name": "Ada"}}
     tx.execute_step(1, "record.insert", insert)
     assert tx.execute_step(2, "kv.get", {"key": "missing"}).next_step_id == 1  # rewound
@@ -118,6 +119,51 @@ def test_inspect_shows_one_transaction(database):
     assert "  1. create the customer first" in out
     assert "staged effects (1):" in out
     assert "undo records (0):" in out
+
+
+def test_inspect_previews_a_rollback(database):
+    """`inspect DB TX --preview STEP` says what a rollback would do and changes nothing."""
+    db, tx_id = database
+    before = db.read_bytes()
+    done = agenttx_cli("inspect", str(db), tx_id, "--preview", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"transaction {tx_id}: what a rollback to step 2 would do (nothing done)",
+        "voided steps (2):",
+        "  2. kv.put",
+        "  3. effect.stage",
+        "compensations, in the order they would run (0):",
+        "staged effects dropped (1):",
+        '  step 3 hook {"id":"c-1"}',
+        (
+            "voided steps with no undo of their own (1): their state writes are restored, "
+            "anything else they did stays done"
+        ),
+        "  2. kv.put",
+    ]
+    assert db.read_bytes() == before
+    aborted = agenttx_cli("inspect", str(db), tx_id, "--preview", "0")
+    assert "what an abort would do" in aborted.stdout
+    assert "voided steps (3):" in aborted.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("--preview", "4"), "to_step 4 must be lower than the next step 4"),
+        (("--preview", "x"), "argument --preview"),
+        (("--preview",), "argument --preview"),
+    ],
+)
+def test_inspect_refuses_a_bad_preview(database, arguments, message):
+    """A step the rollback would refuse, or no step, is a usage error (exit 2)."""
+    db, tx_id = database
+    done = agenttx_cli("inspect", str(db), tx_id, *arguments)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert agenttx_cli("inspect", str(db), "--preview", "1").stderr == (
+        "agenttx inspect: --preview needs a transaction id (TX)\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -843,7 +889,8 @@ def ended_store(tmp_path_factory) -> tuple[Path, dict[str, agenttx.Transaction],
     engine = Engine(
         tools=builtins.tools(str(root)), store=store, config=EngineConfig(idle_timeout=None)
     )
-    committed = engine.begin(agent_id="writer")
+    # mistake_retries=0: the missing key, written in the call, rewinds as any failure would.
+    committed = engine.begin(agent_id="writer", policy={"mistake_retries": 0})
     insert = {"table": "customers", "id": "c-1", "fields": {"name": "Ada"}}
     committed.execute_step(1, "record.insert", insert)
     committed.execute_step(2, "fs.write", {"path": "a.txt", "contents": "x"})
@@ -1255,3 +1302,28 @@ def test_approve_reject_and_review_decide_from_the_terminal(asking, capsys):
     assert "0 approval request(s) pending" in out
     assert "0 review(s) pending" in out
     assert main(["approve", str(db.parent / "missing.db"), request, "--actor", "a"]) == 2
+
+
+def test_inspect_preview_shows_compensations_and_refuses_an_ended_transaction(tmp_path):
+    """`--preview` lists each compensation with its payload; an ended transaction has none."""
+    store = SQLiteStore(tmp_path / "agent.db")
+    engine = Engine(
+        tools=builtins.tools(str(tmp_path)), store=store, config=EngineConfig(idle_timeout=None)
+    )
+    tx = engine.begin()
+    tx.execute_step(1, "fs.write", {"path": "a.txt", "contents": "x"})
+    done = engine.begin()
+    done.execute_step(1, "kv.put", {"key": "k", "value": 1})
+    done.commit()
+    store.close()
+    shown = agenttx_cli("inspect", str(tmp_path / "agent.db"), tx.id, "--preview", "1")
+    assert shown.returncode == 0, shown.stderr
+    compensation = tx.preview_rollback(1).compensations[0]
+    assert compensation.tool_name == "fs.write"
+    assert f'  step 1 fs.write: {compensation.kind} {{"path":' in shown.stdout
+    assert "compensations, in the order they would run (1):" in shown.stdout
+    ended = agenttx_cli("inspect", str(tmp_path / "agent.db"), done.id, "--preview", "1")
+    assert ended.returncode == 2
+    assert ended.stderr == (
+        f"agenttx inspect: transaction {done.id} has ended (COMMITTED): nothing to roll back\n"
+    )

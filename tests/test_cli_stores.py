@@ -142,8 +142,8 @@ def filled(backend: Backend) -> Iterator[Filled]:
 
 @pytest.mark.timeout(300)
 def test_the_reading_commands_work_on_both_stores(backend: Backend, filled: Filled, capsys) -> None:
-    """inspect, graph, plans and audit give the same answers on a SQLite file and on a
-    PostgreSQL DSN."""
+    """inspect (--preview too), graph and plans give the same answers on a SQLite file and on
+    a PostgreSQL DSN."""
     ended, waiting, request = filled.ended, filled.waiting, filled.request
     target = backend.args
 
@@ -165,6 +165,10 @@ def test_the_reading_commands_work_on_both_stores(backend: Backend, filled: Fill
     assert f"    approve: agenttx approve {backend.text} {request} --actor NAME{schema}" in lines
     reject = f"agenttx reject {backend.text} {request} --actor NAME --reason TEXT{schema}"
     assert f"    reject:  {reject}" in lines
+
+    status, out, err = run(capsys, "inspect", *target, waiting.id, "--preview", "0")
+    assert (status, err) == (0, ""), err
+    assert out.startswith(f"transaction {waiting.id}: what an abort would do (nothing done)\n")
 
     status, out, err = run(capsys, "inspect", *target, ended.id)
     assert (status, err) == (0, ""), err

@@ -144,6 +144,28 @@ def test_resume_continues_from_the_next_step(tmp_path, durable_backend):
     assert shop.lines().count("refund o1") == 1  # by the backtrack, before the crash
 
 
+def test_a_repeated_failure_is_remembered_across_a_crash(tmp_path, durable_backend):
+    """The rewinds each failure caused are in the durable log: after a crash and a resume,
+    the same call failing the same way again aborts instead of rewinding once more."""
+    shop = Shop(tmp_path)
+    engine = engine_on(durable_backend, shop)
+    tx = engine.begin()
+    tx.execute_step(1, "charge", {"order": "o1", "amount": 5})
+    first = tx.execute_step(2, "fail", {"order": "o1"})
+    assert first.strategy is agenttx.RollbackStrategy.LOCAL_BACKTRACK
+    crash(engine)
+
+    engine = engine_on(durable_backend, shop)
+    (tx_id,) = engine.recover("resume").resumed
+    resumed = engine.get(tx_id)
+    assert resumed.execute_step(1, "charge", {"order": "o1", "amount": 5}).ok
+    again = resumed.execute_step(2, "fail", {"order": "o1"})
+    assert again.strategy is agenttx.RollbackStrategy.ABORT
+    assert again.abort_reason is not None
+    assert again.abort_reason.startswith("repeated failure")
+    assert shop.lines() == ["charge o1", "refund o1", "charge o1", "refund o1"]
+
+
 def _die_in_a_step(path: Path, root: Path, exclusive: bool) -> None:
     shop = Shop(root)
     engine = engine_on(path, shop, exclusive=exclusive)
@@ -783,7 +805,7 @@ def test_a_rewind_that_cannot_finish_keeps_a_failed_history_with_nothing_live(
 
 def test_call_ids_survive_a_resume_and_the_end(tmp_path):
     """Call ids are in the durable log: a resumed transaction has them on its steps, still
-    refuses a live step's call id, and the history kept at the end lists them."""
+    refuses a call id sent twice in one turn, and the history kept at the end lists them."""
     shop = Shop(tmp_path)
     engine = engine_on(tmp_path / "db", shop)
     tx = engine.begin()
@@ -796,7 +818,9 @@ def test_call_ids_survive_a_resume_and_the_end(tmp_path):
     resumed = engine.get(tx.id)
     assert [(s.step_id, s.call_id) for s in resumed.steps] == [(1, "call_a"), (2, None)]
     assert [a.call_id for a in resumed.history] == ["call_a", None]
-    duplicate = resumed.execute_step(3, "notify", {"to": "b@x.io"}, call_id="call_a")
+    _, duplicate = resumed.call_turn(
+        [("notify", {"to": "b@x.io"}, "call_c"), ("notify", {"to": "c@x.io"}, "call_c")]
+    )
     assert not duplicate.ok
     assert "duplicate call id" in (duplicate.error or "")
     step = resumed.next_step_id
@@ -898,3 +922,93 @@ def test_the_mistake_streak_survives_a_resume(tmp_path):
     assert fourth.strategy is agenttx.RollbackStrategy.LOCAL_BACKTRACK
     assert fourth.voided_steps == (1,)
     assert shop.lines() == ["charge o1", "refund o1"]
+
+
+def _keys(value: object) -> object:
+    """The keys of every object in `value`, in their order, at every depth."""
+    if isinstance(value, dict):
+        return [(key, _keys(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_keys(item) for item in value]
+    return None
+
+
+NESTED: Any = {
+    "zip": "N1",
+    "lines": [{"sku": "b", "qty": 2}],
+    "at": {"y": 1, "x": {"q": 0, "p": 1}},
+}
+
+
+def _ordered_shop(seen: list[object]) -> list[Any]:
+    @agenttx.compensation(name="unship")
+    def unship(payload: dict) -> None:
+        seen.append(("undo", _keys(payload)))
+
+    @agenttx.tool(name="ship")
+    def ship(ctx: agenttx.ToolContext, order: dict) -> dict:
+        seen.append(("tool", _keys(order)))
+        ctx.register_undo("unship", {"z": 1, "order": order, "a": {"d": 1, "c": 2}})
+        return {"w": 1, "order": order}
+
+    return [unship, ship]
+
+
+def test_an_undo_payload_keeps_its_key_order_after_a_rollback_and_an_abort_recovery(
+    durable_backend,
+):
+    """A compensation gets its payload in the order the tool registered it, at every depth:
+    after an in-process rollback, and after `recover("abort")` read it back from the log."""
+    seen: list[object] = []
+    payload = _keys({"z": 1, "order": NESTED, "a": {"d": 1, "c": 2}})
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    tx = engine.begin()
+    assert tx.call("ship", {"order": NESTED}).ok
+    tx.rollback()
+    assert seen == [("tool", _keys(NESTED)), ("undo", payload)]
+    seen.clear()
+    tx = engine.begin()
+    assert tx.call("ship", {"order": NESTED}).ok
+    crash(engine)
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    assert engine.recover("abort").compensations_run == 1
+    assert seen == [("tool", _keys(NESTED)), ("undo", payload)]
+
+
+def test_a_resumed_transaction_gives_tools_objects_in_their_key_order(durable_backend):
+    """After `recover("resume")`, a tool gets an object in the order it was sent, and an
+    earlier step's output (read back from the log) in the order the tool returned it."""
+    seen: list[object] = []
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    tx = engine.begin()
+    assert tx.call("ship", {"order": NESTED}).ok
+    crash(engine)
+    engine = Engine(tools=_ordered_shop(seen), store=durable_backend(), config=FAST)
+    assert engine.recover("resume").resumed == (tx.id,)
+    resumed = engine.get(tx.id)
+    assert resumed.call("ship", {"order": "${steps.1}"}).ok
+    assert resumed.call("ship", {"order": {"b": NESTED, "a": 1}}).ok
+    assert seen == [
+        ("tool", _keys(NESTED)),
+        ("tool", _keys({"w": 1, "order": NESTED})),
+        ("tool", _keys({"b": NESTED, "a": 1})),
+    ]
+
+
+def test_a_staged_effect_keeps_its_key_order_through_a_resume(durable_backend):
+    """An effect staged before a crash reaches the dispatcher, after `recover("resume")` and
+    the commit, with its payload's keys in the order the tool staged them."""
+
+    @agenttx.tool(name="mail")
+    def mail(ctx: agenttx.ToolContext) -> dict:
+        return {"key": ctx.stage_effect("email", {"to": "a@x.io", "body": NESTED, "at": 1})}
+
+    sent: list[agenttx.StagedEffect] = []
+    engine = Engine(tools=[mail], store=durable_backend(), config=FAST, dispatcher=sent.append)
+    tx = engine.begin()
+    assert tx.call("mail", {}).ok
+    crash(engine)
+    engine = Engine(tools=[mail], store=durable_backend(), config=FAST, dispatcher=sent.append)
+    assert engine.recover("resume").resumed == (tx.id,)
+    engine.get(tx.id).commit()
+    assert [_keys(e.payload) for e in sent] == [_keys({"to": "", "body": NESTED, "at": 1})]

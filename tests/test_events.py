@@ -286,7 +286,8 @@ def test_a_failed_step_is_recorded_before_its_rewind_and_compensations():
     """A failure's decision comes first, then each compensation, then the abort."""
     log: list[str] = []
     tx = agenttx.Transaction(
-        tools=_shop(log), policy=agenttx.RollbackPolicy(max_local_depth=0, max_global_resets=0)
+        tools=_shop(log),
+        policy=agenttx.RollbackPolicy(max_local_depth=0, max_global_resets=0, mistake_retries=0),
     )
     tx.call("reserve", {"sku": "s-1"})
     result = tx.call("charge", {"amount": 5})

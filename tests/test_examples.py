@@ -162,3 +162,23 @@ def test_audit_trail_example_output():
     assert all(kind in live for kind in kinds), out
     assert all(kind in stored for kind in kinds), out
     assert "11 events; `agenttx audit " in out
+
+
+def test_model_plan_example_output():
+    """The model's plan example shows the refused plan's problems with their "did you mean",
+    then the corrected plan's run: one charge, one email, the outputs sent to the model."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "model_plan.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = done.stdout
+    assert "(did you mean `lookup_customer`?)" in out
+    assert "(did you mean `lookup`?)" in out
+    assert '"plan": "REFUSED"' in out
+    assert '"plan": "SUCCEEDED"' in out
+    assert out.count("[payments] charge") == 1
+    assert out.count("[email] to ada@example.com") == 1
+    assert out.rstrip().endswith("transaction committed, 0 steps")

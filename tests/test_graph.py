@@ -629,3 +629,26 @@ class GraphMachine(RuleBasedStateMachine):
 
 GraphMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30)
 test_graph_machine = GraphMachine.TestCase
+
+
+# ---------------------------------------------------------------- literal inputs
+
+
+def test_an_input_no_step_produced_is_a_literal():
+    """A key the step wrote itself (no edge, no explicit dependency) is literal; one that came
+    by an implicit link or a reference is not; neither is a key the step has no input for."""
+    graph = DependencyGraph()
+    graph.add_step(1, "lookup", {"email": "a@x"})
+    graph.record_output(1, {"id": "c-1"})
+    graph.add_step(2, "reserve", {"customer_id": "c-1", "quantity": "two", "o": {"Sku": "s"}})
+    assert graph.is_literal(2, "quantity")
+    assert graph.is_literal(2, "QUANTITY")  # ASCII case is ignored, as everywhere in the graph
+    assert graph.is_literal(2, "sku")  # a nested leaf counts under its own key
+    assert not graph.is_literal(2, "customer_id")  # implicitly linked to step 1's `id`
+    assert not graph.is_literal(2, "missing")
+    assert not graph.is_literal(3, "quantity")  # no such step
+    graph.add_step(2, "reserve", {"customer_id": "c-9"}, [dep(1, "id", "customer_id")])
+    assert not graph.is_literal(2, "customer_id")  # a reference, even to another value
+    graph.add_step(2, "reserve", {"customer_id": "c-9"}, [dep(7, "id", "customer_id")])
+    assert graph.edges() == ()
+    assert not graph.is_literal(2, "customer_id")  # a dropped reference is still not literal

@@ -102,6 +102,8 @@ KEYED_RULES = {
     "invalid_value",
     "unknown_field",
 }
+#: Rules with no key group that may still name a key, read from a capture (`key_from`).
+DERIVED_KEY_RULES = {"type_mismatch"}
 
 FRAME_PREFIXES = (
     "at ",
@@ -170,6 +172,8 @@ def reference_clean(raw: str) -> CleanHint:
             key = next(
                 (v.strip() for n in rule.key_groups if (v := groups.get(n)) and v.strip()), None
             )
+            if key is None and rule.key_from is not None:
+                key = rule.key_from(groups)
             if key is not None:
                 key = _first_column(key) or None
             return CleanHint(
@@ -192,6 +196,7 @@ def test_rule_table_is_the_reference_table():
     """The rules are the documented 35, in their priority order, with their categories."""
     assert [rule.name for rule in _RULES] == list(REFERENCE_PATTERNS)
     assert {rule.name for rule in _RULES if rule.key_groups} == KEYED_RULES
+    assert {rule.name for rule in _RULES if rule.key_from} == DERIVED_KEY_RULES
 
 
 # ------------------------------------------------------------------------------ every rule
@@ -617,7 +622,7 @@ EXAMPLES = [
         "Hint: Wrong argument type: got number for field `key`, expected a string.",
         C.INVALID_VALUE,
         "type_mismatch",
-        None,
+        "key",
     ),
     (
         'invalid type: string "x", expected u32 at line 1 column 9',
@@ -1513,7 +1518,7 @@ def test_any_text_gives_a_well_formed_hint(raw):
     assert len(hint.text) <= MAX_HINT_CHARS
     assert (hint.rule is None) == (hint.category is C.UNKNOWN)
     if hint.key is not None:
-        assert hint.rule in KEYED_RULES
+        assert hint.rule in KEYED_RULES | DERIVED_KEY_RULES
         assert hint.key
     if hint.rule is not None:
         assert hint.category is next(r.category for r in _RULES if r.name == hint.rule)
@@ -1807,3 +1812,21 @@ def test_the_reason_phrases_cover_the_standard_library_table():
     for status in http.HTTPStatus:
         if 400 <= status.value <= 599:
             assert status.phrase.lower() in _hints._REASON_PHRASES[str(status.value)], status
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('ValueError: invalid type: "two" for field quantity, expected an integer', "quantity"),
+        ("invalid type: number for field `items[2].qty`, expected a string", "items[2].qty"),
+        ("invalid type: null for field 'note' , expected a string", "note"),
+        ('invalid type: string "x", expected u32 at line 1 column 9', None),
+        ("invalid type: the for field, expected x", None),
+    ],
+)
+def test_type_mismatch_names_the_field_its_value_is_for(text, key):
+    """A type mismatch whose value is followed by `for field NAME` blames that field (its key
+    drives the root-cause search and marks a literal mistake); the text is unchanged."""
+    hint = clean_error(text)
+    assert (hint.rule, hint.key) == ("type_mismatch", key)
+    assert hint.text.startswith("Hint: Wrong argument type: got ")

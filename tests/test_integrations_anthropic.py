@@ -13,8 +13,24 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import agenttx
-from _scripted import ScriptedModel, anthropic_tool_results, call, order_script, say, turn
-from _shop import EMAIL, TOOL_NAMES, Shop
+from _scripted import (
+    ScriptedModel,
+    anthropic_tool_results,
+    call,
+    order_script,
+    reused_ids_script,
+    say,
+    turn,
+)
+from _shop import (
+    BAD_PLAN,
+    EMAIL,
+    TOOL_NAMES,
+    Shop,
+    assert_plan_ran,
+    assert_refused_with_every_problem,
+    order_plan,
+)
 from agenttx.integrations import anthropic as atx_anthropic
 
 if TYPE_CHECKING:
@@ -361,3 +377,103 @@ def test_the_callers_messages_are_never_changed():
     after = runner.handle(before, second)
     assert before == frozen
     assert roles(after) == ["user", "assistant", "user"]
+
+
+# ---------------------------------------------------------------------- plans a model proposes
+
+
+def test_a_models_plan_is_refused_with_every_problem_then_corrected_and_run():
+    """Acceptance: through the Anthropic runner with plans=True, a plan with a wrong tool name
+    and a bad reference is answered with every problem and its "did you mean", nothing runs
+    and no step is used; the corrected plan runs, and the model gets its outputs."""
+    shop = Shop()
+    tx = shop.transaction()
+    runner = atx_anthropic.ToolRunner(tx, plans=True)
+    seen: list[tuple[list[str], int]] = []
+
+    def corrected(body: dict[str, Any]) -> Any:
+        seen.append((list(shop.calls), tx.next_step_id))
+        return turn(call("propose_plan", order_plan(), "toolu_plan_2"))
+
+    model = ScriptedModel([turn(call("propose_plan", BAD_PLAN, "toolu_plan_1")), corrected, "ok"])
+    messages = messages_loop(model.anthropic(), runner)
+    assert seen == [([], 1)]  # after the refusal: no tool ran, no step used
+    assert_alternating(messages)
+    refused, ran = anthropic_tool_results({"messages": messages})
+    assert (refused["tool_use_id"], refused["is_error"]) == ("toolu_plan_1", True)
+    assert_refused_with_every_problem(refused["content"])
+    assert (ran["tool_use_id"], ran["is_error"]) == ("toolu_plan_2", False)
+    assert_plan_ran(ran["content"], shop)
+    assert anthropic_tool_results(model.last)[-1] == ran  # the model got the result
+    assert len(model.requests) == 3
+    offered = model.requests[0]["tools"]
+    assert offered[-1]["name"] == "propose_plan"
+    assert offered[-1]["input_schema"] == agenttx.plan_tool_spec(tx).parameters
+    assert [t["name"] for t in offered[:-1]] == list(TOOL_NAMES)
+    tx.commit()
+
+
+# ---------------------------------------------------------------------- reused call ids
+
+
+def reused_ids_conversation(history: str) -> tuple[Shop, agenttx.Transaction, ScriptedModel]:
+    """The order workflow played by a model that numbers its call ids per turn."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(reused_ids_script())
+    messages_loop(model.anthropic(), atx_anthropic.ToolRunner(tx, history=history))  # type: ignore[arg-type]
+    assert model.remaining == 0
+    return shop, tx, model
+
+
+def test_later_turns_may_reuse_tool_use_ids_and_every_call_runs():
+    """A model that sends `call_0` in every turn: every call runs, the rewind refunds the
+    charge, and the order commits once."""
+    shop, tx, _ = reused_ids_conversation("truncate")
+    assert shop.calls == [
+        "lookup_customer",
+        "lookup_customer",
+        "charge",
+        "reserve",
+        "charge",
+        "reserve",
+        "send_confirmation",
+    ]
+    assert [s.call_id for s in tx.steps] == ["call_0", "call_0", "call_1", "call_2"]
+    assert shop.refunds == ["ch-1"]
+    tx.commit()
+    assert len(shop.delivered) == 1
+
+
+def test_truncate_after_reuse_drops_only_the_voided_blocks_of_a_reused_id():
+    """The rewind voids steps 2 and 3 (both `call_0`): their blocks go, roles still
+    alternate, and turn 1's `call_0` (step 1, live) stays with its result."""
+    _, _, model = reused_ids_conversation("truncate")
+    messages = model.requests[3]["messages"]
+    assert_alternating(messages)
+    assert roles(messages) == ["user", "assistant", "user", "assistant", "user"]
+    assert [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"] == ["call_0"]
+    assert [b["id"] for b in messages[3]["content"] if b["type"] == "tool_use"] == ["call_1"]
+    results = anthropic_tool_results({"messages": messages})
+    assert [(r["tool_use_id"], r["content"]["step"]) for r in results] == [
+        ("call_0", 1),
+        ("call_1", 4),
+    ]
+    assert results[0]["content"]["output"]["id"] == "c-1"
+    assert results[1]["content"]["note"].startswith("The rollback undid steps 2 and 3")
+    assert_alternating(model.last["messages"])
+
+
+def test_void_after_reuse_replaces_only_the_voided_results_of_a_reused_id():
+    """history="void": the results of steps 2 and 3 (both `call_0`) are voided; turn 1's
+    `call_0` result keeps its output."""
+    _, _, model = reused_ids_conversation("void")
+    results = anthropic_tool_results({"messages": model.requests[3]["messages"]})
+    assert [(r["tool_use_id"], r["content"]["step"]) for r in results] == [
+        ("call_0", 1),
+        ("call_0", 2),
+        ("call_0", 3),
+        ("call_1", 4),
+    ]
+    assert [r["content"].get("voided") for r in results] == [None, True, True, None]
+    assert [r["is_error"] for r in results] == [False, True, True, True]

@@ -12,7 +12,7 @@ from typing import Final
 import pytest
 
 import agenttx
-from _shop import EMAIL, TOOL_NAMES, Shop, bad_calls
+from _shop import BAD_PLAN, EMAIL, OLD_EMAIL, TOOL_NAMES, Shop, bad_calls, order_plan
 from agenttx.integrations import _common
 
 
@@ -207,12 +207,15 @@ def _bad_arguments() -> list[_common.Payload]:
 
 
 def _reused_call_id() -> list[_common.Payload]:
-    shop, (payload,) = _after_a_charge(("charge", CHARGE_ARGS, "c1"))
+    shop, (first, payload) = _after_a_charge(
+        ("charge", CHARGE_ARGS, "c2"), ("charge", CHARGE_ARGS, "c2")
+    )
+    assert first["ok"] is True
     assert payload["error"] == (
-        "Hint: Call id 'c1' was already used by step 1, which still stands. "
+        "Hint: Call id 'c2' was already used by step 2, which still stands. "
         "Send the call again with a call id of its own."
     )
-    assert shop.calls == ["charge"]
+    assert shop.calls == ["charge", "charge"]
     return [payload]
 
 
@@ -257,14 +260,27 @@ def _after_a_failed_call() -> list[_common.Payload]:
     return [after]
 
 
+def _a_refused_plan() -> list[_common.Payload]:
+    shop = Shop()
+    tx = shop.transaction()
+    call = _common.ModelCall(call_id="p1", name="propose_plan", arguments=json.dumps(BAD_PLAN))
+    (outcome,) = _common.run_turn_with_plans(tx, [call], plans=True)
+    problems = outcome.payload["problems"]
+    assert isinstance(problems, list)
+    assert all("(did you mean" in str(problem) for problem in problems)
+    assert (shop.calls, tx.next_step_id) == ([], 1)
+    return [outcome.payload]
+
+
 MISTAKE_SCENARIOS: Final = {
     "an unknown tool name": _unknown_tool,
     "arguments that are not JSON, or break the tool's schema": _bad_arguments,
-    "a call id already used by a live step": _reused_call_id,
+    "a call id sent twice in one turn": _reused_call_id,
     "a tool name over 128 characters, arguments over the size limit": _refused,
     "more than 128 tool calls in one turn": _too_many_calls,
     "a call after the transaction ended": _after_the_end,
     "a call after a failed call in the same turn": _after_a_failed_call,
+    "with `plans=True`, a `propose_plan` whose plan has problems": _a_refused_plan,
 }
 
 
@@ -287,3 +303,153 @@ def test_the_mistakes_table_says_what_reaches_the_model(row):
                 assert payload[pair.group(1)] == json.loads(pair.group(2)), quoted
             else:
                 assert quoted in str(payload["error"]), quoted
+
+
+# ---------------------------------------------------------------------- plans a model proposes
+
+
+def plan_call(plan: object, call_id: str = "p1") -> _common.ModelCall:
+    arguments = plan if isinstance(plan, str) else json.dumps(plan)
+    return _common.ModelCall(call_id=call_id, name="propose_plan", arguments=arguments)
+
+
+def step_call(name: str, arguments: dict[str, object], call_id: str) -> _common.ModelCall:
+    return _common.ModelCall(call_id=call_id, name=name, arguments=json.dumps(arguments))
+
+
+def test_a_plan_call_runs_after_the_turns_steps_and_answers_in_order():
+    """In a turn with steps and a plan call, the steps run as one turn (steps 1 and 2), then
+    the plan; the outcomes come in the order of the calls, and the plan used no step."""
+    shop = Shop()
+    tx = shop.transaction()
+    calls = [
+        step_call("lookup_customer", {"email": EMAIL}, "s1"),
+        plan_call(order_plan()),
+        step_call("charge", {"customer_id": "${steps.1.id}", "amount": 5}, "s2"),
+    ]
+    outcomes = _common.run_turn_with_plans(tx, calls, plans=True)
+    assert [o.call_id for o in outcomes] == ["s1", "p1", "s2"]
+    assert [o.payload["step"] for o in outcomes] == [1, None, 2]
+    assert all(o.payload["ok"] for o in outcomes)
+    assert outcomes[1].payload["next_step"] == 3
+    assert shop.calls[:2] == ["lookup_customer", "charge"]  # the steps ran first
+    assert tx.next_step_id == 3
+
+
+def test_a_plan_call_after_a_failed_step_is_not_run():
+    """A plan call in a turn whose step failed is not run, and says so; nothing of it runs."""
+    shop = Shop()
+    tx = shop.transaction()
+    calls = [step_call("lookup_customer", {"email": "nobody@example.com"}, "s1"), plan_call({})]
+    failed, plan = _common.run_turn_with_plans(tx, calls, plans=True)
+    assert failed.is_error
+    assert plan.is_error
+    assert "Not run" in plan.payload["error"]
+    assert shop.calls == ["lookup_customer"]
+
+
+def test_after_a_refused_plan_the_next_plan_of_the_turn_is_not_run():
+    """Two plan calls in one turn: once one is refused, the next is not run."""
+    shop = Shop()
+    first, second = _common.run_turn_with_plans(
+        shop.transaction(), [plan_call(BAD_PLAN, "p1"), plan_call(order_plan(), "p2")], plans=True
+    )
+    assert first.payload["plan"] == "REFUSED"
+    assert "Not run" in second.payload["error"]
+    assert shop.calls == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ('{"nodes": [', "a plan in JSON text is malformed"),
+        ("", "needs `nodes`"),
+        ({"nodes": [{"id": "a"}]}, "needs `id` and `tool`"),
+        ({"nodes": [{"id": "a", "tool": "charge", "retries": 99}]}, "MAX_NODE_RETRIES"),
+        ({**order_plan(), "initial": ["email"]}, "the plan declares initial email"),
+    ],
+)
+def test_a_malformed_plan_is_refused_with_what_is_wrong(arguments, problem):
+    """A plan from_json refuses (malformed text, a missing field, a limit passed) or one that
+    declares initial values (a proposed plan is given none) is refused, saying why; nothing
+    runs and no step is used."""
+    shop = Shop()
+    tx = shop.transaction()
+    (outcome,) = _common.run_turn_with_plans(tx, [plan_call(arguments)], plans=True)
+    assert outcome.payload["plan"] == "REFUSED"
+    assert problem in outcome.payload["problems"][0]
+    assert len(outcome.payload["problems"]) == 1
+    assert (shop.calls, tx.next_step_id) == ([], 1)
+
+
+def test_a_plan_that_fails_when_it_runs_is_compensated_and_said_so():
+    """A valid plan whose node fails runs as a failed plan: the model gets each node's state,
+    the failing node's hint and the compensated nodes; nothing it did is kept."""
+    shop = Shop()
+    plan = order_plan()
+    plan["nodes"][0]["inputs"]["email"] = OLD_EMAIL  # a closed account: the reservation fails
+    (outcome,) = _common.run_turn_with_plans(shop.transaction(), [plan_call(plan)], plans=True)
+    payload = outcome.payload
+    assert outcome.is_error
+    assert (payload["ok"], payload["plan"]) == (False, "FAILED")
+    assert payload["nodes"]["hold"]["state"] == "FAILED"
+    assert "closed account" in payload["nodes"]["hold"]["error"]
+    assert payload["nodes"]["confirm"]["state"] == "SKIPPED"
+    assert payload["compensated"] == ["pay"]
+    assert shop.live_charges == []
+    assert shop.delivered == []
+
+
+def test_a_plan_in_an_ended_transaction_is_not_run():
+    """Once the transaction has ended, a plan call is answered as any call is: not run."""
+    shop = Shop()
+    tx = shop.transaction()
+    tx.commit()
+    (outcome,) = _common.run_turn_with_plans(tx, [plan_call(order_plan())], plans=True)
+    assert "transaction has ended" in outcome.payload["error"]
+    assert shop.calls == []
+
+
+def test_without_plans_a_plan_call_is_a_step_like_any_other():
+    """`plans=False` leaves the turn to `run_turn`: propose_plan is an unknown tool."""
+    shop = Shop()
+    (outcome,) = _common.run_turn_with_plans(
+        shop.transaction(), [plan_call(order_plan())], plans=False
+    )
+    assert outcome.result is not None
+    assert "does not exist" in outcome.payload["error"]
+
+
+def test_a_plan_of_an_engines_transaction_is_recorded_durably(tmp_path):
+    """On an engine's durable store the plan run is recorded in the store (and recovery would
+    resume it), beside the transaction, which it leaves alone."""
+    shop = Shop()
+    store = agenttx.stores.SQLiteStore(tmp_path / "agent.db")
+    engine = agenttx.Engine(tools=shop.tools, store=store, dispatcher=shop.deliver)
+    tx = engine.begin()
+    (outcome,) = _common.run_turn_with_plans(tx, [plan_call(order_plan())], plans=True)
+    assert outcome.payload["ok"] is True
+    runs = store.plan_runs()
+    assert [(run_id, status) for run_id, status, _ in runs] == [
+        (outcome.payload["run_id"], "SUCCEEDED")
+    ]
+    assert shop.live_charges == ["ch-1"]
+    assert tx.status is agenttx.TxStatus.ACTIVE
+    tx.commit()
+    store.close()
+
+
+def test_plans_must_be_a_bool_and_may_not_shadow_a_tool():
+    """A runner's `plans` must be True or False; with plans=True a tool already named
+    propose_plan is refused (the model could not reach it)."""
+    shop = Shop()
+    with pytest.raises(agenttx.InvalidArgument, match="plans must be True or False"):
+        _common.Runner(shop.transaction(), plans="yes")  # type: ignore[arg-type]
+
+    @agenttx.tool
+    def propose_plan() -> None: ...
+
+    tx = agenttx.Transaction(tools=[propose_plan])
+    with pytest.raises(agenttx.InvalidArgument, match="rename the tool"):
+        _common.Runner(tx, plans=True)
+    assert _common.Runner(tx).plan_spec is None

@@ -118,7 +118,8 @@ def test_a_gate_needs_a_transaction():
 
 
 def test_a_refused_call_or_a_reused_call_id_bars_the_rest_of_the_turn():
-    """Oversized arguments are refused; a reused call id is a mistake; later calls do not run."""
+    """Oversized arguments are refused; a call id sent twice in one turn is refused; later
+    calls of the turn do not run; a later turn may send the id again."""
     shop = Shop()
     tx = shop.transaction()
     gate = gate_for(tx, "test")
@@ -147,7 +148,9 @@ def test_a_refused_call_or_a_reused_call_id_bars_the_rest_of_the_turn():
     assert first["ok"] is True
     assert reused["ok"] is False
     assert reused["step"] == 2
-    assert "c3" in reused["error"]
+    assert "call id 'c3' was already sent in this turn, as step 1" in reused["error"]
     assert after_mistake["step"] is None
-    assert "Not run: step 2 failed first" in after_mistake["error"]
+    assert "Not run: step 2 was refused first" in after_mistake["error"]
     assert shop.calls == ["lookup_customer"]
+    (again,) = asyncio.run(turn(3, [("lookup_customer", {"email": EMAIL}, "c3")]))
+    assert (again["ok"], again["step"]) == (True, 2)  # a later turn may reuse the id

@@ -21,10 +21,19 @@ from _scripted import (
     chat_tool_messages,
     order_script,
     responses_outputs,
+    reused_ids_script,
     say,
     turn,
 )
-from _shop import EMAIL, TOOL_NAMES, Shop
+from _shop import (
+    BAD_PLAN,
+    EMAIL,
+    TOOL_NAMES,
+    Shop,
+    assert_plan_ran,
+    assert_refused_with_every_problem,
+    order_plan,
+)
 from agenttx.integrations import openai as atx_openai
 
 if TYPE_CHECKING:
@@ -513,3 +522,291 @@ def test_schema_violations_name_the_argument():
     assert "amount" in result["error"]
     assert result["next_step"] == 1
     assert shop.charges == []
+
+
+# ---------------------------------------------------------------------- mistakes to learn from
+
+
+def till() -> tuple[list[Any], dict[str, list[str]]]:
+    """A charge that echoes its customer (refunded on rewind) and a reservation that a database
+    refuses for an unknown customer and the tool refuses for a quantity that is not an int."""
+    seen: dict[str, list[str]] = {"calls": [], "charges": [], "refunds": []}
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: dict[str, Any]) -> None:
+        seen["refunds"].append(payload["output"]["charge_id"])
+
+    @agenttx.tool(compensate=refund)
+    def charge(customer_id: str, amount: int) -> dict[str, Any]:
+        """Charge the customer."""
+        seen["calls"].append("charge")
+        seen["charges"].append(f"ch-{len(seen['charges']) + 1}")
+        return {"charge_id": seen["charges"][-1], "customer_id": customer_id}
+
+    @agenttx.tool
+    def reserve(customer_id: str, quantity: object) -> dict[str, Any]:
+        """Reserve stock."""
+        seen["calls"].append("reserve")
+        if customer_id != "c-1":
+            raise agenttx.ToolError(
+                f'DETAIL:  Key (customer_id)=({customer_id}) is not present in table "customers".'
+            )
+        if not isinstance(quantity, int):
+            message = f'invalid type: "{quantity}" for field quantity, expected an integer'
+            raise ValueError(message)  # noqa: TRY004  (the plain exception a tool may raise)
+        return {"reserved": quantity}
+
+    return [refund, charge, reserve], seen
+
+
+def test_a_model_repeating_its_mistake_is_stopped_after_one_rewind():
+    """A model that sends the same bad customer again after the rewind is told the bad value
+    and, the second time, that the run ended (the loop named): two model turns of calls, two
+    charges, both refunded, never a third charge-and-refund cycle."""
+    tools, seen = till()
+    tx = agenttx.Transaction(tools=tools)
+
+    def stubborn(body: dict[str, Any]) -> Any:
+        results = chat_tool_messages(body)
+        if results and results[-1]["content"]["next_step"] == 0:
+            return say("I could not place the order.")
+        return turn(
+            call("charge", {"customer_id": "c-404", "amount": 42}),
+            call("reserve", {"customer_id": "c-404", "quantity": 1}),
+        )
+
+    model = ScriptedModel([stubborn] * 8)
+    messages = chat_loop(model.openai(), atx_openai.ToolRunner(tx))
+    assert len(model.requests) == 3
+    assert seen["charges"] == seen["refunds"] == ["ch-1", "ch-2"]
+    rewound = chat_tool_messages(model.requests[1])[-1]["content"]
+    assert rewound["bad_value"] == {"key": "customer_id", "value": "c-404", "step": 1}
+    assert rewound["compensated"] == [{"step": 1, "compensation": "refund"}]
+    ended = chat_tool_messages({"messages": messages})[-1]["content"]
+    assert ended["abort_reason"].startswith("repeated failure")
+    assert ended["instruction"].startswith("The same call failed the same way")
+    assert tx.status is agenttx.TxStatus.FAILED
+
+
+def test_a_literal_the_tool_refuses_costs_one_more_call_and_no_refund():
+    """`quantity: "two"` refused by the tool is resent alone: N + 1 tool calls, the charge
+    kept, the model told which value was wrong."""
+    tools, seen = till()
+    tx = agenttx.Transaction(tools=tools)
+    model = ScriptedModel(
+        [
+            turn(
+                call("charge", {"customer_id": "c-1", "amount": 42}),
+                call("reserve", {"customer_id": "c-1", "quantity": "two"}),
+            ),
+            turn(call("reserve", {"customer_id": "c-1", "quantity": 2})),
+            say("Reserved."),
+        ]
+    )
+    chat_loop(model.openai(), atx_openai.ToolRunner(tx))
+    assert model.remaining == 0
+    assert seen["calls"] == ["charge", "reserve", "reserve"]
+    assert seen["refunds"] == []
+    resend = chat_tool_messages(model.requests[1])[-1]["content"]
+    assert (resend["step"], resend["next_step"]) == (2, 2)
+    assert resend["bad_value"] == {"key": "quantity", "value": "two", "step": 2}
+    assert tx.commit().steps_committed == 2
+
+
+# ---------------------------------------------------------------------- plans a model proposes
+
+
+def test_a_models_plan_is_refused_with_every_problem_then_corrected_and_run():
+    """Acceptance: through the chat runner with plans=True, a plan with a wrong tool name and
+    a bad reference is answered with every problem and its "did you mean", nothing runs and
+    no step is used; the corrected plan runs, and the model gets its outputs."""
+    shop = Shop()
+    tx = shop.transaction()
+    runner = atx_openai.ToolRunner(tx, plans=True)
+    seen: list[tuple[list[str], int]] = []
+
+    def corrected(body: dict[str, Any]) -> Any:
+        seen.append((list(shop.calls), tx.next_step_id))
+        return turn(call("propose_plan", order_plan(), "call_plan_2"))
+
+    model = ScriptedModel([turn(call("propose_plan", BAD_PLAN, "call_plan_1")), corrected, "ok"])
+    messages = chat_loop(model.openai(), runner)
+    assert seen == [([], 1)]  # after the refusal: no tool ran, no step used
+    refused, ran = chat_tool_messages({"messages": messages})
+    assert refused["tool_call_id"] == "call_plan_1"
+    assert_refused_with_every_problem(refused["content"])
+    assert ran["tool_call_id"] == "call_plan_2"
+    assert_plan_ran(ran["content"], shop)
+    assert chat_tool_messages(model.last)[-1] == ran  # the model got the result
+    assert len(model.requests) == 3
+    offered = model.requests[0]["tools"]
+    assert offered[-1]["function"]["name"] == "propose_plan"
+    assert offered[-1]["function"]["parameters"] == agenttx.plan_tool_spec(tx).parameters
+    assert [t["function"]["name"] for t in offered[:-1]] == list(TOOL_NAMES)
+    assert tx.view().steps_completed == 0
+    tx.commit()
+
+
+def test_the_responses_runner_answers_a_plan_too():
+    """The Responses runner offers propose_plan (flat, not strict) and answers a refused plan
+    and a corrected one with function_call_output items."""
+    shop = Shop()
+    tx = shop.transaction()
+    runner = atx_openai.ResponsesToolRunner(tx, plans=True)
+    assert runner.tools[-1]["name"] == "propose_plan"
+    assert runner.tools[-1]["strict"] is False
+    client = ScriptedModel(
+        [call("propose_plan", BAD_PLAN, "c1"), call("propose_plan", order_plan(), "c2"), "ok"]
+    )
+    items: Any = "Order 2 x SKU-1 for ada@example.com, 42 pence."
+    while True:
+        response = client.openai().responses.create(model=MODEL, input=items, tools=runner.tools)
+        if not any(i.type == "function_call" for i in response.output):
+            break
+        items = runner.handle(items, response)
+    refused, ran = responses_outputs({"input": items})
+    assert_refused_with_every_problem(refused["output"])
+    assert_plan_ran(ran["output"], shop)
+
+
+def test_an_async_runner_runs_a_plan_on_the_event_loop():
+    """`ahandle` answers propose_plan too, running the plan with `arun_plan` on the loop."""
+    shop = Shop()
+    runner = atx_openai.ToolRunner(shop.transaction(), plans=True)
+    model = ScriptedModel([call("propose_plan", order_plan(), "c1"), "ok"])
+
+    async def loop() -> list[dict[str, Any]]:
+        client = model.async_openai()
+        messages: list[Any] = list(PROMPT)
+        while True:
+            reply = await client.chat.completions.create(
+                model=MODEL, messages=messages, tools=runner.tools
+            )
+            if not reply.choices[0].message.tool_calls:
+                return messages
+            messages = await runner.ahandle(messages, reply.choices[0].message)
+
+    (ran,) = chat_tool_messages({"messages": asyncio.run(loop())})
+    assert_plan_ran(ran["content"], shop)
+
+
+def test_without_plans_propose_plan_is_an_unknown_tool():
+    """A runner made without plans=True does not offer propose_plan, and a call to it is an
+    unknown tool's mistake, as before."""
+    shop = Shop()
+    runner = atx_openai.ToolRunner(shop.transaction())
+    assert runner.plans is False
+    assert runner.plan_spec is None
+    assert "propose_plan" not in [t["function"]["name"] for t in runner.tools]
+    model = ScriptedModel([call("propose_plan", order_plan()), "ok"])
+    (answer,) = chat_tool_messages({"messages": chat_loop(model.openai(), runner)})
+    assert answer["content"]["ok"] is False
+    assert "propose_plan' does not exist" in answer["content"]["error"]
+    assert shop.calls == []
+
+
+# ---------------------------------------------------------------------- reused call ids
+
+
+def reused_ids_requests(history: str) -> tuple[Shop, agenttx.Transaction, ScriptedModel]:
+    """The order workflow played by a model that numbers its call ids per turn."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(reused_ids_script())
+    chat_loop(model.openai(), atx_openai.ToolRunner(tx, history=history))  # type: ignore[arg-type]
+    assert model.remaining == 0
+    return shop, tx, model
+
+
+def steps_and_calls(messages: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Each assistant message's call ids, and each tool result as (call id, ok, step)."""
+    found: list[tuple[str, ...]] = []
+    for m in messages:
+        if m.get("tool_calls"):
+            found.append(tuple(c["id"] for c in m["tool_calls"]))
+        if m["role"] == "tool":
+            content = json.loads(m["content"])
+            found.append((m["tool_call_id"], str(content["ok"]), str(content["step"])))
+    return found
+
+
+def test_later_turns_may_reuse_call_ids_and_every_call_runs():
+    """A model that sends `call_0` in every turn: every call runs (none is refused as a
+    duplicate), the rewind refunds the charge, and the order commits once."""
+    shop, tx, model = reused_ids_requests("truncate")
+    assert shop.calls == [
+        "lookup_customer",
+        "lookup_customer",
+        "charge",
+        "reserve",
+        "charge",
+        "reserve",
+        "send_confirmation",
+    ]
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [
+        (1, "call_0"),
+        (2, "call_0"),
+        (3, "call_1"),
+        (4, "call_2"),
+    ]
+    assert not any("duplicate" in json.dumps(body) for body in model.requests)
+    assert_order_committed_once(shop, tx)
+
+
+def test_truncate_after_reuse_drops_only_the_voided_calls_of_a_reused_id():
+    """The rewind voids steps 2 and 3, sent as `call_0` by turns 2 and 3: those calls and
+    their results go; turn 1's `call_0` (step 1, still live) stays with its result."""
+    _, _, model = reused_ids_requests("truncate")
+    after_rewind = model.requests[3]["messages"]
+    assert steps_and_calls(after_rewind) == [
+        ("call_0",),
+        ("call_0", "True", "1"),
+        ("call_1",),
+        ("call_1", "False", "4"),
+    ]
+    failed = json.loads(after_rewind[-1]["content"])
+    assert failed["voided_steps"] == [2, 3]
+    assert failed["note"].startswith("The rollback undid steps 2 and 3 (2 tool calls)")
+    assert steps_and_calls(model.last["messages"])[4:] == [
+        ("call_0", "call_1", "call_2"),
+        ("call_0", "True", "2"),
+        ("call_1", "True", "3"),
+        ("call_2", "True", "4"),
+    ]
+
+
+def test_void_after_reuse_replaces_only_the_voided_results_of_a_reused_id():
+    """history="void": the results of steps 2 and 3 (both `call_0`) are voided; turn 1's
+    `call_0` result (step 1) keeps its output."""
+    _, _, model = reused_ids_requests("void")
+    tools = chat_tool_messages({"messages": model.requests[3]["messages"]})
+    assert [(t["tool_call_id"], t["content"]["step"]) for t in tools] == [
+        ("call_0", 1),
+        ("call_0", 2),
+        ("call_0", 3),
+        ("call_1", 4),
+    ]
+    assert tools[0]["content"]["ok"] is True
+    assert tools[0]["content"]["output"]["id"] == "c-1"
+    assert [t["content"] for t in tools[1:3]] == [atx_openai_voided(2), atx_openai_voided(3)]
+
+
+def test_responses_api_after_reuse_drops_only_the_voided_items():
+    """The same conversation through the Responses API: after the rewind, turn 1's
+    `call_0` item and its output stay; the voided `call_0` items of turns 2 and 3 go."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(reused_ids_script())
+    client = model.openai()
+    runner = atx_openai.ResponsesToolRunner(tx)
+    items: Any = PROMPT[0]["content"]
+    while True:
+        response = client.responses.create(model=MODEL, input=items, tools=runner.tools)
+        if not any(item.type == "function_call" for item in response.output):
+            break
+        items = runner.handle(items, response)
+    outputs = responses_outputs(model.requests[3])
+    assert [(o["call_id"], o["output"]["step"]) for o in outputs] == [("call_0", 1), ("call_1", 4)]
+    calls = [i["call_id"] for i in model.requests[3]["input"] if i.get("type") == "function_call"]
+    assert calls == ["call_0", "call_1"]
+    assert_order_committed_once(shop, tx)

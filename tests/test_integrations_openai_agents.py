@@ -331,3 +331,49 @@ def test_the_sdk_is_imported_only_with_the_module_and_named_when_missing():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert "pip install 'agenttx[openai-agents]'" in done.stdout
+
+
+@pytest.mark.parametrize("responses", [False, True], ids=["chat", "responses"])
+def test_a_streamed_run_rewinds_compensates_replays_and_commits(responses):
+    """`Runner.run_streamed` over a model that streams its turns (server-sent events): the same
+    rewind, refund, replay and commit as a plain run, and the events reach the caller."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(_workflow())
+    agent = _agent(tx, model, responses=responses)
+    kinds: list[str] = []
+
+    async def main() -> Any:
+        streamed = Runner.run_streamed(
+            agent, "Order 2 of SKU-1 for Ada.", run_config=atx_agents.run_config(tx)
+        )
+        kinds.extend(
+            [
+                getattr(getattr(event, "item", None), "type", event.type)
+                async for event in streamed.stream_events()
+            ]
+        )
+        return streamed
+
+    streamed = asyncio.run(main())
+    assert streamed.final_output == "Order placed."
+    assert all(body.get("stream") is True for body in model.requests)
+    assert kinds.count("tool_call_output_item") == 8  # every call is answered
+    assert "raw_response_event" in kinds  # the model's deltas reached the caller
+    assert shop.calls.count("send_confirmation") == 1  # the failed turn's was not run
+    if responses:
+        outputs = {
+            item["call_id"]: json.loads(item["output"])
+            for item in model.requests[2]["input"]
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        }
+        failure = outputs["c3"]
+    else:
+        failure = _tool_outputs(model.requests[2])["c3"]
+    assert failure["root_cause"] == {"step": 1, "key": "customer_id"}
+    assert failure["voided_steps"] == [1, 2]
+    assert shop.refunds == ["ch-1"]
+    tx.commit()
+    assert [effect.payload["to"] for effect in shop.delivered] == [EMAIL]
+    assert shop.live_charges == ["ch-2"]
+    assert [record.call_id for record in tx.steps] == ["c5", "c6", "c7", "c8"]

@@ -309,3 +309,31 @@ def test_the_sdk_is_imported_only_with_the_module_and_named_when_missing():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert "pip install 'agenttx[pydantic-ai]'" in done.stdout
+
+
+def test_a_streamed_run_rewinds_compensates_replays_and_commits():
+    """`agent.run_stream` over a model that streams its turns (server-sent events): the same
+    rewind, refund, replay and commit as a plain run, and the text streams to the caller."""
+    shop = Shop()
+    tx = shop.transaction()
+    model = ScriptedModel(_workflow())
+    agent = _agent(tx, model)
+    pieces: list[str] = []
+
+    async def main() -> str:
+        async with agent.run_stream("Order 2 of SKU-1 for Ada.") as streamed:
+            pieces.extend([text async for text in streamed.stream_text(delta=True)])
+            return await streamed.get_output()
+
+    assert asyncio.run(main()) == "Order placed."
+    assert "".join(pieces) == "Order placed."
+    assert all(body.get("stream") is True for body in model.requests)
+    failure = _tool_outputs(model.requests[2])["c3"]
+    assert failure["root_cause"] == {"step": 1, "key": "customer_id"}
+    assert failure["voided_steps"] == [1, 2]
+    assert shop.refunds == ["ch-1"]
+    assert shop.calls.count("send_confirmation") == 1  # the failed turn's was not run
+    tx.commit()
+    assert [effect.payload["to"] for effect in shop.delivered] == [EMAIL]
+    assert shop.live_charges == ["ch-2"]
+    assert [record.call_id for record in tx.steps] == ["c5", "c6", "c7", "c8"]

@@ -8,7 +8,7 @@ import importlib
 import json
 import re
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -20,11 +20,11 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import StructuredTool, Tool, ToolException
+from langchain_core.tools import InjectedToolCallId, StructuredTool, Tool, ToolException
 from langchain_core.tools import tool as lc_tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import tools_condition
+from langgraph.prebuilt import InjectedState, InjectedStore, tools_condition
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, Field, field_validator
@@ -295,13 +295,18 @@ def test_malformed_arguments_are_answered():
 
 
 def test_a_duplicate_call_id_is_answered_not_raised():
-    """A call id the model reuses for a live step gets an error result."""
+    """A call id sent twice in one turn gets an error result; a later turn may reuse it."""
     shop = Shop()
     tx = shop.transaction()
     node_reply(tx, turn(("lookup_customer", {"email": EMAIL}, "same")))
     (reply,) = node_reply(tx, turn(("lookup_customer", {"email": EMAIL}, "same")))
-    assert (reply.tool_call_id, reply.status) == ("same", "error")
-    assert shop.calls == ["lookup_customer"]
+    assert (reply.tool_call_id, reply.status) == ("same", "success")
+    first, second = node_reply(
+        tx,
+        turn(("lookup_customer", {"email": EMAIL}, "twice"), ("lookup_customer", {}, "twice")),
+    )
+    assert (first.status, second.tool_call_id, second.status) == ("success", "twice", "error")
+    assert shop.calls == ["lookup_customer"] * 3
 
 
 def test_a_turn_after_the_transaction_ended_is_answered():
@@ -554,3 +559,97 @@ def test_mcp_tools_run_in_an_async_langgraph_graph():
     assert (answer.tool_call_id, answer.name, answer.status) == ("m1", "math_double", "success")
     assert payload(answer)["output"] == {"result": 42}
     assert model.bound[0][0]["function"]["name"] == "math_double"
+
+
+# ---------------------------------------------------------------------- injected arguments
+
+
+def injected_tools(seen: dict[str, Any]) -> list[Any]:
+    """LangChain tools taking LangGraph's injected arguments (state, a state field, the store,
+    the call id), sync and async; each records what it was given in `seen`."""
+
+    @lc_tool
+    def note(
+        text: str,
+        state: Annotated[dict, InjectedState],
+        messages: Annotated[list, InjectedState("messages")],
+        tool_call_id: Annotated[str, InjectedToolCallId],
+    ) -> dict[str, Any]:
+        """Take a note."""
+        seen["note"] = (text, len(state["messages"]), len(messages), tool_call_id)
+        return {"noted": text, "call": tool_call_id}
+
+    async def remember(key: str, store: Annotated[Any, InjectedStore()]) -> str:
+        """Remember a key in the graph's store."""
+        store.put(("notes",), key, {"set": True})
+        seen["remember"] = key
+        return f"remembered {key}"
+
+    return [
+        from_langchain(note),
+        from_langchain(StructuredTool.from_function(coroutine=remember, name="remember")),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_node_supplies_langgraphs_injected_arguments(mode):
+    """State, a state field, the graph's store and the call id reach the tools that declare
+    them, as LangGraph's ToolNode gives them; the model is never asked for them."""
+    from langgraph.store.memory import InMemoryStore  # noqa: PLC0415
+
+    seen: dict[str, Any] = {}
+    tx = agenttx.Transaction(tools=injected_tools(seen))
+    node = TransactionalToolNode(tx)
+    parameters = {t["function"]["name"]: t["function"]["parameters"] for t in node.tools}
+    assert set(parameters["note"]["properties"]) == {"text"}
+    assert set(parameters["remember"]["properties"]) == {"key"}
+    calls = turn(("note", {"text": "hi"}, "call-n"), ("remember", {"key": "k1"}, "call-r"))
+    model = ScriptedChatModel(turns=[calls, AIMessage("done")], name=mode)
+    store = InMemoryStore()
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    app = builder.compile(store=store)
+    start = {"messages": [HumanMessage("note it")]}
+    final = app.invoke(start) if mode == "sync" else asyncio.run(app.ainvoke(start))
+    assert seen["note"] == ("hi", 2, 2, "call-n")
+    assert seen["remember"] == "k1"
+    assert store.get(("notes",), "k1").value == {"set": True}
+    results = {m.tool_call_id: json.loads(m.content) for m in final["messages"][2:4]}
+    assert results["call-n"]["output"] == {"noted": "hi", "call": "call-n"}
+    assert results["call-r"]["output"] == "remembered k1"
+    assert [step.arguments for step in tx.steps] == [{"text": "hi"}, {"key": "k1"}]
+
+
+def test_injected_arguments_are_not_taken_from_the_model():
+    """A model that sends an injected argument itself is answered with a failed call."""
+    seen: dict[str, Any] = {}
+    tx = agenttx.Transaction(tools=injected_tools(seen))
+    node = TransactionalToolNode(tx)
+    forged = turn(("note", {"text": "hi", "tool_call_id": "forged"}, "call-f"))
+    (message,) = node.invoke({"messages": [HumanMessage("x"), forged]})["messages"]
+    assert message.status == "error"
+    assert "note" not in seen
+
+
+def test_a_tool_with_injected_arguments_outside_the_node_says_so():
+    """Called outside a TransactionalToolNode (no graph to inject from), the step fails naming
+    what the tool takes; without a store, it says to compile the graph with one."""
+    seen: dict[str, Any] = {}
+    tx = agenttx.Transaction(tools=injected_tools(seen))
+    outside = tx.call("note", {"text": "hi"}, call_id="c1")
+    assert "TransactionalToolNode" in outside.error
+    assert "state, messages, tool_call_id" in outside.error
+    node = TransactionalToolNode(tx)
+    next_step = tx.next_step_id
+    reply = node.invoke({"messages": [HumanMessage("x"), turn(("remember", {"key": "k"}, "c2"))]})
+    assert tx.next_step_id <= next_step  # the step failed
+    assert "compile the graph with a store" in reply["messages"][-1].content
+    assert seen == {}

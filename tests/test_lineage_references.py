@@ -344,8 +344,8 @@ def test_tx_lineage_marks_steps_and_adds_reference_edges():
         ("1", "3", "${steps.1}", "card", "card"),
         ("1", "3", "${steps.1}", "customer_id", "customer_id"),
         ("2", "3", "${steps.2}", "reservation_id", "reservation"),
-        ("1", "3", "tok_live_0002"),  # then the values, as the resolved arguments are walked
-        ("1", "3", "cus_8841"),
+        ("1", "3", "cus_8841"),  # then the values, as the resolved arguments are walked (in
+        ("1", "3", "tok_live_0002"),  # the key order the call gave them)
         ("2", "3", "res_sku-42_1_0"),
     ]
     assert by_step(loop.tx.lineage().edges) == {  # committed: still its steps' lineage

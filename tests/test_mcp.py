@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from pydantic import BaseModel
 import agenttx
 from _shop import EMAIL, OLD_EMAIL, ORDER
 from agenttx.integrations import mcp as mcp_integration
-from agenttx.integrations.mcp import tools_from_mcp
+from agenttx.integrations.mcp import share_errors, tools_from_mcp
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -221,6 +222,114 @@ def test_is_error_fails_the_step_with_the_servers_text():
     assert result.status is not agenttx.StepStatus.SUCCESS
     assert "nobody@example.com" in result.hint.text
     assert result.for_model()["ok"] is False
+
+
+class OrdersServer:
+    """An MCP server whose `orders` tool fails on the customer id `find_customer` produced,
+    in three ways: a plain exception shared with `share_errors`, the SDK's own `ToolError`,
+    and a plain exception the SDK withholds."""
+
+    def __init__(self) -> None:
+        self.charges: list[str] = []
+        self.refunds: list[str] = []
+        server = self.server = MCPServer("orders")
+
+        @server.tool()
+        def find_customer(name: str) -> dict[str, Any]:
+            """Find a customer by name."""
+            return {"customer_id": "c-404", "name": name}
+
+        @server.tool()
+        def charge(customer_id: str, amount: int) -> dict[str, Any]:
+            """Charge the customer."""
+            self.charges.append(customer_id)
+            return {"charge_id": f"ch-{len(self.charges)}", "customer_id": customer_id}
+
+        @server.tool()
+        def refund(charge_id: str) -> str:
+            """Refund a charge."""
+            self.refunds.append(charge_id)
+            return "refunded"
+
+        @server.tool()
+        @share_errors
+        def orders(customer_id: str, charge_id: str) -> list[str]:
+            """The customer's orders (a plain exception, shared)."""
+            raise ValueError(f"customer {customer_id} not found")
+
+        @server.tool()
+        @share_errors
+        async def orders_async(customer_id: str, charge_id: str, address: Address) -> list[str]:
+            """The customer's orders (async, a plain exception, shared)."""
+            raise LookupError(f"no customer {customer_id}")
+
+        @server.tool()
+        def orders_mcp(customer_id: str, charge_id: str) -> list[str]:
+            """The customer's orders (the SDK's ToolError)."""
+            raise MCPToolError(f"customer {customer_id} not found")
+
+        @server.tool()
+        def orders_withheld(customer_id: str, charge_id: str) -> list[str]:
+            """The customer's orders (a plain exception, withheld by the SDK)."""
+            raise ValueError(f"customer {customer_id} not found")
+
+
+def _orders_run(tool_name: str) -> tuple[agenttx.StepResult, OrdersServer]:
+    """Find the customer, charge them, then ask `tool_name`: the failed step's result."""
+    server = OrdersServer()
+    seen: dict[str, agenttx.StepResult] = {}
+    extra = {"address": {"city": "Leeds", "postcode": "LS1"}} if tool_name == "orders_async" else {}
+
+    async def main() -> None:
+        async with Client(server.server) as client:
+            tools = await tools_from_mcp(client, compensations={"charge": "refund"})
+            tx = agenttx.Transaction(tools=tools)
+            await tx.acall("find_customer", {"name": "Ada"})
+            customer = "${steps.1.customer_id}"
+            await tx.acall("charge", {"customer_id": customer, "amount": 5})
+            arguments = {"customer_id": customer, "charge_id": "${steps.2.charge_id}", **extra}
+            seen["failed"] = await tx.acall(tool_name, arguments)
+
+    asyncio.run(main())
+    return seen["failed"], server
+
+
+@pytest.mark.parametrize("tool_name", ["orders", "orders_async", "orders_mcp"])
+def test_a_servers_error_text_rewinds_to_the_step_that_produced_the_bad_value(tool_name):
+    """A plain exception shared by `share_errors`, or the SDK's ToolError, reaches agenttx with
+    its text; the value it quotes names the argument, so the rewind goes to its producer."""
+    failed, server = _orders_run(tool_name)
+    assert failed.status is agenttx.StepStatus.ROLLBACK_TRIGGERED
+    assert failed.root_cause == agenttx.RootCause(step=1, key="customer_id")
+    assert failed.rollback_to_step == 1
+    assert server.refunds == ["ch-1"]  # the charge made with the bad id is refunded
+    assert "Error executing tool" not in failed.error
+    assert "c-404" in failed.error
+    if tool_name != "orders_mcp":  # Python's own form of the exception
+        assert failed.error.startswith(("ValueError: ", "LookupError: "))
+
+
+def test_an_error_the_sdk_withholds_says_so():
+    """A plain exception the SDK withholds fails the step saying how to share its text."""
+    failed, server = _orders_run("orders_withheld")
+    assert failed.status is agenttx.StepStatus.ROLLBACK_TRIGGERED
+    assert failed.root_cause is None  # nothing to follow: the text never left the server
+    assert "withheld" in failed.error
+    assert "share_errors" in failed.error
+    assert server.refunds == ["ch-1"]  # the local backtrack to step 2 undoes the charge
+
+
+def test_share_errors_keeps_the_signature_and_the_sdks_own_errors():
+    """The wrapped tool keeps its name and signature; the SDK's ToolError passes unchanged."""
+
+    def look(customer_id: str, *, limit: int = 3) -> str:
+        raise MCPToolError("as it was")
+
+    wrapped = share_errors(look)
+    assert wrapped.__name__ == "look"
+    assert str(inspect.signature(wrapped)) == str(inspect.signature(look))
+    with pytest.raises(MCPToolError, match=r"^as it was$"):
+        wrapped("c-1")
 
 
 def test_model_mistakes_are_results_not_tracebacks():

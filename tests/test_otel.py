@@ -97,7 +97,7 @@ def test_a_failed_step_is_an_error_span_and_counts_rollbacks_and_compensations(t
     tx = agenttx.Transaction(
         tools=_tools(log),
         hooks=[hook],
-        policy=agenttx.RollbackPolicy(max_local_depth=0, max_global_resets=0),
+        policy=agenttx.RollbackPolicy(max_local_depth=0, max_global_resets=0, mistake_retries=0),
     )
     tx.call("charge", {"amount": 5})
     tx.call("ship", {"to": "nowhere"})

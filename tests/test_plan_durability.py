@@ -1403,6 +1403,59 @@ def test_a_nodes_new_key_after_a_compensated_late_call_is_durable(store):
     assert resumed._nodes["c"].key == second
 
 
+def _keys(value: object) -> object:
+    """The keys of every object in `value`, in their order, at every depth."""
+    if isinstance(value, dict):
+        return [(key, _keys(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_keys(item) for item in value]
+    return None
+
+
+def test_a_resumed_plan_gives_tools_objects_in_the_key_order_given(durable_backend):
+    """A run resumed from its durable record gives each node's tool its literal input and
+    the initial values with their keys in the order given, at every depth (the record keeps
+    them as given, not sorted)."""
+    seen: list[object] = []
+
+    @agenttx.tool
+    def echo(value: dict) -> dict:
+        seen.append(_keys(value))
+        return {"w": 1, "value": value}
+
+    nested = {"zip": "N1", "lines": [{"sku": "b", "qty": 2}], "at": {"y": 1, "x": 2}}
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("literal", tool="echo", inputs={"value": nested}),
+            agenttx.Node("given", tool="echo", inputs={"value": "${initial.order}"}),
+            agenttx.Node("output", tool="echo", inputs={"value": "${literal}"}),
+        ],
+        initial=["order"],
+    )
+    one = durable_backend()
+    PlanExecution(
+        plan,
+        tools=[echo],
+        initial={"order": nested},
+        max_concurrency=8,
+        resources=None,
+        on_failure="skip_dependants",
+        store=one,
+        rate_limits=None,
+        run_id="r",
+        dispatcher=None,
+        compensate_on="failure",
+        backoff=None,
+    ).open_journal()
+    one.close()
+    engine = agenttx.Engine(tools=[echo], store=durable_backend())
+    assert engine.recover("resume").plans_resumed == ("r",)
+    assert engine.get_plan("r").wait(20).status is PlanStatus.SUCCEEDED
+    assert sorted(seen, key=json.dumps) == sorted(
+        [_keys(nested), _keys(nested), _keys({"w": 1, "value": nested})], key=json.dumps
+    )
+
+
 def test_orphaned_plans_lists_the_running_runs_whose_runner_is_gone(durable_backend):
     """A RUNNING run is not orphaned while the store that began it holds it; once that store
     has closed (SQLite: no store or process holds it; PostgreSQL: its lease ended), every

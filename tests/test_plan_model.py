@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 import textwrap
@@ -428,6 +429,37 @@ def test_from_json_bounds_the_number_of_nodes():
     with pytest.raises(InvalidArgument, match=r"at most 1000 nodes \(MAX_PLAN_NODES\), got 1001"):
         Plan.from_json({"nodes": nodes})
     assert len(Plan.from_json({"nodes": nodes[:1000]}).nodes) == 1000
+
+
+def test_from_json_takes_json_text():
+    """`Plan.from_json` reads a plan's JSON text (str or UTF-8 bytes) as it reads the mapping."""
+    plan = _orders.plan(reserve={"retries": 2})
+    text = json.dumps(plan.to_json())
+    assert Plan.from_json(text).version == plan.version
+    assert Plan.from_json(text.encode()).version == plan.version
+    agents = '{"nodes": [{"id": "a", "tool": "check_stock", "inputs": {"sku": "s"}}]}'
+    assert Plan.from_json(agents).validate(TOOLS) == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"nodes": [', "a plan in JSON text is malformed: Expecting value"),
+        ("", "a plan in JSON text is malformed"),
+        ("[" * 100_000 + "]" * 100_000, "a plan in JSON text is malformed"),
+        (b"\xff{}", "not UTF-8"),
+        ('"a plan"', "must be an object"),
+        ('{"nodes": [{"id": "a", "tool": "t", "retries": 11}]}', "MAX_NODE_RETRIES"),
+        ('{"nodes": [{"id": "a", "tool": "t", "timeout": NaN}]}', "not a finite number"),
+        (" " * (1_048_576 + 1), "at most 1048576 bytes"),
+        (b" " * (1_048_576 + 1), "at most 1048576 bytes"),
+    ],
+)
+def test_from_json_refuses_bad_text_with_the_same_error(text, match):
+    """Malformed, oversized or non-UTF-8 text raises the InvalidArgument a bad mapping does,
+    saying what is wrong; a well-formed text is held to every check a mapping is."""
+    with pytest.raises(InvalidArgument, match=match):
+        Plan.from_json(text)
 
 
 def test_a_python_node_keeps_a_larger_but_bounded_retry_budget():

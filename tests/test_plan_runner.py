@@ -1469,3 +1469,38 @@ def test_a_retry_waits_for_the_timed_out_call_and_gets_a_new_key_once_it_was_ref
     assert bank.keys[0] != bank.keys[1]
     assert result.nodes["charge"].idempotency_key == bank.keys[1]
     assert result.nodes["charge"].output == {"charge_id": "ch-2"}
+
+
+def _keys(value: object) -> object:
+    """The keys of every object in `value`, in their order, at every depth."""
+    if isinstance(value, dict):
+        return [(key, _keys(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_keys(item) for item in value]
+    return None
+
+
+def test_a_plan_node_gets_objects_in_the_key_order_given():
+    """A node's literal input, an initial value and another node's output reach the tool
+    with their keys in the order given, at every depth."""
+    seen: list[object] = []
+
+    @agenttx.tool
+    def echo(value: dict) -> dict:
+        seen.append(_keys(value))
+        return {"w": 1, "value": value}
+
+    nested = {"zip": "N1", "lines": [{"sku": "b", "qty": 2}], "at": {"y": 1, "x": 2}}
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("literal", tool="echo", inputs={"value": nested}),
+            agenttx.Node("given", tool="echo", inputs={"value": "${initial.order}"}),
+            agenttx.Node("output", tool="echo", inputs={"value": "${literal}"}),
+        ],
+        initial=["order"],
+    )
+    result = agenttx.run_plan(plan, tools=[echo], initial={"order": nested}, store=MemoryStore())
+    assert result.status is PlanStatus.SUCCEEDED
+    assert sorted(seen, key=json.dumps) == sorted(
+        [_keys(nested), _keys(nested), _keys({"w": 1, "value": nested})], key=json.dumps
+    )

@@ -13,11 +13,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from agenttx import Dependency, DependencyGraph, InvalidArgument
 from agenttx._rollback import (
+    MAX_REPEATS,
     ControllerState,
     RollbackController,
     RollbackDecision,
     RollbackPolicy,
     RollbackStrategy,
+    failure_signature,
 )
 
 RETRY = RollbackStrategy.RETRY
@@ -134,9 +136,16 @@ def test_policy_defaults():
     assert policy.replay_budget_factor == 2.0
     assert policy.transient_retries == 1
     assert policy.mistake_retries == 3
+    assert policy.repeat_limit == 1
 
 
-INT_FIELDS = ["max_local_depth", "max_global_resets", "transient_retries", "mistake_retries"]
+INT_FIELDS = [
+    "max_local_depth",
+    "max_global_resets",
+    "transient_retries",
+    "mistake_retries",
+    "repeat_limit",
+]
 
 
 @pytest.mark.parametrize("field", INT_FIELDS)
@@ -1131,3 +1140,179 @@ class ControllerMachine(RuleBasedStateMachine):
 
 ControllerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40)
 test_controller_machine = ControllerMachine.TestCase
+
+
+# ---------------------------------------------------------------- repeated failures
+
+REPEATED = "repeated failure: the same call failed the same way after being rewound once"
+
+
+def repeated(times="once"):
+    return RollbackDecision(
+        strategy=ABORT,
+        target_step=0,
+        reason=f"repeated failure: the same call failed the same way after being rewound {times}",
+    )
+
+
+def test_the_same_failure_after_a_rewind_aborts():
+    """A signed failure that already caused a rewind aborts at once, whatever the counters
+    would still allow; another signature, or none, is decided as before."""
+    ctl = controller()
+    ctl.observe_step(3)
+    assert ctl.decide(3, "customer_id", root_at(1), signature="a") == jump(1, "customer_id")
+    assert ctl.decide(3, "customer_id", root_at(1), signature="b") == jump(1, "customer_id")
+    assert ctl.decide(3, "customer_id", root_at(1), signature="a") == repeated()
+    assert ctl.state().repeats == (("a", 1), ("b", 1))
+
+
+def test_an_unsigned_failure_keeps_the_reference_sequence():
+    """Without a signature the escalation sequence is the reference one."""
+    ctl = controller()
+    ctl.observe_step(3)
+    decisions, _ = fail_always(ctl, 3, times=3)
+    assert decisions == [local(2, 1), local(1, 2), reset(DEPTH)]
+    assert ctl.state().repeats == ()
+
+
+def test_the_repeat_limit_is_the_rewinds_one_signature_may_cause():
+    """repeat_limit=2 lets a signature cause two rewinds; 0 turns the check off."""
+    ctl = controller(repeat_limit=2)
+    ctl.observe_step(3)
+    decisions = [ctl.decide(3, None, no_root, signature="s") for _ in range(3)]
+    assert decisions == [local(2, 1), local(1, 2), repeated("2 times")]
+    off = controller(repeat_limit=0)
+    off.observe_step(3)
+    assert [off.decide(3, None, no_root, signature="s") for _ in range(3)] == [
+        local(2, 1),
+        local(1, 2),
+        reset(DEPTH),
+    ]
+    assert off.state().repeats == ()
+
+
+def test_resends_retries_and_transient_failures_are_not_counted():
+    """A resend or a transient retry undoes no earlier step: it counts no rewind; nor does a
+    transient failure decided as any failure (an outage repeats itself through no fault)."""
+    ctl = controller(transient_retries=1)
+    ctl.observe_step(2)
+    assert ctl.decide(2, "x", no_root, mistake=True, signature="m") == resend(2)
+    assert ctl.decide(2, None, no_root, transient=True, signature="t") == retry(2)
+    assert ctl.decide(2, None, no_root, transient=True, signature="t") == local(1, 1)
+    assert ctl.decide(2, None, no_root, transient=True, signature="t") == local(1, 2)
+    assert ctl.state().repeats == ()
+
+
+def test_a_global_reset_keeps_the_rewinds_of_each_signature():
+    """A loop spans epochs: a global reset counts as a rewind and keeps the counts."""
+    ctl = controller(max_local_depth=0)
+    ctl.observe_step(2)
+    assert ctl.decide(2, None, no_root, signature="s") == reset(DEPTH)
+    assert ctl.state().repeats == (("s", 1),)
+    ctl.observe_step(2)
+    assert ctl.decide(2, None, no_root, signature="s") == repeated()
+
+
+def test_an_abort_counts_no_rewind():
+    """A failure that aborts anyway records nothing."""
+    ctl = controller(max_local_depth=0, max_global_resets=0)
+    assert ctl.decide(2, None, no_root, signature="s") == abort(DEPTH, resets=0)
+    assert ctl.state().repeats == ()
+
+
+def test_the_controller_keeps_the_most_recent_signatures():
+    """At most MAX_REPEATS signatures are counted; the oldest is forgotten first, and one
+    counted again becomes the most recent."""
+    ctl = controller(max_local_depth=16, repeat_limit=2, replay_budget_factor=1000)
+    ctl.observe_step(2)
+    for signature in [*(f"s{n}" for n in range(MAX_REPEATS)), "s0", f"s{MAX_REPEATS}"]:
+        ctl.decide(2, None, no_root, signature=signature)
+        ctl._retries.clear()  # keep backtracking: only the signatures are under test
+    repeats = ctl.state().repeats
+    assert len(repeats) == MAX_REPEATS
+    assert repeats[0] == ("s2", 1)
+    assert repeats[-2:] == (("s0", 2), (f"s{MAX_REPEATS}", 1))
+
+
+def test_a_signature_must_be_text():
+    """decide(signature=) is a string or None, checked before anything changes."""
+    ctl = controller()
+    with pytest.raises(InvalidArgument, match="signature must be a string"):
+        ctl.decide(1, None, no_root, signature=3)  # type: ignore[arg-type]
+    assert ctl.state() == ControllerState()
+
+
+def test_the_rewinds_per_signature_survive_a_snapshot_and_old_documents_load():
+    """repeats are part of the state and its JSON, written only when there are some; a
+    document written before them reads back with none."""
+    ctl = controller()
+    ctl.decide(3, None, no_root, signature="s")
+    document = json.loads(json.dumps(ctl.state().to_json()))
+    assert document["repeats"] == [["s", 1]]
+    restored = RollbackController.from_state(ctl.policy, ControllerState.from_json(document))
+    assert restored.decide(3, None, no_root, signature="s") == repeated()
+    old = controller().state().to_json()
+    assert "repeats" not in old
+    assert ControllerState.from_json(old) == ControllerState()
+
+
+@pytest.mark.parametrize(
+    ("repeats", "message"),
+    [
+        ((("s", 0),), "counts >= 1"),
+        ((("", 1),), "counts >= 1"),
+        ((("s", 1), ("s", 2)), "twice"),
+        (tuple((f"s{n}", 1) for n in range(MAX_REPEATS + 1)), "at most"),
+    ],
+)
+def test_the_rewinds_per_signature_are_validated(repeats, message):
+    """ControllerState.repeats is a tuple of distinct (signature, count >= 1) pairs, bounded."""
+    with pytest.raises(InvalidArgument, match=message):
+        ControllerState(repeats=repeats)
+
+
+def test_a_policy_without_repeat_limit_loads_with_the_default():
+    """A policy record written before repeat_limit reads back with the default (1)."""
+    record = attrs.asdict(RollbackPolicy(max_local_depth=1))
+    del record["repeat_limit"]
+    assert RollbackPolicy(**record) == RollbackPolicy(max_local_depth=1)
+
+
+def test_failure_signatures_ignore_key_order_and_tell_failures_apart():
+    """Same tool, canonical arguments, category and key give one signature; any difference
+    gives another."""
+    base = failure_signature("reserve", {"a": 1, "b": [1, 2]}, "invalid_value", "a")
+    assert base == failure_signature("reserve", {"b": [1, 2], "a": 1}, "invalid_value", "a")
+    assert len(base) == 32
+    others = [
+        failure_signature("ship", {"a": 1, "b": [1, 2]}, "invalid_value", "a"),
+        failure_signature("reserve", {"a": 2, "b": [1, 2]}, "invalid_value", "a"),
+        failure_signature("reserve", {"a": 1, "b": [1, 2]}, "unknown", "a"),
+        failure_signature("reserve", {"a": 1, "b": [1, 2]}, "invalid_value", None),
+    ]
+    assert len({base, *others}) == 5
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 6), st.sampled_from(["s1", "s2", "s3", None]), st.booleans()),
+        max_size=60,
+    ),
+    st.integers(1, 3),
+)
+def test_no_signature_causes_more_rewinds_than_its_limit(failures, limit):
+    """Whatever fails in whatever order, each signature causes at most `repeat_limit` rewinds
+    (jumps, backtracks, resets); the next failure with it aborts."""
+    ctl = controller(repeat_limit=limit, max_global_resets=16, replay_budget_factor=1000)
+    rewinds: dict[str, int] = {}
+    for step, signature, keyed in failures:
+        ctl.observe_step(step)
+        decision = ctl.decide(step, "k" if keyed else None, root_at(1), signature=signature)
+        if decision.strategy is ABORT:
+            if signature is not None and decision.reason.startswith("repeated failure"):
+                assert rewinds[signature] == limit
+            break
+        if signature is not None:
+            rewinds[signature] = rewinds.get(signature, 0) + 1
+            assert rewinds[signature] <= limit

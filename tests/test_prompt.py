@@ -8,6 +8,7 @@ import pytest
 
 import agenttx
 from agenttx import builtins
+from agenttx._prompt import PLANS_PROMPT
 
 
 @agenttx.tool(name="payments.charge")
@@ -87,3 +88,36 @@ def test_prompt_refuses_what_is_not_tools(bad):
     """Anything but tools, a transaction or an engine raises InvalidArgument."""
     with pytest.raises(agenttx.InvalidArgument):
         agenttx.prompt(bad)
+
+
+def test_prompt_with_plans_teaches_the_plan_format_with_an_example():
+    """`prompt(tools, plans=True)` adds the plan format (references between nodes, after,
+    retries, what happens to a plan with problems) and an example that is a valid plan."""
+    text = agenttx.prompt([charge], plans=True)
+    assert text.startswith(agenttx.PROMPT)
+    assert text.endswith("Tools:\n- payments_charge: Charge a card.\n")
+    for phrase in ("propose_plan", '"nodes"', "${lookup.customer_id}", '"after"', "did you mean"):
+        assert phrase in text
+    example = text[text.index('\n{"nodes"') : text.index("]}\n") + 2]
+
+    @agenttx.tool
+    def lookup_customer(email: str) -> dict: ...
+
+    @agenttx.tool
+    def send_email(to: str, text: str) -> dict: ...
+
+    @agenttx.tool(name="charge")
+    def charge_(customer_id: str, amount: int) -> dict: ...
+
+    plan = agenttx.Plan.from_json(example)
+    assert plan.validate([lookup_customer, charge_, send_email]) == ()
+
+
+def test_prompt_without_plans_is_unchanged():
+    """`prompt(tools)` and `prompt(tools, plans=False)` say nothing of plans; `plans` must be a
+    bool."""
+    assert agenttx.prompt([charge]) == agenttx.prompt([charge], plans=False)
+    assert "propose_plan" not in agenttx.prompt([charge])
+    assert agenttx.prompt([], plans=True) == agenttx.PROMPT + "\n" + PLANS_PROMPT
+    with pytest.raises(agenttx.InvalidArgument, match="plans must be True or False"):
+        agenttx.prompt([charge], plans="yes")  # type: ignore[arg-type]

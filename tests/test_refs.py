@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -1279,3 +1280,69 @@ def test_parse_template_of_a_non_string_raises_invalid_argument():
     """parse_template names a text that is not a string instead of raising TypeError."""
     with pytest.raises(agenttx.InvalidArgument, match="text must be a string, got int"):
         parse_template(5)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- key order
+
+
+def _keys(value: object) -> object:
+    """The keys of every object in `value`, in their order, at every depth."""
+    if isinstance(value, dict):
+        return [(key, _keys(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_keys(item) for item in value]
+    return None
+
+
+#: JSON objects with no reference in them (a `${` would be resolved, not passed on).
+_OBJECTS = st.dictionaries(st.text(max_size=8), json_values(max_leaves=12), max_size=5).filter(
+    lambda value: "${" not in json.dumps(value)
+)
+
+
+@given(_OBJECTS)
+def test_resolution_keeps_the_key_order_of_every_object(value):
+    """Resolved arguments keep each object's keys in the order given, at every depth, though
+    the dependencies follow sorted field order."""
+    result = resolve_references({"b": value, "a": "${steps.1}"}, {1: value}, current_step=2)
+    assert result.ok
+    assert _keys(result.value) == _keys({"b": value, "a": value})
+
+
+@given(_OBJECTS)
+def test_a_tool_receives_every_object_in_the_key_order_sent(value):
+    """A tool gets `list(keys)` of every object at every depth in the order the agent sent
+    them, whether the arguments came as a mapping or as JSON text, or by a reference."""
+    seen: list[object] = []
+
+    @agenttx.tool(inline=True)
+    def echo(value: dict) -> dict:
+        seen.append(_keys(value))
+        return {"value": value}
+
+    tx = agenttx.Transaction(tools=[echo])
+    assert tx.call("echo", {"value": value}).ok
+    assert tx.call("echo", json.dumps({"value": value})).ok
+    assert tx.call("echo", {"value": "${steps.1.value}"}).ok
+    assert seen == [_keys(value)] * 3
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_tool_echoes_a_nested_object_in_the_order_sent(backend, tmp_path):
+    """`{"b": 1, "a": {...}}` reaches the tool, and comes back in its output, with its keys
+    in the order sent, on a MemoryStore and a SQLiteStore."""
+    from agenttx.stores import MemoryStore, SQLiteStore  # noqa: PLC0415
+
+    @agenttx.tool
+    def echo(value: dict) -> dict:
+        return value
+
+    store = MemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "s.db")
+    tx = agenttx.Transaction(tools=[echo], store=store)
+    sent = {"b": 1, "a": {"z": [{"y": 1, "x": 2}], "c": None}}
+    result = tx.call("echo", {"value": sent})
+    assert json.dumps(result.output) == json.dumps(sent)
+    assert json.dumps(tx.steps[0].arguments) == json.dumps({"value": sent})
+    tx.commit()
+    if backend == "sqlite":
+        store.close()

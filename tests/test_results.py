@@ -51,9 +51,9 @@ def test_a_call_id_is_on_the_result_the_live_step_and_the_history():
     assert tx.execute_step(tx.next_step_id, "put", {"key": "c"}).call_id is None
 
 
-def test_a_call_id_of_a_live_step_fails_the_step_as_a_mistake():
-    """Sending a call id a live step already has fails the step (nothing runs), and the hint
-    names the call id, the step that has it and what to do."""
+def test_a_call_id_sent_twice_in_one_turn_fails_the_second_call_as_a_mistake():
+    """A call id a live step of the same turn already has fails the step (nothing runs), and
+    the hint names the call id, the step that has it and what to do."""
     ran: list[str] = []
 
     @agenttx.tool(name="note")
@@ -62,8 +62,7 @@ def test_a_call_id_of_a_live_step_fails_the_step_as_a_mistake():
         return {"text": text}
 
     tx = agenttx.Transaction([note])
-    tx.execute_step(1, "note", {"text": "one"}, call_id="c-1")
-    result = tx.execute_step(2, "note", {"text": "two"}, call_id="c-1")
+    _, result = tx.call_turn([("note", {"text": "one"}, "c-1"), ("note", {"text": "two"}, "c-1")])
     assert result.status is not StepStatus.SUCCESS
     assert ran == ["one"]
     assert result.call_id == "c-1"
@@ -119,9 +118,11 @@ def test_aexecute_step_takes_the_call_id_and_raw_context_by_keyword():
     assert (result.ok, result.call_id, tx.context[0].raw_context) == (True, "c-1", "r")
     with pytest.raises(TypeError):
         asyncio.run(tx.aexecute_step(2, "put", {"key": "b"}, "positional context"))  # type: ignore[misc]
-    duplicate = asyncio.run(tx.aexecute_step(2, "put", {"key": "b"}, call_id="c-1"))
+    reused = asyncio.run(tx.aexecute_step(2, "put", {"key": "b"}, call_id="c-1"))
+    assert (reused.ok, reused.call_id) == (True, "c-1")  # a turn of its own: reuse is fine
+    _, duplicate = asyncio.run(tx.acall_turn([("put", {"key": "c"}, "c-2")] * 2))
     assert not duplicate.ok
-    assert "duplicate call id" in (duplicate.error or "")
+    assert "duplicate call id: 'c-2' is the call id of step 3" in (duplicate.error or "")
 
 
 # ---------------------------------------------------------------- mistakes
@@ -215,11 +216,10 @@ def test_the_fourth_consecutive_mistake_is_decided_as_any_failure():
 
 
 def test_a_duplicate_call_id_is_resent():
-    """A live step's call id sent again is a mistake: RESEND, the live step untouched."""
+    """A call id sent again within one turn is a mistake: RESEND, the live step untouched."""
     log: list[str] = []
     tx = agenttx.Transaction(shop_tools(log))
-    tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
-    result = tx.execute_step(2, "charge", {"order": "o2"}, call_id="c1")
+    _, result = tx.call_turn([("charge", {"order": "o1"}, "c1"), ("charge", {"order": "o2"}, "c1")])
     assert (result.strategy, result.next_step_id, result.call_id) == (RESEND, 2, "c1")
     assert log == ["charge o1"]
     assert tx.execute_step(2, "charge", {"order": "o2"}, call_id="c2").ok
@@ -259,7 +259,9 @@ def test_a_dependency_jump_reports_the_voided_steps_and_the_root_cause():
 def test_a_local_backtrack_reports_the_voided_steps_without_a_root_cause():
     """An untraceable failure backtracks one step: that step is voided, no root cause."""
     log: list[str] = []
-    tx = agenttx.Transaction(shop_tools(log))
+    # A customer written in the call is a mistake of the call by default (a resend).
+    policy = agenttx.RollbackPolicy(mistake_retries=0)
+    tx = agenttx.Transaction(shop_tools(log), policy=policy)
     tx.execute_step(1, "charge", {"order": "o1"}, call_id="c1")
     tx.execute_step(2, "charge", {"order": "o2"})
     result = tx.execute_step(3, "ship", {"customer": "c-9"})
@@ -353,8 +355,8 @@ def payload_of(result: agenttx.StepResult) -> dict:
     payload = result.for_model()
     assert payload == result.for_model()
     assert json.loads(json.dumps(payload)) == payload
-    order = ["ok", "step", "output", "error", "next_step", "voided_steps", "constraints"]
-    order += ["root_cause", "instruction"]
+    order = ["ok", "step", "output", "error", "next_step", "voided_steps", "compensated"]
+    order += ["constraints", "root_cause", "bad_value", "abort_reason", "instruction"]
     assert list(payload) == [key for key in order if key in payload]
     return payload
 
@@ -419,8 +421,13 @@ def test_the_payload_of_a_rewind_to_a_root_cause():
         "error": hint,
         "next_step": 1,
         "voided_steps": [1, 2],
+        "compensated": [
+            {"step": 2, "compensation": "refund"},
+            {"step": 1, "compensation": "refund"},
+        ],
         "constraints": [hint],
         "root_cause": {"step": 1, "key": "customer"},
+        "bad_value": {"key": "customer", "value": "c-404", "step": 1},
         "instruction": (
             "Step 1 produced the bad value of 'customer': steps 1-2 were undone and their "
             "outputs no longer exist; send step 1 again with a corrected value, then redo "
@@ -431,7 +438,7 @@ def test_the_payload_of_a_rewind_to_a_root_cause():
 
 def test_the_payload_of_a_local_backtrack_and_a_global_reset():
     """A local backtrack names the step undone; a global reset says to start again."""
-    policy = agenttx.RollbackPolicy(max_local_depth=1, mistake_retries=0)
+    policy = agenttx.RollbackPolicy(max_local_depth=1, mistake_retries=0, repeat_limit=0)
     tx = agenttx.Transaction(shop_tools([]), policy=policy)
     tx.execute_step(1, "charge", {"order": "o1"})
     tx.execute_step(2, "charge", {"order": "o2"})
@@ -461,7 +468,10 @@ def test_the_payload_of_an_abort():
         "error": payload["error"],
         "next_step": 0,
         "voided_steps": [1],
+        "compensated": [{"step": 1, "compensation": "refund"}],
         "constraints": [payload["error"]],
+        "bad_value": {"key": "customer", "value": "c-9", "step": 2},
+        "abort_reason": "local backtrack depth exhausted; global reset budget (0) exhausted",
         "instruction": "The transaction was aborted and every step undone: send no more steps.",
     }
 
@@ -488,8 +498,8 @@ def test_a_mistake_never_leaves_a_transient_constraint():
     tx.execute_step(1, "charge", {"order": "o1"})
     steps = tx._pipeline
     with tx._calls:  # drive the failure path with a hand-made mistake
-        steps._start(2)
-        steps._prepare(2, "quote", ({"order": "o1"}, 0), "", None)
+        parsed = steps._open(2, "quote", {"order": "o1"}, "", None)
+        steps._prepare(2, "quote", parsed, "", None)
         result = steps._fail(2, Failure("upstream timed out", mistake=True))
     assert result.strategy is RESEND
     assert tx.execute_step(2, "charge", {"order": "o2"}).constraints == result.constraints

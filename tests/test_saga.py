@@ -341,7 +341,9 @@ def test_a_compensation_that_never_returns_is_abandoned_and_kept(never):
     stuck_record, other = record(2, action=stuck), record(1, action=lambda: calls.append(2))
     report = finishes(ledger.compensate, [stuck_record, other], {})
     error = "timed out after 200 ms, still running after timeout: not tried again"
-    assert report == agenttx.CompensationReport(succeeded=1, failures=(f"undo 2.0: {error}",))
+    assert report == agenttx.CompensationReport(
+        succeeded=1, failures=(f"undo 2.0: {error}",), ran=((1, "fn"),)
+    )
     assert ledger.failed == ((stuck_record, error),)
     assert ledger.running == (stuck_record,)
     assert calls == [1, 2]  # the stuck one ran once; the next record still ran

@@ -312,6 +312,7 @@ _FLAT_SCHEMA = {
         "c": {"type": "boolean"},
         "d": {"type": "null"},
         "e": {"type": "array"},
+        "f": {"description": "any value"},
     },
     "required": ["a", "c"],
     "additionalProperties": False,
@@ -328,7 +329,7 @@ _FLAT_VALUES = st.one_of(
 
 
 @given(
-    arguments=st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e", "x"]), _FLAT_VALUES),
+    arguments=st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e", "f", "x"]), _FLAT_VALUES),
     extra=st.sampled_from([False, True, {"type": "integer"}]),
 )
 def test_the_flat_fast_path_answers_as_the_full_check(arguments, extra):
@@ -351,6 +352,7 @@ def test_only_a_flat_schema_takes_the_fast_path():
         "c": bool,
         "d": type(None),
         "e": list,
+        "f": object,
     }
     assert compile_schema({**_FLAT_SCHEMA, "minProperties": 1})._flat is None
     assert compile_schema({"type": "object", "properties": {"n": {"type": "number"}}})._flat is None

@@ -10,6 +10,8 @@ states the store's requests end in.
 
 from __future__ import annotations
 
+import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -278,6 +280,32 @@ def test_a_cancelled_acall_keeps_its_running_call_until_it_returns() -> None:
             await task
 
     asyncio.run(cancel_it())
+    with pytest.raises(agenttx.FailedPrecondition, match="still running"):
+        tx.commit()  # the charge may still land
+    release.set()
+    tx.rollback()
+    assert order == ["charge", "refund"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs pthread_kill")
+@pytest.mark.timeout(60)
+def test_an_interrupted_sync_call_keeps_its_running_call_until_it_returns() -> None:
+    """A KeyboardInterrupt in `tx.call` while its sync tool runs on a worker: the call is kept
+    as running, `commit()` refuses meanwhile, and its `compensate=` undo runs once, after the
+    charge (not at once, before the charge lands)."""
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    tx = agenttx.Transaction(tools=list(_slow_charge(order, started, release)), step_timeout=5)
+
+    def interrupt_once_started() -> None:
+        started.wait(10)
+        time.sleep(0.2)  # the caller is blocked in its wait for the worker by then
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+
+    threading.Thread(target=interrupt_once_started).start()
+    with pytest.raises(KeyboardInterrupt):
+        tx.call("charge", {"amount": 5})  # the main thread waits for the worker here
+    assert order == []  # nothing undone before the charge lands
     with pytest.raises(agenttx.FailedPrecondition, match="still running"):
         tx.commit()  # the charge may still land
     release.set()

@@ -257,3 +257,44 @@ _JSON_PARTS = st.recursive(
 def test_key_deriver_gives_the_keys_derive_key_gives(shared, rest):
     """A deriver for shared first parts gives exactly `derive_key` of all the parts."""
     assert key_deriver(*shared)(*rest) == derive_key(*shared, *rest)
+
+
+def test_secret_parameters_are_declared_or_marked_in_the_schema():
+    """`secret=` names parameters whose values a failed step never shows the model; a schema
+    property marked writeOnly or format password is secret too; a renamed tool keeps them."""
+
+    @agenttx.tool(secret=["card"])
+    def charge(amount: int, card: str) -> dict:
+        return {}
+
+    assert charge.secrets == frozenset({"card"})
+    assert charge.renamed("pay").secrets == frozenset({"card"})
+    schema = {
+        "type": "object",
+        "properties": {
+            "token": {"type": "string", "writeOnly": True},
+            "pin": {"type": "string", "format": "password"},
+            "user": {"type": "string"},
+        },
+    }
+    marked = agenttx.tool(parameters=schema)(lambda token, pin, user: {})
+    assert marked.secrets == frozenset({"token", "pin"})
+    assert agenttx.tool(lambda a: a).secrets == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("secret", "message"),
+    [
+        ("card", "must be a list of parameter names"),
+        (["cvv"], "names 'cvv', which is not one of its parameters \\(amount, card\\)"),
+        ([3], "names 3"),
+    ],
+)
+def test_secret_parameters_must_be_parameters(secret, message):
+    """A `secret=` that is not a list of the tool's parameter names is refused at decoration."""
+
+    def charge(amount: int, card: str) -> dict:
+        return {}
+
+    with pytest.raises(agenttx.InvalidArgument, match=f"tool `charge`: secret= {message}"):
+        agenttx.tool(secret=secret)(charge)

@@ -145,7 +145,8 @@ def test_unresolved_reference_jumps_to_the_referenced_step():
 
 
 def test_a_step_that_always_fails_escalates_then_aborts():
-    """Backtrack, backtrack, global reset, the same again, then abort; counted executions."""
+    """Backtrack, backtrack, global reset, the same again, then abort; counted executions
+    (with `repeat_limit=0`, which turns the repeated-failure abort off)."""
     runs = []
 
     @agenttx.tool
@@ -159,7 +160,8 @@ def test_a_step_that_always_fails_escalates_then_aborts():
         raise agenttx.ToolError("something odd happened")
 
     calls = {1: ("ok", {"n": 1}), 2: ("ok", {"n": 2}), 3: ("broken", {})}
-    tx = agenttx.Transaction(tools=[ok, broken])
+    policy = agenttx.RollbackPolicy(repeat_limit=0)
+    tx = agenttx.Transaction(tools=[ok, broken], policy=policy)
     results = run_all(tx, calls)
     failures = [(r.strategy, r.rollback_to_step) for r in results if not r.ok]
     assert failures == [
@@ -1307,3 +1309,184 @@ def test_a_bad_dispatcher_is_refused_when_the_transaction_is_built(dispatcher, m
     assert not store.is_open("t-1")
     for good in (None, print, {"email": print}, agenttx.JsonlDispatcher("/dev/null")):
         agenttx.Transaction(dispatcher=good)
+
+
+# ---------------------------------------------------------------- mistakes the model learns from
+
+FK_DETAIL = (
+    'insert or update on table "reservations" violates foreign key constraint\n'
+    'DETAIL:  Key (customer_id)=({}) is not present in table "customers".'
+)
+
+
+class Till:
+    """A charge (refunded on rewind) that echoes its customer, and a reservation that fails on
+    an unknown customer (the database's words) or on a quantity that is not an integer."""
+
+    def __init__(self, plain: bool = False) -> None:
+        self.calls: list[str] = []
+        self.charges: list[str] = []
+        self.refunds: list[str] = []
+        till = self
+
+        @agenttx.compensation(name="refund")
+        def refund(payload: dict) -> None:
+            till.refunds.append(payload["output"]["charge_id"])
+
+        @agenttx.tool(compensate=refund, secret=["card"])
+        def charge(customer_id: str, amount: int, card: str = "4111") -> dict:
+            till.calls.append("charge")
+            till.charges.append(f"ch-{len(till.charges) + 1}")
+            return {"charge_id": till.charges[-1], "customer_id": customer_id}
+
+        @agenttx.tool
+        def reserve(customer_id: str, sku: str, quantity: object = 1) -> dict:
+            till.calls.append("reserve")
+            if customer_id not in ("c-1", "c-2"):
+                raise agenttx.ToolError(FK_DETAIL.format(customer_id))
+            if not isinstance(quantity, int):
+                message = f'invalid type: "{quantity}" for field quantity, expected an integer'
+                if plain:
+                    raise ValueError(message)
+                raise agenttx.ToolError(message, key="quantity")
+            return {"reservation": f"r-{customer_id}-{quantity}"}
+
+        self.tools = [refund, charge, reserve]
+
+    def transaction(self, **options: object) -> agenttx.Transaction:
+        return agenttx.Transaction(tools=self.tools, **options)
+
+
+def order(tx: agenttx.Transaction, customer: str, quantity: object = 1) -> agenttx.StepResult:
+    """An agent that sends the charge, then the reservation, as it was told to."""
+    charged = tx.call("charge", {"customer_id": customer, "amount": 42})
+    assert charged.ok
+    return tx.call("reserve", {"customer_id": customer, "sku": "S", "quantity": quantity})
+
+
+def test_the_same_bad_customer_sent_again_after_a_rewind_ends_the_run():
+    """The repeated-mistake scenario: the first failure rewinds to the charge that produced the
+    bad customer (one refund) and tells the model the bad value; the same call failing the
+    same way again aborts, naming the loop: two charges, two refunds, never a third cycle."""
+    till = Till()
+    tx = till.transaction()
+    first = order(tx, "c-404")
+    assert (first.strategy, first.root_cause) == (
+        RollbackStrategy.DEPENDENCY_JUMP,
+        agenttx.RootCause(1, "customer_id"),
+    )
+    assert first.bad_value == agenttx.BadValue(key="customer_id", value="c-404", step=1)
+    assert first.compensated == ((1, "refund"),)
+    results = [first]
+    while tx.status is TxStatus.ACTIVE and len(results) < 10:
+        results.append(order(tx, "c-404"))  # the model repeats its mistake
+    assert len(results) == 2
+    last = results[-1]
+    assert (last.status, last.strategy) == (StepStatus.FAILED, RollbackStrategy.ABORT)
+    assert last.abort_reason == (
+        "repeated failure: the same call failed the same way after being rewound once"
+    )
+    assert last.for_model()["instruction"].startswith("The same call failed the same way")
+    assert last.bad_value == first.bad_value
+    assert till.charges == till.refunds == ["ch-1", "ch-2"]
+    rewinds = [r for r in results if r.strategy is not RollbackStrategy.ABORT]
+    assert [len(r.compensated) for r in rewinds] == [1]  # one per distinct mistake
+
+
+def test_distinct_mistakes_each_get_their_rewind():
+    """Two different bad customers are two mistakes: each rewinds once; the first one sent
+    again then ends the run."""
+    till = Till()
+    tx = till.transaction()
+    strategies = [order(tx, customer).strategy for customer in ("c-404", "c-405", "c-404")]
+    assert strategies == [
+        RollbackStrategy.DEPENDENCY_JUMP,
+        RollbackStrategy.DEPENDENCY_JUMP,
+        RollbackStrategy.ABORT,
+    ]
+    assert len(till.refunds) == 3
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["tool-error-key", "plain-exception"])
+def test_a_literal_the_tool_refuses_is_resent_and_undoes_nothing(plain):
+    """`quantity: "two"` written in the call and refused by the tool (not the schema) is a
+    mistake of this step: a resend of step 2, the charge kept, N+1 calls, no compensation."""
+    till = Till(plain=plain)
+    tx = till.transaction()
+    failed = order(tx, "c-1", "two")
+    assert (failed.strategy, failed.next_step_id, failed.voided_steps) == (
+        RollbackStrategy.RESEND,
+        2,
+        (),
+    )
+    assert failed.bad_value == agenttx.BadValue(key="quantity", value="two", step=2)
+    assert failed.for_model()["bad_value"] == {"key": "quantity", "value": "two", "step": 2}
+    fixed = tx.call("reserve", {"customer_id": "c-1", "sku": "S", "quantity": 2})
+    assert fixed.ok
+    assert till.calls == ["charge", "reserve", "reserve"]  # N + 1
+    assert till.refunds == []
+    assert tx.commit().steps_committed == 2
+
+
+def test_a_bad_value_that_came_from_an_earlier_step_still_rewinds_there():
+    """The same refusal for a quantity passed on by a reference, or linked implicitly to an
+    earlier output, is not this step's mistake: the controller jumps to its producer."""
+
+    @agenttx.tool
+    def quote() -> dict:
+        return {"quantity": "two"}
+
+    till = Till()
+    for quantity in ("${steps.1.quantity}", "two"):
+        tx = agenttx.Transaction(tools=[quote, *till.tools])
+        tx.call("quote", {})
+        result = tx.call("reserve", {"customer_id": "c-1", "sku": "S", "quantity": quantity})
+        assert result.strategy is RollbackStrategy.DEPENDENCY_JUMP
+        assert result.bad_value == agenttx.BadValue(key="quantity", value="two", step=1)
+
+
+def test_the_bad_value_is_bounded_and_a_secret_is_redacted():
+    """A long value is cut to 200 characters; a tool's secret parameter shows as redacted."""
+
+    @agenttx.tool(secret=["token"])
+    def login(user: str, token: str) -> dict:
+        raise agenttx.ToolError("rejected", key="token" if user == "ada" else "user")
+
+    tx = agenttx.Transaction(tools=[login])
+    secret = tx.call("login", {"user": "ada", "token": "s3cr3t-value"})
+    assert secret.bad_value == agenttx.BadValue(
+        key="token", value="[redacted]", step=1, redacted=True
+    )
+    assert "s3cr3t" not in json.dumps(secret.for_model())
+    long = tx.call("login", {"user": "x" * 500, "token": "t"})
+    assert long.bad_value is not None
+    assert long.bad_value.value == "x" * 197 + "..."
+
+
+def test_the_async_path_names_the_bad_value_and_stops_the_loop_alike():
+    """acall decides and reports as call does: a refused literal is resent with its bad value,
+    the same call failing the same way after a rewind aborts, each undo reported."""
+    till = Till()
+    tx = till.transaction()
+
+    async def agent() -> list[agenttx.StepResult]:
+        results = []
+        for customer, quantity in (("c-1", "two"), ("c-404", 1), ("c-404", 1)):
+            assert (await tx.acall("charge", {"customer_id": customer, "amount": 42})).ok
+            arguments = {"customer_id": customer, "sku": "S", "quantity": quantity}
+            results.append(await tx.acall("reserve", arguments))
+        return results
+
+    literal, rewound, ended = asyncio.run(agent())
+    assert (literal.strategy, literal.bad_value, literal.compensated) == (
+        RollbackStrategy.RESEND,
+        agenttx.BadValue(key="quantity", value="two", step=2),
+        (),
+    )
+    assert (rewound.strategy, rewound.compensated) == (
+        RollbackStrategy.DEPENDENCY_JUMP,
+        ((2, "refund"),),
+    )
+    assert ended.strategy is RollbackStrategy.ABORT
+    assert ended.compensated == ((2, "refund"), (1, "refund"))
+    assert till.refunds == ["ch-2", "ch-3", "ch-1"]

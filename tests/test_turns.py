@@ -317,13 +317,13 @@ def test_a_turn_raises_before_anything_ran_or_answers_every_call():
         with pytest.raises(agenttx.InvalidArgument, match=r"calls\[2\]"):
             turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c2"), ("echo", huge, "c3")])
         assert (log, tx.next_step_id, len(tx.history)) == (["echo 0"], 2, 1)
-    results = tx.call_turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c0"), ("nope", {}, "c3")])
+    results = tx.call_turn([("echo", {"n": 1}, "c1"), ("echo", {"n": 2}, "c1"), ("nope", {}, "c3")])
     assert [r.status for r in results] == [
         StepStatus.SUCCESS,
         StepStatus.ROLLBACK_TRIGGERED,
         StepStatus.NOT_RUN,
     ]
-    assert [r.call_id for r in results] == ["c1", "c0", "c3"]
+    assert [r.call_id for r in results] == ["c1", "c1", "c3"]
     assert log == ["echo 0", "echo 1"]
 
 
@@ -725,3 +725,62 @@ def test_a_thread_interrupted_while_queued_leaves_the_queue():
     holder.join(10)
     assert tx.call("echo", {"n": 2}).step_id == 2
     assert not tx._calls.busy
+
+
+# ---------------------------------------------------------------- call ids and turns
+
+
+def test_a_call_outside_call_turn_is_a_turn_of_its_own_so_it_may_reuse_a_call_id():
+    """`call`, `acall`, `execute_step` and `aexecute_step` are each a turn: a later one may
+    send the call id of a live step of an earlier one, and the step records it."""
+    log: list[str] = []
+    tx = agenttx.Transaction(tools=_echo_tools(log))
+    assert tx.call("echo", {"n": 1}, call_id="call_0").ok
+    assert asyncio.run(tx.acall("echo", {"n": 2}, call_id="call_0")).ok
+    assert tx.execute_step(3, "echo", {"n": 3}, call_id="call_0").ok
+    assert asyncio.run(tx.aexecute_step(4, "echo", {"n": 4}, call_id="call_0")).ok
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [(n, "call_0") for n in (1, 2, 3, 4)]
+    assert log == ["echo 1", "echo 2", "echo 3", "echo 4"]
+
+
+def test_a_later_call_turn_may_reuse_the_ids_of_an_earlier_one():
+    """Two `call_turn`s that both number their calls `call_0`, `call_1`: every call runs, and
+    the steps and the history keep each step's call id."""
+    log: list[str] = []
+    tx = agenttx.Transaction(tools=_echo_tools(log))
+    ids = ("call_0", "call_1")
+    for turn in (tx.call_turn, lambda calls: asyncio.run(tx.acall_turn(calls))):
+        results = turn([("echo", {"n": len(log) + i}, cid) for i, cid in enumerate(ids)])
+        assert all(r.ok for r in results)
+    assert [s.call_id for s in tx.steps] == ["call_0", "call_1", "call_0", "call_1"]
+    (failed,) = tx.call_turn([("boom", {}, "call_0")])  # a new turn: the id is free
+    assert (failed.call_id, failed.voided_steps, failed.voided_call_ids) == (
+        "call_0",
+        (4,),
+        ("call_1",),
+    )
+    tx.rollback(to_step=1)
+    assert [(a.step_id, a.call_id, a.status.value) for a in tx.history if a.step_id < 4] == [
+        (1, "call_0", "rewound"),
+        (2, "call_1", "rewound"),
+        (3, "call_0", "rewound"),
+    ]
+
+
+def test_a_call_id_sent_twice_in_one_turn_is_a_mistake_in_both_forms():
+    """Within one `call_turn` (or `acall_turn`) a call id a live step of the turn has fails
+    the call as a mistake (RESEND), and the rest of the turn is not run."""
+    for sync in (True, False):
+        log: list[str] = []
+        tx = agenttx.Transaction(tools=_echo_tools(log))
+        calls = [("echo", {"n": 1}, "c"), ("echo", {"n": 2}, "c"), ("echo", {"n": 3}, "d")]
+        results = tx.call_turn(calls) if sync else asyncio.run(tx.acall_turn(calls))
+        assert [r.status for r in results] == [
+            StepStatus.SUCCESS,
+            StepStatus.ROLLBACK_TRIGGERED,
+            StepStatus.NOT_RUN,
+        ]
+        assert results[1].strategy is RollbackStrategy.RESEND
+        assert results[1].hint is not None
+        assert results[1].hint.rule == "duplicate_call_id"
+        assert log == ["echo 1"]

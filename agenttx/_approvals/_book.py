@@ -17,7 +17,7 @@ from .._errors import (
     InvalidArgument,
     ReviewNotFound,
 )
-from .._json import JSONValue, canonical_dumps, check_json
+from .._json import JSONValue, canonical_dumps, check_json, compact_encoder
 from .._limits import MAX_PAYLOAD_BYTES
 from ..stores import MemoryRequests, RequestRow, RequestStore, is_durable, is_plan_store
 from ._records import (
@@ -65,6 +65,11 @@ def _check_text(value: object, what: str) -> str:
 #: The longest an approval may wait for its call: ten years (seconds); past it, an expiry is
 #: a mistake (and past the range of a timestamp, an overflow).
 MAX_EXPIRES_IN: Final = 10 * 366 * 86_400
+
+#: Requests and decisions are kept as compact JSON with keys in their order: the arguments an
+#: approval runs (an approver's edit included) reach the tool as they were given. Only the
+#: digest (`call_digest`) reads them canonically; rows written before kept sorted keys.
+_dumps: Final = compact_encoder(sort_keys=False)
 
 
 def _check_expires_in(expires_in: object) -> float | None:
@@ -203,7 +208,7 @@ class Requests:
                 scope_id=scope_id,
                 state="pending",
                 digest=digest,
-                record=canonical_dumps(record),
+                record=_dumps(record),
                 created_at=now,
                 updated_at=now,
             ),
@@ -257,7 +262,7 @@ class Requests:
             "edited": edited,
         }
         changed = self._table.set_request_state(
-            row.id, ("pending",), "approved", decision=canonical_dumps(decision), now=now
+            row.id, ("pending",), "approved", decision=_dumps(decision), now=now
         )
         if changed is None:
             self._refuse(self._table.get_request(row.id) or row)
@@ -275,7 +280,7 @@ class Requests:
         now = time.time()
         decision: dict[str, JSONValue] = {"actor": actor, "decided_at": now, "reason": reason}
         changed = self._table.set_request_state(
-            row.id, ("pending",), "rejected", decision=canonical_dumps(decision), now=now
+            row.id, ("pending",), "rejected", decision=_dumps(decision), now=now
         )
         if changed is None:
             self._refuse(self._table.get_request(row.id) or row)
@@ -360,8 +365,8 @@ class Requests:
             scope_id=scope_id,
             state="consumed",
             digest=digest,
-            record=canonical_dumps(record),
-            decision=canonical_dumps(decision),
+            record=_dumps(record),
+            decision=_dumps(decision),
             created_at=now,
             updated_at=now,
         )
@@ -408,7 +413,7 @@ class Requests:
                 row.id,
                 ("approved",),
                 "consumed",
-                decision=canonical_dumps(decision),
+                decision=_dumps(decision),
                 now=now,
                 fence=row.scope_id if fence else None,
             )
@@ -424,7 +429,7 @@ class Requests:
             row.id,
             ("consumed",),
             "finished",
-            decision=canonical_dumps(decision),
+            decision=_dumps(decision),
             now=time.time(),
             fence=row.scope_id if fence else None,
         )
@@ -457,7 +462,7 @@ class Requests:
                     continue
             if state != "pending" and not (from_step is not None and state == "resolved"):
                 continue
-            decision = canonical_dumps({"withdrawn": why})
+            decision = _dumps({"withdrawn": why})
             changed = self._table.set_request_state(
                 row.id,
                 (state,),
@@ -512,7 +517,7 @@ class Requests:
                 scope_id=scope_id,
                 state="pending",
                 digest=digest,
-                record=canonical_dumps({**review.to_json(), "plan_version": plan_version}),
+                record=_dumps({**review.to_json(), "plan_version": plan_version}),
                 created_at=now,
                 updated_at=now,
             ),
@@ -556,7 +561,7 @@ class Requests:
             "output": output,
         }
         changed = self._table.set_request_state(
-            row.id, ("pending",), "resolved", decision=canonical_dumps(decision), now=now
+            row.id, ("pending",), "resolved", decision=_dumps(decision), now=now
         )
         if changed is None:
             raise ReviewNotFound(request_id=review_id, resolved=True)

@@ -26,7 +26,7 @@ from ._reading import (
     read_tx,
     unreadable,
 )
-from ._shown import list_transactions, plan_list, plan_shown, show_transaction
+from ._shown import list_transactions, plan_list, plan_shown, show_preview, show_transaction
 from ._target import Target, add_target, open_target, resolve_target
 from ._terminal import (
     EXIT_ERROR,
@@ -121,10 +121,20 @@ def _parser() -> argparse.ArgumentParser:
         "with what became of it (live, failed, rewound, compensated), its constraints and its "
         "compensation failures; then what waits for a person in it (each pending approval "
         "request and review, with the tool, the arguments and the commands that decide it). "
-        "A TX that is a plan run's id shows the run, as `plans TARGET RUN` does. Read-only.",
+        "A TX that is a plan run's id shows the run, as `plans TARGET RUN` does. With TX and "
+        "--preview STEP: what a rollback of the open transaction to STEP (0: an abort) would "
+        "do, without doing it: the steps it would void, the compensations it would run with "
+        "their payloads, the staged effects it would drop and the voided steps that left "
+        "nothing to undo. Read-only.",
     )
     add_target(inspect)
     inspect.add_argument("tx", metavar="TX", nargs="?", help="a transaction or plan run id")
+    inspect.add_argument(
+        "--preview",
+        type=whole_number,
+        metavar="STEP",
+        help="with TX: what a rollback to STEP would do (0: an abort), without doing it",
+    )
     add_wait(inspect)
     inspect.set_defaults(run=_run_inspect)
 
@@ -221,6 +231,9 @@ def _opened(args: argparse.Namespace, shifted: str | None = None) -> Target:
 
 def _run_inspect(args: argparse.Namespace) -> None:
     target = _opened(args, "tx")
+    if args.preview is not None and args.tx is None:
+        target.store.close()
+        raise Failure("--preview needs a transaction id (TX)")
     store = target.store
     try:
         if args.tx is None:
@@ -230,6 +243,8 @@ def _run_inspect(args: argparse.Namespace) -> None:
             if approvals or reviews:
                 line += f" (see: {target.command('approvals')})"
             lines.append(line)
+        elif args.preview is not None:
+            lines = show_preview(store, args.tx, args.preview, args.wait, name=target.name)
         else:  # a plan run (whose state is a transaction of the same id), else a transaction
             plan = _plan_lines(target, args.tx, args.wait, "text")
             if plan is None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 from .._errors import AgentTxError, TransactionNotFound
 from .._json import canonical_dumps
 from .._plans import NodeState, Plan, StoredNode, read_run
+from .._preview import preview_rollback
 from .._render import DrawnEdge, DrawnNode, render_graph
 from .._results import AttemptStatus, TxStatus
 from .._txlog import Restored, read_history, read_image
@@ -34,7 +35,14 @@ if TYPE_CHECKING:
     from ..stores import EndedTransaction, PlanImage, TxImage
     from ._store import CliStore
 
-__all__ = ["list_transactions", "plan_list", "plan_shown", "show_transaction", "uk_time"]
+__all__ = [
+    "list_transactions",
+    "plan_list",
+    "plan_shown",
+    "show_preview",
+    "show_transaction",
+    "uk_time",
+]
 
 #: How many ended transactions (and plan runs) `inspect DB` lists, the last to end first.
 ENDED_SHOWN: Final = 20
@@ -152,6 +160,49 @@ def show_transaction(
         return _shown_ended(found) if isinstance(found, EndedFound) else _shown(found)
     except Exception as exc:  # noqa: BLE001 - decoded rows of the wrong shape fail anywhere
         raise unreadable(tx_id, exc) from None
+
+
+def show_preview(
+    store: CliStore, tx_id: str, to_step: int, wait: float, *, name: str = "the store"
+) -> list[str]:
+    """The lines of `inspect DB TX --preview STEP`: what a rollback to STEP would do."""
+    found = read_tx(store, tx_id, wait, name=name)
+    if isinstance(found, EndedFound):
+        status = final_status(found.restored.record, found.ended)
+        raise Failure(f"transaction {tx_id} has ended ({status}): nothing to roll back")
+    progress = found.progress
+    try:
+        preview = preview_rollback(
+            to_step,
+            next_step=progress.next_step,
+            tools={step: live.tool_name for step, live in found.steps.items()},
+            undos=found.undos,
+            effects=[e for e in found.effects if e.step_id < progress.next_step],
+        )
+    except AgentTxError as exc:  # a target the rollback would refuse
+        raise Failure(str(exc)) from None
+    target = "an abort" if preview.aborts else f"a rollback to step {to_step}"
+    lines = [
+        f"transaction {tx_id}: what {target} would do (nothing done)",
+        f"voided steps ({len(preview.voided_steps)}):",
+    ]
+    lines.extend(f"  {step}. {found.steps[step].tool_name}" for step in preview.voided_steps)
+    lines.append(f"compensations, in the order they would run ({len(preview.compensations)}):")
+    lines.extend(
+        f"  step {c.step_id} {c.tool_name or '-'}: {c.kind} {cut(canonical_dumps(c.payload))}"
+        for c in preview.compensations
+    )
+    lines.append(f"staged effects dropped ({len(preview.dropped_effects)}):")
+    lines.extend(
+        f"  step {e.step_id} {e.channel} {cut(canonical_dumps(e.payload))}"
+        for e in preview.dropped_effects
+    )
+    lines.append(
+        f"voided steps with no undo of their own ({len(preview.irreversible)}): their state "
+        "writes are restored, anything else they did stays done"
+    )
+    lines.extend(f"  {step}. {found.steps[step].tool_name}" for step in preview.irreversible)
+    return lines
 
 
 def _shown_ended(found: EndedFound) -> list[str]:

@@ -154,6 +154,8 @@ def clean_error(text: str) -> CleanHint:
         if match is not None:
             groups = match.groupdict()
             key = _pick(groups, rule.key_groups)
+            if key is None and rule.key_from is not None:
+                key = rule.key_from(groups)
             return CleanHint(
                 text=_one_line(rule.render(groups)),
                 category=rule.category,

@@ -32,6 +32,7 @@ from ._scan import (
 from ._templates import (
     Groups,
     _duplicate_call_id,
+    _field_of_found,
     _file_not_found,
     _first_column,
     _fixed,
@@ -100,6 +101,8 @@ class _Rule:
     patterns: tuple[_Pattern, ...]
     key_groups: tuple[str, ...]
     render: Callable[[Groups], str]
+    #: Where the key comes from when no key group captured one (a rule with no key group).
+    key_from: Callable[[Groups], str | None] | None = None
 
     def find(self, patterns: tuple[_Pattern, ...], scan: _Scan) -> re.Match[str] | None:
         """The leftmost match of `patterns`, the candidates among this rule's alternatives."""
@@ -501,6 +504,7 @@ _RULES: Final[tuple[_Rule, ...]] = (
         lambda g: (
             f"Hint: Wrong argument type: got {_get(g, 'found')}, expected {_get(g, 'expected')}."
         ),
+        _field_of_found,
     ),
     # --- arguments that do not fit a tool's spec (`docs/protocol.md#argument-validation`).
     # Linear as searched: {found} is at most 120 characters, and {key} stops at a backtick,

@@ -4,6 +4,7 @@ fixed text. A hint stays within `_clean.MAX_HINT_CHARS` (240) characters."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Final, TypeAlias
 
 if TYPE_CHECKING:
@@ -52,6 +53,20 @@ def _foreign_key(g: Groups) -> str:
         f"Hint: Foreign key constraint failed for '{_first_column(_get(g, 'key'))}'. "
         f"Ensure target {_singular(_get(g, 'table'))} exists before step execution."
     )
+
+
+#: A `type_mismatch` {found} that names its field: `"two" for field quantity` (also quoted).
+#: Linear as searched: the literal starts each try, and the name is anchored at the end.
+_FOUND_FIELD: Final = re.compile(
+    r" for field [`'\"]?(?P<field>[A-Za-z_][\w.\[\]-]{0,127}?)[`'\"]?\Z"
+)
+
+
+def _field_of_found(g: Groups) -> str | None:
+    """The field a `type_mismatch` message names after its value, if it names one."""
+    found = g.get("found")
+    match = None if found is None else _FOUND_FIELD.search(found.rstrip())
+    return None if match is None else match.group("field")
 
 
 def _java_npe(g: Groups) -> str:

@@ -33,10 +33,13 @@ from ._runner import run_plan as run_plan
 from ._runner import start_plan as start_plan
 from ._scheduler import NodeState as NodeState
 from ._scheduler import RateLimit as RateLimit
+from ._schema import PLAN_TOOL as PLAN_TOOL
+from ._schema import plan_tool_spec as plan_tool_spec
 from ._validate import validate_plan as validate_plan
 
 __all__ = [
     "MAX_NODE_ID",
+    "PLAN_TOOL",
     "CompensationOutcome",
     "CompensationStatus",
     "CostBreakdown",
@@ -61,6 +64,7 @@ __all__ = [
     "is_plan_store",
     "missing_tool",
     "plan_of",
+    "plan_tool_spec",
     "read_run",
     "resolve_inputs",
     "resolve_resource",

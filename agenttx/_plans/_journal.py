@@ -36,7 +36,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 
 from .._errors import InvalidArgument, StorageError
-from .._json import JSONValue, canonical_dumps
+from .._json import JSONValue, compact_encoder
 from ..stores import PlanChange, PlanExpect, PlanNodeRow, is_plan_store
 
 if TYPE_CHECKING:
@@ -52,6 +52,11 @@ _FORMATS: Final = (1, 2)
 _CLAIMABLE: Final = ("PENDING", "READY")
 _RUNNING: Final = ("RUNNING",)
 _ENDED: Final = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED", "SKIPPED"})
+
+#: Records are compact JSON with keys in their order, not sorted: a node's inputs, the plan's
+#: and the initial values reach a tool of a resumed run as they were given (records written
+#: before kept sorted keys, and read back so).
+_dumps: Final = compact_encoder(sort_keys=False)
 
 
 class StoredNode(NamedTuple):
@@ -157,11 +162,11 @@ class PlanJournal:
                     node_id=node_id,
                     state=state,
                     attempt=None,
-                    record=canonical_dumps(cast("JSONValue", node)),
+                    record=_dumps(cast("JSONValue", node)),
                 )
             )
         journal = cls(store, run_id, nodes)
-        journal._store.begin_plan(run_id, canonical_dumps({"format": FORMAT, **record}), rows)
+        journal._store.begin_plan(run_id, _dumps({"format": FORMAT, **record}), rows)
         return journal
 
     @classmethod
@@ -411,7 +416,7 @@ def _change(
         node_id=node_id,
         state=state,
         attempt=attempt,
-        append=before + "\n" + canonical_dumps(cast("JSONValue", change)),
+        append=before + "\n" + _dumps(cast("JSONValue", change)),
         expect=expect,
         hold=hold,
         units=units,

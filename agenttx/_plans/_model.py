@@ -22,6 +22,7 @@ calls them and they never import it.
 from __future__ import annotations
 
 import hashlib
+import json
 import types
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, cast, final
@@ -30,7 +31,14 @@ import attrs
 
 from .._errors import InvalidArgument, PlanValidationError
 from .._json import JSONValue, canonical_dumps, check_json
-from .._limits import MAX_NODE_INPUT_BYTES, MAX_NODE_RETRIES, MAX_NODE_TIMEOUT, MAX_PLAN_NODES
+from .._limits import (
+    MAX_NODE_INPUT_BYTES,
+    MAX_NODE_RETRIES,
+    MAX_NODE_TIMEOUT,
+    MAX_PAYLOAD_BYTES,
+    MAX_PLAN_NODES,
+    over_limit,
+)
 from .._refs import is_path_segment
 from ._cycles import find_cycles
 from ._node import (
@@ -42,11 +50,13 @@ from ._node import (
     resolve_inputs,
     resolve_resource,
 )
+from ._schema import plan_schema, specs_of
 from ._validate import validate_plan
 
 if TYPE_CHECKING:
     from .._tools import ToolsArgument
     from ._problems import PlanProblem
+    from ._schema import HasToolSpecs
 
 # `Node`, `UnresolvedInput` and the two resolvers live in `_node`; the run's modules that
 # import them from here (with the plan) still may.
@@ -246,16 +256,33 @@ class Plan:
             "nodes": [node.to_json() for node in self.nodes],
         }
 
+    @staticmethod
+    def json_schema(tools: ToolsArgument | HasToolSpecs) -> dict[str, JSONValue]:
+        """The JSON Schema (draft 2020-12) of a plan from JSON for `tools`.
+
+        `tools` is what `Transaction(tools=...)` takes, or a `Transaction` or an `Engine`. The
+        schema describes what `from_json` reads, with the tools' names as an enum and each
+        tool's parameter schema for the `inputs` of a node that calls it, where any value may
+        also be a `${...}` reference. It never refuses a plan that `from_json` and `validate`
+        accept; `validate` finds what a schema cannot say (see `docs/plans.md`). A new object
+        each call. Raises `InvalidArgument` for what is not tools.
+        """
+        return plan_schema(specs_of(tools, "Plan.json_schema()"))
+
     @classmethod
     def from_json(cls, data: object) -> Plan:
         """A plan from its JSON form (as `to_json` writes it, or as an agent proposes one).
 
-        Node fields left out take their defaults; `format` may be omitted. Raises
-        `InvalidArgument` (or `JSONValueError`) naming what is wrong, and for a plan past the
-        limits a model's plan is held to (`docs/plans.md#plan-limits`): more than `MAX_PLAN_NODES`
-        nodes, or a node whose `retries`, `timeout` or `inputs` pass `MAX_NODE_RETRIES`,
-        `MAX_NODE_TIMEOUT` or `MAX_NODE_INPUT_BYTES` (naming the node, the field and the limit).
+        `data` is the JSON value, or its text (`str` or UTF-8 `bytes`) of at most
+        `MAX_PAYLOAD_BYTES`. Node fields left out take their defaults; `format` may be omitted.
+        Raises `InvalidArgument` (or `JSONValueError`) naming what is wrong (malformed or
+        oversized text included), and for a plan past the limits a model's plan is held to
+        (`docs/plans.md#plan-limits`): more than `MAX_PLAN_NODES` nodes, or a node whose
+        `retries`, `timeout` or `inputs` pass `MAX_NODE_RETRIES`, `MAX_NODE_TIMEOUT` or
+        `MAX_NODE_INPUT_BYTES` (naming the node, the field and the limit).
         """
+        if isinstance(data, (str, bytes, bytearray)):
+            data = _parse(data)
         value = check_json(data, what="plan")
         if not isinstance(value, dict):
             raise InvalidArgument("a plan in JSON must be an object with `nodes` and `initial`")
@@ -276,6 +303,21 @@ class Plan:
         if not isinstance(initial, list):
             raise InvalidArgument("plan `initial` must be a list of key names")
         return cls(nodes=tuple(_node_from_json(item) for item in nodes), initial=tuple(initial))
+
+
+def _parse(text: str | bytes | bytearray) -> object:
+    """The JSON value of a plan's text; `InvalidArgument` saying why there is none."""
+    if len(text) > MAX_PAYLOAD_BYTES or (isinstance(text, str) and over_limit(text)):
+        raise InvalidArgument(
+            f"a plan in JSON text may be at most {MAX_PAYLOAD_BYTES} bytes (MAX_PAYLOAD_BYTES)"
+        )
+    try:
+        return json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"a plan in JSON text is not UTF-8: {exc.reason}") from None
+    except (ValueError, RecursionError) as exc:
+        problem = str(exc) if isinstance(exc, ValueError) else "it is nested too deeply"
+        raise InvalidArgument(f"a plan in JSON text is malformed: {problem}") from None
 
 
 _NODE_FIELDS: Final = frozenset(field.name for field in attrs.fields(Node) if field.init)

@@ -45,10 +45,14 @@ STILL_RUNNING: Final = "still running after timeout"
 @final
 @attrs.frozen(kw_only=True)
 class CompensationReport:
-    """How many compensations succeeded, and a line per one that failed for good."""
+    """How many compensations succeeded, and a line per one that failed for good.
+
+    `ran` names each one that succeeded, as `(step, kind)` of its undo record, in the order run.
+    """
 
     succeeded: int = 0
     failures: tuple[str, ...] = ()
+    ran: tuple[tuple[int, str], ...] = ()
 
 
 def _check_attempts(_: object, __: object, value: object) -> None:
@@ -186,13 +190,13 @@ class SagaLedger:
         self, records: Sequence[UndoRecord], compensations: Mapping[str, Compensation[Any, Any]]
     ) -> Work[CompensationReport]:
         """The plan of `compensate`: each record's attempts in turn, then the report."""
-        succeeded = 0
+        ran: list[tuple[int, str]] = []
         failures: list[str] = []
         for index, record in enumerate(records):
             with self._interruptible(records, index):
                 error = yield from self._tries(record, partial(_start, record, compensations))
             if error is None:
-                succeeded += 1
+                ran.append((record.step_id, record.kind))
                 try:
                     if self.on_compensated is not None:
                         self.on_compensated(record)
@@ -207,7 +211,7 @@ class SagaLedger:
                 failures.append(f"{record.description}: {error}")
             if self.on_outcome is not None:
                 self.on_outcome(record, error)
-        return CompensationReport(succeeded=succeeded, failures=tuple(failures))
+        return CompensationReport(succeeded=len(ran), failures=tuple(failures), ran=tuple(ran))
 
     def _tries(self, record: UndoRecord, undo: Callable[[], object]) -> Work[str | None]:
         """Up to `attempts` attempts at `record`, `backoff` apart; the last error, or None.

@@ -27,6 +27,7 @@ from ._workers import (
     acall_with_deadline,
     alarm_after,
     call_with_deadline,
+    interrupted_call,
     is_awaitable,
     resolve_awaitable,
 )
@@ -167,11 +168,12 @@ def _call(call: Call) -> object:
     if call.tool.inline:
         started = time.monotonic()
         output = _invoke(call)
-        if is_awaitable(output):
+        if type(output) is not dict and is_awaitable(output):  # most outputs: dicts, no call
             return resolve_awaitable(_bounded(call, output))
-        _check_in_time(call, started)
+        if time.monotonic() - started > call.timeout:  # `_check_in_time`, inline: every step
+            raise _timed_out(call)
         return output
-    return call_with_deadline(partial(_invoke_to_end, call), call.timeout)
+    return call_with_deadline(partial(_invoke_to_end, call), call.timeout, call)
 
 
 def _invoke_to_end(call: Call) -> object:
@@ -285,8 +287,10 @@ def _succeeded(call: Call, output: object, serializer: OutputSerializer) -> Outc
                 path="$", problem=f"the output serializer raised {type(exc).__name__}: {exc}"
             )
             refused.__cause__ = exc
-    compensation = call.tool.compensation_name
+    compensation = call.tool.compensate  # `compensation_name`, without the property's call
     if compensation is not None:
+        if not isinstance(compensation, str):
+            compensation = compensation.name
         # The tool returned, so its effect happened: undo it on a rewind even if its output
         # is refused (then with output null).
         declared = _declared_undo(call, compensation, call.seq_base + len(undos), checked)
@@ -377,37 +381,37 @@ class Orphans:
     undos of those still running, to keep as failed (recovery retries kept undo records).
     """
 
-    __slots__ = ("_orphans",)
+    __slots__ = ("calls",)
 
     def __init__(self) -> None:
-        self._orphans: list[Orphan] = []
+        #: The orphans still kept, oldest first (read as a plain list on the step's hot path).
+        self.calls: list[Orphan] = []
 
     def __bool__(self) -> bool:
-        return bool(self._orphans)
+        return bool(self.calls)
 
     def add(self, orphan: Orphan) -> None:
         """Keep the undos of a call whose worker is still running after its deadline."""
-        self._orphans.append(orphan)
+        self.calls.append(orphan)
 
     def runs(self, context: object) -> bool:
         """Whether a kept call with this context (not None) may still be running."""
-        return context is not None and any(o.call.context is context for o in self._orphans)
+        return context is not None and any(o.call.context is context for o in self.calls)
 
     def held_at(self, step: int) -> bool:
         """Whether a held call (its outcome for a person to decide) of `step` is kept."""
-        return any(o.held and o.call.step_id == step for o in self._orphans)
+        return any(o.held and o.call.step_id == step for o in self.calls)
 
     def release_from(self, step: int) -> None:
         """The steps from `step` on were rewound: their held calls are undone once back."""
-        self._orphans = [
-            o._replace(held=False) if o.held and o.call.step_id >= step else o
-            for o in self._orphans
+        self.calls = [
+            o._replace(held=False) if o.held and o.call.step_id >= step else o for o in self.calls
         ]
 
     def wait(self, timeout: float) -> None:
         """Wait up to `timeout` seconds, in all, for every orphaned call to finish."""
         deadline = time.monotonic() + timeout
-        for orphan in list(self._orphans):
+        for orphan in list(self.calls):
             orphan.running.wait(deadline - time.monotonic())
 
     async def await_wait(self, timeout: float) -> None:
@@ -421,19 +425,19 @@ class Orphans:
         newest first; those of finished `held` calls to keep, in registration order; and
         whether some call is still running."""
         self.wait(wait)
-        finished = [orphan for orphan in self._orphans if orphan.running.wait(0.0)]
-        self._orphans = [orphan for orphan in self._orphans if orphan not in finished]
+        finished = [orphan for orphan in self.calls if orphan.running.wait(0.0)]
+        self.calls = [orphan for orphan in self.calls if orphan not in finished]
         records = [u for orphan in finished if not orphan.held for u in orphan.finished_undos()]
         records.reverse()
         kept = [u for orphan in finished if orphan.held for u in orphan.finished_undos()]
-        return records, kept, bool(self._orphans)
+        return records, kept, bool(self.calls)
 
     def give_up(self) -> list[UndoRecord]:
         """Forget the calls still running; return their undos, to keep as failed: those they
         registered and, for a tool with `compensate=`, the one it declares (its output is not
         known: null), so that an abort reports it and recovery may retry it."""
         records: list[UndoRecord] = []
-        for orphan in self._orphans:
+        for orphan in self.calls:
             records.extend(orphan.undos)
             call = orphan.call
             kind = call.tool.compensation_name
@@ -442,23 +446,26 @@ class Orphans:
                 if call.log_undo is not None:
                     call.log_undo(declared)
                 records.append(declared)
-        self._orphans.clear()
+        self.calls.clear()
         return records
 
 
 def keep_abandoned(orphans: Orphans, call: Call, undos: tuple[UndoRecord, ...]) -> bool:
-    """After the task running `call` was cancelled: if a worker thread still runs it (a sync
-    tool outlives its task), keep it in `orphans`, its undos waiting for it to return (its
-    declared `compensate=` undo added then); whether it did. Call from that task."""
+    """After the task running `call` was cancelled, or the sync caller's wait for it was
+    interrupted: if a worker thread still runs it (a sync tool outlives its caller), keep it in
+    `orphans`, its undos waiting for it to return (its declared `compensate=` undo added
+    then); whether it did. Call from that task or thread."""
     if call.tool.is_async or call.tool.inline:
         return False  # it ran in the task, and stopped with it
-    import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
+    running = interrupted_call(call)  # a sync caller's, interrupted
+    if running is None and "asyncio" in sys.modules:  # no loop can run without it
+        import asyncio  # noqa: PLC0415  (not loaded by `import agenttx`)
 
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running loop: a sync caller
-        return False
-    running = None if task is None else abandoned_call(task)
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running loop: a sync caller
+            task = None
+        running = None if task is None else abandoned_call(task)
     if running is None:
         return False
     orphans.add(Orphan(call, undos, running))

@@ -117,7 +117,8 @@ class Validator:
             # each argument is a property of exactly its one plain type, so the full check
             # would pass it unchanged. Anything else takes the full check below.
             for key, item in arguments.items():
-                if type(item) is not flat.get(key):
+                expected = flat.get(key)  # `object`: a property that takes any value
+                if type(item) is not expected and expected is not object:
                     break
             else:
                 return arguments, None
@@ -445,8 +446,9 @@ _FLAT_ROOT: Final = _ANNOTATIONS | {
 
 def _flat_types(schema: Mapping[str, JSONValue]) -> tuple[dict[str, type], frozenset[str]] | None:
     """The Python type of each property and the required names of a flat schema: an object
-    whose properties each take one plain type (`{"type": "integer"}`, annotations aside) and
-    nothing else constrained at its root. None for any other schema.
+    whose properties each take one plain type (`{"type": "integer"}`, annotations aside) or any
+    value (annotations only: `object`), and nothing else constrained at its root. None for any
+    other schema.
 
     An argument object whose every field is one of those properties, of exactly that type,
     with every required field present, passes the full check unchanged (`Validator.check`).
@@ -462,8 +464,13 @@ def _flat_types(schema: Mapping[str, JSONValue]) -> tuple[dict[str, type], froze
         return None
     types: dict[str, type] = {}
     for name, sub in properties.items():
-        kind = sub.get("type") if isinstance(sub, dict) else None
-        if not isinstance(sub, dict) or not isinstance(kind, str) or not set(sub) <= _ANNOTATIONS:
+        if not isinstance(sub, dict) or not set(sub) <= _ANNOTATIONS:
+            return None
+        kind = sub.get("type")
+        if kind is None:  # unconstrained: any JSON value (arguments are checked JSON already)
+            types[name] = object
+            continue
+        if not isinstance(kind, str):
             return None
         exact = _EXACT.get(kind)
         if exact is None:

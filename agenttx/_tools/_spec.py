@@ -14,7 +14,7 @@ decoration, and two tools with one wire name are refused in one registry.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final, cast, final
 
 import attrs
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from .._json import JSONValue
 
-__all__ = ["MAX_WIRE_NAME", "ToolSpec", "build_spec", "wire_name"]
+__all__ = ["MAX_WIRE_NAME", "ToolSpec", "build_spec", "secret_parameters", "wire_name"]
 
 #: The longest name OpenAI and Anthropic accept for a tool.
 MAX_WIRE_NAME: Final = 64
@@ -146,3 +146,30 @@ def build_spec(
         description = ""
     spec = ToolSpec(name=name, wire_name=wire, description=description, parameters=schema)
     return spec, validator, signature
+
+
+def secret_parameters(
+    name: str, secret: object, parameters: Mapping[str, JSONValue]
+) -> frozenset[str]:
+    """The secret parameters of tool `name`: those `secret=` names (each must be one of its
+    parameters) and those its schema marks `writeOnly` or `format: password`."""
+    properties = parameters.get("properties")
+    known = properties if isinstance(properties, Mapping) else {}
+    if isinstance(secret, (str, bytes)) or not isinstance(secret, Iterable):
+        raise InvalidArgument(
+            f"tool `{name}`: secret= must be a list of parameter names, got {secret!r}"
+        )
+    declared = list(cast("Iterable[object]", secret))
+    for parameter in declared:
+        if not isinstance(parameter, str) or parameter not in known:
+            raise InvalidArgument(
+                f"tool `{name}`: secret= names {parameter!r}, which is not one of its "
+                f"parameters ({', '.join(sorted(known)) or 'none'})"
+            )
+    marked = {
+        key
+        for key, schema in known.items()
+        if isinstance(schema, Mapping)
+        and (schema.get("writeOnly") is True or schema.get("format") == "password")
+    }
+    return frozenset(cast("list[str]", declared)) | marked

@@ -32,7 +32,7 @@ from .._errors import InvalidArgument
 from .._json import JSONValue, canonical_dumps, check_json
 from ._costs import check_cost
 from ._signature import Signature, read_signature
-from ._spec import ToolSpec, build_spec
+from ._spec import ToolSpec, build_spec, secret_parameters
 
 if TYPE_CHECKING:
     from decimal import Decimal
@@ -106,6 +106,7 @@ class Tool(Generic[P, R]):
         "name",
         "needs_approval",
         "on_unknown",
+        "secrets",
         "spec",
         "validator",
         "wants_context",
@@ -115,6 +116,9 @@ class Tool(Generic[P, R]):
     """What a model is told about the tool (`ToolSpec`), built once at decoration."""
     validator: Validator
     """The compiled `spec.parameters`: each step's resolved arguments are checked by it."""
+    secrets: frozenset[str]
+    """The parameters whose values are never shown to a model after a failure (`secret=`,
+    and the properties the schema marks `"writeOnly": true` or `"format": "password"`)."""
 
     def __init__(
         self,
@@ -128,6 +132,7 @@ class Tool(Generic[P, R]):
         needs_approval: bool | Callable[[Any], bool] = False,
         check: Callable[[Any, str], Any] | None = None,
         on_unknown: OnUnknown | None = None,
+        secret: Iterable[str] = (),
     ) -> None:
         if not callable(fn):
             raise InvalidArgument(f"tool {name or fn!r} is not callable")
@@ -158,6 +163,7 @@ class Tool(Generic[P, R]):
             description=description,
             parameters=parameters,
         )
+        self.secrets = secret_parameters(self.name, secret, self.spec.parameters)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.__wrapped__(*args, **kwargs)
@@ -187,6 +193,7 @@ class Tool(Generic[P, R]):
             needs_approval=self.needs_approval,
             check=self.check,
             on_unknown=self.on_unknown,
+            secret=self.secrets,
         )
 
     @property
@@ -272,6 +279,7 @@ def tool(
     needs_approval: bool | Callable[[Any], bool] = False,
     check: Callable[[Any, str], Any] | None = None,
     on_unknown: OnUnknown | None = None,
+    secret: Iterable[str] = (),
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 def tool(
     fn: Callable[P, R] | None = None,
@@ -285,6 +293,7 @@ def tool(
     needs_approval: bool | Callable[[Any], bool] = False,
     check: Callable[[Any, str], Any] | None = None,
     on_unknown: OnUnknown | None = None,
+    secret: Iterable[str] = (),
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Register a function as a tool: `@tool` or `@tool(name=..., compensate=..., inline=...)`.
 
@@ -307,9 +316,12 @@ def tool(
     unknown (it timed out while running, or the process died while it ran) happened.
     `on_unknown="review"` (the default for a tool with either) sends such a call to a status
     check and human review instead of a blind retry; `"retry"` is the plain behaviour.
+    `secret=` (parameter names) marks arguments whose values a failed step's result never shows
+    the model (`StepResult.cause`); a schema property marked `"writeOnly": true` or
+    `"format": "password"` is secret too.
     Raises `InvalidArgument` at decoration time for a non-callable, a bad name (one whose wire
-    name would be empty or over 64 characters included), or a `parameters=` that is not a JSON
-    Schema object.
+    name would be empty or over 64 characters included), a `parameters=` that is not a JSON
+    Schema object, or a `secret=` name that is not a parameter.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -320,6 +332,7 @@ def tool(
         "needs_approval": needs_approval,
         "check": check,
         "on_unknown": on_unknown,
+        "secret": secret,
     }
     if fn is not None:
         return Tool(fn, **options)

@@ -44,6 +44,7 @@ __all__ = [
     "acall_with_deadline",
     "alarm_after",
     "call_with_deadline",
+    "interrupted_call",
     "is_awaitable",
     "resolve_awaitable",
 ]
@@ -139,7 +140,7 @@ class _Worker:
         self._late: _Late | None = None
         threading.Thread(target=self._loop, name="agenttx-tool", daemon=True).start()
 
-    def call(self, fn: Callable[[], Any], timeout: float) -> Any:
+    def call(self, fn: Callable[[], Any], timeout: float, owner: object) -> Any:
         """`call_with_deadline` on this worker (`start`, `finished` and `collect` in one frame).
 
         Written out rather than calling the other methods: each method call costs a visible
@@ -151,10 +152,15 @@ class _Worker:
         try:
             returned = self._done.acquire(True, timeout)  # positional: parsed faster
         except BaseException:  # interrupted: walk away, leaving fn running
-            if not self._claim.acquire(blocking=False):
+            kept = self._late = _Late()
+            if self._claim.acquire(blocking=False):  # still running: its outcome comes later
+                _interrupted.call = (owner, kept)
+            else:
                 # The call has returned. A signal that arrived just before the wait blocked is
                 # raised only after it, so `done` may be ours already or not: neither waiting
                 # for it nor reusing the worker is safe. The worker ends instead.
+                self._late = None
+                _interrupted.call = None
                 self._retire()
             raise
         if not returned and (late := self.abandon()) is not None:
@@ -245,14 +251,15 @@ def _take() -> _Worker:
         return _Worker()
 
 
-def call_with_deadline(fn: Callable[[], T], timeout: float) -> T:
+def call_with_deadline(fn: Callable[[], T], timeout: float, owner: object = None) -> T:
     """Call `fn` on a worker thread; return its result or re-raise its exception.
 
     Raises `DeadlineExceeded` if it has not returned after `timeout` seconds. If the wait is
     interrupted (a `KeyboardInterrupt` in the main thread), that propagates at once; in both
-    cases `fn` keeps running on its worker.
+    cases `fn` keeps running on its worker. After an interruption, the caller finds the call
+    still running with `interrupted_call(owner)` (`owner`: what the call was made for).
     """
-    return cast("T", _take().call(fn, timeout))
+    return cast("T", _take().call(fn, timeout, owner))
 
 
 async def acall_with_deadline(fn: Callable[[], T], timeout: float) -> T:
@@ -304,6 +311,22 @@ def _walk_away(late: _Late) -> None:
     task = asyncio.current_task()
     if task is not None:
         _walked_away[task] = late
+
+
+#: The call this thread last walked away from when `call_with_deadline` was interrupted, with
+#: the owner it was made for, until `interrupted_call` takes it.
+_interrupted = threading.local()
+
+
+def interrupted_call(owner: object) -> Running | None:
+    """The call made for `owner` that this thread's `call_with_deadline` walked away from when
+    it was interrupted, still running then; None if there is none. Taken once: the owner
+    keeps the call's undo records until it has returned."""
+    entry: tuple[object, Running] | None = getattr(_interrupted, "call", None)
+    if entry is None or entry[0] is not owner:
+        return None
+    _interrupted.call = None
+    return entry[1]
 
 
 def abandoned_call(task: object) -> Running | None:

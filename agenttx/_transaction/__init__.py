@@ -14,5 +14,6 @@ transaction's public step API.
 from __future__ import annotations
 
 from ._core import Transaction as Transaction
+from ._core import plan_setting as plan_setting
 
-__all__ = ["Transaction"]
+__all__ = ["Transaction", "plan_setting"]

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from .._errors import InvalidArgument
+from .._errors import InvalidArgument, InvalidTransactionState
 from .._events import EventSink
 from .._limits import DEFAULT_ISOLATION, Isolation
 from .._prepare import check_agent_id
@@ -46,11 +46,15 @@ if TYPE_CHECKING:
     from .._graph import DependencyGraph
     from .._json import JSONValue
     from .._lineage import LineageGraph
+    from .._preview import RollbackPreview
     from .._results import ContextEntry, StepAttempt, StepRecord, TransactionView
     from .._tools import OutputSerializer, ToolSpec
 
 
 __all__ = ["Transaction"]
+
+#: The policy of a transaction begun without one: frozen, so one instance serves every one.
+_DEFAULT_POLICY: Final = RollbackPolicy()
 
 
 @attrs.define(init=False, eq=False, repr=False)
@@ -115,7 +119,7 @@ class Transaction:
             compensation_timeout=compensation_timeout,
             dispatch_timeout=dispatch_timeout,
             isolation=isolation,
-            policy=RollbackPolicy() if policy is None else policy,
+            policy=_DEFAULT_POLICY if policy is None else policy,
             output_serializer=output_serializer,
         )
         store = MemoryStore() if store is None else store
@@ -535,6 +539,22 @@ class Transaction:
         del reason
         return self._pipeline.rollback(to_step)
 
+    def preview_rollback(self, to_step: int | None = None) -> RollbackPreview:
+        """What `rollback(to_step)` would do now, without doing it (docs/protocol.md).
+
+        The steps it would void, the compensations it would run (newest first, with their
+        payloads), the staged effects it would drop and the voided steps that left nothing to
+        undo. Changes nothing (no store write, no audit event, no activity) and does not wait
+        for a running step: asked from another thread during a step, the answer is as of the
+        last step that ended. Raises `InvalidTransactionState` unless the transaction is ACTIVE
+        or EXECUTING, and `InvalidArgument` for a `to_step` that is not an integer lower than
+        `next_step_id`, as `rollback` would.
+        """
+        status = self._pipeline.status
+        if status is not TxStatus.ACTIVE and status is not TxStatus.EXECUTING:
+            raise InvalidTransactionState(tx_id=self._id, status=status.value)
+        return self._views.preview_rollback(to_step)
+
     def commit(self) -> CommitResult:
         """Publish every write atomically, then dispatch the staged effects in staging order.
 
@@ -575,3 +595,14 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+
+def plan_setting(tx: Transaction) -> tuple[ToolRegistry, Store, Dispatcher | None]:
+    """What a plan run beside `tx` runs with: its tools, its store and its dispatcher.
+
+    For a plan a model proposes in the transaction's conversation (an integration's runner
+    with `plans=True`): the run is a unit of work of its own on the same store, so that it
+    sees what the store has committed, and a durable store records it for recovery.
+    """
+    pipeline = tx._pipeline  # noqa: SLF001  (this package's own parts)
+    return tx._registry, pipeline._store, pipeline._dispatcher  # noqa: SLF001

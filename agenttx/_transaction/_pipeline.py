@@ -28,7 +28,8 @@ from .._errors import (
     WriteConflict,
 )
 from .._events import EventKind
-from .._hints import CleanHint, clean_error
+from .._hints import clean_error
+from .._limits import MAX_PAYLOAD_BYTES
 from .._prepare import (
     Arguments,
     check_call,
@@ -49,7 +50,7 @@ from .._results import (
     rewind_target,
     waiting_step,
 )
-from .._rollback import RollbackDecision, RollbackStrategy
+from .._rollback import RollbackStrategy
 from .._saga import CompensationReport, deliver_committed
 from .._step import Refused, Settled, Waiting, adrive, attempt, classify, drive
 from .._timeline import Pending
@@ -65,6 +66,7 @@ from .._tools import (
     still_running,
 )
 from .._txlog import LiveStep, Progress
+from ._failure import Decided, decide_failure
 
 if TYPE_CHECKING:
     import threading
@@ -175,7 +177,7 @@ class Pipeline:
             prepared: Call | Failure | None = None
             try:
                 prepared = self._prepare(step_id, tool_name, parsed, raw_context, call_id)
-                waits = self._people.requests is not None or self._orphans  # most steps: no
+                waits = self._people.requests is not None or self._orphans.calls  # most: no
                 if isinstance(prepared, Call) and waits:
                     admitted = self._admit(prepared, self._settings.step_timeout)
                     if isinstance(admitted, StepResult):
@@ -188,6 +190,8 @@ class Pipeline:
                 self._dispatched(prepared)
                 outcome = run_tool(prepared, self._settings.output_serializer)
             except BaseException as exc:
+                if isinstance(prepared, Call) and not prepared.tool.guarded:  # as `_aexecute`
+                    keep_abandoned(self._orphans, prepared, closed(prepared.context)[0])
                 self._abandon(step_id, prepared, exc)
                 raise
             return self._settle(prepared, outcome)
@@ -201,10 +205,12 @@ class Pipeline:
 
     def _outcome_error(self, call: Call, outcome: Outcome) -> Failure | None:
         """Keep what the tool registered; why the step failed (None: it succeeded)."""
-        self._keep_registered(call, outcome)
+        if outcome.undos or outcome.effects or outcome.running is not None:  # most: nothing
+            self._keep_registered(call, outcome)
         if outcome.refused is not None:
             raise self._refuse(call, outcome.refused)
-        return output_error(call, outcome)
+        ok = outcome.error is None and outcome.size <= MAX_PAYLOAD_BYTES  # no call: most steps
+        return None if ok else output_error(call, outcome)
 
     def _run_guarded(self, call: Call) -> StepResult:
         """Run a guarded call through the step core (`_step.attempt`), in this thread."""
@@ -304,17 +310,15 @@ class Pipeline:
         call_id: str | None,
     ) -> Arguments:
         """Check the call (misuse raises, changing nothing), then start the step."""
-        self._ensure_active()
+        if self._status is not TxStatus.ACTIVE:
+            self._ensure_active()
         parsed = check_call(step_id, self._timeline.next_step, tool_name, arguments, raw_context)
         if call_id is not None:  # most calls have none: no call to check it
             check_call_id(call_id)
-        self._start(step_id)
-        return parsed
-
-    def _start(self, step_id: int) -> None:
         self._store.snapshot(self._id, step_id)  # first: if the store fails, nothing changed
-        self._transition(TxStatus.EXECUTING)
+        self._status = TxStatus.EXECUTING  # from ACTIVE, checked above (`TRANSITIONS`)
         self._controller._observe(step_id)  # noqa: SLF001  (checked by check_call)
+        return parsed
 
     def _prepare(
         self, step_id: int, tool_name: str, parsed: Arguments, raw_context: str, call_id: str | None
@@ -324,8 +328,8 @@ class Pipeline:
         timeline = self._timeline
         timeline.pending = Pending(step_id, tool_name, None, ())
         timeline.call_id = call_id
-        if call_id is not None and call_id in timeline.call_ids:
-            return duplicate_call_id(call_id, timeline.call_ids[call_id])
+        if call_id is not None and (used := timeline.used(call_id, self._calls.turns)) is not None:
+            return duplicate_call_id(call_id, used)  # within the turn: a later one may reuse it
         try:
             prepared, timeline.pending = prepare_call(
                 step_id,
@@ -356,10 +360,8 @@ class Pipeline:
         self._events.step(STEP_DISPATCHED, call.step_id, data)
 
     def _keep_registered(self, call: Call, outcome: Outcome) -> None:
-        """Keep what the tool registered, whether it succeeded or not (a rewind undoes it).
-
-        The undos of a call still running after its deadline wait for it (`_orphans`).
-        """
+        """Keep what the tool registered, whether it succeeded or not (a rewind undoes it);
+        the undos of a call still running after its deadline wait for it (`_orphans`)."""
         if outcome.running is not None:
             self._orphans.add(Orphan(call, outcome.undos, outcome.running))
         elif outcome.undos:
@@ -487,7 +489,7 @@ class Pipeline:
                 self._log_progress()
         return running
 
-    def _decide(self, step_id: int, failure: Failure) -> tuple[RollbackDecision, CleanHint]:
+    def _decide(self, step_id: int, failure: Failure) -> Decided:
         hint, transient, _, mistake = classify(failure)  # the step core's one reading
         pending = self._timeline.pending  # the failed call, before `failed()` forgets it
         with self._state_lock:
@@ -500,32 +502,30 @@ class Pipeline:
             )
             self._timeline.failed()
             graph = self._timeline.graph()
-        decision = self._controller.decide(
-            step_id, hint.key, graph.find_root_cause, transient=transient, mistake=mistake
+        decided = decide_failure(
+            self._controller,
+            step_id,
+            hint,
+            graph=graph,
+            pending=pending,
+            registry=self._registry,
+            transient=transient,
+            mistake=mistake,
         )
         # Recorded before the rewind it decides, so the audit reads in the order things happen.
-        strategy = decision.strategy
-        data: dict[str, JSONValue] = {
-            "hint": hint.text,
-            "category": hint.category.value,
-            "strategy": strategy.value,
-            "rollback_to_step": 0 if strategy is RollbackStrategy.ABORT else decision.target_step,
-        }
-        if pending is not None:
-            data["tool"] = pending.tool_name
-        self._events.emit(EventKind.STEP_FAILED, step=step_id, data=data)
-        return decision, hint
+        self._events.emit(EventKind.STEP_FAILED, step=step_id, data=decided.event)
+        return decided
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
-        decision, hint = self._decide(step_id, failure)
+        decided = self._decide(step_id, failure)
         started = time.perf_counter()
-        target, final = rewind_target(decision)
+        target, final = rewind_target(decided.decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(step_id, decided, failure, report=report, started=started)
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
-        decision, hint = self._decide(step_id, failure)
-        target, final = rewind_target(decision)
+        decided = self._decide(step_id, failure)
+        target, final = rewind_target(decided.decision)
         records = self._begin_rewind(target, final)
         started = time.perf_counter()
         try:
@@ -535,13 +535,12 @@ class Pipeline:
             raise
         with self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decision, hint, failure, report=report, started=started)
+        return self._failed(step_id, decided, failure, report=report, started=started)
 
     def _failed(
         self,
         step_id: int,
-        decision: RollbackDecision,
-        hint: CleanHint,
+        decided: Decided,
         failure: Failure,
         *,
         report: CompensationReport,
@@ -551,8 +550,8 @@ class Pipeline:
         timeline still holds the step's call id and what the rewind dropped)."""
         return failed_step(
             step_id,
-            decision=decision,
-            hint=hint,
+            decision=decided.decision,
+            hint=decided.hint,
             error=failure.message,
             next_step_id=self._timeline.next_step,
             constraints=tuple(self._constraints),
@@ -560,6 +559,8 @@ class Pipeline:
             started=started,
             call_id=self._timeline.call_id,
             voided=self._timeline.dropped,
+            bad_value=decided.bad_value,
+            compensated=report.ran,
         )
 
     def _rewind(self, target: int, *, final: TxStatus | None = None) -> CompensationReport:

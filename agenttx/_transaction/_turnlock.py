@@ -48,7 +48,10 @@ class Calls:
     that would block the event loop running the task that holds the turn (a sync call from a
     sibling task) raises `InvalidTransactionState` rather than deadlock. A waiter interrupted
     or cancelled while queued leaves the queue; if the turn reached it meanwhile, it passes it
-    on. `last` stamps the start and the end of each call (for the idle reaper).
+    on. `last` stamps the start and the end of each call (for the idle reaper). `turns` counts
+    the turns that ended: it changes between two turns and never during one (only the holder
+    adds to it, as it gives the turn up), so it tells one turn from another (a call id is
+    unique within a turn: docs/protocol.md#call-ids-and-turns).
 
     A class rather than a lock with a generator: it runs on every step. `_turn` is a lock held
     for as long as anyone holds the turn, hand-overs included, so a free turn costs what a
@@ -61,7 +64,17 @@ class Calls:
     and that call will look at the queue when it ends.
     """
 
-    __slots__ = ("_depth", "_mutex", "_owner", "_task", "_turn", "_tx_id", "_waiters", "last")
+    __slots__ = (
+        "_depth",
+        "_mutex",
+        "_owner",
+        "_task",
+        "_turn",
+        "_tx_id",
+        "_waiters",
+        "last",
+        "turns",
+    )
 
     def __init__(self, tx_id: str = "") -> None:
         self._tx_id = tx_id
@@ -72,6 +85,7 @@ class Calls:
         self._depth = 0  # re-entries by the holder
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self.last = time.monotonic()
+        self.turns = 0  # the turns that ended
 
     @property
     def busy(self) -> bool:
@@ -116,6 +130,7 @@ class Calls:
         if self._depth:
             self._depth -= 1
             return
+        self.turns += 1
         if self._waiters:
             with self._mutex:
                 self._pass_on()
@@ -131,6 +146,7 @@ class Calls:
         if self._depth:
             self._depth -= 1
             return
+        self.turns += 1
         with self._mutex:
             self._pass_on()
 
@@ -188,6 +204,7 @@ class Calls:
         with self._mutex:
             if waiter.granted:
                 self._depth = 0
+                self.turns += 1
                 self._pass_on()
             else:
                 self._waiters.remove(waiter)

@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._lineage import LineageStep, lineage_from_steps
+from .._preview import preview_rollback
 from .._results import ContextEntry, StepRecord, TransactionView
 from .._txlog import history_text
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from .._graph import DependencyGraph
     from .._json import JSONValue
     from .._lineage import LineageGraph
+    from .._preview import RollbackPreview
     from .._results import StepAttempt, TxStatus
     from .._rollback import RollbackController
     from .._saga import SagaLedger
@@ -102,6 +104,18 @@ class Views:
             ContextEntry(step_id=k, tool_name=s.tool_name, raw_context=s.raw_context)
             for k, s in self._timeline.steps.items()
         )
+
+    def preview_rollback(self, to_step: object) -> RollbackPreview:
+        """What a rollback to `to_step` would do now (`preview_rollback`); changes nothing."""
+        with self._lock:
+            timeline = self._timeline
+            return preview_rollback(
+                to_step,
+                next_step=timeline.next_step,
+                tools={step: live.tool_name for step, live in timeline.steps.items()},
+                undos=self._ledger.pending(),
+                effects=tuple(timeline.effects),
+            )
 
     def graph(self) -> DependencyGraph:
         """The dependency graph of the live steps, brought up to date."""

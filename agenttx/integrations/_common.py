@@ -19,6 +19,10 @@ Contracts:
 - `rewrite_for` reads `voided_call_ids` from the turn's results: with `"truncate"` the voided
   calls and their results are dropped and the failing call's result gets a `note`; with
   `"void"` their results are replaced by `voided_payload`; with `"keep"` nothing changes.
+- With `plans=True` a runner offers `propose_plan` and `run_turn_with_plans` answers its
+  calls (docs/plans.md#plans-a-model-proposes): a plan with problems is refused with every
+  problem, nothing run and no step used; a valid one runs as a plan run of its own, with the
+  transaction's tools, store and dispatcher, after the turn's other calls succeeded.
 """
 
 from __future__ import annotations
@@ -26,22 +30,25 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, final
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast, final
 
 import attrs
 
 from .._engine import Engine
-from .._errors import InvalidArgument, InvalidTransactionState
+from .._errors import InvalidArgument, InvalidTransactionState, PlanValidationError
 from .._limits import MAX_CALLS_PER_TURN, MAX_PAYLOAD_BYTES, over_limit
+from .._plans import PLAN_TOOL, NodeState, Plan, arun_plan, run_plan
+from .._plans import plan_tool_spec as _plan_tool_spec
 from .._results import StepStatus
 from .._tools import MAX_TOOL_NAME, Compensation, Tool, ToolRegistry
-from .._transaction import Transaction
+from .._transaction import Transaction, plan_setting
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Generator, Sequence
 
     from .._json import JSONValue
+    from .._plans import PlanResult
     from .._results import StepResult
     from .._tools import ToolLike, ToolsArgument, ToolSpec
 
@@ -55,6 +62,7 @@ __all__ = [
     "Runner",
     "ToolsOrTx",
     "arun_turn",
+    "arun_turn_with_plans",
     "check_history",
     "check_transaction",
     "describe",
@@ -62,6 +70,7 @@ __all__ = [
     "resolve_specs",
     "rewrite_for",
     "run_turn",
+    "run_turn_with_plans",
     "specs_json",
     "voided_payload",
     "with_note",
@@ -388,6 +397,162 @@ async def arun_turn(tx: Transaction, calls: Sequence[ModelCall]) -> tuple[Outcom
     return _finish(tx, calls, results, refusal)
 
 
+# ---------------------------------------------------------------------- plans a model proposes
+
+
+def run_turn_with_plans(
+    tx: Transaction, calls: Sequence[ModelCall], *, plans: bool
+) -> tuple[Outcome, ...]:
+    """`run_turn`, with each `propose_plan` call answered by a plan run when `plans` is on.
+
+    The turn's other calls run first, as one turn; then each plan call, in order, unless a
+    call before it failed (it is then not run, and says so). A plan call never uses a step.
+    """
+    if not plans or not any(call.name == PLAN_TOOL for call in calls):
+        return run_turn(tx, calls)
+    others = run_turn(tx, [call for call in calls if call.name != PLAN_TOOL])
+    answers = _answer_plans(tx, calls, others)
+    try:
+        plan = next(answers)
+        while True:
+            plan = answers.send(run_plan(plan, **_plan_options(tx)))
+    except StopIteration as stop:
+        return cast("tuple[Outcome, ...]", stop.value)
+
+
+async def arun_turn_with_plans(
+    tx: Transaction, calls: Sequence[ModelCall], *, plans: bool
+) -> tuple[Outcome, ...]:
+    """`run_turn_with_plans` for async code: the steps and the plans run on the event loop."""
+    if not plans or not any(call.name == PLAN_TOOL for call in calls):
+        return await arun_turn(tx, calls)
+    others = await arun_turn(tx, [call for call in calls if call.name != PLAN_TOOL])
+    answers = _answer_plans(tx, calls, others)
+    try:
+        plan = next(answers)
+        while True:
+            plan = answers.send(await arun_plan(plan, **_plan_options(tx)))
+    except StopIteration as stop:
+        return cast("tuple[Outcome, ...]", stop.value)
+
+
+def _answer_plans(
+    tx: Transaction, calls: Sequence[ModelCall], others: Sequence[Outcome]
+) -> Generator[Plan, PlanResult, tuple[Outcome, ...]]:
+    """The answers of a turn's plan calls, given the outcomes of its other calls: yields each
+    valid plan to run (its driver sends the result back), returns every outcome in order."""
+    failed = any(outcome.is_error for outcome in others)
+    answers: list[Outcome] = []
+    for call in calls:
+        if call.name != PLAN_TOOL:
+            continue
+        if failed:
+            answers.append(_plan_not_run(call, tx))
+            continue
+        checked = _proposal(tx, call)
+        if isinstance(checked, Plan):
+            checked = _ran(tx, call, (yield checked))
+        answers.append(checked)
+        failed = checked.is_error
+    return _in_order(calls, others, answers)
+
+
+def _in_order(
+    calls: Sequence[ModelCall], others: Sequence[Outcome], plans: Sequence[Outcome]
+) -> tuple[Outcome, ...]:
+    """The outcomes of the other calls and of the plan calls, in the order of the calls."""
+    rest, proposed = iter(others), iter(plans)
+    return tuple(next(proposed if call.name == PLAN_TOOL else rest) for call in calls)
+
+
+def _plan_options(tx: Transaction) -> dict[str, Any]:
+    registry, store, dispatcher = plan_setting(tx)
+    return {"tools": registry, "initial": {}, "store": store, "dispatcher": dispatcher}
+
+
+def _proposal(tx: Transaction, call: ModelCall) -> Plan | Outcome:
+    """The plan `call` proposes, valid against the transaction's tools; else the answer."""
+    if tx.status.terminal:
+        return _ended(call, tx)
+    arguments = call.arguments
+    if isinstance(arguments, str) and not arguments.strip():
+        arguments = "{}"
+    try:
+        plan = Plan.from_json(arguments)
+        problems = [str(problem) for problem in plan.validate(plan_setting(tx)[0])]
+        if not problems and plan.initial:
+            keys = ", ".join(plan.initial)
+            problems = [f"the plan declares initial {keys}: write the values into the inputs"]
+    except PlanValidationError as exc:
+        problems = [str(problem) for problem in exc.problems]
+    except InvalidArgument as exc:  # what `from_json` refuses, JSON text included
+        problems = [str(exc)]
+    if problems:
+        return _plan_refused(call, tx, problems)
+    return plan
+
+
+def _plan_refused(call: ModelCall, tx: Transaction, problems: Sequence[str]) -> Outcome:
+    count = len(problems)
+    payload: Payload = {
+        "ok": False,
+        "step": None,  # no step was used
+        "plan": "REFUSED",
+        "problems": [*problems],
+        "error": (
+            f"Hint: The plan was refused: {count} problem{'s' if count != 1 else ''}; nothing ran."
+        ),
+        "next_step": tx.next_step_id,
+        "instruction": (
+            f"Fix every problem listed and call {PLAN_TOOL} again with the whole corrected plan."
+        ),
+    }
+    return Outcome(call_id=call.call_id, payload=payload, is_error=True)
+
+
+def _plan_not_run(call: ModelCall, tx: Transaction) -> Outcome:
+    if tx.status.terminal:
+        return _ended(call, tx)
+    payload: Payload = {
+        "ok": False,
+        "step": None,
+        "error": "Hint: Not run: an earlier call of this turn failed first.",
+        "next_step": tx.next_step_id,
+        "instruction": f"Call {PLAN_TOOL} again, once the failure is dealt with, if still needed.",
+    }
+    return Outcome(call_id=call.call_id, payload=payload, is_error=True)
+
+
+def _ran(tx: Transaction, call: ModelCall, result: PlanResult) -> Outcome:
+    """The answer to a plan that ran: its status and each node's output or error."""
+    nodes: dict[str, JSONValue] = {}
+    for node_id, node in result.nodes.items():
+        entry: dict[str, JSONValue] = {"tool": node.tool, "state": node.state.value}
+        if node.state is NodeState.SUCCEEDED:
+            entry["output"] = node.output
+        elif node.error is not None:
+            entry["error"] = node.error.text
+        nodes[node_id] = entry
+    payload: Payload = {"ok": result.succeeded, "step": None, "plan": result.status.value}
+    payload["run_id"] = result.run_id
+    payload["nodes"] = nodes
+    compensated: list[JSONValue] = [c.node_id for c in result.compensations]
+    if compensated:
+        payload["compensated"] = [*compensated]
+    if result.error is not None:
+        payload["error"] = f"Hint: {result.error}"
+    payload["next_step"] = tx.next_step_id
+    payload["instruction"] = (
+        "The plan ran: each node's output is above. Copy what you need into later calls "
+        "(references to a plan's nodes do not work outside it)."
+        if result.succeeded
+        else "The plan failed: nothing it wrote was kept and its completed nodes were "
+        "compensated. Fix what the errors name and propose a corrected plan, or go on step "
+        "by step."
+    )
+    return Outcome(call_id=call.call_id, payload=payload, is_error=not result.succeeded)
+
+
 # ---------------------------------------------------------------------- the history rewrite
 
 
@@ -421,16 +586,71 @@ class Rewrite:
     payload that replaces its result (`"void"`). `notes`: call id of this turn to a note added
     to its payload (`"truncate"`, on the call whose failure caused the rewind). All empty when
     nothing was voided, and under `"keep"`.
+
+    A call id names a call within its turn only: a later turn may send the same id again
+    (docs/protocol.md#call-ids-and-turns). `voided` maps each voided call's id to the steps
+    it was sent as, so a rewrite that reaches the history through `reached` removes (or
+    replaces) the voided calls only, and not an earlier or later call that used the same id;
+    `truncate` says whether they go (`"truncate"`) or their results are replaced (`"void"`).
     """
 
     drop: frozenset[str] = frozenset()
     replace: Mapping[str, Payload] = attrs.field(factory=dict)
     notes: Mapping[str, str] = attrs.field(factory=dict)
+    voided: Mapping[str, frozenset[int]] = attrs.field(factory=dict)
+    truncate: bool = False
 
     @property
     def empty(self) -> bool:
         """True when the history stays as it is."""
-        return not (self.drop or self.replace or self.notes)
+        return not (self.drop or self.replace or self.notes or self.voided)
+
+    def reached(
+        self, entries: Iterable[tuple[Hashable, bool, object, object]]
+    ) -> dict[Hashable, int]:
+        """The calls and results of a history that this rewrite voids, each with its step.
+
+        `entries` are the history's tool calls and tool results in order, each as
+        `(key, is_result, call_id, content)` (`content` the result's text, None for a call).
+        A result is voided when its call id is voided and it is the success result of one of
+        the steps voided with that id (its JSON says `"ok": true` and the step); the call it
+        answers is the latest call with its id before it, which is voided with it. A result
+        whose text is not such JSON (a caller rewrote it) is voided by its call id alone.
+        Returns the keys of the voided entries, each with the step it was sent as.
+        """
+        voided = self.voided
+        reached: dict[Hashable, int] = {}
+        if not voided:
+            return reached
+        latest: dict[str, Hashable] = {}  # call id -> the key of its latest call so far
+        for key, is_result, call_id, content in entries:
+            if not isinstance(call_id, str) or call_id not in voided:
+                continue
+            if not is_result:
+                latest[call_id] = key
+                continue
+            step = _voided_step(content, voided[call_id])
+            if step is None:
+                continue
+            reached[key] = step
+            call = latest.pop(call_id, None)
+            if call is not None:
+                reached[call] = step
+        return reached
+
+
+def _voided_step(content: object, steps: frozenset[int]) -> int | None:
+    """The step of `steps` whose success result `content` is (None: not one of them)."""
+    try:
+        payload = json.loads(content) if isinstance(content, (str, bytes)) else None
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):  # not a result agenttx wrote: known by its call id
+        return min(steps)
+    step = payload.get("step")
+    if payload.get("ok") is True and type(step) is int and step in steps:
+        return step
+    return None
 
 
 def rewrite_for(
@@ -439,10 +659,11 @@ def rewrite_for(
     """The history rewrite a turn asks for under `history`.
 
     `steps_by_call` maps the call ids the runner has sent to their step numbers (to name the
-    voided steps). A call of this turn that did not succeed is never dropped or replaced: its
-    result is what tells the model what happened.
+    voided steps when a voided step had no call id). A call of this turn that did not succeed
+    is never dropped or replaced: its result is what tells the model what happened.
     """
     voided: list[str] = []
+    pairs: dict[str, set[int]] = {}
     failing: str | None = None
     for outcome in outcomes:
         result = outcome.result
@@ -452,24 +673,34 @@ def rewrite_for(
         if ids and failing is None:
             failing = outcome.call_id
         voided.extend(ids)
+        for call_id, step in _voided_calls(result.voided_steps, ids, steps_by_call):
+            pairs.setdefault(call_id, set()).add(step)
     keep = {o.call_id for o in outcomes if o.is_error}
     voided_ids = [i for i in dict.fromkeys(voided) if i not in keep]
-    if history == "keep" or not voided_ids:
+    if history == "keep" or not pairs:
         return Rewrite()
+    by_call = {i: frozenset(steps) for i, steps in pairs.items()}
     if history == "void":
-        return Rewrite(replace={i: voided_payload(steps_by_call.get(i)) for i in voided_ids})
-    steps = sorted({steps_by_call[i] for i in voided_ids if i in steps_by_call})
-    calls = len(voided_ids)
-    what = (
-        f"{_steps_text(steps)} ({calls} tool call{'s' if calls != 1 else ''})"
-        if steps
-        else (f"{calls} tool call{'s' if calls != 1 else ''}")
-    )
+        replace = {i: voided_payload(min(by_call[i])) for i in voided_ids if i in by_call}
+        return Rewrite(replace=replace, voided=by_call)
+    steps = sorted({step for found in pairs.values() for step in found})
+    calls = len(steps)
+    what = f"{_steps_text(steps)} ({calls} tool call{'s' if calls != 1 else ''})"
     note = (
         f"The rollback undid {what}; their calls and results were removed from this conversation."
     )
     notes = {failing: note} if failing is not None else {}
-    return Rewrite(drop=frozenset(voided_ids), notes=notes)
+    return Rewrite(drop=frozenset(voided_ids), notes=notes, voided=by_call, truncate=True)
+
+
+def _voided_calls(
+    steps: Sequence[int], call_ids: Sequence[str], steps_by_call: Mapping[str, int]
+) -> Iterable[tuple[str, int]]:
+    """Each voided call as `(call id, step)`: the voided steps and their call ids line up when
+    every voided step had a call id (as a runner's steps do); else `steps_by_call` says."""
+    if len(steps) == len(call_ids):
+        return zip(call_ids, steps, strict=True)
+    return ((i, steps_by_call[i]) for i in call_ids if i in steps_by_call)
 
 
 def with_note(payload: Payload, note: str | None) -> Payload:
@@ -490,12 +721,41 @@ def specs_json(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
 
 class Runner:
     """What every provider's runner holds: the transaction, the history policy, and the step
-    each call id was sent as (so a later rewind knows which calls it voided)."""
+    each call id was sent as (so a later rewind knows which calls it voided).
 
-    def __init__(self, tx: Transaction, *, history: History = "truncate") -> None:
+    With `plans=True` the runner also offers the model `propose_plan` (`plan_spec`) and
+    answers its calls (`run_turn_with_plans`). Raises `InvalidArgument` for a `plans` that is
+    not a bool, and when a tool of the transaction is itself named `propose_plan`.
+    """
+
+    def __init__(
+        self, tx: Transaction, *, history: History = "truncate", plans: bool = False
+    ) -> None:
         self._tx = check_transaction(tx, type(self).__name__)
         self._history = check_history(history)
         self._steps: dict[str, int] = {}  # call id -> the step it was sent as
+        if not isinstance(plans, bool):
+            raise InvalidArgument(f"plans must be True or False, got {plans!r:.80}")
+        self._plans = plans
+        self._plan_spec = _plan_tool_spec(self._tx) if plans else None
+
+    @property
+    def plans(self) -> bool:
+        """Whether the model is offered `propose_plan` and its plans run."""
+        return self._plans
+
+    @property
+    def plan_spec(self) -> ToolSpec | None:
+        """The `propose_plan` tool offered with the tools; None without `plans`."""
+        return self._plan_spec
+
+    def _run_turn(self, calls: Sequence[ModelCall]) -> tuple[Outcome, ...]:
+        """Run one model turn's calls (its plans too, with `plans`): one outcome per call."""
+        return run_turn_with_plans(self._tx, calls, plans=self._plans)
+
+    async def _arun_turn(self, calls: Sequence[ModelCall]) -> tuple[Outcome, ...]:
+        """`_run_turn` for async code."""
+        return await arun_turn_with_plans(self._tx, calls, plans=self._plans)
 
     @property
     def tx(self) -> Transaction:

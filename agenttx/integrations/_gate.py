@@ -9,7 +9,9 @@ each gets the payload of a `StepStatus.NOT_RUN` result. A later call of a failed
 written by the model for the steps before the failure; after a rewind (or a resend of the
 failed step) running it would give it another step's number. The gate also remembers the
 calls whose results asked for a history rewrite, so the framework's history hook can apply
-`_common.rewrite_for` before the next model request.
+`_common.rewrite_for` before the next model request. A call id is unique within its model
+turn only (docs/protocol.md#call-ids-and-turns): a later turn may send an id again, and a call
+that repeats the id of an earlier call of its own turn is refused (the turn barrier follows).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ._common import (
     Outcome,
     Rewrite,
     _not_run,
+    _refused,
     arun_turn,
     check_transaction,
     rewrite_for,
@@ -56,7 +59,16 @@ class TurnGate:
     the transaction's order.
     """
 
-    __slots__ = ("_anchor", "_failed", "_failure", "_locks", "_rewinds", "_steps", "_tx")
+    __slots__ = (
+        "_anchor",
+        "_failed",
+        "_failure",
+        "_locks",
+        "_rewinds",
+        "_sent",
+        "_steps",
+        "_tx",
+    )
 
     def __init__(self, tx: Transaction) -> None:
         # Weak: `_GATES` keeps the gate as long as its transaction lives; whoever calls through
@@ -67,6 +79,7 @@ class TurnGate:
         self._anchor: object = None  # keeps alive what the failed turn's key names by id
         self._rewinds: list[Outcome] = []  # the outcomes that voided calls, in order
         self._steps: dict[str, int] = {}  # call id -> the step it ran as
+        self._sent: tuple[Hashable, dict[str, int], object] | None = None  # a turn's call ids
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -93,12 +106,21 @@ class TurnGate:
         drop: set[str] = set()
         replace: dict[str, dict[str, JSONValue]] = {}
         notes: dict[str, str] = {}
+        voided: dict[str, frozenset[int]] = {}
         for outcome in self._rewinds:
             one = rewrite_for(history, [outcome], self._steps)
             drop |= one.drop
             replace.update(one.replace)
             notes.update(one.notes)
-        return Rewrite(drop=frozenset(drop), replace=replace, notes=notes)
+            for call_id, steps in one.voided.items():
+                voided[call_id] = voided.get(call_id, frozenset()) | steps
+        return Rewrite(
+            drop=frozenset(drop),
+            replace=replace,
+            notes=notes,
+            voided=voided,
+            truncate=history == "truncate" and bool(voided),
+        )
 
     async def call(
         self,
@@ -128,7 +150,9 @@ class TurnGate:
             failure = self._failure
             if failure is not None and self._failed == turn and not tx.status.terminal:
                 return self._not_run(tx, name, model_call, failure)
-            (outcome,) = await arun_turn(tx, [model_call])
+            outcome = self._repeated(tx, turn, model_call, anchor)
+            if outcome is None:
+                (outcome,) = await arun_turn(tx, [model_call])
             result = outcome.result
             if outcome.is_error:
                 self._failed, self._failure, self._anchor = turn, outcome, anchor
@@ -138,6 +162,24 @@ class TurnGate:
                 if result.voided_call_ids:
                     self._rewinds.append(outcome)
             return outcome.payload
+
+    def _repeated(
+        self, tx: Transaction, turn: Hashable, call: ModelCall, anchor: object
+    ) -> Outcome | None:
+        """The refusal of a call whose id an earlier call of its turn has, else None (and the
+        id is noted for the turn). Each call runs as a turn of its own in the transaction,
+        so the gate, which knows the model's turn, is the one to tell. `anchor` is kept alive
+        with the turn's ids (see `call`)."""
+        sent = self._sent
+        if sent is None or sent[0] != turn:
+            self._sent = sent = (turn, {}, anchor)
+        ids = sent[1]
+        first = ids.get(call.call_id)
+        if first is None:
+            ids[call.call_id] = tx.next_step_id
+            return None
+        why = f"call id '{call.call_id}' was already sent in this turn, as step {first}"
+        return _refused(call, tx.next_step_id, why)
 
     @staticmethod
     def _not_run(

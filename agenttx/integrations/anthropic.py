@@ -2,7 +2,7 @@
 
 Needs the `agenttx[anthropic]` extra. The loop a user writes (docs/integrations.md):
 
-    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"
+    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"; plans=True
     while True:
         reply = client.messages.create(
             model=MODEL, max_tokens=1024, messages=messages, tools=runner.tools
@@ -16,7 +16,8 @@ step each, stopping at the first failure), appends the assistant message and the
 message holding a `tool_result` block for every `tool_use` (content
 `json.dumps(result.for_model())`, `is_error` true unless the step succeeded), so roles keep
 alternating. After a rewind the history is rewritten as `history` says, merging any two
-messages of the same role the rewrite makes adjacent.
+messages of the same role the rewrite makes adjacent. With `plans=True` the model is also
+offered `propose_plan`, and a plan it proposes is checked and run (docs/plans.md).
 """
 
 from __future__ import annotations
@@ -37,17 +38,17 @@ from ._common import (
     Outcome,
     Rewrite,
     Runner,
-    arun_turn,
     describe,
     dumps,
     resolve_specs,
-    run_turn,
+    voided_payload,
     with_note,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Hashable, Iterable, Iterator, Sequence
 
+    from .._tools import ToolSpec
     from ._common import ToolsOrTx
 
 __all__ = ["ToolRunner", "tools"]
@@ -64,10 +65,16 @@ def tools(tools_or_tx: ToolsOrTx) -> list[Message]:
     `InvalidArgument` naming any item that is not a tool.
     """
     specs = resolve_specs(tools_or_tx, "agenttx.integrations.anthropic.tools()")
-    return [
-        {"name": s.wire_name, "description": s.description, "input_schema": s.parameters}
-        for s in specs
-    ]
+    return [_entry(spec) for spec in specs]
+
+
+def _entry(spec: ToolSpec) -> Message:
+    """One tool of the `tools=` list."""
+    return {
+        "name": spec.wire_name,
+        "description": spec.description,
+        "input_schema": spec.parameters,
+    }
 
 
 #: The fields of an SDK object that hold what the model wrote, kept as they are when the
@@ -168,29 +175,42 @@ def _blocks(content: object) -> list[Any]:
     return []
 
 
+def _entries(messages: list[Message]) -> Iterator[tuple[Hashable, bool, object, object]]:
+    """The `tool_use` and `tool_result` blocks of a history, for `Rewrite.reached`, each keyed
+    `(message index, block index)`."""
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for position, block in enumerate(content):
+            kind = block.get("type") if isinstance(block, Mapping) else None
+            if kind == "tool_use":
+                yield (index, position), False, block.get("id"), None
+            elif kind == "tool_result":
+                yield (index, position), True, block.get("tool_use_id"), block.get("content")
+
+
 def _rewrite(messages: list[Message], rewrite: Rewrite) -> list[Message]:
     if rewrite.empty:
         return messages
+    reached = rewrite.reached(_entries(messages))
+    if not reached:
+        return messages
     out: list[Message] = []
-    for original in messages:
+    for index, original in enumerate(messages):
         message = original
         content = message.get("content")
-        if isinstance(content, list):
+        if isinstance(content, list) and any((index, p) in reached for p in range(len(content))):
             blocks = []
-            for given in content:
+            for position, given in enumerate(content):
                 block = given
-                kind = block.get("type") if isinstance(block, Mapping) else None
-                ref = (
-                    block.get("id")
-                    if kind == "tool_use"
-                    else block.get("tool_use_id")
-                    if kind == "tool_result"
-                    else None
-                )
-                if ref in rewrite.drop:
-                    continue
-                if kind == "tool_result" and isinstance(ref, str) and ref in rewrite.replace:
-                    block = {**block, "content": dumps(rewrite.replace[ref]), "is_error": True}
+                step = reached.get((index, position))
+                if step is not None:
+                    if rewrite.truncate:
+                        continue
+                    if block.get("type") == "tool_result":
+                        payload = dumps(voided_payload(step))
+                        block = {**block, "content": payload, "is_error": True}
                 blocks.append(block)
             if not blocks:
                 continue  # only voided calls or their results: the message goes
@@ -217,8 +237,12 @@ class ToolRunner(Runner):
 
     @property
     def tools(self) -> list[Message]:
-        """The `tools=` list to send with every request (a new deep copy each time)."""
-        return tools(self._tx)  # each spec.parameters is a new copy
+        """The `tools=` list to send with every request (a new deep copy each time), with
+        `propose_plan` last when the runner was made with `plans=True`."""
+        offered = tools(self._tx)  # each spec.parameters is a new copy
+        if self._plan_spec is not None:
+            offered.append(_entry(self._plan_spec))
+        return offered
 
     def handle(self, messages: Iterable[object], message: object) -> list[Message]:
         """Run the message's tool calls; return the history with the message and the results.
@@ -229,12 +253,12 @@ class ToolRunner(Runner):
         is appended and nothing runs.
         """
         history, assistant, calls = self._parse(messages, message)
-        return self._finish(history, assistant, run_turn(self._tx, calls))
+        return self._finish(history, assistant, self._run_turn(calls))
 
     async def ahandle(self, messages: Iterable[object], message: object) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
         history, assistant, calls = self._parse(messages, message)
-        return self._finish(history, assistant, await arun_turn(self._tx, calls))
+        return self._finish(history, assistant, await self._arun_turn(calls))
 
     def _parse(
         self, messages: object, message: object

@@ -8,7 +8,10 @@
 * `TransactionalToolNode(tx, history=...)` runs the tool calls of the last `AIMessage` of a
   LangGraph `messages` state as one turn (`tx.call_turn`, or `acall_turn` in an async graph) and
   returns one `ToolMessage` per call; after a rewind it rewrites the history through the
-  `messages` reducer (`RemoveMessage` to truncate, a message with the same id to void).
+  `messages` reducer (`RemoveMessage` to truncate, a message with the same id to void). Like
+  LangGraph's `ToolNode`, it supplies the arguments a tool declares as injected
+  (`InjectedState`, `InjectedStore`, `InjectedToolCallId`): they reach the LangChain tool only,
+  never the step's recorded arguments (`_Injection`).
 
 What reaches the model is described in docs/integrations.md ("LangChain and LangGraph").
 Needs the `agenttx[langchain]` extra; `import agenttx` never imports this module or the SDK.
@@ -16,13 +19,18 @@ Needs the `agenttx[langchain]` extra; `import agenttx` never imports this module
 
 from __future__ import annotations
 
+import contextlib
+import json
+import typing
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 try:
     from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
     from langchain_core.runnables import Runnable
-    from langchain_core.tools import BaseTool, ToolException
+    from langchain_core.tools import BaseTool, InjectedToolCallId, ToolException
+    from langchain_core.tools.base import get_all_basemodel_annotations
     from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as exc:
     raise ImportError(
@@ -30,7 +38,8 @@ except ImportError as exc:
     ) from exc
 
 from .._errors import InvalidArgument, ToolError
-from .._tools import Compensation, Tool, tool
+from .._events import EventKind
+from .._tools import Compensation, Tool, ToolContext, tool
 from . import _common
 
 if TYPE_CHECKING:
@@ -88,7 +97,11 @@ def from_langchain(
         parameters=parameters,
         compensate=compensate,
     )
-    if getattr(base_tool, "func", True) is None and getattr(base_tool, "coroutine", None):
+    needs = _needs(base_tool)
+    is_async = getattr(base_tool, "func", True) is None and getattr(base_tool, "coroutine", None)
+    if needs is not None:
+        return decorate(_injecting(strict, needs, is_async=bool(is_async)))
+    if is_async:
 
         async def arun_langchain_tool(**arguments: Any) -> object:
             try:
@@ -105,6 +118,159 @@ def from_langchain(
             raise _converted(exc) from exc
 
     return decorate(run_langchain_tool)
+
+
+class _Needs(NamedTuple):
+    """The arguments a LangChain tool declares as injected by LangGraph: each `InjectedState`
+    parameter with its state field (None: the whole state), the `InjectedStore` parameter and
+    the `InjectedToolCallId` parameter."""
+
+    state: dict[str, str | None]
+    store: str | None
+    call_id: str | None
+
+
+class _Injection(NamedTuple):
+    """What `TransactionalToolNode` hands the tools of the turn it runs (a context variable,
+    which worker threads see too): the graph state, the graph's store and the transaction."""
+
+    state: object
+    store: object
+    tx: Transaction
+
+
+_INJECTION: ContextVar[_Injection | None] = ContextVar("agenttx_langgraph", default=None)
+
+
+def _needs(base_tool: BaseTool) -> _Needs | None:
+    """What `base_tool` wants injected, read as LangGraph's `ToolNode` reads it (the annotations
+    of its input schema, then of its function); None if nothing."""
+    markers: dict[str, type] = {"call_id": InjectedToolCallId}
+    try:
+        from langgraph.prebuilt import InjectedState, InjectedStore  # noqa: PLC0415
+    except ImportError:  # LangChain without LangGraph: only the call id can be injected
+        pass
+    else:
+        markers |= {"state": InjectedState, "store": InjectedStore}
+    annotations: dict[str, Any] = {}
+    func = getattr(base_tool, "func", None) or getattr(base_tool, "coroutine", None)
+    if func is not None:
+        with contextlib.suppress(Exception):  # unresolvable hints: the schema still has them
+            annotations.update(typing.get_type_hints(func, include_extras=True))
+    try:
+        annotations.update(get_all_basemodel_annotations(base_tool.get_input_schema()))
+    except Exception:  # noqa: BLE001  (no readable schema: nothing to inject)
+        return None
+    state: dict[str, str | None] = {}
+    store = call_id = None
+    for name, annotation in annotations.items():
+        if typing.get_origin(annotation) is not typing.Annotated:
+            continue
+        for marker in typing.get_args(annotation)[1:]:
+            kind = next((k for k, m in markers.items() if _is(marker, m)), None)
+            if kind == "call_id":
+                call_id = name
+            elif kind == "state":
+                state[name] = None if isinstance(marker, type) else getattr(marker, "field", None)
+            elif kind == "store":
+                store = name
+    if not (state or store or call_id):
+        return None
+    return _Needs(state=state, store=store, call_id=call_id)
+
+
+def _is(marker: object, kind: type) -> bool:
+    return isinstance(marker, kind) or (isinstance(marker, type) and issubclass(marker, kind))
+
+
+def _injecting(strict: BaseTool, needs: _Needs, *, is_async: bool) -> Callable[..., Any]:
+    """The step function of a tool with injected arguments: it adds them from the running
+    `TransactionalToolNode`, then invokes the tool (with a whole tool call for a call id)."""
+
+    def tool_input(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+        injection = _INJECTION.get()
+        wanted = [*needs.state, *filter(None, (needs.store, needs.call_id))]
+        if injection is None:
+            raise ToolError(
+                f"LangChain tool {strict.name!r} takes LangGraph's injected arguments "
+                f"({', '.join(wanted)}): run it through TransactionalToolNode in a graph"
+            )
+        given = dict(arguments)
+        for parameter, field in needs.state.items():
+            given[parameter] = _state_value(injection.state, field, strict.name)
+        if needs.store is not None:
+            if injection.store is None:
+                raise ToolError(
+                    f"LangChain tool {strict.name!r} takes the graph's store "
+                    f"({needs.store}): compile the graph with a store"
+                )
+            given[needs.store] = injection.store
+        if needs.call_id is None:
+            return given
+        call_id = _call_id(injection.tx, ctx.step_id)
+        return {"type": "tool_call", "name": strict.name, "args": given, "id": call_id}
+
+    if is_async:
+
+        async def arun_langchain_tool(ctx: ToolContext, **arguments: Any) -> object:
+            given = tool_input(ctx, arguments)
+            try:
+                return _unwrapped_output(await strict.ainvoke(given))
+            except Exception as exc:
+                raise _converted(exc) from exc
+
+        return arun_langchain_tool
+
+    def run_langchain_tool(ctx: ToolContext, **arguments: Any) -> object:
+        given = tool_input(ctx, arguments)
+        try:
+            return _unwrapped_output(strict.invoke(given))
+        except Exception as exc:
+            raise _converted(exc) from exc
+
+    return run_langchain_tool
+
+
+def _state_value(state: object, field: str | None, name: str) -> object:
+    """The state (or its `field`) as LangGraph's `ToolNode` injects it; a list state is the
+    `messages` field."""
+    if isinstance(state, list) and field in {None, "messages"}:
+        state = {"messages": state}
+    if field is None:
+        return state
+    if isinstance(state, Mapping):
+        if field in state:
+            return state[field]
+    elif hasattr(state, field):
+        return getattr(state, field)
+    raise ToolError(f"LangChain tool {name!r} takes state field {field!r}, which the state lacks")
+
+
+def _call_id(tx: Transaction, step_id: int) -> str:
+    """The provider's call id of step `step_id`, from the event its dispatch recorded."""
+    for event in reversed(tx.audit()):
+        if event.kind is EventKind.STEP_DISPATCHED and event.step == step_id:
+            found = event.data.get("call_id")
+            if isinstance(found, str):
+                return found
+            break
+    raise ToolError(f"step {step_id} was sent without a call id, which its tool takes")
+
+
+def _unwrapped_output(output: object) -> object:
+    """A tool invoked with a whole tool call answers with a `ToolMessage`: its content (the JSON
+    LangChain wrote of the tool's value read back), or its artifact when it has one."""
+    if not isinstance(output, ToolMessage):
+        return output
+    if output.artifact is not None:
+        return output.artifact
+    content = output.content
+    if isinstance(content, str) and content[:1] in {"{", "[", '"'}:
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return content
 
 
 def _parameters(base_tool: BaseTool) -> dict[str, Any]:
@@ -219,6 +385,11 @@ class TransactionalToolNode(Runnable[Any, Any]):
     they were undone; `"keep"` leaves them, and the payload's `voided_steps` is all the model
     gets. Messages without an id cannot be rewritten and are left as they are.
 
+    A tool wrapped with `from_langchain` that declares LangGraph's injected arguments gets them
+    as `ToolNode` gives them: `InjectedState` the node's input state (or its field),
+    `InjectedStore` the graph's store, `InjectedToolCallId` the call's id. They are never part
+    of the step's arguments (not recorded, not shown to the model, not accepted from it).
+
     Mistakes of the model (an unknown tool, malformed arguments, a duplicate call id, a call
     after the transaction ended) become `ToolMessage`s, never exceptions. Raises
     `InvalidArgument` for an input without messages or whose last message is not an
@@ -252,7 +423,11 @@ class TransactionalToolNode(Runnable[Any, Any]):
         """Run the last `AIMessage`'s tool calls as one turn; see the class docstring."""
         messages, as_list = _messages_of(input)
         calls = _calls_of(messages)
-        outcomes = _common.run_turn(self.tx, [call for call, _ in calls])
+        token = _INJECTION.set(_Injection(input, _graph_store(), self.tx))
+        try:
+            outcomes = _common.run_turn(self.tx, [call for call, _ in calls])
+        finally:
+            _INJECTION.reset(token)
         return self._reply(messages, calls, outcomes, as_list=as_list)
 
     async def ainvoke(
@@ -264,7 +439,11 @@ class TransactionalToolNode(Runnable[Any, Any]):
         """`invoke` for async graphs: the turn runs through `tx.acall_turn`."""
         messages, as_list = _messages_of(input)
         calls = _calls_of(messages)
-        outcomes = await _common.arun_turn(self.tx, [call for call, _ in calls])
+        token = _INJECTION.set(_Injection(input, _graph_store(), self.tx))
+        try:
+            outcomes = await _common.arun_turn(self.tx, [call for call, _ in calls])
+        finally:
+            _INJECTION.reset(token)
         return self._reply(messages, calls, outcomes, as_list=as_list)
 
     def _reply(
@@ -296,6 +475,18 @@ class TransactionalToolNode(Runnable[Any, Any]):
             payload = _common.with_note(outcome.payload, rewrite.notes.get(call_id))
             out.append(_tool_message(call_id, name, payload, error=outcome.is_error))
         return out if as_list else {"messages": out}
+
+
+def _graph_store() -> object:
+    """The store of the LangGraph graph running this node (`compile(store=...)`), or None."""
+    try:
+        from langgraph.config import get_store  # noqa: PLC0415
+    except ImportError:
+        return None
+    try:
+        return get_store()
+    except Exception:  # noqa: BLE001  (not inside a graph run: no store to give)
+        return None
 
 
 def _tool_message(

@@ -3,10 +3,14 @@
 `tools = await tools_from_mcp(session)` lists the session's tools and gives one agenttx tool
 for each: its spec is the MCP tool's own (`inputSchema` as the parameters, its description),
 and each call is one step that runs `session.call_tool(name, arguments)`. A result with
-`isError` fails the step: its text goes to the hint cleaner, like a `ToolError`'s. What a
-successful call returns is the step's output (the rule is in `_output`, and in
-docs/integrations.md). Compensations are declared per tool by name:
-`compensations={"charge": "refund"}` undoes a `charge` step with the server's `refund` tool.
+`isError` fails the step: its text goes to the hint cleaner, like a `ToolError`'s, without the
+SDK's `Error executing tool NAME: ` prefix, and when it quotes the value of one of the call's
+arguments, that argument is the offending input the root-cause search follows (`_failure`).
+The SDK withholds the text of any other exception than its own `ToolError` a server's tool
+raises; `share_errors` on the server side lets it through. What a successful call returns
+is the step's output (the rule is in `_output`, and in docs/integrations.md). Compensations
+are declared per tool by name: `compensations={"charge": "refund"}` undoes a `charge` step
+with the server's `refund` tool.
 
 MCP calls are asynchronous and belong to the event loop that runs the session: send the
 steps with `await tx.acall(...)` / `await tx.acall_turn(...)` (or `aexecute_step`) from that
@@ -19,10 +23,14 @@ Needs the `agenttx[mcp]` extra; `import agenttx` never imports this module or th
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import re
 import threading
+import traceback
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast, overload
 
 try:
     import mcp as _mcp_sdk  # noqa: F401  (fails early, naming the extra to install)
@@ -36,20 +44,26 @@ from .._tools import Compensation, Tool, compensation, tool
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine
 
     from mcp.types import CallToolResult
     from mcp.types import Tool as MCPTool
 
     from .._json import JSONValue
 
-__all__ = ["tools_from_mcp"]
+__all__ = ["share_errors", "tools_from_mcp"]
 
 #: Seconds a call made from another event loop waits for the session's loop to start it.
 LOOP_START_WAIT: Final = 5.0
 
 #: Pages of `tools/list` read at most: a server whose cursor never ends cannot hang the call.
 MAX_PAGES: Final = 100
+
+#: The shortest argument value an error text may name to make that argument the offending one.
+MIN_NAMED_VALUE: Final = 3
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 async def tools_from_mcp(
@@ -235,7 +249,7 @@ def _mcp_tool(
     async def call_mcp_tool(**arguments: Any) -> JSONValue:
         result = await runner.call(name, arguments)
         if result.is_error:
-            raise ToolError(_text(result) or f"MCP tool {name!r} failed without a message")
+            raise _failure(name, result, arguments)
         return _output(result)
 
     call_mcp_tool.__name__ = call_mcp_tool.__qualname__ = _identifier(name)
@@ -259,7 +273,7 @@ def _mcp_compensation(runner: _Runner, item: MCPTool) -> Compensation[Any, Any]:
         arguments = _undo_arguments(wanted, payload)
         result = await runner.call(name, arguments)
         if result.is_error:
-            raise ToolError(_text(result) or f"MCP tool {name!r} failed without a message")
+            raise _failure(name, result, arguments)
         return _output(result)
 
     call_mcp_undo.__name__ = call_mcp_undo.__qualname__ = _identifier(name)
@@ -319,6 +333,91 @@ def _text(result: CallToolResult) -> str:
         text = getattr(block, "text", None)
         parts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'content')}]")
     return "\n".join(parts).strip()
+
+
+def _failure(name: str, result: CallToolResult, arguments: Mapping[str, Any]) -> ToolError:
+    """The `ToolError` of a failed call: the server's own text and, if it names one, the
+    offending argument.
+
+    The SDK's `Error executing tool NAME: ` prefix is taken off, so that the hint cleaner reads
+    the server's message. A result that is only `Error executing tool NAME` is an exception the
+    SDK withheld (anything but its `ToolError`): the text says so and how to share it. The
+    argument whose string value the text quotes (as a whole word, the only one) is the key the
+    root-cause search follows to the step that produced the value.
+    """
+    text = _text(result)
+    prefix = f"Error executing tool {name}"
+    if text == prefix:
+        return ToolError(
+            f"MCP tool {name!r} failed; its server withheld the error (the MCP SDK shows only "
+            "the text of its own ToolError: raise that in the tool, or wrap the tool with "
+            "agenttx.integrations.mcp.share_errors)"
+        )
+    if text.startswith(prefix + ": "):
+        text = text[len(prefix) + 2 :].strip()
+    if not text:
+        return ToolError(f"MCP tool {name!r} failed without a message")
+    return ToolError(text, key=_named_argument(text, arguments))
+
+
+def _named_argument(text: str, arguments: Mapping[str, Any]) -> str | None:
+    """The one argument whose string value `text` quotes as a whole word, if exactly one does."""
+    named = {
+        key
+        for key, value in arguments.items()
+        if isinstance(value, str)
+        and len(value) >= MIN_NAMED_VALUE
+        and re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text) is not None
+    }
+    return named.pop() if len(named) == 1 else None
+
+
+@overload
+def share_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]: ...
+@overload
+def share_errors(fn: Callable[P, R]) -> Callable[P, R]: ...
+def share_errors(fn: Callable[P, Any]) -> Callable[P, Any]:
+    """For an MCP server's tool: its exceptions reach the client with their text.
+
+    The MCP SDK (2.x) answers any exception of a tool but its own `ToolError` with only
+    `Error executing tool NAME`, so the client (and agenttx's root-cause search) never learns
+    what went wrong. Under `@server.tool()`, `@share_errors` re-raises every other exception
+    as the SDK's `ToolError`, with the text Python gives it (`ValueError: customer c-404 not
+    found`); the SDK's own errors pass unchanged. Sync and `async def` tools keep their
+    signature. Use it only where the exceptions' text may be shown to the client and its model.
+    """
+    from mcp.server.mcpserver.exceptions import ToolError as MCPToolError  # noqa: PLC0415
+    from mcp.shared.exceptions import MCPError  # noqa: PLC0415
+
+    kept = (MCPToolError, MCPError)
+
+    def shared(exc: Exception) -> MCPToolError:
+        return MCPToolError("".join(traceback.format_exception_only(exc)).strip())
+
+    if inspect.iscoroutinefunction(fn):
+        call = cast("Callable[P, Awaitable[Any]]", fn)
+
+        @functools.wraps(fn)
+        async def ashared(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                return await call(*args, **kwargs)
+            except kept:
+                raise
+            except Exception as exc:
+                raise shared(exc) from exc
+
+        return ashared
+
+    @functools.wraps(fn)
+    def sshared(*args: P.args, **kwargs: P.kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except kept:
+            raise
+        except Exception as exc:
+            raise shared(exc) from exc
+
+    return sshared
 
 
 def _identifier(name: str) -> str:

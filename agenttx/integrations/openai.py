@@ -2,7 +2,7 @@
 
 Needs the `agenttx[openai]` extra. The loop a user writes (docs/integrations.md):
 
-    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"
+    runner = ToolRunner(tx)  # history="truncate" | "void" | "keep"; plans=True
     while True:
         reply = client.chat.completions.create(model=MODEL, messages=messages, tools=runner.tools)
         if not reply.choices[0].message.tool_calls:
@@ -13,8 +13,10 @@ Needs the `agenttx[openai]` extra. The loop a user writes (docs/integrations.md)
 each, stopping at the first failure), appends the assistant message and one `role: "tool"`
 message per call whose content is `json.dumps(result.for_model())`, and after a rewind
 rewrites the history as `history` says. `ResponsesToolRunner` is the same for the Responses
-API (`function_call` / `function_call_output` items). What the model sees is documented in
-docs/integrations.md; nothing in this module changes a step's outcome.
+API (`function_call` / `function_call_output` items). With `plans=True` the model is also
+offered `propose_plan`, and a plan it proposes is checked and run (docs/plans.md). What the
+model sees is documented in docs/integrations.md; nothing in this module changes a step's
+outcome.
 """
 
 from __future__ import annotations
@@ -35,20 +37,20 @@ from ._common import (
     Outcome,
     Rewrite,
     Runner,
-    arun_turn,
     describe,
     dumps,
     resolve_specs,
-    run_turn,
+    voided_payload,
     with_note,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Hashable, Iterable, Iterator, Sequence
 
     from openai.types.chat import ChatCompletionMessage
     from openai.types.responses import Response
 
+    from .._tools import ToolSpec
     from ._common import ToolsOrTx
 
 __all__ = ["ResponsesToolRunner", "ToolRunner", "tools"]
@@ -67,28 +69,27 @@ def tools(tools_or_tx: ToolsOrTx, *, api: Literal["chat", "responses"] = "chat")
     if api not in ("chat", "responses"):
         raise InvalidArgument(f"api must be 'chat' or 'responses', got {api!r}")
     specs = resolve_specs(tools_or_tx, "agenttx.integrations.openai.tools()")
+    return [_entry(spec, api) for spec in specs]
+
+
+def _entry(spec: ToolSpec, api: Literal["chat", "responses"]) -> Message:
+    """One tool of the `tools=` list, in the format of `api`."""
     if api == "chat":
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": s.wire_name,
-                    "description": s.description,
-                    "parameters": s.parameters,
-                },
-            }
-            for s in specs
-        ]
-    return [
-        {
+        return {
             "type": "function",
-            "name": s.wire_name,
-            "description": s.description,
-            "parameters": s.parameters,
-            "strict": False,
+            "function": {
+                "name": spec.wire_name,
+                "description": spec.description,
+                "parameters": spec.parameters,
+            },
         }
-        for s in specs
-    ]
+    return {
+        "type": "function",
+        "name": spec.wire_name,
+        "description": spec.description,
+        "parameters": spec.parameters,
+        "strict": False,
+    }
 
 
 # ---------------------------------------------------------------------- shared runner state
@@ -101,8 +102,12 @@ class _Runner(Runner):
 
     @property
     def tools(self) -> list[Message]:
-        """The `tools=` list to send with every request (a new deep copy each time)."""
-        return tools(self._tx, api=self._api)  # each spec.parameters is a new copy
+        """The `tools=` list to send with every request (a new deep copy each time), with
+        `propose_plan` last when the runner was made with `plans=True`."""
+        offered = tools(self._tx, api=self._api)  # each spec.parameters is a new copy
+        if self._plan_spec is not None:
+            offered.append(_entry(self._plan_spec, self._api))
+        return offered
 
 
 def _as_dict(item: object, where: str) -> Message:
@@ -182,18 +187,32 @@ def _same_turn(last: Message | None, message: Message, id_key: str) -> bool:
     return ids == [c.get("id") for c in message.get(id_key) or ()] and bool(ids)
 
 
+def _chat_entries(messages: list[Message]) -> Iterator[tuple[Hashable, bool, object, object]]:
+    """The tool calls and results of a chat history, for `Rewrite.reached`: a call is keyed
+    `(message index, position)`, a result by its message index."""
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            for position, call in enumerate(message.get("tool_calls") or ()):
+                if isinstance(call, Mapping):
+                    yield (index, position), False, call.get("id"), None
+        elif role == "tool":
+            yield index, True, message.get("tool_call_id"), message.get("content")
+
+
 def _rewrite_chat(messages: list[Message], rewrite: Rewrite) -> list[Message]:
     if rewrite.empty:
         return messages
+    reached = rewrite.reached(_chat_entries(messages))
+    if not reached:
+        return messages
     out: list[Message] = []
-    for original in messages:
+    for index, original in enumerate(messages):
         message = original
         role = message.get("role")
         calls = message.get("tool_calls")
-        if role == "assistant" and calls and rewrite.drop:
-            kept = [
-                c for c in calls if not (isinstance(c, Mapping) and c.get("id") in rewrite.drop)
-            ]
+        if role == "assistant" and calls and rewrite.truncate:
+            kept = [c for position, c in enumerate(calls) if (index, position) not in reached]
             if len(kept) != len(calls):
                 if kept:
                     message = {**message, "tool_calls": kept}
@@ -201,12 +220,10 @@ def _rewrite_chat(messages: list[Message], rewrite: Rewrite) -> list[Message]:
                     message = {k: v for k, v in message.items() if k != "tool_calls"}
                 else:
                     continue
-        elif role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id in rewrite.drop:
+        elif role == "tool" and index in reached:
+            if rewrite.truncate:
                 continue
-            if isinstance(call_id, str) and call_id in rewrite.replace:
-                message = {**message, "content": dumps(rewrite.replace[call_id])}
+            message = {**message, "content": dumps(voided_payload(reached[index]))}
         out.append(message)
     return out
 
@@ -231,12 +248,12 @@ class ToolRunner(_Runner):
         rewritten as `history` says. A message with no tool calls is appended and nothing runs.
         """
         history, message, calls = self._parse(messages, assistant_message)
-        return self._finish(history, message, run_turn(self._tx, calls))
+        return self._finish(history, message, self._run_turn(calls))
 
     async def ahandle(self, messages: Iterable[object], assistant_message: object) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
         history, message, calls = self._parse(messages, assistant_message)
-        return self._finish(history, message, await arun_turn(self._tx, calls))
+        return self._finish(history, message, await self._arun_turn(calls))
 
     def _parse(
         self, messages: Iterable[object], assistant_message: ChatCompletionMessage | object
@@ -302,19 +319,21 @@ def _responses_calls(items: Sequence[Message]) -> list[ModelCall]:
 def _rewrite_items(items: list[Message], rewrite: Rewrite) -> list[Message]:
     if rewrite.empty:
         return items
+    reached = rewrite.reached(
+        (index, item.get("type") == "function_call_output", item.get("call_id"), item.get("output"))
+        for index, item in enumerate(items)
+        if item.get("type") in ("function_call", "function_call_output")
+    )
+    if not reached:
+        return items
     out: list[Message] = []
-    for original in items:
+    for index, original in enumerate(items):
         item = original
-        kind = item.get("type")
-        call_id = item.get("call_id")
-        if kind in ("function_call", "function_call_output") and call_id in rewrite.drop:
-            continue
-        if (
-            kind == "function_call_output"
-            and isinstance(call_id, str)
-            and call_id in rewrite.replace
-        ):
-            item = {**item, "output": dumps(rewrite.replace[call_id])}
+        if index in reached:
+            if rewrite.truncate:
+                continue
+            if item.get("type") == "function_call_output":
+                item = {**item, "output": dumps(voided_payload(reached[index]))}
         out.append(item)
     return out
 
@@ -339,14 +358,14 @@ class ResponsesToolRunner(_Runner):
         `input_items` may be the first request's input string (it becomes a user message).
         """
         items, calls = self._parse(input_items, response)
-        return self._finish(items, run_turn(self._tx, calls))
+        return self._finish(items, self._run_turn(calls))
 
     async def ahandle(
         self, input_items: str | Iterable[object], response: Response | object
     ) -> list[Message]:
         """`handle` for async code: the tools run through `tx.acall_turn`."""
         items, calls = self._parse(input_items, response)
-        return self._finish(items, await arun_turn(self._tx, calls))
+        return self._finish(items, await self._arun_turn(calls))
 
     def _parse(
         self, input_items: object, response: object

@@ -11,7 +11,14 @@ from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from ._approvals import MemoryRequests
 from ._overlay import Overlay
-from ._protocol import check_key, check_step, check_tx_id, check_value, snapshot_not_found
+from ._protocol import (
+    MAX_STEP,
+    check_key,
+    check_step,
+    check_tx_id,
+    check_value,
+    snapshot_not_found,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -145,9 +152,12 @@ class MemoryStore:
 
     def snapshot(self, tx_id: str, step: int) -> None:
         """Record the journal position for `step`, in O(1) (`Store.snapshot`)."""
-        check_step(step)
+        if type(step) is not int or not 0 <= step <= MAX_STEP:  # `check_step`'s common case
+            check_step(step)
         with self._lock:
-            tx = self._open(tx_id)
+            tx = self._txs.get(tx_id)  # `_open`, inline: once a step
+        if tx is None:
+            raise TransactionNotFound(tx_id=tx_id)
         tx.take_snapshot(step, len(tx.journal))
 
     def restore(self, tx_id: str, step: int) -> int:

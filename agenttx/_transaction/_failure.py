@@ -1,0 +1,130 @@
+"""How a failed step is decided: what the graph says about its key, and what the model is told.
+
+Only the failure path runs this (a step that succeeds never does). Given the failed call (the
+timeline's `Pending`) and the dependency graph that includes it, `decide_failure` reads three
+things beyond the Clean Hint (`docs/protocol.md#what-the-model-receives`):
+
+* a literal mistake: the hint's key names an argument the call wrote itself, which no earlier
+  step produced (no reference, no implicit link: `DependencyGraph.is_literal`). Undoing
+  earlier steps cannot fix it, so it is decided as a mistake of this step (`RESEND`), as a
+  malformed call is (`docs/protocol.md#mistakes`);
+* the failure's signature (`failure_signature`: tool, canonical arguments, hint category and
+  key), so that the controller aborts when the same call fails the same way after a rewind
+  (`docs/protocol.md#repeated-failures`);
+* the bad value (`BadValue`): the argument under the hint's key, bounded, redacted for a
+  tool's secret parameter, with the step that produced it.
+
+Then it asks the controller, and returns the decision with the audit event's data.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+from .._errors import JSONValueError
+from .._json import scalar_leaves
+from .._results import MAX_BAD_VALUE_CHARS, REDACTED, BadValue
+from .._rollback import RollbackStrategy, failure_signature
+
+if TYPE_CHECKING:
+    from .._graph import DependencyGraph
+    from .._hints import CleanHint
+    from .._json import JSONScalar, JSONValue
+    from .._rollback import RollbackController, RollbackDecision
+    from .._timeline import Pending
+    from .._tools import ToolRegistry
+
+__all__ = ["Decided", "bad_value_of", "decide_failure"]
+
+#: Keys compare ignoring ASCII case only, as the dependency graph compares them.
+_ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+class Decided(NamedTuple):
+    """The controller's decision about a failed step, its hint, what the model is told beyond
+    the hint, and the data of the step's `STEP_FAILED` audit event."""
+
+    decision: RollbackDecision
+    hint: CleanHint
+    bad_value: BadValue | None
+    event: dict[str, JSONValue]
+
+
+def decide_failure(
+    controller: RollbackController,
+    step_id: int,
+    hint: CleanHint,
+    *,
+    graph: DependencyGraph,
+    pending: Pending | None,
+    registry: ToolRegistry,
+    transient: bool,
+    mistake: bool,
+) -> Decided:
+    """Decide the failure of `step_id` (whose call was `pending`, None if it never got one) on
+    `graph`, which holds the failed step; see the module docstring."""
+    key = hint.key
+    signature = None
+    if pending is not None:
+        if not (mistake or transient) and key is not None and graph.is_literal(step_id, key):
+            mistake = True  # the call wrote the bad value itself: send it again, fixed
+        try:
+            signature = failure_signature(
+                pending.tool_name, pending.inputs, hint.category.value, key
+            )
+        except (JSONValueError, TypeError, ValueError):  # not JSON: a call that never parsed
+            signature = None
+    decision = controller.decide(
+        step_id,
+        key,
+        graph.find_root_cause,
+        transient=transient,
+        mistake=mistake,
+        signature=signature,
+    )
+    bad_value = None
+    if pending is not None and key is not None:
+        bad_value = bad_value_of(step_id, key, pending, graph, registry)
+    strategy = decision.strategy
+    event: dict[str, JSONValue] = {
+        "hint": hint.text,
+        "category": hint.category.value,
+        "strategy": strategy.value,
+        "rollback_to_step": 0 if strategy is RollbackStrategy.ABORT else decision.target_step,
+    }
+    if pending is not None:
+        event["tool"] = pending.tool_name
+    return Decided(decision, hint, bad_value, event)
+
+
+def bad_value_of(
+    step_id: int, key: str, pending: Pending, graph: DependencyGraph, registry: ToolRegistry
+) -> BadValue | None:
+    """The argument of `pending` under `key` (the first such leaf, in leaf order, ignoring
+    ASCII case), or None if it has none; redacted if it is, or is inside, a secret parameter
+    of the tool."""
+    inputs = pending.inputs
+    if not isinstance(inputs, dict):
+        return None
+    lowered = key.translate(_ASCII_LOWER)
+    found: tuple[str, str, JSONScalar] | None = None
+    for parameter in sorted(inputs):
+        for leaf_key, scalar in scalar_leaves(inputs[parameter], parameter):
+            if leaf_key.translate(_ASCII_LOWER) == lowered:
+                found = (parameter, leaf_key, scalar)
+                break
+        if found is not None:
+            break
+    if found is None:
+        return None
+    parameter, leaf_key, value = found
+    root = graph.find_root_cause(step_id, key)
+    producer = root if root is not None and 1 <= root < step_id else step_id
+    tool = registry.get(pending.tool_name)
+    secret = tool is not None and not tool.secrets.isdisjoint({parameter, leaf_key})
+    if secret:
+        value = REDACTED
+    elif isinstance(value, str) and len(value) > MAX_BAD_VALUE_CHARS:
+        value = value[: MAX_BAD_VALUE_CHARS - 3] + "..."
+    return BadValue(key=key, value=value, step=max(producer, 1), redacted=secret)
