@@ -18,8 +18,6 @@ by another process half-way) is a line in the report's `failures`, and the other
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import TYPE_CHECKING, Literal
 
@@ -42,7 +40,7 @@ from ._settings import Settings
 from ._tools import to_json_value
 from ._transaction import Transaction
 from ._txlog import end_keeping_undos, read_image, recovered_history
-from .stores import is_durable, leases_owners
+from .stores import is_durable, leases_owners, owner_alive
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable
@@ -375,32 +373,3 @@ def _alive(store: DurableStore, owner: str | None) -> bool:
     if leases_owners(store):
         return store.owner_alive(owner)
     return owner_alive(owner)
-
-
-def owner_alive(owner: str | None) -> bool:
-    """Whether `owner` (a store's JSON owner record) names another live process on this host.
-
-    The record has `pid` and `hostname`. A process on another host, or one that no longer
-    exists, does not count; neither does this process (its own transactions are excluded by
-    the caller, and `DurableStore.claim` refuses those of its stores still open). PIDs can be
-    reused, so a transaction whose owner died may wait for a process that took its pid;
-    recovery never takes over one whose owner is alive.
-    """
-    if owner is None:
-        return False
-    try:
-        record = json.loads(owner)
-        pid, host = record["pid"], record["hostname"]
-    except (ValueError, KeyError, TypeError):
-        return False
-    import socket  # noqa: PLC0415  (recovery alone needs it: not loaded by `import agenttx`)
-
-    if host != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by another user
-        return True
-    return True

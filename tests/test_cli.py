@@ -482,11 +482,13 @@ def test_inspect_beside_a_live_agent(tmp_path, capsys):
             for row in rows[-1:]:  # the newest: the one most likely to end under us
                 status, out, err = run_main(capsys, "inspect", str(db), row[0])
                 if status == 0 and out.startswith(f"transaction {row[0]} (ended)\n"):
-                    last = out.rstrip("\n").splitlines()[-1]  # it ended since the listing
+                    last = out.rstrip("\n").splitlines()[-2]  # it ended since the listing
                     assert last.startswith("compensation failures ("), out
                 elif status == 0:
                     assert out.startswith(f"transaction {row[0]}\n"), out
-                    assert out.rstrip("\n").splitlines()[-1].startswith("undo records ("), out
+                    shown = out.rstrip("\n").splitlines()
+                    assert shown[-2].startswith("undo records ("), out
+                    assert shown[-1] == "waiting for a person: nothing", out
                 else:  # ended, and its history pruned since (by a prune every 64 ends)
                     assert status == 2, (status, out, err)
                     assert out == ""
@@ -952,7 +954,7 @@ def test_inspect_shows_an_ended_transaction(ended_store, capsys):
     assert attempts[: len(expected)] == expected
     assert {"compensated", "failed", "committed"} <= {line.rsplit(": ", 1)[1] for line in expected}
     assert f"constraints ({len(committed.constraints)}):" in lines
-    assert lines[-1] == "compensation failures (0):"
+    assert lines[-2:] == ["compensation failures (0):", "waiting for a person: nothing"]
     aborted = txs["aborted"]
     status, out, err = run_main(capsys, "inspect", str(db), aborted.id)
     assert (status, err) == (0, "")
@@ -1134,7 +1136,7 @@ def test_plans_lists_runs_and_shows_one_with_uk_times(tmp_path, capsys):
     assert re.search(
         r"\n  y\s+SUCCEEDED\s+0\s+1\s+0\s+\d{1,2} [A-Z][a-z]{2} \d{4} [\d:]{8} (GMT|BST)", out
     )
-    assert re.search(r"\n  after_bad\s+SKIPPED\s+1\s+0\s+0\s+-", out)
+    assert re.search(r"\n  after_bad\s+SKIPPED\s+0\s+0\s+0\s+-", out)  # `bad` has finished
     assert "error: " in out
     assert "warehouse id is unknown" in out
 
@@ -1186,7 +1188,7 @@ def test_uk_time_names_the_zone_in_winter_and_summer():
 
 
 def test_audit_prints_the_trail_of_an_ended_transaction_and_plan_run(tmp_path):
-    """`audit DB TX` prints an ended transaction's events as JSON lines; `audit DB` prints
+    """`audit DB TX --json` prints an ended transaction's events as JSON lines; `audit DB` prints
     every kept scope's, a plan run's included; `inspect DB` lists the plan run."""
 
     @agenttx.tool(name="add")
@@ -1202,12 +1204,12 @@ def test_audit_prints_the_trail_of_an_ended_transaction_and_plan_run(tmp_path):
         plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="add", inputs={"n": 1})])
         run = engine.run_plan(plan, initial={})
         engine.close()
-    done = agenttx_cli("audit", str(path), tx.id)
+    done = agenttx_cli("audit", str(path), tx.id, "--json")
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["kind"] for line in lines] == ["step_dispatched", "step_completed", "committed"]
     assert {line["scope_id"] for line in lines} == {tx.id}
-    everything = agenttx_cli("audit", str(path))
+    everything = agenttx_cli("audit", str(path), "--json")
     assert everything.returncode == 0, everything.stderr
     scopes = {json.loads(line)["scope_id"] for line in everything.stdout.splitlines()}
     assert scopes == {tx.id, run.run_id}

@@ -78,7 +78,19 @@ def test_the_demo_file_can_be_inspected_after_it_ends(tmp_path):
     assert "  step 1 -> step 5  id -> customer_id  (explicit)" in detail
     assert graph == (tmp_path / "graph.mmd").read_text(encoding="utf-8")
     assert ":::compensated" in graph
-    events = [json.loads(line) for line in audit.splitlines()]
+    assert [line.split()[1] for line in audit.splitlines()][-1] == "committed"
+    assert any(
+        line.split()[1:4] == ["step_failed", "step", "5"] and "Hint: Foreign key" in line
+        for line in audit.splitlines()
+    ), audit
+    as_json = subprocess.run(
+        [sys.executable, "-m", "agenttx", *commands[3][1:], "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [event["seq"] for event in events] == list(range(len(events)))
     kinds = [event["kind"] for event in events]
     assert kinds[-1] == "committed"

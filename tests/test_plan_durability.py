@@ -1454,3 +1454,20 @@ def test_a_resumed_plan_gives_tools_objects_in_the_key_order_given(durable_backe
     assert sorted(seen, key=json.dumps) == sorted(
         [_keys(nested), _keys(nested), _keys({"w": 1, "value": nested})], key=json.dumps
     )
+
+
+def test_orphaned_plans_lists_the_running_runs_whose_runner_is_gone(durable_backend):
+    """A RUNNING run is not orphaned while the store that began it holds it; once that store
+    has closed (SQLite: no store or process holds it; PostgreSQL: its lease ended), every
+    store lists it in `orphaned_plans`; an ended run never."""
+    from agenttx.stores import PlanNodeRow  # noqa: PLC0415
+
+    runner, reader = durable_backend(), durable_backend()
+    node = [PlanNodeRow(node_id="a", state="PENDING", attempt=None, record="{}")]
+    runner.begin_plan("running", "{}", node)
+    runner.begin_plan("ended", "{}", node)
+    runner.write_plan("ended", [], status="SUCCEEDED")
+    assert runner.orphaned_plans() == ()
+    assert reader.orphaned_plans() == ()
+    runner.close()
+    assert reader.orphaned_plans() == ("running",)

@@ -1,20 +1,26 @@
 """The command line: `agenttx demo | inspect | graph | plans | audit | lineage | approvals |
 approve | reject | review` (also `python -m agenttx`).
 
-Every command reads, except `approve`, `reject` and `review`, which decide one pending approval
-request or review, and write nothing else. `inspect` and `graph` open the SQLite file
-read-only and look at transactions without taking them over, so they are safe to run beside a
-live agent. They show the open transactions, and the ended ones the store keeps as history
-(within its retention: `SQLiteStore(keep_history=..., keep_history_for=...)`), with what
-became of every step attempt. A transaction that ends (commits or aborts) between the listing
-and its read is left out of the open ones (`inspect DB TX` then shows it ended); one whose
-stored rows cannot be read is listed as `UNREADABLE`, with the reason on a line of its own,
-and the others are listed as usual. A read that finds the store locked by a writer is tried
-again until `--wait` seconds have passed.
+Every command but `demo` and `lineage` takes a TARGET: a SQLite file, a PostgreSQL DSN
+(`postgresql://...`, `postgres://...`, with `--schema`), or, left out, the `AGENTTX_DATABASE`
+environment variable; `_target.open_target` opens it, and the commands read it only through the
+store protocols (`_store.CliStore`), so they print the same on both stores. Every command
+reads, except `approve`, `reject` and `review`, which decide one pending approval request or
+review, and write nothing else. `inspect` and `graph` open a SQLite file read-only (and a
+PostgreSQL store without migrating, pruning or taking a lease) and look at transactions without
+taking them over, so they are safe to run beside a live agent. They show the open
+transactions, and the ended ones the store keeps as history (within its retention:
+`keep_history=..., keep_history_for=...`), with what became of every step attempt, and what
+waits for a person. A transaction that ends (commits or aborts) between the listing and its
+read is left out of the open ones (`inspect DB TX` then shows it ended); one whose stored rows
+cannot be read is listed as `UNREADABLE`, with the reason on a line of its own, and the others
+are listed as usual. A read that finds a SQLite file locked by a writer is tried again until
+`--wait` seconds have passed.
 
 Nothing prints a traceback. Exit status: 0 done; 2 a problem with what was given (a bad option,
-a missing file, a directory, a file that is not an agenttx store, an unknown or unreadable
-transaction, a transcript that is not a JSON list), printed as one line; 1 a store that stayed
+no TARGET, a missing file, a directory, a file that is not an agenttx store, a server that
+cannot be reached, a malformed DSN, psycopg missing, an unknown or unreadable transaction, a
+transcript that is not a JSON list), printed as one line; 1 a store that stayed
 locked for the whole `--wait`, or any unexpected error, printed as one line `agenttx: error:
 TYPE: MESSAGE`; 130 interrupted (Ctrl-C), quietly.
 
@@ -23,9 +29,11 @@ ids, tool names, hints, context, values, error messages) can never send control 
 to the terminal: C0 and C1 controls, DEL, Unicode's bidirectional overrides and line
 separators, and lone surrogates are written as escapes (`\\x1b`, `\\r`, `\\u202e`).
 
-The package: `_main` parses and runs the commands, `_reading` reads a store patiently and
-read-only, `_shown` builds the lines of `inspect` and `plans`, `_people` holds the commands that
-decide approvals and reviews, and `_terminal` is the one place that prints (and refuses).
+The package: `_main` parses and runs the commands, `_target` opens TARGET, `_store` is the
+protocol the commands read through, `_reading` reads a store patiently and read-only, `_shown`
+builds the lines of `inspect` and `plans`, `_trail` those of `audit`, `_people` holds the
+commands that decide approvals and reviews and what waits for a person, and `_terminal` is the
+one place that prints (and refuses).
 """
 
 from __future__ import annotations

@@ -16,18 +16,18 @@ from .._events import audit_jsonl
 from .._json import canonical_dumps
 from .._lineage import lineage_from_openai
 from .._version import __version__
-from ._people import add_approval_commands
+from ._people import add_approval_commands, waiting_count, waiting_lines
 from ._reading import (
     EndedFound,
     ended_graph,
     graph_of,
     is_busy,
-    open_store,
     patiently,
     read_tx,
     unreadable,
 )
 from ._shown import list_transactions, plan_list, plan_shown, show_preview, show_transaction
+from ._target import Target, add_target, open_target, resolve_target
 from ._terminal import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -40,6 +40,7 @@ from ._terminal import (
     say_block,
     whole_number,
 )
+from ._trail import audit_lines
 
 if TYPE_CHECKING:
     import argparse
@@ -110,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser(
         "inspect",
-        help="list the open and recently ended transactions of a SQLite store, or show one",
+        help="list the open and recently ended transactions of a store, or show one",
         description="Without TX: each open transaction (id, agent, status, steps, age), the "
         "effects waiting in the outbox, and the transactions that ended most recently (id, "
         "agent, final status, live steps at the end, how long ago), as far as the store keeps "
@@ -118,13 +119,16 @@ def _parser() -> argparse.ArgumentParser:
         "With TX, open: its steps, edges, constraints, context, staged effects and undo "
         "records; ended: its final status, its steps and edges at the end, every step attempt "
         "with what became of it (live, failed, rewound, compensated), its constraints and its "
-        "compensation failures. With TX and --preview STEP: what a rollback of the open "
-        "transaction to STEP (0: an abort) would do, without doing it: the steps it would "
-        "void, the compensations it would run with their payloads, the staged effects it "
-        "would drop and the voided steps that left nothing to undo. Read-only.",
+        "compensation failures; then what waits for a person in it (each pending approval "
+        "request and review, with the tool, the arguments and the commands that decide it). "
+        "A TX that is a plan run's id shows the run, as `plans TARGET RUN` does. With TX and "
+        "--preview STEP: what a rollback of the open transaction to STEP (0: an abort) would "
+        "do, without doing it: the steps it would void, the compensations it would run with "
+        "their payloads, the staged effects it would drop and the voided steps that left "
+        "nothing to undo. Read-only.",
     )
-    inspect.add_argument("db", metavar="DB", help="the SQLite file")
-    inspect.add_argument("tx", metavar="TX", nargs="?", help="a transaction id")
+    add_target(inspect)
+    inspect.add_argument("tx", metavar="TX", nargs="?", help="a transaction or plan run id")
     inspect.add_argument(
         "--preview",
         type=whole_number,
@@ -137,12 +141,12 @@ def _parser() -> argparse.ArgumentParser:
     graph = commands.add_parser(
         "graph",
         help="print the dependency graph of a stored transaction",
-        description="The dependency graph of a transaction of a SQLite store, open or ended "
+        description="The dependency graph of a transaction of a store, open or ended "
         "(kept as history): for an ended one, its live steps at the end, with every attempt "
         "that failed or was undone as an extra node marked failed, rewound or compensated, as "
         "the transaction's export_graph drew it. Read-only.",
     )
-    graph.add_argument("db", metavar="DB", help="the SQLite file")
+    add_target(graph)
     graph.add_argument("tx", metavar="TX", help="a transaction id")
     graph.add_argument("--format", choices=FORMATS, default="mermaid")
     add_wait(graph)
@@ -150,15 +154,17 @@ def _parser() -> argparse.ArgumentParser:
 
     plans = commands.add_parser(
         "plans",
-        help="list the plan runs of a SQLite store, or show one run's nodes live",
-        description="Without RUN: each plan run (id, status, nodes by state, last change). "
-        "With RUN: the run's status, plan version, cancellation, and each node's state, "
-        "unresolved prerequisites, attempts, retries, first start, end and error, as the "
-        "store has them now; or, with --format dot or mermaid, the plan's graph with each "
+        help="list the plan runs of a store, or show one run's nodes live",
+        description="Without RUN: each plan run (id, status, nodes by state, last change); a "
+        "RUNNING run whose runner is gone (SQLite: its process has died; PostgreSQL: its "
+        "lease has expired) is shown as ORPHANED. With RUN: the run's status, plan version, "
+        "cancellation, and each node's state, its unfinished prerequisites (WAITS), attempts, "
+        "retries, first start, end and error, as the store has them now, then what waits "
+        "for a person in it; or, with --format dot or mermaid, the plan's graph with each "
         "node's state. Times are UK dates, with the time zone (Europe/London) named. "
         "Read-only.",
     )
-    plans.add_argument("db", metavar="DB", help="the SQLite file")
+    add_target(plans)
     plans.add_argument("run_id", metavar="RUN", nargs="?", help="a plan run id")
     plans.add_argument("--format", choices=("text", "dot", "mermaid"), default="text")
     add_wait(plans)
@@ -166,15 +172,18 @@ def _parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser(
         "audit",
-        help="print the audit trail of a SQLite store, or of one transaction or plan run",
-        description="The audit events the store keeps, as JSON lines (one event object per "
-        "line: scope, scope_id, seq, kind, at, zone, step or node, attempt, actor, data): of "
-        "transaction or plan run TX, or, without TX, of the ended transactions and plan runs "
-        "the store keeps (the last --limit of each), each one's events in order. A "
-        "transaction's events are kept when it ends, within the store's retention; a plan "
-        "run's are written as it runs. Read-only.",
+        help="print the audit trail of a store, or of one transaction or plan run",
+        description="The audit events the store keeps, one line an event: its time (UTC), "
+        "kind, step or node, actor and a short summary (the tool; what waits for approval "
+        "or review, and its request id; a failure's hint; the compensation), each line "
+        "escaped and cut; with --json, as JSON lines (one event object per line: scope, "
+        "scope_id, seq, kind, at, zone, step or node, attempt, actor, data). Of transaction "
+        "or plan run TX, or, without TX, of the ended transactions and plan runs the store "
+        "keeps (the last --limit of each, each one's events in order under a line naming "
+        "it). A transaction's events are kept when it ends, within the store's retention; a "
+        "plan run's are written as it runs. Read-only.",
     )
-    audit.add_argument("db", metavar="DB", help="the SQLite file")
+    add_target(audit)
     audit.add_argument("tx", metavar="TX", nargs="?", help="a transaction or plan run id")
     audit.add_argument(
         "--limit",
@@ -183,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"without TX: how many ended transactions and plan runs (default: {AUDIT_LIMIT})",
     )
+    audit.add_argument("--json", action="store_true", help="the events as JSON lines")
     add_wait(audit)
     audit.set_defaults(run=_run_audit)
 
@@ -214,17 +224,34 @@ def _run_demo(args: argparse.Namespace) -> None:
     _demo.run(directory=args.dir)
 
 
+def _opened(args: argparse.Namespace, shifted: str | None = None) -> Target:
+    resolve_target(args, shifted)
+    return open_target(args.db, args.wait, schema=args.schema)
+
+
 def _run_inspect(args: argparse.Namespace) -> None:
+    target = _opened(args, "tx")
     if args.preview is not None and args.tx is None:
+        target.store.close()
         raise Failure("--preview needs a transaction id (TX)")
-    store = open_store(args.db, args.wait)
+    store = target.store
     try:
         if args.tx is None:
-            lines = list_transactions(store, args.wait)
+            lines = list_transactions(store, args.wait, name=target.name)
+            approvals, reviews = waiting_count(store, args.wait)
+            line = f"waiting for a person: {approvals} approval request(s), {reviews} review(s)"
+            if approvals or reviews:
+                line += f" (see: {target.command('approvals')})"
+            lines.append(line)
         elif args.preview is not None:
-            lines = show_preview(store, args.tx, args.preview, args.wait)
-        else:
-            lines = show_transaction(store, args.tx, args.wait)
+            lines = show_preview(store, args.tx, args.preview, args.wait, name=target.name)
+        else:  # a plan run (whose state is a transaction of the same id), else a transaction
+            plan = _plan_lines(target, args.tx, args.wait, "text")
+            if plan is None:
+                lines = show_transaction(store, args.tx, args.wait, name=target.name)
+                lines.extend(waiting_lines(store, args.tx, args.wait, target=target))
+            else:
+                lines = plan
     finally:
         store.close()
     for line in lines:
@@ -232,11 +259,11 @@ def _run_inspect(args: argparse.Namespace) -> None:
 
 
 def _run_graph(args: argparse.Namespace) -> None:
-    store = open_store(args.db, args.wait)
+    target = _opened(args)
     try:
-        found = read_tx(store, args.tx, args.wait)
+        found = read_tx(target.store, args.tx, args.wait, name=target.name)
     finally:
-        store.close()
+        target.store.close()
     try:
         if isinstance(found, EndedFound):
             text = ended_graph(found, args.format)
@@ -248,25 +275,19 @@ def _run_graph(args: argparse.Namespace) -> None:
 
 
 def _run_plans(args: argparse.Namespace) -> None:
-    store = open_store(args.db, args.wait)
+    if args.run_id is None and args.format != "text":
+        raise Failure("--format dot or mermaid needs a RUN")
+    target = _opened(args, "run_id")
     try:
         if args.run_id is None:
-            if args.format != "text":
-                raise Failure("--format dot or mermaid needs a RUN")
-            lines = plan_list(store, args.wait)
+            lines = plan_list(target.store, args.wait)
         else:
-            try:
-                image = patiently(args.wait, lambda: store.read_plan(args.run_id))
-            except TransactionNotFound:
-                raise Failure(f"no plan run `{args.run_id}` in {args.db}") from None
-            except InvalidArgument as exc:
-                raise Failure(str(exc)) from None
-            try:
-                lines = plan_shown(image, args.format)
-            except (AgentTxError, ValueError, KeyError, TypeError) as exc:
-                raise unreadable(args.run_id, exc) from None
+            found = _plan_lines(target, args.run_id, args.wait, args.format)
+            if found is None:
+                raise Failure(f"no plan run `{args.run_id}` in {target.name}")
+            lines = found
     finally:
-        store.close()
+        target.store.close()
     if args.run_id is not None and args.format != "text":
         say_block("\n".join(lines), json_text=False)
         return
@@ -274,15 +295,36 @@ def _run_plans(args: argparse.Namespace) -> None:
         say(line)
 
 
+def _plan_lines(target: Target, run_id: str, wait: float, fmt: str) -> list[str] | None:
+    """The lines of `plans TARGET RUN` (in text, with what waits for a person in the run);
+    None if there is no such run."""
+    store = target.store
+    try:
+        image = patiently(wait, lambda: store.read_plan(run_id))
+    except TransactionNotFound:
+        return None
+    except InvalidArgument as exc:
+        raise Failure(str(exc)) from None
+    orphaned = image.status == "RUNNING" and run_id in patiently(wait, store.orphaned_plans)
+    try:
+        lines = plan_shown(image, fmt, orphaned=orphaned)
+    except (AgentTxError, ValueError, KeyError, TypeError) as exc:
+        raise unreadable(run_id, exc) from None
+    if fmt == "text":
+        lines.extend(waiting_lines(store, run_id, wait, target=target))
+    return lines
+
+
 def _run_audit(args: argparse.Namespace) -> None:
     if args.limit < 1:
         raise Failure("--limit must be at least 1")
-    store = open_store(args.db, args.wait)
+    target = _opened(args, "tx")
+    store = target.store
     try:
         events = patiently(args.wait, lambda: stored_audit(store, args.tx, limit=args.limit))
     except TransactionNotFound:
         raise Failure(
-            f"no audit trail of `{args.tx}` in {args.db} (open, pruned by the retention, "
+            f"no audit trail of `{args.tx}` in {target.name} (open, pruned by the retention, "
             "or unknown)"
         ) from None
     except InvalidArgument as exc:
@@ -290,10 +332,14 @@ def _run_audit(args: argparse.Namespace) -> None:
     except StorageError as exc:
         if is_busy(exc):
             raise
-        raise unreadable(args.tx or args.db, exc) from None
+        raise unreadable(args.tx or target.name, exc) from None
     finally:
         store.close()
-    say_block(audit_jsonl(events), json_text=True)
+    if args.json:
+        say_block(audit_jsonl(events), json_text=True)
+        return
+    for line in audit_lines(events, headers=args.tx is None):
+        say(line)
 
 
 def _run_lineage(args: argparse.Namespace) -> None:

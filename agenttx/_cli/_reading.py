@@ -14,13 +14,13 @@ from .._graph import DependencyGraph
 from .._history import StepHistory
 from .._results import AttemptStatus, TxStatus
 from .._txlog import Ended, Restored, add_live_steps, read_history, read_image
-from ..stores import SQLiteStore
 from ._terminal import EXIT_ERROR, Failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..stores import EndedTransaction, TxImage
+    from ._store import CliStore
 
 __all__ = [
     "EndedFound",
@@ -31,7 +31,6 @@ __all__ = [
     "graph_of",
     "is_busy",
     "live_steps",
-    "open_store",
     "patiently",
     "peek",
     "read_tx",
@@ -44,10 +43,8 @@ _T = TypeVar("_T")
 
 #: SQLite's primary result codes for a lock held elsewhere: SQLITE_BUSY, SQLITE_LOCKED.
 _BUSY_CODES: Final = frozenset({5, 6})
-#: The longest pause between two tries of a busy read, and the longest SQLite waits for a
-#: lock within one try (so that a try does not outlast `--wait` by more), in seconds.
+#: The longest pause between two tries of a busy read, in seconds.
 _MAX_PAUSE: Final = 0.25
-_MAX_TRY: Final = 0.5
 
 
 class EndedFound(NamedTuple):
@@ -66,16 +63,6 @@ def check_database_path(db: str) -> None:
         raise Failure(f"{db} is a directory, not a SQLite database")
     if not path.exists():
         raise Failure(f"no such file: {db}")
-
-
-def open_store(db: str, wait: float) -> SQLiteStore:
-    check_database_path(db)
-    try:
-        return patiently(
-            wait, lambda: SQLiteStore(db, readonly=True, busy_timeout=min(wait, _MAX_TRY))
-        )
-    except AgentTxError as exc:
-        raise Failure(str(exc)) from None
 
 
 def patiently(wait: float, read: Callable[[], _T]) -> _T:
@@ -109,18 +96,21 @@ def is_busy(exc: StorageError) -> bool:
     return code & 0xFF in _BUSY_CODES
 
 
-def peek(store: SQLiteStore, tx_id: str, wait: float) -> TxImage:
+def peek(store: CliStore, tx_id: str, wait: float) -> TxImage:
     """Transaction `tx_id`'s stored image. Raises `TransactionNotFound` if it has ended,
     `Failure` if the store stayed locked, and whatever reading corrupt rows raises."""
     return patiently(wait, lambda: store.peek(tx_id))
 
 
-def read_tx(store: SQLiteStore, tx_id: str, wait: float) -> Restored | EndedFound:
-    """Open transaction `tx_id`, decoded; or, if it has ended, its history (`read_ended_tx`)."""
+def read_tx(
+    store: CliStore, tx_id: str, wait: float, *, name: str = "the store"
+) -> Restored | EndedFound:
+    """Open transaction `tx_id`, decoded; or, if it has ended, its history (`read_ended_tx`);
+    `name` names the store in messages."""
     try:
         image = peek(store, tx_id, wait)
     except TransactionNotFound:
-        return read_ended_tx(store, tx_id, wait)
+        return read_ended_tx(store, tx_id, wait, name=name)
     except InvalidArgument as exc:
         raise Failure(str(exc)) from None
     except Failure:
@@ -135,13 +125,15 @@ def read_tx(store: SQLiteStore, tx_id: str, wait: float) -> Restored | EndedFoun
         raise unreadable(tx_id, exc) from None
 
 
-def read_ended_tx(store: SQLiteStore, tx_id: str, wait: float) -> EndedFound:
+def read_ended_tx(
+    store: CliStore, tx_id: str, wait: float, *, name: str = "the store"
+) -> EndedFound:
     """Ended transaction `tx_id` as the store keeps it, decoded; `Failure` if it keeps none."""
     try:
         row, image = patiently(wait, lambda: store.peek_ended(tx_id))
     except TransactionNotFound:
         raise Failure(
-            f"no open or ended transaction {tx_id} in {store.path} (ended ones are kept as "
+            f"no open or ended transaction {tx_id} in {name} (ended ones are kept as "
             "history within the store's retention)"
         ) from None
     except Failure:

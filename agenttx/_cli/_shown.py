@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 from .._errors import AgentTxError, TransactionNotFound
 from .._json import canonical_dumps
-from .._plans import Plan, StoredNode, read_run
+from .._plans import NodeState, Plan, StoredNode, read_run
 from .._preview import preview_rollback
 from .._render import DrawnEdge, DrawnNode, render_graph
 from .._results import AttemptStatus, TxStatus
@@ -32,7 +32,8 @@ from ._reading import (
 from ._terminal import WIDTH, Failure, cut, printable
 
 if TYPE_CHECKING:
-    from ..stores import EndedTransaction, PlanImage, SQLiteStore, TxImage
+    from ..stores import EndedTransaction, PlanImage, TxImage
+    from ._store import CliStore
 
 __all__ = [
     "list_transactions",
@@ -49,7 +50,7 @@ ENDED_SHOWN: Final = 20
 OUTBOX_COUNTED: Final = 10_000
 
 
-def list_transactions(store: SQLiteStore, wait: float) -> list[str]:
+def list_transactions(store: CliStore, wait: float, *, name: str = "the store") -> list[str]:
     """The lines of `inspect DB`: each transaction still open when it is read (the listing
     and the reads are not one snapshot: a writer may end transactions in between)."""
     try:
@@ -73,7 +74,7 @@ def list_transactions(store: SQLiteStore, wait: float) -> list[str]:
     except AgentTxError as exc:
         raise Failure(str(exc)) from None
     count = len(rows) - 1
-    lines = [f"{store.path}: {count} open transaction{'s' * (count != 1)}"]
+    lines = [f"{name}: {count} open transaction{'s' * (count != 1)}"]
     if count:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines.extend(
@@ -93,7 +94,7 @@ def list_transactions(store: SQLiteStore, wait: float) -> list[str]:
     return lines
 
 
-def _ended_list(store: SQLiteStore, wait: float) -> list[str]:
+def _ended_list(store: CliStore, wait: float) -> list[str]:
     """The section of `inspect DB` on the ended transactions kept as history."""
     try:
         ended = patiently(wait, lambda: store.ended_transactions(ENDED_SHOWN))
@@ -150,18 +151,22 @@ def _row(tx_id: str, image: TxImage) -> tuple[str, str, str, str, str]:
     )
 
 
-def show_transaction(store: SQLiteStore, tx_id: str, wait: float) -> list[str]:
+def show_transaction(
+    store: CliStore, tx_id: str, wait: float, *, name: str = "the store"
+) -> list[str]:
     """The lines of `inspect DB TX`, all built before any is printed."""
-    found = read_tx(store, tx_id, wait)
+    found = read_tx(store, tx_id, wait, name=name)
     try:
         return _shown_ended(found) if isinstance(found, EndedFound) else _shown(found)
     except Exception as exc:  # noqa: BLE001 - decoded rows of the wrong shape fail anywhere
         raise unreadable(tx_id, exc) from None
 
 
-def show_preview(store: SQLiteStore, tx_id: str, to_step: int, wait: float) -> list[str]:
+def show_preview(
+    store: CliStore, tx_id: str, to_step: int, wait: float, *, name: str = "the store"
+) -> list[str]:
     """The lines of `inspect DB TX --preview STEP`: what a rollback to STEP would do."""
-    found = read_tx(store, tx_id, wait)
+    found = read_tx(store, tx_id, wait, name=name)
     if isinstance(found, EndedFound):
         status = final_status(found.restored.record, found.ended)
         raise Failure(f"transaction {tx_id} has ended ({status}): nothing to roll back")
@@ -289,13 +294,18 @@ def uk_time(at: object) -> str:
 
 
 _NO_RUNS: Final = "no plan runs"
+#: The status `plans` shows for a RUNNING run whose runner is gone.
+ORPHANED: Final = "ORPHANED"
+#: A node's terminal states (`NodeState.is_terminal`).
+_FINISHED: Final = frozenset(state.value for state in NodeState if state.is_terminal)
 
 
-def plan_list(store: SQLiteStore, wait: float, *, limit: int = 100) -> list[str]:
+def plan_list(store: CliStore, wait: float, *, limit: int = 100) -> list[str]:
     """The lines of `plans DB`: each run (the last `limit`), the last changed first."""
     runs = patiently(wait, lambda: store.plan_runs(limit))
     if not runs:
         return [_NO_RUNS]
+    orphaned = set(patiently(wait, store.orphaned_plans))
     lines = [f"{'RUN':<34} {'STATUS':<10} {'NODES':<40} UPDATED"]
     for run_id, status, updated_at in runs:
         try:
@@ -306,14 +316,22 @@ def plan_list(store: SQLiteStore, wait: float, *, limit: int = 100) -> list[str]
         for node in image.nodes:
             counts[node.state] = counts.get(node.state, 0) + 1
         nodes = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        shown = shown_status(status, orphaned=run_id in orphaned)
         lines.append(
-            f"{cut(run_id, 34):<34} {status:<10} {cut(nodes, 40):<40} {uk_time(updated_at)}"
+            f"{cut(run_id, 34):<34} {shown:<10} {cut(nodes, 40):<40} {uk_time(updated_at)}"
         )
     return lines
 
 
-def plan_shown(image: PlanImage, fmt: str) -> list[str]:
-    """The lines of `plans DB RUN`: the run and each node, or its graph in `fmt`."""
+def shown_status(status: str, *, orphaned: bool) -> str:
+    """A run's status as `plans` shows it: ORPHANED for a RUNNING run whose runner is gone
+    (the store says: `PlanStore.orphaned_plans`), which recovery would take over."""
+    return ORPHANED if orphaned and status == "RUNNING" else status
+
+
+def plan_shown(image: PlanImage, fmt: str, *, orphaned: bool = False) -> list[str]:
+    """The lines of `plans DB RUN`: the run and each node, or its graph in `fmt`; `orphaned`:
+    the store says its runner is gone."""
     record, nodes = read_run(image)
     plan_json = record.get("plan")
     if fmt != "text":
@@ -329,8 +347,11 @@ def plan_shown(image: PlanImage, fmt: str) -> list[str]:
             for before in sorted(plan.prerequisites(node.id))
         ]
         return render_graph(drawn, edges, fmt).rstrip("\n").split("\n")
+    waits = _unfinished_prerequisites(plan_json, nodes)
+    status = shown_status(image.status, orphaned=orphaned)
     lines = [
-        f"plan run {image.run_id}: {image.status}",
+        f"plan run {image.run_id}: {status}"
+        + (" (its runner is gone: recovery takes it over)" if status == ORPHANED else ""),
         f"  plan version {record.get('plan_version', '?')}",
         f"  started {uk_time(image.created_at)}, last change {uk_time(image.updated_at)}",
     ]
@@ -345,13 +366,35 @@ def plan_shown(image: PlanImage, fmt: str) -> list[str]:
         stored = nodes[node_id]
         fields = stored.record
         lines.append(
-            f"  {cut(node_id, 24):<24} {stored.state:<10} {fields.get('unresolved', 0):>5} "
+            f"  {cut(node_id, 24):<24} {stored.state:<10} "
+            f"{waits.get(node_id, fields.get('unresolved', 0)):>5} "
             f"{fields.get('number', 0):>5} {fields.get('retries', 0):>7}  "
             f"{uk_time(fields.get('started_at')):<24} {uk_time(fields.get('finished_at'))}"
         )
         if stored.error:
             lines.append(f"      error: {cut(str(stored.error))}")
     return lines
+
+
+def _unfinished_prerequisites(plan_json: object, nodes: dict[str, StoredNode]) -> dict[str, int]:
+    """For each node, how many of its prerequisites have not finished (are in no terminal
+    state) as stored now: the runner records a node's count only when the node itself
+    changes, so the stored count is the one of its last change. Empty if the plan cannot be
+    read (the stored counts are shown then)."""
+    try:
+        plan = Plan.from_json(plan_json)
+    except (AgentTxError, ValueError, KeyError, TypeError):
+        return {}
+    known = set(plan.node_ids)
+    return {
+        node_id: sum(
+            1
+            for before in plan.prerequisites(node_id)
+            if before not in nodes or nodes[before].state not in _FINISHED
+        )
+        for node_id in nodes
+        if node_id in known
+    }
 
 
 def _drawn_state(nodes: dict[str, StoredNode], node_id: str) -> str:

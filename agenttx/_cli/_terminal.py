@@ -10,6 +10,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Final, NoReturn
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import TextIO
 
     from .._graph import DependencyGraph
@@ -79,7 +80,24 @@ class Failure(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its error line escaped like everything else printed."""
+    """argparse, with its error line escaped like everything else printed, and a command's
+    options taken anywhere among its arguments (`inspect DB --schema s TX`: argparse alone
+    refuses TX there, once it has passed the optional positionals)."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """A command's arguments parsed intermixed (`parse_known_intermixed_args`, which calls
+        this again for each of its two passes); the top parser's as argparse does."""
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)

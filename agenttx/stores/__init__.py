@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 from ._approvals import MemoryRequests as MemoryRequests
 
-# `MemoryRequests` and the `is_*`, `keeps_*`, `claims_*` and `leases_*` checks are for the
-# library's upper layers, which import from this package, never from its modules: they are
-# not public (not in `__all__`).
+# `MemoryRequests`, `owner_alive` and the `is_*`, `keeps_*`, `claims_*` and `leases_*` checks
+# are for the library's upper layers, which import from this package, never from its
+# modules: they are not public (not in `__all__`).
 from ._approvals import RequestRow as RequestRow
 from ._approvals import RequestStore as RequestStore
 from ._contracts import ClaimingOutbox as ClaimingOutbox
@@ -58,6 +58,7 @@ from ._durable import UndoRow as UndoRow
 from ._durable import is_durable as is_durable
 from ._durable import is_store as is_store
 from ._memory import MemoryStore as MemoryStore
+from ._owners import owner_alive as owner_alive
 from ._plans import PlanChange as PlanChange
 from ._plans import PlanExpect as PlanExpect
 from ._plans import PlanImage as PlanImage

@@ -53,9 +53,10 @@ class PlanStore(Protocol):
     **Who calls it, and in what order.** A run's runner calls `begin_plan` once, then
     `write_plan` for every batch of node transitions (claims included) and reads
     `plan_cancel_reason` before each dispatch; the last `write_plan` sets the run's final
-    `status`. Anyone may call `cancel_plan`, `read_plan`, `plan_runs`, `running_plans` and
-    `plan_audit` at any time, from any process. Recovery calls `running_plans`, then
-    `claim_plan` for each run whose owner it judged dead, and resumes the runs it claimed.
+    `status`. Anyone may call `cancel_plan`, `read_plan`, `plan_runs`, `running_plans`,
+    `orphaned_plans` and `plan_audit` at any time, from any process. Recovery calls
+    `running_plans`, then `claim_plan` for each run whose owner it judged dead, and resumes the
+    runs it claimed.
 
     **Atomicity.** `begin_plan`, `write_plan`, `cancel_plan` and `claim_plan` are each one
     atomic, durable write: a crash leaves all of it or none. Reads see one consistent state.
@@ -119,6 +120,13 @@ class PlanStore(Protocol):
 
     def plan_runs(self, limit: int = 100) -> tuple[tuple[str, str, float], ...]:
         """Up to `limit` runs as `(run_id, status, updated_at)`, the last updated first."""
+        ...
+
+    def orphaned_plans(self) -> tuple[str, ...]:
+        """The RUNNING runs whose runner is gone by the store's own knowledge, by id: those a
+        recovery could take over now (`SQLiteStore`: no store of this process holds it and its
+        owner's process is not alive on this host; `PostgresStore`: its lease has expired).
+        Only reads; for people looking at runs (`agenttx plans` shows them as ORPHANED)."""
         ...
 
     def plan_audit(self, run_id: str) -> tuple[str, ...]:

@@ -492,6 +492,14 @@ class SharedRows:
             rows = self._all("list the running plan runs", self._sql.running_plans, ())
         return tuple((run_id, owner) for run_id, owner in rows)
 
+    def orphaned_plans(self) -> tuple[str, ...]:
+        """The RUNNING plan runs whose lease has expired (by the server's clock), by id: those
+        a recovery's `claim_plan` would take over now."""
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the orphaned plan runs", self._sql.orphaned_plans, ())
+        return tuple(run_id for (run_id,) in rows)
+
     def claim_plan(self, run_id: str, owner: str | None) -> PlanImage | None:
         """Take RUNNING run `run_id` over if its owner is still `owner` and its lease has
         expired (a compare-and-set with `FOR UPDATE SKIP LOCKED`, for recovery): its image, or

@@ -717,6 +717,10 @@ class Sql:
         self.running_plans = (
             f"SELECT run_id, owner FROM {s}.plan_runs WHERE status = 'RUNNING' ORDER BY run_id"
         )
+        self.orphaned_plans = (
+            f"SELECT run_id FROM {s}.plan_runs WHERE status = 'RUNNING' "
+            "AND (lease_until IS NULL OR lease_until < now()) ORDER BY run_id"
+        )
         self.claim_plan = (
             "UPDATE {s}.plan_runs SET owner = %s, epoch = nextval('{s}.epochs'), "
             "lease_until = " + _LEASE + " WHERE run_id = ("

@@ -47,6 +47,7 @@ from .._errors import (
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
 from . import _plans as plan_tables
 from ._log_rows import LogStore, Lost
+from ._owners import OPEN_HERE
 from ._protocol import (
     MAX_INT64,
     MAX_STEP,
@@ -87,13 +88,6 @@ if TYPE_CHECKING:
     from ._plans import PlanImage
 
 __all__ = ["SQLiteStore"]
-
-#: The owners of the `SQLiteStore`s open in this process. A transaction owned by one of them
-#: is alive, whatever `owner_alive` makes of its process id, so `claim` leaves it alone. It is
-#: process-wide state by nature (which store instances this process has open), like the pid.
-#: Each store adds itself when it opens and removes itself when it closes or is collected;
-#: `set.add`, `discard` and `in` are atomic, so no lock, which a finalizer could deadlock on.
-_OPEN_HERE: set[str] = set()
 
 #: Durable writes of at most this many events, and nothing else, are one fenced statement.
 _MULTI_ROWS: Final = 16
@@ -314,8 +308,8 @@ class SQLiteStore(SharedTables, LogStore):
         self._cur = self._file.cur
         if not readonly:
             self._prune_at_open()
-            _OPEN_HERE.add(self._owner)
-            weakref.finalize(self, _OPEN_HERE.discard, self._owner)
+            OPEN_HERE.add(self._owner)
+            weakref.finalize(self, OPEN_HERE.discard, self._owner)
 
     def _prune_at_open(self) -> None:
         """Delete the history beyond the retention (opening a writable store already waits
@@ -362,7 +356,7 @@ class SQLiteStore(SharedTables, LogStore):
                 return
             self._closed = True
             self._txs.clear()
-            _OPEN_HERE.discard(self._owner)
+            OPEN_HERE.discard(self._owner)
             self._file.close()
 
     def __repr__(self) -> str:
@@ -690,7 +684,7 @@ class SQLiteStore(SharedTables, LogStore):
         doing = f"claim transaction `{tx_id}`"
         with self._lock:
             self._check_not_closed()
-            if owner in _OPEN_HERE:
+            if owner in OPEN_HERE:
                 return None
             with self._file.writing(doing) as cur:
                 rows = cur.execute(SELECT_OWNER, (tx_id,)).fetchall()
@@ -727,7 +721,7 @@ class SQLiteStore(SharedTables, LogStore):
         open in this process (a compare-and-set, for recovery): its image, or None."""
         check_tx_id(run_id)
         self._check_writable()
-        if owner in _OPEN_HERE:
+        if owner in OPEN_HERE:
             return None
         with self._lock:
             self._check_not_closed()

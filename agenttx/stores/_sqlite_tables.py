@@ -21,6 +21,7 @@ from ._conversations import (
     UPDATE_CONVERSATION_FENCED,
     check_conversation,
 )
+from ._owners import owner_gone
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 from ._sqlite_mirror import read_ended
 
@@ -191,6 +192,11 @@ class SharedTables:
             self._check_not_closed()
             with self._file.reading("list the running plan runs") as cur:
                 return plan_tables.running_plans(cur)
+
+    def orphaned_plans(self) -> tuple[str, ...]:
+        """The RUNNING plan runs whose owner is gone, by id: no store of this process holds
+        it, and its process is not alive on this host (`owner_alive`). Works read-only."""
+        return tuple(run_id for run_id, owner in self.running_plans() if owner_gone(owner))
 
     # ------------------------------------------------------------ history
 
