@@ -460,4 +460,5 @@ _RUNNER_OF: Final = {
     "openai.chat": "agenttx.integrations.openai.ToolRunner",
     "openai.responses": "agenttx.integrations.openai.ResponsesToolRunner",
     "anthropic": "agenttx.integrations.anthropic.ToolRunner",
+    "langgraph": "agenttx.integrations.langchain.TransactionalToolNode",
 }

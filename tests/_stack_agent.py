@@ -1,0 +1,120 @@
+"""The order-support agent of `_durable_agent`, on the framework stacks, for
+`tests/test_integrations_durable_stacks.py`: a LangGraph graph (`TransactionalToolNode`, a
+SQLite checkpointer) and an OpenAI Agents SDK agent (`function_tools`, the scripted model).
+
+`python _stack_agent.py STACK DB ROOT PHASE` runs one phase in a process of its own (STACK:
+langgraph or agents; DB the agenttx SQLite file; ROOT the directory of the effects log and
+the checkpoints):
+
+- `kill`: begin a transaction, print its id, run the agent on `KILL_SCRIPT`; the third call
+  (`send_email`) writes `ROOT/paused` and sleeps until the parent kills the process, after the
+  lookup and the charge ran and before the next model turn.
+- `ask`: begin a transaction, run the agent on `APPROVAL_SCRIPT` until its third call waits for
+  approval, print `{"tx": ..., "request": ...}` and exit with the transaction open.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
+from pydantic import Field
+
+from _durable_agent import APPROVAL_SCRIPT, KILL_SCRIPT, PROMPT, make_engine
+from _scripted import Turn
+from agenttx.integrations.langchain import TransactionalToolNode
+from agenttx.stores import SQLiteStore
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A LangChain chat model that plays scripted turns and records what it was sent."""
+
+    turns: list[Any]
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(list(messages))
+        this = self.turns[len(self.seen) - 1]
+        message = AIMessage(
+            this.text,
+            tool_calls=[
+                {"name": c.name, "args": c.arguments, "id": c.id, "type": "tool_call"}
+                for c in this.calls
+            ],
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def bind_tools(self, tools, **kwargs):
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+
+def as_turns(script: Any) -> list[Turn]:
+    return [item if isinstance(item, Turn) else Turn(calls=(item,)) for item in script]
+
+
+def build_graph(model: ScriptedChatModel, node: TransactionalToolNode, saver: Any) -> Any:
+    """The ReAct graph: the model, then the tools node while the model calls tools."""
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.bind_tools(node.tools).invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def saver_of(root: Path) -> Any:
+    """A SQLite checkpointer in `root/checkpoints.db` (one connection, shared by threads)."""
+    import sqlite3  # noqa: PLC0415
+
+    return SqliteSaver(sqlite3.connect(root / "checkpoints.db", check_same_thread=False))
+
+
+def config_of(tx_id: str) -> dict[str, Any]:
+    """The graph's thread: one per transaction."""
+    return {"configurable": {"thread_id": tx_id}}
+
+
+def first_input() -> dict[str, Any]:
+    return {"messages": [HumanMessage(PROMPT)]}
+
+
+def main() -> None:
+    stack, db, root_text, phase = sys.argv[1:5]
+    root = Path(root_text)
+    engine = make_engine(root, SQLiteStore(db))
+    tx = engine.begin(agent_id="support")
+    if stack != "langgraph":
+        raise SystemExit(f"unknown stack {stack}")
+    node = TransactionalToolNode(tx)
+    script = KILL_SCRIPT if phase == "kill" else APPROVAL_SCRIPT
+    graph = build_graph(ScriptedChatModel(turns=as_turns(script)), node, saver_of(root))
+    print(json.dumps({"tx": tx.id}), flush=True)
+    graph.invoke(first_input(), config_of(tx.id))
+    if phase == "kill":
+        raise SystemExit("the process was not killed")
+    (request,) = node.waiting
+    print(json.dumps({"tx": tx.id, "request": request.id}), flush=True)
+    os._exit(0)  # the transaction stays open in the store, as after a crash
+
+
+if __name__ == "__main__":
+    main()

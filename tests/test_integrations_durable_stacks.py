@@ -1,0 +1,264 @@
+"""Durable runs and decisions that close the loop on the framework stacks, offline: LangGraph
+(`TransactionalToolNode`, `interrupt()` and a checkpointer) and the OpenAI Agents SDK.
+
+A turn whose call needs a person stops the framework's run the framework's way; a decision made
+in another process lets it continue and answer every call of the turn, in order, without another
+model turn. An agent process killed in the middle of a turn is recovered and restored from what
+the framework and the transaction kept, and finishes with one charge and one email.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+import agenttx
+from _durable_agent import APPROVAL_SCRIPT, EMAIL, effects, make_engine
+from _scripted import say
+from _stack_agent import (
+    ScriptedChatModel,
+    as_turns,
+    build_graph,
+    config_of,
+    first_input,
+    saver_of,
+)
+from agenttx.integrations.langchain import TransactionalToolNode
+from agenttx.stores import SQLiteStore
+
+AGENT = Path(__file__).resolve().parent / "_stack_agent.py"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(AGENT.parent.parent), str(AGENT.parent)])}
+
+pytestmark = pytest.mark.timeout(180)  # a hang guard: subprocesses and polls
+
+
+def cli(*args: str) -> None:
+    """`python -m agenttx ARGS` in a process of its own."""
+    subprocess.run(
+        [sys.executable, "-m", "agenttx", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=ENV,
+    )
+
+
+def edit_elsewhere(db: Path, request_id: str, amount: int) -> None:
+    """Approve `request_id` with another amount, from an engine in another process."""
+    code = (
+        "import agenttx\nfrom agenttx.stores import SQLiteStore\n"
+        f"engine = agenttx.Engine(store=SQLiteStore({str(db)!r}))\n"
+        f"engine.approve({request_id!r}, actor='alice', "
+        f"arguments={{'order_id': 'o-1', 'amount': {amount}}})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], timeout=120, check=True, env=ENV)
+
+
+def run_phase(stack: str, root: Path, phase: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(AGENT), stack, str(root / "agent.db"), str(root), phase],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def kill_in_the_turn(stack: str, root: Path) -> str:
+    """Run the agent in a process and SIGKILL it in the turn's third call (after the lookup and
+    the charge ran, before the next model turn); return the transaction's id."""
+    running = run_phase(stack, root, "kill", {**ENV, "AGENTTX_TEST_PAUSE": "1"})
+    paused = root / "paused"
+    while not paused.exists():
+        assert running.poll() is None, running.communicate()
+        time.sleep(0.02)
+    running.send_signal(signal.SIGKILL)
+    out, _ = running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGKILL
+    return json.loads(out.splitlines()[0])["tx"]
+
+
+def ask_in_a_process(stack: str, root: Path) -> dict[str, str]:
+    """Run the agent in a process until the turn waits for approval; it exits then."""
+    running = run_phase(stack, root, "ask", ENV)
+    out, err = running.communicate(timeout=120)
+    assert running.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------- LangGraph
+
+
+def tool_results(messages: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """`(call id, parsed result)` of every ToolMessage, in order."""
+    return [(m.tool_call_id, json.loads(m.content)) for m in messages if isinstance(m, ToolMessage)]
+
+
+class Graph:
+    """A LangGraph agent in this process on a SQLite file, with an in-memory checkpointer."""
+
+    def __init__(self, root: Path, script: Any = APPROVAL_SCRIPT) -> None:
+        self.root = root
+        self.db = root / "agent.db"
+        self.engine = make_engine(root, SQLiteStore(self.db))
+        self.tx = self.engine.begin(agent_id="support")
+        self.node = TransactionalToolNode(self.tx)
+        self.model = ScriptedChatModel(turns=as_turns(script))
+        self.graph = build_graph(self.model, self.node, InMemorySaver())
+        self.config = config_of(self.tx.id)
+
+    def first_turn(self) -> dict[str, Any]:
+        return self.graph.invoke(first_input(), self.config)
+
+    def resume(self) -> dict[str, Any]:
+        return self.graph.invoke(Command(resume=True), self.config)
+
+
+def test_langgraph_an_approval_from_another_process_completes_the_turn_without_a_model_turn(
+    tmp_path,
+):
+    """Three calls, the third needs approval: the graph interrupts with the request; approved
+    with `agenttx approve`, `Command(resume=...)` runs it once and answers all three in order;
+    two model requests, as without an approval."""
+    graph = Graph(tmp_path)
+    state = graph.first_turn()
+    (interrupted,) = state["__interrupt__"]
+    (request,) = graph.node.waiting
+    assert interrupted.value["waiting"][0]["id"] == request.id
+    assert (request.tool, request.arguments) == ("issue_refund", {"order_id": "o-1", "amount": 30})
+    assert graph.tx.next_step_id == 3  # lookup and email ran as steps 1 and 2
+    assert len(graph.model.seen) == 1
+    assert graph.node.wait(timeout=0) is False
+
+    cli("approve", str(graph.db), request.id, "--actor", "alice")
+    assert graph.node.wait(timeout=60) is True
+    state = graph.resume()
+    assert "__interrupt__" not in state
+    assert effects(tmp_path) == ["refund_issued o-1 30"]  # exactly once
+    assert len(graph.model.seen) == 2
+    answered = tool_results(graph.model.seen[-1])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(result["ok"] for _, result in answered)
+    assert [r["step"] for _, r in answered] == [1, 2, 3]
+    graph.tx.commit()
+    assert effects(tmp_path) == ["refund_issued o-1 30", f"email {EMAIL} Refund of o-1"]
+
+
+def test_langgraph_a_rejection_answers_the_call_with_the_reason(tmp_path):
+    """Rejected with `agenttx reject --reason`: the call's ToolMessage carries the person's
+    reason, the tool never runs, the other calls keep their results; no extra model turn."""
+    graph = Graph(tmp_path)
+    graph.first_turn()
+    (request,) = graph.node.waiting
+    cli("reject", str(graph.db), request.id, "--actor", "bob", "--reason", "refunds need a ticket")
+    graph.resume()
+    assert len(graph.model.seen) == 2
+    answered = tool_results(graph.model.seen[-1])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert answered[0][1]["ok"]
+    assert answered[1][1]["ok"]
+    assert answered[2][1]["ok"] is False
+    assert "refunds need a ticket" in answered[2][1]["error"]
+    assert effects(tmp_path) == []
+
+
+def test_langgraph_an_edited_approval_runs_the_call_with_the_edited_arguments(tmp_path):
+    """Approved with other arguments in another process, the tool gets those, once."""
+    graph = Graph(tmp_path)
+    graph.first_turn()
+    (request,) = graph.node.waiting
+    edit_elsewhere(graph.db, request.id, 25)
+    graph.resume()
+    assert effects(tmp_path) == ["refund_issued o-1 25"]
+    answered = tool_results(graph.model.seen[-1])
+    assert answered[2][1]["output"] == {"refund_id": "rf-1", "order_id": "o-1", "amount": 25}
+    assert len(graph.model.seen) == 2
+
+
+def test_langgraph_a_resume_before_the_decision_interrupts_again(tmp_path):
+    """`Command(resume=...)` while the request is undecided runs nothing and interrupts again;
+    after the decision the next resume completes the turn."""
+    graph = Graph(tmp_path)
+    graph.first_turn()
+    state = graph.resume()
+    assert "__interrupt__" in state
+    assert graph.tx.next_step_id == 3
+    graph.engine.approve(graph.node.waiting[0].id, actor="alice")
+    assert "__interrupt__" not in graph.resume()
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+    assert len(graph.model.seen) == 2
+
+
+def test_langgraph_an_approval_resumes_the_graph_across_a_restart(tmp_path):
+    """The agent process interrupts and exits; approved from the command line, a new process
+    recovers the transaction and resumes the graph from its SQLite checkpoint: one refund,
+    all three results in order, one model request in the new process."""
+    found = ask_in_a_process("langgraph", tmp_path)
+    cli("approve", str(tmp_path / "agent.db"), found["request"], "--actor", "alice")
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert found["tx"] in engine.recover("resume").resumed
+    node = TransactionalToolNode(engine.get(found["tx"]))
+    model = ScriptedChatModel(turns=[say("Done.")])
+    graph = build_graph(model, node, saver_of(tmp_path))
+    state = graph.invoke(Command(resume=True), config_of(found["tx"]))
+    assert "__interrupt__" not in state
+    assert len(model.seen) == 1
+    answered = tool_results(model.seen[0])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(result["ok"] for _, result in answered)
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_langgraph_an_agent_killed_in_a_turn_is_restored_and_finishes(tmp_path):
+    """SIGKILL after the charge, before the next model turn; recover, run the graph again from
+    its checkpoint: the lookup and the charge are answered from the journal, the email runs,
+    one charge, one email, and the model's next request holds every tool result."""
+    tx_id = kill_in_the_turn("langgraph", tmp_path)
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert tx_id in engine.recover("resume").resumed
+    node = TransactionalToolNode(engine.get(tx_id))
+    model = ScriptedChatModel(turns=[say("Order o-1 is charged and Ada is told.")])
+    graph = build_graph(model, node, saver_of(tmp_path))
+    graph.invoke(None, config_of(tx_id))  # from the last checkpoint: the tools node again
+    assert len(model.seen) == 1
+    answered = tool_results(model.seen[0])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(result["ok"] for _, result in answered)
+    (charged,) = effects(tmp_path)  # one charge, none refunded, none made twice
+    assert charged.startswith(f"charge {answered[1][1]['output']['charge_id']} 42")
+    engine.get(tx_id).commit()
+    assert effects(tmp_path) == [charged, f"email {EMAIL} Order o-1"]
+
+
+def test_langgraph_a_waiting_node_outside_a_graph_says_so(tmp_path):
+    """Invoked on its own (no graph to interrupt), a turn that waits raises
+    FailedPrecondition naming what to do; the calls before the waiting one ran."""
+    graph = Graph(tmp_path)
+    message = as_turns(APPROVAL_SCRIPT)[0]
+    from langchain_core.messages import AIMessage  # noqa: PLC0415
+
+    ai = AIMessage(
+        "",
+        id="m-1",
+        tool_calls=[
+            {"name": c.name, "args": c.arguments, "id": c.id, "type": "tool_call"}
+            for c in message.calls
+        ],
+    )
+    with pytest.raises(agenttx.FailedPrecondition, match="checkpointer"):
+        graph.node.invoke({"messages": [ai]})
+    assert graph.tx.next_step_id == 3
+    assert [r.tool for r in graph.node.waiting] == ["issue_refund"]
