@@ -15,6 +15,7 @@ the checkpoints):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -31,7 +32,8 @@ from langgraph.prebuilt import tools_condition
 from pydantic import Field
 
 from _durable_agent import APPROVAL_SCRIPT, KILL_SCRIPT, PROMPT, make_engine
-from _scripted import Turn
+from _scripted import MODEL, ScriptedModel, Turn
+from agenttx.integrations import openai_agents as atx_agents
 from agenttx.integrations.langchain import TransactionalToolNode
 from agenttx.stores import SQLiteStore
 
@@ -97,13 +99,56 @@ def first_input() -> dict[str, Any]:
     return {"messages": [HumanMessage(PROMPT)]}
 
 
+# ---------------------------------------------------------------------- OpenAI Agents SDK
+
+
+def sdk_agent(tx: Any, model: ScriptedModel) -> Any:
+    """An Agents SDK agent over the transaction's tools and the scripted model (chat API)."""
+    import agents  # noqa: PLC0415
+
+    agents.set_tracing_disabled(True)
+    llm = agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=model.async_openai())
+    return agents.Agent(
+        name="support",
+        instructions="Help with orders.",
+        tools=atx_agents.function_tools(tx),
+        model=llm,
+    )
+
+
+def sdk_run(tx: Any, agent: Any, given: Any) -> Any:
+    """`Runner.run` with agenttx's run config and hooks (the conversation kept with `tx`)."""
+    import agents  # noqa: PLC0415
+
+    return asyncio.run(
+        agents.Runner.run(
+            agent, given, run_config=atx_agents.run_config(tx), hooks=atx_agents.hooks(tx)
+        )
+    )
+
+
+def sdk_main(tx: Any, root: Path, phase: str) -> None:
+    script = KILL_SCRIPT if phase == "kill" else APPROVAL_SCRIPT
+    agent = sdk_agent(tx, ScriptedModel(script))
+    print(json.dumps({"tx": tx.id}), flush=True)
+    result = sdk_run(tx, agent, PROMPT)
+    if phase == "kill":
+        raise SystemExit("the process was not killed")
+    assert result.interruptions
+    (root / "state.json").write_text(result.to_state().to_string())
+    (request,) = atx_agents.waiting(tx)
+    print(json.dumps({"tx": tx.id, "request": request.id}), flush=True)
+    os._exit(0)  # the transaction stays open in the store, as after a crash
+
+
 def main() -> None:
     stack, db, root_text, phase = sys.argv[1:5]
     root = Path(root_text)
     engine = make_engine(root, SQLiteStore(db))
     tx = engine.begin(agent_id="support")
-    if stack != "langgraph":
-        raise SystemExit(f"unknown stack {stack}")
+    if stack == "agents":
+        sdk_main(tx, root, phase)
+        return
     node = TransactionalToolNode(tx)
     script = KILL_SCRIPT if phase == "kill" else APPROVAL_SCRIPT
     graph = build_graph(ScriptedChatModel(turns=as_turns(script)), node, saver_of(root))

@@ -9,6 +9,7 @@ the framework and the transaction kept, and finishes with one charge and one ema
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,8 +25,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 import agenttx
-from _durable_agent import APPROVAL_SCRIPT, EMAIL, effects, make_engine
-from _scripted import say
+from _durable_agent import APPROVAL_SCRIPT, EMAIL, PROMPT, effects, make_engine
+from _scripted import ScriptedModel, chat_tool_messages, say
 from _stack_agent import (
     ScriptedChatModel,
     as_turns,
@@ -33,7 +34,10 @@ from _stack_agent import (
     config_of,
     first_input,
     saver_of,
+    sdk_agent,
+    sdk_run,
 )
+from agenttx.integrations import openai_agents as atx_agents
 from agenttx.integrations.langchain import TransactionalToolNode
 from agenttx.stores import SQLiteStore
 
@@ -262,3 +266,148 @@ def test_langgraph_a_waiting_node_outside_a_graph_says_so(tmp_path):
         graph.node.invoke({"messages": [ai]})
     assert graph.tx.next_step_id == 3
     assert [r.tool for r in graph.node.waiting] == ["issue_refund"]
+
+
+# ---------------------------------------------------------------------- OpenAI Agents SDK
+
+
+def sdk_results(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """`(call id, parsed result)` of every tool message of a chat-completions request."""
+    return [(m["tool_call_id"], m["content"]) for m in chat_tool_messages(body)]
+
+
+class SdkAgent:
+    """An Agents SDK agent in this process on a SQLite file."""
+
+    def __init__(self, root: Path, script: Any = APPROVAL_SCRIPT) -> None:
+        self.db = root / "agent.db"
+        self.engine = make_engine(root, SQLiteStore(self.db))
+        self.tx = self.engine.begin(agent_id="support")
+        self.model = ScriptedModel(script)
+        self.agent = sdk_agent(self.tx, self.model)
+
+    def run(self, given: Any) -> Any:
+        return sdk_run(self.tx, self.agent, given)
+
+    def resume(self, result: Any) -> Any:
+        state = result.to_state()
+        assert atx_agents.approve_decided(self.tx, state) is True
+        return self.run(state)
+
+
+def test_sdk_an_approval_from_another_process_completes_the_turn_without_a_model_turn(tmp_path):
+    """Three calls, the third needs approval: the SDK run stops with an interruption for it,
+    the two others ran; approved with `agenttx approve`, `approve_decided` and `Runner.run(agent,
+    state)` run it once and answer all three in order; two model requests in all."""
+    sdk = SdkAgent(tmp_path)
+    result = sdk.run(PROMPT)
+    (interruption,) = result.interruptions
+    assert interruption.call_id == "c3"
+    (request,) = atx_agents.waiting(sdk.tx)
+    assert (request.tool, request.arguments) == ("issue_refund", {"order_id": "o-1", "amount": 30})
+    assert sdk.tx.next_step_id == 3
+    assert atx_agents.approve_decided(sdk.tx, result.to_state()) is False  # undecided
+    assert atx_agents.wait(sdk.tx, timeout=0) is False
+
+    cli("approve", str(sdk.db), request.id, "--actor", "alice")
+    assert atx_agents.wait(sdk.tx, timeout=60) is True
+    result = sdk.resume(result)
+    assert result.final_output == "Done."
+    assert effects(tmp_path) == ["refund_issued o-1 30"]  # exactly once
+    assert len(sdk.model.requests) == 2
+    answered = sdk_results(sdk.model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert [r["step"] for _, r in answered] == [1, 2, 3]
+    assert all(r["ok"] for _, r in answered)
+    sdk.tx.commit()
+    assert effects(tmp_path) == ["refund_issued o-1 30", f"email {EMAIL} Refund of o-1"]
+
+
+def test_sdk_a_rejection_answers_the_call_with_the_reason(tmp_path):
+    """Rejected with a reason: the call's tool result carries it, the tool never runs."""
+    sdk = SdkAgent(tmp_path)
+    result = sdk.run(PROMPT)
+    (request,) = atx_agents.waiting(sdk.tx)
+    cli("reject", str(sdk.db), request.id, "--actor", "bob", "--reason", "refunds need a ticket")
+    sdk.resume(result)
+    assert len(sdk.model.requests) == 2
+    answered = sdk_results(sdk.model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert answered[0][1]["ok"]
+    assert answered[1][1]["ok"]
+    assert answered[2][1]["ok"] is False
+    assert "refunds need a ticket" in answered[2][1]["error"]
+    assert effects(tmp_path) == []
+
+
+def test_sdk_an_edited_approval_runs_the_call_with_the_edited_arguments(tmp_path):
+    """Approved with other arguments in another process, the tool gets those, once."""
+    sdk = SdkAgent(tmp_path)
+    result = sdk.run(PROMPT)
+    (request,) = atx_agents.waiting(sdk.tx)
+    edit_elsewhere(sdk.db, request.id, 25)
+    sdk.resume(result)
+    assert effects(tmp_path) == ["refund_issued o-1 25"]
+    answered = sdk_results(sdk.model.last)
+    assert answered[2][1]["output"] == {"refund_id": "rf-1", "order_id": "o-1", "amount": 25}
+    assert len(sdk.model.requests) == 2
+
+
+@pytest.mark.parametrize("how", ["run_state", "restore"])
+def test_sdk_an_approval_resumes_the_run_across_a_restart(how, tmp_path):
+    """The agent process stops on the interruption and exits; approved from the command line, a
+    new process recovers the transaction and goes on, from the SDK's saved `RunState` or from the
+    conversation agenttx kept (`restore`): one refund, all three results in order, one model
+    request in the new process."""
+    import agents  # noqa: PLC0415
+
+    found = ask_in_a_process("agents", tmp_path)
+    cli("approve", str(tmp_path / "agent.db"), found["request"], "--actor", "alice")
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert found["tx"] in engine.recover("resume").resumed
+    tx = engine.get(found["tx"])
+    model = ScriptedModel([say("Done.")])
+    agent = sdk_agent(tx, model)
+    if how == "run_state":
+        text = (tmp_path / "state.json").read_text()
+        state = asyncio.run(agents.RunState.from_string(agent, text))
+        assert atx_agents.approve_decided(tx, state) is True
+        sdk_run(tx, agent, state)
+    else:
+        runner = atx_agents.restore(tx)
+        assert runner.unanswered == ("c3",)
+        assert [r.id for r in runner.waiting] == [found["request"]]
+        sdk_run(tx, agent, runner.resume())
+    assert len(model.requests) == 1
+    answered = sdk_results(model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(r["ok"] for _, r in answered)
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_sdk_an_agent_killed_in_a_turn_is_restored_and_finishes(tmp_path):
+    """SIGKILL after the charge, before the next model turn; recover, `restore(tx)` (the
+    conversation `hooks(tx)` kept), resume and run on: one charge, one email, and the model's
+    next request holds the whole conversation with every tool result."""
+    tx_id = kill_in_the_turn("agents", tmp_path)
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert tx_id in engine.recover("resume").resumed
+    tx = engine.get(tx_id)
+    runner = atx_agents.restore(tx)
+    assert runner.unanswered == ("c3",)  # the lookup and the charge: from the journal
+    model = ScriptedModel([say("Order o-1 is charged and Ada is told.")])
+    result = sdk_run(tx, sdk_agent(tx, model), runner.resume())
+    assert result.final_output == "Order o-1 is charged and Ada is told."
+    assert len(model.requests) == 1
+    sent = model.requests[0]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "tool", "tool"]
+    assert sent[1]["content"] == PROMPT
+    assert [c["id"] for c in sent[2]["tool_calls"]] == ["c1", "c2", "c3"]
+    answered = sdk_results(model.requests[0])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(r["ok"] for _, r in answered)
+    (charged,) = effects(tmp_path)
+    assert charged.startswith(f"charge {answered[1][1]['output']['charge_id']} 42")
+    tx.commit()
+    assert effects(tmp_path) == [charged, f"email {EMAIL} Order o-1"]
