@@ -141,6 +141,48 @@ def sdk_main(tx: Any, root: Path, phase: str) -> None:
     os._exit(0)  # the transaction stays open in the store, as after a crash
 
 
+# ---------------------------------------------------------------------- pydantic-ai
+
+
+def pai_agent(tx: Any, model: ScriptedModel) -> Any:
+    """A pydantic-ai agent over the transaction's toolset and the scripted model (chat API);
+    its output may be the calls it deferred for a person."""
+    from pydantic_ai import Agent  # noqa: PLC0415
+    from pydantic_ai.capabilities import ProcessHistory  # noqa: PLC0415
+    from pydantic_ai.models.openai import OpenAIChatModel  # noqa: PLC0415
+    from pydantic_ai.providers.openai import OpenAIProvider  # noqa: PLC0415
+    from pydantic_ai.tools import DeferredToolRequests  # noqa: PLC0415
+
+    from agenttx.integrations import pydantic_ai as atx_pai  # noqa: PLC0415
+
+    llm = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=model.async_openai()))
+    return Agent(
+        llm,
+        instructions="Help with orders.",
+        toolsets=[atx_pai.Toolset(tx)],
+        capabilities=[ProcessHistory(atx_pai.history_processor(tx))],
+        output_type=[str, DeferredToolRequests],
+    )
+
+
+def pai_main(tx: Any, root: Path, phase: str) -> None:
+    from pydantic_ai.messages import ModelMessagesTypeAdapter  # noqa: PLC0415
+
+    script = KILL_SCRIPT if phase == "kill" else APPROVAL_SCRIPT
+    agent = pai_agent(tx, ScriptedModel(script))
+    print(json.dumps({"tx": tx.id}), flush=True)
+    result = asyncio.run(agent.run(PROMPT))
+    if phase == "kill":
+        raise SystemExit("the process was not killed")
+    (root / "history.json").write_bytes(ModelMessagesTypeAdapter.dump_json(result.all_messages()))
+    (root / "deferred.json").write_text(
+        json.dumps([[c.tool_call_id, c.tool_name] for c in result.output.approvals])
+    )
+    (request,) = tx.pending_approvals()
+    print(json.dumps({"tx": tx.id, "request": request.id}), flush=True)
+    os._exit(0)  # the transaction stays open in the store, as after a crash
+
+
 def main() -> None:
     stack, db, root_text, phase = sys.argv[1:5]
     root = Path(root_text)
@@ -148,6 +190,9 @@ def main() -> None:
     tx = engine.begin(agent_id="support")
     if stack == "agents":
         sdk_main(tx, root, phase)
+        return
+    if stack == "pydantic_ai":
+        pai_main(tx, root, phase)
         return
     node = TransactionalToolNode(tx)
     script = KILL_SCRIPT if phase == "kill" else APPROVAL_SCRIPT

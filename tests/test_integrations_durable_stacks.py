@@ -23,6 +23,8 @@ import pytest
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolCallPart
+from pydantic_ai.tools import DeferredToolRequests
 
 import agenttx
 from _durable_agent import APPROVAL_SCRIPT, EMAIL, PROMPT, effects, make_engine
@@ -33,11 +35,13 @@ from _stack_agent import (
     build_graph,
     config_of,
     first_input,
+    pai_agent,
     saver_of,
     sdk_agent,
     sdk_run,
 )
 from agenttx.integrations import openai_agents as atx_agents
+from agenttx.integrations import pydantic_ai as atx_pai
 from agenttx.integrations.langchain import TransactionalToolNode
 from agenttx.stores import SQLiteStore
 
@@ -399,6 +403,139 @@ def test_sdk_an_agent_killed_in_a_turn_is_restored_and_finishes(tmp_path):
     model = ScriptedModel([say("Order o-1 is charged and Ada is told.")])
     result = sdk_run(tx, sdk_agent(tx, model), runner.resume())
     assert result.final_output == "Order o-1 is charged and Ada is told."
+    assert len(model.requests) == 1
+    sent = model.requests[0]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "tool", "tool"]
+    assert sent[1]["content"] == PROMPT
+    assert [c["id"] for c in sent[2]["tool_calls"]] == ["c1", "c2", "c3"]
+    answered = sdk_results(model.requests[0])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(r["ok"] for _, r in answered)
+    (charged,) = effects(tmp_path)
+    assert charged.startswith(f"charge {answered[1][1]['output']['charge_id']} 42")
+    tx.commit()
+    assert effects(tmp_path) == [charged, f"email {EMAIL} Order o-1"]
+
+
+# ---------------------------------------------------------------------- pydantic-ai
+
+
+class PaiAgent:
+    """A pydantic-ai agent in this process on a SQLite file."""
+
+    def __init__(self, root: Path, script: Any = APPROVAL_SCRIPT) -> None:
+        self.db = root / "agent.db"
+        self.engine = make_engine(root, SQLiteStore(self.db))
+        self.tx = self.engine.begin(agent_id="support")
+        self.model = ScriptedModel(script)
+        self.agent = pai_agent(self.tx, self.model)
+
+    def run(self, **options: Any) -> Any:
+        return asyncio.run(self.agent.run(**options))
+
+    def resume(self, result: Any) -> Any:
+        decided = atx_pai.approve_decided(self.tx, result.output)
+        assert decided is not None
+        return self.run(message_history=result.all_messages(), deferred_tool_results=decided)
+
+
+def test_pydantic_ai_an_approval_from_another_process_completes_the_turn_without_a_model_turn(
+    tmp_path,
+):
+    """Three calls, the third needs approval: the run ends with it deferred
+    (`DeferredToolRequests`), the two others ran; approved with `agenttx approve`,
+    `approve_decided` gives the `deferred_tool_results` that run it once and answer all three in
+    order; two model requests in all."""
+    pai = PaiAgent(tmp_path)
+    result = pai.run(user_prompt=PROMPT)
+    assert isinstance(result.output, DeferredToolRequests)
+    assert [c.tool_call_id for c in result.output.approvals] == ["c3"]
+    (request,) = pai.tx.pending_approvals()
+    assert pai.tx.next_step_id == 3
+    assert atx_pai.approve_decided(pai.tx, result.output) is None  # undecided
+    cli("approve", str(pai.db), request.id, "--actor", "alice")
+    result = pai.resume(result)
+    assert result.output == "Done."
+    assert effects(tmp_path) == ["refund_issued o-1 30"]  # exactly once
+    assert len(pai.model.requests) == 2
+    answered = sdk_results(pai.model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert [r["step"] for _, r in answered] == [1, 2, 3]
+    pai.tx.commit()
+    assert effects(tmp_path) == ["refund_issued o-1 30", f"email {EMAIL} Refund of o-1"]
+
+
+def test_pydantic_ai_a_rejection_answers_the_call_with_the_reason(tmp_path):
+    """Rejected with a reason: the call's tool return carries it, the tool never runs."""
+    pai = PaiAgent(tmp_path)
+    result = pai.run(user_prompt=PROMPT)
+    (request,) = pai.tx.pending_approvals()
+    cli("reject", str(pai.db), request.id, "--actor", "bob", "--reason", "refunds need a ticket")
+    pai.resume(result)
+    assert len(pai.model.requests) == 2
+    answered = sdk_results(pai.model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert answered[2][1]["ok"] is False
+    assert "refunds need a ticket" in answered[2][1]["error"]
+    assert effects(tmp_path) == []
+
+
+def test_pydantic_ai_an_edited_approval_runs_the_call_with_the_edited_arguments(tmp_path):
+    """Approved with other arguments in another process, the tool gets those, once."""
+    pai = PaiAgent(tmp_path)
+    result = pai.run(user_prompt=PROMPT)
+    (request,) = pai.tx.pending_approvals()
+    edit_elsewhere(pai.db, request.id, 25)
+    pai.resume(result)
+    assert effects(tmp_path) == ["refund_issued o-1 25"]
+    answered = sdk_results(pai.model.last)
+    assert answered[2][1]["output"] == {"refund_id": "rf-1", "order_id": "o-1", "amount": 25}
+    assert len(pai.model.requests) == 2
+
+
+def test_pydantic_ai_an_approval_resumes_the_run_across_a_restart(tmp_path):
+    """The agent process ends its run with the deferred call and exits (its history saved);
+    approved from the command line, a new process recovers the transaction and resumes:
+    one refund, all three results in order, one model request in the new process."""
+
+    found = ask_in_a_process("pydantic_ai", tmp_path)
+    cli("approve", str(tmp_path / "agent.db"), found["request"], "--actor", "alice")
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert found["tx"] in engine.recover("resume").resumed
+    tx = engine.get(found["tx"])
+    history = ModelMessagesTypeAdapter.validate_json((tmp_path / "history.json").read_bytes())
+    deferred = DeferredToolRequests(
+        approvals=[
+            ToolCallPart(tool_name=name, tool_call_id=call_id)
+            for call_id, name in json.loads((tmp_path / "deferred.json").read_text())
+        ]
+    )
+    model = ScriptedModel([say("Done.")])
+    decided = atx_pai.approve_decided(tx, deferred)
+    assert decided is not None
+    asyncio.run(pai_agent(tx, model).run(message_history=history, deferred_tool_results=decided))
+    assert len(model.requests) == 1
+    answered = sdk_results(model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(r["ok"] for _, r in answered)
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_pydantic_ai_an_agent_killed_in_a_turn_is_restored_and_finishes(tmp_path):
+    """SIGKILL after the charge, before the next model turn; recover, `restore(tx)` (the
+    conversation the toolset kept), resume and run on: one charge, one email, and the model's
+    next request holds the whole conversation with every tool result."""
+    tx_id = kill_in_the_turn("pydantic_ai", tmp_path)
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert tx_id in engine.recover("resume").resumed
+    tx = engine.get(tx_id)
+    runner = atx_pai.restore(tx)
+    assert runner.unanswered == ("c3",)  # the lookup and the charge: from the journal
+    runner.resume()
+    model = ScriptedModel([say("Order o-1 is charged and Ada is told.")])
+    result = asyncio.run(pai_agent(tx, model).run(message_history=runner.message_history()))
+    assert result.output == "Order o-1 is charged and Ada is told."
     assert len(model.requests) == 1
     sent = model.requests[0]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "tool", "tool"]

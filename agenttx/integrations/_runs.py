@@ -461,4 +461,5 @@ _RUNNER_OF: Final = {
     "openai.responses": "agenttx.integrations.openai.ResponsesToolRunner",
     "anthropic": "agenttx.integrations.anthropic.ToolRunner",
     "langgraph": "agenttx.integrations.langchain.TransactionalToolNode",
+    "pydantic_ai": "agenttx.integrations.pydantic_ai.restore",
 }
