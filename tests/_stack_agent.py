@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -183,9 +184,117 @@ def pai_main(tx: Any, root: Path, phase: str) -> None:
     os._exit(0)  # the transaction stays open in the store, as after a crash
 
 
+# ---------------------------------------------------------------------- MCP
+
+
+def mcp_server(root: Path) -> Any:
+    """The agent's tools on an MCP server (in memory), logging their effects under `root`:
+    the email goes out when its call runs (a server cannot stage an effect)."""
+    from mcp.server.mcpserver import MCPServer  # noqa: PLC0415
+
+    from _durable_agent import EMAIL, _log  # noqa: PLC0415
+
+    server = MCPServer("orders")
+
+    @server.tool()
+    def lookup_order(order_id: str) -> dict[str, Any]:
+        """Look an order up."""
+        return {"order_id": order_id, "amount": 42, "email": EMAIL}
+
+    @server.tool()
+    def charge(amount: int, card: str) -> dict[str, Any]:
+        """Charge a card, in pence."""
+        charge_id = f"ch-{card}-{amount}"
+        _log(root, f"charge {charge_id} {amount} {card}")
+        return {"charge_id": charge_id, "amount": amount}
+
+    @server.tool()
+    def refund_charge(charge_id: str) -> str:
+        """Refund a charge."""
+        _log(root, f"refund {charge_id}")
+        return f"refunded {charge_id}"
+
+    @server.tool()
+    def send_email(to: str, subject: str) -> dict[str, Any]:
+        """Email the customer."""
+        paused = root / "paused"
+        if os.environ.get("AGENTTX_TEST_PAUSE") == "1" and not paused.exists():
+            paused.write_text(str(os.getpid()))
+            time.sleep(600)  # the parent kills the process here
+        _log(root, f"email {to} {subject}")
+        return {"sent": True}
+
+    @server.tool()
+    def issue_refund(order_id: str, amount: int) -> dict[str, Any]:
+        """Refund part of an order (a person approves it first)."""
+        _log(root, f"refund_issued {order_id} {amount}")
+        return {"refund_id": "rf-1", "order_id": order_id, "amount": amount}
+
+    return server
+
+
+async def mcp_engine(client: Any, db: Path) -> Any:
+    """An engine over the MCP session's tools: `charge` undone by `refund_charge`, and
+    `issue_refund` waiting for a person's approval."""
+    import agenttx  # noqa: PLC0415
+    from agenttx.integrations.mcp import tools_from_mcp  # noqa: PLC0415
+
+    tools = await tools_from_mcp(
+        client,
+        compensations={"charge": "refund_charge"},
+        needs_approval={"issue_refund": True},
+    )
+    return agenttx.Engine(tools=tools, store=SQLiteStore(db))
+
+
+async def mcp_turn(runner: Any, llm: Any, messages: list[Any]) -> tuple[Any, bool]:
+    """One chat-completions request: `(reply, has_calls)`."""
+    sent = await llm.chat.completions.create(model=MODEL, messages=messages, tools=runner.tools)
+    reply = sent.choices[0].message
+    return reply, bool(reply.tool_calls)
+
+
+async def mcp_loop(runner: Any, llm: Any, messages: list[Any]) -> list[Any]:
+    """The async agent loop over the OpenAI chat runner: model turns until one has no call."""
+    while True:
+        reply, has_calls = await mcp_turn(runner, llm, messages)
+        if not has_calls:
+            return messages
+        messages = await runner.ahandle(messages, reply)
+
+
+def mcp_main(db: Path, root: Path, phase: str) -> None:
+    from mcp import Client  # noqa: PLC0415
+
+    from agenttx.integrations.openai import ToolRunner  # noqa: PLC0415
+
+    async def run() -> None:
+        async with Client(mcp_server(root)) as client:
+            engine = await mcp_engine(client, db)
+            tx = engine.begin(agent_id="support")
+            runner = ToolRunner(tx)
+            script = KILL_SCRIPT if phase == "kill" else APPROVAL_SCRIPT
+            llm = ScriptedModel(script).async_openai()
+            first = [{"role": "user", "content": PROMPT}]
+            print(json.dumps({"tx": tx.id}), flush=True)
+            if phase == "kill":
+                await mcp_loop(runner, llm, first)
+                raise SystemExit("the process was not killed")
+            reply, _ = await mcp_turn(runner, llm, first)
+            await runner.ahandle(first, reply)
+            (request,) = runner.waiting
+            print(json.dumps({"tx": tx.id, "request": request.id}), flush=True)
+            os._exit(0)  # the transaction stays open in the store, as after a crash
+
+    asyncio.run(run())
+
+
 def main() -> None:
     stack, db, root_text, phase = sys.argv[1:5]
     root = Path(root_text)
+    if stack == "mcp":
+        mcp_main(Path(db), root, phase)
+        return
     engine = make_engine(root, SQLiteStore(db))
     tx = engine.begin(agent_id="support")
     if stack == "agents":

@@ -35,6 +35,10 @@ from _stack_agent import (
     build_graph,
     config_of,
     first_input,
+    mcp_engine,
+    mcp_loop,
+    mcp_server,
+    mcp_turn,
     pai_agent,
     saver_of,
     sdk_agent,
@@ -548,3 +552,121 @@ def test_pydantic_ai_an_agent_killed_in_a_turn_is_restored_and_finishes(tmp_path
     assert charged.startswith(f"charge {answered[1][1]['output']['charge_id']} 42")
     tx.commit()
     assert effects(tmp_path) == [charged, f"email {EMAIL} Order o-1"]
+
+
+# ---------------------------------------------------------------------- MCP
+
+
+def run_mcp(root: Path, test: Any) -> None:
+    """Run `test(client, engine)` against the MCP server of `_stack_agent`, in memory."""
+    from mcp import Client  # noqa: PLC0415
+
+    async def main() -> None:
+        async with Client(mcp_server(root)) as client:
+            engine = await mcp_engine(client, root / "agent.db")
+            await test(engine)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject", "edit"])
+def test_mcp_a_decision_from_another_process_completes_the_turn_without_a_model_turn(
+    decision, tmp_path
+):
+    """MCP tools in the OpenAI chat runner, `issue_refund` needing approval
+    (`tools_from_mcp(needs_approval=...)`): the turn waits; approved, rejected with a reason or
+    edited from another process, `aresume()` answers all three calls in order (the refund runs
+    at most once, on the server, with the decided arguments); two model requests in all."""
+    from agenttx.integrations.openai import ToolRunner  # noqa: PLC0415
+
+    model = ScriptedModel(APPROVAL_SCRIPT)
+    llm = model.async_openai()
+
+    async def test(engine: agenttx.Engine) -> None:
+        tx = engine.begin(agent_id="support")
+        runner = ToolRunner(tx)
+        first = [{"role": "user", "content": PROMPT}]
+        reply, _ = await mcp_turn(runner, llm, first)
+        await runner.ahandle(first, reply)
+        (request,) = runner.waiting
+        assert (request.tool, request.arguments) == (
+            "issue_refund",
+            {"order_id": "o-1", "amount": 30},
+        )
+        assert tx.next_step_id == 3
+        db = str(tmp_path / "agent.db")
+        if decision == "approve":
+            cli("approve", db, request.id, "--actor", "alice")
+        elif decision == "reject":
+            cli("reject", db, request.id, "--actor", "bob", "--reason", "refunds need a ticket")
+        else:
+            edit_elsewhere(tmp_path / "agent.db", request.id, 25)
+        assert await runner.await_decisions(timeout=60) is True
+        await mcp_loop(runner, llm, await runner.aresume())
+
+    run_mcp(tmp_path, test)
+    assert len(model.requests) == 2
+    answered = sdk_results(model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    sent = [line for line in effects(tmp_path) if line.startswith("refund_issued")]
+    if decision == "reject":
+        assert "refunds need a ticket" in answered[2][1]["error"]
+        assert sent == []
+    else:
+        amount = 30 if decision == "approve" else 25
+        assert answered[2][1]["output"]["amount"] == amount
+        assert sent == [f"refund_issued o-1 {amount}"]
+
+
+def test_mcp_an_approval_resumes_the_turn_across_a_restart(tmp_path):
+    """The agent process waits and exits; approved from the command line, a new process (a new
+    MCP session) recovers, restores the runner and resumes: one refund, three results, one model
+    request in the new process."""
+    from agenttx.integrations.openai import ToolRunner  # noqa: PLC0415
+
+    found = ask_in_a_process("mcp", tmp_path)
+    cli("approve", str(tmp_path / "agent.db"), found["request"], "--actor", "alice")
+    model = ScriptedModel([say("Done.")])
+
+    async def test(engine: agenttx.Engine) -> None:
+        assert found["tx"] in engine.recover("resume").resumed
+        runner = ToolRunner.restore(engine.get(found["tx"]))
+        assert runner.unanswered == ("c3",)
+        await mcp_loop(runner, model.async_openai(), await runner.aresume())
+
+    run_mcp(tmp_path, test)
+    assert len(model.requests) == 1
+    answered = sdk_results(model.last)
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(r["ok"] for _, r in answered)
+    assert [e for e in effects(tmp_path) if e.startswith("refund_issued")] == [
+        "refund_issued o-1 30"
+    ]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_mcp_an_agent_killed_in_a_turn_is_restored_and_finishes(tmp_path):
+    """SIGKILL in the email's call (on the server), after the charge; a new process with a new
+    MCP session recovers, restores the runner and resumes: one charge, one email, and the
+    model's next request holds every tool result."""
+    from agenttx.integrations.openai import ToolRunner  # noqa: PLC0415
+
+    tx_id = kill_in_the_turn("mcp", tmp_path)
+    model = ScriptedModel([say("Order o-1 is charged and Ada is told.")])
+
+    async def test(engine: agenttx.Engine) -> None:
+        assert tx_id in engine.recover("resume").resumed
+        tx = engine.get(tx_id)
+        runner = ToolRunner.restore(tx)
+        assert runner.unanswered == ("c3",)
+        await mcp_loop(runner, model.async_openai(), await runner.aresume())
+        tx.commit()
+
+    run_mcp(tmp_path, test)
+    assert len(model.requests) == 1
+    sent = model.requests[0]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "tool"]
+    answered = sdk_results(model.requests[0])
+    assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
+    assert all(r["ok"] for _, r in answered)
+    assert effects(tmp_path) == ["charge ch-4242-42 42 4242", f"email {EMAIL} Order o-1"]
