@@ -416,6 +416,24 @@ def test_bad_compensations_are_refused_naming_them(compensations, message):
     run(test)
 
 
+def test_needs_approval_makes_a_call_wait_and_bad_settings_are_refused():
+    """`needs_approval={"charge": True}`: a charge waits for a person (nothing reaches the
+    server); an unlisted tool, or a setting that is not a mapping, is refused naming it."""
+
+    async def test(client: Client, shop: ShopServer) -> None:
+        tools = await tools_from_mcp(client, needs_approval={"charge": True})
+        tx = agenttx.Transaction(tools=tools)
+        result = await tx.acall("charge", {"customer_id": "c-1", "amount": 5})
+        assert result.status is agenttx.StepStatus.NEEDS_APPROVAL
+        assert shop.charges == []
+        with pytest.raises(agenttx.InvalidArgument, match="'nope', which the session"):
+            await tools_from_mcp(client, needs_approval={"nope": True})
+        with pytest.raises(agenttx.InvalidArgument, match="must map tool names"):
+            await tools_from_mcp(client, needs_approval=["charge"])
+
+    run(test)
+
+
 def test_a_missing_sdk_names_the_extra(monkeypatch):
     """Without the MCP SDK, importing the integration says which extra to install."""
     monkeypatch.setitem(sys.modules, "mcp", None)

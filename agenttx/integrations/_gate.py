@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 import weakref
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
+from .._results import StepStatus
 from .._turns import TurnCall, not_run
 from ._common import (
     ModelCall,
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from ._common import History
 
 __all__ = ["TurnGate", "gate_for"]
+
+#: The statuses of a call that waits for a person.
+_WAITING: Final = frozenset({StepStatus.NEEDS_APPROVAL, StepStatus.NEEDS_REVIEW})
 
 
 @final
@@ -68,6 +72,7 @@ class TurnGate:
         "_sent",
         "_steps",
         "_tx",
+        "_waits",
     )
 
     def __init__(self, tx: Transaction) -> None:
@@ -80,6 +85,7 @@ class TurnGate:
         self._rewinds: list[Outcome] = []  # the outcomes that voided calls, in order
         self._steps: dict[str, int] = {}  # call id -> the step it ran as
         self._sent: tuple[Hashable, dict[str, int], object] | None = None  # a turn's call ids
+        self._waits: dict[str, Hashable] = {}  # call id -> its turn, for calls that wait
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -122,6 +128,11 @@ class TurnGate:
             truncate=history == "truncate" and bool(voided),
         )
 
+    def waits_in(self, turn: Hashable) -> bool:
+        """Whether a call of model turn `turn` waits for a person (it has not been sent again
+        since): a later call of that turn is to wait with it, its step comes after."""
+        return any(waiting == turn for waiting in self._waits.values())
+
     async def call(
         self,
         tx: Transaction,
@@ -139,6 +150,22 @@ class TurnGate:
         alive while `turn` is the failed turn: pass the object whose `id()` is part of `turn`,
         so that id cannot name another turn meanwhile. A missing `call_id` gets a fresh one.
         """
+        outcome = await self.run(tx, turn, name, arguments, call_id=call_id, anchor=anchor)
+        return outcome.payload
+
+    async def run(
+        self,
+        tx: Transaction,
+        turn: Hashable,
+        name: str,
+        arguments: object,
+        *,
+        call_id: str | None,
+        anchor: object = None,
+    ) -> Outcome:
+        """`call`, returning the whole outcome. A call that waits for a person
+        (`NEEDS_APPROVAL`, `NEEDS_REVIEW`) stops its turn like a failure, except for itself:
+        sent again in the same turn (once decided) it runs, and the turn goes on."""
         loop = asyncio.get_running_loop()
         lock = self._locks.get(loop)
         if lock is None:
@@ -147,21 +174,29 @@ class TurnGate:
             call_id=call_id or f"agenttx-{uuid.uuid4().hex}", name=name, arguments=arguments
         )
         async with lock:
+            resent = model_call.call_id in self._waits and (
+                self._waits.pop(model_call.call_id) == turn
+            )
+            if resent:  # the waiting call, once decided: it holds the turn no more
+                self._failed, self._failure, self._anchor = None, None, None
             failure = self._failure
             if failure is not None and self._failed == turn and not tx.status.terminal:
-                return self._not_run(tx, name, model_call, failure)
-            outcome = self._repeated(tx, turn, model_call, anchor)
+                payload = self._not_run(tx, name, model_call, failure)
+                return Outcome(call_id=model_call.call_id, payload=payload, is_error=True)
+            outcome = None if resent else self._repeated(tx, turn, model_call, anchor)
             if outcome is None:
                 (outcome,) = await arun_turn(tx, [model_call])
             result = outcome.result
             if outcome.is_error:
                 self._failed, self._failure, self._anchor = turn, outcome, anchor
             if result is not None:
+                if result.status in _WAITING:
+                    self._waits[outcome.call_id] = turn
                 if result.ok:
                     self._steps[outcome.call_id] = result.step_id
                 if result.voided_call_ids:
                     self._rewinds.append(outcome)
-            return outcome.payload
+            return outcome
 
     def _repeated(
         self, tx: Transaction, turn: Hashable, call: ModelCall, anchor: object

@@ -460,4 +460,6 @@ _RUNNER_OF: Final = {
     "openai.chat": "agenttx.integrations.openai.ToolRunner",
     "openai.responses": "agenttx.integrations.openai.ResponsesToolRunner",
     "anthropic": "agenttx.integrations.anthropic.ToolRunner",
+    "langgraph": "agenttx.integrations.langchain.TransactionalToolNode",
+    "pydantic_ai": "agenttx.integrations.pydantic_ai.restore",
 }

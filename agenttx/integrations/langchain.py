@@ -37,10 +37,11 @@ except ImportError as exc:
         "agenttx.integrations.langchain needs LangChain: pip install 'agenttx[langchain]'"
     ) from exc
 
-from .._errors import InvalidArgument, ToolError
+from .._errors import FailedPrecondition, InvalidArgument, ToolError
 from .._events import EventKind
 from .._tools import Compensation, Tool, ToolContext, tool
 from . import _common
+from ._framework import FrameworkRunner, runner_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
     from langchain_core.runnables import RunnableConfig
 
+    from .._approvals import ApprovalRequest, Review
     from .._json import JSONValue
     from .._transaction import Transaction
 
@@ -406,8 +408,18 @@ class TransactionalToolNode(Runnable[Any, Any]):
         except InvalidArgument as exc:
             raise InvalidArgument(f"TransactionalToolNode: {exc}") from None
         self.name = name
-        # The step of each call this node sent, to name the steps a rewind voids.
-        self._steps: dict[str, int] = {}
+        # How far the turns got (restored from the store on first use after a restart).
+        self._runner: FrameworkRunner | None = None
+
+    @property
+    def waiting(self) -> tuple[ApprovalRequest | Review, ...]:
+        """The approval requests and reviews the last turn waits on (empty when none)."""
+        return () if self._runner is None else self._runner.waiting
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a person decided what the last turn waits on; False after `timeout`
+        seconds (None: no limit). See `_runs.Runner.wait`."""
+        return True if self._runner is None else self._runner.wait(timeout)
 
     @property
     def tools(self) -> list[dict[str, JSONValue]]:
@@ -423,12 +435,16 @@ class TransactionalToolNode(Runnable[Any, Any]):
         """Run the last `AIMessage`'s tool calls as one turn; see the class docstring."""
         messages, as_list = _messages_of(input)
         calls = _calls_of(messages)
+        runner = self._runner = runner_of(self.tx, self.history, self._runner)
         token = _INJECTION.set(_Injection(input, _graph_store(), self.tx))
         try:
-            outcomes = _common.run_turn(self.tx, [call for call, _ in calls])
+            runner.turn(messages[-1].id, [call for call, _ in calls])
+            while runner.done is None:
+                _wait_for_people(runner)
+                runner.resume()
         finally:
             _INJECTION.reset(token)
-        return self._reply(messages, calls, outcomes, as_list=as_list)
+        return self._reply(messages, calls, runner.done, runner.steps, as_list=as_list)
 
     async def ainvoke(
         self,
@@ -439,26 +455,27 @@ class TransactionalToolNode(Runnable[Any, Any]):
         """`invoke` for async graphs: the turn runs through `tx.acall_turn`."""
         messages, as_list = _messages_of(input)
         calls = _calls_of(messages)
+        runner = self._runner = runner_of(self.tx, self.history, self._runner)
         token = _INJECTION.set(_Injection(input, _graph_store(), self.tx))
         try:
-            outcomes = await _common.arun_turn(self.tx, [call for call, _ in calls])
+            await runner.aturn(messages[-1].id, [call for call, _ in calls])
+            while runner.done is None:
+                _wait_for_people(runner)
+                await runner.aresume()
         finally:
             _INJECTION.reset(token)
-        return self._reply(messages, calls, outcomes, as_list=as_list)
+        return self._reply(messages, calls, runner.done, runner.steps, as_list=as_list)
 
     def _reply(
         self,
         messages: list[BaseMessage],
         calls: list[tuple[_common.ModelCall, str]],
         outcomes: tuple[_common.Outcome, ...],
+        steps: Mapping[str, int],
         *,
         as_list: bool,
     ) -> Any:
-        for outcome in outcomes:
-            result = outcome.result
-            if result is not None and result.ok:
-                self._steps[outcome.call_id] = result.step_id
-        rewrite = _common.rewrite_for(self.history, outcomes, self._steps)
+        rewrite = _common.rewrite_for(self.history, outcomes, steps)
         out: list[BaseMessage] = []
         if rewrite.drop:
             out.extend(_truncate(messages, rewrite.drop))
@@ -475,6 +492,31 @@ class TransactionalToolNode(Runnable[Any, Any]):
             payload = _common.with_note(outcome.payload, rewrite.notes.get(call_id))
             out.append(_tool_message(call_id, name, payload, error=outcome.is_error))
         return out if as_list else {"messages": out}
+
+
+def _wait_for_people(runner: FrameworkRunner) -> None:
+    """LangGraph's `interrupt()` while a request of the turn is undecided: the graph stops
+    (its checkpointer keeps it); `Command(resume=...)` runs the node again, which finds the
+    turn where it stopped. The decisions are read from the transaction's store, never from
+    the resume value; a resume before every decision interrupts again."""
+    from langgraph.types import interrupt  # noqa: PLC0415  (LangGraph is needed only here)
+
+    while runner.undecided:
+        value = {
+            "transaction": runner.tx.id,
+            "waiting": [
+                {"id": r.id, "kind": type(r).__name__, "tool": r.tool, "step": r.step}
+                for r in runner.waiting
+            ],
+        }
+        try:
+            interrupt(value)
+        except RuntimeError as exc:  # not inside a graph run: nothing to interrupt
+            raise FailedPrecondition(
+                f"TransactionalToolNode: a call of transaction `{runner.tx.id}` waits for a "
+                "person and the node is not running in a LangGraph graph to interrupt; run "
+                f"it as a node of a graph compiled with a checkpointer ({exc})"
+            ) from None
 
 
 def _graph_store() -> object:

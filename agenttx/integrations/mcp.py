@@ -70,6 +70,7 @@ async def tools_from_mcp(
     session: object,
     *,
     compensations: Mapping[str, str | Compensation[Any, Any]] | None = None,
+    needs_approval: Mapping[str, bool | Callable[[Any], bool]] | None = None,
 ) -> list[Tool[Any, Any]]:
     """The session's tools as agenttx tools, in the order the server lists them.
 
@@ -83,9 +84,14 @@ async def tools_from_mcp(
     call's output when that is a JSON object and otherwise from its arguments; or an agenttx
     `Compensation`, called with `{"arguments": ..., "output": ...}` like any `compensate=`.
 
-    Raises `InvalidArgument` for a session without the SDK's methods, a compensation for a
-    tool the session does not list, or an undo that is neither a listed tool nor a
-    `Compensation`. The server's own errors while listing propagate.
+    `needs_approval` maps a tool's name to `needs_approval=` of `agenttx.tool` (True, or a
+    callable of the arguments): MCP has no approval of its own on the client side, so a call
+    of such a tool waits for a person in the transaction (`NEEDS_APPROVAL`), and the agent
+    loop's runner (`runner.waiting`, `wait`, `aresume`) closes the loop once it is decided.
+
+    Raises `InvalidArgument` for a session without the SDK's methods, a compensation or an
+    approval setting for a tool the session does not list, or an undo that is neither a
+    listed tool nor a `Compensation`. The server's own errors while listing propagate.
     """
     list_tools = getattr(session, "list_tools", None)
     call_tool = getattr(session, "call_tool", None)
@@ -108,6 +114,18 @@ async def tools_from_mcp(
                 f"tools_from_mcp: the compensation of {name!r} is {action!r}, which is neither "
                 "a tool the session lists nor an agenttx Compensation"
             )
+    if needs_approval is not None and not isinstance(needs_approval, Mapping):
+        raise InvalidArgument(
+            "tools_from_mcp: needs_approval must map tool names to True/False or a callable "
+            f"of the arguments, got {type(needs_approval).__name__}"
+        )
+    approvals = dict(needs_approval or {})
+    unknown = sorted(set(approvals) - set(by_name))
+    if unknown:
+        raise InvalidArgument(
+            f"tools_from_mcp: needs_approval names tool {unknown[0]!r}, which the session "
+            f"does not list (listed: {', '.join(by_name) or 'none'})"
+        )
     runner = _Runner(session)
     made: dict[str, Compensation[Any, Any]] = {}
     tools: list[Tool[Any, Any]] = []
@@ -117,7 +135,7 @@ async def tools_from_mcp(
             if declared not in made:
                 made[declared] = _mcp_compensation(runner, by_name[declared])
             declared = made[declared]
-        tools.append(_mcp_tool(runner, item, declared))
+        tools.append(_mcp_tool(runner, item, declared, approvals.get(item.name, False)))
     return tools
 
 
@@ -242,7 +260,10 @@ class _Hop:
 
 
 def _mcp_tool(
-    runner: _Runner, item: MCPTool, undo: Compensation[Any, Any] | None
+    runner: _Runner,
+    item: MCPTool,
+    undo: Compensation[Any, Any] | None,
+    approval: bool | Callable[[Any], bool],
 ) -> Tool[Any, Any]:
     name = item.name
 
@@ -258,6 +279,7 @@ def _mcp_tool(
         description=item.description or item.title or "",
         parameters=dict(item.input_schema),
         compensate=undo,
+        needs_approval=approval,
     )
     return decorate(call_mcp_tool)
 

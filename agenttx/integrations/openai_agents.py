@@ -20,7 +20,10 @@ that filter and the settings this module relies on. See docs/integrations.md.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 try:
@@ -34,23 +37,42 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in CI
         "pip install 'agenttx[openai-agents]'"
     ) from _exc
 
+from .._approvals import request_of, requests_for, review_of
 from .._errors import InvalidArgument
-from ._common import check_history, dumps, with_note
-from ._gate import gate_for
+from .._transaction import plan_setting
+from ..stores import keeps_conversations
+from ._common import ModelCall, check_history, check_transaction, dumps, with_note
+from ._conversation import OpenTurn, dump
+from ._gate import _WAITING, gate_for
+from ._runs import DECISION_POLL
+from .openai import ResponsesToolRunner
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agents.items import TResponseInputItem
+    from agents.items import ModelResponse, TResponseInputItem
     from agents.run_config import CallModelData
+    from agents.run_context import RunContextWrapper
     from agents.tool_context import ToolContext
 
+    from .._approvals import ApprovalRequest, Review
+    from .._json import JSONValue
     from .._tools import ToolSpec
     from .._transaction import Transaction
     from ._common import History, Rewrite
     from ._gate import TurnGate
 
-__all__ = ["function_tools", "input_filter", "run_config"]
+__all__ = [
+    "approve_decided",
+    "await_decisions",
+    "function_tools",
+    "hooks",
+    "input_filter",
+    "restore",
+    "run_config",
+    "wait",
+    "waiting",
+]
 
 
 def function_tools(tx: Transaction, *, strict: bool | None = None) -> list[agents.FunctionTool]:
@@ -132,19 +154,41 @@ def _function_tool(
             "needs every property required and no open object); pass strict=None or False"
         )
     name = spec.name
+    found = plan_setting(tx)[0].get(name)
+    guarded = found is not None and found.guarded
+    ran: dict[str, dict[str, JSONValue]] = {}  # call id -> the payload of a call already run
+
+    async def needs_approval(ctx: RunContextWrapper[Any], params: Any, call_id: str) -> bool:
+        # The SDK asks before it runs a call of a guarded tool (one a person may have to
+        # decide; asking for every tool would make the SDK interrupt on malformed arguments).
+        # A later call of a turn whose call waits for a person waits with it (its step comes
+        # after); else the call is sent now: if it waits, the SDK interrupts the run; if not,
+        # it ran, and on_invoke_tool answers it with its payload.
+        usage = ctx.usage
+        turn = (id(usage), usage.requests)
+        if gate.waits_in(turn):
+            return True
+        outcome = await gate.run(tx, turn, name, params, call_id=call_id, anchor=usage)
+        result = outcome.result
+        if result is not None and result.status in _WAITING:
+            return True
+        ran[call_id] = outcome.payload
+        return False
 
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
         # A model turn is one model request: `usage.requests` counts them in this run, and the
         # usage object is the run's own (kept alive by the gate while its turn is the failed one).
-        usage = ctx.usage
-        payload = await gate.call(
-            tx,
-            (id(usage), usage.requests),
-            name,
-            arguments,
-            call_id=ctx.tool_call_id,
-            anchor=usage,
-        )
+        payload = ran.pop(ctx.tool_call_id, None)
+        if payload is None:
+            usage = ctx.usage
+            payload = await gate.call(
+                tx,
+                (id(usage), usage.requests),
+                name,
+                arguments,
+                call_id=ctx.tool_call_id,
+                anchor=usage,
+            )
         return dumps(payload)
 
     return agents.FunctionTool(
@@ -153,6 +197,7 @@ def _function_tool(
         params_json_schema=parameters,
         on_invoke_tool=on_invoke_tool,
         strict_json_schema=bool(is_strict if strict is None else strict),
+        needs_approval=needs_approval if guarded else False,
     )
 
 
@@ -194,3 +239,139 @@ def _noted(item: Any, note: str) -> Any:
     if not isinstance(payload, dict) or "note" in payload:
         return item
     return {**item, "output": dumps(with_note(payload, note))}
+
+
+# ---------------------------------------------------------------------- people and durability
+
+
+def waiting(tx: Transaction) -> tuple[ApprovalRequest | Review, ...]:
+    """The approval requests and reviews of `tx` no person has decided yet, oldest first.
+
+    A run interrupted by a call of `function_tools(tx)` (`result.interruptions`) waits on
+    these; once they are decided, `approve_decided` lets the SDK go on.
+    """
+    tx = check_transaction(tx, "waiting")
+    return tuple(
+        review_of(row) if row.kind == "review" else request_of(row)
+        for row in requests_for(tx.store).of_scope(tx.id)
+        if row.state == "pending" and row.kind in ("approval", "review")
+    )
+
+
+def wait(tx: Transaction, timeout: float | None = None) -> bool:
+    """Block until nothing of `tx` waits for a person (decided in this process or another);
+    False if `timeout` seconds passed first (None: no limit). Polls with `DECISION_POLL`."""
+    limit = _limit(timeout)
+    attempt = 0
+    while waiting(tx):
+        if time.monotonic() >= limit:
+            return False
+        attempt += 1
+        time.sleep(min(DECISION_POLL.delay(attempt), max(0.0, limit - time.monotonic())))
+    return True
+
+
+async def await_decisions(tx: Transaction, timeout: float | None = None) -> bool:
+    """`wait` for async code: sleeps on the event loop between polls."""
+    limit = _limit(timeout)
+    attempt = 0
+    while waiting(tx):
+        if time.monotonic() >= limit:
+            return False
+        attempt += 1
+        await asyncio.sleep(min(DECISION_POLL.delay(attempt), max(0.0, limit - time.monotonic())))
+    return True
+
+
+def _limit(timeout: float | None) -> float:
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+    ):
+        raise InvalidArgument(f"timeout must be None or a number >= 0, got {timeout!r}")
+    return math.inf if timeout is None else time.monotonic() + float(timeout)
+
+
+def approve_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
+    """Let the SDK run the calls of `tx` its run stopped for, once people decided.
+
+    agenttx decides, not the SDK: when nothing of `tx` waits for a person any more, each
+    interruption of `state` (`result.to_state()`, or a `RunState.from_string` after a
+    restart) that is a call of `function_tools(tx)` is approved in the SDK, and True is
+    returned; `Runner.run(agent, state, ...)` then sends each call again: an approved call runs
+    once with its approved (or the approver's edited) arguments, a rejected one is answered
+    with the person's reason, and the calls that waited with it run after it. No model turn is
+    spent. While a request is undecided, nothing changes and False is returned.
+    """
+    tx = check_transaction(tx, "approve_decided")
+    if waiting(tx):
+        return False
+    ours = {spec.wire_name for spec in tx.tool_specs}
+    for item in state.get_interruptions():
+        if item.tool_name in ours:
+            state.approve(item)
+    return True
+
+
+class _Keeper(agents.RunHooks[Any]):
+    """Writes the conversation with the transaction when the model answers (see `hooks`)."""
+
+    def __init__(self, tx: Transaction, history: History) -> None:
+        self._tx = tx
+        self._history = history
+        self._input: list[Any] = []
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],  # noqa: ARG002  (the SDK's signature)
+        agent: agents.Agent[Any],  # noqa: ARG002
+        system_prompt: str | None,  # noqa: ARG002
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        self._input = list(input_items)
+
+    async def on_llm_end(
+        self,
+        context: RunContextWrapper[Any],  # noqa: ARG002  (the SDK's signature)
+        agent: agents.Agent[Any],  # noqa: ARG002
+        response: ModelResponse,
+    ) -> None:
+        tx = self._tx
+        store = tx.store
+        if not keeps_conversations(store) or tx.status.terminal:
+            return
+        output = cast("list[Any]", response.to_input_items())
+        calls = [
+            ModelCall(call_id=str(i["call_id"]), name=str(i["name"]), arguments=i["arguments"])
+            for i in output
+            if isinstance(i, dict) and i.get("type") == "function_call"
+        ]
+        turn = OpenTurn(calls=tuple(calls), first_step=tx.next_step_id) if calls else None
+        messages = [*self._input, *output]
+        text = dump("openai.responses", self._history, messages, {}, turn)
+        store.record_conversation(tx.id, text)
+
+
+def hooks(tx: Transaction, *, history: History = "truncate") -> agents.RunHooks[Any]:
+    """`RunHooks` that keep the conversation with `tx` on a durable store.
+
+    Pass them to `Runner.run(..., hooks=hooks(tx))`. Each time the model answers, the model's
+    input and its answer are written with the transaction (the SDK's own session is written
+    only once a turn's tools finished, so a crash in the middle of a turn would lose it):
+    after a crash, `restore(tx)` continues from there. On a store that keeps no
+    conversations they do nothing. `InvalidArgument` for a non-transaction or another mode.
+    """
+    return _Keeper(check_transaction(tx, "hooks"), check_history(history))
+
+
+def restore(tx: Transaction) -> ResponsesToolRunner:
+    """The conversation `hooks(tx)` kept, as a runner that completes the interrupted turn.
+
+    After a restart: `engine.recover("resume")`, then `runner = restore(engine.get(tx_id))`.
+    The calls of the last model turn that ran are answered from the journal (never run
+    again); `runner.waiting` shows a call that waits for a person (`runner.wait()`); then
+    `items = runner.resume()` runs the rest and returns the input items with every result, to
+    go on with `Runner.run(agent, items, run_config=run_config(tx), hooks=hooks(tx))`. Raises
+    what `ResponsesToolRunner.restore` raises (a store that keeps no conversations, none
+    stored, a transaction that ended).
+    """
+    return ResponsesToolRunner.restore(tx)

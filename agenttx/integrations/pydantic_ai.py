@@ -26,14 +26,16 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Final, final
 
 try:
+    from pydantic_ai.exceptions import ApprovalRequired
     from pydantic_ai.messages import (
         ModelMessage,  # at run time: pydantic-ai reads the history processor's annotations
+        ModelMessagesTypeAdapter,
         ModelRequest,
         ModelResponse,
         ToolCallPart,
         ToolReturnPart,
     )
-    from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
 except ImportError as _exc:  # pragma: no cover - the extra is installed in CI
@@ -41,20 +43,24 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in CI
         "agenttx.integrations.pydantic_ai needs pydantic-ai: pip install 'agenttx[pydantic-ai]'"
     ) from _exc
 
+from .._approvals import requests_for
 from .._errors import InvalidArgument
-from ._common import check_history, with_note
-from ._gate import gate_for
+from ..stores import keeps_conversations
+from ._common import ModelCall, check_history, check_transaction, with_note
+from ._conversation import OpenTurn, dump
+from ._gate import _WAITING, gate_for
+from ._runs import Runner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from pydantic_ai import RunContext
 
     from .._tools import ToolSpec
     from .._transaction import Transaction
-    from ._common import History, Rewrite
+    from ._common import History, Outcome, Rewrite
 
-__all__ = ["Toolset", "history_processor"]
+__all__ = ["Toolset", "approve_decided", "history_processor", "restore"]
 
 #: The key under which the arguments reach `call_tool` exactly as the model sent them.
 _RAW: Final = "arguments"
@@ -103,6 +109,7 @@ class Toolset(AbstractToolset[Any]):
             raise InvalidArgument(f"strict must be None, True or False, got {strict!r}")
         self._id = id
         self._validator = _PassThrough()
+        self._kept: object = None  # the model turn whose conversation was kept last
         specs = tx.tool_specs
         self._specs: dict[str, ToolSpec] = {spec.wire_name: spec for spec in specs}
         self._definitions = [
@@ -148,13 +155,27 @@ class Toolset(AbstractToolset[Any]):
         """Run the call as the next step of the transaction; the model gets the payload."""
         spec = self._specs.get(name)
         arguments = tool_args.get(_RAW, tool_args) if isinstance(tool_args, dict) else tool_args
-        return await self._gate.call(
+        turn = (ctx.run_id, ctx.run_step)
+        if turn != self._kept:
+            self._kept = turn
+            _keep(self._tx, ctx.messages)
+        if not ctx.tool_call_approved and self._gate.waits_in(turn):
+            # a later call of a turn whose call waits for a person waits with it
+            raise ApprovalRequired(metadata={"agenttx": "waits with an earlier call"})
+        outcome = await self._gate.run(
             self._tx,
-            (ctx.run_id, ctx.run_step),
+            turn,
             name if spec is None else spec.name,
             arguments,
             call_id=ctx.tool_call_id,
         )
+        result = outcome.result
+        if result is not None and result.status in _WAITING:
+            request = result.approval or result.review
+            raise ApprovalRequired(
+                metadata={"agenttx_request": None if request is None else request.id}
+            )
+        return outcome.payload
 
 
 def history_processor(
@@ -218,3 +239,96 @@ def _rewrite_part(part: object, rewrite: Rewrite) -> object:
     if note is not None and isinstance(content, dict) and "note" not in content:
         return dataclasses.replace(part, content=with_note(content, note))
     return part
+
+
+# ---------------------------------------------------------------------- people and durability
+
+
+def approve_decided(tx: Transaction, requests: DeferredToolRequests) -> DeferredToolResults | None:
+    """The `deferred_tool_results` that let pydantic-ai run the calls of `tx` it deferred, once
+    people decided; None while a request of `tx` is undecided (`openai_agents.waiting`-like:
+    `Transaction.pending_approvals`, or `agenttx approve`/`reject` from anywhere).
+
+    agenttx decides, not pydantic-ai: every deferred call of the toolset is approved in
+    pydantic-ai, so `agent.run(message_history=..., deferred_tool_results=...)` sends it again:
+    an approved call runs once with its approved (or the approver's edited) arguments, a
+    rejected one is answered with the person's reason, and the calls deferred with it run
+    after it. No model turn is spent.
+    """
+    tx = check_transaction(tx, "approve_decided")
+    if any(r.state == "pending" for r in _rows(tx)):
+        return None
+    return DeferredToolResults(approvals={call.tool_call_id: True for call in requests.approvals})
+
+
+def _rows(tx: Transaction) -> list[Any]:
+    return [
+        row for row in requests_for(tx.store).of_scope(tx.id) if row.kind in ("approval", "review")
+    ]
+
+
+def _keep(tx: Transaction, messages: list[ModelMessage]) -> None:
+    """Write the conversation with `tx` when a model turn's first call arrives (a durable store
+    only): the history, and as the open turn the calls of the last response with no result
+    yet. `restore(tx)` reads it back after a crash."""
+    store = tx.store
+    if not keeps_conversations(store) or tx.status.terminal or not messages:
+        return
+    last = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+    if last is None:
+        return
+    answered = {
+        part.tool_call_id
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for part in m.parts
+        if isinstance(part, ToolReturnPart)
+    }
+    calls = tuple(
+        ModelCall(call_id=part.tool_call_id, name=part.tool_name, arguments=part.args)
+        for part in last.tool_calls
+        if part.tool_call_id not in answered
+    )
+    turn = OpenTurn(calls=calls, first_step=tx.next_step_id) if calls else None
+    history = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+    store.record_conversation(tx.id, dump("pydantic_ai", "keep", history, {}, turn))
+
+
+class Restored(Runner):
+    """The conversation `Toolset` kept for a transaction, as a runner (see `restore`)."""
+
+    _kind = "pydantic_ai"
+
+    def message_history(self) -> list[ModelMessage]:
+        """The message history to go on with (`agent.run(message_history=...)`)."""
+        return ModelMessagesTypeAdapter.validate_python(self._messages)
+
+    def _complete(self, history: list[dict[str, Any]], outcomes: Sequence[Outcome]) -> list[Any]:
+        messages = ModelMessagesTypeAdapter.validate_python(history)
+        names = {
+            part.tool_call_id: part.tool_name
+            for m in messages
+            if isinstance(m, ModelResponse)
+            for part in m.tool_calls
+        }
+        parts = [
+            ToolReturnPart(
+                tool_name=names.get(o.call_id, ""), content=o.payload, tool_call_id=o.call_id
+            )
+            for o in outcomes
+        ]
+        messages.append(ModelRequest(parts=parts))
+        return list(ModelMessagesTypeAdapter.dump_python(messages, mode="json"))
+
+
+def restore(tx: Transaction) -> Restored:
+    """The conversation of `tx` as the toolset kept it, after a restart.
+
+    `engine.recover("resume")`, then `runner = restore(engine.get(tx_id))`: the calls of the
+    last model turn that ran are answered from the journal (never run again), `runner.waiting`
+    shows a call waiting for a person; `runner.resume()` runs the rest, and
+    `agent.run(message_history=runner.message_history())` goes on with every result. Raises what
+    `_runs.Runner.restore` raises (no conversation kept, a store that keeps none, an ended
+    transaction).
+    """
+    return Restored.restore(tx)
