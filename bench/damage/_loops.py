@@ -1,0 +1,223 @@
+"""The three agent loops, each run in a process of its own that a crash fault kills.
+
+Each `run_*` drives one episode's calls (the "agent": a scripted sequence of tool calls) through
+`Service.call`, and returns what the loop itself reports: "done" or "failed", and the number of
+model turns (agent decisions). `resume` is True in the process started after a crash, which
+resumes the way the loop's documentation says: the plain loop has no record and starts the task
+again; LangGraph resumes its thread from the last checkpoint; agenttx recovers its SQLite file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from _world import MONEY, Service
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId, StructuredTool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from pydantic import create_model
+
+import agenttx
+from agenttx.stores import SQLiteStore
+
+Call = tuple[str, dict[str, Any]]
+# The person who approves calls in the injection arm (None elsewhere): yes to the user's own.
+Approver = Callable[[str, dict[str, Any]], bool] | None
+TRANSIENT = (TimeoutError, ConnectionError)
+RETRIES = 2  # what agents commonly do: retry a failed call a couple of times, then give up
+
+
+# ---------------------------------------------------------------- 1. the plain loop
+def run_plain(service: Service, calls: list[Call], resume: bool, approve: Approver) -> dict[str, Any]:
+    """Call each tool; retry a timeout or a 5xx twice; stop at any other error."""
+    del resume, approve  # no record to resume from, no approvals: the task starts again
+    turns = 0
+    for i, (name, args) in enumerate(calls):
+        turns += 1
+        for attempt in range(RETRIES + 1):
+            try:
+                service.call(name, args, i)
+                break
+            except TRANSIENT:
+                if attempt == RETRIES:
+                    return {"status": "failed", "turns": turns}
+            except Exception:  # noqa: BLE001 -- a tool's error ends the run, as in most loops
+                return {"status": "failed", "turns": turns}
+        service.boundary(i)
+    return {"status": "done", "turns": turns + 1}
+
+
+# ---------------------------------------------------------------- 2. LangGraph
+def run_langgraph(
+    service: Service, calls: list[Call], resume: bool, approve: Approver
+) -> dict[str, Any]:
+    """A `ToolNode` and a scripted model node in a `StateGraph` checkpointed by `SqliteSaver`.
+
+    The model node reads the conversation: after an error it sends the same call again (at most
+    twice), after a result it sends the next call. After a crash the thread is resumed from its
+    last checkpoint with `graph.invoke(None, config)`, as LangGraph's persistence docs describe.
+    """
+    del approve
+
+    def make(function: Any) -> StructuredTool:
+        schema = create_model(
+            function.name,
+            __base__=function.parameters,
+            tool_call_id=(Annotated[str, InjectedToolCallId], ...),
+        )
+
+        def run(tool_call_id: str, **kwargs: Any) -> str:
+            call = int(tool_call_id.split("-")[0][1:])
+            return json.dumps(service.call(function.name, calls[call][1], call))
+
+        return StructuredTool.from_function(
+            func=run, name=function.name, description=function.description, args_schema=schema
+        )
+
+    turns_file = service.directory / "langgraph.turns"
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        turns_file.write_text(str(int(turns_file.read_text() or "0") + 1))
+        results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+        i, errors = 0, 0
+        for message in results:
+            if message.status == "error":
+                errors += 1
+            else:
+                i, errors = i + 1, 0
+        if results and results[-1].status != "error":
+            service.boundary(i - 1)  # the tools' checkpoint is written: the next call starts
+        if errors > RETRIES:
+            return {"messages": [AIMessage(content="failed")]}
+        if i >= len(calls):
+            return {"messages": [AIMessage(content="done")]}
+        name, args = calls[i]
+        call = {"name": name, "args": args, "id": f"c{i}-{len(results)}", "type": "tool_call"}
+        return {"messages": [AIMessage(content="", tool_calls=[call])]}
+
+    def route(state: MessagesState) -> str:
+        last = state["messages"][-1]
+        return "tools" if getattr(last, "tool_calls", None) else END
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    tools = [make(f) for f in service.suite.tools]
+    graph.add_node("tools", ToolNode(tools, handle_tool_errors=True))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    connection = sqlite3.connect(service.directory / "langgraph.db", check_same_thread=False)
+    app = graph.compile(checkpointer=SqliteSaver(connection))
+    config = {"configurable": {"thread_id": "episode"}, "recursion_limit": 10_000}
+    if not resume:
+        turns_file.write_text("0")
+    final = app.invoke(None if resume else {"messages": []}, config)
+    connection.close()
+    status = final["messages"][-1].content
+    return {"status": status, "turns": int(turns_file.read_text())}
+
+
+# ---------------------------------------------------------------- 3. agenttx
+def run_agenttx(
+    service: Service, calls: list[Call], resume: bool, approve: Approver
+) -> dict[str, Any]:
+    """Each call a step of one transaction on a `SQLiteStore`; `engine.recover("resume")`."""
+
+    @agenttx.compensation(name="world.restore")
+    def restore(payload: agenttx.JSONValue) -> None:
+        assert isinstance(payload, dict)
+        call = payload["call"]
+        assert isinstance(call, int)
+        live = None
+        for entry in service.entries():  # the effect of this call not yet undone, if any
+            if entry["call"] == call and entry["event"] == "effect":
+                live = entry
+            elif entry["call"] == call and entry["event"] == "undo":
+                live = None
+        if live is not None:
+            service.restore(call, live["before"])
+
+    def make(name: str) -> agenttx.Tool[..., Any]:
+        staged = name in service.irreversible
+
+        def body(ctx: agenttx.ToolContext, call: int, args: dict[str, Any]) -> Any:
+            if staged:  # a message or a payment: sent by the outbox once the work commits
+                key = ctx.stage_effect("service", {"tool": name, "call": call, "args": args})
+                return {"staged": key}
+            ctx.register_undo("world.restore", {"call": call})  # durable before the effect
+            return {"result": service.call(name, args, call)}
+
+        return agenttx.tool(name=name, needs_approval=approve is not None and name in MONEY)(body)
+
+    def deliver(effect: agenttx.StagedEffect) -> None:
+        payload = effect.payload
+        assert isinstance(payload, dict)
+        service.call(payload["tool"], payload["args"], payload["call"], key=effect.idempotency_key)
+
+    tools: list[Any] = [restore, *(make(f.name) for f in service.suite.tools)]
+    engine = agenttx.Engine(
+        tools=tools,
+        store=SQLiteStore(service.directory / "agenttx.db"),
+        dispatcher={"service": deliver},
+    )
+    state = service.directory / "agenttx.json"
+    turns = 0
+    if resume:
+        report = engine.recover("resume")
+        saved = json.loads(state.read_text())
+        turns = saved["turns"]
+        tx = engine.get(saved["tx"])
+        if saved["tx"] not in report.resumed and tx.status is not agenttx.TxStatus.ACTIVE:
+            return _finish(engine, tx, turns)
+    else:
+        tx = engine.begin(agent_id="damage")
+    while tx.status is agenttx.TxStatus.ACTIVE:
+        i = tx.next_step_id - 1
+        if i >= len(calls):
+            break
+        state.write_text(json.dumps({"tx": tx.id, "turns": turns}))
+        turns += 1
+        name, args = calls[i]
+        step = {"call": i, "args": args}
+        r = tx.execute_step(i + 1, name, step)
+        if approve is not None and r.approval is not None:
+            if approve(name, args):
+                tx.approve(r.approval.id, actor="owner")
+            else:
+                tx.reject(r.approval.id, actor="owner", reason="not what I asked for")
+            r = tx.execute_step(i + 1, name, step)
+            if not r.ok and tx.status is agenttx.TxStatus.ACTIVE:
+                # refused: the agent drops the call and goes on with its own task
+                calls.pop(i)
+                continue
+        if r.ok:
+            service.boundary(i)
+    state.write_text(json.dumps({"tx": tx.id, "turns": turns}))
+    return _finish(engine, tx, turns)
+
+
+def _finish(engine: Any, tx: Any, turns: int) -> dict[str, Any]:
+    if tx.status is agenttx.TxStatus.ACTIVE:
+        tx.commit()
+    deadline = time.monotonic() + 10.0
+    while engine.pending_effects() and time.monotonic() < deadline:
+        engine.dispatch_pending()
+        time.sleep(0.05)
+    status = "done" if tx.status is agenttx.TxStatus.COMMITTED and not engine.pending_effects() else "failed"
+    return {"status": status, "turns": turns + 1}
+
+
+LOOPS: dict[str, Callable[[Service, list[Call], bool, Approver], dict[str, Any]]] = {
+    "plain": run_plain,
+    "langgraph": run_langgraph,
+    "agenttx": run_agenttx,
+}
+# The agent's loop state per episode lives in files under the episode's directory.
+__all__ = ["LOOPS", "Path"]
