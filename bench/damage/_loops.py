@@ -118,7 +118,9 @@ def run_langgraph(
     config = {"configurable": {"thread_id": "episode"}, "recursion_limit": 10_000}
     if not resume:
         turns_file.write_text("0")
-    final = app.invoke(None if resume else {"messages": []}, config)
+    # durability="sync": each superstep's checkpoint is written before the next one starts (the
+    # default, "async", writes it while the next step runs, so a crash can lose it).
+    final = app.invoke(None if resume else {"messages": []}, config, durability="sync")
     connection.close()
     status = final["messages"][-1].content
     return {"status": status, "turns": int(turns_file.read_text())}
@@ -173,19 +175,25 @@ def run_agenttx(
         report = engine.recover("resume")
         saved = json.loads(state.read_text())
         turns = saved["turns"]
+        if saved["tx"] not in report.resumed:
+            # It ended before the crash (the crash hit the outbox's delivery after the commit):
+            # an engine finds only the transactions it began or resumed (docs/protocol.md#engine),
+            # so what it became is this loop's own note, written before the commit.
+            assert saved.get("committing"), saved
+            _deliver(engine)
+            return {"status": "done" if not engine.pending_effects() else "failed", "turns": turns}
         tx = engine.get(saved["tx"])
-        if saved["tx"] not in report.resumed and tx.status is not agenttx.TxStatus.ACTIVE:
-            return _finish(engine, tx, turns)
     else:
         tx = engine.begin(agent_id="damage")
+    order = list(range(len(calls)))  # step i + 1 makes call order[i]
     while tx.status is agenttx.TxStatus.ACTIVE:
         i = tx.next_step_id - 1
-        if i >= len(calls):
+        if i >= len(order):
             break
         state.write_text(json.dumps({"tx": tx.id, "turns": turns}))
         turns += 1
-        name, args = calls[i]
-        step = {"call": i, "args": args}
+        name, args = calls[order[i]]
+        step = {"call": order[i], "args": args}
         r = tx.execute_step(i + 1, name, step)
         if approve is not None and r.approval is not None:
             if approve(name, args):
@@ -195,23 +203,24 @@ def run_agenttx(
             r = tx.execute_step(i + 1, name, step)
             if not r.ok and tx.status is agenttx.TxStatus.ACTIVE:
                 # refused: the agent drops the call and goes on with its own task
-                calls.pop(i)
+                order.pop(i)
                 continue
         if r.ok:
-            service.boundary(i)
-    state.write_text(json.dumps({"tx": tx.id, "turns": turns}))
-    return _finish(engine, tx, turns)
-
-
-def _finish(engine: Any, tx: Any, turns: int) -> dict[str, Any]:
+            service.boundary(order[i])
     if tx.status is agenttx.TxStatus.ACTIVE:
+        state.write_text(json.dumps({"tx": tx.id, "turns": turns + 1, "committing": True}))
         tx.commit()
-    deadline = time.monotonic() + 10.0
+    _deliver(engine)
+    done = tx.status is agenttx.TxStatus.COMMITTED and not engine.pending_effects()
+    return {"status": "done" if done else "failed", "turns": turns + 1}
+
+
+def _deliver(engine: agenttx.Engine) -> None:
+    """Deliver the outbox; a delivery that failed is offered again after its backoff."""
+    deadline = time.monotonic() + 2.0
     while engine.pending_effects() and time.monotonic() < deadline:
         engine.dispatch_pending()
         time.sleep(0.05)
-    status = "done" if tx.status is agenttx.TxStatus.COMMITTED and not engine.pending_effects() else "failed"
-    return {"status": status, "turns": turns + 1}
 
 
 LOOPS: dict[str, Callable[[Service, list[Call], bool, Approver], dict[str, Any]]] = {

@@ -144,7 +144,7 @@ class Service:
         if self._fire("crash_after_effect", call):
             os.kill(os.getpid(), signal.SIGKILL)
         if self._fire("timeout", call):
-            self.log(event="timeout", call=call, tool=name)
+            self.log(event="timeout", call=call, tool=name, key=key)
             raise TimeoutError("read timed out (the request was sent)")
         if error is not None:
             raise RuntimeError(error)

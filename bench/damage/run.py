@@ -131,20 +131,20 @@ def measure(
     final = json.loads(service.world.read_text())
     failed = report["status"] != "done"
     live: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    blind, pending_timeout = 0, set()
+    blind, timed_out = 0, {}
     for entry in entries:
         call, event = entry["call"], entry["event"]
         if event == "effect":
             live[call].append(entry)
-        elif event == "undo" and live[call]:
+        if event == "undo" and live[call]:
             live[call].pop()
-        elif event == "timeout":
-            pending_timeout.add(call)
+        if event == "timeout":
+            timed_out[call] = entry.get("key")
         elif event in {"checked", "undo"}:
-            pending_timeout.discard(call)
-        elif event == "request" and call in pending_timeout:
-            blind += 1
-            pending_timeout.discard(call)
+            timed_out.pop(call, None)
+        elif event == "request" and call in timed_out:
+            key = timed_out.pop(call)
+            blind += key is None or entry.get("key") != key  # the same key: deduplicated
     effects = [e for es in live.values() for e in es]
     return {
         "unintended": changes(final, reference),
