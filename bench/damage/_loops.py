@@ -29,13 +29,16 @@ from agenttx.stores import SQLiteStore
 
 Call = tuple[str, dict[str, Any]]
 # The person who approves calls in the injection arm (None elsewhere): yes to the user's own.
+# There agenttx asks for an approval before every call that moves money or sends anything.
 Approver = Callable[[str, dict[str, Any]], bool] | None
 TRANSIENT = (TimeoutError, ConnectionError)
 RETRIES = 2  # what agents commonly do: retry a failed call a couple of times, then give up
 
 
 # ---------------------------------------------------------------- 1. the plain loop
-def run_plain(service: Service, calls: list[Call], resume: bool, approve: Approver) -> dict[str, Any]:
+def run_plain(
+    service: Service, calls: list[Call], resume: bool, approve: Approver
+) -> dict[str, Any]:
     """Call each tool; retry a timeout or a 5xx twice; stop at any other error."""
     del resume, approve  # no record to resume from, no approvals: the task starts again
     turns = 0
@@ -73,8 +76,8 @@ def run_langgraph(
             tool_call_id=(Annotated[str, InjectedToolCallId], ...),
         )
 
-        def run(tool_call_id: str, **kwargs: Any) -> str:
-            call = int(tool_call_id.split("-")[0][1:])
+        def run(tool_call_id: str, **_arguments: Any) -> str:  # the call's own, kept by `calls`
+            call = int(tool_call_id.split("-", maxsplit=1)[0][1:])
             return json.dumps(service.call(function.name, calls[call][1], call))
 
         return StructuredTool.from_function(
@@ -127,7 +130,7 @@ def run_langgraph(
 
 
 # ---------------------------------------------------------------- 3. agenttx
-def run_agenttx(
+def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
     service: Service, calls: list[Call], resume: bool, approve: Approver
 ) -> dict[str, Any]:
     """Each call a step of one transaction on a `SQLiteStore`; `engine.recover("resume")`."""
@@ -156,7 +159,9 @@ def run_agenttx(
             ctx.register_undo("world.restore", {"call": call})  # durable before the effect
             return {"result": service.call(name, args, call)}
 
-        return agenttx.tool(name=name, needs_approval=approve is not None and name in MONEY)(body)
+        return agenttx.tool(
+            name=name, needs_approval=approve is not None and (staged or name in MONEY)
+        )(body)
 
     def deliver(effect: agenttx.StagedEffect) -> None:
         payload = effect.payload

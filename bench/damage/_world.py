@@ -13,18 +13,24 @@ import json
 import os
 import signal
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # The tools whose effect cannot be taken back once delivered: money leaves, a message is read.
 IRREVERSIBLE: dict[str, frozenset[str]] = {
     "banking": frozenset({"send_money", "schedule_transaction"}),
     "slack": frozenset({"send_direct_message", "send_channel_message", "post_webpage"}),
-    "travel": frozenset({"send_email", "reserve_hotel", "reserve_car_rental", "reserve_restaurant"}),
+    "travel": frozenset(
+        {"send_email", "reserve_hotel", "reserve_car_rental", "reserve_restaurant"}
+    ),
     "workspace": frozenset({"send_email", "share_file"}),
 }
 # The tools that move money: approvals are asked for these in the injection arm.
-MONEY: frozenset[str] = frozenset({"send_money", "schedule_transaction", "update_scheduled_transaction"})
+MONEY: frozenset[str] = frozenset(
+    {"send_money", "schedule_transaction", "update_scheduled_transaction"}
+)
 
 FAULTS = (
     "none",
@@ -61,7 +67,7 @@ def _read_json(path: Path) -> Any:
 def _write_json(path: Path, value: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value, sort_keys=True))
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 class Service:
@@ -163,9 +169,7 @@ class Service:
     def status(self, call: int, key: str) -> Any:
         """The status check: the result of call `call` made with `key`, or None if not done."""
         self.log(event="checked", call=call, key=key)
-        done = [
-            e for e in self.entries() if e["event"] == "effect" and e.get("key") == key
-        ]
+        done = [e for e in self.entries() if e["event"] == "effect" and e.get("key") == key]
         return done[-1]["result"] if done else None
 
 

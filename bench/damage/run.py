@@ -2,8 +2,8 @@
 
 Run from the repository root (`pip install -e '.[dev]'` installs AgentDojo)::
 
-    python -m bench.damage                   # every suite, every fault, every task (the defaults)
-    python -m bench.damage --quick           # a few banking tasks (used by tests/test_bench_damage.py)
+    python -m bench.damage            # every suite and fault, 12 tasks a suite (the defaults)
+    python -m bench.damage --quick    # 3 banking tasks (tests/test_bench_damage.py runs it)
     python -m bench.damage --suites banking --tasks 5 --write bench/RESULTS.md
 
 What is measured, and how, is in bench/damage/README.md.
@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _loops import LOOPS, Call  # noqa: E402
-from _world import FAULTS, Fault, Service  # noqa: E402
+from _loops import LOOPS, Call
+from _world import FAULTS, Fault, Service
 
 SUITES = ("banking", "slack", "travel", "workspace")
 VERSION = "v1.2.1"
@@ -40,6 +40,10 @@ METRICS = ("unintended", "duplicates", "orphaned", "leaked", "blind_retries")
 # duplicates, leaked irreversible effects and orphaned partial state, for every fault but a
 # silent no-op (a service that answers success without acting is beyond any loop's reach).
 CLAIMED = frozenset(f for f in FAULTS if f != "noop")
+# Not claimed either: a staged message or payment is delivered after the commit, so a service
+# that refuses it for good (the "permanent" fault on such a call) cannot undo the committed
+# writes before it; the outbox keeps the effect and its error (`engine.pending_effects()`).
+AFTER_COMMIT = ("permanent", "orphaned")
 
 
 @dataclass
@@ -72,17 +76,27 @@ def _items(value: Any, path: str = "") -> set[str]:
     if isinstance(value, dict):
         out: set[str] = set()
         for key, item in value.items():
+            if key == "timestamp":  # when a message was sent: the clock's, not the agent's
+                continue
             out |= _items(item, f"{path}/{key}")
         return out
     if isinstance(value, list):
         counts: dict[str, int] = defaultdict(int)
         out = set()
         for item in value:
-            text = json.dumps(item, sort_keys=True)
+            text = json.dumps(_untimed(item), sort_keys=True)
             counts[text] += 1
             out.add(f"{path}[]{counts[text]}={text}")
         return out
     return {f"{path}={json.dumps(value)}"}
+
+
+def _untimed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k != "timestamp"}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
 
 
 def changes(a: Any, b: Any) -> int:
@@ -117,7 +131,9 @@ def run_episode(
             continue
         if not out.exists():
             error = service.directory / "error.txt"
-            raise RuntimeError(f"{loop} crashed:\n{error.read_text() if error.exists() else status}")
+            raise RuntimeError(
+                f"{loop} crashed:\n{error.read_text() if error.exists() else status}"
+            )
         report = json.loads(out.read_text())
         report["restarts"] = restarts
         return report
@@ -180,7 +196,7 @@ def plan_task(suite: Any, task: Any, seed: int, root: Path) -> dict[str, Any]:
         "reference": json.loads(probe.world.read_text()),
         "targets": effectful or list(range(len(calls))),
         "injection": _calls(injection.ground_truth(env.model_copy(deep=True))),
-        "rng": rng,
+        "seed": f"{seed}/{suite.name}/{task.ID}",
     }
 
 
@@ -192,10 +208,13 @@ def schedule(plan: dict[str, Any], kind: str) -> tuple[Fault, list[Call], set[in
     if kind == "injection":  # the attacker's calls, made right after the first call
         at = min(1, len(calls))
         calls[at:at] = plan["injection"]
-        return Fault(kind, -1), calls, set(range(at, at + len(plan["injection"]))), plan[
-            "reference"
-        ]
-    target = plan["rng"].choice(plan["targets"])
+        return (
+            Fault(kind, -1),
+            calls,
+            set(range(at, at + len(plan["injection"]))),
+            plan["reference"],
+        )
+    target = random.Random(f"{plan['seed']}/{kind}").choice(plan["targets"])
     reference = plan["start"] if kind == "permanent" else plan["reference"]
     return Fault(kind, target), calls, set(), reference
 
@@ -261,7 +280,15 @@ def table(cells: dict[tuple[str, str, str], Cell]) -> str:
     ):
         sums = [str(c.sums[m]) for m in METRICS]
         if loop == "agenttx" and fault not in CLAIMED:
-            sums = [s + " (not claimed)" if m != "blind_retries" else s for s, m in zip(sums, METRICS)]
+            sums = [
+                s + " (not claimed)" if m != "blind_retries" else s
+                for s, m in zip(sums, METRICS, strict=True)
+            ]
+        elif loop == "agenttx" and fault == AFTER_COMMIT[0]:
+            sums = [
+                s + " (†)" if m == AFTER_COMMIT[1] and s != "0" else s
+                for s, m in zip(sums, METRICS, strict=True)
+            ]
         lines.append(
             f"| {suite} | {fault} | {loop} | {c.episodes} | {c.utility}/{c.episodes} | "
             + " | ".join(sums)
@@ -279,6 +306,11 @@ def check(cells: dict[tuple[str, str, str], Cell]) -> list[str]:
         if fault in CLAIMED:
             problems += [
                 f"{suite}/{fault}: agenttx {m} = {c.sums[m]}"
+                + (
+                    " (†: a staged effect refused after the commit)"
+                    if (fault, m) == AFTER_COMMIT
+                    else ""
+                )
                 for m in ("duplicates", "leaked", "orphaned")
                 if c.sums[m]
             ]
@@ -294,7 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suites", nargs="+", default=list(SUITES), choices=SUITES)
     parser.add_argument("--faults", nargs="+", default=list(FAULTS), choices=FAULTS)
     parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=list(LOOPS))
-    parser.add_argument("--tasks", type=int, default=1_000, help="first N user tasks per suite")
+    parser.add_argument(
+        "--tasks", type=int, default=12, help="first N user tasks per suite (1000: all of them)"
+    )
     parser.add_argument("--trials", type=int, default=1, help="fault draws per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the episodes' files")
@@ -306,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     cells = run(args)
     text = table(cells)
     print(text)
-    print(f"\n{sum(c.episodes for c in cells.values())} episodes in {time.perf_counter() - began:.0f} s")
+    episodes = sum(c.episodes for c in cells.values())
+    print(f"\n{episodes} episodes in {time.perf_counter() - began:.0f} s")
     problems = check(cells)
     for problem in problems:
         print("FINDING:", problem)
