@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 import traceback
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _agentdojo import get_suite
 from _loops import LOOPS, Call
 from _world import FAULTS, Fault, Service
 
@@ -59,11 +59,7 @@ class Cell:
 
 
 def load_suite(name: str) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from agentdojo.task_suite.load_suites import get_suite  # noqa: PLC0415
-
-        return get_suite(VERSION, name)
+    return get_suite(name, VERSION)
 
 
 def _calls(function_calls: Any) -> list[Call]:
