@@ -346,13 +346,23 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print("FINDING:", problem)
     if args.write:
-        write_results(args.write, text, argv)
+        seconds = time.perf_counter() - began
+        summary = f"{episodes} episodes in {seconds:.0f} s." + "".join(
+            f"\nFinding: {problem}." for problem in problems
+        )
+        write_results(args.write, text, summary, argv)
     return 0
 
 
-def write_results(path: Path, text: str, argv: list[str] | None) -> None:
+def write_results(path: Path, text: str, summary: str, argv: list[str] | None) -> None:
+    """Put the table in the "Damage prevented" section of `path` (replacing an older one)."""
     command = "python -m bench.damage " + " ".join(argv if argv is not None else sys.argv[1:])
-    section = f"## Damage prevented\n\n`{command.strip()}`\n\n{text}\n"
+    section = (
+        "## Damage prevented\n\n"
+        "AgentDojo's user tasks under the seeded fault schedule, through three loops; what each\n"
+        "column counts, and the cells marked `(not claimed)` and `(†)`, are explained in\n"
+        f"bench/damage/README.md. Command: `{command.strip()}`.\n\n{text}\n\n{summary}\n"
+    )
     content = path.read_text() if path.exists() else ""
     start = content.find("## Damage prevented")
     if start >= 0:
