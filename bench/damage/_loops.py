@@ -1,8 +1,8 @@
 """The three agent loops, each run in a process of its own that a crash fault kills.
 
 Each `run_*` drives one episode's calls (the "agent": a scripted sequence of tool calls) through
-`Service.call`, and returns what the loop itself reports: "done" or "failed", and the number of
-model turns (agent decisions). `resume` is True in the process started after a crash, which
+`Service.call`, counts each model turn (an agent decision) with `Service.turn`, and returns what
+the loop itself reports: "done" or "failed". `resume` is True in the process started after a crash, which
 resumes the way the loop's documentation says: the plain loop has no record and starts the task
 again; LangGraph resumes its thread from the last checkpoint; agenttx recovers its SQLite file.
 """
@@ -41,20 +41,20 @@ def run_plain(
 ) -> dict[str, Any]:
     """Call each tool; retry a timeout or a 5xx twice; stop at any other error."""
     del resume, approve  # no record to resume from, no approvals: the task starts again
-    turns = 0
     for i, (name, args) in enumerate(calls):
-        turns += 1
+        service.turn()
         for attempt in range(RETRIES + 1):
             try:
                 service.call(name, args, i)
                 break
             except TRANSIENT:
                 if attempt == RETRIES:
-                    return {"status": "failed", "turns": turns}
+                    return {"status": "failed"}
             except Exception:  # noqa: BLE001 -- a tool's error ends the run, as in most loops
-                return {"status": "failed", "turns": turns}
+                return {"status": "failed"}
         service.boundary(i)
-    return {"status": "done", "turns": turns + 1}
+    service.turn()  # the answer
+    return {"status": "done"}
 
 
 # ---------------------------------------------------------------- 2. LangGraph
@@ -84,10 +84,8 @@ def run_langgraph(
             func=run, name=function.name, description=function.description, args_schema=schema
         )
 
-    turns_file = service.directory / "langgraph.turns"
-
     def model(state: MessagesState) -> dict[str, Any]:
-        turns_file.write_text(str(int(turns_file.read_text() or "0") + 1))
+        service.turn()
         results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
         i, errors = 0, 0
         for message in results:
@@ -119,14 +117,12 @@ def run_langgraph(
     connection = sqlite3.connect(service.directory / "langgraph.db", check_same_thread=False)
     app = graph.compile(checkpointer=SqliteSaver(connection))
     config = {"configurable": {"thread_id": "episode"}, "recursion_limit": 10_000}
-    if not resume:
-        turns_file.write_text("0")
     # durability="sync": each superstep's checkpoint is written before the next one starts (the
     # default, "async", writes it while the next step runs, so a crash can lose it).
     final = app.invoke(None if resume else {"messages": []}, config, durability="sync")
     connection.close()
     status = final["messages"][-1].content
-    return {"status": status, "turns": int(turns_file.read_text())}
+    return {"status": status}
 
 
 # ---------------------------------------------------------------- 3. agenttx
@@ -175,18 +171,16 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
         dispatcher={"service": deliver},
     )
     state = service.directory / "agenttx.json"
-    turns = 0
     if resume:
         report = engine.recover("resume")
         saved = json.loads(state.read_text())
-        turns = saved["turns"]
         if saved["tx"] not in report.resumed:
             # It ended before the crash (the crash hit the outbox's delivery after the commit):
             # an engine finds only the transactions it began or resumed (docs/protocol.md#engine),
             # so what it became is this loop's own note, written before the commit.
             assert saved.get("committing"), saved
             _deliver(engine)
-            return {"status": "done" if not engine.pending_effects() else "failed", "turns": turns}
+            return {"status": "done" if not engine.pending_effects() else "failed"}
         tx = engine.get(saved["tx"])
     else:
         tx = engine.begin(agent_id="damage")
@@ -195,8 +189,8 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
         i = tx.next_step_id - 1
         if i >= len(order):
             break
-        state.write_text(json.dumps({"tx": tx.id, "turns": turns}))
-        turns += 1
+        state.write_text(json.dumps({"tx": tx.id}))
+        service.turn()
         name, args = calls[order[i]]
         step = {"call": order[i], "args": args}
         r = tx.execute_step(i + 1, name, step)
@@ -213,11 +207,12 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
         if r.ok:
             service.boundary(order[i])
     if tx.status is agenttx.TxStatus.ACTIVE:
-        state.write_text(json.dumps({"tx": tx.id, "turns": turns + 1, "committing": True}))
+        service.turn()  # the answer, and the commit
+        state.write_text(json.dumps({"tx": tx.id, "committing": True}))
         tx.commit()
     _deliver(engine)
     done = tx.status is agenttx.TxStatus.COMMITTED and not engine.pending_effects()
-    return {"status": "done" if done else "failed", "turns": turns + 1}
+    return {"status": "done" if done else "failed"}
 
 
 def _deliver(engine: agenttx.Engine) -> None:

@@ -90,6 +90,7 @@ class Service:
         _write_json(self.world, env.model_dump(mode="json"))
         self.ledger.write_text("")
         self.fired.unlink(missing_ok=True)
+        (self.directory / "turns").unlink(missing_ok=True)
 
     def load(self) -> Any:
         return self.suite.environment_type.model_validate(_read_json(self.world))
@@ -160,6 +161,15 @@ class Service:
         """Called by a loop once call `call` is recorded, before the next call starts."""
         if self._fire("crash_after_record", call):
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def turn(self) -> None:
+        """Count one model turn (an agent decision); the count survives the process."""
+        turns = self.directory / "turns"
+        turns.write_text(str(int(turns.read_text()) + 1 if turns.exists() else 1))
+
+    def turns(self) -> int:
+        turns = self.directory / "turns"
+        return int(turns.read_text()) if turns.exists() else 0
 
     def restore(self, call: int, before: Any) -> None:
         """Undo logical call `call`: put back the environment as it was before its effect."""

@@ -132,6 +132,7 @@ def run_episode(
             )
         report = json.loads(out.read_text())
         report["restarts"] = restarts
+        report["turns"] = service.turns()
         return report
 
 
