@@ -2,9 +2,10 @@
 
 Each `run_*` drives one episode's calls (the "agent": a scripted sequence of tool calls) through
 `Service.call`, counts each model turn (an agent decision) with `Service.turn`, and returns what
-the loop itself reports: "done" or "failed". `resume` is True in the process started after a crash, which
-resumes the way the loop's documentation says: the plain loop has no record and starts the task
-again; LangGraph resumes its thread from the last checkpoint; agenttx recovers its SQLite file.
+the loop itself reports: "done" or "failed". `resume` is True in the process started after a
+crash, which resumes the way the loop's documentation says: the plain loop has no record and
+starts the task again; LangGraph resumes its thread from the last checkpoint; agenttx recovers
+its SQLite file.
 """
 
 from __future__ import annotations
