@@ -144,20 +144,21 @@ def measure(
     final = json.loads(service.world.read_text())
     failed = report["status"] != "done"
     live: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    blind, timed_out = 0, {}
+    blind, timed_out, last = 0, {}, {}
     for entry in entries:
         call, event = entry["call"], entry["event"]
         if event == "effect":
             live[call].append(entry)
         if event == "undo" and live[call]:
             live[call].pop()
-        if event == "timeout":
+        if event == "timeout" and last.get(call) == "effect":  # a read's retry risks nothing
             timed_out[call] = entry.get("key")
         elif event in {"checked", "undo"}:
             timed_out.pop(call, None)
         elif event == "request" and call in timed_out:
             key = timed_out.pop(call)
             blind += key is None or entry.get("key") != key  # the same key: deduplicated
+        last[call] = event
     effects = [e for es in live.values() for e in es]
     return {
         "unintended": changes(final, reference),
