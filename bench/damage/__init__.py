@@ -1,0 +1,1 @@
+"""The damage benchmark: AgentDojo's task suites under faults, three agent loops (README.md)."""

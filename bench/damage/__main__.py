@@ -1,0 +1,10 @@
+"""`python -m bench.damage`: see bench/damage/run.py."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run import main
+
+sys.exit(main())

@@ -1,0 +1,233 @@
+"""The three agent loops, each run in a process of its own that a crash fault kills.
+
+Each `run_*` drives one episode's calls (the "agent": a scripted sequence of tool calls) through
+`Service.call`, counts each model turn (an agent decision) with `Service.turn`, and returns what
+the loop itself reports: "done" or "failed". `resume` is True in the process started after a
+crash, which resumes the way the loop's documentation says: the plain loop has no record and
+starts the task again; LangGraph resumes its thread from the last checkpoint; agenttx recovers
+its SQLite file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from _world import MONEY, Service
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId, StructuredTool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from pydantic import create_model
+
+import agenttx
+from agenttx.stores import SQLiteStore
+
+Call = tuple[str, dict[str, Any]]
+# The person who approves calls in the injection arm (None elsewhere): yes to the user's own.
+# There agenttx asks for an approval before every call that moves money or sends anything.
+Approver = Callable[[str, dict[str, Any]], bool] | None
+TRANSIENT = (TimeoutError, ConnectionError)
+RETRIES = 2  # what agents commonly do: retry a failed call a couple of times, then give up
+
+
+# ---------------------------------------------------------------- 1. the plain loop
+def run_plain(
+    service: Service, calls: list[Call], resume: bool, approve: Approver
+) -> dict[str, Any]:
+    """Call each tool; retry a timeout or a 5xx twice; stop at any other error."""
+    del resume, approve  # no record to resume from, no approvals: the task starts again
+    for i, (name, args) in enumerate(calls):
+        service.turn()
+        for attempt in range(RETRIES + 1):
+            try:
+                service.call(name, args, i)
+                break
+            except TRANSIENT:
+                if attempt == RETRIES:
+                    return {"status": "failed"}
+            except Exception:  # noqa: BLE001 -- a tool's error ends the run, as in most loops
+                return {"status": "failed"}
+        service.boundary(i)
+    service.turn()  # the answer
+    return {"status": "done"}
+
+
+# ---------------------------------------------------------------- 2. LangGraph
+def run_langgraph(
+    service: Service, calls: list[Call], resume: bool, approve: Approver
+) -> dict[str, Any]:
+    """A `ToolNode` and a scripted model node in a `StateGraph` checkpointed by `SqliteSaver`.
+
+    The model node reads the conversation: after an error it sends the same call again (at most
+    twice), after a result it sends the next call. After a crash the thread is resumed from its
+    last checkpoint with `graph.invoke(None, config)`, as LangGraph's persistence docs describe.
+    """
+    del approve
+
+    def make(function: Any) -> StructuredTool:
+        schema = create_model(
+            function.name,
+            __base__=function.parameters,
+            tool_call_id=(Annotated[str, InjectedToolCallId], ...),
+        )
+
+        def run(tool_call_id: str, **_arguments: Any) -> str:  # the call's own, kept by `calls`
+            call = int(tool_call_id.split("-", maxsplit=1)[0][1:])
+            return json.dumps(service.call(function.name, calls[call][1], call))
+
+        return StructuredTool.from_function(
+            func=run, name=function.name, description=function.description, args_schema=schema
+        )
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        service.turn()
+        results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+        i, errors = 0, 0
+        for message in results:
+            if message.status == "error":
+                errors += 1
+            else:
+                i, errors = i + 1, 0
+        if results and results[-1].status != "error":
+            service.boundary(i - 1)  # the tools' checkpoint is written: the next call starts
+        if errors > RETRIES:
+            return {"messages": [AIMessage(content="failed")]}
+        if i >= len(calls):
+            return {"messages": [AIMessage(content="done")]}
+        name, args = calls[i]
+        call = {"name": name, "args": args, "id": f"c{i}-{len(results)}", "type": "tool_call"}
+        return {"messages": [AIMessage(content="", tool_calls=[call])]}
+
+    def route(state: MessagesState) -> str:
+        last = state["messages"][-1]
+        return "tools" if getattr(last, "tool_calls", None) else END
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    tools = [make(f) for f in service.suite.tools]
+    graph.add_node("tools", ToolNode(tools, handle_tool_errors=True))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    connection = sqlite3.connect(service.directory / "langgraph.db", check_same_thread=False)
+    app = graph.compile(checkpointer=SqliteSaver(connection))
+    config = {"configurable": {"thread_id": "episode"}, "recursion_limit": 10_000}
+    # durability="sync": each superstep's checkpoint is written before the next one starts (the
+    # default, "async", writes it while the next step runs, so a crash can lose it).
+    final = app.invoke(None if resume else {"messages": []}, config, durability="sync")
+    connection.close()
+    status = final["messages"][-1].content
+    return {"status": status}
+
+
+# ---------------------------------------------------------------- 3. agenttx
+def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
+    service: Service, calls: list[Call], resume: bool, approve: Approver
+) -> dict[str, Any]:
+    """Each call a step of one transaction on a `SQLiteStore`; `engine.recover("resume")`."""
+
+    @agenttx.compensation(name="world.restore")
+    def restore(payload: agenttx.JSONValue) -> None:
+        assert isinstance(payload, dict)
+        call = payload["call"]
+        assert isinstance(call, int)
+        live = None
+        for entry in service.entries():  # the effect of this call not yet undone, if any
+            if entry["call"] == call and entry["event"] == "effect":
+                live = entry
+            elif entry["call"] == call and entry["event"] == "undo":
+                live = None
+        if live is not None:
+            service.restore(call, live["before"])
+
+    def make(name: str) -> agenttx.Tool[..., Any]:
+        staged = name in service.irreversible
+
+        def body(ctx: agenttx.ToolContext, call: int, args: dict[str, Any]) -> Any:
+            if staged:  # a message or a payment: sent by the outbox once the work commits
+                key = ctx.stage_effect("service", {"tool": name, "call": call, "args": args})
+                return {"staged": key}
+            ctx.register_undo("world.restore", {"call": call})  # durable before the effect
+            return {"result": service.call(name, args, call)}
+
+        return agenttx.tool(
+            name=name, needs_approval=approve is not None and (staged or name in MONEY)
+        )(body)
+
+    def deliver(effect: agenttx.StagedEffect) -> None:
+        payload = effect.payload
+        assert isinstance(payload, dict)
+        service.call(payload["tool"], payload["args"], payload["call"], key=effect.idempotency_key)
+
+    tools: list[Any] = [restore, *(make(f.name) for f in service.suite.tools)]
+    engine = agenttx.Engine(
+        tools=tools,
+        store=SQLiteStore(service.directory / "agenttx.db"),
+        dispatcher={"service": deliver},
+    )
+    state = service.directory / "agenttx.json"
+    if resume:
+        report = engine.recover("resume")
+        saved = json.loads(state.read_text())
+        if saved["tx"] not in report.resumed:
+            # It ended before the crash (the crash hit the outbox's delivery after the commit):
+            # an engine finds only the transactions it began or resumed (docs/protocol.md#engine),
+            # so what it became is this loop's own note, written before the commit.
+            assert saved.get("committing"), saved
+            _deliver(engine)
+            return {"status": "done" if not engine.pending_effects() else "failed"}
+        tx = engine.get(saved["tx"])
+    else:
+        tx = engine.begin(agent_id="damage")
+    order = list(range(len(calls)))  # step i + 1 makes call order[i]
+    while tx.status is agenttx.TxStatus.ACTIVE:
+        i = tx.next_step_id - 1
+        if i >= len(order):
+            break
+        state.write_text(json.dumps({"tx": tx.id}))
+        service.turn()
+        name, args = calls[order[i]]
+        step = {"call": order[i], "args": args}
+        r = tx.execute_step(i + 1, name, step)
+        if approve is not None and r.approval is not None:
+            if approve(name, args):
+                tx.approve(r.approval.id, actor="owner")
+            else:
+                tx.reject(r.approval.id, actor="owner", reason="not what I asked for")
+            r = tx.execute_step(i + 1, name, step)
+            if not r.ok and tx.status is agenttx.TxStatus.ACTIVE:
+                # refused: the agent drops the call and goes on with its own task
+                order.pop(i)
+                continue
+        if r.ok:
+            service.boundary(order[i])
+    if tx.status is agenttx.TxStatus.ACTIVE:
+        service.turn()  # the answer, and the commit
+        state.write_text(json.dumps({"tx": tx.id, "committing": True}))
+        tx.commit()
+    _deliver(engine)
+    done = tx.status is agenttx.TxStatus.COMMITTED and not engine.pending_effects()
+    return {"status": "done" if done else "failed"}
+
+
+def _deliver(engine: agenttx.Engine) -> None:
+    """Deliver the outbox; a delivery that failed is offered again after its backoff."""
+    deadline = time.monotonic() + 2.0
+    while engine.pending_effects() and time.monotonic() < deadline:
+        engine.dispatch_pending()
+        time.sleep(0.05)
+
+
+LOOPS: dict[str, Callable[[Service, list[Call], bool, Approver], dict[str, Any]]] = {
+    "plain": run_plain,
+    "langgraph": run_langgraph,
+    "agenttx": run_agenttx,
+}
+# The agent's loop state per episode lives in files under the episode's directory.
+__all__ = ["LOOPS", "Path"]
