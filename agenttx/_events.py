@@ -417,8 +417,8 @@ class EventSink:
         if no hook listens; otherwise call `emit` outside it, or `record` under it and
         `deliver` after releasing it.
         """
-        self._raw.append(
-            (kind.value, time.time() if at is None else at, step, node, attempt, actor, data)
+        self._raw.append(  # `_value_`: the enum property's value, without its call
+            (kind._value_, time.time() if at is None else at, step, node, attempt, actor, data)
         )
         if self._hooks:
             self.deliver()

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._json import JSONValue
     from ._tools import OutputSerializer
 
-__all__ = ["DEFAULT_STEP_TIMEOUT", "Settings", "check_serializer", "float_seconds"]
+__all__ = ["DEFAULT_STEP_TIMEOUT", "Settings", "check_serializer", "float_seconds", "settings_of"]
 
 DEFAULT_STEP_TIMEOUT: Final = 30.0
 
@@ -98,3 +98,28 @@ class Settings:
         if unknown or "policy" in fields or "output_serializer" in fields:
             raise InvalidArgument(f"unknown settings in the durable record: {sorted(unknown)}")
         return cls(policy=policy, output_serializer=output_serializer, **fields)
+
+
+#: The settings already built, by their arguments and the arguments' types (`1 == 1.0 ==
+#: True`, and a bool is refused where a number is asked): most transactions of a process share
+#: a few, so one lookup replaces the checks of every field. Cleared when full.
+_BUILT: dict[tuple[object, ...], Settings] = {}
+_MAX_BUILT: Final = 64
+
+
+def settings_of(**fields: Any) -> Settings:
+    """`Settings(**fields)`, the same instance for the same arguments (settings are frozen).
+
+    Raises what `Settings` raises; an argument that cannot be hashed is checked by `Settings`.
+    """
+    key = tuple((name, type(value), value) for name, value in fields.items())
+    try:
+        built = _BUILT.get(key)
+    except TypeError:  # unhashable: `Settings` says what is wrong with it
+        return Settings(**fields)
+    if built is None:
+        built = Settings(**fields)  # raises for a bad value: nothing is kept
+        if len(_BUILT) >= _MAX_BUILT:
+            _BUILT.clear()
+        _BUILT[key] = built
+    return built

@@ -87,7 +87,7 @@ class Timeline:
         self.rewinds = 0
         self.generation = 0
         self.undid = False  # the rewind under way compensated or dropped something
-        self._graph = DependencyGraph()
+        self._graph: DependencyGraph | None = None  # made when first needed (`graph()`)
         self._graph_upto = 0  # the last live step already in the graph
 
     def adopt(self, restored: Restored) -> None:
@@ -158,7 +158,8 @@ class Timeline:
         if self.call_ids:
             self.call_ids = {c: s for c, s in self.call_ids.items() if s < first}
         self.history.undo_from(first)
-        self._graph.truncate_from(first)
+        if self._graph is not None:
+            self._graph.truncate_from(first)
         self._graph_upto = min(self._graph_upto, first - 1)
         self.pending = None
         self.next_step = first
@@ -173,11 +174,16 @@ class Timeline:
     def clear(self) -> None:
         """Drop every step (an abort): no step runs next."""
         self.truncate(1)
-        self._graph.clear()
+        if self._graph is not None:
+            self._graph.clear()
         self.next_step = 0
 
     def graph(self) -> DependencyGraph:
-        """The dependency graph, with the live steps added since it was last needed."""
-        add_live_steps(self._graph, self.steps, self._graph_upto + 1)
+        """The dependency graph, with the live steps added since it was last needed (made on
+        the first call: a transaction that never fails or asks never builds one)."""
+        graph = self._graph
+        if graph is None:
+            graph = self._graph = DependencyGraph()
+        add_live_steps(graph, self.steps, self._graph_upto + 1)
         self._graph_upto = max(self._graph_upto, self.next_step - 1)
-        return self._graph
+        return graph

@@ -23,7 +23,7 @@ from .._prepare import check_agent_id
 from .._results import CommitResult, RollbackResult, StepResult, TxStatus
 from .._rollback import RollbackController, RollbackPolicy
 from .._saga import CompensationReport, Dispatcher, SagaLedger, check_dispatcher
-from .._settings import DEFAULT_STEP_TIMEOUT, Settings
+from .._settings import DEFAULT_STEP_TIMEOUT, Settings, settings_of
 from .._timeline import Timeline
 from .._tools import Orphans, ToolRegistry, ToolsArgument, to_json_value
 from .._txlog import Restored, TxLog
@@ -113,7 +113,7 @@ class Transaction:
         check_dispatcher(dispatcher)
         if store is not None and not is_store(store):
             raise InvalidArgument(f"store must be a Store, got {type(store).__name__}")
-        settings = Settings(
+        settings = settings_of(
             step_timeout=step_timeout,
             max_constraints=max_constraints,
             compensation_retries=compensation_retries,

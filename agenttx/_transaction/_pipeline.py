@@ -410,14 +410,10 @@ class Pipeline:
         )
 
     def _refuse(self, call: Call, refused: JSONValueError) -> ToolOutputError:
-        """Undo a step whose output is not JSON; the error to raise to the developer.
-
-        The tool ran, so its effect may have happened: its undo records (and its `compensate=`,
-        recorded with output null) are compensated by the one rewind path, which logs the
-        rewind first, so recovery finishes it after a crash. The step is never logged as done;
-        the transaction is ACTIVE at the same step. The model is not told: this is a bug in the
-        tool or the serializer, not in the agent's arguments.
-        """
+        """Undo a step whose output is not JSON; the error to raise to the developer. The tool
+        ran: its undo records (its `compensate=` with output null) are compensated by the one
+        rewind path, logged first. The step is never logged as done; the transaction is ACTIVE
+        at the same step. The model is not told: this is a bug of the tool or the serializer."""
         report = self._rewind(call.step_id)
         error = ToolOutputError(
             tool=call.tool.name,
@@ -710,9 +706,10 @@ class Pipeline:
         """`Transaction.commit`, under the turn; the effects are delivered after it."""
         with self._calls:
             self._ensure_active()
-            self._people.check_settled()
-            self._people.note_decisions()  # the trail is stored with the commit
-            if self._orphans and self._settle_orphans(self._settings.step_timeout):
+            if self._people.requests is not None:  # it asked a person: none is left waiting
+                self._people.check_settled()
+                self._people.note_decisions()  # the trail is stored with the commit
+            if self._orphans.calls and self._settle_orphans(self._settings.step_timeout):
                 raise FailedPrecondition(
                     f"transaction `{self._id}`: a timed-out tool call is still running and its "
                     "effect may still land; commit again later, or roll back"
@@ -738,14 +735,16 @@ class Pipeline:
                 self._committed(committed, time.time(), deliver=False)
                 raise
             effects, steps = self._committed(committed, at, deliver=True)
-        dispatched, failures = deliver_committed(
-            effects,
-            self._dispatcher,
-            self._store,
-            self._id,
-            timeout=self._settings.dispatch_timeout,
-            on_delivered=self._delivered if effects else None,
-        )
+        dispatched, failures = 0, tuple[str, ...]()  # most commits: nothing to deliver
+        if effects:
+            dispatched, failures = deliver_committed(
+                effects,
+                self._dispatcher,
+                self._store,
+                self._id,
+                timeout=self._settings.dispatch_timeout,
+                on_delivered=self._delivered,
+            )
         return CommitResult(
             steps_committed=steps,
             effects_dispatched=dispatched,
