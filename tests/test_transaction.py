@@ -1393,6 +1393,25 @@ def test_the_same_bad_customer_sent_again_after_a_rewind_ends_the_run():
     assert [len(r.compensated) for r in rewinds] == [1]  # one per distinct mistake
 
 
+def test_varying_an_argument_the_failure_is_not_about_still_ends_the_run():
+    """The same bad customer sent again with another `sku` (an argument the failure's key does
+    not name) is the same mistake: one rewind, then the abort; two charges, two refunds."""
+    till = Till()
+    tx = till.transaction()
+    results = []
+    while tx.status is TxStatus.ACTIVE and len(results) < 10:
+        charged = tx.call("charge", {"customer_id": "c-404", "amount": 42})
+        assert charged.ok
+        sku = f"S-{len(results)}"  # the model varies what the failure is not about
+        results.append(tx.call("reserve", {"customer_id": "c-404", "sku": sku}))
+    assert [r.strategy for r in results] == [
+        RollbackStrategy.DEPENDENCY_JUMP,
+        RollbackStrategy.ABORT,
+    ]
+    assert results[-1].abort_reason.startswith("repeated failure")
+    assert till.charges == till.refunds == ["ch-1", "ch-2"]
+
+
 def test_distinct_mistakes_each_get_their_rewind():
     """Two different bad customers are two mistakes: each rewinds once; the first one sent
     again then ends the run."""

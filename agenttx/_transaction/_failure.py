@@ -8,8 +8,8 @@ things beyond the Clean Hint (`docs/protocol.md#what-the-model-receives`):
   step produced (no reference, no implicit link: `DependencyGraph.is_literal`). Undoing
   earlier steps cannot fix it, so it is decided as a mistake of this step (`RESEND`), as a
   malformed call is (`docs/protocol.md#mistakes`);
-* the failure's signature (`failure_signature`: tool, canonical arguments, hint category and
-  key), so that the controller aborts when the same call fails the same way after a rewind
+* the failure's signature (`failure_signature`: tool, hint category, key and the value under
+  it; all canonical arguments only without a key that names one), so that the controller aborts when the same call fails the same way after a rewind
   (`docs/protocol.md#repeated-failures`);
 * the bad value (`BadValue`): the argument under the hint's key, bounded, redacted for a
   tool's secret parameter, with the step that produced it.
