@@ -1482,6 +1482,47 @@ def test_the_bad_value_is_bounded_and_a_secret_is_redacted():
     assert long.bad_value.value == "x" * 197 + "..."
 
 
+def test_a_value_copied_from_an_earlier_output_under_another_key_is_not_a_literal():
+    """A customer id written as text, but equal to what step 1 output under another key, came
+    from step 1: the normal decision (no resend of the same mistake), the bad value's step 1."""
+
+    @agenttx.tool
+    def find(email: str) -> dict:
+        return {"customer": "c-old", "visits": 7}
+
+    @agenttx.tool
+    def reserve(customer_id: str, quantity: int = 1) -> dict:
+        raise agenttx.ToolError(f"customer {customer_id} has a closed account", key="customer_id")
+
+    tx = agenttx.Transaction(tools=[find, reserve])
+    assert tx.call("find", {"email": "a@x"}).ok
+    copied = tx.call("reserve", {"customer_id": "c-old"})
+    assert copied.strategy is not RollbackStrategy.RESEND
+    assert copied.bad_value == agenttx.BadValue(key="customer_id", value="c-old", step=1)
+    tx = agenttx.Transaction(tools=[find, reserve])
+    assert tx.call("find", {"email": "a@x"}).ok
+    # a small number equal by chance is still the call's own literal
+    failed = tx.call("reserve", {"customer_id": "no", "quantity": 7})
+    assert failed.strategy is RollbackStrategy.RESEND
+
+
+def test_a_huge_integer_bad_value_is_cut_like_a_long_string():
+    """An integer whose digits outnumber 200 shows as its first 197 digits and `...`."""
+
+    @agenttx.tool
+    def size(n: int) -> dict:
+        raise agenttx.ToolError("n too big", key="n")
+
+    for n, text in ((10**4000, "1" + "0" * 196 + "..."), (-(10**250), "-1" + "0" * 195 + "...")):
+        result = agenttx.Transaction(tools=[size]).call("size", {"n": n})
+        assert result.bad_value is not None
+        assert result.bad_value.value == text
+        assert len(json.dumps(result.for_model()["bad_value"])) < 300
+    kept = agenttx.Transaction(tools=[size]).call("size", {"n": 10**199})
+    assert kept.bad_value is not None
+    assert kept.bad_value.value == 10**199
+
+
 def test_the_async_path_names_the_bad_value_and_stops_the_loop_alike():
     """acall decides and reports as call does: a refused literal is resent with its bad value,
     the same call failing the same way after a rewind aborts, each undo reported."""

@@ -5,14 +5,17 @@ timeline's `Pending`) and the dependency graph that includes it, `decide_failure
 things beyond the Clean Hint (`docs/protocol.md#what-the-model-receives`):
 
 * a literal mistake: the hint's key names an argument the call wrote itself, which no earlier
-  step produced (no reference, no implicit link: `DependencyGraph.is_literal`). Undoing
+  step produced (no reference, no implicit link, no earlier output holding the same value:
+  `DependencyGraph.is_literal`). Undoing
   earlier steps cannot fix it, so it is decided as a mistake of this step (`RESEND`), as a
   malformed call is (`docs/protocol.md#mistakes`);
 * the failure's signature (`failure_signature`: tool, hint category, key and the value under
   it; all canonical arguments only without a key that names one), so that the controller aborts when the same call fails the same way after a rewind
   (`docs/protocol.md#repeated-failures`);
-* the bad value (`BadValue`): the argument under the hint's key, bounded, redacted for a
-  tool's secret parameter, with the step that produced it.
+* the bad value (`BadValue`): the argument under the hint's key, bounded (its JSON text at
+  most `MAX_BAD_VALUE_CHARS` characters, whatever its type), redacted for a tool's secret
+  parameter, with the step that produced it (its root cause, else the earlier step whose
+  output it was copied from: `DependencyGraph.copied_from`).
 
 Then it asks the controller, and returns the decision with the audit event's data.
 """
@@ -120,11 +123,31 @@ def bad_value_of(
         return None
     parameter, leaf_key, value = found
     root = graph.find_root_cause(step_id, key)
+    if root is None:
+        root = graph.copied_from(step_id, key)
     producer = root if root is not None and 1 <= root < step_id else step_id
     tool = registry.get(pending.tool_name)
     secret = tool is not None and not tool.secrets.isdisjoint({parameter, leaf_key})
-    if secret:
-        value = REDACTED
-    elif isinstance(value, str) and len(value) > MAX_BAD_VALUE_CHARS:
-        value = value[: MAX_BAD_VALUE_CHARS - 3] + "..."
+    value = REDACTED if secret else _bounded(value)
     return BadValue(key=key, value=value, step=max(producer, 1), redacted=secret)
+
+
+def _bounded(value: JSONScalar) -> JSONScalar:
+    """`value` whole if its JSON text has at most `MAX_BAD_VALUE_CHARS` characters; else that
+    text (a string's own characters, an integer's digits) cut to its first
+    `MAX_BAD_VALUE_CHARS - 3` characters and `...`, as a string. A float's text is short."""
+    if isinstance(value, str):
+        if len(value) <= MAX_BAD_VALUE_CHARS:
+            return value
+        return value[: MAX_BAD_VALUE_CHARS - 3] + "..."
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    if -(10 ** (MAX_BAD_VALUE_CHARS - 1)) < value < 10**MAX_BAD_VALUE_CHARS:
+        return value
+    # The leading digits without `str` of the whole (which refuses more than 4300 digits):
+    # dividing by a power of ten below the number's size keeps at least the digits shown.
+    magnitude = abs(value)
+    drop = max(int(magnitude.bit_length() * 0.30102999566) - MAX_BAD_VALUE_CHARS, 0)
+    leading = str(magnitude // 10**drop)
+    text = ("-" if value < 0 else "") + leading
+    return text[: MAX_BAD_VALUE_CHARS - 3] + "..."
