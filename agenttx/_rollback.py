@@ -42,12 +42,13 @@ counters stay exactly those of the reference.
 
 Repeated failures (`docs/protocol.md#repeated-failures`): the caller may name a failure by its
 `signature` (`failure_signature`: the tool, the hint's category and key, and the value under that
-key, the bad value; all canonical arguments only when the key names none). A failure that is neither resent nor retried and whose signature already caused
-`repeat_limit` rewinds is decided `ABORT` at once ("repeated failure: ..."), whatever the
-counters would allow: the same call failing the same way after a rewind shows the rewind did
-not help, and another one would only repeat its compensable effects. The rewinds each signature
-caused are counted for the whole transaction (a global reset keeps them), for the last
-`MAX_REPEATS` signatures. With `repeat_limit=0`, or without signatures, nothing changes.
+key, the bad value; all canonical arguments only when the key names none). A failure that is neither
+resent nor retried and whose signature already caused `repeat_limit` rewinds is decided `ABORT` at
+once ("repeated failure: ..."), whatever the counters would allow: the same call failing the same
+way after a rewind shows the rewind did not help, and another one would only repeat its compensable
+effects. The rewinds each signature caused are counted for the whole transaction (a global reset
+keeps them), for the last `MAX_REPEATS` signatures. With `repeat_limit=0`, or without signatures,
+nothing changes.
 """
 
 from __future__ import annotations
@@ -88,9 +89,7 @@ REPEATED_FAILURE: Final = "repeated failure"
 #: The signatures whose rewinds a controller counts (the most recent ones).
 MAX_REPEATS: Final = 64
 #: Keys compare ignoring ASCII case only, as the dependency graph compares them.
-_ASCII_LOWER: Final = str.maketrans(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
-)
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 # Below this a step count converts to float exactly, so the budget is computed in floats,
 # multiplying left to right (see `RollbackPolicy.budget`); above it (unreachable: step ids stop at

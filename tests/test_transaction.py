@@ -1523,6 +1523,45 @@ def test_a_huge_integer_bad_value_is_cut_like_a_long_string():
     assert kept.bad_value.value == 10**199
 
 
+@pytest.mark.parametrize("kind", ["int", "duplicate", "nested", "number"])
+def test_a_secret_argument_never_reaches_the_hint_error_constraints_or_audit(kind):
+    """The value of a secret parameter quoted by the tool's error (Python's `int()`, a
+    database's duplicate key, a nested field, a number) shows as `[redacted]` in the hint,
+    the error, the constraints, `for_model()` and the audit trail."""
+    secret: object = "S3CRET-4242"
+
+    @agenttx.tool(secret=["pin"])
+    def unlock(pin: object, user: str) -> dict:
+        if kind == "int":
+            int(str(pin))
+        leaf = pin["code"] if isinstance(pin, dict) else pin
+        raise ValueError(
+            'duplicate key value violates unique constraint "pins_pkey"\n'
+            f"DETAIL:  Key (pin)=({leaf}) already exists."
+        )
+
+    pin: object = secret
+    if kind == "nested":
+        pin = {"code": secret}
+    elif kind == "number":
+        secret = 987654321
+        pin = secret
+    tx = agenttx.Transaction(tools=[unlock])
+    result = tx.call("unlock", {"pin": pin, "user": "ada"})
+    assert not result.ok
+    shown = str(secret)
+    assert "[redacted]" in result.hint.text
+    for text in (
+        result.hint.text,
+        result.error,
+        json.dumps(result.for_model()),
+        json.dumps(list(result.constraints)),
+        json.dumps(list(tx.constraints)),
+        repr(tx.audit()),
+    ):
+        assert shown not in text
+
+
 def test_the_async_path_names_the_bad_value_and_stops_the_loop_alike():
     """acall decides and reports as call does: a refused literal is resent with its bad value,
     the same call failing the same way after a rewind aborts, each undo reported."""
