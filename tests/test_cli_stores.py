@@ -439,6 +439,36 @@ def test_an_unreachable_server_or_a_bad_dsn_is_one_line_and_status_2(capsys) -> 
         assert "s3cret" not in err
 
 
+@pytest.mark.parametrize(
+    ("dsn", "hidden"),
+    [
+        # libpq quotes a malformed percent-encoding of the password
+        ("postgresql://agent:s3cret%PW@127.0.0.1:1/db", ["s3cret", "cret%PW"]),
+        # an '@' in the password: libpq splits at the first '@' and names the rest as host
+        ("postgresql://agent:p@ss3cretPW@127.0.0.1:1/db", ["ss3cretPW", "p@ss"]),
+        ("postgresql://agent:x@y@z3cretPW@127.0.0.1:1/db", ["y@z3cret", "z3cretPW", "x@y"]),
+        # a password in the query, malformed, and a short one quoted whole
+        ("postgresql://agent@127.0.0.1:1/db?password=qu3ryPW%zz", ["qu3ryPW", '"p%']),
+        ("postgresql://agent:p%@127.0.0.1:1/db", ['"p%"', ":p%"]),
+        ("postgresql://agent:a%40b3cretPW@127.0.0.1:1/db?connect_timeout=1", ["b3cretPW"]),
+    ],
+)
+def test_no_part_of_a_dsn_password_shows_in_any_message(capsys, dsn, hidden) -> None:
+    """Whatever the driver's message quotes of a DSN (its password as libpq splits it at the
+    first '@', percent-decoded or raw, a `password=` parameter), no part of the password
+    shows, on stderr as in the name of the store; argparse's errors hide it too."""
+    status, out, err = run(capsys, "plans", dsn)
+    assert (status, out) == (2, ""), err
+    assert err.startswith("agenttx plans: cannot open postgresql://agent"), err
+    for text in hidden:
+        assert text not in err, err
+    status, out, err = run(capsys, "plans", "x.db", "RUN", dsn)  # argparse quotes it
+    assert status == 2
+    assert "unrecognized arguments: postgresql://agent" in err, err
+    for text in hidden:
+        assert text not in err, err
+
+
 def test_a_missing_driver_names_the_extra(capsys, monkeypatch) -> None:
     """Without psycopg, a PostgreSQL TARGET says which extra to install."""
     monkeypatch.setitem(sys.modules, "psycopg", None)
