@@ -361,6 +361,46 @@ def test_waits_counts_only_unfinished_prerequisites(backend: Backend, capsys) ->
         engine.close()
 
 
+@pytest.mark.timeout(300)
+def test_a_plan_node_waiting_for_approval_is_shown_waiting(backend: Backend, capsys) -> None:
+    """A started node whose call waits for a person's approval shows WAITING_APPROVAL in
+    `plans TARGET`, `plans TARGET RUN` (text and graph) and `inspect TARGET RUN`, as
+    `run.node_states()` says (the store keeps it RUNNING); approved, it runs and succeeds."""
+    store = backend.make()
+    engine = Engine(tools=[add, charge], store=store, config=EngineConfig(idle_timeout=None))
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("pay", tool="charge", inputs={"amount": 5}),
+            agenttx.Node("after", tool="add", inputs={"n": 1}, after=("pay",)),
+        ]
+    )
+    run_ = engine.start_plan(plan, initial={}, run_id="gated-run")
+    try:
+        while not run_.pending_approvals():
+            time.sleep(0.05)
+        assert run_.node_states()["pay"] is agenttx.NodeState.WAITING_APPROVAL
+        status, out, err = run(capsys, "plans", *backend.args)
+        assert (status, err) == (0, ""), err
+        assert re.search(r"gated-run\s+RUNNING\s+1 PENDING, 1 WAITING_APPROVAL", out), out
+        for command in ("plans", "inspect"):
+            status, out, err = run(capsys, command, *backend.args, "gated-run")
+            assert (status, err) == (0, ""), err
+            assert re.search(r"\n  pay\s+WAITING_APPROVAL\s+0\s", out), out
+            assert re.search(r"\n  after\s+PENDING\s", out), out
+        status, out, err = run(capsys, "plans", *backend.args, "gated-run", "--format", "mermaid")
+        assert (status, err) == (0, ""), err
+        assert "waiting_approval" in out, out
+        run_.approve(run_.pending_approvals()[0].id, actor="alice")
+        assert run_.wait(timeout=120).status is agenttx.PlanStatus.SUCCEEDED
+        status, out, err = run(capsys, "plans", *backend.args, "gated-run")
+        assert re.search(r"\n  pay\s+SUCCEEDED\s", out), out
+    finally:
+        if not run_.done:
+            run_.cancel("the test ends")
+            run_.wait(timeout=120)
+        engine.close()
+
+
 def test_audit_lines_are_readable_bounded_and_escaped() -> None:
     """One line an event: UTC time to the second, kind, step or node, actor, and a summary
     (the tool, what waits and its id, a failure's hint, a compensation's kind); every agent

@@ -26,7 +26,14 @@ from ._reading import (
     read_tx,
     unreadable,
 )
-from ._shown import list_transactions, plan_list, plan_shown, show_preview, show_transaction
+from ._shown import (
+    list_transactions,
+    plan_list,
+    plan_shown,
+    show_preview,
+    show_transaction,
+    waiting_nodes,
+)
 from ._target import ENV, Target, add_target, hide_dsn, is_dsn, open_target, resolve_target
 from ._terminal import (
     EXIT_ERROR,
@@ -311,8 +318,9 @@ def _plan_lines(target: Target, run_id: str, wait: float, fmt: str) -> list[str]
     except InvalidArgument as exc:
         raise Failure(str(exc)) from None
     orphaned = image.status == "RUNNING" and run_id in patiently(wait, store.orphaned_plans)
+    waiting = waiting_nodes(store, image, wait)
     try:
-        lines = plan_shown(image, fmt, orphaned=orphaned)
+        lines = plan_shown(image, fmt, orphaned=orphaned, waiting=waiting)
     except (AgentTxError, ValueError, KeyError, TypeError) as exc:
         raise unreadable(run_id, exc) from None
     if fmt == "text":
