@@ -40,8 +40,7 @@ if TYPE_CHECKING:
     from .._json import JSONScalar, JSONValue
     from .._rollback import RollbackController, RollbackDecision
     from .._timeline import Pending
-    from .._tools import ToolRegistry
-    from .._tools._calls import Failure
+    from .._tools import Failure, ToolRegistry
 
 __all__ = ["Decided", "bad_value_of", "decide_failure", "without_secrets"]
 
