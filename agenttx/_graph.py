@@ -68,6 +68,22 @@ def _linkable(value: JSONScalar) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: The shortest string, and the smallest number in absolute value, that `copied_from` takes as
+#: copied from an earlier output: shorter strings and smaller numbers (a count, a flag, "no")
+#: are too often equal by chance.
+MIN_COPIED_CHARS: Final = 3
+MIN_COPIED_NUMBER: Final = 1000
+
+
+def _distinctive(value: JSONScalar) -> bool:
+    """Whether `value` is distinctive enough to say it was copied (`copied_from`)."""
+    if isinstance(value, str):
+        return len(value) >= MIN_COPIED_CHARS
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) >= MIN_COPIED_NUMBER
+
+
 class EdgeKind(enum.Enum):
     """How an edge was found."""
 
@@ -453,7 +469,8 @@ class DependencyGraph:
     def is_literal(self, step_id: int, key: str) -> bool:
         """Whether step `step_id` wrote its input `key` itself: it has an input leaf under `key`
         (ignoring ASCII case), no explicit dependency of the step targets `key` (a dropped one
-        counts), and no edge carries it (`find_root_cause` is None). False for an unknown step.
+        counts), no edge carries it (`find_root_cause` is None), and no earlier step output its
+        value under any key (`copied_from` is None). False for an unknown step.
         """
         node = self._nodes.get(step_id)
         if node is None:
@@ -463,7 +480,36 @@ class DependencyGraph:
             return False
         if any(_lower(dependency.target_key) == lowered for dependency in node.explicit):
             return False
-        return self.find_root_cause(step_id, key) is None
+        return self.find_root_cause(step_id, key) is None and self.copied_from(step_id, key) is None
+
+    def copied_from(self, step_id: int, key: str) -> int | None:
+        """The most recent earlier step whose output holds, under any key, a value step
+        `step_id` received as its input `key` (ignoring ASCII case): the value was copied from
+        that output, as written, into another key. Only distinctive values count
+        (`_distinctive`: strings of at least 3 characters, numbers of at least 1000 in absolute
+        value), compared with strict JSON equality. None when there is none, or for an unknown
+        step. Scans the earlier outputs: for the failure path only.
+        """
+        node = self._nodes.get(step_id)
+        if node is None:
+            return None
+        lowered = _lower(key)
+        wanted = {
+            value_tag(value)
+            for leaf_key, value in node.input_leaves
+            if _lower(leaf_key) == lowered and _distinctive(value)
+        }
+        if not wanted:
+            return None
+        for earlier in reversed(self._nodes.values()):
+            if earlier.step_id >= step_id:
+                continue
+            if any(
+                _distinctive(value) and value_tag(value) in wanted
+                for _, value in earlier.output_leaves
+            ):
+                return earlier.step_id
+        return None
 
     # ------------------------------------------------------------------ export
 

@@ -162,6 +162,12 @@ def _check_bad_value(_instance: object, _attribute: attrs.Attribute[Any], value:
         raise InvalidArgument(f"BadValue value must be a JSON scalar, got {value!r}")
     if isinstance(value, str) and len(value) > MAX_BAD_VALUE_CHARS:
         raise InvalidArgument(f"BadValue value must have at most {MAX_BAD_VALUE_CHARS} characters")
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and not -(10 ** (MAX_BAD_VALUE_CHARS - 1)) < value < 10**MAX_BAD_VALUE_CHARS
+    ):
+        raise InvalidArgument(f"BadValue value must have at most {MAX_BAD_VALUE_CHARS} digits")
 
 
 def _check_key(_instance: object, _attribute: attrs.Attribute[str], value: object) -> None:
@@ -174,8 +180,9 @@ def _check_key(_instance: object, _attribute: attrs.Attribute[str], value: objec
 class BadValue:
     """The argument a failed step was given under its hint's key, for the model to correct.
 
-    `key` is the hint's key, `value` the value the call received under it (a JSON scalar; a
-    string over `MAX_BAD_VALUE_CHARS` characters is cut, ending in `...`; `"[redacted]"` for a
+    `key` is the hint's key, `value` the value the call received under it (a JSON scalar; one
+    whose JSON text is over `MAX_BAD_VALUE_CHARS` characters, a string or an integer, is cut to
+    a string ending in `...`; `"[redacted]"` for a
     tool's secret parameter, with `redacted` true), and `step` the step that produced it: the
     earliest step the value came from (by a reference or an equal earlier output), or the
     failed step itself when the call wrote it. Validated (`InvalidArgument`).

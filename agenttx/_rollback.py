@@ -41,13 +41,14 @@ global reset. With `mistake_retries=0` a mistake is decided exactly as any other
 counters stay exactly those of the reference.
 
 Repeated failures (`docs/protocol.md#repeated-failures`): the caller may name a failure by its
-`signature` (`failure_signature`: the tool, its canonical arguments, the hint's category and
-key). A failure that is neither resent nor retried and whose signature already caused
-`repeat_limit` rewinds is decided `ABORT` at once ("repeated failure: ..."), whatever the
-counters would allow: the same call failing the same way after a rewind shows the rewind did
-not help, and another one would only repeat its compensable effects. The rewinds each signature
-caused are counted for the whole transaction (a global reset keeps them), for the last
-`MAX_REPEATS` signatures. With `repeat_limit=0`, or without signatures, nothing changes.
+`signature` (`failure_signature`: the tool, the hint's category and key, and the value under that
+key, the bad value; all canonical arguments only when the key names none). A failure that is neither
+resent nor retried and whose signature already caused `repeat_limit` rewinds is decided `ABORT` at
+once ("repeated failure: ..."), whatever the counters would allow: the same call failing the same
+way after a rewind shows the rewind did not help, and another one would only repeat its compensable
+effects. The rewinds each signature caused are counted for the whole transaction (a global reset
+keeps them), for the last `MAX_REPEATS` signatures. With `repeat_limit=0`, or without signatures,
+nothing changes.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ REPLAY_BUDGET_EXCEEDED: Final = "replay budget exceeded"
 REPEATED_FAILURE: Final = "repeated failure"
 #: The signatures whose rewinds a controller counts (the most recent ones).
 MAX_REPEATS: Final = 64
+#: Keys compare ignoring ASCII case only, as the dependency graph compares them.
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 # Below this a step count converts to float exactly, so the budget is computed in floats,
 # multiplying left to right (see `RollbackPolicy.budget`); above it (unreachable: step ids stop at
@@ -267,11 +270,37 @@ Repeats: TypeAlias = tuple[tuple[str, int], ...]
 
 
 def failure_signature(tool: str, arguments: JSONValue, category: str, key: str | None) -> str:
-    """What makes two failures the same for `decide(signature=)`: the tool, its arguments in
-    canonical JSON, the hint's category and key, hashed (32 hex digits). Pure; raises what
-    `canonical_dumps` raises for a value that is not JSON."""
+    """What makes two failures the same for `decide(signature=)`, hashed (32 hex digits).
+
+    With a `key` that names an argument (an object key anywhere in `arguments`, ignoring ASCII
+    case): the tool, the hint's category, the key and the values under it (the bad value), in
+    canonical JSON; the other arguments do not count, so that a call which only varies an
+    argument the failure is not about fails "the same way". Without a key, or with one that
+    names no argument: the tool, all its arguments, the category and the key. Pure; raises
+    what `canonical_dumps` raises for a value that is not JSON.
+    """
+    if key is not None:
+        found: list[JSONValue] = []
+        _values_under(arguments, key.translate(_ASCII_LOWER), found)
+        if found:
+            text = canonical_dumps(["key", tool, category, key.translate(_ASCII_LOWER), found])
+            return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     text = canonical_dumps([tool, arguments, category, key])
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _values_under(value: JSONValue, lowered: str, found: list[JSONValue]) -> None:
+    """Append to `found` every value held under an object key equal to `lowered` (ignoring
+    ASCII case), depth first, object keys sorted; a value found is not searched further."""
+    if isinstance(value, dict):
+        for child in sorted(value):
+            if isinstance(child, str) and child.translate(_ASCII_LOWER) == lowered:
+                found.append(value[child])
+            else:
+                _values_under(value[child], lowered, found)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _values_under(item, lowered, found)
 
 
 def _check_repeats(_instance: object, attribute: attrs.Attribute[Repeats], value: object) -> None:

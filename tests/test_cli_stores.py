@@ -366,6 +366,46 @@ def test_waits_counts_only_unfinished_prerequisites(backend: Backend, capsys) ->
         engine.close()
 
 
+@pytest.mark.timeout(300)
+def test_a_plan_node_waiting_for_approval_is_shown_waiting(backend: Backend, capsys) -> None:
+    """A started node whose call waits for a person's approval shows WAITING_APPROVAL in
+    `plans TARGET`, `plans TARGET RUN` (text and graph) and `inspect TARGET RUN`, as
+    `run.node_states()` says (the store keeps it RUNNING); approved, it runs and succeeds."""
+    store = backend.make()
+    engine = Engine(tools=[add, charge], store=store, config=EngineConfig(idle_timeout=None))
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("pay", tool="charge", inputs={"amount": 5}),
+            agenttx.Node("after", tool="add", inputs={"n": 1}, after=("pay",)),
+        ]
+    )
+    run_ = engine.start_plan(plan, initial={}, run_id="gated-run")
+    try:
+        while not run_.pending_approvals():
+            time.sleep(0.05)
+        assert run_.node_states()["pay"] is agenttx.NodeState.WAITING_APPROVAL
+        status, out, err = run(capsys, "plans", *backend.args)
+        assert (status, err) == (0, ""), err
+        assert re.search(r"gated-run\s+RUNNING\s+1 PENDING, 1 WAITING_APPROVAL", out), out
+        for command in ("plans", "inspect"):
+            status, out, err = run(capsys, command, *backend.args, "gated-run")
+            assert (status, err) == (0, ""), err
+            assert re.search(r"\n  pay\s+WAITING_APPROVAL\s+0\s", out), out
+            assert re.search(r"\n  after\s+PENDING\s", out), out
+        status, out, err = run(capsys, "plans", *backend.args, "gated-run", "--format", "mermaid")
+        assert (status, err) == (0, ""), err
+        assert "waiting_approval" in out, out
+        run_.approve(run_.pending_approvals()[0].id, actor="alice")
+        assert run_.wait(timeout=120).status is agenttx.PlanStatus.SUCCEEDED
+        status, out, err = run(capsys, "plans", *backend.args, "gated-run")
+        assert re.search(r"\n  pay\s+SUCCEEDED\s", out), out
+    finally:
+        if not run_.done:
+            run_.cancel("the test ends")
+            run_.wait(timeout=120)
+        engine.close()
+
+
 def test_audit_lines_are_readable_bounded_and_escaped() -> None:
     """One line an event: UTC time to the second, kind, step or node, actor, and a summary
     (the tool, what waits and its id, a failure's hint, a compensation's kind); every agent
@@ -442,6 +482,36 @@ def test_an_unreachable_server_or_a_bad_dsn_is_one_line_and_status_2(capsys) -> 
         assert err.startswith("agenttx plans: cannot open postgres"), err
         assert err.count("\n") == 1
         assert "s3cret" not in err
+
+
+@pytest.mark.parametrize(
+    ("dsn", "hidden"),
+    [
+        # libpq quotes a malformed percent-encoding of the password
+        ("postgresql://agent:s3cret%PW@127.0.0.1:1/db", ["s3cret", "cret%PW"]),
+        # an '@' in the password: libpq splits at the first '@' and names the rest as host
+        ("postgresql://agent:p@ss3cretPW@127.0.0.1:1/db", ["ss3cretPW", "p@ss"]),
+        ("postgresql://agent:x@y@z3cretPW@127.0.0.1:1/db", ["y@z3cret", "z3cretPW", "x@y"]),
+        # a password in the query, malformed, and a short one quoted whole
+        ("postgresql://agent@127.0.0.1:1/db?password=qu3ryPW%zz", ["qu3ryPW", '"p%']),
+        ("postgresql://agent:p%@127.0.0.1:1/db", ['"p%"', ":p%"]),
+        ("postgresql://agent:a%40b3cretPW@127.0.0.1:1/db?connect_timeout=1", ["b3cretPW"]),
+    ],
+)
+def test_no_part_of_a_dsn_password_shows_in_any_message(capsys, dsn, hidden) -> None:
+    """Whatever the driver's message quotes of a DSN (its password as libpq splits it at the
+    first '@', percent-decoded or raw, a `password=` parameter), no part of the password
+    shows, on stderr as in the name of the store; argparse's errors hide it too."""
+    status, out, err = run(capsys, "plans", dsn)
+    assert (status, out) == (2, ""), err
+    assert err.startswith("agenttx plans: cannot open postgresql://agent"), err
+    for text in hidden:
+        assert text not in err, err
+    status, out, err = run(capsys, "plans", "x.db", "RUN", dsn)  # argparse quotes it
+    assert status == 2
+    assert "unrecognized arguments: postgresql://agent" in err, err
+    for text in hidden:
+        assert text not in err, err
 
 
 def test_a_missing_driver_names_the_extra(capsys, monkeypatch) -> None:

@@ -652,3 +652,25 @@ def test_an_input_no_step_produced_is_a_literal():
     graph.add_step(2, "reserve", {"customer_id": "c-9"}, [dep(7, "id", "customer_id")])
     assert graph.edges() == ()
     assert not graph.is_literal(2, "customer_id")  # a dropped reference is still not literal
+
+
+def test_a_value_copied_from_an_earlier_output_is_not_a_literal():
+    """An input equal to an earlier output under another key (a string of 3 characters or
+    more, a number of at least 1000) was copied from that step: `copied_from` names the most
+    recent one and `is_literal` is false; short strings and small numbers are equal by chance."""
+    graph = DependencyGraph()
+    graph.add_step(1, "find", {"email": "a@x"})
+    graph.record_output(1, {"customer": "c-old", "n": 7, "big": 12345, "ok": "no"})
+    graph.add_step(2, "find", {})
+    graph.record_output(2, {"other": {"deep": "c-old"}})
+    graph.add_step(3, "reserve", {"customer_id": "c-old", "q": 7, "amount": 12345, "x": "no"})
+    assert graph.edges() == ()
+    assert graph.copied_from(3, "CUSTOMER_ID") == 2  # the most recent, nested leaves too
+    assert not graph.is_literal(3, "customer_id")
+    assert graph.copied_from(3, "amount") == 1
+    assert not graph.is_literal(3, "amount")
+    for key in ("q", "x"):
+        assert graph.copied_from(3, key) is None
+        assert graph.is_literal(3, key)
+    assert graph.copied_from(1, "email") is None  # nothing earlier
+    assert graph.copied_from(9, "email") is None  # no such step

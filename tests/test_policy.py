@@ -1293,6 +1293,24 @@ def test_failure_signatures_ignore_key_order_and_tell_failures_apart():
     assert len({base, *others}) == 5
 
 
+def test_a_failure_signature_with_a_key_is_the_value_under_it():
+    """With a key naming an argument, only the tool, category, key (ignoring ASCII case) and
+    the values under it count: other arguments may vary; without one, all arguments count."""
+    base = failure_signature("reserve", {"id": "c-9", "note": "a"}, "invalid_value", "id")
+    assert base == failure_signature("reserve", {"ID": "c-9", "note": "b"}, "invalid_value", "Id")
+    assert base != failure_signature("reserve", {"id": "c-8", "note": "a"}, "invalid_value", "id")
+    nested = failure_signature("ship", {"to": {"zip": "1"}, "n": 1}, "invalid_value", "zip")
+    assert nested == failure_signature("ship", {"to": {"zip": "1"}, "n": 2}, "invalid_value", "zip")
+    assert nested != failure_signature("ship", {"to": {"zip": "2"}, "n": 1}, "invalid_value", "zip")
+    whole = failure_signature("ship", {"to": {"zip": "1"}}, "invalid_value", "to")
+    assert whole != failure_signature("ship", {"to": {"zip": "2"}}, "invalid_value", "to")
+    # a key that names no argument, or none at all: every argument counts
+    for key in ("sku", None):
+        assert failure_signature("reserve", {"n": 1}, "unknown", key) != failure_signature(
+            "reserve", {"n": 2}, "unknown", key
+        )
+
+
 @settings(max_examples=200)
 @given(
     st.lists(

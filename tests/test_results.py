@@ -582,3 +582,11 @@ def test_a_root_cause_without_a_key_reads_as_a_bad_value():
         "Step 1 produced a bad value: steps 1-2 were undone and their outputs no longer exist; "
         "send step 1 again with a corrected value, then redo the rest."
     )
+
+
+def test_a_bad_value_integer_is_bounded_like_a_string():
+    """BadValue refuses an integer of more than 200 digits, as it refuses a longer string."""
+    assert agenttx.BadValue(key="n", value=-(10**199) + 1, step=1).value == -(10**199) + 1
+    for value in (10**200, -(10**199)):
+        with pytest.raises(agenttx.InvalidArgument, match="at most 200 digits"):
+            agenttx.BadValue(key="n", value=value, step=1)

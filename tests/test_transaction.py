@@ -1393,6 +1393,25 @@ def test_the_same_bad_customer_sent_again_after_a_rewind_ends_the_run():
     assert [len(r.compensated) for r in rewinds] == [1]  # one per distinct mistake
 
 
+def test_varying_an_argument_the_failure_is_not_about_still_ends_the_run():
+    """The same bad customer sent again with another `sku` (an argument the failure's key does
+    not name) is the same mistake: one rewind, then the abort; two charges, two refunds."""
+    till = Till()
+    tx = till.transaction()
+    results = []
+    while tx.status is TxStatus.ACTIVE and len(results) < 10:
+        charged = tx.call("charge", {"customer_id": "c-404", "amount": 42})
+        assert charged.ok
+        sku = f"S-{len(results)}"  # the model varies what the failure is not about
+        results.append(tx.call("reserve", {"customer_id": "c-404", "sku": sku}))
+    assert [r.strategy for r in results] == [
+        RollbackStrategy.DEPENDENCY_JUMP,
+        RollbackStrategy.ABORT,
+    ]
+    assert results[-1].abort_reason.startswith("repeated failure")
+    assert till.charges == till.refunds == ["ch-1", "ch-2"]
+
+
 def test_distinct_mistakes_each_get_their_rewind():
     """Two different bad customers are two mistakes: each rewinds once; the first one sent
     again then ends the run."""
@@ -1461,6 +1480,86 @@ def test_the_bad_value_is_bounded_and_a_secret_is_redacted():
     long = tx.call("login", {"user": "x" * 500, "token": "t"})
     assert long.bad_value is not None
     assert long.bad_value.value == "x" * 197 + "..."
+
+
+def test_a_value_copied_from_an_earlier_output_under_another_key_is_not_a_literal():
+    """A customer id written as text, but equal to what step 1 output under another key, came
+    from step 1: the normal decision (no resend of the same mistake), the bad value's step 1."""
+
+    @agenttx.tool
+    def find(email: str) -> dict:
+        return {"customer": "c-old", "visits": 7}
+
+    @agenttx.tool
+    def reserve(customer_id: str, quantity: int = 1) -> dict:
+        raise agenttx.ToolError(f"customer {customer_id} has a closed account", key="customer_id")
+
+    tx = agenttx.Transaction(tools=[find, reserve])
+    assert tx.call("find", {"email": "a@x"}).ok
+    copied = tx.call("reserve", {"customer_id": "c-old"})
+    assert copied.strategy is not RollbackStrategy.RESEND
+    assert copied.bad_value == agenttx.BadValue(key="customer_id", value="c-old", step=1)
+    tx = agenttx.Transaction(tools=[find, reserve])
+    assert tx.call("find", {"email": "a@x"}).ok
+    # a small number equal by chance is still the call's own literal
+    failed = tx.call("reserve", {"customer_id": "no", "quantity": 7})
+    assert failed.strategy is RollbackStrategy.RESEND
+
+
+def test_a_huge_integer_bad_value_is_cut_like_a_long_string():
+    """An integer whose digits outnumber 200 shows as its first 197 digits and `...`."""
+
+    @agenttx.tool
+    def size(n: int) -> dict:
+        raise agenttx.ToolError("n too big", key="n")
+
+    for n, text in ((10**4000, "1" + "0" * 196 + "..."), (-(10**250), "-1" + "0" * 195 + "...")):
+        result = agenttx.Transaction(tools=[size]).call("size", {"n": n})
+        assert result.bad_value is not None
+        assert result.bad_value.value == text
+        assert len(json.dumps(result.for_model()["bad_value"])) < 300
+    kept = agenttx.Transaction(tools=[size]).call("size", {"n": 10**199})
+    assert kept.bad_value is not None
+    assert kept.bad_value.value == 10**199
+
+
+@pytest.mark.parametrize("kind", ["int", "duplicate", "nested", "number"])
+def test_a_secret_argument_never_reaches_the_hint_error_constraints_or_audit(kind):
+    """The value of a secret parameter quoted by the tool's error (Python's `int()`, a
+    database's duplicate key, a nested field, a number) shows as `[redacted]` in the hint,
+    the error, the constraints, `for_model()` and the audit trail."""
+    secret: object = "S3CRET-4242"
+
+    @agenttx.tool(secret=["pin"])
+    def unlock(pin: object, user: str) -> dict:
+        if kind == "int":
+            int(str(pin))
+        leaf = pin["code"] if isinstance(pin, dict) else pin
+        raise ValueError(
+            'duplicate key value violates unique constraint "pins_pkey"\n'
+            f"DETAIL:  Key (pin)=({leaf}) already exists."
+        )
+
+    pin: object = secret
+    if kind == "nested":
+        pin = {"code": secret}
+    elif kind == "number":
+        secret = 987654321
+        pin = secret
+    tx = agenttx.Transaction(tools=[unlock])
+    result = tx.call("unlock", {"pin": pin, "user": "ada"})
+    assert not result.ok
+    shown = str(secret)
+    assert "[redacted]" in result.hint.text
+    for text in (
+        result.hint.text,
+        result.error,
+        json.dumps(result.for_model()),
+        json.dumps(list(result.constraints)),
+        json.dumps(list(tx.constraints)),
+        repr(tx.audit()),
+    ):
+        assert shown not in text
 
 
 def test_the_async_path_names_the_bad_value_and_stops_the_loop_alike():

@@ -26,8 +26,15 @@ from ._reading import (
     read_tx,
     unreadable,
 )
-from ._shown import list_transactions, plan_list, plan_shown, show_preview, show_transaction
-from ._target import Target, add_target, open_target, resolve_target
+from ._shown import (
+    list_transactions,
+    plan_list,
+    plan_shown,
+    show_preview,
+    show_transaction,
+    waiting_nodes,
+)
+from ._target import ENV, Target, add_target, hide_dsn, is_dsn, open_target, resolve_target
 from ._terminal import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -35,6 +42,7 @@ from ._terminal import (
     Failure,
     Parser,
     add_wait,
+    forget_hidden,
     render,
     say,
     say_block,
@@ -79,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    forget_hidden()
+    for arg in (*(sys.argv[1:] if argv is None else argv), os.environ.get(ENV, "")):
+        if is_dsn(arg):  # before argparse, whose errors may quote an argument
+            hide_dsn(arg)
     parser = _parser()
     args = parser.parse_args(argv)  # --help, --version, a bad argument: SystemExit, as argparse
     if args.command is None:
@@ -306,8 +318,9 @@ def _plan_lines(target: Target, run_id: str, wait: float, fmt: str) -> list[str]
     except InvalidArgument as exc:
         raise Failure(str(exc)) from None
     orphaned = image.status == "RUNNING" and run_id in patiently(wait, store.orphaned_plans)
+    waiting = waiting_nodes(store, image, wait)
     try:
-        lines = plan_shown(image, fmt, orphaned=orphaned)
+        lines = plan_shown(image, fmt, orphaned=orphaned, waiting=waiting)
     except (AgentTxError, ValueError, KeyError, TypeError) as exc:
         raise unreadable(run_id, exc) from None
     if fmt == "text":

@@ -9,6 +9,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Final
 
+from .._approvals import APPROVAL, REVIEW, request_of, requests_for, review_of
 from .._errors import AgentTxError, TransactionNotFound
 from .._json import canonical_dumps
 from .._plans import NodeState, Plan, StoredNode, read_run
@@ -42,6 +43,7 @@ __all__ = [
     "show_preview",
     "show_transaction",
     "uk_time",
+    "waiting_nodes",
 ]
 
 #: How many ended transactions (and plan runs) `inspect DB` lists, the last to end first.
@@ -312,9 +314,11 @@ def plan_list(store: CliStore, wait: float, *, limit: int = 100) -> list[str]:
             image = patiently(wait, functools.partial(store.read_plan, run_id))
         except TransactionNotFound:
             continue
+        waiting = waiting_nodes(store, image, wait)
         counts: dict[str, int] = {}
         for node in image.nodes:
-            counts[node.state] = counts.get(node.state, 0) + 1
+            state = _state(node.node_id, node.state, waiting)
+            counts[state] = counts.get(state, 0) + 1
         nodes = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         shown = shown_status(status, orphaned=run_id in orphaned)
         lines.append(
@@ -323,22 +327,55 @@ def plan_list(store: CliStore, wait: float, *, limit: int = 100) -> list[str]:
     return lines
 
 
+def waiting_nodes(store: CliStore, image: PlanImage, wait: float) -> dict[str, str]:
+    """The nodes of a RUNNING plan run that wait for a person, each with the state
+    `PlanRun.node_states()` gives it (`WAITING_APPROVAL`, `NEEDS_REVIEW`): those with a
+    pending approval request or review in the store. The store keeps such a node RUNNING."""
+    if image.status != "RUNNING":
+        return {}
+    rows = patiently(wait, lambda: requests_for(store).of_scope(image.run_id))
+    found: dict[str, str] = {}
+    for row in rows:
+        if row.state != "pending" or row.kind not in (APPROVAL, REVIEW):
+            continue
+        if row.kind == REVIEW:
+            found[str(review_of(row).node)] = NodeState.NEEDS_REVIEW.value
+        else:
+            found.setdefault(str(request_of(row).node), NodeState.WAITING_APPROVAL.value)
+    return found
+
+
+def _state(node_id: str, state: str, waiting: dict[str, str]) -> str:
+    """A stored node's state as shown: what it waits for, while it has not finished."""
+    return state if state in _FINISHED else waiting.get(node_id, state)
+
+
 def shown_status(status: str, *, orphaned: bool) -> str:
     """A run's status as `plans` shows it: ORPHANED for a RUNNING run whose runner is gone
     (the store says: `PlanStore.orphaned_plans`), which recovery would take over."""
     return ORPHANED if orphaned and status == "RUNNING" else status
 
 
-def plan_shown(image: PlanImage, fmt: str, *, orphaned: bool = False) -> list[str]:
+def plan_shown(
+    image: PlanImage,
+    fmt: str,
+    *,
+    orphaned: bool = False,
+    waiting: dict[str, str] | None = None,
+) -> list[str]:
     """The lines of `plans DB RUN`: the run and each node, or its graph in `fmt`; `orphaned`:
-    the store says its runner is gone."""
+    the store says its runner is gone; `waiting`: the nodes that wait for a person
+    (`waiting_nodes`), shown in that state."""
     record, nodes = read_run(image)
+    waiting = waiting or {}
     plan_json = record.get("plan")
     if fmt != "text":
         plan = Plan.from_json(plan_json)
         ids = {node.id: f"n{index}" for index, node in enumerate(plan.nodes)}
         drawn = [
-            DrawnNode(ids[node.id], f"{node.id}: {node.tool}", _drawn_state(nodes, node.id))
+            DrawnNode(
+                ids[node.id], f"{node.id}: {node.tool}", _drawn_state(nodes, node.id, waiting)
+            )
             for node in plan.nodes
         ]
         edges = [
@@ -358,7 +395,7 @@ def plan_shown(image: PlanImage, fmt: str, *, orphaned: bool = False) -> list[st
     if image.cancel is not None:
         lines.append(f"  cancelled: {image.cancel}")
     lines.append(
-        f"  {'NODE':<24} {'STATE':<10} {'WAITS':>5} {'TRIES':>5} {'RETRIES':>7}  "
+        f"  {'NODE':<24} {'STATE':<16} {'WAITS':>5} {'TRIES':>5} {'RETRIES':>7}  "
         f"{'STARTED':<24} FINISHED"
     )
     order = [node["id"] for node in plan_json["nodes"]] if isinstance(plan_json, dict) else []
@@ -366,7 +403,7 @@ def plan_shown(image: PlanImage, fmt: str, *, orphaned: bool = False) -> list[st
         stored = nodes[node_id]
         fields = stored.record
         lines.append(
-            f"  {cut(node_id, 24):<24} {stored.state:<10} "
+            f"  {cut(node_id, 24):<24} {_state(node_id, stored.state, waiting):<16} "
             f"{waits.get(node_id, fields.get('unresolved', 0)):>5} "
             f"{fields.get('number', 0):>5} {fields.get('retries', 0):>7}  "
             f"{uk_time(fields.get('started_at')):<24} {uk_time(fields.get('finished_at'))}"
@@ -397,6 +434,6 @@ def _unfinished_prerequisites(plan_json: object, nodes: dict[str, StoredNode]) -
     }
 
 
-def _drawn_state(nodes: dict[str, StoredNode], node_id: str) -> str:
+def _drawn_state(nodes: dict[str, StoredNode], node_id: str, waiting: dict[str, str]) -> str:
     stored = nodes.get(node_id)
-    return "pending" if stored is None else stored.state.lower()
+    return "pending" if stored is None else _state(node_id, stored.state, waiting).lower()

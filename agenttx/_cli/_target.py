@@ -6,6 +6,7 @@ protocols (`CliStore`), so every command gives the same output on both stores.""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import urllib.parse
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .._errors import AgentTxError
 from ._reading import check_database_path, patiently
-from ._terminal import Failure
+from ._terminal import Failure, hide
 
 if TYPE_CHECKING:
     import argparse
@@ -24,6 +25,8 @@ __all__ = [
     "ENV",
     "Target",
     "add_target",
+    "dsn_secrets",
+    "hide_dsn",
     "is_dsn",
     "open_target",
     "resolve_target",
@@ -106,7 +109,7 @@ def open_target(
         if not db:
             raise Failure(f"no TARGET given, and {ENV} is not set")
     if is_dsn(db):
-        name = _without_password(db)
+        name = hide_dsn(db)
         options = "" if schema == _SCHEMA else f"--schema {schema}"
         return Target(_open_postgres(db, name, schema), name, _quoted(arg and name), options)
     check_database_path(db)
@@ -145,25 +148,69 @@ def _open_postgres(dsn: str, name: str, schema: str) -> CliStore:
         raise Failure(f"cannot open {name}: {message}") from None
 
 
+#: The '@'-separated pieces of a password whose runs `dsn_secrets` lists (the rest is one).
+_MAX_PIECES: Final = 16
+#: `password=` in a DSN's query (libpq's URI parameter), its value up to the next parameter.
+_QUERY_PASSWORD: Final = re.compile(r"([?&]password=)([^&#]*)")
+
+
+def _credentials(rest: str) -> tuple[int, int] | None:
+    """Where the password of a DSN after its scheme (`rest`) starts and ends: after the first
+    ':' of the user information, up to the last '@' before the first '/' that follows the
+    first '@' (a password may hold an '@', which libpq splits at the first one and urllib at
+    the last); None without one. A '/' before the first '@' leaves no user information, for
+    libpq and urllib alike."""
+    first = rest.find("@")
+    if first == -1 or "/" in rest[:first]:
+        return None
+    slash = rest.find("/", first)
+    end = rest.rfind("@", 0, len(rest) if slash == -1 else slash)
+    colon = rest.find(":", 0, end)
+    return None if colon == -1 else (colon + 1, end)
+
+
+def dsn_secrets(dsn: str) -> tuple[str, ...]:
+    """Every text of `dsn` that may be (a part of) its password, longest first: the password
+    as libpq reads it (up to the first '@'), as urllib does (up to the last '@' of the
+    authority), each run of its pieces between '@'s, the `password=` query parameters, each
+    raw and percent-decoded. Whatever a message quotes of the DSN, these are what must not show."""
+    rest = dsn.split("://", 1)[-1]
+    passwords = [value for _, value in _QUERY_PASSWORD.findall(rest)]
+    first = rest.find("@")
+    if first != -1:
+        passwords.append(rest[:first].partition(":")[2])  # libpq's, even after a '/'
+    found = _credentials(rest)
+    if found is not None:
+        passwords.append(rest[found[0] : found[1]])
+    candidates: set[str] = set()
+    for password in passwords:
+        pieces = password.split("@")[:_MAX_PIECES]
+        for start in range(len(pieces)):  # every run of pieces: libpq may show any of them
+            for end in range(start + 1, len(pieces) + 1):
+                piece = "@".join(pieces[start:end])
+                candidates.update((piece, urllib.parse.unquote(piece)))
+        candidates.update((password, urllib.parse.unquote(password)))
+    candidates.discard("")
+    return tuple(sorted(candidates, key=lambda text: (-len(text), text)))
+
+
+def hide_dsn(dsn: str) -> str:
+    """Hide `dsn`'s password (`dsn_secrets`) from every line printed from now on, the
+    driver's messages included, and `dsn` itself behind its name; return that name."""
+    name = _without_password(dsn)
+    if name != dsn:
+        hide([dsn], shown_as=name)
+    hide(dsn_secrets(dsn))
+    return name
+
+
 def _without_password(dsn: str) -> str:
     """`dsn` with its password, if any, written as `***` (it is shown in messages)."""
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-        password = parts.password
-    except ValueError:
-        return dsn.split("://", 1)[0] + "://..."
-    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-    if password is None and "password" not in query:
-        return dsn
-    netloc = parts.netloc
-    if password is not None:
-        user, _, host = netloc.rpartition("@")
-        netloc = f"{user.split(':', 1)[0]}:***@{host}"
-    if "password" in query:
-        query["password"] = ["***"]
-    return urllib.parse.urlunsplit(
-        parts._replace(netloc=netloc, query=urllib.parse.urlencode(query, doseq=True))
-    )
+    scheme, _, rest = dsn.partition("://")
+    found = _credentials(rest)
+    if found is not None:
+        rest = f"{rest[: found[0]]}***{rest[found[1] :]}"
+    return scheme + "://" + _QUERY_PASSWORD.sub(r"\1***", rest)
 
 
 def _quoted(arg: str) -> str:

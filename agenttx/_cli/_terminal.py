@@ -10,7 +10,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Final, NoReturn
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from typing import TextIO
 
     from .._graph import DependencyGraph
@@ -27,6 +27,8 @@ __all__ = [
     "add_wait",
     "cut",
     "duration",
+    "forget_hidden",
+    "hide",
     "printable",
     "render",
     "say",
@@ -145,9 +147,43 @@ def cut(text: str, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+#: The texts no line may show (`hide`), longest first, each with what is shown instead.
+_HIDDEN: list[tuple[str, str]] = []
+#: A hidden text shorter than this is replaced only where a message quotes it whole (`"pw"`,
+#: `'pw'`): replaced everywhere, two letters would blot out every word holding them.
+_MIN_HIDDEN: Final = 3
+
+
+def hide(texts: Iterable[str], *, shown_as: str = "***") -> None:
+    """Write each of `texts` as `shown_as` in every line printed from now on (a DSN's
+    password: `dsn_secrets`; a whole DSN as its name without the password), until
+    `forget_hidden`."""
+    known = {text for text, _ in _HIDDEN}
+    _HIDDEN.extend((text, shown_as) for text in dict.fromkeys(texts) if text and text not in known)
+    _HIDDEN.sort(key=lambda pair: len(pair[0]), reverse=True)
+
+
+def forget_hidden() -> None:
+    """Show again what `hide` hid (a new command starts)."""
+    _HIDDEN.clear()
+
+
+def _unhidden(text: str) -> str:
+    for hidden, shown in _HIDDEN:
+        if len(hidden) >= _MIN_HIDDEN:
+            text = text.replace(hidden, shown)
+        else:
+            for quote in ('"', "'"):
+                text = text.replace(f"{quote}{hidden}{quote}", f"{quote}{shown}{quote}")
+    return text
+
+
 def printable(text: str, *, json_text: bool = False) -> str:
-    """`text` with every character a terminal could act on escaped (see `_escapes`); the one
-    place that makes text safe to print, applied to every line the command line prints."""
+    """`text` with every character a terminal could act on escaped (see `_escapes`), and what
+    must not be shown (`hide`) written `***`; the one place that makes text safe to print,
+    applied to every line the command line prints."""
+    if _HIDDEN:
+        text = _unhidden(text)
     return text.translate(_JSON_ESCAPES if json_text else _TEXT_ESCAPES)
 
 

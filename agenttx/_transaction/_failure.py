@@ -5,16 +5,23 @@ timeline's `Pending`) and the dependency graph that includes it, `decide_failure
 things beyond the Clean Hint (`docs/protocol.md#what-the-model-receives`):
 
 * a literal mistake: the hint's key names an argument the call wrote itself, which no earlier
-  step produced (no reference, no implicit link: `DependencyGraph.is_literal`). Undoing
-  earlier steps cannot fix it, so it is decided as a mistake of this step (`RESEND`), as a
-  malformed call is (`docs/protocol.md#mistakes`);
-* the failure's signature (`failure_signature`: tool, canonical arguments, hint category and
-  key), so that the controller aborts when the same call fails the same way after a rewind
+  step produced (no reference, no implicit link, no earlier output holding the same value:
+  `DependencyGraph.is_literal`). Undoing earlier steps cannot fix it, so it is decided as a
+  mistake of this step (`RESEND`), as a malformed call is (`docs/protocol.md#mistakes`);
+* the failure's signature (`failure_signature`: tool, hint category, key and the value under
+  it; all canonical arguments only without a key that names one), so that the controller
+  aborts when the same call fails the same way after a rewind
   (`docs/protocol.md#repeated-failures`);
-* the bad value (`BadValue`): the argument under the hint's key, bounded, redacted for a
-  tool's secret parameter, with the step that produced it.
+* the bad value (`BadValue`): the argument under the hint's key, bounded (its JSON text at
+  most `MAX_BAD_VALUE_CHARS` characters, whatever its type), redacted for a tool's secret
+  parameter, with the step that produced it (its root cause, else the earlier step whose
+  output it was copied from: `DependencyGraph.copied_from`).
 
 Then it asks the controller, and returns the decision with the audit event's data.
+
+Before any of this, `without_secrets` writes the values of the call's secret arguments
+(`@tool(secret=[...])`) out of the failure's message, so that the hint, the constraints, the
+audit trail and the result's error never quote them.
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ if TYPE_CHECKING:
     from .._json import JSONScalar, JSONValue
     from .._rollback import RollbackController, RollbackDecision
     from .._timeline import Pending
-    from .._tools import ToolRegistry
+    from .._tools import Failure, ToolRegistry
 
-__all__ = ["Decided", "bad_value_of", "decide_failure"]
+__all__ = ["Decided", "bad_value_of", "decide_failure", "without_secrets"]
 
 #: Keys compare ignoring ASCII case only, as the dependency graph compares them.
 _ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
@@ -43,12 +50,50 @@ _ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowerca
 
 class Decided(NamedTuple):
     """The controller's decision about a failed step, its hint, what the model is told beyond
-    the hint, and the data of the step's `STEP_FAILED` audit event."""
+    the hint, the data of the step's `STEP_FAILED` audit event, and the error text the result
+    keeps (`without_secrets`)."""
 
     decision: RollbackDecision
     hint: CleanHint
     bad_value: BadValue | None
     event: dict[str, JSONValue]
+    error: str = ""
+
+
+def without_secrets(failure: Failure, pending: Pending | None, registry: ToolRegistry) -> Failure:
+    """`failure` with the value of every secret argument of its call (`tool.secrets`: a leaf of
+    a secret parameter, or a leaf under a secret parameter's name) written `[redacted]` in its
+    message, before the hint cleaner reads it: so neither the hint, nor the constraints, nor
+    the audit trail, nor the result's error quotes it. A string value is found as written and
+    as `repr` writes it; a number as `str` writes it (booleans and null are no secret). The
+    same `failure` when its tool has no secret or its call none of them."""
+    if pending is None or not isinstance(pending.inputs, dict):
+        return failure
+    tool = registry.get(pending.tool_name)
+    if tool is None or not tool.secrets:
+        return failure
+    secrets = tool.secrets
+    found: set[str] = set()
+    for parameter in pending.inputs:
+        for leaf_key, value in scalar_leaves(pending.inputs[parameter], parameter):
+            if secrets.isdisjoint({parameter, leaf_key}) or value is None:
+                continue
+            if isinstance(value, str):
+                found.update((value, repr(value)[1:-1]))
+            elif not isinstance(value, bool):
+                found.add(str(value) if not isinstance(value, int) else _digits(value))
+    message = failure.message
+    for text in sorted(found - {""}, key=len, reverse=True):  # the longest first
+        message = message.replace(text, REDACTED)
+    return failure if message == failure.message else failure._replace(message=message)
+
+
+def _digits(value: int) -> str:
+    """An integer's decimal text (JSON arguments hold at most 4300 digits, which `str` takes)."""
+    try:
+        return str(value)
+    except ValueError:  # beyond the interpreter's limit: it cannot be in a message either
+        return ""
 
 
 def decide_failure(
@@ -120,11 +165,31 @@ def bad_value_of(
         return None
     parameter, leaf_key, value = found
     root = graph.find_root_cause(step_id, key)
+    if root is None:
+        root = graph.copied_from(step_id, key)
     producer = root if root is not None and 1 <= root < step_id else step_id
     tool = registry.get(pending.tool_name)
     secret = tool is not None and not tool.secrets.isdisjoint({parameter, leaf_key})
-    if secret:
-        value = REDACTED
-    elif isinstance(value, str) and len(value) > MAX_BAD_VALUE_CHARS:
-        value = value[: MAX_BAD_VALUE_CHARS - 3] + "..."
+    value = REDACTED if secret else _bounded(value)
     return BadValue(key=key, value=value, step=max(producer, 1), redacted=secret)
+
+
+def _bounded(value: JSONScalar) -> JSONScalar:
+    """`value` whole if its JSON text has at most `MAX_BAD_VALUE_CHARS` characters; else that
+    text (a string's own characters, an integer's digits) cut to its first
+    `MAX_BAD_VALUE_CHARS - 3` characters and `...`, as a string. A float's text is short."""
+    if isinstance(value, str):
+        if len(value) <= MAX_BAD_VALUE_CHARS:
+            return value
+        return value[: MAX_BAD_VALUE_CHARS - 3] + "..."
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    if -(10 ** (MAX_BAD_VALUE_CHARS - 1)) < value < 10**MAX_BAD_VALUE_CHARS:
+        return value
+    # The leading digits without `str` of the whole (which refuses more than 4300 digits):
+    # dividing by a power of ten below the number's size keeps at least the digits shown.
+    magnitude = abs(value)
+    drop = max(int(magnitude.bit_length() * 0.30102999566) - MAX_BAD_VALUE_CHARS, 0)
+    leading = str(magnitude // 10**drop)
+    text = ("-" if value < 0 else "") + leading
+    return text[: MAX_BAD_VALUE_CHARS - 3] + "..."

@@ -66,7 +66,7 @@ from .._tools import (
     still_running,
 )
 from .._txlog import LiveStep, Progress
-from ._failure import Decided, decide_failure
+from ._failure import Decided, decide_failure, without_secrets
 
 if TYPE_CHECKING:
     import threading
@@ -486,8 +486,9 @@ class Pipeline:
         return running
 
     def _decide(self, step_id: int, failure: Failure) -> Decided:
-        hint, transient, _, mistake = classify(failure)  # the step core's one reading
         pending = self._timeline.pending  # the failed call, before `failed()` forgets it
+        failure = without_secrets(failure, pending, self._registry)  # before the cleaner reads
+        hint, transient, _, mistake = classify(failure)  # the step core's one reading
         with self._state_lock:
             add_hint(
                 self._constraints,
@@ -510,14 +511,14 @@ class Pipeline:
         )
         # Recorded before the rewind it decides, so the audit reads in the order things happen.
         self._events.emit(EventKind.STEP_FAILED, step=step_id, data=decided.event)
-        return decided
+        return decided._replace(error=failure.message)
 
     def _fail(self, step_id: int, failure: Failure) -> StepResult:
         decided = self._decide(step_id, failure)
         started = time.perf_counter()
         target, final = rewind_target(decided.decision)
         report = self._rewind(target, final=final)
-        return self._failed(step_id, decided, failure, report=report, started=started)
+        return self._failed(step_id, decided, report=report, started=started)
 
     async def _afail(self, step_id: int, failure: Failure) -> StepResult:
         decided = self._decide(step_id, failure)
@@ -531,13 +532,12 @@ class Pipeline:
             raise
         with self._ending_if_interrupted():
             self._finish_rewind(target, final)
-        return self._failed(step_id, decided, failure, report=report, started=started)
+        return self._failed(step_id, decided, report=report, started=started)
 
     def _failed(
         self,
         step_id: int,
         decided: Decided,
-        failure: Failure,
         *,
         report: CompensationReport,
         started: float,
@@ -548,7 +548,7 @@ class Pipeline:
             step_id,
             decision=decided.decision,
             hint=decided.hint,
-            error=failure.message,
+            error=decided.error,
             next_step_id=self._timeline.next_step,
             constraints=tuple(self._constraints),
             compensation_errors=report.failures,
