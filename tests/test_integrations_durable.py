@@ -11,6 +11,7 @@ and one email.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -627,6 +628,47 @@ def test_a_plan_node_waiting_for_approval_makes_the_turn_wait(tmp_path):
     ((call_id, answer),) = results("chat", {"messages": runner.resume()})
     assert (call_id, answer["plan"]) == ("p1", "SUCCEEDED")
     assert answer["nodes"]["rf"]["output"] == {"refund_id": "rf-o-9"}
+    assert effects(tmp_path) == ["charge c-7 7", "refund o-9 9"]
+
+
+@pytest.mark.timeout(60)
+def test_a_plan_node_request_asked_just_before_a_crash_shows_in_the_restored_runner(
+    tmp_path, monkeypatch
+):
+    """The runner dies after a node of its plan asked for approval and before it stored that
+    the turn waits: the restored runner waits on the node's request and answers the call from
+    the run (read back from the store), which ran once."""
+    engine = agenttx.Engine(tools=plan_tools(tmp_path), store=SQLiteStore(tmp_path / "a.db"))
+    tx = engine.begin(agent_id="a")
+    runner = runner_class("chat")(tx, plans=True)
+    kept = SQLiteStore.record_conversation
+    writes: list[str] = []
+
+    def dies_on_the_third_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+        writes.append(text)
+        if len(writes) == 3:  # the model's message, the run's id, then: the turn waits
+            raise agenttx.StorageError("the process died here")
+        kept(store, tx_id, text)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_third_write)
+    with pytest.raises(agenttx.StorageError, match="died"):
+        runner.handle(USER, chat_message(("p1", "propose_plan", GATED_PLAN)))
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    del runner
+    gc.collect()
+
+    restored = runner_class("chat").restore(tx, plans=True)
+    (request,) = restored.waiting
+    assert request.node == "rf"
+    engine.approve(request.id, actor="ops")
+    assert restored.wait(timeout=30)
+    ((_, answer),) = results("chat", {"messages": restored.resume()})
+    assert answer["plan"] == "SUCCEEDED"
+    assert answer["nodes"]["ch"] == {
+        "tool": "charge",
+        "state": "SUCCEEDED",
+        "output": {"charge_id": "ch-c-7"},
+    }
     assert effects(tmp_path) == ["charge c-7 7", "refund o-9 9"]
 
 

@@ -16,18 +16,26 @@ turn in the provider's format and applies the history rewrite. The rest is here:
   rejection's reason), then the calls after it, and complete the turn: every result appended
   at once, in the calls' order, so the next model request answers every call and no model
   turn is spent on the decision.
+- **Plans in a turn.** With `plans=True` a turn's `propose_plan` calls are answered after its
+  other calls (`_plan_calls`): each valid plan runs beside the turn (`start_plan`), under a
+  run id derived from the transaction, the turn and the call id and kept in the conversation
+  before it starts; the turn polls it (`PLAN_POLL`) and waits, as for a step, while one of its
+  nodes waits for a person. When a tool call of the turn waits, its plan calls wait with it.
 - **A durable conversation.** On a store that keeps conversations (`stores.ConversationStore`:
   SQLiteStore, PostgresStore) the runner writes its state (`_conversation.dump`) when a model
   message arrives, before any of its calls runs, when a turn stops to wait, and when it
   completes; each write fenced like every write of the transaction. `restore(tx)` reads it
   back and completes a turn a crash interrupted from the journal: a call already recorded as
   a live step (matched by call id, from the turn's first step) is answered from its recorded
-  output, never run again; a call waiting for a person shows in `waiting`; the others run at
-  `resume`.
+  output, never run again; if a call of the turn failed or its steps were undone, the calls not
+  kept are answered from the journal as that failure (`_undone`), never run again; a call
+  waiting for a person shows in `waiting`; a plan call is answered from the run it started;
+  the others run at `resume`.
 
 Contracts: one runner per transaction in a process (a second one raises `FailedPrecondition`
 while the first lives); misuse (`resume` with nothing to resume or an undecided request,
-`handle` while a turn is open, `restore` of a transaction with no stored conversation, of a
+`handle` while a turn is open, a `handle` or `resume` while another of the runner is under
+way, `restore` of a transaction with no stored conversation, of a
 store that keeps none, or of another provider's conversation) raises a typed error and changes
 nothing. Not thread-safe, like the runners.
 """
@@ -178,7 +186,7 @@ class Runner:
     the turn in progress. See the module docstring for the contract.
 
     With `plans=True` the runner also offers the model `propose_plan` (`plan_spec`) and
-    answers its calls (`_common.run_turn_with_plans`). Raises `InvalidArgument` for a `plans`
+    answers its calls (see the module docstring). Raises `InvalidArgument` for a `plans`
     that is not a bool, and when a tool of the transaction is itself named `propose_plan`.
     """
 
@@ -350,8 +358,8 @@ class Runner:
         answered = {o.call_id for o in turn.answers}
         waiting = tuple(w for w in turn.waiting if w.call_id not in answered)
         turn = attrs.evolve(turn, waiting=waiting)
-        if turn.rest and not waiting and not self._is_plan(turn.rest[0]):
-            turn = attrs.evolve(turn, waiting=self._found_waiting(turn.rest[0]))
+        if turn.rest and not waiting:
+            turn = attrs.evolve(turn, waiting=self._found_waiting(turn))
         self._turn = turn
         if not turn.rest:
             self._complete_turn(turn)
@@ -393,9 +401,15 @@ class Runner:
         first = Outcome(call_id=calls[0].call_id, payload=payload, is_error=True, result=result)
         return [first, *(_not_run(call, step, step) for call in calls[1:])]
 
-    def _found_waiting(self, call: ModelCall) -> tuple[Wait, ...]:
+    def _found_waiting(self, turn: OpenTurn) -> tuple[Wait, ...]:
         """The request a crash left for the next call: one asked at the transaction's next
-        step and not rejected (a rejected one answers the call sent again anyway)."""
+        step and not rejected (a rejected one answers the call sent again anyway), or one a
+        node of the run a plan call started waits on."""
+        call = turn.rest[0]
+        if self._is_plan(call):
+            run_id = turn.run_of(call.call_id)
+            ran = None if run_id is None else self._plan_calls.check(call, run_id)
+            return (ran,) if isinstance(ran, Wait) else ()
         step = self._tx.next_step_id
         for row in requests_for(self._tx.store).of_scope(self._tx.id):
             if row.kind not in ("approval", "review"):
