@@ -632,6 +632,28 @@ def test_a_plan_node_waiting_for_approval_makes_the_turn_wait(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_plan_node_waiting_makes_an_async_turn_wait_without_blocking_the_loop(tmp_path):
+    """ahandle() returns while a plan node waits for approval; aresume() answers the call."""
+    engine = agenttx.Engine(tools=plan_tools(tmp_path), store=SQLiteStore(tmp_path / "a.db"))
+    runner = runner_class("anthropic")(engine.begin(agent_id="a"), plans=True)
+    reply = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "p1", "name": "propose_plan", "input": GATED_PLAN}],
+    }
+
+    async def main() -> list[Any]:
+        await runner.ahandle(USER, reply)
+        (request,) = runner.waiting
+        engine.approve(request.id, actor="ops")
+        assert await runner.await_decisions(timeout=30)
+        return await runner.aresume()
+
+    ((_, answer),) = results("anthropic", {"messages": asyncio.run(main())})
+    assert answer["plan"] == "SUCCEEDED"
+    assert effects(tmp_path) == ["charge c-7 7", "refund o-9 9"]
+
+
+@pytest.mark.timeout(60)
 def test_a_plan_node_request_asked_just_before_a_crash_shows_in_the_restored_runner(
     tmp_path, monkeypatch
 ):
