@@ -125,6 +125,33 @@ def make_tools(root: Path) -> list[Any]:
     return [lookup_order, charge, send_email, issue_refund, refund_charge]
 
 
+def plan_tools(root: Path) -> list[Any]:
+    """Tools for a plan a model proposes: `charge`, and `refund`, which needs approval."""
+
+    @agenttx.tool
+    def charge(customer_id: str, amount: int) -> dict[str, Any]:
+        """Charge a customer."""
+        _log(root, f"charge {customer_id} {amount}")
+        return {"charge_id": f"ch-{customer_id}"}
+
+    @agenttx.tool(needs_approval=True)
+    def refund(order_id: str, amount: int) -> dict[str, Any]:
+        """Refund an order."""
+        _log(root, f"refund {order_id} {amount}")
+        return {"refund_id": f"rf-{order_id}"}
+
+    return [charge, refund]
+
+
+#: A plan whose second node needs approval.
+GATED_PLAN: Final = {
+    "nodes": [
+        {"id": "ch", "tool": "charge", "inputs": {"customer_id": "c-7", "amount": 7}},
+        {"id": "rf", "tool": "refund", "inputs": {"order_id": "o-9", "amount": 9}, "after": ["ch"]},
+    ]
+}
+
+
 def make_store(backend: str, target: str, schema: str, **options: Any) -> Store:
     """A durable store on the test's backend."""
     if backend == "sqlite":

@@ -11,6 +11,7 @@ and one email.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -26,6 +27,7 @@ import agenttx
 from _durable_agent import (
     APPROVAL_SCRIPT,
     EMAIL,
+    GATED_PLAN,
     agent_loop,
     client_of,
     effects,
@@ -34,6 +36,7 @@ from _durable_agent import (
     make_store,
     make_tools,
     model_turn,
+    plan_tools,
     runner_class,
 )
 from _scripted import (
@@ -589,3 +592,292 @@ def test_a_request_asked_just_before_a_crash_shows_in_the_restored_runner(tmp_pa
     answered = results("anthropic", {"messages": messages})
     assert [(i, r["step"]) for i, r in answered] == [("c1", 1), ("c2", 2), ("c3", 3)]
     assert effects(tmp_path) == ["refund_issued o-1 30"]
+
+
+# ---------------------------------------------------------------------- the runner's own defects
+
+
+def chat_message(*calls: tuple[str, str, Any]) -> dict[str, Any]:
+    """An assistant message of the chat API with these `(id, tool, arguments)` calls."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for i, n, a in calls
+        ],
+    }
+
+
+USER: Final = [{"role": "user", "content": "go"}]
+
+
+@pytest.mark.timeout(60)
+def test_a_plan_node_waiting_for_approval_makes_the_turn_wait(tmp_path):
+    """handle() returns while a node of a proposed plan waits for approval: the request shows
+    in `waiting`, and resume() answers the call from the run once a person approved."""
+    engine = agenttx.Engine(tools=plan_tools(tmp_path), store=SQLiteStore(tmp_path / "a.db"))
+    runner = runner_class("chat")(engine.begin(agent_id="a"), plans=True)
+    messages = runner.handle(USER, chat_message(("p1", "propose_plan", GATED_PLAN)))
+    assert last_is_the_model_turn("chat", messages)
+    assert runner.unanswered == ("p1",)
+    (request,) = runner.waiting
+    assert (request.tool, request.node) == ("refund", "rf")
+    engine.approve(request.id, actor="ops")
+    assert runner.wait(timeout=30)
+    ((call_id, answer),) = results("chat", {"messages": runner.resume()})
+    assert (call_id, answer["plan"]) == ("p1", "SUCCEEDED")
+    assert answer["nodes"]["rf"]["output"] == {"refund_id": "rf-o-9"}
+    assert effects(tmp_path) == ["charge c-7 7", "refund o-9 9"]
+
+
+@pytest.mark.timeout(60)
+def test_a_plan_node_waiting_makes_an_async_turn_wait_without_blocking_the_loop(tmp_path):
+    """ahandle() returns while a plan node waits for approval; aresume() answers the call."""
+    engine = agenttx.Engine(tools=plan_tools(tmp_path), store=SQLiteStore(tmp_path / "a.db"))
+    runner = runner_class("anthropic")(engine.begin(agent_id="a"), plans=True)
+    reply = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "p1", "name": "propose_plan", "input": GATED_PLAN}],
+    }
+
+    async def main() -> list[Any]:
+        await runner.ahandle(USER, reply)
+        (request,) = runner.waiting
+        engine.approve(request.id, actor="ops")
+        assert await runner.await_decisions(timeout=30)
+        return await runner.aresume()
+
+    ((_, answer),) = results("anthropic", {"messages": asyncio.run(main())})
+    assert answer["plan"] == "SUCCEEDED"
+    assert effects(tmp_path) == ["charge c-7 7", "refund o-9 9"]
+
+
+@pytest.mark.timeout(60)
+def test_a_plan_node_request_asked_just_before_a_crash_shows_in_the_restored_runner(
+    tmp_path, monkeypatch
+):
+    """The runner dies after a node of its plan asked for approval and before it stored that
+    the turn waits: the restored runner waits on the node's request and answers the call from
+    the run (read back from the store), which ran once."""
+    engine = agenttx.Engine(tools=plan_tools(tmp_path), store=SQLiteStore(tmp_path / "a.db"))
+    tx = engine.begin(agent_id="a")
+    runner = runner_class("chat")(tx, plans=True)
+    kept = SQLiteStore.record_conversation
+    writes: list[str] = []
+
+    def dies_on_the_third_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+        writes.append(text)
+        if len(writes) == 3:  # the model's message, the run's id, then: the turn waits
+            raise agenttx.StorageError("the process died here")
+        kept(store, tx_id, text)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_third_write)
+    with pytest.raises(agenttx.StorageError, match="died"):
+        runner.handle(USER, chat_message(("p1", "propose_plan", GATED_PLAN)))
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    del runner
+    gc.collect()
+
+    restored = runner_class("chat").restore(tx, plans=True)
+    (request,) = restored.waiting
+    assert request.node == "rf"
+    engine.approve(request.id, actor="ops")
+    assert restored.wait(timeout=30)
+    ((_, answer),) = results("chat", {"messages": restored.resume()})
+    assert answer["plan"] == "SUCCEEDED"
+    assert answer["nodes"]["ch"] == {
+        "tool": "charge",
+        "state": "SUCCEEDED",
+        "output": {"charge_id": "ch-c-7"},
+    }
+    assert effects(tmp_path) == ["charge c-7 7", "refund o-9 9"]
+
+
+PLAN_AGENT: Final = """
+import json, sys, time
+from pathlib import Path
+import agenttx
+from agenttx.stores import SQLiteStore
+from agenttx.integrations.openai import ToolRunner
+from _durable_agent import GATED_PLAN, plan_tools
+root = Path(sys.argv[1])
+engine = agenttx.Engine(tools=plan_tools(root), store=SQLiteStore(root / "a.db"))
+tx = engine.begin(agent_id="a")
+call = {"id": "p1", "type": "function",
+        "function": {"name": "propose_plan", "arguments": json.dumps(GATED_PLAN)}}
+runner = ToolRunner(tx, plans=True)
+runner.handle([{"role": "user", "content": "go"}],
+              {"role": "assistant", "content": None, "tool_calls": [call]})
+print(json.dumps({"tx": tx.id, "waiting": [r.id for r in runner.waiting]}), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_run_waiting_across_a_crash_is_answered_from_that_run(tmp_path):
+    """The agent dies while a node of its plan waits for approval: recovery resumes the run,
+    the restored runner waits on the same request and answers the call from that run; the
+    plan runs once (one charge, one refund, one run in the store)."""
+    with subprocess.Popen(
+        [sys.executable, "-c", PLAN_AGENT, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    ) as agent:
+        try:
+            shown = json.loads(agent.stdout.readline())  # type: ignore[union-attr]
+        finally:
+            agent.kill()
+    engine = agenttx.Engine(tools=plan_tools(tmp_path), store=SQLiteStore(tmp_path / "a.db"))
+    report = engine.recover("resume")
+    (run_id,) = report.plans_resumed
+    runner = runner_class("chat").restore(engine.get(shown["tx"]), plans=True)
+    assert runner.unanswered == ("p1",)
+    assert [r.id for r in runner.waiting] == shown["waiting"]
+    engine.approve(shown["waiting"][0], actor="ops")
+    assert runner.wait(timeout=30)
+    ((_, answer),) = results("chat", {"messages": runner.resume()})
+    assert (answer["plan"], answer["run_id"]) == ("SUCCEEDED", run_id)
+    assert effects(tmp_path) == ["charge c-7 7", "refund o-9 9"]
+    assert [r[0] for r in engine.store.plan_runs()] == [run_id]  # type: ignore[attr-defined]
+
+
+def test_a_turn_that_failed_and_rewound_before_a_crash_is_answered_from_the_journal(
+    tmp_path, monkeypatch
+):
+    """The process dies after a turn's last call failed and rewound, before the turn's results
+    were stored: the restored runner answers the turn with the failure (its hint), rewrites
+    the history for the voided call, and runs nothing again."""
+    ran: list[str] = []
+
+    @agenttx.compensation(name="uncharge")
+    def uncharge(payload: dict[str, Any]) -> None:
+        ran.append("refund " + payload["arguments"]["customer_id"])
+
+    @agenttx.tool
+    def lookup(email: str) -> dict[str, Any]:
+        """Look a customer up."""
+        return {"customer_id": "c-old"}
+
+    @agenttx.tool(compensate=uncharge)
+    def charge(customer_id: str, amount: int) -> dict[str, Any]:
+        """Charge a customer."""
+        ran.append("charge " + customer_id)
+        return {"charge_id": "ch"}
+
+    @agenttx.tool
+    def reserve(customer_id: str) -> dict[str, Any]:
+        """Reserve for a customer."""
+        raise agenttx.ToolError(f"customer {customer_id} has a closed account", key="customer_id")
+
+    tools = [uncharge, lookup, charge, reserve]
+    db = tmp_path / "a.db"
+    engine = agenttx.Engine(tools=tools, store=SQLiteStore(db))
+    tx = engine.begin(agent_id="a")
+    runner = runner_class("chat")(tx)
+    messages = runner.handle(USER, chat_message(("c1", "lookup", {"email": "old@x"})))
+    kept = SQLiteStore.record_conversation
+    writes: list[str] = []
+
+    def dies_on_the_second_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+        writes.append(text)
+        if len(writes) == 2:
+            raise agenttx.StorageError("the process died here")
+        kept(store, tx_id, text)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_second_write)
+    second = chat_message(
+        ("c2", "charge", {"customer_id": "c-1", "amount": 5}),
+        ("c3", "reserve", {"customer_id": "${steps.1.customer_id}"}),
+    )
+    with pytest.raises(agenttx.StorageError, match="died"):
+        runner.handle(messages, second)
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    assert ran == ["charge c-1", "refund c-1"]
+    engine.close()
+
+    engine = agenttx.Engine(tools=tools, store=SQLiteStore(db))
+    engine.recover("resume")
+    restored = runner_class("chat").restore(engine.get(tx.id))
+    assert restored.unanswered == ()
+    answered = dict(results("chat", {"messages": restored.messages}))
+    assert list(answered) == ["c2", "c3"]  # c1's step was voided: truncated away
+    assert "closed account" in answered["c2"]["error"]
+    assert "rollback undid step 1" in answered["c2"]["note"]
+    assert "Not run" in answered["c3"]["error"]
+    with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
+        restored.resume()
+    assert ran == ["charge c-1", "refund c-1"]
+
+
+def _gated_pair() -> tuple[agenttx.Transaction, list[str]]:
+    done: list[str] = []
+
+    @agenttx.tool(needs_approval=True)
+    def refund(order_id: str, amount: int) -> dict[str, Any]:
+        """Refund an order."""
+        done.append("refund")
+        return {"refund_id": "rf"}
+
+    @agenttx.tool
+    def lookup(email: str) -> dict[str, Any]:
+        """Look a customer up."""
+        done.append("lookup")
+        return {"customer_id": "c-1"}
+
+    return agenttx.Transaction(tools=[refund, lookup]), done
+
+
+def test_a_second_concurrent_resume_is_refused_and_changes_nothing():
+    """Two aresume() at once: the second raises FailedPrecondition; every call runs once."""
+    tx, done = _gated_pair()
+    runner = runner_class("chat")(tx)
+    message = chat_message(
+        ("c1", "refund", {"order_id": "o1", "amount": 30}), ("c2", "lookup", {"email": "a@x"})
+    )
+
+    async def main() -> list[Any]:
+        await runner.ahandle(USER, message)
+        tx.approve(runner.waiting[0].id, actor="alice")
+        return await asyncio.gather(runner.aresume(), runner.aresume(), return_exceptions=True)
+
+    first, second = asyncio.run(main())
+    assert isinstance(second, agenttx.FailedPrecondition)
+    assert "under way" in str(second)
+    assert [i for i, _ in results("chat", {"messages": first})] == ["c1", "c2"]
+    assert done == ["refund", "lookup"]
+    assert runner.unanswered == ()
+
+
+@pytest.mark.timeout(60)
+def test_a_plan_call_in_a_turn_that_waits_runs_at_resume():
+    """propose_plan in a turn whose other call waits for approval waits with the turn (it is
+    not answered as failed) and runs at resume(), after the turn's other calls."""
+    tx, done = _gated_pair()
+    runner = runner_class("chat")(tx, plans=True)
+    plan = {"nodes": [{"id": "lk", "tool": "lookup", "inputs": {"email": "p@x"}}]}
+    message = chat_message(
+        ("p1", "propose_plan", plan),
+        ("c2", "refund", {"order_id": "o1", "amount": 30}),
+        ("c3", "lookup", {"email": "z@x"}),
+    )
+    runner.handle(USER, message)
+    assert runner.unanswered == ("p1", "c2", "c3")
+    assert done == []
+    tx.approve(runner.waiting[0].id, actor="alice")
+    answered = dict(results("chat", {"messages": runner.resume()}))
+    assert list(answered) == ["p1", "c2", "c3"]
+    assert answered["p1"]["plan"] == "SUCCEEDED"
+    assert done == ["refund", "lookup", "lookup"]
+
+
+def test_the_model_gets_the_whole_rejection_reason():
+    """A rejected call's answer holds the person's whole reason (the hint is cut short)."""
+    tx, _ = _gated_pair()
+    runner = runner_class("chat")(tx)
+    runner.handle(USER, chat_message(("c1", "refund", {"order_id": "o1", "amount": 30})))
+    reason = "Refund to the card ending 9911 instead, amount 25. " * 8 + "Do NOT refund o1."
+    tx.reject(runner.waiting[0].id, actor="bob", reason=reason)
+    ((_, answer),) = results("chat", {"messages": runner.resume()})
+    assert answer["rejection"] == {"by": "bob", "reason": reason}

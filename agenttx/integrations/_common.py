@@ -65,6 +65,10 @@ __all__ = [
     "check_transaction",
     "describe",
     "dumps",
+    "plan_answer",
+    "plan_not_run",
+    "plan_options",
+    "proposal_of",
     "resolve_specs",
     "rewrite_for",
     "run_turn",
@@ -413,7 +417,7 @@ def run_turn_with_plans(
     try:
         plan = next(answers)
         while True:
-            plan = answers.send(run_plan(plan, **_plan_options(tx)))
+            plan = answers.send(run_plan(plan, **plan_options(tx)))
     except StopIteration as stop:
         return cast("tuple[Outcome, ...]", stop.value)
 
@@ -429,7 +433,7 @@ async def arun_turn_with_plans(
     try:
         plan = next(answers)
         while True:
-            plan = answers.send(await arun_plan(plan, **_plan_options(tx)))
+            plan = answers.send(await arun_plan(plan, **plan_options(tx)))
     except StopIteration as stop:
         return cast("tuple[Outcome, ...]", stop.value)
 
@@ -445,11 +449,11 @@ def _answer_plans(
         if call.name != PLAN_TOOL:
             continue
         if failed:
-            answers.append(_plan_not_run(call, tx))
+            answers.append(plan_not_run(call, tx))
             continue
-        checked = _proposal(tx, call)
+        checked = proposal_of(tx, call)
         if isinstance(checked, Plan):
-            checked = _ran(tx, call, (yield checked))
+            checked = plan_answer(tx, call, (yield checked))
         answers.append(checked)
         failed = checked.is_error
     return _in_order(calls, others, answers)
@@ -463,12 +467,12 @@ def _in_order(
     return tuple(next(proposed if call.name == PLAN_TOOL else rest) for call in calls)
 
 
-def _plan_options(tx: Transaction) -> dict[str, Any]:
+def plan_options(tx: Transaction) -> dict[str, Any]:
     registry, store, dispatcher = plan_setting(tx)
     return {"tools": registry, "initial": {}, "store": store, "dispatcher": dispatcher}
 
 
-def _proposal(tx: Transaction, call: ModelCall) -> Plan | Outcome:
+def proposal_of(tx: Transaction, call: ModelCall) -> Plan | Outcome:
     """The plan `call` proposes, valid against the transaction's tools; else the answer."""
     if tx.status.terminal:
         return _ended(call, tx)
@@ -508,7 +512,7 @@ def _plan_refused(call: ModelCall, tx: Transaction, problems: Sequence[str]) -> 
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
 
-def _plan_not_run(call: ModelCall, tx: Transaction) -> Outcome:
+def plan_not_run(call: ModelCall, tx: Transaction) -> Outcome:
     if tx.status.terminal:
         return _ended(call, tx)
     payload: Payload = {
@@ -521,7 +525,7 @@ def _plan_not_run(call: ModelCall, tx: Transaction) -> Outcome:
     return Outcome(call_id=call.call_id, payload=payload, is_error=True)
 
 
-def _ran(tx: Transaction, call: ModelCall, result: PlanResult) -> Outcome:
+def plan_answer(tx: Transaction, call: ModelCall, result: PlanResult) -> Outcome:
     """The answer to a plan that ran: its status and each node's output or error."""
     nodes: dict[str, JSONValue] = {}
     for node_id, node in result.nodes.items():

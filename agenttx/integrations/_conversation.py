@@ -2,16 +2,21 @@
 
 A runner's state is the conversation (`messages`, in its provider's format), the step each
 call id ran as, and the model turn in progress, if any (`OpenTurn`): the turn's calls in the
-model's order, the step the turn began at, the answers of its calls that ran so far (a prefix
-of the calls), and the call that waits for a person (at most one: steps run in the calls'
-order, and a waiting step holds the transaction there). `dump` turns it into JSON text and
+model's order, the step the turn began at, the answers of its calls that ran so far (the tool
+calls before the waiting one; a `propose_plan` call is answered after the turn's other calls,
+so its answer may follow a later call's), the call that waits for a person (at most one: steps
+run in the calls' order, and a waiting step holds the transaction there), the plan run each
+`propose_plan` call started (recorded before the run starts, so that a restored runner answers
+the call from that run and never starts another), and the transaction's constraints when the
+turn was last written (a failure of one of its calls adds one). `dump` turns it into JSON text and
 `load` back; the format is internal (versioned by `FORMAT`, read by this module only):
 
     {"format": 1, "runner": "openai.chat" | "openai.responses" | "anthropic",
      "history": "truncate" | "void" | "keep", "messages": [...], "steps": {call_id: step},
      "turn": null | {"calls": [[call_id, name, arguments]], "first_step": n,
                      "answers": [[call_id, payload, is_error]],
-                     "waiting": [[call_id, "approval" | "review", request_id]]}}
+                     "waiting": [[call_id, "approval" | "review", request_id]],
+                     "plans": [[call_id, run_id]], "constraints": [hint, ...]}}
 
 Pure: no store, no transaction.
 """
@@ -58,11 +63,30 @@ class OpenTurn:
     first_step: int
     answers: tuple[Outcome, ...] = ()
     waiting: tuple[Wait, ...] = ()
+    plans: tuple[tuple[str, str], ...] = ()
+    constraints: tuple[str, ...] = ()
+
+    def _matched(self) -> list[Outcome | None]:
+        """Each call's answer, or None: answers are matched to the calls by call id, in order
+        (a call id sent twice in one turn is answered twice)."""
+        left: dict[str, list[Outcome]] = {}
+        for outcome in self.answers:
+            left.setdefault(outcome.call_id, []).append(outcome)
+        return [left[c.call_id].pop(0) if left.get(c.call_id) else None for c in self.calls]
 
     @property
     def rest(self) -> tuple[ModelCall, ...]:
         """The calls not answered yet, in order (the waiting one first, if any)."""
-        return self.calls[len(self.answers) :]
+        matched = self._matched()
+        return tuple(c for c, o in zip(self.calls, matched, strict=True) if o is None)
+
+    def ordered(self) -> tuple[Outcome, ...]:
+        """The answers in the order of the calls."""
+        return tuple(o for o in self._matched() if o is not None)
+
+    def run_of(self, call_id: str) -> str | None:
+        """The plan run the `propose_plan` call `call_id` started, if it started one."""
+        return dict(self.plans).get(call_id)
 
 
 @final
@@ -107,6 +131,8 @@ def dump(
             "first_step": turn.first_step,
             "answers": [[o.call_id, o.payload, o.is_error] for o in turn.answers],
             "waiting": [[w.call_id, w.kind, w.request_id] for w in turn.waiting],
+            "plans": [[c, r] for c, r in turn.plans],
+            "constraints": list(turn.constraints),
         }
     try:
         return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_default)
@@ -149,8 +175,15 @@ def _turn(found: dict[str, Any]) -> OpenTurn:
         Wait(call_id=str(i), kind="review" if k == "review" else "approval", request_id=str(r))
         for i, k, r in found["waiting"]
     )
+    plans = tuple((str(c), str(r)) for c, r in found.get("plans", ()))
+    constraints = tuple(str(h) for h in found.get("constraints", ()))
     return OpenTurn(
-        calls=calls, first_step=int(found["first_step"]), answers=answers, waiting=waiting
+        calls=calls,
+        first_step=int(found["first_step"]),
+        answers=answers,
+        waiting=waiting,
+        plans=plans,
+        constraints=constraints,
     )
 
 

@@ -16,18 +16,26 @@ turn in the provider's format and applies the history rewrite. The rest is here:
   rejection's reason), then the calls after it, and complete the turn: every result appended
   at once, in the calls' order, so the next model request answers every call and no model
   turn is spent on the decision.
+- **Plans in a turn.** With `plans=True` a turn's `propose_plan` calls are answered after its
+  other calls (`_plan_calls`): each valid plan runs beside the turn (`start_plan`), under a
+  run id derived from the transaction, the turn and the call id and kept in the conversation
+  before it starts; the turn polls it (`PLAN_POLL`) and waits, as for a step, while one of its
+  nodes waits for a person. When a tool call of the turn waits, its plan calls wait with it.
 - **A durable conversation.** On a store that keeps conversations (`stores.ConversationStore`:
   SQLiteStore, PostgresStore) the runner writes its state (`_conversation.dump`) when a model
   message arrives, before any of its calls runs, when a turn stops to wait, and when it
   completes; each write fenced like every write of the transaction. `restore(tx)` reads it
   back and completes a turn a crash interrupted from the journal: a call already recorded as
   a live step (matched by call id, from the turn's first step) is answered from its recorded
-  output, never run again; a call waiting for a person shows in `waiting`; the others run at
-  `resume`.
+  output, never run again; if a call of the turn failed or its steps were undone, the calls not
+  kept are answered from the journal as that failure (`_undone`), never run again; a call
+  waiting for a person shows in `waiting`; a plan call is answered from the run it started;
+  the others run at `resume`.
 
 Contracts: one runner per transaction in a process (a second one raises `FailedPrecondition`
 while the first lives); misuse (`resume` with nothing to resume or an undecided request,
-`handle` while a turn is open, `restore` of a transaction with no stored conversation, of a
+`handle` while a turn is open, a `handle` or `resume` while another of the runner is under
+way, `restore` of a transaction with no stored conversation, of a
 store that keeps none, or of another provider's conversation) raises a typed error and changes
 nothing. Not thread-safe, like the runners.
 """
@@ -35,17 +43,18 @@ nothing. Not thread-safe, like the runners.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias, cast, final
 
 import attrs
 from typing_extensions import Self
 
-from .._approvals import request_of, requests_for, review_of
+from .._approvals import decision_of, request_of, requests_for, review_of
 from .._errors import FailedPrecondition, InvalidArgument
-from .._plans import plan_tool_spec
+from .._plans import PLAN_TOOL, plan_tool_spec
 from .._results import StepResult, StepStatus
 from .._saga import Backoff
 from ..stores import keeps_conversations
@@ -53,24 +62,29 @@ from ._common import (
     History,
     Outcome,
     Rewrite,
-    arun_turn_with_plans,
+    _not_run,
+    arun_turn,
     check_history,
     check_transaction,
+    plan_not_run,
+    proposal_of,
     rewrite_for,
-    run_turn_with_plans,
+    run_turn,
 )
 from ._conversation import OpenTurn, Wait, WaitKind, dump, load
+from ._plan_calls import PlanCalls, plan_run_id
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Generator, Iterator, Mapping, Sequence
 
     from .._approvals import ApprovalRequest, Review
+    from .._json import JSONValue
     from .._tools import ToolSpec
     from .._transaction import Transaction
     from ..stores import RequestRow
-    from ._common import ModelCall
+    from ._common import ModelCall, Payload
 
-__all__ = ["DECISION_POLL", "Runner"]
+__all__ = ["DECISION_POLL", "PLAN_POLL", "Runner"]
 
 #: How `wait` polls the store for decisions: 50 ms, doubling, at most 2 s, with full jitter.
 DECISION_POLL: Final = Backoff(base=0.05, max_wait=2.0, jitter=True)
@@ -111,13 +125,68 @@ def _recorded(step_id: int, output: Any, call_id: str) -> Outcome:
     return Outcome(call_id=call_id, payload=result.for_model(), is_error=False, result=result)
 
 
+@final
+@attrs.frozen(kw_only=True)
+class _Calls:
+    """Work for a turn's driver: run these tool calls of `tx` as one turn, send back the
+    outcomes."""
+
+    tx: Transaction
+    calls: Sequence[ModelCall]
+
+
+_Work: TypeAlias = "_Calls | float"
+
+#: How a turn polls a plan run that goes on: 20 ms, doubling, at most 0.5 s, with full jitter.
+PLAN_POLL: Final = Backoff(base=0.02, max_wait=0.5, jitter=True)
+
+
+def _wait_of(outcome: Outcome) -> Wait | None:
+    """The wait of a call whose step waits for a person, else None."""
+    result = outcome.result
+    kind = None if result is None else _WAITS.get(result.status)
+    if result is None or kind is None:
+        return None
+    request = result.approval if kind == "approval" else result.review
+    request_id = "" if request is None else request.id
+    return Wait(call_id=outcome.call_id, kind=kind, request_id=request_id)
+
+
+def _drive(work: Generator[_Work, Any, list[Message]]) -> list[Message]:
+    """Run `Runner._advance` in this thread: the calls through `run_turn`, sleeps blocking."""
+    try:
+        item = next(work)
+        while True:
+            if isinstance(item, _Calls):
+                item = work.send(run_turn(item.tx, item.calls))
+            else:
+                time.sleep(item)
+                item = next(work)
+    except StopIteration as stop:
+        return cast("list[Message]", stop.value)
+
+
+async def _adrive(work: Generator[_Work, Any, list[Message]]) -> list[Message]:
+    """`_drive` for async code: the calls through `arun_turn`, sleeps on the event loop."""
+    try:
+        item = next(work)
+        while True:
+            if isinstance(item, _Calls):
+                item = work.send(await arun_turn(item.tx, item.calls))
+            else:
+                await asyncio.sleep(item)
+                item = next(work)
+    except StopIteration as stop:
+        return cast("list[Message]", stop.value)
+
+
 class Runner:
     """What every provider's runner holds: the transaction, the history policy, the step each
     call id was sent as (so a later rewind knows which calls it voided), the conversation and
     the turn in progress. See the module docstring for the contract.
 
     With `plans=True` the runner also offers the model `propose_plan` (`plan_spec`) and
-    answers its calls (`_common.run_turn_with_plans`). Raises `InvalidArgument` for a `plans`
+    answers its calls (see the module docstring). Raises `InvalidArgument` for a `plans`
     that is not a bool, and when a tool of the transaction is itself named `propose_plan`.
     """
 
@@ -136,6 +205,8 @@ class Runner:
             raise InvalidArgument(f"plans must be True or False, got {plans!r:.80}")
         self._plans = plans
         self._plan_spec = plan_tool_spec(self._tx) if plans else None
+        self._plan_calls = PlanCalls(self._tx)
+        self._running: str | None = None  # the handle or resume under way, if any
 
     def _claim(self) -> None:
         """Become the transaction's runner in this process, unless another live one is."""
@@ -252,35 +323,93 @@ class Runner:
         return runner
 
     def _reconcile(self) -> None:
-        """After a restore: answer from the journal the calls of the open turn that ran."""
+        """After a restore: answer from the journal the calls of the open turn that ran.
+
+        A tool call recorded as a live step (by call id, from the turn's first step) is
+        answered from its output. If a call of the turn failed meanwhile (the transaction's
+        constraints gained a hint since the turn was written) or its steps were undone (the
+        transaction is back before them), the calls not kept are answered from the journal
+        as the failed turn they were, never run again (`_undone`). A `propose_plan` call is
+        left to `resume`, which answers it from the run it started, if it started one.
+        """
         turn = self._turn
         if turn is None:
             return
-        live = {
-            s.call_id: s
-            for s in self._tx.steps
-            if s.call_id is not None and s.step_id >= turn.first_step
-        }
+        tx = self._tx
+        live = {s.call_id: s for s in tx.steps if s.call_id is not None}
         answers = list(turn.answers)
+        left: list[ModelCall] = []
+        expected = turn.first_step
         for call in turn.rest:
+            if self._is_plan(call):
+                continue
             step = live.get(call.call_id)
-            if step is None:
-                break
+            if left or step is None or step.step_id < turn.first_step:
+                left.append(call)
+                continue
             answers.append(_recorded(step.step_id, step.output, call.call_id))
             self._steps[call.call_id] = step.step_id
-        answered = {o.call_id for o in answers}
+            expected = step.step_id + 1
+        turn = attrs.evolve(turn, answers=tuple(answers))
+        hints = tx.constraints
+        failed = hints != turn.constraints
+        if left and (failed or tx.next_step_id < expected):
+            turn = attrs.evolve(turn, answers=(*answers, *self._undone(left)))
+        answered = {o.call_id for o in turn.answers}
         waiting = tuple(w for w in turn.waiting if w.call_id not in answered)
-        turn = attrs.evolve(turn, answers=tuple(answers), waiting=waiting)
+        turn = attrs.evolve(turn, waiting=waiting)
         if turn.rest and not waiting:
-            waiting = self._found_waiting(turn.rest[0])
-            turn = attrs.evolve(turn, waiting=waiting)
+            turn = attrs.evolve(turn, waiting=self._found_waiting(turn))
         self._turn = turn
         if not turn.rest:
             self._complete_turn(turn)
 
-    def _found_waiting(self, call: ModelCall) -> tuple[Wait, ...]:
+    def _undone(self, calls: Sequence[ModelCall]) -> list[Outcome]:
+        """The answers of tool calls of a turn that failed before a crash: the first with the
+        failure (the transaction's latest hint) and the steps its rewind undid, so the
+        history is rewritten as the runner would have; the others as not run."""
+        tx = self._tx
+        step = tx.next_step_id
+        live = {s.step_id for s in tx.steps}
+        voided = sorted((s, i) for i, s in self._steps.items() if s >= step and s not in live)
+        hint = tx.constraints[-1] if tx.constraints else "Hint: Step failed."
+        result = StepResult(
+            status=StepStatus.FAILED,
+            step_id=step,
+            next_step_id=step,
+            error=hint,
+            call_id=calls[0].call_id,
+            voided_steps=tuple(s for s, _ in voided),
+            voided_call_ids=tuple(i for _, i in voided),
+        )
+        undone = ", ".join(str(s) for s, _ in voided)
+        payload: Payload = {
+            "ok": False,
+            "step": None,
+            "error": (
+                f"{hint} (The call ran before the agent restarted: this failure ended the "
+                "turn, and what it undid stays undone.)"
+            ),
+            "next_step": step,
+        }
+        if undone:
+            payload["voided_steps"] = [s for s, _ in voided]
+        payload["instruction"] = (
+            f"Calls of this turn from here were not kept; continue with step {step}, "
+            "sending again what is still needed."
+        )
+        first = Outcome(call_id=calls[0].call_id, payload=payload, is_error=True, result=result)
+        return [first, *(_not_run(call, step, step) for call in calls[1:])]
+
+    def _found_waiting(self, turn: OpenTurn) -> tuple[Wait, ...]:
         """The request a crash left for the next call: one asked at the transaction's next
-        step and not rejected (a rejected one answers the call sent again anyway)."""
+        step and not rejected (a rejected one answers the call sent again anyway), or one a
+        node of the run a plan call started waits on."""
+        call = turn.rest[0]
+        if self._is_plan(call):
+            run_id = turn.run_of(call.call_id)
+            ran = None if run_id is None else self._plan_calls.check(call, run_id)
+            return (ran,) if isinstance(ran, Wait) else ()
         step = self._tx.next_step_id
         for row in requests_for(self._tx.store).of_scope(self._tx.id):
             if row.kind not in ("approval", "review"):
@@ -361,21 +490,53 @@ class Runner:
         """Complete the open turn once people decided; return the messages to send next.
 
         The waiting call is sent again (an approved call runs once with the approved, or the
-        approver's edited, arguments; a rejected one is answered with the person's reason),
-        then the calls after it; every result of the turn is appended in the calls' order.
-        If another call of the turn needs a person, the turn waits again (`waiting`), and the
-        messages end with the model's message. Raises `FailedPrecondition` if nothing is left
-        to answer or a request is still undecided (changing nothing).
+        approver's edited, arguments; a rejected one is answered with the person's reason,
+        whole, under `rejection`), then the calls after it, then the turn's `propose_plan`
+        calls (a plan run that waited goes on); every result of the turn is appended in the
+        calls' order. If another call of the turn needs a person, the turn waits again
+        (`waiting`), and the messages end with the model's message. Raises
+        `FailedPrecondition` if nothing is left to answer, a request is still undecided, or
+        another `resume` or `handle` of this runner is under way (changing nothing).
         """
-        turn = self._resumable()
-        self._turn = turn
-        return self._go(turn, run_turn_with_plans(self._tx, turn.rest, plans=self._plans))
+        with self._busy("resume"):
+            rejections = self._rejections()
+            turn = self._resumable()
+            self._turn = turn
+            return _drive(self._advance(turn, rejections))
 
     async def aresume(self) -> list[Message]:
         """`resume` for async code: the calls run through `tx.acall_turn`."""
-        turn = self._resumable()
-        self._turn = turn
-        return self._go(turn, await arun_turn_with_plans(self._tx, turn.rest, plans=self._plans))
+        with self._busy("aresume"):
+            rejections = self._rejections()
+            turn = self._resumable()
+            self._turn = turn
+            return await _adrive(self._advance(turn, rejections))
+
+    def _rejections(self) -> dict[str, dict[str, JSONValue]]:
+        """The rejected requests the turn waited on: call id -> who rejected it and why."""
+        found: dict[str, dict[str, JSONValue]] = {}
+        for wait, row in self._rows():
+            if row is not None and row.state == "rejected":
+                decision = decision_of(row)
+                found[wait.call_id] = {
+                    "by": str(decision.get("actor", "")),
+                    "reason": str(decision.get("reason", "")),
+                }
+        return found
+
+    @contextlib.contextmanager
+    def _busy(self, what: str) -> Iterator[None]:
+        """Hold the runner for one `handle` or `resume` (sync or async) at a time."""
+        if self._running is not None:
+            raise FailedPrecondition(
+                f"{type(self).__name__}.{what}: this runner's {self._running} is under way "
+                f"(transaction `{self._tx.id}`); wait for it to return"
+            )
+        self._running = what
+        try:
+            yield
+        finally:
+            self._running = None
 
     # ------------------------------------------------------------------ a model turn
 
@@ -388,7 +549,15 @@ class Runner:
                 "people's decisions and resume() it before the next model turn"
             )
         self._claim()
-        turn = OpenTurn(calls=tuple(calls), first_step=self._tx.next_step_id) if calls else None
+        turn = (
+            OpenTurn(
+                calls=tuple(calls),
+                first_step=self._tx.next_step_id,
+                constraints=self._tx.constraints,
+            )
+            if calls
+            else None
+        )
         before = self._messages
         self._messages, self._turn = history, turn
         try:
@@ -399,37 +568,79 @@ class Runner:
         return turn
 
     def _handle(self, history: list[Message], calls: Sequence[ModelCall]) -> list[Message]:
-        turn = self._open(history, calls)
-        if turn is None:
-            return list(self._messages)
-        return self._go(turn, run_turn_with_plans(self._tx, calls, plans=self._plans))
+        with self._busy("handle"):
+            turn = self._open(history, calls)
+            if turn is None:
+                return list(self._messages)
+            return _drive(self._advance(turn, {}))
 
     async def _ahandle(self, history: list[Message], calls: Sequence[ModelCall]) -> list[Message]:
-        turn = self._open(history, calls)
-        if turn is None:
-            return list(self._messages)
-        return self._go(turn, await arun_turn_with_plans(self._tx, calls, plans=self._plans))
+        with self._busy("handle"):
+            turn = self._open(history, calls)
+            if turn is None:
+                return list(self._messages)
+            return await _adrive(self._advance(turn, {}))
 
-    def _go(self, turn: OpenTurn, outcomes: Sequence[Outcome]) -> list[Message]:
-        """Take the outcomes of `turn.rest`: stop at a call that waits, else complete."""
+    def _is_plan(self, call: ModelCall) -> bool:
+        return self._plans and call.name == PLAN_TOOL
+
+    def _advance(
+        self, turn: OpenTurn, rejections: Mapping[str, dict[str, JSONValue]]
+    ) -> Generator[_Work, Any, list[Message]]:
+        """Run what is left of `turn`: its tool calls as one turn (the driver runs them and
+        sends their outcomes back), then its plan calls; stop where a call waits for a person,
+        else complete the turn. Yields the work for the driver: the calls to run, or a delay
+        to sleep while a plan run goes on."""
+        rest = turn.rest
+        others = [c for c in rest if not self._is_plan(c)]
+        outcomes: Sequence[Outcome] = (yield _Calls(tx=self._tx, calls=others)) if others else ()
         answers = list(turn.answers)
         for outcome in outcomes:
-            result = outcome.result
-            kind = None if result is None else _WAITS.get(result.status)
-            if result is not None and kind is not None:
-                request = result.approval if kind == "approval" else result.review
-                request_id = "" if request is None else request.id
-                wait = Wait(call_id=outcome.call_id, kind=kind, request_id=request_id)
-                self._turn = attrs.evolve(turn, answers=tuple(answers), waiting=(wait,))
-                self._save()
-                return list(self._messages)
-            answers.append(outcome)
-            if result is not None and result.ok:
-                self._steps[outcome.call_id] = result.step_id
-        return self._complete_turn(attrs.evolve(turn, answers=tuple(answers), waiting=()))
+            wait = _wait_of(outcome)
+            if wait is not None:
+                return self._wait(attrs.evolve(turn, answers=tuple(answers)), wait)
+            rejected = rejections.get(outcome.call_id)
+            if rejected is not None and outcome.is_error:
+                answers.append(
+                    attrs.evolve(outcome, payload={**outcome.payload, "rejection": rejected})
+                )
+            else:
+                answers.append(outcome)
+            if outcome.result is not None and outcome.result.ok:
+                self._steps[outcome.call_id] = outcome.result.step_id
+        turn = attrs.evolve(turn, answers=tuple(answers), waiting=())
+        failed = any(o.is_error for o in answers)
+        for call in (c for c in rest if self._is_plan(c)):
+            run_id = turn.run_of(call.call_id)
+            if run_id is None:
+                checked = plan_not_run(call, self._tx) if failed else proposal_of(self._tx, call)
+                if isinstance(checked, Outcome):
+                    turn = attrs.evolve(turn, answers=(*turn.answers, checked))
+                    failed = failed or checked.is_error
+                    continue
+                run_id = plan_run_id(self._tx.id, turn.first_step, call.call_id)
+                turn = attrs.evolve(turn, plans=(*turn.plans, (call.call_id, run_id)))
+                self._turn = turn
+                self._save()  # the run's id is kept before the run starts
+                self._plan_calls.start(checked, run_id)
+            attempt = 0
+            while (found := self._plan_calls.check(call, run_id)) is None:
+                attempt += 1
+                yield PLAN_POLL.delay(attempt)
+            if isinstance(found, Wait):
+                return self._wait(turn, found)
+            turn = attrs.evolve(turn, answers=(*turn.answers, found))
+            failed = failed or found.is_error
+        return self._complete_turn(turn)
+
+    def _wait(self, turn: OpenTurn, wait: Wait) -> list[Message]:
+        """Stop `turn` where `wait` waits for a person, and keep it."""
+        self._turn = attrs.evolve(turn, waiting=(wait,), constraints=self._tx.constraints)
+        self._save()
+        return list(self._messages)
 
     def _complete_turn(self, turn: OpenTurn) -> list[Message]:
-        self._messages = self._complete(list(self._messages), turn.answers)
+        self._messages = self._complete(list(self._messages), turn.ordered())
         self._turn = None
         self._save()
         return list(self._messages)
