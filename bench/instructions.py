@@ -26,7 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from compare import DEFAULT_AGAINST, ROOT, git
+from _report import Row, report
+from compare import DEFAULT_AGAINST, ROOT, STEP_TARGET, TPS_TARGET, git
 
 WORKLOAD = """
 import sys, tempfile
@@ -102,36 +103,48 @@ def per_transaction(tree: Path, mode: str) -> float:
     return (instructions(tree, mode, 40) - instructions(tree, mode, 10)) / 30
 
 
+#: The workloads, and the target of each: the issue's (a step at most 1.10 times the old
+#: commit's; throughput at least 0.90 times, that is instructions at most 1 / 0.90 times).
+WORKLOADS = (
+    ("chain", "step, 20-step chain, inline tool", STEP_TARGET),
+    ("kv", "step, engine, 20 kv.put", 1 / TPS_TARGET),
+)
+
+
 def main() -> int:
-    """Print the instructions a transaction costs on both trees, and their ratio."""
+    """Print the instructions a step costs on both trees, and their ratio, as a table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default=DEFAULT_AGAINST, help="the commit to compare with")
     parser.add_argument(
         "--quick", action="store_true", help="run each workload once on this tree, uncounted"
     )
     args = parser.parse_args()
+    rows = []
     if args.quick:  # the smoke run of tests/test_bench.py: the workloads still run
-        for mode in ("chain", "kv"):
+        for mode, label, _ in WORKLOADS:
             quick_run(mode)
-        print("quick: both workloads ran (no instructions counted)")
-        return 0
+            rows.append(Row(label, "ran", "-", 0.0, "--quick: run once, not counted"))
+        return report(rows, quick=True)
     commit = git("rev-parse", "--short", args.against)
     with tempfile.TemporaryDirectory() as folder:
         old_root = Path(folder) / "old"
         git("worktree", "add", "--detach", str(old_root), commit)
         try:
-            for mode, label in (
-                ("chain", "20-step chain, inline tool"),
-                ("kv", "engine, 20 kv.put"),
-            ):
+            for mode, label, target in WORKLOADS:
                 old, new = per_transaction(old_root, mode), per_transaction(ROOT, mode)
-                print(
-                    f"{label}: {old / 20:,.0f} instructions a step with {commit}, "
-                    f"{new / 20:,.0f} now (begin and commit included): {new / old:.3f}x"
+                rows.append(
+                    Row(
+                        label,
+                        f"{new / old:.3f}x",
+                        f"<= {target:.2f}x",
+                        new / old / target,
+                        f"{old / 20:,.0f} instructions a step with {commit}, {new / 20:,.0f} now "
+                        "(begin and commit included)",
+                    )
                 )
         finally:
             git("worktree", "remove", "--force", str(old_root))
-    return 0
+    return report(rows, quick=False)
 
 
 if __name__ == "__main__":
