@@ -514,7 +514,8 @@ class _Drawn:
 
 
 #: Paths the machine reaches rarely by chance, each sent through its own rules (preconditions
-#: checked) with every invariant checked after each rule, as the machine would.
+#: checked) with every invariant checked after each rule, as the machine would; the third item
+#: is what the model then says waits for a person ("kind state", or None).
 PATHS: dict[str, list[tuple[str, dict[str, Any], str | None]]] = {
     # The call under review sent again while it still runs: it waits on the review, pending,
     # then resolved (test_the_same_call_sent_again_while_its_reviewed_call_still_runs_...).
