@@ -17,9 +17,12 @@ import time
 from typing import Any
 
 import pytest
+from tests._lifecycle_tools import Provider as Charges
+from tests._lifecycle_tools import charging_tools
 
 import agenttx
 from agenttx import CheckResult, EventKind, NodeState, StepStatus
+from agenttx._approvals import requests_for
 from agenttx.stores import MemoryStore
 
 pytestmark = pytest.mark.timeout(60)
@@ -364,3 +367,25 @@ def test_a_node_decided_not_done_runs_again_once_its_call_returned() -> None:
     assert result.nodes["pay"].state is NodeState.SUCCEEDED
     assert len(provider.calls) == 2
     assert len({key for key, _ in provider.calls}) == 1
+
+
+def test_a_guarded_call_whose_failure_aborts_a_durable_transaction_returns_its_result(
+    durable_backend: Any,
+) -> None:
+    """On a durable store, a guarded call (its start recorded) whose failure makes the
+    controller abort the transaction returns the FAILED step, its row finished, instead of
+    raising `StorageError` once the abort let the store go."""
+    provider = Charges()
+    store = durable_backend()
+    tx = agenttx.Transaction(tools=charging_tools(provider), store=store, step_timeout=TIMEOUT)
+    provider.plan[:] = ["fail"]
+    assert tx.call("charge", {"amount": 10, "memo": "m"}).status is StepStatus.ROLLBACK_TRIGGERED
+    assert tx.call("charge", {"amount": 10, "memo": "m"}).ok
+    provider.plan[:] = ["fail"]
+    result = tx.call("charge", {"amount": 10, "memo": "m"})
+    assert result.status is StepStatus.FAILED, result
+    assert result.strategy is agenttx.RollbackStrategy.ABORT
+    assert tx.status is agenttx.TxStatus.FAILED
+    assert provider.net() == 0
+    rows = requests_for(store).of_scope(tx.id)
+    assert [row.state for row in rows] == ["finished"] * 3, rows

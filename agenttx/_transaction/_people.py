@@ -204,9 +204,11 @@ class People:
         if not keep_abandoned(self._orphans, call, undos):
             self._ledger.record(undos)
 
-    def finish(self, settled: Settled) -> None:
-        """After the transaction recorded `settled`: end the row that guarded its call."""
-        finish(self.book(), settled, fence=is_durable(self._store))
+    def finish(self, settled: Settled, *, ended: bool = False) -> None:
+        """After the transaction recorded `settled`: end the row that guarded its call, fenced
+        by the lease while the transaction is open (once the call's failure `ended` it, its own
+        abort let the store go)."""
+        finish(self.book(), settled, fence=is_durable(self._store) and not ended)
 
     def unless_blocked(self, call: Call) -> Call | Failure:
         """The call, unless its step waits for a person (or an unknown outcome) on another

@@ -236,7 +236,7 @@ class Pipeline:
                 return self._succeed(result.call, result.outcome)
             return self._settle(result.call, result.outcome)
         finally:  # after the step is recorded: a crash before this finds it recorded
-            self._people.finish(result)
+            self._people.finish(result, ended=self._status.terminal)
 
     def _waiting(
         self, call: Call, *, approval: ApprovalRequest | None, review: Review | None
