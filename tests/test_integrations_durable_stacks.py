@@ -670,3 +670,25 @@ def test_mcp_an_agent_killed_in_a_turn_is_restored_and_finishes(tmp_path):
     assert [call_id for call_id, _ in answered] == ["c1", "c2", "c3"]
     assert all(r["ok"] for _, r in answered)
     assert effects(tmp_path) == ["charge ch-4242-42 42 4242", f"email {EMAIL} Order o-1"]
+
+
+def test_pydantic_ai_approve_decided_leaves_other_tools_deferred_calls_to_the_caller():
+    """`approve_decided` approves only the deferred calls of the transaction's own tools: a
+    tool of pydantic-ai's own `requires_approval` gets no approval that no person gave."""
+    from agenttx.integrations import pydantic_ai as atx_pai  # noqa: PLC0415
+
+    @agenttx.tool
+    def issue_refund(order_id: str, amount: int) -> dict:
+        """Refund an order."""
+        return {"order_id": order_id, "amount": amount}
+
+    tx = agenttx.Transaction(tools=[issue_refund])
+    requests = DeferredToolRequests(
+        approvals=[
+            ToolCallPart("issue_refund", {"order_id": "o-1", "amount": 30}, "c1"),
+            ToolCallPart("wipe_database", {}, "c2"),
+        ]
+    )
+    results = atx_pai.approve_decided(tx, requests)
+    assert results is not None
+    assert results.approvals == {"c1": True}

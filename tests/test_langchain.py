@@ -653,3 +653,24 @@ def test_a_tool_with_injected_arguments_outside_the_node_says_so():
     assert tx.next_step_id <= next_step  # the step failed
     assert "compile the graph with a store" in reply["messages"][-1].content
     assert seen == {}
+
+
+def test_a_later_turn_reusing_call_ids_without_a_message_id_runs_its_calls():
+    """A node called with plain messages (no message ids): a later model turn that reuses the
+    last turn's call ids with other arguments is a new turn, run, not taken for the last one."""
+    ran: list[int] = []
+
+    @agenttx.tool
+    def charge(amount: int) -> dict:
+        """Charge `amount`."""
+        ran.append(amount)
+        return {"charged": amount}
+
+    tx = agenttx.Transaction(tools=[charge])
+    node = TransactionalToolNode(tx)
+    first = AIMessage("", tool_calls=[{"name": "charge", "args": {"amount": 1}, "id": "call_0"}])
+    answered = node.invoke([HumanMessage("hi"), first])
+    later = AIMessage("", tool_calls=[{"name": "charge", "args": {"amount": 500}, "id": "call_0"}])
+    out = node.invoke([HumanMessage("hi"), first, *answered, later])
+    assert ran == [1, 500]
+    assert json.loads(out[0].content)["output"] == {"charged": 500}

@@ -21,6 +21,7 @@ Not thread-safe; one runner per transaction in a process (`_runs.Runner`).
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import FailedPrecondition
@@ -71,21 +72,24 @@ class FrameworkRunner(Runner):
         if message_id is not None and marker.get("message") is not None:
             return bool(marker["message"] == message_id)
         ids = [c.call_id for c in calls]
-        return bool(marker.get("calls") == ids)
+        if marker.get("calls") != ids:
+            return False
+        # No message id: a later turn may reuse the call ids (models do); what it asks tells
+        # it apart. A marker written before the fingerprint was kept compares by ids alone.
+        return bool(marker.get("asks", _asks(calls)) == _asks(calls))
 
     def turn(self, message_id: str | None, calls: Sequence[ModelCall]) -> None:
         """Run the model turn `calls` of message `message_id`, unless it is the one this runner
         ran or began (then nothing runs: `done` or `waiting` says where it is). Raises
         `FailedPrecondition` for another turn while this one waits for a person."""
         if not self._recognized(message_id, calls):
-            self._handle([{"message": message_id, "calls": [c.call_id for c in calls]}], calls)
+            self._handle([_marker_of(message_id, calls)], calls)
             self._done = () if not calls else self._done
 
     async def aturn(self, message_id: str | None, calls: Sequence[ModelCall]) -> None:
         """`turn` for async code: the calls run through `tx.acall_turn`."""
         if not self._recognized(message_id, calls):
-            marker = {"message": message_id, "calls": [c.call_id for c in calls]}
-            await self._ahandle([marker], calls)
+            await self._ahandle([_marker_of(message_id, calls)], calls)
             self._done = () if not calls else self._done
 
     def _recognized(self, message_id: str | None, calls: Sequence[ModelCall]) -> bool:
@@ -130,3 +134,15 @@ def runner_of(tx: Transaction, history: History, held: FrameworkRunner | None) -
     ):
         return FrameworkRunner.restore(tx, history=history)
     return FrameworkRunner(tx, history=history)
+
+
+def _marker_of(message_id: str | None, calls: Sequence[ModelCall]) -> dict[str, Any]:
+    """What the runner keeps to know a turn again: its message id, its call ids, and a
+    fingerprint of what the calls ask (for a message without an id)."""
+    return {"message": message_id, "calls": [c.call_id for c in calls], "asks": _asks(calls)}
+
+
+def _asks(calls: Sequence[ModelCall]) -> str:
+    """A fingerprint of the calls' tool names and arguments, as sent (never raises)."""
+    text = repr([(c.name, c.arguments) for c in calls])
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:32]

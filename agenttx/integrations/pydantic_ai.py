@@ -249,16 +249,21 @@ def approve_decided(tx: Transaction, requests: DeferredToolRequests) -> Deferred
     people decided; None while a request of `tx` is undecided (`openai_agents.waiting`-like:
     `Transaction.pending_approvals`, or `agenttx approve`/`reject` from anywhere).
 
-    agenttx decides, not pydantic-ai: every deferred call of the toolset is approved in
+    agenttx decides, not pydantic-ai: every deferred call of a tool of `tx` is approved in
     pydantic-ai, so `agent.run(message_history=..., deferred_tool_results=...)` sends it again:
     an approved call runs once with its approved (or the approver's edited) arguments, a
     rejected one is answered with the person's reason, and the calls deferred with it run
-    after it. No model turn is spent.
+    after it. No model turn is spent. A deferred call of any other tool (pydantic-ai's own
+    `requires_approval`) is left out: agenttx has no person's decision on it, so the caller adds
+    its own to the results.
     """
     tx = check_transaction(tx, "approve_decided")
     if any(r.state == "pending" for r in _rows(tx)):
         return None
-    return DeferredToolResults(approvals={call.tool_call_id: True for call in requests.approvals})
+    ours = {name for spec in tx.tool_specs for name in (spec.name, spec.wire_name)}
+    return DeferredToolResults(
+        approvals={c.tool_call_id: True for c in requests.approvals if c.tool_name in ours}
+    )
 
 
 def _rows(tx: Transaction) -> list[Any]:
