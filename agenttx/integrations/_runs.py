@@ -75,7 +75,7 @@ from ._conversation import OpenTurn, Wait, WaitKind, dump, load
 from ._plan_calls import PlanCalls, plan_run_id
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 
     from .._approvals import ApprovalRequest, Review
     from .._json import JSONValue
@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from ..stores import RequestRow
     from ._common import ModelCall, Payload
 
-__all__ = ["DECISION_POLL", "PLAN_POLL", "Runner"]
+__all__ = ["DECISION_POLL", "PLAN_POLL", "Runner", "decision_waits"]
 
 #: How `wait` polls the store for decisions: 50 ms, doubling, at most 2 s, with full jitter.
 DECISION_POLL: Final = Backoff(base=0.05, max_wait=2.0, jitter=True)
@@ -98,6 +98,22 @@ _WAITS: Final[dict[StepStatus, WaitKind]] = {
 
 #: The runner of each transaction in this process (weakly: a runner dropped frees its place).
 _RUNNERS: weakref.WeakKeyDictionary[Transaction, weakref.ref[Runner]] = weakref.WeakKeyDictionary()
+
+
+def decision_waits(pending: Callable[[], object], timeout: object) -> Iterator[float | None]:
+    """The sleeps of a wait for people's decisions: each delay before `pending()` is asked
+    again (`DECISION_POLL`), then None once nothing is pending; it ends without None when
+    `timeout` seconds (None: no limit) passed first. `InvalidArgument` for a negative or
+    non-number timeout. One loop for the sync and the async waits of every integration."""
+    deadline = time.monotonic() + _check_timeout(timeout)
+    attempt = 0
+    while pending():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        attempt += 1
+        yield min(DECISION_POLL.delay(attempt), left)
+    yield None
 
 
 def _check_timeout(timeout: object) -> float:
@@ -444,29 +460,19 @@ class Runner:
         another, on the same store); True once they have, False if `timeout` seconds passed
         first (None: no limit). Polls the store with backoff (`DECISION_POLL`); returns at
         once when nothing waits. `InvalidArgument` for a negative or non-number timeout."""
-        limit = _check_timeout(timeout)
-        deadline = time.monotonic() + limit
-        attempt = 0
-        while self._undecided():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            attempt += 1
-            time.sleep(min(DECISION_POLL.delay(attempt), left))
-        return True
+        for delay in decision_waits(self._undecided, timeout):
+            if delay is None:
+                return True
+            time.sleep(delay)
+        return False
 
     async def await_decisions(self, timeout: float | None = None) -> bool:
         """`wait` for async code: sleeps on the event loop between polls."""
-        limit = _check_timeout(timeout)
-        deadline = time.monotonic() + limit
-        attempt = 0
-        while self._undecided():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            attempt += 1
-            await asyncio.sleep(min(DECISION_POLL.delay(attempt), left))
-        return True
+        for delay in decision_waits(self._undecided, timeout):
+            if delay is None:
+                return True
+            await asyncio.sleep(delay)
+        return False
 
     # ------------------------------------------------------------------ resume
 

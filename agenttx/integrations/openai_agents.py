@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,7 +43,7 @@ from ..stores import keeps_conversations
 from ._common import ModelCall, check_history, check_transaction, dumps, with_note
 from ._conversation import OpenTurn, dump
 from ._gate import _WAITING, gate_for
-from ._runs import DECISION_POLL
+from ._runs import decision_waits
 from .openai import ResponsesToolRunner
 
 if TYPE_CHECKING:
@@ -261,34 +260,20 @@ def waiting(tx: Transaction) -> tuple[ApprovalRequest | Review, ...]:
 def wait(tx: Transaction, timeout: float | None = None) -> bool:
     """Block until nothing of `tx` waits for a person (decided in this process or another);
     False if `timeout` seconds passed first (None: no limit). Polls with `DECISION_POLL`."""
-    limit = _limit(timeout)
-    attempt = 0
-    while waiting(tx):
-        if time.monotonic() >= limit:
-            return False
-        attempt += 1
-        time.sleep(min(DECISION_POLL.delay(attempt), max(0.0, limit - time.monotonic())))
-    return True
+    for delay in decision_waits(lambda: waiting(tx), timeout):
+        if delay is None:
+            return True
+        time.sleep(delay)
+    return False
 
 
 async def await_decisions(tx: Transaction, timeout: float | None = None) -> bool:
     """`wait` for async code: sleeps on the event loop between polls."""
-    limit = _limit(timeout)
-    attempt = 0
-    while waiting(tx):
-        if time.monotonic() >= limit:
-            return False
-        attempt += 1
-        await asyncio.sleep(min(DECISION_POLL.delay(attempt), max(0.0, limit - time.monotonic())))
-    return True
-
-
-def _limit(timeout: float | None) -> float:
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
-    ):
-        raise InvalidArgument(f"timeout must be None or a number >= 0, got {timeout!r}")
-    return math.inf if timeout is None else time.monotonic() + float(timeout)
+    for delay in decision_waits(lambda: waiting(tx), timeout):
+        if delay is None:
+            return True
+        await asyncio.sleep(delay)
+    return False
 
 
 def approve_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
