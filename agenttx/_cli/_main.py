@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["AddCommand", "main"]
 
 #: Adds one command to the command line's subparsers (`main`'s `extra`).
-AddCommand: TypeAlias = "Callable[[argparse._SubParsersAction[Parser]], None]"
+AddCommand: TypeAlias = "Callable[[argparse._SubParsersAction[Parser]], None]"  # noqa: SLF001
 
 FORMATS: Final = ("dot", "mermaid", "json")
 #: How many ended transactions and plan runs `audit DB` reads by default.

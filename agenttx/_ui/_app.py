@@ -87,7 +87,7 @@ def make_app(
         Route("/static/{name}", ui.static),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(TokenGate, token=token)  # type: ignore[arg-type]
+    app.add_middleware(TokenGate, token=token)
     return app
 
 
@@ -193,7 +193,7 @@ class _Ui:
         kind = _STATIC.get(name)
         if kind is None:
             return PlainTextResponse("no such file", status_code=404)
-        body = resources.files("agenttx._ui").joinpath("static", name).read_bytes()
+        body = resources.files("agenttx._ui").joinpath("static").joinpath(name).read_bytes()
         return Response(body, media_type=kind)
 
     # ------------------------------------------------------------ decisions
@@ -281,7 +281,7 @@ class _Ui:
 
 def _page(text: str | None, default: int | None = 1) -> Any:
     """A page number (or a step) from the query; `default` if missing or not a number."""
-    if text is None or not text.isdigit() or len(text) > 9:  # noqa: PLR2004
+    if text is None or not text.isdigit() or len(text) > 9:
         return default
     return int(text)
 

@@ -32,7 +32,7 @@ __all__ = ["EXTRA", "TOKEN_ENV", "add_ui_command", "url_line"]
 #: What to install for `agenttx ui`.
 EXTRA: Final = "pip install 'agenttx[ui]'"
 #: The environment variable that gives the token when `--token` does not.
-TOKEN_ENV: Final = "AGENTTX_UI_TOKEN"
+TOKEN_ENV: Final = "AGENTTX_UI_TOKEN"  # noqa: S105 - a variable's name, not a secret
 _PORT: Final = 8765
 
 
@@ -66,7 +66,7 @@ def _port(text: str) -> int:
         port = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:  # noqa: PLR2004
+    if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {port}")
     return port
 
@@ -83,7 +83,9 @@ def _run_ui(args: argparse.Namespace) -> None:
         import starlette  # noqa: F401, PLC0415
         import uvicorn  # noqa: PLC0415
     except ImportError as exc:
-        raise Failure(f"needs Starlette, uvicorn and Jinja2 ({exc.name} is missing): {EXTRA}") from None
+        raise Failure(
+            f"needs Starlette, uvicorn and Jinja2 ({exc.name} is missing): {EXTRA}"
+        ) from None
     from ._app import make_app  # noqa: PLC0415
 
     token = args.token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)

@@ -295,8 +295,10 @@ def plan_page(store: CliStore, run_id: str) -> PlanPage:
     except AgentTxError as exc:
         raise PageMissing(str(exc)) from None
     plan_json = record.get("plan")
-    order = [n.get("id") for n in plan_json.get("nodes", ())] if isinstance(plan_json, dict) else []
-    tools = {n.get("id"): n.get("tool") for n in plan_json.get("nodes", ())} if order else {}
+    listed = plan_json.get("nodes", ()) if isinstance(plan_json, dict) else ()
+    listed = [n for n in listed if isinstance(n, dict)] if isinstance(listed, list) else []
+    order = [n.get("id") for n in listed]
+    tools = {n.get("id"): n.get("tool") for n in listed}
     waits = unfinished_prerequisites(plan_json, nodes)
     rows = []
     retries = 0
@@ -351,7 +353,7 @@ def _waited(history: object) -> float:
     total = 0.0
     ready: float | None = None
     for entry in history:
-        if not isinstance(entry, list) or len(entry) < 2:  # noqa: PLR2004
+        if not isinstance(entry, list) or len(entry) < 2:
             continue
         state, at = entry[0], entry[1]
         if isinstance(at, bool) or not isinstance(at, (int, float)):

@@ -11,6 +11,7 @@ says so before anyone types. Every decision records its actor.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 from typing import TYPE_CHECKING, Final, final
@@ -25,6 +26,7 @@ from .._json import check_json
 from .._limits import MAX_PAYLOAD_BYTES
 from .._plans import Plan
 from .._step import edit_check
+from .._txlog import read_image
 from ._values import Shown, shown_json, shown_text
 
 if TYPE_CHECKING:
@@ -144,18 +146,14 @@ def _after(store: CliStore, request: ApprovalRequest) -> tuple[Shown, ...]:
                 shown_text(f"node {before}", limit=200)
                 for before in sorted(plan.prerequisites(request.node))
             )
-        image = patiently(WAIT, lambda: store.peek(request.scope_id))
+        restored = read_image(patiently(WAIT, lambda: store.peek(request.scope_id)))
     except (AgentTxError, ValueError, KeyError, TypeError, AttributeError):
         return ()
-    found = []
-    for step_id, record in image.steps:
-        try:
-            tool = json.loads(record).get("tool_name", "?")
-        except (ValueError, AttributeError):
-            tool = "?"
-        if request.step is None or step_id < request.step:
-            found.append(shown_text(f"step {step_id} {tool}", limit=200))
-    return tuple(found)
+    return tuple(
+        shown_text(f"step {step_id} {step.tool_name}", limit=200)
+        for step_id, step in sorted(restored.steps.items())
+        if request.step is None or step_id < request.step
+    )
 
 
 def _open(review: Review) -> Open:
@@ -206,7 +204,7 @@ def reject(store: CliStore, request_id: str, *, actor: str, reason: str) -> Deci
     return Decided(said=f"rejected {request_id} by {actor}: {reason}")
 
 
-def edit(store: CliStore, request_id: str, *, actor: str, text: str) -> Decided:
+def edit(store: CliStore, request_id: str, *, actor: str, text: str) -> Decided:  # noqa: PLR0911
     """Approve request `request_id` as `actor` with the arguments `text` (JSON) instead of the
     model's, checked against the tool's schema stored with the request (`_step.edit_check`, as
     the approval desk checks an edit). Refused, with the difference said, if `text` is over
@@ -251,10 +249,8 @@ def _refused(why: str, asked: JSONValue, text: str) -> Decided:
 def _diff(asked: JSONValue, text: str) -> tuple[str, ...]:
     """The difference between the model's arguments and the edit, line by line (the edit
     indented as JSON if it is JSON)."""
-    try:
+    with contextlib.suppress(ValueError, RecursionError):
         text = json.dumps(json.loads(text), ensure_ascii=False, indent=2)
-    except (ValueError, RecursionError):
-        pass
     before = json.dumps(asked, ensure_ascii=False, indent=2).splitlines()
     after = text.splitlines()
     lines = difflib.unified_diff(before, after, "the model's arguments", "the edit", lineterm="")

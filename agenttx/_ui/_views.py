@@ -12,6 +12,7 @@ show (no such transaction or run), in one line.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -130,7 +131,7 @@ def _open_rows(store: CliStore, waiting: frozenset[str]) -> list[RunRow]:
         if tx_id in running:
             continue
         try:
-            image = patiently(WAIT, lambda tx_id=tx_id: store.peek(tx_id))
+            image = patiently(WAIT, functools.partial(store.peek, tx_id))
             record = json.loads(image.record)
         except TransactionNotFound:
             continue  # ended since the listing
@@ -160,9 +161,10 @@ def _row(kind: str, run_id: str, status: str, agent: object, at: object) -> RunR
 
 
 def _stored_row(
-    store: CliStore, kind: str, run_id: str, at: float, orphaned: set[str], waiting: frozenset[str]
+    store: CliStore, found: tuple[str, str, float], orphaned: set[str], waiting: frozenset[str]
 ) -> RunRow:
-    """A row of an ended transaction or a plan run, as `list_runs` gave it."""
+    """A row of an ended transaction or a plan run, as `list_runs` gave it (`found`)."""
+    kind, run_id, at = found
     if kind == "plan":
         try:
             status = patiently(WAIT, lambda: store.read_plan(run_id)).status
@@ -206,9 +208,7 @@ def runs_page(store: CliStore, *, page: int = 1, filters: dict[str, str] | None 
         shown_rows = rows[first : first + PER_PAGE]
         room = PER_PAGE - len(shown_rows)
         found = patiently(WAIT, lambda: store.list_runs(room + 1, skip, kind=kind))
-        stored = [
-            _stored_row(store, k, run_id, at, orphaned, waiting) for k, run_id, at in found[:room]
-        ]
+        stored = [_stored_row(store, item, orphaned, waiting) for item in found[:room]]
         return RunsPage(
             rows=(*shown_rows, *stored),
             page=page,
@@ -218,11 +218,11 @@ def runs_page(store: CliStore, *, page: int = 1, filters: dict[str, str] | None 
         )
     offset = scanned = 0
     while len(rows) <= first + PER_PAGE:
-        found = patiently(WAIT, lambda offset=offset: store.list_runs(_SCAN, offset, kind=kind))
+        found = patiently(WAIT, functools.partial(store.list_runs, _SCAN, offset, kind=kind))
         scanned += len(found)
         rows.extend(
             row
-            for row in (_stored_row(store, k, i, at, orphaned, waiting) for k, i, at in found)
+            for row in (_stored_row(store, item, orphaned, waiting) for item in found)
             if wanted(row)
         )
         if len(found) < _SCAN:
@@ -294,10 +294,10 @@ def _events_of_page(store: CliStore, page: int) -> tuple[list[Event], int, bool]
     for kind, run_id, _at in found[:PER_PAGE]:
         if kind == "plan":
             with contextlib.suppress(AgentTxError):
-                events.extend(patiently(WAIT, lambda run_id=run_id: stored_audit(store, run_id)))
+                events.extend(patiently(WAIT, functools.partial(stored_audit, store, run_id)))
             continue
         try:
-            row, _image = patiently(WAIT, lambda run_id=run_id: store.peek_ended(run_id))
+            row, _image = patiently(WAIT, functools.partial(store.peek_ended, run_id))
             ended = read_history(row.history)
         except AgentTxError:
             continue

@@ -572,4 +572,3 @@ def runs_query(
     parts = [_RUNS[kind]] if kind is not None else list(_RUNS.values())
     union = " UNION ALL ".join(part.format(s=schema) for part in parts)
     return f"{union} ORDER BY 3 DESC, 2 DESC LIMIT {mark} OFFSET {mark}", (limit, offset)
-

@@ -375,4 +375,3 @@ class SharedTables:
                 f"`{scope_id}` is not held by this store (taken over by another store, "
                 "or ended): it may not start a call"
             )
-
