@@ -14,16 +14,21 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("jinja2")
 
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-import agenttx  # noqa: E402
-from agenttx import Engine, EngineConfig  # noqa: E402
-from agenttx._approvals import requests_for  # noqa: E402
-from agenttx._ui import _views  # noqa: E402
-from agenttx._ui._app import make_app  # noqa: E402
-from agenttx._ui._security import csrf_token  # noqa: E402
-from agenttx._ui._values import CUT, shown_json, shown_text  # noqa: E402
-from test_cli_stores import Backend, Filled, add, backend, charge, filled  # noqa: E402, F401
+import agenttx
+import test_cli_stores
+from agenttx import Engine, EngineConfig
+from agenttx._approvals import requests_for
+from agenttx._ui import _views
+from agenttx._ui._app import make_app
+from agenttx._ui._security import csrf_token
+from agenttx._ui._values import CUT, shown_json, shown_text
+from test_cli_stores import Backend, Filled, add, charge
+
+#: The stores and their contents of tests/test_cli_stores.py: a SQLite file and PostgreSQL.
+backend = test_cli_stores.backend
+filled = test_cli_stores.filled
 
 if TYPE_CHECKING:
     from httpx import Response
@@ -52,20 +57,20 @@ def flash_of(made: TestClient, response: Response) -> str:
     """The `#flash` of the page a decision redirected to."""
     assert response.status_code == 303, response.text
     page = made.get(response.headers["location"]).text
-    found = re.search(r'<div id="flash"[^>]*>(.*?)</div>', page, re.S)
+    found = re.search(r'<div id="flash"[^>]*>(.*?)</div>', page, re.DOTALL)
     assert found is not None
     return found.group(0)
 
 
 def rows(page: str, tag: str = "tr", cls: str = "run") -> list[dict[str, str]]:
     """The data attributes of each `<tag class="cls" ...>` of a page."""
-    found = []
-    for match in re.finditer(rf'<{tag} class="{cls}"([^>]*)>', page):
-        found.append(dict(re.findall(r'data-([a-z-]+)="([^"]*)"', match.group(1))))
-    return found
+    return [
+        dict(re.findall(r'data-([a-z-]+)="([^"]*)"', match.group(1)))
+        for match in re.finditer(rf'<{tag} class="{cls}"([^>]*)>', page)
+    ]
 
 
-def test_every_page_shows_the_store(backend: Backend, filled: Filled) -> None:
+def test_every_page_shows_the_store(backend: Backend, filled: Filled) -> None:  # noqa: PLR0915
     """Runs (with its filters), a transaction (ended and open, with the rewind preview), a plan
     run, the inbox and the audit trail (with its filters) show what the store holds."""
     store = backend.make()
