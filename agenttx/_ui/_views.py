@@ -161,25 +161,21 @@ def _row(kind: str, run_id: str, status: str, agent: object, at: object) -> RunR
 
 
 def _stored_row(
-    store: CliStore, found: tuple[str, str, float], orphaned: set[str], waiting: frozenset[str]
+    found: tuple[str, str, float, str | None, str | None, str | None],
+    orphaned: set[str],
+    waiting: frozenset[str],
 ) -> RunRow:
     """A row of an ended transaction or a plan run, as `list_runs` gave it (`found`)."""
-    kind, run_id, at = found
+    kind, run_id, at, status, record_text, history = found
     if kind == "plan":
-        try:
-            status = patiently(WAIT, lambda: store.read_plan(run_id)).status
-        except TransactionNotFound:
-            status = "GONE"
+        status = status or "GONE"
         if status == "RUNNING" and run_id in waiting:
             status = "WAITING_APPROVAL"
         return _row(kind, run_id, shown_status(status, orphaned=run_id in orphaned), None, at)
     try:
-        row, _image = patiently(WAIT, lambda: store.peek_ended(run_id))
-        record = json.loads(row.record)
-        ended = read_history(row.history)
-    except TransactionNotFound:
-        return _row(kind, run_id, "GONE", None, at)
-    except (AgentTxError, ValueError):
+        record = json.loads(record_text or "null")
+        ended = read_history(history)
+    except (AgentTxError, ValueError, RecursionError):
         return _row(kind, run_id, "UNREADABLE", None, at)
     agent = record.get("agent_id") if isinstance(record, dict) else None
     return _row(kind, run_id, final_status(record, ended), agent, at)
@@ -208,7 +204,7 @@ def runs_page(store: CliStore, *, page: int = 1, filters: dict[str, str] | None 
         shown_rows = rows[first : first + PER_PAGE]
         room = PER_PAGE - len(shown_rows)
         found = patiently(WAIT, lambda: store.list_runs(room + 1, skip, kind=kind))
-        stored = [_stored_row(store, item, orphaned, waiting) for item in found[:room]]
+        stored = [_stored_row(item, orphaned, waiting) for item in found[:room]]
         return RunsPage(
             rows=(*shown_rows, *stored),
             page=page,
@@ -221,9 +217,7 @@ def runs_page(store: CliStore, *, page: int = 1, filters: dict[str, str] | None 
         found = patiently(WAIT, functools.partial(store.list_runs, _SCAN, offset, kind=kind))
         scanned += len(found)
         rows.extend(
-            row
-            for row in (_stored_row(store, item, orphaned, waiting) for item in found)
-            if wanted(row)
+            row for row in (_stored_row(item, orphaned, waiting) for item in found) if wanted(row)
         )
         if len(found) < _SCAN:
             break
@@ -291,18 +285,15 @@ class AuditPage:
 def _events_of_page(store: CliStore, page: int) -> tuple[list[Event], int, bool]:
     found = patiently(WAIT, lambda: store.list_runs(PER_PAGE + 1, (page - 1) * PER_PAGE))
     events: list[Event] = []
-    for kind, run_id, _at in found[:PER_PAGE]:
+    for kind, run_id, _at, _status, _record, history in found[:PER_PAGE]:
         if kind == "plan":
             with contextlib.suppress(AgentTxError):
                 events.extend(patiently(WAIT, functools.partial(stored_audit, store, run_id)))
             continue
-        try:
-            row, _image = patiently(WAIT, functools.partial(store.peek_ended, run_id))
-            ended = read_history(row.history)
-        except AgentTxError:
-            continue
-        if ended is not None:
-            events.extend(ended.audit)
+        with contextlib.suppress(AgentTxError):
+            ended = read_history(history)
+            if ended is not None:
+                events.extend(ended.audit)
     return events, min(len(found), PER_PAGE), len(found) > PER_PAGE
 
 
