@@ -237,9 +237,9 @@ def _root_cause_attempt(
 def _plan_nodes(
     image: PlanImage,
 ) -> tuple[list[str], dict[str, StoredNode], dict[str, str], list[tuple[str, str]]]:
-    """The run's node ids (in plan order, then any the plan does not name), their stored nodes, their tools, and the edges
-    (prerequisite, node); no edges if the plan cannot be read. `StorageError` if the run's
-    record is unreadable."""
+    """The run's node ids (in plan order, then any the plan does not name), their stored
+    nodes, their tools, and the edges (prerequisite, node); no edges if the plan cannot be
+    read. `StorageError` if the run's record is unreadable."""
     record, stored = read_run(image)
     order = [row.node_id for row in image.nodes]
     tools: dict[str, str] = {}
