@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from .._errors import AgentTxError, InvalidArgument
+from .._errors import InvalidArgument
 from .._events import EventKind
 from .._graph import DependencyGraph, EdgeKind
-from .._plans import NodeState, Plan, StoredNode, read_run
+from .._plans import NodeState, StoredNode, read_run
+from .._refs import Reference, parse_template
 from .._results import AttemptStatus, StepAttempt, TxStatus
 from .._txlog import Ended, Restored, add_live_steps
 from ._svg import Link, Node, Span, draw_gantt, draw_graph, visible
@@ -242,20 +243,56 @@ def _plan_nodes(
     read. `StorageError` if the run's record is unreadable."""
     record, stored = read_run(image)
     order = [row.node_id for row in image.nodes]
+    known = set(order)
+    planned, tools, edges = _planned(record.get("plan"))
+    first = [node_id for node_id in planned if node_id in known]
+    seen = set(first)
+    order = first + [node_id for node_id in order if node_id not in seen]
+    return order, stored, tools, [(a, b) for a, b in edges if a in known and b in known]
+
+
+def _planned(plan: object) -> tuple[list[str], dict[str, str], list[tuple[str, str]]]:
+    """A stored plan's node ids in order, their tools, and each node's prerequisites as edges
+    `(prerequisite, node)`: the nodes its inputs reference and those in its `after`, as
+    `Plan.prerequisites` finds them (read here without validating the whole plan again, which
+    costs ten times more). What cannot be read is left out."""
+    nodes = plan.get("nodes") if isinstance(plan, dict) else None
+    order: list[str] = []
     tools: dict[str, str] = {}
     edges: list[tuple[str, str]] = []
-    try:
-        plan = Plan.from_json(record.get("plan"))
-    except (AgentTxError, ValueError, KeyError, TypeError):
-        return order, stored, tools, edges
-    known = set(order)
-    planned = list(dict.fromkeys(node.id for node in plan.nodes if node.id in known))
-    order = planned + [node_id for node_id in order if node_id not in set(planned)]
-    for node in plan.nodes:
-        tools.setdefault(node.id, node.tool)
-        if node.id in known:
-            edges.extend((before, node.id) for before in sorted(plan.prerequisites(node.id)))
-    return order, stored, tools, [(a, b) for a, b in edges if a in known]
+    for node in nodes if isinstance(nodes, list) else ():
+        node_id = node.get("id") if isinstance(node, dict) else None
+        if not isinstance(node_id, str) or node_id in tools:
+            continue
+        tool = node.get("tool")
+        tools[node_id] = tool if isinstance(tool, str) else "?"
+        order.append(node_id)
+        needed = set(_referenced(node.get("inputs")))
+        after = node.get("after")
+        if isinstance(after, list):
+            needed.update(name for name in after if isinstance(name, str))
+        edges.extend((before, node_id) for before in sorted(needed))
+    return order, tools, edges
+
+
+def _referenced(value: object) -> Iterable[str]:
+    """The namespaces other than `initial` that the references in `value` name (a malformed
+    reference names none)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and "${" in item:
+            try:
+                pieces = parse_template(item, mode="plan")
+            except InvalidArgument:  # a ReferenceSyntaxError among them
+                continue
+            for piece in pieces:
+                if isinstance(piece, Reference) and piece.namespace != "initial":
+                    yield piece.namespace
 
 
 def _node_state(node_id: str, node: StoredNode | None, waiting: Mapping[str, str]) -> str:

@@ -76,9 +76,10 @@ _FILLS: Final = {
 
 _CLASS_TOKEN: Final = re.compile(r"[^A-Za-z0-9_-]+")
 _DATA_NAME: Final = re.compile(r"[a-z][a-z0-9-]{0,40}")
+_DATA_NAMES: Final = {"id", "node", "attempt"}  # names checked already
 
 
-def _visible_table(*, keep_lines: bool) -> dict[int, str]:
+def _visible_table(*, keep_tabs: bool) -> dict[int, str]:
     table: dict[int, str] = {code: chr(0x2400 + code) for code in range(32)}
     table[0x7F] = "\u2421"  # ␡
     table.update({code: f"\\x{code:02x}" for code in range(0x80, 0xA0)})  # C1, CSI among them
@@ -88,13 +89,14 @@ def _visible_table(*, keep_lines: bool) -> dict[int, str]:
     )
     table.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))  # lone surrogates
     table[0xFFFE] = table[0xFFFF] = "\ufffd"  # not characters in XML
-    if keep_lines:
-        del table[0x0A], table[0x09]
+    if keep_tabs:
+        del table[0x09]
     return table
 
 
-_VISIBLE: Final = _visible_table(keep_lines=False)
-_VISIBLE_LINES: Final = _visible_table(keep_lines=True)
+_VISIBLE: Final = _visible_table(keep_tabs=False)
+_VISIBLE_TABS: Final = _visible_table(keep_tabs=True)
+_MARKUP: Final = re.compile("[&<>\"']")
 _XML: Final = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})
 
 
@@ -103,11 +105,21 @@ def visible(text: str, limit: int, *, lines: bool = False) -> str:
     character, terminal escape and bidirectional override turned into visible text; newlines
     and tabs kept if `lines`. Not escaped for XML (see `escape`)."""
     cut = text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-    return cut.translate(_VISIBLE_LINES if lines else _VISIBLE)
+    if cut.isprintable():  # the common case, and quick: nothing to show otherwise
+        return cut
+    if lines:
+        return "\n".join(_visible_line(line) for line in cut.split("\n"))
+    return cut.translate(_VISIBLE)
+
+
+def _visible_line(line: str) -> str:
+    return line if line.isprintable() else line.translate(_VISIBLE_TABS)
 
 
 def escape(text: str) -> str:
     """`text` escaped for XML text and for attribute values in double or single quotes."""
+    if _MARKUP.search(text) is None:
+        return text
     return text.translate(_XML)
 
 
@@ -134,8 +146,10 @@ def _classes(*groups: Iterable[str]) -> str:
 def _data(pairs: Iterable[tuple[str, str]]) -> str:
     parts = []
     for name, value in pairs:
-        if not _DATA_NAME.fullmatch(name):
-            raise InvalidArgument(f"not a data attribute name: {name[:60]!r}")
+        if name not in _DATA_NAMES:
+            if not _DATA_NAME.fullmatch(name):
+                raise InvalidArgument(f"not a data attribute name: {name[:60]!r}")
+            _DATA_NAMES.add(name)
         parts.append(f' data-{name}="{escape(visible(value, TITLE_CHARS))}"')
     return "".join(parts)
 
@@ -400,13 +414,13 @@ def _sweep(
     position = {i: p for column in columns for p, i in enumerate(column)}
 
     def reorder(column: list[int], neighbours: dict[int, list[int]]) -> None:
-        def key(i: int) -> tuple[float, int]:
+        keyed = []
+        for i in column:
             around = neighbours.get(i)
-            if not around:
-                return (float(position[i]), position[i])
-            return (sum(position[n] for n in around) / len(around), position[i])
-
-        column.sort(key=key)
+            mean = sum(position[n] for n in around) / len(around) if around else float(position[i])
+            keyed.append((mean, position[i], i))
+        keyed.sort()
+        column[:] = [i for _, _, i in keyed]
         position.update({i: p for p, i in enumerate(column)})
 
     for _ in range(_SWEEPS):
