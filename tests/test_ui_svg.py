@@ -171,6 +171,27 @@ def test_layers_follow_the_longest_path_from_a_source():
     assert len(_groups(root, "edge")) == 3
 
 
+def test_an_edge_crossing_a_layer_runs_between_its_boxes_not_through_them():
+    """a -> c beside a -> b -> c crosses b's layer: it runs through a waypoint of that layer
+    (a straight stretch across it), above or below b's box, never through it."""
+    nodes = [Node(key=k, label=k) for k in "abc"]
+    links = [
+        Link(source="a", target="b"),
+        Link(source="b", target="c"),
+        Link(source="a", target="c"),
+    ]
+    root = _parse(draw_graph(nodes, links))
+    (long,) = [
+        e for e in _groups(root, "edge") if (e.get("data-from"), e.get("data-to")) == ("a", "c")
+    ]
+    across = re.search(r"L([\d.]+) ([\d.]+)", long.get("d") or "")
+    assert across is not None
+    b = next(g for g in _groups(root, "node") if g.findtext(f"{SVG}text") == "b")
+    bx, by = _box(b)
+    assert float(across.group(1)) == bx + 172
+    assert not by <= float(across.group(2)) <= by + 40
+
+
 def test_disconnected_parts_and_isolated_nodes_all_drawn_inside_the_view():
     """Disconnected parts are drawn side by side in their layers, every box inside the
     viewBox, no two boxes at the same place."""

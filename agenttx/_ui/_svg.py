@@ -17,6 +17,7 @@ element carries. The same input always gives the same text.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import re
 from typing import TYPE_CHECKING, Final
@@ -57,6 +58,8 @@ _GAP_Y: Final = 22  # between blocks of a layer
 _GAP_BESIDE: Final = 10  # between a node and those drawn beside it
 _MARGIN: Final = 12
 _SWEEPS: Final = 4  # barycentre sweeps (down and up, each)
+_WAYPOINT_H: Final = 14  # the room a long edge takes in a layer it crosses
+_WAYPOINTS_PER_NODE: Final = 4
 
 # A Gantt chart.
 _LABEL_W: Final = 190
@@ -206,10 +209,12 @@ class Span:
 @attrs.frozen(kw_only=True)
 class _Layout:
     """Where each node is (its box's top left corner), which layered links were dropped to
-    break a cycle, and the size of the drawing."""
+    break a cycle, the waypoints (left end, middle height) of the links that cross layers,
+    and the size of the drawing."""
 
     places: dict[str, tuple[float, float, int]]  # key -> (x, y, layer)
     dropped: frozenset[tuple[str, str]]
+    routes: dict[tuple[str, str], tuple[tuple[float, float], ...]]  # waypoints of long edges
     width: float
     height: float
 
@@ -234,7 +239,8 @@ def draw_graph(nodes: Sequence[Node], links: Sequence[Link], *, kind: str = "gra
             f'<path class="{_classes(("edge",), link.classes)}"'
             f' data-from="{escape(visible(link.source, TITLE_CHARS))}"'
             f' data-to="{escape(visible(link.target, TITLE_CHARS))}"{_data(link.data)}'
-            f' d="{_edge_path(source, target)}" fill="none" stroke="#555"'
+            f' d="{_edge_path(source, target, layout.routes.get((link.source, link.target)))}"'
+            ' fill="none" stroke="#555"'
             f' stroke-width="1.3"{dash}>{_title(link.title)}</path>'
         )
     out.append('</g><g class="nodes">')
@@ -265,10 +271,14 @@ def _open_svg(kind: str, width: float, height: float) -> str:
     )
 
 
-def _edge_path(source: tuple[float, float, int], target: tuple[float, float, int]) -> str:
-    """A cubic curve between two boxes, with a chevron arrowhead at the target: from the right
-    side to the left side between layers (the reverse for a link going back), from the top or
-    bottom side within a layer."""
+def _edge_path(
+    source: tuple[float, float, int],
+    target: tuple[float, float, int],
+    waypoints: tuple[tuple[float, float], ...] | None = None,
+) -> str:
+    """A curve between two boxes, with a chevron arrowhead at the target: from the right side
+    to the left side between layers (the reverse for a link going back), through the
+    `waypoints` of the layers it crosses, if any; from the top or bottom side within a layer."""
     sx, sy, s_layer = source
     tx, ty, t_layer = target
     if s_layer == t_layer:
@@ -289,9 +299,21 @@ def _edge_path(source: tuple[float, float, int], target: tuple[float, float, int
     x2 = tx if forward else tx + _BOX_W
     y1, y2 = sy + _BOX_H / 2, ty + _BOX_H / 2
     sign = 1.0 if forward else -1.0
-    bend = max(abs(x2 - x1) / 2, 16.0) * sign
-    head = f"M{x2 - 7 * sign:g} {y2 - 4:g}L{x2:g} {y2:g}L{x2 - 7 * sign:g} {y2 + 4:g}"
-    return f"M{x1:g} {y1:g}C{x1 + bend:g} {y1:g} {x2 - bend:g} {y2:g} {x2:g} {y2:g}{head}"
+    path = [f"M{x1:g} {y1:g}"]
+    if forward and waypoints:
+        for wx, wy in waypoints:
+            path.append(_curve(x1, y1, wx, wy))
+            path.append(f"L{wx + _BOX_W:g} {wy:g}")
+            x1, y1 = wx + _BOX_W, wy
+    path.append(_curve(x1, y1, x2, y2))
+    path.append(f"M{x2 - 7 * sign:g} {y2 - 4:g}L{x2:g} {y2:g}L{x2 - 7 * sign:g} {y2 + 4:g}")
+    return "".join(path)
+
+
+def _curve(x1: float, y1: float, x2: float, y2: float) -> str:
+    """A cubic curve from (x1, y1) to (x2, y2), leaving and arriving horizontally."""
+    bend = max(abs(x2 - x1) / 2, 16.0) * (1.0 if x2 >= x1 else -1.0)
+    return f"C{x1 + bend:g} {y1:g} {x2 - bend:g} {y2:g} {x2:g} {y2:g}"
 
 
 def _anchors(nodes: Sequence[Node], index: dict[str, int]) -> list[int]:
@@ -338,29 +360,60 @@ def _layout(nodes: Sequence[Node], links: Sequence[Link]) -> _Layout:
         pairs[(a, b)].append((link.source, link.target))
     layer, back = _layers([i for i in range(len(nodes)) if anchor[i] == i], succ, pred)
     dropped = frozenset(pair for edge in back for pair in pairs[edge])
-    kept_pred = {b: [a for a in preds if (a, b) not in back] for b, preds in pred.items()}
-    kept_succ = {a: [b for b in succs if (a, b) not in back] for a, succs in succ.items()}
+    kept = [edge for edge in pairs if edge not in back]
+    chains = _waypoints(kept, layer, len(nodes))
+    order_pred: dict[int, list[int]] = {}
+    order_succ: dict[int, list[int]] = {}
+    for a, b in kept:
+        route = [a, *chains.get((a, b), ()), b]
+        for u, v in itertools.pairwise(route):
+            order_succ.setdefault(u, []).append(v)
+            order_pred.setdefault(v, []).append(u)
     columns: list[list[int]] = [[] for _ in range(max(layer.values(), default=-1) + 1)]
     for i in sorted(layer):
         columns[layer[i]].append(i)
-    _sweep(columns, kept_pred, kept_succ)
+    _sweep(columns, order_pred, order_succ)
     followers: dict[int, list[int]] = {}
     for i in range(len(nodes) - 1, -1, -1):
         if anchor[i] != i:
             followers.setdefault(anchor[i], []).append(i)
+    places, points, tallest = _place(nodes, columns, followers)
+    routes = {
+        (nodes[a].key, nodes[b].key): tuple(points[w] for w in chain)
+        for (a, b), chain in chains.items()
+    }
+    width = 2 * _MARGIN + len(columns) * _BOX_W + max(len(columns) - 1, 0) * _GAP_X
+    height = 2 * _MARGIN + tallest
+    return _Layout(places=places, dropped=dropped, routes=routes, width=width, height=height)
+
+
+def _place(
+    nodes: Sequence[Node], columns: list[list[int]], followers: dict[int, list[int]]
+) -> tuple[dict[str, tuple[float, float, int]], dict[int, tuple[float, float]], float]:
+    """Each node's box (top left corner, layer) and each waypoint's place, the columns
+    centred on the tallest, whose height is returned too."""
+    real = len(nodes)
     heights = []
     for column in columns:
-        blocks = len(column)
+        blocks = sum(a < real for a in column)
         members = sum(len(followers.get(a, ())) for a in column)
         heights.append(
-            (blocks + members) * _BOX_H + max(blocks - 1, 0) * _GAP_Y + members * _GAP_BESIDE
+            (blocks + members) * _BOX_H
+            + max(blocks - 1, 0) * _GAP_Y
+            + members * _GAP_BESIDE
+            + (len(column) - blocks) * _WAYPOINT_H
         )
     tallest = max(heights, default=_BOX_H)
     places: dict[str, tuple[float, float, int]] = {}
+    points: dict[int, tuple[float, float]] = {}
     for number, column in enumerate(columns):
         x = _MARGIN + number * (_BOX_W + _GAP_X)
         y = _MARGIN + (tallest - heights[number]) / 2
         for a in column:
+            if a >= real:  # a waypoint of a long edge
+                points[a] = (x, y + _WAYPOINT_H / 2)
+                y += _WAYPOINT_H
+                continue
             places[nodes[a].key] = (x, y, number)
             y += _BOX_H
             for f in followers.get(a, ()):
@@ -368,9 +421,29 @@ def _layout(nodes: Sequence[Node], links: Sequence[Link]) -> _Layout:
                 places[nodes[f].key] = (x, y, number)
                 y += _BOX_H
             y += _GAP_Y
-    width = 2 * _MARGIN + len(columns) * _BOX_W + max(len(columns) - 1, 0) * _GAP_X
-    height = 2 * _MARGIN + tallest
-    return _Layout(places=places, dropped=dropped, width=width, height=height)
+    return places, points, tallest
+
+
+def _waypoints(
+    edges: list[tuple[int, int]], layer: dict[int, int], first: int
+) -> dict[tuple[int, int], list[int]]:
+    """For each edge spanning more than one layer, a waypoint in each layer it crosses (new
+    ids from `first`, added to `layer`), which the ordering places like nodes so that the edge
+    runs between boxes, not through them; none at all if they would be more than
+    `_WAYPOINTS_PER_NODE` times the nodes (a graph of many long edges is drawn direct)."""
+    long = [(a, b) for a, b in edges if layer[b] - layer[a] > 1]
+    if sum(layer[b] - layer[a] - 1 for a, b in long) > _WAYPOINTS_PER_NODE * max(first, 1):
+        return {}
+    chains: dict[tuple[int, int], list[int]] = {}
+    fresh = first
+    for a, b in long:
+        chain = []
+        for number in range(layer[a] + 1, layer[b]):
+            layer[fresh] = number
+            chain.append(fresh)
+            fresh += 1
+        chains[(a, b)] = chain
+    return chains
 
 
 def _layers(
