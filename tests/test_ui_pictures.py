@@ -357,6 +357,22 @@ def test_gantt_draws_a_running_node_up_to_now(plan_run):
     assert _with(root, "now")
 
 
+def test_gantt_refuses_a_now_or_stored_times_it_cannot_draw(plan_run):
+    """A `now` that is not a finite number is refused (`InvalidArgument`); stored times that
+    span more than a float holds make the run unreadable (`StorageError`), never a broken
+    chart."""
+    with pytest.raises(InvalidArgument, match="now"):
+        plan_gantt_svg(plan_run, now=math.nan)
+    rows = tuple(
+        attrs.evolve(row, record=row.record + '\n{"started_at":-1e308,"finished_at":1e308}')
+        if row.node_id in ("x", "y")
+        else row
+        for row in plan_run.nodes
+    )
+    with pytest.raises(StorageError, match="float"):
+        plan_gantt_svg(attrs.evolve(plan_run, nodes=rows), now=plan_run.updated_at)
+
+
 # ---------------------------------------------------------------- the critical path
 
 

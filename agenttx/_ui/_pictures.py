@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from .._errors import InvalidArgument
+from .._errors import InvalidArgument, StorageError
 from .._events import EventKind
 from .._graph import DependencyGraph, EdgeKind
 from .._plans import NodeState, StoredNode, read_run
@@ -359,7 +359,10 @@ def plan_gantt_svg(
     per node that has started (`data-id` its name), from its first start to its finish (a
     node still running: to `now`, seconds since the epoch), on an axis in seconds from the
     run's start; the spans of the critical path (`critical_path`) carry `critical`. Raises
-    `StorageError` if the run's record is unreadable."""
+    `StorageError` if the run's record is unreadable, or its times span more than a float
+    holds; `InvalidArgument` if `now` is not a finite number."""
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise InvalidArgument(f"now must be a finite number of seconds, got {now!r:.80}")
     order, stored, tools, edges = _plan_nodes(image)
     waiting = waiting or {}
     times: dict[str, tuple[float, float]] = {}
@@ -396,7 +399,10 @@ def plan_gantt_svg(
         )
     origin = _time(image.created_at)
     running = image.status == "RUNNING"
-    return draw_gantt(spans, origin=origin, now_line=now if running else None)
+    try:
+        return draw_gantt(spans, origin=origin, now_line=now if running else None)
+    except InvalidArgument as exc:  # stored times no chart can hold
+        raise StorageError(f"plan run `{visible(image.run_id, 80)}`: {exc}") from exc
 
 
 def critical_path(

@@ -523,6 +523,8 @@ def draw_gantt(
     if now_line is not None:
         end = max(end, now_line)
     total = end - origin if end - origin > 0 else 1.0
+    if not math.isfinite(total):
+        raise InvalidArgument("the times of the Gantt chart span more than a float holds")
     scale = _CHART_W / total
     width = _MARGIN + _LABEL_W + _CHART_W + 3 * _MARGIN
     height = _MARGIN + _AXIS_H + max(len(spans), 1) * _ROW_H + _MARGIN
