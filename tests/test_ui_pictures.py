@@ -198,6 +198,15 @@ def test_without_an_audit_the_root_cause_is_the_step_run_first_after_the_failure
     assert _classes(cause) >= {"compensated", "root-cause"}
 
 
+def test_an_audit_without_a_rewind_marks_no_root_cause(open_tx):
+    """A history whose audit holds no `step_rewound` event had no rewind: no root cause, even
+    where attempts ran again after undone ones (an abort's undoing, say)."""
+    attempts = [_attempt(1, L), _attempt(2, C), _attempt(3, F), _attempt(2, L), _attempt(3, L)]
+    event = attrs.evolve(_rewound_to(1), kind=EventKind.STEP_DISPATCHED, data={})
+    ended = _ended("COMMITTED", attempts, (event,))
+    assert not _with(_parse(transaction_graph_svg(_Ended(open_tx, ended))), "root-cause")
+
+
 def test_an_aborted_transaction_links_its_attempts_in_the_order_they_ran(open_tx):
     """An aborted transaction has no live step: its attempts are drawn in the order they ran,
     each linked to the one before (`order`), those run again beside their later attempt

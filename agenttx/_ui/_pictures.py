@@ -207,8 +207,9 @@ def _root_cause_attempt(
 ) -> int | None:
     """The index of the attempt the last rewind undid at the step it went back to (the root
     cause of the failure that caused it), or None. The step is the last `step_rewound` audit
-    event's; without one, the step run first after the last undone attempt (a rewind to T
-    runs T next), if a failure came in between."""
+    event's (none if the audit has none: no rewind); in a history kept without its audit, the
+    step run first after the last undone attempt (a rewind to T runs T next), if a failure
+    came in between."""
     target = None
     audit = () if ended is None else ended.audit
     for event in reversed(audit):
@@ -216,6 +217,8 @@ def _root_cause_attempt(
             to_step = event.data.get("to_step", event.step)
             target = to_step if isinstance(to_step, int) else event.step
             break
+    if audit and target is None:
+        return None
     if target is None:
         undone = [n for n, a in enumerate(attempts) if a.status in _UNDONE]
         if not undone:
