@@ -457,6 +457,48 @@ def test_the_critical_path_of_a_cycle_is_refused():
         critical_path({"a": 1.0}, [("a", "a")])
 
 
+def _image(plan: agenttx.Plan, records: dict[str, tuple[str, dict[str, object]]]) -> PlanImage:
+    """A stored plan run of `plan` whose nodes have these states and records."""
+    rows = tuple(
+        PlanNodeRow(node_id=node_id, state=state, attempt=None, record=json.dumps(record))
+        for node_id, (state, record) in records.items()
+    )
+    return PlanImage(
+        run_id="made",
+        record=json.dumps({"format": 2, "plan": plan.to_json()}),
+        status="SUCCEEDED",
+        owner=None,
+        cancel=None,
+        created_at=0.0,
+        updated_at=10.0,
+        nodes=rows,
+    )
+
+
+def test_gantt_draws_each_attempt_of_a_retried_node_inside_its_span():
+    """A node tried twice shows, inside its span (from its first start to its finish), a bar
+    for each time it ran, as its history says; the wait between them has none."""
+    history = [
+        ["READY", 0.0, None],
+        ["RUNNING", 1.0, "a#1"],
+        ["READY", 2.0, "a#1"],
+        ["RUNNING", 5.0, "a#2"],
+        ["SUCCEEDED", 6.0, "a#2"],
+    ]
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="_add", inputs={"a": 1, "b": 1})])
+    record = {"started_at": 1.0, "finished_at": 6.0, "history": history, "retries": 1}
+    root = _parse(plan_gantt_svg(_image(plan, {"a": ("SUCCEEDED", record)}), now=10.0))
+    (span,) = _with(root, "span")
+    first, second = _with(root, "attempt")
+    x, width = float(span.get("x", "")), float(span.get("width", ""))
+    assert float(first.get("x", "")) == pytest.approx(x, abs=0.2)
+    assert float(second.get("x", "")) + float(second.get("width", "")) == pytest.approx(
+        x + width, abs=0.2
+    )
+    assert float(first.get("width", "")) == pytest.approx(width / 5, abs=0.2)
+    assert "retries: 1" in (span.findtext(f"{SVG}title") or "")
+
+
 def test_a_plan_of_a_thousand_nodes_draws_every_node_and_span():
     """A 1,000-node plan run (a chain, each node after the one before, all finished) draws a
     node per plan node and a span per node, every span critical (its speed is measured by

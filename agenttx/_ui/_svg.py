@@ -196,7 +196,9 @@ class Link:
 @attrs.frozen(kw_only=True)
 class Span:
     """A bar of a Gantt chart from `start` to `end` (seconds on the chart's clock); `classes` go
-    on its `<rect>` after `span` (the first is its state, which also picks its fill)."""
+    on its `<rect>` after `span` (the first is its state, which also picks its fill);
+    `attempts`, each `(start, end)`, are drawn inside it as thinner `<rect class="attempt">`
+    bars (when the node ran, as against waited)."""
 
     label: str
     start: float
@@ -204,6 +206,7 @@ class Span:
     title: str = ""
     classes: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     data: tuple[tuple[str, str], ...] = ()
+    attempts: tuple[tuple[float, float], ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -514,6 +517,7 @@ def draw_gantt(
     if given, is drawn as a line at that time. A span ending before it starts is drawn as a
     sliver at its start. Times must be finite (`InvalidArgument`)."""
     times = [t for s in spans for t in (s.start, s.end)]
+    times.extend(t for s in spans for pair in s.attempts for t in pair)
     times.extend(t for t in (origin, now_line) if t is not None)
     if not all(math.isfinite(t) for t in times):
         raise InvalidArgument("a time of the Gantt chart is not a finite number")
@@ -567,6 +571,12 @@ def draw_gantt(
             f' x="{x:.1f}" y="{y + (_ROW_H - _BAR_H) / 2:g}" width="{w:.1f}" height="{_BAR_H}"'
             f' fill="{_FILLS.get(state, "#ffffff")}"{stroke}>{_title(span.title)}</rect>'
         )
+        for began, ended in span.attempts:
+            out.append(
+                f'<rect class="attempt" x="{left + (began - origin) * scale:.1f}"'
+                f' y="{y + _ROW_H / 2 - 2:g}" width="{max((ended - began) * scale, 1.0):.1f}"'
+                ' height="4" fill="#37474f" fill-opacity="0.5" pointer-events="none"/>'
+            )
     out.append("</g></svg>")
     return "".join(out)
 
