@@ -137,6 +137,7 @@ def test_an_open_transaction_draws_its_live_steps_with_explicit_and_implicit_edg
     """An open transaction (`read_tx` gives its `Restored`) draws its live steps, `#N tool`,
     with an explicit edge for a reference and a dashed implicit one for a copied value."""
     root = _parse(transaction_graph_svg(open_tx))
+    assert root.get("aria-label") == f"the dependency graph of transaction {open_tx.tx_id}"
     groups = _with(root, "node")
     assert [g.get("data-id") for g in groups] == ["1", "2", "3"]
     assert all(_classes(g) == {"node", "live"} for g in groups)
@@ -217,6 +218,7 @@ def test_an_aborted_transaction_links_its_attempts_in_the_order_they_ran(open_tx
     assert nodes == {"a0", "a1", "a2", "a3", "a4"}
     assert _edges(root, "replaced") == {("a0", "a2"), ("a1", "a3")}
     assert _edges(root, "order") == {("a2", "a3"), ("a3", "a4")}
+    assert all(e.get("stroke-dasharray") == "2 3" for e in _with(root, "order"))  # faint, dotted
     linked = {end for edge in _edges(root) for end in edge}
     assert linked == nodes
     assert not _with(root, "live")

@@ -110,11 +110,18 @@ def transaction_graph_svg(found: Restored | EndedLike) -> str:
                 )
             elif previous is not None:
                 links.append(
-                    Link(source=previous, target=key, classes=("order",), title="run after")
+                    Link(
+                        source=previous,
+                        target=key,
+                        classes=("order",),
+                        title="run after",
+                        dotted=True,
+                    )
                 )
         if replacer is None:
             previous = key
-    return draw_graph(nodes, links, kind="graph")
+    caption = f"the dependency graph of transaction {restored.tx_id}"
+    return draw_graph(nodes, links, kind="graph", caption=caption)
 
 
 def _attempt_keys(attempts: Sequence[StepAttempt], live: set[int]) -> list[str]:
@@ -341,7 +348,7 @@ def plan_dag_svg(image: PlanImage, *, waiting: Mapping[str, str] | None = None) 
             )
         )
     links = [Link(source=a, target=b, classes=("explicit",), title="") for a, b in edges]
-    return draw_graph(nodes, links, kind="dag")
+    return draw_graph(nodes, links, kind="dag", caption=f"plan run {image.run_id}")
 
 
 def _time(value: object) -> float | None:
@@ -404,7 +411,12 @@ def plan_gantt_svg(
     origin = _time(image.created_at)
     running = image.status == "RUNNING"
     try:
-        return draw_gantt(spans, origin=origin, now_line=now if running else None)
+        return draw_gantt(
+            spans,
+            origin=origin,
+            now_line=now if running else None,
+            caption=f"the timeline of plan run {image.run_id}",
+        )
     except InvalidArgument as exc:  # stored times no chart can hold
         raise StorageError(f"plan run `{visible(image.run_id, 80)}`: {exc}") from exc
 
