@@ -128,3 +128,5 @@ def test_the_demo_ends_with_the_command_that_opens_it_in_a_page(tmp_path: Path) 
     assert "<li>2. step 2 kv.put: rewound</li>" in page
     assert "<li>5. step 5 record.insert: failed</li>" in page
     assert '<div id="graph"><svg' in page
+    drawn = set(re.findall(r'<g class="node ([^"]*)"', page))
+    assert {"compensated", "failed", "rewound", "rewound root-cause"} <= drawn
