@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
 from .._approvals import requests_for, scopes_alive
 from .._audit import stored_audit
 from .._cli import (
-    ORPHANED,
     WAIT,
     EndedFound,
     Failure,
@@ -36,10 +35,10 @@ from .._cli import (
 from .._errors import AgentTxError, TransactionNotFound
 from .._events import Event, EventKind
 from .._txlog import read_history
-from ._values import Shown, shown, shown_json, shown_text
+from ._values import Shown, shown_json, shown_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from .._cli import CliStore
     from .._txlog import Restored
@@ -50,9 +49,13 @@ __all__ = [
     "PageMissing",
     "RunRow",
     "RunsPage",
+    "StepRow",
     "audit_page",
-    "guarded",
+    "edge_lines",
+    "ended_status",
+    "read_transaction",
     "runs_page",
+    "step_rows",
     "waiting_scopes",
 ]
 
@@ -66,14 +69,6 @@ KINDS: Final = ("tx", "plan")
 
 class PageMissing(Exception):
     """The page has nothing to show: `str(exc)` says why, in one line."""
-
-
-def guarded(read: Callable[[], Any]) -> Any:
-    """`read()`, patiently; a `Failure` or a store error becomes `PageMissing`."""
-    try:
-        return patiently(WAIT, read)
-    except (Failure, AgentTxError) as exc:
-        raise PageMissing(str(exc)) from None
 
 
 # ------------------------------------------------------------------------ runs
@@ -409,19 +404,9 @@ def ended_status(found: EndedFound) -> str:
     return final_status(found.restored.record, found.ended)
 
 
-def running_or_orphaned(status: str, *, orphaned: bool) -> str:
-    """A plan run's status as shown (`ORPHANED` when its runner is gone)."""
-    shown_as = shown_status(status, orphaned=orphaned)
-    return shown_as if shown_as != ORPHANED else ORPHANED
-
-
 def read_transaction(store: CliStore, tx_id: str) -> Restored | EndedFound:
     """Transaction `tx_id`, open or ended; `PageMissing` if the store has neither."""
     try:
         return read_tx(store, tx_id, WAIT)
     except Failure as exc:
         raise PageMissing(str(exc)) from None
-
-
-def shown_values(values: Iterable[object]) -> tuple[Shown, ...]:
-    return tuple(shown(value) for value in values)
