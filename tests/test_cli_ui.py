@@ -130,3 +130,14 @@ def test_the_demo_ends_with_the_command_that_opens_it_in_a_page(tmp_path: Path) 
     assert '<div id="graph"><svg' in page
     drawn = set(re.findall(r'<g class="node ([^"]*)"', page))
     assert {"compensated", "failed", "rewound", "rewound root-cause"} <= drawn
+
+
+def test_the_url_line_quotes_the_token_and_brackets_an_ipv6_host() -> None:
+    """A token with characters a URL reserves is percent-encoded in the printed URL (the
+    server decodes it back), and an IPv6 host is written in brackets."""
+    from agenttx._ui._command import url_line  # noqa: PLC0415
+
+    assert url_line("127.0.0.1", 8765, "a b&c") == (
+        "agenttx ui: http://127.0.0.1:8765/?token=a%20b%26c"
+    )
+    assert url_line("::1", 1, "t") == "agenttx ui: http://[::1]:1/?token=t"
