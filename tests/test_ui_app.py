@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -429,3 +430,42 @@ def test_values_are_cut_folded_and_escaped() -> None:
     assert text.text == "\\x1b[2Jhi\\u202e"
     assert not text.cut
     assert shown_text("y" * 5000).cut
+
+
+def test_a_plan_node_waiting_for_approval_is_decided_in_the_page(backend: Backend) -> None:
+    """A plan run whose node waits for approval is WAITING_APPROVAL in the runs, the node so in
+    its page (live while it runs), and in the inbox with the node and its run; approved in the
+    page, the node runs and the run succeeds."""
+    store = backend.make()
+    engine = Engine(tools=[add, charge], store=store, config=EngineConfig(idle_timeout=None))
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("first", tool="add", inputs={"n": 1}),
+            agenttx.Node("pay", tool="charge", inputs={"amount": 5}, after=("first",)),
+        ]
+    )
+    run_ = engine.start_plan(plan, initial={}, run_id="gated-run")
+    try:
+        while not run_.pending_approvals():
+            time.sleep(0.05)
+        made = client(store)
+        listed = {row["id"]: row for row in rows(made.get("/").text)}
+        assert listed["gated-run"]["status"] == "WAITING_APPROVAL"
+        page = made.get("/plan/gated-run").text
+        assert 'data-live="2"' in page
+        assert {"id": "pay", "state": "waiting_approval"} in rows(page, cls="node")
+        page = made.get("/inbox").text
+        (request,) = rows(page, "article", "request")
+        assert "node pay of plan run gated-run" in page
+        assert '<span class="after">node first</span>' in page
+        said = flash_of(made, post(made, f"/inbox/{request['request-id']}/approve"))
+        assert "approved" in said
+        assert run_.wait(timeout=120).status is agenttx.PlanStatus.SUCCEEDED
+        page = made.get("/plan/gated-run").text
+        assert 'data-live="2"' not in page
+        assert {"id": "pay", "state": "succeeded"} in rows(page, cls="node")
+    finally:
+        if not run_.done:
+            run_.cancel("the test ends")
+            run_.wait(timeout=120)
+        engine.close()
