@@ -233,8 +233,9 @@ def test_every_request_without_the_token_is_refused(backend: Backend, filled: Fi
 
 def test_writes_need_the_csrf_token_and_the_page_s_origin(backend: Backend, filled: Filled) -> None:
     """A POST without the CSRF token, with a wrong one, from another origin, from an opaque
-    one, or saying no origin at all is refused (403) and decides nothing; a same-origin
-    `Referer` stands in for a missing `Origin`."""
+    one or saying no origin at all (unless the browser's `Sec-Fetch-Site` says same-origin),
+    or from another site by `Sec-Fetch-Site`, is refused (403) and decides nothing; a
+    same-origin `Referer` stands in for a missing `Origin`."""
     store = backend.make()
     made = client(store)
     path = f"/inbox/{filled.request}/reject"
@@ -248,13 +249,28 @@ def test_writes_need_the_csrf_token_and_the_page_s_origin(backend: Backend, fill
         made.post(path, data={**form, "csrf": good}),
         made.post(path, data={**form, "csrf": good}, headers={"referer": "http://evil.example/"}),
     ]
-    assert [response.status_code for response in refused] == [403] * 6
+    cross_site = {"origin": "null", "sec-fetch-site": "cross-site"}
+    refused.append(made.post(path, data={**form, "csrf": good}, headers=cross_site))
+    same_site = {"origin": ORIGIN, "sec-fetch-site": "same-site"}
+    refused.append(made.post(path, data={**form, "csrf": good}, headers=same_site))
+    assert [response.status_code for response in refused] == [403] * 8
     assert "CSRF" in refused[0].text
     assert "another origin" in refused[2].text
+    assert "says no origin" in refused[3].text
+    assert "another site" in refused[6].text
     assert requests_for(store).get(filled.request).state == "pending"
     done = made.post(path, data={**form, "csrf": good}, headers={"referer": f"{ORIGIN}/inbox"})
     assert "rejected" in flash_of(made, done)
     assert requests_for(store).get(filled.request).state == "rejected"
+    # Chromium under `Referrer-Policy: no-referrer`: `Origin: null`, no `Referer`, and its own
+    # `Sec-Fetch-Site` saying the form is the page's.
+    browser = {"origin": "null", "sec-fetch-site": "same-origin"}
+    done = made.post(
+        f"/reviews/{filled.review}/resolve",
+        data={"csrf": good, "actor": "ops", "outcome": "not_done"},
+        headers=browser,
+    )
+    assert "resolved not_done by ops" in flash_of(made, done)
 
 
 def test_read_only_serves_no_writes(backend: Backend, filled: Filled) -> None:

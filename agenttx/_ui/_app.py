@@ -217,6 +217,7 @@ class _Ui:
             origin=request.headers.get("origin"),
             referer=request.headers.get("referer"),
             own_origin=f"{request.url.scheme}://{request.url.netloc}",
+            fetch_site=request.headers.get("sec-fetch-site"),
         )
         if why is not None:
             return PlainTextResponse(f"agenttx ui: refused: {why}\n", status_code=403)
