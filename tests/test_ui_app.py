@@ -5,6 +5,7 @@ command line's, with its actor recorded."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -485,3 +486,42 @@ def test_a_plan_node_waiting_for_approval_is_decided_in_the_page(backend: Backen
             run_.cancel("the test ends")
             run_.wait(timeout=120)
         engine.close()
+
+
+def _sql(backend: Backend, statement: str, values: tuple[Any, ...]) -> None:
+    """Run one statement on the backend's tables, outside any store."""
+    if backend.kind == "sqlite":
+        import sqlite3  # noqa: PLC0415
+
+        with contextlib.closing(sqlite3.connect(backend.text)) as conn, conn:
+            conn.execute(statement.replace("%s", "?").replace("{s}", ""), values)
+        return
+    import psycopg  # noqa: PLC0415
+
+    with psycopg.connect(backend.text, autocommit=True) as conn:
+        conn.execute(statement.replace("{s}", f"{backend.schema}."), values)
+
+
+def test_list_runs_lists_a_transaction_kept_twice_once(backend: Backend) -> None:
+    """A transaction whose history the store keeps twice (it ended keeping undos, then again)
+    is listed once, with its last row: its last end time and its last history."""
+    store = backend.make()
+    engine = Engine(tools=[add], store=store, config=EngineConfig(idle_timeout=None))
+    tx = engine.begin(agent_id="twice")
+    tx.call("add", {"n": 1})
+    tx.commit()
+    engine.close()
+    (first,) = store.list_runs(10)
+    history = json.loads(first[5])
+    history["status"] = "ROLLED_BACK"
+    _sql(
+        backend,
+        "INSERT INTO {s}ended (tx_id, record, isolation, history, steps, ended_at) "
+        "SELECT tx_id, record, isolation, %s, steps, ended_at + 5 FROM {s}ended WHERE tx_id = %s",
+        (json.dumps(history), tx.id),
+    )
+    (row,) = store.list_runs(10)
+    assert row[:3] == ("tx", tx.id, first[2] + 5)
+    assert json.loads(row[5])["status"] == "ROLLED_BACK"
+    listed = rows(client(store).get("/").text)
+    assert listed == [{"id": tx.id, "kind": "tx", "status": "ROLLED_BACK"}]
