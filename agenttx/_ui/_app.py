@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from ._detail import plan_page, transaction_page
 from ._inbox import Decided, approve, edit, inbox, reject, resolve
-from ._security import TokenGate, csrf_token, write_refusal
+from ._security import TokenGate, check_token, csrf_token, write_refusal
 from ._views import PageMissing, audit_page, runs_page
 
 if TYPE_CHECKING:
@@ -64,13 +64,13 @@ def make_app(
     writer: Callable[[], AbstractContextManager[CliStore]] | None = None,
 ) -> Starlette:
     """The app over `store` (read through the command line's readers), refusing every request
-    without `token`. `read_only`: no forms, every POST refused. `actor`: who the forms say
-    decides (default `ui:<os user>`; a person may change it in the form). `writer` opens the
+    without `token` (`ValueError` unless it is 1 to 512 URL-safe characters). `read_only`: no
+    forms, every POST refused. `actor`: who the forms say decides (default `ui:<os user>`; a
+    person may change it in the form). `writer` opens the
     store a decision is written through (default: `store` itself; `agenttx ui` opens a
     writable store for each decision, as `agenttx approve` does, and reads through a read-only
     one)."""
-    if not isinstance(token, str) or not token:
-        raise ValueError("make_app needs a non-empty token")
+    check_token(token)
     ui = _Ui(store, token=token, read_only=read_only, actor=actor or _default_actor())
     if writer is not None:
         ui.writer = writer

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.cookies
+import re
 import urllib.parse
 from typing import TYPE_CHECKING, Final
 
@@ -41,6 +42,7 @@ __all__ = [
     "HEADERS",
     "MISSING",
     "TokenGate",
+    "check_token",
     "csrf_token",
     "same_token",
     "write_refusal",
@@ -64,6 +66,21 @@ MISSING: Final = (
     "with ?token=...).\n"
 )
 _CSRF_KEY: Final = b"agenttx ui csrf"
+
+
+#: What a token may hold: what `secrets.token_urlsafe` gives, and base64's `+/=` (it travels in
+#: a URL's query and in a cookie, unquoted).
+_TOKEN: Final = re.compile(r"[A-Za-z0-9_.~+/=-]{1,512}")
+
+
+def check_token(token: object) -> str:
+    """`token` if it can be the server's token, else `ValueError` saying what it may hold."""
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        raise ValueError(
+            "the token must be 1 to 512 letters, digits or `-._~+/=` (it travels in the URL "
+            "and in a cookie)"
+        )
+    return token
 
 
 def csrf_token(token: str) -> str:
