@@ -525,3 +525,16 @@ def test_list_runs_lists_a_transaction_kept_twice_once(backend: Backend) -> None
     assert json.loads(row[5])["status"] == "ROLLED_BACK"
     listed = rows(client(store).get("/").text)
     assert listed == [{"id": tx.id, "kind": "tx", "status": "ROLLED_BACK"}]
+
+
+def test_a_store_the_page_cannot_read_is_said_not_raised(backend: Backend) -> None:
+    """A store that cannot be read (here: closed under the page) gives each page one line
+    saying why (404), not a server error."""
+    store = backend.make()
+    made = client(store)
+    store.close()
+    for path in ("/", "/inbox", "/audit", "/tx/some-tx", "/plan/some-run"):
+        response = made.get(path)
+        assert response.status_code == 404, path
+        assert '<p class="missing">' in response.text
+        assert "closed" in response.text

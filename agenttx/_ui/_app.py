@@ -24,6 +24,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from .._cli import Failure
+from .._errors import AgentTxError
 from ._detail import plan_page, transaction_page
 from ._inbox import Decided, approve, edit, inbox, reject, resolve
 from ._security import TokenGate, check_token, csrf_token, write_refusal
@@ -43,6 +45,9 @@ __all__ = ["LIVE_HEADER", "MAX_FORM", "make_app"]
 LIVE_HEADER: Final = "x-agenttx-live"
 #: The largest form a POST may send (bytes): an edit up to 1 MiB of JSON, form-encoded.
 MAX_FORM: Final = 4 * 1024 * 1024
+#: What a page says instead of itself (404, one line): nothing to show, or a store it cannot
+#: read (a file locked for the whole wait, rows it cannot decode).
+_UNSHOWN: Final = (PageMissing, Failure, AgentTxError)
 #: How many flashes (the outcome of the last decisions) the server keeps.
 _FLASHES: Final = 256
 _STATIC: Final = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
@@ -149,7 +154,7 @@ class _Ui:
         filters = {key: query.get(key, "") for key in ("status", "agent", "kind")}
         try:
             found = runs_page(self.store, page=_page(query.get("page")), filters=filters)
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(
             request, "runs", "runs", view=found, live=True, link=_linker(filters), q=filters
@@ -160,14 +165,14 @@ class _Ui:
         to = _page(request.query_params.get("to"), default=None)
         try:
             found = transaction_page(self.store, tx_id, to=to)
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "transaction", "transaction", view=found, live=found.open)
 
     def plan(self, request: Request) -> Response:
         try:
             found = plan_page(self.store, request.path_params["run_id"])
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "plan", "plan", view=found, live=found.running)
 
@@ -175,7 +180,7 @@ class _Ui:
         flash = self.flashes.get(request.query_params.get("flash", ""))
         try:
             found = inbox(self.store)
-        except Exception as exc:  # noqa: BLE001 - a store problem is said on the page
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "inbox", "inbox", view=found, live=True, flash=flash)
 
@@ -184,7 +189,7 @@ class _Ui:
         filters = {key: query.get(key, "") for key in ("kind", "actor", "run")}
         try:
             found = audit_page(self.store, page=_page(query.get("page")), filters=filters)
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "audit", "audit", view=found, link=_linker(filters))
 
