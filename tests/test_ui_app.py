@@ -538,3 +538,18 @@ def test_a_store_the_page_cannot_read_is_said_not_raised(backend: Backend) -> No
         assert response.status_code == 404, path
         assert '<p class="missing">' in response.text
         assert "closed" in response.text
+
+
+def test_a_decision_the_store_cannot_take_is_refused_and_said(backend: Backend) -> None:
+    """When the store a decision is written through cannot be opened, the inbox says nothing
+    was decided (`#flash.error`), not a server error."""
+    store = backend.make()
+
+    def writer() -> Any:
+        raise agenttx.StorageError("the disk is gone")
+
+    made = TestClient(make_app(store, token=TOKEN, writer=writer), follow_redirects=False)
+    assert made.get(f"/?token={TOKEN}").status_code == 200
+    said = flash_of(made, post(made, "/inbox/apr-x/approve"))
+    assert '<div id="flash" class="error"' in said
+    assert "nothing decided: the disk is gone" in said

@@ -244,8 +244,11 @@ class _Ui:
         return RedirectResponse(f"/inbox?flash={key}", status_code=303)
 
     def _write(self, decide: Callable[..., Decided], form: dict[str, str], actor: str) -> Decided:
-        with self.writer() as store:
-            return decide(store, form, actor)
+        try:
+            with self.writer() as store:
+                return decide(store, form, actor)
+        except (Failure, AgentTxError) as exc:  # the store could not be opened or written
+            return Decided(said=f"nothing decided: {exc}", refused=True)
 
     async def approve(self, request: Request) -> Response:
         request_id = request.path_params["request_id"]
