@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import agenttx
+from _report import Row, report
 from agenttx.integrations import _runs
 from agenttx.integrations.openai import ToolRunner
 from agenttx.stores import SQLiteStore
-from _report import Row, report
 
 TARGET_MS = 0.5
 
