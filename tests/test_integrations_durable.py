@@ -1051,3 +1051,22 @@ def test_a_conversation_kept_by_the_previous_version_restores_and_goes_on(
     assert effects(tmp_path) == ["refund_issued o-1 30"]
     assert json.loads(store.read_conversation(tx.id))["format"] == 2
     assert stored_messages(store, tx.id) == messages
+
+
+def test_messages_past_the_count_of_the_record_are_not_read(tmp_path):
+    """A log holding more messages than its record counts (appended by a write whose record
+    did not land) restores as the record says; one holding fewer is refused with
+    StorageError naming the transaction."""
+    store = SQLiteStore(tmp_path / "a.db")
+    tx = agenttx.Transaction(tools=rewinding_tools(), store=store)
+    runner = runner_class("chat")(tx)
+    messages = runner.handle(USER, chat_message(("c1", "lookup", {"email": "a@x"})))
+    record = store.read_conversation(tx.id)
+    store.record_conversation(tx.id, record, ['{"role":"user","content":"junk"}'], start=3)
+    del runner
+    gc.collect()
+    assert runner_class("chat").restore(tx).messages == messages
+    gc.collect()
+    store.record_conversation(tx.id, record, [], start=2)  # the log lost its last message
+    with pytest.raises(agenttx.StorageError, match=tx.id):
+        runner_class("chat").restore(tx)
