@@ -200,9 +200,9 @@ def test_effects_keep_any_text_through_the_outbox(store: PostgresStore) -> None:
 
 def test_migrations_are_recorded_and_idempotent(store: PostgresStore) -> None:
     """The schema records each migration once; migrate() again changes nothing."""
-    assert store.migrate() == 6
+    assert store.migrate() == 7
     rows = _raw(f"SELECT version FROM {store.schema}.migrations ORDER BY version")
-    assert rows == [(1,), (2,), (3,), (4,), (5,), (6,)]
+    assert rows == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]
 
 
 def test_a_newer_schema_is_refused(store: PostgresStore) -> None:
@@ -238,7 +238,7 @@ def test_workers_starting_together_migrate_once(pg_schema: tuple[str, str]) -> N
     for thread in threads:
         thread.join()
     assert errors == []
-    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(6,)]
+    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(7,)]
 
 
 # ---------------------------------------------------------------- leases and fencing

@@ -29,7 +29,7 @@ plan_rates  `tool -> (tokens, updated_at)`: a rate-limited tool's token bucket, 
             every run, refilled by the server's clock (migration 5)
 conversation_messages
             `(tx_id, seq) -> message`: the log of an agent's conversation (`_conversations`),
-            dropped with its `txs` row (migration 7)
+            deleted with its `txs` row (migration 7)
 =========== ================================================================================
 
 Every write to a transaction's rows carries its fence: the `txs` row must still have the
@@ -181,9 +181,8 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         "the messages of an agent's conversation, as a log a write appends to",
         (
             (
-                "CREATE TABLE {s}.conversation_messages (tx_id text NOT NULL "
-                "REFERENCES {s}.txs (tx_id) ON DELETE CASCADE, seq bigint NOT NULL, "
-                "message text NOT NULL, PRIMARY KEY (tx_id, seq))"
+                "CREATE TABLE {s}.conversation_messages (tx_id text NOT NULL, "
+                "seq bigint NOT NULL, message text NOT NULL, PRIMARY KEY (tx_id, seq))"
             ),
         ),
     ),
@@ -322,6 +321,7 @@ class Hot:
         )
         ends = (
             f"l AS (DELETE FROM {s}.log WHERE tx_id = $1::text), "
+            f"c AS (DELETE FROM {s}.conversation_messages WHERE tx_id = $1::text), "
             f"u AS (DELETE FROM {s}.undos WHERE tx_id = $1::text) "
             f"DELETE FROM {s}.txs WHERE tx_id = $1::text"
         )
@@ -520,7 +520,10 @@ class Sql:
             f"UPDATE {s}.txs SET owner = NULL, lease_until = NULL, "
             f"epoch = nextval('{s}.epochs'), history = COALESCE(%s, history) WHERE tx_id = %s"
         )
-        self.delete_tx = f"DELETE FROM {s}.txs WHERE tx_id = %s"
+        self.delete_tx = (  # with its conversation's messages
+            f"WITH t AS (DELETE FROM {s}.txs WHERE tx_id = %s RETURNING tx_id) "
+            f"DELETE FROM {s}.conversation_messages AS m USING t WHERE m.tx_id = t.tx_id"
+        )
         self.delete_log = f"DELETE FROM {s}.log WHERE tx_id = %s"
         self.delete_undos = f"DELETE FROM {s}.undos WHERE tx_id = %s"
         # ---------------------------------------------------------------- the log
