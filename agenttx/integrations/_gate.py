@@ -12,6 +12,14 @@ calls whose results asked for a history rewrite, so the framework's history hook
 `_common.rewrite_for` before the next model request. A call id is unique within its model
 turn only (docs/protocol.md#call-ids-and-turns): a later turn may send an id again, and a call
 that repeats the id of an earlier call of its own turn is refused (the turn barrier follows).
+
+People in the loop: a call that waits for a person stops its turn, and the later calls of the
+turn wait with it (`waits_in`, `wait_with`). Once people decided, `decide_waiting` tells the
+framework what to do with each call its run stopped on, in order: send it again, answer it
+without sending it (not run, or its recorded result), or let it wait on the request it asks
+now, in its order. A call that a person approved and that ran already, sent again with the
+same id, tool and arguments (a saved run state resumed twice), is answered with its recorded
+result, never run or asked again.
 """
 
 from __future__ import annotations
