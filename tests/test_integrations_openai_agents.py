@@ -514,3 +514,38 @@ def test_a_saved_state_resumed_twice_asks_once_and_runs_the_approved_call_once(t
     rows = [r for r in requests_for(tx.store).of_scope(tx.id) if r.kind == "approval"]
     assert [r.id for r in rows] == [request.id]
     assert atx_agents.waiting(tx) == ()
+
+
+@pytest.mark.timeout(120)
+def test_two_gated_calls_of_a_turn_are_decided_in_order_across_a_restart(tmp_path):
+    """The run stops on two gated calls and the process ends; a new engine recovers the
+    transaction and resumes the saved state: each call gets its own request in its order, runs
+    once when approved, and the turn is answered with no extra model turn."""
+    from _durable_agent import make_engine  # noqa: PLC0415
+    from _stack_agent import sdk_agent, sdk_run  # noqa: PLC0415
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    engine, tx, model, agent = _people(tmp_path)
+    saved = sdk_run(tx, agent, "Refund o-1 twice.").to_state().to_string()
+    engine.close()
+
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert tx.id in engine.recover("resume").resumed
+    tx = engine.get(tx.id)
+    agent = sdk_agent(tx, model)
+    asked = []
+    while True:
+        state = asyncio.run(agents.RunState.from_string(agent, saved))
+        if not atx_agents.approve_decided(tx, state):
+            (request,) = atx_agents.waiting(tx)
+            asked.append(request.arguments["amount"])
+            engine.approve(request.id, actor="alice")
+            continue
+        result = sdk_run(tx, agent, state)
+        if not result.interruptions:
+            break
+        saved = result.to_state().to_string()
+    assert asked == [30, 12]
+    assert _refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    assert len(model.requests) == 2
+    assert all(r["ok"] for r in _tool_outputs(model.last).values())
