@@ -71,7 +71,7 @@ from ._common import (
     rewrite_for,
     run_turn,
 )
-from ._conversation import OpenTurn, Wait, WaitKind, dump, load
+from ._conversation import OpenTurn, Wait, WaitKind, dump, dump_messages, load
 from ._plan_calls import PlanCalls, plan_run_id
 
 if TYPE_CHECKING:
@@ -216,6 +216,7 @@ class Runner:
         self._history = check_history(history)
         self._steps: dict[str, int] = {}  # call id -> the step it was sent as
         self._messages: list[Message] = []
+        self._kept: list[Message] = []  # the messages as recorded last (`_save`)
         self._turn: OpenTurn | None = None
         if not isinstance(plans, bool):
             raise InvalidArgument(f"plans must be True or False, got {plans!r:.80}")
@@ -323,7 +324,7 @@ class Runner:
                 f"no conversation is stored for transaction `{tx.id}`: no runner handled a "
                 "model turn of it on this store"
             )
-        saved = load(text, f"transaction `{tx.id}`")
+        saved = load(text, f"transaction `{tx.id}`", lambda n: store.read_messages(tx.id, n))
         if saved.runner != cls._kind:
             use = _RUNNER_OF.get(saved.runner, "the runner that wrote it")
             raise InvalidArgument(
@@ -333,6 +334,7 @@ class Runner:
         runner = cls(tx, history=saved.history if history is None else history, plans=plans)
         runner._claim()
         runner._messages = saved.messages
+        runner._kept = [] if saved.format == 1 else list(saved.messages)
         runner._steps = saved.steps
         runner._turn = saved.turn
         runner._reconcile()
@@ -664,12 +666,24 @@ class Runner:
         return rewrite_for(self._history, outcomes, self._steps)
 
     def _save(self) -> None:
-        """Write the runner's state with the transaction, on a store that keeps it (fenced)."""
+        """Write the runner's state with the transaction, on a store that keeps it (fenced).
+
+        Append-only: the messages recorded last time (the same objects, in the same places)
+        are not written again; the write gives the messages from the first one that changed,
+        usually the turn's new ones, with the small record of the rest of the state. A
+        message is never changed in place (a rewrite makes a new one), so identity tells.
+        """
         store = self._tx.store
         if not keeps_conversations(store) or self._tx.status.terminal:
             return
-        text = dump(self._kind, self._history, self._messages, self._steps, self._turn)
-        store.record_conversation(self._tx.id, text)
+        messages, kept = self._messages, self._kept
+        start, end = 0, min(len(kept), len(messages))
+        while start < end and messages[start] is kept[start]:
+            start += 1
+        new = dump_messages(messages[start:])
+        text = dump(self._kind, self._history, len(messages), self._steps, self._turn)
+        store.record_conversation(self._tx.id, text, new, start=start)
+        self._kept = list(messages)
 
 
 #: The class to restore a conversation of each kind with, for the error that names it.

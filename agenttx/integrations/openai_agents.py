@@ -166,6 +166,7 @@ def _function_tool(
         usage = ctx.usage
         turn = (id(usage), usage.requests)
         if gate.waits_in(turn):
+            gate.wait_with(call_id, turn)
             return True
         outcome = await gate.run(tx, turn, name, params, call_id=call_id, anchor=usage)
         result = outcome.result
@@ -279,21 +280,43 @@ async def await_decisions(tx: Transaction, timeout: float | None = None) -> bool
 def approve_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
     """Let the SDK run the calls of `tx` its run stopped for, once people decided.
 
-    agenttx decides, not the SDK: when nothing of `tx` waits for a person any more, each
-    interruption of `state` (`result.to_state()`, or a `RunState.from_string` after a
-    restart) that is a call of `function_tools(tx)` is approved in the SDK, and True is
-    returned; `Runner.run(agent, state, ...)` then sends each call again: an approved call runs
-    once with its approved (or the approver's edited) arguments, a rejected one is answered
-    with the person's reason, and the calls that waited with it run after it. No model turn is
-    spent. While a request is undecided, nothing changes and False is returned.
+    agenttx decides, not the SDK. While a request of `tx` is undecided, nothing changes and
+    False is returned. Else the interruptions of `state` (`result.to_state()`, or a
+    `RunState.from_string` after a restart) that are calls of `function_tools(tx)` are taken
+    in the model's order, until one is to be sent again:
+
+    - a call a person decided is approved in the SDK: `Runner.run(agent, state, ...)` sends
+      it again, it runs once with its approved (or the approver's edited) arguments, or is
+      answered with the person's reason if rejected; the calls after it keep waiting, and
+      the resumed run stops on them again (resume until `result.interruptions` is empty);
+    - a call that waited with an earlier one of its turn, and that needs approval itself,
+      gets its own request now (its step comes after the earlier call's, and its arguments
+      may refer to that call's result): False is returned, `waiting(tx)` shows the request;
+    - a call that ran already (the same saved state resumed twice) is answered with its
+      recorded result, and one whose turn failed before it as not run: the SDK gets the
+      answer as the call's output (`state.reject(..., rejection_message=...)`), the call is
+      never run twice.
+
+    No model turn is spent; True when the run may be resumed.
     """
     tx = check_transaction(tx, "approve_decided")
     if waiting(tx):
         return False
-    ours = {spec.wire_name for spec in tx.tool_specs}
+    gate = gate_for(tx, "approve_decided")
+    names = {spec.wire_name: spec.name for spec in tx.tool_specs}
     for item in state.get_interruptions():
-        if item.tool_name in ours:
+        name = names.get(item.tool_name or "")
+        call_id = item.call_id
+        if name is None or call_id is None:
+            continue
+        decided = gate.decide_waiting(tx, name, call_id, item.arguments or "{}")
+        if decided.payload is not None:
+            state.reject(item, rejection_message=dumps(decided.payload))
+        elif decided.send:
             state.approve(item)
+            break
+        else:
+            return False
     return True
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
-from ._conversations import check_conversation
+from ._conversations import appended
 from ._durable import OutboxEntry
 from ._plans import PlanImage, PlanNodeRow, list_runs
 from ._postgres_schema import HOLDS_LOCK
@@ -399,13 +399,19 @@ class SharedRows:
 
     # ------------------------------------------------------------ conversations
 
-    def record_conversation(self, tx_id: str, text: str) -> None:
-        """Replace the conversation of transaction `tx_id` (`ConversationStore`), with the
-        buffered writes, in one transaction fenced by this store's epoch."""
+    def record_conversation(
+        self, tx_id: str, text: str, messages: Sequence[str] = (), *, start: int = 0
+    ) -> None:
+        """Record the conversation of transaction `tx_id` (`ConversationStore`): `text`, and
+        `messages` from position `start` on, with the buffered writes, in one transaction
+        fenced by this store's epoch (the state and the messages in one statement)."""
         check_tx_id(tx_id)
-        check_conversation(text)
-        statement = (self._sql.update_conversation, (text, tx_id))
-        self._durable_write(tx_id, "record the conversation", statement)
+        appended(text, messages, start)
+        texts = list(messages)
+        values = (text, tx_id, start + len(texts), start, texts)
+        self._durable_write(
+            tx_id, "record the conversation", (self._sql.update_conversation, values)
+        )
 
     def read_conversation(self, tx_id: str) -> str | None:
         """The conversation recorded for open transaction `tx_id`, or None."""
@@ -416,6 +422,17 @@ class SharedRows:
                 f"read the conversation of `{tx_id}`", self._sql.select_conversation, (tx_id,)
             )
         return None if row is None else row[0]
+
+    def read_messages(self, tx_id: str, count: int) -> tuple[str, ...]:
+        """The first `count` messages recorded for `tx_id`, in order (`ConversationStore`)."""
+        check_tx_id(tx_id)
+        check_int(count, "count", MAX_INT64)
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all(
+                f"read the messages of `{tx_id}`", self._sql.select_messages, (tx_id, count)
+            )
+        return tuple(row[0] for row in rows)
 
     def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
         """Up to `limit` requests of `kind` in `state`, oldest first (any scope)."""

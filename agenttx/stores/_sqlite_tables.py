@@ -17,9 +17,10 @@ from . import _approvals as request_tables
 from . import _plans as plan_tables
 from ._conversations import (
     SELECT_CONVERSATION,
+    SELECT_MESSAGES,
     UPDATE_CONVERSATION,
     UPDATE_CONVERSATION_FENCED,
-    check_conversation,
+    appended,
 )
 from ._owners import owner_gone
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
@@ -303,16 +304,20 @@ class SharedTables:
 
     # ------------------------------------------------------------ conversations
 
-    def record_conversation(self, tx_id: str, text: str) -> None:
-        """Replace the conversation of transaction `tx_id` (`ConversationStore`), durably, with
-        the buffered writes, if this store holds it (else `StorageError`)."""
+    def record_conversation(
+        self, tx_id: str, text: str, messages: Sequence[str] = (), *, start: int = 0
+    ) -> None:
+        """Record the conversation of transaction `tx_id` (`ConversationStore`): `text`, and
+        `messages` from position `start` on, durably, with the buffered writes, in one
+        statement (a trigger appends the messages), if this store holds it (else
+        `StorageError`)."""
         check_tx_id(tx_id)
-        check_conversation(text)
+        append = appended(text, messages, start)
         self._durable_write(
             tx_id,
             "record the conversation",
-            (UPDATE_CONVERSATION, (text, tx_id)),
-            fenced=(UPDATE_CONVERSATION_FENCED, (text, tx_id, self._owner)),
+            (UPDATE_CONVERSATION, (text, append, tx_id)),
+            fenced=(UPDATE_CONVERSATION_FENCED, (text, append, tx_id, self._owner)),
         )
 
     def read_conversation(self, tx_id: str) -> str | None:
@@ -324,6 +329,16 @@ class SharedTables:
             with self._file.reading(f"read the conversation of `{tx_id}`") as cur:
                 rows = cur.execute(SELECT_CONVERSATION, (tx_id,)).fetchall()
         return rows[0][0] if rows else None
+
+    def read_messages(self, tx_id: str, count: int) -> tuple[str, ...]:
+        """The first `count` messages recorded for `tx_id`, in order (`ConversationStore`)."""
+        check_tx_id(tx_id)
+        check_int(count, "count", MAX_INT64)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read the messages of `{tx_id}`") as cur:
+                rows = cur.execute(SELECT_MESSAGES, (tx_id, count)).fetchall()
+        return tuple(row[0] for row in rows)
 
     # ------------------------------------------------------------ the outbox
 
