@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 from unittest import mock
 
@@ -59,6 +60,41 @@ def store(durable_backend):
 def _nodes(store: SQLiteStore, run_id: str) -> dict[str, dict]:
     image = store.read_plan(run_id)
     return {node.node_id: {"state": node.state, **fold(node.record)} for node in image.nodes}
+
+
+def test_a_nodes_reported_costs_are_recorded_retries_apart(store):
+    """Each node's record keeps the GBP its attempts reported, exact, by category; the cost of
+    an attempt that another followed counts as `retry`, as the run's metrics count it."""
+    tries: list[int] = []
+
+    @agenttx.tool
+    def flaky(ctx: agenttx.ToolContext) -> dict[str, int]:
+        tries.append(1)
+        ctx.add_cost("0.10")
+        ctx.add_cost("0.002", category="model")
+        if len(tries) < 2:
+            raise ConnectionError("connection refused")
+        return {"ok": 1}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("charge", tool="flaky", retries=1),
+            agenttx.Node("free", tool="add", inputs={"a": 1, "b": 2}),
+        ]
+    )
+    result = agenttx.run_plan(
+        plan, tools=[flaky, add], initial={}, store=store, run_id="r", backoff=NO_WAIT
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    nodes = _nodes(store, "r")
+    assert nodes["charge"]["cost"] == {"retry": "0.102", "tool": "0.10", "model": "0.002"}
+    assert "cost" not in nodes["free"]
+    metrics = result.metrics.cost
+    assert (metrics.retry, metrics.tool, metrics.model) == (
+        Decimal("0.102"),
+        Decimal("0.10"),
+        Decimal("0.002"),
+    )
 
 
 def test_every_transition_of_a_run_is_recorded(store):

@@ -156,6 +156,30 @@ def test_every_page_shows_the_store(backend: Backend, filled: Filled) -> None:  
     assert '<table id="runs">' in fragment
 
 
+def test_a_plan_runs_page_sums_the_gbp_its_nodes_reported(backend: Backend) -> None:
+    """The plan page's cost is the exact sum of what its nodes' attempts reported, by
+    category; a run whose tools reported nothing says so."""
+
+    @agenttx.tool
+    def priced(ctx: agenttx.ToolContext, n: int) -> dict[str, int]:
+        ctx.add_cost("0.25")
+        ctx.add_cost("0.005", category="model")
+        return {"n": n}
+
+    store = backend.make()
+    engine = Engine(tools=[priced, add], store=store, config=EngineConfig(idle_timeout=None))
+    nodes = [agenttx.Node(name, tool="priced", inputs={"n": 1}) for name in ("a", "b")]
+    engine.run_plan(agenttx.Plan(nodes=nodes), initial={}, run_id="priced-run")
+    free = agenttx.Plan(nodes=[agenttx.Node("p", tool="add", inputs={"n": 1})])
+    engine.run_plan(free, initial={}, run_id="free-run")
+    engine.close()
+    made = client(store)
+    assert '<dd id="total-cost">0.510 (model 0.010, tool 0.50)</dd>' in made.get(
+        "/plan/priced-run"
+    ).text
+    assert '<dd id="total-cost">none reported</dd>' in made.get("/plan/free-run").text
+
+
 def test_list_runs_pages_at_the_store(backend: Backend, monkeypatch) -> None:
     """`list_runs` gives the ended transactions and plan runs a page at a time, latest first,
     without the plan runs' own transactions; the runs page follows it, page after page."""

@@ -6,6 +6,7 @@ and totals. Read through the command line's readers (`_views`), pictures drawn b
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -37,6 +38,8 @@ from ._views import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .._cli import CliStore
 
 __all__ = ["PlanPage", "TransactionPage", "plan_page", "transaction_page"]
@@ -347,7 +350,7 @@ def plan_page(store: CliStore, run_id: str) -> PlanPage:
         retries=retries,
         waited=f"{waited:.1f} s",
         waiting_people=len(waiting),
-        cost=_cost(),
+        cost=_cost(node.record.get("cost") for node in nodes.values()),
         waiting=_waiting_lines(store, run_id),
     )
 
@@ -373,7 +376,23 @@ def _waited(history: object) -> float:
     return total
 
 
-def _cost() -> str:
-    """The run's cost in GBP as the store has it: the store keeps none (a run's costs are in
-    its `PlanResult.metrics`, in the process that ran it), and the page says so."""
-    return "not recorded in the store (see the run's PlanResult.metrics, in GBP)"
+def _cost(stored: Iterable[object]) -> str:
+    """The run's cost in GBP, summed exactly from what its nodes' records keep (GBP by
+    category, as decimal text: an attempt another followed counts as `retry`), with the
+    categories; amounts a record cannot give as numbers are left out."""
+    total: dict[str, Decimal] = {}
+    for cost in stored:
+        if not isinstance(cost, dict):
+            continue
+        for category, amount in cost.items():
+            try:
+                value = Decimal(str(amount))
+            except ArithmeticError:
+                continue
+            if value.is_finite():
+                key = _t(str(category), 40).text
+                total[key] = total.get(key, Decimal(0)) + value
+    if not total:
+        return "none reported"
+    parts = ", ".join(f"{category} {amount}" for category, amount in sorted(total.items()))
+    return f"{sum(total.values())} ({parts})"
