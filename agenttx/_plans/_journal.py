@@ -32,6 +32,7 @@ cancellation) releases what it holds in the write that records it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from decimal import Decimal
@@ -451,8 +452,11 @@ def add_costs(
     """A node's stored `cost` (GBP by category, amounts as decimal text, exact) with one
     attempt's reported `costs` added; an attempt that another follows (`retried`) counts as
     `retry`, as the run's metrics count it. `cost` itself (the same object) if nothing was
-    reported."""
-    total = {} if cost is None else {k: Decimal(v) for k, v in cost.items()}
+    reported. An amount a damaged record cannot give as a number is left out."""
+    total: dict[str, Decimal] = {}
+    for category, text in (cost if isinstance(cost, dict) else {}).items():
+        with contextlib.suppress(ArithmeticError, TypeError, ValueError):
+            total[category] = Decimal(text)
     added = False
     for category, amount in costs:
         key = "retry" if retried else category
