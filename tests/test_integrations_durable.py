@@ -1006,6 +1006,7 @@ def _downgrade(store: Any, tx_id: str, record: str) -> None:
     s = store.schema
     with psycopg.connect(postgres_dsn(), autocommit=True) as connection:
         connection.execute(f"DROP TABLE {s}.conversation_messages")
+        connection.execute(f"DROP FUNCTION {s}.request_decided() CASCADE")
         connection.execute(f"DELETE FROM {s}.migrations WHERE version >= 7")
         connection.execute(
             f"UPDATE {s}.txs SET conversation = %s WHERE tx_id = %s", (record, tx_id)

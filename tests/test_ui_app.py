@@ -174,9 +174,10 @@ def test_a_plan_runs_page_sums_the_gbp_its_nodes_reported(backend: Backend) -> N
     engine.run_plan(free, initial={}, run_id="free-run")
     engine.close()
     made = client(store)
-    assert '<dd id="total-cost">0.510 (model 0.010, tool 0.50)</dd>' in made.get(
-        "/plan/priced-run"
-    ).text
+    assert (
+        '<dd id="total-cost">0.510 (model 0.010, tool 0.50)</dd>'
+        in made.get("/plan/priced-run").text
+    )
     assert '<dd id="total-cost">none reported</dd>' in made.get("/plan/free-run").text
 
 

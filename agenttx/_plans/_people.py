@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 from .._approvals import decision_of, request_of, requests_for, review_of
 from .._step import Desk, Refused, Settled, Waiting, Where, adrive, attempt, decision_event
 from .._tools import Outcome
+from ..stores import decision_bell
 from ._scheduler import NodeState
 
 if TYPE_CHECKING:
@@ -193,15 +194,17 @@ class NodeGate:
         return row is None or decision_of(row).get("outcome") != "done"
 
     async def wait_decided(self, row_id: str) -> None:
-        """Return once request or review `row_id` is no longer pending."""
-        import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
-
+        """Return once request or review `row_id` is no longer pending: asked again after
+        10 ms, doubling up to `POLL_MAX`, each sleep cut short by the store's bell when a
+        decision is made (`LISTEN`/`NOTIFY` on PostgreSQL)."""
+        bell = decision_bell(self._store)
         delay = 0.01
         while True:
+            mark = bell.mark()
             row = self.book.get(row_id)
             if row is None or row.state != "pending":
                 return
-            await asyncio.sleep(delay)
+            await bell.asleep(delay, mark)
             delay = min(2 * delay, POLL_MAX)
 
 

@@ -57,7 +57,7 @@ from .._errors import FailedPrecondition, InvalidArgument
 from .._plans import PLAN_TOOL, plan_tool_spec
 from .._results import StepResult, StepStatus
 from .._saga import Backoff
-from ..stores import keeps_conversations
+from ..stores import decision_bell, keeps_conversations
 from ._common import (
     History,
     Outcome,
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._tools import ToolSpec
     from .._transaction import Transaction
-    from ..stores import RequestRow
+    from ..stores import Bell, RequestRow
     from ._common import ModelCall, Payload
 
 __all__ = ["DECISION_POLL", "PLAN_POLL", "Runner", "decision_waits"]
@@ -100,19 +100,25 @@ _WAITS: Final[dict[StepStatus, WaitKind]] = {
 _RUNNERS: weakref.WeakKeyDictionary[Transaction, weakref.ref[Runner]] = weakref.WeakKeyDictionary()
 
 
-def decision_waits(pending: Callable[[], object], timeout: object) -> Iterator[float | None]:
-    """The sleeps of a wait for people's decisions: each delay before `pending()` is asked
-    again (`DECISION_POLL`), then None once nothing is pending; it ends without None when
-    `timeout` seconds (None: no limit) passed first. `InvalidArgument` for a negative or
+def decision_waits(
+    pending: Callable[[], object], timeout: object, bell: Bell
+) -> Iterator[tuple[float, int] | None]:
+    """The sleeps of a wait for people's decisions: each `(seconds, mark)` to sleep on the
+    store's `bell` (`bell.sleep(seconds, mark)`, which a decision cuts short) before `pending()`
+    is asked again (`DECISION_POLL`), then None once nothing is pending; it ends without None
+    when `timeout` seconds (None: no limit) passed first. `InvalidArgument` for a negative or
     non-number timeout. One loop for the sync and the async waits of every integration."""
     deadline = time.monotonic() + _check_timeout(timeout)
     attempt = 0
-    while pending():
+    while True:
+        mark = bell.mark()  # before asking: a decision made after it cuts the sleep short
+        if not pending():
+            break
         left = deadline - time.monotonic()
         if left <= 0:
             return
         attempt += 1
-        yield min(DECISION_POLL.delay(attempt), left)
+        yield min(DECISION_POLL.delay(attempt), left), mark
     yield None
 
 
@@ -462,18 +468,20 @@ class Runner:
         another, on the same store); True once they have, False if `timeout` seconds passed
         first (None: no limit). Polls the store with backoff (`DECISION_POLL`); returns at
         once when nothing waits. `InvalidArgument` for a negative or non-number timeout."""
-        for delay in decision_waits(self._undecided, timeout):
-            if delay is None:
+        bell = decision_bell(self._tx.store)
+        for pause in decision_waits(self._undecided, timeout, bell):
+            if pause is None:
                 return True
-            time.sleep(delay)
+            bell.sleep(*pause)
         return False
 
     async def await_decisions(self, timeout: float | None = None) -> bool:
         """`wait` for async code: sleeps on the event loop between polls."""
-        for delay in decision_waits(self._undecided, timeout):
-            if delay is None:
+        bell = decision_bell(self._tx.store)
+        for pause in decision_waits(self._undecided, timeout, bell):
+            if pause is None:
                 return True
-            await asyncio.sleep(delay)
+            await bell.asleep(*pause)
         return False
 
     # ------------------------------------------------------------------ resume

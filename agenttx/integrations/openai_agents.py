@@ -20,9 +20,7 @@ that filter and the settings this module relies on. See docs/integrations.md.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import TYPE_CHECKING, Any, cast
 
 try:
@@ -39,7 +37,7 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in CI
 from .._approvals import request_of, requests_for, review_of
 from .._errors import InvalidArgument
 from .._transaction import plan_setting
-from ..stores import keeps_conversations
+from ..stores import decision_bell, keeps_conversations
 from ._common import ModelCall, check_history, check_transaction, dumps, with_note
 from ._conversation import OpenTurn, dump
 from ._gate import _WAITING, gate_for
@@ -261,19 +259,21 @@ def waiting(tx: Transaction) -> tuple[ApprovalRequest | Review, ...]:
 def wait(tx: Transaction, timeout: float | None = None) -> bool:
     """Block until nothing of `tx` waits for a person (decided in this process or another);
     False if `timeout` seconds passed first (None: no limit). Polls with `DECISION_POLL`."""
-    for delay in decision_waits(lambda: waiting(tx), timeout):
-        if delay is None:
+    bell = decision_bell(tx.store)
+    for pause in decision_waits(lambda: waiting(tx), timeout, bell):
+        if pause is None:
             return True
-        time.sleep(delay)
+        bell.sleep(*pause)
     return False
 
 
 async def await_decisions(tx: Transaction, timeout: float | None = None) -> bool:
     """`wait` for async code: sleeps on the event loop between polls."""
-    for delay in decision_waits(lambda: waiting(tx), timeout):
-        if delay is None:
+    bell = decision_bell(tx.store)
+    for pause in decision_waits(lambda: waiting(tx), timeout, bell):
+        if pause is None:
             return True
-        await asyncio.sleep(delay)
+        await bell.asleep(*pause)
     return False
 
 

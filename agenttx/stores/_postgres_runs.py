@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
+from ._bell import PLAIN_BELL, Bell, ListeningBell
 from ._conversations import appended
 from ._durable import OutboxEntry
 from ._plans import PlanImage, PlanNodeRow, list_runs
@@ -53,7 +54,8 @@ def check_number(value: object, what: str, *, minimum: float, allow_none: bool =
 
 
 class SharedRows:
-    """Plan runs and the outbox on the store's connection (see the module docstring)."""
+    """Plan runs, the outbox and the requests on the store's connection (see the module
+    docstring)."""
 
     _schema: str
     _closed: bool
@@ -66,6 +68,7 @@ class SharedRows:
     _epochs: dict[str, int]
     _lost: Lost
     _renewer: Renewer
+    _bell: ListeningBell
     _outbox_hold: float
 
     if TYPE_CHECKING:  # PostgresStore's: the fence of a transaction's write, a durable write
@@ -348,6 +351,12 @@ class SharedRows:
                 f"read the requests of `{scope_id}`", self._sql.select_requests_of, (scope_id,)
             )
         return tuple(_request(row) for row in rows)
+
+    def decision_bell(self) -> Bell:
+        """What a wait for people's decisions on this store sleeps on: it wakes as a request
+        of the schema changes state, decided by any process (`LISTEN`/`NOTIFY`, see
+        `_bell`); the plain bell once the store is closed."""
+        return PLAIN_BELL if self._closed else self._bell
 
     def set_request_state(
         self,

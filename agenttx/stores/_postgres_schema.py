@@ -29,7 +29,8 @@ plan_rates  `tool -> (tokens, updated_at)`: a rate-limited tool's token bucket, 
             every run, refilled by the server's clock (migration 5)
 conversation_messages
             `(tx_id, seq) -> message`: the log of an agent's conversation (`_conversations`),
-            deleted with its `txs` row (migration 7)
+            deleted with its `txs` row (migration 7). A change of a request's state notifies
+            channel `agenttx_decided` with the schema's name (migration 8: `_bell`)
 =========== ================================================================================
 
 Every write to a transaction's rows carries its fence: the `txs` row must still have the
@@ -183,6 +184,21 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             (
                 "CREATE TABLE {s}.conversation_messages (tx_id text NOT NULL, "
                 "seq bigint NOT NULL, message text NOT NULL, PRIMARY KEY (tx_id, seq))"
+            ),
+        ),
+    ),
+    (
+        "a notification when a request changes state, for the waits on people's decisions",
+        (
+            (
+                "CREATE FUNCTION {s}.request_decided() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN PERFORM pg_notify('agenttx_decided', TG_TABLE_SCHEMA); "
+                "RETURN NULL; END$$"
+            ),
+            (
+                "CREATE TRIGGER request_decided AFTER UPDATE OF state ON {s}.requests "
+                "FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) "
+                "EXECUTE FUNCTION {s}.request_decided()"
             ),
         ),
     ),
