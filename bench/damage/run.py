@@ -282,7 +282,11 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
                             cell.calls += damage.pop("calls")
                             cell.turns += report["turns"]
                             final = json.loads(service.world.read_text())
-                            cell.utility += utility(task, plan["env"], final, suite)
+                            # a run that ended failed gives no answer: read-only tasks
+                            # would otherwise pass AgentDojo's check on the answer alone
+                            cell.utility += report["status"] == "done" and utility(
+                                task, plan["env"], final, suite
+                            )
                             for name in METRICS:
                                 cell.sums[name] += damage[name]
                             if not args.keep:
