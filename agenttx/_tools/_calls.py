@@ -403,7 +403,7 @@ class Returned:
     (`land`), or its host as it settles it (`take`); never once its host gave it up (`close`).
 
     Written at the return, the undo outlives a host that does nothing more (no next call, a
-    process that dies first): a restarted process finds it (docs/protocol.md#late-results).
+    process that dies first): a restarted process finds it (docs/protocol.md, the lifecycle).
     The write goes through the host's durable log (`Call.log_undo`), which the store fences by
     the host's lease: a worker that lost its transaction or plan run writes nothing into it,
     whoever holds it now. A write that fails is logged at once (logger `agenttx`, a warning)
