@@ -1016,3 +1016,38 @@ def test_a_held_call_returning_after_its_lease_was_lost_writes_nothing_and_is_re
     resumed.rollback(0)
     assert provider.net() == 0, provider.trace
     assert sum(1 for e in provider.trace if e[0] == "refund") == 1, provider.trace
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_out_call_back_before_a_restart_is_undone_by_recovery(
+    durable_backend: Callable[..., Any],
+) -> None:
+    """A plain tool's call that timed out returns, then the process dies before the
+    transaction's next action: its `compensate=` undo was written as it returned, so recovery
+    runs it (rule 2), and the call sent again charges once."""
+    release, charges, refunds = threading.Event(), list[int](), list[int]()
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: dict[str, Any]) -> None:
+        refunds.append(payload["output"]["charged"])
+
+    @agenttx.tool(compensate=refund)
+    def pay(amount: int) -> dict[str, int]:
+        release.wait(10.0)
+        charges.append(amount)
+        return {"charged": amount}
+
+    store = durable_backend()
+    tx = agenttx.Transaction(tools=[pay, refund], store=store, step_timeout=STEP_TIMEOUT)
+    try:
+        assert tx.call("pay", {"amount": 7}).status is StepStatus.ROLLBACK_TRIGGERED
+    finally:
+        release.set()
+    tx._pipeline._orphans.wait(5.0)  # it has returned (no public API tells)
+    assert charges == [7]
+    store.close()  # the process dies
+    engine = agenttx.Engine(tools=[pay, refund], store=durable_backend(), config=FAST)
+    engine.recover("resume")
+    assert refunds == [7]
+    assert engine.get(tx.id).call("pay", {"amount": 7}).ok
+    assert (charges, refunds) == ([7, 7], [7])
