@@ -374,13 +374,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         for gone in [s for s in self.live if s >= self.tx.next_step_id]:
             del self.live[gone]
 
-    @precondition(
-        lambda self: (
-            self.durable
-            and self.ended is None
-            and not self._running()
-        )
-    )
+    @precondition(lambda self: self.durable and self.ended is None and not self._running())
     @rule()
     def crash(self) -> None:
         """The process dies between calls; another one resumes the transaction. A step waiting

@@ -19,7 +19,10 @@ The rules it enforces, for both hosts:
   person reviews it;
 - an unknown outcome is never retried blindly: `not_done` retries with the same idempotency
   key (what the unknown attempt wrote dropped first), `unknown` opens a review;
-- a second timeout of a retried call is not checked again: a person reviews it.
+- a second timeout of a retried call is not checked again: a person reviews it;
+- a call kept as running writes its declared undo as it returns (`_tools.watch`), and a call
+  said `done` keeps the undo its tool declares unless its return left one: a process that
+  died before that write does not leave the call's effect without an undo.
 """
 
 from __future__ import annotations
@@ -156,7 +159,8 @@ class Settled(NamedTuple):
     `guard` is the request row that fenced the call (a consumed approval, a recorded start);
     `finished` says what became of it when that is not the outcome's success or failure.
     `decided` is True when the outcome is not the tool's, now: a status check or a person said
-    the call happened, with this output (its undo records were kept already).
+    the call happened, with this output (its undo records were kept already: those its return
+    left, else the one its tool declares, with this output, through `Desk.keep_declared`).
     """
 
     call: Call
