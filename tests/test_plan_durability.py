@@ -1507,3 +1507,57 @@ def test_orphaned_plans_lists_the_running_runs_whose_runner_is_gone(durable_back
     assert reader.orphaned_plans() == ()
     runner.close()
     assert reader.orphaned_plans() == ("running",)
+
+
+@pytest.mark.timeout(60)
+def test_a_node_call_that_returns_late_writes_its_undo_as_it_returns(store):
+    """A node's sync call abandoned at its timeout writes its `compensate=` undo to the run's
+    durable log as it returns, while the run is busy with another node (a runner that dies
+    then leaves it for recovery); the run's end refunds it once."""
+    go, done, timed_out = threading.Event(), threading.Event(), threading.Event()
+    refunds: list[str] = []
+
+    @agenttx.compensation
+    def refund(payload):
+        refunds.append(payload["output"]["charge_id"])
+
+    @agenttx.tool(compensate=refund)
+    def charge(amount: int) -> dict:
+        go.wait(30)
+        return {"charge_id": f"ch-{amount}"}
+
+    @agenttx.tool
+    def slow() -> dict:
+        done.wait(30)
+        return {}
+
+    def hook(event: agenttx.Event) -> None:
+        if event.node == "charge" and event.kind is agenttx.EventKind.FAILED:
+            timed_out.set()
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("charge", tool="charge", inputs={"amount": 5}, timeout=0.2),
+            agenttx.Node("slow", tool="slow", timeout=30),
+        ]
+    )
+    run = agenttx.start_plan(
+        plan, tools=[charge, refund, slow], initial={}, store=store, run_id="late", hooks=[hook]
+    )
+    try:
+        assert timed_out.wait(30)
+        go.set()
+        deadline = time.monotonic() + 20  # a hang guard: the write follows the return at once
+        while not store.peek("late").undos and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rows = store.peek("late").undos
+        assert [json.loads(row.record)["payload"]["output"] for row in rows] == [
+            {"charge_id": "ch-5"}
+        ]
+    finally:
+        go.set()
+        done.set()
+    result = run.wait(30)
+    assert result.status is PlanStatus.FAILED
+    assert result.nodes["charge"].state is NodeState.TIMED_OUT
+    assert refunds == ["ch-5"]

@@ -108,6 +108,7 @@ class NodeGate:
         keep_running: Callable[[Orphan, bool], None],
         dispatched: Callable[[Call], None],
         again: Callable[[], Awaitable[Failure | None]],
+        keep_declared: Callable[[UndoRecord], None] | None = None,
     ) -> Settled | Refused:
         """The node's guarded attempt through the step core (`_step.attempt`, driven without
         blocking the loop): while it waits for a person the node shows `WAITING_APPROVAL` or
@@ -116,8 +117,9 @@ class NodeGate:
         returned, `keep_running` one still running (`held`: its outcome is to be decided);
         `dispatched` sees each call just before it runs; `again`, before the call goes through
         the gate again, says why it cannot (an earlier call of the node still runs: the
-        attempt fails with that). A node writes to the run's one overlay, never rewound per
-        node: an unknown attempt has no writes of its own to drop."""
+        attempt fails with that); `keep_declared` is the node's `Desk.keep_declared`. A node
+        writes to the run's one overlay, never rewound per node: an unknown attempt has no
+        writes of its own to drop."""
         where = Where(
             "plan", self._run_id, node=node, plan_version=self._version, durable=self.durable
         )
@@ -136,6 +138,7 @@ class NodeGate:
             dispatched=dispatched,
             decided=self._decided,
             prepared_context=call.context,
+            keep_declared=keep_declared,
         )
         try:
             while True:
