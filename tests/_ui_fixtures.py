@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -34,15 +35,30 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
 
 
+#: The processes `spawn` started, killed by `reap` if still running when a test ends.
+SPAWNED: list[subprocess.Popen[str]] = []
+
+
 def spawn(script: Path, *args: str) -> subprocess.Popen[str]:
-    """`python SCRIPT ARGS...`, its output piped."""
-    return subprocess.Popen(
+    """`python SCRIPT ARGS...`, its output piped (killed by `reap` if left running)."""
+    process = subprocess.Popen(
         [sys.executable, str(script), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=child_env(),
     )
+    SPAWNED.append(process)
+    return process
+
+
+def reap() -> None:
+    """Kill what `spawn` started and a test left running (it failed halfway)."""
+    while SPAWNED:
+        process = SPAWNED.pop()
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=60)
 
 
 def first_line(process: subprocess.Popen[str]) -> dict[str, Any]:
@@ -100,32 +116,35 @@ _URL = re.compile(r"^agenttx ui: (?P<origin>http://[^/\s]+)/\?token=(?P<token>\S
 
 @contextlib.contextmanager
 def ui_server(target: str, *options: str) -> Iterator[Server]:
-    """`python -m agenttx ui TARGET --port 0 OPTIONS...` as a process, stopped (SIGTERM) after."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agenttx", "ui", target, "--port", "0", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-        cwd=ROOT,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().rstrip("\n")
-        found = _URL.match(line)
-        if found is None:
-            process.kill()
-            _, err = process.communicate(timeout=60)
-            raise AssertionError(f"agenttx ui printed {line!r}, not its URL; stderr: {err}")
-        yield Server(line.split(": ", 1)[1], found["origin"], found["token"], process)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
+    """`python -m agenttx ui TARGET --port 0 OPTIONS...` as a process, stopped (SIGTERM) after;
+    its log goes to a file (a pipe nobody reads would fill and stop it)."""
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agenttx", "ui", target, "--port", "0", *options],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=child_env(),
+            cwd=ROOT,
+        )
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline().rstrip("\n")
+            found = _URL.match(line)
+            if found is None:
                 process.kill()
-                process.communicate(timeout=30)
+                process.communicate(timeout=60)
+                log.seek(0)
+                raise AssertionError(f"agenttx ui printed {line!r}, not its URL: {log.read()}")
+            yield Server(line.split(": ", 1)[1], found["origin"], found["token"], process)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.communicate(timeout=30)
 
 
 # ---------------------------------------------------------------------- forms without a browser

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from _ui_fixtures import AGENT, effects, finish, first_line, form_of, kill, spawn
+from _ui_fixtures import AGENT, effects, finish, first_line, form_of, kill, reap, spawn
 from conftest import drop_schema, postgres_dsn
 
 pytest.importorskip("starlette", reason="the web app needs the ui extra: pip install 'agenttx[ui]'")
@@ -32,6 +32,13 @@ pytestmark = [
 
 TOKEN = "t-" + "x" * 40
 ORIGIN = "http://127.0.0.1:8765"
+
+
+@pytest.fixture(autouse=True)
+def _reaped() -> Iterator[None]:
+    """No agent or plan process outlives its test."""
+    yield
+    reap()
 
 
 class Backend(NamedTuple):
