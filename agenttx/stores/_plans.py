@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
-from ._protocol import check_value
+from ._protocol import MAX_INT64, check_int, check_value
 
 if TYPE_CHECKING:
     import sqlite3
@@ -69,6 +69,7 @@ __all__ = [
     "read_plan",
     "run_owner",
     "running_plans",
+    "runs_query",
     "write_audit",
     "write_plan",
 ]
@@ -545,3 +546,29 @@ def running_plans(cur: sqlite3.Cursor) -> tuple[tuple[str, str | None], ...]:
         "SELECT run_id, owner FROM plan_runs WHERE status = ? ORDER BY run_id", (_RUNNING,)
     ).fetchall()
     return tuple((run_id, owner) for run_id, owner in rows)
+
+
+#: The ended transactions (the last row kept of each; not a plan run's own transaction, of
+#: the run's id) and the plan runs, in the tables prefixed `{s}`.
+_RUNS: Final = {
+    "tx": (
+        "SELECT 'tx', tx_id, ended_at FROM {s}ended WHERE seq IN "
+        "(SELECT max(seq) FROM {s}ended GROUP BY tx_id) "
+        "AND tx_id NOT IN (SELECT run_id FROM {s}plan_runs)"
+    ),
+    "plan": "SELECT 'plan', run_id, updated_at FROM {s}plan_runs",
+}
+
+
+def runs_query(
+    limit: int, offset: int, kind: str | None, mark: str, schema: str = ""
+) -> tuple[str, tuple[int, int]]:
+    """The query of `list_runs` (SQLite's and PostgreSQL's: `mark` is the placeholder,
+    `schema` the tables' prefix) and its values; `InvalidArgument` for a bad argument."""
+    check_int(limit, "limit", MAX_INT64, minimum=1)
+    check_int(offset, "offset", MAX_INT64)
+    if kind is not None and kind not in _RUNS:
+        raise InvalidArgument(f"kind must be 'tx', 'plan' or None, got {kind!r:.40}")
+    parts = [_RUNS[kind]] if kind is not None else list(_RUNS.values())
+    union = " UNION ALL ".join(part.format(s=schema) for part in parts)
+    return f"{union} ORDER BY 3 DESC, 2 DESC LIMIT {mark} OFFSET {mark}", (limit, offset)

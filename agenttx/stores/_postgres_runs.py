@@ -18,7 +18,7 @@ from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
 from ._conversations import check_conversation
 from ._durable import OutboxEntry
-from ._plans import PlanImage, PlanNodeRow
+from ._plans import PlanImage, PlanNodeRow, runs_query
 from ._postgres_schema import HOLDS_LOCK
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 
@@ -484,6 +484,17 @@ class SharedRows:
             self._check_not_closed()
             rows = self._all("list the plan runs", self._sql.list_plans, (limit,))
         return tuple((run_id, status, updated_at) for run_id, status, updated_at in rows)
+
+    def list_runs(
+        self, limit: int = 50, offset: int = 0, *, kind: str | None = None
+    ) -> tuple[tuple[str, str, float], ...]:
+        """One page of the ended transactions kept as history and the plan runs, as `(kind,
+        id, at)`, the latest first, in one query (`SQLiteStore.list_runs` says the rest)."""
+        sql, values = runs_query(limit, offset, kind, "%s", f"{self._schema}.")
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all("list the runs", sql, values)
+        return tuple((str(k), str(i), float(at)) for k, i, at in rows)
 
     def running_plans(self) -> tuple[tuple[str, str | None], ...]:
         """The RUNNING plan runs, any worker's, as `(run_id, owner)`, by id."""

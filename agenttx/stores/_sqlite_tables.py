@@ -186,6 +186,20 @@ class SharedTables:
             with self._file.reading("list the plan runs") as cur:
                 return plan_tables.list_plans(cur, limit)
 
+    def list_runs(
+        self, limit: int = 50, offset: int = 0, *, kind: str | None = None
+    ) -> tuple[tuple[str, str, float], ...]:
+        """One page of the ended transactions kept as history and the plan runs, as `(kind,
+        id, at)` (`kind` "tx" or "plan"; `at` when it ended or last changed), the latest first
+        (ties by id, descending), `offset` rows skipped; `kind` keeps one kind only. One query
+        (`LIMIT`/`OFFSET`): a page costs the same however many runs the file keeps."""
+        sql, values = plan_tables.runs_query(limit, offset, kind, "?")
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the runs") as cur:
+                rows = cur.execute(sql, values).fetchall()
+        return tuple((str(k), str(i), float(at)) for k, i, at in rows)
+
     def running_plans(self) -> tuple[tuple[str, str | None], ...]:
         """The RUNNING plan runs in the file, any process's, as `(run_id, owner)`, by id."""
         with self._lock:
