@@ -47,6 +47,16 @@ def charge(amount: int, card: str, order_id: str) -> dict:
     return {"charge_id": "ch_1", "amount": amount, "card": card, "order_id": order_id}
 
 
+@agenttx.tool(name="orders.lookup")
+def lookup_order(order_id: str) -> dict:
+    """Look an order up.
+
+    Args:
+        order_id: the order's id
+    """
+    return {"order_id": order_id, "total": 12_500, "card": "tok_visa_4242"}
+
+
 def _env() -> dict[str, str]:
     path = os.environ.get("PYTHONPATH", "")
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
@@ -96,7 +106,10 @@ def _shoot(db: Path, tx: str, out: Path) -> tuple[Path, Path]:
             page = browser.new_page(viewport=VIEWPORT)
             page.goto(f"{origin}/inbox?token={token}")
             expect(page.locator("#inbox .request .tool")).to_contain_text("payments.charge")
+            expect(page.locator("#inbox .request pre.args")).to_contain_text("12500")
+            page.set_viewport_size({"width": VIEWPORT["width"], "height": 700})
             page.screenshot(path=str(inbox))
+            page.set_viewport_size(VIEWPORT)
             page.goto(f"{origin}/tx/{tx}?token={token}")
             expect(page.locator("#graph svg g.node.rewound").first).to_be_visible()
             expect(page.locator("#graph svg g.node.root-cause")).not_to_have_count(0)
@@ -125,9 +138,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="where to write")
     args = parser.parse_args()
     missing = _missing()
-    if missing is not None:
-        print(f"not measured: {missing}")
-        return 1 if os.environ.get("AGENTTX_REQUIRE_CHROMIUM") == "1" else report([], quick=True)
+    if missing is not None:  # the table's header, no row: nothing was measured
+        print(
+            "benchmark  measured  target  ratio  result\n---------  --------  ------  -----  ------"
+        )
+        print(f"\nNot measured: {missing}.")
+        return 1 if os.environ.get("AGENTTX_REQUIRE_CHROMIUM") == "1" else 0
     with tempfile.TemporaryDirectory(prefix="agenttx-ui-shots-") as scratch:
         folder = Path(scratch)
         tx = _demo(folder / "demo")
@@ -135,9 +151,12 @@ def main() -> int:
         out = folder if args.quick else args.out
         out.mkdir(parents=True, exist_ok=True)
         with SQLiteStore(db) as store:  # a charge waiting for a person while the pages are taken
-            waiting: Any = agenttx.Engine(tools=[charge], store=store).begin(agent_id="billing")
-            asked = {"amount": 12_500, "card": "tok_visa_4242", "order_id": "o-1"}
-            waiting.call("payments.charge", asked)
+            engine = agenttx.Engine(tools=[lookup_order, charge], store=store)
+            waiting: Any = engine.begin(agent_id="billing")
+            order = waiting.call("orders.lookup", {"order_id": "o-1"})
+            assert order.ok, order.error
+            asked = {"amount": "${steps.1.total}", "card": "${steps.1.card}", "order_id": "o-1"}
+            assert waiting.call("payments.charge", asked).approval is not None
             pictures = _shoot(db, tx, out)
             waiting.rollback()
         rows = []
