@@ -9,6 +9,7 @@ import html.parser
 import json
 import os
 import re
+import secrets
 import signal
 import struct
 import subprocess
@@ -27,6 +28,34 @@ AGENT = TESTS / "_ui_agent.py"
 PLAN = TESTS / "_ui_plan.py"
 #: What the agent of `_ui_agent.py` sends, and the tool's name.
 ARGS = {"amount": 500, "card": "4242"}
+
+
+class Backend(NamedTuple):
+    """A store's backend: TARGET, the options naming it beside TARGET (`--schema` for
+    PostgreSQL, for the agent and `agenttx ui` alike), and its schema ("" for SQLite)."""
+
+    target: str
+    options: tuple[str, ...]
+    schema: str
+
+
+@contextlib.contextmanager
+def backend_of(kind: str, folder: Path) -> Iterator[Backend]:
+    """An empty store: a SQLite file in `folder`, or a new schema on the test session's
+    PostgreSQL server (dropped after)."""
+    from agenttx.stores import PostgresStore, SQLiteStore  # noqa: PLC0415
+    from conftest import drop_schema, postgres_dsn  # noqa: PLC0415
+
+    if kind == "sqlite":
+        SQLiteStore(folder / "agent.db").close()  # the file exists, an empty store
+        yield Backend(str(folder / "agent.db"), (), "")
+        return
+    dsn, schema = postgres_dsn(), f"t_{secrets.token_hex(6)}"
+    PostgresStore(dsn, schema=schema).close()  # the schema exists, migrated
+    try:
+        yield Backend(dsn, ("--schema", schema), schema)
+    finally:
+        drop_schema(dsn, schema)
 
 
 def child_env() -> dict[str, str]:

@@ -25,7 +25,9 @@ from _ui_fixtures import (
     AGENT,
     PLAN,
     ROOT,
+    Backend,
     Server,
+    backend_of,
     child_env,
     effects,
     finish,
@@ -129,9 +131,18 @@ def _empty_store(tmp_path: Path) -> str:
     return str(db)
 
 
-def _waiting_agent(db: str, root: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    agent = spawn(AGENT, "wait", db, str(root))
+def _waiting_agent(
+    db: str, root: Path, *options: str
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    agent = spawn(AGENT, "wait", db, str(root), *options)
     return agent, first_line(agent)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The store the agent and `agenttx ui` share: a SQLite file, or a PostgreSQL DSN."""
+    with backend_of(request.param, tmp_path) as made:
+        yield made
 
 
 def _open_request(page: Any, server: Server, request_id: str, folder: Path) -> Any:
@@ -152,13 +163,15 @@ def _open_request(page: Any, server: Server, request_id: str, folder: Path) -> A
 # ---------------------------------------------------------------------- 1. approve
 
 
-def test_a_charge_approved_in_the_inbox_runs_and_its_run_is_shown_committed(page, tmp_path):
+def test_a_charge_approved_in_the_inbox_runs_and_its_run_is_shown_committed(
+    page, backend, tmp_path
+):
     """The agent waits on a charge; approved in the page, the charge runs once, the agent
-    commits, and the runs page and the transaction's page show it committed."""
-    db = _empty_store(tmp_path)
-    agent, asked = _waiting_agent(db, tmp_path)
+    commits, and the runs page and the transaction's page show it committed (on a SQLite
+    file and on a PostgreSQL DSN)."""
+    agent, asked = _waiting_agent(backend.target, tmp_path, *backend.options)
     expect = _expect()
-    with ui_server(db, "--actor", "alice") as server:
+    with ui_server(backend.target, "--actor", "alice", *backend.options) as server:
         request = _open_request(page, server, asked["request"], tmp_path)
         _submit(page, request.locator("form.approve"))
         flash = page.locator("#flash")
@@ -181,13 +194,14 @@ def test_a_charge_approved_in_the_inbox_runs_and_its_run_is_shown_committed(page
         shot(page, tmp_path, "transaction", "charge")
 
 
-def test_an_approval_in_the_page_is_consumed_once_across_a_sigkill_of_the_agent(page, tmp_path):
+def test_an_approval_in_the_page_is_consumed_once_across_a_sigkill_of_the_agent(
+    page, backend, tmp_path
+):
     """Approved in the page, the agent is SIGKILLed once it saw the approval, before sending
     the call again; restarted (recover, restore), it charges exactly once."""
-    db = _empty_store(tmp_path)
     (tmp_path / "hold-decided").write_text("")
-    agent, asked = _waiting_agent(db, tmp_path)
-    with ui_server(db, "--actor", "alice") as server:
+    agent, asked = _waiting_agent(backend.target, tmp_path, *backend.options)
+    with ui_server(backend.target, "--actor", "alice", *backend.options) as server:
         request = _open_request(page, server, asked["request"], tmp_path)
         _submit(page, request.locator("form.approve"))
         _expect()(page.locator("#flash")).to_contain_text(re.compile("approved", re.IGNORECASE))
@@ -197,7 +211,10 @@ def test_an_approval_in_the_page_is_consumed_once_across_a_sigkill_of_the_agent(
         assert effects(tmp_path) == []
         kill(agent)
         (tmp_path / "hold-decided").unlink()
-        resumed = finish(spawn(AGENT, "resume", db, str(tmp_path), asked["tx"]))
+        restarted = spawn(
+            AGENT, "resume", backend.target, str(tmp_path), asked["tx"], *backend.options
+        )
+        resumed = finish(restarted)
         assert (resumed["answer"]["ok"], resumed["status"]) == (True, "COMMITTED")
         assert len(effects(tmp_path)) == 1
         page.goto(server.page(f"/tx/{asked['tx']}"))

@@ -4,16 +4,25 @@ by Starlette's test client, posting its own forms as a page would)."""
 
 from __future__ import annotations
 
-import secrets
 import sys
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from _ui_fixtures import AGENT, effects, finish, first_line, form_of, kill, reap, spawn
-from conftest import drop_schema, postgres_dsn
+from _ui_fixtures import (
+    AGENT,
+    Backend,
+    backend_of,
+    effects,
+    finish,
+    first_line,
+    form_of,
+    kill,
+    reap,
+    spawn,
+)
 
 pytest.importorskip("starlette", reason="the web app needs the ui extra: pip install 'agenttx[ui]'")
 pytest.importorskip("httpx", reason="Starlette's test client needs httpx")
@@ -41,27 +50,10 @@ def _reaped() -> Iterator[None]:
     reap()
 
 
-class Backend(NamedTuple):
-    """A store's backend: TARGET, the agent's extra arguments, and the schema to drop."""
-
-    target: str
-    options: tuple[str, ...]
-    schema: str
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    from agenttx.stores import PostgresStore, SQLiteStore  # noqa: PLC0415
-
-    if request.param == "sqlite":
-        SQLiteStore(tmp_path / "agent.db").close()  # the file exists, an empty store
-        yield Backend(str(tmp_path / "agent.db"), (), "")
-        return
-
-    dsn, schema = postgres_dsn(), f"t_{secrets.token_hex(6)}"
-    PostgresStore(dsn, schema=schema).close()  # the schema exists, migrated
-    yield Backend(dsn, ("--schema", schema), schema)
-    drop_schema(dsn, schema)
+    with backend_of(request.param, tmp_path) as made:
+        yield made
 
 
 @pytest.fixture
