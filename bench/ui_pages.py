@@ -2,7 +2,7 @@
 
 Run from the repository root (needs the ui extra: ``pip install 'agenttx[ui]'``)::
 
-    python bench/ui_pages.py             # the full run: fills the store (about a minute), then times
+    python bench/ui_pages.py             # the full run: fills the store (20-30 s), then times
     python bench/ui_pages.py --quick     # 200 transactions and 20 plan runs, for the smoke test
     python bench/ui_pages.py --repeat 31 # more repetitions
 
@@ -45,14 +45,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from _report import Row, report
-
 import agenttx
+from _report import Row, report
 from agenttx import Engine, EngineConfig
 from agenttx.stores import SQLiteStore
 
 TARGET_MS = 200.0
-TOKEN = "bench"
+TOKEN = "bench"  # noqa: S105 - the token of a server in this process, for this run
 
 
 @agenttx.tool(name="insert")
@@ -164,8 +163,10 @@ def main() -> int:
         client.close()
         store.close()
     notes = [
-        f"store: {transactions:,} transactions (every 10th rolled back), {plans:,} plan runs, "
-        f"20 open transactions; filled in {filled:.0f} s (not timed)"
+        (
+            f"store: {transactions:,} transactions (every 10th rolled back), {plans:,} plan "
+            f"runs, 20 open transactions; filled in {filled:.0f} s (not timed)"
+        )
     ]
     return report(rows, quick=args.quick, notes=notes)
 

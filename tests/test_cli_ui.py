@@ -102,3 +102,42 @@ def test_ui_refuses_a_bad_port_and_a_missing_file(tmp_path: Path, capsys) -> Non
     assert "a port is 0 to 65535" in capsys.readouterr().err
     assert main(["ui", str(tmp_path / "missing.db"), "--port", "0"]) == 2
     assert capsys.readouterr().err == f"agenttx ui: no such file: {tmp_path / 'missing.db'}\n"
+
+
+def test_the_demo_ends_with_the_command_that_opens_it_in_a_page(tmp_path: Path) -> None:
+    """The demo's last lines give `agenttx ui DB`; the page of its transaction then shows the
+    rewound, compensated and failed attempts in its timeline and its graph."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient  # noqa: PLC0415
+
+    from agenttx import _demo  # noqa: PLC0415
+    from agenttx._ui._app import make_app  # noqa: PLC0415
+
+    said: list[str] = []
+    tx = _demo.run(said.append, directory=str(tmp_path))
+    database = tmp_path / "agenttx.db"
+    assert said[-2].startswith("or in a page (pip install 'agenttx[ui]'")
+    assert said[-1] == f"  agenttx ui {database}"
+    store = SQLiteStore(str(database), readonly=True)
+    try:
+        made = TestClient(make_app(store, token="t"))
+        page = made.get(f"/tx/{tx.id}?token=t").text
+    finally:
+        store.close()
+    assert "<li>3. step 3 fs.write: compensated</li>" in page
+    assert "<li>2. step 2 kv.put: rewound</li>" in page
+    assert "<li>5. step 5 record.insert: failed</li>" in page
+    assert '<div id="graph"><svg' in page
+    drawn = set(re.findall(r'<g class="node ([^"]*)"', page))
+    assert {"compensated", "failed", "rewound", "rewound root-cause"} <= drawn
+
+
+def test_the_url_line_quotes_the_token_and_brackets_an_ipv6_host() -> None:
+    """A token with characters a URL reserves is percent-encoded in the printed URL (the
+    server decodes it back), and an IPv6 host is written in brackets."""
+    from agenttx._ui._command import url_line  # noqa: PLC0415
+
+    assert url_line("127.0.0.1", 8765, "a b&c") == (
+        "agenttx ui: http://127.0.0.1:8765/?token=a%20b%26c"
+    )
+    assert url_line("::1", 1, "t") == "agenttx ui: http://[::1]:1/?token=t"

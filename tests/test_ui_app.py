@@ -169,8 +169,15 @@ def test_list_runs_pages_at_the_store(backend: Backend, monkeypatch) -> None:
     engine.run_plan(plan, initial={}, run_id="pr-1")
     engine.close()
     every = store.list_runs(100)
-    assert [run_id for kind, run_id, _ in every if kind == "tx"] == ids[::-1]
-    assert [at for _, _, at in every] == sorted((at for _, _, at in every), reverse=True)
+    assert [row[:2] for row in every if row[0] == "plan"] == [("plan", "pr-1")]
+    assert [row[1] for row in every if row[0] == "tx"] == ids[::-1]
+    assert [row[2] for row in every] == sorted((row[2] for row in every), reverse=True)
+    plan_row = next(row for row in every if row[0] == "plan")
+    assert plan_row[3:] == ("SUCCEEDED", None, None)
+    tx_row = next(row for row in every if row[0] == "tx")
+    assert tx_row[3] is None
+    assert json.loads(tx_row[4])["agent_id"] == "pager"
+    assert json.loads(tx_row[5])["status"] == "COMMITTED"
     pages = [store.list_runs(2, offset) for offset in (0, 2, 4)]
     assert [row for page in pages for row in page] == list(every)
     assert store.list_runs(100, kind="plan") == tuple(r for r in every if r[0] == "plan")

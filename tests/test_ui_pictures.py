@@ -137,6 +137,7 @@ def test_an_open_transaction_draws_its_live_steps_with_explicit_and_implicit_edg
     """An open transaction (`read_tx` gives its `Restored`) draws its live steps, `#N tool`,
     with an explicit edge for a reference and a dashed implicit one for a copied value."""
     root = _parse(transaction_graph_svg(open_tx))
+    assert root.get("aria-label") == f"the dependency graph of transaction {open_tx.tx_id}"
     groups = _with(root, "node")
     assert [g.get("data-id") for g in groups] == ["1", "2", "3"]
     assert all(_classes(g) == {"node", "live"} for g in groups)
@@ -217,6 +218,7 @@ def test_an_aborted_transaction_links_its_attempts_in_the_order_they_ran(open_tx
     assert nodes == {"a0", "a1", "a2", "a3", "a4"}
     assert _edges(root, "replaced") == {("a0", "a2"), ("a1", "a3")}
     assert _edges(root, "order") == {("a2", "a3"), ("a3", "a4")}
+    assert all(e.get("stroke-dasharray") == "2 3" for e in _with(root, "order"))  # faint, dotted
     linked = {end for edge in _edges(root) for end in edge}
     assert linked == nodes
     assert not _with(root, "live")
@@ -455,6 +457,48 @@ def test_the_critical_path_of_a_cycle_is_refused():
         critical_path({"a": 1.0, "b": 1.0}, [("a", "b"), ("b", "a")])
     with pytest.raises(InvalidArgument, match="cycle"):
         critical_path({"a": 1.0}, [("a", "a")])
+
+
+def _image(plan: agenttx.Plan, records: dict[str, tuple[str, dict[str, object]]]) -> PlanImage:
+    """A stored plan run of `plan` whose nodes have these states and records."""
+    rows = tuple(
+        PlanNodeRow(node_id=node_id, state=state, attempt=None, record=json.dumps(record))
+        for node_id, (state, record) in records.items()
+    )
+    return PlanImage(
+        run_id="made",
+        record=json.dumps({"format": 2, "plan": plan.to_json()}),
+        status="SUCCEEDED",
+        owner=None,
+        cancel=None,
+        created_at=0.0,
+        updated_at=10.0,
+        nodes=rows,
+    )
+
+
+def test_gantt_draws_each_attempt_of_a_retried_node_inside_its_span():
+    """A node tried twice shows, inside its span (from its first start to its finish), a bar
+    for each time it ran, as its history says; the wait between them has none."""
+    history = [
+        ["READY", 0.0, None],
+        ["RUNNING", 1.0, "a#1"],
+        ["READY", 2.0, "a#1"],
+        ["RUNNING", 5.0, "a#2"],
+        ["SUCCEEDED", 6.0, "a#2"],
+    ]
+    plan = agenttx.Plan(nodes=[agenttx.Node("a", tool="_add", inputs={"a": 1, "b": 1})])
+    record = {"started_at": 1.0, "finished_at": 6.0, "history": history, "retries": 1}
+    root = _parse(plan_gantt_svg(_image(plan, {"a": ("SUCCEEDED", record)}), now=10.0))
+    (span,) = _with(root, "span")
+    first, second = _with(root, "attempt")
+    x, width = float(span.get("x", "")), float(span.get("width", ""))
+    assert float(first.get("x", "")) == pytest.approx(x, abs=0.2)
+    assert float(second.get("x", "")) + float(second.get("width", "")) == pytest.approx(
+        x + width, abs=0.2
+    )
+    assert float(first.get("width", "")) == pytest.approx(width / 5, abs=0.2)
+    assert "retries: 1" in (span.findtext(f"{SVG}title") or "")
 
 
 def test_a_plan_of_a_thousand_nodes_draws_every_node_and_span():

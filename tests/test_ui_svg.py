@@ -116,6 +116,16 @@ def test_hostile_labels_titles_and_data_are_text_in_well_formed_svg(text):
     assert "failed" in (group.get("class") or "").split()
 
 
+def test_a_caption_is_the_pictures_escaped_aria_label():
+    """`caption` becomes the `<svg>`'s `aria-label`, escaped and made visible, in a graph and in
+    a Gantt chart; without one there is none."""
+    caption = 'run "<script>"\x1b[2J'
+    for svg in (draw_graph([], [], caption=caption), draw_gantt([], caption=caption)):
+        assert _parse(svg).get("aria-label") == visible(caption, 200)
+        assert "<script" not in svg
+    assert _parse(draw_graph([], [])).get("aria-label") is None
+
+
 def test_a_ten_megabyte_label_and_title_are_cut():
     """A 10 MB label is cut to `LABEL_CHARS`, its title to `TITLE_CHARS`, and the SVG stays
     small."""

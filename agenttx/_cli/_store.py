@@ -15,9 +15,9 @@ class CliStore(DurableStore, HistoryStore, PlanStore, RequestStore, Protocol):
 
     def list_runs(
         self, limit: int = 50, offset: int = 0, *, kind: str | None = None
-    ) -> tuple[tuple[str, str, float], ...]:
-        """One page of the ended transactions and plan runs, as `(kind, id, at)` (`kind` "tx"
-        or "plan"), the latest first, `offset` rows skipped, in one query."""
+    ) -> tuple[tuple[str, str, float, str | None, str | None, str | None], ...]:
+        """One page of the ended transactions and plan runs, the latest first, `offset` rows
+        skipped, as `(kind, id, at, status, record, history)` (`SQLiteStore.list_runs`)."""
         ...
 
     def close(self) -> None:

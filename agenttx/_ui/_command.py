@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 import sys
+import urllib.parse
 from typing import TYPE_CHECKING, Final
 
 from .._cli import WAIT, Failure, add_target, open_target
@@ -74,7 +75,7 @@ def _port(text: str) -> int:
 def url_line(host: str, port: int, token: str) -> str:
     """The one line `agenttx ui` prints once it listens."""
     shown = f"[{host}]" if ":" in host else host
-    return f"agenttx ui: http://{shown}:{port}/?token={token}"
+    return f"agenttx ui: http://{shown}:{port}/?token={urllib.parse.quote(token, safe='')}"
 
 
 def _run_ui(args: argparse.Namespace) -> None:

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from .._approvals import APPROVAL, REVIEW, requests_for
-from .._cli import WAIT, EndedFound, patiently, uk_time, unfinished_prerequisites, waiting_nodes
+from .._cli import (
+    WAIT,
+    EndedFound,
+    patiently,
+    shown_status,
+    uk_time,
+    unfinished_prerequisites,
+    waiting_nodes,
+)
 from .._errors import AgentTxError, TransactionNotFound
 from .._events import EventKind
 from .._plans import NodeState, read_run
@@ -25,7 +33,6 @@ from ._views import (
     edge_lines,
     ended_status,
     read_transaction,
-    running_or_orphaned,
     step_rows,
 )
 
@@ -328,7 +335,7 @@ def plan_page(store: CliStore, run_id: str) -> PlanPage:
     return PlanPage(
         id=_t(run_id, 200),
         raw_id=run_id,
-        status=running_or_orphaned(image.status, orphaned=orphaned),
+        status=shown_status(image.status, orphaned=orphaned),
         running=image.status == "RUNNING",
         version=_t(str(record.get("plan_version", "?")), 80),
         started=uk_time(image.created_at),

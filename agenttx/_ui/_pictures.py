@@ -110,11 +110,18 @@ def transaction_graph_svg(found: Restored | EndedLike) -> str:
                 )
             elif previous is not None:
                 links.append(
-                    Link(source=previous, target=key, classes=("order",), title="run after")
+                    Link(
+                        source=previous,
+                        target=key,
+                        classes=("order",),
+                        title="run after",
+                        dotted=True,
+                    )
                 )
         if replacer is None:
             previous = key
-    return draw_graph(nodes, links, kind="graph")
+    caption = f"the dependency graph of transaction {restored.tx_id}"
+    return draw_graph(nodes, links, kind="graph", caption=caption)
 
 
 def _attempt_keys(attempts: Sequence[StepAttempt], live: set[int]) -> list[str]:
@@ -341,7 +348,7 @@ def plan_dag_svg(image: PlanImage, *, waiting: Mapping[str, str] | None = None) 
             )
         )
     links = [Link(source=a, target=b, classes=("explicit",), title="") for a, b in edges]
-    return draw_graph(nodes, links, kind="dag")
+    return draw_graph(nodes, links, kind="dag", caption=f"plan run {image.run_id}")
 
 
 def _time(value: object) -> float | None:
@@ -398,14 +405,43 @@ def plan_gantt_svg(
                 title=title,
                 classes=(state, "critical") if node_id in critical else (state,),
                 data=(("id", node_id),),
+                attempts=_attempt_times(node, start, end),
             )
         )
     origin = _time(image.created_at)
     running = image.status == "RUNNING"
     try:
-        return draw_gantt(spans, origin=origin, now_line=now if running else None)
+        return draw_gantt(
+            spans,
+            origin=origin,
+            now_line=now if running else None,
+            caption=f"the timeline of plan run {image.run_id}",
+        )
     except InvalidArgument as exc:  # stored times no chart can hold
         raise StorageError(f"plan run `{visible(image.run_id, 80)}`: {exc}") from exc
+
+
+def _attempt_times(
+    node: StoredNode | None, start: float, end: float
+) -> tuple[tuple[float, float], ...]:
+    """When the node ran, as its history says (`[state, time, attempt]` entries): from each
+    RUNNING entry to the next entry (or `end`), within `start` and `end`; none if the history
+    cannot be read."""
+    history = None if node is None else node.record.get("history")
+    if not isinstance(history, list):
+        return ()
+    moments: list[tuple[str, float]] = []
+    for entry in history[:1000]:
+        if isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[0], str):
+            at = _time(entry[1])
+            if at is not None:
+                moments.append((entry[0], min(max(at, start), end)))
+    found = []
+    for n, (state, at) in enumerate(moments):
+        if state == "RUNNING":
+            until = moments[n + 1][1] if n + 1 < len(moments) else end
+            found.append((at, max(until, at)))
+    return tuple(found)
 
 
 def critical_path(

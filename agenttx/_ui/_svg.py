@@ -181,8 +181,9 @@ class Node:
 @attrs.frozen(kw_only=True)
 class Link:
     """An edge from node `source` to node `target`; `classes` go on its `<path>` after `edge`;
-    `dashed` draws it dashed; `layered`: it places `target` in a layer after `source` (an edge
-    that does not, such as one to the node a node is drawn beside, is only drawn)."""
+    `dashed` draws it dashed, `dotted` dotted and faint; `layered`: it places `target` in a
+    layer after `source` (an edge that does not, such as one to the node a node is drawn
+    beside, is only drawn)."""
 
     source: str
     target: str
@@ -190,13 +191,16 @@ class Link:
     title: str = ""
     data: tuple[tuple[str, str], ...] = ()
     dashed: bool = False
+    dotted: bool = False
     layered: bool = True
 
 
 @attrs.frozen(kw_only=True)
 class Span:
     """A bar of a Gantt chart from `start` to `end` (seconds on the chart's clock); `classes` go
-    on its `<rect>` after `span` (the first is its state, which also picks its fill)."""
+    on its `<rect>` after `span` (the first is its state, which also picks its fill);
+    `attempts`, each `(start, end)`, are drawn inside it as thinner `<rect class="attempt">`
+    bars (when the node ran, as against waited)."""
 
     label: str
     start: float
@@ -204,6 +208,7 @@ class Span:
     title: str = ""
     classes: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     data: tuple[tuple[str, str], ...] = ()
+    attempts: tuple[tuple[float, float], ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -219,29 +224,33 @@ class _Layout:
     height: float
 
 
-def draw_graph(nodes: Sequence[Node], links: Sequence[Link], *, kind: str = "graph") -> str:
-    """One `<svg class="picture KIND">`: a `<g class="node ...">` per node (a box, its label
-    and a title) and a `<path class="edge ...">` per link, curved, with an arrowhead, drawn
-    under the nodes. Links naming an unknown node are left out, and so is a layered link that
-    would close a cycle (the graph is drawn without it). `InvalidArgument` if two nodes share
-    a key."""
+def draw_graph(
+    nodes: Sequence[Node], links: Sequence[Link], *, kind: str = "graph", caption: str = ""
+) -> str:
+    """One `<svg class="picture KIND">` (`caption` its `aria-label`): a `<g class="node ...">`
+    per node (a box, its label and a title) and a `<path class="edge ...">` per link, curved,
+    with an arrowhead, drawn under the nodes. Links naming an unknown node are left out, and
+    so is a layered link that would close a cycle (the graph is drawn without it).
+    `InvalidArgument` if two nodes share a key."""
     layout = _layout(nodes, links)
     places = layout.places
-    out = [_open_svg(kind, layout.width, layout.height), '<g class="edges">']
+    out = [_open_svg(kind, layout.width, layout.height, caption), '<g class="edges">']
     for link in links:
         source, target = places.get(link.source), places.get(link.target)
         if source is None or target is None or link.source == link.target:
             continue
         if link.layered and (link.source, link.target) in layout.dropped:
             continue
-        dash = ' stroke-dasharray="5 4"' if link.dashed else ""
+        if link.dotted:
+            dash = ' stroke="#999" stroke-dasharray="2 3"'
+        else:
+            dash = ' stroke="#555" stroke-dasharray="5 4"' if link.dashed else ' stroke="#555"'
         out.append(
             f'<path class="{_classes(("edge",), link.classes)}"'
             f' data-from="{escape(visible(link.source, TITLE_CHARS))}"'
             f' data-to="{escape(visible(link.target, TITLE_CHARS))}"{_data(link.data)}'
             f' d="{_edge_path(source, target, layout.routes.get((link.source, link.target)))}"'
-            ' fill="none" stroke="#555"'
-            f' stroke-width="1.3"{dash}>{_title(link.title)}</path>'
+            f' fill="none" stroke-width="1.3"{dash}>{_title(link.title)}</path>'
         )
     out.append('</g><g class="nodes">')
     for node in nodes:
@@ -263,11 +272,12 @@ def draw_graph(nodes: Sequence[Node], links: Sequence[Link], *, kind: str = "gra
     return "".join(out)
 
 
-def _open_svg(kind: str, width: float, height: float) -> str:
+def _open_svg(kind: str, width: float, height: float, caption: str) -> str:
     w, h = math.ceil(width), math.ceil(height)
+    label = f' aria-label="{escape(visible(caption, 200))}"' if caption else ""
     return (
         f'<svg xmlns="{_SVG_NS}" class="{_classes(("picture", kind))}" viewBox="0 0 {w} {h}"'
-        f' width="{w}" height="{h}" role="img" {_FONT}>'
+        f' width="{w}" height="{h}" role="img"{label} {_FONT}>'
     )
 
 
@@ -506,14 +516,20 @@ def _sweep(
 
 
 def draw_gantt(
-    spans: Sequence[Span], *, origin: float | None = None, now_line: float | None = None
+    spans: Sequence[Span],
+    *,
+    origin: float | None = None,
+    now_line: float | None = None,
+    caption: str = "",
 ) -> str:
-    """One `<svg class="picture gantt">`: a row per span in the order given, its label on the
-    left and a `<rect class="span ...">` from its start to its end, on an axis in seconds from
-    `origin` (`<g class="axis">`; the earliest start if it is later or not given); `now_line`,
-    if given, is drawn as a line at that time. A span ending before it starts is drawn as a
-    sliver at its start. Times must be finite (`InvalidArgument`)."""
+    """One `<svg class="picture gantt">` (`caption` its `aria-label`): a row per span in the
+    order given, its label on the left and a `<rect class="span ...">` from its start to its
+    end, on an axis in seconds from `origin` (`<g class="axis">`; the earliest start if it is
+    later or not given); `now_line`, if given, is drawn as a line at that time. A span ending
+    before it starts is drawn as a sliver at its start. Times must be finite, and their span
+    too (`InvalidArgument`)."""
     times = [t for s in spans for t in (s.start, s.end)]
+    times.extend(t for s in spans for pair in s.attempts for t in pair)
     times.extend(t for t in (origin, now_line) if t is not None)
     if not all(math.isfinite(t) for t in times):
         raise InvalidArgument("a time of the Gantt chart is not a finite number")
@@ -530,7 +546,7 @@ def draw_gantt(
     height = _MARGIN + _AXIS_H + max(len(spans), 1) * _ROW_H + _MARGIN
     bottom = height - _MARGIN
     left = _MARGIN + _LABEL_W
-    out = [_open_svg("gantt", width, height), '<g class="axis">']
+    out = [_open_svg("gantt", width, height, caption), '<g class="axis">']
     step = _tick_step(total)
     count = int(total / step + 1e-9)
     for n in range(count + 1):
@@ -567,6 +583,12 @@ def draw_gantt(
             f' x="{x:.1f}" y="{y + (_ROW_H - _BAR_H) / 2:g}" width="{w:.1f}" height="{_BAR_H}"'
             f' fill="{_FILLS.get(state, "#ffffff")}"{stroke}>{_title(span.title)}</rect>'
         )
+        for began, ended in span.attempts:
+            out.append(
+                f'<rect class="attempt" x="{left + (began - origin) * scale:.1f}"'
+                f' y="{y + _ROW_H / 2 - 2:g}" width="{max((ended - began) * scale, 1.0):.1f}"'
+                ' height="4" fill="#37474f" fill-opacity="0.5" pointer-events="none"/>'
+            )
     out.append("</g></svg>")
     return "".join(out)
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
 from .._approvals import requests_for, scopes_alive
 from .._audit import stored_audit
 from .._cli import (
-    ORPHANED,
     WAIT,
     EndedFound,
     Failure,
@@ -36,10 +35,10 @@ from .._cli import (
 from .._errors import AgentTxError, TransactionNotFound
 from .._events import Event, EventKind
 from .._txlog import read_history
-from ._values import Shown, shown, shown_json, shown_text
+from ._values import Shown, shown_json, shown_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from .._cli import CliStore
     from .._txlog import Restored
@@ -50,9 +49,13 @@ __all__ = [
     "PageMissing",
     "RunRow",
     "RunsPage",
+    "StepRow",
     "audit_page",
-    "guarded",
+    "edge_lines",
+    "ended_status",
+    "read_transaction",
     "runs_page",
+    "step_rows",
     "waiting_scopes",
 ]
 
@@ -66,14 +69,6 @@ KINDS: Final = ("tx", "plan")
 
 class PageMissing(Exception):
     """The page has nothing to show: `str(exc)` says why, in one line."""
-
-
-def guarded(read: Callable[[], Any]) -> Any:
-    """`read()`, patiently; a `Failure` or a store error becomes `PageMissing`."""
-    try:
-        return patiently(WAIT, read)
-    except (Failure, AgentTxError) as exc:
-        raise PageMissing(str(exc)) from None
 
 
 # ------------------------------------------------------------------------ runs
@@ -161,25 +156,21 @@ def _row(kind: str, run_id: str, status: str, agent: object, at: object) -> RunR
 
 
 def _stored_row(
-    store: CliStore, found: tuple[str, str, float], orphaned: set[str], waiting: frozenset[str]
+    found: tuple[str, str, float, str | None, str | None, str | None],
+    orphaned: set[str],
+    waiting: frozenset[str],
 ) -> RunRow:
     """A row of an ended transaction or a plan run, as `list_runs` gave it (`found`)."""
-    kind, run_id, at = found
+    kind, run_id, at, status, record_text, history = found
     if kind == "plan":
-        try:
-            status = patiently(WAIT, lambda: store.read_plan(run_id)).status
-        except TransactionNotFound:
-            status = "GONE"
+        status = status or "GONE"
         if status == "RUNNING" and run_id in waiting:
             status = "WAITING_APPROVAL"
         return _row(kind, run_id, shown_status(status, orphaned=run_id in orphaned), None, at)
     try:
-        row, _image = patiently(WAIT, lambda: store.peek_ended(run_id))
-        record = json.loads(row.record)
-        ended = read_history(row.history)
-    except TransactionNotFound:
-        return _row(kind, run_id, "GONE", None, at)
-    except (AgentTxError, ValueError):
+        record = json.loads(record_text or "null")
+        ended = read_history(history)
+    except (AgentTxError, ValueError, RecursionError):
         return _row(kind, run_id, "UNREADABLE", None, at)
     agent = record.get("agent_id") if isinstance(record, dict) else None
     return _row(kind, run_id, final_status(record, ended), agent, at)
@@ -208,7 +199,7 @@ def runs_page(store: CliStore, *, page: int = 1, filters: dict[str, str] | None 
         shown_rows = rows[first : first + PER_PAGE]
         room = PER_PAGE - len(shown_rows)
         found = patiently(WAIT, lambda: store.list_runs(room + 1, skip, kind=kind))
-        stored = [_stored_row(store, item, orphaned, waiting) for item in found[:room]]
+        stored = [_stored_row(item, orphaned, waiting) for item in found[:room]]
         return RunsPage(
             rows=(*shown_rows, *stored),
             page=page,
@@ -221,9 +212,7 @@ def runs_page(store: CliStore, *, page: int = 1, filters: dict[str, str] | None 
         found = patiently(WAIT, functools.partial(store.list_runs, _SCAN, offset, kind=kind))
         scanned += len(found)
         rows.extend(
-            row
-            for row in (_stored_row(store, item, orphaned, waiting) for item in found)
-            if wanted(row)
+            row for row in (_stored_row(item, orphaned, waiting) for item in found) if wanted(row)
         )
         if len(found) < _SCAN:
             break
@@ -291,18 +280,15 @@ class AuditPage:
 def _events_of_page(store: CliStore, page: int) -> tuple[list[Event], int, bool]:
     found = patiently(WAIT, lambda: store.list_runs(PER_PAGE + 1, (page - 1) * PER_PAGE))
     events: list[Event] = []
-    for kind, run_id, _at in found[:PER_PAGE]:
+    for kind, run_id, _at, _status, _record, history in found[:PER_PAGE]:
         if kind == "plan":
             with contextlib.suppress(AgentTxError):
                 events.extend(patiently(WAIT, functools.partial(stored_audit, store, run_id)))
             continue
-        try:
-            row, _image = patiently(WAIT, functools.partial(store.peek_ended, run_id))
-            ended = read_history(row.history)
-        except AgentTxError:
-            continue
-        if ended is not None:
-            events.extend(ended.audit)
+        with contextlib.suppress(AgentTxError):
+            ended = read_history(history)
+            if ended is not None:
+                events.extend(ended.audit)
     return events, min(len(found), PER_PAGE), len(found) > PER_PAGE
 
 
@@ -418,19 +404,9 @@ def ended_status(found: EndedFound) -> str:
     return final_status(found.restored.record, found.ended)
 
 
-def running_or_orphaned(status: str, *, orphaned: bool) -> str:
-    """A plan run's status as shown (`ORPHANED` when its runner is gone)."""
-    shown_as = shown_status(status, orphaned=orphaned)
-    return shown_as if shown_as != ORPHANED else ORPHANED
-
-
 def read_transaction(store: CliStore, tx_id: str) -> Restored | EndedFound:
     """Transaction `tx_id`, open or ended; `PageMissing` if the store has neither."""
     try:
         return read_tx(store, tx_id, WAIT)
     except Failure as exc:
         raise PageMissing(str(exc)) from None
-
-
-def shown_values(values: Iterable[object]) -> tuple[Shown, ...]:
-    return tuple(shown(value) for value in values)

@@ -18,7 +18,7 @@ from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
 from ._conversations import check_conversation
 from ._durable import OutboxEntry
-from ._plans import PlanImage, PlanNodeRow, runs_query
+from ._plans import PlanImage, PlanNodeRow, list_runs
 from ._postgres_schema import HOLDS_LOCK
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ._log_rows import Lost
-    from ._plans import PlanChange
+    from ._plans import ListedRun, PlanChange
     from ._postgres_link import Link, Renewer
     from ._postgres_schema import Sql
 
@@ -487,14 +487,20 @@ class SharedRows:
 
     def list_runs(
         self, limit: int = 50, offset: int = 0, *, kind: str | None = None
-    ) -> tuple[tuple[str, str, float], ...]:
-        """One page of the ended transactions kept as history and the plan runs, as `(kind,
-        id, at)`, the latest first, in one query (`SQLiteStore.list_runs` says the rest)."""
-        sql, values = runs_query(limit, offset, kind, "%s", f"{self._schema}.")
+    ) -> tuple[ListedRun, ...]:
+        """One page of the ended transactions kept as history and the plan runs, the latest
+        first, in one snapshot (`SQLiteStore.list_runs` says the rest)."""
+
+        def fetch(sql: str, values: Sequence[object]) -> list[Any]:
+            cur.execute(sql, tuple(values))
+            return cur.fetchall()
+
         with self._lock:
             self._check_not_closed()
-            rows = self._all("list the runs", sql, values)
-        return tuple((str(k), str(i), float(at)) for k, i, at in rows)
+            with self._link.transaction("list the runs", snapshot=True) as cur:
+                return list_runs(
+                    fetch, limit, offset, kind, dialect="postgres", schema=f"{self._schema}."
+                )
 
     def running_plans(self) -> tuple[tuple[str, str | None], ...]:
         """The RUNNING plan runs, any worker's, as `(run_id, owner)`, by id."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import InvalidArgument, StorageError
 from . import _approvals as request_tables
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._approvals import RequestRow
     from ._durable import EndedTransaction, OutboxEntry, TxImage
     from ._log_rows import Lost
-    from ._plans import PlanChange, PlanImage, PlanNodeRow
+    from ._plans import ListedRun, PlanChange, PlanImage, PlanNodeRow
     from ._sqlite_file import StoreFile
     from ._sqlite_mirror import TxMirror
 
@@ -188,17 +188,22 @@ class SharedTables:
 
     def list_runs(
         self, limit: int = 50, offset: int = 0, *, kind: str | None = None
-    ) -> tuple[tuple[str, str, float], ...]:
-        """One page of the ended transactions kept as history and the plan runs, as `(kind,
-        id, at)` (`kind` "tx" or "plan"; `at` when it ended or last changed), the latest first
-        (ties by id, descending), `offset` rows skipped; `kind` keeps one kind only. One query
-        (`LIMIT`/`OFFSET`): a page costs the same however many runs the file keeps."""
-        sql, values = plan_tables.runs_query(limit, offset, kind, "?")
+    ) -> tuple[ListedRun, ...]:
+        """One page of the ended transactions kept as history and the plan runs, the latest
+        first (ties by id, descending), `offset` rows skipped; `kind` ("tx" or "plan") keeps
+        one kind only. Each row is `(kind, id, at, status, record, history)`: an ended
+        transaction's record and history texts as kept (`status` None), or a plan run's status
+        (`record`, `history` None); `at` is when it ended or last changed. One read: the page's
+        keys (`LIMIT`/`OFFSET`), then its rows by primary key, so a page does not read the
+        records of the others. Works on a read-only store."""
+
+        def fetch(sql: str, values: Sequence[object]) -> list[Any]:
+            return cur.execute(sql, tuple(values)).fetchall()
+
         with self._lock:
             self._check_not_closed()
             with self._file.reading("list the runs") as cur:
-                rows = cur.execute(sql, values).fetchall()
-        return tuple((str(k), str(i), float(at)) for k, i, at in rows)
+                return plan_tables.list_runs(fetch, limit, offset, kind)
 
     def running_plans(self) -> tuple[tuple[str, str | None], ...]:
         """The RUNNING plan runs in the file, any process's, as `(run_id, owner)`, by id."""
