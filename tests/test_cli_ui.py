@@ -141,3 +141,11 @@ def test_the_url_line_quotes_the_token_and_brackets_an_ipv6_host() -> None:
         "agenttx ui: http://127.0.0.1:8765/?token=a%20b%26c"
     )
     assert url_line("::1", 1, "t") == "agenttx ui: http://[::1]:1/?token=t"
+
+
+def test_ui_refuses_a_token_that_cannot_travel_in_a_url(database: str, capsys) -> None:
+    """A `--token` with a space, a `;` or nothing URL-safe is refused in one line, status 2,
+    before anything listens."""
+    assert main(["ui", database, "--port", "0", "--token", "a b;c"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agenttx ui: the token must be 1 to 512 letters, digits or `-._~+/=`")

@@ -5,8 +5,10 @@ command line's, with its actor recorded."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -232,8 +234,9 @@ def test_every_request_without_the_token_is_refused(backend: Backend, filled: Fi
 
 def test_writes_need_the_csrf_token_and_the_page_s_origin(backend: Backend, filled: Filled) -> None:
     """A POST without the CSRF token, with a wrong one, from another origin, from an opaque
-    one, or saying no origin at all is refused (403) and decides nothing; a same-origin
-    `Referer` stands in for a missing `Origin`."""
+    one or saying no origin at all (unless the browser's `Sec-Fetch-Site` says same-origin),
+    or from another site by `Sec-Fetch-Site`, is refused (403) and decides nothing; a
+    same-origin `Referer` stands in for a missing `Origin`."""
     store = backend.make()
     made = client(store)
     path = f"/inbox/{filled.request}/reject"
@@ -247,13 +250,28 @@ def test_writes_need_the_csrf_token_and_the_page_s_origin(backend: Backend, fill
         made.post(path, data={**form, "csrf": good}),
         made.post(path, data={**form, "csrf": good}, headers={"referer": "http://evil.example/"}),
     ]
-    assert [response.status_code for response in refused] == [403] * 6
+    cross_site = {"origin": "null", "sec-fetch-site": "cross-site"}
+    refused.append(made.post(path, data={**form, "csrf": good}, headers=cross_site))
+    same_site = {"origin": ORIGIN, "sec-fetch-site": "same-site"}
+    refused.append(made.post(path, data={**form, "csrf": good}, headers=same_site))
+    assert [response.status_code for response in refused] == [403] * 8
     assert "CSRF" in refused[0].text
     assert "another origin" in refused[2].text
+    assert "says no origin" in refused[3].text
+    assert "another site" in refused[6].text
     assert requests_for(store).get(filled.request).state == "pending"
     done = made.post(path, data={**form, "csrf": good}, headers={"referer": f"{ORIGIN}/inbox"})
     assert "rejected" in flash_of(made, done)
     assert requests_for(store).get(filled.request).state == "rejected"
+    # Chromium under `Referrer-Policy: no-referrer`: `Origin: null`, no `Referer`, and its own
+    # `Sec-Fetch-Site` saying the form is the page's.
+    browser = {"origin": "null", "sec-fetch-site": "same-origin"}
+    done = made.post(
+        f"/reviews/{filled.review}/resolve",
+        data={"csrf": good, "actor": "ops", "outcome": "not_done"},
+        headers=browser,
+    )
+    assert "resolved not_done by ops" in flash_of(made, done)
 
 
 def test_read_only_serves_no_writes(backend: Backend, filled: Filled) -> None:
@@ -429,3 +447,109 @@ def test_values_are_cut_folded_and_escaped() -> None:
     assert text.text == "\\x1b[2Jhi\\u202e"
     assert not text.cut
     assert shown_text("y" * 5000).cut
+
+
+def test_a_plan_node_waiting_for_approval_is_decided_in_the_page(backend: Backend) -> None:
+    """A plan run whose node waits for approval is WAITING_APPROVAL in the runs, the node so in
+    its page (live while it runs), and in the inbox with the node and its run; approved in the
+    page, the node runs and the run succeeds."""
+    store = backend.make()
+    engine = Engine(tools=[add, charge], store=store, config=EngineConfig(idle_timeout=None))
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("first", tool="add", inputs={"n": 1}),
+            agenttx.Node("pay", tool="charge", inputs={"amount": 5}, after=("first",)),
+        ]
+    )
+    run_ = engine.start_plan(plan, initial={}, run_id="gated-run")
+    try:
+        while not run_.pending_approvals():
+            time.sleep(0.05)
+        made = client(store)
+        listed = {row["id"]: row for row in rows(made.get("/").text)}
+        assert listed["gated-run"]["status"] == "WAITING_APPROVAL"
+        page = made.get("/plan/gated-run").text
+        assert 'data-live="2"' in page
+        assert {"id": "pay", "state": "waiting_approval"} in rows(page, cls="node")
+        page = made.get("/inbox").text
+        (request,) = rows(page, "article", "request")
+        assert "node pay of plan run gated-run" in page
+        assert '<span class="after">node first</span>' in page
+        said = flash_of(made, post(made, f"/inbox/{request['request-id']}/approve"))
+        assert "approved" in said
+        assert run_.wait(timeout=120).status is agenttx.PlanStatus.SUCCEEDED
+        page = made.get("/plan/gated-run").text
+        assert 'data-live="2"' not in page
+        assert {"id": "pay", "state": "succeeded"} in rows(page, cls="node")
+    finally:
+        if not run_.done:
+            run_.cancel("the test ends")
+            run_.wait(timeout=120)
+        engine.close()
+
+
+def _sql(backend: Backend, statement: str, values: tuple[Any, ...]) -> None:
+    """Run one statement on the backend's tables, outside any store."""
+    if backend.kind == "sqlite":
+        import sqlite3  # noqa: PLC0415
+
+        with contextlib.closing(sqlite3.connect(backend.text)) as conn, conn:
+            conn.execute(statement.replace("%s", "?").replace("{s}", ""), values)
+        return
+    import psycopg  # noqa: PLC0415
+
+    with psycopg.connect(backend.text, autocommit=True) as conn:
+        conn.execute(statement.replace("{s}", f"{backend.schema}."), values)
+
+
+def test_list_runs_lists_a_transaction_kept_twice_once(backend: Backend) -> None:
+    """A transaction whose history the store keeps twice (it ended keeping undos, then again)
+    is listed once, with its last row: its last end time and its last history."""
+    store = backend.make()
+    engine = Engine(tools=[add], store=store, config=EngineConfig(idle_timeout=None))
+    tx = engine.begin(agent_id="twice")
+    tx.call("add", {"n": 1})
+    tx.commit()
+    engine.close()
+    (first,) = store.list_runs(10)
+    history = json.loads(first[5])
+    history["status"] = "ROLLED_BACK"
+    _sql(
+        backend,
+        "INSERT INTO {s}ended (tx_id, record, isolation, history, steps, ended_at) "
+        "SELECT tx_id, record, isolation, %s, steps, ended_at + 5 FROM {s}ended WHERE tx_id = %s",
+        (json.dumps(history), tx.id),
+    )
+    (row,) = store.list_runs(10)
+    assert row[:3] == ("tx", tx.id, first[2] + 5)
+    assert json.loads(row[5])["status"] == "ROLLED_BACK"
+    listed = rows(client(store).get("/").text)
+    assert listed == [{"id": tx.id, "kind": "tx", "status": "ROLLED_BACK"}]
+
+
+def test_a_store_the_page_cannot_read_is_said_not_raised(backend: Backend) -> None:
+    """A store that cannot be read (here: closed under the page) gives each page one line
+    saying why (404), not a server error."""
+    store = backend.make()
+    made = client(store)
+    store.close()
+    for path in ("/", "/inbox", "/audit", "/tx/some-tx", "/plan/some-run"):
+        response = made.get(path)
+        assert response.status_code == 404, path
+        assert '<p class="missing">' in response.text
+        assert "closed" in response.text
+
+
+def test_a_decision_the_store_cannot_take_is_refused_and_said(backend: Backend) -> None:
+    """When the store a decision is written through cannot be opened, the inbox says nothing
+    was decided (`#flash.error`), not a server error."""
+    store = backend.make()
+
+    def writer() -> Any:
+        raise agenttx.StorageError("the disk is gone")
+
+    made = TestClient(make_app(store, token=TOKEN, writer=writer), follow_redirects=False)
+    assert made.get(f"/?token={TOKEN}").status_code == 200
+    said = flash_of(made, post(made, "/inbox/apr-x/approve"))
+    assert '<div id="flash" class="error"' in said
+    assert "nothing decided: the disk is gone" in said

@@ -8,9 +8,10 @@ The app: `_command` is the `agenttx ui` command (plugged into the command line b
 `agenttx.__main__`; it imports Starlette, uvicorn and Jinja2 only when it runs, and says which
 extra to install when they are missing); `_app` builds the Starlette app (`make_app`);
 `_security` holds the token, the CSRF token, the origin check and the response headers;
-`_views` reads the store into what each page shows, `_decide` makes a person's decisions
-through the same book as `agenttx approve | reject | review`, and `_values` makes every value
-from an agent or a tool safe to show. Templates and static files ship in the package.
+`_views` reads the store into what the runs and the audit pages show, `_detail` a transaction's
+and a plan run's pages, `_inbox` what waits for a person and the decisions a person makes, through
+the same book as `agenttx approve | reject | review`; `_values` makes every value from an agent
+or a tool safe to show. Templates (`templates/`) and static files (`static/`) ship in the package.
 """
 
 from __future__ import annotations

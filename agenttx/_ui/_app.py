@@ -24,9 +24,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from .._cli import Failure
+from .._errors import AgentTxError
 from ._detail import plan_page, transaction_page
 from ._inbox import Decided, approve, edit, inbox, reject, resolve
-from ._security import TokenGate, csrf_token, write_refusal
+from ._security import TokenGate, check_token, csrf_token, write_refusal
 from ._views import PageMissing, audit_page, runs_page
 
 if TYPE_CHECKING:
@@ -43,6 +45,9 @@ __all__ = ["LIVE_HEADER", "MAX_FORM", "make_app"]
 LIVE_HEADER: Final = "x-agenttx-live"
 #: The largest form a POST may send (bytes): an edit up to 1 MiB of JSON, form-encoded.
 MAX_FORM: Final = 4 * 1024 * 1024
+#: What a page says instead of itself (404, one line): nothing to show, or a store it cannot
+#: read (a file locked for the whole wait, rows it cannot decode).
+_UNSHOWN: Final = (PageMissing, Failure, AgentTxError)
 #: How many flashes (the outcome of the last decisions) the server keeps.
 _FLASHES: Final = 256
 _STATIC: Final = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
@@ -64,13 +69,13 @@ def make_app(
     writer: Callable[[], AbstractContextManager[CliStore]] | None = None,
 ) -> Starlette:
     """The app over `store` (read through the command line's readers), refusing every request
-    without `token`. `read_only`: no forms, every POST refused. `actor`: who the forms say
-    decides (default `ui:<os user>`; a person may change it in the form). `writer` opens the
+    without `token` (`ValueError` unless it is 1 to 512 URL-safe characters). `read_only`: no
+    forms, every POST refused. `actor`: who the forms say decides (default `ui:<os user>`; a
+    person may change it in the form). `writer` opens the
     store a decision is written through (default: `store` itself; `agenttx ui` opens a
     writable store for each decision, as `agenttx approve` does, and reads through a read-only
     one)."""
-    if not isinstance(token, str) or not token:
-        raise ValueError("make_app needs a non-empty token")
+    check_token(token)
     ui = _Ui(store, token=token, read_only=read_only, actor=actor or _default_actor())
     if writer is not None:
         ui.writer = writer
@@ -149,7 +154,7 @@ class _Ui:
         filters = {key: query.get(key, "") for key in ("status", "agent", "kind")}
         try:
             found = runs_page(self.store, page=_page(query.get("page")), filters=filters)
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(
             request, "runs", "runs", view=found, live=True, link=_linker(filters), q=filters
@@ -160,14 +165,14 @@ class _Ui:
         to = _page(request.query_params.get("to"), default=None)
         try:
             found = transaction_page(self.store, tx_id, to=to)
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "transaction", "transaction", view=found, live=found.open)
 
     def plan(self, request: Request) -> Response:
         try:
             found = plan_page(self.store, request.path_params["run_id"])
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "plan", "plan", view=found, live=found.running)
 
@@ -175,7 +180,7 @@ class _Ui:
         flash = self.flashes.get(request.query_params.get("flash", ""))
         try:
             found = inbox(self.store)
-        except Exception as exc:  # noqa: BLE001 - a store problem is said on the page
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "inbox", "inbox", view=found, live=True, flash=flash)
 
@@ -184,7 +189,7 @@ class _Ui:
         filters = {key: query.get(key, "") for key in ("kind", "actor", "run")}
         try:
             found = audit_page(self.store, page=_page(query.get("page")), filters=filters)
-        except PageMissing as exc:
+        except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "audit", "audit", view=found, link=_linker(filters))
 
@@ -217,6 +222,7 @@ class _Ui:
             origin=request.headers.get("origin"),
             referer=request.headers.get("referer"),
             own_origin=f"{request.url.scheme}://{request.url.netloc}",
+            fetch_site=request.headers.get("sec-fetch-site"),
         )
         if why is not None:
             return PlainTextResponse(f"agenttx ui: refused: {why}\n", status_code=403)
@@ -238,8 +244,11 @@ class _Ui:
         return RedirectResponse(f"/inbox?flash={key}", status_code=303)
 
     def _write(self, decide: Callable[..., Decided], form: dict[str, str], actor: str) -> Decided:
-        with self.writer() as store:
-            return decide(store, form, actor)
+        try:
+            with self.writer() as store:
+                return decide(store, form, actor)
+        except (Failure, AgentTxError) as exc:  # the store could not be opened or written
+            return Decided(said=f"nothing decided: {exc}", refused=True)
 
     async def approve(self, request: Request) -> Response:
         request_id = request.path_params["request_id"]

@@ -88,8 +88,13 @@ def _run_ui(args: argparse.Namespace) -> None:
             f"needs Starlette, uvicorn and Jinja2 ({exc.name} is missing): {EXTRA}"
         ) from None
     from ._app import make_app  # noqa: PLC0415
+    from ._security import check_token  # noqa: PLC0415
 
     token = args.token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+    try:
+        check_token(token)
+    except ValueError as exc:
+        raise Failure(str(exc)) from None
     target = open_target(args.db, WAIT, schema=args.schema)
 
     @contextlib.contextmanager

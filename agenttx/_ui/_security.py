@@ -7,7 +7,9 @@ the headers of every response.
   Tokens are compared with `hmac.compare_digest`.
 * A write is a POST with the token, a form field `csrf` equal to `csrf_token(token)` (an HMAC
   of the token: a page from another site cannot know it) and an `Origin` (or, missing that, a
-  `Referer`) that is the server's own origin. `--read-only` refuses every POST.
+  `Referer`) that is the server's own origin; a browser that sends `Origin: null` (as Chromium
+  does under `Referrer-Policy: no-referrer`) must send `Sec-Fetch-Site: same-origin`, and one
+  that sends `Sec-Fetch-Site` at all must say `same-origin`. `--read-only` refuses every POST.
 * Every response carries `HEADERS`: a Content-Security-Policy allowing nothing but the
   server's own scripts, styles and images (and `data:` images), no sniffing, no referrer, no
   framing.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.cookies
+import re
 import urllib.parse
 from typing import TYPE_CHECKING, Final
 
@@ -39,6 +42,7 @@ __all__ = [
     "HEADERS",
     "MISSING",
     "TokenGate",
+    "check_token",
     "csrf_token",
     "same_token",
     "write_refusal",
@@ -62,6 +66,21 @@ MISSING: Final = (
     "with ?token=...).\n"
 )
 _CSRF_KEY: Final = b"agenttx ui csrf"
+
+
+#: What a token may hold: what `secrets.token_urlsafe` gives, and base64's `+/=` (it travels in
+#: a URL's query and in a cookie, unquoted).
+_TOKEN: Final = re.compile(r"[A-Za-z0-9_.~+/=-]{1,512}")
+
+
+def check_token(token: object) -> str:
+    """`token` if it can be the server's token, else `ValueError` saying what it may hold."""
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        raise ValueError(
+            "the token must be 1 to 512 letters, digits or `-._~+/=` (it travels in the URL "
+            "and in a cookie)"
+        )
+    return token
 
 
 def csrf_token(token: str) -> str:
@@ -149,7 +168,7 @@ async def _refuse(send: Send, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def write_refusal(
+def write_refusal(  # noqa: PLR0911 - one return a reason
     *,
     read_only: bool,
     token: str,
@@ -157,25 +176,32 @@ def write_refusal(
     origin: str | None,
     referer: str | None,
     own_origin: str,
+    fetch_site: str | None = None,
 ) -> str | None:
     """Why a POST is refused (None: it may decide): the server is read-only, the CSRF token
-    is missing or wrong, or the request comes from another origin (its `Origin`, or missing
-    that its `Referer`, is not `own_origin`, `scheme://host:port`)."""
+    is missing or wrong, or the request comes from another origin: its `Origin`, or missing
+    that its `Referer`, is not `own_origin` (`scheme://host:port`).
+
+    A browser told `Referrer-Policy: no-referrer` (as every page here is) sends a form's POST
+    with `Origin: null` and no `Referer`; then the browser's own `Sec-Fetch-Site` header
+    (`fetch_site`, which no page can set) must say `same-origin`."""
     if read_only:
         return "this page is read-only (agenttx ui --read-only): it decides nothing"
     if not isinstance(csrf, str) or not hmac.compare_digest(
         csrf.encode(), csrf_token(token).encode()
     ):
         return "the form's CSRF token is missing or wrong: reload the page and try again"
-    if origin == "null":
-        return "the request comes from an opaque origin: a decision must come from this page"
+    if fetch_site is not None and fetch_site != "same-origin":
+        return "the request comes from another site: a decision must come from this page"
+    if origin == "null" or (origin is None and not referer):
+        if fetch_site == "same-origin":
+            return None
+        return "the request says no origin: a decision must come from this page"
     if origin is not None:
         came = origin
-    elif referer:
-        parts = urllib.parse.urlsplit(referer)
-        came = f"{parts.scheme}://{parts.netloc}"
     else:
-        return "the request says no origin: a decision must come from this page"
+        parts = urllib.parse.urlsplit(referer or "")
+        came = f"{parts.scheme}://{parts.netloc}"
     if came.lower() != own_origin.lower():
         return "the request comes from another origin: a decision must come from this page"
     return None

@@ -77,9 +77,13 @@ def shown_text(text: str, *, limit: int = CUT) -> Shown:
 
 
 def shown_json(value: JSONValue, *, pretty: bool = False) -> Shown:
-    """A JSON value as JSON text (indented with `pretty`), every line's control characters
-    written out, cut to `CUT` characters. A huge string is cut before it is encoded."""
-    text = json.dumps(_trimmed(value), ensure_ascii=False, indent=2 if pretty else None)
+    """A JSON value as JSON text (indented with `pretty`, unless it fits on a short line),
+    every line's control characters written out, cut to `CUT` characters. A huge string is cut
+    before it is encoded."""
+    trimmed = _trimmed(value)
+    text = json.dumps(trimmed, ensure_ascii=False)
+    if pretty and len(text) > FOLD:
+        text = json.dumps(trimmed, ensure_ascii=False, indent=2)
     lines = [printable(line, json_text=True) for line in text[: CUT + 1].split("\n")]
     whole = "\n".join(lines)
     size = _json_size(value)

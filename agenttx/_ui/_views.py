@@ -1,5 +1,6 @@
-"""What each page shows, read from the store through the command line's readers: the runs, a
-transaction, a plan run and the audit trail (`_inbox` reads what waits for a person).
+"""What the runs and the audit pages show, read from the store through the command line's
+readers, and the steps of a transaction that `_detail` builds its page from (`_inbox` reads
+what waits for a person).
 
 Each function takes a `CliStore` and returns frozen value objects the templates render; every
 string from an agent or a tool is `Shown` (`_values`). Reads are patient (`patiently`: a
