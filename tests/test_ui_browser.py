@@ -8,6 +8,9 @@ Chromium or Playwright is missing, unless `AGENTTX_REQUIRE_CHROMIUM=1` (CI) make
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import importlib.util
 import json
 import os
@@ -15,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -372,6 +376,75 @@ def test_a_page_without_the_token_is_refused(page, tmp_path):
         posted = page.request.post(server.origin + "/inbox/apr-x/approve", form={"actor": "x"})
         assert posted.status == 403
         assert server.token not in page.content()
+
+
+@contextlib.contextmanager
+def _other_site(folder: Path) -> Iterator[str]:
+    """A web server of another origin on this host (another port: the same site, so the
+    browser sends it the `SameSite=Strict` cookie), serving the files of `folder`."""
+    handler = functools.partial(_Quiet, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as other:
+        thread = threading.Thread(target=other.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{other.server_address[1]}"
+        finally:
+            other.shutdown()
+            thread.join()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        """Say nothing of each request."""
+
+
+#: A page that sends no referrer: its form's POST says `Origin: null`.
+NO_REFERRER = '<meta name="referrer" content="no-referrer">'
+
+
+def test_a_decision_posted_from_another_origin_is_refused(page, tmp_path):
+    """A page of another origin on this host posts the approve form, with the cookie the
+    browser sends it and even the CSRF token: refused (403), with its Origin and with none
+    (`no-referrer`); the request still waits."""
+
+    @agenttx.tool(needs_approval=True)
+    def wire(amount: int) -> dict:
+        """Wire money.
+
+        Args:
+            amount: pence
+        """
+        return {"amount": amount}
+
+    db = _empty_store(tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    with SQLiteStore(db) as store:
+        tx = agenttx.Engine(tools=[wire], store=store).begin(agent_id="victim")
+        request = tx.call("wire", {"amount": 100_000}).approval
+        with ui_server(db) as server:
+            page.goto(server.page("/inbox"))  # the person's page: the browser keeps the cookie
+            approve = page.locator(f'.request[data-request-id="{request.id}"] form.approve')
+            csrf = approve.locator("input[name=csrf]").input_value()  # as if it leaked
+            for name, head in (("origin", ""), ("no-origin", NO_REFERRER)):
+                (site / f"{name}.html").write_text(
+                    f"<html><head>{head}</head><body>"
+                    f'<form method="post" action="{server.origin}/inbox/{request.id}/approve">'
+                    f'<input name="csrf" value="{csrf}"><input name="actor" value="mallory">'
+                    '<button type="submit">win a prize</button></form></body></html>'
+                )
+            with _other_site(site) as other:
+                for name in ("origin", "no-origin"):
+                    page.goto(f"{other}/{name}.html")
+                    with page.expect_navigation() as sent:
+                        page.locator("button").click()
+                    assert sent.value.status == 403, name
+                    assert "refused" in page.locator("body").inner_text(), name
+            shot(page, tmp_path, "cross-origin-refused", "refused")
+            page.goto(server.page("/inbox"))
+            _expect()(page.locator(f'.request[data-request-id="{request.id}"]')).to_have_count(1)
+        assert [r.id for r in agenttx.Engine(store=store).pending_approvals()] == [request.id]
+        tx.rollback()
 
 
 # ---------------------------------------------------------------------- 7. hostile strings
