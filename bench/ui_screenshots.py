@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import agenttx
 from _report import Row, report
@@ -57,9 +57,16 @@ def lookup_order(order_id: str) -> dict:
     return {"order_id": order_id, "total": 12_500, "card": "tok_visa_4242"}
 
 
+#: Where the agenttx this script imported lives: the demo and the server run it too (`-m`
+#: looks in the working directory first), so that they read the file this script writes.
+MINE = str(Path(agenttx.__file__).resolve().parent.parent)
+
+
 def _env() -> dict[str, str]:
+    """The environment of the demo and the server: the agenttx this script imported (the one
+    that writes the waiting charge into the same file)."""
     path = os.environ.get("PYTHONPATH", "")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), path) if p)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (MINE, path) if p)}
 
 
 def _demo(folder: Path) -> str:
@@ -71,7 +78,7 @@ def _demo(folder: Path) -> str:
         timeout=300,
         check=True,
         env=_env(),
-        cwd=ROOT,
+        cwd=MINE,
     )
     found = re.search(r"agenttx inspect \S+ ([0-9a-f-]{36})$", done.stdout, re.MULTILINE)
     if found is None:
@@ -81,21 +88,28 @@ def _demo(folder: Path) -> str:
 
 def _shoot(db: Path, tx: str, out: Path) -> tuple[Path, Path]:
     """Serve `db` with `agenttx ui` and save the two pictures into `out`."""
+    with tempfile.TemporaryFile("w+") as log:  # the server's log, shown if it does not start
+        return _serve(db, tx, out, log)
+
+
+def _serve(db: Path, tx: str, out: Path, log: IO[str]) -> tuple[Path, Path]:
     from playwright.sync_api import expect, sync_playwright  # noqa: PLC0415
 
     server = subprocess.Popen(  # noqa: S603  (our own interpreter and command)
         [sys.executable, "-m", "agenttx", "ui", str(db), "--port", "0", "--actor", "alice"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=log,
         text=True,
         env=_env(),
-        cwd=ROOT,
+        cwd=MINE,
     )
     try:
         assert server.stdout is not None
         line = server.stdout.readline().strip()
         if not line.startswith("agenttx ui: http://"):
-            raise SystemExit(f"agenttx ui printed {line!r}, not its URL")
+            server.wait(timeout=30)
+            log.seek(0)
+            raise SystemExit(f"agenttx ui printed {line!r}, not its URL:\n{log.read()}")
         url = line.split(": ", 1)[1]
         origin, token = url.split("/?token=")
         inbox, graph = out / "ui-inbox.png", out / "ui-graph.png"
@@ -118,7 +132,8 @@ def _shoot(db: Path, tx: str, out: Path) -> tuple[Path, Path]:
             browser.close()
         return inbox, graph
     finally:
-        server.send_signal(signal.SIGTERM)
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
         server.communicate(timeout=30)
 
 
