@@ -227,6 +227,26 @@ def test_an_approval_in_the_page_is_consumed_once_across_a_sigkill_of_the_agent(
         shot(page, tmp_path, "after-restart", "charge")
 
 
+def test_a_request_made_while_the_inbox_is_open_appears_without_a_reload(page, tmp_path):
+    """The inbox is live: a charge an agent asks for while the page is open shows up in it,
+    with its forms, without the page being reloaded."""
+    db = _empty_store(tmp_path)
+    expect = _expect()
+    with ui_server(db, "--actor", "alice") as server:
+        page.goto(server.page("/inbox"))
+        main = page.locator("main#page")
+        expect(main).to_have_attribute("data-page", "inbox")
+        expect(main).to_have_attribute("data-live", re.compile(r"\d"))
+        expect(page.locator("#inbox .request")).to_have_count(0)
+        page.evaluate("window.__notReloaded = true")
+        _, asked = _waiting_agent(db, tmp_path)
+        request = page.locator(f'#inbox .request[data-request-id="{asked["request"]}"]')
+        expect(request.locator("form.approve")).to_have_count(1)
+        expect(request.locator(".tool")).to_contain_text("charge")
+        assert page.evaluate("window.__notReloaded") is True
+        shot(page, tmp_path, "inbox-live", "charge", "4242")
+
+
 # ---------------------------------------------------------------------- 2. reject
 
 
@@ -321,6 +341,40 @@ def test_the_demos_transaction_shows_its_rewound_attempts_and_root_cause(page, t
         shot(page, tmp_path, "demo-transaction", "record.insert", "fs.write")
 
 
+def test_an_open_transactions_page_shows_a_new_step_without_a_reload(page, tmp_path):
+    """The page of an open transaction is live: a step the agent runs while it is open
+    appears in its steps and its graph, without the page being reloaded."""
+
+    @agenttx.tool
+    def note(text: str) -> dict:
+        """Write a note.
+
+        Args:
+            text: the note
+        """
+        return {"noted": text}
+
+    db = _empty_store(tmp_path)
+    expect = _expect()
+    with SQLiteStore(db) as store:
+        tx = agenttx.Engine(tools=[note], store=store).begin(agent_id="writer")
+        assert tx.call("note", {"text": "first"}).ok
+        with ui_server(db) as server:
+            page.goto(server.page(f"/tx/{tx.id}"))
+            main = page.locator("main#page")
+            expect(main).to_have_attribute("data-page", "transaction")
+            expect(main).to_have_attribute("data-live", re.compile(r"\d"))
+            expect(page.locator('#steps tr.step[data-step="1"]')).to_contain_text("note")
+            expect(page.locator("#steps tr.step")).to_have_count(1)
+            page.evaluate("window.__notReloaded = true")
+            assert tx.call("note", {"text": "second"}).ok
+            expect(page.locator('#steps tr.step[data-step="2"]')).to_contain_text("note")
+            expect(page.locator('#graph svg g.node[data-id="2"]')).to_have_count(1)
+            assert page.evaluate("window.__notReloaded") is True
+            shot(page, tmp_path, "transaction-live", "second")
+        tx.rollback()
+
+
 # ---------------------------------------------------------------------- 5. a live plan run
 
 
@@ -396,6 +450,29 @@ def _other_site(folder: Path) -> Iterator[str]:
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         """Say nothing of each request."""
+
+
+def test_a_read_only_server_shows_what_waits_and_decides_nothing(page, tmp_path):
+    """`agenttx ui --read-only`: the inbox lists the waiting charge with no form, and a POST
+    from the page itself, with the token's cookie, is refused."""
+    db = _empty_store(tmp_path)
+    agent, asked = _waiting_agent(db, tmp_path)
+    with ui_server(db, "--read-only") as server:
+        page.goto(server.page("/inbox"))
+        request = page.locator(f'#inbox .request[data-request-id="{asked["request"]}"]')
+        _expect()(request.locator(".tool")).to_contain_text("charge")
+        assert page.locator("form.approve, form.reject, form.edit, form.resolve").count() == 0
+        shot(page, tmp_path, "read-only-inbox", "charge", "4242")
+        status = page.evaluate(
+            """async (path) => (await fetch(path, {method: "POST",
+                body: new URLSearchParams({actor: "alice"})})).status""",
+            f"/inbox/{asked['request']}/approve",
+        )
+        assert status == 403
+        page.goto(server.page("/inbox"))
+        _expect()(request).to_have_count(1)
+    assert agent.poll() is None  # still waiting for a decision
+    assert effects(tmp_path) == []
 
 
 #: A page that sends no referrer: its form's POST says `Origin: null`.
