@@ -375,6 +375,39 @@ def test_an_open_transactions_page_shows_a_new_step_without_a_reload(page, tmp_p
         tx.rollback()
 
 
+def test_the_runs_page_shows_a_commit_without_a_reload(page, tmp_path):
+    """The runs page is live: a transaction that commits while it is open turns COMMITTED
+    there, and one begun meanwhile is added, without the page being reloaded."""
+
+    @agenttx.tool
+    def note(text: str) -> dict:
+        """Write a note.
+
+        Args:
+            text: the note
+        """
+        return {"noted": text}
+
+    db = _empty_store(tmp_path)
+    expect = _expect()
+    with SQLiteStore(db) as store:
+        engine = agenttx.Engine(tools=[note], store=store)
+        tx = engine.begin(agent_id="writer")
+        assert tx.call("note", {"text": "first"}).ok
+        with ui_server(db) as server:
+            page.goto(server.url)
+            run = page.locator(f'#runs tr.run[data-id="{tx.id}"]')
+            expect(run).to_have_attribute("data-status", "OPEN")
+            page.evaluate("window.__notReloaded = true")
+            tx.commit()
+            later = engine.begin(agent_id="reader")
+            expect(run).to_have_attribute("data-status", "COMMITTED")
+            expect(page.locator(f'#runs tr.run[data-id="{later.id}"]')).to_have_count(1)
+            assert page.evaluate("window.__notReloaded") is True
+            shot(page, tmp_path, "runs-live", "COMMITTED", "reader")
+        later.rollback()
+
+
 # ---------------------------------------------------------------------- 5. a live plan run
 
 
