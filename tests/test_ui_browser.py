@@ -42,6 +42,7 @@ from _ui_fixtures import (
     spawn,
     ui_server,
 )
+from agenttx import builtins
 from agenttx.stores import SQLiteStore
 
 if TYPE_CHECKING:
@@ -406,6 +407,49 @@ def test_the_runs_page_shows_a_commit_without_a_reload(page, tmp_path):
             assert page.evaluate("window.__notReloaded") is True
             shot(page, tmp_path, "runs-live", "COMMITTED", "reader")
         later.rollback()
+
+
+def test_the_rewind_preview_says_what_a_rollback_would_undo_and_does_nothing(page, tmp_path):
+    """On an open transaction's page, picking step 1 in the rewind preview lists the steps a
+    rollback would void, the compensation it would run, the staged email it would drop and
+    what it cannot undo; nothing is rewound."""
+
+    @agenttx.tool
+    def notify(text: str) -> dict:
+        """Send a text message (it cannot be taken back).
+
+        Args:
+            text: the message
+        """
+        return {"sent": text}
+
+    db = _empty_store(tmp_path)
+    files = tmp_path / "files"
+    expect = _expect()
+    with SQLiteStore(db) as store:
+        tools = [*builtins.tools(str(files)), notify]
+        tx = agenttx.Engine(tools=tools, store=store).begin(agent_id="shop")
+        assert tx.call("kv.put", {"key": "stock/SKU-1", "value": {"reserved": 2}}).ok
+        assert tx.call("fs.write", {"path": "receipt.txt", "contents": "1 x SKU-1"}).ok
+        assert tx.call("effect.stage", {"channel": "email", "payload": {"to": "a@x.io"}}).ok
+        assert tx.call("notify", {"text": "your order is on its way"}).ok
+        with ui_server(db) as server:
+            page.goto(server.page(f"/tx/{tx.id}"))
+            form = page.locator("form#preview")
+            form.locator("select[name=to]").select_option("1")
+            with page.expect_navigation():
+                form.locator("button, input[type=submit]").first.click()
+            expect(page.locator("#preview-result")).to_have_count(1)
+            void = page.locator("#preview-void")
+            for tool in ("kv.put", "fs.write", "effect.stage", "notify"):
+                expect(void).to_contain_text(tool)
+            expect(page.locator("#preview-compensate")).to_contain_text("fs.restore_file")
+            expect(page.locator("#preview-drop")).to_contain_text("email")
+            expect(page.locator("#preview-irreversible")).to_contain_text("notify")
+            shot(page, tmp_path, "preview", "fs.restore_file", "notify")
+        assert (files / "receipt.txt").read_text() == "1 x SKU-1"  # nothing was undone
+        assert tx.next_step_id == 5
+        tx.rollback()
 
 
 # ---------------------------------------------------------------------- 5. a live plan run
