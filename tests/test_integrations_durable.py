@@ -824,6 +824,50 @@ def test_a_turn_that_failed_and_rewound_before_a_crash_is_answered_from_the_jour
     assert ran == ["charge c-1", "refund c-1"]
 
 
+def test_a_call_id_repeated_in_a_turn_is_refused_after_a_crash_as_it_was_live(
+    tmp_path, monkeypatch
+):
+    """A turn repeats a call id (`c1` charge 42, `c1` charge 5): live, the second is refused.
+    The process dies before the turn's results were stored: the restored runner answers the
+    first from its step and refuses the second again (never from the first's step), and a
+    resume has nothing left to run."""
+    db = tmp_path / "a.db"
+    engine = make_engine(tmp_path, SQLiteStore(db))
+    tx = engine.begin(agent_id="a")
+    runner = runner_class("chat")(tx)
+    kept = SQLiteStore.record_conversation
+    writes: list[str] = []
+
+    def dies_on_the_second_write(
+        store: SQLiteStore, tx_id: str, text: str, *rest: Any, **options: Any
+    ) -> None:
+        writes.append(text)
+        if len(writes) == 2:
+            raise agenttx.StorageError("the process died here")
+        kept(store, tx_id, text, *rest, **options)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_second_write)
+    twice = chat_message(
+        ("c1", "charge", {"amount": 42, "card": "4242"}),
+        ("c1", "charge", {"amount": 5, "card": "4242"}),
+    )
+    with pytest.raises(agenttx.StorageError, match="died"):
+        runner.handle(USER, twice)
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    engine.close()
+
+    engine = make_engine(tmp_path, SQLiteStore(db))
+    engine.recover("resume")
+    restored = runner_class("chat").restore(engine.get(tx.id))
+    assert restored.unanswered == ()
+    first, second = (r for _, r in results("chat", {"messages": restored.messages}))
+    assert first["ok"] is True
+    assert first["output"]["amount"] == 42
+    assert second["ok"] is False
+    assert "call id 'c1' was already used by step 1" in second["error"]
+    assert [line.split()[2] for line in effects(tmp_path) if line.startswith("charge")] == ["42"]
+
+
 def _gated_pair() -> tuple[agenttx.Transaction, list[str]]:
     done: list[str] = []
 

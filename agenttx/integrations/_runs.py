@@ -63,6 +63,7 @@ from ._common import (
     Outcome,
     Rewrite,
     _not_run,
+    _refused,
     arun_turn,
     check_history,
     check_transaction,
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
 
     from .._approvals import ApprovalRequest, Review
     from .._json import JSONValue
+    from .._results import StepRecord
     from .._tools import ToolSpec
     from .._transaction import Transaction
     from ..stores import Bell, RequestRow
@@ -360,17 +362,37 @@ class Runner:
         if turn is None:
             return
         tx = self._tx
-        live = {s.call_id: s for s in tx.steps if s.call_id is not None}
+        live: dict[str, list[StepRecord]] = {}
+        for record in tx.steps:
+            if record.call_id is not None:
+                live.setdefault(record.call_id, []).append(record)
         answers = list(turn.answers)
         left: list[ModelCall] = []
         expected = turn.first_step
+        matched: dict[str, int] = {}  # call id -> the live step that answered it
+        refused = False
         for call in turn.rest:
             if self._is_plan(call):
                 continue
-            step = live.get(call.call_id)
-            if left or step is None or step.step_id < turn.first_step:
+            if refused:  # after the refusal, as the live turn: not run
+                answers.append(_not_run(call, expected, expected, refused=True))
+                continue
+            # each live step answers one call, in order; a later call of the turn with the
+            # same id was refused live (its id was taken), it never ran
+            step = next((s for s in live.get(call.call_id, ()) if s.step_id >= expected), None)
+            if left or step is None:
+                used = matched.get(call.call_id)
+                if not left and used is not None:
+                    why = (
+                        f"call id '{call.call_id}' was already used by step {used}, which still "
+                        "stands; send the call again with a call id of its own"
+                    )
+                    answers.append(_refused(call, expected, why))
+                    refused = True
+                    continue
                 left.append(call)
                 continue
+            matched[call.call_id] = step.step_id
             answers.append(_recorded(step.step_id, step.output, call.call_id))
             self._steps[call.call_id] = step.step_id
             expected = step.step_id + 1
