@@ -758,8 +758,9 @@ def test_a_turn_that_failed_and_rewound_before_a_crash_is_answered_from_the_jour
     tmp_path, monkeypatch
 ):
     """The process dies after a turn's last call failed and rewound, before the turn's results
-    were stored: the restored runner answers the turn with the failure (its hint), rewrites
-    the history for the voided call, and runs nothing again."""
+    were stored: the restored runner answers the call that failed with the failure (its hint)
+    and every step the rewind undid (the turn's own charge too), rewrites the history for the
+    voided calls as the live runner does, and runs nothing again."""
     ran: list[str] = []
 
     @agenttx.compensation(name="uncharge")
@@ -815,10 +816,12 @@ def test_a_turn_that_failed_and_rewound_before_a_crash_is_answered_from_the_jour
     restored = runner_class("chat").restore(engine.get(tx.id))
     assert restored.unanswered == ()
     answered = dict(results("chat", {"messages": restored.messages}))
-    assert list(answered) == ["c2", "c3"]  # c1's step was voided: truncated away
-    assert "closed account" in answered["c2"]["error"]
-    assert "rollback undid step 1" in answered["c2"]["note"]
-    assert "Not run" in answered["c3"]["error"]
+    assert list(answered) == ["c3"]  # c1's and c2's steps were voided: truncated away
+    assert "closed account" in answered["c3"]["error"]  # the call that failed, as live
+    assert answered["c3"]["voided_steps"] == [1, 2]  # every step the rewind undid
+    assert "rollback undid steps 1 and 2" in answered["c3"]["note"]
+    calls = [c["id"] for m in restored.messages for c in m.get("tool_calls") or ()]
+    assert calls == ["c3"]
     with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
         restored.resume()
     assert ran == ["charge c-1", "refund c-1"]

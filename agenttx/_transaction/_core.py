@@ -611,6 +611,13 @@ def turn_lock(tx: Transaction) -> Calls:
     return tx._calls  # noqa: SLF001  (this package's own parts)
 
 
+def rewound_steps(tx: Transaction) -> tuple[int, ...]:
+    """The steps whose failure rewound `tx` in the rollback controller's current epoch
+    (ascending; kept with the progress after every rewind, so they survive a restart): an
+    integration restoring a turn that failed before a crash tells which of its calls failed."""
+    return tuple(step for step, _ in tx._controller.state().retries)  # noqa: SLF001
+
+
 def plan_setting(tx: Transaction) -> tuple[ToolRegistry, Store, Dispatcher | None]:
     """What a plan run beside `tx` runs with: its tools, its store and its dispatcher.
 

@@ -57,6 +57,7 @@ from .._errors import FailedPrecondition, InvalidArgument
 from .._plans import PLAN_TOOL, plan_tool_spec
 from .._results import StepResult, StepStatus
 from .._saga import Backoff
+from .._transaction import rewound_steps
 from ..stores import decision_bell, keeps_conversations
 from ._common import (
     History,
@@ -71,6 +72,7 @@ from ._common import (
     proposal_of,
     rewrite_for,
     run_turn,
+    voided_payload,
 )
 from ._conversation import OpenTurn, Wait, WaitKind, dump, dump_messages, load
 from ._plan_calls import PlanCalls, plan_run_id
@@ -400,7 +402,7 @@ class Runner:
         hints = tx.constraints
         failed = hints != turn.constraints
         if left and (failed or tx.next_step_id < expected):
-            turn = attrs.evolve(turn, answers=(*answers, *self._undone(left)))
+            turn = attrs.evolve(turn, answers=(*answers, *self._undone(left, expected)))
         answered = {o.call_id for o in turn.answers}
         waiting = tuple(w for w in turn.waiting if w.call_id not in answered)
         turn = attrs.evolve(turn, waiting=waiting)
@@ -410,23 +412,37 @@ class Runner:
         if not turn.rest:
             self._complete_turn(turn)
 
-    def _undone(self, calls: Sequence[ModelCall]) -> list[Outcome]:
-        """The answers of tool calls of a turn that failed before a crash: the first with the
-        failure (the transaction's latest hint) and the steps its rewind undid, so the
-        history is rewritten as the runner would have; the others as not run."""
+    def _undone(self, calls: Sequence[ModelCall], first: int) -> list[Outcome]:
+        """The answers of tool calls of a turn that failed before a crash (`first`: the step
+        the first of `calls` was sent as): the one that failed with the failure (the
+        transaction's latest hint) and every step its rewind undid, so the history is
+        rewritten as the runner would have; the calls before it ran and were voided; the
+        others as not run. Which call failed is the one step of them whose failure rewound
+        the transaction (`rewound_steps`); if that cannot be told, the first."""
         tx = self._tx
         step = tx.next_step_id
         live = {s.step_id for s in tx.steps}
-        voided = sorted((s, i) for i, s in self._steps.items() if s >= step and s not in live)
+        failing = [s for s in rewound_steps(tx) if first <= s < first + len(calls)]
+        voided: list[tuple[int, str]]
+        if len(failing) == 1 and step <= failing[0]:
+            index = failing[0] - first
+            ran = {first + k: c.call_id for k, c in enumerate(calls[:index])}
+            self._steps.update({i: s for s, i in ran.items()})
+            known = {s: i for i, s in self._steps.items()}
+            voided = [(s, ran.get(s) or known.get(s, "")) for s in range(step, failing[0])]
+        else:
+            index = 0
+            voided = sorted((s, i) for i, s in self._steps.items() if s >= step and s not in live)
         hint = tx.constraints[-1] if tx.constraints else "Hint: Step failed."
+        call = calls[index]
         result = StepResult(
             status=StepStatus.FAILED,
             step_id=step,
             next_step_id=step,
             error=hint,
-            call_id=calls[0].call_id,
+            call_id=call.call_id,
             voided_steps=tuple(s for s, _ in voided),
-            voided_call_ids=tuple(i for _, i in voided),
+            voided_call_ids=tuple(i for _, i in voided if i),
         )
         undone = ", ".join(str(s) for s, _ in voided)
         payload: Payload = {
@@ -444,8 +460,17 @@ class Runner:
             f"Calls of this turn from here were not kept; continue with step {step}, "
             "sending again what is still needed."
         )
-        first = Outcome(call_id=calls[0].call_id, payload=payload, is_error=True, result=result)
-        return [first, *(_not_run(call, step, step) for call in calls[1:])]
+        # The calls before it ran and were voided; their outputs are gone with their steps.
+        # Answered as the steps they were (the rewrite drops or voids them), or, where the
+        # history is kept, as voided.
+        before = [
+            attrs.evolve(_recorded(first + k, None, c.call_id), result=None)
+            if self._history != "keep"
+            else Outcome(call_id=c.call_id, payload=voided_payload(first + k), is_error=False)
+            for k, c in enumerate(calls[:index])
+        ]
+        failed = Outcome(call_id=call.call_id, payload=payload, is_error=True, result=result)
+        return [*before, failed, *(_not_run(c, step, step) for c in calls[index + 1 :])]
 
     def _found_waiting(self, turn: OpenTurn) -> tuple[Wait, ...]:
         """The request a crash left for the next call: one asked at the transaction's next
