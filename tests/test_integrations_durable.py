@@ -758,8 +758,9 @@ def test_a_turn_that_failed_and_rewound_before_a_crash_is_answered_from_the_jour
     tmp_path, monkeypatch
 ):
     """The process dies after a turn's last call failed and rewound, before the turn's results
-    were stored: the restored runner answers the turn with the failure (its hint), rewrites
-    the history for the voided call, and runs nothing again."""
+    were stored: the restored runner answers the call that failed with the failure (its hint)
+    and every step the rewind undid (the turn's own charge too), rewrites the history for the
+    voided calls as the live runner does, and runs nothing again."""
     ran: list[str] = []
 
     @agenttx.compensation(name="uncharge")
@@ -815,13 +816,59 @@ def test_a_turn_that_failed_and_rewound_before_a_crash_is_answered_from_the_jour
     restored = runner_class("chat").restore(engine.get(tx.id))
     assert restored.unanswered == ()
     answered = dict(results("chat", {"messages": restored.messages}))
-    assert list(answered) == ["c2", "c3"]  # c1's step was voided: truncated away
-    assert "closed account" in answered["c2"]["error"]
-    assert "rollback undid step 1" in answered["c2"]["note"]
-    assert "Not run" in answered["c3"]["error"]
+    assert list(answered) == ["c3"]  # c1's and c2's steps were voided: truncated away
+    assert "closed account" in answered["c3"]["error"]  # the call that failed, as live
+    assert answered["c3"]["voided_steps"] == [1, 2]  # every step the rewind undid
+    assert "rollback undid steps 1 and 2" in answered["c3"]["note"]
+    calls = [c["id"] for m in restored.messages for c in m.get("tool_calls") or ()]
+    assert calls == ["c3"]
     with pytest.raises(agenttx.FailedPrecondition, match="nothing to resume"):
         restored.resume()
     assert ran == ["charge c-1", "refund c-1"]
+
+
+def test_a_call_id_repeated_in_a_turn_is_refused_after_a_crash_as_it_was_live(
+    tmp_path, monkeypatch
+):
+    """A turn repeats a call id (`c1` charge 42, `c1` charge 5): live, the second is refused.
+    The process dies before the turn's results were stored: the restored runner answers the
+    first from its step and refuses the second again (never from the first's step), and a
+    resume has nothing left to run."""
+    db = tmp_path / "a.db"
+    engine = make_engine(tmp_path, SQLiteStore(db))
+    tx = engine.begin(agent_id="a")
+    runner = runner_class("chat")(tx)
+    kept = SQLiteStore.record_conversation
+    writes: list[str] = []
+
+    def dies_on_the_second_write(
+        store: SQLiteStore, tx_id: str, text: str, *rest: Any, **options: Any
+    ) -> None:
+        writes.append(text)
+        if len(writes) == 2:
+            raise agenttx.StorageError("the process died here")
+        kept(store, tx_id, text, *rest, **options)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_second_write)
+    twice = chat_message(
+        ("c1", "charge", {"amount": 42, "card": "4242"}),
+        ("c1", "charge", {"amount": 5, "card": "4242"}),
+    )
+    with pytest.raises(agenttx.StorageError, match="died"):
+        runner.handle(USER, twice)
+    monkeypatch.setattr(SQLiteStore, "record_conversation", kept)
+    engine.close()
+
+    engine = make_engine(tmp_path, SQLiteStore(db))
+    engine.recover("resume")
+    restored = runner_class("chat").restore(engine.get(tx.id))
+    assert restored.unanswered == ()
+    first, second = (r for _, r in results("chat", {"messages": restored.messages}))
+    assert first["ok"] is True
+    assert first["output"]["amount"] == 42
+    assert second["ok"] is False
+    assert "call id 'c1' was already used by step 1" in second["error"]
+    assert [line.split()[2] for line in effects(tmp_path) if line.startswith("charge")] == ["42"]
 
 
 def _gated_pair() -> tuple[agenttx.Transaction, list[str]]:

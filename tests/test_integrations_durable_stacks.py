@@ -779,3 +779,101 @@ def test_langgraph_the_same_checkpoint_resumed_twice_runs_the_call_once(tmp_path
     assert answers[0] == answers[1]
     assert graph.node.waiting == ()
     assert len(graph.engine.store.list_requests("approval", "pending", 10)) == 0
+
+
+def test_pydantic_ai_the_same_history_resumed_twice_runs_a_reviewed_call_once(tmp_path):
+    """A call whose step timed out is deferred for a review; resolved `done`, the same history
+    and deferred results resumed twice do not run the tool again."""
+    import threading  # noqa: PLC0415
+
+    charges: list[int] = []
+    first = threading.Event()
+    returned = threading.Event()
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: Any) -> None:
+        """Refund."""
+
+    @agenttx.tool(compensate=refund, on_unknown="review")
+    def charge(amount: int) -> dict:
+        """Charge the card."""
+        charges.append(amount)
+        if not first.is_set():
+            first.set()
+            time.sleep(0.6)  # past the step timeout: the outcome is unknown
+            returned.set()
+        return {"charged": amount}
+
+    engine = agenttx.Engine(
+        tools=[charge, refund],
+        store=SQLiteStore(tmp_path / "a.db"),
+        config=agenttx.EngineConfig(step_timeout=0.2),
+    )
+    tx = engine.begin(agent_id="a")
+    model = ScriptedModel([call("charge", {"amount": 42}, "c1"), say("Done."), say("Again.")])
+    agent = pai_agent(tx, model)
+    result = asyncio.run(agent.run("Charge 42."))
+    assert isinstance(result.output, DeferredToolRequests)
+    assert returned.wait(30)
+    (review,) = tx.pending_reviews()
+    tx.resolve_review(review.id, outcome="done", output={"charged": 42}, actor="ops")
+    for _ in range(2):
+        decided = atx_pai.approve_decided(tx, result.output)
+        assert decided is not None
+        asyncio.run(agent.run(message_history=result.all_messages(), deferred_tool_results=decided))
+        assert dict(sdk_results(model.last))["c1"]["step"] == 1
+    assert charges == [42]
+    assert [s.step_id for s in tx.steps] == [1]
+
+
+def test_pydantic_ai_a_later_turn_that_reuses_a_call_id_is_asked_and_runs(tmp_path):
+    """A later model turn reuses the id of an approved call that ran, with the same arguments:
+    it is a new call, deferred for its own request and run once approved."""
+    refund = call("issue_refund", {"order_id": "o-1", "amount": 30}, "c1")
+    pai = PaiAgent(tmp_path, [refund, refund, say("Refunded twice.")])
+    result = pai.run(user_prompt="Refund 30 twice.")
+    asked = []
+    while isinstance(result.output, DeferredToolRequests):
+        (request,) = pai.tx.pending_approvals()
+        asked.append(request.step)
+        pai.engine.approve(request.id, actor="alice")
+        result = pai.resume(result)
+    assert asked == [1, 2]
+    assert refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 30"]
+    assert [(s.step_id, s.call_id) for s in pai.tx.steps] == [(1, "c1"), (2, "c1")]
+    assert [r["step"] for _, r in sdk_results(pai.model.last)] == [1, 2]
+
+
+def test_pydantic_ai_the_same_deferred_results_resumed_at_once_run_the_call_once(tmp_path):
+    """Two workers (each its own event loop) resume the same history and deferred results at
+    once: the call runs once, both runs answer it with its result, no request is asked again,
+    and a later identical refund still needs a person."""
+    import threading  # noqa: PLC0415
+
+    pai = PaiAgent(tmp_path, [APPROVAL_SCRIPT[0], say("Done."), say("Done.")])
+    result = pai.run(user_prompt=PROMPT)
+    (request,) = pai.tx.pending_approvals()
+    pai.engine.approve(request.id, actor="alice")
+    decided = atx_pai.approve_decided(pai.tx, result.output)
+    history = result.all_messages()
+    outputs: list[Any] = [None, None]
+    barrier = threading.Barrier(2)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        ran = asyncio.run(pai.agent.run(message_history=history, deferred_tool_results=decided))
+        outputs[i] = ran.output
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outputs == ["Done.", "Done."]
+    assert refunds(tmp_path) == ["refund_issued o-1 30"]
+    assert pai.tx.pending_approvals() == ()
+    assert [dict(sdk_results(b))["c3"]["step"] for b in pai.model.requests[1:]] == [3, 3]
+    later = ScriptedModel([call("issue_refund", {"order_id": "o-1", "amount": 30}, "c9")])
+    again = asyncio.run(pai_agent(pai.tx, later).run("Another refund of 30."))
+    assert isinstance(again.output, DeferredToolRequests)
+    assert refunds(tmp_path) == ["refund_issued o-1 30"]

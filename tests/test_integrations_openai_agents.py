@@ -549,3 +549,173 @@ def test_two_gated_calls_of_a_turn_are_decided_in_order_across_a_restart(tmp_pat
     assert _refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
     assert len(model.requests) == 2
     assert all(r["ok"] for r in _tool_outputs(model.last).values())
+
+
+def _drive(tx: Any, agent: Any, result: Any, decide: Any) -> Any:
+    """Resume `result` until the run ends, letting `decide` settle each request it waits on."""
+    from _stack_agent import sdk_run  # noqa: PLC0415
+
+    while result.interruptions:
+        state = result.to_state()
+        if not atx_agents.approve_decided(tx, state):
+            for request in atx_agents.waiting(tx):
+                decide(request)
+            continue
+        result = sdk_run(tx, agent, state)
+    return result
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_state_resumed_twice_runs_a_reviewed_call_once(tmp_path):
+    """A call whose step timed out waits for a review; resolved `done`, the same saved state
+    resumed twice answers the call with the recorded result both times: the tool is not run
+    again."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from _stack_agent import sdk_agent, sdk_run  # noqa: PLC0415
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    charges: list[int] = []
+    first = threading.Event()
+    returned = threading.Event()
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: Any) -> None:
+        """Refund."""
+
+    @agenttx.tool(compensate=refund, on_unknown="review")
+    def charge(amount: int) -> dict:
+        """Charge the card."""
+        charges.append(amount)
+        if not first.is_set():
+            first.set()
+            time.sleep(0.6)  # past the step timeout: the outcome is unknown
+            returned.set()
+        return {"charged": amount}
+
+    engine = agenttx.Engine(
+        tools=[charge, refund],
+        store=SQLiteStore(tmp_path / "a.db"),
+        config=agenttx.EngineConfig(step_timeout=0.2),
+    )
+    tx = engine.begin(agent_id="a")
+    model = ScriptedModel([call("charge", {"amount": 42}, "c1"), say("Done."), say("Again.")])
+    agent = sdk_agent(tx, model)
+    saved = sdk_run(tx, agent, "Charge 42.").to_state().to_string()
+    assert returned.wait(30)
+    (review,) = atx_agents.waiting(tx)
+    tx.resolve_review(review.id, outcome="done", output={"charged": 42}, actor="ops")
+    answers = []
+    for _ in range(2):
+        state = asyncio.run(agents.RunState.from_string(agent, saved))
+        assert atx_agents.approve_decided(tx, state) is True
+        assert not sdk_run(tx, agent, state).interruptions
+        answers.append(_tool_outputs(model.last)["c1"])
+    assert charges == [42]
+    assert answers[0] == answers[1]
+    assert answers[1]["step"] == 1
+    assert [s.step_id for s in tx.steps] == [1]
+
+
+@pytest.mark.timeout(120)
+def test_a_later_run_that_reuses_a_call_id_for_the_same_gated_call_is_asked_and_runs(tmp_path):
+    """A later run whose model reuses the id of an approved call that ran, with the same
+    arguments, is a new call: it gets its own approval request and runs once approved, never
+    answered with the earlier step's result."""
+    from _stack_agent import sdk_run  # noqa: PLC0415
+
+    refund = call("issue_refund", {"order_id": "o-1", "amount": 30}, "c1")
+    script = [refund, say("Refunded."), refund, say("Refunded again.")]
+    engine, tx, model, agent = _people(tmp_path, script)
+    asked = []
+
+    def approve(request: Any) -> None:
+        asked.append(request.step)
+        engine.approve(request.id, actor="alice")
+
+    result = _drive(tx, agent, sdk_run(tx, agent, "Refund o-1."), approve)
+    items = [*result.to_input_list(), {"role": "user", "content": "Once more."}]
+    _drive(tx, agent, sdk_run(tx, agent, items), approve)
+    assert asked == [1, 2]
+    assert _refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 30"]
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [(1, "c1"), (2, "c1")]
+    assert _tool_outputs(model.last)["c1"]["step"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_state_resumed_twice_at_once_runs_the_call_once_and_asks_nothing(tmp_path):
+    """Two workers (each its own event loop) resume the same approved state at once: the call
+    runs once, the other worker's run gets its recorded result, and no new request is asked."""
+    import threading  # noqa: PLC0415
+
+    from _durable_agent import APPROVAL_SCRIPT  # noqa: PLC0415
+    from _stack_agent import sdk_run  # noqa: PLC0415
+
+    script = [APPROVAL_SCRIPT[0], say("Done."), say("Done.")]
+    engine, tx, model, agent = _people(tmp_path, script)
+    saved = sdk_run(tx, agent, "Refund o-1.").to_state().to_string()
+    (request,) = atx_agents.waiting(tx)
+    engine.approve(request.id, actor="alice")
+    states = [asyncio.run(agents.RunState.from_string(agent, saved)) for _ in range(2)]
+    assert all(atx_agents.approve_decided(tx, state) for state in states)
+    results: list[Any] = [None, None]
+    barrier = threading.Barrier(2)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        results[i] = sdk_run(tx, agent, states[i])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(not r.interruptions for r in results)
+    assert _refunds(tmp_path) == ["refund_issued o-1 30"]
+    answers = [_tool_outputs(body)["c3"] for body in model.requests[1:]]
+    assert [a["step"] for a in answers] == [3, 3]
+    assert atx_agents.waiting(tx) == ()
+    assert tx.next_step_id == 4
+
+
+@pytest.mark.timeout(120)
+def test_a_rejection_of_a_step_a_rollback_undid_decides_no_later_call(tmp_path):
+    """A rejected request at step 3, then a rollback below it: a later turn's second gated call
+    (waiting with the first) is not taken as decided by the old rejection; it gets its own
+    request, and the run never ends with a request pending."""
+    from _stack_agent import sdk_run  # noqa: PLC0415
+
+    script = [
+        turn(
+            call("lookup_order", {"order_id": "o-1"}, "a1"),
+            call("lookup_order", {"order_id": "o-2"}, "a2"),
+            call("issue_refund", {"order_id": "o-1", "amount": 30}, "a3"),
+        ),
+        say("Rejected."),
+        turn(
+            call("issue_refund", {"order_id": "o-1", "amount": 20}, "b1"),
+            call("issue_refund", {"order_id": "o-2", "amount": 25}, "b2"),
+        ),
+        say("Done."),
+    ]
+    engine, tx, model, agent = _people(tmp_path, script)
+    _drive(
+        tx,
+        agent,
+        sdk_run(tx, agent, "Refund o-1."),
+        lambda r: engine.reject(r.id, actor="bob", reason="no"),
+    )
+    tx.rollback(2)
+    asked = []
+
+    def approve(request: Any) -> None:
+        asked.append((request.step, request.arguments["amount"]))
+        engine.approve(request.id, actor="alice")
+
+    result = _drive(tx, agent, sdk_run(tx, agent, "Refund o-1 20 and o-2 25."), approve)
+    assert result.final_output == "Done."
+    assert asked == [(2, 20), (3, 25)]
+    assert atx_agents.waiting(tx) == ()
+    assert _tool_outputs(model.last)["b2"]["ok"] is True
+    assert _refunds(tmp_path) == ["refund_issued o-1 20", "refund_issued o-2 25"]

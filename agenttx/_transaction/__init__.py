@@ -15,5 +15,7 @@ from __future__ import annotations
 
 from ._core import Transaction as Transaction
 from ._core import plan_setting as plan_setting
+from ._core import rewound_steps as rewound_steps
+from ._core import turn_lock as turn_lock
 
-__all__ = ["Transaction", "plan_setting"]
+__all__ = ["Transaction", "plan_setting", "rewound_steps", "turn_lock"]

@@ -604,6 +604,20 @@ class Transaction:
             self.rollback()
 
 
+def turn_lock(tx: Transaction) -> Calls:
+    """The turn lock of `tx` (`_turnlock.Calls`, `with` or `async with`), for an integration
+    whose check and the call it decides must be one turn, whatever thread or event loop two
+    callers run on: the call made while it is held re-enters it."""
+    return tx._calls  # noqa: SLF001  (this package's own parts)
+
+
+def rewound_steps(tx: Transaction) -> tuple[int, ...]:
+    """The steps whose failure rewound `tx` in the rollback controller's current epoch
+    (ascending; kept with the progress after every rewind, so they survive a restart): an
+    integration restoring a turn that failed before a crash tells which of its calls failed."""
+    return tuple(step for step, _ in tx._controller.state().retries)  # noqa: SLF001
+
+
 def plan_setting(tx: Transaction) -> tuple[ToolRegistry, Store, Dispatcher | None]:
     """What a plan run beside `tx` runs with: its tools, its store and its dispatcher.
 

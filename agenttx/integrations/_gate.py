@@ -17,9 +17,17 @@ People in the loop: a call that waits for a person stops its turn, and the later
 turn wait with it (`waits_in`, `wait_with`). Once people decided, `decide_waiting` tells the
 framework what to do with each call its run stopped on, in order: send it again, answer it
 without sending it (not run, or its recorded result), or let it wait on the request it asks
-now, in its order. A call that a person approved and that ran already, sent again with the
-same id, tool and arguments (a saved run state resumed twice), is answered with its recorded
-result, never run or asked again.
+now, in its order.
+
+A saved run state resumed twice (a double click, two workers, at once or one after the
+other) sends the call it stopped on twice. The gate keeps, for each call a run stopped on,
+the request asked for it (`_Stop`); the framework says which calls it sends again as that
+stop (`run(resend=True)`: the SDK's approved interruption, pydantic-ai's approved deferred
+call). Such a call whose request a live step of the same call id and tool used (an approval
+consumed, a review applied) is answered with that step's recorded result, never run or
+asked again; the check and the run hold the transaction's turn lock, so two event loops
+resuming at once give one run. A call of a later model turn that reuses the id is never such
+a resend: it gets its own request and runs.
 """
 
 from __future__ import annotations
@@ -36,12 +44,12 @@ from .._approvals import (
     call_digest,
     decision_of,
     needs_approval,
-    request_of,
     requests_for,
     review_of,
 )
+from .._refs import resolve_value
 from .._results import StepResult, StepStatus
-from .._transaction import plan_setting
+from .._transaction import plan_setting, turn_lock
 from .._turns import TurnCall, not_run
 from ._common import (
     ModelCall,
@@ -60,6 +68,7 @@ if TYPE_CHECKING:
 
     from .._json import JSONValue
     from .._transaction import Transaction
+    from ..stores import RequestRow
     from ._common import History
 
 __all__ = ["Decided", "TurnGate", "gate_for"]
@@ -91,6 +100,7 @@ class TurnGate:
         "_rewinds",
         "_sent",
         "_steps",
+        "_stops",
         "_tx",
         "_waits",
         "_with",
@@ -109,6 +119,7 @@ class TurnGate:
         self._waits: dict[str, Hashable] = {}  # call id -> its turn, for calls that wait
         self._with: dict[str, Hashable] = {}  # call id -> the turn of the call it waits with
         self._barred: dict[Hashable, Outcome] = {}  # turn -> its waiting call's failure
+        self._stops: dict[str, _Stop] = {}  # call id -> what its run last stopped on for it
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -156,11 +167,25 @@ class TurnGate:
         since): a later call of that turn is to wait with it, its step comes after."""
         return any(waiting == turn for waiting in self._waits.values())
 
-    def wait_with(self, call_id: str, turn: Hashable) -> None:
-        """Note that call `call_id` of model turn `turn` waits with the call of `turn` that
-        waits for a person (`waits_in`): if that call fails once sent again, this one is not
-        run (`decide_waiting`)."""
+    def wait_with(self, call_id: str, turn: Hashable, name: str, arguments: object) -> None:
+        """Note that call `call_id` of model turn `turn` (of tool `name`, `arguments` as the
+        model sent them) waits with the call of `turn` that waits for a person (`waits_in`):
+        if that call fails once sent again, this one is not run (`decide_waiting`); no request
+        was asked for it, so it has not run when it is sent again."""
         self._with[call_id] = turn
+        digest = _raw_digest(name, arguments)
+        if digest is not None:
+            self._stops[call_id] = _Stop(digest=digest)
+
+    def stopped(self, call_id: str, name: str, arguments: object, request: str | None) -> None:
+        """Note that a run stopped on call `call_id` (of tool `name`, `arguments` as sent) for
+        request `request` (None: it waited with an earlier call of its turn), as the framework
+        kept it with the call, unless the gate knows that stop already (it may know more: that
+        the call ran since)."""
+        digest = _raw_digest(name, arguments)
+        known = self._stops.get(call_id)
+        if digest is not None and (known is None or known.digest != digest):
+            self._stops[call_id] = _Stop(digest=digest, request=request)
 
     async def call(
         self,
@@ -171,6 +196,7 @@ class TurnGate:
         *,
         call_id: str | None,
         anchor: object = None,
+        resend: bool = False,
     ) -> dict[str, JSONValue]:
         """Run one call of model turn `turn` on `tx` and return the payload for the model.
 
@@ -178,8 +204,11 @@ class TurnGate:
         `arguments` is what the model sent (JSON text or a decoded value). `anchor` is kept
         alive while `turn` is the failed turn: pass the object whose `id()` is part of `turn`,
         so that id cannot name another turn meanwhile. A missing `call_id` gets a fresh one.
+        `resend`: the framework sends again the call its run stopped on (see `run`).
         """
-        outcome = await self.run(tx, turn, name, arguments, call_id=call_id, anchor=anchor)
+        outcome = await self.run(
+            tx, turn, name, arguments, call_id=call_id, anchor=anchor, resend=resend
+        )
         return outcome.payload
 
     async def run(
@@ -191,10 +220,18 @@ class TurnGate:
         *,
         call_id: str | None,
         anchor: object = None,
+        resend: bool = False,
     ) -> Outcome:
         """`call`, returning the whole outcome. A call that waits for a person
         (`NEEDS_APPROVAL`, `NEEDS_REVIEW`) stops its turn like a failure, except for itself:
-        sent again in the same turn (once decided) it runs, and the turn goes on."""
+        sent again in the same turn (once decided) it runs, and the turn goes on.
+
+        `resend=True` says the framework sends again, once people decided, the call a saved
+        run state stopped on (the SDK's approved interruption, pydantic-ai's approved
+        deferred call), perhaps for the second time: if the request it stopped on was used by
+        a live step of this call id and tool, it is answered with that step's recorded
+        result. The check and the run are one turn of the transaction (its turn lock), so two
+        workers resuming one state at once run it once. Any other call is run as it comes."""
         loop = asyncio.get_running_loop()
         lock = self._locks.get(loop)
         if lock is None:
@@ -212,27 +249,91 @@ class TurnGate:
                 payload = self._not_run(tx, name, model_call, failure)
                 return Outcome(call_id=model_call.call_id, payload=payload, is_error=True)
             outcome = None if resent else self._repeated(tx, turn, model_call, anchor)
-            if outcome is None and not resent:
-                outcome = _approved_before(tx, name, model_call)
+            if outcome is None and resend:
+                async with turn_lock(tx):  # the check and the run: one decision
+                    outcome = self._ran_before(tx, name, model_call)
+                    if outcome is None:
+                        (outcome,) = await arun_turn(tx, [model_call])
+                        self._ran(name, model_call, outcome)
             if outcome is None:
                 (outcome,) = await arun_turn(tx, [model_call])
             if outcome.is_error:
                 self._failed, self._failure, self._anchor = turn, outcome, anchor
                 if waited is not None:  # the calls that waited with it are not to run
                     self._barred[waited] = outcome
-            self._note(turn, outcome)
+            self._note(turn, outcome, name, model_call)
             return outcome
 
-    def _note(self, turn: Hashable, outcome: Outcome) -> None:
-        """Keep what the gate needs to know of `outcome`, a call of model turn `turn`."""
+    def _note(self, turn: Hashable, outcome: Outcome, name: str, call: ModelCall) -> None:
+        """Keep what the gate needs to know of `outcome`, call `call` (of tool `name`) of
+        model turn `turn`."""
         result = outcome.result
         if result is not None:
             if result.status in _WAITING:
                 self._waits[outcome.call_id] = turn
+                request = result.approval or result.review
+                digest = _raw_digest(name, call.arguments)
+                if digest is not None:
+                    asked = None if request is None else request.id
+                    self._stops[outcome.call_id] = _Stop(digest=digest, request=asked)
             if result.ok:
                 self._steps[outcome.call_id] = result.step_id
             if result.voided_call_ids:
                 self._rewinds.append(outcome)
+
+    def _ran(self, name: str, call: ModelCall, outcome: Outcome) -> None:
+        """Note the step a call sent again as its stop ran as: sent again once more (the same
+        saved state resumed again), it is answered from that step."""
+        result = outcome.result
+        digest = _raw_digest(name, call.arguments)
+        if result is None or not result.ok or digest is None:
+            return
+        stop = self._stops.get(call.call_id)
+        if stop is None or stop.digest != digest:
+            stop = _Stop(digest=digest)
+        self._stops[call.call_id] = attrs.evolve(stop, ran=result.step_id)
+
+    def _ran_before(self, tx: Transaction, name: str, call: ModelCall) -> Outcome | None:
+        """The recorded answer of `call`, sent again as the call a run stopped on, if it ran
+        already: the request it stopped on (as this gate knows it, else the newest request
+        for its arguments) was used by a live step of this call id and tool (an approval
+        consumed, a review applied), or the gate saw it run as that step. Else None."""
+        digest = _raw_digest(name, call.arguments)
+        if digest is None:
+            return None
+        stop = self._stops.get(call.call_id)
+        if stop is not None and stop.digest == digest:
+            if stop.ran is not None:
+                return _recorded(tx, name, call, stop.ran)
+            if stop.request is None:  # it waited with an earlier call: never asked, never run
+                return None
+            row = requests_for(tx.store).get(stop.request)
+            return None if row is None else _recorded(tx, name, call, _used_at(row))
+        # Nothing known in this process (it restarted): the newest request for its arguments.
+        row = _newest(tx, {digest, _checked_digest(tx, name, call)})
+        return None if row is None else _recorded(tx, name, call, _used_at(row))
+
+    def _asked(self, tx: Transaction, name: str, call: ModelCall) -> bool:
+        """Whether a person decided a request for `call` that is still to be used: the one
+        asked for it when its run stopped (as this gate knows it), else, as the transaction
+        finds it when the call is sent, a review of its arguments at the next step resolved,
+        or the newest approval request of its arguments approved or rejected. A request of
+        another call (an earlier step, one a rewind undid) never counts."""
+        digest = _raw_digest(name, call.arguments)
+        stop = self._stops.get(call.call_id)
+        if digest is not None and stop is not None and stop.digest == digest:
+            if stop.request is None:  # it waited with an earlier call: nothing asked yet
+                return False
+            row = requests_for(tx.store).get(stop.request)
+            return row is not None and _decided(row)
+        digests = {digest, _checked_digest(tx, name, call)} - {None}
+        rows = [r for r in requests_for(tx.store).of_scope(tx.id) if _of(r, digests)]
+        step = tx.next_step_id
+        for row in rows:
+            if row.kind == "review" and row.state == "resolved" and review_of(row).step == step:
+                return True
+        newest = next((r for r in reversed(rows) if r.kind == "approval"), None)
+        return newest is not None and newest.state in ("approved", "rejected")
 
     def decide_waiting(
         self, tx: Transaction, name: str, call_id: str, arguments: object
@@ -245,11 +346,12 @@ class TurnGate:
 
         - the call it waited with failed once sent again: answered as not run (the turn
           barrier);
-        - it ran already (a saved run state resumed twice): answered with its recorded result,
-          never run or asked again;
-        - a person decided a request for it (approved, edited or rejected): `send` it again,
-          the transaction runs it with the decision (or answers the person's reason); so is a
-          call whose tool needs no approval;
+        - it ran already (a saved run state resumed twice: the request it stopped on was used
+          by a live step of this call id and tool, see `run`): answered with its recorded
+          result, never run or asked again;
+        - a person decided the request asked for it (approved, edited or rejected; a review
+          resolved): `send` it again, the transaction runs it with the decision (or answers
+          the person's reason); so is a call whose tool needs no approval;
         - else it is sent to the transaction now, in its order (the calls before it ran): if
           it needs approval, its request is asked and it waits (`Decided()`: the framework
           stops on it again); if not, it runs now and is answered with its payload.
@@ -261,13 +363,14 @@ class TurnGate:
         barred = None if turn is None else self._barred.get(turn)
         if barred is not None:
             return Decided(payload=self._not_run(tx, name, call, barred))
-        ran = _approved_before(tx, name, call)
-        if ran is not None:
-            return Decided(payload=ran.payload)
-        if _asked(tx, name, call) or not _may_wait(tx, name, call):
-            return Decided(send=True)
-        (outcome,) = run_turn(tx, [call])
-        self._note(("decided", call_id) if turn is None else turn, outcome)
+        with turn_lock(tx):  # what it finds and what it runs: one decision
+            ran = self._ran_before(tx, name, call)
+            if ran is not None:
+                return Decided(payload=ran.payload)
+            if self._asked(tx, name, call) or not _may_wait(tx, name, call):
+                return Decided(send=True)
+            (outcome,) = run_turn(tx, [call])
+        self._note(("decided", call_id) if turn is None else turn, outcome, name, call)
         result = outcome.result
         if result is not None and result.status in _WAITING:
             self._waits.pop(call_id, None)  # the framework sends it again: not a resend
@@ -309,40 +412,75 @@ class TurnGate:
         return attrs.evolve(result, call_id=call.call_id).for_model()
 
 
-def _approved_before(tx: Transaction, name: str, call: ModelCall) -> Outcome | None:
-    """The recorded answer of `call` if it is an approved call that ran already, else None.
-
-    A framework that resumes a saved run state twice (a double click, two workers) sends the
-    call a person approved twice. The first consumed the approval and ran as a live step;
-    sent again, with the same call id, tool and arguments, the step gate would open a second
-    request for it. The second is answered with what the first got instead: never run or
-    asked again. Only a live step whose approval was consumed for this digest counts.
-    """
-    found = [s for s in tx.steps if s.call_id == call.call_id and s.tool_name == name]
-    ok, arguments = _parsed(call)
-    if not found or not ok:
-        return None
-    digest = call_digest(name, arguments)
-    steps = {s.step_id: s for s in found}
-    for row in requests_for(tx.store).of_scope(tx.id):
-        if row.kind != "approval" or row.state not in ("consumed", "finished"):
-            continue
+def _used_at(row: RequestRow) -> int | None:
+    """The transaction step that used request `row`: an approval consumed by a step (not a
+    plan node), or a review its step applied; None if no step used it."""
+    if row.kind == "approval" and row.state in ("consumed", "finished"):
         decision = decision_of(row)
-        step = steps.get(decision.get("consumed_step"))  # type: ignore[arg-type]
-        if step is None or decision.get("consumed_node") is not None:
-            continue
-        if digest in (row.digest, decision.get("digest")):
-            result = StepResult(
-                status=StepStatus.SUCCESS,
-                step_id=step.step_id,
-                next_step_id=tx.next_step_id,
-                output=step.output,
-                call_id=call.call_id,
-            )
-            return Outcome(
-                call_id=call.call_id, payload=result.for_model(), is_error=False, result=None
-            )
+        step = decision.get("consumed_step")
+        if decision.get("consumed_node") is None and isinstance(step, int):
+            return step
+    if row.kind == "review" and row.state == "applied":
+        return review_of(row).step
     return None
+
+
+def _recorded(tx: Transaction, name: str, call: ModelCall, step_id: int | None) -> Outcome | None:
+    """The answer of `call` from live step `step_id` if that step is this call (its call id
+    and tool), else None."""
+    step = next(
+        (
+            s
+            for s in tx.steps
+            if s.step_id == step_id and s.call_id == call.call_id and s.tool_name == name
+        ),
+        None,
+    )
+    if step is None:
+        return None
+    result = StepResult(
+        status=StepStatus.SUCCESS,
+        step_id=step.step_id,
+        next_step_id=tx.next_step_id,
+        output=step.output,
+        call_id=call.call_id,
+    )
+    return Outcome(call_id=call.call_id, payload=result.for_model(), is_error=False, result=None)
+
+
+def _of(row: RequestRow, digests: set[str | None]) -> bool:
+    """Whether `row` is an approval request or a review of a call of one of `digests` (as
+    sent, or as an approver edited it)."""
+    if row.kind not in ("approval", "review"):
+        return False
+    return row.digest in digests or decision_of(row).get("digest") in digests
+
+
+def _newest(tx: Transaction, digests: set[str | None]) -> RequestRow | None:
+    """The newest approval request or review of `tx` for a call of one of `digests`."""
+    rows = requests_for(tx.store).of_scope(tx.id)
+    return next((row for row in reversed(rows) if _of(row, digests)), None)
+
+
+def _decided(row: RequestRow) -> bool:
+    """Whether a person decided `row` and no step used it yet."""
+    if row.kind == "review":
+        return row.state == "resolved"
+    return row.state in ("approved", "rejected")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _Stop:
+    """What the gate knows of the call a framework's run last stopped on with a call id: the
+    digest of its arguments as the model sent them (a call of another model turn that reuses
+    the id with other arguments is another call), the request asked for it (None: it waited
+    with an earlier call of its turn, nothing was asked for it), and the step it ran as once
+    sent again (None until then)."""
+
+    digest: str
+    request: str | None = None
+    ran: int | None = None
 
 
 @final
@@ -366,25 +504,26 @@ def _parsed(call: ModelCall) -> tuple[bool, JSONValue]:
     return True, value
 
 
-def _asked(tx: Transaction, name: str, call: ModelCall) -> bool:
-    """Whether a person decided a request of `tx` for `call` that is still to be used: one
-    for its digest (the arguments as sent), or one asked at the transaction's next step for
-    its tool (arguments that refer to earlier steps resolve to other values)."""
-    ok, arguments = _parsed(call)
-    digest = call_digest(name, arguments) if ok else None
-    step = tx.next_step_id
-    for row in requests_for(tx.store).of_scope(tx.id):
-        if row.kind not in ("approval", "review"):
-            continue
-        if row.state not in ("approved", "rejected", "resolved"):
-            continue
-        decision = decision_of(row)
-        if digest is not None and digest in (row.digest, decision.get("digest")):
-            return True
-        asked = request_of(row) if row.kind == "approval" else review_of(row)
-        if asked.step == step and asked.tool == name:
-            return True
-    return False
+def _raw_digest(name: str, arguments: object) -> str | None:
+    """The digest of a call of tool `name` with `arguments` as the model sent them, or None
+    if they are not JSON."""
+    ok, value = _parsed(ModelCall(call_id="", name=name, arguments=arguments))
+    return call_digest(name, value) if ok else None
+
+
+def _checked_digest(tx: Transaction, name: str, call: ModelCall) -> str | None:
+    """The digest the transaction gives `call` sent as its next step: its references
+    resolved, its arguments checked against the tool's spec; None if that fails."""
+    tool = plan_setting(tx)[0].get(name)
+    ok, value = _parsed(call)
+    if tool is None or not ok:
+        return None
+    outputs = {s.step_id: s.output for s in tx.steps}
+    resolved, _, error = resolve_value(value, outputs, tx.next_step_id)
+    if error is not None:
+        return None
+    checked, violation = tool.validator.check(resolved)
+    return None if violation is not None else call_digest(tool.name, checked)
 
 
 def _may_wait(tx: Transaction, name: str, call: ModelCall) -> bool:

@@ -57,12 +57,14 @@ from .._errors import FailedPrecondition, InvalidArgument
 from .._plans import PLAN_TOOL, plan_tool_spec
 from .._results import StepResult, StepStatus
 from .._saga import Backoff
+from .._transaction import rewound_steps
 from ..stores import decision_bell, keeps_conversations
 from ._common import (
     History,
     Outcome,
     Rewrite,
     _not_run,
+    _refused,
     arun_turn,
     check_history,
     check_transaction,
@@ -70,6 +72,7 @@ from ._common import (
     proposal_of,
     rewrite_for,
     run_turn,
+    voided_payload,
 )
 from ._conversation import OpenTurn, Wait, WaitKind, dump, dump_messages, load
 from ._plan_calls import PlanCalls, plan_run_id
@@ -79,6 +82,7 @@ if TYPE_CHECKING:
 
     from .._approvals import ApprovalRequest, Review
     from .._json import JSONValue
+    from .._results import StepRecord
     from .._tools import ToolSpec
     from .._transaction import Transaction
     from ..stores import Bell, RequestRow
@@ -360,17 +364,37 @@ class Runner:
         if turn is None:
             return
         tx = self._tx
-        live = {s.call_id: s for s in tx.steps if s.call_id is not None}
+        live: dict[str, list[StepRecord]] = {}
+        for record in tx.steps:
+            if record.call_id is not None:
+                live.setdefault(record.call_id, []).append(record)
         answers = list(turn.answers)
         left: list[ModelCall] = []
         expected = turn.first_step
+        matched: dict[str, int] = {}  # call id -> the live step that answered it
+        refused = False
         for call in turn.rest:
             if self._is_plan(call):
                 continue
-            step = live.get(call.call_id)
-            if left or step is None or step.step_id < turn.first_step:
+            if refused:  # after the refusal, as the live turn: not run
+                answers.append(_not_run(call, expected, expected, refused=True))
+                continue
+            # each live step answers one call, in order; a later call of the turn with the
+            # same id was refused live (its id was taken), it never ran
+            step = next((s for s in live.get(call.call_id, ()) if s.step_id >= expected), None)
+            if left or step is None:
+                used = matched.get(call.call_id)
+                if not left and used is not None:
+                    why = (
+                        f"call id '{call.call_id}' was already used by step {used}, which still "
+                        "stands; send the call again with a call id of its own"
+                    )
+                    answers.append(_refused(call, expected, why))
+                    refused = True
+                    continue
                 left.append(call)
                 continue
+            matched[call.call_id] = step.step_id
             answers.append(_recorded(step.step_id, step.output, call.call_id))
             self._steps[call.call_id] = step.step_id
             expected = step.step_id + 1
@@ -378,7 +402,7 @@ class Runner:
         hints = tx.constraints
         failed = hints != turn.constraints
         if left and (failed or tx.next_step_id < expected):
-            turn = attrs.evolve(turn, answers=(*answers, *self._undone(left)))
+            turn = attrs.evolve(turn, answers=(*answers, *self._undone(left, expected)))
         answered = {o.call_id for o in turn.answers}
         waiting = tuple(w for w in turn.waiting if w.call_id not in answered)
         turn = attrs.evolve(turn, waiting=waiting)
@@ -388,23 +412,37 @@ class Runner:
         if not turn.rest:
             self._complete_turn(turn)
 
-    def _undone(self, calls: Sequence[ModelCall]) -> list[Outcome]:
-        """The answers of tool calls of a turn that failed before a crash: the first with the
-        failure (the transaction's latest hint) and the steps its rewind undid, so the
-        history is rewritten as the runner would have; the others as not run."""
+    def _undone(self, calls: Sequence[ModelCall], first: int) -> list[Outcome]:
+        """The answers of tool calls of a turn that failed before a crash (`first`: the step
+        the first of `calls` was sent as): the one that failed with the failure (the
+        transaction's latest hint) and every step its rewind undid, so the history is
+        rewritten as the runner would have; the calls before it ran and were voided; the
+        others as not run. Which call failed is the one step of them whose failure rewound
+        the transaction (`rewound_steps`); if that cannot be told, the first."""
         tx = self._tx
         step = tx.next_step_id
         live = {s.step_id for s in tx.steps}
-        voided = sorted((s, i) for i, s in self._steps.items() if s >= step and s not in live)
+        failing = [s for s in rewound_steps(tx) if first <= s < first + len(calls)]
+        voided: list[tuple[int, str]]
+        if len(failing) == 1 and step <= failing[0]:
+            index = failing[0] - first
+            ran = {first + k: c.call_id for k, c in enumerate(calls[:index])}
+            self._steps.update({i: s for s, i in ran.items()})
+            known = {s: i for i, s in self._steps.items()}
+            voided = [(s, ran.get(s) or known.get(s, "")) for s in range(step, failing[0])]
+        else:
+            index = 0
+            voided = sorted((s, i) for i, s in self._steps.items() if s >= step and s not in live)
         hint = tx.constraints[-1] if tx.constraints else "Hint: Step failed."
+        call = calls[index]
         result = StepResult(
             status=StepStatus.FAILED,
             step_id=step,
             next_step_id=step,
             error=hint,
-            call_id=calls[0].call_id,
+            call_id=call.call_id,
             voided_steps=tuple(s for s, _ in voided),
-            voided_call_ids=tuple(i for _, i in voided),
+            voided_call_ids=tuple(i for _, i in voided if i),
         )
         undone = ", ".join(str(s) for s, _ in voided)
         payload: Payload = {
@@ -422,8 +460,17 @@ class Runner:
             f"Calls of this turn from here were not kept; continue with step {step}, "
             "sending again what is still needed."
         )
-        first = Outcome(call_id=calls[0].call_id, payload=payload, is_error=True, result=result)
-        return [first, *(_not_run(call, step, step) for call in calls[1:])]
+        # The calls before it ran and were voided; their outputs are gone with their steps.
+        # Answered as the steps they were (the rewrite drops or voids them), or, where the
+        # history is kept, as voided.
+        before = [
+            attrs.evolve(_recorded(first + k, None, c.call_id), result=None)
+            if self._history != "keep"
+            else Outcome(call_id=c.call_id, payload=voided_payload(first + k), is_error=False)
+            for k, c in enumerate(calls[:index])
+        ]
+        failed = Outcome(call_id=call.call_id, payload=payload, is_error=True, result=result)
+        return [*before, failed, *(_not_run(c, step, step) for c in calls[index + 1 :])]
 
     def _found_waiting(self, turn: OpenTurn) -> tuple[Wait, ...]:
         """The request a crash left for the next call: one asked at the transaction's next

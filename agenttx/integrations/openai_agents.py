@@ -164,7 +164,7 @@ def _function_tool(
         usage = ctx.usage
         turn = (id(usage), usage.requests)
         if gate.waits_in(turn):
-            gate.wait_with(call_id, turn)
+            gate.wait_with(call_id, turn, name, params)
             return True
         outcome = await gate.run(tx, turn, name, params, call_id=call_id, anchor=usage)
         result = outcome.result
@@ -176,6 +176,8 @@ def _function_tool(
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
         # A model turn is one model request: `usage.requests` counts them in this run, and the
         # usage object is the run's own (kept alive by the gate while its turn is the failed one).
+        # A call of a guarded tool that `needs_approval` did not run is one the SDK approved
+        # itself: an interruption `approve_decided` lets it send again (perhaps once more).
         payload = ran.pop(ctx.tool_call_id, None)
         if payload is None:
             usage = ctx.usage
@@ -186,6 +188,7 @@ def _function_tool(
                 arguments,
                 call_id=ctx.tool_call_id,
                 anchor=usage,
+                resend=guarded,
             )
         return dumps(payload)
 
@@ -292,10 +295,16 @@ def approve_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
     - a call that waited with an earlier one of its turn, and that needs approval itself,
       gets its own request now (its step comes after the earlier call's, and its arguments
       may refer to that call's result): False is returned, `waiting(tx)` shows the request;
-    - a call that ran already (the same saved state resumed twice) is answered with its
-      recorded result, and one whose turn failed before it as not run: the SDK gets the
-      answer as the call's output (`state.reject(..., rejection_message=...)`), the call is
-      never run twice.
+    - a call that ran already (the same saved state resumed twice: the request it stopped
+      on, an approval or a review, was used by a live step of this call id and tool) is
+      answered with its recorded result, and one whose turn failed before it as not run: the
+      SDK gets the answer as the call's output (`state.reject(..., rejection_message=...)`),
+      the call is never run twice. Two workers resuming the same state at once both get
+      True; the call runs once, and the other worker's run gets its recorded result.
+
+    Only the request asked for the call counts as its decision (the arguments it was asked
+    with, or the call id it stopped on): a decided request of another call, or of a step a
+    rewind undid, never does.
 
     No model turn is spent; True when the run may be resumed.
     """

@@ -65,6 +65,11 @@ __all__ = ["Toolset", "approve_decided", "history_processor", "restore"]
 #: The key under which the arguments reach `call_tool` exactly as the model sent them.
 _RAW: Final = "arguments"
 
+#: The metadata keys of a deferred call: the request it waits on, or that it waits with an
+#: earlier call of its turn (`approve_decided` hands them back with the approval).
+_REQUEST: Final = "agenttx_request"
+_WITH: Final = "agenttx"
+
 
 @final
 class _PassThrough:
@@ -159,22 +164,32 @@ class Toolset(AbstractToolset[Any]):
         if turn != self._kept:
             self._kept = turn
             _keep(self._tx, ctx.messages)
-        if not ctx.tool_call_approved and self._gate.waits_in(turn):
+        tool_name = name if spec is None else spec.name
+        approved, call_id = ctx.tool_call_approved, ctx.tool_call_id
+        if not approved and self._gate.waits_in(turn):
             # a later call of a turn whose call waits for a person waits with it
-            raise ApprovalRequired(metadata={"agenttx": "waits with an earlier call"})
+            if call_id is not None:
+                self._gate.wait_with(call_id, turn, tool_name, arguments)
+            raise ApprovalRequired(metadata={_WITH: "waits with an earlier call"})
+        if approved:  # a deferred call sent again: what it waited on, as `approve_decided` kept it
+            metadata = ctx.tool_call_metadata
+            kept = isinstance(metadata, dict) and (_REQUEST in metadata or _WITH in metadata)
+            if kept and call_id is not None:
+                request = metadata.get(_REQUEST)
+                asked = request if isinstance(request, str) else None
+                self._gate.stopped(call_id, tool_name, arguments, asked)
         outcome = await self._gate.run(
             self._tx,
             turn,
-            name if spec is None else spec.name,
+            tool_name,
             arguments,
-            call_id=ctx.tool_call_id,
+            call_id=call_id,
+            resend=approved,
         )
         result = outcome.result
         if result is not None and result.status in _WAITING:
             request = result.approval or result.review
-            raise ApprovalRequired(
-                metadata={"agenttx_request": None if request is None else request.id}
-            )
+            raise ApprovalRequired(metadata={_REQUEST: None if request is None else request.id})
         return outcome.payload
 
 
@@ -256,13 +271,21 @@ def approve_decided(tx: Transaction, requests: DeferredToolRequests) -> Deferred
     after it. No model turn is spent. A deferred call of any other tool (pydantic-ai's own
     `requires_approval`) is left out: agenttx has no person's decision on it, so the caller adds
     its own to the results.
+
+    Each approval carries the request its call waited on (`metadata`), so the toolset knows
+    the call sent again as that stop: the same history and results resumed twice (a double
+    click, two workers, at once or one after the other) run it once, the second getting its
+    recorded result; a call of a later model turn that reuses the id gets its own request.
     """
     tx = check_transaction(tx, "approve_decided")
     if any(r.state == "pending" for r in _rows(tx)):
         return None
     ours = {name for spec in tx.tool_specs for name in (spec.name, spec.wire_name)}
+    calls = [c.tool_call_id for c in requests.approvals if c.tool_name in ours]
+    kept = requests.metadata
     return DeferredToolResults(
-        approvals={c.tool_call_id: True for c in requests.approvals if c.tool_name in ours}
+        approvals=dict.fromkeys(calls, True),
+        metadata={i: dict(kept[i]) for i in calls if isinstance(kept.get(i), dict)},
     )
 
 
