@@ -43,11 +43,11 @@ from .._results import (
     CommitResult,
     RollbackResult,
     StepResult,
-    StepStatus,
     TxStatus,
     failed_step,
     refused_step,
     rewind_target,
+    succeeded_step,
     waiting_step,
 )
 from .._rollback import RollbackStrategy
@@ -400,13 +400,8 @@ class Pipeline:
                 self._constraints[:], self._transient_hints[:] = dropped
         self._transition(TxStatus.ACTIVE)
         self._events.step(STEP_COMPLETED, step_id, {"tool": call.tool.name})
-        return StepResult(
-            status=StepStatus.SUCCESS,
-            step_id=step_id,
-            next_step_id=self._timeline.next_step,
-            output=outcome.output,
-            constraints=tuple(self._constraints),
-            call_id=call_id,
+        return succeeded_step(
+            step_id, self._timeline.next_step, outcome.output, tuple(self._constraints), call_id
         )
 
     def _refuse(self, call: Call, refused: JSONValueError) -> ToolOutputError:
