@@ -10,6 +10,7 @@ goes through one delegation, then stays inside the step driver.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -30,7 +31,7 @@ from .._txlog import Restored, TxLog
 from ..stores import DurableStore, MemoryStore, Store, is_store
 from . import _turns as turns
 from ._people import People
-from ._pipeline import Pipeline
+from ._pipeline import Pipeline, compensation_event
 from ._record import Record
 from ._turnlock import Calls
 from ._views import Views
@@ -155,7 +156,9 @@ class Transaction:
     ) -> None:
         """Make the parts and hand each what it shares with the others."""
         ledger = SagaLedger(
-            attempts=settings.compensation_retries, timeout=settings.compensation_timeout
+            attempts=settings.compensation_retries,
+            timeout=settings.compensation_timeout,
+            on_outcome=functools.partial(compensation_event, events),
         )
         timeline, constraints, orphans = Timeline(), list[str](), Orphans()
         calls, lock = Calls(tx_id), threading.RLock()

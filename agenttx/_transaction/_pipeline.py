@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from ._record import Record
     from ._turnlock import Calls
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "compensation_event"]
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -121,7 +121,6 @@ class Pipeline:
     _transient_hints: list[tuple[int, str]] = attrs.field(init=False, factory=list)
 
     def __attrs_post_init__(self) -> None:
-        self._ledger.on_outcome = self._compensation_event
         if self._log is not None:
             self._ledger.on_compensated = self._log.forget
 
@@ -770,14 +769,6 @@ class Pipeline:
             data={"channel": channel, "idempotency_key": idempotency_key},
         )
 
-    def _compensation_event(self, record: UndoRecord, error: str | None) -> None:
-        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
-        if error is None:
-            self._events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
-        else:
-            data["error"] = error
-            self._events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
-
     def _transition(self, target: TxStatus) -> None:
         if target not in TRANSITIONS[self._status]:
             raise IllegalTransition(source=self._status.value, target=target.value)
@@ -786,6 +777,17 @@ class Pipeline:
     def _ensure_active(self) -> None:
         if self._status is not TxStatus.ACTIVE:
             raise InvalidTransactionState(tx_id=self._id, status=self._status.value)
+
+
+def compensation_event(events: EventSink, record: UndoRecord, error: str | None) -> None:
+    """The audit event of one compensation run (the ledger's `on_outcome`, given the sink
+    with `functools.partial`: it holds no reference to the transaction, so no cycle)."""
+    data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
+    if error is None:
+        events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
+    else:
+        data["error"] = error
+        events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
 
 
 _STILL_RUNNING: Final = "not run: its tool was still running after its timeout"
