@@ -301,7 +301,7 @@ class _Unfrozen:
     layouts must match for the class change: the same slots, and no weakref slot (CPython
     refuses it beside other slots)."""
 
-    __slots__ = StepResult.__slots__
+    __slots__ = tuple(field.name for field in attrs.fields(StepResult))
 
 
 def succeeded_step(
