@@ -127,6 +127,55 @@ class Transaction:
         store = MemoryStore() if store is None else store
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
         registry = ToolRegistry(tools)
+        self._open(
+            settings,
+            registry=registry,
+            store=store,
+            agent_id=agent_id,
+            dispatcher=dispatcher,
+            tx_id=tx_id,
+            hooks=hooks,
+        )
+
+    @classmethod
+    def _begin(
+        cls,
+        settings: Settings,
+        *,
+        registry: ToolRegistry,
+        store: Store,
+        agent_id: str,
+        dispatcher: Dispatcher | None,
+        hooks: Iterable[HookLike] | None,
+    ) -> Transaction:
+        """`Transaction(...)` for an `Engine`, which checked its store, dispatcher, tools and
+        settings when it was made (or built `settings` with `settings_of`): only what
+        differs between its transactions is checked here."""
+        check_agent_id(agent_id)
+        tx = cls.__new__(cls)
+        tx._open(  # noqa: SLF001  (its own class)
+            settings,
+            registry=registry,
+            store=store,
+            agent_id=agent_id,
+            dispatcher=dispatcher,
+            tx_id=str(uuid.uuid4()),
+            hooks=hooks,
+        )
+        return tx
+
+    def _open(
+        self,
+        settings: Settings,
+        *,
+        registry: ToolRegistry,
+        store: Store,
+        agent_id: str,
+        dispatcher: Dispatcher | None,
+        tx_id: str,
+        hooks: Iterable[HookLike] | None,
+    ) -> None:
+        """Begin the transaction in `store`, then make its parts (`_setup`)."""
         events = EventSink("transaction", tx_id, hooks)  # checks the hooks before the store
         log = TxLog.open(store, tx_id, agent_id=agent_id, settings=settings)
         self._setup(
