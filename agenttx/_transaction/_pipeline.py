@@ -324,10 +324,10 @@ class Pipeline:
     ) -> Call | Failure:
         """The call ready to run, or why the agent's call fails; never raises for agent
         input (an unexpected error becomes the failure's message)."""
-        timeline = self._timeline
-        timeline.pending = Pending(step_id, tool_name, None, ())
+        timeline = self._timeline  # `pending` is None: each step's end clears it
         timeline.call_id = call_id
         if call_id is not None and (used := timeline.used(call_id, self._calls.turns)) is not None:
+            timeline.pending = Pending(step_id, tool_name, None, ())
             return duplicate_call_id(call_id, used)  # within the turn: a later one may reuse it
         try:
             prepared, timeline.pending = prepare_call(
@@ -346,6 +346,7 @@ class Pipeline:
                 log_undo=None if self._log is None else self._log.undo,
             )
         except Exception as exc:  # noqa: BLE001  (agent input: a failed step, never a wedge)
+            timeline.pending = Pending(step_id, tool_name, None, ())
             return Failure(f"{type(exc).__name__}: {exc}")
         return prepared
 
