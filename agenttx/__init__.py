@@ -12,7 +12,7 @@ from a public package's private modules (`from .stores import is_durable`, never
     layer 3: _approvals _results _history _txlog _settings _timeline _prepare _turns _step
     layer 3: _preview
     layer 4: _transaction _plans
-    layer 5: _audit _engine _recovery _prompt builtins testing integrations _demo _cli __main__
+    layer 5: _audit _engine _recovery _prompt builtins testing integrations _demo _cli _ui __main__
 
     _errors      exception tree          _json       JSON checks, canonical dumps, leaves
     _limits      input limits            _validators settings validators
@@ -38,6 +38,7 @@ from a public package's private modules (`from .stores import is_durable`, never
     builtins/    built-in tools          testing/    hypothesis helpers
     integrations/ agent SDKs and frameworks (optional extras, imported on their own)
     _demo, _cli, __main__                the demo and the command line
+    _ui/         `agenttx ui`: the web app and its pictures
 
 Everything public is re-exported here, from one import path each. The errors and the version
 load with the package; every other name loads with its module when first asked for (module

@@ -7,7 +7,8 @@ transaction jumps there: the receipt is deleted, the stock reservation reverted 
 dropped. The agent, now holding the hint, fixes step 1 and replays; the commit publishes the
 state and the email together (the email into the SQLite file's outbox), and only then sends it.
 Everything lives in one SQLite file, the embedded default, which keeps the ended transaction as
-history: the demo ends with the `agenttx inspect` commands that show what it did.
+history: the demo ends with the `agenttx inspect` commands that show what it did, and the
+`agenttx ui` command that shows it in a page.
 """
 
 from __future__ import annotations
@@ -143,4 +144,6 @@ def run(out: Callable[[str], object] = print, *, directory: str | None = None) -
     out(f"  agenttx inspect {where} {which}")
     out(f"  agenttx graph {where} {which} --format mermaid")
     out(f"  agenttx audit {where} {which}")
+    out("or in a page (pip install 'agenttx[ui]'; open the URL it prints, then the transaction):")
+    out(f"  agenttx ui {where}")
     return tx

@@ -346,7 +346,9 @@ class Engine:
 
         Raises `TransactionNotFound` if this engine never began it or has evicted it (beyond
         `keep_ended` or `keep_ended_for`): the engine keeps recent history only, the full
-        history is the durable store's. `InvalidArgument` if `tx_id` is not a string.
+        history is the durable store's (`audit(tx_id)` says how a transaction that ended in
+        another process, or before a crash, ended). `InvalidArgument` if `tx_id` is not a
+        string.
         """
         if not isinstance(tx_id, str):
             raise InvalidArgument(f"tx_id must be a string, got {type(tx_id).__name__}")

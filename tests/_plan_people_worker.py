@@ -6,7 +6,9 @@
 - `charge`: start the run, approve its request from this process; the tool appends its
   idempotency key to `ROOT/charges.log`, then the process dies (the outcome is unknown);
 - `review`: start the run; the node's call (timeout 0.2 s) hangs, its review opens; print
-  `{"review": ...}` and die.
+  `{"review": ...}` and die;
+- `review-then`: as `review`, with a `compensate="refund"` on the tool and a second node,
+  `then`, that depends on `charge`.
 
 The process dies by SIGKILL (no cleanup, no clean close of the store); the test resumes the run
 in its own process.
@@ -27,11 +29,14 @@ from agenttx.stores import SQLiteStore
 INITIAL = {"customer": "c-1", "amount": 4200}
 
 
-def plan(timeout: float | None = None) -> agenttx.Plan:
-    """One node, `charge`, retried at most twice."""
+def plan(timeout: float | None = None, *, then: bool = False) -> agenttx.Plan:
+    """One node, `charge`, retried at most twice (and `then`, on its output, if asked)."""
     inputs = {"customer_id": "${initial.customer}", "amount": "${initial.amount}"}
     node = agenttx.Node("charge", tool="charge", inputs=inputs, timeout=timeout, retries=2)
-    return agenttx.Plan(nodes=[node], initial=["customer", "amount"])
+    nodes = [node]
+    if then:
+        nodes.append(agenttx.Node("then", tool="then", inputs={"charge_id": "${charge.charge_id}"}))
+    return agenttx.Plan(nodes=nodes, initial=["customer", "amount"])
 
 
 def _die() -> None:
@@ -50,7 +55,18 @@ def _until(predicate, timeout: float = 30.0) -> None:
 def main() -> None:
     phase, db, root = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 
-    @agenttx.tool(name="charge", needs_approval=phase != "review", on_unknown="review")
+    reviewed = phase.startswith("review")
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: dict) -> None:
+        del payload
+
+    @agenttx.tool(
+        name="charge",
+        needs_approval=not reviewed,
+        on_unknown="review",
+        compensate=refund if phase == "review-then" else None,
+    )
     def charge(ctx: agenttx.ToolContext, customer_id: str, amount: int) -> dict:
         with (root / "charges.log").open("a") as log:
             log.write(ctx.idempotency_key + "\n")
@@ -59,10 +75,15 @@ def main() -> None:
         time.sleep(60)
         return {"charge_id": "never"}
 
+    @agenttx.tool(name="then")
+    def then(charge_id: str) -> dict:
+        return {"charge_id": charge_id}
+
     store = SQLiteStore(db)
-    engine = agenttx.Engine(tools=[charge], store=store)
-    run = engine.start_plan(plan(0.2 if phase == "review" else None), initial=INITIAL, run_id="r")
-    if phase == "review":
+    engine = agenttx.Engine(tools=[charge, refund, then], store=store)
+    shape = plan(0.2 if reviewed else None, then=phase == "review-then")
+    run = engine.start_plan(shape, initial=INITIAL, run_id="r")
+    if reviewed:
         _until(lambda: bool(run.pending_reviews()))
         print(json.dumps({"review": run.pending_reviews()[0].id}))
         _die()

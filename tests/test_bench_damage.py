@@ -42,16 +42,18 @@ def table() -> dict[tuple[str, str], dict[str, str]]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 13 and cells[0] == "banking":
             rows[cells[1], cells[2]] = dict(zip(COLUMNS, cells[5:10], strict=True)) | {
-                "utility": cells[4]
+                "utility": cells[4],
+                "turns": cells[11],
             }
     return rows
 
 
 @pytest.mark.timeout(900)
 def test_quick_run_covers_every_fault_and_loop(table):
-    """The quick run prints a row for each fault of the schedule and each of the three loops."""
+    """The quick run prints a row for each fault of the schedule and each mistake of the
+    scripted agent, for each of the three loops."""
     faults = {"none", "crash_after_effect", "crash_after_record", "timeout", "transient"}
-    faults |= {"permanent", "noop", "injection"}
+    faults |= {"permanent", "noop", "injection", "wrong_argument", "bad_id", "repeated_mistake"}
     assert set(table) == {(f, loop) for f in faults for loop in ("plain", "langgraph", "agenttx")}
 
 
@@ -74,3 +76,18 @@ def test_agenttx_does_no_damage_where_its_docs_claim_none(table):
         assert [row[c] for c in COLUMNS[:4]] == ["0"] * 4, (fault, row)
         assert row["utility"] == table["none", "plain"]["utility"] == "3/3", (fault, row)
     assert table["noop", "agenttx"]["unintended"].endswith("(not claimed)")
+
+
+@pytest.mark.timeout(900)
+def test_the_mistake_agent_finishes_in_every_loop_and_agenttx_resends_a_wrong_argument(table):
+    """After a wrong argument, a bad id or the same wrong call twice, every loop completes the
+    task with no damage; agenttx resends a literal the tool refused (as many decisions as the
+    plain loop) instead of rewinding the step before it."""
+    for mistake in ("wrong_argument", "bad_id", "repeated_mistake"):
+        for loop in ("plain", "langgraph", "agenttx"):
+            row = table[mistake, loop]
+            assert [row[c] for c in COLUMNS] == ["0"] * 5, (mistake, loop, row)
+            done, episodes = row["utility"].split("/")
+            assert done == episodes != "0", (mistake, loop, row)
+    for mistake in ("wrong_argument", "repeated_mistake"):
+        assert table[mistake, "agenttx"]["turns"] == table[mistake, "plain"]["turns"], mistake

@@ -66,7 +66,8 @@ REFERENCE_PATTERNS = {
     "invalid_integer": r"invalid literal for int\(\) with base \d+: '(?P<value>[^']*)'"
     r'|NumberFormatException: For input string: "(?P<value2>[^"]*)"',
     "type_mismatch": r"invalid type: (?P<found>[^,\n]+), expected (?P<expected>[^\n]+?)(?: at line \d+ column \d+)?\Z",  # noqa: E501
-    "invalid_value": r"invalid value: (?P<found>[^\n]{1,120}?) for field `(?P<key>[^`\n]+)`, expected (?P<expected>[^\n]+)",  # noqa: E501
+    "invalid_value": r"invalid value: (?P<found>[^\n]{1,120}?) for field `(?P<key>[^`\n]+)`, expected (?P<expected>[^\n]+)"  # noqa: E501
+    r"|(?P<key2>\w+)\s*\n\s*Input should be[^\S\n]*(?P<expected2>[^\n\[]*)(?:\[type=\w+, input_value=(?P<found2>[^\n]{0,120}?), input_type=\w+\])?",  # noqa: E501
     "unknown_field": r"unknown field `(?P<key>[^`\n]+)`, (?:expected (?P<expected>[^\n]+)|there are no fields)",  # noqa: E501
     "duplicate_call_id": r"duplicate call id: '(?P<call_id>(?s:.{1,256}?))' is the call id of step (?P<step>\d+)",  # noqa: E501
     "path_escape": r"path '(?P<path>[^']*)' escapes the sandbox",
@@ -512,6 +513,21 @@ EXAMPLES = [
         C.MISSING_ARGUMENT,
         "missing_field",
         "quantity",
+    ),
+    (
+        (
+            "ValidationError: 1 validation error for Input schema for `send_money`\namount\n"
+            "  Input should be a valid number, unable to parse string as a number "
+            "[type=float_parsing, input_value='two', input_type=str]\n"
+            "    For further information visit https://errors.pydantic.dev/2.14/v/float_parsing"
+        ),
+        (
+            "Hint: Invalid value for 'amount': got 'two', "
+            "expected a valid number, unable to parse string as a number."
+        ),
+        C.INVALID_VALUE,
+        "invalid_value",
+        "amount",
     ),
     (
         "'email' is a required property",
@@ -1476,7 +1492,8 @@ TOKENS = [
     " violates not-null constraint", "Column '", "' cannot be null", "NOT NULL constraint failed: ",
     'column "', '" does not exist', "no such column: ", "Unknown column '", 'relation "',
     "no such table: ", "Table '", "' doesn't exist", "no row with ", "missing field `",
-    "Field required", "' is a required property", "KeyError: ", "() missing ",
+    "Field required", "Input should be", " [type=x, input_value=", ", input_type=y]",
+    "' is a required property", "KeyError: ", "() missing ",
     "1 required positional argument: '", "2 required keyword-only arguments: '",
     "'NoneType' object has no attribute '", "Cannot read properties of undefined (reading '",
     "java.lang.NullPointerException", ': Cannot invoke "', '" because "', '" is null',
@@ -1669,6 +1686,10 @@ HOSTILE = {
     "long word then () missing": "a" * 65_500 + "() missing 1 required positional argument: 'x'",
     "words then Field required": "a\n" * 32_000 + "Field required",
     "d run then Field required": "d" * 65_000 + "\n Field required",
+    "words then Input should be": "a\n" * 32_000 + "Input should be",
+    "d run then Input should be": "d" * 65_000
+    + "\n Input should be x [type=y, input_value="
+    + "v" * 120,
     "HTTP repeated": "HTTP " * 13_107,
     "newlines": "\n" * 65_536,
     "short frames": "at x\n" * 13_107,

@@ -14,6 +14,7 @@ import pytest
 import agenttx
 from _shop import BAD_PLAN, EMAIL, OLD_EMAIL, TOOL_NAMES, Shop, bad_calls, order_plan
 from agenttx.integrations import _common, _runs
+from agenttx.integrations._framework import FrameworkRunner
 
 
 def names(specs: tuple[agenttx.ToolSpec, ...]) -> list[str]:
@@ -264,7 +265,7 @@ def _a_refused_plan() -> list[_common.Payload]:
     shop = Shop()
     tx = shop.transaction()
     call = _common.ModelCall(call_id="p1", name="propose_plan", arguments=json.dumps(BAD_PLAN))
-    (outcome,) = _common.run_turn_with_plans(tx, [call], plans=True)
+    (outcome,) = run_with_plans(tx, [call], plans=True)
     problems = outcome.payload["problems"]
     assert isinstance(problems, list)
     assert all("(did you mean" in str(problem) for problem in problems)
@@ -308,6 +309,17 @@ def test_the_mistakes_table_says_what_reaches_the_model(row):
 # ---------------------------------------------------------------------- plans a model proposes
 
 
+def run_with_plans(
+    tx: agenttx.Transaction, calls: list[_common.ModelCall], *, plans: bool = True
+) -> tuple[_common.Outcome, ...]:
+    """One model turn through a runner (the runners' shared path, `_runs.Runner`, as
+    `FrameworkRunner` drives it) with `plans`: every outcome, in the order of the calls."""
+    runner = FrameworkRunner(tx, plans=plans)
+    runner.turn(None, calls)
+    assert runner.done is not None
+    return runner.done
+
+
 def plan_call(plan: object, call_id: str = "p1") -> _common.ModelCall:
     arguments = plan if isinstance(plan, str) else json.dumps(plan)
     return _common.ModelCall(call_id=call_id, name="propose_plan", arguments=arguments)
@@ -327,7 +339,7 @@ def test_a_plan_call_runs_after_the_turns_steps_and_answers_in_order():
         plan_call(order_plan()),
         step_call("charge", {"customer_id": "${steps.1.id}", "amount": 5}, "s2"),
     ]
-    outcomes = _common.run_turn_with_plans(tx, calls, plans=True)
+    outcomes = run_with_plans(tx, calls, plans=True)
     assert [o.call_id for o in outcomes] == ["s1", "p1", "s2"]
     assert [o.payload["step"] for o in outcomes] == [1, None, 2]
     assert all(o.payload["ok"] for o in outcomes)
@@ -341,7 +353,7 @@ def test_a_plan_call_after_a_failed_step_is_not_run():
     shop = Shop()
     tx = shop.transaction()
     calls = [step_call("lookup_customer", {"email": "nobody@example.com"}, "s1"), plan_call({})]
-    failed, plan = _common.run_turn_with_plans(tx, calls, plans=True)
+    failed, plan = run_with_plans(tx, calls, plans=True)
     assert failed.is_error
     assert plan.is_error
     assert "Not run" in plan.payload["error"]
@@ -351,7 +363,7 @@ def test_a_plan_call_after_a_failed_step_is_not_run():
 def test_after_a_refused_plan_the_next_plan_of_the_turn_is_not_run():
     """Two plan calls in one turn: once one is refused, the next is not run."""
     shop = Shop()
-    first, second = _common.run_turn_with_plans(
+    first, second = run_with_plans(
         shop.transaction(), [plan_call(BAD_PLAN, "p1"), plan_call(order_plan(), "p2")], plans=True
     )
     assert first.payload["plan"] == "REFUSED"
@@ -375,7 +387,7 @@ def test_a_malformed_plan_is_refused_with_what_is_wrong(arguments, problem):
     runs and no step is used."""
     shop = Shop()
     tx = shop.transaction()
-    (outcome,) = _common.run_turn_with_plans(tx, [plan_call(arguments)], plans=True)
+    (outcome,) = run_with_plans(tx, [plan_call(arguments)], plans=True)
     assert outcome.payload["plan"] == "REFUSED"
     assert problem in outcome.payload["problems"][0]
     assert len(outcome.payload["problems"]) == 1
@@ -388,7 +400,7 @@ def test_a_plan_that_fails_when_it_runs_is_compensated_and_said_so():
     shop = Shop()
     plan = order_plan()
     plan["nodes"][0]["inputs"]["email"] = OLD_EMAIL  # a closed account: the reservation fails
-    (outcome,) = _common.run_turn_with_plans(shop.transaction(), [plan_call(plan)], plans=True)
+    (outcome,) = run_with_plans(shop.transaction(), [plan_call(plan)], plans=True)
     payload = outcome.payload
     assert outcome.is_error
     assert (payload["ok"], payload["plan"]) == (False, "FAILED")
@@ -405,17 +417,15 @@ def test_a_plan_in_an_ended_transaction_is_not_run():
     shop = Shop()
     tx = shop.transaction()
     tx.commit()
-    (outcome,) = _common.run_turn_with_plans(tx, [plan_call(order_plan())], plans=True)
+    (outcome,) = run_with_plans(tx, [plan_call(order_plan())], plans=True)
     assert "transaction has ended" in outcome.payload["error"]
     assert shop.calls == []
 
 
 def test_without_plans_a_plan_call_is_a_step_like_any_other():
-    """`plans=False` leaves the turn to `run_turn`: propose_plan is an unknown tool."""
+    """A runner with `plans=False` sends propose_plan as a step: an unknown tool."""
     shop = Shop()
-    (outcome,) = _common.run_turn_with_plans(
-        shop.transaction(), [plan_call(order_plan())], plans=False
-    )
+    (outcome,) = run_with_plans(shop.transaction(), [plan_call(order_plan())], plans=False)
     assert outcome.result is not None
     assert "does not exist" in outcome.payload["error"]
 
@@ -427,7 +437,7 @@ def test_a_plan_of_an_engines_transaction_is_recorded_durably(tmp_path):
     store = agenttx.stores.SQLiteStore(tmp_path / "agent.db")
     engine = agenttx.Engine(tools=shop.tools, store=store, dispatcher=shop.deliver)
     tx = engine.begin()
-    (outcome,) = _common.run_turn_with_plans(tx, [plan_call(order_plan())], plans=True)
+    (outcome,) = run_with_plans(tx, [plan_call(order_plan())], plans=True)
     assert outcome.payload["ok"] is True
     runs = store.plan_runs()
     assert [(run_id, status) for run_id, status, _ in runs] == [

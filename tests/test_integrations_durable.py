@@ -11,6 +11,7 @@ and one email.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -72,6 +73,13 @@ def last_is_the_model_turn(provider: str, messages: list[Any]) -> bool:
     if provider == "responses":
         return last.get("type") == "function_call"
     return last.get("role") == "assistant"
+
+
+def stored_messages(store: Any, tx_id: str) -> list[Any]:
+    """The messages of the conversation kept with `tx_id`: as many of the log's as its record
+    counts."""
+    count = json.loads(store.read_conversation(tx_id))["count"]
+    return [json.loads(text) for text in store.read_messages(tx_id, count)]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -382,8 +390,7 @@ def test_the_conversation_is_stored_before_any_call_runs(tmp_path):
     seen: list[Any] = []
 
     def peek() -> dict[str, Any]:
-        stored = json.loads(store.read_conversation(tx.id))
-        seen.append(stored["messages"][-1])
+        seen.append(stored_messages(store, tx.id)[-1])
         return {}
 
     store = SQLiteStore(tmp_path / "a.db")
@@ -399,7 +406,7 @@ def test_the_conversation_is_stored_before_any_call_runs(tmp_path):
     messages = runner.handle([{"role": "user", "content": "go"}], reply)
     assert seen == [reply]
     stored = json.loads(store.read_conversation(tx.id))
-    assert stored["messages"] == messages == runner.messages
+    assert stored_messages(store, tx.id) == messages == runner.messages
     assert stored["turn"] is None
 
 
@@ -498,7 +505,7 @@ def test_a_turn_whose_approved_call_ran_before_a_crash_is_completed_from_the_jou
     agent.engine.approve(agent.runner.waiting[0].id, actor="alice")
     kept = SQLiteStore.record_conversation
 
-    def dies(store: SQLiteStore, tx_id: str, text: str) -> None:
+    def dies(store: SQLiteStore, tx_id: str, text: str, *rest: Any, **options: Any) -> None:
         raise agenttx.StorageError("the process died here")
 
     monkeypatch.setattr(SQLiteStore, "record_conversation", dies)
@@ -569,11 +576,13 @@ def test_a_request_asked_just_before_a_crash_shows_in_the_restored_runner(tmp_pa
     kept = SQLiteStore.record_conversation
     writes: list[str] = []
 
-    def dies_on_the_second_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+    def dies_on_the_second_write(
+        store: SQLiteStore, tx_id: str, text: str, *rest: Any, **options: Any
+    ) -> None:
         writes.append(text)
         if len(writes) == 2:
             raise agenttx.StorageError("the process died here")
-        kept(store, tx_id, text)
+        kept(store, tx_id, text, *rest, **options)
 
     monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_second_write)
     with pytest.raises(agenttx.StorageError, match="died"):
@@ -666,11 +675,13 @@ def test_a_plan_node_request_asked_just_before_a_crash_shows_in_the_restored_run
     kept = SQLiteStore.record_conversation
     writes: list[str] = []
 
-    def dies_on_the_third_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+    def dies_on_the_third_write(
+        store: SQLiteStore, tx_id: str, text: str, *rest: Any, **options: Any
+    ) -> None:
         writes.append(text)
         if len(writes) == 3:  # the model's message, the run's id, then: the turn waits
             raise agenttx.StorageError("the process died here")
-        kept(store, tx_id, text)
+        kept(store, tx_id, text, *rest, **options)
 
     monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_third_write)
     with pytest.raises(agenttx.StorageError, match="died"):
@@ -780,11 +791,13 @@ def test_a_turn_that_failed_and_rewound_before_a_crash_is_answered_from_the_jour
     kept = SQLiteStore.record_conversation
     writes: list[str] = []
 
-    def dies_on_the_second_write(store: SQLiteStore, tx_id: str, text: str) -> None:
+    def dies_on_the_second_write(
+        store: SQLiteStore, tx_id: str, text: str, *rest: Any, **options: Any
+    ) -> None:
         writes.append(text)
         if len(writes) == 2:
             raise agenttx.StorageError("the process died here")
-        kept(store, tx_id, text)
+        kept(store, tx_id, text, *rest, **options)
 
     monkeypatch.setattr(SQLiteStore, "record_conversation", dies_on_the_second_write)
     second = chat_message(
@@ -881,3 +894,180 @@ def test_the_model_gets_the_whole_rejection_reason():
     tx.reject(runner.waiting[0].id, actor="bob", reason=reason)
     ((_, answer),) = results("chat", {"messages": runner.resume()})
     assert answer["rejection"] == {"by": "bob", "reason": reason}
+
+
+# ---------------------------------------------------------------------- an append-only record
+
+
+def rewinding_tools() -> list[Any]:
+    """A lookup whose customer a later reservation refuses: the reservation's failure rewinds
+    to the lookup (its root cause), voiding it and the charge after it."""
+
+    @agenttx.tool
+    def lookup(email: str) -> dict[str, Any]:
+        """Look a customer up."""
+        return {"customer_id": "c-old"}
+
+    @agenttx.tool
+    def reserve(customer_id: str) -> dict[str, Any]:
+        """Reserve for a customer."""
+        raise agenttx.ToolError(f"customer {customer_id} has a closed account", key="customer_id")
+
+    return [lookup, reserve]
+
+
+def test_each_write_holds_only_the_messages_that_are_new(tmp_path, monkeypatch):
+    """A turn's first write appends the model's message after what is kept, its second the
+    results; a history rewritten after a rewind is written from the first message it changed;
+    what the log holds is always the runner's messages."""
+    store = SQLiteStore(tmp_path / "a.db")
+    tx = agenttx.Transaction(tools=rewinding_tools(), store=store)
+    runner = runner_class("chat")(tx)
+    kept = SQLiteStore.record_conversation
+    writes: list[tuple[int, list[Any]]] = []
+
+    def spy(store: SQLiteStore, tx_id: str, text: str, *rest: Any, **options: Any) -> None:
+        messages = rest[0] if rest else options.get("messages", ())
+        writes.append((options.get("start", 0), [json.loads(m) for m in messages]))
+        kept(store, tx_id, text, *rest, **options)
+
+    monkeypatch.setattr(SQLiteStore, "record_conversation", spy)
+    first = chat_message(("c1", "lookup", {"email": "old@x"}))
+    messages = runner.handle(USER, first)
+    assert writes == [(0, [*USER, first]), (2, [messages[2]])]
+    second = chat_message(("c2", "reserve", {"customer_id": "${steps.1.customer_id}"}))
+    writes.clear()
+    messages = runner.handle(messages, second)
+    assert writes[0] == (3, [second])
+    # the rewind voided c1: the truncated history drops its call and result (from message 1)
+    start, rewritten = writes[1]
+    assert start == 1
+    assert rewritten == messages[1:]
+    assert "c1" not in json.dumps(messages)
+    assert stored_messages(store, tx.id) == messages == runner.messages
+
+
+@pytest.mark.timeout(120)
+def test_a_crash_between_the_appended_messages_and_the_step_restores_a_consistent_run(
+    durable_backend, tmp_path, monkeypatch
+):
+    """The process dies after the turn's messages were appended and before its call's step was
+    recorded: the restored runner has the conversation as it was appended (the model's call
+    unanswered, nothing more), runs the call once, and the log and its record agree."""
+    engine = make_engine(tmp_path, durable_backend())
+    tx = engine.begin(agent_id="a")
+    runner = runner_class("chat")(tx)
+    reply = chat_message(("c1", "charge", {"amount": 42, "card": "4242"}))
+
+    def dies(self: Any, calls: Any) -> Any:
+        raise agenttx.StorageError("the process died here")
+
+    monkeypatch.setattr(agenttx.Transaction, "call_turn", dies)
+    with pytest.raises(agenttx.StorageError, match="died"):
+        runner.handle(USER, reply)
+    monkeypatch.undo()
+    assert effects(tmp_path) == []
+    engine.close()
+
+    store = durable_backend()
+    assert stored_messages(store, tx.id) == [*USER, reply]
+    engine = make_engine(tmp_path, store)
+    assert tx.id in engine.recover("resume").resumed
+    restored = runner_class("chat").restore(engine.get(tx.id))
+    assert restored.messages == [*USER, reply]
+    assert restored.unanswered == ("c1",)
+    messages = restored.resume()
+    (answer,) = results("chat", {"messages": messages})
+    assert answer[1]["step"] == 1
+    assert [e.split()[0] for e in effects(tmp_path)] == ["charge"]  # once
+    assert stored_messages(store, tx.id) == messages
+
+
+def _downgrade(store: Any, tx_id: str, record: str) -> None:
+    """Take `store`'s database back to the schema before the message log (SQLite 9,
+    PostgreSQL migration 6), with `record` as the conversation of `tx_id`, as the runner of
+    that version wrote it (a whole record)."""
+    if isinstance(store, SQLiteStore):
+        import sqlite3  # noqa: PLC0415
+
+        with contextlib.closing(sqlite3.connect(store.path)) as connection:
+            connection.execute("DROP TRIGGER conversation_appended")
+            connection.execute("DROP TRIGGER conversation_ended")
+            connection.execute("DROP TABLE conversation_messages")
+            connection.execute("ALTER TABLE txs DROP COLUMN conversation_append")
+            connection.execute("UPDATE txs SET conversation = ? WHERE tx_id = ?", (record, tx_id))
+            connection.execute("PRAGMA user_version = 9")
+            connection.commit()
+        return
+    import psycopg  # noqa: PLC0415
+
+    from conftest import postgres_dsn  # noqa: PLC0415
+
+    s = store.schema
+    with psycopg.connect(postgres_dsn(), autocommit=True) as connection:
+        connection.execute(f"DROP TABLE {s}.conversation_messages")
+        connection.execute(f"DROP FUNCTION {s}.request_decided() CASCADE")
+        connection.execute(f"DELETE FROM {s}.migrations WHERE version >= 7")
+        connection.execute(
+            f"UPDATE {s}.txs SET conversation = %s WHERE tx_id = %s", (record, tx_id)
+        )
+
+
+@pytest.mark.timeout(120)
+def test_a_conversation_kept_by_the_previous_version_restores_and_goes_on(
+    durable_backend, tmp_path
+):
+    """A database of the version before the message log, holding a waiting turn's whole
+    record, opens (migrated), its conversation restores (the turn waits on its request), the
+    turn completes once approved, and from then on the log holds the messages."""
+    from agenttx.integrations import _conversation  # noqa: PLC0415
+
+    agent_store = durable_backend()
+    engine = make_engine(tmp_path, agent_store)
+    tx = engine.begin(agent_id="support")
+    runner = runner_class("chat")(tx)
+    reply = chat_message(
+        ("c1", "lookup_order", {"order_id": "o-1"}),
+        ("c2", "issue_refund", {"order_id": "o-1", "amount": 30}),
+    )
+    runner.handle(USER, reply)
+    (request,) = runner.waiting
+    state = json.loads(agent_store.read_conversation(tx.id))
+    old = _conversation.load(json.dumps(state), "t", lambda n: agent_store.read_messages(tx.id, n))
+    whole = _conversation.dump("openai.chat", "truncate", old.messages, old.steps, old.turn)
+    assert json.loads(whole)["format"] == 1
+    engine.close()
+    _downgrade(agent_store, tx.id, whole)
+
+    store = durable_backend()  # opens the older database: migrated
+    engine = make_engine(tmp_path, store)
+    assert tx.id in engine.recover("resume").resumed
+    restored = runner_class("chat").restore(engine.get(tx.id))
+    assert restored.messages == [*USER, reply]
+    assert restored.unanswered == ("c2",)
+    assert [r.id for r in restored.waiting] == [request.id]
+    engine.approve(request.id, actor="alice")
+    messages = restored.resume()
+    assert [i for i, r in results("chat", {"messages": messages}) if r["ok"]] == ["c1", "c2"]
+    assert effects(tmp_path) == ["refund_issued o-1 30"]
+    assert json.loads(store.read_conversation(tx.id))["format"] == 2
+    assert stored_messages(store, tx.id) == messages
+
+
+def test_messages_past_the_count_of_the_record_are_not_read(tmp_path):
+    """A log holding more messages than its record counts (appended by a write whose record
+    did not land) restores as the record says; one holding fewer is refused with
+    StorageError naming the transaction."""
+    store = SQLiteStore(tmp_path / "a.db")
+    tx = agenttx.Transaction(tools=rewinding_tools(), store=store)
+    runner = runner_class("chat")(tx)
+    messages = runner.handle(USER, chat_message(("c1", "lookup", {"email": "a@x"})))
+    record = store.read_conversation(tx.id)
+    store.record_conversation(tx.id, record, ['{"role":"user","content":"junk"}'], start=3)
+    del runner
+    gc.collect()
+    assert runner_class("chat").restore(tx).messages == messages
+    gc.collect()
+    store.record_conversation(tx.id, record, [], start=2)  # the log lost its last message
+    with pytest.raises(agenttx.StorageError, match=tx.id):
+        runner_class("chat").restore(tx)

@@ -28,7 +28,7 @@ from pydantic_ai.tools import DeferredToolRequests
 
 import agenttx
 from _durable_agent import APPROVAL_SCRIPT, EMAIL, PROMPT, effects, make_engine
-from _scripted import ScriptedModel, chat_tool_messages, say
+from _scripted import ScriptedModel, call, chat_tool_messages, say, turn
 from _stack_agent import (
     ScriptedChatModel,
     as_turns,
@@ -692,3 +692,90 @@ def test_pydantic_ai_approve_decided_leaves_other_tools_deferred_calls_to_the_ca
     results = atx_pai.approve_decided(tx, requests)
     assert results is not None
     assert results.approvals == {"c1": True}
+
+
+# ---------------------------------------------------------------------- the same two patterns
+
+#: Look up, then two refunds (each needs a person's approval), in one turn.
+TWO_REFUNDS = (
+    turn(
+        call("lookup_order", {"order_id": "o-1"}, "c1"),
+        call("issue_refund", {"order_id": "o-1", "amount": 30}, "c2"),
+        call("issue_refund", {"order_id": "o-1", "amount": 12}, "c3"),
+    ),
+    say("Done."),
+)
+
+
+def refunds(root: Path) -> list[str]:
+    return [line for line in effects(root) if line.startswith("refund_issued")]
+
+
+def test_pydantic_ai_two_gated_calls_of_a_turn_each_wait_for_their_own_decision(tmp_path):
+    """Two approval-gated calls in one turn: each is deferred until a person decided its own
+    request, runs once, and all three calls are answered with one extra model request."""
+    pai = PaiAgent(tmp_path, TWO_REFUNDS)
+    result = pai.run(user_prompt=PROMPT)
+    asked = []
+    while isinstance(result.output, DeferredToolRequests):
+        (request,) = pai.tx.pending_approvals()
+        asked.append(request.arguments["amount"])
+        pai.engine.approve(request.id, actor="alice")
+        result = pai.resume(result)
+    assert asked == [30, 12]
+    assert refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    assert len(pai.model.requests) == 2
+    assert [c for c, r in sdk_results(pai.model.last) if r["ok"]] == ["c1", "c2", "c3"]
+
+
+def test_pydantic_ai_the_same_deferred_results_sent_twice_run_the_call_once(tmp_path):
+    """The same history and `deferred_tool_results` resumed twice: the approved call runs once,
+    the second resume gets its recorded result, and no second request is asked."""
+    pai = PaiAgent(tmp_path, [*APPROVAL_SCRIPT, say("Done again.")])
+    result = pai.run(user_prompt=PROMPT)
+    (request,) = pai.tx.pending_approvals()
+    pai.engine.approve(request.id, actor="alice")
+    answers = []
+    for _ in range(2):
+        pai.resume(result)
+        answers.append(dict(sdk_results(pai.model.last))["c3"])
+    assert refunds(tmp_path) == ["refund_issued o-1 30"]
+    assert answers[0] == answers[1]
+    assert answers[1]["step"] == 3
+    assert pai.tx.pending_approvals() == ()
+    assert len(pai.engine.store.list_requests("approval", "pending", 10)) == 0
+
+
+def test_langgraph_two_gated_calls_of_a_turn_each_wait_for_their_own_decision(tmp_path):
+    """Two approval-gated calls in one turn: the graph interrupts for each in turn, each runs
+    once after its own decision, and the next model request answers all three calls."""
+    graph = Graph(tmp_path, TWO_REFUNDS)
+    state = graph.first_turn()
+    asked = []
+    while "__interrupt__" in state:
+        (request,) = graph.node.waiting
+        asked.append(request.arguments["amount"])
+        graph.engine.approve(request.id, actor="alice")
+        state = graph.resume()
+    assert asked == [30, 12]
+    assert refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    assert len(graph.model.seen) == 2
+    assert [c for c, r in tool_results(graph.model.seen[-1]) if r["ok"]] == ["c1", "c2", "c3"]
+
+
+def test_langgraph_the_same_checkpoint_resumed_twice_runs_the_call_once(tmp_path):
+    """The interrupted checkpoint resumed twice: the approved call runs once, both resumes
+    answer it with the same result, and no second request is asked."""
+    graph = Graph(tmp_path, [*APPROVAL_SCRIPT, say("Done again.")])
+    graph.first_turn()
+    saved = graph.graph.get_state(graph.config).config
+    (request,) = graph.node.waiting
+    graph.engine.approve(request.id, actor="alice")
+    answers = []
+    for _ in range(2):
+        graph.graph.invoke(Command(resume=True), saved)
+        answers.append(dict(tool_results(graph.model.seen[-1]))["c3"])
+    assert refunds(tmp_path) == ["refund_issued o-1 30"]
+    assert answers[0] == answers[1]
+    assert graph.node.waiting == ()
+    assert len(graph.engine.store.list_requests("approval", "pending", 10)) == 0

@@ -377,3 +377,175 @@ def test_a_streamed_run_rewinds_compensates_replays_and_commits(responses):
     assert [effect.payload["to"] for effect in shop.delivered] == [EMAIL]
     assert shop.live_charges == ["ch-2"]
     assert [record.call_id for record in tx.steps] == ["c5", "c6", "c7", "c8"]
+
+
+# ---------------------------------------------------------------------- people in the loop
+
+
+#: Look up, then two refunds (each needs a person's approval), in one turn.
+TWO_REFUNDS = (
+    turn(
+        call("lookup_order", {"order_id": "o-1"}, "c1"),
+        call("issue_refund", {"order_id": "o-1", "amount": 30}, "c2"),
+        call("issue_refund", {"order_id": "o-1", "amount": 12}, "c3"),
+    ),
+    say("Done."),
+)
+
+
+def _people(tmp_path: Any, script: Any = TWO_REFUNDS) -> Any:
+    """A transaction on SQLite with the durable agent's tools, its SDK agent and model."""
+    from _durable_agent import make_engine  # noqa: PLC0415
+    from _stack_agent import sdk_agent  # noqa: PLC0415
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    tx = engine.begin(agent_id="support")
+    model = ScriptedModel(script)
+    return engine, tx, model, sdk_agent(tx, model)
+
+
+def _refunds(tmp_path: Any) -> list[str]:
+    from _durable_agent import effects  # noqa: PLC0415
+
+    return [line for line in effects(tmp_path) if line.startswith("refund_issued")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("second", ["approve", "reject"])
+def test_two_gated_calls_of_a_turn_each_interrupt_and_run_once_decided(second, tmp_path):
+    """Two approval-gated calls in one model turn: the run stops with an interruption for each;
+    once the first call's request is decided, the resumed run runs it once and stops again on
+    the second (never answering it with a waiting payload), whose request `approve_decided`
+    asks then; once that is decided, it runs once (a rejected one gets the person's reason),
+    and no extra model turn is made."""
+    from _stack_agent import sdk_run  # noqa: PLC0415
+
+    engine, tx, model, agent = _people(tmp_path)
+    result = sdk_run(tx, agent, "Refund o-1 twice.")
+    assert [i.call_id for i in result.interruptions] == ["c2", "c3"]
+    (first,) = atx_agents.waiting(tx)
+    assert first.arguments["amount"] == 30
+    engine.approve(first.id, actor="alice")
+    state = result.to_state()
+    assert atx_agents.approve_decided(tx, state) is True
+    result = sdk_run(tx, agent, state)
+    assert [i.call_id for i in result.interruptions] == ["c3"]
+    assert _refunds(tmp_path) == ["refund_issued o-1 30"]
+    state = result.to_state()
+    assert atx_agents.approve_decided(tx, state) is False  # asks for it, in its order
+    (later,) = atx_agents.waiting(tx)
+    assert later.arguments["amount"] == 12
+    assert later.step == 3
+    assert atx_agents.approve_decided(tx, state) is False  # undecided
+    if second == "approve":
+        engine.approve(later.id, actor="alice")
+    else:
+        engine.reject(later.id, actor="bob", reason="one refund is enough")
+    assert atx_agents.approve_decided(tx, state) is True
+    result = sdk_run(tx, agent, state)
+    assert not result.interruptions
+    assert result.final_output == "Done."
+    assert len(model.requests) == 2
+    answered = _tool_outputs(model.last)
+    assert list(answered) == ["c1", "c2", "c3"]
+    assert answered["c2"]["ok"]
+    if second == "approve":
+        assert answered["c3"]["ok"]
+        assert _refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    else:
+        assert answered["c3"]["ok"] is False
+        assert "one refund is enough" in answered["c3"]["error"]
+        assert _refunds(tmp_path) == ["refund_issued o-1 30"]
+    assert atx_agents.waiting(tx) == ()
+
+
+@pytest.mark.timeout(120)
+def test_a_call_waiting_with_a_rejected_one_is_not_run_nor_asked(tmp_path):
+    """The first of two gated calls of a turn is rejected: the second, which waited with it,
+    is answered as not run (the turn barrier), no request is asked for it, and it never runs."""
+    from _stack_agent import sdk_run  # noqa: PLC0415
+
+    engine, tx, model, agent = _people(tmp_path)
+    result = sdk_run(tx, agent, "Refund o-1 twice.")
+    (first,) = atx_agents.waiting(tx)
+    engine.reject(first.id, actor="bob", reason="no refunds today")
+    while result.interruptions:
+        state = result.to_state()
+        assert atx_agents.approve_decided(tx, state) is True
+        result = sdk_run(tx, agent, state)
+    assert len(model.requests) == 2
+    answered = _tool_outputs(model.last)
+    assert "no refunds today" in answered["c2"]["error"]
+    assert answered["c3"]["ok"] is False
+    assert "not run" in answered["c3"]["instruction"]
+    assert _refunds(tmp_path) == []
+    assert [r.id for r in tx.pending_approvals()] == []
+    assert len(engine.store.list_requests("approval", "rejected", 10)) == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_state_resumed_twice_asks_once_and_runs_the_approved_call_once(tmp_path):
+    """The same saved `RunState` resumed twice (a double click, two workers): the second resume
+    opens no second approval request and does not run the approved call again; its call is
+    answered with the recorded result of the first."""
+    from _durable_agent import APPROVAL_SCRIPT  # noqa: PLC0415
+    from _stack_agent import sdk_run  # noqa: PLC0415
+    from agenttx._approvals import requests_for  # noqa: PLC0415
+
+    engine, tx, model, agent = _people(tmp_path, [*APPROVAL_SCRIPT, say("Done again.")])
+    saved = sdk_run(tx, agent, "Refund o-1.").to_state().to_string()
+    (request,) = atx_agents.waiting(tx)
+    early = asyncio.run(agents.RunState.from_string(agent, saved))
+    assert atx_agents.approve_decided(tx, early) is False
+    assert sdk_run(tx, agent, early).interruptions  # resumed before the decision: still waits
+    assert [r.id for r in atx_agents.waiting(tx)] == [request.id]  # the same request
+    engine.approve(request.id, actor="alice")
+    answers = []
+    for _ in range(2):
+        state = asyncio.run(agents.RunState.from_string(agent, saved))
+        assert atx_agents.approve_decided(tx, state) is True
+        assert not sdk_run(tx, agent, state).interruptions
+        answers.append(_tool_outputs(model.last)["c3"])
+    assert _refunds(tmp_path) == ["refund_issued o-1 30"]  # exactly once
+    assert answers[0] == answers[1]
+    assert answers[1]["ok"]
+    assert answers[1]["step"] == 3
+    rows = [r for r in requests_for(tx.store).of_scope(tx.id) if r.kind == "approval"]
+    assert [r.id for r in rows] == [request.id]
+    assert atx_agents.waiting(tx) == ()
+
+
+@pytest.mark.timeout(120)
+def test_two_gated_calls_of_a_turn_are_decided_in_order_across_a_restart(tmp_path):
+    """The run stops on two gated calls and the process ends; a new engine recovers the
+    transaction and resumes the saved state: each call gets its own request in its order, runs
+    once when approved, and the turn is answered with no extra model turn."""
+    from _durable_agent import make_engine  # noqa: PLC0415
+    from _stack_agent import sdk_agent, sdk_run  # noqa: PLC0415
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    engine, tx, model, agent = _people(tmp_path)
+    saved = sdk_run(tx, agent, "Refund o-1 twice.").to_state().to_string()
+    engine.close()
+
+    engine = make_engine(tmp_path, SQLiteStore(tmp_path / "agent.db"))
+    assert tx.id in engine.recover("resume").resumed
+    tx = engine.get(tx.id)
+    agent = sdk_agent(tx, model)
+    asked = []
+    while True:
+        state = asyncio.run(agents.RunState.from_string(agent, saved))
+        if not atx_agents.approve_decided(tx, state):
+            (request,) = atx_agents.waiting(tx)
+            asked.append(request.arguments["amount"])
+            engine.approve(request.id, actor="alice")
+            continue
+        result = sdk_run(tx, agent, state)
+        if not result.interruptions:
+            break
+        saved = result.to_state().to_string()
+    assert asked == [30, 12]
+    assert _refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    assert len(model.requests) == 2
+    assert all(r["ok"] for r in _tool_outputs(model.last).values())

@@ -109,7 +109,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         #: The decisions on approval requests not yet used, by amount (an approval is bound to
         #: the tool and the arguments' digest, at any step): "approved" or "rejected".
         self.decided: dict[int, str] = {}
-        self.back = False  # a held call came back and no call or rewind has settled it since
 
     def _hook(self, event: agenttx.Event) -> None:
         self.provider.hook(event)
@@ -181,7 +180,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         runs = len(self.provider.runs())
         self.provider.plan[:] = [behaviour]
         result = self.tx.call("charge", arguments)
-        self.back = self.back and refused  # a call not refused first settles what came back
         self.provider.plan.clear()
         ran = len(self.provider.runs()) > runs
         if refused:  # a blocked step runs nothing, and the controller is not asked
@@ -305,7 +303,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         # action (documented): wait for the return the gate only lets happen, so the model
         # knows when the undo runs (no public API tells).
         self.tx._pipeline._orphans.wait(5.0)
-        self.back = True
 
     @precondition(lambda self: self.ended is None and not self._running())
     @rule(data=st.data())
@@ -315,7 +312,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         # A held call back since the last call is settled by the rewind at once: its undo runs
         # in it (test_a_rewind_below_a_review_undoes_its_held_call_that_returned).
         self.tx.rollback(to)
-        self.back = False
         if to == 0:
             self.ended = "aborted"
             self.live.clear()
@@ -378,23 +374,14 @@ class LifecycleMachine(RuleBasedStateMachine):
         for gone in [s for s in self.live if s >= self.tx.next_step_id]:
             del self.live[gone]
 
-    @precondition(
-        lambda self: (
-            self.durable
-            and self.ended is None
-            and not self._running()
-            # Not while a held call is back since the last call: its undo record, in memory
-            # until the transaction's next action, ends with the process, and the step a person
-            # then resolves `done` has nothing to undo (strict xfail test_a_held_call_back_
-            # before_a_restart_is_undone_once_its_review_says_done, a defect this machine found).
-            and not self.back
-        )
-    )
+    @precondition(lambda self: self.durable and self.ended is None and not self._running())
     @rule()
     def crash(self) -> None:
         """The process dies between calls; another one resumes the transaction. A step waiting
-        in NEEDS_REVIEW (its call returned, its undo records kept) is rewound by recovery: the
-        call is undone and its review, pending or resolved, withdrawn."""
+        in NEEDS_REVIEW (its call returned, its undo records written as it returned, even with
+        no call since) is rewound by recovery: the call is undone and its review, pending or
+        resolved, withdrawn
+        (test_a_held_call_back_before_a_restart_is_undone_once_its_review_says_done)."""
         waiting = self.waiting
         self.store.close()
         del self.tx
@@ -568,6 +555,21 @@ PATHS: dict[str, list[tuple[str, dict[str, Any], str | None]]] = {
         ("send", {"amount": 10, "behaviour": "ok", "same": False}, None),
         ("commit", {}, None),
     ],
+    # A held call back, then a crash before any other action: its undo was written as it
+    # returned, so recovery undoes it, its review pending or resolved
+    # (test_a_held_call_back_before_a_restart_is_undone_once_its_review_says_done).
+    "a crash with a held call back": [
+        ("send", {"amount": 10, "behaviour": "ok", "same": False}, None),
+        ("send", {"amount": 20, "behaviour": "hang", "same": False}, "review pending"),
+        ("release", {}, "review pending"),
+        ("crash", {}, None),
+        ("send", {"amount": 30, "behaviour": "hang", "same": False}, "review pending"),
+        ("resolve", {"done": True}, "review resolved"),
+        ("release", {}, "review resolved"),
+        ("crash", {}, None),
+        ("send", {"amount": 30, "behaviour": "ok", "same": False}, None),
+        ("commit", {}, None),
+    ],
 }
 
 
@@ -578,7 +580,7 @@ def test_the_lifecycle_machine_on_a_rare_path(
 ) -> None:
     """The machine's rules and invariants hold along each path it reaches rarely by chance
     (a crash only on a durable store)."""
-    if path == "a crash while a review waits" and not getattr(stores, "durable", False):
+    if "crash" in path and not getattr(stores, "durable", False):
         pytest.skip("a MemoryStore does not survive its process")
     monkeypatch.setattr("agenttx._step._gate.LATE_RESULT_GRACE", GRACE)
     machine = type("Machine", (LifecycleMachine,), {"make_store": staticmethod(stores)})()
@@ -907,37 +909,139 @@ def test_an_edit_over_the_size_limit_is_refused(tmp_path: Any) -> None:
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the undo record of a held call that returned is kept in memory until the "
-    "transaction's next action (Orphans.settle): a process that dies first loses it, so the "
-    "step a person then resolves `done` has nothing to undo",
-)
-def test_a_held_call_back_before_a_restart_is_undone_once_its_review_says_done(
-    tmp_path: Any,
-) -> None:
-    """A call under review returns, then the process dies before the transaction's next
-    action: once a person resolves the review `done` and the call is sent again, an abort
-    undoes it (rule 2: an undo runs once its call has returned)."""
-    provider = Provider()
-    store = SQLiteStore(tmp_path / "held.db")
+def _held_back(store: Any, provider: Provider) -> tuple[agenttx.Transaction, agenttx.Review]:
+    """A transaction whose charge of 10 is under review while its call hangs."""
     tx = _tx(store, provider)
     provider.plan[:] = ["hang"]
     review = tx.call("charge", SMALL).review
+    assert review is not None
+    return tx, review
+
+
+def _recovered(make: Callable[..., Any], provider: Provider, tx_id: str) -> agenttx.Transaction:
+    """The transaction resumed by a restarted process on a new store of the same backend."""
+    engine = agenttx.Engine(tools=charging_tools(provider), store=make(), config=FAST)
+    report = engine.recover("resume")
+    assert tx_id in report.resumed, report
+    return engine.get(tx_id)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("resolved", [False, True], ids=["pending", "resolved"])
+def test_a_held_call_back_before_a_restart_is_undone_once_its_review_says_done(
+    durable_backend: Callable[..., Any], provider: Provider, resolved: bool
+) -> None:
+    """A call under review returns, then the process dies before the transaction's next
+    action (its review pending, or resolved `done`): its undo was written as it returned, so
+    recovery rewinds the step, refunds the charge and withdraws the review (rule 2: an undo
+    runs once its call has returned); the call sent again charges once."""
+    store = durable_backend()
+    tx, review = _held_back(store, provider)
     provider.release_all()
     tx._pipeline._orphans.wait(5.0)  # the held call has returned (no public API tells)
-    store.close()
-    again = SQLiteStore(tmp_path / "held.db")
-    try:
-        engine = agenttx.Engine(tools=charging_tools(provider), store=again, config=FAST)
-        engine.recover("resume")
-        resumed = engine.get(tx.id)
-        assert [r.id for r in resumed.pending_reviews()] == [review.id]
+    if resolved:
         output = {"key": review.idempotency_key, "amount": 10, "step": 1}
-        resumed.resolve_review(review.id, outcome="done", output=output, actor="ops")
-        assert resumed.call("charge", SMALL).ok
-        assert provider.net() == 10
-        resumed.rollback(0)
-        assert provider.net() == 0, provider.trace
+        tx.resolve_review(review.id, outcome="done", output=output, actor="ops")
+    store.close()  # the process dies
+    resumed = _recovered(durable_backend, provider, tx.id)
+    assert provider.net() == 0, provider.trace
+    assert resumed.pending_reviews() == ()
+    with pytest.raises(agenttx.ReviewNotFound):
+        resumed.resolve_review(review.id, outcome="not_done", actor="ops")
+    assert resumed.call("charge", SMALL).ok
+    assert provider.net() == 10, provider.trace
+    resumed.rollback(0)
+    assert provider.net() == 0, provider.trace
+
+
+@pytest.mark.timeout(60)
+def test_a_held_call_cut_off_before_its_undo_is_written_is_undone_once_its_review_says_done(
+    durable_backend: Callable[..., Any], provider: Provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process dies as a call under review returns, before its undo is written (here: its
+    store is closed first, and the write is reported): after the restart the review still
+    waits; resolved `done` and sent again, the step keeps the undo the tool declares with the
+    reviewed output, and an abort refunds the charge."""
+    store = durable_backend()
+    tx, review = _held_back(store, provider)
+    store.close()  # the process is gone: what the call's return writes cannot land
+    provider.release_all()
+    tx._pipeline._orphans.wait(5.0)
+    assert "could not be written as it returned" in caplog.text
+    assert provider.net() == 10  # the charge happened
+    resumed = _recovered(durable_backend, provider, tx.id)
+    assert [r.id for r in resumed.pending_reviews()] == [review.id]
+    output = {"key": review.idempotency_key, "amount": 10, "step": 1}
+    resumed.resolve_review(review.id, outcome="done", output=output, actor="ops")
+    assert resumed.call("charge", SMALL).ok
+    assert provider.net() == 10
+    resumed.rollback(0)
+    assert provider.net() == 0, provider.trace
+
+
+@pytest.mark.timeout(60)
+def test_a_held_call_returning_after_its_lease_was_lost_writes_nothing_and_is_reported(
+    durable_backend: Callable[..., Any], provider: Provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call under review returns on a worker that lost its lease meanwhile: its undo is not
+    written into the transaction another store holds, but logged and reported by the old
+    worker (`view().compensation_failures`, and never run); the holder's review, resolved
+    `done`, keeps the undo, and its abort refunds the charge once."""
+    store = durable_backend(lease_seconds=30.0)
+    tx, review = _held_back(store, provider)
+    thief = durable_backend(lease_seconds=30.0)
+    thief.load(tx.id)  # another worker takes the transaction over
+    provider.release_all()
+    tx._pipeline._orphans.wait(5.0)
+    assert "could not be written as it returned" in caplog.text
+    assert thief.load(tx.id).undos == ()  # nothing written into the thief's transaction
+    with pytest.raises(agenttx.StorageError, match="lease lost"):
+        tx.rollback(0)
+    failures = tx.view().compensation_failures
+    assert any("not recorded as its late call returned" in line for line in failures), failures
+    assert provider.net() == 10  # the old worker ran no refund
+    store.close()
+    thief.close()
+    resumed = _recovered(durable_backend, provider, tx.id)
+    assert [r.id for r in resumed.pending_reviews()] == [review.id]
+    output = {"key": review.idempotency_key, "amount": 10, "step": 1}
+    resumed.resolve_review(review.id, outcome="done", output=output, actor="ops")
+    assert resumed.call("charge", SMALL).ok
+    resumed.rollback(0)
+    assert provider.net() == 0, provider.trace
+    assert sum(1 for e in provider.trace if e[0] == "refund") == 1, provider.trace
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_out_call_back_before_a_restart_is_undone_by_recovery(
+    durable_backend: Callable[..., Any],
+) -> None:
+    """A plain tool's call that timed out returns, then the process dies before the
+    transaction's next action: its `compensate=` undo was written as it returned, so recovery
+    runs it (rule 2), and the call sent again charges once."""
+    release, charges, refunds = threading.Event(), list[int](), list[int]()
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: dict[str, Any]) -> None:
+        refunds.append(payload["output"]["charged"])
+
+    @agenttx.tool(compensate=refund)
+    def pay(amount: int) -> dict[str, int]:
+        release.wait(10.0)
+        charges.append(amount)
+        return {"charged": amount}
+
+    store = durable_backend()
+    tx = agenttx.Transaction(tools=[pay, refund], store=store, step_timeout=STEP_TIMEOUT)
+    try:
+        assert tx.call("pay", {"amount": 7}).status is StepStatus.ROLLBACK_TRIGGERED
     finally:
-        again.close()
+        release.set()
+    tx._pipeline._orphans.wait(5.0)  # it has returned (no public API tells)
+    assert charges == [7]
+    store.close()  # the process dies
+    engine = agenttx.Engine(tools=[pay, refund], store=durable_backend(), config=FAST)
+    engine.recover("resume")
+    assert refunds == [7]
+    assert engine.get(tx.id).call("pay", {"amount": 7}).ok
+    assert (charges, refunds) == ([7, 7], [7])

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 from unittest import mock
 
@@ -59,6 +60,41 @@ def store(durable_backend):
 def _nodes(store: SQLiteStore, run_id: str) -> dict[str, dict]:
     image = store.read_plan(run_id)
     return {node.node_id: {"state": node.state, **fold(node.record)} for node in image.nodes}
+
+
+def test_a_nodes_reported_costs_are_recorded_retries_apart(store):
+    """Each node's record keeps the GBP its attempts reported, exact, by category; the cost of
+    an attempt that another followed counts as `retry`, as the run's metrics count it."""
+    tries: list[int] = []
+
+    @agenttx.tool
+    def flaky(ctx: agenttx.ToolContext) -> dict[str, int]:
+        tries.append(1)
+        ctx.add_cost("0.10")
+        ctx.add_cost("0.002", category="model")
+        if len(tries) < 2:
+            raise ConnectionError("connection refused")
+        return {"ok": 1}
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("charge", tool="flaky", retries=1),
+            agenttx.Node("free", tool="add", inputs={"a": 1, "b": 2}),
+        ]
+    )
+    result = agenttx.run_plan(
+        plan, tools=[flaky, add], initial={}, store=store, run_id="r", backoff=NO_WAIT
+    )
+    assert result.status is PlanStatus.SUCCEEDED
+    nodes = _nodes(store, "r")
+    assert nodes["charge"]["cost"] == {"retry": "0.102", "tool": "0.10", "model": "0.002"}
+    assert "cost" not in nodes["free"]
+    metrics = result.metrics.cost
+    assert (metrics.retry, metrics.tool, metrics.model) == (
+        Decimal("0.102"),
+        Decimal("0.10"),
+        Decimal("0.002"),
+    )
 
 
 def test_every_transition_of_a_run_is_recorded(store):
@@ -1471,3 +1507,57 @@ def test_orphaned_plans_lists_the_running_runs_whose_runner_is_gone(durable_back
     assert reader.orphaned_plans() == ()
     runner.close()
     assert reader.orphaned_plans() == ("running",)
+
+
+@pytest.mark.timeout(60)
+def test_a_node_call_that_returns_late_writes_its_undo_as_it_returns(store):
+    """A node's sync call abandoned at its timeout writes its `compensate=` undo to the run's
+    durable log as it returns, while the run is busy with another node (a runner that dies
+    then leaves it for recovery); the run's end refunds it once."""
+    go, done, timed_out = threading.Event(), threading.Event(), threading.Event()
+    refunds: list[str] = []
+
+    @agenttx.compensation
+    def refund(payload):
+        refunds.append(payload["output"]["charge_id"])
+
+    @agenttx.tool(compensate=refund)
+    def charge(amount: int) -> dict:
+        go.wait(30)
+        return {"charge_id": f"ch-{amount}"}
+
+    @agenttx.tool
+    def slow() -> dict:
+        done.wait(30)
+        return {}
+
+    def hook(event: agenttx.Event) -> None:
+        if event.node == "charge" and event.kind is agenttx.EventKind.FAILED:
+            timed_out.set()
+
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("charge", tool="charge", inputs={"amount": 5}, timeout=0.2),
+            agenttx.Node("slow", tool="slow", timeout=30),
+        ]
+    )
+    run = agenttx.start_plan(
+        plan, tools=[charge, refund, slow], initial={}, store=store, run_id="late", hooks=[hook]
+    )
+    try:
+        assert timed_out.wait(30)
+        go.set()
+        deadline = time.monotonic() + 20  # a hang guard: the write follows the return at once
+        while not store.peek("late").undos and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rows = store.peek("late").undos
+        assert [json.loads(row.record)["payload"]["output"] for row in rows] == [
+            {"charge_id": "ch-5"}
+        ]
+    finally:
+        go.set()
+        done.set()
+    result = run.wait(30)
+    assert result.status is PlanStatus.FAILED
+    assert result.nodes["charge"].state is NodeState.TIMED_OUT
+    assert refunds == ["ch-5"]

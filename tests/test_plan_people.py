@@ -513,6 +513,39 @@ def test_a_resumed_node_without_a_check_goes_to_review(tmp_path):
 
 
 @posix
+def test_a_resumed_node_said_done_by_its_review_keeps_its_undo_for_a_failed_run(tmp_path):
+    """The node's call was cut off by the crash while under review: resolved done after the
+    resume, the node keeps the undo its tool declares, with the reviewed output, and the run
+    that then fails compensates it."""
+    opened = _die_in("review-then", tmp_path)
+    refunds: list[object] = []
+
+    @agenttx.compensation(name="refund")
+    def refund(payload: dict) -> None:
+        refunds.append(payload["output"])
+
+    @agenttx.tool(name="charge", on_unknown="review", compensate=refund)
+    def charge(customer_id: str, amount: int) -> dict:
+        raise AssertionError("a call said done is not run again")
+
+    @agenttx.tool(name="then")
+    def then(charge_id: str) -> dict:
+        raise agenttx.ToolError(f"the receipt for {charge_id} bounced", transient=False)
+
+    engine, run = _resume(tmp_path, charge, refund, then)
+    _until(lambda: bool(engine.pending_reviews()))
+    assert [review.id for review in engine.pending_reviews()] == [opened["review"]]
+    engine.resolve_review(
+        opened["review"], outcome="done", output={"charge_id": "ops"}, actor="ops"
+    )
+    result = run.wait(20)
+    assert result.status is PlanStatus.FAILED
+    assert result.nodes["charge"].output == {"charge_id": "ops"}
+    assert refunds == [{"charge_id": "ops"}]
+    engine.store.close()  # type: ignore[attr-defined]
+
+
+@posix
 def test_a_resumed_node_waits_for_the_request_it_made_before_the_crash(tmp_path):
     """The request pending at the crash is waited for again, not asked a second time."""
     asked = _die_in("ask", tmp_path)

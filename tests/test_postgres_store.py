@@ -200,9 +200,9 @@ def test_effects_keep_any_text_through_the_outbox(store: PostgresStore) -> None:
 
 def test_migrations_are_recorded_and_idempotent(store: PostgresStore) -> None:
     """The schema records each migration once; migrate() again changes nothing."""
-    assert store.migrate() == 6
+    assert store.migrate() == 8
     rows = _raw(f"SELECT version FROM {store.schema}.migrations ORDER BY version")
-    assert rows == [(1,), (2,), (3,), (4,), (5,), (6,)]
+    assert rows == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]
 
 
 def test_a_newer_schema_is_refused(store: PostgresStore) -> None:
@@ -238,7 +238,7 @@ def test_workers_starting_together_migrate_once(pg_schema: tuple[str, str]) -> N
     for thread in threads:
         thread.join()
     assert errors == []
-    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(6,)]
+    assert _raw(f"SELECT count(*) FROM {schema}.migrations") == [(8,)]
 
 
 # ---------------------------------------------------------------- leases and fencing
@@ -686,15 +686,17 @@ def test_a_call_blocked_on_the_server_does_not_stop_the_renewals(
 
 
 def test_an_older_schema_is_migrated_keeping_its_data(store: PostgresStore) -> None:
-    """A schema at version 1 (no approvals, plan audit, holds, units, rates or conversations)
-    gains them, and keeps its state."""
+    """A schema at version 1 (no approvals, plan audit, holds, units, rates, conversations,
+    their message log or the decisions' notification) gains them, and keeps its state."""
     store.begin("t")
     store.put("t", "k", "1")
     store.commit("t")
     schema = store.schema
     _raw(f"DROP TABLE {schema}.requests, {schema}.plan_audit, {schema}.plan_holds")
     _raw(f"DROP TABLE {schema}.plan_units, {schema}.plan_rates")
+    _raw(f"DROP TABLE {schema}.conversation_messages")
     _raw(f"ALTER TABLE {schema}.txs DROP COLUMN conversation")
+    _raw(f"DROP FUNCTION {schema}.request_decided()")
     _raw(f"DELETE FROM {schema}.migrations WHERE version >= 2")
     with _other(store) as upgraded:
         assert upgraded.read_committed("k") == "1"
@@ -703,10 +705,11 @@ def test_an_older_schema_is_migrated_keeping_its_data(store: PostgresStore) -> N
         assert upgraded.plan_units() == ()
         assert upgraded.plan_rates() == ()
         upgraded.begin("t2", record="{}")
-        upgraded.record_conversation("t2", "[1]")
+        upgraded.record_conversation("t2", "[1]", ["[2]"])
         assert upgraded.read_conversation("t2") == "[1]"
+        assert upgraded.read_messages("t2", 9) == ("[2]",)
     versions = _raw(f"SELECT version FROM {schema}.migrations ORDER BY version")
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,)]
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]
 
 
 def test_two_workers_racing_for_one_approval_see_one_win(store: PostgresStore) -> None:

@@ -1447,6 +1447,43 @@ def test_a_literal_the_tool_refuses_is_resent_and_undoes_nothing(plain):
     assert tx.commit().steps_committed == 2
 
 
+def test_a_literal_pydantic_refuses_is_resent_and_undoes_nothing():
+    """A tool that validates its input with pydantic and lets the `ValidationError` out names
+    the field on the line before the message: a literal written in the call, so step 2 is
+    resent with step 1 kept, N+1 calls and nothing compensated."""
+    pydantic = pytest.importorskip("pydantic")
+
+    class Payment(pydantic.BaseModel):
+        amount: float
+
+    calls: list[str] = []
+    undone: list[str] = []
+
+    @agenttx.tool
+    def note(ctx: agenttx.ToolContext, text: str) -> dict:
+        calls.append("note")
+        ctx.register_undo(lambda: undone.append(text))
+        return {"noted": text}
+
+    @agenttx.tool
+    def pay(payment: dict) -> dict:
+        calls.append("pay")
+        return Payment.model_validate(payment).model_dump()
+
+    tx = agenttx.Transaction(tools=[note, pay])
+    assert tx.call("note", {"text": "rent"}).ok
+    failed = tx.call("pay", {"payment": {"amount": "about 100"}})
+    assert (failed.strategy, failed.next_step_id, failed.voided_steps) == (
+        RollbackStrategy.RESEND,
+        2,
+        (),
+    )
+    assert failed.bad_value == agenttx.BadValue(key="amount", value="about 100", step=2)
+    assert tx.call("pay", {"payment": {"amount": 100}}).ok
+    assert calls == ["note", "pay", "pay"]
+    assert undone == []
+
+
 def test_a_bad_value_that_came_from_an_earlier_step_still_rewinds_there():
     """The same refusal for a quantity passed on by a reference, or linked implicitly to an
     earlier output, is not this step's mistake: the controller jumps to its producer."""

@@ -57,6 +57,31 @@ def test_a_function_past_its_deadline_is_left_running():
     assert finished.wait(5.0)
 
 
+@pytest.mark.timeout(30)
+def test_a_late_call_runs_its_return_callback_once_before_its_wait_says_it_returned():
+    """`on_return` on a call walked away from: its callback runs once, on the worker as the
+    call returns and before `wait` says so; registered after the return, at once."""
+    release = threading.Event()
+    seen: list[tuple[str, object]] = []
+
+    with pytest.raises(DeadlineExceeded) as caught:
+        call_with_deadline(lambda: release.wait(10.0) and "landed", 0.02)
+    running = caught.value.running
+
+    def callback() -> None:
+        seen.append((threading.current_thread().name, running.outcome()))
+
+    running.on_return(callback)
+    assert seen == []
+    release.set()
+    assert running.wait(10.0)
+    assert seen == [("agenttx-tool", "landed")]  # done before the wait returned
+    later: list[str] = []
+    running.on_return(lambda: later.append(threading.current_thread().name))
+    assert later == [threading.current_thread().name]
+    assert seen == [("agenttx-tool", "landed")]
+
+
 def test_context_variables_travel_with_the_call():
     """The function sees the caller's context variables, as asyncio.to_thread does."""
     token = COLOUR.set("blue")

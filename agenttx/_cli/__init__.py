@@ -29,6 +29,9 @@ ids, tool names, hints, context, values, error messages) can never send control 
 to the terminal: C0 and C1 controls, DEL, Unicode's bidirectional overrides and line
 separators, and lone surrogates are written as escapes (`\\x1b`, `\\r`, `\\u202e`).
 
+The package also lends `agenttx ui` (`agenttx._ui`, which must not be imported from here)
+its readers, exported below, and takes its command through `main(extra=...)`.
+
 The package: `_main` parses and runs the commands, `_target` opens TARGET, `_store` is the
 protocol the commands read through, `_reading` reads a store patiently and read-only, `_shown`
 builds the lines of `inspect` and `plans`, `_trail` those of `audit`, `_people` holds the
@@ -38,6 +41,45 @@ one place that prints (and refuses).
 
 from __future__ import annotations
 
-from ._main import main
+from ._main import AddCommand, main
+from ._reading import EndedFound, age_of, final_status, graph_of, patiently, read_tx, tx_status
+from ._shown import (
+    ORPHANED,
+    shown_status,
+    uk_time,
+    unfinished_prerequisites,
+    waiting_nodes,
+)
+from ._store import CliStore
+from ._target import Target, add_target, open_target
+from ._terminal import WAIT, Failure, Parser, add_wait, cut, printable, say
+from ._trail import summary
 
-__all__ = ["main"]
+__all__ = [
+    "ORPHANED",
+    "WAIT",
+    "AddCommand",
+    "CliStore",
+    "EndedFound",
+    "Failure",
+    "Parser",
+    "Target",
+    "add_target",
+    "add_wait",
+    "age_of",
+    "cut",
+    "final_status",
+    "graph_of",
+    "main",
+    "open_target",
+    "patiently",
+    "printable",
+    "read_tx",
+    "say",
+    "shown_status",
+    "summary",
+    "tx_status",
+    "uk_time",
+    "unfinished_prerequisites",
+    "waiting_nodes",
+]

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from .. import _demo
 from .._audit import DEFAULT_LIMIT, stored_audit
@@ -56,15 +56,21 @@ if TYPE_CHECKING:
 
     from .._lineage import LineageGraph, LineageNode
 
-__all__ = ["main"]
+__all__ = ["AddCommand", "main"]
+
+#: Adds one command to the command line's subparsers (`main`'s `extra`).
+AddCommand: TypeAlias = "Callable[[argparse._SubParsersAction[Parser]], None]"  # noqa: SLF001
 
 FORMATS: Final = ("dot", "mermaid", "json")
 #: How many ended transactions and plan runs `audit DB` reads by default.
 AUDIT_LIMIT: Final = DEFAULT_LIMIT
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, extra: Sequence[AddCommand] = ()) -> int:
     """Run the command line with `argv` (default: `sys.argv[1:]`); return the exit status.
+    `extra` adds commands from packages the command line must not import (`agenttx ui`, from
+    `agenttx._ui`, which reads through this package): each adds its subparser, whose `run`
+    default runs it.
 
     Raises only argparse's `SystemExit` (0 after `--help` and `--version`, 2 for a bad
     argument, printed as usage and one error line); anything else, `KeyboardInterrupt`
@@ -72,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for what each status means.
     """
     try:
-        return _main(argv)
+        return _main(argv, extra)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -86,12 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, extra: Sequence[AddCommand]) -> int:
     forget_hidden()
     for arg in (*(sys.argv[1:] if argv is None else argv), os.environ.get(ENV, "")):
         if is_dsn(arg):  # before argparse, whose errors may quote an argument
             hide_dsn(arg)
-    parser = _parser()
+    parser = _parser(extra)
     args = parser.parse_args(argv)  # --help, --version, a bad argument: SystemExit, as argparse
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -105,7 +111,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     parser = Parser(prog="agenttx", description="Transactions for AI agent tool calls.")
     parser.add_argument("--version", action="version", version=f"agenttx {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -229,6 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument("--match-numbers", action="store_true")
     lineage.set_defaults(run=_run_lineage)
     add_approval_commands(commands)
+    for add in extra:
+        add(commands)
     return parser
 
 

@@ -42,7 +42,9 @@ __all__ = [
     "plan_shown",
     "show_preview",
     "show_transaction",
+    "shown_status",
     "uk_time",
+    "unfinished_prerequisites",
     "waiting_nodes",
 ]
 
@@ -384,7 +386,7 @@ def plan_shown(
             for before in sorted(plan.prerequisites(node.id))
         ]
         return render_graph(drawn, edges, fmt).rstrip("\n").split("\n")
-    waits = _unfinished_prerequisites(plan_json, nodes)
+    waits = unfinished_prerequisites(plan_json, nodes)
     status = shown_status(image.status, orphaned=orphaned)
     lines = [
         f"plan run {image.run_id}: {status}"
@@ -413,7 +415,7 @@ def plan_shown(
     return lines
 
 
-def _unfinished_prerequisites(plan_json: object, nodes: dict[str, StoredNode]) -> dict[str, int]:
+def unfinished_prerequisites(plan_json: object, nodes: dict[str, StoredNode]) -> dict[str, int]:
     """For each node, how many of its prerequisites have not finished (are in no terminal
     state) as stored now: the runner records a node's count only when the node itself
     changes, so the stored count is the one of its last change. Empty if the plan cannot be

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .._events import Event
     from .._json import JSONValue
 
-__all__ = ["LINE", "audit_lines"]
+__all__ = ["LINE", "audit_lines", "summary"]
 
 #: The longest line `audit` prints (the summary is cut to fit).
 LINE: Final = 160

@@ -17,6 +17,7 @@ from ._scan import (
     _alt,
     _http_status,
     _locate_field_required,
+    _locate_input_should_be,
     _locate_missing_argument,
     _locate_mysql_foreign_key,
     _locate_pg_foreign_key,
@@ -519,11 +520,21 @@ _RULES: Final[tuple[_Rule, ...]] = (
                 " for field `",
                 "invalid value: ",
             ),
+            # pydantic's ValidationError: the field's location on the line before its message,
+            # `{found}` from the `[type=...]` tail when there is one. Matched where the locator
+            # puts the leftmost start; each group after the prefix is bounded or runs to a `[`
+            # or the end of the line, and the optional tail cannot fail the match.
+            _alt(
+                r"(?P<key2>\w+)[^\S\n]*\n\s*Input should be[^\S\n]*(?P<expected2>[^\n\[]*)"
+                r"(?:\[type=\w+, input_value=(?P<found2>[^\n]{0,120}?), input_type=\w+\])?",
+                "Input should be",
+                locate=_locate_input_should_be,
+            ),
         ),
-        ("key",),
+        ("key", "key2"),
         lambda g: (
-            f"Hint: Invalid value for '{_get(g, 'key')}': got {_get(g, 'found')}, "
-            f"expected {_get(g, 'expected')}."
+            f"Hint: Invalid value for '{_get(g, 'key', 'key2')}': "
+            f"got {_get(g, 'found', 'found2')}, expected {_get(g, 'expected', 'expected2')}."
         ),
     ),
     _Rule(

@@ -337,6 +337,17 @@ def _locate_field_required(scan: _Scan) -> int:
     return -1 if found is None else len(scan.text) - found.end("word")
 
 
+# Rule 22, pydantic alternative `(?P<key2>\w+)[^\S\n]*\n\s*Input should be`: located as rule 15's
+# pydantic alternative is (above), its leftmost match starting at the word before the first
+# `Input should be` whose preceding whitespace holds a newline and follows a word.
+_INPUT_SHOULD_BE_REVERSED: Final = re.compile(r"(?s:.*)eb dluohs tupnI\s*\n[^\S\n]*(?P<word>\w+)")
+
+
+def _locate_input_should_be(scan: _Scan) -> int:
+    found = _INPUT_SHOULD_BE_REVERSED.match(scan.reversed())
+    return -1 if found is None else len(scan.text) - found.end("word")
+
+
 # Rule 15, JSON Schema alternative `'(?P<key3>[^']+)' is a required property`, would be tried at
 # every `'`. A match ends at the first `' is a required property` that has a character other than
 # `'` before it (a non-empty key) and some `'` further back, and starts at the nearest such `'`.

@@ -124,10 +124,19 @@ class NodeTasks:
                 running, _ = await self._late.settle(node, call.timeout)
             return None
 
+        def keep_declared(undo: UndoRecord) -> None:
+            # A person or the status check said the call happened: its tool's undo, unless a
+            # call of the node that returned (here, or in a runner now dead) left one.
+            if any(kept.kind == undo.kind for _, kept in self._nodes[node].undos):
+                return
+            if call.log_undo is not None:
+                call.log_undo(undo)
+            self._keep(node, (undo,))
+
         record = self._nodes[node]
         try:
             result = await self._people.run(
-                node, call, record.key, keep, keep_running, dispatched, again
+                node, call, record.key, keep, keep_running, dispatched, again, keep_declared
             )
         except asyncio.CancelledError:
             closed(attempt.context)

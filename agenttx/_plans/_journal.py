@@ -4,7 +4,8 @@ On a store that keeps plan runs (`SQLiteStore`: `begin_plan`, `write_plan`, ...)
 writes the run's record (the plan's JSON form, the initial values, the run's settings) when the
 run starts, and then each node's transitions: its state, unresolved prerequisite count,
 resolved inputs, output, attempt id and number, error (the hint's text), retries, first start
-and end (seconds since the epoch), and its history (`[state, at, attempt]` per transition).
+and end (seconds since the epoch), the GBP its ended attempts reported (`cost`, by category,
+decimal text), and its history (`[state, at, attempt]` per transition).
 
 A node's record is JSON lines: the first line is the whole record as the run began, and each
 transition appends one line with the fields it changed (its history entry under `"h"`), so a
@@ -31,8 +32,10 @@ cancellation) releases what it holds in the write that records it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 
 from .._errors import InvalidArgument, StorageError
@@ -322,11 +325,13 @@ class PlanJournal:
         inputs: JSONValue = None,
         output: JSONValue = None,
         error: str | None = None,
+        costs: Iterable[tuple[str, Decimal]] = (),
         released: Iterable[tuple[str, str, int]] = (),
     ) -> None:
         """Buffer how `attempt` ended (`state`: SUCCEEDED, FAILED, TIMED_OUT, or READY for a
-        retry), its resolved `inputs`, with the nodes it `released` (`(node_id, state,
-        unresolved)`); the write is a compare-and-set on the attempt holding the node."""
+        retry), its resolved `inputs`, the `costs` it reported (added to the node's `cost`), with
+        the nodes it `released` (`(node_id, state, unresolved)`); the write is a
+        compare-and-set on the attempt holding the node."""
         node = self._nodes[node_id]
         now = time.time()
         change: dict[str, Any] = {
@@ -336,6 +341,9 @@ class PlanJournal:
             "finished_at": None if state == "READY" else now,
             "h": [state, now, attempt],
         }
+        cost = add_costs(node["cost"], costs, retried=state == "READY")
+        if cost is not node["cost"]:
+            change["cost"] = cost
         if state == "READY":
             change["retries"] = node["retries"] + 1
         expect = PlanExpect(node_id=node_id, states=_RUNNING, attempt=attempt)
@@ -428,7 +436,33 @@ def _change(
 #: What the journal keeps of a node's record (its view): what it reads back to write the next
 #: transitions. The rest (inputs, output, error, times, history) is written, not kept: a run of
 #: thousands of nodes holds no second copy of its outputs and no history lists.
-_VIEW: Final = {"unresolved": 0, "attempt": None, "number": 0, "retries": 0, "started_at": None}
+_VIEW: Final = {
+    "unresolved": 0,
+    "attempt": None,
+    "number": 0,
+    "retries": 0,
+    "started_at": None,
+    "cost": None,
+}
+
+
+def add_costs(
+    cost: Mapping[str, str] | None, costs: Iterable[tuple[str, Decimal]], *, retried: bool
+) -> Mapping[str, str] | None:
+    """A node's stored `cost` (GBP by category, amounts as decimal text, exact) with one
+    attempt's reported `costs` added; an attempt that another follows (`retried`) counts as
+    `retry`, as the run's metrics count it. `cost` itself (the same object) if nothing was
+    reported. An amount a damaged record cannot give as a number is left out."""
+    total: dict[str, Decimal] = {}
+    for category, text in (cost if isinstance(cost, dict) else {}).items():
+        with contextlib.suppress(ArithmeticError, TypeError, ValueError):
+            total[category] = Decimal(text)
+    added = False
+    for category, amount in costs:
+        key = "retry" if retried else category
+        total[key] = total.get(key, Decimal(0)) + amount
+        added = True
+    return {k: str(v) for k, v in total.items()} if added else cost
 
 
 def _view(record: Mapping[str, Any]) -> dict[str, Any]:

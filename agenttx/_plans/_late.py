@@ -5,7 +5,9 @@ cancelled, or loses a sibling under `on_failure="cancel_all"` (or the run is abo
 attempt ends but the call goes on, and its effect may still land. Its undo records are kept
 here with the call (`_tools.Orphan`) and wait for it: undoing before the effect lands would
 undo nothing. Once the call has returned (`finished`), its undos apply, the declared
-`compensate=` undo included if the tool returned, however late. The run waits for a node's
+`compensate=` undo included if the tool returned, however late; it is written to the run's
+durable log as the call returns (`_tools.watch`), fenced by the run's lease, so a runner that
+dies before settling it leaves it for recovery. The run waits for a node's
 late calls before that node runs again (a retry never runs beside the call it retries), and
 for all of them at its end, up to a bound; those still running then are reported.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from .._tools import UndoRecord
+from .._tools import UndoRecord, watch
 from ._compensate import compensate_nodes
 from ._results import PlanEventKind
 
@@ -58,7 +60,15 @@ class LateCalls:
     what forgets a compensated undo record on a durable log, if any.
     """
 
-    __slots__ = ("_calls", "_compensations", "_forget", "_keep", "_record", "_run")
+    __slots__ = (
+        "_calls",
+        "_compensations",
+        "_forget",
+        "_keep",
+        "_record",
+        "_run",
+        "_unrecorded",
+    )
 
     def __init__(
         self,
@@ -70,6 +80,9 @@ class LateCalls:
         forget: Callable[[], Callable[[UndoRecord], object] | None],
     ) -> None:
         self._calls: list[LateCall] = []
+        #: The undos of returned calls that could not be written (a lost lease): reported at
+        #: the run's end with the stranded ones, never run.
+        self._unrecorded: list[tuple[str, UndoRecord]] = []
         self._keep = keep
         self._record = record
         self._compensations = compensations
@@ -80,8 +93,9 @@ class LateCalls:
         return bool(self._calls)
 
     def add(self, node: str, attempt: str, orphan: Orphan) -> None:
-        """Keep `orphan`, a call of `node`'s `attempt` still running after it ended."""
-        self._calls.append(LateCall(node, attempt, orphan))
+        """Keep `orphan`, a call of `node`'s `attempt` still running after it ended; its undo
+        is written as it returns."""
+        self._calls.append(LateCall(node, attempt, watch(orphan)))
 
     def of(self, node: str) -> bool:
         """Whether `node` has a late call kept (finished or not)."""
@@ -136,15 +150,20 @@ class LateCalls:
         now = time.monotonic()
         for call in self.take_finished(node):
             records = call.orphan.finished_undos()
+            error = call.orphan.unrecorded()
             data: dict[str, JSONValue] = {
                 "late": call.returned(),
                 "undos": len(records),
-                "kept": call.orphan.held,
+                "kept": call.orphan.held and error is None,
             }
+            if error is not None:
+                data["unrecorded"] = f"{type(error).__name__}: {error}"
             self._record(
                 PlanEventKind.LATE_RESULT_REFUSED, node=call.node, attempt=call.attempt, data=data
             )
-            if call.orphan.held:
+            if error is not None:  # this runner may have lost the run: reported, never run
+                self._unrecorded.extend((call.node, undo) for undo in records)
+            elif call.orphan.held:
                 self._keep(call.node, records)
             else:
                 undos.extend((now, call.node, undo) for undo in records)
@@ -170,9 +189,13 @@ class LateCalls:
         late: tuple[CompensationOutcome, ...] = ()
         if not lost:
             _, late = await self.settle(None, self.bound())
-        stranded: list[tuple[str, UndoRecord]] = []
+        stranded, self._unrecorded = self._unrecorded, []
         for call in self.give_up():
             orphan = call.orphan
+            left = None if orphan.returned is None else orphan.returned.close()
+            if left is not None:  # it returned meanwhile: what it left, written
+                stranded.extend((call.node, undo) for undo in left)
+                continue
             undos = orphan.undos
             kind = orphan.call.tool.compensation_name
             if kind is not None:  # its tool may yet return: the undo it declares, reported

@@ -159,6 +159,7 @@ class NodeEnds:
                 "SUCCEEDED",
                 inputs=attempt.arguments,
                 output=outcome.output,
+                costs=attempt.costs,
             )
         self._outputs[node_id] = outcome.output
         if outcome.effects:
@@ -218,6 +219,7 @@ class NodeEnds:
                 stored_state,
                 inputs=attempt.arguments,
                 error=hint.text,
+                costs=attempt.costs,
             )
         if retry_at is not None:
             record.eligible_at = retry_at

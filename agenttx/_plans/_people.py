@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 from .._approvals import decision_of, request_of, requests_for, review_of
 from .._step import Desk, Refused, Settled, Waiting, Where, adrive, attempt, decision_event
 from .._tools import Outcome
+from ..stores import decision_bell
 from ._scheduler import NodeState
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class NodeGate:
         keep_running: Callable[[Orphan, bool], None],
         dispatched: Callable[[Call], None],
         again: Callable[[], Awaitable[Failure | None]],
+        keep_declared: Callable[[UndoRecord], None] | None = None,
     ) -> Settled | Refused:
         """The node's guarded attempt through the step core (`_step.attempt`, driven without
         blocking the loop): while it waits for a person the node shows `WAITING_APPROVAL` or
@@ -115,8 +117,9 @@ class NodeGate:
         returned, `keep_running` one still running (`held`: its outcome is to be decided);
         `dispatched` sees each call just before it runs; `again`, before the call goes through
         the gate again, says why it cannot (an earlier call of the node still runs: the
-        attempt fails with that). A node writes to the run's one overlay, never rewound per
-        node: an unknown attempt has no writes of its own to drop."""
+        attempt fails with that); `keep_declared` is the node's `Desk.keep_declared`. A node
+        writes to the run's one overlay, never rewound per node: an unknown attempt has no
+        writes of its own to drop."""
         where = Where(
             "plan", self._run_id, node=node, plan_version=self._version, durable=self.durable
         )
@@ -135,6 +138,7 @@ class NodeGate:
             dispatched=dispatched,
             decided=self._decided,
             prepared_context=call.context,
+            keep_declared=keep_declared,
         )
         try:
             while True:
@@ -193,15 +197,17 @@ class NodeGate:
         return row is None or decision_of(row).get("outcome") != "done"
 
     async def wait_decided(self, row_id: str) -> None:
-        """Return once request or review `row_id` is no longer pending."""
-        import asyncio  # noqa: PLC0415  (`import agenttx` does not load asyncio)
-
+        """Return once request or review `row_id` is no longer pending: asked again after
+        10 ms, doubling up to `POLL_MAX`, each sleep cut short by the store's bell when a
+        decision is made (`LISTEN`/`NOTIFY` on PostgreSQL)."""
+        bell = decision_bell(self._store)
         delay = 0.01
         while True:
+            mark = bell.mark()
             row = self.book.get(row_id)
             if row is None or row.state != "pending":
                 return
-            await asyncio.sleep(delay)
+            await bell.asleep(delay, mark)
             delay = min(2 * delay, POLL_MAX)
 
 

@@ -19,7 +19,10 @@ The rules it enforces, for both hosts:
   person reviews it;
 - an unknown outcome is never retried blindly: `not_done` retries with the same idempotency
   key (what the unknown attempt wrote dropped first), `unknown` opens a review;
-- a second timeout of a retried call is not checked again: a person reviews it.
+- a second timeout of a retried call is not checked again: a person reviews it;
+- a call kept as running writes its declared undo as it returns (`_tools.watch`), and a call
+  said `done` keeps the undo its tool declares unless its return left one: a process that
+  died before that write does not leave the call's effect without an undo.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from .._approvals import (
 from .._events import EventKind
 from .._json import canonical_dumps, checked_size_bound
 from .._limits import MAX_PAYLOAD_BYTES
-from .._tools import Call, Failure, Orphan, Outcome, closed, with_key
+from .._tools import Call, Failure, Orphan, Outcome, closed, declared_undo, with_key
 from ._lifecycle import Lifecycle, Phase
 
 if TYPE_CHECKING:
@@ -118,6 +121,10 @@ class Desk:
     #: registered, as running if its worker still runs it (its undos then wait for it). None:
     #: they are kept at once (`keep`).
     abandoned: Callable[[Call], None] | None = None
+    #: Keep, durably, the undo a tool's `compensate=` declares for a call a person or its
+    #: status check said happened, unless the host keeps one of that kind for the call's step
+    #: already (its call returned in this process). None: the host keeps nothing more.
+    keep_declared: Callable[[UndoRecord], None] | None = None
 
 
 class Run(NamedTuple):
@@ -152,7 +159,8 @@ class Settled(NamedTuple):
     `guard` is the request row that fenced the call (a consumed approval, a recorded start);
     `finished` says what became of it when that is not the outcome's success or failure.
     `decided` is True when the outcome is not the tool's, now: a status check or a person said
-    the call happened, with this output (its undo records were kept already).
+    the call happened, with this output (its undo records were kept already: those its return
+    left, else the one its tool declares, with this output, through `Desk.keep_declared`).
     """
 
     call: Call
@@ -380,6 +388,8 @@ def _unknown(  # noqa: PLR0917  (the evidence of one unknown outcome)
     checked_in = time.monotonic() - started
     if verdict.status == "done" and _fits(verdict.output):
         output = verdict.output
+        if orphan is None:  # cut off by a crash: nothing this process saw return kept its undo
+            _keep_declared(call, output, desk)
         life.advance(Phase.SETTLED)
         done = Outcome(output=output, size=checked_size_bound(output))
         return Settled(call, done, guard, "done (status check)", decided=True)
@@ -422,10 +432,20 @@ def _reviewed(call: Call, row: RequestRow, desk: Desk, life: Lifecycle) -> Work:
     call = call._replace(arguments=review.arguments)  # an approver's edit, if any
     if decision.get("outcome") == "done":
         output = decision.get("output")
+        _keep_declared(call, output, desk)  # its call may have returned in a process now gone
         life.advance(Phase.SETTLED)
         return Settled(call, Outcome(output=output, size=checked_size_bound(output)), decided=True)
     retry = with_key(call, review.idempotency_key)  # its review: the call as the agent sent it
     return (yield from _run(retry, desk, life, None, retried=True, digest=row.digest))
+
+
+def _keep_declared(call: Call, output: JSONValue, desk: Desk) -> None:
+    """A call said to have happened (`done`) has its declared `compensate=` undo, with the
+    output it was said to return: an undo runs once its call has returned, even when the
+    process that saw it return (and wrote the undo then) is gone (docs/protocol.md)."""
+    kind = call.tool.compensation_name
+    if kind is not None and desk.keep_declared is not None:
+        desk.keep_declared(declared_undo(call, kind, call.seq_base, output))
 
 
 def finish(book: Requests, settled: Settled, *, fence: bool = False) -> None:

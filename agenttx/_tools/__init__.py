@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from ._calls import Call as Call
 from ._calls import Failure as Failure
+from ._calls import Landed as Landed
 from ._calls import Orphan as Orphan
 from ._calls import Orphans as Orphans
 from ._calls import Outcome as Outcome
 from ._calls import arun_tool as arun_tool
 from ._calls import closed as closed
+from ._calls import declared_undo as declared_undo
 from ._calls import keep_abandoned as keep_abandoned
 from ._calls import run_tool as run_tool
 from ._calls import still_running as still_running
+from ._calls import watch as watch
 from ._calls import with_key as with_key
 from ._costs import COST_CATEGORIES as COST_CATEGORIES
 from ._costs import check_cost as check_cost
@@ -60,6 +63,7 @@ __all__ = [
     "Compensation",
     "DeadlineExceeded",
     "Failure",
+    "Landed",
     "Orphan",
     "Orphans",
     "Outcome",
@@ -85,6 +89,7 @@ __all__ = [
     "closed",
     "compensation",
     "compile_schema",
+    "declared_undo",
     "derive_key",
     "is_awaitable",
     "is_transient_status",
@@ -100,6 +105,7 @@ __all__ = [
     "tool",
     "transient_verdict",
     "typed_dict_fields",
+    "watch",
     "wire_name",
     "with_key",
 ]

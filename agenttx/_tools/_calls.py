@@ -10,7 +10,9 @@ registers afterwards can land.
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -35,17 +37,23 @@ from ._workers import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+_log = logging.getLogger("agenttx")
+
 __all__ = [
     "Call",
     "Failure",
+    "Landed",
     "Orphan",
     "Orphans",
     "Outcome",
+    "Returned",
     "arun_tool",
     "closed",
+    "declared_undo",
     "keep_abandoned",
     "run_tool",
     "still_running",
+    "watch",
     "with_key",
 ]
 
@@ -293,14 +301,14 @@ def _succeeded(call: Call, output: object, serializer: OutputSerializer) -> Outc
             compensation = compensation.name
         # The tool returned, so its effect happened: undo it on a rewind even if its output
         # is refused (then with output null).
-        declared = _declared_undo(call, compensation, call.seq_base + len(undos), checked)
+        declared = declared_undo(call, compensation, call.seq_base + len(undos), checked)
         if call.log_undo is not None:
             call.log_undo(declared)  # after the effect: all a declared undo can do
         undos = (*undos, declared)
     return Outcome(checked, None, undos, effects, None, size, refused)
 
 
-def _declared_undo(call: Call, kind: str, seq: int, output: JSONValue) -> UndoRecord:
+def declared_undo(call: Call, kind: str, seq: int, output: JSONValue) -> UndoRecord:
     """The undo a tool's `compensate=` declares, called with its arguments and output."""
     return UndoRecord(
         step_id=call.step_id,
@@ -327,6 +335,8 @@ class Orphan(NamedTuple):
 
     Running an undo while its effect may still land would undo nothing and then let the effect
     happen; so the transaction compensates an orphan's undos only once `running` has finished.
+    A host keeps its orphans `watch`ed: the undo the call declares is then written durably as
+    the call returns (`Returned`), not at the host's next action.
     """
 
     call: Call
@@ -335,33 +345,124 @@ class Orphan(NamedTuple):
     #: Its outcome is unknown and a person or its status check decides it: once it returns its
     #: undos are kept (undone by a later rewind), not compensated.
     held: bool = False
+    #: What it left once returned, shared by its copies (`watch`); None: not watched.
+    returned: Returned | None = None
 
     def finished_undos(self) -> tuple[UndoRecord, ...]:
         """Its undo records once it has finished, with its declared undo if the tool returned.
 
         A `compensate=` undo is recorded for a tool that returned, however late: its effect
-        happened. Call only after `running.wait` returned True.
+        happened. Call only after `running.wait` returned True. For a watched orphan, the
+        records its return worked out and wrote (see `unrecorded` for a write that failed);
+        else worked out and written now (the write's error raised).
         """
-        compensation = self.call.tool.compensation_name
-        if compensation is None:
-            return self.undos
+        if self.returned is not None:
+            return self.returned.take(self)
+        records, error = _work_out(self)
+        if error is not None:
+            raise error
+        return records
+
+    def unrecorded(self) -> Exception | None:
+        """Why the undo its return declared could not be written durably (a lost lease, a
+        closed store), once `finished_undos` was called; None if it was, or there was none."""
+        return None if self.returned is None else self.returned.error
+
+
+def _work_out(orphan: Orphan) -> tuple[tuple[UndoRecord, ...], Exception | None]:
+    """The undo records of a finished orphan, its declared undo written durably if it has a
+    log; and the error of that write, if it failed."""
+    call = orphan.call
+    compensation = call.tool.compensation_name
+    if compensation is None:
+        return orphan.undos, None
+    try:
+        output = orphan.running.outcome()
+    except Exception:  # noqa: BLE001  (it failed: only the undos it registered apply)
+        return orphan.undos, None
+    try:
+        checked = check_json(output)
+    except JSONValueError:
+        try:  # the default conversion: the transaction's serializer is not at hand here
+            checked = check_json(to_json_value(output))
+        except Exception:  # noqa: BLE001  (only the payload's output is lost)
+            checked = None
+    declared = declared_undo(call, compensation, call.seq_base + len(orphan.undos), checked)
+    error: Exception | None = None
+    if call.log_undo is not None:
         try:
-            output = self.running.outcome()
-        except Exception:  # noqa: BLE001  (it failed: only the undos it registered apply)
-            return self.undos
-        try:
-            checked = check_json(output)
-        except JSONValueError:
-            try:  # the default conversion: the transaction's serializer is not at hand here
-                checked = check_json(to_json_value(output))
-            except Exception:  # noqa: BLE001  (only the payload's output is lost)
-                checked = None
-        declared = _declared_undo(
-            self.call, compensation, self.call.seq_base + len(self.undos), checked
-        )
-        if self.call.log_undo is not None:
-            self.call.log_undo(declared)
-        return (*self.undos, declared)
+            call.log_undo(declared)
+        except Exception as exc:  # noqa: BLE001  (kept for the host to report)
+            error = exc
+    return (*orphan.undos, declared), error
+
+
+class Returned:
+    """What a watched orphan left to undo once its call returned: worked out, and its declared
+    undo written durably, once, by whichever comes first: its worker as the call returns
+    (`land`), or its host as it settles it (`take`); never once its host gave it up (`close`).
+
+    Written at the return, the undo outlives a host that does nothing more (no next call, a
+    process that dies first): a restarted process finds it (docs/protocol.md, the lifecycle).
+    The write goes through the host's durable log (`Call.log_undo`), which the store fences by
+    the host's lease: a worker that lost its transaction or plan run writes nothing into it,
+    whoever holds it now. A write that fails is logged at once (logger `agenttx`, a warning)
+    and kept (`error`) for the host to report with the records, never dropped silently.
+    The host's own writes need no lock of ours: the store serializes each write, and this
+    object serializes the one write an orphan makes against the host's use of its records.
+    """
+
+    __slots__ = ("_lock", "closed", "error", "records")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.records: tuple[UndoRecord, ...] | None = None
+        self.error: Exception | None = None
+        self.closed = False
+
+    def land(self, orphan: Orphan) -> None:
+        """On the worker, as the call returns: work out and write its undo, unless done or
+        given up already."""
+        with self._lock:
+            if self.records is not None or self.closed:
+                return
+            self.records, self.error = _work_out(orphan)
+            error = self.error
+        if error is not None:
+            _log.warning(
+                "the undo of a late call of tool '%s' (step %s, transaction or run `%s`) "
+                "could not be written as it returned: %s; it is reported to its host, "
+                "which does not run it",
+                orphan.call.tool.name,
+                orphan.call.step_id,
+                orphan.call.context.tx_id if orphan.call.context is not None else "?",
+                error,
+            )
+
+    def take(self, orphan: Orphan) -> tuple[UndoRecord, ...]:
+        """The host, once the call has finished: its records (worked out now if its worker
+        has not yet)."""
+        with self._lock:
+            if self.records is None:
+                self.records, self.error = _work_out(orphan)
+            return self.records
+
+    def close(self) -> tuple[UndoRecord, ...] | None:
+        """The host gives the call up: its return writes nothing from now on. What it left,
+        if it returned (and was worked out) already."""
+        with self._lock:
+            self.closed = True
+            return self.records
+
+
+def watch(orphan: Orphan) -> Orphan:
+    """`orphan`, watched: its undo is written as its call returns (`Returned`)."""
+    if orphan.returned is not None:
+        return orphan
+    watched = orphan._replace(returned=Returned())
+    assert watched.returned is not None
+    watched.running.on_return(partial(watched.returned.land, watched))
+    return watched
 
 
 def still_running(call: Call, wait: float) -> Failure:
@@ -379,6 +480,7 @@ class Orphans:
     Their undos wait here until the call has finished: `settle` hands back those of finished
     calls, to compensate, and says whether any is still running; `give_up` hands back the
     undos of those still running, to keep as failed (recovery retries kept undo records).
+    Each is `watch`ed: the undo it declares is written durably as its call returns.
     """
 
     __slots__ = ("calls",)
@@ -392,7 +494,7 @@ class Orphans:
 
     def add(self, orphan: Orphan) -> None:
         """Keep the undos of a call whose worker is still running after its deadline."""
-        self.calls.append(orphan)
+        self.calls.append(watch(orphan))
 
     def runs(self, context: object) -> bool:
         """Whether a kept call with this context (not None) may still be running."""
@@ -420,34 +522,57 @@ class Orphans:
 
         await asyncio.to_thread(self.wait, timeout)
 
-    def settle(self, wait: float) -> tuple[list[UndoRecord], list[UndoRecord], bool]:
-        """After waiting up to `wait` seconds: the undos of the finished calls to compensate,
-        newest first; those of finished `held` calls to keep, in registration order; and
-        whether some call is still running."""
+    def settle(self, wait: float) -> Landed:
+        """After waiting up to `wait` seconds, what the finished calls left (`Landed`)."""
         self.wait(wait)
         finished = [orphan for orphan in self.calls if orphan.running.wait(0.0)]
         self.calls = [orphan for orphan in self.calls if orphan not in finished]
-        records = [u for orphan in finished if not orphan.held for u in orphan.finished_undos()]
-        records.reverse()
-        kept = [u for orphan in finished if orphan.held for u in orphan.finished_undos()]
-        return records, kept, bool(self.calls)
+        landed = Landed([], [], [], running=bool(self.calls))
+        for orphan in finished:
+            records = orphan.finished_undos()
+            error = orphan.unrecorded()
+            if error is not None:
+                landed.unrecorded.append((records, error))
+            elif orphan.held:
+                landed.kept.extend(records)
+            else:
+                landed.undo.extend(records)
+        landed.undo.reverse()
+        return landed
 
     def give_up(self) -> list[UndoRecord]:
         """Forget the calls still running; return their undos, to keep as failed: those they
         registered and, for a tool with `compensate=`, the one it declares (its output is not
-        known: null), so that an abort reports it and recovery may retry it."""
+        known: null), so that an abort reports it and recovery may retry it. A call that
+        returned meanwhile gives what it left instead; none writes anything once given up."""
         records: list[UndoRecord] = []
         for orphan in self.calls:
+            left = None if orphan.returned is None else orphan.returned.close()
+            if left is not None:
+                records.extend(left)
+                continue
             records.extend(orphan.undos)
             call = orphan.call
             kind = call.tool.compensation_name
             if kind is not None:
-                declared = _declared_undo(call, kind, call.seq_base + len(orphan.undos), None)
+                declared = declared_undo(call, kind, call.seq_base + len(orphan.undos), None)
                 if call.log_undo is not None:
                     call.log_undo(declared)
                 records.append(declared)
         self.calls.clear()
         return records
+
+
+class Landed(NamedTuple):
+    """What `Orphans.settle` found: the undos of the finished calls to compensate, newest
+    first (`undo`); those of finished `held` calls to keep, in registration order (`kept`);
+    those whose declared undo could not be written, with why (`unrecorded`: to report, never
+    to run: the host may have lost its transaction); and whether some call still runs."""
+
+    undo: list[UndoRecord]
+    kept: list[UndoRecord]
+    unrecorded: list[tuple[tuple[UndoRecord, ...], Exception]]
+    running: bool
 
 
 def keep_abandoned(orphans: Orphans, call: Call, undos: tuple[UndoRecord, ...]) -> bool:

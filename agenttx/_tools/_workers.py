@@ -77,20 +77,50 @@ class Running(Protocol):
         """The call's result once it has finished; raises what the call raised."""
         ...
 
+    def on_return(self, callback: Callable[[], object]) -> None:
+        """Call `callback` once, when the call has finished: on the worker thread as it
+        finishes (before `wait` returns True), or at once in this thread if it has finished
+        already. `callback` must not raise, nor wait for anything held while waiting for it."""
+        ...
+
 
 class _Late:
     """The outcome of a call its caller walked away from, handed over when it finishes.
 
     Made only when a caller walks away at a deadline, so the fast path never pays for it.
+    `on_return` and `finish` settle under `_guard` who runs the callback, so it runs once
+    whichever comes first; run by `finish`, it has ended before `wait` says the call has.
     """
 
-    __slots__ = ("done", "error", "result")
+    __slots__ = ("_fired", "_guard", "_then", "done", "error", "result")
 
     def __init__(self) -> None:
         self.done = threading.Lock()
         self.done.acquire()
         self.result: Any = None
         self.error: BaseException | None = None
+        self._guard = threading.Lock()
+        self._then: Callable[[], object] | None = None
+        self._fired = False
+
+    def finish(self, result: object, error: BaseException | None) -> None:
+        """Hand over the call's outcome (from the thread that saw it return), then run the
+        callback `on_return` registered, if any."""
+        self.result, self.error = result, error
+        with self._guard:
+            self._fired = True
+            then, self._then = self._then, None
+        if then is not None:  # before `done`: whoever waits for the call sees what it did
+            with contextlib.suppress(Exception):  # its contract: it does not raise
+                then()
+        self.done.release()
+
+    def on_return(self, callback: Callable[[], object]) -> None:
+        with self._guard:
+            if not self._fired:
+                self._then = callback
+                return
+        callback()
 
     def wait(self, timeout: float) -> bool:
         if not self.done.acquire(True, max(timeout, 0.0)):
@@ -234,9 +264,8 @@ class _Worker:
                     notify()
             else:  # the caller walked away: hand it the outcome, then drop it here
                 late = self._late
-                if late is not None:
-                    late.result, late.error = self._result, self._error
-                    late.done.release()
+                if late is not None:  # its callback runs here, before the worker is reused
+                    late.finish(self._result, self._error)
                 self.discard()
             del notify
 
@@ -286,10 +315,11 @@ async def acall_with_deadline(fn: Callable[[], T], timeout: float) -> T:
         if late is None:  # it returned meanwhile: its outcome, handed over as a late one
             late = _Late()
             try:
-                late.result = worker.collect()
+                returned = worker.collect()
             except BaseException as exc:  # noqa: BLE001  (the call's own error, kept)
-                late.error = exc
-            late.done.release()
+                late.finish(None, exc)
+            else:
+                late.finish(returned, None)
         _walk_away(late)
         raise
     if done:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._approvals import approval_expired, call_digest, request_of, requests_for, review_of
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._saga import SagaLedger
     from .._timeline import Timeline
-    from .._tools import Orphans, ToolRegistry
+    from .._tools import Orphans, ToolRegistry, UndoRecord
     from ..stores import RequestRow, Store
 
 __all__ = ["People"]
@@ -196,7 +197,20 @@ class People:
             decided=self._decided,
             prepared_context=call.context,
             abandoned=self._abandoned,
+            keep_declared=partial(self._keep_declared, call.log_undo),
         )
+
+    def _keep_declared(
+        self, log_undo: Callable[[UndoRecord], object] | None, record: UndoRecord
+    ) -> None:
+        """`Desk.keep_declared`: durable (`log_undo`) before the step is recorded."""
+        if any(
+            r.step_id == record.step_id and r.kind == record.kind for r in self._ledger.pending()
+        ):
+            return  # its call returned in this process: the undo kept then has its real output
+        if log_undo is not None:
+            log_undo(record)
+        self._ledger.record((record,))
 
     def _abandoned(self, call: Call) -> None:
         """A guarded call abandoned as it ran: kept as running while its worker runs it."""

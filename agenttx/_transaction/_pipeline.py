@@ -470,15 +470,17 @@ class Pipeline:
         return refused_step(step_id, hint, failure.message, tuple(self._constraints), call_id)
 
     def _settle_orphans(self, wait: float) -> bool:
-        records, kept, running = self._orphans.settle(wait)
-        if kept:  # an unknown outcome's: a person or the status check decides it
-            self._ledger.record(kept)
-        if records:  # compensated: a step sent again gets a key of its own
+        landed = self._orphans.settle(wait)  # an undo a return could not write: reported only
+        for unrecorded, error in landed.unrecorded:
+            self._ledger.keep_failed(unrecorded, f"not recorded as its late call returned: {error}")
+        if landed.kept:  # an unknown outcome's: a person or the status check decides it
+            self._ledger.record(landed.kept)
+        if landed.undo:  # compensated: a step sent again gets a key of its own
             self._timeline.generation += 1
-            self._ledger.compensate(records, self._registry.compensations)
+            self._ledger.compensate(landed.undo, self._registry.compensations)
             if self._status is TxStatus.EXECUTING or self._status is TxStatus.ACTIVE:
                 self._log_progress()
-        return running
+        return landed.running
 
     def _decide(self, step_id: int, failure: Failure) -> Decided:
         pending = self._timeline.pending  # the failed call, before `failed()` forgets it

@@ -19,10 +19,11 @@ Contracts:
 - `rewrite_for` reads `voided_call_ids` from the turn's results: with `"truncate"` the voided
   calls and their results are dropped and the failing call's result gets a `note`; with
   `"void"` their results are replaced by `voided_payload`; with `"keep"` nothing changes.
-- With `plans=True` a runner offers `propose_plan` and `run_turn_with_plans` answers its
-  calls (docs/plans.md#plans-a-model-proposes): a plan with problems is refused with every
-  problem, nothing run and no step used; a valid one runs as a plan run of its own, with the
-  transaction's tools, store and dispatcher, after the turn's other calls succeeded.
+- With `plans=True` a runner offers `propose_plan` and answers its calls (`_runs`,
+  `_plan_calls`; docs/plans.md#plans-a-model-proposes) through `proposal_of`, `plan_not_run`
+  and `plan_answer`: a plan with problems is refused with every problem, nothing run and no
+  step used; a valid one runs as a plan run of its own, with the transaction's tools, store
+  and dispatcher, after the turn's other calls succeeded.
 """
 
 from __future__ import annotations
@@ -31,20 +32,20 @@ import functools
 import inspect
 import json
 from collections.abc import Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast, final
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, final
 
 import attrs
 
 from .._engine import Engine
 from .._errors import InvalidArgument, InvalidTransactionState, PlanValidationError
 from .._limits import MAX_CALLS_PER_TURN, MAX_PAYLOAD_BYTES, over_limit
-from .._plans import PLAN_TOOL, NodeState, Plan, arun_plan, run_plan
+from .._plans import PLAN_TOOL, NodeState, Plan
 from .._results import StepStatus
 from .._tools import MAX_TOOL_NAME, Compensation, Tool, ToolRegistry
 from .._transaction import Transaction, plan_setting
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Sequence
+    from collections.abc import Sequence
 
     from .._json import JSONValue
     from .._plans import PlanResult
@@ -60,7 +61,6 @@ __all__ = [
     "Rewrite",
     "ToolsOrTx",
     "arun_turn",
-    "arun_turn_with_plans",
     "check_history",
     "check_transaction",
     "describe",
@@ -72,7 +72,6 @@ __all__ = [
     "resolve_specs",
     "rewrite_for",
     "run_turn",
-    "run_turn_with_plans",
     "specs_json",
     "voided_payload",
     "with_note",
@@ -400,71 +399,6 @@ async def arun_turn(tx: Transaction, calls: Sequence[ModelCall]) -> tuple[Outcom
 
 
 # ---------------------------------------------------------------------- plans a model proposes
-
-
-def run_turn_with_plans(
-    tx: Transaction, calls: Sequence[ModelCall], *, plans: bool
-) -> tuple[Outcome, ...]:
-    """`run_turn`, with each `propose_plan` call answered by a plan run when `plans` is on.
-
-    The turn's other calls run first, as one turn; then each plan call, in order, unless a
-    call before it failed (it is then not run, and says so). A plan call never uses a step.
-    """
-    if not plans or not any(call.name == PLAN_TOOL for call in calls):
-        return run_turn(tx, calls)
-    others = run_turn(tx, [call for call in calls if call.name != PLAN_TOOL])
-    answers = _answer_plans(tx, calls, others)
-    try:
-        plan = next(answers)
-        while True:
-            plan = answers.send(run_plan(plan, **plan_options(tx)))
-    except StopIteration as stop:
-        return cast("tuple[Outcome, ...]", stop.value)
-
-
-async def arun_turn_with_plans(
-    tx: Transaction, calls: Sequence[ModelCall], *, plans: bool
-) -> tuple[Outcome, ...]:
-    """`run_turn_with_plans` for async code: the steps and the plans run on the event loop."""
-    if not plans or not any(call.name == PLAN_TOOL for call in calls):
-        return await arun_turn(tx, calls)
-    others = await arun_turn(tx, [call for call in calls if call.name != PLAN_TOOL])
-    answers = _answer_plans(tx, calls, others)
-    try:
-        plan = next(answers)
-        while True:
-            plan = answers.send(await arun_plan(plan, **plan_options(tx)))
-    except StopIteration as stop:
-        return cast("tuple[Outcome, ...]", stop.value)
-
-
-def _answer_plans(
-    tx: Transaction, calls: Sequence[ModelCall], others: Sequence[Outcome]
-) -> Generator[Plan, PlanResult, tuple[Outcome, ...]]:
-    """The answers of a turn's plan calls, given the outcomes of its other calls: yields each
-    valid plan to run (its driver sends the result back), returns every outcome in order."""
-    failed = any(outcome.is_error for outcome in others)
-    answers: list[Outcome] = []
-    for call in calls:
-        if call.name != PLAN_TOOL:
-            continue
-        if failed:
-            answers.append(plan_not_run(call, tx))
-            continue
-        checked = proposal_of(tx, call)
-        if isinstance(checked, Plan):
-            checked = plan_answer(tx, call, (yield checked))
-        answers.append(checked)
-        failed = checked.is_error
-    return _in_order(calls, others, answers)
-
-
-def _in_order(
-    calls: Sequence[ModelCall], others: Sequence[Outcome], plans: Sequence[Outcome]
-) -> tuple[Outcome, ...]:
-    """The outcomes of the other calls and of the plan calls, in the order of the calls."""
-    rest, proposed = iter(others), iter(plans)
-    return tuple(next(proposed if call.name == PLAN_TOOL else rest) for call in calls)
 
 
 def plan_options(tx: Transaction) -> dict[str, Any]:

@@ -11,12 +11,19 @@ the call from that run and never starts another), and the transaction's constrai
 turn was last written (a failure of one of its calls adds one). `dump` turns it into JSON text and
 `load` back; the format is internal (versioned by `FORMAT`, read by this module only):
 
-    {"format": 1, "runner": "openai.chat" | "openai.responses" | "anthropic",
-     "history": "truncate" | "void" | "keep", "messages": [...], "steps": {call_id: step},
+    {"format": 2, "runner": "openai.chat" | "openai.responses" | "anthropic" | ...,
+     "history": "truncate" | "void" | "keep", "count": n, "steps": {call_id: step},
      "turn": null | {"calls": [[call_id, name, arguments]], "first_step": n,
                      "answers": [[call_id, payload, is_error]],
                      "waiting": [[call_id, "approval" | "review", request_id]],
                      "plans": [[call_id, run_id]], "constraints": [hint, ...]}}
+
+The messages are not in it: a store keeps them as a log (`stores.ConversationStore`), each
+message as its own JSON text (`dump_messages`), appended once, and `count` says how many of
+them the record has (a log that holds more, or fewer, is read as this record says, or refused).
+Format 1, written before the log, held `"messages": [...]` in place of `count`; `load` reads
+both, and the integrations that keep a whole record each time (the Agents SDK's hooks,
+pydantic-ai's toolset) still write it.
 
 Pure: no store, no transaction.
 """
@@ -32,14 +39,14 @@ from .._errors import InvalidArgument, StorageError
 from ._common import HISTORIES, ModelCall, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from ._common import History, Payload
 
-__all__ = ["FORMAT", "OpenTurn", "Saved", "Wait", "WaitKind", "dump", "load"]
+__all__ = ["FORMAT", "OpenTurn", "Saved", "Wait", "WaitKind", "dump", "dump_messages", "load"]
 
-#: The version of the record format above.
-FORMAT: Final = 1
+#: The version of the record format above (1: the whole record, messages included).
+FORMAT: Final = 2
 
 WaitKind: TypeAlias = Literal["approval", "review"]
 
@@ -96,6 +103,7 @@ class Saved:
 
     runner: str
     history: History
+    format: int
     messages: list[dict[str, Any]]
     steps: dict[str, int]
     turn: OpenTurn | None
@@ -109,19 +117,39 @@ def _default(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+def _text(value: object) -> str:
+    """`value` as compact JSON text (SDK objects by their dump); `InvalidArgument` if it is
+    not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_default)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArgument(
+            f"the conversation cannot be kept with the transaction: it is not JSON ({exc})"
+        ) from None
+
+
+def dump_messages(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """Each message as its own JSON text, for the store's log; `InvalidArgument` if one is
+    not JSON."""
+    return [_text(message) for message in messages]
+
+
 def dump(
     runner: str,
     history: History,
-    messages: list[dict[str, Any]],
+    messages: list[dict[str, Any]] | int,
     steps: Mapping[str, int],
     turn: OpenTurn | None,
 ) -> str:
-    """The record (JSON text) of a runner's state; `InvalidArgument` if a message is not JSON."""
+    """The record (JSON text) of a runner's state: with the number of its messages (format 2,
+    the messages go to the log), or with the messages themselves (format 1, a whole record);
+    `InvalidArgument` if something in it is not JSON."""
+    whole = not isinstance(messages, int)
     record: dict[str, Any] = {
-        "format": FORMAT,
+        "format": 1 if whole else FORMAT,
         "runner": runner,
         "history": history,
-        "messages": messages,
+        "messages" if whole else "count": messages,
         "steps": dict(steps),
         "turn": None,
     }
@@ -134,24 +162,21 @@ def dump(
             "plans": [[c, r] for c, r in turn.plans],
             "constraints": list(turn.constraints),
         }
-    try:
-        return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_default)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidArgument(
-            f"the conversation cannot be kept with the transaction: it is not JSON ({exc})"
-        ) from None
+    return _text(record)
 
 
-def load(text: str, where: str) -> Saved:
-    """A runner's state from its record; `StorageError` naming `where` if it is not one."""
+def load(text: str, where: str, log: Callable[[int], Sequence[str]]) -> Saved:
+    """A runner's state from its record, with its messages read from the log (`log(count)`:
+    the first `count` messages' texts, in order); `StorageError` naming `where` if it is not
+    one, or the log does not hold the messages it counts."""
     try:
         record = json.loads(text)
-        if not isinstance(record, dict) or record.get("format") != FORMAT:
+        if not isinstance(record, dict) or record.get("format") not in (1, FORMAT):
             raise TypeError("an unknown format")  # noqa: TRY301  (one error for every defect)
         history = record["history"]
         if history not in HISTORIES:
             raise TypeError("an unknown history")  # noqa: TRY301
-        messages = record["messages"]
+        messages = record["messages"] if record["format"] == 1 else _logged(record, log)
         steps = {str(k): int(v) for k, v in record["steps"].items()}
         if not isinstance(messages, list) or not isinstance(record["runner"], str):
             raise TypeError("no messages")  # noqa: TRY301
@@ -161,8 +186,24 @@ def load(text: str, where: str) -> Saved:
             f"the conversation stored for {where} is not one this version of agenttx reads ({exc})"
         ) from None
     return Saved(
-        runner=record["runner"], history=history, messages=messages, steps=steps, turn=turn
+        runner=record["runner"],
+        history=history,
+        format=record["format"],
+        messages=messages,
+        steps=steps,
+        turn=turn,
     )
+
+
+def _logged(record: dict[str, Any], log: Callable[[int], Sequence[str]]) -> list[Any]:
+    """The messages a format-2 record counts, from the log."""
+    count = record["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise TypeError("no message count")
+    texts = log(count)
+    if len(texts) != count:
+        raise TypeError(f"{count} messages recorded, {len(texts)} found in the log")
+    return [json.loads(message) for message in texts]
 
 
 def _turn(found: dict[str, Any]) -> OpenTurn:

@@ -57,7 +57,7 @@ from .._errors import FailedPrecondition, InvalidArgument
 from .._plans import PLAN_TOOL, plan_tool_spec
 from .._results import StepResult, StepStatus
 from .._saga import Backoff
-from ..stores import keeps_conversations
+from ..stores import decision_bell, keeps_conversations
 from ._common import (
     History,
     Outcome,
@@ -71,7 +71,7 @@ from ._common import (
     rewrite_for,
     run_turn,
 )
-from ._conversation import OpenTurn, Wait, WaitKind, dump, load
+from ._conversation import OpenTurn, Wait, WaitKind, dump, dump_messages, load
 from ._plan_calls import PlanCalls, plan_run_id
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from .._json import JSONValue
     from .._tools import ToolSpec
     from .._transaction import Transaction
-    from ..stores import RequestRow
+    from ..stores import Bell, RequestRow
     from ._common import ModelCall, Payload
 
 __all__ = ["DECISION_POLL", "PLAN_POLL", "Runner", "decision_waits"]
@@ -100,19 +100,25 @@ _WAITS: Final[dict[StepStatus, WaitKind]] = {
 _RUNNERS: weakref.WeakKeyDictionary[Transaction, weakref.ref[Runner]] = weakref.WeakKeyDictionary()
 
 
-def decision_waits(pending: Callable[[], object], timeout: object) -> Iterator[float | None]:
-    """The sleeps of a wait for people's decisions: each delay before `pending()` is asked
-    again (`DECISION_POLL`), then None once nothing is pending; it ends without None when
-    `timeout` seconds (None: no limit) passed first. `InvalidArgument` for a negative or
+def decision_waits(
+    pending: Callable[[], object], timeout: object, bell: Bell
+) -> Iterator[tuple[float, int] | None]:
+    """The sleeps of a wait for people's decisions: each `(seconds, mark)` to sleep on the
+    store's `bell` (`bell.sleep(seconds, mark)`, which a decision cuts short) before `pending()`
+    is asked again (`DECISION_POLL`), then None once nothing is pending; it ends without None
+    when `timeout` seconds (None: no limit) passed first. `InvalidArgument` for a negative or
     non-number timeout. One loop for the sync and the async waits of every integration."""
     deadline = time.monotonic() + _check_timeout(timeout)
     attempt = 0
-    while pending():
+    while True:
+        mark = bell.mark()  # before asking: a decision made after it cuts the sleep short
+        if not pending():
+            break
         left = deadline - time.monotonic()
         if left <= 0:
             return
         attempt += 1
-        yield min(DECISION_POLL.delay(attempt), left)
+        yield min(DECISION_POLL.delay(attempt), left), mark
     yield None
 
 
@@ -216,6 +222,7 @@ class Runner:
         self._history = check_history(history)
         self._steps: dict[str, int] = {}  # call id -> the step it was sent as
         self._messages: list[Message] = []
+        self._kept: list[Message] = []  # the messages as recorded last (`_save`)
         self._turn: OpenTurn | None = None
         if not isinstance(plans, bool):
             raise InvalidArgument(f"plans must be True or False, got {plans!r:.80}")
@@ -323,7 +330,7 @@ class Runner:
                 f"no conversation is stored for transaction `{tx.id}`: no runner handled a "
                 "model turn of it on this store"
             )
-        saved = load(text, f"transaction `{tx.id}`")
+        saved = load(text, f"transaction `{tx.id}`", lambda n: store.read_messages(tx.id, n))
         if saved.runner != cls._kind:
             use = _RUNNER_OF.get(saved.runner, "the runner that wrote it")
             raise InvalidArgument(
@@ -333,6 +340,7 @@ class Runner:
         runner = cls(tx, history=saved.history if history is None else history, plans=plans)
         runner._claim()
         runner._messages = saved.messages
+        runner._kept = [] if saved.format == 1 else list(saved.messages)
         runner._steps = saved.steps
         runner._turn = saved.turn
         runner._reconcile()
@@ -460,18 +468,20 @@ class Runner:
         another, on the same store); True once they have, False if `timeout` seconds passed
         first (None: no limit). Polls the store with backoff (`DECISION_POLL`); returns at
         once when nothing waits. `InvalidArgument` for a negative or non-number timeout."""
-        for delay in decision_waits(self._undecided, timeout):
-            if delay is None:
+        bell = decision_bell(self._tx.store)
+        for pause in decision_waits(self._undecided, timeout, bell):
+            if pause is None:
                 return True
-            time.sleep(delay)
+            bell.sleep(*pause)
         return False
 
     async def await_decisions(self, timeout: float | None = None) -> bool:
         """`wait` for async code: sleeps on the event loop between polls."""
-        for delay in decision_waits(self._undecided, timeout):
-            if delay is None:
+        bell = decision_bell(self._tx.store)
+        for pause in decision_waits(self._undecided, timeout, bell):
+            if pause is None:
                 return True
-            await asyncio.sleep(delay)
+            await bell.asleep(*pause)
         return False
 
     # ------------------------------------------------------------------ resume
@@ -664,12 +674,24 @@ class Runner:
         return rewrite_for(self._history, outcomes, self._steps)
 
     def _save(self) -> None:
-        """Write the runner's state with the transaction, on a store that keeps it (fenced)."""
+        """Write the runner's state with the transaction, on a store that keeps it (fenced).
+
+        Append-only: the messages recorded last time (the same objects, in the same places)
+        are not written again; the write gives the messages from the first one that changed,
+        usually the turn's new ones, with the small record of the rest of the state. A
+        message is never changed in place (a rewrite makes a new one), so identity tells.
+        """
         store = self._tx.store
         if not keeps_conversations(store) or self._tx.status.terminal:
             return
-        text = dump(self._kind, self._history, self._messages, self._steps, self._turn)
-        store.record_conversation(self._tx.id, text)
+        messages, kept = self._messages, self._kept
+        start, end = 0, min(len(kept), len(messages))
+        while start < end and messages[start] is kept[start]:
+            start += 1
+        new = dump_messages(messages[start:])
+        text = dump(self._kind, self._history, len(messages), self._steps, self._turn)
+        store.record_conversation(self._tx.id, text, new, start=start)
+        self._kept = list(messages)
 
 
 #: The class to restore a conversation of each kind with, for the error that names it.

@@ -20,9 +20,7 @@ that filter and the settings this module relies on. See docs/integrations.md.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import TYPE_CHECKING, Any, cast
 
 try:
@@ -39,7 +37,7 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in CI
 from .._approvals import request_of, requests_for, review_of
 from .._errors import InvalidArgument
 from .._transaction import plan_setting
-from ..stores import keeps_conversations
+from ..stores import decision_bell, keeps_conversations
 from ._common import ModelCall, check_history, check_transaction, dumps, with_note
 from ._conversation import OpenTurn, dump
 from ._gate import _WAITING, gate_for
@@ -166,6 +164,7 @@ def _function_tool(
         usage = ctx.usage
         turn = (id(usage), usage.requests)
         if gate.waits_in(turn):
+            gate.wait_with(call_id, turn)
             return True
         outcome = await gate.run(tx, turn, name, params, call_id=call_id, anchor=usage)
         result = outcome.result
@@ -260,40 +259,64 @@ def waiting(tx: Transaction) -> tuple[ApprovalRequest | Review, ...]:
 def wait(tx: Transaction, timeout: float | None = None) -> bool:
     """Block until nothing of `tx` waits for a person (decided in this process or another);
     False if `timeout` seconds passed first (None: no limit). Polls with `DECISION_POLL`."""
-    for delay in decision_waits(lambda: waiting(tx), timeout):
-        if delay is None:
+    bell = decision_bell(tx.store)
+    for pause in decision_waits(lambda: waiting(tx), timeout, bell):
+        if pause is None:
             return True
-        time.sleep(delay)
+        bell.sleep(*pause)
     return False
 
 
 async def await_decisions(tx: Transaction, timeout: float | None = None) -> bool:
     """`wait` for async code: sleeps on the event loop between polls."""
-    for delay in decision_waits(lambda: waiting(tx), timeout):
-        if delay is None:
+    bell = decision_bell(tx.store)
+    for pause in decision_waits(lambda: waiting(tx), timeout, bell):
+        if pause is None:
             return True
-        await asyncio.sleep(delay)
+        await bell.asleep(*pause)
     return False
 
 
 def approve_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
     """Let the SDK run the calls of `tx` its run stopped for, once people decided.
 
-    agenttx decides, not the SDK: when nothing of `tx` waits for a person any more, each
-    interruption of `state` (`result.to_state()`, or a `RunState.from_string` after a
-    restart) that is a call of `function_tools(tx)` is approved in the SDK, and True is
-    returned; `Runner.run(agent, state, ...)` then sends each call again: an approved call runs
-    once with its approved (or the approver's edited) arguments, a rejected one is answered
-    with the person's reason, and the calls that waited with it run after it. No model turn is
-    spent. While a request is undecided, nothing changes and False is returned.
+    agenttx decides, not the SDK. While a request of `tx` is undecided, nothing changes and
+    False is returned. Else the interruptions of `state` (`result.to_state()`, or a
+    `RunState.from_string` after a restart) that are calls of `function_tools(tx)` are taken
+    in the model's order, until one is to be sent again:
+
+    - a call a person decided is approved in the SDK: `Runner.run(agent, state, ...)` sends
+      it again, it runs once with its approved (or the approver's edited) arguments, or is
+      answered with the person's reason if rejected; the calls after it keep waiting, and
+      the resumed run stops on them again (resume until `result.interruptions` is empty);
+    - a call that waited with an earlier one of its turn, and that needs approval itself,
+      gets its own request now (its step comes after the earlier call's, and its arguments
+      may refer to that call's result): False is returned, `waiting(tx)` shows the request;
+    - a call that ran already (the same saved state resumed twice) is answered with its
+      recorded result, and one whose turn failed before it as not run: the SDK gets the
+      answer as the call's output (`state.reject(..., rejection_message=...)`), the call is
+      never run twice.
+
+    No model turn is spent; True when the run may be resumed.
     """
     tx = check_transaction(tx, "approve_decided")
     if waiting(tx):
         return False
-    ours = {spec.wire_name for spec in tx.tool_specs}
+    gate = gate_for(tx, "approve_decided")
+    names = {spec.wire_name: spec.name for spec in tx.tool_specs}
     for item in state.get_interruptions():
-        if item.tool_name in ours:
+        name = names.get(item.tool_name or "")
+        call_id = item.call_id
+        if name is None or call_id is None:
+            continue
+        decided = gate.decide_waiting(tx, name, call_id, item.arguments or "{}")
+        if decided.payload is not None:
+            state.reject(item, rejection_message=dumps(decided.payload))
+        elif decided.send:
             state.approve(item)
+            break
+        else:
+            return False
     return True
 
 

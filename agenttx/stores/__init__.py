@@ -37,6 +37,8 @@ from ._approvals import MemoryRequests as MemoryRequests
 # modules: they are not public (not in `__all__`).
 from ._approvals import RequestRow as RequestRow
 from ._approvals import RequestStore as RequestStore
+from ._bell import Bell as Bell
+from ._bell import decision_bell as decision_bell
 from ._contracts import ClaimingOutbox as ClaimingOutbox
 from ._contracts import ConversationStore as ConversationStore
 from ._contracts import HistoryStore as HistoryStore

@@ -218,20 +218,38 @@ class ConversationStore(Protocol):
 
     **Atomicity.** `record_conversation` is one durable write, fenced like every write of the
     transaction: once another store took the transaction over (or it ended), it raises
-    `StorageError` and changes nothing. The text replaces the one before; the store treats it
-    as opaque, and drops it when the transaction ends.
+    `StorageError` and changes nothing. It replaces the state text and the messages from
+    `start` on together, or changes nothing. The store treats both as opaque, and drops them
+    when the transaction ends.
+
+    **Append-only.** The messages are a log numbered from 0: a write appends its `messages`
+    at `start` (the number of messages its writer knows to be recorded, so each message is
+    written once), and replaces those from `start` on only when a writer rewrites the end of
+    its history. A writer that gives `start` past the end of the log leaves a gap, which
+    `read_messages` returns as missing messages: the reader compares their number with the
+    count its state recorded.
     """
 
-    def record_conversation(self, tx_id: str, text: str) -> None:
-        """Replace the conversation of open transaction `tx_id`, held by this store, with
-        `text` (JSON text), durably. `InvalidArgument` for text that is not UTF-8 or is over
+    def record_conversation(
+        self, tx_id: str, text: str, messages: Sequence[str] = (), *, start: int = 0
+    ) -> None:
+        """Record the conversation of open transaction `tx_id`, held by this store, durably:
+        `text` (JSON text) replaces the state recorded before, and `messages` (JSON texts)
+        become the log's messages from position `start` on (those after them go). With the
+        defaults, the log is emptied: `text` is the whole record. `InvalidArgument` for text
+        that is not UTF-8, a `start` that is not an int >= 0, or a write over
         `MAX_CONVERSATION_BYTES`; `StorageError` if this store does not hold the transaction
         (any more). Idempotent."""
         ...
 
     def read_conversation(self, tx_id: str) -> str | None:
-        """The last conversation recorded for open transaction `tx_id`, or None if none was
+        """The last state text recorded for open transaction `tx_id`, or None if none was
         (or the transaction is not open). Reads only; one consistent read."""
+        ...
+
+    def read_messages(self, tx_id: str, count: int) -> tuple[str, ...]:
+        """The messages of the log of `tx_id` at positions below `count`, in order (fewer if
+        the log holds fewer; none once the transaction ended). Reads only."""
         ...
 
 

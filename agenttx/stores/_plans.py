@@ -35,16 +35,16 @@ its token back in the same write.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
-from ._protocol import check_value
+from ._protocol import MAX_INT64, check_int, check_value
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "PLAN_AUDIT_TABLES",
@@ -52,6 +52,7 @@ __all__ = [
     "PLAN_RATE_TABLES",
     "PLAN_TABLES",
     "PLAN_UNIT_TABLES",
+    "ListedRun",
     "PlanChange",
     "PlanExpect",
     "PlanImage",
@@ -60,6 +61,7 @@ __all__ = [
     "cancel_plan",
     "claim_plan",
     "list_plans",
+    "list_runs",
     "plan_holds",
     "plan_rates",
     "plan_units",
@@ -545,3 +547,74 @@ def running_plans(cur: sqlite3.Cursor) -> tuple[tuple[str, str | None], ...]:
         "SELECT run_id, owner FROM plan_runs WHERE status = ? ORDER BY run_id", (_RUNNING,)
     ).fetchall()
     return tuple((run_id, owner) for run_id, owner in rows)
+
+
+#: A page of `list_runs`: `(kind, id, at, status, record, history)`; `kind` "tx" (an ended
+#: transaction: `status` None, its record and history texts as kept) or "plan" (a plan run:
+#: its status, `record` and `history` None); `at` when it ended or last changed.
+ListedRun: TypeAlias = "tuple[str, str, float, str | None, str | None, str | None]"
+
+#: The ended transactions (the last row kept of each; not a plan run's own transaction, which
+#: has the run's id) and the plan runs, as `(kind, id, at, key)`: SQLite's (a bare column
+#: beside `max()` comes from the row of the maximum) and PostgreSQL's (`DISTINCT ON`), in the
+#: tables prefixed `{s}`.
+_RUNS: Final = {
+    "sqlite": {
+        "tx": (
+            "SELECT 'tx', tx_id, ended_at, max(seq) FROM {s}ended "
+            "WHERE tx_id NOT IN (SELECT run_id FROM {s}plan_runs) GROUP BY tx_id"
+        ),
+        "plan": "SELECT 'plan', run_id, updated_at, NULL FROM {s}plan_runs",
+    },
+    "postgres": {
+        "tx": (
+            "SELECT * FROM (SELECT DISTINCT ON (tx_id) 'tx', tx_id, ended_at, seq FROM {s}ended "
+            "WHERE tx_id NOT IN (SELECT run_id FROM {s}plan_runs) ORDER BY tx_id, seq DESC) AS e"
+        ),
+        "plan": "SELECT 'plan', run_id, updated_at, NULL::bigint FROM {s}plan_runs",
+    },
+}
+
+
+def list_runs(
+    fetch: Callable[[str, Sequence[object]], Sequence[Sequence[Any]]],
+    limit: int,
+    offset: int,
+    kind: str | None,
+    *,
+    dialect: str = "sqlite",
+    schema: str = "",
+) -> tuple[ListedRun, ...]:
+    """One page of `list_runs` (SQLite's and PostgreSQL's), read with `fetch(sql, values)` in
+    the caller's one read: the page's keys in one query (`LIMIT`/`OFFSET` over the union, in
+    time order), then its rows' records by primary key. `InvalidArgument` for a bad argument."""
+    check_int(limit, "limit", MAX_INT64, minimum=1)
+    check_int(offset, "offset", MAX_INT64)
+    queries = _RUNS[dialect]
+    if kind is not None and kind not in queries:
+        raise InvalidArgument(f"kind must be 'tx', 'plan' or None, got {kind!r:.40}")
+    mark = "?" if dialect == "sqlite" else "%s"
+    parts = [queries[kind]] if kind is not None else list(queries.values())
+    union = " UNION ALL ".join(part.format(s=schema) for part in parts)
+    page = fetch(f"{union} ORDER BY 3 DESC, 2 DESC LIMIT {mark} OFFSET {mark}", (limit, offset))
+    seqs = [int(key) for kind_of, _, _, key in page if kind_of == "tx"]
+    runs = [str(run_id) for kind_of, run_id, _, _ in page if kind_of == "plan"]
+    ended: dict[int, tuple[str, str | None]] = {}
+    statuses: dict[str, str] = {}
+    if seqs:
+        marks = ", ".join([mark] * len(seqs))
+        sql = f"SELECT seq, record, history FROM {schema}ended WHERE seq IN ({marks})"  # noqa: S608 - placeholders
+        ended = {int(seq): (record, history) for seq, record, history in fetch(sql, seqs)}
+    if runs:
+        marks = ", ".join([mark] * len(runs))
+        sql = f"SELECT run_id, status FROM {schema}plan_runs WHERE run_id IN ({marks})"  # noqa: S608
+        statuses = {str(run_id): str(status) for run_id, status in fetch(sql, runs)}
+    listed: list[ListedRun] = []
+    for kind_of, run_id, at, key in page:
+        if kind_of == "tx":
+            record, history = ended.get(int(key), ("null", None))
+            listed.append(("tx", str(run_id), float(at), None, record, history))
+        else:
+            status = statuses.get(str(run_id), "GONE")
+            listed.append(("plan", str(run_id), float(at), status, None, None))
+    return tuple(listed)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from .._limits import DEFAULT_ISOLATION, Isolation, check_isolation
+from ._bell import ListeningBell
 from ._durable import EndedTransaction, TxImage, UndoRow
 from ._log_rows import LogStore, Lost
 from ._postgres_link import Link, Renewer, check_schema_name
@@ -186,27 +187,25 @@ class PostgresStore(SharedRows, LogStore):
         self._lost = Lost()
         self._plans: dict[str, int] = {}
         timeout = None if statement_timeout is None else float(statement_timeout)
-        self._link = Link(
-            dsn_or_pool,
-            schema=schema,
-            connect_timeout=float(connect_timeout),
-            statement_timeout=timeout,
-        )
-        self._sql = self._link.sql
-        self._hot = self._sql.hot
-        self._owner_bytes = self._owner.encode()
-        self._lease_bytes = repr(self._lease).encode()
-        self._renewer = Renewer(
-            weakref.ref(self),
-            Link(
+
+        def link() -> Link:
+            return Link(
                 dsn_or_pool,
                 schema=schema,
                 connect_timeout=float(connect_timeout),
                 statement_timeout=timeout,
-            ),
-            self._lease / 3,
-        )
+            )
+
+        self._link = link()
+        self._sql = self._link.sql
+        self._hot = self._sql.hot
+        self._owner_bytes = self._owner.encode()
+        self._lease_bytes = repr(self._lease).encode()
+        self._renewer = Renewer(weakref.ref(self), link(), self._lease / 3)
         weakref.finalize(self, Renewer.stop, self._renewer)
+        #: Rings as a request of the schema changes state (`decision_bell`), on its connection.
+        self._bell = ListeningBell(link())
+        weakref.finalize(self, ListeningBell.close, self._bell)
         weakref.finalize(self, self._link.drop)
         try:
             if migrate:
@@ -256,6 +255,7 @@ class PostgresStore(SharedRows, LogStore):
             self._plans.clear()
             self._link.drop()
         self._renewer.stop()
+        self._bell.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._txs)} open transactions held here"

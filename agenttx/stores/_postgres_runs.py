@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import RequestRow, check_request_id
-from ._conversations import check_conversation
+from ._bell import PLAIN_BELL, Bell, ListeningBell
+from ._conversations import appended
 from ._durable import OutboxEntry
-from ._plans import PlanImage, PlanNodeRow
+from ._plans import PlanImage, PlanNodeRow, list_runs
 from ._postgres_schema import HOLDS_LOCK
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ._log_rows import Lost
-    from ._plans import PlanChange
+    from ._plans import ListedRun, PlanChange
     from ._postgres_link import Link, Renewer
     from ._postgres_schema import Sql
 
@@ -53,7 +54,8 @@ def check_number(value: object, what: str, *, minimum: float, allow_none: bool =
 
 
 class SharedRows:
-    """Plan runs and the outbox on the store's connection (see the module docstring)."""
+    """Plan runs, the outbox and the requests on the store's connection (see the module
+    docstring)."""
 
     _schema: str
     _closed: bool
@@ -66,6 +68,7 @@ class SharedRows:
     _epochs: dict[str, int]
     _lost: Lost
     _renewer: Renewer
+    _bell: ListeningBell
     _outbox_hold: float
 
     if TYPE_CHECKING:  # PostgresStore's: the fence of a transaction's write, a durable write
@@ -349,6 +352,12 @@ class SharedRows:
             )
         return tuple(_request(row) for row in rows)
 
+    def decision_bell(self) -> Bell:
+        """What a wait for people's decisions on this store sleeps on: it wakes as a request
+        of the schema changes state, decided by any process (`LISTEN`/`NOTIFY`, see
+        `_bell`); the plain bell once the store is closed."""
+        return PLAIN_BELL if self._closed else self._bell
+
     def set_request_state(
         self,
         request_id: str,
@@ -399,13 +408,19 @@ class SharedRows:
 
     # ------------------------------------------------------------ conversations
 
-    def record_conversation(self, tx_id: str, text: str) -> None:
-        """Replace the conversation of transaction `tx_id` (`ConversationStore`), with the
-        buffered writes, in one transaction fenced by this store's epoch."""
+    def record_conversation(
+        self, tx_id: str, text: str, messages: Sequence[str] = (), *, start: int = 0
+    ) -> None:
+        """Record the conversation of transaction `tx_id` (`ConversationStore`): `text`, and
+        `messages` from position `start` on, with the buffered writes, in one transaction
+        fenced by this store's epoch (the state and the messages in one statement)."""
         check_tx_id(tx_id)
-        check_conversation(text)
-        statement = (self._sql.update_conversation, (text, tx_id))
-        self._durable_write(tx_id, "record the conversation", statement)
+        appended(text, messages, start)
+        texts = list(messages)
+        values = (text, tx_id, start + len(texts), start, texts)
+        self._durable_write(
+            tx_id, "record the conversation", (self._sql.update_conversation, values)
+        )
 
     def read_conversation(self, tx_id: str) -> str | None:
         """The conversation recorded for open transaction `tx_id`, or None."""
@@ -416,6 +431,17 @@ class SharedRows:
                 f"read the conversation of `{tx_id}`", self._sql.select_conversation, (tx_id,)
             )
         return None if row is None else row[0]
+
+    def read_messages(self, tx_id: str, count: int) -> tuple[str, ...]:
+        """The first `count` messages recorded for `tx_id`, in order (`ConversationStore`)."""
+        check_tx_id(tx_id)
+        check_int(count, "count", MAX_INT64)
+        with self._lock:
+            self._check_not_closed()
+            rows = self._all(
+                f"read the messages of `{tx_id}`", self._sql.select_messages, (tx_id, count)
+            )
+        return tuple(row[0] for row in rows)
 
     def list_requests(self, kind: str, state: str, limit: int) -> tuple[RequestRow, ...]:
         """Up to `limit` requests of `kind` in `state`, oldest first (any scope)."""
@@ -484,6 +510,23 @@ class SharedRows:
             self._check_not_closed()
             rows = self._all("list the plan runs", self._sql.list_plans, (limit,))
         return tuple((run_id, status, updated_at) for run_id, status, updated_at in rows)
+
+    def list_runs(
+        self, limit: int = 50, offset: int = 0, *, kind: str | None = None
+    ) -> tuple[ListedRun, ...]:
+        """One page of the ended transactions kept as history and the plan runs, the latest
+        first, in one snapshot (`SQLiteStore.list_runs` says the rest)."""
+
+        def fetch(sql: str, values: Sequence[object]) -> list[Any]:
+            cur.execute(sql, tuple(values))
+            return cur.fetchall()
+
+        with self._lock:
+            self._check_not_closed()
+            with self._link.transaction("list the runs", snapshot=True) as cur:
+                return list_runs(
+                    fetch, limit, offset, kind, dialect="postgres", schema=f"{self._schema}."
+                )
 
     def running_plans(self) -> tuple[tuple[str, str | None], ...]:
         """The RUNNING plan runs, any worker's, as `(run_id, owner)`, by id."""

@@ -1,6 +1,6 @@
 """The schema behind `PostgresStore`: its migrations, and every SQL text the store runs.
 
-**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 6):
+**Layout** (in the store's own schema, `agenttx` by default; migrations 1 to 7):
 
 =========== ================================================================================
 migrations  one row per migration applied: `version`, `description`, `applied_at`
@@ -27,6 +27,10 @@ plan_units  `(resource, run_id, node_id) -> (attempt, units, acquired_at)`: the 
             (migration 4)
 plan_rates  `tool -> (tokens, updated_at)`: a rate-limited tool's token bucket, shared by
             every run, refilled by the server's clock (migration 5)
+conversation_messages
+            `(tx_id, seq) -> message`: the log of an agent's conversation (`_conversations`),
+            deleted with its `txs` row (migration 7). A change of a request's state notifies
+            channel `agenttx_decided` with the schema's name (migration 8: `_bell`)
 =========== ================================================================================
 
 Every write to a transaction's rows carries its fence: the `txs` row must still have the
@@ -174,6 +178,30 @@ MIGRATIONS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         "an agent's conversation with its transaction",
         ("ALTER TABLE {s}.txs ADD COLUMN conversation text",),
     ),
+    (
+        "the messages of an agent's conversation, as a log a write appends to",
+        (
+            (
+                "CREATE TABLE {s}.conversation_messages (tx_id text NOT NULL, "
+                "seq bigint NOT NULL, message text NOT NULL, PRIMARY KEY (tx_id, seq))"
+            ),
+        ),
+    ),
+    (
+        "a notification when a request changes state, for the waits on people's decisions",
+        (
+            (
+                "CREATE FUNCTION {s}.request_decided() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN PERFORM pg_notify('agenttx_decided', TG_TABLE_SCHEMA); "
+                "RETURN NULL; END$$"
+            ),
+            (
+                "CREATE TRIGGER request_decided AFTER UPDATE OF state ON {s}.requests "
+                "FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) "
+                "EXECUTE FUNCTION {s}.request_decided()"
+            ),
+        ),
+    ),
 )
 
 #: The advisory lock (with the schema's hash) under which every write takes or frees holds
@@ -309,6 +337,7 @@ class Hot:
         )
         ends = (
             f"l AS (DELETE FROM {s}.log WHERE tx_id = $1::text), "
+            f"c AS (DELETE FROM {s}.conversation_messages WHERE tx_id = $1::text), "
             f"u AS (DELETE FROM {s}.undos WHERE tx_id = $1::text) "
             f"DELETE FROM {s}.txs WHERE tx_id = $1::text"
         )
@@ -486,14 +515,31 @@ class Sql:
             "RETURNING r.run_id"
         ).format(s=s)
         self.update_record = f"UPDATE {s}.txs SET record = %s WHERE tx_id = %s AND epoch = %s"
-        # Fenced by the transaction's `fence`, in the same PostgreSQL transaction.
-        self.update_conversation = f"UPDATE {s}.txs SET conversation = %s WHERE tx_id = %s"
+        # Fenced by the transaction's `fence`, in the same PostgreSQL transaction. One
+        # statement: the state, then the messages from `start` on (upserted), and those after
+        # the new last one deleted (a row no two parts of the statement touch both).
+        self.update_conversation = (
+            f"WITH h AS (UPDATE {s}.txs SET conversation = %s WHERE tx_id = %s RETURNING tx_id), "
+            f"d AS (DELETE FROM {s}.conversation_messages AS m USING h "
+            "WHERE m.tx_id = h.tx_id AND m.seq >= %s) "
+            f"INSERT INTO {s}.conversation_messages (tx_id, seq, message) "
+            "SELECT h.tx_id, %s + u.n - 1, u.m FROM h, "
+            "unnest(%s::text[]) WITH ORDINALITY AS u(m, n) "
+            "ON CONFLICT (tx_id, seq) DO UPDATE SET message = excluded.message"
+        )
+        self.select_messages = (
+            f"SELECT message FROM {s}.conversation_messages WHERE tx_id = %s AND seq < %s "
+            "ORDER BY seq"
+        )
         self.select_conversation = f"SELECT conversation FROM {s}.txs WHERE tx_id = %s"
         self.release_tx = (
             f"UPDATE {s}.txs SET owner = NULL, lease_until = NULL, "
             f"epoch = nextval('{s}.epochs'), history = COALESCE(%s, history) WHERE tx_id = %s"
         )
-        self.delete_tx = f"DELETE FROM {s}.txs WHERE tx_id = %s"
+        self.delete_tx = (  # with its conversation's messages
+            f"WITH t AS (DELETE FROM {s}.txs WHERE tx_id = %s RETURNING tx_id) "
+            f"DELETE FROM {s}.conversation_messages AS m USING t WHERE m.tx_id = t.tx_id"
+        )
         self.delete_log = f"DELETE FROM {s}.log WHERE tx_id = %s"
         self.delete_undos = f"DELETE FROM {s}.undos WHERE tx_id = %s"
         # ---------------------------------------------------------------- the log

@@ -55,7 +55,7 @@ import attrs
 
 from .._errors import InvalidArgument, StorageError, TransactionNotFound
 from ._approvals import REQUEST_TABLES
-from ._conversations import CONVERSATION_COLUMN
+from ._conversations import CONVERSATION_COLUMN, CONVERSATION_LOG
 from ._durable import EffectRow, EndedTransaction, OutboxEntry, UndoRow
 from ._plans import (
     PLAN_AUDIT_TABLES,
@@ -177,6 +177,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     PLAN_UNIT_TABLES,
     PLAN_RATE_TABLES,  # 7 -> 8: the token buckets of tools' rate limits (`_plans`)
     CONVERSATION_COLUMN,  # 8 -> 9: an agent's conversation with its transaction
+    CONVERSATION_LOG,  # 9 -> 10: its messages as a log a write appends to
 )
 #: The schema version this code writes: the number of migrations.
 SCHEMA_VERSION: Final = len(MIGRATIONS)

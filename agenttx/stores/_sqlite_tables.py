@@ -10,16 +10,17 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import InvalidArgument, StorageError
 from . import _approvals as request_tables
 from . import _plans as plan_tables
 from ._conversations import (
     SELECT_CONVERSATION,
+    SELECT_MESSAGES,
     UPDATE_CONVERSATION,
     UPDATE_CONVERSATION_FENCED,
-    check_conversation,
+    appended,
 )
 from ._owners import owner_gone
 from ._protocol import MAX_INT64, check_int, check_tx_id, check_value
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ._approvals import RequestRow
     from ._durable import EndedTransaction, OutboxEntry, TxImage
     from ._log_rows import Lost
-    from ._plans import PlanChange, PlanImage, PlanNodeRow
+    from ._plans import ListedRun, PlanChange, PlanImage, PlanNodeRow
     from ._sqlite_file import StoreFile
     from ._sqlite_mirror import TxMirror
 
@@ -186,6 +187,25 @@ class SharedTables:
             with self._file.reading("list the plan runs") as cur:
                 return plan_tables.list_plans(cur, limit)
 
+    def list_runs(
+        self, limit: int = 50, offset: int = 0, *, kind: str | None = None
+    ) -> tuple[ListedRun, ...]:
+        """One page of the ended transactions kept as history and the plan runs, the latest
+        first (ties by id, descending), `offset` rows skipped; `kind` ("tx" or "plan") keeps
+        one kind only. Each row is `(kind, id, at, status, record, history)`: an ended
+        transaction's record and history texts as kept (`status` None), or a plan run's status
+        (`record`, `history` None); `at` is when it ended or last changed. One read: the page's
+        keys (`LIMIT`/`OFFSET`), then its rows by primary key, so a page does not read the
+        records of the others. Works on a read-only store."""
+
+        def fetch(sql: str, values: Sequence[object]) -> list[Any]:
+            return cur.execute(sql, tuple(values)).fetchall()
+
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading("list the runs") as cur:
+                return plan_tables.list_runs(fetch, limit, offset, kind)
+
     def running_plans(self) -> tuple[tuple[str, str | None], ...]:
         """The RUNNING plan runs in the file, any process's, as `(run_id, owner)`, by id."""
         with self._lock:
@@ -284,16 +304,20 @@ class SharedTables:
 
     # ------------------------------------------------------------ conversations
 
-    def record_conversation(self, tx_id: str, text: str) -> None:
-        """Replace the conversation of transaction `tx_id` (`ConversationStore`), durably, with
-        the buffered writes, if this store holds it (else `StorageError`)."""
+    def record_conversation(
+        self, tx_id: str, text: str, messages: Sequence[str] = (), *, start: int = 0
+    ) -> None:
+        """Record the conversation of transaction `tx_id` (`ConversationStore`): `text`, and
+        `messages` from position `start` on, durably, with the buffered writes, in one
+        statement (a trigger appends the messages), if this store holds it (else
+        `StorageError`)."""
         check_tx_id(tx_id)
-        check_conversation(text)
+        append = appended(text, messages, start)
         self._durable_write(
             tx_id,
             "record the conversation",
-            (UPDATE_CONVERSATION, (text, tx_id)),
-            fenced=(UPDATE_CONVERSATION_FENCED, (text, tx_id, self._owner)),
+            (UPDATE_CONVERSATION, (text, append, tx_id)),
+            fenced=(UPDATE_CONVERSATION_FENCED, (text, append, tx_id, self._owner)),
         )
 
     def read_conversation(self, tx_id: str) -> str | None:
@@ -305,6 +329,16 @@ class SharedTables:
             with self._file.reading(f"read the conversation of `{tx_id}`") as cur:
                 rows = cur.execute(SELECT_CONVERSATION, (tx_id,)).fetchall()
         return rows[0][0] if rows else None
+
+    def read_messages(self, tx_id: str, count: int) -> tuple[str, ...]:
+        """The first `count` messages recorded for `tx_id`, in order (`ConversationStore`)."""
+        check_tx_id(tx_id)
+        check_int(count, "count", MAX_INT64)
+        with self._lock:
+            self._check_not_closed()
+            with self._file.reading(f"read the messages of `{tx_id}`") as cur:
+                rows = cur.execute(SELECT_MESSAGES, (tx_id, count)).fetchall()
+        return tuple(row[0] for row in rows)
 
     # ------------------------------------------------------------ the outbox
 

@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from _world import MONEY, Service
 from langchain_core.messages import AIMessage, ToolMessage
@@ -28,47 +28,71 @@ from pydantic import create_model
 import agenttx
 from agenttx.stores import SQLiteStore
 
+if TYPE_CHECKING:
+    from _agent import Script
+
 Call = tuple[str, dict[str, Any]]
 # The person who approves calls in the injection arm (None elsewhere): yes to the user's own.
 # There agenttx asks for an approval before every call that moves money or sends anything.
 Approver = Callable[[str, dict[str, Any]], bool] | None
+# Overrides of agenttx's rollback policy (`--repeat-limit`); empty: the library's defaults.
+Policy = dict[str, Any]
 TRANSIENT = (TimeoutError, ConnectionError)
 RETRIES = 2  # what agents commonly do: retry a failed call a couple of times, then give up
 
 
 # ---------------------------------------------------------------- 1. the plain loop
 def run_plain(
-    service: Service, calls: list[Call], resume: bool, approve: Approver
+    service: Service, script: Script, resume: bool, approve: Approver, policy: Policy
 ) -> dict[str, Any]:
-    """Call each tool; retry a timeout or a 5xx twice; stop at any other error."""
-    del resume, approve  # no record to resume from, no approvals: the task starts again
-    for i, (name, args) in enumerate(calls):
-        service.turn()
-        for attempt in range(RETRIES + 1):
-            try:
-                service.call(name, args, i)
+    """Call each tool; retry a timeout or a 5xx twice; give a tool's error back to the agent,
+    which sends its correction if it has one and otherwise stops."""
+    del resume, approve, policy  # no record to resume from, no approvals: the task starts again
+    for i, (name, _args) in enumerate(script.calls):
+        sent = 0
+        while True:
+            service.turn()
+            error = _call_with_retries(service, name, script.args(i, sent), i)
+            sent += 1
+            if error is None:
                 break
-            except TRANSIENT:
-                if attempt == RETRIES:
-                    return {"status": "failed"}
-            except Exception:  # noqa: BLE001 -- a tool's error ends the run, as in most loops
+            if isinstance(error, TRANSIENT) or not script.is_mistake(i, sent - 1):
                 return {"status": "failed"}
         service.boundary(i)
     service.turn()  # the answer
     return {"status": "done"}
 
 
+def _call_with_retries(
+    service: Service, name: str, args: dict[str, Any], call: int
+) -> Exception | None:
+    """One decision of the agent: the call, retried on a timeout or a 5xx as retry decorators
+    do; the error it ended with, or None."""
+    for attempt in range(RETRIES + 1):
+        try:
+            service.call(name, args, call)
+        except TRANSIENT as error:
+            if attempt == RETRIES:
+                return error
+        except Exception as error:  # noqa: BLE001 -- the tool's error goes back to the agent
+            return error
+        else:
+            return None
+    return None
+
+
 # ---------------------------------------------------------------- 2. LangGraph
 def run_langgraph(
-    service: Service, calls: list[Call], resume: bool, approve: Approver
+    service: Service, script: Script, resume: bool, approve: Approver, policy: Policy
 ) -> dict[str, Any]:
     """A `ToolNode` and a scripted model node in a `StateGraph` checkpointed by `SqliteSaver`.
 
-    The model node reads the conversation: after an error it sends the same call again (at most
-    twice), after a result it sends the next call. After a crash the thread is resumed from its
-    last checkpoint with `graph.invoke(None, config)`, as LangGraph's persistence docs describe.
+    The model node reads the conversation: after an error it sends its correction if it has
+    one, else the same call again (at most twice); after a result it sends the next call. After
+    a crash the thread is resumed from its last checkpoint with `graph.invoke(None, config)`, as
+    LangGraph's persistence docs describe.
     """
-    del approve
+    del approve, policy
 
     def make(function: Any) -> StructuredTool:
         schema = create_model(
@@ -77,9 +101,9 @@ def run_langgraph(
             tool_call_id=(Annotated[str, InjectedToolCallId], ...),
         )
 
-        def run(tool_call_id: str, **_arguments: Any) -> str:  # the call's own, kept by `calls`
-            call = int(tool_call_id.split("-", maxsplit=1)[0][1:])
-            return json.dumps(service.call(function.name, calls[call][1], call))
+        def run(tool_call_id: str, **_arguments: Any) -> str:  # the agent's own, as it sent them
+            call, sent, _ = (int(part) for part in tool_call_id[1:].split("-"))
+            return json.dumps(service.call(function.name, script.args(call, sent), call))
 
         return StructuredTool.from_function(
             func=run, name=function.name, description=function.description, args_schema=schema
@@ -88,20 +112,27 @@ def run_langgraph(
     def model(state: MessagesState) -> dict[str, Any]:
         service.turn()
         results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
-        i, errors = 0, 0
+        i, errors, sent = 0, 0, [0] * len(script.calls)
         for message in results:
-            if message.status == "error":
-                errors += 1
-            else:
+            call = int(message.tool_call_id[1:].split("-")[0])
+            sent[call] += 1
+            if message.status != "error":
                 i, errors = i + 1, 0
+            elif not script.is_mistake(call, sent[call] - 1):
+                errors += 1  # the right call failed: retried at most twice
         if results and results[-1].status != "error":
             service.boundary(i - 1)  # the tools' checkpoint is written: the next call starts
         if errors > RETRIES:
             return {"messages": [AIMessage(content="failed")]}
-        if i >= len(calls):
+        if i >= len(script.calls):
             return {"messages": [AIMessage(content="done")]}
-        name, args = calls[i]
-        call = {"name": name, "args": args, "id": f"c{i}-{len(results)}", "type": "tool_call"}
+        name = script.calls[i][0]
+        call = {
+            "name": name,
+            "args": script.args(i, sent[i]),
+            "id": f"c{i}-{sent[i]}-{len(results)}",
+            "type": "tool_call",
+        }
         return {"messages": [AIMessage(content="", tool_calls=[call])]}
 
     def route(state: MessagesState) -> str:
@@ -128,9 +159,13 @@ def run_langgraph(
 
 # ---------------------------------------------------------------- 3. agenttx
 def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
-    service: Service, calls: list[Call], resume: bool, approve: Approver
+    service: Service, script: Script, resume: bool, approve: Approver, policy: Policy
 ) -> dict[str, Any]:
-    """Each call a step of one transaction on a `SQLiteStore`; `engine.recover("resume")`."""
+    """Each call a step of one transaction on a `SQLiteStore`; `engine.recover("resume")`.
+
+    The agent sends the step agenttx names (`next_step_id`): the next one after a success, the
+    same one after a retry or a resend, an earlier one after a rewind, none after an abort.
+    """
 
     @agenttx.compensation(name="world.restore")
     def restore(payload: agenttx.JSONValue) -> None:
@@ -151,6 +186,7 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
 
         def body(ctx: agenttx.ToolContext, call: int, args: dict[str, Any]) -> Any:
             if staged:  # a message or a payment: sent by the outbox once the work commits
+                service.validate(name, args, call)  # refused now, not after the commit
                 key = ctx.stage_effect("service", {"tool": name, "call": call, "args": args})
                 return {"staged": key}
             ctx.register_undo("world.restore", {"call": call})  # durable before the effect
@@ -177,23 +213,26 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
         saved = json.loads(state.read_text())
         if saved["tx"] not in report.resumed:
             # It ended before the crash (the crash hit the outbox's delivery after the commit):
-            # an engine finds only the transactions it began or resumed (docs/protocol.md#engine),
-            # so what it became is this loop's own note, written before the commit.
-            assert saved.get("committing"), saved
+            # the store's audit trail of an ended transaction says how it ended.
+            ended = engine.audit(saved["tx"])[-1].kind
             _deliver(engine)
-            return {"status": "done" if not engine.pending_effects() else "failed"}
+            done = ended is agenttx.EventKind.COMMITTED and not engine.pending_effects()
+            return {"status": "done" if done else "failed"}
         tx = engine.get(saved["tx"])
     else:
-        tx = engine.begin(agent_id="damage")
-    order = list(range(len(calls)))  # step i + 1 makes call order[i]
+        tx = engine.begin(agent_id="damage", policy=policy or None)
+    order = list(range(len(script.calls)))  # step i + 1 makes call order[i]
+    sent = [0] * len(script.calls)  # the times the agent sent each call
     while tx.status is agenttx.TxStatus.ACTIVE:
         i = tx.next_step_id - 1
         if i >= len(order):
             break
         state.write_text(json.dumps({"tx": tx.id}))
         service.turn()
-        name, args = calls[order[i]]
-        step = {"call": order[i], "args": args}
+        call = order[i]
+        name, args = script.calls[call][0], script.args(call, sent[call])
+        sent[call] += 1
+        step = {"call": call, "args": args}
         r = tx.execute_step(i + 1, name, step)
         if approve is not None and r.approval is not None:
             if approve(name, args):
@@ -206,10 +245,9 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
                 order.pop(i)
                 continue
         if r.ok:
-            service.boundary(order[i])
+            service.boundary(call)
     if tx.status is agenttx.TxStatus.ACTIVE:
         service.turn()  # the answer, and the commit
-        state.write_text(json.dumps({"tx": tx.id, "committing": True}))
         tx.commit()
     _deliver(engine)
     done = tx.status is agenttx.TxStatus.COMMITTED and not engine.pending_effects()
@@ -224,7 +262,7 @@ def _deliver(engine: agenttx.Engine) -> None:
         time.sleep(0.05)
 
 
-LOOPS: dict[str, Callable[[Service, list[Call], bool, Approver], dict[str, Any]]] = {
+LOOPS: dict[str, Callable[[Service, Script, bool, Approver, Policy], dict[str, Any]]] = {
     "plain": run_plain,
     "langgraph": run_langgraph,
     "agenttx": run_agenttx,

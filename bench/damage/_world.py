@@ -157,6 +157,18 @@ class Service:
             raise RuntimeError(error)
         return _jsonable(result)
 
+    def validate(self, name: str, args: dict[str, Any], call: int) -> None:
+        """The provider's check before a staged call (a payment's authorization, a message's
+        validation): raises what the call would raise now, changes nothing. A locked account
+        (the `permanent` fault) is refused here too."""
+        self.log(event="validate", call=call, tool=name)
+        if self.fault.kind == "permanent" and self.fault.call == call:
+            self.log(event="refused", call=call, tool=name)
+            raise Refused("403 Forbidden: the account is locked")
+        _, error = self.runtime.run_function(self.load(), name, args)  # never written back
+        if error is not None:
+            raise RuntimeError(error)
+
     def boundary(self, call: int) -> None:
         """Called by a loop once call `call` is recorded, before the next call starts."""
         if self._fire("crash_after_record", call):

@@ -29,17 +29,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _agent import MISTAKES, Call, Script, find_mistakes, script_for
 from _agentdojo import get_suite
-from _loops import LOOPS, Call
+from _loops import LOOPS
 from _world import FAULTS, Fault, Service
 
 SUITES = ("banking", "slack", "travel", "workspace")
 VERSION = "v1.2.1"
 METRICS = ("unintended", "duplicates", "orphaned", "leaked", "blind_retries")
+# The rows of the table: the service's faults, then the agent's mistakes (made fault-free).
+KINDS = (*FAULTS, *MISTAKES)
 # Where agenttx's docs claim zero (README "Durability and crash recovery", docs/approvals.md):
 # duplicates, leaked irreversible effects and orphaned partial state, for every fault but a
 # silent no-op (a service that answers success without acting is beyond any loop's reach).
-CLAIMED = frozenset(f for f in FAULTS if f != "noop")
+CLAIMED = frozenset(f for f in KINDS if f != "noop")
 # Not claimed either: a staged message or payment is delivered after the commit, so a service
 # that refuses it for good (the "permanent" fault on such a call) cannot undo the committed
 # writes before it; the outbox keeps the effect and its error (`engine.pending_effects()`).
@@ -103,7 +106,11 @@ def changes(a: Any, b: Any) -> int:
 
 # ---------------------------------------------------------------- one episode
 def run_episode(
-    service: Service, loop: str, calls: list[Call], approved: list[Call] | None
+    service: Service,
+    loop: str,
+    script: Script,
+    approved: list[Call] | None,
+    policy: dict[str, Any],
 ) -> dict[str, Any]:
     """Run the loop in forked processes until it ends; a SIGKILL starts a resuming one."""
     out = service.directory / "out.json"
@@ -115,7 +122,7 @@ def run_episode(
             code = 0
             try:
                 approve = None if approved is None else (lambda n, a: (n, a) in approved)
-                report = LOOPS[loop](service, list(calls), resume, approve)
+                report = LOOPS[loop](service, script, resume, approve, policy)
                 out.write_text(json.dumps(report))
             except BaseException:  # noqa: BLE001 -- the parent reports it
                 (service.directory / "error.txt").write_text(traceback.format_exc())
@@ -168,7 +175,7 @@ def measure(
             1 for e in effects if e["irreversible"] and (failed or e["call"] in injected)
         ),
         "blind_retries": blind,
-        "calls": sum(1 for e in entries if e["event"] == "request"),
+        "calls": sum(1 for e in entries if e["event"] in {"request", "validate"}),
     }
 
 
@@ -181,7 +188,10 @@ def plan_task(suite: Any, task: Any, seed: int, root: Path) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     probe = Service(suite, root, Fault("none", -1))
     probe.reset(env)
+    mistakes: dict[str, dict[int, dict[str, Any]]] = {kind: {} for kind in MISTAKES}
     for i, (name, args) in enumerate(calls):
+        for kind, wrong in find_mistakes(probe.runtime, probe.load(), name, args).items():
+            mistakes[kind][i] = wrong
         with contextlib.suppress(Exception):
             probe.call(name, args, i)
     effectful = sorted({e["call"] for e in probe.entries() if e["event"] == "effect"})
@@ -195,26 +205,37 @@ def plan_task(suite: Any, task: Any, seed: int, root: Path) -> dict[str, Any]:
         "targets": effectful or list(range(len(calls))),
         "injection": _calls(injection.ground_truth(env.model_copy(deep=True))),
         "seed": f"{seed}/{suite.name}/{task.ID}",
+        "mistakes": mistakes,
     }
 
 
-def schedule(plan: dict[str, Any], kind: str) -> tuple[Fault, list[Call], set[int], Any]:
-    """The fault, the calls the agent makes, the injected calls and the reference to diff."""
+def schedule(plan: dict[str, Any], kind: str) -> tuple[Fault, Script, set[int], Any] | None:
+    """The fault, the agent, the injected calls and the reference to diff; None for a mistake
+    that no call of the task lets the agent make."""
     calls: list[Call] = list(plan["calls"])
     if kind == "none":
-        return Fault(kind, -1), calls, set(), plan["reference"]
+        return Fault(kind, -1), Script(calls), set(), plan["reference"]
     if kind == "injection":  # the attacker's calls, made right after the first call
         at = min(1, len(calls))
         calls[at:at] = plan["injection"]
         return (
             Fault(kind, -1),
-            calls,
+            Script(calls),
             set(range(at, at + len(plan["injection"]))),
             plan["reference"],
         )
-    target = random.Random(f"{plan['seed']}/{kind}").choice(plan["targets"])
+    draw = random.Random(f"{plan['seed']}/{kind}")
+    if kind in MISTAKES:  # at a call that changes something where the tool rejects it
+        possible = plan["mistakes"][kind]
+        if not possible:
+            return None
+        targets = [c for c in plan["targets"] if c in possible] or sorted(possible)
+        target = draw.choice(targets)
+        script = script_for(calls, kind, target, possible[target])
+        return Fault("none", -1), script, set(), plan["reference"]
+    target = draw.choice(plan["targets"])
     reference = plan["start"] if kind == "permanent" else plan["reference"]
-    return Fault(kind, target), calls, set(), reference
+    return Fault(kind, target), Script(calls), set(), reference
 
 
 def utility(task: Any, pre: Any, final: dict[str, Any], suite: Any) -> bool:
@@ -227,6 +248,7 @@ def utility(task: Any, pre: Any, final: dict[str, Any], suite: Any) -> bool:
 
 def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
     cells: dict[tuple[str, str, str], Cell] = defaultdict(Cell)
+    policy = {} if args.repeat_limit is None else {"repeat_limit": args.repeat_limit}
     root = Path(tempfile.mkdtemp(prefix="agenttx-damage-"))
     try:
         for suite_name in args.suites:
@@ -238,7 +260,10 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
                 for trial in range(args.trials):
                     plan = plan_task(suite, task, args.seed + trial, root / "probe")
                     for kind in args.faults:
-                        fault, calls, injected, reference = schedule(plan, kind)
+                        scheduled = schedule(plan, kind)
+                        if scheduled is None:
+                            continue
+                        fault, script, injected, reference = scheduled
                         for loop in args.loops:
                             directory = root / f"{suite_name}-{task.ID}-{trial}-{kind}-{loop}"
                             directory.mkdir(parents=True)
@@ -246,8 +271,10 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
                             service.reset(plan["env"])
                             began = time.perf_counter()
                             approved = plan["calls"] if kind == "injection" else None
-                            report = run_episode(service, loop, calls, approved)
+                            report = run_episode(service, loop, script, approved, policy)
                             seconds = time.perf_counter() - began
+                            if kind in MISTAKES and report["status"] != "done":
+                                reference = plan["start"]  # a failed run should end undone
                             damage = measure(service, report, reference, injected)
                             cell = cells[suite_name, kind, loop]
                             cell.episodes += 1
@@ -255,7 +282,11 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
                             cell.calls += damage.pop("calls")
                             cell.turns += report["turns"]
                             final = json.loads(service.world.read_text())
-                            cell.utility += utility(task, plan["env"], final, suite)
+                            # a run that ended failed gives no answer: read-only tasks
+                            # would otherwise pass AgentDojo's check on the answer alone
+                            cell.utility += report["status"] == "done" and utility(
+                                task, plan["env"], final, suite
+                            )
                             for name in METRICS:
                                 cell.sums[name] += damage[name]
                             if not args.keep:
@@ -276,7 +307,7 @@ HEADER = (
 def table(cells: dict[tuple[str, str, str], Cell]) -> str:
     lines = [HEADER, "|" + "---|" * 13]
     for (suite, fault, loop), c in sorted(
-        cells.items(), key=lambda kv: (SUITES.index(kv[0][0]), FAULTS.index(kv[0][1]), kv[0][2])
+        cells.items(), key=lambda kv: (SUITES.index(kv[0][0]), KINDS.index(kv[0][1]), kv[0][2])
     ):
         sums = [str(c.sums[m]) for m in METRICS]
         if loop == "agenttx" and fault not in CLAIMED:
@@ -324,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 banking tasks (the tests run it)")
     parser.add_argument("--suites", nargs="+", default=list(SUITES), choices=SUITES)
-    parser.add_argument("--faults", nargs="+", default=list(FAULTS), choices=FAULTS)
+    parser.add_argument(
+        "--faults", nargs="+", default=list(KINDS), choices=KINDS, help="faults and mistakes"
+    )
     parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=list(LOOPS))
     parser.add_argument(
         "--tasks", type=int, default=12, help="first N user tasks per suite (1000: all of them)"
@@ -333,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=1, help="fault draws per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the episodes' files")
+    parser.add_argument(
+        "--repeat-limit",
+        type=int,
+        help="agenttx's RollbackPolicy.repeat_limit (default: the library's; 0: the reference)",
+    )
     parser.add_argument("--write", type=Path, help="write the table into this RESULTS.md")
     args = parser.parse_args(argv)
     if args.quick:

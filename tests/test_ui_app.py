@@ -1,0 +1,580 @@
+"""`agenttx ui`'s handlers through Starlette's TestClient, on a SQLite file and on PostgreSQL:
+every page, its filters, the token, CSRF and origin refusals, read-only, hostile strings shown
+as text, and every decision (approve, reject, edit, review) made through the same book as the
+command line's, with its actor recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("jinja2")
+
+from starlette.testclient import TestClient
+
+import agenttx
+import test_cli_stores
+from agenttx import Engine, EngineConfig
+from agenttx._approvals import requests_for
+from agenttx._ui import _views
+from agenttx._ui._app import make_app
+from agenttx._ui._security import csrf_token
+from agenttx._ui._values import CUT, shown_json, shown_text
+from test_cli_stores import Backend, Filled, add, charge
+
+#: The stores and their contents of tests/test_cli_stores.py: a SQLite file and PostgreSQL.
+backend = test_cli_stores.backend
+filled = test_cli_stores.filled
+
+if TYPE_CHECKING:
+    from httpx import Response
+
+TOKEN = "s3cret-token"
+ORIGIN = "http://testserver"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def client(store: Any, **options: Any) -> TestClient:
+    """A client of the app over `store`, holding the token's cookie (its first request carries
+    the token in the query)."""
+    made = TestClient(make_app(store, token=TOKEN, **options), follow_redirects=False)
+    assert made.get(f"/?token={TOKEN}").status_code == 200
+    return made
+
+
+def post(made: TestClient, path: str, **fields: str) -> Response:
+    """A POST from the page: the CSRF token, an actor, the page's own origin."""
+    form = {"csrf": csrf_token(TOKEN), "actor": "alice", **fields}
+    return made.post(path, data=form, headers={"origin": ORIGIN})
+
+
+def flash_of(made: TestClient, response: Response) -> str:
+    """The `#flash` of the page a decision redirected to."""
+    assert response.status_code == 303, response.text
+    page = made.get(response.headers["location"]).text
+    found = re.search(r'<div id="flash"[^>]*>(.*?)</div>', page, re.DOTALL)
+    assert found is not None
+    return found.group(0)
+
+
+def rows(page: str, tag: str = "tr", cls: str = "run") -> list[dict[str, str]]:
+    """The data attributes of each `<tag class="cls" ...>` of a page."""
+    return [
+        dict(re.findall(r'data-([a-z-]+)="([^"]*)"', match.group(1)))
+        for match in re.finditer(rf'<{tag} class="{cls}"([^>]*)>', page)
+    ]
+
+
+def test_every_page_shows_the_store(backend: Backend, filled: Filled) -> None:  # noqa: PLR0915
+    """Runs (with its filters), a transaction (ended and open, with the rewind preview), a plan
+    run, the inbox and the audit trail (with its filters) show what the store holds."""
+    store = backend.make()
+    made = client(store)
+    ended, waiting = filled.ended, filled.waiting
+
+    page = made.get("/").text
+    assert 'data-page="runs"' in page
+    assert 'data-live="2"' in page
+    for link in ("nav-runs", "nav-inbox", "nav-audit"):
+        assert f'id="{link}"' in page
+    listed = {row["id"]: row for row in rows(page)}
+    assert listed[ended.id]["status"] == "COMMITTED"
+    assert listed[waiting.id]["status"] == "WAITING_APPROVAL"
+    assert listed["done-run"] == {"id": "done-run", "kind": "plan", "status": "SUCCEEDED"}
+    assert f'<a class="run-link" href="/tx/{ended.id}">' in page
+    assert [r["id"] for r in rows(made.get("/?status=committed").text)] == [ended.id]
+    assert [r["id"] for r in rows(made.get("/?kind=plan").text)] == ["done-run"]
+    assert [r["id"] for r in rows(made.get("/?agent=payer").text)] == [waiting.id]
+    assert made.get("/?kind=nothing").status_code == 404
+
+    page = made.get(f"/tx/{ended.id}").text
+    assert 'data-page="transaction"' in page
+    assert 'data-live="2"' not in page  # it has ended: nothing changes
+    assert rows(page, cls="step") == [{"step": "1", "state": "committed"}]
+    assert re.search(r'<div id="graph"><svg', page)
+    assert '<ul id="timeline">\n<li>1. step 1 add: committed</li>' in page
+    for part in ("compensations", "staged"):
+        assert f'id="{part}"' in page
+
+    page = made.get(f"/tx/{waiting.id}").text
+    assert 'data-live="2"' in page
+    assert '<form id="preview"' in page
+    assert 'select name="to"' in page
+    assert "preview-result" not in page
+    page = made.get(f"/tx/{waiting.id}?to=0").text
+    assert 'id="preview-result"' in page
+    for part in ("void", "compensate", "drop", "irreversible"):
+        assert f'id="preview-{part}"' in page
+    assert made.get("/tx/no-such-tx").status_code == 404
+
+    page = made.get("/plan/done-run").text
+    assert 'data-page="plan"' in page
+    assert re.search(r'<div id="dag"><svg', page)
+    assert re.search(r'<div id="gantt"><svg', page)
+    assert '<dl id="plan-totals">' in page
+    assert '<dd id="total-retries">0</dd>' in page
+    assert rows(page, cls="node") == [
+        {"id": "x", "state": "succeeded"},
+        {"id": "y", "state": "succeeded"},
+    ]
+    assert made.get("/plan/no-such-run").status_code == 404
+
+    page = made.get("/inbox").text
+    assert rows(page, "article", "request") == [{"request-id": filled.request}]
+    assert rows(page, "article", "review") == [{"review-id": filled.review}]
+    assert '<span class="tool">charge</span>' in page
+    assert "&#34;amount&#34;: 4200" in page
+    for form in ("approve", "reject", "edit", "resolve"):
+        assert f'<form class="{form}"' in page
+    assert page.count(f'name="csrf" value="{csrf_token(TOKEN)}"') == 4
+    assert 'button type="submit" name="outcome" value="not_done"' in page
+
+    page = made.get("/audit").text
+    kinds = [row["kind"] for row in rows(page, cls="event")]
+    assert {"step_dispatched", "step_completed", "committed"} <= set(kinds)
+    assert f'<a class="run" href="/tx/{ended.id}">' in page
+    assert '<a class="run" href="/plan/done-run">' in page
+    page = made.get("/audit?kind=committed").text
+    assert {row["kind"] for row in rows(page, cls="event")} == {"committed"}
+    page = made.get(f"/audit?run={ended.id}").text
+    assert [row["kind"] for row in rows(page, cls="event")] == [
+        "committed",
+        "step_completed",
+        "step_dispatched",
+    ]
+    assert rows(made.get("/audit?actor=nobody").text, cls="event") == []
+
+    fragment = made.get("/", headers={"x-agenttx-live": "1"}).text
+    assert "<html" not in fragment
+    assert '<table id="runs">' in fragment
+
+
+def test_a_plan_runs_page_sums_the_gbp_its_nodes_reported(backend: Backend) -> None:
+    """The plan page's cost is the exact sum of what its nodes' attempts reported, by
+    category; a run whose tools reported nothing says so."""
+
+    @agenttx.tool
+    def priced(ctx: agenttx.ToolContext, n: int) -> dict[str, int]:
+        ctx.add_cost("0.25")
+        ctx.add_cost("0.005", category="model")
+        return {"n": n}
+
+    store = backend.make()
+    engine = Engine(tools=[priced, add], store=store, config=EngineConfig(idle_timeout=None))
+    nodes = [agenttx.Node(name, tool="priced", inputs={"n": 1}) for name in ("a", "b")]
+    engine.run_plan(agenttx.Plan(nodes=nodes), initial={}, run_id="priced-run")
+    free = agenttx.Plan(nodes=[agenttx.Node("p", tool="add", inputs={"n": 1})])
+    engine.run_plan(free, initial={}, run_id="free-run")
+    engine.close()
+    made = client(store)
+    assert (
+        '<dd id="total-cost">0.510 (model 0.010, tool 0.50)</dd>'
+        in made.get("/plan/priced-run").text
+    )
+    assert '<dd id="total-cost">none reported</dd>' in made.get("/plan/free-run").text
+
+
+def test_list_runs_pages_at_the_store(backend: Backend, monkeypatch) -> None:
+    """`list_runs` gives the ended transactions and plan runs a page at a time, latest first,
+    without the plan runs' own transactions; the runs page follows it, page after page."""
+    store = backend.make()
+    engine = Engine(tools=[add], store=store, config=EngineConfig(idle_timeout=None))
+    ids = []
+    for number in range(5):
+        tx = engine.begin(agent_id="pager")
+        tx.call("add", {"n": number})
+        tx.commit()
+        ids.append(tx.id)
+    plan = agenttx.Plan(nodes=[agenttx.Node("p", tool="add", inputs={"n": 1})])
+    engine.run_plan(plan, initial={}, run_id="pr-1")
+    engine.close()
+    every = store.list_runs(100)
+    assert [row[:2] for row in every if row[0] == "plan"] == [("plan", "pr-1")]
+    assert [row[1] for row in every if row[0] == "tx"] == ids[::-1]
+    assert [row[2] for row in every] == sorted((row[2] for row in every), reverse=True)
+    plan_row = next(row for row in every if row[0] == "plan")
+    assert plan_row[3:] == ("SUCCEEDED", None, None)
+    tx_row = next(row for row in every if row[0] == "tx")
+    assert tx_row[3] is None
+    assert json.loads(tx_row[4])["agent_id"] == "pager"
+    assert json.loads(tx_row[5])["status"] == "COMMITTED"
+    pages = [store.list_runs(2, offset) for offset in (0, 2, 4)]
+    assert [row for page in pages for row in page] == list(every)
+    assert store.list_runs(100, kind="plan") == tuple(r for r in every if r[0] == "plan")
+    with pytest.raises(agenttx.InvalidArgument):
+        store.list_runs(0)
+    with pytest.raises(agenttx.InvalidArgument):
+        store.list_runs(1, kind="nothing")
+    monkeypatch.setattr(_views, "PER_PAGE", 2)
+    made = client(store)
+    seen = []
+    for page in (1, 2, 3):
+        listed = rows(made.get(f"/?kind=tx&page={page}").text)
+        assert len(listed) == (2 if page < 3 else 1)
+        seen.extend(row["id"] for row in listed)
+    assert seen == ids[::-1]
+    assert 'id="older"' not in made.get("/?kind=tx&page=3").text
+
+
+def test_every_request_without_the_token_is_refused(backend: Backend, filled: Filled) -> None:
+    """No token, a wrong one: 403 on pages, fragments, static files and POSTs. The token in
+    the query sets an HttpOnly, SameSite=Strict cookie that is accepted alone."""
+    store = backend.make()
+    app = make_app(store, token=TOKEN)
+    bare = TestClient(app, follow_redirects=False)
+    for path in ("/", "/inbox", "/audit", "/static/ui.js", f"/tx/{filled.ended.id}"):
+        refused = bare.get(path)
+        assert refused.status_code == 403
+        assert "token is missing" in refused.text
+        assert refused.headers["content-type"].startswith("text/plain")
+        assert bare.get(f"{path}?token=wrong").status_code == 403
+    assert post(bare, f"/inbox/{filled.request}/approve").status_code == 403
+    wrong = TestClient(app, cookies={"agenttx_token": "wrong"})
+    assert wrong.get("/").status_code == 403
+
+    first = bare.get(f"/?token={TOKEN}")
+    assert first.status_code == 200
+    cookie = first.headers["set-cookie"]
+    assert cookie.startswith(f"agenttx_token={TOKEN};")
+    for part in ("HttpOnly", "SameSite=Strict", "Path=/"):
+        assert part in cookie
+    headers = first.headers
+    assert headers["content-security-policy"].startswith("default-src 'self'")
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "no-referrer"
+    assert headers["x-frame-options"] == "DENY"
+    by_cookie = TestClient(app, cookies={"agenttx_token": TOKEN})
+    assert by_cookie.get("/static/ui.css").status_code == 200
+    assert "set-cookie" not in by_cookie.get("/").headers
+    assert requests_for(store).get(filled.request).state == "pending"
+
+
+def test_writes_need_the_csrf_token_and_the_page_s_origin(backend: Backend, filled: Filled) -> None:
+    """A POST without the CSRF token, with a wrong one, from another origin, from an opaque
+    one or saying no origin at all (unless the browser's `Sec-Fetch-Site` says same-origin),
+    or from another site by `Sec-Fetch-Site`, is refused (403) and decides nothing; a
+    same-origin `Referer` stands in for a missing `Origin`."""
+    store = backend.make()
+    made = client(store)
+    path = f"/inbox/{filled.request}/reject"
+    form = {"actor": "mallory", "reason": "forged"}
+    good = csrf_token(TOKEN)
+    refused = [
+        made.post(path, data=form, headers={"origin": ORIGIN}),
+        made.post(path, data={**form, "csrf": "0" * 64}, headers={"origin": ORIGIN}),
+        made.post(path, data={**form, "csrf": good}, headers={"origin": "http://evil.example"}),
+        made.post(path, data={**form, "csrf": good}, headers={"origin": "null"}),
+        made.post(path, data={**form, "csrf": good}),
+        made.post(path, data={**form, "csrf": good}, headers={"referer": "http://evil.example/"}),
+    ]
+    cross_site = {"origin": "null", "sec-fetch-site": "cross-site"}
+    refused.append(made.post(path, data={**form, "csrf": good}, headers=cross_site))
+    same_site = {"origin": ORIGIN, "sec-fetch-site": "same-site"}
+    refused.append(made.post(path, data={**form, "csrf": good}, headers=same_site))
+    assert [response.status_code for response in refused] == [403] * 8
+    assert "CSRF" in refused[0].text
+    assert "another origin" in refused[2].text
+    assert "says no origin" in refused[3].text
+    assert "another site" in refused[6].text
+    assert requests_for(store).get(filled.request).state == "pending"
+    done = made.post(path, data={**form, "csrf": good}, headers={"referer": f"{ORIGIN}/inbox"})
+    assert "rejected" in flash_of(made, done)
+    assert requests_for(store).get(filled.request).state == "rejected"
+    # Chromium under `Referrer-Policy: no-referrer`: `Origin: null`, no `Referer`, and its own
+    # `Sec-Fetch-Site` saying the form is the page's.
+    browser = {"origin": "null", "sec-fetch-site": "same-origin"}
+    done = made.post(
+        f"/reviews/{filled.review}/resolve",
+        data={"csrf": good, "actor": "ops", "outcome": "not_done"},
+        headers=browser,
+    )
+    assert "resolved not_done by ops" in flash_of(made, done)
+
+
+def test_read_only_serves_no_writes(backend: Backend, filled: Filled) -> None:
+    """`read_only`: the inbox has no forms, and every POST is refused (403)."""
+    store = backend.make()
+    made = client(store, read_only=True)
+    page = made.get("/inbox").text
+    assert rows(page, "article", "request") == [{"request-id": filled.request}]
+    assert "<form class=" not in page
+    assert "read-only" in page
+    for action in ("approve", "reject", "edit"):
+        response = post(made, f"/inbox/{filled.request}/{action}", reason="x", arguments="{}")
+        assert response.status_code == 403
+        assert "read-only" in response.text
+    assert post(made, f"/reviews/{filled.review}/resolve", outcome="done").status_code == 403
+    assert requests_for(store).get(filled.request).state == "pending"
+
+
+def test_approving_in_the_page_runs_the_call_once(backend: Backend, filled: Filled) -> None:
+    """An approval made in the page is the book's: it records its actor, the waiting
+    transaction's call then runs once, and approving it again is refused."""
+    store = backend.make()
+    made = client(store, actor="ui:tester")
+    assert 'name="actor" value="ui:tester"' in made.get("/inbox").text
+    said = flash_of(made, post(made, f"/inbox/{filled.request}/approve", actor="carol"))
+    assert f"approved {filled.request} by carol" in said
+    assert 'class="error"' not in said
+    decision = json.loads(requests_for(store).get(filled.request).decision or "{}")
+    assert decision["actor"] == "carol"
+    result = filled.waiting.call("charge", {"amount": 4200})
+    assert result.ok
+    assert result.output == {"amount": 4200}
+    state = requests_for(store).get(filled.request).state
+    assert state in {"consumed", "finished"}
+    again = flash_of(made, post(made, f"/inbox/{filled.request}/approve"))
+    assert '<div id="flash" class="error"' in again
+    assert "not approved" in again
+    assert rows(made.get("/inbox").text, "article", "request") == []
+
+
+def test_rejecting_and_resolving_record_their_actors(backend: Backend, filled: Filled) -> None:
+    """A rejection needs a reason and says it; a review is resolved not done; each decision
+    records who made it; an empty actor is refused."""
+    store = backend.make()
+    made = client(store)
+    said = flash_of(made, post(made, f"/inbox/{filled.request}/reject", reason=""))
+    assert 'class="error"' in said
+    said = flash_of(made, post(made, f"/inbox/{filled.request}/reject", actor=" ", reason="x"))
+    assert "say who decides" in said
+    assert requests_for(store).get(filled.request).state == "pending"
+    said = flash_of(made, post(made, f"/inbox/{filled.request}/reject", reason="too dear"))
+    assert f"rejected {filled.request} by alice: too dear" in said
+    row = requests_for(store).get(filled.request)
+    assert (row.state, json.loads(row.decision)["actor"]) == ("rejected", "alice")
+    result = filled.waiting.call("charge", {"amount": 4200})
+    assert not result.ok
+    assert "too dear" in str(result.error)
+
+    said = flash_of(made, post(made, f"/reviews/{filled.review}/resolve", outcome="maybe"))
+    assert 'class="error"' in said
+    said = flash_of(
+        made, post(made, f"/reviews/{filled.review}/resolve", outcome="not_done", actor="ops")
+    )
+    assert f"review {filled.review} resolved not_done by ops" in said
+    row = requests_for(store).get(filled.review)
+    assert row.state == "resolved"
+    assert json.loads(row.decision)["actor"] == "ops"
+
+
+def test_an_edit_is_checked_against_the_tool_s_schema(backend: Backend, filled: Filled) -> None:
+    """An edit that is not JSON, not an object, does not fit the schema stored with the
+    request, or is over 1 MiB is refused with the reason and the difference; one that fits
+    is approved, and the call runs with it."""
+    store = backend.make()
+    made = client(store)
+    path = f"/inbox/{filled.request}/edit"
+    said = flash_of(made, post(made, path, arguments='{"amount": "lots"}'))
+    assert '<div id="flash" class="error"' in said
+    assert "do not fit tool `charge`" in said
+    assert '<pre id="diff">' in said
+    assert '<span class="del">-  &#34;amount&#34;: 4200</span>' in said
+    assert '<span class="add">+  &#34;amount&#34;: &#34;lots&#34;</span>' in said
+    for text, why in (
+        ("{not json", "not JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"amount": "' + "9" * (1 << 20) + '"}', "exceed 1048576 bytes"),
+    ):
+        said = flash_of(made, post(made, path, arguments=text))
+        assert 'class="error"' in said
+        assert why in said
+        assert len(said) < 20_000
+    assert requests_for(store).get(filled.request).state == "pending"
+
+    said = flash_of(made, post(made, path, arguments='{"amount": 10}'))
+    assert f"approved {filled.request} by alice with edited arguments" in said
+    assert 'class="error"' not in said
+    result = filled.waiting.call("charge", {"amount": 4200})
+    assert result.ok
+    assert result.output == {"amount": 10}
+    decision = json.loads(requests_for(store).get(filled.request).decision or "{}")
+    assert (decision["edited"], decision["actor"]) == (True, "alice")
+
+
+def test_an_edit_without_a_stored_schema_is_refused_and_said(backend: Backend) -> None:
+    """A request stored without its tool's schema: the inbox says an edit cannot be checked,
+    and an edit is refused (the request stays pending)."""
+    store = backend.make()
+    engine = Engine(tools=[charge], store=store, config=EngineConfig(idle_timeout=None))
+    tx = engine.begin(agent_id="x")
+    stored = requests_for(store).request(
+        scope="transaction",
+        scope_id=tx.id,
+        tool="mystery",
+        arguments={"a": 1},
+        digest="0" * 64,
+        step=1,
+    )
+    made = client(store)
+    page = made.get("/inbox").text
+    at = page.index(f'data-request-id="{stored.id}"')
+    assert 'class="no-schema"' in page[at:]
+    said = flash_of(made, post(made, f"/inbox/{stored.id}/edit", arguments='{"a": 2}'))
+    assert 'class="error"' in said
+    assert "holds no schema" in said
+    assert requests_for(store).get(stored.id).state == "pending"
+    engine.close()
+
+
+def test_hostile_strings_are_shown_as_text(backend: Backend) -> None:
+    """Markup, attribute breakers, terminal escape codes and a 10 MB string from an agent or a
+    tool are shown as text: nothing is interpreted, and the page stays small and says the
+    size."""
+    store = backend.make()
+    engine = Engine(tools=[charge], store=store, config=EngineConfig(idle_timeout=None))
+    hostile = '\x1b[31m<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    tx = engine.begin(agent_id=hostile)
+    stored = requests_for(store).request(
+        scope="transaction",
+        scope_id=tx.id,
+        tool=hostile,
+        arguments={"note": hostile, "blob": "B" * 10_000_000},
+        digest="0" * 64,
+        step=1,
+    )
+    made = client(store)
+    for path in ("/inbox", "/", f"/tx/{tx.id}"):
+        page = made.get(path).text
+        assert "<script>" not in page
+        assert "<img" not in page
+        assert "\x1b" not in page
+        assert len(page) < 200_000
+    page = made.get("/inbox").text
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt;&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in page
+    )
+    assert "\\x1b[31m" in page or "\\u001b[31m" in page
+    assert "The first 4 KiB of 10.0 MB shown." in page
+    assert stored.id in page
+    engine.close()
+
+
+def test_values_are_cut_folded_and_escaped() -> None:
+    """A value is cut to its first 4 KiB with its whole size said, folded when long, its
+    control characters written out; a short one is shown whole."""
+    huge = shown_json({"blob": "x" * 10_000_000})
+    assert huge.cut
+    assert huge.long
+    assert len(huge.text) == CUT
+    assert huge.size_said == "10.0 MB"
+    short = shown_json({"a": 1})
+    assert (short.text, short.cut, short.long) == ('{"a": 1}', False, False)
+    text = shown_text("\x1b[2Jhi\u202e")
+    assert text.text == "\\x1b[2Jhi\\u202e"
+    assert not text.cut
+    assert shown_text("y" * 5000).cut
+
+
+def test_a_plan_node_waiting_for_approval_is_decided_in_the_page(backend: Backend) -> None:
+    """A plan run whose node waits for approval is WAITING_APPROVAL in the runs, the node so in
+    its page (live while it runs), and in the inbox with the node and its run; approved in the
+    page, the node runs and the run succeeds."""
+    store = backend.make()
+    engine = Engine(tools=[add, charge], store=store, config=EngineConfig(idle_timeout=None))
+    plan = agenttx.Plan(
+        nodes=[
+            agenttx.Node("first", tool="add", inputs={"n": 1}),
+            agenttx.Node("pay", tool="charge", inputs={"amount": 5}, after=("first",)),
+        ]
+    )
+    run_ = engine.start_plan(plan, initial={}, run_id="gated-run")
+    try:
+        while not run_.pending_approvals():
+            time.sleep(0.05)
+        made = client(store)
+        listed = {row["id"]: row for row in rows(made.get("/").text)}
+        assert listed["gated-run"]["status"] == "WAITING_APPROVAL"
+        page = made.get("/plan/gated-run").text
+        assert 'data-live="2"' in page
+        assert {"id": "pay", "state": "waiting_approval"} in rows(page, cls="node")
+        page = made.get("/inbox").text
+        (request,) = rows(page, "article", "request")
+        assert "node pay of plan run gated-run" in page
+        assert '<span class="after">node first</span>' in page
+        said = flash_of(made, post(made, f"/inbox/{request['request-id']}/approve"))
+        assert "approved" in said
+        assert run_.wait(timeout=120).status is agenttx.PlanStatus.SUCCEEDED
+        page = made.get("/plan/gated-run").text
+        assert 'data-live="2"' not in page
+        assert {"id": "pay", "state": "succeeded"} in rows(page, cls="node")
+    finally:
+        if not run_.done:
+            run_.cancel("the test ends")
+            run_.wait(timeout=120)
+        engine.close()
+
+
+def _sql(backend: Backend, statement: str, values: tuple[Any, ...]) -> None:
+    """Run one statement on the backend's tables, outside any store."""
+    if backend.kind == "sqlite":
+        import sqlite3  # noqa: PLC0415
+
+        with contextlib.closing(sqlite3.connect(backend.text)) as conn, conn:
+            conn.execute(statement.replace("%s", "?").replace("{s}", ""), values)
+        return
+    import psycopg  # noqa: PLC0415
+
+    with psycopg.connect(backend.text, autocommit=True) as conn:
+        conn.execute(statement.replace("{s}", f"{backend.schema}."), values)
+
+
+def test_list_runs_lists_a_transaction_kept_twice_once(backend: Backend) -> None:
+    """A transaction whose history the store keeps twice (it ended keeping undos, then again)
+    is listed once, with its last row: its last end time and its last history."""
+    store = backend.make()
+    engine = Engine(tools=[add], store=store, config=EngineConfig(idle_timeout=None))
+    tx = engine.begin(agent_id="twice")
+    tx.call("add", {"n": 1})
+    tx.commit()
+    engine.close()
+    (first,) = store.list_runs(10)
+    history = json.loads(first[5])
+    history["status"] = "ROLLED_BACK"
+    _sql(
+        backend,
+        "INSERT INTO {s}ended (tx_id, record, isolation, history, steps, ended_at) "
+        "SELECT tx_id, record, isolation, %s, steps, ended_at + 5 FROM {s}ended WHERE tx_id = %s",
+        (json.dumps(history), tx.id),
+    )
+    (row,) = store.list_runs(10)
+    assert row[:3] == ("tx", tx.id, first[2] + 5)
+    assert json.loads(row[5])["status"] == "ROLLED_BACK"
+    listed = rows(client(store).get("/").text)
+    assert listed == [{"id": tx.id, "kind": "tx", "status": "ROLLED_BACK"}]
+
+
+def test_a_store_the_page_cannot_read_is_said_not_raised(backend: Backend) -> None:
+    """A store that cannot be read (here: closed under the page) gives each page one line
+    saying why (404), not a server error."""
+    store = backend.make()
+    made = client(store)
+    store.close()
+    for path in ("/", "/inbox", "/audit", "/tx/some-tx", "/plan/some-run"):
+        response = made.get(path)
+        assert response.status_code == 404, path
+        assert '<p class="missing">' in response.text
+        assert "closed" in response.text
+
+
+def test_a_decision_the_store_cannot_take_is_refused_and_said(backend: Backend) -> None:
+    """When the store a decision is written through cannot be opened, the inbox says nothing
+    was decided (`#flash.error`), not a server error."""
+    store = backend.make()
+
+    def writer() -> Any:
+        raise agenttx.StorageError("the disk is gone")
+
+    made = TestClient(make_app(store, token=TOKEN, writer=writer), follow_redirects=False)
+    assert made.get(f"/?token={TOKEN}").status_code == 200
+    said = flash_of(made, post(made, "/inbox/apr-x/approve"))
+    assert '<div id="flash" class="error"' in said
+    assert "nothing decided: the disk is gone" in said
