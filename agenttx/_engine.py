@@ -31,7 +31,13 @@ from ._recovery import cancel_stranded_plan, recover, recover_plans
 from ._results import DispatchReport, RecoveryReport, TxStatus
 from ._rollback import RollbackPolicy
 from ._saga import check_dispatcher, deliver_outbox
-from ._settings import DEFAULT_STEP_TIMEOUT, Settings, check_serializer, float_seconds
+from ._settings import (
+    DEFAULT_STEP_TIMEOUT,
+    Settings,
+    check_serializer,
+    float_seconds,
+    settings_of,
+)
 from ._step import edit_check
 from ._tools import ToolRegistry, to_json_value
 from ._transaction import Transaction
@@ -205,6 +211,9 @@ class Engine:
         self._dispatcher = dispatcher
         # Checked here, so that a bad hook fails at construction; kept as the functions to call.
         self._hooks: tuple[HookLike, ...] = hook_callables(hooks)
+        # The settings of a transaction begun with the engine's policy and isolation, once
+        # the first one is begun (`begin`).
+        self._settings: Settings | None = None
         # The order transactions were begun (or recovered) in, for `transactions()`.
         self._sequence = itertools.count()
         # Transactions not yet seen ended; some may have ended since the engine last looked.
@@ -304,19 +313,28 @@ class Engine:
                 "policy must be a RollbackPolicy, a mapping of its fields or None, "
                 f"got {type(policy).__name__}"
             )
-        tx = Transaction(
-            self._registry,
+        if chosen is self._config.policy and isolation is None and self._settings is not None:
+            settings = self._settings  # most transactions: the engine's own, built once
+        else:
+            config = self._config
+            settings = settings_of(
+                step_timeout=config.step_timeout,
+                max_constraints=config.max_constraints,
+                compensation_retries=config.compensation_retries,
+                compensation_timeout=config.compensation_timeout,
+                dispatch_timeout=config.dispatch_timeout,
+                isolation=config.isolation if isolation is None else isolation,
+                policy=chosen,
+                output_serializer=config.output_serializer,
+            )
+            if chosen is config.policy and isolation is None:
+                self._settings = settings
+        tx = Transaction._begin(  # noqa: SLF001  (the engine's own way in)
+            settings,
+            registry=self._registry,
             store=self._store,
-            policy=chosen,
             agent_id=agent_id,
             dispatcher=self._dispatcher,
-            step_timeout=self._config.step_timeout,
-            max_constraints=self._config.max_constraints,
-            compensation_retries=self._config.compensation_retries,
-            compensation_timeout=self._config.compensation_timeout,
-            dispatch_timeout=self._config.dispatch_timeout,
-            isolation=self._config.isolation if isolation is None else isolation,
-            output_serializer=self._config.output_serializer,
             hooks=self._hooks,
         )
         with self._lock:

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, cast, final, runtime_checkable
 
@@ -544,13 +544,20 @@ class EventSink:
         """Every event so far, then the events `then` (`(kind, at, data)`) would give if
         recorded next, in the compact form a transaction's history keeps (`from_compact`
         reads it back): `{"scope_id", "first", "events": [[kind, at, step, node, attempt,
-        actor, data], ...]}`, each list cut after its last non-null item."""
-        rows: list[list[Any]] = []
+        actor, data], ...]}`, each list cut after its last non-null item (an event with its
+        data in place is the tuple recorded, which JSON writes as the same list: the history
+        is written once, as JSON, so no row is copied)."""
+        rows: list[Sequence[Any]] = []
         raw: list[_Raw] = [
             *self._raw[:],
             *((kind.value, at, None, None, None, None, data) for kind, at, data in then),
         ]
-        for kind, at, step, node, attempt, actor, data in raw:
+        for event in raw:
+            data = event[6]
+            if data is not None and type(data) is not tuple:  # most: the row as recorded
+                rows.append(event)  # JSON writes a tuple as a list
+                continue
+            kind, at, step, node, attempt, actor, _ = event
             row: list[Any] = [kind, at, step, node, attempt, actor, _data(data)]
             while row[-1] is None:
                 row.pop()

@@ -76,6 +76,12 @@ def check_call(
         raise InvalidArgument(f"raw_context must be a string, got {type(raw_context).__name__}")
     if len(raw_context) > MAX_PAYLOAD_BYTES // 4 and over_limit(raw_context):  # most: short
         raise InvalidArgument(f"raw_context exceeds {MAX_PAYLOAD_BYTES} bytes")
+    if type(arguments) is dict and type(tool_name) is str and 0 < len(tool_name) <= MAX_TOOL_NAME:
+        # Most calls: `check_tool_call`'s mapping case, without its call.
+        parsed, bound = check_json_sized(dict(arguments), what="arguments")
+        if bound > MAX_PAYLOAD_BYTES and _too_big(parsed, bound):
+            raise InvalidArgument(f"arguments exceed {MAX_PAYLOAD_BYTES} bytes")
+        return parsed, bound
     return check_tool_call(tool_name, arguments)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, final
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias, final
 
 import attrs
 
@@ -75,7 +75,7 @@ class Reference:
     path: tuple[str, ...]
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, weakref_slot=False)  # no weakref slot: see `_UnfrozenDependency`
 class Dependency:
     """An explicit dependency found by resolving one reference.
 
@@ -87,6 +87,15 @@ class Dependency:
     from_step: int
     source_key: str
     target_key: str
+
+
+class _UnfrozenDependency:
+    """`Dependency`'s slots without its frozen `__setattr__`: `_dependency` fills one with plain
+    attribute stores, then makes it a `Dependency` (`__class__`), frozen from then on; a
+    resolved reference costs a third less than through the class's `__init__`. The layouts
+    must match for the class change: the same slots and no weakref slot."""
+
+    __slots__ = tuple(field.name for field in attrs.fields(Dependency))
 
 
 @attrs.frozen(kw_only=True)
@@ -520,7 +529,12 @@ def _dependency(step: int, path: list[str], field: str) -> Dependency:
         if not (segment.isascii() and segment.isdigit()):  # `_is_index`, inline
             source_key = segment
             break
-    return Dependency(from_step=step, source_key=source_key, target_key=field or source_key)
+    dependency: Any = _UnfrozenDependency()
+    dependency.from_step = step
+    dependency.source_key = source_key
+    dependency.target_key = field or source_key
+    dependency.__class__ = Dependency  # frozen from here on
+    return dependency  # type: ignore[no-any-return]  # a Dependency now
 
 
 def _index(value: JSONValue, segment: str) -> tuple[bool, JSONValue]:

@@ -44,6 +44,7 @@ __all__ = [
     "failed_step",
     "refused_step",
     "rewind_target",
+    "succeeded_step",
     "waiting_step",
 ]
 
@@ -199,7 +200,7 @@ class BadValue:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, weakref_slot=False)  # no weakref slot: see `_Unfrozen`
 class StepResult:
     """The answer to `execute_step`: what happened and which step the agent sends next.
 
@@ -290,6 +291,45 @@ class StepResult:
             payload["abort_reason"] = self.abort_reason
         payload["instruction"] = _instruction(self)
         return payload
+
+
+class _Unfrozen:
+    """`StepResult`'s slots without its frozen `__setattr__`: a result of a successful step is
+    filled with plain attribute stores, then becomes a `StepResult` (`__class__`), frozen from
+    then on. The class-generated `__init__` of a frozen class stores each of its 21 fields with
+    a call of `object.__setattr__`, which cost about a tenth of an inline tool's step. The
+    layouts must match for the class change: the same slots, and no weakref slot (CPython
+    refuses it beside other slots)."""
+
+    __slots__ = tuple(field.name for field in attrs.fields(StepResult))
+
+
+def succeeded_step(
+    step_id: int,
+    next_step_id: int,
+    output: JSONValue,
+    constraints: tuple[str, ...],
+    call_id: str | None,
+) -> StepResult:
+    """The result of a step that succeeded: `StepResult(status=SUCCESS, ...)`, every other
+    field at its default, built without the frozen class's per-field calls (once a step)."""
+    result: Any = _Unfrozen()
+    result.status = StepStatus.SUCCESS
+    result.step_id = step_id
+    result.next_step_id = next_step_id
+    result.output = output
+    result.hint = result.error = result.abort_reason = None
+    result.root_cause = result.approval = result.review = result.bad_value = None
+    result.strategy = RollbackStrategy.NONE
+    result.rollback_to_step = 0
+    result.constraints = constraints
+    result.context_reset = False
+    result.compensation_errors = result.voided_steps = result.voided_call_ids = ()
+    result.compensated = ()
+    result.rollback_latency_ms = 0.0
+    result.call_id = call_id
+    result.__class__ = StepResult  # frozen from here on
+    return result  # type: ignore[no-any-return]  # a StepResult now
 
 
 def _undone(steps: tuple[int, ...]) -> str:

@@ -1346,3 +1346,27 @@ def test_a_tool_echoes_a_nested_object_in_the_order_sent(backend, tmp_path):
     tx.commit()
     if backend == "sqlite":
         store.close()
+
+
+@given(
+    step=st.integers(1, 50),
+    key=st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True),
+    field=st.from_regex(r"[a-z]{0,6}", fullmatch=True),
+)
+def test_a_resolved_dependency_is_the_one_the_class_builds(step, key, field):
+    """A dependency that resolution records equals, hashes and prints as the `Dependency` the
+    class builds, and is as frozen."""
+    import attrs  # noqa: PLC0415
+
+    text = f"${{steps.{step}.{key}}}"
+    arguments = {field: text} if field else text
+    resolution = resolve_references(arguments, {step: {key: 1}}, current_step=step + 1)
+    (found,) = resolution.dependencies
+    built = Dependency(from_step=step, source_key=key, target_key=field or key)
+    assert type(found) is Dependency
+    assert found == built
+    assert hash(found) == hash(built)
+    assert repr(found) == repr(built)
+    assert copy.deepcopy(found) == built
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        found.from_step = 0

@@ -590,3 +590,43 @@ def test_a_bad_value_integer_is_bounded_like_a_string():
     for value in (10**200, -(10**199)):
         with pytest.raises(agenttx.InvalidArgument, match="at most 200 digits"):
             agenttx.BadValue(key="n", value=value, step=1)
+
+
+# ---------------------------------------------------------------- the success path's builder
+
+
+@given(
+    step=st.integers(1, 10**6),
+    output=st.none() | st.text() | st.integers() | st.tuples(st.integers()),
+    constraints=st.lists(st.text(), max_size=3).map(tuple),
+    call_id=st.none() | st.text(min_size=1),
+)
+def test_a_success_result_built_fast_equals_the_class_built_one(step, output, constraints, call_id):
+    """`succeeded_step` gives the `StepResult` the class builds: every field, the hash, a
+    frozen object that `attrs.evolve`, pickle and copy treat as any other."""
+    import copy  # noqa: PLC0415
+    import pickle  # noqa: PLC0415
+
+    import attrs  # noqa: PLC0415
+
+    from agenttx._results import succeeded_step  # noqa: PLC0415
+
+    fast = succeeded_step(step, step + 1, output, constraints, call_id)
+    built = agenttx.StepResult(
+        status=StepStatus.SUCCESS,
+        step_id=step,
+        next_step_id=step + 1,
+        output=output,
+        constraints=constraints,
+        call_id=call_id,
+    )
+    assert type(fast) is agenttx.StepResult
+    for field in attrs.fields(agenttx.StepResult):
+        assert getattr(fast, field.name) == getattr(built, field.name), field.name
+    assert fast == built
+    assert hash(fast) == hash(built)
+    assert repr(fast) == repr(built)
+    assert pickle.loads(pickle.dumps(fast)) == copy.deepcopy(fast) == built
+    assert attrs.evolve(fast, call_id="c") == attrs.evolve(built, call_id="c")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.step_id = 0

@@ -10,6 +10,7 @@ goes through one delegation, then stays inside the step driver.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -30,7 +31,7 @@ from .._txlog import Restored, TxLog
 from ..stores import DurableStore, MemoryStore, Store, is_store
 from . import _turns as turns
 from ._people import People
-from ._pipeline import Pipeline
+from ._pipeline import Pipeline, compensation_event
 from ._record import Record
 from ._turnlock import Calls
 from ._views import Views
@@ -126,6 +127,55 @@ class Transaction:
         store = MemoryStore() if store is None else store
         tx_id = str(uuid.uuid4()) if tx_id is None else tx_id
         registry = ToolRegistry(tools)
+        self._open(
+            settings,
+            registry=registry,
+            store=store,
+            agent_id=agent_id,
+            dispatcher=dispatcher,
+            tx_id=tx_id,
+            hooks=hooks,
+        )
+
+    @classmethod
+    def _begin(
+        cls,
+        settings: Settings,
+        *,
+        registry: ToolRegistry,
+        store: Store,
+        agent_id: str,
+        dispatcher: Dispatcher | None,
+        hooks: Iterable[HookLike] | None,
+    ) -> Transaction:
+        """`Transaction(...)` for an `Engine`, which checked its store, dispatcher, tools and
+        settings when it was made (or built `settings` with `settings_of`): only what
+        differs between its transactions is checked here."""
+        check_agent_id(agent_id)
+        tx = cls.__new__(cls)
+        tx._open(  # noqa: SLF001  (its own class)
+            settings,
+            registry=registry,
+            store=store,
+            agent_id=agent_id,
+            dispatcher=dispatcher,
+            tx_id=str(uuid.uuid4()),
+            hooks=hooks,
+        )
+        return tx
+
+    def _open(
+        self,
+        settings: Settings,
+        *,
+        registry: ToolRegistry,
+        store: Store,
+        agent_id: str,
+        dispatcher: Dispatcher | None,
+        tx_id: str,
+        hooks: Iterable[HookLike] | None,
+    ) -> None:
+        """Begin the transaction in `store`, then make its parts (`_setup`)."""
         events = EventSink("transaction", tx_id, hooks)  # checks the hooks before the store
         log = TxLog.open(store, tx_id, agent_id=agent_id, settings=settings)
         self._setup(
@@ -155,7 +205,9 @@ class Transaction:
     ) -> None:
         """Make the parts and hand each what it shares with the others."""
         ledger = SagaLedger(
-            attempts=settings.compensation_retries, timeout=settings.compensation_timeout
+            attempts=settings.compensation_retries,
+            timeout=settings.compensation_timeout,
+            on_outcome=functools.partial(compensation_event, events),
         )
         timeline, constraints, orphans = Timeline(), list[str](), Orphans()
         calls, lock = Calls(tx_id), threading.RLock()

@@ -43,11 +43,11 @@ from .._results import (
     CommitResult,
     RollbackResult,
     StepResult,
-    StepStatus,
     TxStatus,
     failed_step,
     refused_step,
     rewind_target,
+    succeeded_step,
     waiting_step,
 )
 from .._rollback import RollbackStrategy
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from ._record import Record
     from ._turnlock import Calls
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "compensation_event"]
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -121,7 +121,6 @@ class Pipeline:
     _transient_hints: list[tuple[int, str]] = attrs.field(init=False, factory=list)
 
     def __attrs_post_init__(self) -> None:
-        self._ledger.on_outcome = self._compensation_event
         if self._log is not None:
             self._ledger.on_compensated = self._log.forget
 
@@ -325,10 +324,10 @@ class Pipeline:
     ) -> Call | Failure:
         """The call ready to run, or why the agent's call fails; never raises for agent
         input (an unexpected error becomes the failure's message)."""
-        timeline = self._timeline
-        timeline.pending = Pending(step_id, tool_name, None, ())
+        timeline = self._timeline  # `pending` is None: each step's end clears it
         timeline.call_id = call_id
         if call_id is not None and (used := timeline.used(call_id, self._calls.turns)) is not None:
+            timeline.pending = Pending(step_id, tool_name, None, ())
             return duplicate_call_id(call_id, used)  # within the turn: a later one may reuse it
         try:
             prepared, timeline.pending = prepare_call(
@@ -347,6 +346,7 @@ class Pipeline:
                 log_undo=None if self._log is None else self._log.undo,
             )
         except Exception as exc:  # noqa: BLE001  (agent input: a failed step, never a wedge)
+            timeline.pending = Pending(step_id, tool_name, None, ())
             return Failure(f"{type(exc).__name__}: {exc}")
         return prepared
 
@@ -400,13 +400,8 @@ class Pipeline:
                 self._constraints[:], self._transient_hints[:] = dropped
         self._transition(TxStatus.ACTIVE)
         self._events.step(STEP_COMPLETED, step_id, {"tool": call.tool.name})
-        return StepResult(
-            status=StepStatus.SUCCESS,
-            step_id=step_id,
-            next_step_id=self._timeline.next_step,
-            output=outcome.output,
-            constraints=tuple(self._constraints),
-            call_id=call_id,
+        return succeeded_step(
+            step_id, self._timeline.next_step, outcome.output, tuple(self._constraints), call_id
         )
 
     def _refuse(self, call: Call, refused: JSONValueError) -> ToolOutputError:
@@ -777,14 +772,6 @@ class Pipeline:
             data={"channel": channel, "idempotency_key": idempotency_key},
         )
 
-    def _compensation_event(self, record: UndoRecord, error: str | None) -> None:
-        data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
-        if error is None:
-            self._events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
-        else:
-            data["error"] = error
-            self._events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
-
     def _transition(self, target: TxStatus) -> None:
         if target not in TRANSITIONS[self._status]:
             raise IllegalTransition(source=self._status.value, target=target.value)
@@ -793,6 +780,17 @@ class Pipeline:
     def _ensure_active(self) -> None:
         if self._status is not TxStatus.ACTIVE:
             raise InvalidTransactionState(tx_id=self._id, status=self._status.value)
+
+
+def compensation_event(events: EventSink, record: UndoRecord, error: str | None) -> None:
+    """The audit event of one compensation run (the ledger's `on_outcome`, given the sink
+    with `functools.partial`: it holds no reference to the transaction, so no cycle)."""
+    data: dict[str, JSONValue] = {"kind": record.kind, "description": record.description}
+    if error is None:
+        events.emit(EventKind.COMPENSATED, step=record.step_id, data=data)
+    else:
+        data["error"] = error
+        events.emit(EventKind.COMPENSATION_FAILED, step=record.step_id, data=data)
 
 
 _STILL_RUNNING: Final = "not run: its tool was still running after its timeout"
