@@ -495,6 +495,10 @@ def test_a_plan_node_waiting_for_approval_is_decided_in_the_page(backend: Backen
         assert listed["gated-run"]["status"] == "WAITING_APPROVAL"
         page = made.get("/plan/gated-run").text
         assert 'data-live="2"' in page
+        fragment = made.get("/plan/gated-run", headers={"x-agenttx-live": "1"})
+        assert fragment.status_code == 200, fragment.text
+        assert '<ul id="waiting">' in fragment.text
+        assert "<html" not in fragment.text
         assert {"id": "pay", "state": "waiting_approval"} in rows(page, cls="node")
         page = made.get("/inbox").text
         (request,) = rows(page, "article", "request")
@@ -578,3 +582,19 @@ def test_a_decision_the_store_cannot_take_is_refused_and_said(backend: Backend) 
     said = flash_of(made, post(made, "/inbox/apr-x/approve"))
     assert '<div id="flash" class="error"' in said
     assert "nothing decided: the disk is gone" in said
+
+
+def test_every_live_fragment_renders_with_content(backend: Backend, filled: Filled) -> None:
+    """The live refresh of a page with something to show (the inbox with a waiting request and
+    a review, an open transaction) renders its macros as the whole page does: 200, not 500."""
+    made = client(backend.make())
+    live = {"x-agenttx-live": "1"}
+    fragment = made.get("/inbox", headers=live)
+    assert fragment.status_code == 200, fragment.text
+    assert "<html" not in fragment.text
+    assert rows(fragment.text, "article", "request") == [{"request-id": filled.request}]
+    assert f'name="csrf" value="{csrf_token(TOKEN)}"' in fragment.text
+    fragment = made.get(f"/tx/{filled.waiting.id}", headers=live)
+    assert fragment.status_code == 200, fragment.text
+    assert '<ul id="timeline">' in fragment.text
+    assert '<table id="steps">' in fragment.text
