@@ -594,7 +594,7 @@ def test_a_decision_never_prunes_the_history(tmp_path: Path, capsys) -> None:
     request = engine.begin(agent_id="payer").call("charge", {"amount": 5}).approval.id
     kept = _many_ended(path, 1_100)
     assert kept == 1_101
-    status, out, err = run(capsys, "approve", path, request, "--actor", "alice")
+    status, _out, err = run(capsys, "approve", path, request, "--actor", "alice")
     assert (status, err) == (0, ""), err
     assert _many_ended(path, 0) == kept
     open_target(path, 1.0, write=True).store.close()

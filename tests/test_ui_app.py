@@ -24,7 +24,7 @@ from agenttx import Engine, EngineConfig
 from agenttx._approvals import requests_for
 from agenttx._ui import _views
 from agenttx._ui._app import make_app
-from agenttx._ui._security import csrf_token
+from agenttx._ui._security import csrf_token, session_secret
 from agenttx._ui._values import CUT, shown_json, shown_text
 from test_cli_stores import Backend, Filled, add, charge
 
@@ -45,7 +45,7 @@ def client(store: Any, **options: Any) -> TestClient:
     """A client of the app over `store`, holding the token's cookie (its first request carries
     the token in the query)."""
     made = TestClient(make_app(store, token=TOKEN, **options), follow_redirects=False)
-    assert made.get(f"/?token={TOKEN}").status_code == 200
+    assert made.get(f"/?token={TOKEN}").status_code == 303
     return made
 
 
@@ -225,7 +225,7 @@ def test_list_runs_pages_at_the_store(backend: Backend, monkeypatch) -> None:
 
 def test_every_request_without_the_token_is_refused(backend: Backend, filled: Filled) -> None:
     """No token, a wrong one: 403 on pages, fragments, static files and POSTs. The token in
-    the query sets an HttpOnly, SameSite=Strict cookie that is accepted alone."""
+    the query sets an HttpOnly, SameSite=Strict session cookie that is accepted alone."""
     store = backend.make()
     app = make_app(store, token=TOKEN)
     bare = TestClient(app, follow_redirects=False)
@@ -236,13 +236,13 @@ def test_every_request_without_the_token_is_refused(backend: Backend, filled: Fi
         assert refused.headers["content-type"].startswith("text/plain")
         assert bare.get(f"{path}?token=wrong").status_code == 403
     assert post(bare, f"/inbox/{filled.request}/approve").status_code == 403
-    wrong = TestClient(app, cookies={"agenttx_token": "wrong"})
+    wrong = TestClient(app, cookies={"agenttx_session_80": "wrong"})
     assert wrong.get("/").status_code == 403
 
     first = bare.get(f"/?token={TOKEN}")
-    assert first.status_code == 200
+    assert first.status_code == 303
     cookie = first.headers["set-cookie"]
-    assert cookie.startswith(f"agenttx_token={TOKEN};")
+    assert cookie.startswith(f"agenttx_session_80={session_secret(TOKEN)};")
     for part in ("HttpOnly", "SameSite=Strict", "Path=/"):
         assert part in cookie
     headers = first.headers
@@ -251,7 +251,7 @@ def test_every_request_without_the_token_is_refused(backend: Backend, filled: Fi
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["referrer-policy"] == "no-referrer"
     assert headers["x-frame-options"] == "DENY"
-    by_cookie = TestClient(app, cookies={"agenttx_token": TOKEN})
+    by_cookie = TestClient(app, cookies={"agenttx_session_80": session_secret(TOKEN)})
     assert by_cookie.get("/static/ui.css").status_code == 200
     assert "set-cookie" not in by_cookie.get("/").headers
     assert requests_for(store).get(filled.request).state == "pending"
@@ -578,7 +578,7 @@ def test_a_decision_the_store_cannot_take_is_refused_and_said(backend: Backend) 
         raise agenttx.StorageError("the disk is gone")
 
     made = TestClient(make_app(store, token=TOKEN, writer=writer), follow_redirects=False)
-    assert made.get(f"/?token={TOKEN}").status_code == 200
+    assert made.get(f"/?token={TOKEN}").status_code == 303
     said = flash_of(made, post(made, "/inbox/apr-x/approve"))
     assert '<div id="flash" class="error"' in said
     assert "nothing decided: the disk is gone" in said
@@ -598,3 +598,119 @@ def test_every_live_fragment_renders_with_content(backend: Backend, filled: Fill
     assert fragment.status_code == 200, fragment.text
     assert '<ul id="timeline">' in fragment.text
     assert '<table id="steps">' in fragment.text
+
+
+@pytest.fixture
+def lone(tmp_path: Any) -> Any:
+    """An empty SQLite store of its own (a test's that needs no contents)."""
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    store = SQLiteStore(str(tmp_path / "lone.db"))
+    yield store
+    store.close()
+
+
+def test_the_session_cookie_is_neither_the_token_nor_shared_between_ports(lone: Any) -> None:
+    """The cookie a valid token sets holds an HMAC of the token (not the token, not the CSRF
+    token), under a name carrying the server's port: a cookie holding the token itself is
+    refused, and servers on two ports of one host keep their own cookies."""
+    app = make_app(lone, token=TOKEN)
+    first = TestClient(app, follow_redirects=False).get(f"/?token={TOKEN}")
+    name, _, rest = first.headers["set-cookie"].partition("=")
+    value = rest.split(";", 1)[0]
+    assert name == "agenttx_session_80"
+    assert TOKEN not in value
+    assert value not in {TOKEN, csrf_token(TOKEN)}
+    assert TestClient(app, cookies={name: TOKEN}).get("/").status_code == 403
+    assert TestClient(app, cookies={"agenttx_token": TOKEN}).get("/").status_code == 403
+    other = TestClient(app, base_url="http://testserver:8001", follow_redirects=False)
+    assert other.get(f"/?token={TOKEN}").headers["set-cookie"].startswith("agenttx_session_8001=")
+    both = {"agenttx_session_8001": "another server's", name: value}
+    assert TestClient(app, cookies=both).get("/").status_code == 200
+
+
+def test_a_foreign_cookie_does_not_hide_the_session(lone: Any) -> None:
+    """Cookies of other local applications that are not RFC 2109 (JSON, spaces, backslashes,
+    stray quotes) are skipped, and the session cookie beside them is read."""
+    made = TestClient(make_app(lone, token=TOKEN))
+    session = f"agenttx_session_80={session_secret(TOKEN)}"
+    for foreign in ('prefs={"theme":"dark"}', "name=John Doe", "path=C:\\Users", 'x="a"b"', "junk"):
+        for header in (f"{foreign}; {session}", f"{session}; {foreign}"):
+            assert made.get("/", headers={"cookie": header}).status_code == 200, header
+
+
+def test_a_request_at_another_host_is_refused(lone: Any) -> None:
+    """DNS rebinding: a request whose Host is not the server's own address (a local name, the
+    address it was reached at, a name given to `make_app`) with its port is refused (421),
+    the token notwithstanding."""
+    from agenttx._ui._security import host_allowed  # noqa: PLC0415
+
+    made = TestClient(make_app(lone, token=TOKEN, hosts=("box.lan",)), follow_redirects=False)
+    for host in ("testserver", "localhost", "127.0.0.1", "[::1]", "box.lan", "LOCALHOST:80"):
+        assert made.get(f"/?token={TOKEN}", headers={"host": host}).status_code == 303, host
+    for host in ("evil.example", "localhost:8080", "127.0.0.1.evil.example", "localhost:+80", ""):
+        refused = made.get(f"/?token={TOKEN}", headers={"host": host})
+        assert refused.status_code == 421, host
+        assert "set-cookie" not in refused.headers
+    assert host_allowed("[::1]:8765", ("::1", 8765), frozenset())
+    assert host_allowed("192.168.1.5:8765", ("192.168.1.5", 8765), frozenset())
+    assert not host_allowed("evil.example:8765", ("127.0.0.1", 8765), frozenset())
+    assert not host_allowed("[::1]x:8765", ("::1", 8765), frozenset())
+
+
+def test_wrong_tokens_are_slowed_after_a_few() -> None:
+    """The first refusals cost nothing; after `Throttle.FREE` each waits a little longer than
+    the last, up to `Throttle.MOST`."""
+    from agenttx._ui._security import Throttle  # noqa: PLC0415
+
+    throttle = Throttle()
+    waits = [throttle.refuse() for _ in range(Throttle.FREE + 200)]
+    assert waits[: Throttle.FREE] == [0.0] * Throttle.FREE
+    slowed = waits[Throttle.FREE :]
+    assert slowed[0] > 0
+    assert slowed == sorted(slowed)
+    assert slowed[-1] == Throttle.MOST
+
+
+def test_a_token_in_the_url_is_taken_out_of_it(lone: Any) -> None:
+    """A GET carrying a valid `?token=` sets the cookie and is sent (303) to the same URL
+    without the token (the rest of its query kept), so it leaves the address bar."""
+    made = TestClient(make_app(lone, token=TOKEN), follow_redirects=False)
+    sent = made.get(f"/audit?kind=committed&token={TOKEN}&page=2")
+    assert sent.status_code == 303
+    assert sent.headers["location"] == "/audit?kind=committed&page=2"
+    assert "set-cookie" in sent.headers
+    assert made.get("/audit?kind=committed&page=2").status_code == 200
+
+
+def test_a_query_number_in_other_digits_is_no_number(lone: Any) -> None:
+    """`?page=²` or `?to=①` (digits to `isdigit`, not to `int`) are taken as no number, not a
+    server error."""
+    made = client(lone)
+    for path in ("/?page=%C2%B2", "/audit?page=%C2%B9", "/?page=%D9%A3", "/tx/x?to=%E2%91%A0"):
+        assert made.get(path).status_code in {200, 404}, path
+
+
+def test_a_post_is_checked_before_its_body_is_read(lone: Any, monkeypatch) -> None:
+    """A POST to a read-only server, or from another origin, is refused without its form
+    being parsed; a form of more than `MAX_FIELDS` fields is refused (413); the headers
+    forbid other form targets and `<base>`."""
+    from agenttx._ui import _app  # noqa: PLC0415
+
+    parsed: list[bytes] = []
+    real = _app._parsed
+    monkeypatch.setattr(_app, "_parsed", lambda body: parsed.append(body) or real(body))
+    flood = "&".join(["x="] * 10_000)
+    only_read = client(lone, read_only=True)
+    answer = only_read.post("/inbox/r/approve", content=flood, headers={"origin": ORIGIN})
+    assert answer.status_code == 403
+    made = client(lone)
+    evil = {"origin": "http://evil.example"}
+    assert made.post("/inbox/r/approve", content=flood, headers=evil).status_code == 403
+    assert parsed == []
+    answer = made.post("/inbox/r/approve", content=flood, headers={"origin": ORIGIN})
+    assert answer.status_code == 413
+    assert "fields" in answer.text
+    policy = made.get("/").headers["content-security-policy"]
+    assert "form-action 'self'" in policy
+    assert "base-uri 'none'" in policy

@@ -28,11 +28,11 @@ from .._cli import Failure
 from .._errors import AgentTxError
 from ._detail import plan_page, transaction_page
 from ._inbox import Decided, approve, edit, inbox, reject, resolve
-from ._security import TokenGate, check_token, csrf_token, write_refusal
+from ._security import TokenGate, check_token, csrf_refusal, csrf_token, origin_refusal
 from ._views import PageMissing, audit_page, runs_page
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from contextlib import AbstractContextManager
 
     from starlette.requests import Request
@@ -45,6 +45,8 @@ __all__ = ["LIVE_HEADER", "MAX_FORM", "make_app"]
 LIVE_HEADER: Final = "x-agenttx-live"
 #: The largest form a POST may send (bytes): an edit up to 1 MiB of JSON, form-encoded.
 MAX_FORM: Final = 4 * 1024 * 1024
+#: The most fields a form may send (the inbox's forms send at most five).
+MAX_FIELDS: Final = 16
 #: What a page says instead of itself (404, one line): nothing to show, or a store it cannot
 #: read (a file locked for the whole wait, rows it cannot decode).
 _UNSHOWN: Final = (PageMissing, Failure, AgentTxError)
@@ -67,6 +69,7 @@ def make_app(
     read_only: bool = False,
     actor: str | None = None,
     writer: Callable[[], AbstractContextManager[CliStore]] | None = None,
+    hosts: Iterable[str] = (),
 ) -> Starlette:
     """The app over `store` (read through the command line's readers), refusing every request
     without `token` (`ValueError` unless it is 1 to 512 URL-safe characters). `read_only`: no
@@ -74,7 +77,9 @@ def make_app(
     person may change it in the form). `writer` opens the
     store a decision is written through (default: `store` itself; `agenttx ui` opens a
     writable store for each decision, as `agenttx approve` does, and reads through a read-only
-    one)."""
+    one). `hosts`: the names, besides 127.0.0.1, localhost, [::1] and the address a request
+    reached, that a request's `Host` may give (`agenttx ui --host NAME`); any other is
+    refused (421)."""
     check_token(token)
     ui = _Ui(store, token=token, read_only=read_only, actor=actor or _default_actor())
     if writer is not None:
@@ -92,7 +97,7 @@ def make_app(
         Route("/static/{name}", ui.static),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(TokenGate, token=token)
+    app.add_middleware(TokenGate, token=token, hosts=frozenset(hosts))
     return app
 
 
@@ -204,26 +209,33 @@ class _Ui:
     # ------------------------------------------------------------ decisions
 
     async def _form(self, request: Request) -> dict[str, str] | Response:
-        """The POST's form if it may decide, else the refusal (403)."""
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > MAX_FORM):
-            return PlainTextResponse("the form is too large", status_code=413)
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM:
-                return PlainTextResponse("the form is too large", status_code=413)
-        fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-        form = {key: values[-1] for key, values in fields.items()}
-        why = write_refusal(
+        """The POST's form if it may decide, else the refusal (403, 413, 400). Whether it
+        comes from this page (and the server writes at all) is checked before its body is
+        read; the body is capped (`MAX_FORM` bytes, `MAX_FIELDS` fields) and parsed in a
+        worker thread; then its CSRF token is checked."""
+        why = origin_refusal(
             read_only=self.read_only,
-            token=self.token,
-            csrf=form.get("csrf"),
             origin=request.headers.get("origin"),
             referer=request.headers.get("referer"),
             own_origin=f"{request.url.scheme}://{request.url.netloc}",
             fetch_site=request.headers.get("sec-fetch-site"),
         )
+        if why is not None:
+            return PlainTextResponse(f"agenttx ui: refused: {why}\n", status_code=403)
+        size = request.headers.get("content-length")
+        if size is not None and (not (size.isascii() and size.isdecimal()) or int(size) > MAX_FORM):
+            return PlainTextResponse("the form is too large", status_code=413)
+        chunks: list[bytes] = []
+        read = 0
+        async for chunk in request.stream():
+            chunks.append(chunk)
+            read += len(chunk)
+            if read > MAX_FORM:
+                return PlainTextResponse("the form is too large", status_code=413)
+        form = await run_in_threadpool(_parsed, b"".join(chunks))
+        if form is None:
+            return PlainTextResponse(f"the form has more than {MAX_FIELDS} fields", status_code=413)
+        why = csrf_refusal(self.token, form.get("csrf"))
         if why is not None:
             return PlainTextResponse(f"agenttx ui: refused: {why}\n", status_code=403)
         return form
@@ -288,9 +300,21 @@ class _Ui:
         )
 
 
+def _parsed(body: bytes) -> dict[str, str] | None:
+    """A form's fields (the last of a name wins); None if it has more than `MAX_FIELDS`."""
+    try:
+        fields = urllib.parse.parse_qs(
+            body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=MAX_FIELDS
+        )
+    except ValueError:  # more fields than that
+        return None
+    return {key: values[-1] for key, values in fields.items()}
+
+
 def _page(text: str | None, default: int | None = 1) -> Any:
-    """A page number (or a step) from the query; `default` if missing or not a number."""
-    if text is None or not text.isdigit() or len(text) > 9:
+    """A page number (or a step) from the query (ASCII digits only: `int` refuses `²`);
+    `default` if missing or not a number."""
+    if text is None or not (text.isascii() and text.isdecimal()) or len(text) > 9:
         return default
     return int(text)
 
