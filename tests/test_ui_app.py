@@ -714,3 +714,98 @@ def test_a_post_is_checked_before_its_body_is_read(lone: Any, monkeypatch) -> No
     policy = made.get("/").headers["content-security-policy"]
     assert "form-action 'self'" in policy
     assert "base-uri 'none'" in policy
+
+
+@agenttx.tool(name="echo", needs_approval=True)
+def echo(text: str) -> dict[str, str]:
+    return {"text": text}
+
+
+@agenttx.tool(name="items", needs_approval=True)
+def items(values: list[int]) -> dict[str, int]:
+    return {"n": len(values)}
+
+
+def _asked(store: Any, tool: Any, arguments: dict[str, Any]) -> tuple[Engine, str]:
+    engine = Engine(tools=[tool], store=store, config=EngineConfig(idle_timeout=None))
+    return engine, engine.begin(agent_id="asker").call(tool.name, arguments).approval.id
+
+
+def test_large_arguments_get_no_edit_form(lone: Any) -> None:
+    """Arguments over `EDIT_INLINE` are shown cut but not put in an edit text area: the inbox
+    says they are too large to edit in the page, and stays small."""
+    from agenttx._ui._inbox import EDIT_INLINE  # noqa: PLC0415
+
+    engine, request = _asked(lone, echo, {"text": "<" * (EDIT_INLINE + 10)})
+    page = client(lone).get("/inbox").text
+    assert rows(page, "article", "request") == [{"request-id": request}]
+    assert '<form class="edit"' not in page
+    assert '<p class="edit-too-large">' in page
+    assert '<form class="approve"' in page
+    assert len(page) < 40_000
+    engine.close()
+
+
+def test_the_edit_diff_is_bounded(lone: Any, monkeypatch) -> None:
+    """An edit of long arguments (more lines than `DIFF_LINES`) is not compared line by line
+    (difflib's cost is quadratic): the flash sums up where they differ, in at most
+    `DIFF_SHOWN` lines."""
+    from agenttx._ui import _inbox  # noqa: PLC0415
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("compared line by line")
+
+    engine, request = _asked(lone, items, {"values": list(range(3_000))})
+    monkeypatch.setattr(_inbox.difflib, "unified_diff", refused)
+    edited = {"values": [-v if v == 1_500 else v for v in range(3_000)]}
+    made = client(lone)
+    said = flash_of(made, post(made, f"/inbox/{request}/edit", arguments=json.dumps(edited)))
+    assert "with edited arguments" in said
+    assert "too long to compare line by line" in said
+    assert "they differ from line 1503" in said
+    assert said.count("<span class=") <= _inbox.DIFF_SHOWN
+    engine.close()
+
+
+def test_control_and_bidi_characters_are_visible_in_the_edit_flash_and_404(lone: Any) -> None:
+    """Arguments holding bidi overrides or controls are written in the edit text area as JSON
+    escapes (the same value: an unchanged edit approves them exactly) with a visible warning;
+    a flash and a 404 page show such characters written out."""
+    text = "pay to 1234\u202e5678 GB\u2066x\u2069\x1b"
+    engine, request = _asked(lone, echo, {"text": text})
+    made = client(lone)
+    page = made.get("/inbox").text
+    area = re.search(r'<textarea name="arguments"[^>]*>(.*?)</textarea>', page, re.DOTALL)
+    assert area is not None
+    assert "\u202e" not in area.group(1)
+    assert "\\u202e" in area.group(1)
+    assert 'class="hidden-chars warning"' in page
+    said = flash_of(made, post(made, f"/inbox/{request}/reject", reason="no \u202e\x07"))
+    assert "\u202e" not in said
+    assert "\x07" not in said
+    assert "\\u202e" in said
+    missing = made.get("/tx/nothing%00here%E2%80%AE")
+    assert missing.status_code == 404
+    assert "\x00" not in missing.text
+    assert "\u202e" not in missing.text
+    engine.close()
+
+
+def test_an_unchanged_escaped_edit_approves_the_exact_arguments(lone: Any) -> None:
+    """The escaped text of the edit area is the same JSON value: sent back unchanged, the
+    approval carries the model's arguments exactly."""
+    text = "a\u202eb\x1b"
+    engine, request = _asked(lone, echo, {"text": text})
+    made = client(lone)
+    area = re.search(
+        r'<textarea name="arguments"[^>]*>(.*?)</textarea>', made.get("/inbox").text, re.DOTALL
+    )
+    assert area is not None
+    import html  # noqa: PLC0415
+
+    sent = html.unescape(area.group(1))
+    said = flash_of(made, post(made, f"/inbox/{request}/edit", arguments=sent))
+    assert "approved" in said
+    assert 'id="diff"' not in said  # the edit is the model's arguments, exactly
+    assert requests_for(lone).get(request).state == "approved"
+    engine.close()

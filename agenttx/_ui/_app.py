@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .._cli import Failure
+from .._cli import Failure, printable
 from .._errors import AgentTxError
 from ._detail import plan_page, transaction_page
 from ._inbox import Decided, approve, edit, inbox, reject, resolve
@@ -117,6 +117,9 @@ class _Ui:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
+        #: Text the server writes itself from what it was given (a flash, a 404's reason):
+        #: its control and bidi characters written out, as every value's are.
+        self.env.filters["visible"] = printable
 
     def _same_store(self) -> AbstractContextManager[CliStore]:
         import contextlib  # noqa: PLC0415
