@@ -809,3 +809,44 @@ def test_an_unchanged_escaped_edit_approves_the_exact_arguments(lone: Any) -> No
     assert 'id="diff"' not in said  # the edit is the model's arguments, exactly
     assert requests_for(lone).get(request).state == "approved"
     engine.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_postgres_lock_ends_a_page_and_a_decision_in_time(
+    backend: Backend, filled: Filled
+) -> None:
+    """On PostgreSQL the page's stores (`open_target(..., statement_timeout=)`, as `agenttx
+    ui` opens them) give up on a lock held elsewhere: the inbox says why in one line (404)
+    and a decision says nothing was decided, instead of waiting for the lock's end."""
+    if backend.kind != "postgres":
+        pytest.skip("SQLite's own busy wait bounds it (tests above)")
+    import psycopg  # noqa: PLC0415
+
+    from agenttx._cli import open_target  # noqa: PLC0415
+
+    reader = open_target(backend.text, 1.0, schema=backend.schema, statement_timeout=0.3).store
+    writer = open_target(
+        backend.text, 1.0, schema=backend.schema, write=True, statement_timeout=0.3
+    ).store
+
+    @contextlib.contextmanager
+    def writing() -> Any:
+        yield writer
+
+    made = TestClient(make_app(reader, token=TOKEN, writer=writing), follow_redirects=False)
+    made.get(f"/?token={TOKEN}")
+    try:
+        with psycopg.connect(backend.text) as conn:
+            conn.execute(f"LOCK TABLE {backend.schema}.requests IN ACCESS EXCLUSIVE MODE")
+            page = made.get("/inbox")
+            assert page.status_code == 404
+            assert '<p class="missing">' in page.text
+            answer = post(made, f"/inbox/{filled.request}/approve")
+            conn.rollback()
+        said = flash_of(made, answer)
+        assert '<div id="flash" class="error"' in said
+        assert "nothing decided" in said or "not approved" in said
+        assert requests_for(backend.make()).get(filled.request).state == "pending"
+    finally:
+        reader.close()
+        writer.close()
