@@ -850,3 +850,63 @@ def test_a_postgres_lock_ends_a_page_and_a_decision_in_time(
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_long_transaction_s_page_is_bounded_and_paged(lone: Any, monkeypatch) -> None:
+    """A transaction of more steps than `MAX_ROWS` shows that many at a time, with a link to
+    the next ones; past `MAX_DRAWN` boxes its graph says it is too large instead of drawing
+    it; the runs listing reads an ended transaction's status without parsing its history;
+    the audit page shows at most `MAX_EVENTS` events and says how many there were."""
+    from agenttx._ui import _detail  # noqa: PLC0415
+
+    engine = Engine(tools=[add], store=lone, config=EngineConfig(idle_timeout=None))
+    tx = engine.begin(agent_id="looper")
+    for number in range(_views.MAX_ROWS + 5):
+        tx.call("add", {"n": number})
+    made = client(lone)
+    page = made.get(f"/tx/{tx.id}").text
+    assert len(rows(page, cls="step")) == _views.MAX_ROWS
+    assert f'<a id="next-steps" href="?first={_views.MAX_ROWS + 1}">' in page
+    timeline = re.search(r'<ul id="timeline">(.*?)</ul>', page, re.DOTALL)
+    assert timeline is not None
+    assert timeline.group(1).count("<li>") == _views.MAX_ROWS
+    rest = made.get(f"/tx/{tx.id}?first={_views.MAX_ROWS + 1}").text
+    assert [row["step"] for row in rows(rest, cls="step")] == [
+        str(step) for step in range(_views.MAX_ROWS + 1, _views.MAX_ROWS + 6)
+    ]
+    monkeypatch.setattr(_detail, "MAX_DRAWN", 100)
+    page = made.get(f"/tx/{tx.id}").text
+    assert re.search(r'<div id="graph"><svg[^>]*><text[^>]*>\d+ steps and attempts: too many', page)
+    tx.commit()
+    engine.close()
+
+    def unread(_history: Any) -> Any:
+        raise AssertionError("the listing parsed a whole history")
+
+    monkeypatch.setattr(_views, "read_history", unread)
+    assert rows(made.get("/").text) == [{"id": tx.id, "kind": "tx", "status": "COMMITTED"}]
+    monkeypatch.undo()
+    monkeypatch.setattr(_views, "MAX_EVENTS", 10)
+    page = made.get("/audit").text
+    assert len(rows(page, cls="event")) == 10
+    assert '<p class="cut" id="audit-cut">The newest 10 of' in page
+
+
+def test_a_page_that_cannot_read_in_time_says_the_store_is_busy(lone: Any, monkeypatch) -> None:
+    """While another page's reads hold the store (one connection), a page waits at most
+    `READ_WAIT` seconds, then says the store is busy in one line instead of holding a
+    worker thread; static files never wait."""
+    from agenttx._ui import _app  # noqa: PLC0415
+
+    app = make_app(lone, token=TOKEN)
+    made = TestClient(app, follow_redirects=False)
+    made.get(f"/?token={TOKEN}")
+    ui = next(route.endpoint.__self__ for route in app.routes if route.path == "/")
+    monkeypatch.setattr(_app, "READ_WAIT", 0.01)
+    with ui.reading:
+        for path in ("/", "/inbox", "/audit", "/tx/x", "/plan/x"):
+            answer = made.get(path)
+            assert answer.status_code == 404, path
+            assert "the store is busy" in answer.text
+        assert made.get("/static/ui.css").status_code == 200
+    assert made.get("/").status_code == 200

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import getpass
 import secrets
+import threading
 import urllib.parse
 from collections import OrderedDict
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import jinja2
 from starlette.applications import Starlette
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
     from .._cli import CliStore
 
+_T = TypeVar("_T")
+
 __all__ = ["LIVE_HEADER", "MAX_FORM", "make_app"]
 
 #: The header `ui.js` sends to ask for the changing part of a page only.
@@ -50,6 +53,9 @@ MAX_FIELDS: Final = 16
 #: What a page says instead of itself (404, one line): nothing to show, or a store it cannot
 #: read (a file locked for the whole wait, rows it cannot decode).
 _UNSHOWN: Final = (PageMissing, Failure, AgentTxError)
+#: The longest a page waits for another page's reads to end before it says the store is
+#: busy (seconds; a PostgreSQL statement of `agenttx ui` gives up after as long).
+READ_WAIT: Final = 5.0
 #: How many flashes (the outcome of the last decisions) the server keeps.
 _FLASHES: Final = 256
 _STATIC: Final = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
@@ -112,6 +118,7 @@ class _Ui:
         self.csrf = csrf_token(token)
         self.writer: Callable[[], AbstractContextManager[CliStore]] = self._same_store
         self.flashes: OrderedDict[str, Decided] = OrderedDict()
+        self.reading = threading.Lock()
         self.env = jinja2.Environment(
             loader=jinja2.PackageLoader("agenttx._ui", "templates"),
             autoescape=True,
@@ -161,7 +168,9 @@ class _Ui:
         query = request.query_params
         filters = {key: query.get(key, "") for key in ("status", "agent", "kind")}
         try:
-            found = runs_page(self.store, page=_page(query.get("page")), filters=filters)
+            found = self._read(
+                runs_page, self.store, page=_page(query.get("page")), filters=filters
+            )
         except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(
@@ -171,15 +180,16 @@ class _Ui:
     def transaction(self, request: Request) -> Response:
         tx_id = request.path_params["tx_id"]
         to = _page(request.query_params.get("to"), default=None)
+        first = _page(request.query_params.get("first"))
         try:
-            found = transaction_page(self.store, tx_id, to=to)
+            found = self._read(transaction_page, self.store, tx_id, to=to, first=first)
         except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "transaction", "transaction", view=found, live=found.open)
 
     def plan(self, request: Request) -> Response:
         try:
-            found = plan_page(self.store, request.path_params["run_id"])
+            found = self._read(plan_page, self.store, request.path_params["run_id"])
         except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "plan", "plan", view=found, live=found.running)
@@ -187,7 +197,7 @@ class _Ui:
     def inbox(self, request: Request) -> Response:
         flash = self.flashes.get(request.query_params.get("flash", ""))
         try:
-            found = inbox(self.store)
+            found = self._read(inbox, self.store)
         except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "inbox", "inbox", view=found, live=True, flash=flash)
@@ -196,12 +206,28 @@ class _Ui:
         query = request.query_params
         filters = {key: query.get(key, "") for key in ("kind", "actor", "run")}
         try:
-            found = audit_page(self.store, page=_page(query.get("page")), filters=filters)
+            found = self._read(
+                audit_page, self.store, page=_page(query.get("page")), filters=filters
+            )
         except _UNSHOWN as exc:
             return self._missing(request, str(exc))
         return self._render(request, "audit", "audit", view=found, link=_linker(filters))
 
-    def static(self, request: Request) -> Response:
+    def _read(self, read: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """`read(*args, **kwargs)`, one page's reads at a time (the store has one connection):
+        a page that cannot start within `READ_WAIT` seconds says the store is busy
+        (`PageMissing`) instead of holding a worker thread for as long as a lock lasts."""
+        if not self.reading.acquire(timeout=READ_WAIT):
+            raise PageMissing(
+                f"the store is busy (another page has waited {READ_WAIT:g} s for it): "
+                "try again in a moment"
+            )
+        try:
+            return read(*args, **kwargs)
+        finally:
+            self.reading.release()
+
+    async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         kind = _STATIC.get(name)
         if kind is None:

@@ -51,6 +51,8 @@ OUTCOMES: Final = ("done", "not_done")
 #: The largest arguments (JSON, characters) the inbox puts in an edit form: above it the
 #: page says to approve or reject them as asked (the inbox stays small).
 EDIT_INLINE: Final = 64 * 1024
+#: The most earlier steps a request lists (the last ones; the others are counted).
+AFTER_SHOWN: Final = 20
 #: The most lines of either side the edit's diff compares (past it: a summary).
 DIFF_LINES: Final = 2_000
 #: The most lines of a diff the flash shows.
@@ -181,11 +183,16 @@ def _after(store: CliStore, request: ApprovalRequest) -> tuple[Shown, ...]:
         restored = read_image(patiently(WAIT, lambda: store.peek(request.scope_id)))
     except (AgentTxError, ValueError, KeyError, TypeError, AttributeError):
         return ()
-    return tuple(
-        shown_text(f"step {step_id} {step.tool_name}", limit=200)
-        for step_id, step in sorted(restored.steps.items())
-        if request.step is None or step_id < request.step
-    )
+    before = [
+        step_id for step_id in restored.steps if request.step is None or step_id < request.step
+    ]
+    shown = [
+        shown_text(f"step {step_id} {restored.steps[step_id].tool_name}", limit=200)
+        for step_id in sorted(before)[-AFTER_SHOWN:]
+    ]
+    if len(before) > AFTER_SHOWN:
+        shown.insert(0, shown_text(f"{len(before) - AFTER_SHOWN} earlier steps"))
+    return tuple(shown)
 
 
 def _open(review: Review) -> Open:
