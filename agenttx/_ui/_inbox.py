@@ -20,8 +20,7 @@ import attrs
 
 from .._approvals import ApprovalRequest, Review, requests_for, scopes_alive
 from .._approvals import loads as loads_record
-from .._cli import WAIT, patiently, uk_time
-from .._cli._terminal import _JSON_ESCAPES
+from .._cli import WAIT, patiently, printable, uk_time
 from .._errors import AgentTxError, JSONValueError
 from .._json import check_json
 from .._limits import MAX_PAYLOAD_BYTES
@@ -57,9 +56,6 @@ AFTER_SHOWN: Final = 20
 DIFF_LINES: Final = 2_000
 #: The most lines of a diff the flash shows.
 DIFF_SHOWN: Final = 400
-#: Characters a text area would obey or hide (controls, bidi marks, overrides and isolates;
-#: those `printable` writes out) but the newlines of indented JSON, each to its JSON escape.
-_EDIT_ESCAPES: Final = {code: text for code, text in _JSON_ESCAPES.items() if code != 0x0A}
 
 
 @final
@@ -165,7 +161,7 @@ def escaped_json(text: str) -> tuple[str, bool]:
     JSON escape (`\\u202e`; they can stand only inside strings, so the value is the same), and
     whether there was one."""
 
-    escaped = text.translate(_EDIT_ESCAPES)
+    escaped = "\n".join(printable(line, json_text=True) for line in text.split("\n"))
     return escaped, escaped != text
 
 
