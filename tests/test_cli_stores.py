@@ -4,6 +4,7 @@ what waits for a person, and hostile strings shown as text."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -22,7 +23,7 @@ import pytest
 import agenttx
 from agenttx import Engine, EngineConfig
 from agenttx._approvals import requests_for
-from agenttx._cli import main
+from agenttx._cli import main, open_target
 from agenttx._cli._trail import LINE, audit_lines
 from agenttx._events import Event, EventKind
 from conftest import drop_schema, postgres_dsn
@@ -559,3 +560,43 @@ def test_a_directory_or_a_missing_file_is_still_one_line(tmp_path, capsys, monke
         assert (status, out) == (2, ""), err
         assert message in err
         monkeypatch.delenv("AGENTTX_DATABASE")
+
+
+def _many_ended(path: str, count: int) -> int:
+    """Copy the file's one ended transaction `count` times (new ids): more history than the
+    default retention keeps; the number of ended transactions kept."""
+    import sqlite3  # noqa: PLC0415
+
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        for number in range(count):
+            conn.execute(
+                "INSERT INTO ended (tx_id, record, isolation, history, steps, ended_at) "
+                "SELECT tx_id || ?, record, isolation, history, steps, ended_at FROM ended "
+                "WHERE rowid = (SELECT min(rowid) FROM ended)",
+                (f"-copy-{number}",),
+            )
+        return int(conn.execute("SELECT count(DISTINCT tx_id) FROM ended").fetchone()[0])
+
+
+@pytest.mark.timeout(300)
+def test_a_decision_never_prunes_the_history(tmp_path: Path, capsys) -> None:
+    """`agenttx approve` (and every store a decision opens, `agenttx ui`'s too) writes through a
+    store that prunes nothing: a store whose agents keep every ended transaction
+    (`keep_history=None`) keeps them all, past the default 1,000."""
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    path = str(tmp_path / "keep.db")
+    store = SQLiteStore(path, keep_history=None, keep_history_for=None)
+    engine = Engine(tools=[add, charge], store=store, config=EngineConfig(idle_timeout=None))
+    ended = engine.begin(agent_id="keeper")
+    ended.call("add", {"n": 1})
+    ended.commit()
+    request = engine.begin(agent_id="payer").call("charge", {"amount": 5}).approval.id
+    kept = _many_ended(path, 1_100)
+    assert kept == 1_101
+    status, _out, err = run(capsys, "approve", path, request, "--actor", "alice")
+    assert (status, err) == (0, ""), err
+    assert _many_ended(path, 0) == kept
+    open_target(path, 1.0, write=True).store.close()
+    assert _many_ended(path, 0) == kept
+    engine.close()

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 pytest.importorskip("uvicorn")
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A token given through the environment (at least 32 characters).
+ENV_TOKEN = "from-the-env-" + "x" * 24
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def database(tmp_path: Path) -> str:
 @pytest.fixture
 def served(database: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`python -m agenttx ui DB --port 0` running, and the line it printed."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTTX_UI_TOKEN": "from-the-env"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTTX_UI_TOKEN": ENV_TOKEN}
     process = subprocess.Popen(
         [sys.executable, "-m", "agenttx", "ui", database, "--port", "0"],
         stdout=subprocess.PIPE,
@@ -58,17 +60,33 @@ def test_ui_prints_its_url_and_serves_until_interrupted(
     served: tuple[subprocess.Popen[str], str],
 ) -> None:
     """One line `agenttx ui: http://127.0.0.1:PORT/?token=TOKEN` with the real port (asked
-    for 0) and the token from AGENTTX_UI_TOKEN; the URL serves the runs page, a request
-    without the token is refused; SIGINT stops it quietly, status 130 (as every command)."""
+    for 0) and the token from AGENTTX_UI_TOKEN; the URL sets the session cookie and sends the
+    browser (303) to the runs page without the token; a request without the token, or at a
+    Host that is not the server's, is refused; SIGINT stops it quietly, status 130 (as every
+    command)."""
     process, line = served
-    found = re.fullmatch(r"agenttx ui: http://127\.0\.0\.1:(\d+)/\?token=from-the-env\n", line)
+    found = re.fullmatch(rf"agenttx ui: http://127\.0\.0\.1:(\d+)/\?token={ENV_TOKEN}\n", line)
     assert found is not None, line
     port = int(found.group(1))
     assert port != 0
     url = line.split(": ", 1)[1].strip()
-    with urllib.request.urlopen(url, timeout=30) as response:
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    with browser.open(url, timeout=30) as response:
         page = response.read().decode()
+        assert response.url == f"http://127.0.0.1:{port}/"
     assert 'data-page="runs"' in page
+    local = urllib.request.Request(
+        f"http://127.0.0.1:{port}/inbox", headers={"Host": f"localhost:{port}"}
+    )
+    with browser.open(local, timeout=30) as response:
+        assert response.status == 200
+    rebound = urllib.request.Request(
+        f"http://127.0.0.1:{port}/?token={ENV_TOKEN}", headers={"Host": f"evil.example:{port}"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as misdirected:
+        urllib.request.urlopen(rebound, timeout=30)
+    assert misdirected.value.code == 421
+    misdirected.value.close()
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
     assert refused.value.code == 403
@@ -146,6 +164,19 @@ def test_the_url_line_quotes_the_token_and_brackets_an_ipv6_host() -> None:
 def test_ui_refuses_a_token_that_cannot_travel_in_a_url(database: str, capsys) -> None:
     """A `--token` with a space, a `;` or nothing URL-safe is refused in one line, status 2,
     before anything listens."""
-    assert main(["ui", database, "--port", "0", "--token", "a b;c"]) == 2
+    assert main(["ui", database, "--port", "0", "--token", "a b;c" * 8]) == 2
     err = capsys.readouterr().err
     assert err.startswith("agenttx ui: the token must be 1 to 512 letters, digits or `-._~+/=`")
+
+
+def test_ui_refuses_a_short_token(database: str, capsys, monkeypatch) -> None:
+    """A token given by `--token` or `AGENTTX_UI_TOKEN` shorter than 32 characters is
+    refused in one line, status 2 (it is all that guards the page)."""
+    assert main(["ui", database, "--port", "0", "--token", "b7"]) == 2
+    assert capsys.readouterr().err == (
+        "agenttx ui: the token must be at least 32 characters (it is all that guards the "
+        "page; leave it out for a fresh one), got 2\n"
+    )
+    monkeypatch.setenv("AGENTTX_UI_TOKEN", "x" * 31)
+    assert main(["ui", database, "--port", "0"]) == 2
+    assert "at least 32 characters" in capsys.readouterr().err

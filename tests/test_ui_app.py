@@ -24,7 +24,7 @@ from agenttx import Engine, EngineConfig
 from agenttx._approvals import requests_for
 from agenttx._ui import _views
 from agenttx._ui._app import make_app
-from agenttx._ui._security import csrf_token
+from agenttx._ui._security import csrf_token, session_secret
 from agenttx._ui._values import CUT, shown_json, shown_text
 from test_cli_stores import Backend, Filled, add, charge
 
@@ -45,7 +45,7 @@ def client(store: Any, **options: Any) -> TestClient:
     """A client of the app over `store`, holding the token's cookie (its first request carries
     the token in the query)."""
     made = TestClient(make_app(store, token=TOKEN, **options), follow_redirects=False)
-    assert made.get(f"/?token={TOKEN}").status_code == 200
+    assert made.get(f"/?token={TOKEN}").status_code == 303
     return made
 
 
@@ -225,7 +225,7 @@ def test_list_runs_pages_at_the_store(backend: Backend, monkeypatch) -> None:
 
 def test_every_request_without_the_token_is_refused(backend: Backend, filled: Filled) -> None:
     """No token, a wrong one: 403 on pages, fragments, static files and POSTs. The token in
-    the query sets an HttpOnly, SameSite=Strict cookie that is accepted alone."""
+    the query sets an HttpOnly, SameSite=Strict session cookie that is accepted alone."""
     store = backend.make()
     app = make_app(store, token=TOKEN)
     bare = TestClient(app, follow_redirects=False)
@@ -236,13 +236,13 @@ def test_every_request_without_the_token_is_refused(backend: Backend, filled: Fi
         assert refused.headers["content-type"].startswith("text/plain")
         assert bare.get(f"{path}?token=wrong").status_code == 403
     assert post(bare, f"/inbox/{filled.request}/approve").status_code == 403
-    wrong = TestClient(app, cookies={"agenttx_token": "wrong"})
+    wrong = TestClient(app, cookies={"agenttx_session_80": "wrong"})
     assert wrong.get("/").status_code == 403
 
     first = bare.get(f"/?token={TOKEN}")
-    assert first.status_code == 200
+    assert first.status_code == 303
     cookie = first.headers["set-cookie"]
-    assert cookie.startswith(f"agenttx_token={TOKEN};")
+    assert cookie.startswith(f"agenttx_session_80={session_secret(TOKEN)};")
     for part in ("HttpOnly", "SameSite=Strict", "Path=/"):
         assert part in cookie
     headers = first.headers
@@ -251,7 +251,7 @@ def test_every_request_without_the_token_is_refused(backend: Backend, filled: Fi
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["referrer-policy"] == "no-referrer"
     assert headers["x-frame-options"] == "DENY"
-    by_cookie = TestClient(app, cookies={"agenttx_token": TOKEN})
+    by_cookie = TestClient(app, cookies={"agenttx_session_80": session_secret(TOKEN)})
     assert by_cookie.get("/static/ui.css").status_code == 200
     assert "set-cookie" not in by_cookie.get("/").headers
     assert requests_for(store).get(filled.request).state == "pending"
@@ -495,6 +495,10 @@ def test_a_plan_node_waiting_for_approval_is_decided_in_the_page(backend: Backen
         assert listed["gated-run"]["status"] == "WAITING_APPROVAL"
         page = made.get("/plan/gated-run").text
         assert 'data-live="2"' in page
+        fragment = made.get("/plan/gated-run", headers={"x-agenttx-live": "1"})
+        assert fragment.status_code == 200, fragment.text
+        assert '<ul id="waiting">' in fragment.text
+        assert "<html" not in fragment.text
         assert {"id": "pay", "state": "waiting_approval"} in rows(page, cls="node")
         page = made.get("/inbox").text
         (request,) = rows(page, "article", "request")
@@ -574,7 +578,335 @@ def test_a_decision_the_store_cannot_take_is_refused_and_said(backend: Backend) 
         raise agenttx.StorageError("the disk is gone")
 
     made = TestClient(make_app(store, token=TOKEN, writer=writer), follow_redirects=False)
-    assert made.get(f"/?token={TOKEN}").status_code == 200
+    assert made.get(f"/?token={TOKEN}").status_code == 303
     said = flash_of(made, post(made, "/inbox/apr-x/approve"))
     assert '<div id="flash" class="error"' in said
     assert "nothing decided: the disk is gone" in said
+
+
+def test_every_live_fragment_renders_with_content(backend: Backend, filled: Filled) -> None:
+    """The live refresh of a page with something to show (the inbox with a waiting request and
+    a review, an open transaction) renders its macros as the whole page does: 200, not 500."""
+    made = client(backend.make())
+    live = {"x-agenttx-live": "1"}
+    fragment = made.get("/inbox", headers=live)
+    assert fragment.status_code == 200, fragment.text
+    assert "<html" not in fragment.text
+    assert rows(fragment.text, "article", "request") == [{"request-id": filled.request}]
+    assert f'name="csrf" value="{csrf_token(TOKEN)}"' in fragment.text
+    fragment = made.get(f"/tx/{filled.waiting.id}", headers=live)
+    assert fragment.status_code == 200, fragment.text
+    assert '<ul id="timeline">' in fragment.text
+    assert '<table id="steps">' in fragment.text
+
+
+@pytest.fixture
+def lone(tmp_path: Any) -> Any:
+    """An empty SQLite store of its own (a test's that needs no contents)."""
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    store = SQLiteStore(str(tmp_path / "lone.db"))
+    yield store
+    store.close()
+
+
+def test_the_session_cookie_is_neither_the_token_nor_shared_between_ports(lone: Any) -> None:
+    """The cookie a valid token sets holds an HMAC of the token (not the token, not the CSRF
+    token), under a name carrying the server's port: a cookie holding the token itself is
+    refused, and servers on two ports of one host keep their own cookies."""
+    app = make_app(lone, token=TOKEN)
+    first = TestClient(app, follow_redirects=False).get(f"/?token={TOKEN}")
+    name, _, rest = first.headers["set-cookie"].partition("=")
+    value = rest.split(";", 1)[0]
+    assert name == "agenttx_session_80"
+    assert TOKEN not in value
+    assert value not in {TOKEN, csrf_token(TOKEN)}
+    assert TestClient(app, cookies={name: TOKEN}).get("/").status_code == 403
+    assert TestClient(app, cookies={"agenttx_token": TOKEN}).get("/").status_code == 403
+    other = TestClient(app, base_url="http://testserver:8001", follow_redirects=False)
+    assert other.get(f"/?token={TOKEN}").headers["set-cookie"].startswith("agenttx_session_8001=")
+    both = {"agenttx_session_8001": "another server's", name: value}
+    assert TestClient(app, cookies=both).get("/").status_code == 200
+
+
+def test_a_foreign_cookie_does_not_hide_the_session(lone: Any) -> None:
+    """Cookies of other local applications that are not RFC 2109 (JSON, spaces, backslashes,
+    stray quotes) are skipped, and the session cookie beside them is read."""
+    made = TestClient(make_app(lone, token=TOKEN))
+    session = f"agenttx_session_80={session_secret(TOKEN)}"
+    for foreign in ('prefs={"theme":"dark"}', "name=John Doe", "path=C:\\Users", 'x="a"b"', "junk"):
+        for header in (f"{foreign}; {session}", f"{session}; {foreign}"):
+            assert made.get("/", headers={"cookie": header}).status_code == 200, header
+
+
+def test_a_request_at_another_host_is_refused(lone: Any) -> None:
+    """DNS rebinding: a request whose Host is not the server's own address (a local name, the
+    address it was reached at, a name given to `make_app`) with its port is refused (421),
+    the token notwithstanding."""
+    from agenttx._ui._security import host_allowed  # noqa: PLC0415
+
+    made = TestClient(make_app(lone, token=TOKEN, hosts=("box.lan",)), follow_redirects=False)
+    for host in ("testserver", "localhost", "127.0.0.1", "[::1]", "box.lan", "LOCALHOST:80"):
+        assert made.get(f"/?token={TOKEN}", headers={"host": host}).status_code == 303, host
+    for host in ("evil.example", "localhost:8080", "127.0.0.1.evil.example", "localhost:+80", ""):
+        refused = made.get(f"/?token={TOKEN}", headers={"host": host})
+        assert refused.status_code == 421, host
+        assert "set-cookie" not in refused.headers
+    assert host_allowed("[::1]:8765", ("::1", 8765), frozenset())
+    assert host_allowed("192.168.1.5:8765", ("192.168.1.5", 8765), frozenset())
+    assert not host_allowed("evil.example:8765", ("127.0.0.1", 8765), frozenset())
+    assert not host_allowed("[::1]x:8765", ("::1", 8765), frozenset())
+
+
+def test_wrong_tokens_are_slowed_after_a_few() -> None:
+    """The first refusals cost nothing; after `Throttle.FREE` each waits a little longer than
+    the last, up to `Throttle.MOST`."""
+    from agenttx._ui._security import Throttle  # noqa: PLC0415
+
+    throttle = Throttle()
+    waits = [throttle.refuse() for _ in range(Throttle.FREE + 200)]
+    assert waits[: Throttle.FREE] == [0.0] * Throttle.FREE
+    slowed = waits[Throttle.FREE :]
+    assert slowed[0] > 0
+    assert slowed == sorted(slowed)
+    assert slowed[-1] == Throttle.MOST
+
+
+def test_a_token_in_the_url_is_taken_out_of_it(lone: Any) -> None:
+    """A GET carrying a valid `?token=` sets the cookie and is sent (303) to the same URL
+    without the token (the rest of its query kept), so it leaves the address bar."""
+    made = TestClient(make_app(lone, token=TOKEN), follow_redirects=False)
+    sent = made.get(f"/audit?kind=committed&token={TOKEN}&page=2")
+    assert sent.status_code == 303
+    assert sent.headers["location"] == "/audit?kind=committed&page=2"
+    assert "set-cookie" in sent.headers
+    assert made.get("/audit?kind=committed&page=2").status_code == 200
+
+
+def test_a_query_number_in_other_digits_is_no_number(lone: Any) -> None:
+    """`?page=²` or `?to=①` (digits to `isdigit`, not to `int`) are taken as no number, not a
+    server error."""
+    made = client(lone)
+    for path in ("/?page=%C2%B2", "/audit?page=%C2%B9", "/?page=%D9%A3", "/tx/x?to=%E2%91%A0"):
+        assert made.get(path).status_code in {200, 404}, path
+
+
+def test_a_post_is_checked_before_its_body_is_read(lone: Any, monkeypatch) -> None:
+    """A POST to a read-only server, or from another origin, is refused without its form
+    being parsed; a form of more than `MAX_FIELDS` fields is refused (413); the headers
+    forbid other form targets and `<base>`."""
+    from agenttx._ui import _app  # noqa: PLC0415
+
+    parsed: list[bytes] = []
+    real = _app._parsed
+    monkeypatch.setattr(_app, "_parsed", lambda body: parsed.append(body) or real(body))
+    flood = "&".join(["x="] * 10_000)
+    only_read = client(lone, read_only=True)
+    answer = only_read.post("/inbox/r/approve", content=flood, headers={"origin": ORIGIN})
+    assert answer.status_code == 403
+    made = client(lone)
+    evil = {"origin": "http://evil.example"}
+    assert made.post("/inbox/r/approve", content=flood, headers=evil).status_code == 403
+    assert parsed == []
+    answer = made.post("/inbox/r/approve", content=flood, headers={"origin": ORIGIN})
+    assert answer.status_code == 413
+    assert "fields" in answer.text
+    policy = made.get("/").headers["content-security-policy"]
+    assert "form-action 'self'" in policy
+    assert "base-uri 'none'" in policy
+
+
+@agenttx.tool(name="echo", needs_approval=True)
+def echo(text: str) -> dict[str, str]:
+    return {"text": text}
+
+
+@agenttx.tool(name="items", needs_approval=True)
+def items(values: list[int]) -> dict[str, int]:
+    return {"n": len(values)}
+
+
+def _asked(store: Any, tool: Any, arguments: dict[str, Any]) -> tuple[Engine, str]:
+    engine = Engine(tools=[tool], store=store, config=EngineConfig(idle_timeout=None))
+    return engine, engine.begin(agent_id="asker").call(tool.name, arguments).approval.id
+
+
+def test_large_arguments_get_no_edit_form(lone: Any) -> None:
+    """Arguments over `EDIT_INLINE` are shown cut but not put in an edit text area: the inbox
+    says they are too large to edit in the page, and stays small."""
+    from agenttx._ui._inbox import EDIT_INLINE  # noqa: PLC0415
+
+    engine, request = _asked(lone, echo, {"text": "<" * (EDIT_INLINE + 10)})
+    page = client(lone).get("/inbox").text
+    assert rows(page, "article", "request") == [{"request-id": request}]
+    assert '<form class="edit"' not in page
+    assert '<p class="edit-too-large">' in page
+    assert '<form class="approve"' in page
+    assert len(page) < 40_000
+    engine.close()
+
+
+def test_the_edit_diff_is_bounded(lone: Any, monkeypatch) -> None:
+    """An edit of long arguments (more lines than `DIFF_LINES`) is not compared line by line
+    (difflib's cost is quadratic): the flash sums up where they differ, in at most
+    `DIFF_SHOWN` lines."""
+    from agenttx._ui import _inbox  # noqa: PLC0415
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("compared line by line")
+
+    engine, request = _asked(lone, items, {"values": list(range(3_000))})
+    monkeypatch.setattr(_inbox.difflib, "unified_diff", refused)
+    edited = {"values": [-v if v == 1_500 else v for v in range(3_000)]}
+    made = client(lone)
+    said = flash_of(made, post(made, f"/inbox/{request}/edit", arguments=json.dumps(edited)))
+    assert "with edited arguments" in said
+    assert "too long to compare line by line" in said
+    assert "they differ from line 1503" in said
+    assert said.count("<span class=") <= _inbox.DIFF_SHOWN
+    engine.close()
+
+
+def test_control_and_bidi_characters_are_visible_in_the_edit_flash_and_404(lone: Any) -> None:
+    """Arguments holding bidi overrides or controls are written in the edit text area as JSON
+    escapes (the same value: an unchanged edit approves them exactly) with a visible warning;
+    a flash and a 404 page show such characters written out."""
+    text = "pay to 1234\u202e5678 GB\u2066x\u2069\x1b"
+    engine, request = _asked(lone, echo, {"text": text})
+    made = client(lone)
+    page = made.get("/inbox").text
+    area = re.search(r'<textarea name="arguments"[^>]*>(.*?)</textarea>', page, re.DOTALL)
+    assert area is not None
+    assert "\u202e" not in area.group(1)
+    assert "\\u202e" in area.group(1)
+    assert 'class="hidden-chars warning"' in page
+    said = flash_of(made, post(made, f"/inbox/{request}/reject", reason="no \u202e\x07"))
+    assert "\u202e" not in said
+    assert "\x07" not in said
+    assert "\\u202e" in said
+    missing = made.get("/tx/nothing%00here%E2%80%AE")
+    assert missing.status_code == 404
+    assert "\x00" not in missing.text
+    assert "\u202e" not in missing.text
+    engine.close()
+
+
+def test_an_unchanged_escaped_edit_approves_the_exact_arguments(lone: Any) -> None:
+    """The escaped text of the edit area is the same JSON value: sent back unchanged, the
+    approval carries the model's arguments exactly."""
+    text = "a\u202eb\x1b"
+    engine, request = _asked(lone, echo, {"text": text})
+    made = client(lone)
+    area = re.search(
+        r'<textarea name="arguments"[^>]*>(.*?)</textarea>', made.get("/inbox").text, re.DOTALL
+    )
+    assert area is not None
+    import html  # noqa: PLC0415
+
+    sent = html.unescape(area.group(1))
+    said = flash_of(made, post(made, f"/inbox/{request}/edit", arguments=sent))
+    assert "approved" in said
+    assert 'id="diff"' not in said  # the edit is the model's arguments, exactly
+    assert requests_for(lone).get(request).state == "approved"
+    engine.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_postgres_lock_ends_a_page_and_a_decision_in_time(
+    backend: Backend, filled: Filled
+) -> None:
+    """On PostgreSQL the page's stores (`open_target(..., statement_timeout=)`, as `agenttx
+    ui` opens them) give up on a lock held elsewhere: the inbox says why in one line (404)
+    and a decision says nothing was decided, instead of waiting for the lock's end."""
+    if backend.kind != "postgres":
+        pytest.skip("SQLite's own busy wait bounds it (tests above)")
+    import psycopg  # noqa: PLC0415
+
+    from agenttx._cli import open_target  # noqa: PLC0415
+
+    reader = open_target(backend.text, 1.0, schema=backend.schema, statement_timeout=0.3).store
+    writer = open_target(
+        backend.text, 1.0, schema=backend.schema, write=True, statement_timeout=0.3
+    ).store
+
+    @contextlib.contextmanager
+    def writing() -> Any:
+        yield writer
+
+    made = TestClient(make_app(reader, token=TOKEN, writer=writing), follow_redirects=False)
+    made.get(f"/?token={TOKEN}")
+    try:
+        with psycopg.connect(backend.text) as conn:
+            conn.execute(f"LOCK TABLE {backend.schema}.requests IN ACCESS EXCLUSIVE MODE")
+            page = made.get("/inbox")
+            assert page.status_code == 404
+            assert '<p class="missing">' in page.text
+            answer = post(made, f"/inbox/{filled.request}/approve")
+            conn.rollback()
+        said = flash_of(made, answer)
+        assert '<div id="flash" class="error"' in said
+        assert "nothing decided" in said or "not approved" in said
+        assert requests_for(backend.make()).get(filled.request).state == "pending"
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_long_transaction_s_page_is_bounded_and_paged(lone: Any, monkeypatch) -> None:
+    """A transaction of more steps than `MAX_ROWS` shows that many at a time, with a link to
+    the next ones; past `MAX_DRAWN` boxes its graph says it is too large instead of drawing
+    it; the runs listing reads an ended transaction's status without parsing its history;
+    the audit page shows at most `MAX_EVENTS` events and says how many there were."""
+    from agenttx._ui import _detail  # noqa: PLC0415
+
+    engine = Engine(tools=[add], store=lone, config=EngineConfig(idle_timeout=None))
+    tx = engine.begin(agent_id="looper")
+    for number in range(_views.MAX_ROWS + 5):
+        tx.call("add", {"n": number})
+    made = client(lone)
+    page = made.get(f"/tx/{tx.id}").text
+    assert len(rows(page, cls="step")) == _views.MAX_ROWS
+    assert f'<a id="next-steps" href="?first={_views.MAX_ROWS + 1}">' in page
+    timeline = re.search(r'<ul id="timeline">(.*?)</ul>', page, re.DOTALL)
+    assert timeline is not None
+    assert timeline.group(1).count("<li>") == _views.MAX_ROWS
+    rest = made.get(f"/tx/{tx.id}?first={_views.MAX_ROWS + 1}").text
+    assert [row["step"] for row in rows(rest, cls="step")] == [
+        str(step) for step in range(_views.MAX_ROWS + 1, _views.MAX_ROWS + 6)
+    ]
+    monkeypatch.setattr(_detail, "MAX_DRAWN", 100)
+    page = made.get(f"/tx/{tx.id}").text
+    assert re.search(r'<div id="graph"><svg[^>]*><text[^>]*>\d+ steps and attempts: too many', page)
+    tx.commit()
+    engine.close()
+
+    def unread(_history: Any) -> Any:
+        raise AssertionError("the listing parsed a whole history")
+
+    monkeypatch.setattr(_views, "read_history", unread)
+    assert rows(made.get("/").text) == [{"id": tx.id, "kind": "tx", "status": "COMMITTED"}]
+    monkeypatch.undo()
+    monkeypatch.setattr(_views, "MAX_EVENTS", 10)
+    page = made.get("/audit").text
+    assert len(rows(page, cls="event")) == 10
+    assert '<p class="cut" id="audit-cut">The newest 10 of' in page
+
+
+def test_a_page_that_cannot_read_in_time_says_the_store_is_busy(lone: Any, monkeypatch) -> None:
+    """While another page's reads hold the store (one connection), a page waits at most
+    `READ_WAIT` seconds, then says the store is busy in one line instead of holding a
+    worker thread; static files never wait."""
+    from agenttx._ui import _app  # noqa: PLC0415
+
+    app = make_app(lone, token=TOKEN)
+    made = TestClient(app, follow_redirects=False)
+    made.get(f"/?token={TOKEN}")
+    ui = next(route.endpoint.__self__ for route in app.routes if route.path == "/")
+    monkeypatch.setattr(_app, "READ_WAIT", 0.01)
+    with ui.reading:
+        for path in ("/", "/inbox", "/audit", "/tx/x", "/plan/x"):
+            answer = made.get(path)
+            assert answer.status_code == 404, path
+            assert "the store is busy" in answer.text
+        assert made.get("/static/ui.css").status_code == 200
+    assert made.get("/").status_code == 200

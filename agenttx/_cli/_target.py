@@ -99,10 +99,18 @@ def _names_a_store(text: str) -> bool:
 
 
 def open_target(
-    db: str | None, wait: float, *, schema: str = _SCHEMA, write: bool = False
+    db: str | None,
+    wait: float,
+    *,
+    schema: str = _SCHEMA,
+    write: bool = False,
+    statement_timeout: float | None = None,
 ) -> Target:
     """The store TARGET `db` names (None: `AGENTTX_DATABASE`), opened read-only unless
-    `write`; `Failure` (one line, status 2) if it cannot be opened."""
+    `write`; `Failure` (one line, status 2) if it cannot be opened. Opening changes nothing,
+    written or not: no pruning of the history (a decision must not delete what the agents
+    keep), no migration. `statement_timeout` (seconds, PostgreSQL): the longest a statement
+    may run or wait for a lock (a SQLite store waits `wait`, or 5 s to write)."""
     arg = "" if db is None else db
     if db is None:
         db = os.environ.get(ENV, "")
@@ -111,13 +119,14 @@ def open_target(
     if is_dsn(db):
         name = hide_dsn(db)
         options = "" if schema == _SCHEMA else f"--schema {schema}"
-        return Target(_open_postgres(db, name, schema), name, _quoted(arg and name), options)
+        store = _open_postgres(db, name, schema, statement_timeout)
+        return Target(store, name, _quoted(arg and name), options)
     check_database_path(db)
     from ..stores import SQLiteStore  # noqa: PLC0415  (sqlite3 only when a file is read)
 
     try:
         if write:  # a decision waits for the write lock as long as the store's default
-            store = SQLiteStore(db)
+            store = SQLiteStore(db, keep_history=None, keep_history_for=None)
         else:
             store = patiently(
                 wait, lambda: SQLiteStore(db, readonly=True, busy_timeout=min(wait, _MAX_TRY))
@@ -127,7 +136,9 @@ def open_target(
     return Target(store, db, _quoted(arg))
 
 
-def _open_postgres(dsn: str, name: str, schema: str) -> CliStore:
+def _open_postgres(
+    dsn: str, name: str, schema: str, statement_timeout: float | None = None
+) -> CliStore:
     """A `PostgresStore` on `dsn` that changes nothing by opening: no migration, no pruning of
     the history (the workers' stores do both), and no lease taken."""
     from ..stores import PostgresStore  # noqa: PLC0415  (psycopg only for a DSN)
@@ -140,6 +151,7 @@ def _open_postgres(dsn: str, name: str, schema: str) -> CliStore:
             keep_history=None,
             keep_history_for=None,
             connect_timeout=_CONNECT_TIMEOUT,
+            statement_timeout=statement_timeout,
         )
     except ImportError:
         raise Failure(f"a PostgreSQL TARGET needs psycopg: {_EXTRA}") from None

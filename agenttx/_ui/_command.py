@@ -3,10 +3,13 @@
 It binds `--host` (127.0.0.1 by default) and `--port` (8765; 0 picks a free one), prints one
 line `agenttx ui: http://HOST:PORT/?token=TOKEN` once it listens (the real port), and serves
 until SIGINT or SIGTERM (uvicorn's own handling: it finishes the requests under way). The
-token is `--token`, else `AGENTTX_UI_TOKEN`, else a fresh `secrets.token_urlsafe(32)`. It
-reads through a read-only store (`open_target`, as `agenttx inspect`), and writes each
-decision through a store opened for it (as `agenttx approve`), so it is safe beside running
-agents. Starlette, uvicorn and Jinja2 are imported only when it runs; without them it says
+token is `--token`, else `AGENTTX_UI_TOKEN` (better: argv is visible to every local user in
+the process list), else a fresh `secrets.token_urlsafe(32)`; a token given must be at least
+`MIN_TOKEN` characters. It reads through a read-only store (`open_target`, as `agenttx
+inspect`), and writes each decision through a store opened for it (as `agenttx approve`, which
+prunes nothing), so it is safe beside running agents; on PostgreSQL every statement of either
+gives up after `STATEMENT_TIMEOUT` seconds (a page then says why in one line). Starlette,
+uvicorn and Jinja2 are imported only when it runs; without them it says
 which extra to install (`pip install 'agenttx[ui]'`), status 2.
 """
 
@@ -24,17 +27,33 @@ from .._cli import WAIT, Failure, add_target, open_target
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
 
     from .._cli import CliStore, Parser
 
-__all__ = ["EXTRA", "TOKEN_ENV", "add_ui_command", "url_line"]
+__all__ = [
+    "EXTRA",
+    "MIN_TOKEN",
+    "STATEMENT_TIMEOUT",
+    "TOKEN_ENV",
+    "add_ui_command",
+    "given_token",
+    "url_line",
+    "writer_of",
+]
 
 #: What to install for `agenttx ui`.
 EXTRA: Final = "pip install 'agenttx[ui]'"
 #: The environment variable that gives the token when `--token` does not.
 TOKEN_ENV: Final = "AGENTTX_UI_TOKEN"  # noqa: S105 - a variable's name, not a secret
 _PORT: Final = 8765
+#: The shortest token a person may give (`--token`, `AGENTTX_UI_TOKEN`): guessing one must
+#: be hopeless (the fresh one is 43 characters).
+MIN_TOKEN: Final = 32
+#: The longest a statement of the page's PostgreSQL stores may run or wait for a lock (s),
+#: as a SQLite store waits 5 s for a lock.
+STATEMENT_TIMEOUT: Final = 5.0
 
 
 def add_ui_command(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -55,7 +74,12 @@ def add_ui_command(commands: argparse._SubParsersAction[Parser]) -> None:
         "--port", type=_port, default=_PORT, help=f"the port ({_PORT}; 0 picks a free one)"
     )
     ui.add_argument("--read-only", action="store_true", help="serve no writes at all")
-    ui.add_argument("--token", help=f"the token the URL carries (default: ${TOKEN_ENV}, or new)")
+    ui.add_argument(
+        "--token",
+        help=f"the token the URL carries, at least {MIN_TOKEN} characters (default: "
+        f"${TOKEN_ENV}, or a new one). Prefer ${TOKEN_ENV}: an argument is visible to "
+        "every local user in the process list",
+    )
     ui.add_argument("--actor", metavar="NAME", help="who decides (default: ui:<os user>)")
     ui.set_defaults(run=_run_ui)
 
@@ -88,23 +112,10 @@ def _run_ui(args: argparse.Namespace) -> None:
             f"needs Starlette, uvicorn and Jinja2 ({exc.name} is missing): {EXTRA}"
         ) from None
     from ._app import make_app  # noqa: PLC0415
-    from ._security import check_token  # noqa: PLC0415
 
-    token = args.token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
-    try:
-        check_token(token)
-    except ValueError as exc:
-        raise Failure(str(exc)) from None
-    target = open_target(args.db, WAIT, schema=args.schema)
-
-    @contextlib.contextmanager
-    def writer() -> Iterator[CliStore]:
-        store = open_target(args.db, WAIT, schema=args.schema, write=True).store
-        try:
-            yield store
-        finally:
-            store.close()
-
+    token = given_token(args.token or os.environ.get(TOKEN_ENV))
+    target = open_target(args.db, WAIT, schema=args.schema, statement_timeout=STATEMENT_TIMEOUT)
+    writer = writer_of(args.db, args.schema)
     try:
         sock = _listening(args.host, args.port)
     except OSError as exc:
@@ -117,6 +128,7 @@ def _run_ui(args: argparse.Namespace) -> None:
             read_only=args.read_only,
             actor=args.actor,
             writer=writer,
+            hosts=(f"[{args.host}]" if ":" in args.host else args.host,),
         )
         config = uvicorn.Config(app, log_level="warning", lifespan="off")
         server = uvicorn.Server(config)
@@ -126,6 +138,42 @@ def _run_ui(args: argparse.Namespace) -> None:
         sock.close()
         target.store.close()
     sys.stdout.flush()
+
+
+def given_token(given: str | None) -> str:
+    """The server's token: `given` (`--token` or `AGENTTX_UI_TOKEN`) if it is one (at least
+    `MIN_TOKEN` characters of the URL-safe ones), else `Failure`; a fresh one if None."""
+    from ._security import check_token  # noqa: PLC0415
+
+    if not given:
+        return secrets.token_urlsafe(32)
+    if len(given) < MIN_TOKEN:
+        raise Failure(
+            f"the token must be at least {MIN_TOKEN} characters (it is all that guards the "
+            f"page; leave it out for a fresh one), got {len(given)}"
+        )
+    try:
+        return check_token(given)
+    except ValueError as exc:
+        raise Failure(str(exc)) from None
+
+
+def writer_of(db: str | None, schema: str) -> Callable[[], AbstractContextManager[CliStore]]:
+    """What opens the store a decision is written through: writable, pruning nothing (as
+    `agenttx approve`), its PostgreSQL statements bounded by `STATEMENT_TIMEOUT`; closed after
+    the decision."""
+
+    @contextlib.contextmanager
+    def writer() -> Iterator[CliStore]:
+        store = open_target(
+            db, WAIT, schema=schema, write=True, statement_timeout=STATEMENT_TIMEOUT
+        ).store
+        try:
+            yield store
+        finally:
+            store.close()
+
+    return writer
 
 
 def _listening(host: str, port: int) -> socket.socket:

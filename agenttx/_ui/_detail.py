@@ -29,6 +29,7 @@ from .._results import AttemptStatus, TxStatus
 from ._pictures import plan_dag_svg, plan_gantt_svg, transaction_graph_svg
 from ._values import Shown, shown_json, shown_text
 from ._views import (
+    MAX_ROWS,
     PageMissing,
     StepRow,
     edge_lines,
@@ -91,32 +92,44 @@ class TransactionPage:
     preview: Preview | None
     preview_error: str | None
     constraints: tuple[Shown, ...]
+    first: int = 1
+    next_first: int | None = None
+    step_count: int = 0
 
 
 def _t(text: str, limit: int = 400) -> Shown:
     return shown_text(text, limit=limit)
 
 
-def transaction_page(store: CliStore, tx_id: str, *, to: int | None = None) -> TransactionPage:
+def transaction_page(
+    store: CliStore, tx_id: str, *, to: int | None = None, first: int = 1
+) -> TransactionPage:
     """The page of transaction `tx_id`, open or ended; `to`: the rewind preview to show (open
-    transactions only). `PageMissing` if the store has no such transaction."""
+    transactions only); `first`: the first step its table shows (at most `MAX_ROWS` steps;
+    the timeline, compensations and staged effects are cut to as many, and the graph is drawn
+    up to `MAX_DRAWN` steps and attempts). `PageMissing` if the store has no such
+    transaction."""
     found = read_transaction(store, tx_id)
-    graph = transaction_graph_svg(found)
+    restored = found.restored if isinstance(found, EndedFound) else found
+    attempts = 0
+    if isinstance(found, EndedFound) and found.ended is not None:
+        attempts = len(found.ended.attempts)
+    size = len(restored.steps) + attempts
+    graph = transaction_graph_svg(found) if size <= MAX_DRAWN else _undrawn(size)
     waiting = _waiting_lines(store, tx_id)
     if isinstance(found, EndedFound):
-        return _ended_page(found, graph, waiting)
-    restored = found
+        return _paged(_ended_page(found, graph, waiting, first), restored, first)
     progress = restored.progress
     timeline = tuple(
         Line(text=_t(f"step {step_id}. {step.tool_name}: live"))
-        for step_id, step in sorted(restored.steps.items())
+        for step_id, step in sorted(restored.steps.items())[:MAX_ROWS]
     )
     compensations = tuple(
         Line(
             text=_t(f"step {undo.step_id}.{undo.seq} {undo.kind}: {undo.description}"),
             value=shown_json(undo.payload),
         )
-        for undo in restored.undos
+        for undo in restored.undos[:MAX_ROWS]
     )
     preview, error = None, None
     targets = (0, *sorted(restored.steps))
@@ -125,13 +138,13 @@ def transaction_page(store: CliStore, tx_id: str, *, to: int | None = None) -> T
             preview = _preview(restored, to)
         except AgentTxError as exc:
             error = str(exc)
-    return TransactionPage(
+    page = TransactionPage(
         id=_t(restored.tx_id, 200),
         raw_id=restored.tx_id,
         agent=_t(restored.agent_id or "-", 200),
         status="WAITING_APPROVAL" if waiting else "OPEN",
         open=True,
-        steps=step_rows(restored, AttemptStatus.LIVE.value),
+        steps=step_rows(restored, AttemptStatus.LIVE.value, first=first),
         edges=edge_lines(restored),
         graph=graph,
         timeline=timeline,
@@ -143,6 +156,31 @@ def transaction_page(store: CliStore, tx_id: str, *, to: int | None = None) -> T
         preview_error=error,
         constraints=tuple(_t(text) for text in progress.constraints),
     )
+    return _paged(page, restored, first)
+
+
+#: The most boxes (steps and attempts) the transaction graph draws; past it the page says so.
+MAX_DRAWN: Final = 1_000
+
+
+def _undrawn(size: int) -> str:
+    """The picture of a transaction too large to draw (one `<svg>`, as the page expects)."""
+    said = f"{size} steps and attempts: too many to draw here; the tables list them"
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" class="picture graph" viewBox="0 0 640 24" '
+        f'width="640" height="24"><text x="4" y="16">{said}</text></svg>'
+    )
+
+
+def _paged(page: TransactionPage, restored: Any, first: int) -> TransactionPage:
+    """`page` with where its steps start, the next page's first step, and how many."""
+    later = sorted(step_id for step_id in restored.steps if step_id >= first)
+    return attrs.evolve(
+        page,
+        first=first,
+        next_first=later[MAX_ROWS] if len(later) > MAX_ROWS else None,
+        step_count=len(restored.steps),
+    )
 
 
 def _staged(restored: Any) -> tuple[Line, ...]:
@@ -151,11 +189,13 @@ def _staged(restored: Any) -> tuple[Line, ...]:
             text=_t(f"step {effect.step_id} {effect.channel} (key {effect.idempotency_key})"),
             value=shown_json(effect.payload),
         )
-        for effect in restored.effects
+        for effect in restored.effects[:MAX_ROWS]
     )
 
 
-def _ended_page(found: EndedFound, graph: str, waiting: tuple[Line, ...]) -> TransactionPage:
+def _ended_page(
+    found: EndedFound, graph: str, waiting: tuple[Line, ...], first: int
+) -> TransactionPage:
     restored, ended = found.restored, found.ended
     status = ended_status(found)
     committed = status == TxStatus.COMMITTED.value
@@ -171,7 +211,7 @@ def _ended_page(found: EndedFound, graph: str, waiting: tuple[Line, ...]) -> Tra
                 )
             )
         )
-        for number, attempt in enumerate(attempts, 1)
+        for number, attempt in enumerate(attempts[:MAX_ROWS], 1)
     )
     events = () if ended is None else ended.audit
     compensations = [
@@ -181,13 +221,14 @@ def _ended_page(found: EndedFound, graph: str, waiting: tuple[Line, ...]) -> Tra
     ]
     failures = () if ended is None else ended.compensation_failures
     compensations.extend(Line(text=_t(f"failed: {failure}")) for failure in failures)
+    del compensations[MAX_ROWS:]
     return TransactionPage(
         id=_t(restored.tx_id, 200),
         raw_id=restored.tx_id,
         agent=_t(restored.agent_id or "-", 200),
         status=status,
         open=False,
-        steps=step_rows(restored, "committed" if committed else "undone"),
+        steps=step_rows(restored, "committed" if committed else "undone", first=first),
         edges=edge_lines(restored),
         graph=graph,
         timeline=timeline

@@ -20,16 +20,18 @@ import attrs
 
 from .._approvals import ApprovalRequest, Review, requests_for, scopes_alive
 from .._approvals import loads as loads_record
-from .._cli import WAIT, patiently, uk_time
+from .._cli import WAIT, patiently, printable, uk_time
 from .._errors import AgentTxError, JSONValueError
 from .._json import check_json
 from .._limits import MAX_PAYLOAD_BYTES
 from .._plans import Plan
 from .._step import edit_check
 from .._txlog import read_image
-from ._values import Shown, shown_json, shown_text
+from ._values import Shown, shown_json, shown_text, size_text
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .._cli import CliStore
     from .._json import JSONValue
 
@@ -45,14 +47,25 @@ __all__ = [
 
 #: Outcomes a review is resolved with.
 OUTCOMES: Final = ("done", "not_done")
+#: The largest arguments (JSON, characters) the inbox puts in an edit form: above it the
+#: page says to approve or reject them as asked (the inbox stays small).
+EDIT_INLINE: Final = 64 * 1024
+#: The most earlier steps a request lists (the last ones; the others are counted).
+AFTER_SHOWN: Final = 20
+#: The most lines of either side the edit's diff compares (past it: a summary).
+DIFF_LINES: Final = 2_000
+#: The most lines of a diff the flash shows.
+DIFF_SHOWN: Final = 400
 
 
 @final
 @attrs.frozen(kw_only=True)
 class Waiting:
     """A request waiting for approval: its id, tool, arguments (shown, and as the JSON the
-    edit form starts from), where it waits, what it follows, and whether its tool's schema is
-    stored (without it an edit cannot be checked, and is refused)."""
+    edit form starts from: "" if over `EDIT_INLINE`, with `size_said` its size), where it
+    waits, what it follows, whether its tool's schema is stored (without it an edit cannot be
+    checked, and is refused), and whether its arguments hold characters a text area would
+    obey or hide (`hidden`: they are written there as JSON escapes, the same value)."""
 
     id: str
     tool: Shown
@@ -63,6 +76,8 @@ class Waiting:
     run_href: str
     asked: str
     schema: bool
+    hidden: bool = False
+    size_said: str = ""
 
 
 @final
@@ -122,17 +137,32 @@ def _waiting(store: CliStore, request: ApprovalRequest) -> Waiting:
         editable = json.dumps(request.arguments, ensure_ascii=False, indent=2)
     except (TypeError, ValueError):  # pragma: no cover - stored arguments are JSON
         editable = "{}"
+    size = len(editable)
+    if size > EDIT_INLINE:
+        editable = ""
+    visible, hidden = escaped_json(editable)
     return Waiting(
         id=request.id,
         tool=shown_text(request.tool, limit=200),
         arguments=shown_json(request.arguments, pretty=True),
-        editable=editable if len(editable) <= MAX_PAYLOAD_BYTES else "",
+        editable=visible,
+        hidden=hidden,
+        size_said=size_text(size),
         where=shown_text(_where(request.scope, request.scope_id, request.step, request.node)),
         after=_after(store, request),
         run_href=_href(request.scope, request.scope_id),
         asked=uk_time(request.requested_at.timestamp()),
         schema=schema,
     )
+
+
+def escaped_json(text: str) -> tuple[str, bool]:
+    """JSON text `text` with every control, bidi or other format character written as a
+    JSON escape (`\\u202e`; they can stand only inside strings, so the value is the same), and
+    whether there was one."""
+
+    escaped = "\n".join(printable(line, json_text=True) for line in text.split("\n"))
+    return escaped, escaped != text
 
 
 def _after(store: CliStore, request: ApprovalRequest) -> tuple[Shown, ...]:
@@ -149,11 +179,16 @@ def _after(store: CliStore, request: ApprovalRequest) -> tuple[Shown, ...]:
         restored = read_image(patiently(WAIT, lambda: store.peek(request.scope_id)))
     except (AgentTxError, ValueError, KeyError, TypeError, AttributeError):
         return ()
-    return tuple(
-        shown_text(f"step {step_id} {step.tool_name}", limit=200)
-        for step_id, step in sorted(restored.steps.items())
-        if request.step is None or step_id < request.step
-    )
+    before = [
+        step_id for step_id in restored.steps if request.step is None or step_id < request.step
+    ]
+    shown = [
+        shown_text(f"step {step_id} {restored.steps[step_id].tool_name}", limit=200)
+        for step_id in sorted(before)[-AFTER_SHOWN:]
+    ]
+    if len(before) > AFTER_SHOWN:
+        shown.insert(0, shown_text(f"{len(before) - AFTER_SHOWN} earlier steps"))
+    return tuple(shown)
 
 
 def _open(review: Review) -> Open:
@@ -248,13 +283,37 @@ def _refused(why: str, asked: JSONValue, text: str) -> Decided:
 
 def _diff(asked: JSONValue, text: str) -> tuple[str, ...]:
     """The difference between the model's arguments and the edit, line by line (the edit
-    indented as JSON if it is JSON)."""
+    indented as JSON if it is JSON), at most `DIFF_SHOWN` lines. Bounded: past `DIFF_LINES`
+    lines on either side only the lines before the first difference are skipped and the
+    rest summed up (difflib's cost grows with the square of the lines)."""
     with contextlib.suppress(ValueError, RecursionError):
         text = json.dumps(json.loads(text), ensure_ascii=False, indent=2)
     before = json.dumps(asked, ensure_ascii=False, indent=2).splitlines()
     after = text.splitlines()
-    lines = difflib.unified_diff(before, after, "the model's arguments", "the edit", lineterm="")
-    return tuple(shown_text(line, limit=400).text for line in list(lines)[:400])
+    if max(len(before), len(after)) > DIFF_LINES:
+        lines = list(_summed(before, after))
+    else:
+        lines = list(
+            difflib.unified_diff(before, after, "the model's arguments", "the edit", lineterm="")
+        )
+    return tuple(shown_text(line, limit=400).text for line in lines[:DIFF_SHOWN])
+
+
+def _summed(before: list[str], after: list[str]) -> Iterator[str]:
+    """A difference too long to compare line by line: where it starts, the first lines of
+    each side from there, and how many lines each side has (linear time)."""
+    start = next(
+        (at for at, (old, new) in enumerate(zip(before, after, strict=False)) if old != new),
+        min(len(before), len(after)),
+    )
+    yield (
+        f"@@ too long to compare line by line: the model's arguments have {len(before)} lines, "
+        f"the edit {len(after)}; they differ from line {start + 1} @@"
+    )
+    for line in before[start : start + DIFF_SHOWN // 2 - 1]:
+        yield f"-{line}"
+    for line in after[start : start + DIFF_SHOWN // 2 - 1]:
+        yield f"+{line}"
 
 
 def resolve(

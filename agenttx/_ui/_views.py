@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 from typing import TYPE_CHECKING, Final, final
 
 import attrs
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from .._txlog import Restored
 
 __all__ = [
+    "MAX_EVENTS",
+    "MAX_ROWS",
     "AuditPage",
     "EventRow",
     "PageMissing",
@@ -170,11 +173,24 @@ def _stored_row(
         return _row(kind, run_id, shown_status(status, orphaned=run_id in orphaned), None, at)
     try:
         record = json.loads(record_text or "null")
-        ended = read_history(history)
+        said = _history_status(history)
+        status = said if said is not None else final_status(record, read_history(history))
     except (AgentTxError, ValueError, RecursionError):
         return _row(kind, run_id, "UNREADABLE", None, at)
     agent = record.get("agent_id") if isinstance(record, dict) else None
-    return _row(kind, run_id, final_status(record, ended), agent, at)
+    return _row(kind, run_id, status, agent, at)
+
+
+#: A history's status, in the first bytes of its JSON as `_txlog.history_text` writes it
+#: (read without parsing its attempts).
+_STATUS: Final = re.compile(r'\{"format":1,"status":"([A-Z_]{1,40})"')
+
+
+def _history_status(history: str | None) -> str | None:
+    """The status a stored history says at its top level, read from its start alone (a
+    listing must not parse every attempt of a long transaction), or None to read it whole."""
+    found = _STATUS.match(history or "")
+    return found.group(1) if found else None
 
 
 def runs_page(store: CliStore, *, page: int = 1, filters: dict[str, str] | None = None) -> RunsPage:
@@ -267,8 +283,8 @@ class EventRow:
 @attrs.frozen(kw_only=True)
 class AuditPage:
     """The audit events of one page of runs (or of one run, `run=`), newest first, filtered by
-    `kind` and `actor`; `runs` is how many runs they come from, `more` whether older runs
-    have events too."""
+    `kind` and `actor`, at most `MAX_EVENTS` of them (`found`: how many matched); `runs` is
+    how many runs they come from, `more` whether older runs have events too."""
 
     events: tuple[EventRow, ...]
     page: int
@@ -276,6 +292,7 @@ class AuditPage:
     filters: dict[str, str]
     runs: int
     kinds: tuple[str, ...]
+    found: int = 0
 
 
 def _events_of_page(store: CliStore, page: int) -> tuple[list[Event], int, bool]:
@@ -325,7 +342,8 @@ def audit_page(
     ]
     chosen.sort(key=lambda event: (event.at, event.seq), reverse=True)
     return AuditPage(
-        events=tuple(_event_row(event) for event in chosen),
+        events=tuple(_event_row(event) for event in chosen[:MAX_EVENTS]),
+        found=len(chosen),
         page=page,
         more=more,
         filters=filters,
@@ -369,8 +387,19 @@ class StepRow:
     output: Shown
 
 
-def step_rows(restored: Restored, state: str) -> tuple[StepRow, ...]:
-    """The live steps of `restored` (at its end, for an ended one), each in `state`."""
+#: The most rows of a kind (steps, attempts, compensations, staged effects, edges) a
+#: transaction's page shows at once; the steps are paged (`?first=STEP`).
+MAX_ROWS: Final = 200
+#: The most audit events one page of the trail shows (newest first).
+MAX_EVENTS: Final = 1_000
+
+
+def step_rows(
+    restored: Restored, state: str, *, first: int = 1, most: int = MAX_ROWS
+) -> tuple[StepRow, ...]:
+    """The live steps of `restored` (at its end, for an ended one), each in `state`: at most
+    `most` of them, from step `first` on."""
+    chosen = sorted(step_id for step_id in restored.steps if step_id >= first)[:most]
     return tuple(
         StepRow(
             step=step_id,
@@ -379,7 +408,7 @@ def step_rows(restored: Restored, state: str) -> tuple[StepRow, ...]:
             arguments=shown_json(step.arguments, pretty=True),
             output=shown_json(step.output, pretty=True),
         )
-        for step_id, step in sorted(restored.steps.items())
+        for step_id, step in ((step_id, restored.steps[step_id]) for step_id in chosen)
     )
 
 
@@ -396,7 +425,7 @@ def edge_lines(restored: Restored) -> tuple[str, ...]:
             f"{edge.target_key}  ({edge.kind.value})",
             limit=400,
         ).text
-        for edge in edges
+        for edge in edges[:MAX_ROWS]
     )
 
 

@@ -1,7 +1,9 @@
 // agenttx ui: live pages. A page whose <main> carries data-live="N" asks the server for the
 // same URL every N seconds, with the header X-Agenttx-Live: 1 (the server then answers with
 // the changing part only), and puts the answer in #live. It leaves #live alone while a
-// person is typing in it (a field has the focus or was changed), and stops on an error.
+// person is at work in the page (a field of a form has the focus or was changed, or the
+// pointer is over a form or a button of #live: a refresh must not move another request's
+// button under it), and stops on an error.
 "use strict";
 (function () {
   var main = document.getElementById("page");
@@ -10,9 +12,11 @@
   var seconds = Number(main.dataset.live) || 2;
   function busy() {
     var active = document.activeElement;
-    if (active && live.contains(active) && /^(INPUT|TEXTAREA|SELECT|BUTTON)$/.test(active.tagName)) {
+    if (active && (live.contains(active) || active.closest("form")) &&
+        /^(INPUT|TEXTAREA|SELECT|BUTTON)$/.test(active.tagName)) {
       return true;
     }
+    if (live.querySelector("button:hover, form:hover")) { return true; }
     var fields = live.querySelectorAll("textarea, input");
     for (var i = 0; i < fields.length; i++) {
       var field = fields[i];
