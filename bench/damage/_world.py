@@ -15,18 +15,29 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import TypeAdapter
+
 if TYPE_CHECKING:
     from pathlib import Path
 
 # The tools whose effect cannot be taken back once delivered: money leaves, a message is read.
+# AgentDojo's calendar tools that create, reschedule or cancel an event e-mail its participants
+# (`inbox.send_email`), so they are messages too.
+_INVITATIONS = frozenset(
+    {"create_calendar_event", "reschedule_calendar_event", "cancel_calendar_event"}
+)
 IRREVERSIBLE: dict[str, frozenset[str]] = {
     "banking": frozenset({"send_money", "schedule_transaction"}),
     "slack": frozenset({"send_direct_message", "send_channel_message", "post_webpage"}),
     "travel": frozenset(
         {"send_email", "reserve_hotel", "reserve_car_rental", "reserve_restaurant"}
+        | _INVITATIONS
     ),
-    "workspace": frozenset({"send_email", "share_file"}),
+    "workspace": frozenset({"send_email", "share_file"} | _INVITATIONS),
 }
+# The only tools whose service deduplicates a request on the caller's idempotency key, as
+# payment APIs do; e-mail (SMTP), chat messages, web posts and bookings do not.
+DEDUPLICATED: frozenset[str] = frozenset({"send_money", "schedule_transaction"})
 # The tools that move money: approvals are asked for these in the injection arm.
 MONEY: frozenset[str] = frozenset(
     {"send_money", "schedule_transaction", "update_scheduled_transaction"}
@@ -93,7 +104,7 @@ class Service:
         (self.directory / "turns").unlink(missing_ok=True)
 
     def load(self) -> Any:
-        return self.suite.environment_type.model_validate(_read_json(self.world))
+        return revive(self.suite.environment_type, _read_json(self.world))
 
     def log(self, **entry: Any) -> None:
         with self.ledger.open("a") as ledger:
@@ -115,17 +126,17 @@ class Service:
     def call(self, name: str, args: dict[str, Any], call: int, key: str | None = None) -> Any:
         """Run tool `name` for logical call `call`; `key` is the caller's idempotency key."""
         self.log(event="request", call=call, tool=name, key=key)
-        if key is not None:
+        if key is not None and name in DEDUPLICATED:
             done = [
                 e
                 for e in self.entries()
                 if e["event"] == "effect" and e.get("key") == key and e["call"] == call
             ]
-            if done:  # the service deduplicates on the key, as payment APIs do
+            if done:  # a payment API deduplicates on the key
                 self.log(event="deduplicated", call=call, tool=name, key=key)
                 return done[-1]["result"]
         if self.fault.kind == "permanent" and self.fault.call == call:
-            self.log(event="refused", call=call, tool=name)
+            self.log(event="refused", call=call, tool=name, key=key)  # key: at delivery
             raise Refused("403 Forbidden: the account is locked")
         if self._fire("transient", call):
             self.log(event="unavailable", call=call, tool=name)
@@ -193,6 +204,30 @@ class Service:
         self.log(event="checked", call=call, key=key)
         done = [e for e in self.entries() if e["event"] == "effect" and e.get("key") == key]
         return done[-1]["result"] if done else None
+
+
+def revive(environment_type: Any, data: dict[str, Any]) -> Any:
+    """An environment from its JSON dump, with every write in it.
+
+    AgentDojo's `Calendar`, `Inbox` and `CloudDrive` rebuild `events` / `emails` / `files` from
+    `initial_events` / ... when validated, which would drop whatever the calls wrote there; so
+    each such field is put back from the dump after validation (`initial_*` keep the start)."""
+    env = environment_type.model_validate(data)
+    _put_back(env, data)
+    return env
+
+
+def _put_back(model: Any, data: Any) -> None:
+    fields = getattr(type(model), "model_fields", None)
+    if fields is None or not isinstance(data, dict):
+        return
+    for name, info in fields.items():
+        if name.startswith("initial_") and name[8:] in fields and name[8:] in data:
+            target = name[8:]
+            value = TypeAdapter(fields[target].annotation).validate_python(data[target])
+            setattr(model, target, value)
+        elif name in data:
+            _put_back(getattr(model, name), data[name])
 
 
 def _jsonable(value: Any) -> Any:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _agent import MISTAKES, Call, Script, find_mistakes, script_for
 from _agentdojo import get_suite
 from _loops import LOOPS
-from _world import FAULTS, Fault, Service
+from _world import FAULTS, Fault, Service, revive
 
 SUITES = ("banking", "slack", "travel", "workspace")
 VERSION = "v1.2.1"
@@ -239,7 +239,7 @@ def schedule(plan: dict[str, Any], kind: str) -> tuple[Fault, Script, set[int], 
 
 
 def utility(task: Any, pre: Any, final: dict[str, Any], suite: Any) -> bool:
-    post = suite.environment_type.model_validate(final)
+    post = revive(suite.environment_type, final)
     output = getattr(task, "GROUND_TRUTH_OUTPUT", "") or ""
     with contextlib.suppress(Exception):
         return bool(task.utility(output, pre, post))
