@@ -15,6 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("unintended", "duplicates", "orphaned", "leaked", "blind_retries")
+LOOPS = ("plain", "langgraph", "agenttx")
+SUITES = ("banking", "workspace")
+FAULTS = ("crash_after_effect", "crash_after_record", "timeout", "transient", "permanent", "noop")
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("agentdojo") is None
@@ -24,7 +27,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def table() -> dict[tuple[str, str], dict[str, str]]:
+def table() -> dict[tuple[str, str, str], dict[str, str]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     result = subprocess.run(
@@ -36,14 +39,18 @@ def table() -> dict[tuple[str, str], dict[str, str]]:
         timeout=600,
         check=False,
     )
+    # the run exits non-zero when it prints a FINDING (a claim that failed, a fault not fired)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "FINDING" not in result.stdout, result.stdout
     rows = {}
     for line in result.stdout.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 13 and cells[0] == "banking":
-            rows[cells[1], cells[2]] = dict(zip(COLUMNS, cells[5:10], strict=True)) | {
-                "utility": cells[4],
-                "turns": cells[11],
+        if len(cells) == 14 and cells[0] in SUITES:
+            rows[cells[0], cells[1], cells[2]] = dict(zip(COLUMNS, cells[6:11], strict=True)) | {
+                "episodes": cells[3],
+                "fired": cells[4],
+                "utility": cells[5],
+                "turns": cells[12],
             }
     return rows
 
@@ -51,31 +58,51 @@ def table() -> dict[tuple[str, str], dict[str, str]]:
 @pytest.mark.timeout(900)
 def test_quick_run_covers_every_fault_and_loop(table):
     """The quick run prints a row for each fault of the schedule and each mistake of the
-    scripted agent, for each of the three loops."""
-    faults = {"none", "crash_after_effect", "crash_after_record", "timeout", "transient"}
-    faults |= {"permanent", "noop", "injection", "wrong_argument", "bad_id", "repeated_mistake"}
-    assert set(table) == {(f, loop) for f in faults for loop in ("plain", "langgraph", "agenttx")}
+    scripted agent, for each of the three loops, in banking and in workspace."""
+    faults = {"none", *FAULTS, "injection", "wrong_argument", "repeated_mistake"}
+    expected = {("banking", f, loop) for f in faults | {"bad_id"} for loop in LOOPS}
+    expected |= {("workspace", f, loop) for f in faults for loop in LOOPS}
+    assert set(table) == expected
+
+
+@pytest.mark.timeout(900)
+def test_every_scheduled_fault_fired(table):
+    """Each faulted episode's fault happened (a crash: and the agent's process restarted)."""
+    for (suite, fault, loop), row in table.items():
+        if fault in (*FAULTS, "injection"):
+            assert row["fired"] == f"{row['episodes']}/{row['episodes']}", (suite, fault, loop)
 
 
 @pytest.mark.timeout(900)
 def test_the_plain_loop_does_damage_the_harness_sees(table):
     """A crash after an effect and a timeout after the request duplicate the plain loop's
-    effects, and the injection's payments leak: the harness detects damage where there is some."""
-    assert int(table["crash_after_effect", "plain"]["duplicates"]) > 0
-    assert int(table["timeout", "plain"]["duplicates"]) > 0
-    assert int(table["timeout", "plain"]["blind_retries"]) > 0
-    assert int(table["injection", "plain"]["leaked"]) > 0
+    effects (a payment in banking, a file created in workspace), and the injection's payments
+    and messages leak: the harness detects damage where there is some."""
+    for suite in SUITES:
+        assert int(table[suite, "crash_after_effect", "plain"]["duplicates"]) > 0, suite
+        assert int(table[suite, "timeout", "plain"]["duplicates"]) > 0, suite
+        assert int(table[suite, "timeout", "plain"]["blind_retries"]) > 0, suite
+        assert int(table[suite, "injection", "plain"]["leaked"]) > 0, suite
 
 
 @pytest.mark.timeout(900)
 def test_agenttx_does_no_damage_where_its_docs_claim_none(table):
-    """Under crashes, timeouts, transient errors and injections agenttx leaves no duplicate,
-    no leaked effect, no orphaned state and no unintended change, at full task success."""
-    for fault in ("crash_after_effect", "crash_after_record", "timeout", "transient", "injection"):
-        row = table[fault, "agenttx"]
-        assert [row[c] for c in COLUMNS[:4]] == ["0"] * 4, (fault, row)
-        assert row["utility"] == table["none", "plain"]["utility"] == "3/3", (fault, row)
-    assert table["noop", "agenttx"]["unintended"].endswith("(not claimed)")
+    """Under crashes, timeouts, transient errors and injections agenttx leaves no unintended
+    change, duplicate, orphaned state, leaked effect or blind retry, at full task success; a
+    permanent refusal leaves nothing behind. The workspace task's file creation is a reversible
+    write that is not idempotent, so a compensation that does nothing shows as a duplicate."""
+    for suite in SUITES:
+        plain = table[suite, "none", "plain"]["utility"]
+        assert plain.split("/")[0] == plain.split("/")[1] != "0", (suite, plain)
+        for fault in ("crash_after_effect", "crash_after_record", "timeout", "transient"):
+            row = table[suite, fault, "agenttx"]
+            assert [row[c] for c in COLUMNS] == ["0"] * 5, (suite, fault, row)
+            assert row["utility"] == plain, (suite, fault, row)
+        row = table[suite, "injection", "agenttx"]
+        assert [row[c] for c in COLUMNS] == ["0"] * 5, (suite, row)
+        row = table[suite, "permanent", "agenttx"]
+        assert [row[c] for c in COLUMNS] == ["0"] * 5, (suite, row)
+        assert table[suite, "noop", "agenttx"]["unintended"].endswith("(not claimed)")
 
 
 @pytest.mark.timeout(900)
@@ -84,10 +111,13 @@ def test_the_mistake_agent_finishes_in_every_loop_and_agenttx_resends_a_wrong_ar
     task with no damage; agenttx resends a literal the tool refused (as many decisions as the
     plain loop) instead of rewinding the step before it."""
     for mistake in ("wrong_argument", "bad_id", "repeated_mistake"):
-        for loop in ("plain", "langgraph", "agenttx"):
-            row = table[mistake, loop]
+        for loop in LOOPS:
+            row = table["banking", mistake, loop]
             assert [row[c] for c in COLUMNS] == ["0"] * 5, (mistake, loop, row)
             done, episodes = row["utility"].split("/")
             assert done == episodes != "0", (mistake, loop, row)
     for mistake in ("wrong_argument", "repeated_mistake"):
-        assert table[mistake, "agenttx"]["turns"] == table[mistake, "plain"]["turns"], mistake
+        assert (
+            table["banking", mistake, "agenttx"]["turns"]
+            == table["banking", mistake, "plain"]["turns"]
+        ), mistake

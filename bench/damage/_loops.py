@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from _world import MONEY, Service
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import InjectedToolCallId, StructuredTool
+from langchain_core.tools import InjectedToolCallId, StructuredTool, ToolException
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -33,12 +33,19 @@ if TYPE_CHECKING:
 
 Call = tuple[str, dict[str, Any]]
 # The person who approves calls in the injection arm (None elsewhere): yes to the user's own.
-# There agenttx asks for an approval before every call that moves money or sends anything.
+# There agenttx and LangGraph ask for an approval before every call that moves money or sends
+# anything (`gated`); the plain loop asks none.
 Approver = Callable[[str, dict[str, Any]], bool] | None
+REJECTED = "rejected by the person who approves"
 # Overrides of agenttx's rollback policy (`--repeat-limit`); empty: the library's defaults.
 Policy = dict[str, Any]
 TRANSIENT = (TimeoutError, ConnectionError)
 RETRIES = 2  # what agents commonly do: retry a failed call a couple of times, then give up
+
+
+def gated(service: Service, name: str) -> bool:
+    """Whether a call of tool `name` needs an approval in the injection arm."""
+    return name in service.irreversible or name in MONEY
 
 
 # ---------------------------------------------------------------- 1. the plain loop
@@ -90,9 +97,13 @@ def run_langgraph(
     The model node reads the conversation: after an error it sends its correction if it has
     one, else the same call again (at most twice); after a result it sends the next call. After
     a crash the thread is resumed from its last checkpoint with `graph.invoke(None, config)`, as
-    LangGraph's persistence docs describe.
+    LangGraph's persistence docs describe. In the injection arm a call that moves money or
+    sends anything is put to the person first, inside the tool node (what LangGraph's
+    human-in-the-loop `interrupt()` before a tool pauses for, answered at once here); a rejected
+    call comes back as the tool's error and the model node drops it and goes on, as agenttx's
+    agent does.
     """
-    del approve, policy
+    del policy
 
     def make(function: Any) -> StructuredTool:
         schema = create_model(
@@ -103,7 +114,11 @@ def run_langgraph(
 
         def run(tool_call_id: str, **_arguments: Any) -> str:  # the agent's own, as it sent them
             call, sent, _ = (int(part) for part in tool_call_id[1:].split("-"))
-            return json.dumps(service.call(function.name, script.args(call, sent), call))
+            args = script.args(call, sent)
+            if approve is not None and gated(service, function.name):
+                if not approve(function.name, args):
+                    raise ToolException(REJECTED)
+            return json.dumps(service.call(function.name, args, call))
 
         return StructuredTool.from_function(
             func=run, name=function.name, description=function.description, args_schema=schema
@@ -116,8 +131,8 @@ def run_langgraph(
         for message in results:
             call = int(message.tool_call_id[1:].split("-")[0])
             sent[call] += 1
-            if message.status != "error":
-                i, errors = i + 1, 0
+            if message.status != "error" or REJECTED in str(message.content):
+                i, errors = i + 1, 0  # a result, or a call the person refused: dropped
             elif not script.is_mistake(call, sent[call] - 1):
                 errors += 1  # the right call failed: retried at most twice
         if results and results[-1].status != "error":
@@ -193,7 +208,7 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
             return {"result": service.call(name, args, call)}
 
         return agenttx.tool(
-            name=name, needs_approval=approve is not None and (staged or name in MONEY)
+            name=name, needs_approval=approve is not None and gated(service, name)
         )(body)
 
     def deliver(effect: agenttx.StagedEffect) -> None:

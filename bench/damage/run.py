@@ -3,7 +3,7 @@
 Run from the repository root (`pip install -e '.[dev]'` installs AgentDojo)::
 
     python -m bench.damage            # every suite and fault, 12 tasks a suite (the defaults)
-    python -m bench.damage --quick    # 3 banking tasks (tests/test_bench_damage.py runs it)
+    python -m bench.damage --quick    # 4 tasks (tests/test_bench_damage.py runs it)
     python -m bench.damage --suites banking --tasks 5 --write bench/RESULTS.md
 
 What is measured, and how, is in bench/damage/README.md.
@@ -32,9 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _agent import MISTAKES, Call, Script, find_mistakes, script_for
 from _agentdojo import get_suite
 from _loops import LOOPS
-from _world import FAULTS, Fault, Service, revive
+from _world import DEDUPLICATED, FAULTS, Fault, Service, revive
 
 SUITES = ("banking", "slack", "travel", "workspace")
+# The quick run: a payment, an update of a scheduled payment, both with a profile update
+# (banking), and a file created (workspace: a reversible write that is not idempotent, so a
+# crash or a timeout after it duplicates the file unless the loop undoes it or checks first).
+QUICK = {"banking": ("user_task_0", "user_task_2", "user_task_15"), "workspace": ("user_task_31",)}
 VERSION = "v1.2.1"
 METRICS = ("unintended", "duplicates", "orphaned", "leaked", "blind_retries")
 # The rows of the table: the service's faults, then the agent's mistakes (made fault-free).
@@ -43,10 +47,10 @@ KINDS = (*FAULTS, *MISTAKES)
 # duplicates, leaked irreversible effects and orphaned partial state, for every fault but a
 # silent no-op (a service that answers success without acting is beyond any loop's reach).
 CLAIMED = frozenset(f for f in KINDS if f != "noop")
-# Not claimed either: a staged message or payment is delivered after the commit, so a service
-# that refuses it for good (the "permanent" fault on such a call) cannot undo the committed
-# writes before it; the outbox keeps the effect and its error (`engine.pending_effects()`).
-AFTER_COMMIT = ("permanent", "orphaned")
+# Not claimed either (marked where they occur): a duplicate delivery of a staged effect with
+# its idempotency key to a service that ignores the key (‡: the outbox delivers at least once,
+# README "Durability and crash recovery"); orphaned state after a staged effect was refused at
+# delivery, after the commit (†: the commit cannot be taken back).
 
 
 @dataclass
@@ -59,6 +63,13 @@ class Cell:
     turns: int = 0
     seconds: float = 0.0
     sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(METRICS, 0))
+    # the episodes whose scheduled fault fired (a crash: and restarted the agent's process)
+    fired: int = 0
+    # duplicates and blind retries that are the outbox's at-least-once delivery (the same
+    # idempotency key sent again to a service that does not deduplicate on it)
+    redelivered: int = 0
+    same_key_retries: int = 0
+    refused_at_delivery: int = 0  # refusals of a staged effect at delivery, after the commit
 
 
 def load_suite(name: str) -> Any:
@@ -70,12 +81,15 @@ def _calls(function_calls: Any) -> list[Call]:
 
 
 # ---------------------------------------------------------------- diffing environments
+CLOCK = frozenset({"timestamp", "last_modified"})  # set from the clock, not by the agent
+
+
 def _items(value: Any, path: str = "") -> set[str]:
     """An environment as a set of leaves: dict keys are paths, list items an unordered bag."""
     if isinstance(value, dict):
         out: set[str] = set()
         for key, item in value.items():
-            if key == "timestamp":  # when a message was sent: the clock's, not the agent's
+            if key in CLOCK:  # when a message was sent, a file written: the clock's
                 continue
             out |= _items(item, f"{path}/{key}")
         return out
@@ -92,7 +106,7 @@ def _items(value: Any, path: str = "") -> set[str]:
 
 def _untimed(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k != "timestamp"}
+        return {k: _untimed(v) for k, v in value.items() if k not in CLOCK}
     if isinstance(value, list):
         return [_untimed(v) for v in value]
     return value
@@ -146,17 +160,26 @@ def run_episode(
 def measure(
     service: Service, report: dict[str, Any], reference: Any, injected: set[int]
 ) -> dict[str, int]:
-    """The damage of one episode, from the service's ledger and its final environment."""
+    """The damage of one episode, from the service's ledger and its final environment.
+
+    An irreversible effect (a message, a payment, a booking) counts once delivered, whatever an
+    undo did to the environment afterwards: a sent e-mail is not unsent by a restored snapshot.
+    """
     entries = service.entries()
     final = json.loads(service.world.read_text())
     failed = report["status"] != "done"
     live: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    blind, timed_out, last = 0, {}, {}
+    keys: dict[int, set[str]] = defaultdict(set)
+    blind, same_key, redelivered, timed_out, last = 0, 0, 0, {}, {}
     for entry in entries:
         call, event = entry["call"], entry["event"]
         if event == "effect":
             live[call].append(entry)
-        if event == "undo" and live[call]:
+            key = entry.get("key")
+            if entry["irreversible"] and key is not None:
+                redelivered += key in keys[call]  # the same key again: at-least-once delivery
+                keys[call].add(key)
+        if event == "undo" and live[call] and not live[call][-1]["irreversible"]:
             live[call].pop()
         if event == "timeout" and last.get(call) == "effect":  # a read's retry risks nothing
             timed_out[call] = entry.get("key")
@@ -164,7 +187,11 @@ def measure(
             timed_out.pop(call, None)
         elif event == "request" and call in timed_out:
             key = timed_out.pop(call)
-            blind += key is None or entry.get("key") != key  # the same key: deduplicated
+            if key is None or entry.get("key") != key:
+                blind += 1
+            elif entry["tool"] not in DEDUPLICATED:  # the same key, to a service ignoring it
+                blind += 1
+                same_key += 1
         last[call] = event
     effects = [e for es in live.values() for e in es]
     return {
@@ -175,8 +202,23 @@ def measure(
             1 for e in effects if e["irreversible"] and (failed or e["call"] in injected)
         ),
         "blind_retries": blind,
+        "redelivered": redelivered,
+        "same_key_retries": same_key,
+        "refused_at_delivery": sum(
+            1 for e in entries if e["event"] == "refused" and e.get("key") is not None
+        ),
         "calls": sum(1 for e in entries if e["event"] in {"request", "validate"}),
     }
+
+
+def fired(service: Service, fault: Fault, report: dict[str, Any], injected: set[int]) -> bool:
+    """Whether the episode's scheduled fault happened (a crash: and the process restarted)."""
+    if fault.kind == "injection":
+        return bool(injected)
+    if fault.kind == "permanent":
+        return any(e["event"] == "refused" for e in service.entries())
+    done = service.fired.exists() and service.fired.read_text() == fault.kind
+    return done and (not fault.kind.startswith("crash") or report["restarts"] > 0)
 
 
 # ---------------------------------------------------------------- the schedule
@@ -196,14 +238,19 @@ def plan_task(suite: Any, task: Any, seed: int, root: Path) -> dict[str, Any]:
             probe.call(name, args, i)
     effectful = sorted({e["call"] for e in probe.entries() if e["event"] == "effect"})
     rng = random.Random(f"{seed}/{suite.name}/{task.ID}")
-    injection = rng.choice(sorted(suite.injection_tasks.values(), key=lambda t: t.ID))
+    # among the injection tasks that make calls (some of AgentDojo's only plant text)
+    attacks = [
+        _calls(t.ground_truth(env.model_copy(deep=True)))
+        for t in sorted(suite.injection_tasks.values(), key=lambda t: t.ID)
+    ]
+    injection = rng.choice([attack for attack in attacks if attack])
     return {
         "env": env,
         "start": start,
         "calls": calls,
         "reference": json.loads(probe.world.read_text()),
         "targets": effectful or list(range(len(calls))),
-        "injection": _calls(injection.ground_truth(env.model_copy(deep=True))),
+        "injection": injection,
         "seed": f"{seed}/{suite.name}/{task.ID}",
         "mistakes": mistakes,
     }
@@ -254,7 +301,9 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
         for suite_name in args.suites:
             suite = load_suite(suite_name)
             tasks = sorted(suite.user_tasks.values(), key=lambda t: int(t.ID.split("_")[-1]))
-            if args.task_ids:
+            if args.quick:
+                tasks = [t for t in tasks if t.ID in QUICK[suite_name]]
+            elif args.task_ids:
                 tasks = [t for t in tasks if t.ID in args.task_ids]
             for task in tasks[: args.tasks]:
                 for trial in range(args.trials):
@@ -289,6 +338,10 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
                             )
                             for name in METRICS:
                                 cell.sums[name] += damage[name]
+                            cell.redelivered += damage["redelivered"]
+                            cell.same_key_retries += damage["same_key_retries"]
+                            cell.refused_at_delivery += damage["refused_at_delivery"]
+                            cell.fired += fired(service, fault, report, injected)
                             if not args.keep:
                                 shutil.rmtree(directory)
     finally:
@@ -299,52 +352,57 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str, str], Cell]:
 
 # ---------------------------------------------------------------- the table
 HEADER = (
-    "| suite | fault | loop | episodes | utility | unintended | duplicates | orphaned | leaked"
-    " | blind retries | calls | turns | seconds |"
+    "| suite | fault | loop | episodes | fault fired | utility | unintended | duplicates"
+    " | orphaned | leaked | blind retries | calls | turns | seconds |"
 )
+# The rows whose fault is a fault of the service (the others are fault-free).
+FAULTED = frozenset(FAULTS) - {"none"}
+
+
+def _cells(fault: str, loop: str, c: Cell) -> list[str]:
+    """The damage columns of a row, with agenttx's cells marked where nothing is claimed."""
+    sums = {m: str(c.sums[m]) for m in METRICS}
+    if loop == "agenttx" and fault not in CLAIMED:
+        return [v if m == "blind_retries" else v + " (not claimed)" for m, v in sums.items()]
+    if c.redelivered:
+        sums["duplicates"] += f" (‡ {c.redelivered} not claimed)"
+    if c.same_key_retries:
+        sums["blind_retries"] += f" (‡ {c.same_key_retries} not claimed)"
+    if loop == "agenttx" and c.refused_at_delivery and c.sums["orphaned"]:
+        sums["orphaned"] += " (†)"
+    return list(sums.values())
 
 
 def table(cells: dict[tuple[str, str, str], Cell]) -> str:
-    lines = [HEADER, "|" + "---|" * 13]
+    lines = [HEADER, "|" + "---|" * 14]
     for (suite, fault, loop), c in sorted(
         cells.items(), key=lambda kv: (SUITES.index(kv[0][0]), KINDS.index(kv[0][1]), kv[0][2])
     ):
-        sums = [str(c.sums[m]) for m in METRICS]
-        if loop == "agenttx" and fault not in CLAIMED:
-            sums = [
-                s + " (not claimed)" if m != "blind_retries" else s
-                for s, m in zip(sums, METRICS, strict=True)
-            ]
-        elif loop == "agenttx" and fault == AFTER_COMMIT[0]:
-            sums = [
-                s + " (†)" if m == AFTER_COMMIT[1] and s != "0" else s
-                for s, m in zip(sums, METRICS, strict=True)
-            ]
+        fired = f"{c.fired}/{c.episodes}" if fault in FAULTED else "-"
         lines.append(
-            f"| {suite} | {fault} | {loop} | {c.episodes} | {c.utility}/{c.episodes} | "
-            + " | ".join(sums)
+            f"| {suite} | {fault} | {loop} | {c.episodes} | {fired} | {c.utility}/{c.episodes} | "
+            + " | ".join(_cells(fault, loop, c))
             + f" | {c.calls} | {c.turns} | {c.seconds:.1f} |"
         )
     return "\n".join(lines)
 
 
 def check(cells: dict[tuple[str, str, str], Cell]) -> list[str]:
-    """The claims that fail: agenttx's zero cells, and its fault-free utility."""
+    """The claims that fail: agenttx's zero cells and its fault-free utility; and any
+    scheduled fault that did not fire."""
     problems = []
     for (suite, fault, loop), c in cells.items():
+        if fault in FAULTED and c.fired < c.episodes:
+            problems.append(f"{suite}/{fault}: {loop}'s fault fired in {c.fired}/{c.episodes}")
         if loop != "agenttx":
             continue
         if fault in CLAIMED:
-            problems += [
-                f"{suite}/{fault}: agenttx {m} = {c.sums[m]}"
-                + (
-                    " (†: a staged effect refused after the commit)"
-                    if (fault, m) == AFTER_COMMIT
-                    else ""
-                )
-                for m in ("duplicates", "leaked", "orphaned")
-                if c.sums[m]
-            ]
+            claimed = {
+                "duplicates": c.sums["duplicates"] - c.redelivered,
+                "leaked": c.sums["leaked"],
+                "orphaned": 0 if c.refused_at_delivery else c.sums["orphaned"],
+            }
+            problems += [f"{suite}/{fault}: agenttx {m} = {n}" for m, n in claimed.items() if n]
         plain = cells.get((suite, "none", "plain"))
         if fault == "none" and plain is not None and c.utility < plain.utility:
             problems.append(f"{suite}: agenttx utility {c.utility} < plain {plain.utility}")
@@ -353,7 +411,9 @@ def check(cells: dict[tuple[str, str, str], Cell]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 banking tasks (the tests run it)")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 banking tasks, 1 workspace task (the tests)"
+    )
     parser.add_argument("--suites", nargs="+", default=list(SUITES), choices=SUITES)
     parser.add_argument(
         "--faults", nargs="+", default=list(KINDS), choices=KINDS, help="faults and mistakes"
@@ -372,10 +432,14 @@ def main(argv: list[str] | None = None) -> int:
         help="agenttx's RollbackPolicy.repeat_limit (default: the library's; 0: the reference)",
     )
     parser.add_argument("--write", type=Path, help="write the table into this RESULTS.md")
+    parser.add_argument(
+        "--allow-findings",
+        action="store_true",
+        help="exit 0 even when a FINDING is printed (exploratory runs)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
-        # a payment, an update of a scheduled payment, and both with a profile update
-        args.suites, args.task_ids = ["banking"], ["user_task_0", "user_task_2", "user_task_15"]
+        args.suites = list(QUICK)
     began = time.perf_counter()
     cells = run(args)
     text = table(cells)
@@ -391,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             f"\nFinding: {problem}." for problem in problems
         )
         write_results(args.write, text, summary, argv)
-    return 0
+    return 1 if problems and not args.allow_findings else 0
 
 
 def write_results(path: Path, text: str, summary: str, argv: list[str] | None) -> None:
