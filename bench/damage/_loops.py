@@ -115,9 +115,9 @@ def run_langgraph(
         def run(tool_call_id: str, **_arguments: Any) -> str:  # the agent's own, as it sent them
             call, sent, _ = (int(part) for part in tool_call_id[1:].split("-"))
             args = script.args(call, sent)
-            if approve is not None and gated(service, function.name):
-                if not approve(function.name, args):
-                    raise ToolException(REJECTED)
+            asked = approve is not None and gated(service, function.name)
+            if asked and approve is not None and not approve(function.name, args):
+                raise ToolException(REJECTED)
             return json.dumps(service.call(function.name, args, call))
 
         return StructuredTool.from_function(
@@ -207,9 +207,9 @@ def run_agenttx(  # noqa: PLR0915 -- one loop, read top to bottom
             ctx.register_undo("world.restore", {"call": call})  # durable before the effect
             return {"result": service.call(name, args, call)}
 
-        return agenttx.tool(
-            name=name, needs_approval=approve is not None and gated(service, name)
-        )(body)
+        return agenttx.tool(name=name, needs_approval=approve is not None and gated(service, name))(
+            body
+        )
 
     def deliver(effect: agenttx.StagedEffect) -> None:
         payload = effect.payload

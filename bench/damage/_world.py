@@ -30,8 +30,7 @@ IRREVERSIBLE: dict[str, frozenset[str]] = {
     "banking": frozenset({"send_money", "schedule_transaction"}),
     "slack": frozenset({"send_direct_message", "send_channel_message", "post_webpage"}),
     "travel": frozenset(
-        {"send_email", "reserve_hotel", "reserve_car_rental", "reserve_restaurant"}
-        | _INVITATIONS
+        {"send_email", "reserve_hotel", "reserve_car_rental", "reserve_restaurant"} | _INVITATIONS
     ),
     "workspace": frozenset({"send_email", "share_file"} | _INVITATIONS),
 }
@@ -221,7 +220,7 @@ def _put_back(model: Any, data: Any) -> None:
     fields = getattr(type(model), "model_fields", None)
     if fields is None or not isinstance(data, dict):
         return
-    for name, info in fields.items():
+    for name in fields:
         if name.startswith("initial_") and name[8:] in fields and name[8:] in data:
             target = name[8:]
             value = TypeAdapter(fields[target].annotation).validate_python(data[target])
