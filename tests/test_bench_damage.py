@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ COLUMNS = ("unintended", "duplicates", "orphaned", "leaked", "blind_retries")
 LOOPS = ("plain", "langgraph", "agenttx")
 SUITES = ("banking", "workspace")
 FAULTS = ("crash_after_effect", "crash_after_record", "timeout", "transient", "permanent", "noop")
+
+UNCLAIMED = re.compile(r"^(\d+) \(‡ (\d+) not claimed\)$")
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("agentdojo") is None
@@ -60,9 +63,24 @@ def test_quick_run_covers_every_fault_and_loop(table):
     """The quick run prints a row for each fault of the schedule and each mistake of the
     scripted agent, for each of the three loops, in banking and in workspace."""
     faults = {"none", *FAULTS, "injection", "wrong_argument", "repeated_mistake"}
-    expected = {("banking", f, loop) for f in faults | {"bad_id"} for loop in LOOPS}
-    expected |= {("workspace", f, loop) for f in faults for loop in LOOPS}
+    expected = {(s, f, loop) for s in SUITES for f in faults | {"bad_id"} for loop in LOOPS}
     assert set(table) == expected
+
+
+def claimed(cell: str) -> int:
+    """A damage cell's count less what it marks as not claimed (‡: at-least-once delivery)."""
+    match = UNCLAIMED.match(cell)
+    return int(match[1]) - int(match[2]) if match else int(cell)
+
+
+@pytest.mark.timeout(900)
+def test_no_loop_does_damage_without_a_fault(table):
+    """Fault-free, no loop leaves any damage: every effect is delivered once (a staged effect
+    delivered twice with its key would show here, the e-mail service ignoring the key)."""
+    for suite in SUITES:
+        for loop in LOOPS:
+            row = table[suite, "none", loop]
+            assert [row[c] for c in COLUMNS] == ["0"] * 5, (suite, loop, row)
 
 
 @pytest.mark.timeout(900)
@@ -88,21 +106,37 @@ def test_the_plain_loop_does_damage_the_harness_sees(table):
 @pytest.mark.timeout(900)
 def test_agenttx_does_no_damage_where_its_docs_claim_none(table):
     """Under crashes, timeouts, transient errors and injections agenttx leaves no unintended
-    change, duplicate, orphaned state, leaked effect or blind retry, at full task success; a
-    permanent refusal leaves nothing behind. The workspace task's file creation is a reversible
-    write that is not idempotent, so a compensation that does nothing shows as a duplicate."""
+    change, duplicate, orphaned state, leaked effect or blind retry, at full task success (but
+    for an e-mail delivered twice, not claimed: the change and the failed task are that
+    e-mail); a permanent refusal leaves nothing behind. The workspace file creation is a
+    reversible write that is not idempotent, so a compensation that does nothing shows as a
+    duplicate."""
     for suite in SUITES:
         plain = table[suite, "none", "plain"]["utility"]
         assert plain.split("/")[0] == plain.split("/")[1] != "0", (suite, plain)
         for fault in ("crash_after_effect", "crash_after_record", "timeout", "transient"):
             row = table[suite, fault, "agenttx"]
-            assert [row[c] for c in COLUMNS] == ["0"] * 5, (suite, fault, row)
-            assert row["utility"] == plain, (suite, fault, row)
+            assert [claimed(row[c]) for c in COLUMNS[1:]] == [0] * 4, (suite, fault, row)
+            if UNCLAIMED.match(row["duplicates"]) is None:  # else: the e-mail sent twice
+                assert row["unintended"] == "0", (suite, fault, row)
+                assert row["utility"] == plain, (suite, fault, row)
         row = table[suite, "injection", "agenttx"]
         assert [row[c] for c in COLUMNS] == ["0"] * 5, (suite, row)
         row = table[suite, "permanent", "agenttx"]
         assert [row[c] for c in COLUMNS] == ["0"] * 5, (suite, row)
         assert table[suite, "noop", "agenttx"]["unintended"].endswith("(not claimed)")
+
+
+@pytest.mark.timeout(900)
+def test_agenttx_redelivering_an_email_after_a_timeout_is_counted_and_not_claimed(table):
+    """The outbox delivers a staged e-mail again with its key after a timeout of its delivery;
+    the e-mail service ignores the key, so the table counts a duplicate and a blind retry, and
+    marks both as not claimed (agenttx's delivery is at least once)."""
+    row = table["workspace", "timeout", "agenttx"]
+    for column in ("duplicates", "blind_retries"):
+        match = UNCLAIMED.match(row[column])
+        assert match is not None, (column, row)
+        assert match[1] == match[2] != "0", (column, row)
 
 
 @pytest.mark.timeout(900)

@@ -3,7 +3,7 @@
 Run from the repository root (`pip install -e '.[dev]'` installs AgentDojo)::
 
     python -m bench.damage            # every suite and fault, 12 tasks a suite (the defaults)
-    python -m bench.damage --quick    # 4 tasks (tests/test_bench_damage.py runs it)
+    python -m bench.damage --quick    # 5 tasks (tests/test_bench_damage.py runs it)
     python -m bench.damage --suites banking --tasks 5 --write bench/RESULTS.md
 
 What is measured, and how, is in bench/damage/README.md.
@@ -36,9 +36,13 @@ from _world import DEDUPLICATED, FAULTS, Fault, Service, revive
 
 SUITES = ("banking", "slack", "travel", "workspace")
 # The quick run: a payment, an update of a scheduled payment, both with a profile update
-# (banking), and a file created (workspace: a reversible write that is not idempotent, so a
-# crash or a timeout after it duplicates the file unless the loop undoes it or checks first).
-QUICK = {"banking": ("user_task_0", "user_task_2", "user_task_15"), "workspace": ("user_task_31",)}
+# (banking); a file created (workspace: a reversible write that is not idempotent, so a crash
+# or a timeout after it duplicates the file unless the loop undoes it or checks first), and an
+# e-mail sent (to a service that does not deduplicate on the idempotency key).
+QUICK = {
+    "banking": ("user_task_0", "user_task_2", "user_task_15"),
+    "workspace": ("user_task_31", "user_task_33"),
+}
 VERSION = "v1.2.1"
 METRICS = ("unintended", "duplicates", "orphaned", "leaked", "blind_retries")
 # The rows of the table: the service's faults, then the agent's mistakes (made fault-free).
@@ -412,7 +416,7 @@ def check(cells: dict[tuple[str, str, str], Cell]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="3 banking tasks, 1 workspace task (the tests)"
+        "--quick", action="store_true", help="3 banking tasks, 2 workspace tasks (the tests)"
     )
     parser.add_argument("--suites", nargs="+", default=list(SUITES), choices=SUITES)
     parser.add_argument(
