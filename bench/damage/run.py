@@ -468,7 +468,8 @@ def write_results(path: Path, text: str, summary: str, argv: list[str] | None) -
     section = (
         "## Damage prevented\n\n"
         "AgentDojo's user tasks under the seeded fault schedule, through three loops; what each\n"
-        "column counts, and the cells marked `(not claimed)` and `(†)`, are explained in\n"
+        "column counts, and the cells marked `(not claimed)`, `(‡ N not claimed)` and `(†)`,\n"
+        "are explained in "
         f"bench/damage/README.md. Command: `{command.strip()}`.\n\n{text}\n\n{summary}\n"
     )
     content = path.read_text() if path.exists() else ""
