@@ -1035,3 +1035,41 @@ def _approved(pai: PaiAgent, result: Any) -> Any:
     for request in pai.tx.pending_approvals():
         pai.engine.approve(request.id, actor="alice")
     return result
+
+
+def test_sdk_after_a_restart_a_call_that_waited_with_a_rejected_call_is_not_run(tmp_path):
+    """Two gated calls of a turn stop the run; the process restarts and a person rejects the
+    first call's request: the second call, which waited with it, is answered as not run and no
+    one is asked about it, as without the restart."""
+    sdk = SdkAgent(
+        tmp_path,
+        [
+            turn(
+                call("issue_refund", {"order_id": "o-1", "amount": 30}, "c2"),
+                call("issue_refund", {"order_id": "o-1", "amount": 12}, "c3"),
+            )
+        ],
+    )
+    saved = sdk.run("Two refunds.").to_state().to_string()
+    (request,) = sdk.tx.pending_approvals()
+    sdk.engine.close()
+    engine, tx = restarted(tmp_path, sdk.tx.id)
+    engine.reject(request.id, actor="bob", reason="no")
+    model = ScriptedModel([say("Done.")])
+    agent = sdk_agent(tx, model)
+    state = asyncio.run(agents.RunState.from_string(agent, saved))
+    asked = []
+    for _ in range(4):
+        if not atx_agents.approve_decided(tx, state):
+            asked.extend(atx_agents.waiting(tx))
+            break
+        result = sdk_run(tx, agent, state)
+        if not result.interruptions:
+            break
+        state = result.to_state()
+    assert asked == []
+    assert refunds(tmp_path) == []
+    answered = dict(sdk_results(model.last))
+    assert "rejected by bob" in answered["c2"]["error"]
+    assert answered["c3"]["ok"] is False
+    assert tx.pending_approvals() == ()

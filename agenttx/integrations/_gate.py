@@ -66,7 +66,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Hashable, Sequence
 
     from .._json import JSONValue
     from .._transaction import Transaction
@@ -178,6 +178,21 @@ class TurnGate:
         digest = _raw_digest(name, arguments)
         if digest is not None:
             self._stops[call_id] = _Stop(digest=digest)
+
+    def sends_first(self, call_id: str, later: Sequence[tuple[str, str, object]]) -> None:
+        """Note that the framework sends again call `call_id`, the first of the calls a saved
+        run state stopped on, and that the calls `later` ((call id, tool, arguments), in the
+        model's order) of that state wait behind it: if it fails once sent, they are answered
+        as not run (`decide_waiting`), as when this gate saw them wait. For a state this gate
+        did not see stop (a new process): what it saw itself wins. Whether a later call ran
+        already is still looked up in the store."""
+        if call_id in self._waits or not later:
+            return
+        key = ("sent first", call_id)
+        self._waits[call_id] = key
+        for later_id, _name, _arguments in later:
+            if later_id not in self._with and later_id not in self._stops:
+                self._with[later_id] = key
 
     def stopped(self, call_id: str, name: str, arguments: object, request: str | None) -> None:
         """Note that a run stopped on call `call_id` (of tool `name`, `arguments` as sent) for

@@ -324,8 +324,11 @@ def approve_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
     if waiting(tx):
         return False
     gate = gate_for(tx, "approve_decided")
-    for item, name, call_id in _interrupted(tx, state):
+    calls = _interrupted(tx, state)
+    for at, (item, name, call_id) in enumerate(calls):
         decided = gate.decide_waiting(tx, name, call_id, item.arguments or "{}")
+        if decided.send:
+            gate.sends_first(call_id, [(c, n, i.arguments) for i, n, c in calls[at + 1 :]])
         if not _apply(state, item, decided):
             return decided.send
     return True
@@ -339,8 +342,11 @@ async def aapprove_decided(tx: Transaction, state: agents.RunState[Any]) -> bool
     if waiting(tx):
         return False
     gate = gate_for(tx, "aapprove_decided")
-    for item, name, call_id in _interrupted(tx, state):
+    calls = _interrupted(tx, state)
+    for at, (item, name, call_id) in enumerate(calls):
         decided = await gate.adecide_waiting(tx, name, call_id, item.arguments or "{}")
+        if decided.send:
+            gate.sends_first(call_id, [(c, n, i.arguments) for i, n, c in calls[at + 1 :]])
         if not _apply(state, item, decided):
             return decided.send
     return True
