@@ -318,8 +318,8 @@ class TurnGate:
         """The recorded answer of `call`, sent again as the call a run stopped on, if it ran
         already: the request it stopped on (as this gate knows it, else the newest request
         asked for its call id and arguments, as the store records it) was used by a live step
-        of this call id and tool (an approval
-        consumed, a review applied), or the gate saw it run as that step. Else None."""
+        of this call id and tool (an approval consumed, a review applied), or the gate saw it
+        run as that step. Else None."""
         digest = _raw_digest(name, call.arguments)
         if digest is None:
             return None
