@@ -1154,3 +1154,19 @@ def test_an_approved_call_gets_its_arguments_in_the_order_given(store):
     assert _keys(approval.arguments) == _keys(edited)
     assert tx.call("ship", {"order": {"b": 0}}).ok
     assert seen == [_keys(sent["order"]), _keys(edited["order"])]
+
+
+def test_a_request_records_the_call_id_it_was_asked_for():
+    """A request asked for a call sent with a call id names that id in its stored record (a
+    framework looks up which call a request belongs to); one asked without an id names none."""
+    store = MemoryStore()
+    tx = _tx(store, _charge_tool(Card(), needs_approval=True))
+    asked = tx.call("charge", ARGS, call_id="call-7")
+    assert asked.status is StepStatus.NEEDS_APPROVAL
+    assert asked.approval is not None
+    record = json.loads(requests_for(store).get(asked.approval.id).record)
+    assert record["call_id"] == "call-7"
+    other = _tx(MemoryStore(), _charge_tool(Card(), needs_approval=True))
+    plain = other.call("charge", ARGS)
+    assert plain.approval is not None
+    assert "call_id" not in json.loads(requests_for(other.store).get(plain.approval.id).record)

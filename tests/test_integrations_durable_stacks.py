@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import agents
 import pytest
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolCallPart
-from pydantic_ai.tools import DeferredToolRequests
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 import agenttx
 from _durable_agent import APPROVAL_SCRIPT, EMAIL, PROMPT, effects, make_engine
@@ -44,6 +45,7 @@ from _stack_agent import (
     sdk_agent,
     sdk_run,
 )
+from agenttx._approvals import requests_for
 from agenttx.integrations import openai_agents as atx_agents
 from agenttx.integrations import pydantic_ai as atx_pai
 from agenttx.integrations.langchain import TransactionalToolNode
@@ -877,3 +879,197 @@ def test_pydantic_ai_the_same_deferred_results_resumed_at_once_run_the_call_once
     again = asyncio.run(pai_agent(pai.tx, later).run("Another refund of 30."))
     assert isinstance(again.output, DeferredToolRequests)
     assert refunds(tmp_path) == ["refund_issued o-1 30"]
+
+
+def restarted(root: Path, tx_id: str) -> tuple[Any, Any]:
+    """A new engine on the same SQLite file, its transactions resumed: (engine, `tx_id`)."""
+    engine = make_engine(root, SQLiteStore(root / "agent.db"))
+    engine.recover("resume")
+    return engine, engine.get(tx_id)
+
+
+def test_sdk_after_a_restart_a_stale_state_of_two_identical_calls_runs_neither_again(tmp_path):
+    """Two identical gated calls of one turn both ran; after a restart the first saved state
+    is resumed again: each call is answered from its own step (the request asked for its call
+    id), nothing is asked or run again."""
+    refund = {"order_id": "o-1", "amount": 30}
+    sdk = SdkAgent(
+        tmp_path,
+        [
+            turn(call("issue_refund", refund, "c2"), call("issue_refund", refund, "c3")),
+            say("Done."),
+        ],
+    )
+    result = sdk.run("Refund 30 twice.")
+    stale = result.to_state().to_string()
+    while result.interruptions:
+        state = result.to_state()
+        if atx_agents.approve_decided(sdk.tx, state):
+            result = sdk.run(state)
+        else:
+            for request in atx_agents.waiting(sdk.tx):
+                sdk.engine.approve(request.id, actor="alice")
+    assert refunds(tmp_path) == ["refund_issued o-1 30"] * 2
+    sdk.engine.close()
+    _engine, tx = restarted(tmp_path, sdk.tx.id)
+    model = ScriptedModel([say("Stale."), say("x")])
+    agent = sdk_agent(tx, model)
+    state = asyncio.run(agents.RunState.from_string(agent, stale))
+    assert atx_agents.approve_decided(tx, state) is True
+    result = sdk_run(tx, agent, state)
+    assert result.interruptions == []
+    assert atx_agents.waiting(tx) == ()
+    assert refunds(tmp_path) == ["refund_issued o-1 30"] * 2
+    assert [r["step"] for _, r in sdk_results(model.last)] == [1, 2]
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [(1, "c2"), (2, "c3")]
+
+
+def test_pydantic_ai_after_a_restart_a_stale_deferral_never_takes_a_later_calls_approval(
+    tmp_path,
+):
+    """A call ran on its approval; a later identical call (another id) waits on its own,
+    approved; after a restart the first deferral is resumed again with only (call id, tool)
+    kept: the first call is answered from its step, the later call's approval is left for it
+    and it runs on it, asked once."""
+    refund = {"order_id": "o-1", "amount": 30}
+    pai = PaiAgent(
+        tmp_path,
+        [call("issue_refund", refund, "c3"), call("issue_refund", refund, "c4"), say("Done.")],
+    )
+    first = pai.run(user_prompt="Refund 30.")
+    history = ModelMessagesTypeAdapter.dump_json(first.all_messages())
+    kept = DeferredToolRequests(approvals=list(first.output.approvals))  # no metadata
+    (r1,) = pai.tx.pending_approvals()
+    pai.engine.approve(r1.id, actor="alice")
+    second = pai.resume(first)
+    assert isinstance(second.output, DeferredToolRequests)
+    (r2,) = pai.tx.pending_approvals()
+    pai.engine.approve(r2.id, actor="alice")
+    pai.engine.close()
+    _engine, tx = restarted(tmp_path, pai.tx.id)
+    model = ScriptedModel([say("Stale."), say("Done.")])
+    agent = pai_agent(tx, model)
+    decided = atx_pai.approve_decided(tx, kept)
+    assert decided is not None
+    messages = ModelMessagesTypeAdapter.validate_json(history)
+    asyncio.run(agent.run(message_history=messages, deferred_tool_results=decided))
+    assert refunds(tmp_path) == ["refund_issued o-1 30"]
+    assert dict(sdk_results(model.last))["c3"]["step"] == 1
+    later = atx_pai.approve_decided(tx, second.output)
+    assert later is not None
+    asyncio.run(agent.run(message_history=second.all_messages(), deferred_tool_results=later))
+    assert refunds(tmp_path) == ["refund_issued o-1 30"] * 2
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [(1, "c3"), (2, "c4")]
+    assert tx.pending_approvals() == ()
+
+
+def test_pydantic_ai_after_a_restart_a_call_that_waited_with_another_and_ran_is_not_asked(
+    tmp_path,
+):
+    """Two gated calls of a turn: the second waited with the first, then was asked and ran;
+    after a restart the first deferral is resumed again with its own results: the second is
+    answered from its step (the store says it ran), no request is asked."""
+    pai = PaiAgent(
+        tmp_path,
+        [
+            turn(
+                call("issue_refund", {"order_id": "o-1", "amount": 30}, "c2"),
+                call("issue_refund", {"order_id": "o-1", "amount": 12}, "c3"),
+            ),
+            say("Done."),
+            say("x"),
+        ],
+    )
+    first = pai.run(user_prompt="Two refunds.")
+    history = ModelMessagesTypeAdapter.dump_json(first.all_messages())
+    for request in pai.tx.pending_approvals():
+        pai.engine.approve(request.id, actor="alice")
+    stale = atx_pai.approve_decided(pai.tx, first.output)
+    assert stale is not None
+    result = pai.run(message_history=first.all_messages(), deferred_tool_results=stale)
+    while isinstance(result.output, DeferredToolRequests):
+        for request in pai.tx.pending_approvals():
+            pai.engine.approve(request.id, actor="alice")
+        result = pai.resume(result)
+    assert refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    pai.engine.close()
+    _engine, tx = restarted(tmp_path, pai.tx.id)
+    model = ScriptedModel([say("Stale."), say("x")])
+    messages = ModelMessagesTypeAdapter.validate_json(history)
+    asyncio.run(pai_agent(tx, model).run(message_history=messages, deferred_tool_results=stale))
+    assert tx.pending_approvals() == ()
+    assert refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    assert [(s.step_id, s.call_id) for s in tx.steps] == [(1, "c2"), (2, "c3")]
+    assert [r["step"] for _, r in sdk_results(model.last)] == [1, 2]
+
+
+def test_pydantic_ai_metadata_naming_another_request_is_not_believed(tmp_path):
+    """A later turn reuses a call id for the same refund, approved; after a restart its
+    results come with metadata naming the earlier call's request: the store says which request
+    was asked for the call, so it runs on its own approval, and a later identical call under a
+    new id is asked again."""
+    refund = call("issue_refund", {"order_id": "o-1", "amount": 30}, "c1")
+    pai = PaiAgent(tmp_path, [refund, say("Refunded."), refund, say("Again.")])
+    first = pai.resume(_approved(pai, pai.run(user_prompt="Refund 30.")))
+    (r1,) = list(requests_for(pai.tx.store).of_scope(pai.tx.id))
+    second = pai.run(user_prompt="Refund another 30.", message_history=first.all_messages())
+    assert isinstance(second.output, DeferredToolRequests)
+    _approved(pai, second)
+    pai.engine.close()
+    _engine, tx = restarted(tmp_path, pai.tx.id)
+    model = ScriptedModel(
+        [say("Again."), call("issue_refund", {"order_id": "o-1", "amount": 30}, "c9")]
+    )
+    agent = pai_agent(tx, model)
+    named = DeferredToolResults(approvals={"c1": True}, metadata={"c1": {"agenttx_request": r1.id}})
+    out = asyncio.run(agent.run(message_history=second.all_messages(), deferred_tool_results=named))
+    assert refunds(tmp_path) == ["refund_issued o-1 30"] * 2
+    assert dict(sdk_results(model.last))["c1"]["step"] == 2
+    later = asyncio.run(agent.run("One more.", message_history=out.all_messages()))
+    assert isinstance(later.output, DeferredToolRequests)
+    assert refunds(tmp_path) == ["refund_issued o-1 30"] * 2
+
+
+def _approved(pai: PaiAgent, result: Any) -> Any:
+    """`result` once every pending request of `pai`'s transaction was approved."""
+    for request in pai.tx.pending_approvals():
+        pai.engine.approve(request.id, actor="alice")
+    return result
+
+
+def test_sdk_after_a_restart_a_call_that_waited_with_a_rejected_call_is_not_run(tmp_path):
+    """Two gated calls of a turn stop the run; the process restarts and a person rejects the
+    first call's request: the second call, which waited with it, is answered as not run and no
+    one is asked about it, as without the restart."""
+    sdk = SdkAgent(
+        tmp_path,
+        [
+            turn(
+                call("issue_refund", {"order_id": "o-1", "amount": 30}, "c2"),
+                call("issue_refund", {"order_id": "o-1", "amount": 12}, "c3"),
+            )
+        ],
+    )
+    saved = sdk.run("Two refunds.").to_state().to_string()
+    (request,) = sdk.tx.pending_approvals()
+    sdk.engine.close()
+    engine, tx = restarted(tmp_path, sdk.tx.id)
+    engine.reject(request.id, actor="bob", reason="no")
+    model = ScriptedModel([say("Done.")])
+    agent = sdk_agent(tx, model)
+    state = asyncio.run(agents.RunState.from_string(agent, saved))
+    asked = []
+    for _ in range(4):
+        if not atx_agents.approve_decided(tx, state):
+            asked.extend(atx_agents.waiting(tx))
+            break
+        result = sdk_run(tx, agent, state)
+        if not result.interruptions:
+            break
+        state = result.to_state()
+    assert asked == []
+    assert refunds(tmp_path) == []
+    answered = dict(sdk_results(model.last))
+    assert "rejected by bob" in answered["c2"]["error"]
+    assert answered["c3"]["ok"] is False
+    assert tx.pending_approvals() == ()

@@ -15,6 +15,8 @@ from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runn
 import agenttx
 from _scripted import ScriptedModel, call, say, turn
 from _shop import EMAIL, OLD_EMAIL, ORDER, TOOL_NAMES, Shop
+from agenttx._approvals import requests_for
+from agenttx._transaction import turn_lock
 from agenttx.integrations import openai_agents as atx_agents
 from agenttx.integrations._common import voided_payload
 
@@ -719,3 +721,116 @@ def test_a_rejection_of_a_step_a_rollback_undid_decides_no_later_call(tmp_path):
     assert atx_agents.waiting(tx) == ()
     assert _tool_outputs(model.last)["b2"]["ok"] is True
     assert _refunds(tmp_path) == ["refund_issued o-1 20", "refund_issued o-2 25"]
+
+
+@pytest.mark.timeout(120)
+def test_a_call_a_guardrail_blocked_leaves_no_answer_for_a_later_runs_call(tmp_path):
+    """A guarded call runs inside the SDK's approval check, then a tool guardrail blocks it
+    (the tool is never invoked); a later run reuses the id for a call that needs approval:
+    once approved it runs on its own approval, never answered with the blocked call's result."""
+    from agents.tool_guardrails import (  # noqa: PLC0415
+        ToolGuardrailFunctionOutput,
+        tool_input_guardrail,
+    )
+
+    from _stack_agent import sdk_agent, sdk_run  # noqa: PLC0415
+    from agenttx.stores import SQLiteStore  # noqa: PLC0415
+
+    refunded: list[tuple[str, int]] = []
+
+    @agenttx.tool(needs_approval=lambda a: a["amount"] > 20)
+    def issue_refund(order_id: str, amount: int) -> dict[str, Any]:
+        """Refund an order (over 20 needs a person)."""
+        refunded.append((order_id, amount))
+        return {"amount": amount}
+
+    @tool_input_guardrail
+    def no_fives(data: Any) -> Any:
+        if json.loads(data.context.tool_arguments or "{}").get("amount") == 5:
+            return ToolGuardrailFunctionOutput.reject_content("refunds of 5 are blocked")
+        return ToolGuardrailFunctionOutput.allow()
+
+    engine = agenttx.Engine(tools=[issue_refund], store=SQLiteStore(tmp_path / "a.db"))
+    tx = engine.begin(agent_id="a")
+    model = ScriptedModel(
+        [
+            call("issue_refund", {"order_id": "o-1", "amount": 5}, "c1"),
+            say("Blocked."),
+            call("issue_refund", {"order_id": "o-2", "amount": 50}, "c1"),
+            say("Refunded 50."),
+        ]
+    )
+    agent = sdk_agent(tx, model)
+    for tool in agent.tools:
+        tool.tool_input_guardrails = [no_fives]
+    first = sdk_run(tx, agent, "Refund 5.")
+    items = [*first.to_input_list(), {"role": "user", "content": "Refund 50 on o-2."}]
+    result = sdk_run(tx, agent, items)
+    result = _drive(tx, agent, result, lambda r: engine.approve(r.id, actor="alice"))
+    assert refunded == [("o-1", 5), ("o-2", 50)]
+    assert _tool_outputs(model.last)["c1"]["step"] == 2
+    assert result.final_output == "Refunded 50."
+    assert atx_agents.waiting(tx) == ()
+    assert all(r.state == "finished" for r in requests_for(tx.store).of_scope(tx.id))
+
+
+@pytest.mark.timeout(120)
+def test_approve_decided_from_a_tool_of_the_transaction_raises_and_changes_nothing(tmp_path):
+    """`approve_decided` called from a tool of the transaction (its call holds the turn):
+    `InvalidTransactionState` naming what to do, the saved state untouched; called outside
+    the run afterwards, the call it waits on is asked and runs once approved."""
+    engine, tx, _model, agent = _people(tmp_path)
+    from _stack_agent import sdk_run  # noqa: PLC0415
+
+    result = sdk_run(tx, agent, "Refund.")
+    (request,) = atx_agents.waiting(tx)
+    engine.approve(request.id, actor="alice")
+    state = result.to_state()
+    assert atx_agents.approve_decided(tx, state) is True
+    result = sdk_run(tx, agent, state)
+    assert [i.call_id for i in result.interruptions] == ["c3"]
+    state = result.to_state()
+    raised: list[BaseException] = []
+
+    async def inside() -> None:
+        async with turn_lock(tx):  # as a running call of the transaction holds it
+            try:
+                atx_agents.approve_decided(tx, state)
+            except agenttx.InvalidTransactionState as error:
+                raised.append(error)
+            try:
+                await atx_agents.aapprove_decided(tx, state)
+            except agenttx.InvalidTransactionState as error:
+                raised.append(error)
+
+    asyncio.run(inside())
+    assert len(raised) == 2
+    assert all("outside the tools" in str(error) for error in raised)
+    assert atx_agents.waiting(tx) == ()
+    assert _refunds(tmp_path) == ["refund_issued o-1 30"]
+    result = _drive(tx, agent, result, lambda r: engine.approve(r.id, actor="bob"))
+    assert _refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+
+
+@pytest.mark.timeout(120)
+def test_aapprove_decided_lets_async_code_resume_the_run(tmp_path):
+    """`aapprove_decided` is `approve_decided` for async code on the loop that runs the agent:
+    False while a request is undecided, True once decided, and the resumed run runs each gated
+    call once."""
+    engine, tx, _model, agent = _people(tmp_path)
+
+    async def drive() -> Any:
+        result = await Runner.run(agent, "Refund.", run_config=atx_agents.run_config(tx))
+        while result.interruptions:
+            state = result.to_state()
+            if not await atx_agents.aapprove_decided(tx, state):
+                for request in atx_agents.waiting(tx):
+                    engine.approve(request.id, actor="alice")
+                continue
+            result = await Runner.run(agent, state, run_config=atx_agents.run_config(tx))
+        return result
+
+    result = asyncio.run(drive())
+    assert result.final_output == "Done."
+    assert _refunds(tmp_path) == ["refund_issued o-1 30", "refund_issued o-1 12"]
+    assert atx_agents.waiting(tx) == ()

@@ -177,9 +177,12 @@ class Requests:
         why: str | None = None,
         schema: JSONValue = None,
         fence: bool = False,
+        call_id: str | None = None,
     ) -> ApprovalRequest:
         """Record a new pending request for this call and return it; `schema` (the tool's
-        parameters) is stored with it, so that an edit can be checked where the tool is not.
+        parameters) is stored with it, so that an edit can be checked where the tool is not,
+        and `call_id` (the model's id of the call it was asked for), so that a framework can
+        tell which call a request belongs to.
         With `fence` (a durable transaction or plan run), only while the store still holds
         `scope_id` (see `consume`).
         """
@@ -201,6 +204,8 @@ class Requests:
             record["why"] = why
         if schema is not None:
             record["schema"] = schema
+        if call_id is not None:
+            record["call_id"] = call_id
         self._table.add_request(
             RequestRow(
                 id=request.id,

@@ -91,6 +91,8 @@ class Where(NamedTuple):
     #: The host holds its run under a lease on a durable store: consuming an approval and
     #: recording a call's start are fenced by it, and a start is recorded before the call.
     durable: bool = False
+    #: The model's id of the call (a transaction's step), recorded with a request asked for it.
+    call_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -293,6 +295,7 @@ def attempt(call: Call, desk: Desk) -> Work:  # noqa: PLR0911, PLR0915 (one bran
             why=needs if isinstance(needs, str) else None,
             schema=dict(tool.validator.schema),
             fence=where.durable,
+            call_id=where.call_id,
         )
         desk.note(EventKind.APPROVAL_REQUESTED, None, {"request": request.id, "tool": tool.name})
         life.advance(Phase.GATED)

@@ -174,9 +174,12 @@ class People:
         """Record an audit event (`EventKind[kind]`) on the transaction's sink."""
         self._events.emit(EventKind[kind], step=step, actor=actor, data=data)
 
-    def desk(self, call: Call, dispatched: Callable[[Call], None]) -> Desk:
+    def desk(
+        self, call: Call, dispatched: Callable[[Call], None], call_id: str | None = None
+    ) -> Desk:
         """What the step core needs of this transaction for the guarded attempt of `call`
-        (`dispatched`: the step pipeline's, called as the tool is about to run)."""
+        (`dispatched`: the step pipeline's, called as the tool is about to run; `call_id`: the
+        model's id of the call, recorded with a request asked for it)."""
         step, orphans, store, tx_id = call.step_id, self._orphans, self._store, self._tx_id
 
         def note(kind: EventKind, actor: str | None, data: Mapping[str, JSONValue]) -> None:
@@ -186,7 +189,7 @@ class People:
             store.restore(tx_id, step)
 
         return Desk(
-            where=Where("transaction", tx_id, step, durable=is_durable(store)),
+            where=Where("transaction", tx_id, step, durable=is_durable(store), call_id=call_id),
             book=self.book(),
             note=note,
             key_of=self._key_of,

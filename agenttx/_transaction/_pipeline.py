@@ -213,14 +213,14 @@ class Pipeline:
 
     def _run_guarded(self, call: Call) -> StepResult:
         """Run a guarded call through the step core (`_step.attempt`), in this thread."""
-        desk = self._people.desk(call, self._dispatched)
+        desk = self._people.desk(call, self._dispatched, self._timeline.call_id)
         result = drive(attempt(call, desk), self._settings.output_serializer)
         return self._guarded_result(call, result)
 
     async def _arun_guarded(self, call: Call) -> StepResult:
         """`_run_guarded` for `aexecute_step`: the tool, the waits and the status check run
         without blocking the event loop."""
-        work = attempt(call, self._people.desk(call, self._dispatched))
+        work = attempt(call, self._people.desk(call, self._dispatched, self._timeline.call_id))
         result = await adrive(work, self._settings.output_serializer)
         return self._guarded_result(call, result)
 

@@ -92,6 +92,14 @@ class Calls:
         """True while a call holds the turn."""
         return self._turn.locked()
 
+    @property
+    def held_here(self) -> bool:
+        """True while the calling thread (and task, if a task holds it) holds the turn: a call
+        made now would re-enter it, inside the call that holds it."""
+        return self._owner == threading.get_ident() and (
+            self._task is None or self._task is _current_task()
+        )
+
     def try_enter(self) -> bool:
         """Take the turn if it is free and nobody waits, else return False at once."""
         if self._waiters or not self._turn.acquire(False):

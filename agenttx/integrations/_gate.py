@@ -43,10 +43,12 @@ import attrs
 from .._approvals import (
     call_digest,
     decision_of,
+    loads,
     needs_approval,
     requests_for,
     review_of,
 )
+from .._errors import InvalidTransactionState
 from .._refs import resolve_value
 from .._results import StepResult, StepStatus
 from .._transaction import plan_setting, turn_lock
@@ -64,7 +66,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Hashable, Sequence
 
     from .._json import JSONValue
     from .._transaction import Transaction
@@ -177,15 +179,34 @@ class TurnGate:
         if digest is not None:
             self._stops[call_id] = _Stop(digest=digest)
 
+    def sends_first(self, call_id: str, later: Sequence[tuple[str, str, object]]) -> None:
+        """Note that the framework sends again call `call_id`, the first of the calls a saved
+        run state stopped on, and that the calls `later` ((call id, tool, arguments), in the
+        model's order) of that state wait behind it: if it fails once sent, they are answered
+        as not run (`decide_waiting`), as when this gate saw them wait. For a state this gate
+        did not see stop (a new process): what it saw itself wins. Whether a later call ran
+        already is still looked up in the store."""
+        if call_id in self._waits or not later:
+            return
+        key = ("sent first", call_id)
+        self._waits[call_id] = key
+        for later_id, _name, _arguments in later:
+            if later_id not in self._with and later_id not in self._stops:
+                self._with[later_id] = key
+
     def stopped(self, call_id: str, name: str, arguments: object, request: str | None) -> None:
         """Note that a run stopped on call `call_id` (of tool `name`, `arguments` as sent) for
         request `request` (None: it waited with an earlier call of its turn), as the framework
-        kept it with the call, unless the gate knows that stop already (it may know more: that
-        the call ran since)."""
+        kept it with the call. What the gate saw itself wins (it may know more: that the call
+        ran since). Else what the caller hands over is not believed: the request asked for the
+        call and the step that ran it are looked up in the store by the call id each request
+        records (see `_ran_before`), so a request named for another call, or a call that
+        waited with an earlier one and was asked and run since, is never taken at its word."""
+        del request  # the store says which request was asked for the call
         digest = _raw_digest(name, arguments)
         known = self._stops.get(call_id)
-        if digest is not None and (known is None or known.digest != digest):
-            self._stops[call_id] = _Stop(digest=digest, request=request)
+        if known is not None and known.digest != digest:
+            del self._stops[call_id]  # another call with the id: look it up in the store
 
     async def call(
         self,
@@ -296,8 +317,9 @@ class TurnGate:
     def _ran_before(self, tx: Transaction, name: str, call: ModelCall) -> Outcome | None:
         """The recorded answer of `call`, sent again as the call a run stopped on, if it ran
         already: the request it stopped on (as this gate knows it, else the newest request
-        for its arguments) was used by a live step of this call id and tool (an approval
-        consumed, a review applied), or the gate saw it run as that step. Else None."""
+        asked for its call id and arguments, as the store records it) was used by a live step
+        of this call id and tool (an approval consumed, a review applied), or the gate saw it
+        run as that step. Else None."""
         digest = _raw_digest(name, call.arguments)
         if digest is None:
             return None
@@ -309,8 +331,9 @@ class TurnGate:
                 return None
             row = requests_for(tx.store).get(stop.request)
             return None if row is None else _recorded(tx, name, call, _used_at(row))
-        # Nothing known in this process (it restarted): the newest request for its arguments.
-        row = _newest(tx, {digest, _checked_digest(tx, name, call)})
+        # Nothing known in this process (it restarted): the newest request asked for this call
+        # id and its arguments, as the store records it (never another call's request).
+        row = _newest(tx, {digest, _checked_digest(tx, name, call)}, call.call_id)
         return None if row is None else _recorded(tx, name, call, _used_at(row))
 
     def _asked(self, tx: Transaction, name: str, call: ModelCall) -> bool:
@@ -327,7 +350,11 @@ class TurnGate:
             row = requests_for(tx.store).get(stop.request)
             return row is not None and _decided(row)
         digests = {digest, _checked_digest(tx, name, call)} - {None}
-        rows = [r for r in requests_for(tx.store).of_scope(tx.id) if _of(r, digests)]
+        rows = [
+            r
+            for r in requests_for(tx.store).of_scope(tx.id)
+            if _of(r, digests) and _asked_for(r, call.call_id)
+        ]
         step = tx.next_step_id
         for row in rows:
             if row.kind == "review" and row.state == "resolved" and review_of(row).step == step:
@@ -356,20 +383,75 @@ class TurnGate:
           it needs approval, its request is asked and it waits (`Decided()`: the framework
           stops on it again); if not, it runs now and is answered with its payload.
 
-        Synchronous (`run_turn`): call it while the framework's run is not running.
+        Synchronous (`run_turn`): call it while the framework's run is not running, never from
+        a call of `tx` (a tool): `InvalidTransactionState` then (the call it would decide could
+        not run inside the one that runs). From async code use `adecide_waiting`.
         """
         call = ModelCall(call_id=call_id, name=name, arguments=arguments)
         turn = self._with.get(call_id)
+        early = self._barred_answer(tx, name, call, turn)
+        if early is not None:
+            return early
+        lock = turn_lock(tx)
+        with lock:  # what it finds and what it runs: one decision
+            early = self._found(tx, name, call)
+            if early is not None:
+                return early
+            (outcome,) = run_turn(tx, [call])
+        return self._decided(turn, outcome, name, call)
+
+    async def adecide_waiting(
+        self, tx: Transaction, name: str, call_id: str, arguments: object
+    ) -> Decided:
+        """`decide_waiting` for async code: the turn lock is awaited and the call runs with
+        `arun_turn`, so the event loop is never blocked (nor is a run of `tx` on it).
+        `InvalidTransactionState` from a call of `tx` (a tool), as for `decide_waiting`."""
+        call = ModelCall(call_id=call_id, name=name, arguments=arguments)
+        turn = self._with.get(call_id)
+        early = self._barred_answer(tx, name, call, turn)
+        if early is not None:
+            return early
+        async with turn_lock(tx):  # what it finds and what it runs: one decision
+            early = self._found(tx, name, call)
+            if early is not None:
+                return early
+            (outcome,) = await arun_turn(tx, [call])
+        return self._decided(turn, outcome, name, call)
+
+    def _barred_answer(
+        self, tx: Transaction, name: str, call: ModelCall, turn: Hashable | None
+    ) -> Decided | None:
+        """The not-run answer of a call whose turn failed before it; `InvalidTransactionState`
+        when called from inside a call of `tx`; else None."""
+        if turn_lock(tx).held_here:
+            error = InvalidTransactionState(tx_id=tx.id, status=tx.status.value)
+            message = (
+                f"approve_decided (decide_waiting) was called from inside a call of "
+                f"transaction `{tx.id}` (a tool): the calls it decides cannot run inside the "
+                "one that runs now; call it once the run has stopped, outside the tools"
+            )
+            error.args = (message,)
+            raise error
         barred = None if turn is None else self._barred.get(turn)
         if barred is not None:
             return Decided(payload=self._not_run(tx, name, call, barred))
-        with turn_lock(tx):  # what it finds and what it runs: one decision
-            ran = self._ran_before(tx, name, call)
-            if ran is not None:
-                return Decided(payload=ran.payload)
-            if self._asked(tx, name, call) or not _may_wait(tx, name, call):
-                return Decided(send=True)
-            (outcome,) = run_turn(tx, [call])
+        return None
+
+    def _found(self, tx: Transaction, name: str, call: ModelCall) -> Decided | None:
+        """Under the turn lock: the answer of a call that ran already, `send` for one a person
+        decided (or one that needs no approval), else None (it is to be sent now)."""
+        ran = self._ran_before(tx, name, call)
+        if ran is not None:
+            return Decided(payload=ran.payload)
+        if self._asked(tx, name, call) or not _may_wait(tx, name, call):
+            return Decided(send=True)
+        return None
+
+    def _decided(
+        self, turn: Hashable | None, outcome: Outcome, name: str, call: ModelCall
+    ) -> Decided:
+        """What `decide_waiting` answers once the call was sent to the transaction."""
+        call_id = call.call_id
         self._note(("decided", call_id) if turn is None else turn, outcome, name, call)
         result = outcome.result
         if result is not None and result.status in _WAITING:
@@ -456,10 +538,20 @@ def _of(row: RequestRow, digests: set[str | None]) -> bool:
     return row.digest in digests or decision_of(row).get("digest") in digests
 
 
-def _newest(tx: Transaction, digests: set[str | None]) -> RequestRow | None:
-    """The newest approval request or review of `tx` for a call of one of `digests`."""
+def _asked_for(row: RequestRow, call_id: str) -> bool:
+    """Whether request `row` may have been asked for the call with id `call_id`: the call id
+    its record names (a request asked by an older version names none: it may be)."""
+    asked = loads(row.record).get("call_id")
+    return asked is None or asked == call_id
+
+
+def _newest(tx: Transaction, digests: set[str | None], call_id: str) -> RequestRow | None:
+    """The newest approval request or review of `tx` for a call of one of `digests` asked for
+    call id `call_id` (one asked for another call never counts)."""
     rows = requests_for(tx.store).of_scope(tx.id)
-    return next((row for row in reversed(rows) if _of(row, digests)), None)
+    return next(
+        (row for row in reversed(rows) if _of(row, digests) and _asked_for(row, call_id)), None
+    )
 
 
 def _decided(row: RequestRow) -> bool:

@@ -51,15 +51,17 @@ if TYPE_CHECKING:
     from agents.run_config import CallModelData
     from agents.run_context import RunContextWrapper
     from agents.tool_context import ToolContext
+    from agents.usage import Usage
 
     from .._approvals import ApprovalRequest, Review
     from .._json import JSONValue
     from .._tools import ToolSpec
     from .._transaction import Transaction
     from ._common import History, Rewrite
-    from ._gate import TurnGate
+    from ._gate import Decided, TurnGate
 
 __all__ = [
+    "aapprove_decided",
     "approve_decided",
     "await_decisions",
     "function_tools",
@@ -153,7 +155,10 @@ def _function_tool(
     name = spec.name
     found = plan_setting(tx)[0].get(name)
     guarded = found is not None and found.guarded
-    ran: dict[str, dict[str, JSONValue]] = {}  # call id -> the payload of a call already run
+    # call id -> the run's usage, its model turn, the payload of a call already run: only the
+    # same call of the same model turn of the same run collects it (a guardrail, a hook or a
+    # cancellation may keep the SDK from invoking a call `needs_approval` ran).
+    ran: dict[str, tuple[Usage, int, dict[str, JSONValue]]] = {}
 
     async def needs_approval(ctx: RunContextWrapper[Any], params: Any, call_id: str) -> bool:
         # The SDK asks before it runs a call of a guarded tool (one a person may have to
@@ -163,6 +168,8 @@ def _function_tool(
         # it ran, and on_invoke_tool answers it with its payload.
         usage = ctx.usage
         turn = (id(usage), usage.requests)
+        for stale in [k for k, (u, n, _) in ran.items() if u is not usage or n != usage.requests]:
+            del ran[stale]  # parked in a turn that ended: never an answer for a later call
         if gate.waits_in(turn):
             gate.wait_with(call_id, turn, name, params)
             return True
@@ -170,7 +177,7 @@ def _function_tool(
         result = outcome.result
         if result is not None and result.status in _WAITING:
             return True
-        ran[call_id] = outcome.payload
+        ran[call_id] = (usage, usage.requests, outcome.payload)
         return False
 
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
@@ -178,9 +185,12 @@ def _function_tool(
         # usage object is the run's own (kept alive by the gate while its turn is the failed one).
         # A call of a guarded tool that `needs_approval` did not run is one the SDK approved
         # itself: an interruption `approve_decided` lets it send again (perhaps once more).
-        payload = ran.pop(ctx.tool_call_id, None)
+        usage = ctx.usage
+        parked = ran.pop(ctx.tool_call_id, None)
+        payload = None
+        if parked is not None and parked[0] is usage and parked[1] == usage.requests:
+            payload = parked[2]
         if payload is None:
-            usage = ctx.usage
             payload = await gate.call(
                 tx,
                 (id(usage), usage.requests),
@@ -306,27 +316,63 @@ def approve_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
     with, or the call id it stopped on): a decided request of another call, or of a step a
     rewind undid, never does.
 
-    No model turn is spent; True when the run may be resumed.
+    No model turn is spent; True when the run may be resumed. Synchronous: call it while no
+    run of `tx` runs, never from a tool of `tx` (`InvalidTransactionState`: the calls it
+    decides cannot run inside the call that runs); from async code await `aapprove_decided`.
     """
     tx = check_transaction(tx, "approve_decided")
     if waiting(tx):
         return False
     gate = gate_for(tx, "approve_decided")
+    calls = _interrupted(tx, state)
+    for at, (item, name, call_id) in enumerate(calls):
+        decided = gate.decide_waiting(tx, name, call_id, item.arguments or "{}")
+        if decided.send:
+            gate.sends_first(call_id, [(c, n, i.arguments) for i, n, c in calls[at + 1 :]])
+        if not _apply(state, item, decided):
+            return decided.send
+    return True
+
+
+async def aapprove_decided(tx: Transaction, state: agents.RunState[Any]) -> bool:
+    """`approve_decided` for async code (a web handler on the loop that runs the agent): the
+    transaction's turn is awaited, never blocking the event loop. `InvalidTransactionState`
+    from a tool of `tx`, as for `approve_decided`."""
+    tx = check_transaction(tx, "aapprove_decided")
+    if waiting(tx):
+        return False
+    gate = gate_for(tx, "aapprove_decided")
+    calls = _interrupted(tx, state)
+    for at, (item, name, call_id) in enumerate(calls):
+        decided = await gate.adecide_waiting(tx, name, call_id, item.arguments or "{}")
+        if decided.send:
+            gate.sends_first(call_id, [(c, n, i.arguments) for i, n, c in calls[at + 1 :]])
+        if not _apply(state, item, decided):
+            return decided.send
+    return True
+
+
+def _interrupted(tx: Transaction, state: agents.RunState[Any]) -> list[tuple[Any, str, str]]:
+    """The interruptions of `state` that are calls of `tx`'s tools: (item, tool, call id)."""
     names = {spec.wire_name: spec.name for spec in tx.tool_specs}
+    found: list[tuple[Any, str, str]] = []
     for item in state.get_interruptions():
         name = names.get(item.tool_name or "")
         call_id = item.call_id
-        if name is None or call_id is None:
-            continue
-        decided = gate.decide_waiting(tx, name, call_id, item.arguments or "{}")
-        if decided.payload is not None:
-            state.reject(item, rejection_message=dumps(decided.payload))
-        elif decided.send:
-            state.approve(item)
-            break
-        else:
-            return False
-    return True
+        if name is not None and call_id is not None:
+            found.append((item, name, call_id))
+    return found
+
+
+def _apply(state: agents.RunState[Any], item: Any, decided: Decided) -> bool:
+    """Give the SDK `decided` for interruption `item`; False once the calls after it wait
+    (it is sent again, or its request was just asked)."""
+    if decided.payload is not None:
+        state.reject(item, rejection_message=dumps(decided.payload))
+        return True
+    if decided.send:
+        state.approve(item)
+    return False
 
 
 class _Keeper(agents.RunHooks[Any]):

@@ -272,10 +272,12 @@ def approve_decided(tx: Transaction, requests: DeferredToolRequests) -> Deferred
     `requires_approval`) is left out: agenttx has no person's decision on it, so the caller adds
     its own to the results.
 
-    Each approval carries the request its call waited on (`metadata`), so the toolset knows
-    the call sent again as that stop: the same history and results resumed twice (a double
-    click, two workers, at once or one after the other) run it once, the second getting its
-    recorded result; a call of a later model turn that reuses the id gets its own request.
+    Each approval carries what its call waited on (`metadata`), so the toolset knows the call
+    is sent again as that stop: the same history and results resumed twice (a double click,
+    two workers, at once or one after the other) run it once, the second getting its recorded
+    result; a call of a later model turn that reuses the id gets its own request. The request
+    itself is looked up in the store by the call id it was asked for, never taken from the
+    metadata (which a caller may have built or kept for another call).
     """
     tx = check_transaction(tx, "approve_decided")
     if any(r.state == "pending" for r in _rows(tx)):
