@@ -600,6 +600,26 @@ def test_every_live_fragment_renders_with_content(backend: Backend, filled: Fill
     assert '<table id="steps">' in fragment.text
 
 
+def test_a_flooded_inbox_shows_the_oldest_and_says_how_many_more_wait(
+    backend: Backend, filled: Filled, monkeypatch
+) -> None:
+    """The inbox shows at most `SHOWN` requests, oldest first, and says how many more wait
+    after them (a flood of requests can neither make the page huge nor hide that later ones
+    wait); the heading counts them all."""
+    from agenttx._ui import _inbox  # noqa: PLC0415
+
+    monkeypatch.setattr(_inbox, "SHOWN", 0)
+    page = client(backend.make()).get("/inbox").text
+    assert rows(page, "article", "request") == []
+    assert "<h2>Approval requests (1)</h2>" in page
+    assert '<p id="inbox-cut-requests" class="cut">The 0 oldest shown; 1 more wait' in page
+    assert '<p id="inbox-cut-reviews" class="cut">The 0 oldest shown; 1 more wait' in page
+    monkeypatch.setattr(_inbox, "SHOWN", 100)
+    page = client(backend.make()).get("/inbox").text
+    assert rows(page, "article", "request") == [{"request-id": filled.request}]
+    assert "inbox-cut" not in page
+
+
 @pytest.fixture
 def lone(tmp_path: Any) -> Any:
     """An empty SQLite store of its own (a test's that needs no contents)."""
@@ -658,18 +678,40 @@ def test_a_request_at_another_host_is_refused(lone: Any) -> None:
     assert not host_allowed("[::1]x:8765", ("::1", 8765), frozenset())
 
 
-def test_wrong_tokens_are_slowed_after_a_few() -> None:
-    """The first refusals cost nothing; after `Throttle.FREE` each waits a little longer than
-    the last, up to `Throttle.MOST`."""
-    from agenttx._ui._security import Throttle  # noqa: PLC0415
+def test_wrong_tokens_are_refused_at_once_and_never_lock_the_token_out(
+    lone: Any, monkeypatch
+) -> None:
+    """A wrong token is refused at once, however many came before: a refusal never sleeps
+    (waits would hold the server's connections for anyone who reaches the port), and the
+    right token still gets its page."""
+    import asyncio  # noqa: PLC0415
 
-    throttle = Throttle()
-    waits = [throttle.refuse() for _ in range(Throttle.FREE + 200)]
-    assert waits[: Throttle.FREE] == [0.0] * Throttle.FREE
-    slowed = waits[Throttle.FREE :]
-    assert slowed[0] > 0
-    assert slowed == sorted(slowed)
-    assert slowed[-1] == Throttle.MOST
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float, *args: Any) -> Any:
+        slept.append(delay)
+        return await real_sleep(0, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    made = TestClient(make_app(lone, token=TOKEN), follow_redirects=False)
+    for n in range(300):
+        assert made.get(f"/?token=wrong-{n}").status_code == 403
+    assert not [delay for delay in slept if delay > 0]
+    assert made.get(f"/?token={TOKEN}").status_code == 303
+
+
+def test_the_redirect_that_drops_the_token_stays_on_this_server(lone: Any) -> None:
+    """A path that starts with `//` (which a Location would read as another host) is sent to
+    this server's own path, one slash."""
+    made = TestClient(make_app(lone, token=TOKEN), follow_redirects=False)
+    for path, sent in (
+        (f"//evil.example/?token={TOKEN}", "/evil.example/"),
+        (f"///evil.example/x?token={TOKEN}&page=2", "/evil.example/x?page=2"),
+    ):
+        answer = made.get(f"http://testserver{path}")
+        assert answer.status_code == 303
+        assert answer.headers["location"] == sent
 
 
 def test_a_token_in_the_url_is_taken_out_of_it(lone: Any) -> None:

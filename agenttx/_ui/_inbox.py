@@ -96,13 +96,26 @@ class Open:
     opened: str
 
 
+#: The inbox shows the oldest this many approval requests and reviews (each with its forms),
+#: and says how many more wait: an agent that floods the inbox cannot make it huge, nor hide
+#: that later requests wait.
+SHOWN: Final = 100
+#: How many pending requests (and reviews) the inbox reads at most to count them.
+SCAN: Final = 10_000
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Inbox:
-    """What waits for a person, oldest first."""
+    """What waits for a person, oldest first: at most `SHOWN` approval requests and `SHOWN`
+    reviews; `more_requests` and `more_reviews` count the others the inbox read (of at most
+    `SCAN` each: `scan_full` says it read that many, so there may be more still)."""
 
     requests: tuple[Waiting, ...]
     reviews: tuple[Open, ...]
+    more_requests: int = 0
+    more_reviews: int = 0
+    scan_full: bool = False
 
 
 def _where(scope: str, scope_id: str, step: int | None, node: str | None) -> str:
@@ -122,11 +135,14 @@ def inbox(store: CliStore) -> Inbox:
     approvals` leaves them out)."""
     book = requests_for(store)
     alive = patiently(WAIT, lambda: scopes_alive(store))
-    requests = patiently(WAIT, lambda: book.pending_approvals(alive=alive))
-    reviews = patiently(WAIT, lambda: book.pending_reviews(alive=alive))
+    requests = patiently(WAIT, lambda: book.pending_approvals(SCAN, alive=alive))
+    reviews = patiently(WAIT, lambda: book.pending_reviews(SCAN, alive=alive))
     return Inbox(
-        requests=tuple(_waiting(store, request) for request in requests),
-        reviews=tuple(_open(review) for review in reviews),
+        requests=tuple(_waiting(store, request) for request in requests[:SHOWN]),
+        reviews=tuple(_open(review) for review in reviews[:SHOWN]),
+        more_requests=max(0, len(requests) - SHOWN),
+        more_reviews=max(0, len(reviews) - SHOWN),
+        scan_full=SCAN in (len(requests), len(reviews)),
     )
 
 

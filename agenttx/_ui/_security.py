@@ -7,9 +7,10 @@ the Host and origin checks, and the headers of every response.
   The cookie is `agenttx_session_PORT` (one per server: two servers on one host keep their
   own), HttpOnly, SameSite=Strict, Path=/; its value is `session_secret(token)`, an HMAC of
   the token, never the token itself: a cookie read elsewhere (cookies ignore ports) gives
-  neither the token nor the CSRF token. Without either: 403, a short plain page; after
-  `Throttle.FREE` refusals each next one waits a little longer (one at a time), so the token
-  cannot be guessed quickly. Compared with `hmac.compare_digest`. A request whose `Host` is
+  neither the token nor the CSRF token. Without either: 403, a short plain page, at once
+  (a refusal holds no connection: a token of 32 characters or more cannot be guessed, and
+  waits would let anyone who reaches the port hold the server's connections and lock the
+  approver out). Compared with `hmac.compare_digest`. A request whose `Host` is
   not the server's own address (`127.0.0.1`, `localhost`, `[::1]`, the address it was reached
   on, or a name given to `make_app`) is refused (421) before anything else: a page of another
   name resolving to 127.0.0.1 (DNS rebinding) is not this page's origin.
@@ -29,11 +30,9 @@ the Host and origin checks, and the headers of every response.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import re
-import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Final
 
@@ -51,7 +50,6 @@ __all__ = [
     "COOKIE",
     "HEADERS",
     "MISSING",
-    "Throttle",
     "TokenGate",
     "check_token",
     "cookie_name",
@@ -188,35 +186,16 @@ def _without_token(scope: Scope) -> str:
         scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True
     )
     kept = urllib.parse.urlencode([(key, value) for key, value in pairs if key != "token"])
-    path = urllib.parse.quote(scope.get("path", "/") or "/", safe="/:@!$&'()*+,;=-._~")
+    # One leading slash: `//host/...` in a Location is another site's address.
+    path = "/" + urllib.parse.quote(
+        (scope.get("path", "/") or "/").lstrip("/"), safe="/:@!$&'()*+,;=-._~"
+    )
     return path + (f"?{kept}" if kept else "")
-
-
-class Throttle:
-    """Slows guessing: the first `FREE` refused requests cost nothing; each after that waits
-    `STEP` seconds more than the last, up to `MOST`, and the waits are taken one at a time
-    (`TokenGate` holds one lock across them), so wrong tokens are tried at most one per wait.
-    A server restarted with a fresh token forgets."""
-
-    FREE: Final = 20
-    STEP: Final = 0.05
-    MOST: Final = 2.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.refused = 0
-
-    def refuse(self) -> float:
-        """Count one refusal; the seconds it must wait before it is answered."""
-        with self._lock:
-            self.refused += 1
-            over = self.refused - self.FREE
-        return 0.0 if over <= 0 else min(self.MOST, over * self.STEP)
 
 
 class TokenGate:
     """Refuses every HTTP request at another Host (421) or without the token (403,
-    `MISSING`, slowed by `Throttle`), sets the session cookie when a valid token comes in the
+    `MISSING`), sets the session cookie when a valid token comes in the
     query (a GET is then sent, 303, to the same URL without it), and adds `HEADERS` to every
     response. `hosts`: names besides the local ones the server answers at (`--host`)."""
 
@@ -225,8 +204,6 @@ class TokenGate:
         self._token = token
         self._session = session_secret(token)
         self._hosts = frozenset(host.lower() for host in hosts)
-        self.throttle = Throttle()
-        self._waits: asyncio.Lock | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -242,7 +219,7 @@ class TokenGate:
         if not (
             from_query or same_token(cookies(headers.get("cookie", "")).get(name), self._session)
         ):
-            await self._slowly(send)
+            await _refuse(send, MISSING)
             return
         cookie = (
             f"{name}={self._session}; HttpOnly; SameSite=Strict; Path=/".encode()
@@ -267,16 +244,6 @@ class TokenGate:
             await send(message)
 
         await self._app(scope, receive, sending)
-
-    async def _slowly(self, send: Send) -> None:
-        """Refuse (403), after the throttle's wait, one wait at a time."""
-        wait = self.throttle.refuse()
-        if wait > 0:
-            if self._waits is None:
-                self._waits = asyncio.Lock()
-            async with self._waits:
-                await asyncio.sleep(wait)
-        await _refuse(send, MISSING)
 
 
 async def _refuse(
