@@ -19,14 +19,24 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, runtime_checkable
+
+from ._contracts import has_capability
 
 if TYPE_CHECKING:
     import asyncio
 
     from ._postgres_link import Link
 
-__all__ = ["CHANNEL", "PLAIN_BELL", "Bell", "ListeningBell", "decision_bell"]
+__all__ = [
+    "CHANNEL",
+    "PLAIN_BELL",
+    "Bell",
+    "DecisionBellStore",
+    "ListeningBell",
+    "decision_bell",
+    "rings_decisions",
+]
 
 #: The PostgreSQL channel the `requests` table's trigger notifies (payload: the schema).
 CHANNEL: Final = "agenttx_decided"
@@ -61,10 +71,24 @@ class Bell:
 PLAIN_BELL: Final = Bell()
 
 
+@runtime_checkable
+class DecisionBellStore(Protocol):
+    """A store that wakes a wait for people's decisions as soon as one is made, by any
+    process (`PostgresStore`: `LISTEN`/`NOTIFY`). A capability like those of `_contracts`."""
+
+    def decision_bell(self) -> Bell:
+        """The bell a wait on this store's requests sleeps on (the plain bell once closed)."""
+        ...
+
+
+def rings_decisions(store: object) -> TypeGuard[DecisionBellStore]:
+    """Whether `store` wakes waits for decisions itself (`DecisionBellStore`)."""
+    return has_capability(store, DecisionBellStore)
+
+
 def decision_bell(store: object) -> Bell:
-    """`store`'s bell: its `decision_bell()` if it has one, else `PLAIN_BELL`."""
-    make = getattr(store, "decision_bell", None)
-    return make() if callable(make) else PLAIN_BELL
+    """`store`'s bell if it is a `DecisionBellStore`, else `PLAIN_BELL`."""
+    return store.decision_bell() if rings_decisions(store) else PLAIN_BELL
 
 
 class ListeningBell(Bell):

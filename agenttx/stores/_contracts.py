@@ -10,6 +10,7 @@ A capability is optional: a store that lacks one is used without it, as the tabl
     LeasedStore       PostgresStore                recovery checks owners' processes on this host
     RequestStore      all three shipped stores     a table in this process (`MemoryRequests`)
     ConversationStore SQLiteStore, PostgresStore   a runner keeps its conversation in memory
+    DecisionBellStore PostgresStore                a wait for decisions polls the store (`_bell`)
 
 Which capabilities a store has is decided by its class (its methods), once: `is_plan_store`,
 `keeps_history`, `claims_effects` and `leases_owners` remember the answer per class, so that no
@@ -38,6 +39,7 @@ __all__ = [
     "LeasedStore",
     "PlanStore",
     "claims_effects",
+    "has_capability",
     "is_plan_store",
     "keeps_conversations",
     "keeps_history",
@@ -256,7 +258,7 @@ class ConversationStore(Protocol):
 _ANSWERS: dict[tuple[type, type], bool] = {}
 
 
-def _has(store: object, protocol: type) -> bool:
+def has_capability(store: object, protocol: type) -> bool:
     """`isinstance(store, protocol)`, remembered per store class (the methods decide)."""
     key = (type(store), protocol)
     answer = _ANSWERS.get(key)
@@ -267,31 +269,31 @@ def _has(store: object, protocol: type) -> bool:
 
 def is_plan_store(store: object) -> TypeGuard[PlanStore]:
     """Whether `store` keeps plan runs durably (`PlanStore`)."""
-    return _has(store, PlanStore)
+    return has_capability(store, PlanStore)
 
 
 def keeps_history(store: object) -> TypeGuard[HistoryStore]:
     """Whether `store` keeps ended transactions (`HistoryStore`)."""
-    return _has(store, HistoryStore)
+    return has_capability(store, HistoryStore)
 
 
 def claims_effects(store: object) -> TypeGuard[ClaimingOutbox]:
     """Whether `store`'s outbox hands dispatchers their own entries (`ClaimingOutbox`)."""
-    return _has(store, ClaimingOutbox)
+    return has_capability(store, ClaimingOutbox)
 
 
 def leases_owners(store: object) -> TypeGuard[LeasedStore]:
     """Whether `store` judges its owners alive itself and fences tools by leases
     (`LeasedStore`)."""
-    return _has(store, LeasedStore)
+    return has_capability(store, LeasedStore)
 
 
 def keeps_conversations(store: object) -> TypeGuard[ConversationStore]:
     """Whether `store` keeps agents' conversations with their transactions
     (`ConversationStore`)."""
-    return _has(store, ConversationStore)
+    return has_capability(store, ConversationStore)
 
 
 def releases(store: object) -> TypeGuard[ReleasingStore]:
     """Whether `store` can hand an open transaction back to recovery (`ReleasingStore`)."""
-    return _has(store, ReleasingStore)
+    return has_capability(store, ReleasingStore)
